@@ -1,0 +1,102 @@
+import random
+
+import pytest
+import torch
+
+from circuits.prompts import (
+    PairBatch,
+    PairConfig,
+    PromptError,
+    PromptPair,
+    build_pairs,
+    encode,
+    make_pair,
+    render_pair,
+)
+from circuits.templates import EXPONENTIATION, FIGURE8, FIGURE10, OPERATIONS, Template, all_templates, templates_for
+
+
+def test_template_counts():
+    assert sum(len(FIGURE8[op]) for op in OPERATIONS) == 36
+    assert len(FIGURE10) == 12 and len(EXPONENTIATION) == 2
+    assert len({t.id for t in all_templates()}) == 50
+    assert len({t.text for t in templates_for("addition")}) == 9  # no duplicate after the Figure 8 fix
+
+
+def test_template_without_placeholders_is_rejected():
+    with pytest.raises(ValueError, match=r"lacks the placeholder \{B\}"):
+        Template("bad", "addition", "equation", "{A} {OP} = ", "+", "symbol")
+
+
+def test_unknown_task():
+    with pytest.raises(ValueError, match="Unknown task 'modulo'.*accepted"):
+        PairConfig(task="modulo")
+
+
+@pytest.mark.parametrize("template", all_templates(), ids=lambda t: t.id)
+def test_every_template_renders_a_valid_pair(template, tokenizer):
+    a, b = (3, 1) if template.operation in ("division", "subtraction") else (2, 1)
+    pair = render_pair(template, a, b, tokenizer, random.Random(0))
+    assert len(pair.reference_token_ids) == len(pair.counterfactual_token_ids)
+    assert pair.reference != pair.counterfactual
+    # The answer is the single next token.
+    assert encode(tokenizer, pair.reference + pair.answer) == [*pair.reference_token_ids, pair.answer_token_id]
+    # Roles come from the template: operand tokens decode to the operands, the operator to the op word.
+    toks = pair.reference_token_ids
+    assert tokenizer.decode([toks[i] for i in pair.roles["A"]]).strip() == str(a)
+    assert tokenizer.decode([toks[i] for i in pair.roles["B"]]).strip() == str(b)
+    assert pair.roles["operator"], "operator role found"
+    cf_op = tokenizer.decode([pair.counterfactual_token_ids[i] for i in pair.roles["operator"]]).strip()
+    ref_op = tokenizer.decode([toks[i] for i in pair.roles["operator"]]).strip()
+    assert cf_op != ref_op
+    # Outside the operator (and for accumulation, the asked object/person), the prompts agree.
+    diff = [i for i, (x, y) in enumerate(zip(toks, pair.counterfactual_token_ids)) if x != y]
+    if template.form != "accumulation":
+        assert set(diff) <= set(pair.roles["operator"])
+
+
+def test_seeded_sampling_is_deterministic(tokenizer):
+    t = FIGURE10[9]
+    p1 = render_pair(t, 2, 3, tokenizer, random.Random(7))
+    p2 = render_pair(t, 2, 3, tokenizer, random.Random(7))
+    assert p1 == p2
+
+
+def test_answer_not_a_single_token(tokenizer):
+    with pytest.raises(PromptError, match="not a single token"):
+        make_pair(tokenizer, "3 + 9 = ", "3 @ 9 = ", "12")
+
+
+def test_unequal_lengths(tokenizer):
+    with pytest.raises(PromptError, match="different token lengths"):
+        make_pair(tokenizer, "3 + 4 = ", "3 nothing at all 4 = ", "7")
+
+
+def test_pair_json_roundtrip(tokenizer):
+    pair = render_pair(FIGURE8["addition"][0], 3, 4, tokenizer, random.Random(0))
+    assert PromptPair.from_json(pair.to_json()) == pair
+
+
+def test_batch_right_pads(tokenizer):
+    pairs = [render_pair(t, 2, 3, tokenizer, random.Random(0)) for t in FIGURE8["addition"][:3]]
+    batch = PairBatch.from_pairs(pairs, pad_token_id=0)
+    for i, p in enumerate(pairs):
+        assert batch.end[i] == len(p.reference_token_ids) - 1
+        assert batch.reference[i, : len(p.reference_token_ids)].tolist() == list(p.reference_token_ids)
+
+
+def test_random_model_gets_nothing_right_clear_error(tiny_llama):
+    with pytest.raises(PromptError, match="answered none"):
+        build_pairs(tiny_llama, PairConfig(task="addition", n_pairs=4, max_candidates=24, few_shot="off"))
+
+
+@pytest.mark.slow
+def test_build_pairs_on_smollm2(smollm2):
+    ps = build_pairs(smollm2, PairConfig(task="addition", n_pairs=6, seed=1))
+    assert len(ps.pairs) == 6 and ps.few_shot
+    assert 0 < ps.accuracy <= 1 and ps.n_candidates >= 6
+    batch = PairBatch.from_pairs(ps.pairs, smollm2.tokenizer.pad_token_id)
+    logits = smollm2(batch.reference)
+    pred = logits[torch.arange(len(batch)), batch.end].argmax(-1)
+    assert torch.equal(pred, batch.answer)  # only correct pairs are kept
+    assert ps.counterfactual_accuracy < 0.5  # the counterfactual mostly loses the answer
