@@ -163,10 +163,6 @@ def _hooks(means: MeanActivations, group: int, offset: int, heads: Sequence[Head
     return hooks
 
 
-def _end_logits(model: HookedTransformer, resid: Tensor) -> Tensor:
-    return model.unembed(model.ln_final(resid[:, -1:]))[:, 0].float()
-
-
 @torch.no_grad()
 def knockout_logits(
     model: HookedTransformer,
@@ -190,12 +186,22 @@ def knockout_logits(
     for i, p in enumerate(pairs):
         g = means.group_of(p)
         pre = tuple(p.reference_token_ids[: p.prefix_length]) if (share_prefix and p.prefix_length) else ()
-        execs.setdefault((g, pre, len(p.reference_token_ids)), []).append(i)
+        # Position-wise means need equal lengths; pooled means allow right padding (causal: pads after
+        # END never reach it).
+        length = -1 if means.pooled else len(p.reference_token_ids)
+        execs.setdefault((g, pre, length), []).append(i)
     out = torch.empty((len(pairs), model.cfg.d_vocab), dtype=torch.float32)
     for (g, pre, _), rows in execs.items():
+        rows = sorted(rows, key=lambda i: len(pairs[i].reference_token_ids))
         for s in range(0, len(rows), batch_size):
             chunk = rows[s : s + batch_size]
-            full = torch.tensor([pairs[i].reference_token_ids for i in chunk], device=device)
+            width = max(len(pairs[i].reference_token_ids) for i in chunk)
+            full = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, i in enumerate(chunk):
+                ids = pairs[i].reference_token_ids
+                full[r, : len(ids)] = torch.tensor(ids)
+            full = full.to(device)
+            ends = torch.tensor([len(pairs[i].reference_token_ids) - 1 for i in chunk], device=device)
             if not pre:
                 with model.hooks(fwd_hooks=_hooks(means, g, 0, heads, mlps)):
                     resid = model(full, stop_at_layer=L)
@@ -214,7 +220,9 @@ def knockout_logits(
                 body = full[:, n_pre:]
                 with model.hooks(fwd_hooks=_hooks(means, g, n_pre, heads, mlps)):
                     resid = model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=L)
-            out[torch.tensor(chunk)] = _end_logits(model, resid).cpu()
+                ends = ends - n_pre
+            last = resid[torch.arange(len(chunk), device=device), ends][:, None]
+            out[torch.tensor(chunk)] = model.unembed(model.ln_final(last))[:, 0].float().cpu()
     return out
 
 

@@ -94,3 +94,16 @@ def test_smollm2_knockout_invariants():
     one = compute_means(model, pairs[:1], source="reference")
     out = knockout_logits(model, pairs[:1], one, all_heads(model))
     torch.testing.assert_close(out, clean_logits(model, pairs[:1]), atol=2e-3, rtol=1e-3)
+
+
+def test_pooled_means_with_mixed_lengths_equal_one_by_one():
+    from circuits.transfer import synthetic_set
+
+    model = tiny_model()
+    means = compute_means(model, tiny_pairs(), pooled=True)
+    items = synthetic_set(model.tokenizer, "multi_digit", 6, seed=3) + synthetic_set(model.tokenizer, "time_span", 4)
+    assert len({len(p.reference_token_ids) for p in items}) > 1
+    both = knockout_logits(model, items, means, [(1, 1), (2, 0)])
+    for i, p in enumerate(items):
+        one = knockout_logits(model, [p], means, [(1, 1), (2, 0)], share_prefix=False)
+        torch.testing.assert_close(both[i], one[0], atol=1e-4, rtol=1e-4)
