@@ -27,5 +27,12 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
 
+# One script per figure/table of the paper (Sections 5.1-5.2, Appendices C-F); each writes results/<name>/.
+FIGURES := fig2_key_heads fig3_knockout fig4_transfer fig5_attention_roles fig6_mlp_logit_lens \
+	fig7_attention_views fig15_per_operation table3_exponentiation table4_gsm8k
+
+figures: $(STAMP)
+	for f in $(FIGURES); do OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python experiments/$$f.py || exit 1; done
+
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -1,0 +1,61 @@
+"""Figure 5: where the key heads look from END, by token role (A, B, operator, answer prefix,
+few-shot prefix, other), averaged over prompts of each operation.
+Run: ``python experiments/fig5_attention_roles.py``; ``--replot`` redraws."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import _common as C
+from plotly.subplots import make_subplots
+
+from circuits.attention import attention_by_role
+from circuits.figures import roles_figure, write_figure
+from circuits.prompts import PairConfig, build_pairs
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str = "smollm2"
+    task: str = "addition"  # where the key heads are found
+    n_pairs: int = 32
+    seed: int = 0
+    n_key_heads: int = 8
+    operations: tuple = ("addition", "subtraction", "multiplication", "division")
+    n_prompts: int = 32  # per operation (the paper: 1000)
+    out: str = "results/fig5_attention_roles"
+
+
+def main(config: Config) -> Path:
+    t = C.Timer()
+    model, ps = C.model_and_pairs(config.model, config.task, config.n_pairs, config.seed)
+    eff = C.head_effects(model, config.model, config.task, ps.pairs, config.seed)
+    heads = C.key_heads(eff, top=config.n_key_heads)
+    out = {}
+    for op in config.operations:
+        pairs = ps.pairs if op == config.task else build_pairs(model, PairConfig(task=op, n_pairs=config.n_prompts, seed=config.seed)).pairs
+        ra = attention_by_role(model, pairs[: config.n_prompts], heads)
+        out[op] = {**ra.to_json(), "dominant": ra.dominant()}
+        t(op)
+    C.save(config.out, config, {"heads": [list(h) for h in heads], "by_operation": out})
+    return plot(config.out)
+
+
+def plot(out) -> Path:
+    d = C.load(out)
+    ops = list(d["by_operation"])
+    fig = make_subplots(rows=len(ops), cols=1, subplot_titles=ops, shared_xaxes=True)
+    for i, op in enumerate(ops):
+        r = d["by_operation"][op]
+        sub = roles_figure([f"{l}.{h}" for l, h in r["heads"]], r["roles"], r["mean"], op)
+        for tr in sub.data:
+            tr.showlegend = i == 0
+            tr.legendgroup = tr.name
+            fig.add_trace(tr, i + 1, 1)
+    fig.update_layout(barmode="stack", title="END-row attention of the key heads by token role (Figure 5)", height=300 * len(ops))
+    return write_figure(fig, Path(out) / "figure.html")
+
+
+if __name__ == "__main__":
+    C.run(Config, main, plot)

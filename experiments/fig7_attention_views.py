@@ -1,0 +1,46 @@
+"""Figures 7 and 16: circuitsvis attention views of the key heads on a few prompts, as a standalone
+offline page. Run: ``python experiments/fig7_attention_views.py``; ``--replot`` just lists the page."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import _common as C
+
+from circuits.attention import attention_html
+from circuits.prompts import PairConfig, build_pairs
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str = "smollm2"
+    task: str = "addition"
+    n_pairs: int = 32
+    seed: int = 0
+    n_key_heads: int = 4
+    operations: tuple = ("addition", "subtraction", "multiplication", "division")
+    last_tokens: int = 14  # crop the few-shot prefix from the views
+    out: str = "results/fig7_attention_views"
+
+
+def main(config: Config) -> Path:
+    model, ps = C.model_and_pairs(config.model, config.task, config.n_pairs, config.seed)
+    eff = C.head_effects(model, config.model, config.task, ps.pairs, config.seed)
+    heads = C.key_heads(eff, top=config.n_key_heads)
+    prompts = []
+    for op in config.operations:
+        prompts += build_pairs(model, PairConfig(task=op, n_pairs=2, seed=config.seed)).pairs[:2]
+    Path(config.out).mkdir(parents=True, exist_ok=True)
+    attention_html(model, prompts, heads, Path(config.out) / "figure.html", title="Key heads (Figures 7, 16)",
+                   last_tokens=config.last_tokens)
+    C.save(config.out, config, {"heads": [list(h) for h in heads], "prompts": [p.reference for p in prompts]})
+    return plot(config.out)
+
+
+def plot(out) -> Path:
+    return Path(out) / "figure.html"  # the page is the data; circuitsvis renders it in the browser
+
+
+if __name__ == "__main__":
+    C.run(Config, main, plot)
