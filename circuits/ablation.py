@@ -23,9 +23,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.utils import get_act_name
 
+from circuits.forward import end_residuals, unembed_end
 from circuits.prompts import PromptPair
 
 Head = tuple[int, int]
@@ -180,50 +180,17 @@ def knockout_logits(
     ``share_prefix`` a group's common prefix runs once into a key/value cache; the result is the same
     as running every full prompt (asserted in tests) but costs a fraction of it.
     """
-    device = model.cfg.device
-    L = model.cfg.n_layers
-    execs: dict[tuple, list[int]] = {}
-    for i, p in enumerate(pairs):
-        g = means.group_of(p)
-        pre = tuple(p.reference_token_ids[: p.prefix_length]) if (share_prefix and p.prefix_length) else ()
-        # Position-wise means need equal lengths; pooled means allow right padding (causal: pads after
-        # END never reach it).
-        length = -1 if means.pooled else len(p.reference_token_ids)
-        execs.setdefault((g, pre, length), []).append(i)
-    out = torch.empty((len(pairs), model.cfg.d_vocab), dtype=torch.float32)
-    for (g, pre, _), rows in execs.items():
-        rows = sorted(rows, key=lambda i: len(pairs[i].reference_token_ids))
-        for s in range(0, len(rows), batch_size):
-            chunk = rows[s : s + batch_size]
-            width = max(len(pairs[i].reference_token_ids) for i in chunk)
-            full = torch.zeros((len(chunk), width), dtype=torch.long)
-            for r, i in enumerate(chunk):
-                ids = pairs[i].reference_token_ids
-                full[r, : len(ids)] = torch.tensor(ids)
-            full = full.to(device)
-            ends = torch.tensor([len(pairs[i].reference_token_ids) - 1 for i in chunk], device=device)
-            if not pre:
-                with model.hooks(fwd_hooks=_hooks(means, g, 0, heads, mlps)):
-                    resid = model(full, stop_at_layer=L)
-            else:
-                n_pre = len(pre)
-                cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, 1)
-                prefix = full[:1, :n_pre]
-                with model.hooks(fwd_hooks=_hooks(means, g, 0, heads, mlps)):
-                    model(prefix, past_kv_cache=cache, attention_mask=torch.ones_like(prefix), stop_at_layer=L)
-                cache.freeze()
-                n = len(chunk)
-                for e in cache.entries:
-                    e.past_keys = e.past_keys.expand(n, *e.past_keys.shape[1:])
-                    e.past_values = e.past_values.expand(n, *e.past_values.shape[1:])
-                cache.previous_attention_mask = cache.previous_attention_mask.expand(n, -1)
-                body = full[:, n_pre:]
-                with model.hooks(fwd_hooks=_hooks(means, g, n_pre, heads, mlps)):
-                    resid = model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=L)
-                ends = ends - n_pre
-            last = resid[torch.arange(len(chunk), device=device), ends][:, None]
-            out[torch.tensor(chunk)] = model.unembed(model.ln_final(last))[:, 0].float().cpu()
-    return out
+    keys, prefixes = [], []
+    for p in pairs:
+        # Position-wise means need equal lengths; pooled means allow right padding (causal: pads
+        # after END never reach it).
+        keys.append((means.group_of(p), -1 if means.pooled else len(p.reference_token_ids)))
+        prefixes.append(p.prefix_length if share_prefix else 0)
+    resid = end_residuals(
+        model, [p.reference_token_ids for p in pairs], prefixes, group_keys=keys, batch_size=batch_size,
+        hooks=lambda key, offset: _hooks(means, key[0], offset, heads, mlps),
+    )
+    return unembed_end(model, resid).cpu()
 
 
 @dataclass

@@ -17,10 +17,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import torch
-from jaxtyping import Int
+from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from circuits.forward import end_residuals, unembed_end
 from circuits.templates import (
     COUNTERFACTUAL_SYMBOLS,
     COUNTERFACTUAL_WORDS,
@@ -379,13 +380,17 @@ def use_few_shot(model: HookedTransformer, few_shot: FewShot) -> bool:
 @torch.no_grad()
 def end_logits(model: HookedTransformer, tokens: Int[Tensor, "batch pos"], end: Int[Tensor, " batch"], batch_size: int = 64) -> Tensor:
     """Logits at each row's END position, ``[batch, d_vocab]`` in float32 (only END is unembedded)."""
-    out = []
-    for i in range(0, tokens.shape[0], batch_size):
-        resid = model(tokens[i : i + batch_size], stop_at_layer=model.cfg.n_layers)
-        rows = torch.arange(resid.shape[0], device=resid.device)
-        last = resid[rows, end[i : i + batch_size].to(resid.device)][:, None]
-        out.append(model.unembed(model.ln_final(last))[:, 0].float())
-    return torch.cat(out)
+    rows = [tokens[i, : int(end[i]) + 1].tolist() for i in range(tokens.shape[0])]
+    return unembed_end(model, end_residuals(model, rows, batch_size=batch_size)).cpu()
+
+
+@torch.no_grad()
+def pair_logits(model: HookedTransformer, pairs: list[PromptPair], which: Literal["reference", "counterfactual"] = "reference",
+                batch_size: int = 64) -> Float[Tensor, "pair d_vocab"]:
+    """END logits of each pair's reference or counterfactual prompt; a shared few-shot prefix runs once."""
+    rows = [p.reference_token_ids if which == "reference" else p.counterfactual_token_ids for p in pairs]
+    prefixes = [p.prefix_length for p in pairs]
+    return unembed_end(model, end_residuals(model, rows, prefixes, batch_size=batch_size)).cpu()
 
 
 def candidate_operands(template: Template, tokenizer: Any, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -432,7 +437,6 @@ def build_pairs(model: HookedTransformer, config: PairConfig) -> PairSet:
     seen = correct = 0
     prob_sum = 0.0
     per_t: dict[str, list[float]] = {}
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     start = 0
     while start < len(order) and len(kept) < config.n_pairs:
         # Size the next chunk from the accuracy so far, so low-accuracy tasks need few rounds.
@@ -448,9 +452,8 @@ def build_pairs(model: HookedTransformer, config: PairConfig) -> PairSet:
         start += size
         if not batch_pairs:
             continue
-        batch = PairBatch.from_pairs(batch_pairs, pad, device=model.cfg.device)
-        probs = end_logits(model, batch.reference, batch.end).softmax(-1)
-        answer = batch.answer.cpu()
+        probs = pair_logits(model, batch_pairs).softmax(-1)
+        answer = torch.tensor([p.answer_token_id for p in batch_pairs])
         p_ans = probs[torch.arange(len(batch_pairs)), answer]
         hit = probs.argmax(-1) == answer
         for i, pair in enumerate(batch_pairs):
@@ -468,9 +471,8 @@ def build_pairs(model: HookedTransformer, config: PairConfig) -> PairSet:
             "are left. Try a few-shot prefix (few_shot='on'), other templates, or filter_correct=False."
         )
     # The counterfactual check runs on the pairs kept: does X_c still yield the answer?
-    batch = PairBatch.from_pairs(kept, pad, device=model.cfg.device)
-    cf_probs = end_logits(model, batch.counterfactual, batch.end).softmax(-1)
-    answer = batch.answer.cpu()
+    cf_probs = pair_logits(model, kept, "counterfactual").softmax(-1)
+    answer = torch.tensor([p.answer_token_id for p in kept])
     cf_p = cf_probs[torch.arange(len(kept)), answer]
     cf_hit = (cf_probs.argmax(-1) == answer).float()
     stats: dict[str, dict[str, float]] = {k: {"accuracy": sum(v) / len(v), "n": len(v)} for k, v in per_t.items()}

@@ -100,3 +100,18 @@ def test_build_pairs_on_smollm2(smollm2):
     pred = logits[torch.arange(len(batch)), batch.end].argmax(-1)
     assert torch.equal(pred, batch.answer)  # only correct pairs are kept
     assert ps.counterfactual_accuracy < 0.5  # the counterfactual mostly loses the answer
+
+
+def test_shared_prefix_logits_equal_full_forward(tiny_llama, tokenizer):
+    from circuits.prompts import pair_logits
+
+    rng = random.Random(0)
+    pairs = [render_pair(t, a, 2, tokenizer, rng) for t in FIGURE8["addition"][:3] for a in (1, 3)]
+    assert all(p.prefix_length > 0 for p in pairs)
+    shared = pair_logits(tiny_llama, pairs)
+    for i, p in enumerate(pairs):
+        full = tiny_llama(torch.tensor([p.reference_token_ids]))[0, -1]
+        torch.testing.assert_close(shared[i], full, atol=1e-4, rtol=0)
+    cf = pair_logits(tiny_llama, pairs, "counterfactual")
+    full_cf = tiny_llama(torch.tensor([pairs[0].counterfactual_token_ids]))[0, -1]
+    torch.testing.assert_close(cf[0], full_cf, atol=1e-4, rtol=0)
