@@ -225,6 +225,11 @@ def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor], to
     cfg.default_prepend_bos = _prepends_bos(tokenizer)
     cfg.tokenizer_prepends_bos = cfg.default_prepend_bos
     model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=True)
+    # TransformerLens swaps in a copy of the tokenizer that always adds BOS; keep the model's own
+    # tokenizer so token ids are exactly those the Hugging Face model is used with.
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.tokenizer = tokenizer
     model.load_and_process_state_dict(
         {k: v.to(cfg.dtype) for k, v in state_dict.items()},
         fold_ln=fold_ln,
