@@ -9,7 +9,7 @@ Train/test separation (Section 5.3 trains on "the four math data sets' training 
 - GSM8K: train on ``train.jsonl``, test on ``test.jsonl``.
 - AddSub, SingleEq, SVAMP have no official train split. LLM-Adapters' ``math_data.json`` holds about
   80% of their test questions (and 1055 GSM8K test questions). We test each on its *held-out part*:
-  the items of its evaluation file whose question is not in ``math_data.json`` (AddSub 66, SingleEq 83,
+  the items of its evaluation file whose question is not in ``math_data.json`` (AddSub 79, SingleEq 102,
   SVAMP 200 here), and train only on ``math_data.json`` items whose question is in none of the four
   evaluation sets (:func:`adapters_train_items`). Matching ignores case and whitespace.
 """
