@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
@@ -257,6 +258,18 @@ class FinetuneResult:
         return dataclasses.asdict(self)
 
 
+def sft_loss(model: HookedTransformer, tokens: Int[Tensor, "batch pos"], loss_mask: Float[Tensor, "batch pos_minus_1"]) -> Float[Tensor, ""]:
+    """Summed next-token cross-entropy over the target positions of ``loss_mask``.
+
+    Only target positions are normed and unembedded: full ``[batch pos d_vocab]`` logits of a 49k
+    vocabulary cost more than a layer per token and are mostly thrown away by the mask.
+    """
+    resid = model(tokens, stop_at_layer=model.cfg.n_layers)[:, :-1]
+    select = loss_mask.bool()
+    logits = model.unembed(model.ln_final(resid[select][None]))[0]
+    return torch.nn.functional.cross_entropy(logits.float(), tokens[:, 1:][select], reduction="sum")
+
+
 def batch_schedule(n_examples: int, config: FinetuneConfig) -> list[list[list[int]]]:
     """Optimizer steps -> micro-batches -> example indices; a fresh seeded shuffle per epoch.
 
@@ -327,10 +340,7 @@ def finetune(
             for mb in micro:
                 tokens, mask = collate([examples[i] for i in mb], pad_id)
                 tokens, mask = tokens.to(device), mask.to(device)
-                logits = model(tokens, return_type="logits")[:, :-1]
-                logp = torch.log_softmax(logits.float(), dim=-1)
-                nll = -logp.gather(-1, tokens[:, 1:, None])[..., 0]
-                loss = (nll * mask).sum() / max(n_target, 1)
+                loss = sft_loss(model, tokens, mask) / max(n_target, 1)
                 if not torch.isfinite(loss):
                     last = f"{out / 'checkpoint.pt'} (after step {last_checkpoint})" if out and last_checkpoint else "none written yet"
                     raise TrainingDiverged(
