@@ -121,14 +121,16 @@ class HookedTransformerLM(LM):
         return self.score_tokens([self._encode_pair(*req.args) for req in requests])
 
     def loglikelihood_rolling(self, requests, disable_tqdm: bool = False) -> list[float]:
-        out = []
-        for req in requests:
+        # Windows of all documents are scored together, so short documents share batches.
+        windows, owner = [], []
+        for r, req in enumerate(requests):
             (text,) = req.args
-            windows = [
-                make_disjoint_window(w)
-                for w in get_rolling_token_windows(self.tok_encode(text), self.prefix_token_id, self.max_length, 1)
-            ]
-            out.append(sum(lp for lp, _ in self.score_tokens(windows)))
+            for w in get_rolling_token_windows(self.tok_encode(text), self.prefix_token_id, self.max_length, 1):
+                windows.append(make_disjoint_window(w))
+                owner.append(r)
+        out = [0.0] * len(requests)
+        for r, (lp, _) in zip(owner, self.score_tokens(windows)):
+            out[r] += lp
         return out
 
     @torch.no_grad()
