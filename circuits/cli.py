@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from circuits import identify_job
+from circuits import identify_job, report_job
 
-COMMAND_MODULES = [identify_job]
+COMMAND_MODULES = [identify_job, report_job]
 
 
 def build_parser() -> argparse.ArgumentParser:
