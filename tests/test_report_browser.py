@@ -74,8 +74,8 @@ def open_page(browser, path: Path, width: int = 1280, height: int = 900):
     page.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:", "blob:", "about:")) else None)
     page.goto(path.as_uri(), wait_until="load")
     page.wait_for_selector("#fig-1 .main-svg", timeout=30_000)
-    page.wait_for_function("document.querySelector('#cv-1') && document.querySelector('#cv-1').children.length > 0",
-                           timeout=30_000)
+    if page.locator(".cv-view").count():  # circuitsvis renders with React after load
+        page.wait_for_function("document.querySelector('#cv-1').children.length > 0", timeout=30_000)
     return page, errors, requests
 
 
@@ -128,9 +128,10 @@ def test_readme_picture(browser, report):
         assert errors == []
         page.evaluate("document.getElementById('fig-1').scrollIntoView()")
         page.evaluate("window.scrollBy(0, -90)")
-        keys = page.evaluate("document.getElementById('fig-1').data[0].z.flat().indexOf(Math.min(...document.getElementById('fig-1').data[0].z.flat()))")
-        n_heads = page.evaluate("document.getElementById('fig-1').data[0].z[0].length")
-        hover_cell(page, "fig-1", layer=keys // n_heads, head=keys % n_heads)
+        # hover the strongest head: the (layer, head) of the smallest effect in the drawn heatmap
+        layer, head = page.evaluate("""() => { const z = document.getElementById('fig-1').calcdata[0][0].z; let best = [0, 0];
+            z.forEach((row, l) => row.forEach((v, h) => { if (v < z[best[0]][best[1]]) best = [l, h]; })); return best; }""")
+        assert f"layer {layer}, head {head}" in hover_cell(page, "fig-1", layer=layer, head=head)
         out = ROOT / "docs" / "img" / "report.png"
         out.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out))
