@@ -31,10 +31,12 @@ from typing import Literal
 
 import einops
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
+from transformer_lens.utilities.attention import simple_attn_linear
 from transformer_lens.utils import get_act_name
 
 from circuits.prompts import PairBatch
@@ -126,6 +128,7 @@ class SweepResult:
 
 @dataclass
 class _Runs:
+    resid_pre: Float[Tensor, "layer pair d_model"]
     resid_mid: Float[Tensor, "layer pair d_model"]
     attn_out: Float[Tensor, "layer pair d_model"]
     z_ref: Float[Tensor, "layer pair head d_head"]
@@ -160,7 +163,7 @@ def _collect(model: HookedTransformer, batch: PairBatch, need_kv: bool) -> _Runs
     rotary = model.cfg.positional_embedding_type == "rotary"
     ref_hooks = []
     for l in range(L):
-        for site in ("resid_mid", "attn_out", "z"):
+        for site in ("resid_pre", "resid_mid", "attn_out", "z"):
             name = get_act_name(site, l)
             ref_hooks.append((name, _gather_end(ref, name, end)))
         if need_kv:
@@ -182,6 +185,7 @@ def _collect(model: HookedTransformer, batch: PairBatch, need_kv: bool) -> _Runs
         keys = [ref[f"blocks.{l}.attn.hook_rot_k" if rotary else get_act_name("k", l)] for l in range(L)]
         values = [ref[get_act_name("v", l)] for l in range(L)]
     return _Runs(
+        resid_pre=stack(ref, "resid_pre"),
         resid_mid=stack(ref, "resid_mid"),
         attn_out=stack(ref, "attn_out"),
         z_ref=stack(ref, "z"),
@@ -233,9 +237,9 @@ def _attention_at_end(
     b_K = attn._b_K if cfg.n_key_value_heads else attn.b_K
     W_V = attn._W_V if cfg.n_key_value_heads else attn.W_V
     b_V = attn._b_V if cfg.n_key_value_heads else attn.b_V
-    q = torch.einsum("spd,hde->sphe", xn, attn.W_Q) + attn.b_Q
-    k = torch.einsum("spd,hde->sphe", xn, W_K) + b_K
-    v = torch.einsum("spd,hde->sphe", xn, W_V) + b_V
+    flat = xn.reshape(S * P, 1, -1)
+    q, k, v = (simple_attn_linear(flat, w, b).reshape(S, P, -1, cfg.d_head)
+               for w, b in ((attn.W_Q, attn.b_Q), (W_K, b_K), (W_V, b_V)))
     if cfg.positional_embedding_type == "rotary":
         q = _rotate(model, layer, q, end)
         k = _rotate(model, layer, k, end)
@@ -250,22 +254,32 @@ def _attention_at_end(
     prefix_scores = prefix_scores.masked_fill(masked[None, :, None, None, :], float("-inf"))
     pattern = torch.cat([prefix_scores, self_score], dim=-1).float().softmax(-1).to(x.dtype)
     z = torch.einsum("spkgt,ptke->spkge", pattern[..., :-1], values) + pattern[..., -1:] * v[:, :, :, None, :]
-    z = einops.rearrange(z, "s p k g e -> s p (k g) e")
-    return torch.einsum("sphe,hed->spd", z, attn.W_O) + attn.b_O
+    return _project_z(attn, einops.rearrange(z, "s p k g e -> s p (k g) e"))
+
+
+def _project_z(attn, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d_model"]:
+    """Attention output from ``z``, with the same arithmetic as TransformerLens's attention."""
+    w = einops.rearrange(attn.W_O, "h e d -> d (h e)")
+    return F.linear(einops.rearrange(z, "s p h e -> s p (h e)"), w, attn.b_O)
 
 
 def _readout(
     model: HookedTransformer, x: Float[Tensor, "rows d_model"], answer: Tensor, cf_answer: Tensor, rows_per_chunk: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """Answer logit, logit difference to ``cf_answer`` and answer probability, in float32."""
-    W_U, b_U = model.unembed.W_U, model.unembed.b_U
-    normed = model.ln_final(x[:, None])[:, 0]
-    logit = (torch.einsum("rd,dr->r", normed, W_U[:, answer]) + b_U[answer]).float()
-    other = (torch.einsum("rd,dr->r", normed, W_U[:, cf_answer]) + b_U[cf_answer]).float()
-    lse = torch.cat([
-        (normed[i : i + rows_per_chunk] @ W_U + b_U).float().logsumexp(-1) for i in range(0, x.shape[0], rows_per_chunk)
-    ])
-    return logit, logit - other, (logit - lse).exp()
+    """Answer logit, logit difference to ``cf_answer`` and answer probability, in float32.
+
+    Uses the model's own final norm and unembedding (the same arithmetic as a forward pass); the full
+    vocabulary is needed anyway for the probability's log-sum-exp, so it is computed in row chunks."""
+    logit, other, lse = [], [], []
+    for i in range(0, x.shape[0], rows_per_chunk):
+        rows = slice(i, i + rows_per_chunk)
+        logits = model.unembed(model.ln_final(x[rows, None]))[:, 0].float()
+        idx = torch.arange(logits.shape[0], device=logits.device)
+        logit.append(logits[idx, answer[rows]])
+        other.append(logits[idx, cf_answer[rows]])
+        lse.append(logits.logsumexp(-1))
+    logit_t, other_t, lse_t = torch.cat(logit), torch.cat(other), torch.cat(lse)
+    return logit_t, logit_t - other_t, (logit_t - lse_t).exp()
 
 
 # --- the sweep --------------------------------------------------------------------------------
@@ -374,10 +388,12 @@ def sweep(
                     x = x + _attention_at_end(model, layer, x, runs.keys[layer], runs.values[layer], end)
             heads = [c for c in chunk if c.layer == layer and c.kind == "head"]
             if heads:
+                # z at END with one head from the counterfactual run, projected like a forward pass does.
                 idx = torch.tensor([c.head for c in heads], device=device)
-                dz = (runs.z_cf[layer][:, idx] - runs.z_ref[layer][:, idx])  # [pair, n, d_head]
-                delta = torch.einsum("pne,ned->npd", dz, model.blocks[layer].attn.W_O[idx])
-                new = runs.resid_mid[layer][None] + delta
+                z = runs.z_ref[layer][None].repeat(len(heads), 1, 1, 1)  # [n, pair, head, d_head]
+                rows = torch.arange(len(heads), device=device)
+                z[rows, :, idx] = runs.z_cf[layer][:, idx].transpose(0, 1)
+                new = runs.resid_pre[layer][None] + _project_z(model.blocks[layer].attn, z)
                 x = new if x is None else torch.cat([x, new])
                 owners += heads
             if x is not None:

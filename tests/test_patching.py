@@ -88,15 +88,19 @@ SMOL_SAMPLE = [Component("head", l, h) for l, h in [(0, 0), (7, 3), (14, 2), (20
 ]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["path", "activation"])
-def test_engine_equals_plain_loop_smollm2(smollm2, mode):
+@pytest.fixture(scope="module")
+def smol_batch(smollm2):
     from circuits.prompts import PairConfig, build_pairs
 
     pairs = build_pairs(smollm2, PairConfig(task="addition", n_pairs=4, seed=3)).pairs
-    batch = PairBatch.from_pairs(pairs, smollm2.tokenizer.pad_token_id)
-    result = sweep(smollm2, batch, mode, progress=False)
-    plain = sweep_plain(smollm2, batch, mode, SMOL_SAMPLE, result.baseline)
+    return PairBatch.from_pairs(pairs, smollm2.tokenizer.pad_token_id)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["path", "activation"])
+def test_engine_equals_plain_loop_smollm2(smollm2, smol_batch, mode):
+    result = sweep(smollm2, smol_batch, mode, progress=False)
+    plain = sweep_plain(smollm2, smol_batch, mode, SMOL_SAMPLE, result.baseline)
     _assert_equal(result, plain, 1e-4)
     # The full counterfactual lowers the answer logit, and some head carries part of it.
     assert (result.baseline.cf_logit < result.baseline.logit).float().mean() >= 0.5
