@@ -287,13 +287,13 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
         keys = s.get("key_heads", [])
         listed = ", ".join(f"{l}.{h} ({e:+.3f})" for l, h, e in keys[:10]) or "none"
         base = s.get("baseline", {})
-        out.append(f"<h3>{_e(s.get('task', '?'))}</h3><p>{_e(s.get('model', ''))}, {s.get('n_pairs')} prompt pairs, "
-                   f"{_e(s.get('mode', 'path'))} patching; accuracy before filtering {_pct(s.get('accuracy'))}; the "
+        out.append(f"<h3>{_e(s.get('task') or f.path.name)}</h3><p>{_e(s.get('model', ''))}, {s.get('n_pairs')} prompt pairs, "
+                   f"{_e(s.get('method') or s.get('mode', 'path') + ' patching')}; accuracy before filtering {_pct(s.get('accuracy'))}; the "
                    f"counterfactual prompt keeps the answer {_pct(s.get('counterfactual_accuracy'))} of the time and "
                    f"changes the answer logit by {_pct(base.get('full_effect_relative_logit'), 1)}. "
                    f"<b>{len(keys)} key heads</b> by <code>{_e(rule)}</code> ({_e(metric)}): {_e(listed)}.</p>")
         fig = head_heatmap(torch.tensor(s["head_effects"]), torch.tensor(s["mlp_effects"]) if s.get("mlp_effects") else None,
-                           title=f"{s.get('task', '')}: relative change of the answer logit", key_heads=[(l, h) for l, h, _ in keys])
+                           title=f"{s.get('task') or f.path.name}: relative change of the answer logit", key_heads=[(l, h) for l, h, _ in keys])
         out.append(page.figure(fig) + config_block(f))
     if len(identify) > 1:
         ops = [f.data.get("task", str(f.path)) for f in identify]
