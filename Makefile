@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench figures clean
+.PHONY: install demo report test bench figures clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,8 +18,14 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Ends with one offline HTML page of what it computed (plus any figure/table results already in results/).
 demo: $(STAMP)
 	$(BIN)/circuits identify --model smollm2 --task all --pairs 64 --out results/identify
+	$(BIN)/circuits report results/identify $(wildcard results/fig*/ results/table*/) --out results/report.html
+
+# The report alone, from everything under results/ (no model is run).
+report: $(STAMP)
+	$(BIN)/circuits report results --out results/report.html
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

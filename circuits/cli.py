@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from circuits import evaluate_job, finetune_job, identify_job
+from circuits import evaluate_job, finetune_job, identify_job, report_job
 
-COMMAND_MODULES = [identify_job, finetune_job, evaluate_job]
+COMMAND_MODULES = [identify_job, finetune_job, evaluate_job, report_job]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -115,3 +115,48 @@ def heatmap_grid(panels: dict[str, object], title: str) -> go.Figure:
         fig.add_trace(go.Heatmap(z=a, colorscale="RdBu", zmid=0, zmin=-m, zmax=m, showscale=i == 0, colorbar={"title": "%"}), 1, i + 1)
     fig.update_layout(title=title)
     return fig
+
+
+def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-rank heads (Figure 3)") -> go.Figure:
+    """Figure 3 from a saved :class:`circuits.ablation.KnockoutCurve` (``to_json``): accuracy and answer probability."""
+    a = knockout_figure(curve["ks"], curve["effect_accuracy"], curve["random_accuracy"], "accuracy", "")
+    p = knockout_figure(curve["ks"], curve["effect_prob"], curve["random_prob"], "answer probability", "")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("accuracy", "answer probability"))
+    for tr in a.data:
+        fig.add_trace(tr, 1, 1)
+    for tr in p.data:
+        tr.showlegend = False
+        fig.add_trace(tr, 1, 2)
+    fig.update_layout(title=title)
+    fig.update_xaxes(title_text="k heads knocked out")
+    return fig
+
+
+def roles_panels(by_operation: dict[str, dict], title: str = "END-row attention of the key heads by token role (Figure 5)") -> go.Figure:
+    """Figure 5 from saved :class:`circuits.attention.RoleAttention` (``to_json``) per operation, one row each."""
+    ops = list(by_operation)
+    fig = make_subplots(rows=len(ops), cols=1, subplot_titles=ops, shared_xaxes=True)
+    for i, op in enumerate(ops):
+        r = by_operation[op]
+        sub = roles_figure([f"{l}.{h}" for l, h in r["heads"]], r["roles"], r["mean"], op)
+        for tr in sub.data:
+            tr.showlegend = i == 0
+            tr.legendgroup = tr.name
+            fig.add_trace(tr, i + 1, 1)
+    fig.update_layout(barmode="stack", title=title, height=300 * len(ops))
+    return fig
+
+
+def lens_panels(means: dict[str, Sequence[float]], title: str = "MLP logit lens (Figure 6)") -> go.Figure:
+    """Figures 6a and 6b from the saved per-layer means of :func:`circuits.logit_lens.mlp_lens`."""
+    a = lines_figure({"cos(MLP_in, W_U[A])": means["in_A"], "cos(MLP_in, W_U[B])": means["in_B"]}, "")
+    b = lines_figure({"cos(MLP_out - MLP_in, W_U[C])": means["delta_C"], "mean over other numbers": means["delta_other"]}, "")
+    fig = make_subplots(rows=2, cols=1, subplot_titles=("6a: MLP input vs operands", "6b: MLP output vs answer"))
+    for tr in a.data:
+        fig.add_trace(tr, 1, 1)
+    for tr in b.data:
+        fig.add_trace(tr, 2, 1)
+    fig.add_hline(y=0, line={"color": "black", "width": 1})
+    fig.update_xaxes(title_text="layer")
+    fig.update_layout(title=title, height=800)
+    return fig

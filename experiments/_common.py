@@ -16,6 +16,7 @@ import torch
 from circuits.models import load_model
 from circuits.patching import sweep
 from circuits.prompts import PairBatch, PairConfig, PromptPair, build_pairs
+from circuits.results import atomic_dir, write_json
 
 RESULTS = Path("results")
 
@@ -52,12 +53,15 @@ def run(config_cls: type, main: Callable, plot: Callable, argv: list[str] | None
         main(config)
 
 
-def save(out: str | Path, config: Any, data: dict) -> Path:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(dataclasses.asdict(config), indent=2))
-    (out / "data.json").write_text(json.dumps(data, indent=1))
-    return out
+def save(out: str | Path, config: Any, data: dict, files: dict[str, str] | None = None) -> Path:
+    """Replace ``out`` atomically with ``config.json``, ``data.json`` and ``files`` (name -> text): an
+    interrupted run leaves the previous result, never a half-written one."""
+    with atomic_dir(out) as tmp:
+        write_json(tmp / "data.json", data)
+        for name, text in (files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        write_json(tmp / "config.json", dataclasses.asdict(config))
+    return Path(out)
 
 
 def load(out: str | Path) -> dict:
@@ -100,8 +104,7 @@ def head_effects(model, model_name: str, task: str, pairs: list[PromptPair], see
         "head_fraction": frac_h.tolist(), "mlp_fraction": frac_m.tolist(),
         "full_effect": float(((b.cf_logit - b.logit) / b.logit).mean()),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data))
+    write_json(path, data)
     return data
 
 

@@ -7,10 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-from plotly.subplots import make_subplots
 
 from circuits.ablation import compute_means, knockout_curve
-from circuits.figures import knockout_figure, write_figure
+from circuits.figures import knockout_panels, write_figure
 
 
 @dataclass(frozen=True)
@@ -39,18 +38,7 @@ def main(config: Config) -> Path:
 
 
 def plot(out) -> Path:
-    d = C.load(out)["curve"]
-    a = knockout_figure(d["ks"], d["effect_accuracy"], d["random_accuracy"], "accuracy", "")
-    p = knockout_figure(d["ks"], d["effect_prob"], d["random_prob"], "answer probability", "")
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("accuracy", "answer probability"))
-    for tr in a.data:
-        fig.add_trace(tr, 1, 1)
-    for tr in p.data:
-        tr.showlegend = False
-        fig.add_trace(tr, 1, 2)
-    fig.update_layout(title="Knockout: effect-rank vs random-rank heads (Figure 3)")
-    fig.update_xaxes(title_text="k heads knocked out")
-    return write_figure(fig, Path(out) / "figure.html")
+    return write_figure(knockout_panels(C.load(out)["curve"]), Path(out) / "figure.html")
 
 
 if __name__ == "__main__":

@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-from plotly.subplots import make_subplots
 
 from circuits.attention import attention_by_role
-from circuits.figures import roles_figure, write_figure
+from circuits.figures import roles_panels, write_figure
 from circuits.prompts import PairConfig, build_pairs
 
 
@@ -43,18 +42,7 @@ def main(config: Config) -> Path:
 
 
 def plot(out) -> Path:
-    d = C.load(out)
-    ops = list(d["by_operation"])
-    fig = make_subplots(rows=len(ops), cols=1, subplot_titles=ops, shared_xaxes=True)
-    for i, op in enumerate(ops):
-        r = d["by_operation"][op]
-        sub = roles_figure([f"{l}.{h}" for l, h in r["heads"]], r["roles"], r["mean"], op)
-        for tr in sub.data:
-            tr.showlegend = i == 0
-            tr.legendgroup = tr.name
-            fig.add_trace(tr, i + 1, 1)
-    fig.update_layout(barmode="stack", title="END-row attention of the key heads by token role (Figure 5)", height=300 * len(ops))
-    return write_figure(fig, Path(out) / "figure.html")
+    return write_figure(roles_panels(C.load(out)["by_operation"]), Path(out) / "figure.html")
 
 
 if __name__ == "__main__":

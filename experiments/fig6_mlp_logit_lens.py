@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-from plotly.subplots import make_subplots
 
-from circuits.figures import lines_figure, top_tokens_figure, write_figure
+from circuits.figures import lens_panels, top_tokens_figure, write_figure
 from circuits.logit_lens import mlp_lens, top_number_tokens, writing_start
 from circuits.prompts import make_pair
 
@@ -47,19 +46,9 @@ def main(config: Config) -> Path:
 
 def plot(out) -> Path:
     d = C.load(out)
-    m = d["means"]
-    a = lines_figure({"cos(MLP_in, W_U[A])": m["in_A"], "cos(MLP_in, W_U[B])": m["in_B"]}, "")
-    b = lines_figure({"cos(MLP_out - MLP_in, W_U[C])": m["delta_C"], "mean over other numbers": m["delta_other"]}, "")
-    fig = make_subplots(rows=2, cols=1, subplot_titles=("6a: MLP input vs operands", "6b: MLP output vs answer"))
-    for tr in a.data:
-        fig.add_trace(tr, 1, 1)
-    for tr in b.data:
-        fig.add_trace(tr, 2, 1)
-    fig.update_xaxes(title_text="layer")
-    fig.update_layout(title="MLP logit lens (Figure 6)", height=800)
     write_figure(top_tokens_figure(d["top_tokens"], f"6c: top number tokens of MLP_out - MLP_in for {d['example']!r}"),
                  Path(out) / "figure_6c.html")
-    return write_figure(fig, Path(out) / "figure.html")
+    return write_figure(lens_panels(d["means"]), Path(out) / "figure.html")
 
 
 if __name__ == "__main__":

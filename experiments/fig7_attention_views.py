@@ -31,10 +31,9 @@ def main(config: Config) -> Path:
     prompts = []
     for op in config.operations:
         prompts += build_pairs(model, PairConfig(task=op, n_pairs=2, seed=config.seed)).pairs[:2]
-    Path(config.out).mkdir(parents=True, exist_ok=True)
-    attention_html(model, prompts, heads, Path(config.out) / "figure.html", title="Key heads (Figures 7, 16)",
-                   last_tokens=config.last_tokens)
-    C.save(config.out, config, {"heads": [list(h) for h in heads], "prompts": [p.reference for p in prompts]})
+    page = attention_html(model, prompts, heads, title="Key heads (Figures 7, 16)", last_tokens=config.last_tokens)
+    C.save(config.out, config, {"heads": [list(h) for h in heads], "prompts": [p.reference for p in prompts]},
+           files={"figure.html": page})
     return plot(config.out)
 
 
