@@ -26,20 +26,18 @@ def head_heatmap(
 ) -> go.Figure:
     """Layer-by-head heatmap with an MLP column (the paper's Figure 2), diverging scale centred at 0.
 
-    Blue is a drop of the answer (negative effect) when ``percent`` metrics are signed as the paper's.
-    Hovering a cell shows its layer, head and effect.
+    Red is a negative effect (the answer drops), blue a positive one. The MLP column has its own
+    colour scale (MLP effects are several times larger than head effects, and a shared scale would
+    wash the heads out); hovering any cell shows its layer, head and exact effect.
     """
     n_layers, n_heads = head_effects.shape
     z = head_effects.detach().float().cpu().numpy()
-    peak = float(abs(z).max())
-    if mlp_effects is not None:
-        peak = max(peak, float(mlp_effects.detach().abs().max()))
-    peak = peak or 1.0
+    peak = float(abs(z).max()) or 1.0
     fmt = ".2%" if percent else ".4g"
     cols = 2 if mlp_effects is not None else 1
     fig = make_subplots(rows=1, cols=cols, column_widths=[0.9, 0.1][:cols] if cols == 2 else [1.0],
                         shared_yaxes=True, horizontal_spacing=0.02,
-                        subplot_titles=("heads", "MLP")[:cols])
+                        subplot_titles=("heads", "MLP (own scale)")[:cols])
     fig.add_trace(
         go.Heatmap(
             z=z,
@@ -58,6 +56,7 @@ def head_heatmap(
     )
     if mlp_effects is not None:
         m = mlp_effects.detach().float().cpu().numpy()[:, None]
+        mlp_peak = float(abs(m).max()) or 1.0
         fig.add_trace(
             go.Heatmap(
                 z=m,
@@ -65,8 +64,8 @@ def head_heatmap(
                 y=list(range(n_layers)),
                 colorscale=DIVERGING,
                 zmid=0,
-                zmin=-peak,
-                zmax=peak,
+                zmin=-mlp_peak,
+                zmax=mlp_peak,
                 showscale=False,
                 hovertemplate="layer %{y}, MLP<br>effect %{z:" + fmt + "}<extra></extra>",
                 name="MLPs",
