@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -74,6 +75,24 @@ class Timer:
 
     def __call__(self, what: str) -> None:
         print(f"[{time.time() - self.t0:6.1f}s] {what}", flush=True)
+
+
+@dataclass(frozen=True)
+class KeyHeadConfig:
+    """The fields every key-head figure shares: the model, and the task, pairs and seed its key heads come from."""
+
+    model: str = "smollm2"
+    task: str = "addition"  # where the key heads are found
+    n_pairs: int = 32
+    seed: int = 0
+
+
+def key_heads_for(config: Any, top: int | None = None, task: str | None = None, tag: str = "", **pair_kw: Any):
+    """Model, pair set, path-patching effects (cached) and the ``top`` key heads for ``config``'s task."""
+    task = task or config.task
+    model, ps = model_and_pairs(config.model, task, config.n_pairs, config.seed, **pair_kw)
+    eff = head_effects(model, config.model, task, ps.pairs, config.seed, tag=tag)
+    return model, ps, eff, key_heads(eff, top=top)
 
 
 def model_and_pairs(model_name: str, task: str, n_pairs: int, seed: int, **kw: Any):

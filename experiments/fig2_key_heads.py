@@ -13,11 +13,7 @@ from circuits.figures import effects_figure, write_figure
 
 
 @dataclass(frozen=True)
-class Config:
-    model: str = "smollm2"
-    task: str = "addition"
-    n_pairs: int = 32
-    seed: int = 0
+class Config(C.KeyHeadConfig):
     threshold: float = -0.05  # the paper's key-head cut (relative logit)
     out: str = "results/fig2_key_heads"
 

@@ -13,11 +13,7 @@ from circuits.figures import knockout_panels, write_figure
 
 
 @dataclass(frozen=True)
-class Config:
-    model: str = "smollm2"
-    task: str = "addition"
-    n_pairs: int = 32
-    seed: int = 0
+class Config(C.KeyHeadConfig):
     ks: tuple = (0, 1, 2, 3, 5, 10, 20)
     seeds: tuple = (0, 1, 2)
     prefix_policy: str = "keep"  # "counterfactual": X_c's few-shot prefix hides the operation too
@@ -26,12 +22,11 @@ class Config:
 
 def main(config: Config) -> Path:
     t = C.Timer()
-    model, ps = C.model_and_pairs(config.model, config.task, config.n_pairs, config.seed, prefix_policy=config.prefix_policy)
-    eff = C.head_effects(model, config.model, config.task, ps.pairs, config.seed,
-                         tag="" if config.prefix_policy == "keep" else "-cfprefix")
+    model, ps, eff, ranking = C.key_heads_for(config, tag="" if config.prefix_policy == "keep" else "-cfprefix",
+                                              prefix_policy=config.prefix_policy)
     t("effects")
     means = compute_means(model, ps.pairs)
-    curve = knockout_curve(model, ps.pairs, means, C.key_heads(eff), list(config.ks), list(config.seeds))
+    curve = knockout_curve(model, ps.pairs, means, ranking, list(config.ks), list(config.seeds))
     t("curve")
     C.save(config.out, config, {"curve": curve.to_json(), "n_pairs": len(ps.pairs), "task": config.task})
     return plot(config.out)

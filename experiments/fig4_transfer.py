@@ -17,11 +17,7 @@ from circuits.transfer_data import read_mmlu, read_svamp
 
 
 @dataclass(frozen=True)
-class Config:
-    model: str = "smollm2"
-    task: str = "addition"  # where the key heads are found
-    n_pairs: int = 32
-    seed: int = 0
+class Config(C.KeyHeadConfig):
     n_key_heads: int = 10
     n: int = 32  # prompts per transfer set
     n_mmlu: int = 32
@@ -33,9 +29,7 @@ class Config:
 
 def main(config: Config) -> Path:
     t = C.Timer()
-    model, ps = C.model_and_pairs(config.model, config.task, config.n_pairs, config.seed)
-    eff = C.head_effects(model, config.model, config.task, ps.pairs, config.seed)
-    heads = C.key_heads(eff, top=config.n_key_heads)
+    model, ps, eff, heads = C.key_heads_for(config, top=config.n_key_heads)
     control = random_order(model.cfg.n_layers, model.cfg.n_heads, config.random_seed)[: config.n_key_heads]
     means = compute_means(model, ps.pairs, pooled=True)
     t("means")

@@ -15,11 +15,7 @@ from circuits.prompts import PairConfig, build_pairs
 
 
 @dataclass(frozen=True)
-class Config:
-    model: str = "smollm2"
-    task: str = "addition"  # where the key heads are found
-    n_pairs: int = 32
-    seed: int = 0
+class Config(C.KeyHeadConfig):
     n_key_heads: int = 8
     operations: tuple = ("addition", "subtraction", "multiplication", "division")
     n_prompts: int = 32  # per operation (the paper: 1000)
@@ -28,9 +24,7 @@ class Config:
 
 def main(config: Config) -> Path:
     t = C.Timer()
-    model, ps = C.model_and_pairs(config.model, config.task, config.n_pairs, config.seed)
-    eff = C.head_effects(model, config.model, config.task, ps.pairs, config.seed)
-    heads = C.key_heads(eff, top=config.n_key_heads)
+    model, ps, eff, heads = C.key_heads_for(config, top=config.n_key_heads)
     out = {}
     for op in config.operations:
         pairs = ps.pairs if op == config.task else build_pairs(model, PairConfig(task=op, n_pairs=config.n_prompts, seed=config.seed)).pairs

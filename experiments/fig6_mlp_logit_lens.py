@@ -15,11 +15,7 @@ from circuits.prompts import make_pair
 
 
 @dataclass(frozen=True)
-class Config:
-    model: str = "smollm2"
-    task: str = "addition"
-    n_pairs: int = 32
-    seed: int = 0
+class Config(C.KeyHeadConfig):
     example: str = "4 + 3 = "  # Figure 6c's prompt (after the task's few-shot prefix)
     top_k: int = 5
     out: str = "results/fig6_mlp_logit_lens"

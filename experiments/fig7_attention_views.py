@@ -13,11 +13,7 @@ from circuits.prompts import PairConfig, build_pairs
 
 
 @dataclass(frozen=True)
-class Config:
-    model: str = "smollm2"
-    task: str = "addition"
-    n_pairs: int = 32
-    seed: int = 0
+class Config(C.KeyHeadConfig):
     n_key_heads: int = 4
     operations: tuple = ("addition", "subtraction", "multiplication", "division")
     last_tokens: int = 14  # crop the few-shot prefix from the views
@@ -25,9 +21,7 @@ class Config:
 
 
 def main(config: Config) -> Path:
-    model, ps = C.model_and_pairs(config.model, config.task, config.n_pairs, config.seed)
-    eff = C.head_effects(model, config.model, config.task, ps.pairs, config.seed)
-    heads = C.key_heads(eff, top=config.n_key_heads)
+    model, ps, eff, heads = C.key_heads_for(config, top=config.n_key_heads)
     prompts = []
     for op in config.operations:
         prompts += build_pairs(model, PairConfig(task=op, n_pairs=2, seed=config.seed)).pairs[:2]

@@ -25,9 +25,7 @@ class Config:
 
 def main(config: Config) -> Path:
     t = C.Timer()
-    model, ps = C.model_and_pairs(config.model, "exponentiation", config.n_pairs, config.seed)
-    eff = C.head_effects(model, config.model, "exponentiation", ps.pairs, config.seed)
-    heads = C.key_heads(eff, top=config.n_key_heads)
+    model, ps, eff, heads = C.key_heads_for(config, top=config.n_key_heads, task="exponentiation")
     means = compute_means(model, ps.pairs)
     rows = {}
     for tid in sorted({p.template_id for p in ps.pairs}):
