@@ -241,11 +241,15 @@ def read_identify_summary(folder: str | Path) -> dict:
 def heads_from_identify(folder: str | Path, top_k: int) -> list[Head]:
     """The ``top_k`` most important heads of an identify result (``key_heads`` is sorted, most important first).
 
-    When ``key_heads`` holds fewer than ``top_k`` heads, the rest are taken from ``head_effects`` in
-    ascending order of effect (most negative, i.e. most important, first).
+    When ``key_heads`` holds fewer than ``top_k`` heads, the rest come from ``ranked_heads`` (the same
+    metric as the key rule, past its threshold), then from ``head_effects`` in ascending order of effect
+    (most negative, i.e. most important, first).
     """
     summary = read_identify_summary(folder)
     heads: list[Head] = [(int(l), int(h)) for l, h, *_ in summary.get("key_heads", [])][:top_k]
+    for l, h, *_ in summary.get("ranked_heads", []):  # the key rule's own metric, beyond its threshold
+        if len(heads) < top_k and (int(l), int(h)) not in heads:
+            heads.append((int(l), int(h)))
     if len(heads) < top_k and "head_effects" in summary:
         ranked = sorted(
             ((eff, l, h) for l, row in enumerate(summary["head_effects"]) for h, eff in enumerate(row)),

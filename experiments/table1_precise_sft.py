@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ class Table1Config:
     eval_limit: int | None = 24
     math_limit: int | None = 8  # word problems generate up to max_gen_toks each: the slow part on CPU
     max_gen_toks: int = 96
+    eval_batch_size: int = 8  # documents per forward / generation batch (raise it on a GPU)
     arithmetic_per_form: int = 25
     mmlu_shots: int = 5
     csqa_shots: int = 5
@@ -91,7 +93,7 @@ def evaluate(model, config: Table1Config) -> dict:
         if not tasks:
             continue
         res = evaluate_model(model, EvalConfig(
-            tasks=tasks, limit=limit, max_gen_toks=config.max_gen_toks, arithmetic_per_form=config.arithmetic_per_form,
+            tasks=tasks, limit=limit, batch_size=config.eval_batch_size, max_gen_toks=config.max_gen_toks, arithmetic_per_form=config.arithmetic_per_form,
             mmlu_shots=config.mmlu_shots, csqa_shots=config.csqa_shots, data_dir=config.data_dir,
         ))
         out["tasks"].update(res["tasks"])
@@ -99,27 +101,52 @@ def evaluate(model, config: Table1Config) -> dict:
     return out
 
 
+def _row_path(out: Path, name: str) -> Path:
+    return out / "rows" / (re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") + ".json")
+
+
+def _finished_row(out: Path, name: str, config: Table1Config, kw: dict) -> dict | None:
+    """A row finished earlier with the same config and variant (so an interrupted table resumes)."""
+    path = _row_path(out, name)
+    if not path.is_file():
+        return None
+    saved = json.loads(path.read_text())
+    same = saved.get("config") == json.loads(json.dumps(dataclasses.asdict(config))) and saved.get("variant") == _jsonable(kw)
+    return saved["row"] if same else None
+
+
+def _jsonable(kw: dict) -> dict:
+    return json.loads(json.dumps(kw))
+
+
 def run_rows(config: Table1Config, variants: list[tuple[str, dict]], out: Path) -> list[dict]:
-    """Evaluate the base model, then train+evaluate each variant from the base weights."""
+    """Evaluate the base model, then train+evaluate each variant from the base weights. Each finished row is
+    saved in ``out/rows/`` with its config; a rerun with the same config skips it."""
     model = load_model(config.model)
     base_state = {n: p.detach().clone() for n, p in model.named_parameters()}
     examples = build_training_set(config.sources, config.data_dir, config.n_arithmetic, config.limit_per_source)
     tokenized = tokenize_examples(model.tokenizer, examples, config.max_length)
     rows = []
-    t0 = time.perf_counter()
-    rows.append({"name": "base", **evaluate(model, config)})
-    print(f"[table] base evaluated in {time.perf_counter() - t0:.0f}s", flush=True)
-    for name, kw in variants:
+    for name, kw in [("base", {}), *variants]:
+        done = _finished_row(out, name, config, kw)
+        if done is not None:
+            print(f"[table] {name}: finished earlier ({_row_path(out, name)})", flush=True)
+            rows.append(done)
+            continue
         with torch.no_grad():
             for n, p in model.named_parameters():
                 p.copy_(base_state[n])
         t0 = time.perf_counter()
-        result = ft.finetune(model, tokenized, finetune_config(config, **kw), out / "runs" / name, progress=True)
-        row = {"name": name, "train": {k: v for k, v in result.to_json().items() if k != "plan"},
-               "heads": kw.get("heads", []), "mlps": kw.get("mlps", [])}
+        row: dict = {"name": name}
+        if kw:
+            result = ft.finetune(model, tokenized, finetune_config(config, **kw), out / "runs" / name, progress=True)
+            row.update({"train": {k: v for k, v in result.to_json().items() if k != "plan"},
+                        "heads": [list(h) for h in kw.get("heads", [])], "mlps": list(kw.get("mlps", []))})
         row.update(evaluate(model, config))
+        row["seconds"] = time.perf_counter() - t0
+        ft.write_json_atomic({"config": dataclasses.asdict(config), "variant": _jsonable(kw), "row": row}, _row_path(out, name))
         rows.append(row)
-        print(f"[table] {name}: trained+evaluated in {time.perf_counter() - t0:.0f}s", flush=True)
+        print(f"[table] {name}: {'trained and ' if kw else ''}evaluated in {row['seconds']:.0f}s", flush=True)
     base = rows[0]["tasks"]
     for row in rows[1:]:
         row["delta"] = {t: row["tasks"][t][PRIMARY_METRIC[t]] - base[t][PRIMARY_METRIC[t]] for t in base}
@@ -178,20 +205,33 @@ def main(config: Table1Config) -> dict:
     return data
 
 
-def parse_args(argv=None) -> Table1Config:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+SIZE_ARGS: dict[str, type] = {  # --flag for each Table1Config size field (shared with Table 2)
+    "top_k": int, "eval_limit": int, "math_limit": int, "n_arithmetic": int, "limit_per_source": int,
+    "lr": float, "batch_size": int, "micro_batch_size": int, "epochs": int, "max_length": int,
+    "max_gen_toks": int, "eval_batch_size": int, "threads": int,
+}
+
+
+def argument_parser(doc: str, out: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="smollm2")
-    p.add_argument("--heads-from")
-    p.add_argument("--top-k", type=int)
-    p.add_argument("--full-size", action="store_true", help="the paper's sizes (GPU)")
-    p.add_argument("--eval-limit", type=int)
-    p.add_argument("--math-limit", type=int)
-    p.add_argument("--data-dir")
-    p.add_argument("--out", default="results/table1")
-    a = p.parse_args(argv)
-    kw = {k: v for k, v in dict(model=a.model, heads_from=a.heads_from, top_k=a.top_k, eval_limit=a.eval_limit,
-                                math_limit=a.math_limit, data_dir=a.data_dir, out=a.out).items() if v is not None}
+    p.add_argument("--heads-from", help="a `circuits identify` task folder (default: the stand-in ranking)")
+    p.add_argument("--full-size", action="store_true", help="start from the paper's sizes (a GPU job)")
+    p.add_argument("--data-dir", help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
+    p.add_argument("--out", default=out)
+    for name, kind in SIZE_ARGS.items():
+        p.add_argument("--" + name.replace("_", "-"), type=kind, help="overrides the size's default")
+    return p
+
+
+def config_from_args(a: argparse.Namespace, **fixed) -> Table1Config:
+    kw = {k: getattr(a, k) for k in ("model", "heads_from", "data_dir", "out", *SIZE_ARGS) if getattr(a, k) is not None}
+    kw.update(fixed)
     return Table1Config.full_size(**kw) if a.full_size else Table1Config(**kw)
+
+
+def parse_args(argv=None) -> Table1Config:
+    return config_from_args(argument_parser(__doc__, "results/table1").parse_args(argv))
 
 
 if __name__ == "__main__":

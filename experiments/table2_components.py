@@ -19,7 +19,7 @@ import torch
 from circuits import finetune as ft
 from circuits import head_masks as hm
 from circuits.models import load_model
-from experiments.table1_precise_sft import Table1Config, markdown_table, resolve_heads, run_rows
+from experiments.table1_precise_sft import Table1Config, argument_parser, config_from_args, markdown_table, resolve_heads, run_rows
 
 PAPER_HEAD_COUNTS = (8, 16, 32, 48, 64)  # of LLaMA2-7B's 1024 heads
 PAPER_TABLE2 = """| LLaMA2-7B setting | Train speed | Tuned params | GSM8K | MMLU |
@@ -84,21 +84,10 @@ def main(config: Table2Config) -> dict:
 
 
 def parse_args(argv=None) -> Table2Config:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2")
-    p.add_argument("--heads-from")
-    p.add_argument("--full-size", action="store_true")
-    p.add_argument("--eval-limit", type=int)
-    p.add_argument("--math-limit", type=int)
-    p.add_argument("--n-arithmetic", type=int)
-    p.add_argument("--limit-per-source", type=int)
+    p = argument_parser(__doc__, "results/table2")
     p.add_argument("--mlp-counts", default="1,2,3")
-    p.add_argument("--out", default="results/table2")
     a = p.parse_args(argv)
-    kw = {k: v for k, v in dict(model=a.model, heads_from=a.heads_from, eval_limit=a.eval_limit, math_limit=a.math_limit,
-                                n_arithmetic=a.n_arithmetic, limit_per_source=a.limit_per_source, out=a.out).items() if v is not None}
-    kw["eval_tasks"] = ("gsm8k", "arithmetic", "mmlu")
-    base = Table1Config.full_size(**kw) if a.full_size else Table1Config(**kw)
+    base = config_from_args(a, eval_tasks=("gsm8k", "arithmetic", "mmlu"))
     return Table2Config(base=base, mlp_counts=tuple(int(m) for m in a.mlp_counts.split(",") if m))
 
 

@@ -168,3 +168,15 @@ def test_arithmetic_eval_forms_held_out_from_training():
     evals = sft_data.arithmetic_eval_items(20)
     assert {it.form for it in evals} == set(sft_data.ARITHMETIC_FORMS)
     assert not train & {it.prompt.splitlines()[-1] for it in evals}
+
+
+def test_length_batches_cap_rows_and_attention_cells():
+    from circuits.lm_eval_adapter import length_batches
+
+    lengths = [3000, 2000, 1500, 900, 900, 800, 10, 10, 10]
+    batches = length_batches(lengths, batch_size=4, full_length=1024)
+    assert [list(b) for b in batches] == [[0], [1], [2], [3, 4, 5, 6], [7, 8]]
+    for b in batches:  # every batch within the budget (a single over-long row still runs alone)
+        assert len(b) == 1 or len(b) * lengths[b.start] ** 2 <= 4 * 1024**2
+    assert sum(len(b) for b in batches) == len(lengths)
+    assert [list(b) for b in length_batches([5] * 5, batch_size=2)] == [[0, 1], [2, 3], [4]]

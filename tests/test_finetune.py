@@ -216,6 +216,9 @@ def test_heads_from_identify(tmp_path):
     assert hm.heads_from_identify(tmp_path, 1) == [(21, 2)]
     assert hm.heads_from_identify(tmp_path, 4) == [(21, 2), (20, 6), (0, 1), (1, 1)]
     assert hm.mlps_from_identify(tmp_path, 1) == [1]
+    summary["ranked_heads"] = [[21, 2, 0.2], [20, 6, 0.1], [1, 2, 0.04], [0, 0, 0.01]]  # the key rule's metric
+    (tmp_path / "summary.json").write_text(json.dumps(summary))
+    assert hm.heads_from_identify(tmp_path, 5) == [(21, 2), (20, 6), (1, 2), (0, 0), (0, 1)]
     assert hm.parse_heads("21.2, 20.6") == [(21, 2), (20, 6)]
     with pytest.raises(ValueError, match="LAYER.HEAD"):
         hm.parse_heads("21-2")
