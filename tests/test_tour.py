@@ -29,4 +29,4 @@ def test_tour_notebook_runs(monkeypatch):
     rich = [o for o in outputs if o.output_type in ("display_data", "execute_result")]
     assert any("application/vnd.plotly.v1+json" in o.data or "text/html" in o.data for o in rich)
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    assert "key heads (layer, head)" in text and "step 1: loss" in text and "changed heads" in text
+    assert "key heads (layer, head)" in text and "loss per step" in text and "attn.W_Q: rows" in text and "delta.pt:" in text
