@@ -32,6 +32,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
+	$(BIN)/python benchmarks/train_speed.py
+	$(BIN)/python benchmarks/eval_speed.py
 
 # One script per figure/table of the paper (Sections 5.1-5.2, Appendices C-F); each writes results/<name>/.
 FIGURES := fig2_key_heads fig3_knockout fig4_transfer fig5_attention_roles fig6_mlp_logit_lens \

@@ -19,6 +19,63 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 HooksFor = Callable[[Hashable, int], list]  # (group key, position offset) -> forward hooks
 
 
+FULL_BATCH_LENGTH = 1024  # sequences up to this many tokens run ``batch_size`` at a time; longer ones in fewer
+
+
+def cost_batches(costs: Sequence[int], batch_size: int, budget: int) -> list[range]:
+    """Consecutive batches of rows (costs sorted largest first) with at most ``batch_size`` rows and at
+    most ``budget`` in total cost (a row over budget runs alone)."""
+    out, start = [], 0
+    while start < len(costs):
+        rows = max(1, min(batch_size, budget // max(1, costs[start])))
+        out.append(range(start, min(start + rows, len(costs))))
+        start = out[-1].stop
+    return out
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, full_length: int = FULL_BATCH_LENGTH) -> list[range]:
+    """Batches of rows (sorted longest first): at most ``batch_size`` rows and at most ``batch_size *
+    full_length**2`` attention-pattern cells (rows x length squared), because TransformerLens materialises
+    the whole ``[batch head pos pos]`` pattern (a 5-shot MMLU prompt of 2,900 tokens in a batch of 64 asks
+    for 18 GB)."""
+    return cost_batches([n * n for n in lengths], batch_size, batch_size * full_length**2)
+
+
+def shared_prefix_lengths(token_ids: Sequence[Sequence[int]], min_prefix: int = 32) -> list[int]:
+    """For each row, the length of a prefix it shares with other rows (0: none), such that rows given
+    the same prefix length share exactly that prefix: rows are sorted, and runs of neighbours that share
+    at least ``min_prefix`` tokens get their run's common prefix (always shorter than each row, so
+    every row has at least one token of its own). Few-shot prompts that differ only in the question get
+    their whole few-shot part."""
+    order = sorted(range(len(token_ids)), key=lambda i: tuple(token_ids[i]))
+
+    def lcp(a: Sequence[int], b: Sequence[int]) -> int:
+        n = min(len(a), len(b))
+        k = 0
+        while k < n and a[k] == b[k]:
+            k += 1
+        return k
+
+    out = [0] * len(token_ids)
+    start = 0
+    while start < len(order):
+        common, end = None, start + 1
+        while end < len(order):
+            k = lcp(token_ids[order[end - 1]], token_ids[order[end]])
+            k = k if common is None else min(common, k)
+            if k < min_prefix:
+                break
+            common, end = k, end + 1
+        run = order[start:end]
+        if common is not None:
+            n_pre = min(common, min(len(token_ids[i]) for i in run) - 1)
+            if n_pre >= min_prefix:
+                for i in run:
+                    out[i] = n_pre
+        start = end
+    return out
+
+
 @torch.no_grad()
 def end_residuals(
     model: HookedTransformer,
@@ -49,10 +106,12 @@ def end_residuals(
         groups.setdefault((key, tuple(ids[:n_pre])), []).append(i)
     out = torch.empty((len(token_ids), model.cfg.d_model), dtype=model.cfg.dtype, device=device)
     for (key, pre), rows in groups.items():
-        rows = sorted(rows, key=lambda i: len(token_ids[i]))
+        rows = sorted(rows, key=lambda i: len(token_ids[i]), reverse=True)
         n_pre = len(pre)
-        for s in range(0, len(rows), batch_size):
-            chunk = rows[s : s + batch_size]
+        # Attention cells of a row: its own tokens (queries) x the prefix and its own tokens (keys).
+        costs = [(len(token_ids[i]) - n_pre) * len(token_ids[i]) for i in rows]
+        for part in cost_batches(costs, batch_size, batch_size * FULL_BATCH_LENGTH**2):
+            chunk = rows[part.start : part.stop]
             width = max(len(token_ids[i]) for i in chunk)
             full = torch.zeros((len(chunk), width), dtype=torch.long)
             for r, i in enumerate(chunk):

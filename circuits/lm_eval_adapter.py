@@ -1,7 +1,8 @@
 """An EleutherAI lm-evaluation-harness (0.4.x) ``LM`` that runs a TransformerLens ``HookedTransformer``.
 
 - ``loglikelihood``: requests sharing a context whose continuations are single tokens (multiple-choice
-  letters) are scored with one forward pass of the context; others are scored on ``context +
+  letters) are scored with one forward pass of the context, and contexts that share a few-shot prefix
+  run it once into TransformerLens's key/value cache (:func:`circuits.forward.end_residuals`); others are scored on ``context +
   continuation`` in length-sorted, right-padded batches. Only the positions whose log-probabilities are
   needed are unembedded (the full ``[batch pos d_vocab]`` logits of long few-shot prompts would take GBs).
 - ``loglikelihood_rolling``: lm-eval's rolling windows over the model's context (EOS as the prefix token).
@@ -21,26 +22,20 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
-
-FULL_BATCH_LENGTH = 1024  # sequences up to this many tokens run ``batch_size`` at a time; longer ones in fewer
-
-
-def length_batches(lengths: list[int], batch_size: int, full_length: int = FULL_BATCH_LENGTH) -> list[range]:
-    """Consecutive batches of ``lengths`` (sorted longest first): at most ``batch_size`` rows, and at most
-    ``batch_size * full_length**2`` attention-pattern cells (rows x longest length squared), because
-    TransformerLens materialises the whole ``[batch head pos pos]`` pattern (a 5-shot MMLU prompt of 2,900
-    tokens in a batch of 64 asks for 18 GB)."""
-    budget = batch_size * full_length**2
-    out, start = [], 0
-    while start < len(lengths):
-        rows = max(1, min(batch_size, budget // max(1, lengths[start]) ** 2))
-        out.append(range(start, min(start + rows, len(lengths))))
-        start = out[-1].stop
-    return out
+from circuits.forward import end_residuals, length_batches, shared_prefix_lengths
 
 
 class HookedTransformerLM(LM):
-    def __init__(self, model: HookedTransformer, batch_size: int = 8, max_length: int | None = None, max_gen_toks: int = 256):
+    def __init__(
+        self,
+        model: HookedTransformer,
+        batch_size: int = 8,
+        max_length: int | None = None,
+        max_gen_toks: int = 256,
+        min_shared_prefix: int | None = 32,
+    ):
+        """``min_shared_prefix``: contexts that share at least this many leading tokens (a few-shot part)
+        run them once into a key/value cache; ``None`` turns sharing off."""
         super().__init__()
         if model.tokenizer is None:
             raise ValueError("HookedTransformerLM needs a model with a tokenizer")
@@ -49,6 +44,7 @@ class HookedTransformerLM(LM):
         self.batch_size = batch_size
         self.max_length = max_length or model.cfg.n_ctx
         self.max_gen_toks = max_gen_toks
+        self.min_shared_prefix = min_shared_prefix
         self._device = model.cfg.device
         eos = self.tokenizer.eos_token_id
         self.prefix_token_id = eos if eos is not None else (self.tokenizer.bos_token_id or 0)
@@ -90,14 +86,12 @@ class HookedTransformerLM(LM):
                 by_context[tuple(ctx)].append(i)
             else:
                 multi.append(i)
-        contexts = sorted(by_context, key=len, reverse=True)
-        for batch in length_batches([len(c) for c in contexts], self.batch_size):
-            chunk = contexts[batch.start : batch.stop]
-            tokens = self._pad_right([list(c) for c in chunk])
-            resid = self._final_resid(tokens)
-            last = resid[torch.arange(len(chunk)), torch.tensor([len(c) - 1 for c in chunk])]
-            logp = self._log_probs_at(last)
-            for row, ctx in enumerate(chunk):
+        contexts = list(by_context)
+        prefixes = shared_prefix_lengths(contexts, self.min_shared_prefix) if self.min_shared_prefix else None
+        last = end_residuals(self.model, contexts, prefixes, batch_size=self.batch_size)
+        for start in range(0, len(contexts), 256):  # unembed a bounded number of rows at a time
+            logp = self._log_probs_at(last[start : start + 256])
+            for row, ctx in enumerate(contexts[start : start + 256]):
                 greedy = int(logp[row].argmax())
                 for i in by_context[ctx]:
                     tok = pairs[i][1][0]

@@ -180,3 +180,38 @@ def test_length_batches_cap_rows_and_attention_cells():
         assert len(b) == 1 or len(b) * lengths[b.start] ** 2 <= 4 * 1024**2
     assert sum(len(b) for b in batches) == len(lengths)
     assert [list(b) for b in length_batches([5] * 5, batch_size=2)] == [[0, 1], [2, 3], [4]]
+
+
+def test_shared_prefix_lengths_group_rows_by_their_common_prefix():
+    from circuits.forward import shared_prefix_lengths
+
+    shots = list(range(100, 140))  # a 40-token few-shot part
+    rows = [shots + [1, 2, 3], [7, 7], shots + [1, 2, 4, 5], shots + [9], list(range(100, 110)) + [5] * 40, shots]
+    pre = shared_prefix_lengths(rows, min_prefix=32)
+    # rows 0, 2, 3 share the shots and one more token at most; row 5 is exactly the shots, so the run's
+    # prefix stops one token short of it; rows 1 and 4 share fewer than 32 tokens with anyone
+    assert pre == [39, 0, 39, 39, 0, 39]
+    assert all(p < len(r) for p, r in zip(pre, rows))
+    assert shared_prefix_lengths(rows, min_prefix=50) == [0] * 6
+
+
+def test_adapter_shared_prefix_scores_equal_unshared(model):
+    """Few-shot contexts that share their examples run them once; the scores equal separate forwards."""
+    shots = "".join(f"Q: {a} plus {b}?\nA: {a + b}\n\n" for a, b in ((1, 2), (3, 4), (5, 1), (2, 2), (6, 3)))
+    reqs = [_Req(shots + f"Q: {a} plus {b}?\nA:", f" {c}") for a, b in ((1, 1), (4, 2), (7, 1)) for c in ("A", "B")]
+    reqs.append(_Req("Unrelated context", " x"))
+    shared = HookedTransformerLM(model, batch_size=2, min_shared_prefix=8)
+    assert sum(shared_prefix_lengths_of(shared, reqs)) > 0  # the sharing path really runs
+    plain = HookedTransformerLM(model, batch_size=2, min_shared_prefix=None)
+    got, want = shared.loglikelihood(reqs), plain.loglikelihood(reqs)
+    for (lp, g), (lq, h) in zip(got, want):
+        assert lp == pytest.approx(lq, abs=1e-4) and g == h
+    tok = lambda s: model.tokenizer(s, add_special_tokens=False).input_ids  # noqa: E731
+    assert got[0][0] == pytest.approx(_direct_logprob(model, tok(reqs[0].args[0]), tok(" A")), abs=1e-4)
+    assert all(len(tok(r.args[1])) == 1 for r in reqs)  # single-token continuations: the shared path
+
+
+def shared_prefix_lengths_of(lm, reqs) -> list[int]:
+    from circuits.forward import shared_prefix_lengths
+
+    return shared_prefix_lengths(sorted({tuple(lm._encode_pair(*r.args)[0]) for r in reqs}), lm.min_shared_prefix)

@@ -1,0 +1,88 @@
+"""Multiple-choice scoring with the few-shot prefix run once per group versus once per question.
+
+MMLU prompts of one subject share their header and 5 dev examples (about 85% of each prompt's tokens), and
+every CommonsenseQA prompt shares its 5 train examples. The lm-eval adapter
+(:class:`circuits.lm_eval_adapter.HookedTransformerLM`) runs such a prefix once into a key/value cache and
+only each question after it. This benchmark scores the same requests both ways in one run, checks the
+log-likelihoods agree, and prints ``speedup=<x> max_abs_diff=<x>`` last.
+
+The default sample is what a full run looks like (many questions per subject); a small ``--limit`` drawn
+across all 57 subjects shares little, so there the two ways cost about the same.
+
+    python benchmarks/eval_speed.py                       # SmolLM2, 3 MMLU subjects x 8 questions + 16 CSQA
+    python benchmarks/eval_speed.py --subjects 57 --per-subject 1   # a spread-out sample: little to share
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections import defaultdict
+
+import torch
+
+from circuits.evaluation import EvalConfig, _csqa_records, _mmlu_records
+from circuits.lm_eval_adapter import HookedTransformerLM
+from circuits.models import load_model
+
+
+class _Request:
+    def __init__(self, context: str, continuation: str):
+        self.args = (context, continuation)
+
+
+def requests_for(records: list[dict]) -> list[_Request]:
+    # lm-eval's multiple-choice requests: the context, then " " + each label
+    return [_Request(r["prompt"], " " + label) for r in records for label in r["labels"]]
+
+
+def sample_records(args: argparse.Namespace) -> list[dict]:
+    config = EvalConfig(data_dir=args.data_dir)
+    by_subject: dict[str, list[dict]] = defaultdict(list)
+    for r in _mmlu_records(config):
+        by_subject[r["subject"]].append(r)
+    rng = random.Random(args.seed)
+    subjects = rng.sample(sorted(by_subject), args.subjects)
+    records = [r for s in subjects for r in rng.sample(by_subject[s], min(args.per_subject, len(by_subject[s])))]
+    return records + rng.sample(_csqa_records(config), args.csqa)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="smollm2")
+    p.add_argument("--subjects", type=int, default=3)
+    p.add_argument("--per-subject", type=int, default=8)
+    p.add_argument("--csqa", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    model = load_model(args.model)
+    records = sample_records(args)
+    reqs = requests_for(records)
+    shared = HookedTransformerLM(model, batch_size=args.batch_size)
+    plain = HookedTransformerLM(model, batch_size=args.batch_size, min_shared_prefix=None)
+    n_tokens = sum(len(shared.tok_encode(r["prompt"])) for r in records)
+    print(f"model {args.model}: {len(records)} questions ({args.subjects} MMLU subjects x {args.per_subject}, "
+          f"{args.csqa} CSQA), {len(reqs)} requests, {n_tokens} prompt tokens, {torch.get_num_threads()} threads")
+
+    shared.loglikelihood(reqs[:4])  # warm-up
+    times, scores = {}, {}
+    for name, lm in (("plain", plain), ("shared", shared)):
+        t0 = time.perf_counter()
+        scores[name] = lm.loglikelihood(reqs)
+        times[name] = time.perf_counter() - t0
+        print(f"{name:>7}: {times[name]:7.1f} s")
+    diff = max(abs(a[0] - b[0]) for a, b in zip(scores["plain"], scores["shared"]))
+    same_greedy = all(a[1] == b[1] for a, b in zip(scores["plain"], scores["shared"]))
+    print(f"greedy flags identical: {same_greedy}")
+    print(f"speedup={times['plain'] / times['shared']:.2f} max_abs_diff={diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()
