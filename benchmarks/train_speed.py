@@ -13,7 +13,7 @@ layers above the lowest tuned one comes from per-token matmul FLOPs. The last li
 ``speedup=<x> limit=<x>``.
 
     python benchmarks/train_speed.py                      # SmolLM2, the five strongest heads from the notes
-    python benchmarks/train_speed.py --heads-from results/identify --top-k 32
+    python benchmarks/train_speed.py --heads-from results/identify/addition --top-k 32
 """
 
 from __future__ import annotations

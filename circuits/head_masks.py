@@ -234,6 +234,11 @@ def parse_mlps(text: str) -> list[int]:
 def read_identify_summary(folder: str | Path) -> dict:
     path = Path(folder) / "summary.json"
     if not path.is_file():
+        tasks = sorted(p.parent.name for p in Path(folder).glob("*/summary.json")) if Path(folder).is_dir() else []
+        if tasks:
+            raise FileNotFoundError(
+                f"{folder} holds one identify result per task ({', '.join(tasks)}); pass one of them, "
+                f"e.g. {Path(folder) / tasks[0]}")
         raise FileNotFoundError(f"No summary.json in {folder}; pass the output folder of `circuits identify`")
     return json.loads(path.read_text())
 

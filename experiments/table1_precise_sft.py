@@ -5,7 +5,7 @@ this run, tuned parameters, deltas vs base), ``table.md``. The default size runs
 about an hour; ``--full-size`` uses the paper's settings (2 epochs, batch 128, lr 2e-5, all data, full
 test sets; a GPU job).
 
-    python experiments/table1_precise_sft.py [--heads-from results/identify] [--full-size]
+    python experiments/table1_precise_sft.py [--heads-from results/identify/addition] [--full-size]
 """
 
 from __future__ import annotations

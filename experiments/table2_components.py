@@ -4,7 +4,7 @@ the math signal (GSM8K in the paper; here also held-out arithmetic) and MMLU, wi
 
 Writes ``results/table2/``: ``config.json``, ``data.json``, ``table.md``.
 
-    python experiments/table2_components.py [--heads-from results/identify] [--full-size]
+    python experiments/table2_components.py [--heads-from results/identify/addition] [--full-size]
 """
 
 from __future__ import annotations

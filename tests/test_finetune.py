@@ -255,3 +255,14 @@ def test_smollm2_precise_step_keeps_frozen_and_round_trips(tmp_path):
     ft.apply_delta(base, tmp_path / "delta.pt")
     for (n, p), (_, r) in zip(model.named_parameters(), base.named_parameters()):
         assert torch.equal(p, r), n
+
+
+def test_heads_from_identify_root_folder_names_its_tasks(tmp_path):
+    for task in ("addition", "all"):
+        (tmp_path / task).mkdir()
+        (tmp_path / task / "summary.json").write_text(json.dumps({"key_heads": [[1, 0, 0.2]]}))
+    with pytest.raises(FileNotFoundError, match=r"one identify result per task \(addition, all\).*addition"):
+        hm.heads_from_identify(tmp_path, 1)
+    with pytest.raises(FileNotFoundError, match="No summary.json"):
+        hm.heads_from_identify(tmp_path / "missing", 1)
+    assert hm.heads_from_identify(tmp_path / "addition", 1) == [(1, 0)]
