@@ -171,7 +171,7 @@ def test_arithmetic_eval_forms_held_out_from_training():
 
 
 def test_length_batches_cap_rows_and_attention_cells():
-    from circuits.lm_eval_adapter import length_batches
+    from circuits.forward import length_batches
 
     lengths = [3000, 2000, 1500, 900, 900, 800, 10, 10, 10]
     batches = length_batches(lengths, batch_size=4, full_length=1024)
