@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo report test bench figures clean
+.PHONY: install demo report test test-fast lint browser bench figures clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,17 +27,32 @@ demo: $(STAMP)
 report: $(STAMP)
 	$(BIN)/circuits report results --out results/report.html
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q
+# Both tiers: tests/unit (tiny random models, seconds each) and tests/integration (SmolLM2, the browser, the notebook).
+test: $(STAMP) lint browser
+	$(BIN)/python -m pytest -q tests
+
+# The unit tier alone.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+# Undefined names and unused imports (ruff's pyflakes rules, configured in pyproject.toml).
+lint: $(STAMP)
+	$(BIN)/ruff check circuits experiments benchmarks tests
+
+# Debian's chromium for the browser test of the report, where apt can install it (never a browser download by a
+# test tool); without it that one test is skipped with the reason.
+browser:
+	@test -x /usr/bin/chromium || (command -v apt-get >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1) || (command -v apt-get >/dev/null && apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1) || echo "chromium not installed: the browser test will be skipped"
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
 	$(BIN)/python benchmarks/train_speed.py
 	$(BIN)/python benchmarks/eval_speed.py
 
-# One script per figure/table of the paper (Sections 5.1-5.2, Appendices C-F); each writes results/<name>/.
+# One script per figure/table of the paper (Sections 5.1-5.3, Appendices C-F); each writes results/<name>/, all
+# taking their key heads from results/identify/<task> (what `make demo` writes).
 FIGURES := fig2_key_heads fig3_knockout fig4_transfer fig5_attention_roles fig6_mlp_logit_lens \
-	fig7_attention_views fig15_per_operation table3_exponentiation table4_gsm8k
+	fig7_attention_views fig15_per_operation table3_exponentiation table4_gsm8k table1_precise_sft table2_components
 
 figures: $(STAMP)
 	for f in $(FIGURES); do OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python experiments/$$f.py || exit 1; done

@@ -22,8 +22,8 @@ from collections import defaultdict
 
 import torch
 
-from circuits.evaluation import EvalConfig, _csqa_records, _mmlu_records
-from circuits.lm_eval_adapter import HookedTransformerLM
+from circuits.evaluation.lm_eval import HookedTransformerLM
+from circuits.evaluation.tasks import EvalConfig, _csqa_records, _mmlu_records
 from circuits.models import load_model
 
 

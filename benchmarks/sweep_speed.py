@@ -17,10 +17,11 @@ import time
 
 import torch
 
+from circuits.data.pairs import as_batch, build_pairs
+from circuits.identify import all_components, sweep
+from circuits.identify.reference import cache_runs, patch_component_plain
 from circuits.models import load_model
-from circuits.patching import Component, all_components, sweep
-from circuits.patching_reference import cache_runs, patch_component_plain
-from circuits.prompts import PairBatch, PairConfig, build_pairs
+from circuits.types import Component
 
 
 def sample_components(n_layers: int, n_heads: int, k: int) -> list[Component]:
@@ -40,8 +41,8 @@ def main() -> None:
     args = parser.parse_args()
 
     model = load_model(args.model)
-    pairs = build_pairs(model, PairConfig(task="addition", n_pairs=args.pairs, seed=args.seed)).pairs
-    batch = PairBatch.from_pairs(pairs, model.tokenizer.pad_token_id or 0, device=model.cfg.device)
+    pairs = build_pairs(model, "addition", n_pairs=args.pairs, seed=args.seed).pairs
+    batch = as_batch(pairs, model)
     comps = all_components(model)
     sample = sample_components(model.cfg.n_layers, model.cfg.n_heads, args.sample)
     print(f"model {args.model}: {len(comps)} components, {len(pairs)} pairs, {torch.get_num_threads()} threads; "

@@ -25,10 +25,14 @@ from pathlib import Path
 
 import torch
 
-from circuits import finetune as ft
-from circuits import head_masks as hm
-from circuits.models import load_model
-from circuits.sft_data import build_training_set, collate, tokenize_examples
+from circuits import sft as ft
+from circuits.identify import load_identify
+from circuits.io import write_json
+from circuits.models import load_model, pad_token_id
+from circuits.sft import plan as hm
+from circuits.sft.data import build_training_set, collate, tokenize_examples
+from circuits.sft.train import batch_schedule, sft_loss
+from circuits.types import parse_heads
 
 # Strongest SmolLM2 heads from path patching (PAPER_NOTES.md), used when no identify result is given.
 DEFAULT_HEADS = "21.2,20.6,22.5,24.4,27.7"
@@ -44,14 +48,14 @@ def layer_flops_per_token(cfg) -> float:
 
 def measure_forward(model, examples, config) -> float:
     """Seconds for no-grad forward + loss over one optimizer step's micro-batches, averaged over steps."""
-    pad = model.tokenizer.pad_token_id or 0
-    schedule = ft.batch_schedule(len(examples), config)
+    pad = pad_token_id(model)
+    schedule = batch_schedule(len(examples), config)
     t0 = time.perf_counter()
     with torch.no_grad():
         for micro in schedule:
             for mb in micro:
                 tokens, mask = collate([examples[i] for i in mb], pad)
-                ft.sft_loss(model, tokens, mask)
+                sft_loss(model, tokens, mask)
     return (time.perf_counter() - t0) / len(schedule)
 
 
@@ -90,7 +94,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
 
     model = load_model(args.model)
-    heads = hm.heads_from_identify(args.heads_from, args.top_k) if args.heads_from else hm.parse_heads(args.heads or DEFAULT_HEADS)
+    heads = load_identify(args.heads_from).top_heads(args.top_k) if args.heads_from else parse_heads(args.heads or DEFAULT_HEADS)
     n_samples = args.steps * args.batch_size
     examples = build_training_set(("gsm8k", "arithmetic"), args.data_dir, n_arithmetic=n_samples // 2,
                                   limit_per_source=n_samples // 2, seed=0)[:n_samples]
@@ -132,7 +136,7 @@ def main(argv=None) -> dict:
         "limit": limit, "speedup": speedup, "fraction_of_limit": speedup / limit,
     }
     if args.out:
-        ft.write_json_atomic(report, Path(args.out))
+        write_json(Path(args.out), report)
     print(json.dumps(report, indent=2))
     print(f"full SFT {full.samples_per_s:.3f} samples/s, precise SFT {precise.samples_per_s:.3f} samples/s "
           f"({len(heads)} heads, lowest layer {lowest} of {cfg.n_layers})")

@@ -1,0 +1,83 @@
+"""circuits: find, explain and precisely fine-tune the parts of a language model that do arithmetic.
+
+The method of Zhang et al., ICML 2024, on TransformerLens, one subpackage per step: :mod:`circuits.data`
+(prompt pairs), :mod:`circuits.identify` (patching at END, key heads), :mod:`circuits.validate` (knockout),
+:mod:`circuits.explain` (attention roles, logit lens), :mod:`circuits.sft` (Precise SFT),
+:mod:`circuits.evaluation` (benchmarks), :mod:`circuits.viz` (figures and the report). For a notebook::
+
+    import circuits as cc
+    model = cc.load_model("smollm2")
+    pairs = cc.build_pairs(model, "addition", n_pairs=32)
+    result = cc.sweep(model, pairs)                # path patching of every head and MLP at END
+    print(result.key_heads("fraction>=0.05"))      # [(Head(layer=20, head=8), 0.18), ...]
+    cc.head_heatmap(*result.effects("relative_logit")).show()
+
+Names are imported on first use, so ``import circuits`` is fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.2.0"
+
+# name -> module it lives in
+_EXPORTS: dict[str, str] = {
+    # the vocabulary
+    "Head": "circuits.types", "Component": "circuits.types", "Mode": "circuits.types", "Ablation": "circuits.types",
+    # models
+    "load_model": "circuits.models.loading",
+    # data
+    "build_pairs": "circuits.data.pairs", "make_pair": "circuits.data.pairs", "PromptPair": "circuits.data.pairs",
+    "PairConfig": "circuits.data.pairs",
+    # identify
+    "sweep": "circuits.identify.engine", "IdentifyConfig": "circuits.identify.config",
+    "IdentifyResult": "circuits.identify.result", "KeyRule": "circuits.identify.rules", "Metric": "circuits.identify.metrics",
+    "logits_metric": "circuits.identify.metrics", "METRICS": "circuits.identify.metrics",
+    # validate
+    "knockout": "circuits.validate.knockout", "knockout_curve": "circuits.validate.knockout",
+    # explain
+    "attention_roles": "circuits.explain.attention", "attention_html": "circuits.explain.attention",
+    "logit_lens": "circuits.explain.logit_lens",
+    # fine-tune and evaluate
+    "finetune": "circuits.sft.train", "FinetuneConfig": "circuits.sft.train", "apply_delta": "circuits.sft.delta",
+    "evaluate": "circuits.evaluation.tasks", "EvalConfig": "circuits.evaluation.tasks",
+    # figures, results, report
+    "head_heatmap": "circuits.viz.figures", "load_result": "circuits.results", "report": "circuits.viz.report",
+}
+_ALIASES = {"report": "write_report"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), _ALIASES.get(name, name))
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'circuits' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # for editors and type checkers
+    from circuits.data.pairs import PairConfig, PromptPair, build_pairs, make_pair
+    from circuits.evaluation.tasks import EvalConfig, evaluate
+    from circuits.explain.attention import attention_html, attention_roles
+    from circuits.explain.logit_lens import logit_lens
+    from circuits.sft.delta import apply_delta
+    from circuits.sft.train import FinetuneConfig, finetune
+    from circuits.identify.config import IdentifyConfig
+    from circuits.identify.engine import sweep
+    from circuits.identify.metrics import METRICS, Metric, logits_metric
+    from circuits.identify.result import IdentifyResult
+    from circuits.identify.rules import KeyRule
+    from circuits.models.loading import load_model
+    from circuits.results import load_result
+    from circuits.types import Ablation, Component, Head, Mode
+    from circuits.validate.knockout import knockout, knockout_curve
+    from circuits.viz.figures import head_heatmap
+    from circuits.viz.report import write_report as report

@@ -1,6 +1,8 @@
-"""Figure 2: the effect of every head and MLP on the answer logit (path patching, Section 4.1).
+"""Figure 2: the effect of every head and MLP on the answer logit, pooled over the four operations (path
+patching at END, Section 4.1). This is ``circuits identify --task all``: one result per operation and the
+pooled one in ``all/``, shared with every other figure script.
 
-Run: ``python experiments/fig2_key_heads.py [--task addition --n-pairs 32]``; ``--replot`` redraws."""
+Run: ``python experiments/fig2_key_heads.py [--pairs 64]``; ``--replot`` redraws from the saved result."""
 
 from __future__ import annotations
 
@@ -9,35 +11,27 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.figures import effects_figure, write_figure
+from circuits.config import option
+from circuits.identify import IdentifyResult, run_identify
+from circuits.viz.figures import write_figure
 
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
-    threshold: float = -0.05  # the paper's key-head cut (relative logit)
-    out: str = "results/fig2_key_heads"
+    task: str = option("all", help="'all' pools the four operations, as the paper's Figure 2")
+    out: str = option("results/identify/all", help="the pooled result's folder (inside identify_dir)")
 
 
-def main(config: Config) -> Path:
+def main(config: Config, model=None) -> IdentifyResult:
     t = C.Timer()
-    model, ps = C.model_and_pairs(config.model, config.task, config.n_pairs, config.seed)
-    t(f"{len(ps.pairs)} pairs (accuracy before filtering {ps.accuracy:.2f})")
-    eff = C.head_effects(model, config.model, config.task, ps.pairs, config.seed)
-    t("sweep done")
-    ranking = C.key_heads(eff)
-    n_heads = model.cfg.n_layers * model.cfg.n_heads
-    below = C.key_heads(eff, threshold=config.threshold)
-    data = {**eff, "pair_stats": {k: v for k, v in ps.stats().items() if k != "per_template"},
-            "top_heads": [[l, h, eff["head_effects"][l][h], eff["head_fraction"][l][h]] for l, h in ranking[:20]],
-            "n_below_threshold": len(below), "share_below_threshold": len(below) / n_heads}
-    C.save(config.out, config, data)
-    return plot(config.out)
+    folders = run_identify(config.identify_config(), config.identify_dir,
+                           model=model or C.model_for(config.model), progress=False)
+    t(f"identify: {', '.join(folders)}")
+    return IdentifyResult.load(folders[config.task] if config.task in folders else config.out)
 
 
-def plot(out) -> Path:
-    d = C.load(out)
-    fig = effects_figure(d["head_effects"], d["mlp_effects"], f"Path patching, {d['task']}: relative change of the answer logit")
-    return write_figure(fig, Path(out) / "figure.html")
+def plot(result: IdentifyResult, out: Path) -> Path:
+    return write_figure(result.figure(), Path(out) / "heads.html")
 
 
 if __name__ == "__main__":

@@ -8,32 +8,33 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.ablation import compute_means, knockout_curve
-from circuits.figures import knockout_panels, write_figure
+from circuits.config import option
+from circuits.validate import KnockoutResult, knockout_curve
+from circuits.viz.figures import write_figure
 
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
-    ks: tuple = (0, 1, 2, 3, 5, 10, 20)
-    seeds: tuple = (0, 1, 2)
-    prefix_policy: str = "keep"  # "counterfactual": X_c's few-shot prefix hides the operation too
-    out: str = "results/fig3_knockout"
+    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20), help="numbers of heads knocked out")
+    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random orders")
+    out: str = option("results/fig3_knockout")
 
 
-def main(config: Config) -> Path:
+def main(config: Config, model=None) -> KnockoutResult:
     t = C.Timer()
-    model, ps, eff, ranking = C.key_heads_for(config, tag="" if config.prefix_policy == "keep" else "-cfprefix",
-                                              prefix_policy=config.prefix_policy)
-    t("effects")
-    means = compute_means(model, ps.pairs)
-    curve = knockout_curve(model, ps.pairs, means, ranking, list(config.ks), list(config.seeds))
+    model = model or C.model_for(config.model)
+    r = C.identify_result(config, model=model)
+    t("key heads")
+    ranking = [h for h, _ in r.ranked()]
+    curve = knockout_curve(model, r.pairs, ranking, [k for k in config.ks if k <= len(ranking)], config.seeds)
     t("curve")
-    C.save(config.out, config, {"curve": curve.to_json(), "n_pairs": len(ps.pairs), "task": config.task})
-    return plot(config.out)
+    result = KnockoutResult(config, curve, config.task, len(r.pairs))
+    result.save(config.out)
+    return result
 
 
-def plot(out) -> Path:
-    return write_figure(knockout_panels(C.load(out)["curve"]), Path(out) / "figure.html")
+def plot(result: KnockoutResult, out: Path) -> Path:
+    return write_figure(result.figure(), Path(out) / "figure.html")
 
 
 if __name__ == "__main__":

@@ -10,31 +10,34 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.ablation import compute_means, random_order
-from circuits.figures import before_after_figure, write_figure
-from circuits.transfer import mmlu_accuracy, mmlu_items, synthetic_set, transfer_knockout, word_problem_set
-from circuits.transfer_data import read_mmlu, read_svamp
+from circuits.config import option
+from circuits.data.benchmarks import load_svamp_all, sample_mmlu
+from circuits.validate import TransferResult, compute_means, random_order, transfer_knockout
+from circuits.validate.transfer import mmlu_accuracy, mmlu_items, synthetic_set, word_problem_set
+from circuits.viz.figures import write_figure
 
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
-    n_key_heads: int = 10
-    n: int = 32  # prompts per transfer set
-    n_mmlu: int = 32
-    svamp_shots: int = 2
-    random_seed: int = 0
-    data_dir: str = ""
-    out: str = "results/fig4_transfer"
+    n_key_heads: int = option(10)
+    n: int = option(32, help="prompts per transfer set")
+    n_mmlu: int = option(32)
+    svamp_shots: int = option(2)
+    random_seed: int = option(0)
+    data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
+    out: str = option("results/fig4_transfer")
 
 
-def main(config: Config) -> Path:
+def main(config: Config, model=None) -> TransferResult:
     t = C.Timer()
-    model, ps, eff, heads = C.key_heads_for(config, top=config.n_key_heads)
+    model = model or C.model_for(config.model)
+    r = C.identify_result(config, model=model)
+    heads = r.top_heads(config.n_key_heads)
     control = random_order(model.cfg.n_layers, model.cfg.n_heads, config.random_seed)[: config.n_key_heads]
-    means = compute_means(model, ps.pairs, pooled=True)
+    means = compute_means(model, r.pairs, pooled=True)
     t("means")
     tok = model.tokenizer
-    sets = {"svamp": word_problem_set(tok, read_svamp(config.data_dir or None), config.n, shots=config.svamp_shots, seed=config.seed)}
+    sets = {"svamp": word_problem_set(tok, load_svamp_all(config.data_dir), config.n, shots=config.svamp_shots, seed=config.seed)}
     for task in ("multi_digit", "decimal", "time_span"):
         sets[task] = synthetic_set(tok, task, config.n, seed=config.seed)
     res = transfer_knockout(model, sets, means, heads)
@@ -42,24 +45,18 @@ def main(config: Config) -> Path:
     for k in res:
         res[k]["accuracy_random_heads"] = ctrl[k]["accuracy_after"]
     t("transfer")
-    mm = mmlu_items(tok, read_mmlu(n=config.n_mmlu, seed=config.seed, path=config.data_dir or None))
+    mm = mmlu_items(tok, sample_mmlu(n=config.n_mmlu, seed=config.seed, data_dir=config.data_dir))
     res["mmlu_humanities"] = {"n": len(mm), "accuracy_before": mmlu_accuracy(model, mm, means),
                               "accuracy_after": mmlu_accuracy(model, mm, means, heads),
                               "accuracy_random_heads": mmlu_accuracy(model, mm, means, control)}
     t("mmlu")
-    examples = {k: v[0].reference[-120:] for k, v in sets.items()}
-    C.save(config.out, config, {"results": res, "key_heads": [list(h) for h in heads],
-                                "random_heads": [list(h) for h in control], "examples": examples})
-    return plot(config.out)
+    result = TransferResult(config, res, heads, control, {k: v[0].reference[-120:] for k, v in sets.items() if v})
+    result.save(config.out)
+    return result
 
 
-def plot(out) -> Path:
-    d = C.load(out)["results"]
-    names = list(d)
-    fig = before_after_figure(names, [d[k]["accuracy_before"] for k in names], [d[k]["accuracy_after"] for k in names],
-                              "Transfer of the key-head knockout (Figure 4, MMLU)",
-                              control=[d[k]["accuracy_random_heads"] for k in names])
-    return write_figure(fig, Path(out) / "figure.html")
+def plot(result: TransferResult, out: Path) -> Path:
+    return write_figure(result.figure(), Path(out) / "figure.html")
 
 
 if __name__ == "__main__":

@@ -9,34 +9,33 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.attention import attention_by_role
-from circuits.figures import roles_panels, write_figure
-from circuits.prompts import PairConfig, build_pairs
+from circuits.config import option
+from circuits.data.templates import OPERATIONS
+from circuits.explain import AttentionRoles, attention_roles
+from circuits.viz.figures import write_figure
 
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
-    n_key_heads: int = 8
-    operations: tuple = ("addition", "subtraction", "multiplication", "division")
-    n_prompts: int = 32  # per operation (the paper: 1000)
-    out: str = "results/fig5_attention_roles"
+    n_key_heads: int = option(8)
+    operations: tuple[str, ...] = option(OPERATIONS)
+    n_prompts: int = option(32, help="prompts per operation (the paper: 1000)")
+    out: str = option("results/fig5_attention_roles")
 
 
-def main(config: Config) -> Path:
+def main(config: Config, model=None) -> AttentionRoles:
     t = C.Timer()
-    model, ps, eff, heads = C.key_heads_for(config, top=config.n_key_heads)
-    out = {}
-    for op in config.operations:
-        pairs = ps.pairs if op == config.task else build_pairs(model, PairConfig(task=op, n_pairs=config.n_prompts, seed=config.seed)).pairs
-        ra = attention_by_role(model, pairs[: config.n_prompts], heads)
-        out[op] = {**ra.to_json(), "dominant": ra.dominant()}
-        t(op)
-    C.save(config.out, config, {"heads": [list(h) for h in heads], "by_operation": out})
-    return plot(config.out)
+    model = model or C.model_for(config.model)
+    heads = C.identify_result(config, model=model).top_heads(config.n_key_heads)
+    pairs = [p for op in config.operations for p in C.pairs_for(config, op, model)[: config.n_prompts]]
+    result = attention_roles(model, pairs, heads, config=config)
+    t("roles")
+    result.save(config.out)
+    return result
 
 
-def plot(out) -> Path:
-    return write_figure(roles_panels(C.load(out)["by_operation"]), Path(out) / "figure.html")
+def plot(result: AttentionRoles, out: Path) -> Path:
+    return write_figure(result.figure(), Path(out) / "figure.html")
 
 
 if __name__ == "__main__":

@@ -9,42 +9,40 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.figures import lens_panels, top_tokens_figure, write_figure
-from circuits.logit_lens import mlp_lens, top_number_tokens, writing_start
-from circuits.prompts import make_pair
+from circuits.config import option
+from circuits.data.pairs import make_pair
+from circuits.explain import LogitLens, logit_lens
+from circuits.viz.figures import top_tokens_figure, write_figure
 
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
-    example: str = "4 + 3 = "  # Figure 6c's prompt (after the task's few-shot prefix)
-    top_k: int = 5
-    out: str = "results/fig6_mlp_logit_lens"
+    example: str = option("4 + 3 = ", help="Figure 6c's prompt (after the task's few-shot prefix)")
+    example_answer: str = option("7")
+    top_k: int = option(5)
+    out: str = option("results/fig6_mlp_logit_lens")
 
 
-def main(config: Config) -> Path:
+def main(config: Config, model=None) -> LogitLens:
     t = C.Timer()
-    model, ps = C.model_and_pairs(config.model, config.task, config.n_pairs, config.seed)
-    lens = mlp_lens(model, ps.pairs)
-    t("lens")
-    means = lens.means()
+    model = model or C.model_for(config.model)
+    pairs = C.pairs_for(config, config.task, model)
     # Figure 6c on the example, after the same few-shot prefix as the first equation-form pair.
-    eq = next((p for p in ps.pairs if p.template_id.endswith("/0")), ps.pairs[0])
+    eq = next((p for p in pairs if p.template_id.endswith("/0")), pairs[0])
     prefix = eq.reference[: eq.reference.rfind("\n") + 1]
-    example = make_pair(model.tokenizer, prefix + config.example, prefix + config.example, "7")
-    top = top_number_tokens(model, example, k=config.top_k)
-    data = {"means": means, "n_pairs": len(ps.pairs), "example": config.example, "top_tokens": top,
-            "writing_start": writing_start(means["delta_C"], means["delta_other"]),
-            "peak_in_A": int(max(range(len(means["in_A"])), key=means["in_A"].__getitem__)),
-            "peak_in_B": int(max(range(len(means["in_B"])), key=means["in_B"].__getitem__))}
-    C.save(config.out, config, data)
-    return plot(config.out)
+    text = prefix + config.example
+    example = make_pair(model.tokenizer, text, text, config.example_answer)
+    result = logit_lens(model, pairs, example, k=config.top_k, config=config)
+    result.example = config.example
+    t("lens")
+    result.save(config.out)
+    return result
 
 
-def plot(out) -> Path:
-    d = C.load(out)
-    write_figure(top_tokens_figure(d["top_tokens"], f"6c: top number tokens of MLP_out - MLP_in for {d['example']!r}"),
+def plot(result: LogitLens, out: Path) -> Path:
+    write_figure(top_tokens_figure(result.top_tokens, f"6c: top number tokens of MLP_out - MLP_in for {result.example!r}"),
                  Path(out) / "figure_6c.html")
-    return write_figure(lens_panels(d["means"]), Path(out) / "figure.html")
+    return write_figure(result.figure(), Path(out) / "figure.html")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Figures 7 and 16: circuitsvis attention views of the key heads on a few prompts, as a standalone
-offline page. Run: ``python experiments/fig7_attention_views.py``; ``--replot`` just lists the page."""
+offline page. Run: ``python experiments/fig7_attention_views.py``; ``--replot`` just names the page."""
 
 from __future__ import annotations
 
@@ -8,30 +8,31 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.attention import attention_html
-from circuits.prompts import PairConfig, build_pairs
+from circuits.config import option
+from circuits.data.templates import OPERATIONS
+from circuits.explain import AttentionViews, attention_html
 
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
-    n_key_heads: int = 4
-    operations: tuple = ("addition", "subtraction", "multiplication", "division")
-    last_tokens: int = 14  # crop the few-shot prefix from the views
-    out: str = "results/fig7_attention_views"
+    n_key_heads: int = option(4)
+    operations: tuple[str, ...] = option(OPERATIONS)
+    prompts_per_operation: int = option(2)
+    last_tokens: int = option(14, help="crop the few-shot prefix from the views")
+    out: str = option("results/fig7_attention_views")
 
 
-def main(config: Config) -> Path:
-    model, ps, eff, heads = C.key_heads_for(config, top=config.n_key_heads)
-    prompts = []
-    for op in config.operations:
-        prompts += build_pairs(model, PairConfig(task=op, n_pairs=2, seed=config.seed)).pairs[:2]
+def main(config: Config, model=None) -> AttentionViews:
+    model = model or C.model_for(config.model)
+    heads = C.identify_result(config, model=model).top_heads(config.n_key_heads)
+    prompts = [p for op in config.operations for p in C.pairs_for(config, op, model)[: config.prompts_per_operation]]
     page = attention_html(model, prompts, heads, title="Key heads (Figures 7, 16)", last_tokens=config.last_tokens)
-    C.save(config.out, config, {"heads": [list(h) for h in heads], "prompts": [p.reference for p in prompts]},
-           files={"figure.html": page})
-    return plot(config.out)
+    result = AttentionViews(config, heads, [p.reference for p in prompts], page)
+    result.save(config.out)
+    return result
 
 
-def plot(out) -> Path:
+def plot(result: AttentionViews, out: Path) -> Path:
     return Path(out) / "figure.html"  # the page is the data; circuitsvis renders it in the browser
 
 

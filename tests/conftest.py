@@ -1,44 +1,58 @@
-"""Shared, session-scoped, read-only fixtures: the SmolLM2 tokenizer, tiny models, SmolLM2 itself."""
+"""Shared set-up for both tiers: import paths, one torch thread count, and the session-wide fixtures.
+
+``tests/unit`` runs tiny random models (seconds); ``tests/integration`` runs SmolLM2, the browser and the
+notebook. ``make test`` runs both; ``make test-fast`` the unit tier.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from circuits.models import load_model
+ROOT = Path(__file__).resolve().parents[1]
+for path in (ROOT / "tests", ROOT / "experiments", ROOT / "benchmarks"):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
 
-# Two cores: keep one torch thread per test process unless told otherwise (threads fight under load).
+# One place sets the thread count: two cores, often shared with other jobs (CIRCUITS_TEST_THREADS overrides).
 torch.set_num_threads(int(os.environ.get("CIRCUITS_TEST_THREADS", "2")))
 
 
 @pytest.fixture(scope="session")
-def smollm2():
-    model = load_model("smollm2")
-    for p in model.parameters():
-        p.requires_grad_(False)
+def tokenizer():
+    from helpers import smollm2_tokenizer
+
+    return smollm2_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_llama():
+    """A read-only tiny Llama-shaped model (tests that change weights build their own with helpers.tiny_model)."""
+    from helpers import tiny_model
+
+    model = tiny_model("llama")
+    model.requires_grad_(False)
     return model
 
 
 @pytest.fixture(scope="session")
-def tokenizer(smollm2):
-    return smollm2.tokenizer
+def tiny_mistral():
+    from helpers import tiny_model
+
+    model = tiny_model("mistral")
+    model.requires_grad_(False)
+    return model
 
 
 @pytest.fixture(scope="session")
-def tiny_dirs(tmp_path_factory, tokenizer):
-    from helpers import save_tiny
+def smollm2():
+    """The embedded model, loaded once per session, read-only."""
+    from circuits.models import load_model
 
-    root = tmp_path_factory.mktemp("tiny")
-    return {arch: save_tiny(root, tokenizer, arch) for arch in ("llama", "mistral")}
-
-
-@pytest.fixture(scope="session")
-def tiny_llama(tiny_dirs):
-    return load_model(tiny_dirs["llama"])
-
-
-@pytest.fixture(scope="session")
-def tiny_mistral(tiny_dirs):
-    return load_model(tiny_dirs["mistral"])
+    model = load_model("smollm2", device="cpu")
+    model.requires_grad_(False)
+    return model

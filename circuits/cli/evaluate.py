@@ -1,0 +1,41 @@
+"""``circuits evaluate``: score a model (optionally with a fine-tuning delta applied) on the benchmarks.
+
+Writes ``--out``, atomically: a folder, or one JSON file when it ends in ``.json``
+(``{"kind": "evaluation", "config": ..., "tasks": {task: metrics}, ...}``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from circuits.config import add_arguments, from_arguments
+from circuits.evaluation.tasks import EvalConfig
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser("evaluate", help="math and generic benchmarks through lm-evaluation-harness",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p, EvalConfig)
+    p.add_argument("--device")
+    p.add_argument("--out", required=True, help="result folder, or a .json file")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from circuits.evaluation.tasks import evaluate
+    from circuits.sft.delta import apply_delta
+    from circuits.models.loading import load_model
+
+    config = from_arguments(EvalConfig, args)
+    if config.delta and not Path(config.delta).is_file():
+        raise FileNotFoundError(f"delta file not found: {config.delta}")
+    model = load_model(config.model, device=args.device)
+    if config.delta:
+        apply_delta(model, config.delta)
+    result = evaluate(model, config)
+    result.save(args.out)
+    for task, metrics in result.tasks.items():
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+        print(f"{task}: {shown}")
+    return 0

@@ -1,0 +1,33 @@
+"""``circuits identify``: build prompt pairs, sweep every head and MLP, pick the key components.
+
+Writes, atomically, one folder per task: ``summary.json``, ``pairs.jsonl``, ``sweep.pt``, ``heads.html``
+(the paper's Figure 2 for that task), ``config.json`` and ``circuits.json``. ``--task all`` runs the four
+operations one by one (each in its own sub-folder, skipped when already finished with the same config,
+so an interrupted run resumes) and then a combined sweep over pairs drawn evenly from the four, in ``all/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from circuits.config import add_arguments, from_arguments
+from circuits.identify.config import IdentifyConfig
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("identify", help="find the key heads and MLPs by patching at END (Figure 2)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p, IdentifyConfig)
+    p.add_argument("--out", required=True, help="output folder")
+    p.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from circuits.identify.job import run_identify
+
+    config = from_arguments(IdentifyConfig, args)
+    folders = run_identify(config, args.out)
+    print("Figures:")
+    for task, folder in folders.items():
+        print(f"  {task}: {folder / 'heads.html'}")
+    return 0

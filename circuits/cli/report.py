@@ -1,0 +1,27 @@
+"""``circuits report RESULTS_DIR... --out report.html``: one self-contained HTML page from saved results.
+
+Reads what ``circuits identify``, the figure scripts in ``experiments/`` and the fine-tuning jobs
+wrote (folders are searched, so ``results/`` itself works) and runs no model. Sections whose results
+are absent are skipped with a note saying how to make them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="one shareable, offline HTML page from saved results (no model run)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("results", nargs="+", help="result folders (searched recursively) or JSON files")
+    p.add_argument("--out", default="report.html", help="the HTML file to write (default: report.html)")
+    p.add_argument("--title", default="circuits report")
+    p.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from circuits.viz.report import write_report
+
+    out = write_report(args.results, args.out, title=args.title)
+    print(f"Report: {out.resolve()} ({out.stat().st_size / 1e6:.1f} MB)")
+    return 0

@@ -1,0 +1,532 @@
+"""Reference / counterfactual prompt pairs (Section 3, Appendix A).
+
+A :class:`PromptPair` is one reference prompt X_r, its counterfactual X_c (same grammar, same token
+length, calculation words replaced), the answer's first token, the exact token ids fed to the model
+and the token positions of each role (operands, operator) found from the template, not guessed from
+strings. :func:`build_pairs` samples pairs from templates with a seed, keeps only pairs whose
+operands and answer are single tokens, checks equal token lengths (resampling the counterfactual word
+otherwise), runs the model, reports the accuracy and answer probability before filtering, and keeps
+the pairs the model answers correctly. :func:`make_pair` builds a pair from your own texts.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, Union
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from circuits.data.templates import (
+    COUNTERFACTUAL_SYMBOLS,
+    COUNTERFACTUAL_WORDS,
+    FEW_SHOT_OPERANDS,
+    NAMES,
+    OBJECTS,
+    Template,
+    compute_answer,
+    templates_for,
+)
+from circuits.models.forward import end_residuals, pad_token_id, unembed_end
+
+FewShot = Literal["auto", "on", "off"]
+PrefixPolicy = Literal["keep", "counterfactual"]
+ROLES = ("A", "B", "operator")
+_SLOT = re.compile(r"(\{[A-Z0-9]+\})")
+# Tied slots copy their source in the reference and take another value in the counterfactual.
+_TIED = {"QOBJECT": ("OBJECT", OBJECTS), "QNAME": ("NAME", NAMES)}
+# Models below this size get a few-shot prefix by default (SmolLM2-135M: 17% zero-shot, 97% with one).
+FEW_SHOT_AUTO_MAX_PARAMS = 1_000_000_000
+
+
+class PromptError(ValueError):
+    """A template, prompt or answer that cannot make a valid pair."""
+
+
+@dataclass(frozen=True)
+class PromptPair:
+    """One reference/counterfactual pair.
+
+    ``roles`` maps ``A``, ``B``, ``operator`` to token positions in the reference (the
+    counterfactual has the same positions); positions count from the first token fed to the model.
+    """
+
+    reference: str
+    counterfactual: str
+    answer: str
+    answer_token_id: int
+    reference_token_ids: tuple[int, ...]
+    counterfactual_token_ids: tuple[int, ...]
+    template_id: str = "custom"
+    operation: str = "custom"
+    operands: tuple[int, ...] = ()
+    roles: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    prefix_length: int = 0  # tokens of the few-shot prefix (0 without one)
+
+    @property
+    def end(self) -> int:
+        """Index of the END (last) token."""
+        return len(self.reference_token_ids) - 1
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["reference_token_ids"] = list(self.reference_token_ids)
+        d["counterfactual_token_ids"] = list(self.counterfactual_token_ids)
+        d["operands"] = list(self.operands)
+        d["roles"] = {k: list(v) for k, v in self.roles.items()}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> PromptPair:
+        d = dict(d)
+        d["reference_token_ids"] = tuple(d["reference_token_ids"])
+        d["counterfactual_token_ids"] = tuple(d["counterfactual_token_ids"])
+        d["operands"] = tuple(d.get("operands", ()))
+        d["roles"] = {k: tuple(v) for k, v in d.get("roles", {}).items()}
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class PairBatch:
+    """Pairs as right-padded tensors. Positions after ``end[i]`` are padding; the model is causal,
+    so they never change what happens at or before ``end[i]``."""
+
+    reference: Int[Tensor, "batch pos"]
+    counterfactual: Int[Tensor, "batch pos"]
+    end: Int[Tensor, " batch"]
+    answer: Int[Tensor, " batch"]
+
+    @classmethod
+    def from_pairs(cls, pairs: list[PromptPair], pad_token_id: int = 0, device: str | torch.device = "cpu") -> PairBatch:
+        if not pairs:
+            raise PromptError("No prompt pairs given.")
+        width = max(len(p.reference_token_ids) for p in pairs)
+        ref = torch.full((len(pairs), width), pad_token_id, dtype=torch.long)
+        cf = torch.full((len(pairs), width), pad_token_id, dtype=torch.long)
+        for i, p in enumerate(pairs):
+            ref[i, : len(p.reference_token_ids)] = torch.tensor(p.reference_token_ids)
+            cf[i, : len(p.counterfactual_token_ids)] = torch.tensor(p.counterfactual_token_ids)
+        end = torch.tensor([p.end for p in pairs], dtype=torch.long)
+        answer = torch.tensor([p.answer_token_id for p in pairs], dtype=torch.long)
+        return cls(ref.to(device), cf.to(device), end.to(device), answer.to(device))
+
+    def __len__(self) -> int:
+        return self.reference.shape[0]
+
+    def select(self, idx: Tensor | slice) -> PairBatch:
+        return PairBatch(self.reference[idx], self.counterfactual[idx], self.end[idx], self.answer[idx])
+
+    def to(self, device: str | torch.device) -> PairBatch:
+        return PairBatch(self.reference.to(device), self.counterfactual.to(device), self.end.to(device), self.answer.to(device))
+
+
+# --- tokenization -----------------------------------------------------------------------------
+
+
+def encode(tokenizer: Any, text: str) -> list[int]:
+    """Token ids exactly as the model's own tokenizer makes them (BOS included if it adds one)."""
+    return list(tokenizer(text).input_ids)
+
+
+def prefix_length_of(tokenizer: Any, prefix: str, token_ids: Sequence[int]) -> int:
+    """Tokens of ``prefix`` at the start of ``token_ids``, or 0 when the prefix merged with what follows it
+    (no clean token boundary, so nothing can be shared)."""
+    if not prefix:
+        return 0
+    pre = encode(tokenizer, prefix)
+    return len(pre) if list(token_ids[: len(pre)]) == pre else 0
+
+
+def answer_token(tokenizer: Any, prompt: str, answer: str) -> int:
+    """The single token that continues ``prompt`` with ``answer``, or a :class:`PromptError`.
+
+    The answer counts as one token when tokenizing ``prompt + answer`` gives the prompt's tokens
+    followed by exactly one more.
+    """
+    base = encode(tokenizer, prompt)
+    full = encode(tokenizer, prompt + answer)
+    if len(full) == len(base) + 1 and full[: len(base)] == base:
+        return full[-1]
+    pieces = tokenizer.convert_ids_to_tokens(full[len(base) - 1 :]) if len(full) > len(base) - 1 else []
+    raise PromptError(
+        f"The answer {answer!r} after the prompt {prompt[-40:]!r} is not a single token for this tokenizer "
+        f"(it tokenizes as {pieces}). Accepted: an answer that adds exactly one token to the prompt; for "
+        "digit-splitting tokenizers use one-digit answers, and end the prompt where the next token is the answer "
+        "(for SmolLM2, after a space)."
+    )
+
+
+def first_answer_token(tokenizer: Any, prompt: str, answer: str) -> int:
+    """The first token the model must produce after ``prompt`` to write ``answer`` (which may take several)."""
+    base = encode(tokenizer, prompt)
+    full = encode(tokenizer, prompt + answer)
+    if len(full) <= len(base) or full[: len(base)] != base:
+        raise PromptError(f"The answer {answer!r} does not continue the prompt's tokens cleanly.")
+    return full[len(base)]
+
+
+def make_pair(
+    tokenizer: Any,
+    reference: str,
+    counterfactual: str,
+    answer: str,
+    *,
+    template_id: str = "custom",
+    operation: str = "custom",
+    operands: tuple[int, ...] = (),
+    roles: dict[str, tuple[int, ...]] | None = None,
+    prefix_length: int = 0,
+) -> PromptPair:
+    """A pair from your own texts, checked: the answer is one token and both prompts have equal length."""
+    tok = answer_token(tokenizer, reference, answer)
+    ref_ids = encode(tokenizer, reference)
+    cf_ids = encode(tokenizer, counterfactual)
+    if len(ref_ids) != len(cf_ids):
+        raise PromptError(
+            f"Reference and counterfactual have different token lengths ({len(ref_ids)} vs {len(cf_ids)}): "
+            f"{reference!r} / {counterfactual!r}. Accepted: counterfactuals that keep every token position."
+        )
+    return PromptPair(
+        reference=reference,
+        counterfactual=counterfactual,
+        answer=answer,
+        answer_token_id=tok,
+        reference_token_ids=tuple(ref_ids),
+        counterfactual_token_ids=tuple(cf_ids),
+        template_id=template_id,
+        operation=operation,
+        operands=operands,
+        roles=roles or {},
+        prefix_length=prefix_length,
+    )
+
+
+def token_positions(tokenizer: Any, text: str, spans: dict[str, list[tuple[int, int]]]) -> dict[str, tuple[int, ...]]:
+    """Token positions overlapping each role's character spans (offsets from the tokenizer)."""
+    enc = tokenizer(text, return_offsets_mapping=True)
+    offsets = enc["offset_mapping"]
+    out: dict[str, tuple[int, ...]] = {}
+    for role, role_spans in spans.items():
+        pos = []
+        for i, (s, e) in enumerate(offsets):
+            if e <= s:  # special tokens have empty spans
+                continue
+            if any(s < re_ and rs < e for rs, re_ in role_spans):
+                pos.append(i)
+        out[role] = tuple(pos)
+    return out
+
+
+# --- rendering templates ----------------------------------------------------------------------
+
+
+def render(template: Template, fill: dict[str, str]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
+    """Fill a template; return the text and the character spans of the role slots."""
+    text = ""
+    spans: dict[str, list[tuple[int, int]]] = {r: [] for r in ROLES}
+    for piece in _SLOT.split(template.text):
+        m = _SLOT.fullmatch(piece)
+        if not m:
+            text += piece
+            continue
+        name = piece[1:-1]
+        if name not in fill:
+            raise PromptError(f"Template {template.id!r} has slot {piece} with no value; filled: {sorted(fill)}")
+        value = fill[name]
+        role = {"A": "A", "B": "B", "OP": "operator"}.get(name)
+        if role:
+            spans[role].append((len(text), len(text) + len(value)))
+        text += value
+    return text, spans
+
+
+def _sample_fill(template: Template, a: int, b: int, rng: random.Random) -> dict[str, str]:
+    fill = {"A": str(a), "B": str(b)}
+    for name, pool in template.slots.items():
+        fill[name] = rng.choice(pool)
+    if template.op_kind == "object":
+        fill["OP"] = fill["OBJECT"]
+    else:
+        fill["OP"] = template.op
+    for name, (source, _) in _TIED.items():
+        if "{" + name + "}" in template.text:
+            fill[name] = fill[source]
+    return fill
+
+
+def _counterfactual_fill(template: Template, fill: dict[str, str], rng: random.Random) -> dict[str, str]:
+    cf = dict(fill)
+    if template.op_kind == "symbol":
+        cf["OP"] = rng.choice(COUNTERFACTUAL_SYMBOLS)
+    elif template.op_kind == "word":
+        cf["OP"] = rng.choice(COUNTERFACTUAL_WORDS)
+    else:
+        cf["OP"] = rng.choice([o for o in OBJECTS if o != fill["OBJECT"]])
+    for name, (source, pool) in _TIED.items():
+        if name in cf:
+            cf[name] = rng.choice([v for v in pool if v not in (fill[source], cf["OP"])])
+    return cf
+
+
+def few_shot_prefix(template: Template, rng: random.Random, counterfactual: bool = False) -> str:
+    """Three solved examples in the template's own form, one per line (the operation is shown)."""
+    lines = []
+    for a, b in FEW_SHOT_OPERANDS[template.operation]:
+        fill = _sample_fill(template, a, b, rng)
+        if counterfactual:
+            fill = _counterfactual_fill(template, fill, rng)
+        text, _ = render(template, fill)
+        lines.append(f"{text}{template.answer_sep}{compute_answer(template.operation, a, b)}\n")
+    return "".join(lines)
+
+
+def render_pair(
+    template: Template,
+    a: int,
+    b: int,
+    tokenizer: Any,
+    rng: random.Random,
+    *,
+    few_shot: bool = True,
+    prefix_policy: PrefixPolicy = "keep",
+    tries: int = 20,
+) -> PromptPair:
+    """One pair from a template and operands; resamples words until the token lengths match."""
+    c = compute_answer(template.operation, a, b)
+    if c is None:
+        raise PromptError(f"{a} and {b} have no integer {template.operation} result.")
+    last: Exception | None = None
+    for _ in range(tries):
+        fill = _sample_fill(template, a, b, rng)
+        cf_fill = _counterfactual_fill(template, fill, rng)
+        ref_body, spans = render(template, fill)
+        cf_body, _ = render(template, cf_fill)
+        prefix = few_shot_prefix(template, rng) if few_shot else ""
+        cf_prefix = few_shot_prefix(template, rng, counterfactual=True) if (few_shot and prefix_policy == "counterfactual") else prefix
+        if len(encode(tokenizer, prefix)) != len(encode(tokenizer, cf_prefix)):
+            last = PromptError("few-shot prefixes differ in length")
+            continue
+        # A space before the answer, or (tokenizers that glue spaces to words) a space inside it.
+        options = [(template.answer_sep, str(c))]
+        if template.answer_sep == " ":
+            options.append(("", " " + str(c)))
+        pair = None
+        errors = []
+        for sep, answer in options:
+            try:
+                pair = make_pair(tokenizer, prefix + ref_body + sep, cf_prefix + cf_body + sep, answer,
+                                 template_id=template.id, operation=template.operation, operands=(a, b, c))
+                break
+            except PromptError as err:
+                errors.append(err)
+        if pair is None:
+            last = errors[0]
+            if all("single token" in str(e) for e in errors):
+                raise last
+            continue
+        shifted = {r: [(s + len(prefix), e + len(prefix)) for s, e in v] for r, v in spans.items()}
+        roles = token_positions(tokenizer, pair.reference, shifted)
+        return replace(pair, roles=roles, prefix_length=prefix_length_of(tokenizer, prefix, pair.reference_token_ids))
+    raise PromptError(f"Template {template.id!r}: no counterfactual of equal token length after {tries} tries ({last}).")
+
+
+# --- sampling and filtering -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairConfig:
+    """How to build pairs. ``task``: an operation, ``addition_extra``, ``exponentiation`` or ``all``."""
+
+    task: str = "addition"
+    n_pairs: int = 64
+    seed: int = 0
+    few_shot: FewShot = "auto"
+    prefix_policy: PrefixPolicy = "keep"
+    filter_correct: bool = True
+    operand_range: tuple[int, int] = (1, 9)
+    max_candidates: int = 2048
+
+    def __post_init__(self) -> None:
+        templates_for(self.task)  # raises on an unknown task
+        if self.n_pairs < 1:
+            raise ValueError(f"n_pairs must be at least 1, got {self.n_pairs}")
+        if self.few_shot not in ("auto", "on", "off"):
+            raise ValueError(f"few_shot must be 'auto', 'on' or 'off', got {self.few_shot!r}")
+        if self.prefix_policy not in ("keep", "counterfactual"):
+            raise ValueError(f"prefix_policy must be 'keep' or 'counterfactual', got {self.prefix_policy!r}")
+        lo, hi = self.operand_range
+        if not 0 <= lo <= hi:
+            raise ValueError(f"operand_range must be (low, high) with 0 <= low <= high, got {self.operand_range}")
+
+
+@dataclass
+class PairSet:
+    """Pairs kept, and what the model did on all candidates before filtering."""
+
+    pairs: list[PromptPair]
+    n_candidates: int
+    accuracy: float  # on all candidates, before filtering
+    mean_answer_prob: float  # on all candidates, before filtering
+    counterfactual_accuracy: float  # on the kept pairs: how often X_c still yields the answer
+    counterfactual_answer_prob: float
+    per_template: dict[str, dict[str, float]]
+    few_shot: bool
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __iter__(self) -> Iterator[PromptPair]:
+        return iter(self.pairs)
+
+    def __getitem__(self, i: int) -> PromptPair:
+        return self.pairs[i]
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "n_candidates": self.n_candidates,
+            "accuracy": self.accuracy,
+            "mean_answer_prob": self.mean_answer_prob,
+            "counterfactual_accuracy": self.counterfactual_accuracy,
+            "counterfactual_answer_prob": self.counterfactual_answer_prob,
+            "few_shot": self.few_shot,
+            "per_template": self.per_template,
+        }
+
+
+def use_few_shot(model: HookedTransformer, few_shot: FewShot) -> bool:
+    if few_shot == "auto":
+        n_params = sum(p.numel() for p in model.parameters())
+        return n_params < FEW_SHOT_AUTO_MAX_PARAMS
+    return few_shot == "on"
+
+
+@torch.no_grad()
+def pair_logits(model: HookedTransformer, pairs: list[PromptPair], which: Literal["reference", "counterfactual"] = "reference",
+                batch_size: int = 64) -> Float[Tensor, "pair d_vocab"]:
+    """END logits of each pair's reference or counterfactual prompt; a shared few-shot prefix runs once."""
+    rows = [p.reference_token_ids if which == "reference" else p.counterfactual_token_ids for p in pairs]
+    prefixes = [p.prefix_length for p in pairs]
+    return unembed_end(model, end_residuals(model, rows, prefixes, batch_size=batch_size)).cpu()
+
+
+def candidate_operands(template: Template, tokenizer: Any, lo: int, hi: int) -> list[tuple[int, int]]:
+    """Operand pairs whose operands and answer are each one token after the template's context."""
+    ok = []
+    for a in range(lo, hi + 1):
+        for b in range(lo, hi + 1):
+            c = compute_answer(template.operation, a, b)
+            if c is None:
+                continue
+            if all(len(encode(tokenizer, " " + str(x))) == len(encode(tokenizer, " ")) + 1 for x in (a, b, c)):
+                ok.append((a, b))
+    return ok
+
+
+def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None, **kwargs: Any) -> PairSet:
+    """Sample pairs round-robin over the task's templates, run the model, keep the correct ones.
+
+    ``config`` is a :class:`PairConfig`, or a task name with the other fields as keywords
+    (``build_pairs(model, "addition", n_pairs=32)``).
+    """
+    if config is None or isinstance(config, str):
+        config = PairConfig(**({"task": config} if config else {}), **kwargs)
+    elif kwargs:
+        config = replace(config, **kwargs)
+    tokenizer = model.tokenizer
+    rng = random.Random(config.seed)
+    few_shot = use_few_shot(model, config.few_shot)
+    templates = templates_for(config.task)
+    pools = {}
+    for t in templates:
+        ops = candidate_operands(t, tokenizer, *config.operand_range)
+        rng.shuffle(ops)
+        pools[t.id] = ops
+    if not any(pools.values()):
+        raise PromptError(
+            f"No operands in {config.operand_range} give single-token operands and answers for task {config.task!r}."
+        )
+    # Round-robin over templates; each template cycles through its operand pairs.
+    order: list[tuple[Template, tuple[int, int]]] = []
+    depth = 0
+    while len(order) < config.max_candidates and depth < max(len(v) for v in pools.values()) * 4:
+        for t in templates:
+            ops = pools[t.id]
+            if ops:
+                order.append((t, ops[depth % len(ops)]))
+        depth += 1
+    order = order[: config.max_candidates]
+
+    kept: list[PromptPair] = []
+    skipped: list[str] = []
+    seen = correct = 0
+    prob_sum = 0.0
+    per_t: dict[str, list[float]] = {}
+    start = 0
+    while start < len(order) and len(kept) < config.n_pairs:
+        # Size the next chunk from the accuracy so far, so low-accuracy tasks need few rounds.
+        need = config.n_pairs - len(kept)
+        rate = max(correct / seen, 0.05) if seen else 0.8
+        size = int(min(256, max(16, need / rate * 1.2))) if config.filter_correct else need
+        batch_pairs = []
+        for t, (a, b) in order[start : start + size]:
+            try:
+                batch_pairs.append(render_pair(t, a, b, tokenizer, rng, few_shot=few_shot, prefix_policy=config.prefix_policy))
+            except PromptError as err:
+                skipped.append(f"{t.id} ({a}, {b}): {err}")
+        start += size
+        if not batch_pairs:
+            continue
+        probs = pair_logits(model, batch_pairs).softmax(-1)
+        answer = torch.tensor([p.answer_token_id for p in batch_pairs])
+        p_ans = probs[torch.arange(len(batch_pairs)), answer]
+        hit = probs.argmax(-1) == answer
+        for i, pair in enumerate(batch_pairs):
+            seen += 1
+            correct += int(hit[i])
+            prob_sum += float(p_ans[i])
+            per_t.setdefault(pair.template_id, []).append(float(hit[i]))
+            if (hit[i] or not config.filter_correct) and len(kept) < config.n_pairs:
+                kept.append(pair)
+    if not seen:
+        raise PromptError(f"No valid pair could be made for task {config.task!r}; first problem: {skipped[0]}")
+    if not kept:
+        raise PromptError(
+            f"The model answered none of {seen} candidate prompts for task {config.task!r} correctly, so no pairs "
+            "are left. Try a few-shot prefix (few_shot='on'), other templates, or filter_correct=False."
+        )
+    # The counterfactual check runs on the pairs kept: does X_c still yield the answer?
+    cf_probs = pair_logits(model, kept, "counterfactual").softmax(-1)
+    answer = torch.tensor([p.answer_token_id for p in kept])
+    cf_p = cf_probs[torch.arange(len(kept)), answer]
+    cf_hit = (cf_probs.argmax(-1) == answer).float()
+    stats: dict[str, dict[str, float]] = {k: {"accuracy": sum(v) / len(v), "n": len(v)} for k, v in per_t.items()}
+    for tid in stats:
+        idx = [i for i, p in enumerate(kept) if p.template_id == tid]
+        if idx:
+            stats[tid]["counterfactual_accuracy"] = float(cf_hit[idx].mean())
+            stats[tid]["counterfactual_answer_prob"] = float(cf_p[idx].mean())
+    return PairSet(
+        pairs=kept,
+        n_candidates=seen,
+        accuracy=correct / seen,
+        mean_answer_prob=prob_sum / seen,
+        counterfactual_accuracy=float(cf_hit.mean()),
+        counterfactual_answer_prob=float(cf_p.mean()),
+        per_template=stats,
+        few_shot=few_shot,
+    )
+
+
+Pairs = Union[Sequence[PromptPair], PairSet, PairBatch]
+
+
+def as_batch(pairs: Pairs, model: HookedTransformer) -> PairBatch:
+    """Pairs as a right-padded batch on the model's device (a ``PairBatch`` is moved there)."""
+    if isinstance(pairs, PairBatch):
+        return pairs.to(model.cfg.device)
+    return PairBatch.from_pairs(list(pairs), pad_token_id(model), device=model.cfg.device)

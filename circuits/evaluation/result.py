@@ -1,0 +1,63 @@
+"""The evaluation step's result: scores per benchmark task, with the config (model, delta, limits) that made them.
+
+``circuits evaluate --out`` takes a folder, or a ``.json`` file (one self-describing file, as earlier versions
+wrote); :meth:`EvalResult.load` reads either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from circuits.io import read_json, write_json
+from circuits.results import Result, ResultError, data_keys, read_config
+
+
+@dataclass
+class EvalResult(Result):
+    """``tasks``: ``{task: {metric: value, "n": documents}}``; accuracies in [0, 1], perplexities as is."""
+
+    kind = "evaluation"
+
+    config: Any
+    tasks: dict[str, dict[str, Any]]
+    arithmetic_by_form: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind, "version": self.version, "config": self.config_json(), "tasks": self.tasks}
+        if self.arithmetic_by_form:
+            out["arithmetic_by_form"] = self.arithmetic_by_form
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        """A folder, or one ``.json`` file when ``path`` ends in ``.json``."""
+        path = Path(path)
+        if path.suffix == ".json":
+            return write_json(path, self.to_json())
+        return super().save(path)
+
+    def _write(self, folder: Path) -> None:
+        write_json(folder / "result.json", {k: v for k, v in self.to_json().items() if k not in ("kind", "version", "config")})
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> EvalResult:
+        if not isinstance(d.get("tasks"), dict):
+            raise ResultError("not an evaluation result (no 'tasks')")
+        return cls(d.get("config", {}), d["tasks"], d.get("arithmetic_by_form", {}))
+
+    @classmethod
+    def load(cls, path: str | Path) -> EvalResult:
+        path = Path(path)
+        if path.is_file():
+            return cls.from_json(read_json(path))
+        return super().load(path)
+
+    @classmethod
+    def recognizes(cls, folder: Path) -> bool:
+        d = data_keys(folder, "result.json")
+        return d is not None and isinstance(d.get("tasks"), dict)
+
+    @classmethod
+    def _read(cls, folder: Path) -> EvalResult:
+        return cls.from_json({"config": read_config(folder), **read_json(folder / "result.json")})

@@ -1,0 +1,228 @@
+"""What the key heads attend to (Section 4.2, 5.2; Figures 5, 7, 16).
+
+:func:`role_attention` reads each chosen head's attention from the END token (the query that
+predicts the answer) to every earlier token, and sums it by the token's role in the prompt: operand
+``A``, operand ``B``, the ``operator``, the ``answer_prefix`` (the template text after the last
+operand or operator up to END, e.g. ``=``, ``equals to``, ``? A:``), the ``few_shot`` prefix, and
+``other`` (the rest of the question, BOS). Roles come from the template spans recorded in
+:attr:`PromptPair.roles`, never from matching strings. Each prompt's roles sum to 1 per head (the
+softmax row); Figure 5 is their mean over prompts.
+
+:func:`attention_html` writes a standalone page of circuitsvis attention views (Figures 7, 16) with
+the JavaScript inlined, so it opens offline.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utils import get_act_name
+
+from circuits.data.pairs import PromptPair, as_batch
+from circuits.io import read_json, write_json, write_text
+from circuits.results import Result, data_keys, read_config
+from circuits.types import Head
+
+ROLE_NAMES = ("A", "B", "operator", "answer_prefix", "few_shot", "other")
+
+
+def role_of_positions(pair: PromptPair) -> list[str]:
+    """The role of every position of the reference prompt (see the module docstring)."""
+    n = len(pair.reference_token_ids)
+    labels = ["other"] * n
+    for i in range(pair.prefix_length):
+        labels[i] = "few_shot"
+    marked = [p for r in ("A", "B", "operator") for p in pair.roles.get(r, ())]
+    if marked:
+        for i in range(max(marked) + 1, n):
+            labels[i] = "answer_prefix"
+    for role in ("operator", "B", "A"):  # an operand wins over an operator on a shared token
+        for p in pair.roles.get(role, ()):
+            labels[p] = role
+    return labels
+
+
+def role_masks(pair: PromptPair) -> Float[Tensor, "role pos"]:
+    labels = role_of_positions(pair)
+    mask = torch.zeros(len(ROLE_NAMES), len(labels))
+    for i, lab in enumerate(labels):
+        mask[ROLE_NAMES.index(lab), i] = 1.0
+    return mask
+
+
+@torch.no_grad()
+def end_attention(
+    model: HookedTransformer, pairs: Sequence[PromptPair], heads: Sequence[Head], batch_size: int = 32
+) -> Float[Tensor, "pair head pos"]:
+    """Attention from END to every position of each reference prompt, for each head (right-padded with 0)."""
+    layers = sorted({l for l, _ in heads})
+    names = {get_act_name("pattern", l) for l in layers}
+    width = max(len(p.reference_token_ids) for p in pairs)
+    out = torch.zeros(len(pairs), len(heads), width)
+    for s in range(0, len(pairs), batch_size):
+        chunk = list(pairs[s : s + batch_size])
+        batch = as_batch(chunk, model)
+        _, cache = model.run_with_cache(batch.reference, names_filter=lambda n: n in names, stop_at_layer=max(layers) + 1)
+        rows = torch.arange(len(chunk), device=batch.end.device)
+        for j, (l, h) in enumerate(heads):
+            pat = cache[get_act_name("pattern", l)][:, h]  # [batch, q, k]
+            out[s : s + len(chunk), j, : pat.shape[-1]] = pat[rows, batch.end].float().cpu()
+    return out
+
+
+@dataclass
+class RoleAttention:
+    """END-row attention per head summed by role: ``per_prompt`` is ``[pair, head, role]``, ``mean`` its mean over pairs."""
+
+    heads: list[Head]
+    roles: tuple[str, ...]
+    per_prompt: Float[Tensor, "pair head role"]
+
+    @property
+    def mean(self) -> Float[Tensor, "head role"]:
+        return self.per_prompt.mean(0)
+
+    def dominant(self) -> dict[str, str]:
+        """The role each head attends to most, on average."""
+        return {f"{l}.{h}": self.roles[int(self.mean[i].argmax())] for i, (l, h) in enumerate(self.heads)}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "heads": [list(h) for h in self.heads],
+            "dominant": self.dominant(),
+            "roles": list(self.roles),
+            "mean": self.mean.tolist(),
+            "std": self.per_prompt.std(0).tolist() if self.per_prompt.shape[0] > 1 else None,
+            "n_prompts": int(self.per_prompt.shape[0]),
+        }
+
+
+def role_attention(model: HookedTransformer, pairs: Sequence[PromptPair], heads: Sequence[Head], batch_size: int = 32) -> RoleAttention:
+    """Each head's END-row attention summed over the positions of each role, for every prompt."""
+    heads = [Head(*h) for h in heads]
+    att = end_attention(model, pairs, heads, batch_size)
+    per = torch.zeros(len(pairs), len(heads), len(ROLE_NAMES))
+    for i, p in enumerate(pairs):
+        m = role_masks(p)  # [role, pos]
+        per[i] = att[i, :, : m.shape[1]] @ m.T
+    return RoleAttention(heads, ROLE_NAMES, per)
+
+
+@torch.no_grad()
+def attention_html(
+    model: HookedTransformer,
+    prompts: Sequence[str | PromptPair],
+    heads: Sequence[Head],
+    path: str | Path | None = None,
+    title: str = "Attention of key heads",
+    last_tokens: int | None = None,
+) -> str:
+    """A standalone HTML page: one circuitsvis ``attention_heads`` view per prompt for ``heads``
+    (Figures 7, 16). The JavaScript is inlined (``local_src``), so the file opens offline.
+
+    ``last_tokens`` crops each view to the last positions (e.g. drop a long few-shot prefix).
+    """
+    import circuitsvis as cv
+
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    names = [f"L{l}H{h}" for l, h in heads]
+    layers = sorted({l for l, _ in heads})
+    filt = {get_act_name("pattern", l) for l in layers}
+    for prompt in prompts:
+        if isinstance(prompt, PromptPair):
+            tokens = torch.tensor([prompt.reference_token_ids], device=model.cfg.device)
+            text = prompt.reference
+        else:
+            tokens = model.to_tokens(prompt)
+            text = prompt
+        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in filt, stop_at_layer=max(layers) + 1)
+        pat = torch.stack([cache[get_act_name("pattern", l)][0, h] for l, h in heads]).float().cpu()
+        strs = model.to_str_tokens(tokens[0])
+        if last_tokens:
+            pat = pat[:, -last_tokens:, -last_tokens:]
+            strs = strs[-last_tokens:]
+        view = cv.attention.attention_heads(attention=pat, tokens=list(strs), attention_head_names=names)
+        parts.append(f"<h3>{html.escape(text[-200:])}</h3>")
+        parts.append(view.local_src)
+    page = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>{}</title></head><body>{}</body></html>".format(
+        html.escape(title), "\n".join(parts)
+    )
+    if path is not None:
+        write_text(path, page)
+    return page
+
+
+def attention_roles(model: HookedTransformer, pairs: Sequence[PromptPair], heads: Sequence[Head], *,
+                    config: Any = None, batch_size: int = 32) -> AttentionRoles:
+    """Figure 5: where each head looks from END, by token role, averaged over the prompts of each operation
+    (pairs are grouped by their ``operation``)."""
+    by_op: dict[str, list[PromptPair]] = {}
+    for p in pairs:
+        by_op.setdefault(p.operation, []).append(p)
+    heads = [Head(*h) for h in heads]
+    return AttentionRoles(config if config is not None else {}, heads,
+                          {op: role_attention(model, ps, heads, batch_size).to_json() for op, ps in by_op.items()})
+
+
+@dataclass
+class AttentionRoles(Result):
+    """Figure 5: each key head's END-row attention by token role, per operation (means over prompts)."""
+
+    kind = "attention_roles"
+
+    config: Any
+    heads: list[Head]
+    by_operation: dict[str, dict[str, Any]]  # operation -> RoleAttention.to_json()
+
+    def figure(self):
+        from circuits.viz.figures import roles_panels
+
+        return roles_panels(self.by_operation)
+
+    def _write(self, folder: Path) -> None:
+        write_json(folder / "data.json", {"heads": [list(h) for h in self.heads], "by_operation": self.by_operation})
+
+    @classmethod
+    def recognizes(cls, folder: Path) -> bool:
+        d = data_keys(folder)
+        return d is not None and "by_operation" in d
+
+    @classmethod
+    def _read(cls, folder: Path) -> AttentionRoles:
+        d = read_json(folder / "data.json")
+        return cls(read_config(folder), [Head(*h) for h in d["heads"]], d["by_operation"])
+
+
+@dataclass
+class AttentionViews(Result):
+    """Figures 7 and 16: circuitsvis views of the key heads on a few prompts, as one offline page."""
+
+    kind = "attention_views"
+
+    config: Any
+    heads: list[Head]
+    prompts: list[str]
+    page: str  # the HTML of :func:`attention_html`
+
+    def _write(self, folder: Path) -> None:
+        write_json(folder / "data.json", {"heads": [list(h) for h in self.heads], "prompts": self.prompts})
+        write_text(folder / "figure.html", self.page)
+
+    @classmethod
+    def recognizes(cls, folder: Path) -> bool:
+        d = data_keys(folder)
+        return d is not None and "prompts" in d and "heads" in d and (folder / "figure.html").is_file()
+
+    @classmethod
+    def _read(cls, folder: Path) -> AttentionViews:
+        d = read_json(folder / "data.json")
+        page = (folder / "figure.html").read_text(encoding="utf-8") if (folder / "figure.html").is_file() else ""
+        return cls(read_config(folder), [Head(*h) for h in d["heads"]], d["prompts"], page)

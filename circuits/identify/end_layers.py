@@ -1,0 +1,227 @@
+"""END-only pieces of a forward pass: what the engine (:mod:`circuits.identify.engine`) runs after a patch.
+
+Attention is causal and a patch at END changes nothing before END, so after a patch at layer ``l`` each later
+layer is one token's work: the MLP on the END vector, and (activation patching) attention from the new END
+query over the reference run's cached keys and values. Each function here mirrors TransformerLens's own
+arithmetic for that piece, so the engine equals the plain ``run_with_hooks`` loop (tests assert it).
+:func:`collect_runs` gathers, in one reference and one counterfactual forward, everything the pieces read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import einops
+import torch
+import torch.nn.functional as F
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utilities.attention import simple_attn_linear
+from transformer_lens.utils import get_act_name
+
+from circuits.data.pairs import PairBatch
+from circuits.identify.metrics import Baseline, Metric
+
+# --- the reference and counterfactual runs ----------------------------------------------------
+
+
+@dataclass
+class Runs:
+    resid_pre: Float[Tensor, "layer pair d_model"]
+    resid_mid: Float[Tensor, "layer pair d_model"]
+    attn_out: Float[Tensor, "layer pair d_model"]
+    z_ref: Float[Tensor, "layer pair head d_head"]
+    z_cf: Float[Tensor, "layer pair head d_head"]
+    mlp_out_cf: Float[Tensor, "layer pair d_model"]
+    keys: list[Tensor]  # per layer [pair, pos, kv_head, d_head] (rotated where rotary), activation mode only
+    values: list[Tensor]
+    ref_end_resid: Float[Tensor, "pair d_model"]
+    cf_end_resid: Float[Tensor, "pair d_model"]
+
+
+def _gather_end(store: dict, name: str, end: Tensor):
+    def hook(act: Tensor, hook) -> None:
+        store[name] = act[torch.arange(act.shape[0], device=act.device), end].detach()
+
+    return hook
+
+
+def _store_full(store: dict, name: str):
+    def hook(act: Tensor, hook) -> None:
+        store[name] = act.detach()
+
+    return hook
+
+
+@torch.no_grad()
+def collect_runs(model: HookedTransformer, batch: PairBatch, need_kv: bool) -> Runs:
+    L = model.cfg.n_layers
+    end = batch.end.to(model.cfg.device)
+    ref: dict[str, Tensor] = {}
+    cf: dict[str, Tensor] = {}
+    rotary = model.cfg.positional_embedding_type == "rotary"
+    ref_hooks = []
+    for l in range(L):
+        for site in ("resid_pre", "resid_mid", "attn_out", "z"):
+            name = get_act_name(site, l)
+            ref_hooks.append((name, _gather_end(ref, name, end)))
+        if need_kv:
+            k_name = f"blocks.{l}.attn.hook_rot_k" if rotary else get_act_name("k", l)
+            ref_hooks.append((k_name, _store_full(ref, k_name)))
+            ref_hooks.append((get_act_name("v", l), _store_full(ref, get_act_name("v", l))))
+    final = get_act_name("resid_post", L - 1)
+    ref_hooks.append((final, _gather_end(ref, final, end)))
+    model.run_with_hooks(batch.reference.to(model.cfg.device), fwd_hooks=ref_hooks, stop_at_layer=L)
+    cf_hooks = [(final, _gather_end(cf, final, end))]
+    for l in range(L):
+        for site in ("z", "mlp_out"):
+            name = get_act_name(site, l)
+            cf_hooks.append((name, _gather_end(cf, name, end)))
+    model.run_with_hooks(batch.counterfactual.to(model.cfg.device), fwd_hooks=cf_hooks, stop_at_layer=L)
+    stack = lambda d, site: torch.stack([d[get_act_name(site, l)] for l in range(L)])  # noqa: E731
+    keys = values = []
+    if need_kv:
+        keys = [ref[f"blocks.{l}.attn.hook_rot_k" if rotary else get_act_name("k", l)] for l in range(L)]
+        values = [ref[get_act_name("v", l)] for l in range(L)]
+    return Runs(
+        resid_pre=stack(ref, "resid_pre"),
+        resid_mid=stack(ref, "resid_mid"),
+        attn_out=stack(ref, "attn_out"),
+        z_ref=stack(ref, "z"),
+        z_cf=stack(cf, "z"),
+        mlp_out_cf=stack(cf, "mlp_out"),
+        keys=keys,
+        values=values,
+        ref_end_resid=ref[final],
+        cf_end_resid=cf[final],
+    )
+
+
+# --- END-only layer pieces --------------------------------------------------------------------
+
+
+def mlp_at_end(model: HookedTransformer, layer: int, x: Float[Tensor, "... d_model"]) -> Tensor:
+    block = model.blocks[layer]
+    shape = x.shape
+    flat = x.reshape(-1, 1, shape[-1])
+    return block.mlp(block.ln2(flat)).reshape(shape)
+
+
+def rotate(model: HookedTransformer, layer: int, x: Float[Tensor, "... n d_head"], pos: Int[Tensor, " pair"]) -> Tensor:
+    """Rotary embedding of ``x`` (``[..., pair, head, d_head]``) at each pair's own position."""
+    attn = model.blocks[layer].attn
+    rd = model.cfg.rotary_dim
+    x_rot, x_pass = x[..., :rd], x[..., rd:]
+    cos = attn.rotary_cos[pos][:, None, :].to(x.dtype)  # [pair, 1, rd]
+    sin = attn.rotary_sin[pos][:, None, :].to(x.dtype)
+    rotated = x_rot * cos + attn.rotate_every_two(x_rot) * sin
+    return torch.cat([rotated, x_pass], dim=-1)
+
+
+def attention_at_end(
+    model: HookedTransformer,
+    layer: int,
+    x: Float[Tensor, "sender pair d_model"],
+    keys: Float[Tensor, "pair pos kv d_head"],
+    values: Float[Tensor, "pair pos kv d_head"],
+    end: Int[Tensor, " pair"],
+) -> Float[Tensor, "sender pair d_model"]:
+    """Attention output at END for new END residuals, with earlier positions from the reference cache."""
+    cfg = model.cfg
+    attn = model.blocks[layer].attn
+    S, P, _ = x.shape
+    xn = model.blocks[layer].ln1(x.reshape(S * P, 1, -1)).reshape(S, P, -1)
+    n_kv = cfg.n_key_value_heads or cfg.n_heads
+    W_K = attn._W_K if cfg.n_key_value_heads else attn.W_K
+    b_K = attn._b_K if cfg.n_key_value_heads else attn.b_K
+    W_V = attn._W_V if cfg.n_key_value_heads else attn.W_V
+    b_V = attn._b_V if cfg.n_key_value_heads else attn.b_V
+    flat = xn.reshape(S * P, 1, -1)
+    q, k, v = (simple_attn_linear(flat, w, b).reshape(S, P, -1, cfg.d_head)
+               for w, b in ((attn.W_Q, attn.b_Q), (W_K, b_K), (W_V, b_V)))
+    if cfg.positional_embedding_type == "rotary":
+        q = rotate(model, layer, q, end)
+        k = rotate(model, layer, k, end)
+    q = einops.rearrange(q, "s p (k g) e -> s p k g e", k=n_kv)
+    scale = attn.attn_scale
+    prefix_scores = torch.einsum("spkge,ptke->spkgt", q, keys) / scale
+    self_score = torch.einsum("spkge,spke->spkg", q, k)[..., None] / scale
+    positions = torch.arange(keys.shape[1], device=x.device)
+    masked = positions[None, :] >= end[:, None]  # [pair, pos]: END itself and padding after it
+    if cfg.window_size is not None and (cfg.use_local_attn or attn.attn_type == "local"):
+        masked = masked | (positions[None, :] <= end[:, None] - cfg.window_size)
+    prefix_scores = prefix_scores.masked_fill(masked[None, :, None, None, :], float("-inf"))
+    pattern = torch.cat([prefix_scores, self_score], dim=-1).float().softmax(-1).to(x.dtype)
+    z = torch.einsum("spkgt,ptke->spkge", pattern[..., :-1], values) + pattern[..., -1:] * v[:, :, :, None, :]
+    return project_z(attn, einops.rearrange(z, "s p k g e -> s p (k g) e"))
+
+
+def project_z(attn, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d_model"]:
+    """Attention output from ``z``, with the same arithmetic as TransformerLens's attention."""
+    w = einops.rearrange(attn.W_O, "h e d -> d (h e)")
+    return F.linear(einops.rearrange(z, "s p h e -> s p (h e)"), w, attn.b_O)
+
+
+def readout(
+    model: HookedTransformer,
+    x: Float[Tensor, "sender pair d_model"],
+    answer: Int[Tensor, " pair"],
+    cf_answer: Int[Tensor, " pair"],
+    custom: Sequence[Metric] = (),
+    rows_per_chunk: int = 4096,
+) -> dict[str, Tensor]:
+    """END quantities of final residuals ``x``: answer logit, logit difference to ``cf_answer``, answer
+    probability and each custom metric's ``logits_fn`` (all ``[sender, pair]``, float32).
+
+    Uses the model's own final norm and unembedding (the same arithmetic as a forward pass). The probability
+    needs a log-sum-exp over the whole vocabulary, so rows are unembedded in chunks of whole senders."""
+    S, P, _ = x.shape
+    per = max(1, rows_per_chunk // P)
+    parts: dict[str, list[Tensor]] = {"logit": [], "logit_diff": [], "prob": [], **{m.name: [] for m in custom}}
+    idx = torch.arange(P, device=x.device)
+    for s in range(0, S, per):
+        logits = model.unembed(model.ln_final(x[s : s + per].reshape(-1, 1, x.shape[-1])))[:, 0].float()
+        logits = logits.reshape(-1, P, logits.shape[-1])  # [sender, pair, vocab]
+        logit = logits[:, idx, answer]
+        parts["logit"].append(logit)
+        parts["logit_diff"].append(logit - logits[:, idx, cf_answer])
+        parts["prob"].append((logit - logits.logsumexp(-1)).exp())
+        for m in custom:
+            parts[m.name].append(torch.stack([m.logits_fn(row).float().reshape(P) for row in logits]))  # type: ignore[misc]
+    return {k: torch.cat(v) for k, v in parts.items()}
+
+
+def baseline_from(model: HookedTransformer, answer: Tensor, runs: Runs, custom: Sequence[Metric] = ()) -> Baseline:
+    """The unpatched reference and counterfactual END quantities (the counterfactual's answer is its top token)."""
+    normed = model.ln_final(runs.cf_end_resid[:, None])[:, 0]
+    cf_answer = model.unembed(normed[:, None])[:, 0].argmax(-1)
+    ref = readout(model, runs.ref_end_resid[None], answer, cf_answer, custom)
+    cf = readout(model, runs.cf_end_resid[None], answer, cf_answer)
+    return Baseline(answer, cf_answer, ref["logit"][0], ref["logit_diff"][0], ref["prob"][0], cf["logit"][0],
+                    cf["logit_diff"][0], cf["prob"][0], custom={m.name: ref[m.name][0] for m in custom})
+
+
+def check_supported(model: HookedTransformer) -> None:
+    cfg = model.cfg
+    problems = []
+    if cfg.parallel_attn_mlp:
+        problems.append("parallel attention/MLP blocks")
+    if getattr(cfg, "use_normalization_before_and_after", False):
+        problems.append("norms after attention and MLP")
+    if cfg.attn_only:
+        problems.append("attention-only models")
+    if cfg.positional_embedding_type not in ("rotary", "standard"):
+        problems.append(f"positional embedding {cfg.positional_embedding_type!r}")
+    if getattr(cfg, "output_logits_soft_cap", -1) and cfg.output_logits_soft_cap > 0:
+        problems.append("logit soft-capping")
+    if getattr(cfg, "attn_scores_soft_cap", -1) and cfg.attn_scores_soft_cap > 0:
+        problems.append("attention soft-capping")
+    if problems:
+        raise ValueError(
+            f"The END-only engine does not support {', '.join(problems)} (model {cfg.model_name}). Accepted: "
+            "pre-norm decoder models with rotary or learned positions, such as Llama, Mistral and GPT-2."
+        )
+
+

@@ -1,0 +1,237 @@
+"""The END-position patching engine (Section 4.1, Algorithm 1, Appendix B).
+
+Two sweeps over every component -- each attention head (``hook_z`` of one head at END) and each MLP
+(``hook_mlp_out`` at END) -- on a batch of prompt pairs:
+
+- **path patching** (the paper's): the sender takes its counterfactual value at END, every other
+  head is frozen at its reference value, MLPs recompute; the receiver is the logits.
+- **activation patching**: the sender takes its counterfactual value at END and everything
+  downstream recomputes.
+
+Why this is exact and fast. Attention is causal and only the END position is changed, so every
+earlier position keeps its reference value in every layer. After a patch at layer ``l`` the work
+left is one token per layer (:mod:`circuits.identify.end_layers`):
+
+- path patching: the frozen heads add their reference attention output at END, and each MLP
+  recomputes on the END vector alone -- no attention is computed at all;
+- activation patching: later attention recomputes at END only; its keys and values at earlier
+  positions are those of the reference run (cached once), and only END's own query, key and value
+  are new.
+
+Many senders share one pass: the END state is a ``[sender, pair, d_model]`` tensor, senders join it
+at their own layer, and the answer logits are read from the unembedding. Chunks of senders keep memory
+within a budget. The plain one-forward-per-component loop lives in :mod:`circuits.identify.reference`;
+tests assert the two agree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+
+from circuits.data.pairs import Pairs, as_batch
+from circuits.identify.end_layers import (
+    attention_at_end,
+    baseline_from,
+    check_supported,
+    collect_runs,
+    mlp_at_end,
+    project_z,
+    readout,
+)
+from circuits.identify.metrics import Baseline, Metric, get_metric
+from circuits.identify.rules import DEFAULT_KEY_RULE, KeyRule, Ranked, rank
+from circuits.types import MODES, Component, Head, Mode
+
+_READOUTS = ("logit", "logit_diff", "prob")
+
+
+@dataclass
+class _View:
+    """Patched quantities of heads (``[layer, head, pair]``) or MLPs (``[layer, pair]``) for a metric."""
+
+    logit: Tensor
+    logit_diff: Tensor
+    prob: Tensor
+    custom: dict[str, Tensor]
+
+
+@dataclass
+class SweepResult:
+    """Patched END quantities for every head and MLP, per pair (float32).
+
+    ``head_*`` are ``[layer, head, pair]`` and ``mlp_*`` are ``[layer, pair]``: the answer logit,
+    the answer-minus-counterfactual-answer logit difference and the answer probability after patching;
+    ``custom`` holds ``(heads, mlps)`` values of custom metrics. Components not swept are NaN.
+    """
+
+    mode: Mode
+    baseline: Baseline
+    head_logit: Float[Tensor, "layer head pair"]
+    head_logit_diff: Float[Tensor, "layer head pair"]
+    head_prob: Float[Tensor, "layer head pair"]
+    mlp_logit: Float[Tensor, "layer pair"]
+    mlp_logit_diff: Float[Tensor, "layer pair"]
+    mlp_prob: Float[Tensor, "layer pair"]
+    custom: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
+    custom_metrics: dict[str, Metric] = field(default_factory=dict)
+
+    def metric(self, metric: str | Metric) -> Metric:
+        if isinstance(metric, str) and metric in self.custom_metrics:
+            return self.custom_metrics[metric]
+        return get_metric(metric)
+
+    def _views(self) -> tuple[_View, _View]:
+        heads = _View(self.head_logit, self.head_logit_diff, self.head_prob, {k: v[0] for k, v in self.custom.items()})
+        mlps = _View(self.mlp_logit, self.mlp_logit_diff, self.mlp_prob, {k: v[1] for k, v in self.custom.items()})
+        return heads, mlps
+
+    def per_pair(self, metric: str | Metric) -> tuple[Float[Tensor, "layer head pair"], Float[Tensor, "layer pair"]]:
+        """The metric for each component and pair."""
+        m = self.metric(metric)
+        heads, mlps = self._views()
+        return m.per_pair(heads, self.baseline), m.per_pair(mlps, self.baseline)
+
+    def effects(self, metric: str | Metric = "relative_logit") -> tuple[Float[Tensor, "layer head"], Float[Tensor, " layer"]]:
+        """The metric over pairs (a mean, or the metric's own aggregate: ``fraction`` is a ratio of means)."""
+        m = self.metric(metric)
+        heads, mlps = self._views()
+        return m.effect(heads, self.baseline), m.effect(mlps, self.baseline)
+
+    def ranked(self, metric: str | Metric = "fraction") -> list[Ranked]:
+        """Every head with its effect, most important first (by the metric's sign)."""
+        m = self.metric(metric)
+        return rank(self.effects(m)[0], m.sign)
+
+    def key_heads(self, rule: str | KeyRule = DEFAULT_KEY_RULE) -> list[Ranked]:
+        """The heads a key rule selects, most important first."""
+        rule = KeyRule.parse(rule, tuple(self.custom_metrics))
+        m = self.metric(rule.metric)
+        return [(Head(*i), e) for i, e in rule.select(self.effects(m)[0], m.sign)]
+
+    def key_mlps(self, rule: str | KeyRule = DEFAULT_KEY_RULE) -> list[tuple[int, float]]:
+        rule = KeyRule.parse(rule, tuple(self.custom_metrics))
+        m = self.metric(rule.metric)
+        return [(i[0], e) for i, e in rule.select(self.effects(m)[1], m.sign)]
+
+    def tensors(self) -> dict[str, Tensor]:
+        """What ``sweep.pt`` stores."""
+        out: dict = {f"{k}_{r}": getattr(self, f"{k}_{r}") for k in ("head", "mlp") for r in _READOUTS}
+        out["baseline"] = self.baseline.to_dict()
+        out["mode"] = self.mode
+        out["custom"] = {k: list(v) for k, v in self.custom.items()}
+        return out
+
+    @classmethod
+    def from_tensors(cls, d: dict, mode: Mode = "path") -> SweepResult:
+        return cls(mode=d.get("mode", mode), baseline=Baseline.from_dict(d["baseline"]),
+                   **{f"{k}_{r}": d[f"{k}_{r}"] for k in ("head", "mlp") for r in _READOUTS},
+                   custom={k: tuple(v) for k, v in d.get("custom", {}).items()})  # type: ignore[misc]
+
+
+def all_components(model: HookedTransformer) -> list[Component]:
+    heads = [Component("head", l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+    return heads + [Component.mlp(l) for l in range(model.cfg.n_layers)]
+
+
+def rows_for_budget(model: HookedTransformer, n_pairs: int, memory_mb: float) -> int:
+    """Senders per chunk so that one chunk's working tensors fit ``memory_mb``."""
+    cfg = model.cfg
+    per_row = cfg.d_model * 6 + (cfg.d_mlp or 4 * cfg.d_model) * 3 + cfg.n_heads * 64
+    bytes_per = torch.finfo(cfg.dtype).bits // 8
+    rows = int(memory_mb * 2**20 / (per_row * bytes_per))
+    return max(1, rows // max(n_pairs, 1))
+
+
+@torch.no_grad()
+def sweep(
+    model: HookedTransformer,
+    pairs: Pairs,
+    mode: Mode = "path",
+    *,
+    components: Sequence[Component] | None = None,
+    metrics: Sequence[str | Metric] = (),
+    memory_mb: float = 1024,
+    progress: bool = True,
+) -> SweepResult:
+    """Patch every component's END value from the counterfactual run, one END-only pass for many.
+
+    Args:
+        model: a ``HookedTransformer`` (fp32, bf16 or fp16; grouped-query attention supported).
+        pairs: prompt pairs: a list of :class:`~circuits.data.pairs.PromptPair`, a ``PairSet`` or a ``PairBatch``.
+        mode: ``"path"`` (other heads frozen at their reference values) or ``"activation"``.
+        components: senders to patch (default: every head and MLP); others are left NaN.
+        metrics: custom metrics (:func:`~circuits.identify.metrics.logits_metric`) to compute besides the
+            built-in ones, which are always available.
+        memory_mb: working-memory budget that sets how many senders share a pass.
+        progress: show a progress bar over chunks.
+    """
+    if mode not in MODES:
+        raise ValueError(f"Unknown mode {mode!r}; accepted: {', '.join(MODES)}")
+    check_supported(model)
+    custom = [m for m in map(get_metric, metrics) if m.logits_fn is not None]
+    batch = as_batch(pairs, model)
+    cfg = model.cfg
+    L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
+    device = cfg.device
+    runs = collect_runs(model, batch, need_kv=(mode == "activation"))
+    base = baseline_from(model, batch.answer.to(device), runs, custom)
+    end = batch.end.to(device)
+    comps = sorted(components or all_components(model), key=Component.sort_key)
+    for c in comps:
+        if not 0 <= c.layer < L or (c.kind == "head" and not (c.head is not None and 0 <= c.head < H)):
+            raise ValueError(f"Component {c} is outside this model ({L} layers x {H} heads).")
+
+    names = [*_READOUTS, *(m.name for m in custom)]
+    heads_out = {k: torch.full((L, H, P), float("nan")) for k in names}
+    mlps_out = {k: torch.full((L, P), float("nan")) for k in names}
+    per_chunk = rows_for_budget(model, P, memory_mb)
+    chunks = [comps[i : i + per_chunk] for i in range(0, len(comps), per_chunk)]
+    bar = tqdm(total=len(comps), desc=f"{mode} patching", unit="comp", disable=not progress)
+    for chunk in chunks:
+        x, owners = None, []
+        for layer in range(chunk[0].layer, L):
+            if x is not None:  # rows already past their sender layer: attention at this layer
+                if mode == "path":
+                    x = x + runs.attn_out[layer][None]
+                else:
+                    x = x + attention_at_end(model, layer, x, runs.keys[layer], runs.values[layer], end)
+            heads = [c for c in chunk if c.layer == layer and c.kind == "head"]
+            if heads:
+                # z at END with one head from the counterfactual run, projected like a forward pass does.
+                idx = torch.tensor([c.head for c in heads], device=device)
+                z = runs.z_ref[layer][None].repeat(len(heads), 1, 1, 1)  # [n, pair, head, d_head]
+                rows = torch.arange(len(heads), device=device)
+                z[rows, :, idx] = runs.z_cf[layer][:, idx].transpose(0, 1)
+                new = runs.resid_pre[layer][None] + project_z(model.blocks[layer].attn, z)
+                x = new if x is None else torch.cat([x, new])
+                owners += heads
+            if x is not None:
+                x = x + mlp_at_end(model, layer, x)
+            mlps = [c for c in chunk if c.layer == layer and c.kind == "mlp"]
+            if mlps:
+                new = (runs.resid_mid[layer] + runs.mlp_out_cf[layer])[None].expand(len(mlps), -1, -1)
+                x = new if x is None else torch.cat([x, new])
+                owners += mlps
+        assert x is not None
+        values = {k: v.cpu() for k, v in readout(model, x, base.answer, base.cf_answer, custom).items()}
+        for i, c in enumerate(owners):
+            for k in names:
+                if c.kind == "head":
+                    heads_out[k][c.layer, c.head] = values[k][i]
+                else:
+                    mlps_out[k][c.layer] = values[k][i]
+        bar.update(len(chunk))
+    bar.close()
+    return SweepResult(
+        mode=mode, baseline=base.to("cpu"),
+        **{f"head_{k}": heads_out[k] for k in _READOUTS}, **{f"mlp_{k}": mlps_out[k] for k in _READOUTS},
+        custom={m.name: (heads_out[m.name], mlps_out[m.name]) for m in custom},
+        custom_metrics={m.name: m for m in custom},
+    )

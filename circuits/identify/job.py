@@ -1,0 +1,109 @@
+"""The identify job: build prompt pairs, sweep every head and MLP, pick the key components (Section 4.1).
+
+:func:`identify` returns an :class:`~circuits.identify.result.IdentifyResult` for one task;
+:func:`run_identify` writes one folder per task, and for ``--task all`` the four operations one by one
+(each in its own sub-folder, skipped when already finished with the same config, so an interrupted run
+resumes) and then a combined sweep over pairs drawn evenly from the four, in ``all/``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from transformer_lens import HookedTransformer
+
+from circuits.config import same_config
+from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs
+from circuits.data.templates import OPERATIONS
+from circuits.identify.config import IdentifyConfig
+from circuits.identify.engine import sweep
+from circuits.identify.result import IdentifyResult
+from circuits.io import read_json
+from circuits.models.loading import load_model
+from circuits.results import MARKER
+
+
+def identify(
+    model: HookedTransformer, pairs: Pairs | None = None, config: IdentifyConfig | None = None, *,
+    progress: bool = True, **kwargs: Any,
+) -> IdentifyResult:
+    """Sweep ``pairs`` (built from ``config`` when not given) and keep what picks the key components.
+
+    ``config`` fields may be given as keywords instead: ``identify(model, task="addition", n_pairs=32)``.
+    """
+    config = (config.replace(**kwargs) if kwargs else config) if config is not None else IdentifyConfig(**kwargs)
+    start = time.perf_counter()
+    stats: dict[str, Any] = {}
+    if pairs is None:
+        pairs = build_pairs(model, config.pair_config())
+    if isinstance(pairs, PairSet):
+        stats = pairs.stats()
+        pairs = pairs.pairs
+    pairs = list(pairs)
+    result = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress)  # type: ignore[arg-type]
+    return IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
+
+
+def finished(folder: Path, config: IdentifyConfig) -> bool:
+    """True when ``folder`` holds a finished identify result made by the same config (for resuming)."""
+    if not (folder / "config.json").is_file() or not ((folder / MARKER).is_file() or (folder / "summary.json").is_file()):
+        return False
+    try:
+        return same_config(read_json(folder / "config.json"), config)
+    except ValueError:
+        return False
+
+
+def run_identify(config: IdentifyConfig, out: str | Path, model: HookedTransformer | None = None,
+                 progress: bool = True) -> dict[str, Path]:
+    """Run the job; returns the folder written for each task."""
+    out = Path(out)
+    tasks = list(OPERATIONS) if config.task == "all" else [config.task]
+    folders = {t: (out / t if config.task == "all" else out) for t in tasks}
+    results: dict[str, IdentifyResult] = {}
+    for task in tasks:
+        cfg = config.for_task(task)
+        folder = folders[task]
+        if finished(folder, cfg):
+            print(f"[{task}] already done with this config: {folder} (resumed)")
+            results[task] = IdentifyResult.load(folder)
+            continue
+        model = model or load_model(config.model, dtype=config.dtype)
+        results[task] = identify(model, config=cfg, progress=progress)
+        results[task].save(folder)
+        _print_summary(task, results[task], folder)
+    if config.task == "all":
+        # Figure 2 pools the four operations: an even draw of pairs from each.
+        folder = out / "all"
+        if finished(folder, config):
+            print(f"[all] already done with this config: {folder} (resumed)")
+        else:
+            model = model or load_model(config.model, dtype=config.dtype)
+            rng = random.Random(config.seed)
+            per = max(1, config.n_pairs // len(tasks))
+            pooled: list[PromptPair] = [p for t in tasks for p in rng.sample(results[t].pairs, min(per, len(results[t].pairs)))]
+            result = identify(model, pooled, config, progress=progress)
+            subs = [results[t] for t in tasks]
+            result.pair_stats = {
+                "accuracy": sum(r.pair_stats.get("accuracy") or 0 for r in subs) / len(subs),
+                "mean_answer_prob": sum(r.pair_stats.get("mean_answer_prob") or 0 for r in subs) / len(subs),
+            }
+            result.per_task = {t: {k: r.summary()[k] for k in ("accuracy", "mean_answer_prob", "counterfactual_accuracy",
+                                                               "counterfactual_answer_prob", "n_pairs")}
+                               for t, r in results.items()}
+            result.save(folder)
+            _print_summary("all", result, folder)
+        folders["all"] = folder
+    return folders
+
+
+def _print_summary(task: str, result: IdentifyResult, folder: Path) -> None:
+    s = result.summary()
+    heads = ", ".join(f"{h} ({e:+.3f})" for h, e in result.key_heads()[:8])
+    acc = s["accuracy"]
+    print(f"[{task}] {s['n_pairs']} pairs, accuracy before filtering {acc:.0%}, " if acc is not None else f"[{task}] ",
+          f"counterfactual keeps the answer {s['counterfactual_accuracy']:.0%}; {len(result.key_heads())} key heads by "
+          f"{result.key_rule}: {heads}; {result.seconds:.0f} s -> {folder / 'heads.html'}", sep="")

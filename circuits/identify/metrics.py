@@ -1,0 +1,140 @@
+"""What a patch is measured by: the unpatched baseline and the metrics (Section 4.1).
+
+The engine reads a few END quantities from every patched row -- the answer's logit, its difference to the
+counterfactual run's top token, the answer's probability -- and a :class:`Metric` turns patched and unpatched
+quantities into an effect. The paper's metric is :data:`RELATIVE_LOGIT`; :data:`FRACTION` (the default key
+rule's) divides the change by the change the whole counterfactual causes, which compares across models.
+
+A metric may also be any function of the patched END logits, as TransformerLens's ``patching_metric`` is
+(:func:`logits_metric`): ``fn(logits: Float[Tensor, "pair d_vocab"]) -> Float[Tensor, " pair"]``. Its effect
+is its change from the unpatched reference run, averaged over pairs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Protocol
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+LogitsFn = Callable[[Float[Tensor, "pair d_vocab"]], Float[Tensor, " pair"]]
+
+
+@dataclass
+class Baseline:
+    """END quantities of the unpatched runs, one value per pair (float32).
+
+    ``custom`` holds each custom metric's value on the reference run (:func:`logits_metric`).
+    """
+
+    answer: Int[Tensor, " pair"]
+    cf_answer: Int[Tensor, " pair"]  # the counterfactual run's top prediction
+    logit: Float[Tensor, " pair"]  # answer logit, reference run
+    logit_diff: Float[Tensor, " pair"]  # logit(answer) - logit(cf_answer), reference run
+    prob: Float[Tensor, " pair"]
+    cf_logit: Float[Tensor, " pair"]  # answer logit, counterfactual run
+    cf_logit_diff: Float[Tensor, " pair"]
+    cf_prob: Float[Tensor, " pair"]
+    custom: dict[str, Tensor] = field(default_factory=dict)
+
+    def to(self, device: str | torch.device) -> Baseline:
+        return Baseline(**{f.name: getattr(self, f.name).to(device) for f in fields(self) if f.name != "custom"},
+                        custom={k: v.to(device) for k, v in self.custom.items()})
+
+    def select(self, idx: Tensor | slice | list[int]) -> Baseline:
+        return Baseline(**{f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "custom"},
+                        custom={k: v[idx] for k, v in self.custom.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Baseline:
+        return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
+
+    @property
+    def full_effect(self) -> Float[Tensor, " pair"]:
+        """How much the whole counterfactual prompt moves the answer logit."""
+        return self.cf_logit - self.logit
+
+
+class Patched(Protocol):
+    """Patched END quantities, ``[..., pair]`` (a :class:`~circuits.identify.engine.SweepResult` view)."""
+
+    logit: Tensor
+    logit_diff: Tensor
+    prob: Tensor
+    custom: dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A way to score a patch.
+
+    ``per_pair(patched, baseline)`` gives the effect per pair (``[..., pair]``); ``effect`` averages it over
+    pairs (``aggregate`` overrides that, e.g. a ratio of means). ``sign`` says which direction is important:
+    ``-1`` when a drop of the answer matters, ``+1`` when a large value does; rules and rankings use it.
+    """
+
+    name: str
+    doc: str
+    sign: int
+    per_pair: Callable[[Any, Baseline], Tensor]
+    aggregate: Callable[[Any, Baseline], Tensor] | None = None
+    logits_fn: LogitsFn | None = None  # custom metrics: computed by the engine on every patched row
+
+    def effect(self, patched: Any, base: Baseline) -> Tensor:
+        if self.aggregate is not None:
+            return self.aggregate(patched, base)
+        return self.per_pair(patched, base).mean(-1)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _fraction_of_means(p: Any, b: Baseline) -> Tensor:
+    # A ratio of means: per-pair ratios explode when one pair's full effect is near 0.
+    return (p.logit - b.logit).mean(-1) / b.full_effect.mean()
+
+
+RELATIVE_LOGIT = Metric(
+    "relative_logit", "mean over pairs of (patched - original) / original answer logit (the paper's metric)", -1,
+    lambda p, b: (p.logit - b.logit) / b.logit)
+FRACTION = Metric(
+    "fraction", "mean change of the answer logit over the mean change the full counterfactual causes", 1,
+    lambda p, b: (p.logit - b.logit) / b.full_effect, _fraction_of_means)
+LOGIT_DIFF = Metric(
+    "logit_diff", "mean change of logit(answer) - logit(counterfactual run's answer)", -1,
+    lambda p, b: p.logit_diff - b.logit_diff)
+PROB = Metric("prob", "mean change of the answer probability", -1, lambda p, b: p.prob - b.prob)
+
+METRICS: dict[str, Metric] = {m.name: m for m in (RELATIVE_LOGIT, FRACTION, LOGIT_DIFF, PROB)}
+METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
+
+
+def get_metric(metric: str | Metric) -> Metric:
+    """A metric by name (``relative_logit``, ``fraction``, ``logit_diff``, ``prob``) or as given."""
+    if isinstance(metric, Metric):
+        return metric
+    try:
+        return METRICS[metric]
+    except (KeyError, TypeError):
+        raise ValueError(f"Unknown metric {metric!r}; accepted: {', '.join(METRICS)} or a Metric") from None
+
+
+def logits_metric(fn: LogitsFn, name: str = "custom", sign: int = -1, doc: str = "") -> Metric:
+    """A metric from a function of the END logits, as TransformerLens's ``patching_metric``.
+
+    ``fn(logits)`` takes ``[pair, d_vocab]`` END logits (float32, pairs in batch order) and returns one value per
+    pair. The effect is ``fn(patched) - fn(reference)``, averaged over pairs; ``sign`` says whether a drop
+    (``-1``) or a rise (``+1``) is important.
+    """
+    if name in METRICS:
+        raise ValueError(f"{name!r} is a built-in metric; give the custom metric another name")
+    if sign not in (-1, 1):
+        raise ValueError("sign must be -1 (a drop is important) or +1")
+    return Metric(name, doc or f"change of {getattr(fn, '__name__', 'a custom function')} of the END logits", sign,
+                  lambda p, b: p.custom[name] - b.custom[name], None, fn)

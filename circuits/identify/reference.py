@@ -1,0 +1,107 @@
+"""Plain patching: one ``run_with_hooks`` per component, as a TransformerLens user writes it.
+
+Slow on purpose. It is the reference the engine in :mod:`circuits.identify.engine` is tested against (its
+baseline too: :func:`baseline_plain` reads the unpatched quantities from two full forward passes), and the
+baseline of ``benchmarks/sweep_speed.py``. For path patching the hooks also freeze every other
+head's ``hook_z`` at its reference value (every position), so only paths through MLPs and the
+residual stream carry the sender's change.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import ActivationCache, HookedTransformer
+from transformer_lens.utils import get_act_name
+
+from circuits.data.pairs import PairBatch
+from circuits.identify.metrics import Baseline
+from circuits.types import Component, Mode
+
+
+def _end_values(logits: Tensor, batch: PairBatch, base: Baseline) -> tuple[Tensor, Tensor, Tensor]:
+    rows = torch.arange(logits.shape[0])
+    end_logits = logits[rows, batch.end].float()
+    logit = end_logits[rows, base.answer]
+    ld = logit - end_logits[rows, base.cf_answer]
+    prob = end_logits.softmax(-1)[rows, base.answer]
+    return logit.cpu(), ld.cpu(), prob.cpu()
+
+
+@torch.no_grad()
+def baseline_plain(model: HookedTransformer, batch: PairBatch) -> Baseline:
+    """The unpatched END quantities from two full forward passes (no cache, no END-only shortcut)."""
+    rows = torch.arange(len(batch))
+    ref = model(batch.reference)[rows, batch.end].float()
+    cf = model(batch.counterfactual)[rows, batch.end].float()
+    answer, cf_answer = batch.answer, cf.argmax(-1)
+
+    def values(logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        logit = logits[rows, answer]
+        return logit, logit - logits[rows, cf_answer], logits.softmax(-1)[rows, answer]
+
+    return Baseline(answer.cpu(), cf_answer.cpu(), *(t.cpu() for t in (*values(ref), *values(cf))))
+
+
+@torch.no_grad()
+def cache_runs(model: HookedTransformer, batch: PairBatch) -> tuple[ActivationCache, ActivationCache]:
+    """``hook_z`` of the reference run; ``hook_z`` and ``hook_mlp_out`` of the counterfactual run."""
+    _, ref_cache = model.run_with_cache(batch.reference, names_filter=lambda n: n.endswith("hook_z"))
+    _, cf_cache = model.run_with_cache(
+        batch.counterfactual, names_filter=lambda n: n.endswith("hook_z") or n.endswith("hook_mlp_out")
+    )
+    return ref_cache, cf_cache
+
+
+@torch.no_grad()
+def patch_component_plain(
+    model: HookedTransformer,
+    batch: PairBatch,
+    component: Component,
+    mode: Mode,
+    base: Baseline,
+    caches: tuple[ActivationCache, ActivationCache] | None = None,
+) -> tuple[Float[Tensor, " pair"], Float[Tensor, " pair"], Float[Tensor, " pair"]]:
+    """Answer logit, logit difference and answer probability after patching one component."""
+    rows = torch.arange(len(batch))
+    end = batch.end
+    ref_cache, cf_cache = caches or cache_runs(model, batch)
+
+    def freeze_z(z: Tensor, hook, layer: int) -> Tensor:
+        z = ref_cache[get_act_name("z", layer)].clone()
+        if component.kind == "head" and component.layer == layer:
+            z[rows, end, component.head] = cf_cache[get_act_name("z", layer)][rows, end, component.head]
+        return z
+
+    def patch_z(z: Tensor, hook) -> Tensor:
+        z = z.clone()
+        z[rows, end, component.head] = cf_cache[hook.name][rows, end, component.head]
+        return z
+
+    def patch_mlp(out: Tensor, hook) -> Tensor:
+        out = out.clone()
+        out[rows, end] = cf_cache[hook.name][rows, end]
+        return out
+
+    hooks = []
+    if mode == "path":
+        hooks += [(get_act_name("z", l), partial(freeze_z, layer=l)) for l in range(model.cfg.n_layers)]
+    elif component.kind == "head":
+        hooks.append((get_act_name("z", component.layer), patch_z))
+    if component.kind == "mlp":
+        hooks.append((get_act_name("mlp_out", component.layer), patch_mlp))
+    logits = model.run_with_hooks(batch.reference, fwd_hooks=hooks)
+    return _end_values(logits, batch, base)
+
+
+@torch.no_grad()
+def sweep_plain(
+    model: HookedTransformer, batch: PairBatch, mode: Mode, components: list[Component]
+) -> tuple[Baseline, dict[Component, tuple[Tensor, Tensor, Tensor]]]:
+    """The plain loop over ``components``: its own baseline, and ``{component: (logit, logit_diff, prob)}`` per pair."""
+    base = baseline_plain(model, batch)
+    caches = cache_runs(model, batch)
+    return base, {c: patch_component_plain(model, batch, c, mode, base, caches) for c in components}

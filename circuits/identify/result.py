@@ -1,0 +1,290 @@
+"""The identify step's result: the pairs, the sweep over every component, and the key components (Figure 2).
+
+:class:`IdentifyResult` is what ``circuits identify`` writes and what everything downstream reads heads from
+(``circuits finetune --heads-from``, the figure scripts, the report). Its ranking is the sweep's one ranking
+(:func:`circuits.identify.rules.rank`) and returns every head.
+
+A saved folder holds ``summary.json`` (effects in every metric, key heads and MLPs, pair statistics; for
+people and other tools), ``pairs.jsonl`` (the exact token ids), ``sweep.pt`` (per-pair patched values, from
+which every metric is recomputed), ``heads.html`` (the heatmap), ``config.json`` and ``circuits.json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from circuits.data.pairs import PromptPair
+from circuits.identify.config import IdentifyConfig
+from circuits.identify.engine import SweepResult
+from circuits.identify.metrics import METRICS, Metric, get_metric
+from circuits.identify.rules import KeyRule, Ranked, rank
+from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.results import Result, ResultError, data_keys, read_config
+from circuits.types import Head
+
+SUMMARY_FIELDS = ("n_candidates", "accuracy", "mean_answer_prob", "few_shot", "per_template")
+
+
+@dataclass
+class IdentifyResult(Result):
+    """One task's identify result.
+
+    ``config`` is the :class:`~circuits.identify.job.IdentifyConfig` (as saved); ``pair_stats`` what the model
+    did on every candidate before filtering (accuracy, answer probability, per template). ``sweep`` holds the
+    per-pair patched values; a result saved by an older script may hold only mean effects (``saved_effects``,
+    ``{metric: (heads, mlps)}``).
+    """
+
+    kind = "identify"
+    version = 2
+
+    config: IdentifyConfig
+    pairs: list[PromptPair]
+    sweep: SweepResult | None
+    pair_stats: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    per_task: dict[str, Any] | None = None
+    saved_effects: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
+
+    # --- the one ranking --------------------------------------------------------------------------
+
+    @property
+    def key_rule(self) -> KeyRule:
+        return KeyRule.parse(self.config.key_rule, tuple(self._custom()))
+
+    @property
+    def task(self) -> str:
+        return self.config.task
+
+    @property
+    def model_name(self) -> str:
+        return self.config.model
+
+    def metric(self, metric: str | Metric | None = None) -> Metric:
+        if metric is None:
+            metric = self.key_rule.metric
+        if self.sweep is not None:
+            return self.sweep.metric(metric)
+        return get_metric(metric)
+
+    def effects(self, metric: str | Metric | None = None) -> tuple[Float[Tensor, "layer head"], Float[Tensor, " layer"]]:
+        """Mean effects of every head and MLP by ``metric`` (default: the key rule's)."""
+        m = self.metric(metric)
+        if self.sweep is not None:
+            return self.sweep.effects(m)
+        if m.name not in self.saved_effects:
+            raise ResultError(f"This identify result was saved with effects in {', '.join(self.saved_effects)} only, "
+                              f"not {m.name}; rerun circuits identify to get every metric")
+        return self.saved_effects[m.name]
+
+    def ranked(self, metric: str | Metric | None = None) -> list[Ranked]:
+        """Every head with its effect, most important first (default metric: the key rule's)."""
+        m = self.metric(metric)
+        return rank(self.effects(m)[0], m.sign)
+
+    def key_heads(self, rule: str | KeyRule | None = None) -> list[Ranked]:
+        """The heads ``rule`` selects (default: the rule the result was made with), most important first."""
+        rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
+        m = self.metric(rule.metric)
+        return [(Head(*i), e) for i, e in rule.select(self.effects(m)[0], m.sign)]
+
+    def key_mlps(self, rule: str | KeyRule | None = None) -> list[tuple[int, float]]:
+        rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
+        m = self.metric(rule.metric)
+        return [(i[0], e) for i, e in rule.select(self.effects(m)[1], m.sign)]
+
+    def top_heads(self, k: int, rule: str | KeyRule | None = None) -> list[Head]:
+        """``k`` heads: the key heads first, then the rest of the same metric's ranking (how fine-tuning and the
+        knockout curves take "the top k")."""
+        rule = self.key_rule if rule is None else KeyRule.parse(rule)
+        heads = [h for h, _ in self.key_heads(rule)][:k]
+        for h, _ in self.ranked(rule.metric):
+            if len(heads) >= k:
+                break
+            if h not in heads:
+                heads.append(h)
+        if len(heads) < k:
+            raise ResultError(f"This identify result ranks only {len(heads)} heads, fewer than {k}")
+        return heads
+
+    def top_mlps(self, k: int) -> list[int]:
+        """The key MLPs first, then the rest by the key rule's metric."""
+        m = self.metric()
+        mlps = [l for l, _ in self.key_mlps()][:k]
+        for (l,), _ in KeyRule(m.name, top_k=10**9).select(self.effects(m)[1], m.sign):
+            if len(mlps) >= k:
+                break
+            if l not in mlps:
+                mlps.append(l)
+        if len(mlps) < k:
+            raise ResultError(f"This identify result ranks only {len(mlps)} MLPs, fewer than {k}")
+        return mlps
+
+    def _custom(self) -> dict[str, Metric]:
+        return self.sweep.custom_metrics if self.sweep is not None else {}
+
+    # --- summary, figure, files --------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        """The ``summary.json`` content: effects in every metric, the key components, pair statistics."""
+        rule = self.key_rule
+        metrics = {}
+        for name in (*METRICS, *self._custom()) if self.sweep is not None else self.saved_effects:
+            m = self.metric(name)
+            heads, mlps = self.effects(m)
+            metrics[name] = {"head_effects": heads.tolist(), "mlp_effects": mlps.tolist(), "meaning": m.doc,
+                             "important_sign": m.sign}
+        key_heads = self.key_heads()
+        n_heads = self.effects()[0].numel()
+        out: dict[str, Any] = {
+            "model": self.model_name, "task": self.task, "mode": self.config.mode, "n_pairs": len(self.pairs),
+            **{k: self.pair_stats.get(k) for k in SUMMARY_FIELDS},
+        }
+        if self.sweep is not None:
+            b = self.sweep.baseline
+            out["counterfactual_accuracy"] = float((b.cf_answer == b.answer).float().mean())
+            out["counterfactual_answer_prob"] = float(b.cf_prob.mean())
+            out["baseline"] = {
+                "answer_logit": float(b.logit.mean()), "counterfactual_answer_logit": float(b.cf_logit.mean()),
+                "full_effect_relative_logit": float(((b.cf_logit - b.logit) / b.logit).mean()),
+                "answer_prob": float(b.prob.mean()), "counterfactual_answer_prob": float(b.cf_prob.mean()),
+                "logit_diff": float(b.logit_diff.mean()),
+            }
+        paper = metrics.get("relative_logit") or next(iter(metrics.values()))
+        out.update({
+            "metric": "relative_logit", "head_effects": paper["head_effects"], "mlp_effects": paper["mlp_effects"],
+            "metrics": metrics, "key_rule": rule.to_json(),
+            "key_heads": [[l, h, e] for (l, h), e in key_heads],
+            "key_mlps": [[l, e] for l, e in self.key_mlps()],
+            "fraction_key_heads": len(key_heads) / n_heads,
+            "ranked_heads": [[l, h, e] for (l, h), e in self.ranked()],
+            "seconds": self.seconds,
+            "config": self.config_json(),
+        })
+        if self.per_task is not None:
+            out["per_task"] = self.per_task
+        return out
+
+    def figure(self, metric: str | Metric = "relative_logit"):
+        """Figure 2 for this task: every head and MLP by ``metric``, key heads boxed."""
+        from circuits.viz.figures import head_heatmap
+
+        heads, mlps = self.effects(metric)
+        m = self.metric(metric)
+        return head_heatmap(
+            heads, mlps, percent=m.name in ("relative_logit", "fraction", "prob"), metric_label=m.doc,
+            title=(f"{self.task}: {self.config.mode} patching at END on {self.model_name} ({len(self.pairs)} "
+                   f"pairs), {m.name}; boxed: key heads by {self.key_rule}"),
+            key_heads=[h for h, _ in self.key_heads()],
+        )
+
+    def _write(self, folder: Path) -> None:
+        from circuits.viz.figures import write_figure
+
+        write_json(folder / "summary.json", self.summary())
+        write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in self.pairs])
+        if self.sweep is not None:
+            save_torch(self.sweep.tensors(), folder / "sweep.pt")
+        write_figure(self.figure(), folder / "heads.html")
+
+    @classmethod
+    def recognizes(cls, folder: Path) -> bool:
+        s = data_keys(folder, "summary.json")
+        if s is not None and "head_effects" in s and "key_heads" in s:
+            return True
+        d = data_keys(folder)  # experiments/fig2_key_heads.py before results had kinds
+        return d is not None and isinstance(d.get("head_effects"), list) and "mlp_effects" in d and "top_heads" in d
+
+    @classmethod
+    def _read(cls, folder: Path) -> IdentifyResult:
+        config = read_config(folder)
+        if (folder / "summary.json").is_file():
+            summary = read_json(folder / "summary.json")
+            config = IdentifyConfig.from_json(config or summary.get("config", {}))
+        else:  # a Figure 2 script folder from before results had kinds: mean effects only
+            d = read_json(folder / "data.json")
+            effects = {"relative_logit": (torch.tensor(d["head_effects"]), torch.tensor(d["mlp_effects"]))}
+            if "head_fraction" in d:
+                effects["fraction"] = (torch.tensor(d["head_fraction"]), torch.tensor(d["mlp_fraction"]))
+            config = IdentifyConfig.from_json({**config, "key_rule": "top20:relative_logit"})
+            return cls(config, [], None, dict(d.get("pair_stats", {})), 0.0, None, effects)
+        pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")] if (folder / "pairs.jsonl").is_file() else []
+        sweep, saved = None, {}
+        if (folder / "sweep.pt").is_file():
+            try:
+                tensors = torch.load(folder / "sweep.pt", map_location="cpu", weights_only=True)
+            except Exception as err:  # torch raises several types for truncated or foreign files
+                raise ResultError(f"{folder / 'sweep.pt'} cannot be read ({type(err).__name__}: {err}); "
+                                  "it may be truncated; rerun circuits identify") from None
+            sweep = SweepResult.from_tensors(tensors, config.mode)  # type: ignore[arg-type]
+        else:
+            saved = {k: (torch.tensor(v["head_effects"]), torch.tensor(v["mlp_effects"]))
+                     for k, v in summary.get("metrics", {}).items()} or {
+                "relative_logit": (torch.tensor(summary["head_effects"]), torch.tensor(summary["mlp_effects"]))}
+        stats = {k: summary.get(k) for k in SUMMARY_FIELDS if k in summary}
+        return cls(config, pairs, sweep, stats, float(summary.get("seconds", 0.0)), summary.get("per_task"), saved)
+
+
+def load_identify(folder: str | Path) -> IdentifyResult:
+    """The identify result in ``folder``; a folder of one result per task (``--task all``) gets an error
+    that names the task folders."""
+    folder = Path(folder)
+    try:
+        return IdentifyResult.load(folder)
+    except (ResultError, FileNotFoundError):
+        tasks = sorted(p.parent.name for p in folder.glob("*/summary.json")) if folder.is_dir() else []
+        if tasks:
+            raise ResultError(f"{folder} holds one identify result per task ({', '.join(tasks)}); pass one of them, "
+                              f"e.g. {folder / tasks[0]}") from None
+        raise ResultError(f"{folder} holds no identify result; pass the output folder of `circuits identify`") from None
+
+
+@dataclass
+class PerOperation(Result):
+    """Figure 15: the key heads of each operation and how many each pair of operations shares."""
+
+    kind = "per_operation"
+
+    config: Any
+    operations: list[str]
+    head_effects: dict[str, list[list[float]]]  # operation -> [layer][head], by ``metric``
+    key_heads: dict[str, list[Head]]
+    metric: str = "fraction"
+    pairs: dict[str, dict[str, Any]] = field(default_factory=dict)  # operation -> accuracy, n_pairs
+
+    @property
+    def overlap(self) -> list[list[int]]:
+        sets = {op: set(map(tuple, self.key_heads[op])) for op in self.operations}
+        return [[len(sets[a] & sets[b]) for b in self.operations] for a in self.operations]
+
+    @classmethod
+    def from_identify(cls, config: Any, results: dict[str, IdentifyResult], top: int) -> PerOperation:
+        ops = list(results)
+        metric = next(iter(results.values())).metric().name
+        return cls(config, ops, {op: r.effects(metric)[0].tolist() for op, r in results.items()},
+                   {op: r.top_heads(top) for op, r in results.items()}, metric,
+                   {op: {"accuracy": r.pair_stats.get("accuracy"), "n_pairs": len(r.pairs)} for op, r in results.items()})
+
+    def _write(self, folder: Path) -> None:
+        write_json(folder / "data.json", {
+            "operations": self.operations, "head_effects": self.head_effects, "metric": self.metric,
+            "key_heads": {op: [list(h) for h in hs] for op, hs in self.key_heads.items()},
+            "overlap": self.overlap, "pairs": self.pairs})
+
+    @classmethod
+    def recognizes(cls, folder: Path) -> bool:
+        d = data_keys(folder)
+        return d is not None and "operations" in d and isinstance(d.get("head_effects"), dict)
+
+    @classmethod
+    def _read(cls, folder: Path) -> PerOperation:
+        d = read_json(folder / "data.json")
+        return cls(read_config(folder), d["operations"], d["head_effects"],
+                   {op: [Head.parse(h) for h in hs] for op, hs in d["key_heads"].items()},
+                   d.get("metric", "relative_logit"), d.get("pairs", {}))

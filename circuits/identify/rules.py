@@ -1,0 +1,99 @@
+"""Rules that pick the key components from a sweep (Section 5.1), and the one head ranking.
+
+A rule is a threshold on one metric or the top k by one metric, written as a string:
+
+- ``relative_logit<-0.05``: the paper's rule (effect below -5% of the answer logit, set on LLaMA2-7B);
+- ``fraction>=0.05``: heads that carry at least 5% of the full counterfactual's effect on the answer
+  logit (the default: it compares across models, see ``docs/identify.md``);
+- ``logit_diff<-0.5``, ``prob<-0.02``: thresholds on the other metrics;
+- ``top10`` or ``top10:relative_logit``: the k most important heads by a metric (default ``fraction``).
+
+"Most important" follows each metric's sign (:attr:`circuits.identify.metrics.Metric.sign`): a drop of the
+answer logit, logit difference or probability; a large positive fraction. :func:`rank` is the only ranking:
+results, knockout curves, fine-tuning and the figures all order heads through it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from circuits.identify.metrics import METRICS
+from circuits.types import Head
+
+DEFAULT_KEY_RULE = "fraction>=0.05"
+Ranked = tuple[Head, float]
+_THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*(\S+)\s*$")
+_TOP = re.compile(r"^\s*top\s*:?\s*(\d+)\s*(?::\s*([A-Za-z_][A-Za-z0-9_]*))?\s*$", re.IGNORECASE)
+_ACCEPTED = ("METRIC<VALUE, METRIC<=VALUE, METRIC>VALUE, METRIC>=VALUE or topK[:METRIC], with METRIC one of "
+             f"{', '.join(METRICS)} (e.g. 'relative_logit<-0.05', 'fraction>=0.05', 'top10')")
+
+
+@dataclass(frozen=True)
+class KeyRule:
+    """A parsed rule: ``metric`` with ``op``/``threshold``, or ``metric`` with ``top_k``."""
+
+    metric: str
+    op: str | None = None
+    threshold: float | None = None
+    top_k: int | None = None
+
+    @classmethod
+    def parse(cls, text: str | KeyRule, custom: tuple[str, ...] = ()) -> KeyRule:
+        """A rule from its text; ``custom`` names custom metrics a rule may also use."""
+        if isinstance(text, KeyRule):
+            return text
+        m = _THRESHOLD.match(text)
+        if m:
+            metric, op, value = m.groups()
+            try:
+                threshold = float(value)
+            except ValueError:
+                raise ValueError(f"Cannot read the threshold {value!r} in key rule {text!r}. Accepted: {_ACCEPTED}.") from None
+            if not math.isfinite(threshold):
+                raise ValueError(f"The threshold in key rule {text!r} must be a finite number. Accepted: {_ACCEPTED}.")
+            rule = cls(metric=metric, op=op, threshold=threshold)
+        elif (m := _TOP.match(text)) is not None:
+            if int(m.group(1)) < 1:
+                raise ValueError(f"Key rule {text!r} selects no heads; use top1 or more.")
+            rule = cls(metric=m.group(2) or "fraction", top_k=int(m.group(1)))
+        else:
+            raise ValueError(f"Cannot read key rule {text!r}. Accepted: {_ACCEPTED}.")
+        if rule.metric not in METRICS and rule.metric not in custom:
+            raise ValueError(f"Unknown metric {rule.metric!r} in key rule {text!r}; accepted: {', '.join((*METRICS, *custom))}")
+        return rule
+
+    def __str__(self) -> str:
+        if self.top_k is not None:
+            return f"top{self.top_k}:{self.metric}"
+        return f"{self.metric}{self.op}{self.threshold:g}"
+
+    def to_json(self) -> dict:
+        return {"rule": str(self), "metric": self.metric, "op": self.op, "threshold": self.threshold, "top_k": self.top_k}
+
+    def select(self, effects: Float[Tensor, "..."], sign: int | None = None) -> list[tuple[tuple[int, ...], float]]:
+        """Indices and effects of the selected entries, most important first (NaN entries never selected).
+
+        ``sign``: the metric's important direction (default: the built-in metric's)."""
+        sign = METRICS[self.metric].sign if sign is None else sign
+        flat = effects.flatten()
+        order = torch.argsort(torch.nan_to_num(flat * sign, nan=-math.inf), descending=True, stable=True)
+        order = order[~torch.isnan(flat[order])]
+        if self.top_k is not None:
+            chosen = order[: self.top_k]
+        else:
+            ops = {"<": torch.lt, "<=": torch.le, ">": torch.gt, ">=": torch.ge}
+            mask = ops[self.op](flat, self.threshold)  # type: ignore[index]
+            chosen = order[mask[order]]
+        return [(tuple(int(v) for v in torch.unravel_index(torch.tensor(i), effects.shape)), float(flat[i]))
+                for i in chosen.tolist()]
+
+
+def rank(head_effects: Float[Tensor, "layer head"], sign: int) -> list[Ranked]:
+    """Every head with its effect, most important first: ``sign=-1`` puts the most negative first."""
+    return [(Head(l, h), e) for (l, h), e in KeyRule(metric="fraction", top_k=head_effects.numel()).select(head_effects, sign)]

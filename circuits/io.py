@@ -1,0 +1,126 @@
+"""Atomic files and folders: the one place results are written.
+
+Every file is written to a temporary sibling and renamed into place, and every result folder is built
+in a temporary sibling folder that replaces the target at the end, so an interrupted job never leaves a
+half-written result, and a failed write removes its temporary file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Dataclasses, tuples, paths, enums and tensors as plain JSON values."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return obj
+
+
+def atomic_write(path: str | Path, write: Callable[[IO], None], mode: str = "w") -> Path:
+    """Call ``write(file)`` on a temporary sibling of ``path``, then rename it into place (mode 0644)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
+            write(f)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def write_json(path: str | Path, data: Any, indent: int = 1) -> Path:
+    """JSON, atomically."""
+    text = json.dumps(to_jsonable(data), indent=indent)  # serialise first: a bad value writes nothing
+    return atomic_write(path, lambda f: f.write(text))
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    return atomic_write(path, lambda f: f.write(text))
+
+
+def save_torch(obj: Any, path: str | Path) -> Path:
+    """``torch.save``, atomically."""
+    import torch
+
+    return atomic_write(path, lambda f: torch.save(obj, f), mode="wb")
+
+
+def read_json(path: str | Path) -> Any:
+    """JSON from ``path``; a missing or corrupt file is one error that names it."""
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ValueError(f"{path} is not valid JSON ({err}); it may be truncated or corrupt") from None
+
+
+def read_jsonl(path: str | Path) -> list[Any]:
+    """JSON Lines; a bad line is one error naming the file and line."""
+    path = Path(path)
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}, line {i}: not valid JSON ({err}); the file may be truncated") from None
+    return out
+
+
+def write_jsonl(path: str | Path, rows: list[Any]) -> Path:
+    text = "".join(json.dumps(to_jsonable(r)) + "\n" for r in rows)
+    return atomic_write(path, lambda f: f.write(text))
+
+
+@contextlib.contextmanager
+def atomic_dir(out: str | Path) -> Iterator[Path]:
+    """Yield a temporary folder that replaces ``out`` when the block finishes without error.
+
+    On error the temporary folder is removed and ``out`` is left as it was.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-tmp-", dir=out.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; results are meant to be shared
+    try:
+        yield tmp
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
+            os.replace(out, old / "x")
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

@@ -1,0 +1,157 @@
+"""Forward passes that read only the last position, running shared few-shot prefixes once.
+
+Prompts built from one template share their few-shot prefix token for token, and the prefix is
+most of each prompt. :func:`end_residuals` runs a shared prefix once into TransformerLens's
+key/value cache, repeats the cache along the batch, and runs only the rest of each prompt. Causal
+attention makes this exact (tests compare it with full forwards).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+HooksFor = Callable[[Hashable, int], list]  # (group key, position offset) -> forward hooks
+
+
+def pad_token_id(model_or_tokenizer: Any) -> int:
+    """The id right padding uses: the tokenizer's pad token, else its EOS, else 0. Right padding never
+    changes anything at or before a row's last real token (causal attention), so the value only has to exist."""
+    tok = getattr(model_or_tokenizer, "tokenizer", model_or_tokenizer)
+    for name in ("pad_token_id", "eos_token_id"):
+        value = getattr(tok, name, None) if tok is not None else None
+        if value is not None:
+            return int(value)
+    return 0
+
+
+FULL_BATCH_LENGTH = 1024  # sequences up to this many tokens run ``batch_size`` at a time; longer ones in fewer
+
+
+def cost_batches(costs: Sequence[int], batch_size: int, budget: int) -> list[range]:
+    """Consecutive batches of rows (costs sorted largest first) with at most ``batch_size`` rows and at
+    most ``budget`` in total cost (a row over budget runs alone)."""
+    out, start = [], 0
+    while start < len(costs):
+        rows = max(1, min(batch_size, budget // max(1, costs[start])))
+        out.append(range(start, min(start + rows, len(costs))))
+        start = out[-1].stop
+    return out
+
+
+def length_batches(lengths: Sequence[int], batch_size: int, full_length: int = FULL_BATCH_LENGTH) -> list[range]:
+    """Batches of rows (sorted longest first): at most ``batch_size`` rows and at most ``batch_size *
+    full_length**2`` attention-pattern cells (rows x length squared), because TransformerLens materialises
+    the whole ``[batch head pos pos]`` pattern (a 5-shot MMLU prompt of 2,900 tokens in a batch of 64 asks
+    for 18 GB)."""
+    return cost_batches([n * n for n in lengths], batch_size, batch_size * full_length**2)
+
+
+def shared_prefix_lengths(token_ids: Sequence[Sequence[int]], min_prefix: int = 32) -> list[int]:
+    """For each row, the length of a prefix it shares with other rows (0: none), such that rows given
+    the same prefix length share exactly that prefix: rows are sorted, and runs of neighbours that share
+    at least ``min_prefix`` tokens get their run's common prefix (always shorter than each row, so
+    every row has at least one token of its own). Few-shot prompts that differ only in the question get
+    their whole few-shot part."""
+    order = sorted(range(len(token_ids)), key=lambda i: tuple(token_ids[i]))
+
+    def lcp(a: Sequence[int], b: Sequence[int]) -> int:
+        n = min(len(a), len(b))
+        k = 0
+        while k < n and a[k] == b[k]:
+            k += 1
+        return k
+
+    out = [0] * len(token_ids)
+    start = 0
+    while start < len(order):
+        common, end = None, start + 1
+        while end < len(order):
+            k = lcp(token_ids[order[end - 1]], token_ids[order[end]])
+            k = k if common is None else min(common, k)
+            if k < min_prefix:
+                break
+            common, end = k, end + 1
+        run = order[start:end]
+        if common is not None:
+            n_pre = min(common, min(len(token_ids[i]) for i in run) - 1)
+            if n_pre >= min_prefix:
+                for i in run:
+                    out[i] = n_pre
+        start = end
+    return out
+
+
+@torch.no_grad()
+def end_residuals(
+    model: HookedTransformer,
+    token_ids: Sequence[Sequence[int]],
+    prefix_lengths: Sequence[int] | None = None,
+    *,
+    group_keys: Sequence[Hashable] | None = None,
+    hooks: HooksFor | None = None,
+    batch_size: int = 64,
+) -> Float[Tensor, "row d_model"]:
+    """The residual stream after the last block at each row's last token.
+
+    Args:
+        token_ids: one token list per row (right-padded internally; pads after the last token never
+            reach it).
+        prefix_lengths: tokens at the start of each row that other rows may share; rows whose
+            prefixes are equal run them once. ``None`` or 0: no sharing.
+        group_keys: rows run together only when their keys are equal (e.g. one key per set of hooks).
+        hooks: ``hooks(key, offset)`` gives the forward hooks for a group; ``offset`` is the position
+            of the first token fed in that call (0 for a prefix, the prefix length for the rest).
+    """
+    device = model.cfg.device
+    L = model.cfg.n_layers
+    groups: dict[tuple, list[int]] = {}
+    for i, ids in enumerate(token_ids):
+        n_pre = prefix_lengths[i] if prefix_lengths else 0
+        key = group_keys[i] if group_keys is not None else None
+        groups.setdefault((key, tuple(ids[:n_pre])), []).append(i)
+    out = torch.empty((len(token_ids), model.cfg.d_model), dtype=model.cfg.dtype, device=device)
+    for (key, pre), rows in groups.items():
+        rows = sorted(rows, key=lambda i: len(token_ids[i]), reverse=True)
+        n_pre = len(pre)
+        # Attention cells of a row: its own tokens (queries) x the prefix and its own tokens (keys).
+        costs = [(len(token_ids[i]) - n_pre) * len(token_ids[i]) for i in rows]
+        for part in cost_batches(costs, batch_size, batch_size * FULL_BATCH_LENGTH**2):
+            chunk = rows[part.start : part.stop]
+            width = max(len(token_ids[i]) for i in chunk)
+            full = torch.zeros((len(chunk), width), dtype=torch.long)
+            for r, i in enumerate(chunk):
+                full[r, : len(token_ids[i])] = torch.tensor(list(token_ids[i]))
+            full = full.to(device)
+            ends = torch.tensor([len(token_ids[i]) - 1 for i in chunk], device=device)
+            if not n_pre or n_pre >= width:
+                with model.hooks(fwd_hooks=hooks(key, 0) if hooks else []):
+                    resid = model(full, stop_at_layer=L)
+            else:
+                cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, 1)
+                prefix = full[:1, :n_pre]
+                with model.hooks(fwd_hooks=hooks(key, 0) if hooks else []):
+                    model(prefix, past_kv_cache=cache, attention_mask=torch.ones_like(prefix), stop_at_layer=L)
+                cache.freeze()
+                n = len(chunk)
+                for e in cache.entries:
+                    e.past_keys = e.past_keys.expand(n, *e.past_keys.shape[1:])
+                    e.past_values = e.past_values.expand(n, *e.past_values.shape[1:])
+                cache.previous_attention_mask = cache.previous_attention_mask.expand(n, -1)
+                body = full[:, n_pre:]
+                with model.hooks(fwd_hooks=hooks(key, n_pre) if hooks else []):
+                    resid = model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=L)
+                ends = ends - n_pre
+            out[torch.tensor(chunk, device=device)] = resid[torch.arange(len(chunk), device=device), ends]
+    return out
+
+
+def unembed_end(model: HookedTransformer, resid: Float[Tensor, "row d_model"]) -> Float[Tensor, "row d_vocab"]:
+    """Logits (float32) from final residuals: the model's own final norm and unembedding."""
+    return model.unembed(model.ln_final(resid[:, None]))[:, 0].float()

@@ -1,0 +1,16 @@
+"""Step 3, fine-tune (Section 4.3, 5.3, Tables 1, 2, 5): Precise SFT of the key heads, and full SFT.
+
+- :mod:`~circuits.sft.plan`: which rows of which tensors a run tunes, and the per-head gradient masks.
+- :mod:`~circuits.sft.train`: the training loop (AdamW on tuned rows only; resumable checkpoints).
+- :mod:`~circuits.sft.delta`: ``delta.pt``, the tuned slices that reproduce the trained model.
+- :mod:`~circuits.sft.data`: the training mixture, tokenized and batched.
+- :mod:`~circuits.sft.compare`: Tables 1 and 2, variants trained from one base and evaluated.
+"""
+
+from circuits.sft.delta import apply_delta, extract_delta
+from circuits.sft.plan import TuningPlan, full_plan, plan_tuning
+from circuits.sft.result import FinetuneResult
+from circuits.sft.train import FinetuneConfig, TrainingDiverged, finetune, plan_for
+
+__all__ = ["FinetuneConfig", "FinetuneResult", "TrainingDiverged", "TuningPlan", "apply_delta", "extract_delta",
+           "finetune", "full_plan", "plan_for", "plan_tuning"]

@@ -1,0 +1,207 @@
+"""Which parameters Precise SFT tunes, and the per-head gradient masks that enforce it (Section 4.3, 5.3).
+
+A *tuning plan* lists, for every parameter tensor that is tuned at all, which rows along its first
+(head) dimension are tuned and the factor their gradient is multiplied by:
+
+- a selected head ``(l, h)`` owns ``W_Q[h]``, ``b_Q[h]``, ``W_O[h]`` of layer ``l`` and, in plain
+  multi-head attention, ``W_K[h]``, ``b_K[h]``, ``W_V[h]``, ``b_V[h]``;
+- grouped-query attention (TransformerLens's ``_W_K/_W_V/_b_K/_b_V``, shape
+  ``[n_kv_heads, d_model, d_head]``) shares one K/V head between ``n_heads // n_kv_heads`` query
+  heads; query head ``h`` reads K/V head ``h // (n_heads // n_kv_heads)``. ``KVPolicy`` says what
+  happens to the shared K/V (see :data:`DEFAULT_KV_POLICY`);
+- a selected MLP owns all its weights and biases (gradient unscaled);
+- ``b_O`` is a per-layer sum over heads, not a head slice, so Precise SFT leaves it frozen;
+- full SFT is the plan with every tensor whole and unscaled.
+
+Head-slice gradients are rescaled by ``H / h`` per layer (``H`` heads in the layer, ``h`` selected in
+it), following the paper (Section 5.3). With Adam the update is almost invariant to a constant gradient
+factor (it enters only against ``eps``), so the factor mainly matters for SGD-like optimizers; it is
+applied exactly as stated either way and tested.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+from torch import Tensor
+from torch.utils.hooks import RemovableHandle
+from transformer_lens import HookedTransformer
+
+from circuits.types import Head
+
+KVPolicy = Literal["shared", "never"]
+# "shared": a K/V head is tuned when any of its query heads is selected. This keeps the paper's
+# Q/K/V/O parameter set for every selected head (on LLaMA2-7B, which has no grouping, K/V are per
+# head); the cost is that the group's other query heads see changed keys/values too. Those heads are
+# listed in ``TuningPlan.side_effect_heads`` so the change is visible. "never" tunes only Q and O.
+DEFAULT_KV_POLICY: KVPolicy = "shared"
+KV_POLICIES: tuple[str, ...] = ("shared", "never")
+
+
+@dataclass(frozen=True)
+class TunedTensor:
+    """One parameter tensor with tuned rows.
+
+    ``rows`` are indices along dim 0 (head or K/V-head index) or ``None`` for the whole tensor.
+    ``scale`` multiplies the gradient of the tuned rows; frozen rows get gradient 0.
+    """
+
+    name: str
+    rows: tuple[int, ...] | None
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class TuningPlan:
+    tensors: tuple[TunedTensor, ...]
+    heads: tuple[Head, ...] = ()
+    mlps: tuple[int, ...] = ()
+    kv_policy: KVPolicy = DEFAULT_KV_POLICY
+    full: bool = False
+    side_effect_heads: tuple[Head, ...] = field(default=())
+
+    @property
+    def names(self) -> list[str]:
+        return [t.name for t in self.tensors]
+
+    def lowest_layer(self) -> int | None:
+        layers = [_layer_of(t.name) for t in self.tensors]
+        if any(layer is None for layer in layers):
+            return 0
+        return min(layers) if layers else None  # type: ignore[type-var]
+
+    def to_json(self) -> dict:
+        return {
+            "full": self.full,
+            "heads": [list(h) for h in self.heads],
+            "mlps": list(self.mlps),
+            "kv_policy": self.kv_policy,
+            "side_effect_heads": [list(h) for h in self.side_effect_heads],
+            "tensors": [{"name": t.name, "rows": None if t.rows is None else list(t.rows), "scale": t.scale} for t in self.tensors],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "TuningPlan":
+        return cls(
+            tensors=tuple(TunedTensor(t["name"], None if t["rows"] is None else tuple(t["rows"]), float(t["scale"])) for t in data["tensors"]),
+            heads=tuple(Head(*h) for h in data["heads"]),
+            mlps=tuple(data["mlps"]),
+            kv_policy=data["kv_policy"],
+            full=data["full"],
+            side_effect_heads=tuple(Head(*h) for h in data.get("side_effect_heads", [])),
+        )
+
+
+def _layer_of(name: str) -> int | None:
+    parts = name.split(".")
+    return int(parts[1]) if parts[0] == "blocks" else None
+
+
+def is_grouped(model: HookedTransformer) -> bool:
+    return hasattr(model.blocks[0].attn, "_W_K")
+
+
+def plan_tuning(
+    model: HookedTransformer,
+    heads: list[Head] | tuple[Head, ...] = (),
+    mlps: list[int] | tuple[int, ...] = (),
+    kv_policy: KVPolicy = DEFAULT_KV_POLICY,
+    rescale: bool = True,
+) -> TuningPlan:
+    """The tuning plan for Precise SFT on ``heads`` (``(layer, head)``) and ``mlps`` (layer indices)."""
+    cfg = model.cfg
+    if kv_policy not in KV_POLICIES:
+        raise ValueError(f"kv_policy must be one of {KV_POLICIES}, got {kv_policy!r}")
+    heads = tuple(sorted(set(Head(int(l), int(h)) for l, h in heads)))
+    mlps = tuple(sorted(set(int(m) for m in mlps)))
+    for l, h in heads:
+        if not (0 <= l < cfg.n_layers and 0 <= h < cfg.n_heads):
+            raise ValueError(f"head {l}.{h} out of range for a model with {cfg.n_layers} layers x {cfg.n_heads} heads")
+    for m in mlps:
+        if not 0 <= m < cfg.n_layers:
+            raise ValueError(f"MLP {m} out of range for a model with {cfg.n_layers} layers")
+    if not heads and not mlps:
+        raise ValueError("Precise SFT needs at least one head or MLP; use full_plan() for full SFT")
+    params = dict(model.named_parameters())
+    by_layer: dict[int, list[int]] = defaultdict(list)
+    for l, h in heads:
+        by_layer[l].append(h)
+    grouped = is_grouped(model)
+    group = cfg.n_heads // cfg.n_key_value_heads if grouped and cfg.n_key_value_heads else 1
+    tensors: list[TunedTensor] = []
+    side: list[Head] = []
+    for l, hs in sorted(by_layer.items()):
+        scale = cfg.n_heads / len(hs) if rescale else 1.0
+        rows = tuple(hs)
+        prefix = f"blocks.{l}.attn."
+        for name in ("W_Q", "b_Q", "W_O"):
+            if prefix + name in params:
+                tensors.append(TunedTensor(prefix + name, rows, scale))
+        if grouped:
+            if kv_policy == "shared":
+                kv_rows = tuple(sorted({h // group for h in hs}))
+                for name in ("_W_K", "_b_K", "_W_V", "_b_V"):
+                    if prefix + name in params:
+                        tensors.append(TunedTensor(prefix + name, kv_rows, scale))
+                side += [Head(l, q) for kv in kv_rows for q in range(kv * group, (kv + 1) * group) if q not in hs]
+        else:
+            for name in ("W_K", "b_K", "W_V", "b_V"):
+                if prefix + name in params:
+                    tensors.append(TunedTensor(prefix + name, rows, scale))
+    for m in mlps:
+        prefix = f"blocks.{m}.mlp."
+        tensors += [TunedTensor(n, None, 1.0) for n in params if n.startswith(prefix)]
+    return TuningPlan(tuple(tensors), heads, mlps, kv_policy, False, tuple(side))
+
+
+def full_plan(model: HookedTransformer) -> TuningPlan:
+    """Full SFT: every parameter whole, gradient unscaled."""
+    return TuningPlan(tuple(TunedTensor(n, None, 1.0) for n, _ in model.named_parameters()), full=True)
+
+
+def freeze_except(model: HookedTransformer, plan: TuningPlan) -> None:
+    """``requires_grad`` only on tensors in the plan, so backward stops at the lowest tuned layer."""
+    tuned = set(plan.names)
+    for name, p in model.named_parameters():
+        p.requires_grad_(name in tuned)
+
+
+def gradient_mask(param: Tensor, entry: TunedTensor) -> Tensor | None:
+    """Factor broadcast over ``param``: ``scale`` on tuned rows, 0 on frozen rows (``None``: no-op)."""
+    if entry.rows is None:
+        return None if entry.scale == 1.0 else torch.full((1,) * param.ndim, entry.scale, dtype=param.dtype, device=param.device)
+    mask = torch.zeros((param.shape[0],) + (1,) * (param.ndim - 1), dtype=param.dtype, device=param.device)
+    mask[list(entry.rows)] = entry.scale
+    return mask
+
+
+def register_gradient_masks(model: HookedTransformer, plan: TuningPlan) -> list[RemovableHandle]:
+    """Register a gradient hook per tuned tensor that applies :func:`gradient_mask`.
+
+    Returns the handles; the caller removes them (in a ``finally``).
+    """
+    params = dict(model.named_parameters())
+    handles: list[RemovableHandle] = []
+    try:
+        for entry in plan.tensors:
+            p = params[entry.name]
+            mask = gradient_mask(p, entry)
+            if mask is not None:
+                handles.append(p.register_hook(lambda g, m=mask: g * m))
+    except BaseException:
+        for h in handles:
+            h.remove()
+        raise
+    return handles
+
+
+def count_tuned_parameters(model: HookedTransformer, plan: TuningPlan) -> int:
+    params = dict(model.named_parameters())
+    total = 0
+    for t in plan.tensors:
+        p = params[t.name]
+        total += p.numel() if t.rows is None else len(t.rows) * p[0].numel()
+    return total

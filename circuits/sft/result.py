@@ -1,0 +1,48 @@
+"""The fine-tuning step's result: losses, speed and what was tuned (``result.json`` beside ``delta.pt``)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from circuits.io import read_json, write_json
+from circuits.results import Result, data_keys, read_config
+
+
+@dataclass
+class FinetuneResult(Result):
+    """One fine-tuning run. Its folder also holds ``delta.pt`` (the tuned slices) and ``checkpoint.pt``
+    (resumable), which the training loop writes as it goes, so the result is saved file by file beside them."""
+
+    kind = "finetune"
+    in_place = True
+
+    config: Any
+    steps: int
+    samples: int
+    samples_per_s: float
+    train_seconds: float
+    tuned_parameters: int
+    total_parameters: int
+    losses: list[float] = field(default_factory=list)
+    resumed_from: int = 0
+    plan: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
+
+    def _write(self, folder: Path) -> None:
+        write_json(folder / "result.json", self.to_json())
+
+    @classmethod
+    def recognizes(cls, folder: Path) -> bool:
+        d = data_keys(folder, "result.json")
+        return d is not None and "samples_per_s" in d
+
+    @classmethod
+    def _read(cls, folder: Path) -> FinetuneResult:
+        d = read_json(folder / "result.json")
+        names = {f.name for f in dataclasses.fields(cls)} - {"config"}
+        return cls(config=read_config(folder), **{k: v for k, v in d.items() if k in names})

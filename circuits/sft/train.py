@@ -1,0 +1,320 @@
+"""Precise SFT and full SFT: one training loop, with or without per-head gradient masks (Section 4.3, 5.3).
+
+Precise SFT tunes only the Q/K/V/O slices of the selected heads (and, optionally, whole MLPs); the
+tuning plan and gradient masks come from :mod:`circuits.head_masks`. Full SFT is the same loop with
+:func:`~circuits.head_masks.full_plan`.
+
+How frozen slices stay bit-identical: tensors with no tuned slice get ``requires_grad=False`` (so
+backward stops at the lowest tuned layer and they get no gradient or optimizer state); for tensors
+with some tuned rows, the optimizer owns a leaf copy of just those rows (``SliceOptimizer``): the
+masked, rescaled gradient rows are copied into it, AdamW steps it (state and weight decay only for the
+tuned rows), and the rows are written back. Frozen rows are never written.
+
+Outputs in ``out_dir``: ``config.json``, ``checkpoint.pt`` (resumable; replaced atomically, so a NaN
+stop leaves the last good one), ``delta.pt`` (the tuned slices only; :func:`apply_delta` puts them
+onto the base model), ``result.json`` (losses, samples/s, tuned parameter count).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from transformer_lens import HookedTransformer
+
+from circuits.sft import plan as hm
+from circuits.sft.data import TRAIN_SOURCES, TokenizedExample, collate
+from circuits.sft.delta import apply_delta, extract_delta
+from circuits.sft.result import FinetuneResult
+from circuits.config import Config, option
+from circuits.io import save_torch, to_jsonable, write_json
+from circuits.models.forward import pad_token_id
+from circuits.types import Head, parse_heads, parse_layers
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss became NaN or inf; the last good checkpoint is kept."""
+
+
+@dataclass(frozen=True)
+class FinetuneConfig(Config):
+    """One fine-tuning run. Defaults are the paper's (Section 5.3) except where marked.
+
+    ``heads``/``mlps`` select Precise SFT; ``full=True`` tunes everything (and needs no heads).
+    ``max_steps`` caps optimizer steps (``None``: ``epochs`` over the data).
+    """
+
+    model: str = option("smollm2", help="model name or path (see circuits.models.load_model)")
+    heads: tuple[Head, ...] = option((), parse=parse_heads, help="heads to tune, LAYER.HEAD,... (e.g. 21.2,20.6)")
+    mlps: tuple[int, ...] = option((), parse=parse_layers, help="MLP layers to tune, comma-separated")
+    full: bool = option(False, help="full SFT: tune every parameter")
+    kv_policy: str = option(hm.DEFAULT_KV_POLICY, choices=hm.KV_POLICIES,
+                            help="grouped-query attention: tune a shared K/V head when any of its query heads is "
+                                 "selected ('shared') or never")
+    rescale: bool = option(True, help="rescale head gradients by H/h (heads per layer / tuned heads in it)")
+    lr: float = option(2e-5)
+    weight_decay: float = option(0.1)
+    warmup_ratio: float = option(0.02)
+    batch_size: int = option(128, help="effective batch (gradient accumulation)")
+    # Micro-batch for gradient accumulation; 8 keeps activations of a 135M model small on CPU.
+    micro_batch_size: int = option(8)
+    epochs: int = option(2)
+    max_steps: int | None = option(None, flag="--steps", help="cap on optimizer steps")
+    max_length: int = option(384)
+    betas: tuple[float, float] = option((0.9, 0.999), cli=False)
+    eps: float = option(1e-8, cli=False)
+    seed: int = option(0)
+    checkpoint_every: int = option(25)
+    sources: tuple[str, ...] = option(TRAIN_SOURCES, flag="--data",
+                                      help="training sources: gsm8k (train split), adapters (LLM-Adapters math minus all "
+                                           "test questions), arithmetic")
+    n_arithmetic: int = option(2000)
+    limit_per_source: int | None = option(None)
+    data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
+    save_delta: bool = option(True, cli=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "heads", tuple(Head(int(l), int(h)) for l, h in self.heads))
+        object.__setattr__(self, "mlps", tuple(int(m) for m in self.mlps))
+        object.__setattr__(self, "sources", tuple(self.sources))
+        object.__setattr__(self, "betas", tuple(self.betas))
+        if self.full and (self.heads or self.mlps):
+            raise ValueError("full=True tunes every parameter; do not also list heads or MLPs")
+        if not self.full and not (self.heads or self.mlps):
+            raise ValueError("Precise SFT needs heads or MLPs (or set full=True)")
+        if any(len(h) != 2 for h in self.heads):
+            raise ValueError(f"heads must be (layer, head) pairs, got {self.heads}")
+        if self.kv_policy not in hm.KV_POLICIES:
+            raise ValueError(f"kv_policy must be one of {hm.KV_POLICIES}, got {self.kv_policy!r}")
+        if not (self.lr > 0 and self.weight_decay >= 0 and 0 <= self.warmup_ratio < 1):
+            raise ValueError("need lr > 0, weight_decay >= 0 and 0 <= warmup_ratio < 1")
+        if self.micro_batch_size < 1 or self.batch_size < self.micro_batch_size or self.batch_size % self.micro_batch_size:
+            raise ValueError(f"batch_size ({self.batch_size}) must be a positive multiple of micro_batch_size ({self.micro_batch_size})")
+        if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
+            raise ValueError("epochs and max_steps must be >= 1")
+        if self.max_length < 8 or self.checkpoint_every < 1:
+            raise ValueError("max_length must be >= 8 and checkpoint_every >= 1")
+        if set(self.sources) - set(TRAIN_SOURCES):
+            raise ValueError(f"sources must be among {TRAIN_SOURCES}, got {self.sources}")
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.batch_size // self.micro_batch_size
+
+
+def plan_for(model: HookedTransformer, config: FinetuneConfig) -> hm.TuningPlan:
+    if config.full:
+        return hm.full_plan(model)
+    return hm.plan_tuning(model, config.heads, config.mlps, config.kv_policy, config.rescale)  # type: ignore[arg-type]
+
+
+# --- optimizer over tuned slices -------------------------------------------------------------------
+
+
+class SliceOptimizer:
+    """AdamW over the tuned rows only.
+
+    Whole tensors are optimized in place; for a tensor with tuned ``rows``, a leaf copy of those rows is
+    optimized and written back after each step, so optimizer state and weight decay cover tuned values only.
+    """
+
+    def __init__(self, model: HookedTransformer, plan: hm.TuningPlan, config: FinetuneConfig):
+        params = dict(model.named_parameters())
+        self.entries: list[tuple[hm.TunedTensor, Tensor, Tensor, Tensor | None]] = []
+        leaves = []
+        for entry in plan.tensors:
+            p = params[entry.name]
+            if entry.rows is None:
+                self.entries.append((entry, p, p, None))
+                leaves.append(p)
+            else:
+                index = torch.tensor(entry.rows, dtype=torch.long, device=p.device)
+                leaf = p.detach()[index].clone().requires_grad_(True)
+                self.entries.append((entry, p, leaf, index))
+                leaves.append(leaf)
+        self.optimizer = torch.optim.AdamW(leaves, lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay)
+
+    def step(self) -> None:
+        for _, p, leaf, index in self.entries:
+            if index is not None:
+                leaf.grad = None if p.grad is None else p.grad[index].clone()
+        self.optimizer.step()
+        with torch.no_grad():
+            for _, p, leaf, index in self.entries:
+                if index is not None:
+                    p.index_copy_(0, index, leaf.detach())
+
+    def zero_grad(self) -> None:
+        for _, p, leaf, index in self.entries:
+            p.grad = None
+            leaf.grad = None
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def state_dict(self) -> dict:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state)
+
+    def sync_from_model(self) -> None:
+        """Re-read slice leaves from the model (after loading tuned values into it)."""
+        with torch.no_grad():
+            for _, p, leaf, index in self.entries:
+                if index is not None:
+                    leaf.copy_(p[index])
+
+
+def lr_at(step: int, total_steps: int, config: FinetuneConfig) -> float:
+    """Linear warm-up over ``ceil(warmup_ratio * total)`` steps, then linear decay to 0 (HF Trainer's default)."""
+    warmup = math.ceil(config.warmup_ratio * total_steps)
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    return config.lr * max(0.0, (total_steps - step) / max(1, total_steps - warmup))
+
+
+# --- the loop --------------------------------------------------------------------------------------
+
+
+def sft_loss(model: HookedTransformer, tokens: Int[Tensor, "batch pos"], loss_mask: Float[Tensor, "batch pos_minus_1"]) -> Float[Tensor, ""]:
+    """Summed next-token cross-entropy over the target positions of ``loss_mask``.
+
+    Only target positions are normed and unembedded: full ``[batch pos d_vocab]`` logits of a 49k
+    vocabulary cost more than a layer per token and are mostly thrown away by the mask.
+    """
+    resid = model(tokens, stop_at_layer=model.cfg.n_layers)[:, :-1]
+    select = loss_mask.bool()
+    logits = model.unembed(model.ln_final(resid[select][None]))[0]
+    return torch.nn.functional.cross_entropy(logits.float(), tokens[:, 1:][select], reduction="sum")
+
+
+def batch_schedule(n_examples: int, config: FinetuneConfig) -> list[list[list[int]]]:
+    """Optimizer steps -> micro-batches -> example indices; a fresh seeded shuffle per epoch.
+
+    Deterministic in (n_examples, config), which is what lets a resumed run skip the steps already done.
+    """
+    steps = []
+    for epoch in range(config.epochs):
+        order = list(range(n_examples))
+        random.Random(config.seed * 1000 + epoch).shuffle(order)
+        for start in range(0, n_examples, config.batch_size):
+            batch = order[start : start + config.batch_size]
+            steps.append([batch[i : i + config.micro_batch_size] for i in range(0, len(batch), config.micro_batch_size)])
+    return steps[: config.max_steps] if config.max_steps else steps
+
+
+def finetune(
+    model: HookedTransformer,
+    examples: list[TokenizedExample],
+    config: FinetuneConfig,
+    out_dir: str | os.PathLike | None = None,
+    progress: bool = True,
+    resume: bool = True,
+) -> FinetuneResult:
+    """Train ``model`` in place on tokenized ``examples``; see the module docstring for the outputs.
+
+    Resumes from ``out_dir/checkpoint.pt`` when it exists and ``resume`` is set (the config must match).
+    Raises :class:`TrainingDiverged` on a NaN/inf loss, before any update with it.
+    """
+    if not examples:
+        raise ValueError("No training examples")
+    out = Path(out_dir) if out_dir is not None else None
+    plan = plan_for(model, config)
+    schedule = batch_schedule(len(examples), config)
+    total_steps = len(schedule)
+    pad_id = pad_token_id(model)
+    device = model.cfg.device
+    was_training = model.training
+    requires_grad = {n: p.requires_grad for n, p in model.named_parameters()}
+    hm.freeze_except(model, plan)
+    optimizer = SliceOptimizer(model, plan, config)
+    start_step, losses = 0, []
+    if out is not None:
+        write_json(out / "config.json", config.to_json())
+        ckpt_path = out / "checkpoint.pt"
+        if resume and ckpt_path.is_file():
+            ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+            if to_jsonable(ckpt["config"]) != config.to_json():
+                raise ValueError(f"{ckpt_path} was written with a different config; use another --out or delete it")
+            apply_delta(model, ckpt["delta"])
+            optimizer.sync_from_model()
+            optimizer.load_state_dict(ckpt["optimizer"])
+            start_step, losses = ckpt["step"], list(ckpt["losses"])
+    handles = hm.register_gradient_masks(model, plan)
+    samples, train_time = 0, 0.0
+    last_checkpoint = start_step if start_step else None
+    bar = None
+    try:
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=total_steps, initial=start_step, desc="precise SFT" if not config.full else "full SFT", unit="step")
+        model.train()
+        for step in range(start_step, total_steps):
+            t0 = time.perf_counter()
+            micro = schedule[step]
+            n_target = sum(sum(len(examples[i].ids) - max(examples[i].n_prompt, 1) for i in mb) for mb in micro)
+            step_loss = 0.0
+            for mb in micro:
+                tokens, mask = collate([examples[i] for i in mb], pad_id)
+                tokens, mask = tokens.to(device), mask.to(device)
+                loss = sft_loss(model, tokens, mask) / max(n_target, 1)
+                if not torch.isfinite(loss):
+                    last = f"{out / 'checkpoint.pt'} (after step {last_checkpoint})" if out and last_checkpoint else "none written yet"
+                    raise TrainingDiverged(
+                        f"Loss became {loss.item()} at step {step + 1}; stopped before updating. Last good checkpoint: {last}. "
+                        "Try a lower lr or check the data."
+                    )
+                loss.backward()
+                step_loss += loss.item()
+            optimizer.set_lr(lr_at(step, total_steps, config))
+            optimizer.step()
+            optimizer.zero_grad()
+            losses.append(step_loss)
+            train_time += time.perf_counter() - t0
+            samples += sum(len(mb) for mb in micro)
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{step_loss:.4f}", samples_per_s=f"{samples / train_time:.2f}")
+            if out is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == total_steps):
+                save_torch(
+                    {"step": step + 1, "losses": losses, "config": config.to_json(),
+                     "delta": extract_delta(model, plan), "optimizer": optimizer.state_dict()},
+                    out / "checkpoint.pt",
+                )
+                last_checkpoint = step + 1
+    finally:
+        for h in handles:
+            h.remove()
+        if bar is not None:
+            bar.close()
+        model.train(was_training)
+        for n, p in model.named_parameters():
+            p.requires_grad_(requires_grad[n])
+            p.grad = None
+    result = FinetuneResult(
+        config=config,
+        steps=total_steps,
+        samples=samples,
+        samples_per_s=samples / train_time if train_time else 0.0,
+        train_seconds=train_time,
+        tuned_parameters=hm.count_tuned_parameters(model, plan),
+        total_parameters=sum(p.numel() for p in model.parameters()),
+        losses=losses,
+        resumed_from=start_step,
+        plan=plan.to_json(),
+    )
+    if out is not None:
+        if config.save_delta:
+            save_torch(extract_delta(model, plan, {"model": config.model}), out / "delta.pt")
+        result.save(out)
+    return result

@@ -1,0 +1,145 @@
+"""The vocabulary every step shares: heads, components, patching modes and ablation kinds.
+
+One definition of each, used by every subpackage (as auto-circuit keeps its ``types.py``). Index order is
+always ``(layer, head)``. Heads and components are written ``"21.2"`` and ``"MLP19"`` everywhere (CLI flags,
+JSON, figure labels); :meth:`Head.parse` and :meth:`Component.parse` also read ``"L21H2"`` and ``[21, 2]``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Literal, NamedTuple
+
+Mode = Literal["path", "activation"]
+MODES: tuple[Mode, ...] = ("path", "activation")
+ComponentKind = Literal["head", "mlp"]
+Site = Literal["z", "mlp_out"]  # the TransformerLens hook a component is patched at (``get_act_name(site, layer)``)
+
+_HEAD = re.compile(r"^\s*(?:L\s*)?(\d+)\s*(?:\.|H|\s*,\s*)\s*(\d+)\s*$", re.IGNORECASE)
+_MLP = re.compile(r"^\s*MLP\s*(\d+)\s*$", re.IGNORECASE)
+
+
+class Ablation(str, Enum):
+    """How a knocked-out component's output is replaced (Section 4.1 "Validation").
+
+    ``MEAN``: its mean over the counterfactual prompts, per template position (the paper's, after Wang et
+    al. 2023a); ``ZERO``: zero.
+    """
+
+    MEAN = "mean"
+    ZERO = "zero"
+
+    @classmethod
+    def parse(cls, value: str | Ablation) -> Ablation:
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"Unknown ablation {value!r}; accepted: {', '.join(a.value for a in cls)}") from None
+
+
+class Head(NamedTuple):
+    """An attention head, ``(layer, head)``. A tuple, so it unpacks, indexes ``effects[head]`` and equals
+    ``(layer, head)``; written ``"21.2"``."""
+
+    layer: int
+    head: int
+
+    def __str__(self) -> str:
+        return f"{self.layer}.{self.head}"
+
+    @classmethod
+    def parse(cls, value: Any) -> Head:
+        """``(21, 2)``, ``[21, 2, effect]``, ``"21.2"`` or ``"L21H2"``."""
+        if isinstance(value, str):
+            m = _HEAD.match(value)
+            if not m:
+                raise ValueError(f"Bad head {value!r}: write heads as LAYER.HEAD (e.g. 21.2) or L21H2")
+            return cls(int(m.group(1)), int(m.group(2)))
+        if isinstance(value, Sequence) and len(value) >= 2:
+            try:
+                return cls(int(value[0]), int(value[1]))
+            except (TypeError, ValueError):
+                pass
+        raise ValueError(f"Bad head {value!r}: expected LAYER.HEAD (e.g. 21.2) or (layer, head)")
+
+    def check(self, n_layers: int, n_heads: int) -> Head:
+        if not (0 <= self.layer < n_layers and 0 <= self.head < n_heads):
+            raise ValueError(f"Head {self} is outside this model ({n_layers} layers x {n_heads} heads).")
+        return self
+
+
+@dataclass(frozen=True)
+class Component:
+    """A sender of the sweep: an attention head (``kind="head"``) or a whole MLP (``head`` is None)."""
+
+    kind: ComponentKind
+    layer: int
+    head: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("head", "mlp"):
+            raise ValueError(f"Unknown component kind {self.kind!r}; accepted: head, mlp")
+        if (self.kind == "head") != (self.head is not None):
+            raise ValueError("A head component needs a head index; an MLP component has none.")
+
+    def __str__(self) -> str:
+        return f"{self.layer}.{self.head}" if self.kind == "head" else f"MLP{self.layer}"
+
+    @property
+    def site(self) -> Site:
+        return "z" if self.kind == "head" else "mlp_out"
+
+    @property
+    def as_head(self) -> Head:
+        if self.head is None:
+            raise ValueError(f"{self} is not a head")
+        return Head(self.layer, self.head)
+
+    @classmethod
+    def of(cls, head: Head | tuple[int, int]) -> Component:
+        layer, index = head
+        return cls("head", layer, index)
+
+    @classmethod
+    def mlp(cls, layer: int) -> Component:
+        return cls("mlp", int(layer))
+
+    @classmethod
+    def parse(cls, value: Any) -> Component:
+        """``"20.8"`` / ``"L20H8"`` (a head) or ``"MLP19"`` (an MLP)."""
+        if isinstance(value, Component):
+            return value
+        if isinstance(value, str) and (m := _MLP.match(value)):
+            return cls.mlp(int(m.group(1)))
+        try:
+            return cls.of(Head.parse(value))
+        except ValueError:
+            raise ValueError(f"Bad component {value!r}: write a head as LAYER.HEAD (e.g. 20.8) or an MLP as "
+                             "MLP<layer> (e.g. MLP19)") from None
+
+    def sort_key(self) -> tuple[int, int, int]:
+        """Layer order, heads before the MLP of their layer (the order a forward pass meets them)."""
+        return (self.layer, self.kind == "mlp", self.head or 0)
+
+
+def parse_heads(text: str | Iterable[Any]) -> list[Head]:
+    """``"21.2,20.6"`` (or a list of anything :meth:`Head.parse` reads) -> heads, order kept."""
+    items = [s for s in (x.strip() for x in text.split(","))] if isinstance(text, str) else list(text)
+    if isinstance(text, str) and not any(items):
+        raise ValueError("No heads given: write heads as LAYER.HEAD, comma-separated (e.g. 21.2,20.6)")
+    return [Head.parse(x) for x in items if x != ""]
+
+
+def parse_layers(text: str, what: str = "MLP") -> list[int]:
+    """``"19,20"`` -> ``[19, 20]``."""
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise ValueError(f"Bad {what} list {text!r}: write layer indices, comma-separated (e.g. 19,20)") from None
+
+
+def all_heads(n_layers: int, n_heads: int) -> list[Head]:
+    return [Head(l, h) for l in range(n_layers) for h in range(n_heads)]

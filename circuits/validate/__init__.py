@@ -1,0 +1,21 @@
+"""Step 1b, validate (Section 4.1 "Validation", Figures 3-4, Tables 3-4): knock the key heads out.
+
+- :mod:`~circuits.validate.knockout`: mean (or zero) ablation with shared-prefix caching; top-k vs random curves.
+- :mod:`~circuits.validate.transfer`: the knockout on other formats (SVAMP, multi-digit, decimals, time spans, MMLU).
+"""
+
+from circuits.validate.knockout import (
+    KnockoutCurve,
+    KnockoutResult,
+    KnockoutScore,
+    compute_means,
+    knockout,
+    knockout_curve,
+    knockout_logits,
+    random_order,
+    replacement_values,
+)
+from circuits.validate.transfer import TransferResult, transfer_knockout
+
+__all__ = ["KnockoutCurve", "KnockoutResult", "KnockoutScore", "TransferResult", "compute_means", "knockout",
+           "knockout_curve", "knockout_logits", "random_order", "replacement_values", "transfer_knockout"]

@@ -1,0 +1,354 @@
+"""Knockout of heads and MLPs by mean ablation (Section 4.1 "Validation", Figure 3; Wang et al., 2023a).
+
+Knocking out a head replaces its output (``hook_z``, per head) by its mean over the counterfactual
+prompts X_c, at every position; knocking out an MLP replaces ``hook_mlp_out`` the same way. Means
+are taken per template position where prompts align: prompts of one template and one token length
+share every position's meaning, so a mean group is ``(template_id, length)``. For prompts that do not
+align with any template (the transfer sets of Figure 4), :func:`compute_means` with ``pooled=True``
+gives one mean per head, averaged over every position of every counterfactual prompt.
+
+Speed. Rows that share their few-shot prefix (every Figure 8 template renders the same prefix) run
+the prefix once, with the knockout hooks on, into a key/value cache that is then repeated along the
+batch; only the short question bodies run per row. Tests assert this equals the plain full-prompt run.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utils import get_act_name
+
+from circuits.data.pairs import PromptPair
+from circuits.models.forward import end_residuals, unembed_end
+from circuits.results import Result, data_keys, read_config
+from circuits.io import read_json, write_json
+from circuits.types import Ablation, Head, all_heads
+
+GroupKey = tuple[str, int]
+
+
+def group_key(pair: PromptPair) -> GroupKey:
+    """The mean group of a pair: its template and its token length (positions align within it)."""
+    return (pair.template_id, len(pair.reference_token_ids))
+
+
+@dataclass
+class MeanActivations:
+    """Mean ``hook_z`` and ``hook_mlp_out`` per group and position.
+
+    ``z[layer]`` is ``[group, pos, head, d_head]`` and ``mlp_out[layer]`` ``[group, pos, d_model]``;
+    with ``pooled`` there is one group and one position, used at every position of any prompt.
+    """
+
+    z: list[Float[Tensor, "group pos head d_head"]]
+    mlp_out: list[Float[Tensor, "group pos d_model"]]
+    groups: dict[GroupKey, int]
+    pooled: bool
+    n_prompts: int
+
+    def group_of(self, pair: PromptPair) -> int:
+        if self.pooled:
+            return 0
+        key = group_key(pair)
+        if key not in self.groups:
+            raise KeyError(
+                f"No mean for template {key[0]!r} at length {key[1]}: means were taken over "
+                f"{sorted(self.groups)}. Take means over counterfactuals of the same templates, or use pooled=True."
+            )
+        return self.groups[key]
+
+
+@torch.no_grad()
+def compute_means(
+    model: HookedTransformer,
+    pairs: Sequence[PromptPair],
+    *,
+    source: str = "counterfactual",
+    pooled: bool = False,
+    batch_size: int = 32,
+) -> MeanActivations:
+    """Means of every head's ``hook_z`` and every MLP's output over ``pairs``' prompts.
+
+    Args:
+        source: ``"counterfactual"`` (the paper: X_c) or ``"reference"`` (used by tests).
+        pooled: one mean per head over all positions and prompts, instead of per (template, length, position).
+    """
+    if source not in ("counterfactual", "reference"):
+        raise ValueError(f"source must be 'counterfactual' or 'reference', got {source!r}")
+    if not pairs:
+        raise ValueError("compute_means needs at least one pair.")
+    L = model.cfg.n_layers
+    names = [get_act_name("z", l) for l in range(L)] + [get_act_name("mlp_out", l) for l in range(L)]
+    by_group: dict[GroupKey, list[PromptPair]] = {}
+    for p in pairs:
+        by_group.setdefault(group_key(p), []).append(p)
+    sums_z: list[list[Tensor]] = [[] for _ in range(L)]
+    sums_m: list[list[Tensor]] = [[] for _ in range(L)]
+    counts: list[int] = []
+    total_z = [None] * L
+    total_m = [None] * L
+    n_pos_total = 0
+    for key, group in by_group.items():
+        acc_z: list[Tensor | None] = [None] * L
+        acc_m: list[Tensor | None] = [None] * L
+        for i in range(0, len(group), batch_size):
+            chunk = group[i : i + batch_size]
+            ids = [p.counterfactual_token_ids if source == "counterfactual" else p.reference_token_ids for p in chunk]
+            tokens = torch.tensor(ids, device=model.cfg.device)
+            _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, stop_at_layer=L)
+            for l in range(L):
+                z = cache[get_act_name("z", l)].float().sum(0)
+                m = cache[get_act_name("mlp_out", l)].float().sum(0)
+                acc_z[l] = z if acc_z[l] is None else acc_z[l] + z
+                acc_m[l] = m if acc_m[l] is None else acc_m[l] + m
+        counts.append(len(group))
+        n_pos_total += len(group) * key[1]
+        for l in range(L):
+            sums_z[l].append(acc_z[l] / len(group))
+            sums_m[l].append(acc_m[l] / len(group))
+            if pooled:
+                tz, tm = acc_z[l].sum(0), acc_m[l].sum(0)
+                total_z[l] = tz if total_z[l] is None else total_z[l] + tz
+                total_m[l] = tm if total_m[l] is None else total_m[l] + tm
+    dtype = model.cfg.dtype
+    if pooled:
+        z = [(total_z[l] / n_pos_total)[None, None].to(dtype) for l in range(L)]
+        m = [(total_m[l] / n_pos_total)[None, None].to(dtype) for l in range(L)]
+        return MeanActivations(z, m, {}, True, len(pairs))
+    width = max(k[1] for k in by_group)
+
+    def stack(parts: list[Tensor]) -> Tensor:
+        out = torch.zeros((len(parts), width, *parts[0].shape[1:]), dtype=dtype, device=parts[0].device)
+        for g, t in enumerate(parts):
+            out[g, : t.shape[0]] = t.to(dtype)
+        return out
+
+    z = [stack(sums_z[l]) for l in range(L)]
+    m = [stack(sums_m[l]) for l in range(L)]
+    return MeanActivations(z, m, {k: g for g, k in enumerate(by_group)}, False, len(pairs))
+
+
+def zero_values(model: HookedTransformer) -> MeanActivations:
+    """Replacement values of zero ablation: every head's ``hook_z`` and MLP output set to 0."""
+    L, cfg = model.cfg.n_layers, model.cfg
+    z = [torch.zeros(1, 1, cfg.n_heads, cfg.d_head, dtype=cfg.dtype, device=cfg.device) for _ in range(L)]
+    m = [torch.zeros(1, 1, cfg.d_model, dtype=cfg.dtype, device=cfg.device) for _ in range(L)]
+    return MeanActivations(z, m, {}, True, 0)
+
+
+def replacement_values(model: HookedTransformer, pairs: Sequence[PromptPair], ablation: Ablation | str = Ablation.MEAN,
+                       *, pooled: bool = False) -> MeanActivations:
+    """What a knocked-out component's output becomes: its mean over ``pairs``' counterfactual prompts (the
+    paper's), or zero."""
+    ablation = Ablation.parse(ablation)
+    if ablation is Ablation.ZERO:
+        return zero_values(model)
+    return compute_means(model, pairs, pooled=pooled)
+
+
+def _hooks(means: MeanActivations, group: int, offset: int, heads: Sequence[Head], mlps: Sequence[int]) -> list:
+    """Forward hooks that write the means of ``heads``/``mlps`` at positions ``offset...``."""
+    by_layer: dict[int, list[int]] = {}
+    for l, h in heads:
+        by_layer.setdefault(l, []).append(h)
+    hooks: list[tuple[str, Any]] = []
+
+    def at(table: Tensor, n_pos: int) -> Tensor:
+        if means.pooled:
+            return table[0, 0]
+        return table[group, offset : offset + n_pos]
+
+    for layer, hs in by_layer.items():
+        idx = torch.tensor(sorted(set(hs)))
+
+        def z_hook(z: Tensor, hook: Any, layer: int = layer, idx: Tensor = idx) -> Tensor:
+            mean = at(means.z[layer], z.shape[1]).to(z.device)
+            z[:, :, idx.to(z.device)] = mean[..., idx.to(mean.device), :].to(z.dtype)
+            return z
+
+        hooks.append((get_act_name("z", layer), z_hook))
+    for layer in sorted(set(mlps)):
+
+        def m_hook(out: Tensor, hook: Any, layer: int = layer) -> Tensor:
+            return at(means.mlp_out[layer], out.shape[1]).to(out).expand_as(out).clone()
+
+        hooks.append((get_act_name("mlp_out", layer), m_hook))
+    return hooks
+
+
+@torch.no_grad()
+def knockout_logits(
+    model: HookedTransformer,
+    pairs: Sequence[PromptPair],
+    means: MeanActivations,
+    heads: Sequence[Head] = (),
+    mlps: Sequence[int] = (),
+    *,
+    batch_size: int = 64,
+    share_prefix: bool = True,
+) -> Float[Tensor, "pair d_vocab"]:
+    """END logits of each pair's reference prompt with ``heads`` and ``mlps`` mean-ablated.
+
+    Rows are grouped by mean group, few-shot prefix and length (no padding anywhere). With
+    ``share_prefix`` a group's common prefix runs once into a key/value cache; the result is the same
+    as running every full prompt (asserted in tests) but costs a fraction of it.
+    """
+    keys, prefixes = [], []
+    for p in pairs:
+        # Position-wise means need equal lengths; pooled means allow right padding (causal: pads
+        # after END never reach it).
+        keys.append((means.group_of(p), -1 if means.pooled else len(p.reference_token_ids)))
+        prefixes.append(p.prefix_length if share_prefix else 0)
+    resid = end_residuals(
+        model, [p.reference_token_ids for p in pairs], prefixes, group_keys=keys, batch_size=batch_size,
+        hooks=lambda key, offset: _hooks(means, key[0], offset, heads, mlps),
+    )
+    return unembed_end(model, resid).cpu()
+
+
+@dataclass
+class KnockoutScore:
+    """Accuracy (argmax is the answer) and mean answer probability over pairs."""
+
+    accuracy: float
+    answer_prob: float
+    correct: list[bool] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"accuracy": self.accuracy, "answer_prob": self.answer_prob}
+
+
+def score(logits: Float[Tensor, "pair d_vocab"], answers: Sequence[int]) -> KnockoutScore:
+    ans = torch.tensor(list(answers))
+    probs = logits.softmax(-1)
+    hit = probs.argmax(-1) == ans
+    p = probs[torch.arange(len(ans)), ans]
+    return KnockoutScore(float(hit.float().mean()), float(p.mean()), [bool(x) for x in hit])
+
+
+def knockout(
+    model: HookedTransformer,
+    pairs: Sequence[PromptPair],
+    heads: Sequence[Head] = (),
+    mlps: Sequence[int] = (),
+    *,
+    means: MeanActivations | None = None,
+    ablation: Ablation | str = Ablation.MEAN,
+    **kwargs: Any,
+) -> KnockoutScore:
+    """Accuracy and answer probability on ``pairs`` with ``heads``/``mlps`` knocked out.
+
+    ``means``: the replacement values (default: :func:`replacement_values` of ``pairs`` for ``ablation``)."""
+    pairs = list(pairs)
+    means = replacement_values(model, pairs, ablation) if means is None else means
+    logits = knockout_logits(model, pairs, means, heads, mlps, **kwargs)
+    return score(logits, [p.answer_token_id for p in pairs])
+
+
+def random_order(n_layers: int, n_heads: int, seed: int) -> list[Head]:
+    """Every head in a seeded random order (the "random-rank" of Figure 3)."""
+    heads = all_heads(n_layers, n_heads)
+    random.Random(seed).shuffle(heads)
+    return heads
+
+
+@dataclass
+class KnockoutCurve:
+    """Figure 3: scores after knocking out the first k heads of the effect ranking and of random rankings."""
+
+    ks: list[int]
+    ranking: list[Head]
+    effect_accuracy: list[float]
+    effect_prob: list[float]
+    random_orders: list[list[Head]]
+    random_accuracy: list[list[float]]  # [seed][k]
+    random_prob: list[list[float]]
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.__dict__.copy()
+        d["ranking"] = [list(h) for h in self.ranking[: max(self.ks)]]
+        d["random_orders"] = [[list(h) for h in o[: max(self.ks)]] for o in self.random_orders]
+        return d
+
+    def figure(self):
+        """Figure 3: accuracy and answer probability, effect-rank against random-rank heads."""
+        from circuits.viz.figures import knockout_panels
+
+        return knockout_panels(self.to_json())
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> KnockoutCurve:
+        d = dict(d)
+        d["ranking"] = [Head(*h) for h in d["ranking"]]
+        d["random_orders"] = [[Head(*h) for h in o] for o in d["random_orders"]]
+        return cls(**d)
+
+
+def knockout_curve(
+    model: HookedTransformer,
+    pairs: Sequence[PromptPair],
+    ranking: Sequence[Head],
+    ks: Sequence[int],
+    seeds: Sequence[int] = (0, 1, 2),
+    *,
+    means: MeanActivations | None = None,
+    ablation: Ablation | str = Ablation.MEAN,
+    **kwargs: Any,
+) -> KnockoutCurve:
+    """Knock out the top-k heads of ``ranking`` and of ``len(seeds)`` random orders for each k in ``ks``."""
+    ks = sorted(set(int(k) for k in ks))
+    if not ks or ks[0] < 0 or ks[-1] > len(ranking):
+        raise ValueError(f"k must lie in 0..{len(ranking)}, got {ks}")
+    pairs = list(pairs)
+    means = replacement_values(model, pairs, ablation) if means is None else means
+    kwargs["means"] = means
+    orders = [random_order(model.cfg.n_layers, model.cfg.n_heads, s) for s in seeds]
+    base = knockout(model, pairs, [], **kwargs)
+    eff_acc, eff_p = [], []
+    rnd_acc: list[list[float]] = [[] for _ in seeds]
+    rnd_p: list[list[float]] = [[] for _ in seeds]
+    for k in ks:
+        s = base if k == 0 else knockout(model, pairs, list(ranking[:k]), **kwargs)
+        eff_acc.append(s.accuracy)
+        eff_p.append(s.answer_prob)
+        for j, order in enumerate(orders):
+            r = base if k == 0 else knockout(model, pairs, order[:k], **kwargs)
+            rnd_acc[j].append(r.accuracy)
+            rnd_p[j].append(r.answer_prob)
+    return KnockoutCurve(list(ks), [Head(*h) for h in ranking], eff_acc, eff_p, orders, rnd_acc, rnd_p)
+
+
+@dataclass
+class KnockoutResult(Result):
+    """Figure 3: the knockout curves of one task, with the config that made them."""
+
+    kind = "knockout"
+
+    config: Any
+    curve: KnockoutCurve
+    task: str = ""
+    n_pairs: int = 0
+
+    def figure(self):
+        return self.curve.figure()
+
+    def _write(self, folder: Path) -> None:
+        write_json(folder / "data.json", {"curve": self.curve.to_json(), "n_pairs": self.n_pairs, "task": self.task})
+
+    @classmethod
+    def recognizes(cls, folder: Path) -> bool:
+        d = data_keys(folder)
+        return d is not None and "curve" in d
+
+    @classmethod
+    def _read(cls, folder: Path) -> KnockoutResult:
+        d = read_json(folder / "data.json")
+        return cls(read_config(folder), KnockoutCurve.from_json(d["curve"]), d.get("task", ""), int(d.get("n_pairs", 0)))

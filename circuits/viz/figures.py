@@ -1,0 +1,242 @@
+"""The figures of every step (Figures 2-7, 15): each function takes tensors or lists and labels and returns a
+``go.Figure``; nothing global is changed. Diverging scales are centred at 0. The experiment scripts, the
+result objects and the report draw with these same functions. Save with :func:`write_figure` (plotly.js
+inlined, so the page opens offline)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+from jaxtyping import Float
+from plotly.subplots import make_subplots
+from torch import Tensor
+
+from circuits.io import write_text
+
+
+DIVERGING = "RdBu"
+
+
+def write_figure(fig: go.Figure, path: str | Path) -> Path:
+    """A self-contained HTML file (plotly.js embedded: opens offline), written atomically."""
+    return write_text(path, fig.to_html(include_plotlyjs=True, full_html=True))
+
+
+def _arr(x) -> np.ndarray:
+    return np.asarray(x.tolist() if hasattr(x, "tolist") else x, dtype=float)
+
+
+def head_heatmap(
+    head_effects: Float[Tensor, "layer head"],
+    mlp_effects: Float[Tensor, " layer"] | None = None,
+    *,
+    title: str = "Effect of patching each head and MLP at END",
+    metric_label: str = "relative change of the answer logit",
+    percent: bool = True,
+    key_heads: list[tuple[int, int]] | None = None,
+) -> go.Figure:
+    """Layer-by-head heatmap with an MLP column (the paper's Figure 2), diverging scale centred at 0.
+
+    Red is a negative effect (the answer drops), blue a positive one. The MLP column has its own
+    colour scale (MLP effects are several times larger than head effects, and a shared scale would
+    wash the heads out); hovering any cell shows its layer, head and exact effect.
+    """
+    n_layers, n_heads = head_effects.shape
+    z = head_effects.detach().float().cpu().numpy()
+    peak = float(abs(z).max()) or 1.0
+    fmt = ".2%" if percent else ".4g"
+    cols = 2 if mlp_effects is not None else 1
+    fig = make_subplots(rows=1, cols=cols, column_widths=[0.9, 0.1][:cols] if cols == 2 else [1.0],
+                        shared_yaxes=True, horizontal_spacing=0.02,
+                        subplot_titles=("heads", "MLP (own scale)")[:cols])
+    fig.add_trace(
+        go.Heatmap(
+            z=z,
+            x=list(range(n_heads)),
+            y=list(range(n_layers)),
+            colorscale=DIVERGING,
+            zmid=0,
+            zmin=-peak,
+            zmax=peak,
+            colorbar=dict(title=metric_label, tickformat=fmt),
+            hovertemplate="layer %{y}, head %{x}<br>effect %{z:" + fmt + "}<extra></extra>",
+            name="heads",
+        ),
+        row=1,
+        col=1,
+    )
+    if mlp_effects is not None:
+        m = mlp_effects.detach().float().cpu().numpy()[:, None]
+        mlp_peak = float(abs(m).max()) or 1.0
+        fig.add_trace(
+            go.Heatmap(
+                z=m,
+                x=["MLP"],
+                y=list(range(n_layers)),
+                colorscale=DIVERGING,
+                zmid=0,
+                zmin=-mlp_peak,
+                zmax=mlp_peak,
+                showscale=False,
+                hovertemplate="layer %{y}, MLP<br>effect %{z:" + fmt + "}<extra></extra>",
+                name="MLPs",
+            ),
+            row=1,
+            col=2,
+        )
+    for layer, head in key_heads or []:
+        fig.add_shape(type="rect", x0=head - 0.5, x1=head + 0.5, y0=layer - 0.5, y1=layer + 0.5,
+                      line=dict(color="black", width=2), row=1, col=1)
+    fig.update_xaxes(title_text="head", dtick=1 if n_heads <= 16 else 4, row=1, col=1)
+    fig.update_yaxes(title_text="layer", autorange="reversed", row=1, col=1)
+    fig.update_layout(title=title, height=max(400, 22 * n_layers + 150), width=max(500, 40 * n_heads + 300))
+    return fig
+
+
+def knockout_figure(ks: Sequence[int], effect: Sequence[float], random: Sequence[Sequence[float]], ylabel: str, title: str) -> go.Figure:
+    """Figure 3: knocking out the top-k heads by effect vs. k random heads (mean and min-max over seeds)."""
+    r = _arr(random)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=list(ks), y=r.max(0), mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=list(ks), y=r.min(0), mode="lines", line={"width": 0}, fill="tonexty",
+                             fillcolor="rgba(120,120,120,0.25)", name="random-rank (min-max)"))
+    fig.add_trace(go.Scatter(x=list(ks), y=r.mean(0), mode="lines+markers", name="random-rank (mean)", line={"color": "gray"}))
+    fig.add_trace(go.Scatter(x=list(ks), y=list(effect), mode="lines+markers", name="effect-rank", line={"color": "crimson"}))
+    fig.update_layout(title=title, xaxis_title="k heads knocked out", yaxis_title=ylabel)
+    return fig
+
+
+def before_after_figure(names: Sequence[str], before: Sequence[float], after: Sequence[float], title: str,
+                        control: Sequence[float] | None = None, ylabel: str = "accuracy") -> go.Figure:
+    """Figure 4: accuracy per data set before and after the knockout (and a random-heads control)."""
+    fig = go.Figure([go.Bar(x=list(names), y=list(before), name="before knockout"),
+                     go.Bar(x=list(names), y=list(after), name="key heads knocked out")])
+    if control is not None:
+        fig.add_trace(go.Bar(x=list(names), y=list(control), name="random heads knocked out"))
+    fig.update_layout(title=title, barmode="group", yaxis_title=ylabel)
+    return fig
+
+
+def roles_figure(head_labels: Sequence[str], roles: Sequence[str], mean, title: str) -> go.Figure:
+    """Figure 5: END-row attention per role (stacked, sums to 1) for each head."""
+    m = _arr(mean)
+    fig = go.Figure([go.Bar(x=list(head_labels), y=m[:, j], name=r) for j, r in enumerate(roles)])
+    fig.update_layout(title=title, barmode="stack", yaxis_title="mean attention from END", xaxis_title="head")
+    return fig
+
+
+def lines_figure(series: dict[str, Sequence[float]], title: str, xlabel: str = "layer", ylabel: str = "cosine") -> go.Figure:
+    """Figure 6a/6b: one line per series over layers."""
+    fig = go.Figure([go.Scatter(y=list(v), mode="lines+markers", name=k) for k, v in series.items()])
+    fig.add_hline(y=0, line={"color": "black", "width": 1})
+    fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
+    return fig
+
+
+def top_tokens_figure(top: Sequence[Sequence[tuple[str, float]]], title: str) -> go.Figure:
+    """Figure 6c: per layer, the top number tokens of ``MLP_out - MLP_in`` (cell text) and their cosine (colour)."""
+    z = _arr([[c for _, c in row] for row in top])
+    text = [[repr(t) for t, _ in row] for row in top]
+    m = float(np.abs(z).max()) or 1.0
+    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}", colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m,
+                               colorbar={"title": "cosine"}))
+    fig.update_layout(title=title, xaxis_title="rank", yaxis_title="layer", height=max(400, 22 * len(top)))
+    return fig
+
+
+def overlap_figure(labels: Sequence[str], matrix, title: str) -> go.Figure:
+    """Figure 15 (right): number of shared key heads between tasks."""
+    z = _arr(matrix)
+    fig = go.Figure(go.Heatmap(z=z, x=list(labels), y=list(labels), text=z.astype(int).tolist(), texttemplate="%{text}",
+                               colorscale="Blues", zmin=0))
+    fig.update_layout(title=title)
+    return fig
+
+
+def heatmap_grid(panels: dict[str, object], title: str) -> go.Figure:
+    """Figure 15 (left): one layer-by-head effect heatmap per task, on a shared scale centred at 0."""
+    arrs = {k: _arr(v) * 100 for k, v in panels.items()}
+    m = max(float(np.nanmax(np.abs(a))) for a in arrs.values()) or 1.0
+    fig = make_subplots(rows=1, cols=len(arrs), subplot_titles=list(arrs), shared_yaxes=True)
+    for i, a in enumerate(arrs.values()):
+        fig.add_trace(go.Heatmap(z=a, colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m, showscale=i == 0, colorbar={"title": "%"}), 1, i + 1)
+    fig.update_layout(title=title)
+    return fig
+
+
+def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-rank heads (Figure 3)") -> go.Figure:
+    """Figure 3 from a saved :class:`circuits.ablation.KnockoutCurve` (``to_json``): accuracy and answer probability."""
+    a = knockout_figure(curve["ks"], curve["effect_accuracy"], curve["random_accuracy"], "accuracy", "")
+    p = knockout_figure(curve["ks"], curve["effect_prob"], curve["random_prob"], "answer probability", "")
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("accuracy", "answer probability"))
+    for tr in a.data:
+        fig.add_trace(tr, 1, 1)
+    for tr in p.data:
+        tr.showlegend = False
+        fig.add_trace(tr, 1, 2)
+    fig.update_layout(title=title)
+    fig.update_xaxes(title_text="k heads knocked out")
+    return fig
+
+
+def roles_panels(by_operation: dict[str, dict], title: str = "END-row attention of the key heads by token role (Figure 5)") -> go.Figure:
+    """Figure 5 from saved :class:`circuits.attention.RoleAttention` (``to_json``) per operation, one row each."""
+    ops = list(by_operation)
+    fig = make_subplots(rows=len(ops), cols=1, subplot_titles=ops, shared_xaxes=True)
+    for i, op in enumerate(ops):
+        r = by_operation[op]
+        sub = roles_figure([f"{l}.{h}" for l, h in r["heads"]], r["roles"], r["mean"], op)
+        for tr in sub.data:
+            tr.showlegend = i == 0
+            tr.legendgroup = tr.name
+            fig.add_trace(tr, i + 1, 1)
+    fig.update_layout(barmode="stack", title=title, height=300 * len(ops))
+    return fig
+
+
+def lens_panels(means: dict[str, Sequence[float]], title: str = "MLP logit lens (Figure 6)") -> go.Figure:
+    """Figures 6a and 6b from the saved per-layer means of :func:`circuits.logit_lens.mlp_lens`."""
+    a = lines_figure({"cos(MLP_in, W_U[A])": means["in_A"], "cos(MLP_in, W_U[B])": means["in_B"]}, "")
+    b = lines_figure({"cos(MLP_out - MLP_in, W_U[C])": means["delta_C"], "mean over other numbers": means["delta_other"]}, "")
+    fig = make_subplots(rows=2, cols=1, subplot_titles=("6a: MLP input vs operands", "6b: MLP output vs answer"))
+    for tr in a.data:
+        fig.add_trace(tr, 1, 1)
+    for tr in b.data:
+        fig.add_trace(tr, 2, 1)
+    fig.add_hline(y=0, line={"color": "black", "width": 1})
+    fig.update_xaxes(title_text="layer")
+    fig.update_layout(title=title, height=800)
+    return fig
+
+
+def knockout_table_figure(rows: dict[str, dict], texts: dict[str, str], heads: Sequence, title: str) -> go.Figure:
+    """Table 3: per template, accuracy before and after knocking out ``heads``, and after random heads."""
+    shown = ", ".join(f"{h[0]}.{h[1]}" for h in heads)
+    cols = [[texts.get(k, k) for k in rows], [shown] * len(rows)]
+    for key in ("accuracy_before", "accuracy_after", "accuracy_random_heads"):
+        cols.append([f"{r[key]:.2f}" if r.get(key) is not None else "-" for r in rows.values()])
+    fig = go.Figure(go.Table(header={"values": ["template", "key heads", "accuracy", "after knockout", "random heads"]},
+                             cells={"values": cols}))
+    fig.update_layout(title=title)
+    return fig
+
+
+def word_problem_table_figure(datasets: dict[str, dict], title: str = "Word-problem key heads and knockout (Table 4)") -> go.Figure:
+    """Table 4: per data set, the key heads found on word problems, their overlap with the template heads and
+    the knockout accuracies."""
+    keys = ("accuracy_knockout_own", "accuracy_knockout_template_heads", "accuracy_knockout_shared", "accuracy_knockout_own_only")
+    cols = ["dataset", "answered", "top key heads", "shared with templates", "acc.", "KO own", "KO template", "KO shared",
+            "KO own-only"]
+    cells: list[list[str]] = [[] for _ in cols]
+    for name, r in datasets.items():
+        vals = [name, f"{r['n_correct']}/{r['n_questions']}", ", ".join(f"{l}.{h}" for l, h, *_ in r.get("key_heads", [])),
+                str(len(r.get("shared_with_templates", []))), f"{r['accuracy']:.2f}"]
+        vals += [f"{r[k]:.2f}" if k in r else "-" for k in keys]
+        for c, v in zip(cells, vals):
+            c.append(v)
+    fig = go.Figure(go.Table(header={"values": cols}, cells={"values": cells}))
+    fig.update_layout(title=title)
+    return fig

@@ -1,0 +1,129 @@
+"""The pieces of a report page: one HTML document whose plotly figures and circuitsvis views share one inlined
+copy of their JavaScript, so the page opens offline; tables and config blocks; reading circuitsvis views back
+from a saved attention page."""
+
+from __future__ import annotations
+
+import datetime
+import html
+import json
+import re
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x))
+
+
+def _pct(x: float | None, digits: int = 0) -> str:
+    return "n/a" if x is None else f"{100 * x:.{digits}f}%"
+
+
+CONFIG_KEYS = ("model", "task", "mode", "n_pairs", "key_rule", "seed", "n_prompts", "n_key_heads", "ks", "seeds",
+               "operations", "top_k", "kv_policy", "lr", "epochs", "batch_size", "limit")
+
+
+def config_block(path: Path, config: dict[str, Any]) -> str:
+    """The config that made a result: its main fields in one line, the whole of it folded."""
+    c = config
+    main = ", ".join(f"{k}={c[k]}" for k in CONFIG_KEYS if k in c and c[k] not in (None, "", [], ()))
+    full = json.dumps(c, indent=1, default=str) if c else "(no config.json saved)"
+    return (f"<details class='config'><summary>made by <code>{_e(path)}</code>"
+            f"{': ' + _e(main) if main else ''}</summary><pre>{_e(full)}</pre></details>")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+class Page:
+    """Collects sections; plotly figures and circuitsvis views share one copy of their JavaScript."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.sections: list[tuple[str, str, str]] = []  # (anchor, heading, body)
+        self.n_figures = 0
+        self.n_views = 0
+
+    def figure(self, fig: go.Figure) -> str:
+        self.n_figures += 1
+        return fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{self.n_figures}",
+                           config={"displaylogo": False, "responsive": True})
+
+    def view(self, component: str, props: dict[str, Any]) -> str:
+        """A circuitsvis component, rendered by the bundle inlined once in the page head."""
+        self.n_views += 1
+        vid = f"cv-{self.n_views}"
+        data = json.dumps(props).replace("</", "<\\/")
+        return (f"<div id='{vid}' class='cv-view'></div>"
+                f"<script>CircuitsVis.render({json.dumps(vid)}, CircuitsVis.{component}, {data});</script>")
+
+    def add(self, anchor: str, heading: str, body: str) -> None:
+        self.sections.append((anchor, heading, body))
+
+    def render(self, inputs: Sequence[str]) -> str:
+        scripts = []
+        if self.n_figures:
+            from plotly.offline import get_plotlyjs
+
+            scripts.append(f"<script type='text/javascript'>{get_plotlyjs()}</script>")
+        if self.n_views:
+            scripts.append(f"<script type='text/javascript'>{circuitsvis_bundle()}</script>")
+        toc = "".join(f"<li><a href='#{a}'>{_e(h)}</a></li>" for a, h, _ in self.sections)
+        body = "".join(f"<section id='{a}'><h2>{_e(h)}</h2>{b}</section>" for a, h, b in self.sections)
+        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        ins = "".join(f"<code>{_e(i)}</code> " for i in inputs)
+        return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(self.title)}</title>"
+                f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{CSS}</style>"
+                f"{''.join(scripts)}</head><body><header><h1>{_e(self.title)}</h1>"
+                f"<p class='meta'>Built {when} by <code>circuits report</code> from {ins}; no model was run. "
+                f"The page is self-contained and opens offline.</p><nav><ol>{toc}</ol></nav></header>"
+                f"{body}<footer>circuits: find, explain and precisely fine-tune the components that do arithmetic "
+                f"(Zhang et al., ICML 2024).</footer></body></html>")
+
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:0 auto;padding:0 1.5em 3em;
+color:#222;line-height:1.45}
+h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}h3{margin-bottom:.3em}
+.meta{color:#666;font-size:.9em}.what{font-size:1.02em}.note{background:#f6f6f2;border-left:4px solid #bbb;
+padding:.5em .8em;color:#555}details.config{font-size:.85em;color:#555;margin:.3em 0 1.2em}
+details.config pre{background:#f7f7f7;padding:.6em;max-height:20em;overflow:auto}
+table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px solid #ddd;padding:.25em .6em;
+text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
+.cv-view{margin:.4em 0 1.2em}code{background:#f3f3f3;padding:0 .2em}footer{margin-top:3em;color:#888;font-size:.85em}
+"""
+
+
+def circuitsvis_bundle() -> str:
+    """The circuitsvis JavaScript bundle (defines the global ``CircuitsVis``), taken from the
+    self-contained ``local_src`` of a throw-away view so it matches the installed circuitsvis."""
+    import circuitsvis as cv
+
+    src = cv.attention.attention_heads(attention=[[[1.0]]], tokens=["x"]).local_src
+    start = src.index(">", src.index("<script")) + 1
+    bundle = src[start : src.rindex("CircuitsVis.render(")]
+    # No source map beside the page: a browser with dev tools open would log a failed fetch.
+    return re.sub(r"//# sourceMappingURL=\S+", "", bundle).replace("</script", "<\\/script")
+
+
+_RENDER = re.compile(r'CircuitsVis\.render\(\s*"[^"]+",\s*CircuitsVis\.(\w+),\s*(\{.*?\})\s*\)\s*</script>', re.S)
+
+
+def parse_views(page: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """(caption, component, props) of each circuitsvis view in a page written by
+    :func:`circuits.explain.attention.attention_html` (a caption is the ``<h3>`` before the view)."""
+    views = []
+    for chunk in page.split("<h3>")[1:]:
+        caption = html.unescape(chunk.split("</h3>", 1)[0])
+        for m in _RENDER.finditer(chunk):
+            views.append((caption, m.group(1), json.loads(m.group(2))))
+    if not views:  # a page without captions
+        views = [("", m.group(1), json.loads(m.group(2))) for m in _RENDER.finditer(page)]
+    return views

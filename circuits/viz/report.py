@@ -1,0 +1,126 @@
+"""One shareable HTML page from saved results: ``circuits report RESULTS_DIR... --out report.html``.
+
+Nothing here runs a model: :func:`collect` walks the given folders and loads every saved result through its
+own class (:func:`circuits.results.load_result`, dispatching on the result's ``kind``), and
+:func:`build_report` renders one section per step of the method (Figures 2-7 and 15, Table 1), each with a
+sentence saying what it shows and the config that made it; a section with nothing in the inputs says so and
+how to make it. A folder that holds a result which cannot be read is named with the reason.
+
+The page opens offline: plotly.js and the circuitsvis bundle are inlined once each (not per figure),
+and every figure only carries its data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from circuits.io import read_json, write_text
+from circuits.results import MARKER, ResultError, detect_kind, result_type
+from circuits.viz.page import Page, _e
+from circuits.viz.sections import SECTIONS, Found
+
+MAX_DEPTH = 4
+
+
+def _load(path: Path, kind: str, found: list[Found], broken: list[tuple[Path, str]]) -> None:
+    try:
+        result = result_type(kind).load(path)
+    except (ResultError, ValueError, KeyError, TypeError, OSError) as err:
+        broken.append((path, f"{type(err).__name__}: {err}" if not isinstance(err, (ResultError, ValueError)) else str(err)))
+        return
+    found.append(Found(result, path))
+
+
+def _corrupt_json(folder: Path) -> str | None:
+    """Why a folder's main result file cannot be read, when it is there but corrupt (else None)."""
+    for name in ("summary.json", "data.json", "result.json", "config.json"):
+        if (folder / name).is_file():
+            try:
+                read_json(folder / name)
+            except ValueError as err:
+                return str(err)
+    return None
+
+
+def collect(paths: Iterable[str | Path]) -> tuple[list[Found], list[Path], list[tuple[Path, str]]]:
+    """Every result under ``paths`` (folders are walked; a result folder's sub-folders are not, and hidden or
+    ``_``-prefixed ones are skipped), the folders with a ``config.json`` that hold no known result, and the
+    results that could not be read, with why."""
+    found: list[Found] = []
+    unknown: list[Path] = []
+    broken: list[tuple[Path, str]] = []
+
+    def walk(folder: Path, depth: int) -> None:
+        try:
+            kind = detect_kind(folder)
+        except (ResultError, ValueError) as err:  # a corrupt marker
+            broken.append((folder, str(err)))
+            return
+        if kind is not None:
+            _load(folder, kind, found, broken)
+            return
+        corrupt = _corrupt_json(folder)
+        if corrupt:
+            broken.append((folder, corrupt))
+            return
+        if (folder / "config.json").is_file() or (folder / "summary.json").is_file():
+            unknown.append(folder)
+        if depth >= MAX_DEPTH:
+            return
+        for child in sorted(folder.iterdir()):
+            if child.is_dir() and not child.name.startswith((".", "_")):
+                walk(child, depth + 1)
+            elif child.suffix == ".json" and depth == 0 and child.name not in ("config.json", MARKER):
+                _file(child)
+
+    def _file(path: Path) -> None:
+        from circuits.evaluation.result import EvalResult
+
+        try:
+            found.append(Found(EvalResult.load(path), path))
+        except (ResultError, ValueError):
+            pass  # a JSON file that is no evaluation result
+
+    for p in map(Path, paths):
+        if not p.exists():
+            raise FileNotFoundError(f"no such results folder or file: {p}")
+        if p.is_dir():
+            walk(p, 0)
+        elif p.name in ("summary.json", "data.json", "result.json", MARKER):
+            walk(p.parent, 0)
+        else:
+            _file(p)
+    unique: dict[tuple[str, Path], Found] = {}
+    for f in found:  # the same folder given twice, or a folder and its file
+        unique.setdefault((f.kind, f.path.resolve()), f)
+    return list(unique.values()), unknown, broken
+
+
+def build_report(paths: Sequence[str | Path], title: str = "circuits report") -> str:
+    """The report's HTML for the results under ``paths``; raises ValueError when none can be read."""
+    found, unknown, broken = collect(paths)
+    if not found:
+        why = "; ".join(f"{p}: {reason}" for p, reason in broken)
+        raise ValueError(f"no results found under {', '.join(map(str, paths))}" + (f" (unreadable: {why})" if why else
+                         " (expected folders written by circuits identify, experiments/*.py or the fine-tuning jobs)"))
+    page = Page(title)
+    for s in SECTIONS:
+        mine = [f for f in found if f.kind in s.kinds]
+        if mine:
+            page.add(s.anchor, s.heading, s.render(page, mine))
+        else:
+            page.add(s.anchor, s.heading, f"<p class='note'>Not in the inputs, so skipped. Make it with "
+                                          f"<code>{_e(s.how)}</code> and pass its folder to <code>circuits report</code>.</p>")
+    if broken:
+        page.add("unreadable", "Results that could not be read", "<p class='note'>" + "<br>".join(
+            f"<code>{_e(p)}</code>: {_e(reason)}" for p, reason in broken) + "</p>")
+    if unknown:
+        page.add("other", "Other results (not shown)", "<p class='note'>These folders hold results this report does not "
+                 "draw: " + ", ".join(f"<code>{_e(u)}</code>" for u in unknown) + "</p>")
+    return page.render([str(p) for p in paths])
+
+
+def write_report(paths: Sequence[str | Path], out: str | Path, title: str = "circuits report") -> Path:
+    """Build the report and write it atomically to ``out``."""
+    return write_text(out, build_report(paths, title))

@@ -1,0 +1,272 @@
+"""The report's sections, one per step of the method, each drawing typed results (no model is run).
+
+Every renderer takes the page and the :class:`Found` results of its kinds and returns the section's HTML: a
+sentence saying what it shows, the figure (the same functions the experiment scripts use), and the config
+that made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+
+from circuits.results import Result
+from circuits.viz.page import Page, _e, _pct, config_block, parse_views, table
+
+OPERATION_ORDER = ("addition", "subtraction", "multiplication", "division", "all")
+
+
+@dataclass(frozen=True)
+class Found:
+    """One saved result and where it lies."""
+
+    result: Result
+    path: Path
+
+    @property
+    def kind(self) -> str:
+        return self.result.kind
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.result.config_json()
+
+    def config_html(self) -> str:
+        return config_block(self.path, self.config)
+
+
+def _heads(hs) -> str:
+    return ", ".join(f"{h[0]}.{h[1]}" for h in hs)
+
+
+def _op_rank(f: Found) -> tuple[int, str]:
+    task = getattr(f.result, "task", "") or f.config.get("task", "")
+    return (OPERATION_ORDER.index(task) if task in OPERATION_ORDER else len(OPERATION_ORDER), str(f.path))
+
+
+def key_heads_section(page: Page, found: list[Found]) -> str:
+    from circuits.viz.figures import heatmap_grid
+
+    out = ["<p class='what'>Each heatmap shows, for every attention head (layer &times; head) and every MLP, how much "
+           "patching its output at the END position with its output on the counterfactual prompt changes the answer "
+           "logit (relative change, the paper's Figure 2 metric; red: the answer logit drops, blue: it rises). Boxed "
+           "cells are the key heads chosen by the key rule. Hover a cell to read its layer, head and effect.</p>"]
+    identify = sorted((f for f in found if f.kind == "identify"), key=_op_rank)
+    for f in identify:
+        r = f.result
+        s = r.summary()
+        keys = r.key_heads()
+        listed = ", ".join(f"{h} ({e:+.3f})" for h, e in keys[:10]) or "none"
+        base = s.get("baseline", {})
+        title = r.task or f.path.name
+        out.append(f"<h3>{_e(title)}</h3><p>{_e(s.get('model', ''))}, {s.get('n_pairs')} prompt pairs, "
+                   f"{_e(s.get('mode', 'path'))} patching; accuracy before filtering {_pct(s.get('accuracy'))}; the "
+                   f"counterfactual prompt keeps the answer {_pct(s.get('counterfactual_accuracy'))} of the time and "
+                   f"changes the answer logit by {_pct(base.get('full_effect_relative_logit'), 1)}. "
+                   f"<b>{len(keys)} key heads</b> by <code>{_e(r.key_rule)}</code>: {_e(listed)}.</p>")
+        out.append(page.figure(r.figure()) + f.config_html())
+    if len(identify) > 1:
+        ops = [f.result.task or str(f.path) for f in identify]
+        sets = [{h for h, _ in f.result.key_heads()} for f in identify]
+        out.append("<h3>Shared key heads</h3><p>How many key heads each pair of tasks shares (the diagonal: each "
+                   "task's own count), as in the paper's Figure 15.</p>"
+                   + table(["", *ops], [[a, *[len(sa & sb) for sb in sets]] for a, sa in zip(ops, sets)]))
+    for f in (f for f in found if f.kind == "per_operation"):
+        r = f.result
+        k = len(next(iter(r.key_heads.values()), []))
+        out.append(f"<h3>Figure 15: key heads per operation</h3><p>The same sweep on each operation, one shared colour "
+                   f"scale ({_e(r.metric)}); the table counts the top-{k} heads each pair of operations shares.</p>")
+        out.append(page.figure(heatmap_grid(r.head_effects, f"Head effects per operation ({r.metric}, %)")))
+        out.append(table(["", *r.operations], [[a, *row] for a, row in zip(r.operations, r.overlap)]) + f.config_html())
+    return "".join(out)
+
+
+def knockout_section(page: Page, found: list[Found]) -> str:
+    out = []
+    for f in found:
+        r = f.result
+        c = r.curve
+        k = max(c.ks)
+        i = c.ks.index(k)
+        rnd = sum(row[i] for row in c.random_accuracy) / max(1, len(c.random_accuracy))
+        out.append(f"<p class='what'>Mean-ablating the first k heads of the effect ranking (red) against k random heads "
+                   f"(grey: mean and min-max over {len(c.random_accuracy)} seeds), on {r.n_pairs or '?'} "
+                   f"{_e(r.task)} pairs (Figure 3). With {k} heads knocked out, accuracy is "
+                   f"{_pct(c.effect_accuracy[i])} for the key heads and {_pct(rnd)} for random ones "
+                   f"(from {_pct(c.effect_accuracy[0])} with none). First heads: {_e(_heads(c.ranking[:k]))}.</p>")
+        out.append(page.figure(r.figure()) + f.config_html())
+    return "".join(out)
+
+
+def transfer_section(page: Page, found: list[Found]) -> str:
+    out = []
+    for f in found:
+        r = f.result
+        res = r.results
+        names = list(res)
+        task = f.config.get("task", "the templates")
+        what = ("each exponentiation template (Table 3)" if task == "exponentiation" else
+                "each data set (Figure 4; MMLU checks that other abilities survive)")
+        out.append(f"<p class='what'>Accuracy on {what} before and after knocking out the {len(r.key_heads)} key heads "
+                   f"found on {_e(task)} ({_e(_heads(r.key_heads))}), and after knocking out as many random heads.</p>")
+        out.append(page.figure(r.figure()))
+        out.append(table(["data set", "n", "before", "key heads out", "random heads out"],
+                         [[r.examples.get(k, k) if task == "exponentiation" else k, res[k].get("n", ""),
+                           _pct(res[k]["accuracy_before"], 1), _pct(res[k]["accuracy_after"], 1),
+                           _pct(res[k].get("accuracy_random_heads"), 1)] for k in names]) + f.config_html())
+    return "".join(out)
+
+
+def word_problems_section(page: Page, found: list[Found]) -> str:
+    out = []
+    for f in found:
+        r = f.result
+        out.append(f"<p class='what'>Key heads found on word problems whose asking phrase is rewritten (Table 4), how "
+                   f"many they share with the {len(r.template_heads)} template key heads ({_e(_heads(r.template_heads))}), "
+                   f"and accuracy after knocking out each set.</p>")
+        out.append(page.figure(r.figure()) + f.config_html())
+    return "".join(out)
+
+
+def roles_section(page: Page, found: list[Found]) -> str:
+    out = []
+    for f in found:
+        ops = f.result.by_operation
+        dom = next(iter(ops.values())).get("dominant", {})
+        out.append(f"<p class='what'>Where each key head looks from END: its attention summed over the tokens of each "
+                   f"role (operands A and B, the operator, the answer prefix, the few-shot prefix, the rest), averaged "
+                   f"over prompts of each operation (Figure 5). Most-attended role on {_e(next(iter(ops)))}: "
+                   f"{_e(', '.join(f'{h} {r}' for h, r in dom.items()))}.</p>")
+        out.append(page.figure(f.result.figure()) + f.config_html())
+    return "".join(out)
+
+
+def views_section(page: Page, found: list[Found]) -> str:
+    out = []
+    for f in found:
+        r = f.result
+        views = parse_views(r.page)
+        out.append(f"<p class='what'>The attention patterns of the key heads {_e(_heads(r.heads))} on a few "
+                   f"prompts of each operation (circuitsvis, Figures 7 and 16): pick a head, hover a token to see where "
+                   f"it attends from the last position.</p>")
+        if not views:
+            out.append(f"<p class='note'>No circuitsvis view could be read from {_e(f.path / 'figure.html')}.</p>")
+        for caption, component, props in views:
+            out.append(f"<h3><code>{_e(caption[-120:])}</code></h3>" + page.view(component, props))
+        out.append(f.config_html())
+    return "".join(out)
+
+
+def lens_section(page: Page, found: list[Found]) -> str:
+    from circuits.viz.figures import top_tokens_figure
+
+    out = []
+    for f in found:
+        r = f.result
+        out.append(f"<p class='what'>The MLPs through the logit lens (Figure 6), averaged over {r.n_pairs or '?'} "
+                   f"pairs: how much each layer's MLP input points at the operands' unembeddings (6a; peaks at layers "
+                   f"{r.peak('in_A')} for A and {r.peak('in_B')} for B), and how much what the MLP adds points at "
+                   f"the answer rather than other numbers (6b; writing starts at layer {r.writing_start}); 6c "
+                   f"lists the number tokens each MLP adds most for {_e(repr(r.example))}.</p>")
+        out.append(page.figure(r.figure()))
+        if r.top_tokens:
+            out.append(page.figure(top_tokens_figure(r.top_tokens, f"6c: top number tokens of MLP_out - MLP_in for "
+                                                                   f"{r.example!r}")))
+        out.append(f.config_html())
+    return "".join(out)
+
+
+def _metric(scores: dict[str, Any]) -> tuple[str, float | None]:
+    if "acc" in scores:
+        return "acc", scores["acc"]
+    for k, v in scores.items():
+        if k != "n" and isinstance(v, (int, float)):
+            return k, v
+    return "", None
+
+
+def _cell(scores: dict[str, Any], delta: float | None) -> str:
+    name, v = _metric(scores)
+    if v is None:
+        return "-"
+    scale = 100 if name == "acc" else 1
+    shown = f"{scale * v:.1f}" if name == "acc" else f"{v:.2f}"
+    return shown + (f" ({scale * delta:+.1f})" if delta is not None else "")
+
+
+def sft_section(page: Page, found: list[Found]) -> str:
+    out = []
+    for f in (f for f in found if f.kind == "sft_table"):
+        r = f.result
+        rows = r.rows
+        tasks = list(rows[0]["tasks"])
+        out.append(f"<p class='what'>Base model, full fine-tuning and Precise SFT (only the Q/K/V/O slices of the key "
+                   f"heads {_e(_heads(r.heads))} are trained) on math and generic benchmarks (Table 1): accuracy % (or "
+                   f"perplexity), change from the base model in brackets; train speed measured in the same run.</p>")
+        header = ["model", "train speed", "tuned params"] + [
+            f"{t} ({_metric(rows[0]['tasks'][t])[0]}, n={rows[0]['tasks'][t].get('n', '?')})" for t in tasks]
+        body = []
+        for row in rows:
+            tr = row.get("train", {})
+            body.append([row["name"], f"{tr['samples_per_s']:.2f} sam./s" if "samples_per_s" in tr else "-",
+                         f"{tr['tuned_parameters'] / 1e6:.2f}M" if "tuned_parameters" in tr else "-",
+                         *[_cell(row["tasks"][t], row.get("delta", {}).get(t)) for t in tasks]])
+        out.append(table(header, body))
+        if all("arithmetic_by_form" in row for row in rows):
+            forms = sorted(rows[0]["arithmetic_by_form"])
+            out.append("<p>Held-out arithmetic by form (accuracy %):</p>" + table(
+                ["model", *forms], [[row["name"], *[f"{100 * row['arithmetic_by_form'][x]:.1f}" for x in forms]] for row in rows]))
+        out.append(f.config_html())
+    for f in (f for f in found if f.kind == "finetune"):
+        r = f.result
+        heads = f.config.get("heads")
+        out.append(f"<h3>Fine-tuning run <code>{_e(f.path.name)}</code></h3><p>{r.steps} optimizer steps over "
+                   f"{r.samples} samples at {r.samples_per_s:.2f} samples/s; "
+                   f"{r.tuned_parameters / 1e6:.2f}M of {r.total_parameters / 1e6:.1f}M parameters "
+                   f"tuned{'; heads ' + _e(_heads(heads)) if heads else ''}.</p>")
+        if r.losses:
+            fig = go.Figure(go.Scatter(y=r.losses, mode="lines+markers", name="loss"))
+            fig.update_layout(title="training loss", xaxis_title="step", yaxis_title="loss", height=320)
+            out.append(page.figure(fig))
+        out.append(f.config_html())
+    for f in (f for f in found if f.kind == "evaluation"):
+        tasks = f.result.tasks
+        delta = f.config.get("delta")
+        out.append(f"<h3>Evaluation <code>{_e(f.path.name)}</code></h3><p>{_e(f.config.get('model', ''))}"
+                   f"{', with delta ' + _e(delta) if delta else ', base weights'}.</p>")
+        out.append(table(["task", "metric", "value", "n"],
+                         [[t, _metric(s)[0], _cell(s, None), s.get("n", "")] for t, s in tasks.items()]) + f.config_html())
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class Section:
+    anchor: str
+    heading: str
+    kinds: tuple[str, ...]
+    render: Callable[[Page, list[Found]], str]
+    how: str  # how to make it, shown when the inputs hold none
+
+
+SECTIONS = (
+    Section("key-heads", "Key heads per operation (identify)", ("identify", "per_operation"),
+            key_heads_section, "circuits identify --model smollm2 --task all --out results/identify"),
+    Section("knockout", "Knockout curves (validate)", ("knockout",), knockout_section,
+            "python experiments/fig3_knockout.py"),
+    Section("transfer", "Transfer of the knockout (validate)", ("transfer",), transfer_section,
+            "python experiments/fig4_transfer.py"),
+    Section("word-problems", "Key heads on word problems (validate)", ("word_problem_heads",), word_problems_section,
+            "python experiments/table4_gsm8k.py"),
+    Section("attention-roles", "Attention by token role (explain)", ("attention_roles",), roles_section,
+            "python experiments/fig5_attention_roles.py"),
+    Section("attention-views", "Attention views of the key heads (explain)", ("attention_views",), views_section,
+            "python experiments/fig7_attention_views.py"),
+    Section("logit-lens", "MLP logit lens (explain)", ("logit_lens",), lens_section,
+            "python experiments/fig6_mlp_logit_lens.py"),
+    Section("precise-sft", "Precise SFT (fine-tune)", ("sft_table", "finetune", "evaluation"), sft_section,
+            "python experiments/table1_precise_sft.py, or circuits finetune / circuits evaluate"),
+)

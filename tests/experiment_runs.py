@@ -1,0 +1,57 @@
+"""Every experiment script's ``main`` run on a tiny model at a tiny size, into one results folder: what the
+scripts really write, for the experiment, report and browser tests."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import tempfile
+from pathlib import Path
+
+SCRIPTS = ("fig2_key_heads", "fig3_knockout", "fig4_transfer", "fig5_attention_roles", "fig6_mlp_logit_lens",
+           "fig7_attention_views", "fig15_per_operation", "table3_exponentiation", "table4_gsm8k",
+           "table1_precise_sft", "table2_components")
+
+
+def script(name: str):
+    return importlib.import_module(name)
+
+
+def tiny_config(name: str, root: Path):
+    """The script's own Config at a tiny size, writing under ``root``."""
+    from helpers import tiny_dir
+
+    common = dict(model=str(tiny_dir("llama")), n_pairs=4, filter_correct=False, identify_dir=str(root / "identify"),
+                  out=str(root / name))
+    sizes = {
+        "fig2_key_heads": dict(out=str(root / "identify" / "all")),
+        "fig3_knockout": dict(ks=(0, 1, 2), seeds=(0, 1)),
+        "fig4_transfer": dict(n_key_heads=2, n=3, n_mmlu=3, svamp_shots=1),
+        "fig5_attention_roles": dict(n_key_heads=2, n_prompts=2),
+        "fig6_mlp_logit_lens": dict(top_k=3),
+        "fig7_attention_views": dict(n_key_heads=2, prompts_per_operation=1),
+        "fig15_per_operation": dict(top=3),
+        "table3_exponentiation": dict(n_key_heads=2, random_seeds=(0,)),
+        "table4_gsm8k": dict(dataset="addsub", fallback="", n=4, top=3),
+    }
+    if name.startswith("table1") or name.startswith("table2"):
+        fields = dict(model=common["model"], heads_from=str(root / "identify" / "addition"), top_k=2,
+                      sources=("arithmetic",), n_arithmetic=8, limit_per_source=8, batch_size=4, micro_batch_size=4,
+                      max_length=48, eval_tasks=("arithmetic", "mmlu"), eval_limit=2, arithmetic_per_form=1,
+                      mmlu_shots=1, eval_batch_size=4, threads=0, out=common["out"])
+        if name.startswith("table2"):
+            fields["mlp_counts"] = (1,)
+        return script(name).Config(**fields)
+    return script(name).Config(**{**common, **sizes[name]})
+
+
+@functools.lru_cache(maxsize=1)
+def run_all() -> Path:
+    """Run every script once per test process; returns the results folder."""
+    from helpers import tiny_model
+
+    root = Path(tempfile.mkdtemp(prefix="circuits-experiments-"))
+    model = tiny_model("llama")
+    for name in SCRIPTS:
+        script(name).main(tiny_config(name, root), model=model)
+    return root

@@ -1,0 +1,36 @@
+"""``circuits identify``, the figure scripts and the notebook's calls name the same key heads for the same task,
+seed and size, each computed on its own; and ``make demo``'s results are what the figure scripts reuse."""
+
+import json
+
+import _common as C
+
+import circuits as cc
+from circuits.cli import main as cli_main
+from circuits.identify import DEFAULT_KEY_RULE, IdentifyResult
+
+N_PAIRS = 8
+
+
+def test_cli_figures_and_notebook_agree(smollm2, tmp_path, monkeypatch):
+    monkeypatch.setattr(C, "model_for", lambda name: smollm2)  # one load for the test
+    assert cli_main(["identify", "--task", "addition", "--pairs", str(N_PAIRS), "--out", str(tmp_path / "cli")]) == 0
+    cli = [(l, h) for l, h, _ in json.loads((tmp_path / "cli" / "summary.json").read_text())["key_heads"]]
+    assert cli, "the CLI found key heads"
+
+    figures = C.identify_result(C.KeyHeadConfig(n_pairs=N_PAIRS, identify_dir=str(tmp_path / "figures")))
+    assert [tuple(h) for h, _ in figures.key_heads()] == cli
+
+    # the tour notebook's cells: build pairs, sweep, the key rule
+    pairs = cc.build_pairs(smollm2, "addition", n_pairs=N_PAIRS, seed=0)
+    notebook = cc.sweep(smollm2, pairs, progress=False).key_heads(DEFAULT_KEY_RULE)
+    assert [tuple(h) for h, _ in notebook] == cli
+
+    # a figure script finds the CLI's folder and reuses it instead of recomputing
+    shared = C.KeyHeadConfig(n_pairs=N_PAIRS, identify_dir=str(tmp_path))
+    (tmp_path / "addition").mkdir()
+    for f in (tmp_path / "cli").iterdir():
+        (tmp_path / "addition" / f.name).write_bytes(f.read_bytes())
+    stamp = (tmp_path / "addition" / "summary.json").stat().st_mtime_ns
+    assert C.identify_result(shared).ranked() == IdentifyResult.load(tmp_path / "cli").ranked()
+    assert (tmp_path / "addition" / "summary.json").stat().st_mtime_ns == stamp

@@ -1,0 +1,112 @@
+"""The identify result: one ranking of every head, saved and loaded, older folders still read; the job resumes."""
+
+import json
+import shutil
+
+import pytest
+
+from circuits.identify import IdentifyConfig, IdentifyResult, PerOperation, identify, load_identify, run_identify
+from circuits.identify.result import ResultError
+from circuits.results import MARKER, load_result
+from circuits.types import Head
+
+CONFIG = IdentifyConfig(task="addition", n_pairs=6, few_shot="on", filter_correct=False, key_rule="top3")
+
+
+@pytest.fixture(scope="module")
+def result(tiny_llama):
+    return identify(tiny_llama, config=CONFIG, progress=False)
+
+
+def test_ranking_covers_every_head_and_key_heads_lead_it(result, tiny_llama):
+    n = tiny_llama.cfg.n_layers * tiny_llama.cfg.n_heads
+    ranked = result.ranked()
+    assert len(ranked) == n and len({h for h, _ in ranked}) == n
+    effects = [e for _, e in ranked]
+    assert effects == sorted(effects, reverse=True)  # fraction: larger is more important
+    keys = result.key_heads()
+    assert [h for h, _ in keys] == [h for h, _ in ranked[:3]]
+    assert result.top_heads(5) == [h for h, _ in ranked[:5]]
+    assert [h for h, _ in result.key_heads("top2:relative_logit")] == [h for h, _ in result.ranked("relative_logit")[:2]]
+    summary = result.summary()
+    assert len(summary["ranked_heads"]) == n  # every head, not the first 20
+    assert summary["key_heads"] == [[h.layer, h.head, e] for h, e in keys]
+    assert set(summary["metrics"]) == {"relative_logit", "fraction", "logit_diff", "prob"}
+
+
+def test_save_and_load_roundtrip(result, tmp_path):
+    out = result.save(tmp_path / "addition")
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["circuits.json", "config.json", "heads.html", "pairs.jsonl", "summary.json", "sweep.pt"])
+    back = IdentifyResult.load(out)
+    assert back.config == CONFIG and back.pairs == result.pairs
+    assert back.ranked() == result.ranked() and back.key_mlps() == result.key_mlps()
+    assert load_result(out).kind == "identify"
+    html = (out / "heads.html").read_text()
+    assert "plotly" in html and '<script src="http' not in html  # plotly.js embedded, no CDN
+
+
+def test_older_folders_are_still_read(result, tmp_path):
+    """A folder written before markers (config.json + summary.json + sweep.pt), and one with the summary alone."""
+    out = result.save(tmp_path / "old")
+    (out / MARKER).unlink()
+    assert IdentifyResult.load(out).ranked() == result.ranked()
+    (out / "sweep.pt").unlink()
+    summary_only = IdentifyResult.load(out)
+    assert summary_only.sweep is None
+    for (h1, e1), (h2, e2) in zip(summary_only.ranked(), result.ranked()):
+        assert h1 == h2 and e1 == pytest.approx(e2, rel=1e-6)
+
+
+def test_corrupt_files_are_named(result, tmp_path):
+    out = result.save(tmp_path / "bad")
+    (out / "pairs.jsonl").write_text((out / "pairs.jsonl").read_text()[:-40])
+    with pytest.raises(ValueError, match=r"pairs.jsonl, line \d+: not valid JSON"):
+        IdentifyResult.load(out)
+    shutil.rmtree(out)
+    out = result.save(tmp_path / "bad")
+    (out / "sweep.pt").write_bytes(b"not a tensor file")
+    with pytest.raises(ResultError, match="sweep.pt cannot be read"):
+        IdentifyResult.load(out)
+
+
+def test_load_identify_on_the_parent_of_task_folders(result, tmp_path):
+    result.save(tmp_path / "addition")
+    result.save(tmp_path / "all")
+    with pytest.raises(ResultError, match=r"one identify result per task \(addition, all\).*addition"):
+        load_identify(tmp_path)
+    with pytest.raises(ResultError, match="holds no identify result"):
+        load_identify(tmp_path / "missing")
+    assert load_identify(tmp_path / "addition").top_heads(2) == result.top_heads(2)
+
+
+def test_run_identify_writes_resumes_and_pools(tiny_llama, tmp_path, capsys):
+    config = CONFIG.replace(task="all", n_pairs=4)
+    folders = run_identify(config, tmp_path / "identify", model=tiny_llama, progress=False)
+    assert sorted(folders) == ["addition", "all", "division", "multiplication", "subtraction"]
+    assert sorted(p.name for p in (tmp_path / "identify").iterdir()) == sorted(folders)  # no temporary folders left
+    pooled = IdentifyResult.load(folders["all"])
+    assert len(pooled.pairs) == 4 and set(pooled.per_task) == {"addition", "subtraction", "multiplication", "division"}
+    stamp = (folders["addition"] / "summary.json").stat().st_mtime_ns
+    capsys.readouterr()
+    run_identify(config, tmp_path / "identify", model=tiny_llama, progress=False)
+    assert capsys.readouterr().out.count("resumed") == 5
+    assert (folders["addition"] / "summary.json").stat().st_mtime_ns == stamp
+
+
+def test_per_operation_roundtrip(result, tmp_path):
+    per = PerOperation.from_identify({"top": 3}, {"addition": result, "subtraction": result}, top=3)
+    assert per.overlap == [[3, 3], [3, 3]]
+    back = PerOperation.load(per.save(tmp_path / "fig15"))
+    assert back.key_heads == per.key_heads and back.overlap == per.overlap
+    assert all(isinstance(h, Head) for h in back.key_heads["addition"])
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="Unknown mode"):
+        IdentifyConfig(mode="causal")
+    with pytest.raises(ValueError, match="n_pairs"):
+        IdentifyConfig(n_pairs=0)
+    with pytest.raises(ValueError, match="Unknown task"):
+        IdentifyConfig(task="modulo")
+    assert IdentifyConfig.from_json(json.loads(json.dumps(CONFIG.to_json()))) == CONFIG
