@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import enum
+import fcntl
 import json
 import os
 import shutil
+import socket
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -124,3 +128,54 @@ def atomic_dir(out: str | Path) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+class OutputError(ValueError):
+    """An output location a job must not or cannot write to, found before any work is done."""
+
+
+def lock_path(out: str | Path) -> Path:
+    out = Path(out).absolute()
+    return out.parent / f".{out.name}.lock"
+
+
+def remove_stale_temporaries(out: str | Path) -> list[Path]:
+    """Remove what an interrupted write of ``out`` left: ``.<name>-tmp-*`` and ``.<name>-old-*`` beside it, and
+    ``.*-tmp-*`` inside it. Call only while holding ``out``'s lock (then nothing else is writing them)."""
+    out = Path(out).absolute()
+    found = [*out.parent.glob(f".{out.name}-tmp-*"), *out.parent.glob(f".{out.name}-old-*")]
+    if out.is_dir():
+        found += [p for p in out.glob(".*-tmp-*")] + [p for p in out.glob("*/.*-tmp-*")]
+    for p in found:
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return found
+
+
+@contextlib.contextmanager
+def output_lock(out: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on the output location ``out`` for the block (a lock file beside it, released when
+    the process ends however it ends). A second job on the same ``out`` is refused with a line naming the first;
+    leftovers of an interrupted earlier write are removed once the lock is held."""
+    path = lock_path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise OutputError(f"{out} is being written by another circuits job ({holder}); wait for it to finish or "
+                          "choose another --out") from None
+    try:
+        now = datetime.datetime.now().isoformat(timespec="seconds")
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started {now}: {' '.join(sys.argv)}".encode())
+        remove_stale_temporaries(out)
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        os.close(fd)

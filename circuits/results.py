@@ -15,11 +15,13 @@ Folders written before the marker existed are still read: each class recognises 
 from __future__ import annotations
 
 import importlib
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from circuits.io import atomic_dir, read_json, to_jsonable, write_json
+from circuits.io import OutputError, atomic_dir, read_json, to_jsonable, write_json
 
 MARKER = "circuits.json"
 R = TypeVar("R", bound="Result")
@@ -86,6 +88,54 @@ def load_result(folder: str | Path) -> Result:
     return result_type(kind).load(folder)
 
 
+def check_output(out: str | Path, kind: str, *, overwrite: bool = False, container: bool = False) -> Path:
+    """Check, before any work, that a ``kind`` job may write its result to ``out``.
+
+    Allowed: a path that does not exist yet (in a folder this process can write to), an empty folder, or a folder
+    that already holds a ``kind`` result (it will be replaced). With ``container`` (``identify --task all``),
+    ``out`` may also hold ``kind`` results in sub-folders. Anything else (a file, a folder of other things, the
+    current folder) is refused with one line, unless ``overwrite``.
+    """
+    out = Path(out).expanduser()
+    absolute = out.absolute()
+    if absolute == Path.cwd() or absolute in Path.cwd().parents or absolute == Path(absolute.anchor):
+        raise OutputError(f"--out {out} is the current folder or one of its parents; name a new folder for the result, "
+                          "e.g. --out results/run1")
+    if out.exists() and not out.is_dir():
+        if overwrite:
+            return out
+        raise OutputError(f"--out {out} is an existing file; a {kind} result is a folder. Choose another --out, or "
+                          "pass --overwrite to replace the file")
+    if out.is_dir() and any(p for p in out.iterdir() if not p.name.startswith(".")) and not overwrite:
+        kinds = {detect_kind(out)}
+        if container and kinds == {None}:
+            kinds = {detect_kind(p) if p.is_dir() else "file" for p in out.iterdir() if not p.name.startswith(".")}
+        if kinds != {kind}:
+            what = ", ".join(sorted(k or "files circuits did not write" for k in kinds))
+            raise OutputError(f"--out {out} already holds {what}, not a {kind} result; choose another --out, or pass "
+                              "--overwrite to replace it")
+    check_writable(out)
+    return out
+
+
+def check_writable(out: Path) -> None:
+    """Create and remove a temporary file in the first existing ancestor of ``out`` (a read-only or virtual
+    file system fails here, not after the work)."""
+    parent = out.absolute()
+    if parent.is_file():  # a file that will be replaced: its folder must be writable
+        parent = parent.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise OutputError(f"cannot write to {out}: {parent} is a file, not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".circuits-probe-", dir=parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as err:
+        raise OutputError(f"cannot write to {out}: {parent} is not writable ({err.strerror})") from None
+
+
 class Result:
     """Base of every step's result.
 
@@ -105,15 +155,19 @@ class Result:
         cfg = to_jsonable(self.config)
         return cfg if isinstance(cfg, dict) else {"config": cfg}
 
-    def save(self, folder: str | Path) -> Path:
-        """Write the result into ``folder`` atomically (a finished folder replaces the old one at once)."""
+    def save(self, folder: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the result into ``folder`` atomically (a finished folder replaces the old one at once).
+
+        ``folder`` may be new, empty, or hold a result of the same kind; a folder of anything else is refused
+        (:class:`~circuits.io.OutputError`) unless ``overwrite``."""
         folder = Path(folder)
-        if self.in_place:
+        if self.in_place:  # the job's working folder, checked when the job started; only our own files are written
             folder.mkdir(parents=True, exist_ok=True)
             self._write(folder)
             write_json(folder / "config.json", self.config_json())
             write_json(folder / MARKER, {"kind": self.kind, "version": self.version})
             return folder
+        check_output(folder, self.kind, overwrite=overwrite)
         with atomic_dir(folder) as tmp:
             self._write(tmp)
             write_json(tmp / "config.json", self.config_json())

@@ -7,6 +7,7 @@ taking the parsed arguments; flags come from the job's config (:func:`circuits.c
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -20,20 +21,40 @@ def build_parser() -> argparse.ArgumentParser:
         prog="circuits",
         description="Find, explain and precisely fine-tune the components of a language model that do arithmetic.",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help="show the full traceback of an error (also: CIRCUITS_DEBUG=1), for bug reports")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.register(sub)
     return parser
 
 
+def one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, (ValueError, FileNotFoundError, NotADirectoryError, PermissionError)):
+        return text
+    return f"{type(err).__name__}: {text}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a subcommand. Every error is one line on stderr and exit code 2 (a traceback only with ``--debug`` or
+    ``CIRCUITS_DEBUG=1``); an interrupted job says how to resume, exit code 130."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    debug = args.debug or os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0")
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as err:
-        # Bad input gets one clear line, not a traceback.
-        print(f"circuits {args.command}: error: {err}", file=sys.stderr)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"circuits {args.command}: interrupted; run the same command to resume", file=sys.stderr)
+        return 130
+    except Exception as err:
+        if debug:
+            raise
+        expected = isinstance(err, (ValueError, OSError))
+        hint = "" if expected else " (this looks like a bug: rerun with --debug and report the traceback)"
+        print(f"circuits {args.command}: error: {one_line(err)}{hint}", file=sys.stderr)
         return 2
 
 

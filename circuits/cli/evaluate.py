@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.evaluation.tasks import EvalConfig
 
@@ -18,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, EvalConfig)
     p.add_argument("--device")
-    p.add_argument("--out", required=True, help="result folder, or a .json file")
+    add_output_arguments(p, "result folder, or a .json file")
     p.set_defaults(func=run)
 
 
@@ -27,14 +28,20 @@ def run(args: argparse.Namespace) -> int:
     from circuits.sft.delta import apply_delta
     from circuits.models.loading import load_model
 
+    from circuits.evaluation.result import check_json_output
+    from circuits.evaluation.tasks import check_data
+
     config = from_arguments(EvalConfig, args)
     if config.delta and not Path(config.delta).is_file():
         raise FileNotFoundError(f"delta file not found: {config.delta}")
-    model = load_model(config.model, device=args.device)
-    if config.delta:
-        apply_delta(model, config.delta)
-    result = evaluate(model, config)
-    result.save(args.out)
+    check_data(config)  # before the model loads: a missing data folder or file is one line
+    file_check = check_json_output if str(args.out).endswith(".json") else None
+    with writing(args.out, "evaluation", args.overwrite, check=file_check):
+        model = load_model(config.model, device=args.device)
+        if config.delta:
+            apply_delta(model, config.delta)
+        result = evaluate(model, config)
+        result.save(args.out, overwrite=args.overwrite)
     for task, metrics in result.tasks.items():
         shown = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
         print(f"{task}: {shown}")

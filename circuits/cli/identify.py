@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.identify.config import IdentifyConfig
 
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("identify", help="find the key heads and MLPs by patching at END (Figure 2)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, IdentifyConfig)
-    p.add_argument("--out", required=True, help="output folder")
+    add_output_arguments(p, "output folder (a result per task inside it for --task all)")
     p.set_defaults(func=_main)
 
 
@@ -26,7 +27,8 @@ def _main(args: argparse.Namespace) -> int:
     from circuits.identify.job import run_identify
 
     config = from_arguments(IdentifyConfig, args)
-    folders = run_identify(config, args.out)
+    with writing(args.out, "identify", args.overwrite, container=config.task == "all"):
+        folders = run_identify(config, args.out)
     print("Figures:")
     for task, folder in folders.items():
         print(f"  {task}: {folder / 'heads.html'}")

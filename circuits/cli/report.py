@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import argparse
 
+from circuits.cli._output import add_output_arguments, writing
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="one shareable, offline HTML page from saved results (no model run)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", help="result folders (searched recursively) or JSON files")
-    p.add_argument("--out", default="report.html", help="the HTML file to write (default: report.html)")
+    add_output_arguments(p, "the HTML file to write", default="report.html")
     p.add_argument("--title", default="circuits report")
     p.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
-    from circuits.viz.report import write_report
+    from circuits.viz.report import check_report_output, write_report
 
-    out = write_report(args.results, args.out, title=args.title)
+    with writing(args.out, "report", args.overwrite, check=check_report_output):
+        out = write_report(args.results, args.out, title=args.title, overwrite=args.overwrite)
     print(f"Report: {out.resolve()} ({out.stat().st_size / 1e6:.1f} MB)")
     return 0

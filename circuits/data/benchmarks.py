@@ -96,20 +96,48 @@ def repo_root() -> Path:
 
 
 def resolve_data_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    """The benchmark data folder: argument, then ``$CIRCUITS_DATA_DIR``, then ``../shared/data``."""
-    candidates: list[Path] = []
+    """The benchmark data folder: the argument (``--data-dir``) when given, else ``$CIRCUITS_DATA_DIR`` when set,
+    else ``../shared/data`` beside the repository. A folder that is named but missing is an error, never a silent
+    fall-back to the next candidate."""
     if data_dir:
-        candidates.append(Path(data_dir))
-    if os.environ.get("CIRCUITS_DATA_DIR"):
-        candidates.append(Path(os.environ["CIRCUITS_DATA_DIR"]))
-    candidates.append(repo_root().parent / "shared" / "data")
-    for c in candidates:
-        if c.is_dir():
-            return c.expanduser().resolve()
-    raise FileNotFoundError(
-        f"No benchmark data folder found (tried {', '.join(map(str, candidates))}); pass --data-dir, set "
-        "CIRCUITS_DATA_DIR, or use source='hub'"
-    )
+        named, how = Path(data_dir).expanduser(), "--data-dir"
+    elif os.environ.get("CIRCUITS_DATA_DIR"):
+        named, how = Path(os.environ["CIRCUITS_DATA_DIR"]).expanduser(), "$CIRCUITS_DATA_DIR"
+    else:
+        named, how = repo_root().parent / "shared" / "data", "the default ../shared/data"
+    if not named.is_dir():
+        raise FileNotFoundError(f"Benchmark data folder {named} ({how}) does not exist; pass --data-dir with the folder "
+                                "that holds gsm8k/, svamp/, mmlu/, ... (see its README), set CIRCUITS_DATA_DIR, or use "
+                                "source='hub'")
+    return named.resolve()
+
+
+# The files each data set is read from, relative to the data folder.
+DATA_FILES: dict[str, tuple[str, ...]] = {
+    "gsm8k": ("gsm8k/test.jsonl",),
+    "gsm8k_train": ("gsm8k/train.jsonl",),
+    "addsub": ("addsub/test.json", ADAPTERS_TRAIN_FILE),
+    "singleeq": ("singleeq/test.json", ADAPTERS_TRAIN_FILE),
+    "svamp": ("svamp/llm_adapters_test.json", ADAPTERS_TRAIN_FILE),
+    "svamp_all": ("svamp/SVAMP.json",),
+    "adapters": (ADAPTERS_TRAIN_FILE, "gsm8k/test.jsonl", "addsub/test.json", "singleeq/test.json",
+                 "svamp/llm_adapters_test.json"),
+    "mmlu": ("mmlu/dev", "mmlu/test"),
+    "mmlu_val": ("mmlu/val",),
+    "commonsenseqa": ("commonsenseqa/train_rand_split.jsonl", "commonsenseqa/dev_rand_split.jsonl"),
+}
+
+
+def check_data_files(sets: tuple[str, ...] | list[str], data_dir: str | os.PathLike | None = None) -> Path:
+    """The data folder, after checking that every file ``sets`` (keys of :data:`DATA_FILES`) read is there: one
+    error naming every missing file, before any model is loaded."""
+    folder = resolve_data_dir(data_dir)
+    missing = sorted({f for s in sets for f in DATA_FILES[s] if not (folder / f).exists()
+                      or ((folder / f).is_dir() and not any((folder / f).iterdir()))})
+    if missing:
+        raise FileNotFoundError(f"Benchmark data folder {folder} lacks {', '.join(missing)}; pass --data-dir with a "
+                                "complete copy (see its README)")
+    return folder
 
 
 def normalize_question(text: str) -> str:

@@ -103,8 +103,18 @@ class PairBatch:
 
     @classmethod
     def from_pairs(cls, pairs: list[PromptPair], pad_token_id: int = 0, device: str | torch.device = "cpu") -> PairBatch:
+        """Right-padded tensors of ``pairs``; empty prompts, unequal lengths and identical pairs are refused."""
         if not pairs:
             raise PromptError("No prompt pairs given.")
+        for i, p in enumerate(pairs):
+            if not p.reference_token_ids:
+                raise PromptError(f"Pair {i} has an empty reference prompt.")
+            if len(p.reference_token_ids) != len(p.counterfactual_token_ids):
+                raise PromptError(f"Pair {i}: reference and counterfactual have different token lengths "
+                                  f"({len(p.reference_token_ids)} vs {len(p.counterfactual_token_ids)}).")
+            if p.reference_token_ids == p.counterfactual_token_ids:
+                raise PromptError(f"Pair {i}: the counterfactual equals the reference ({p.reference[-60:]!r}), so "
+                                  "patching would change nothing. Accepted: a counterfactual that removes the calculation.")
         width = max(len(p.reference_token_ids) for p in pairs)
         ref = torch.full((len(pairs), width), pad_token_id, dtype=torch.long)
         cf = torch.full((len(pairs), width), pad_token_id, dtype=torch.long)
@@ -181,8 +191,15 @@ def make_pair(
     operands: tuple[int, ...] = (),
     roles: dict[str, tuple[int, ...]] | None = None,
     prefix_length: int = 0,
+    allow_identical: bool = False,
 ) -> PromptPair:
-    """A pair from your own texts, checked: the answer is one token and both prompts have equal length."""
+    """A pair from your own texts, checked: neither prompt is empty, they differ (unless ``allow_identical``, for
+    prompts that are only scored, never patched), the answer is one token, and both have equal token length."""
+    if not reference.strip() or not counterfactual.strip():
+        raise PromptError("Empty prompt: the reference and the counterfactual must each have text before the answer.")
+    if reference == counterfactual and not allow_identical:
+        raise PromptError(f"The counterfactual equals the reference ({reference[-60:]!r}): patching would change nothing. "
+                          "Accepted: a counterfactual that removes the calculation, e.g. the operator replaced.")
     tok = answer_token(tokenizer, reference, answer)
     ref_ids = encode(tokenizer, reference)
     cf_ids = encode(tokenizer, counterfactual)

@@ -10,8 +10,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from circuits.io import read_json, write_json
-from circuits.results import Result, ResultError, data_keys, read_config
+from circuits.io import OutputError, read_json, write_json
+from circuits.results import Result, ResultError, check_writable, data_keys, read_config
+
+
+def check_json_output(path: Path, overwrite: bool = False) -> None:
+    """An evaluation ``.json`` may replace a file that holds an evaluation result, nothing else."""
+    if path.is_dir():
+        raise OutputError(f"--out {path} is a folder; name a new .json file or a folder for the result")
+    if path.exists() and not overwrite:
+        try:
+            EvalResult.from_json(read_json(path))
+        except (ValueError, ResultError):
+            raise OutputError(f"--out {path} exists and holds no evaluation result; choose another --out, or pass "
+                              "--overwrite to replace it") from None
+    check_writable(path)
 
 
 @dataclass
@@ -30,19 +43,21 @@ class EvalResult(Result):
             out["arithmetic_by_form"] = self.arithmetic_by_form
         return out
 
-    def save(self, path: str | Path) -> Path:
-        """A folder, or one ``.json`` file when ``path`` ends in ``.json``."""
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """A folder, or one ``.json`` file when ``path`` ends in ``.json`` (an existing file is replaced only when
+        it holds an evaluation result, unless ``overwrite``)."""
         path = Path(path)
         if path.suffix == ".json":
+            check_json_output(path, overwrite=overwrite)
             return write_json(path, self.to_json())
-        return super().save(path)
+        return super().save(path, overwrite=overwrite)
 
     def _write(self, folder: Path) -> None:
         write_json(folder / "result.json", {k: v for k, v in self.to_json().items() if k not in ("kind", "version", "config")})
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> EvalResult:
-        if not isinstance(d.get("tasks"), dict):
+        if not isinstance(d, dict) or not isinstance(d.get("tasks"), dict):
             raise ResultError("not an evaluation result (no 'tasks')")
         return cls(d.get("config", {}), d["tasks"], d.get("arithmetic_by_form", {}))
 

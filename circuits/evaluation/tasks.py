@@ -141,6 +141,21 @@ def _math_records(task: str, config: EvalConfig) -> list[dict]:
     ]
 
 
+_TASK_DATA = {"gsm8k": ("gsm8k",), "addsub": ("addsub",), "singleeq": ("singleeq",), "svamp": ("svamp",),
+              "mmlu": ("mmlu",), "commonsenseqa": ("commonsenseqa",), "perplexity": ("mmlu_val",), "arithmetic": ()}
+
+
+def check_data(config: EvalConfig) -> None:
+    """Every data file ``config.tasks`` read is in the data folder (local source only); else one error naming them."""
+    if config.source != "local":
+        return
+    sets = [s for t in config.tasks for s in _TASK_DATA[t]]
+    if config.math_shots and any(t in MATH_EVAL_TASKS for t in config.tasks):
+        sets.append("gsm8k_train")
+    if sets:
+        bd.check_data_files(sets, config.data_dir)
+
+
 def task_records(task: str, config: EvalConfig) -> list[dict]:
     """The documents of one task, shuffled with ``config.seed``."""
     if task in MATH_EVAL_TASKS:
@@ -192,6 +207,7 @@ def evaluate(model: Any, config: EvalConfig | None = None, **kwargs: Any) -> Eva
     """Run lm-eval on ``model`` (a HookedTransformer) for ``config.tasks`` (or ``EvalConfig`` fields as keywords:
     ``evaluate(model, tasks=("arithmetic",), limit=20)``)."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else EvalConfig(**kwargs)
+    check_data(config)
     from lm_eval import evaluator
     from lm_eval.tasks import TaskManager
 

@@ -199,8 +199,10 @@ def baseline_from(model: HookedTransformer, answer: Tensor, runs: Runs, custom: 
     cf_answer = model.unembed(normed[:, None])[:, 0].argmax(-1)
     ref = readout(model, runs.ref_end_resid[None], answer, cf_answer, custom)
     cf = readout(model, runs.cf_end_resid[None], answer, cf_answer)
+    ref_logits = model.unembed(model.ln_final(runs.ref_end_resid[:, None]))[:, 0].float()
+    rank = (ref_logits > ref_logits[torch.arange(len(answer)), answer][:, None]).sum(-1)
     return Baseline(answer, cf_answer, ref["logit"][0], ref["logit_diff"][0], ref["prob"][0], cf["logit"][0],
-                    cf["logit_diff"][0], cf["prob"][0], custom={m.name: ref[m.name][0] for m in custom})
+                    cf["logit_diff"][0], cf["prob"][0], custom={m.name: ref[m.name][0] for m in custom}, answer_rank=rank)
 
 
 def check_supported(model: HookedTransformer) -> None:

@@ -26,6 +26,7 @@ tests assert the two agree.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -135,6 +136,18 @@ class SweepResult:
                    custom={k: tuple(v) for k, v in d.get("custom", {}).items()})  # type: ignore[misc]
 
 
+def _warn_unlikely_answers(base: Baseline, top: int = 10) -> None:
+    """Patching measures how a component moves an answer the model gives; warn when it does not give it."""
+    if base.answer_rank is None:
+        return
+    far = base.answer_rank >= top
+    if far.any():
+        warnings.warn(f"{int(far.sum())} of {len(far)} pairs: the model does not rank the answer among its top {top} "
+                      f"tokens at END (ranks {sorted(int(r) for r in base.answer_rank[far])[:5]}...), so their effects "
+                      "measure little. Check that each prompt ends right before the answer's first token (for SmolLM2, "
+                      "after a space) and that the model can do the task.", stacklevel=4)
+
+
 def all_components(model: HookedTransformer) -> list[Component]:
     heads = [Component("head", l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
     return heads + [Component.mlp(l) for l in range(model.cfg.n_layers)]
@@ -182,6 +195,7 @@ def sweep(
     device = cfg.device
     runs = collect_runs(model, batch, need_kv=(mode == "activation"))
     base = baseline_from(model, batch.answer.to(device), runs, custom)
+    _warn_unlikely_answers(base)
     end = batch.end.to(device)
     comps = sorted(components or all_components(model), key=Component.sort_key)
     for c in comps:

@@ -12,6 +12,7 @@ is its change from the unpatched reference run, averaged over pairs.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
@@ -39,14 +40,19 @@ class Baseline:
     cf_logit_diff: Float[Tensor, " pair"]
     cf_prob: Float[Tensor, " pair"]
     custom: dict[str, Tensor] = field(default_factory=dict)
+    answer_rank: Int[Tensor, " pair"] | None = None  # tokens the reference run ranks above the answer (0: top)
+
+    def _map(self, fn: Callable[[Tensor], Tensor]) -> Baseline:
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("custom", "answer_rank")}
+        rank = None if self.answer_rank is None else fn(self.answer_rank)
+        return Baseline(**{k: fn(v) for k, v in values.items()}, custom={k: fn(v) for k, v in self.custom.items()},
+                        answer_rank=rank)
 
     def to(self, device: str | torch.device) -> Baseline:
-        return Baseline(**{f.name: getattr(self, f.name).to(device) for f in fields(self) if f.name != "custom"},
-                        custom={k: v.to(device) for k, v in self.custom.items()})
+        return self._map(lambda t: t.to(device))
 
     def select(self, idx: Tensor | slice | list[int]) -> Baseline:
-        return Baseline(**{f.name: getattr(self, f.name)[idx] for f in fields(self) if f.name != "custom"},
-                        custom={k: v[idx] for k, v in self.custom.items()})
+        return self._map(lambda t: t[idx])
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -95,9 +101,25 @@ class Metric:
         return self.name
 
 
+def _negligible(full: Tensor, logit: Tensor) -> Tensor:
+    """Where the whole counterfactual moves the answer logit by less than 1e-4 of its size: no fraction exists."""
+    return full.abs() <= 1e-4 * logit.abs().clamp(min=1.0)
+
+
+def _fraction_per_pair(p: Any, b: Baseline) -> Tensor:
+    full = b.full_effect
+    return ((p.logit - b.logit) / full).masked_fill(_negligible(full, b.logit), float("nan"))
+
+
 def _fraction_of_means(p: Any, b: Baseline) -> Tensor:
     # A ratio of means: per-pair ratios explode when one pair's full effect is near 0.
-    return (p.logit - b.logit).mean(-1) / b.full_effect.mean()
+    full = b.full_effect.mean()
+    if _negligible(full, b.logit.mean()):
+        warnings.warn(f"The counterfactual prompts barely move the answer logit (mean change {float(full):.2g}), so "
+                      "'fraction' is undefined (NaN); check that the counterfactuals remove the calculation, or use "
+                      "another metric (relative_logit, logit_diff).", stacklevel=3)
+        return torch.full_like((p.logit - b.logit).mean(-1), float("nan"))
+    return (p.logit - b.logit).mean(-1) / full
 
 
 RELATIVE_LOGIT = Metric(
@@ -105,7 +127,7 @@ RELATIVE_LOGIT = Metric(
     lambda p, b: (p.logit - b.logit) / b.logit)
 FRACTION = Metric(
     "fraction", "mean change of the answer logit over the mean change the full counterfactual causes", 1,
-    lambda p, b: (p.logit - b.logit) / b.full_effect, _fraction_of_means)
+    _fraction_per_pair, _fraction_of_means)
 LOGIT_DIFF = Metric(
     "logit_diff", "mean change of logit(answer) - logit(counterfactual run's answer)", -1,
     lambda p, b: p.logit_diff - b.logit_diff)

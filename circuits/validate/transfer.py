@@ -36,7 +36,7 @@ def prompt_item(tokenizer: Any, prompt: str, answer: str, task: str, prefix: str
     """A prompt whose target is the first token of ``answer`` (counterfactual = the prompt itself)."""
     text = prefix + prompt
     tok = first_answer_token(tokenizer, text, answer)
-    pair = make_pair(tokenizer, text, text, answer[:1], template_id=task, operation=task)
+    pair = make_pair(tokenizer, text, text, answer[:1], template_id=task, operation=task, allow_identical=True)
     return replace(pair, answer=answer, answer_token_id=tok,
                    prefix_length=prefix_length_of(tokenizer, prefix, pair.reference_token_ids))
 

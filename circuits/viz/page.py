@@ -79,7 +79,7 @@ class Page:
         body = "".join(f"<section id='{a}'><h2>{_e(h)}</h2>{b}</section>" for a, h, b in self.sections)
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         ins = "".join(f"<code>{_e(i)}</code> " for i in inputs)
-        return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{_e(self.title)}</title>"
+        return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{GENERATOR}<title>{_e(self.title)}</title>"
                 f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{CSS}</style>"
                 f"{''.join(scripts)}</head><body><header><h1>{_e(self.title)}</h1>"
                 f"<p class='meta'>Built {when} by <code>circuits report</code> from {ins}; no model was run. "
@@ -88,6 +88,7 @@ class Page:
                 f"(Zhang et al., ICML 2024).</footer></body></html>")
 
 
+GENERATOR = "<meta name='generator' content='circuits report'>"  # lets a later report replace this file, and nothing else
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:0 auto;padding:0 1.5em 3em;
 color:#222;line-height:1.45}

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from circuits.io import read_json, write_text
-from circuits.results import MARKER, ResultError, detect_kind, result_type
-from circuits.viz.page import Page, _e
+from circuits.io import OutputError, read_json, write_text
+from circuits.results import MARKER, ResultError, check_writable, detect_kind, result_type
+from circuits.viz.page import GENERATOR, Page, _e
 from circuits.viz.sections import SECTIONS, Found
 
 MAX_DEPTH = 4
@@ -121,6 +121,24 @@ def build_report(paths: Sequence[str | Path], title: str = "circuits report") ->
     return page.render([str(p) for p in paths])
 
 
-def write_report(paths: Sequence[str | Path], out: str | Path, title: str = "circuits report") -> Path:
-    """Build the report and write it atomically to ``out``."""
+def check_report_output(out: str | Path, overwrite: bool = False) -> Path:
+    """A report may replace an earlier report, nothing else (unless ``overwrite``)."""
+    out = Path(out)
+    if out.is_dir():
+        raise OutputError(f"--out {out} is a folder; name the HTML file to write, e.g. {out / 'report.html'}")
+    if out.exists() and not overwrite:
+        with open(out, "rb") as f:
+            head = f.read(512)
+        if GENERATOR.encode() not in head:
+            raise OutputError(f"--out {out} exists and is not a report written by circuits report; choose another "
+                              "--out, or pass --overwrite to replace it")
+    check_writable(out)
+    return out
+
+
+def write_report(paths: Sequence[str | Path], out: str | Path, title: str = "circuits report", *,
+                 overwrite: bool = False) -> Path:
+    """Build the report and write it atomically to ``out`` (checked first: an existing file is replaced only when it
+    is an earlier report)."""
+    check_report_output(out, overwrite)
     return write_text(out, build_report(paths, title))

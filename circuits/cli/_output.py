@@ -1,0 +1,33 @@
+"""The output location of a command: checked before any work, locked while the job runs."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from circuits.io import output_lock
+from circuits.results import check_output
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, help: str, default: str | None = None) -> None:
+    if default is None:
+        parser.add_argument("--out", required=True, help=help)
+    else:
+        parser.add_argument("--out", default=default, help=f"{help} (default: {default})")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out even when it holds something a circuits job of this kind did not write")
+
+
+@contextlib.contextmanager
+def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: bool = False,
+            check: Callable[[Path, bool], object] | None = None) -> Iterator[Path]:
+    """Check that a ``kind`` job may write to ``out`` (``check`` for single-file outputs), then hold its lock."""
+    out = Path(out)
+    if check is not None:
+        check(out, overwrite)
+    else:
+        check_output(out, kind, overwrite=overwrite, container=container)
+    with output_lock(out):
+        yield out

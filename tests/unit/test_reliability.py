@@ -1,0 +1,151 @@
+"""Nothing lost, nothing silently wrong: output locations checked before any work and locked while a job runs,
+errors as one line, data folders and pairs validated before a model loads."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from circuits.cli import main as cli_main
+from circuits.data.pairs import PairBatch, PromptError, make_pair
+from circuits.io import OutputError, output_lock, remove_stale_temporaries
+from circuits.results import check_output
+
+
+def test_foreign_folders_files_and_the_current_folder_are_refused(tmp_path, monkeypatch):
+    project = tmp_path / "myproject"
+    (project / "notes").mkdir(parents=True)
+    (project / "notes" / "thesis.txt").write_text("years of work")
+    with pytest.raises(OutputError, match="already holds files circuits did not write.*--overwrite"):
+        check_output(project, "identify")
+    (tmp_path / "a.txt").write_text("x")
+    with pytest.raises(OutputError, match="is an existing file"):
+        check_output(tmp_path / "a.txt", "identify")
+    with pytest.raises(OutputError, match="not writable"):
+        check_output("/proc/circuits-x", "identify")
+    assert check_output(tmp_path / "new" / "deeper", "identify")  # may be created
+    (tmp_path / "empty").mkdir()
+    assert check_output(tmp_path / "empty", "identify")
+    assert check_output(project, "identify", overwrite=True)
+    assert (project / "notes" / "thesis.txt").read_text() == "years of work"
+    monkeypatch.chdir(project)
+    with pytest.raises(OutputError, match="current folder"):
+        check_output(".", "identify", overwrite=True)
+
+
+def test_identify_refuses_a_foreign_folder_before_loading_anything(tmp_path, capsys):
+    project = tmp_path / "myproject"
+    project.mkdir()
+    (project / "thesis.txt").write_text("years of work")
+    assert cli_main(["identify", "--model", "no-such-model", "--out", str(project)]) == 2
+    err = capsys.readouterr().err
+    assert "already holds" in err and err.count("\n") == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["myproject"] and (project / "thesis.txt").exists()
+
+
+def test_a_second_job_on_the_same_output_is_refused(tmp_path):
+    out = tmp_path / "run"
+    with output_lock(out):
+        with pytest.raises(OutputError, match=r"being written by another circuits job \(pid \d+"):
+            with output_lock(out):
+                pass
+    with output_lock(out):  # released when the first job ends
+        pass
+    assert not (tmp_path / ".run.lock").exists()
+
+
+def test_leftovers_of_a_killed_write_are_removed(tmp_path):
+    out = tmp_path / "res"
+    (out / ".addition-tmp-abc").mkdir(parents=True)
+    (out / ".checkpoint.pt-tmp-x").write_text("half")
+    (tmp_path / ".res-tmp-123").mkdir()
+    (tmp_path / ".res-old-456").mkdir()
+    (out / "keep.json").write_text("{}")
+    with output_lock(out):
+        pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res"] and [p.name for p in out.iterdir()] == ["keep.json"]
+    assert remove_stale_temporaries(out) == []
+
+
+def test_data_dir_that_is_named_must_exist_and_hold_the_files(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "e.json"
+    assert cli_main(["evaluate", "--data-dir", "/no/such/dir", "--tasks", "mmlu", "--out", str(out)]) == 2
+    assert "/no/such/dir (--data-dir) does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert cli_main(["evaluate", "--data-dir", str(tmp_path / "empty"), "--tasks", "gsm8k,mmlu", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "lacks gsm8k/test.jsonl, mmlu/dev, mmlu/test" in err and not out.exists()
+    monkeypatch.setenv("CIRCUITS_DATA_DIR", str(tmp_path / "gone"))
+    assert cli_main(["evaluate", "--tasks", "mmlu", "--out", str(out)]) == 2
+    assert "($CIRCUITS_DATA_DIR) does not exist" in capsys.readouterr().err
+
+
+def test_report_out_must_be_a_report_file(tmp_path, capsys):
+    from legacy_results import write_identify
+
+    res = write_identify(tmp_path / "res", "addition").parent
+    (tmp_path / "notes.html").write_text("<html>mine</html>")
+    assert cli_main(["report", str(res), "--out", str(tmp_path / "notes.html")]) == 2
+    assert "not a report written by circuits report" in capsys.readouterr().err
+    assert (tmp_path / "notes.html").read_text() == "<html>mine</html>"
+    assert cli_main(["report", str(res), "--out", str(tmp_path)]) == 2
+    assert "is a folder" in capsys.readouterr().err
+    assert cli_main(["report", str(res), "--out", str(tmp_path / "r.html")]) == 0
+    assert cli_main(["report", str(res), "--out", str(tmp_path / "r.html")]) == 0  # an earlier report is replaced
+
+
+def test_errors_are_one_line_and_interrupts_say_how_to_resume(monkeypatch, capsys):
+    from circuits.cli import identify
+
+    def boom(args):
+        raise RuntimeError("something\nbroke")
+
+    monkeypatch.setattr(identify, "_main", boom)
+    assert cli_main(["identify", "--out", "x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "RuntimeError: something broke" in err and "--debug" in err
+    with pytest.raises(RuntimeError):
+        cli_main(["--debug", "identify", "--out", "x"])
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(identify, "_main", interrupted)
+    assert cli_main(["identify", "--out", "x"]) == 130
+    assert "interrupted; run the same command to resume" in capsys.readouterr().err
+
+
+def test_meaningless_pairs_are_refused(tokenizer):
+    with pytest.raises(PromptError, match="counterfactual equals the reference"):
+        make_pair(tokenizer, "3 + 4 = ", "3 + 4 = ", "7")
+    with pytest.raises(PromptError, match="Empty prompt"):
+        make_pair(tokenizer, "", "", "7")
+    same = make_pair(tokenizer, "3 + 4 = ", "3 + 4 = ", "7", allow_identical=True)
+    with pytest.raises(PromptError, match="Pair 0: the counterfactual equals the reference"):
+        PairBatch.from_pairs([same])
+
+
+def test_fraction_is_nan_with_a_warning_when_the_counterfactual_does_nothing(tiny_llama, tokenizer):
+    from circuits.identify import sweep
+
+    p = make_pair(tokenizer, "3 + 4 = ", "3 @ 4 = ", "7")
+    batch = PairBatch.from_pairs([p])
+    same = PairBatch(batch.reference, batch.reference, batch.end, batch.answer)
+    result = sweep(tiny_llama, same, progress=False)
+    with pytest.warns(UserWarning, match="'fraction' is undefined"):
+        heads, mlps = result.effects("fraction")
+    assert torch.isnan(heads).all() and not torch.isinf(heads).any()
+    assert torch.isnan(result.per_pair("fraction")[0]).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result.effects("logit_diff")  # the other metrics stay defined
+
+
+def test_sweep_warns_when_the_model_does_not_give_the_answer(tiny_llama, tokenizer):
+    from circuits.identify import sweep
+
+    p = make_pair(tokenizer, "3 + 4 = ", "3 @ 4 = ", "7")
+    with pytest.warns(UserWarning, match="does not rank the answer among its top 10"):
+        sweep(tiny_llama, [p], progress=False)
