@@ -74,6 +74,21 @@ def save_torch(obj: Any, path: str | Path) -> Path:
     return atomic_write(path, lambda f: torch.save(obj, f), mode="wb")
 
 
+def load_torch(path: str | Path, what: str = "circuits", **kwargs: Any) -> Any:
+    """``torch.load`` (tensors only, on the CPU); a missing, truncated or foreign file is one error naming it."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, **kwargs)
+    except Exception as err:  # torch raises several types (UnpicklingError, RuntimeError, EOFError, ...)
+        first = (str(err).strip().splitlines() or [""])[0][:160]
+        raise ValueError(f"{path} cannot be read as a {what} file ({type(err).__name__}: {first}); it may be truncated "
+                         "or written by something else") from None
+
+
 def read_json(path: str | Path) -> Any:
     """JSON from ``path``; a missing or corrupt file is one error that names it."""
     path = Path(path)

@@ -24,7 +24,7 @@ from circuits.identify.config import IdentifyConfig
 from circuits.identify.engine import SweepResult
 from circuits.identify.metrics import METRICS, Metric, get_metric
 from circuits.identify.rules import KeyRule, Ranked, rank
-from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
 from circuits.results import Result, ResultError, data_keys, read_config
 from circuits.types import Head
 
@@ -218,10 +218,9 @@ class IdentifyResult(Result):
         sweep, saved = None, {}
         if (folder / "sweep.pt").is_file():
             try:
-                tensors = torch.load(folder / "sweep.pt", map_location="cpu", weights_only=True)
-            except Exception as err:  # torch raises several types for truncated or foreign files
-                raise ResultError(f"{folder / 'sweep.pt'} cannot be read ({type(err).__name__}: {err}); "
-                                  "it may be truncated; rerun circuits identify") from None
+                tensors = load_torch(folder / "sweep.pt", "sweep")
+            except ValueError as err:
+                raise ResultError(f"{err}; rerun circuits identify") from None
             sweep = SweepResult.from_tensors(tensors, config.mode)  # type: ignore[arg-type]
         else:
             saved = {k: (torch.tensor(v["head_effects"]), torch.tensor(v["mlp_effects"]))

@@ -71,7 +71,8 @@ class KeyRule:
     def __str__(self) -> str:
         if self.top_k is not None:
             return f"top{self.top_k}:{self.metric}"
-        return f"{self.metric}{self.op}{self.threshold:g}"
+        shown = repr(self.threshold)  # the shortest text that reads back as the same number
+        return f"{self.metric}{self.op}{shown[:-2] if shown.endswith('.0') else shown}"
 
     def to_json(self) -> dict:
         return {"rule": str(self), "metric": self.metric, "op": self.op, "threshold": self.threshold, "top_k": self.top_k}

@@ -66,7 +66,7 @@ def test_corrupt_files_are_named(result, tmp_path):
     shutil.rmtree(out)
     out = result.save(tmp_path / "bad")
     (out / "sweep.pt").write_bytes(b"not a tensor file")
-    with pytest.raises(ResultError, match="sweep.pt cannot be read"):
+    with pytest.raises(ResultError, match="sweep.pt cannot be read as a sweep file"):
         IdentifyResult.load(out)
 
 
