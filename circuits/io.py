@@ -15,12 +15,27 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
+
+
+# Fault injection for the kill tests: with CIRCUITS_KILL_AT=N the process SIGKILLs itself at its N-th write step
+# (inside a write, before the rename that publishes it), the worst moment for an interruption.
+_KILL_AT = int(os.environ.get("CIRCUITS_KILL_AT", "0") or 0)
+_write_steps = 0
+
+
+def _write_step() -> None:
+    global _write_steps
+    if _KILL_AT:
+        _write_steps += 1
+        if _write_steps == _KILL_AT:
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -49,6 +64,7 @@ def atomic_write(path: str | Path, write: Callable[[IO], None], mode: str = "w")
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
             write(f)
         os.chmod(tmp, 0o644)
+        _write_step()
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -133,9 +149,11 @@ def atomic_dir(out: str | Path) -> Iterator[Path]:
     tmp.chmod(0o755)  # mkdtemp makes it private; results are meant to be shared
     try:
         yield tmp
+        _write_step()
         if out.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
             os.replace(out, old / "x")
+            _write_step()  # the old result is set aside (remove_stale_temporaries puts it back if we die here)
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
         else:
@@ -154,13 +172,25 @@ def lock_path(out: str | Path) -> Path:
     return out.parent / f".{out.name}.lock"
 
 
+def _restore_set_aside(folder: Path, pattern: str = ".*-old-*") -> None:
+    """Put back a result that an interrupted :func:`atomic_dir` had set aside (``.<name>-old-*/x``) when nothing
+    replaced it."""
+    for old in sorted(folder.glob(pattern)):
+        target = folder / old.name[1:].rsplit("-old-", 1)[0]
+        if (old / "x").exists() and not target.exists():
+            os.replace(old / "x", target)
+
+
 def remove_stale_temporaries(out: str | Path) -> list[Path]:
-    """Remove what an interrupted write of ``out`` left: ``.<name>-tmp-*`` and ``.<name>-old-*`` beside it, and
-    ``.*-tmp-*`` inside it. Call only while holding ``out``'s lock (then nothing else is writing them)."""
+    """Clear what an interrupted write of ``out`` left: a result set aside but not replaced goes back in place;
+    ``.<name>-tmp-*`` and ``.<name>-old-*`` beside ``out`` and inside it are removed. Call only while holding
+    ``out``'s lock (then nothing else is writing them)."""
     out = Path(out).absolute()
+    _restore_set_aside(out.parent, f".{out.name}-old-*")
     found = [*out.parent.glob(f".{out.name}-tmp-*"), *out.parent.glob(f".{out.name}-old-*")]
     if out.is_dir():
-        found += [p for p in out.glob(".*-tmp-*")] + [p for p in out.glob("*/.*-tmp-*")]
+        _restore_set_aside(out)
+        found += [*out.glob(".*-tmp-*"), *out.glob(".*-old-*"), *out.glob("*/.*-tmp-*")]
     for p in found:
         if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)

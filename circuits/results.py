@@ -111,9 +111,10 @@ def check_output(out: str | Path, kind: str, *, overwrite: bool = False, contain
         if container and kinds == {None}:
             kinds = {detect_kind(p) if p.is_dir() else "file" for p in out.iterdir() if not p.name.startswith(".")}
         if kinds != {kind}:
-            what = ", ".join(sorted(k or "files circuits did not write" for k in kinds))
-            raise OutputError(f"--out {out} already holds {what}, not a {kind} result; choose another --out, or pass "
-                              "--overwrite to replace it")
+            what = ", ".join(sorted(f"a {k} result" if k else "files circuits did not write" for k in kinds))
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise OutputError(f"--out {out} already holds {what}; {article} {kind} job only replaces its own results. Choose "
+                              "another --out, or pass --overwrite to replace it")
     check_writable(out)
     return out
 
@@ -133,7 +134,7 @@ def check_writable(out: Path) -> None:
         os.close(fd)
         os.unlink(tmp)
     except OSError as err:
-        raise OutputError(f"cannot write to {out}: {parent} is not writable ({err.strerror})") from None
+        raise OutputError(f"cannot write to {out}: no file can be created in {parent} ({err.strerror})") from None
 
 
 class Result:

@@ -23,7 +23,7 @@ def test_foreign_folders_files_and_the_current_folder_are_refused(tmp_path, monk
     (tmp_path / "a.txt").write_text("x")
     with pytest.raises(OutputError, match="is an existing file"):
         check_output(tmp_path / "a.txt", "identify")
-    with pytest.raises(OutputError, match="not writable"):
+    with pytest.raises(OutputError, match="no file can be created in"):
         check_output("/proc/circuits-x", "identify")
     assert check_output(tmp_path / "new" / "deeper", "identify")  # may be created
     (tmp_path / "empty").mkdir()
