@@ -2,6 +2,10 @@
 
 Each module here exposes ``register(subparsers)``, which adds its subcommand and sets ``func`` to a callable
 taking the parsed arguments; flags come from the job's config (:func:`circuits.config.add_arguments`).
+
+Under ``torchrun`` (``torchrun --nproc-per-node N -m circuits identify|finetune ...``) the process group is started
+here, once, from torchrun's environment (:func:`circuits.distributed.init_from_env`) and ended on the way out; rank 0
+prints errors.
 """
 
 from __future__ import annotations
@@ -27,14 +31,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from circuits import distributed
+
     parser = build_parser()
     args = parser.parse_args(argv)
+    launch = distributed.init_from_env()
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError) as err:
-        # Bad input gets one clear line, not a traceback.
-        print(f"circuits {args.command}: error: {err}", file=sys.stderr)
+        # Bad input gets one clear line, not a traceback (one line, not one per rank).
+        if distributed.is_main():
+            print(f"circuits {args.command}: error: {err}", file=sys.stderr)
         return 2
+    finally:
+        if launch is not None:
+            launch.close()
 
 
 if __name__ == "__main__":

@@ -4,6 +4,10 @@ Writes, atomically, one folder per task: ``summary.json``, ``pairs.jsonl``, ``sw
 (the paper's Figure 2 for that task), ``config.json`` and ``circuits.json``. ``--task all`` runs the four
 operations one by one (each in its own sub-folder, skipped when already finished with the same config,
 so an interrupted run resumes) and then a combined sweep over pairs drawn evenly from the four, in ``all/``.
+
+Across GPUs: ``torchrun --nproc-per-node N -m circuits identify ...`` splits the sweep's work across N processes
+(rank 0 writes; the result equals a one-process run's exactly), and ``--n-devices K`` spreads a model too big for
+one GPU over K of them (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, IdentifyConfig)
     p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--n-devices", type=int, default=1,
+                   help="spread the model's layers over this many GPUs (per process under torchrun; default 1)")
     p.set_defaults(func=_main)
 
 
@@ -26,8 +32,11 @@ def _main(args: argparse.Namespace) -> int:
     from circuits.identify.job import run_identify
 
     config = from_arguments(IdentifyConfig, args)
-    folders = run_identify(config, args.out)
-    print("Figures:")
-    for task, folder in folders.items():
-        print(f"  {task}: {folder / 'heads.html'}")
+    from circuits import distributed
+
+    folders = run_identify(config, args.out, n_devices=args.n_devices)
+    if distributed.is_main():
+        print("Figures:")
+        for task, folder in folders.items():
+            print(f"  {task}: {folder / 'heads.html'}")
     return 0
