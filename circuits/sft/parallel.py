@@ -249,15 +249,16 @@ class Sharded(Local):
         model.cfg.device = device
         mp = MixedPrecisionPolicy(param_dtype=self.dtype, reduce_dtype=torch.float32) if self.dtype != torch.float32 \
             else MixedPrecisionPolicy()
-        offload = CPUOffloadPolicy() if self.config.cpu_offload else OffloadPolicy()
+        offload = CPUOffloadPolicy(pin_memory=torch.cuda.is_available()) if self.config.cpu_offload else OffloadPolicy()
         self._checkpointing = contextlib.ExitStack()
         self._checkpointing.enter_context(checkpointed_blocks(model, self.config.activation_checkpointing))
-        units = [*model.blocks, model.embed, model.unembed]
-        units += [m for m in (getattr(model, "pos_embed", None), model.ln_final)
-                  if m is not None and any(True for _ in m.parameters())]
-        for unit in units:
-            fully_shard(unit, mesh=mesh, mp_policy=mp, offload_policy=offload)
-        fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=offload)
+        if not isinstance(model, FSDPModule):  # a model sharded by an earlier run stays as it is
+            units = [*model.blocks, model.embed, model.unembed]
+            units += [m for m in (getattr(model, "pos_embed", None), model.ln_final)
+                      if m is not None and any(True for _ in m.parameters())]
+            for unit in units:
+                fully_shard(unit, mesh=mesh, mp_policy=mp, offload_policy=offload)
+            fully_shard(model, mesh=mesh, mp_policy=mp, offload_policy=offload)
         # Each rank's loss is already divided by the step's global target count: sum gradients, do not average.
         # Set on every unit (the root's setting does not reach the others), as a plain SUM (gloo has no PREMUL_SUM).
         for module in model.modules():
