@@ -106,8 +106,15 @@ class Result:
         return cfg if isinstance(cfg, dict) else {"config": cfg}
 
     def save(self, folder: str | Path) -> Path:
-        """Write the result into ``folder`` atomically (a finished folder replaces the old one at once)."""
+        """Write the result into ``folder`` atomically (a finished folder replaces the old one at once).
+
+        Under ``torchrun`` only rank 0 writes (every rank holds the same gathered result); the others return at once.
+        """
         folder = Path(folder)
+        from circuits.distributed import is_main
+
+        if not is_main():
+            return folder
         if self.in_place:
             folder.mkdir(parents=True, exist_ok=True)
             self._write(folder)

@@ -132,3 +132,43 @@ def test_bad_world_sizes(monkeypatch):
     with pytest.raises(ValueError, match="3 processes but only 2 knockout runs"):
         D.check_enough_work(2, "knockout runs")
     assert D.assign([5.0, 1.0, 1.0, 3.0], 2) == [0, 1, 1, 1]  # longest first onto the least-loaded rank
+
+
+def test_pair_blocks_are_work_items_and_give_the_same_sweep(tiny_llama, monkeypatch):
+    """More pairs than PAIR_BLOCK run in blocks (each a work item's share); the result is the unblocked one, and the
+    work items never depend on the number of ranks."""
+    from circuits.identify import engine
+    from circuits.identify.reference import sweep_plain
+
+    pairs = cases.pairs(tiny_llama)
+    whole = engine.sweep(tiny_llama, pairs, "activation", progress=False)
+    monkeypatch.setattr(engine, "PAIR_BLOCK", 4)
+    comps = engine.all_components(tiny_llama)
+    blocks, items = engine.work_items(tiny_llama, len(pairs), comps, 1024)
+    assert blocks == [slice(0, 4), slice(4, 6)] and len(items) == 2 * len(comps)  # 15 components < MIN_CHUNKS
+    blocked = engine.sweep(tiny_llama, pairs, "activation", progress=False)
+    for a, b in zip(whole.tensors().values(), blocked.tensors().values()):
+        if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    from circuits.data.pairs import as_batch
+
+    _, plain = sweep_plain(tiny_llama, as_batch(pairs, tiny_llama), "activation", comps[:3])
+    for c, (logit, _, _) in plain.items():
+        torch.testing.assert_close(blocked.head_logit[c.layer, c.head], logit, rtol=1e-4, atol=1e-4)
+
+
+def test_layers_over_devices_follow_transformer_lens():
+    """Where each block of a spread model goes (no GPU needed to compute it), and the one-line errors here."""
+    from circuits.models.devices import block_devices, spread
+
+    devices = block_devices(32, "cuda:0", 4)
+    assert [d.index for d in devices] == [i // 8 for i in range(32)]
+    assert [d.index for d in block_devices(30, "cuda:2", 4)][::7] == [2, 2, 3, 4, 5]
+    assert set(block_devices(3, "cpu", 1)) == {torch.device("cpu")}
+    from helpers import tiny_model
+
+    model = tiny_model("llama")
+    assert spread(model, 1, "cpu") is model and model.cfg.device == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="spreads a model over GPUs; none is visible"):
+            spread(model, 2, "cpu")
