@@ -60,6 +60,13 @@ def device(n_devices: int = 1) -> str:
     return "cpu"
 
 
+def collective_device() -> torch.device:
+    """Where this rank's collectives run: its current CUDA device under NCCL, else the CPU (gloo)."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def use_devices(n_devices: int = 1) -> str:
     """Make this rank's first device the current CUDA device (collectives run there) and return it; checks that
     the node has the GPUs that ``n_devices`` per rank needs."""

@@ -32,8 +32,12 @@ def _main(args: argparse.Namespace) -> int:
     from circuits.identify.job import run_identify
 
     config = from_arguments(IdentifyConfig, args)
-    from circuits import distributed
+    import torch
 
+    from circuits import distributed
+    from circuits.models.devices import check_dtype
+
+    check_dtype(config.dtype, "cuda" if torch.cuda.is_available() else "cpu")
     folders = run_identify(config, args.out, n_devices=args.n_devices)
     if distributed.is_main():
         print("Figures:")

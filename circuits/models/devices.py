@@ -54,6 +54,12 @@ def spread(model: HookedTransformer, n_devices: int, first: str | torch.device |
     return model
 
 
+def check_dtype(dtype: str, device: str | torch.device) -> None:
+    """fp16 is for GPUs: on a CPU it is slow and partly unsupported, and bf16 has its memory with fp32's range."""
+    if dtype in ("float16", "fp16") and torch.device(device).type == "cpu":
+        raise ValueError("dtype float16 needs a GPU (this run is on the CPU); use bfloat16 or float32 on a CPU")
+
+
 def layer_device(model: HookedTransformer, layer: int) -> torch.device:
     """Where block ``layer``'s weights are (and so where its END-only pieces must run)."""
     return next(model.blocks[layer].parameters()).device

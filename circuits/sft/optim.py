@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from circuits.models.devices import check_dtype as check_device  # noqa: F401  (fp16 on a CPU: one clear error)
 from circuits.sft import plan as hm
 
 PRECISIONS: tuple[str, ...] = ("float32", "bfloat16", "float16")
@@ -37,12 +38,6 @@ def torch_dtype(name: str) -> torch.dtype:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return {v: k for k, v in _TORCH.items()}.get(dtype, str(dtype).removeprefix("torch."))
-
-
-def check_device(dtype: str, device: str | torch.device) -> None:
-    """fp16 is for GPUs: on a CPU it is slow, partly unsupported, and bf16 has the same memory with fp32's range."""
-    if dtype == "float16" and torch.device(device).type == "cpu":
-        raise ValueError("dtype float16 needs a GPU (this run is on the CPU); use bfloat16 or float32 on a CPU")
 
 
 @dataclass
@@ -101,9 +96,9 @@ class SliceOptimizer:
         g = e.param.grad
         if g is None:
             return
-        g = (g if e.index is None else g.index_select(0, e.index)).to(torch.float32)
+        g = (g if e.index is None else g.index_select(0, e.index)).to(torch.float32)  # a new tensor: sliced or cast
         if e.master.grad is None:
-            e.master.grad = g.clone() if g.data_ptr() == e.param.grad.data_ptr() else g
+            e.master.grad = g
         else:
             e.master.grad.add_(g)
         e.param.grad = None
@@ -196,7 +191,7 @@ class LossScaler:
         found_inf = torch.zeros((), dtype=torch.float32, device=grads[0].device if grads else "cpu")
         for g in grads:
             local = g.to_local() if hasattr(g, "to_local") else g
-            found_inf = torch.maximum(found_inf, (~torch.isfinite(local)).any().float())
+            found_inf = torch.maximum(found_inf, (~torch.isfinite(local)).any().float().to(found_inf.device))
         if self._reduce is not None:
             found_inf = self._reduce(found_inf)
         if bool(found_inf):

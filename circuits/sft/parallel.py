@@ -36,6 +36,7 @@ import torch.distributed as dist
 from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
+from circuits.config import same_config
 from circuits.io import read_json, save_torch, to_jsonable, write_json
 from circuits.sft import plan as hm
 from circuits.sft.delta import DELTA_FORMAT, apply_delta, extract_delta
@@ -130,14 +131,14 @@ class Local:
         """``value`` summed over ranks."""
         if self.world == 1:
             return value
-        t = torch.tensor([value], dtype=torch.float64 if torch.device(device).type == "cpu" else torch.float32,
-                         device=device)
+        t = torch.tensor([value], dtype=torch.float64, device=D.collective_device())
         dist.all_reduce(t)
         return float(t.item())
 
     @staticmethod
     def _any(flag: torch.Tensor) -> torch.Tensor:
         if D.is_distributed():
+            flag = flag.to(D.collective_device())
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return flag
 
@@ -145,6 +146,12 @@ class Local:
 
     def checkpoint_path(self, out: Path) -> Path:
         return out / CHECKPOINT_FILE
+
+    def same_run(self, saved: dict) -> bool:
+        """Whether a checkpoint's config is this run's: fields it lacks count as their defaults (older checkpoints
+        resume), and activation checkpointing, which changes memory only, may differ."""
+        saved = {**to_jsonable(saved), "activation_checkpointing": self.config.activation_checkpointing}
+        return same_config(saved, self.config)
 
     def load_checkpoint(self, out: Path, model: HookedTransformer, optimizer: SliceOptimizer, scaler: LossScaler
                         ) -> tuple[int, list[float]]:
@@ -159,7 +166,7 @@ class Local:
         ckpt = D.on_main(read)
         if ckpt is None:
             return 0, []
-        if to_jsonable(ckpt["config"]) != self.config.to_json():
+        if not self.same_run(ckpt["config"]):
             raise ValueError(f"{out / CHECKPOINT_FILE} was written with a different config; use another --out or "
                              "delete it")
         apply_delta(model, ckpt["delta"])
@@ -195,20 +202,28 @@ class Replicated(Local):
     def setup(self, model: HookedTransformer, plan: hm.TuningPlan) -> SliceOptimizer:
         optimizer = super().setup(model, plan)
         # Every rank starts from rank 0's tuned values, so replicas cannot drift even if loading differed.
-        with torch.no_grad():
-            for e in optimizer.entries:
-                dist.broadcast(e.master.data, src=0)
+        # Collectives run on the rank's own collective device: a model spread over GPUs has masters on several.
+        masters = [e.master.detach() for e in optimizer.entries]
+        flat = torch.cat([m.reshape(-1).to(D.collective_device()) for m in masters])
+        dist.broadcast(flat, src=0)
+        self._unflatten(flat, masters)
         optimizer.write_back()
         return optimizer
 
     def reduce_gradients(self, optimizer: SliceOptimizer) -> None:
         grads = optimizer.gradients()
-        flat = torch.cat([g.reshape(-1) for g in grads])  # one collective for all tuned slices (<1% of weights)
+        # One collective for all tuned slices (<1% of the weights).
+        flat = torch.cat([g.reshape(-1).to(D.collective_device()) for g in grads])
         dist.all_reduce(flat)
+        self._unflatten(flat, grads)
+
+    @staticmethod
+    @torch.no_grad()
+    def _unflatten(flat: torch.Tensor, tensors: list[torch.Tensor]) -> None:
         offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
+        for t in tensors:
+            t.copy_(flat[offset : offset + t.numel()].view_as(t))
+            offset += t.numel()
 
 
 class Sharded(Local):
@@ -346,7 +361,7 @@ class Sharded(Local):
         meta = D.on_main(lambda: read_json(path / "meta.json") if (path / "meta.json").is_file() else None)
         if meta is None:
             return 0, []
-        if to_jsonable(meta["config"]) != self.config.to_json():
+        if not self.same_run(meta["config"]):
             raise ValueError(f"{path} was written with a different config; use another --out or delete it")
         model_sd, optim_sd = get_state_dict(model, optimizer.optimizer)
         state = {"model": model_sd, "optim": optim_sd}

@@ -211,14 +211,14 @@ def finetune(
     requires_grad = {n: p.requires_grad for n, p in model.named_parameters()}
     tuned_parameters = hm.count_tuned_parameters(model, plan)
     total_parameters = sum(p.numel() for p in model.parameters())
-    optimizer = strategy.setup(model, plan)
-    device = strategy.input_device(model)
     scaler = strategy.scaler()
     start_step, losses = 0, []
     samples, train_time = 0, 0.0
     bar = None
     local = strategy.name != "sharded"
     try:
+        optimizer = strategy.setup(model, plan)
+        device = strategy.input_device(model)
         if out is not None:
             if D.is_main():
                 write_json(out / "config.json", config.to_json())
