@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/sweep_speed.py
 	$(BIN)/python benchmarks/train_speed.py
 	$(BIN)/python benchmarks/eval_speed.py
+	$(BIN)/python benchmarks/gpu_scale.py
 
 # One script per figure/table of the paper (Sections 5.1-5.3, Appendices C-F); each writes results/<name>/, all
 # taking their key heads from results/identify/<task> (what `make demo` writes).

@@ -160,8 +160,13 @@ class Result:
         """Write the result into ``folder`` atomically (a finished folder replaces the old one at once).
 
         ``folder`` may be new, empty, or hold a result of the same kind; a folder of anything else is refused
-        (:class:`~circuits.io.OutputError`) unless ``overwrite``."""
+        (:class:`~circuits.io.OutputError`) unless ``overwrite``. Under ``torchrun`` only rank 0 writes (every rank
+        holds the same gathered result); the others return at once."""
         folder = Path(folder)
+        from circuits.distributed import is_main
+
+        if not is_main():
+            return folder
         if self.in_place:  # the job's working folder, checked when the job started; only our own files are written
             folder.mkdir(parents=True, exist_ok=True)
             self._write(folder)

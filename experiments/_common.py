@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from circuits.config import Config, add_arguments, from_arguments, option
+from circuits.distributed import init_from_env, is_main
 from circuits.data.pairs import PromptPair, build_pairs
 from circuits.identify import IdentifyConfig, IdentifyResult, run_identify
 from circuits.identify.job import finished
@@ -93,7 +94,14 @@ def run(config_cls: type[Config], main: Callable[..., Result], plot: Callable[[R
     args = parser.parse_args(argv)
     config = from_arguments(config_cls, args)
     out = Path(config.out)  # type: ignore[attr-defined]
-    result = load_result(out) if args.replot else main(config)
-    path = plot(result, out)
-    print(path)
+    # Under torchrun the sweeps and knockout curves split their work across ranks; rank 0 writes (docs/scale.md).
+    launch = init_from_env()
+    try:
+        result = load_result(out) if args.replot else main(config)
+        path = plot(result, out) if is_main() else out
+    finally:
+        if launch is not None:
+            launch.close()
+    if is_main():
+        print(path)
     return path

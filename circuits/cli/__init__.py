@@ -2,6 +2,10 @@
 
 Each module here exposes ``register(subparsers)``, which adds its subcommand and sets ``func`` to a callable
 taking the parsed arguments; flags come from the job's config (:func:`circuits.config.add_arguments`).
+
+Under ``torchrun`` (``torchrun --nproc-per-node N -m circuits identify|finetune ...``) the process group is started
+here, once, from torchrun's environment (:func:`circuits.distributed.init_from_env`) and ended on the way out; rank 0
+prints errors.
 """
 
 from __future__ import annotations
@@ -38,24 +42,33 @@ def one_line(err: BaseException) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Every error is one line on stderr and exit code 2 (a traceback only with ``--debug`` or
-    ``CIRCUITS_DEBUG=1``); an interrupted job says how to resume, exit code 130."""
+    ``CIRCUITS_DEBUG=1``); an interrupted job says how to resume, exit code 130. Under ``torchrun`` the process
+    group is started here, and only rank 0 prints an error (one line, not one per rank)."""
+    from circuits import distributed
+
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0")
+    launch = distributed.init_from_env()
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         if debug:
             raise
-        print(f"circuits {args.command}: interrupted; run the same command to resume", file=sys.stderr)
+        if distributed.is_main():
+            print(f"circuits {args.command}: interrupted; run the same command to resume", file=sys.stderr)
         return 130
     except Exception as err:
         if debug:
             raise
         expected = isinstance(err, (ValueError, OSError))
         hint = "" if expected else " (this looks like a bug: rerun with --debug and report the traceback)"
-        print(f"circuits {args.command}: error: {one_line(err)}{hint}", file=sys.stderr)
+        if distributed.is_main():
+            print(f"circuits {args.command}: error: {one_line(err)}{hint}", file=sys.stderr)
         return 2
+    finally:
+        if launch is not None:
+            launch.close()
 
 
 if __name__ == "__main__":

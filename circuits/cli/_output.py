@@ -23,11 +23,19 @@ def add_output_arguments(parser: argparse.ArgumentParser, help: str, default: st
 @contextlib.contextmanager
 def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: bool = False,
             check: Callable[[Path, bool], object] | None = None) -> Iterator[Path]:
-    """Check that a ``kind`` job may write to ``out`` (``check`` for single-file outputs), then hold its lock."""
+    """Check that a ``kind`` job may write to ``out`` (``check`` for single-file outputs), then hold its lock.
+
+    Under torchrun every rank checks (the same verdict everywhere, so no rank waits for one that stopped) and rank 0,
+    the only writer, holds the lock."""
+    from circuits import distributed
+
     out = Path(out)
     if check is not None:
         check(out, overwrite)
     else:
         check_output(out, kind, overwrite=overwrite, container=container)
+    if not distributed.is_main():
+        yield out
+        return
     with output_lock(out):
         yield out

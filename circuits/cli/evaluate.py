@@ -2,12 +2,17 @@
 
 Writes ``--out``, atomically: a folder, or one JSON file when it ends in ``.json``
 (``{"kind": "evaluation", "config": ..., "tasks": {task: metrics}, ...}``).
+
+``--dtype bfloat16`` loads the model in bf16 (a delta's fp32 values are cast onto it, as training cast them);
+``--n-devices K`` spreads a model too big for one GPU over K of them. Evaluation runs in one process.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+import torch
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
@@ -19,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, EvalConfig)
     p.add_argument("--device")
+    p.add_argument("--n-devices", type=int, default=1, help="spread the model's layers over this many GPUs")
     add_output_arguments(p, "result folder, or a .json file")
     p.set_defaults(func=run)
 
@@ -28,16 +34,23 @@ def run(args: argparse.Namespace) -> int:
     from circuits.sft.delta import apply_delta
     from circuits.models.loading import load_model
 
+    from circuits import distributed
     from circuits.evaluation.result import check_json_output
     from circuits.evaluation.tasks import check_data
+    from circuits.sft.optim import check_device
 
     config = from_arguments(EvalConfig, args)
+    if distributed.is_distributed():
+        raise ValueError("evaluate runs in one process; launch it without torchrun (--n-devices spreads a big model "
+                         "over a node's GPUs)")
     if config.delta and not Path(config.delta).is_file():
         raise FileNotFoundError(f"delta file not found: {config.delta}")
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_device(config.dtype, device)
     check_data(config)  # before the model loads: a missing data folder or file is one line
     file_check = check_json_output if str(args.out).endswith(".json") else None
     with writing(args.out, "evaluation", args.overwrite, check=file_check):
-        model = load_model(config.model, device=args.device)
+        model = load_model(config.model, device=device, dtype=config.dtype, n_devices=args.n_devices)
         if config.delta:
             apply_delta(model, config.delta)
         result = evaluate(model, config)

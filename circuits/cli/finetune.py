@@ -1,13 +1,21 @@
 """``circuits finetune``: Precise SFT (heads from an identify result or listed) or full SFT.
 
-Writes into ``--out``: ``config.json``, ``checkpoint.pt`` (resumable), ``delta.pt`` (tuned slices
-only), ``result.json`` (losses, samples/s, tuned parameters, the tuning plan) and ``circuits.json``.
+Writes into ``--out``: ``config.json``, ``checkpoint.pt`` (resumable), ``delta.pt`` (the tuned values in
+fp32), ``result.json`` (losses, samples/s, tuned parameters, the tuning plan) and ``circuits.json``.
+
+``--dtype bfloat16`` (or ``float16`` on a GPU) runs the forward and backward passes in low precision while the
+tuned values keep fp32 masters and fp32 AdamW state. Across GPUs and machines:
+``torchrun --nproc-per-node N [--nnodes M ...] -m circuits finetune ...``: Precise SFT is data-parallel, full SFT is
+sharded with FSDP2 (``--cpu-offload`` also on one GPU); the global ``--batch-size`` is split over the ranks, so the
+run equals a one-process run. See docs/scale.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+
+import torch
 
 from circuits.config import add_arguments, from_arguments
 from circuits.sft.train import FinetuneConfig
@@ -23,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                                             "of its ranking (default 32, the paper's)")
     sel.add_argument("--top-mlps", type=int, default=0, help="MLPs taken from --heads-from")
     add_arguments(p.add_argument_group("the run"), FinetuneConfig)
-    p.add_argument("--device", help="default: the model loader's")
+    p.add_argument("--device", help="default: the model loader's (under torchrun: each rank's own GPU)")
+    p.add_argument("--n-devices", type=int, default=1,
+                   help="Precise SFT: spread the model's layers over this many GPUs (per process under torchrun)")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=run)
 
@@ -45,19 +55,37 @@ def config_from_args(args: argparse.Namespace) -> FinetuneConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    from circuits.sft.data import build_training_set, tokenize_examples
-    from circuits.sft.train import TrainingDiverged, finetune
+    from circuits import distributed as D
     from circuits.models.loading import load_model
+    from circuits.sft.data import build_training_set, tokenize_examples
+    from circuits.sft.optim import check_device
+    from circuits.sft.parallel import strategy_for
+    from circuits.sft.train import TrainingDiverged, finetune
 
     config = config_from_args(args)
-    model = load_model(config.model, device=args.device)
+    sharded = strategy_for(config).name == "sharded"  # also checks that the global batch splits over the ranks
+    if sharded and args.n_devices > 1:
+        raise ValueError("--n-devices is for Precise SFT; full SFT across GPUs is sharded with FSDP (torchrun)")
+    if D.is_distributed() or sharded:
+        device = D.use_devices(args.n_devices)
+    else:
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    check_device(config.dtype, device)
+    # Sharded full SFT keeps fp32 shards as masters: the model is loaded in fp32 on the CPU and FSDP moves each
+    # rank's shards to its GPU; compute runs in --dtype.
+    model = load_model(config.model, device="cpu" if sharded else device, dtype="float32" if sharded else config.dtype,
+                       n_devices=1 if sharded else args.n_devices)
     examples = build_training_set(config.sources, config.data_dir, config.n_arithmetic, config.limit_per_source, config.seed)
     tokenized = tokenize_examples(model.tokenizer, examples, config.max_length)
     try:
         result = finetune(model, tokenized, config, args.out, progress=not args.no_progress)
     except TrainingDiverged as err:
-        print(f"circuits finetune: {err}", file=sys.stderr)
+        if D.is_main():
+            print(f"circuits finetune: {err}", file=sys.stderr)
         return 3
-    print(f"{'full' if config.full else 'precise'} SFT: {result.steps} steps, {result.samples_per_s:.2f} samples/s, "
-          f"{result.tuned_parameters:,} tuned parameters, final loss {result.losses[-1]:.4f}; wrote {args.out}")
+    if D.is_main():
+        ranks = f" on {result.world_size} processes" if result.world_size > 1 else ""
+        print(f"{'full' if config.full else 'precise'} SFT ({config.dtype}{ranks}): {result.steps} steps, "
+              f"{result.samples_per_s:.2f} samples/s, {result.tuned_parameters:,} tuned parameters, final loss "
+              f"{result.losses[-1]:.4f}; wrote {args.out}")
     return 0

@@ -4,6 +4,10 @@ Writes, atomically, one folder per task: ``summary.json``, ``pairs.jsonl``, ``sw
 (the paper's Figure 2 for that task), ``config.json`` and ``circuits.json``. ``--task all`` runs the four
 operations one by one (each in its own sub-folder, skipped when already finished with the same config,
 so an interrupted run resumes) and then a combined sweep over pairs drawn evenly from the four, in ``all/``.
+
+Across GPUs: ``torchrun --nproc-per-node N -m circuits identify ...`` splits the sweep's work across N processes
+(rank 0 writes; the result equals a one-process run's exactly), and ``--n-devices K`` spreads a model too big for
+one GPU over K of them (docs/scale.md).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, IdentifyConfig)
     add_output_arguments(p, "output folder (a result per task inside it for --task all)")
+    p.add_argument("--n-devices", type=int, default=1,
+                   help="spread the model's layers over this many GPUs (per process under torchrun; default 1)")
     p.set_defaults(func=_main)
 
 
@@ -27,9 +33,16 @@ def _main(args: argparse.Namespace) -> int:
     from circuits.identify.job import run_identify
 
     config = from_arguments(IdentifyConfig, args)
+    import torch
+
+    from circuits import distributed
+    from circuits.models.devices import check_dtype
+
+    check_dtype(config.dtype, "cuda" if torch.cuda.is_available() else "cpu")
     with writing(args.out, "identify", args.overwrite, container=config.task == "all"):
-        folders = run_identify(config, args.out)
-    print("Figures:")
-    for task, folder in folders.items():
-        print(f"  {task}: {folder / 'heads.html'}")
+        folders = run_identify(config, args.out, n_devices=args.n_devices)
+    if distributed.is_main():
+        print("Figures:")
+        for task, folder in folders.items():
+            print(f"  {task}: {folder / 'heads.html'}")
     return 0

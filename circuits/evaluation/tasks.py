@@ -61,6 +61,8 @@ class EvalConfig(Config):
     data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
     source: str = option("local", choices=("local", "hub"))
     seed: int = option(0)
+    dtype: str = option("float32", choices=("float32", "bfloat16", "float16"),
+                        help="dtype the model is evaluated in (a delta's fp32 values are cast to it)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", tuple(self.tasks))
@@ -75,6 +77,8 @@ class EvalConfig(Config):
             raise ValueError("mmlu_shots must be 0..5 (dev has 5 per subject), csqa_shots 0..16, math_shots 0..8")
         if self.source not in ("local", "hub"):
             raise ValueError("source must be 'local' or 'hub'")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: float32, bfloat16, float16")
 
 
 
@@ -208,6 +212,10 @@ def evaluate(model: Any, config: EvalConfig | None = None, **kwargs: Any) -> Eva
     ``evaluate(model, tasks=("arithmetic",), limit=20)``)."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else EvalConfig(**kwargs)
     check_data(config)
+    got = str(next(model.parameters()).dtype).removeprefix("torch.")
+    if got != config.dtype:
+        raise ValueError(f"the model is {got} but the config says dtype {config.dtype!r}; load it in {config.dtype} "
+                         f"or set EvalConfig(dtype={got!r})")
     from lm_eval import evaluator
     from lm_eval.tasks import TaskManager
 

@@ -29,12 +29,14 @@ from circuits.identify.metrics import Baseline, Metric
 
 @dataclass
 class Runs:
-    resid_pre: Float[Tensor, "layer pair d_model"]
-    resid_mid: Float[Tensor, "layer pair d_model"]
-    attn_out: Float[Tensor, "layer pair d_model"]
-    z_ref: Float[Tensor, "layer pair head d_head"]
-    z_cf: Float[Tensor, "layer pair head d_head"]
-    mlp_out_cf: Float[Tensor, "layer pair d_model"]
+    """END activations of both runs, indexed by layer (``runs.resid_pre[layer]`` is ``[pair, d_model]``)."""
+
+    resid_pre: list[Float[Tensor, "pair d_model"]]
+    resid_mid: list[Float[Tensor, "pair d_model"]]
+    attn_out: list[Float[Tensor, "pair d_model"]]
+    z_ref: list[Float[Tensor, "pair head d_head"]]
+    z_cf: list[Float[Tensor, "pair head d_head"]]
+    mlp_out_cf: list[Float[Tensor, "pair d_model"]]
     keys: list[Tensor]  # per layer [pair, pos, kv_head, d_head] (rotated where rotary), activation mode only
     values: list[Tensor]
     ref_end_resid: Float[Tensor, "pair d_model"]
@@ -43,7 +45,7 @@ class Runs:
 
 def _gather_end(store: dict, name: str, end: Tensor):
     def hook(act: Tensor, hook) -> None:
-        store[name] = act[torch.arange(act.shape[0], device=act.device), end].detach()
+        store[name] = act[torch.arange(act.shape[0], device=act.device), end.to(act.device)].detach()
 
     return hook
 
@@ -80,7 +82,9 @@ def collect_runs(model: HookedTransformer, batch: PairBatch, need_kv: bool) -> R
             name = get_act_name(site, l)
             cf_hooks.append((name, _gather_end(cf, name, end)))
     model.run_with_hooks(batch.counterfactual.to(model.cfg.device), fwd_hooks=cf_hooks, stop_at_layer=L)
-    stack = lambda d, site: torch.stack([d[get_act_name(site, l)] for l in range(L)])  # noqa: E731
+    # Per-layer lists, each tensor where its layer ran: a model spread over GPUs keeps every layer's END state on
+    # that layer's device (circuits.models.devices).
+    stack = lambda d, site: [d[get_act_name(site, l)] for l in range(L)]  # noqa: E731
     keys = values = []
     if need_kv:
         keys = [ref[f"blocks.{l}.attn.hook_rot_k" if rotary else get_act_name("k", l)] for l in range(L)]
@@ -200,7 +204,8 @@ def baseline_from(model: HookedTransformer, answer: Tensor, runs: Runs, custom: 
     ref = readout(model, runs.ref_end_resid[None], answer, cf_answer, custom)
     cf = readout(model, runs.cf_end_resid[None], answer, cf_answer)
     ref_logits = model.unembed(model.ln_final(runs.ref_end_resid[:, None]))[:, 0].float()
-    rank = (ref_logits > ref_logits[torch.arange(len(answer)), answer][:, None]).sum(-1)
+    rows = torch.arange(len(answer), device=ref_logits.device)
+    rank = (ref_logits > ref_logits[rows, answer.to(ref_logits.device)][:, None]).sum(-1)
     return Baseline(answer, cf_answer, ref["logit"][0], ref["logit_diff"][0], ref["prob"][0], cf["logit"][0],
                     cf["logit_diff"][0], cf["prob"][0], custom={m.name: ref[m.name][0] for m in custom}, answer_rank=rank)
 

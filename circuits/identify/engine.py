@@ -22,13 +22,21 @@ Many senders share one pass: the END state is a ``[sender, pair, d_model]`` tens
 at their own layer, and the answer logits are read from the unembedding. Chunks of senders keep memory
 within a budget. The plain one-forward-per-component loop lives in :mod:`circuits.identify.reference`;
 tests assert the two agree.
+
+Across ranks (``torchrun``). The sweep is cut into work items -- blocks of at most ``PAIR_BLOCK`` pairs times
+chunks of senders (at least ``MIN_CHUNKS`` of them) -- decided by the model, the pairs and the memory budget alone,
+never by the number of ranks. Under ``torch.distributed`` each rank runs its items
+(:func:`circuits.distributed.assign`) and every rank gathers all of them, so the result equals a one-process run's
+bit for bit: each item is the same computation, with the same shapes, wherever it runs. A model spread over GPUs
+(:mod:`circuits.models.devices`) is followed layer by layer: the END state moves to each layer's device.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from jaxtyping import Float
@@ -36,7 +44,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
-from circuits.data.pairs import Pairs, as_batch
+from circuits import distributed as D
+from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.identify.end_layers import (
     attention_at_end,
     baseline_from,
@@ -47,10 +56,15 @@ from circuits.identify.end_layers import (
     readout,
 )
 from circuits.identify.metrics import Baseline, Metric, get_metric
+from circuits.models.devices import layer_device, output_device
 from circuits.identify.rules import DEFAULT_KEY_RULE, KeyRule, Ranked, rank
 from circuits.types import MODES, Component, Head, Mode
 
 _READOUTS = ("logit", "logit_diff", "prob")
+# Work items: pairs in blocks of at most PAIR_BLOCK (bounded memory for the runs' END state and, in activation mode,
+# keys and values), senders in at least MIN_CHUNKS chunks, so up to MIN_CHUNKS ranks per pair block share a sweep.
+PAIR_BLOCK = 256
+MIN_CHUNKS = 16
 
 
 @dataclass
@@ -162,6 +176,25 @@ def rows_for_budget(model: HookedTransformer, n_pairs: int, memory_mb: float) ->
     return max(1, rows // max(n_pairs, 1))
 
 
+def work_items(model: HookedTransformer, n_pairs: int, comps: Sequence[Component], memory_mb: float
+               ) -> tuple[list[slice], list[tuple[int, list[Component]]]]:
+    """The pair blocks, and the ``(block, senders)`` items of a sweep, in order. They depend on the model, the
+    number of pairs, the components and the budget, never on the number of ranks (which is what makes a sweep split
+    across ranks equal a one-process sweep exactly)."""
+    blocks = [slice(i, min(i + PAIR_BLOCK, n_pairs)) for i in range(0, n_pairs, PAIR_BLOCK)]
+    items: list[tuple[int, list[Component]]] = []
+    for b, block in enumerate(blocks):
+        per = min(rows_for_budget(model, block.stop - block.start, memory_mb), max(1, math.ceil(len(comps) / MIN_CHUNKS)))
+        items += [(b, list(comps[i : i + per])) for i in range(0, len(comps), per)]
+    return blocks, items
+
+
+def _item_cost(model: HookedTransformer, blocks: list[slice], item: tuple[int, list[Component]]) -> float:
+    """Work of an item: each sender row runs every layer from its own to the last, for every pair of its block."""
+    block = blocks[item[0]]
+    return float((block.stop - block.start) * sum(model.cfg.n_layers - c.layer for c in item[1]))
+
+
 @torch.no_grad()
 def sweep(
     model: HookedTransformer,
@@ -172,18 +205,22 @@ def sweep(
     metrics: Sequence[str | Metric] = (),
     memory_mb: float = 1024,
     progress: bool = True,
+    distribute: bool = True,
 ) -> SweepResult:
     """Patch every component's END value from the counterfactual run, one END-only pass for many.
 
     Args:
-        model: a ``HookedTransformer`` (fp32, bf16 or fp16; grouped-query attention supported).
+        model: a ``HookedTransformer`` (fp32, bf16 or fp16; grouped-query attention supported; possibly spread over
+            several GPUs, :func:`circuits.models.devices.spread`).
         pairs: prompt pairs: a list of :class:`~circuits.data.pairs.PromptPair`, a ``PairSet`` or a ``PairBatch``.
         mode: ``"path"`` (other heads frozen at their reference values) or ``"activation"``.
         components: senders to patch (default: every head and MLP); others are left NaN.
         metrics: custom metrics (:func:`~circuits.identify.metrics.logits_metric`) to compute besides the
             built-in ones, which are always available.
         memory_mb: working-memory budget that sets how many senders share a pass.
-        progress: show a progress bar over chunks.
+        progress: show a progress bar over components (rank 0's share under torchrun).
+        distribute: when ``torch.distributed`` is initialised, split the work items across ranks and gather them
+            (every rank must call ``sweep`` with the same arguments); every rank returns the whole result.
     """
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}; accepted: {', '.join(MODES)}")
@@ -192,60 +229,106 @@ def sweep(
     batch = as_batch(pairs, model)
     cfg = model.cfg
     L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
-    device = cfg.device
-    runs = collect_runs(model, batch, need_kv=(mode == "activation"))
-    base = baseline_from(model, batch.answer.to(device), runs, custom)
-    _warn_unlikely_answers(base)
-    end = batch.end.to(device)
     comps = sorted(components or all_components(model), key=Component.sort_key)
     for c in comps:
         if not 0 <= c.layer < L or (c.kind == "head" and not (c.head is not None and 0 <= c.head < H)):
             raise ValueError(f"Component {c} is outside this model ({L} layers x {H} heads).")
 
+    blocks, items = work_items(model, P, comps, memory_mb)
+    split = distribute and D.is_distributed()
+    if split:
+        D.check_enough_work(len(items), f"work items ({P} pairs x {len(comps)} components, in {len(items)} chunks)")
+        owner = D.assign([_item_cost(model, blocks, it) for it in items], D.world_size())
+    else:
+        owner = [0] * len(items)
+    mine = [i for i, o in enumerate(owner) if o == D.rank()]
+    bar = tqdm(total=sum(len(items[i][1]) for i in mine), desc=f"{mode} patching", unit="comp",
+               disable=not progress or not D.is_main())
+    bases: dict[int, Baseline] = {}
+    done: dict[int, tuple[list[Component], dict[str, Tensor]]] = {}
+    out_dev = output_device(model)
+    for b, block in enumerate(blocks):
+        todo = [i for i in mine if items[i][0] == b]
+        if not todo:
+            continue
+        sub = batch if len(blocks) == 1 else batch.select(block)
+        runs = collect_runs(model, sub, need_kv=(mode == "activation"))
+        base = baseline_from(model, sub.answer.to(out_dev), runs, custom)
+        bases[b] = base.to("cpu")
+        for i in todo:
+            done[i] = _sweep_chunk(model, mode, runs, sub, base, items[i][1], custom)
+            bar.update(len(items[i][1]))
+    bar.close()
+    if split:
+        for part_bases, part_done in D.all_gather_objects((bases, done)):
+            bases.update(part_bases)
+            done.update(part_done)
+
     names = [*_READOUTS, *(m.name for m in custom)]
     heads_out = {k: torch.full((L, H, P), float("nan")) for k in names}
     mlps_out = {k: torch.full((L, P), float("nan")) for k in names}
-    per_chunk = rows_for_budget(model, P, memory_mb)
-    chunks = [comps[i : i + per_chunk] for i in range(0, len(comps), per_chunk)]
-    bar = tqdm(total=len(comps), desc=f"{mode} patching", unit="comp", disable=not progress)
-    for chunk in chunks:
-        x, owners = None, []
-        for layer in range(chunk[0].layer, L):
-            if x is not None:  # rows already past their sender layer: attention at this layer
-                if mode == "path":
-                    x = x + runs.attn_out[layer][None]
-                else:
-                    x = x + attention_at_end(model, layer, x, runs.keys[layer], runs.values[layer], end)
-            heads = [c for c in chunk if c.layer == layer and c.kind == "head"]
-            if heads:
-                # z at END with one head from the counterfactual run, projected like a forward pass does.
-                idx = torch.tensor([c.head for c in heads], device=device)
-                z = runs.z_ref[layer][None].repeat(len(heads), 1, 1, 1)  # [n, pair, head, d_head]
-                rows = torch.arange(len(heads), device=device)
-                z[rows, :, idx] = runs.z_cf[layer][:, idx].transpose(0, 1)
-                new = runs.resid_pre[layer][None] + project_z(model.blocks[layer].attn, z)
-                x = new if x is None else torch.cat([x, new])
-                owners += heads
-            if x is not None:
-                x = x + mlp_at_end(model, layer, x)
-            mlps = [c for c in chunk if c.layer == layer and c.kind == "mlp"]
-            if mlps:
-                new = (runs.resid_mid[layer] + runs.mlp_out_cf[layer])[None].expand(len(mlps), -1, -1)
-                x = new if x is None else torch.cat([x, new])
-                owners += mlps
-        assert x is not None
-        values = {k: v.cpu() for k, v in readout(model, x, base.answer, base.cf_answer, custom).items()}
-        for i, c in enumerate(owners):
+    for i, (owners, values) in done.items():
+        block = blocks[items[i][0]]
+        for j, c in enumerate(owners):
             for k in names:
                 if c.kind == "head":
-                    heads_out[k][c.layer, c.head] = values[k][i]
+                    heads_out[k][c.layer, c.head, block] = values[k][j]
                 else:
-                    mlps_out[k][c.layer] = values[k][i]
-        bar.update(len(chunk))
-    bar.close()
+                    mlps_out[k][c.layer, block] = values[k][j]
+    baseline = _concat([bases[b] for b in range(len(blocks))])
+    if D.is_main():
+        _warn_unlikely_answers(baseline)
     return SweepResult(
-        mode=mode, baseline=base.to("cpu"),
+        mode=mode, baseline=baseline,
         **{f"head_{k}": heads_out[k] for k in _READOUTS}, **{f"mlp_{k}": mlps_out[k] for k in _READOUTS},
         custom={m.name: (heads_out[m.name], mlps_out[m.name]) for m in custom},
         custom_metrics={m.name: m for m in custom},
     )
+
+
+def _sweep_chunk(model: HookedTransformer, mode: Mode, runs, batch: PairBatch, base: Baseline,
+                 chunk: list[Component], custom: Sequence[Metric]) -> tuple[list[Component], dict[str, Tensor]]:
+    """One END-only pass for the senders of ``chunk`` over one block of pairs: the senders in the order of their
+    rows, and their readouts (``[sender, pair]``, on the CPU)."""
+    L = model.cfg.n_layers
+    x, owners = None, []
+    for layer in range(chunk[0].layer, L):
+        dev = layer_device(model, layer)
+        if x is not None:  # rows already past their sender layer: attention at this layer
+            x = x.to(dev)
+            if mode == "path":
+                x = x + runs.attn_out[layer][None]
+            else:
+                x = x + attention_at_end(model, layer, x, runs.keys[layer], runs.values[layer], batch.end.to(dev))
+        heads = [c for c in chunk if c.layer == layer and c.kind == "head"]
+        if heads:
+            # z at END with one head from the counterfactual run, projected like a forward pass does.
+            idx = torch.tensor([c.head for c in heads], device=dev)
+            z = runs.z_ref[layer][None].repeat(len(heads), 1, 1, 1)  # [n, pair, head, d_head]
+            rows = torch.arange(len(heads), device=dev)
+            z[rows, :, idx] = runs.z_cf[layer][:, idx].transpose(0, 1)
+            new = runs.resid_pre[layer][None] + project_z(model.blocks[layer].attn, z)
+            x = new if x is None else torch.cat([x, new])
+            owners += heads
+        if x is not None:
+            x = x + mlp_at_end(model, layer, x)
+        mlps = [c for c in chunk if c.layer == layer and c.kind == "mlp"]
+        if mlps:
+            new = (runs.resid_mid[layer] + runs.mlp_out_cf[layer])[None].expand(len(mlps), -1, -1)
+            x = new if x is None else torch.cat([x, new])
+            owners += mlps
+    assert x is not None
+    out = output_device(model)
+    values = readout(model, x.to(out), base.answer.to(out), base.cf_answer.to(out), custom)
+    return owners, {k: v.cpu() for k, v in values.items()}
+
+
+def _concat(parts: list[Baseline]) -> Baseline:
+    """One baseline over all pairs from those of consecutive pair blocks."""
+    if len(parts) == 1:
+        return parts[0]
+    ranks = [p.answer_rank for p in parts]
+    return Baseline(**{f.name: torch.cat([getattr(p, f.name) for p in parts]) for f in fields(Baseline)
+                       if f.name not in ("custom", "answer_rank")},
+                    custom={k: torch.cat([p.custom[k] for p in parts]) for k in parts[0].custom},
+                    answer_rank=None if any(r is None for r in ranks) else torch.cat(ranks))

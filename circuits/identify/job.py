@@ -4,6 +4,10 @@
 :func:`run_identify` writes one folder per task, and for ``--task all`` the four operations one by one
 (each in its own sub-folder, skipped when already finished with the same config, so an interrupted run
 resumes) and then a combined sweep over pairs drawn evenly from the four, in ``all/``.
+
+Under ``torchrun`` every rank runs the job: rank 0 builds the prompt pairs and hands them to the others (the filter
+on the model's own answers must agree exactly), the sweep splits its work items across ranks and gathers them
+(:func:`circuits.identify.engine.sweep`), and rank 0 alone writes.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 
 from transformer_lens import HookedTransformer
 
+from circuits import distributed as D
 from circuits.config import same_config
 from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs
 from circuits.data.templates import OPERATIONS
@@ -38,7 +43,7 @@ def identify(
     start = time.perf_counter()
     stats: dict[str, Any] = {}
     if pairs is None:
-        pairs = build_pairs(model, config.pair_config())
+        pairs = D.on_main(lambda: build_pairs(model, config.pair_config()))
     if isinstance(pairs, PairSet):
         stats = pairs.stats()
         pairs = pairs.pairs
@@ -58,30 +63,34 @@ def finished(folder: Path, config: IdentifyConfig) -> bool:
 
 
 def run_identify(config: IdentifyConfig, out: str | Path, model: HookedTransformer | None = None,
-                 progress: bool = True) -> dict[str, Path]:
-    """Run the job; returns the folder written for each task."""
+                 progress: bool = True, n_devices: int = 1) -> dict[str, Path]:
+    """Run the job; returns the folder written for each task. ``n_devices``: spread a model too big for one GPU over
+    that many (each rank's own GPUs under torchrun)."""
     out = Path(out)
+    load = lambda: load_model(config.model, dtype=config.dtype, n_devices=n_devices,  # noqa: E731
+                              **({"device": D.use_devices(n_devices)} if D.is_distributed() else {}))
     tasks = list(OPERATIONS) if config.task == "all" else [config.task]
     folders = {t: (out / t if config.task == "all" else out) for t in tasks}
     results: dict[str, IdentifyResult] = {}
     for task in tasks:
         cfg = config.for_task(task)
         folder = folders[task]
-        if finished(folder, cfg):
-            print(f"[{task}] already done with this config: {folder} (resumed)")
-            results[task] = IdentifyResult.load(folder)
+        if D.on_main(lambda: finished(folder, cfg)):
+            _say(f"[{task}] already done with this config: {folder} (resumed)")
+            results[task] = D.on_main(lambda: IdentifyResult.load(folder))
             continue
-        model = model or load_model(config.model, dtype=config.dtype)
+        model = model or load()
         results[task] = identify(model, config=cfg, progress=progress)
-        results[task].save(folder)
-        _print_summary(task, results[task], folder)
+        if D.is_main():
+            results[task].save(folder)
+            _print_summary(task, results[task], folder)
     if config.task == "all":
         # Figure 2 pools the four operations: an even draw of pairs from each.
         folder = out / "all"
-        if finished(folder, config):
-            print(f"[all] already done with this config: {folder} (resumed)")
+        if D.on_main(lambda: finished(folder, config)):
+            _say(f"[all] already done with this config: {folder} (resumed)")
         else:
-            model = model or load_model(config.model, dtype=config.dtype)
+            model = model or load()
             rng = random.Random(config.seed)
             per = max(1, config.n_pairs // len(tasks))
             pooled: list[PromptPair] = [p for t in tasks for p in rng.sample(results[t].pairs, min(per, len(results[t].pairs)))]
@@ -94,10 +103,17 @@ def run_identify(config: IdentifyConfig, out: str | Path, model: HookedTransform
             result.per_task = {t: {k: r.summary()[k] for k in ("accuracy", "mean_answer_prob", "counterfactual_accuracy",
                                                                "counterfactual_answer_prob", "n_pairs")}
                                for t, r in results.items()}
-            result.save(folder)
-            _print_summary("all", result, folder)
+            if D.is_main():
+                result.save(folder)
+                _print_summary("all", result, folder)
         folders["all"] = folder
+    D.barrier()  # every rank returns once rank 0 has written
     return folders
+
+
+def _say(text: str) -> None:
+    if D.is_main():
+        print(text)
 
 
 def _print_summary(task: str, result: IdentifyResult, folder: Path) -> None:

@@ -116,7 +116,9 @@ def end_residuals(
         n_pre = prefix_lengths[i] if prefix_lengths else 0
         key = group_keys[i] if group_keys is not None else None
         groups.setdefault((key, tuple(ids[:n_pre])), []).append(i)
-    out = torch.empty((len(token_ids), model.cfg.d_model), dtype=model.cfg.dtype, device=device)
+    # Final residuals live where the last block runs (another GPU than the first for a spread model).
+    out_device = model.unembed.W_U.device
+    out = torch.empty((len(token_ids), model.cfg.d_model), dtype=model.cfg.dtype, device=out_device)
     for (key, pre), rows in groups.items():
         rows = sorted(rows, key=lambda i: len(token_ids[i]), reverse=True)
         n_pre = len(pre)
@@ -148,7 +150,8 @@ def end_residuals(
                 with model.hooks(fwd_hooks=hooks(key, n_pre) if hooks else []):
                     resid = model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=L)
                 ends = ends - n_pre
-            out[torch.tensor(chunk, device=device)] = resid[torch.arange(len(chunk), device=device), ends]
+            rows_idx = torch.arange(len(chunk), device=resid.device)
+            out[torch.tensor(chunk, device=out_device)] = resid[rows_idx, ends.to(resid.device)].to(out_device)
     return out
 
 

@@ -103,6 +103,7 @@ def load_model(
     device: str | torch.device | None = None,
     fold_ln: bool = True,
     use_cache: bool = True,
+    n_devices: int = 1,
 ) -> HookedTransformer:
     """Load a model as a ``HookedTransformer`` in eval mode.
 
@@ -112,10 +113,17 @@ def load_model(
         device: defaults to CUDA when available, else CPU.
         fold_ln: fold normalisation weights into the following matrices (exact up to rounding).
         use_cache: read and write the converted-weights cache for GGUF sources.
+        n_devices: spread the layers over this many GPUs from ``device`` (a model too big for one GPU; built on
+            the CPU first, then placed by :func:`circuits.models.devices.spread`).
     """
     torch_dtype = resolve_dtype(dtype)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if n_devices > 1:
+        from circuits.models.devices import spread
+
+        model = load_model(name_or_path, dtype=dtype, device="cpu", fold_ln=fold_ln, use_cache=use_cache)
+        return spread(model, n_devices, first=device)
     name = str(name_or_path)
     path = Path(name).expanduser()
 

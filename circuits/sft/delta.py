@@ -16,11 +16,20 @@ from circuits.sft import plan as hm
 DELTA_FORMAT = 1
 
 
-def extract_delta(model: HookedTransformer, plan: hm.TuningPlan, meta: dict | None = None) -> dict:
-    """The tuned slices' values (not differences: applying them is exact) with the plan that locates them."""
+def extract_delta(model: HookedTransformer, plan: hm.TuningPlan, meta: dict | None = None,
+                  values: dict[str, torch.Tensor] | None = None) -> dict:
+    """The tuned slices' values (not differences: applying them is exact) with the plan that locates them.
+
+    ``values``: the tuned values by tensor name (rows only for sliced tensors), e.g. the optimizer's fp32 masters
+    of a bf16/fp16 run, which is what a training run stores; by default they are read from the model. Applied onto
+    a model of lower precision they are cast to it, which reproduces the trained model exactly.
+    """
     params = dict(model.named_parameters())
     tensors = {}
     for entry in plan.tensors:
+        if values is not None:
+            tensors[entry.name] = values[entry.name].detach().to(torch.float32).clone().cpu()
+            continue
         p = params[entry.name].detach()
         tensors[entry.name] = (p if entry.rows is None else p[list(entry.rows)]).clone().cpu()
     return {"format": DELTA_FORMAT, "plan": plan.to_json(), "tensors": tensors, "meta": meta or {}}

@@ -29,6 +29,8 @@ class FinetuneResult(Result):
     losses: list[float] = field(default_factory=list)
     resumed_from: int = 0
     plan: dict = field(default_factory=dict)
+    skipped_steps: int = 0  # fp16 steps skipped by the loss scaler (a gradient overflowed)
+    world_size: int = 1  # processes the run was split over (torchrun)
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}

@@ -1,18 +1,28 @@
 """Precise SFT and full SFT: one training loop, with or without per-head gradient masks (Section 4.3, 5.3).
 
 Precise SFT tunes only the Q/K/V/O slices of the selected heads (and, optionally, whole MLPs); the
-tuning plan and gradient masks come from :mod:`circuits.head_masks`. Full SFT is the same loop with
-:func:`~circuits.head_masks.full_plan`.
+tuning plan and gradient masks come from :mod:`circuits.sft.plan`. Full SFT is the same loop with
+:func:`~circuits.sft.plan.full_plan`.
 
 How frozen slices stay bit-identical: tensors with no tuned slice get ``requires_grad=False`` (so
 backward stops at the lowest tuned layer and they get no gradient or optimizer state); for tensors
-with some tuned rows, the optimizer owns a leaf copy of just those rows (``SliceOptimizer``): the
-masked, rescaled gradient rows are copied into it, AdamW steps it (state and weight decay only for the
-tuned rows), and the rows are written back. Frozen rows are never written.
+with some tuned rows, the optimizer owns an fp32 leaf copy of just those rows
+(:class:`~circuits.sft.optim.SliceOptimizer`): the masked, rescaled gradient rows are added into it, AdamW
+steps it (state and weight decay only for the tuned rows), and the rows are cast back into the model. Frozen
+rows are never written.
 
-Outputs in ``out_dir``: ``config.json``, ``checkpoint.pt`` (resumable; replaced atomically, so a NaN
-stop leaves the last good one), ``delta.pt`` (the tuned slices only; :func:`apply_delta` puts them
-onto the base model), ``result.json`` (losses, samples/s, tuned parameter count).
+Precision (``dtype``): the forward and backward passes run in the model's dtype; every tuned tensor or slice
+has an fp32 master with fp32 AdamW state, and fp16 scales the loss (:mod:`circuits.sft.optim`), so a bf16 run
+trains like an fp32 one instead of rounding its updates away.
+
+Processes (:mod:`circuits.sft.parallel`): in one process the model trains in place; under ``torchrun`` Precise
+SFT is data-parallel (tuned slices' gradients all-reduced) and full SFT is sharded with FSDP2; in both, the
+global batch of a step is split over the ranks, so the losses and tuned values equal a one-process run's.
+
+Outputs in ``out_dir`` (written by rank 0): ``config.json``, ``checkpoint.pt`` (resumable; replaced
+atomically, so a NaN stop leaves the last good one; a ``checkpoint/`` DCP folder for sharded full SFT),
+``delta.pt`` (the tuned values in fp32; :func:`apply_delta` puts them onto the base model),
+``result.json`` (losses, samples/s, tuned parameter count).
 """
 
 from __future__ import annotations
@@ -29,14 +39,19 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
+from circuits import distributed as D
+from circuits.config import Config, option
+from circuits.io import write_json
+from circuits.models.forward import pad_token_id
 from circuits.sft import plan as hm
 from circuits.sft.data import TRAIN_SOURCES, TokenizedExample, collate
-from circuits.sft.delta import apply_delta, extract_delta
+from circuits.sft.optim import PRECISIONS, LossScaler, SliceOptimizer, check_device
+from circuits.sft.parallel import checkpointed_blocks, strategy_for
 from circuits.sft.result import FinetuneResult
-from circuits.config import Config, option
-from circuits.io import save_torch, to_jsonable, write_json
-from circuits.models.forward import pad_token_id
 from circuits.types import Head, parse_heads, parse_layers
+
+__all__ = ["FinetuneConfig", "LossScaler", "SliceOptimizer", "TrainingDiverged", "batch_schedule", "finetune",
+           "lr_at", "plan_for", "sft_loss"]
 
 
 class TrainingDiverged(RuntimeError):
@@ -79,6 +94,13 @@ class FinetuneConfig(Config):
     limit_per_source: int | None = option(None)
     data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
     save_delta: bool = option(True, cli=False)
+    dtype: str = option("float32", choices=PRECISIONS,
+                        help="compute dtype of the forward and backward passes; tuned values keep fp32 masters and "
+                             "fp32 AdamW state, fp16 scales the loss (sharded full SFT: parameters stay fp32)")
+    activation_checkpointing: bool = option(False, help="recompute each block's activations in backward: less "
+                                                        "memory for about a third more compute")
+    cpu_offload: bool = option(False, help="full SFT: keep fp32 parameter shards, gradients and AdamW state on the "
+                                           "CPU (FSDP2 CPUOffloadPolicy), so a 7B model's full SFT fits one GPU")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "heads", tuple(Head(int(l), int(h)) for l, h in self.heads))
@@ -101,6 +123,10 @@ class FinetuneConfig(Config):
             raise ValueError("epochs and max_steps must be >= 1")
         if self.max_length < 8 or self.checkpoint_every < 1:
             raise ValueError("max_length must be >= 8 and checkpoint_every >= 1")
+        if self.dtype not in PRECISIONS:
+            raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: {', '.join(PRECISIONS)}")
+        if self.cpu_offload and not self.full:
+            raise ValueError("cpu_offload is for full SFT (Precise SFT's optimizer state is already small)")
         if set(self.sources) - set(TRAIN_SOURCES):
             raise ValueError(f"sources must be among {TRAIN_SOURCES}, got {self.sources}")
 
@@ -113,65 +139,6 @@ def plan_for(model: HookedTransformer, config: FinetuneConfig) -> hm.TuningPlan:
     if config.full:
         return hm.full_plan(model)
     return hm.plan_tuning(model, config.heads, config.mlps, config.kv_policy, config.rescale)  # type: ignore[arg-type]
-
-
-# --- optimizer over tuned slices -------------------------------------------------------------------
-
-
-class SliceOptimizer:
-    """AdamW over the tuned rows only.
-
-    Whole tensors are optimized in place; for a tensor with tuned ``rows``, a leaf copy of those rows is
-    optimized and written back after each step, so optimizer state and weight decay cover tuned values only.
-    """
-
-    def __init__(self, model: HookedTransformer, plan: hm.TuningPlan, config: FinetuneConfig):
-        params = dict(model.named_parameters())
-        self.entries: list[tuple[hm.TunedTensor, Tensor, Tensor, Tensor | None]] = []
-        leaves = []
-        for entry in plan.tensors:
-            p = params[entry.name]
-            if entry.rows is None:
-                self.entries.append((entry, p, p, None))
-                leaves.append(p)
-            else:
-                index = torch.tensor(entry.rows, dtype=torch.long, device=p.device)
-                leaf = p.detach()[index].clone().requires_grad_(True)
-                self.entries.append((entry, p, leaf, index))
-                leaves.append(leaf)
-        self.optimizer = torch.optim.AdamW(leaves, lr=config.lr, betas=config.betas, eps=config.eps, weight_decay=config.weight_decay)
-
-    def step(self) -> None:
-        for _, p, leaf, index in self.entries:
-            if index is not None:
-                leaf.grad = None if p.grad is None else p.grad[index].clone()
-        self.optimizer.step()
-        with torch.no_grad():
-            for _, p, leaf, index in self.entries:
-                if index is not None:
-                    p.index_copy_(0, index, leaf.detach())
-
-    def zero_grad(self) -> None:
-        for _, p, leaf, index in self.entries:
-            p.grad = None
-            leaf.grad = None
-
-    def set_lr(self, lr: float) -> None:
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-
-    def state_dict(self) -> dict:
-        return self.optimizer.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state)
-
-    def sync_from_model(self) -> None:
-        """Re-read slice leaves from the model (after loading tuned values into it)."""
-        with torch.no_grad():
-            for _, p, leaf, index in self.entries:
-                if index is not None:
-                    leaf.copy_(p[index])
 
 
 def lr_at(step: int, total_steps: int, config: FinetuneConfig) -> float:
@@ -222,99 +189,111 @@ def finetune(
 ) -> FinetuneResult:
     """Train ``model`` in place on tokenized ``examples``; see the module docstring for the outputs.
 
-    Resumes from ``out_dir/checkpoint.pt`` when it exists and ``resume`` is set (the config must match).
+    ``model`` must be in ``config.dtype`` (sharded full SFT: in float32, the masters; compute is ``config.dtype``).
+    When ``torch.distributed`` is initialised, every rank calls this with the same model, examples and config, and
+    each trains on its share of every step (:mod:`circuits.sft.parallel`); rank 0 writes. Sharded full SFT leaves
+    ``model`` sharded in place (FSDP2): use ``delta.pt`` on a fresh base model afterwards.
+
+    Resumes from ``out_dir``'s checkpoint when it exists and ``resume`` is set (the config must match).
     Raises :class:`TrainingDiverged` on a NaN/inf loss, before any update with it.
     """
     if not examples:
         raise ValueError("No training examples")
+    strategy = strategy_for(config)
+    check_device(config.dtype, next(model.parameters()).device if strategy.name != "sharded" else D.device())
+    strategy.check_model(model)
     out = Path(out_dir) if out_dir is not None else None
     plan = plan_for(model, config)
     schedule = batch_schedule(len(examples), config)
     total_steps = len(schedule)
     pad_id = pad_token_id(model)
-    device = model.cfg.device
     was_training = model.training
     requires_grad = {n: p.requires_grad for n, p in model.named_parameters()}
-    hm.freeze_except(model, plan)
-    optimizer = SliceOptimizer(model, plan, config)
+    tuned_parameters = hm.count_tuned_parameters(model, plan)
+    total_parameters = sum(p.numel() for p in model.parameters())
+    scaler = strategy.scaler()
     start_step, losses = 0, []
-    if out is not None:
-        write_json(out / "config.json", config.to_json())
-        ckpt_path = out / "checkpoint.pt"
-        if resume and ckpt_path.is_file():
-            ckpt = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-            if to_jsonable(ckpt["config"]) != config.to_json():
-                raise ValueError(f"{ckpt_path} was written with a different config; use another --out or delete it")
-            apply_delta(model, ckpt["delta"])
-            optimizer.sync_from_model()
-            optimizer.load_state_dict(ckpt["optimizer"])
-            start_step, losses = ckpt["step"], list(ckpt["losses"])
-    handles = hm.register_gradient_masks(model, plan)
     samples, train_time = 0, 0.0
-    last_checkpoint = start_step if start_step else None
     bar = None
+    local = strategy.name != "sharded"
     try:
-        if progress:
+        optimizer = strategy.setup(model, plan)
+        device = strategy.input_device(model)
+        if out is not None:
+            if D.is_main():
+                write_json(out / "config.json", config.to_json())
+            if resume:
+                start_step, losses = strategy.load_checkpoint(out, model, optimizer, scaler)
+        last_checkpoint = start_step if start_step else None
+        if progress and D.is_main():
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=total_steps, initial=start_step, desc="precise SFT" if not config.full else "full SFT", unit="step")
+            bar = tqdm(total=total_steps, initial=start_step, desc="precise SFT" if not config.full else "full SFT",
+                       unit="step")
         model.train()
-        for step in range(start_step, total_steps):
-            t0 = time.perf_counter()
-            micro = schedule[step]
-            n_target = sum(sum(len(examples[i].ids) - max(examples[i].n_prompt, 1) for i in mb) for mb in micro)
-            step_loss = 0.0
-            for mb in micro:
-                tokens, mask = collate([examples[i] for i in mb], pad_id)
-                tokens, mask = tokens.to(device), mask.to(device)
-                loss = sft_loss(model, tokens, mask) / max(n_target, 1)
-                if not torch.isfinite(loss):
-                    last = f"{out / 'checkpoint.pt'} (after step {last_checkpoint})" if out and last_checkpoint else "none written yet"
+        with checkpointed_blocks(model, config.activation_checkpointing and local):
+            for step in range(start_step, total_steps):
+                t0 = time.perf_counter()
+                micro = schedule[step]
+                # The loss is a mean over the step's target tokens of every rank, so summed gradients are the step's.
+                n_target = sum(sum(len(examples[i].ids) - max(examples[i].n_prompt, 1) for i in mb) for mb in micro)
+                step_loss = 0.0
+                for mb in strategy.my_micro_batches(micro):
+                    if mb:
+                        tokens, mask = collate([examples[i] for i in mb], pad_id)
+                    else:  # an FSDP rank with no sample left in this step still joins the collectives
+                        tokens, mask = torch.full((1, 2), pad_id, dtype=torch.long), torch.zeros(1, 1)
+                    loss = sft_loss(model, tokens.to(device), mask.to(device)) / max(n_target, 1)
+                    (loss * scaler.scale if scaler.enabled else loss).backward()
+                    step_loss += loss.item()
+                step_loss = strategy.total(step_loss, device)
+                if not math.isfinite(step_loss):
+                    last = f"{strategy.checkpoint_path(out)} (after step {last_checkpoint})" \
+                        if out and last_checkpoint else "none written yet"
                     raise TrainingDiverged(
-                        f"Loss became {loss.item()} at step {step + 1}; stopped before updating. Last good checkpoint: {last}. "
-                        "Try a lower lr or check the data."
+                        f"Loss became {step_loss} at step {step + 1}; stopped before updating. Last good checkpoint: "
+                        f"{last}. Try a lower lr{', or bfloat16 instead of float16' if config.dtype == 'float16' else ''}"
+                        ", or check the data."
                     )
-                loss.backward()
-                step_loss += loss.item()
-            optimizer.set_lr(lr_at(step, total_steps, config))
-            optimizer.step()
-            optimizer.zero_grad()
-            losses.append(step_loss)
-            train_time += time.perf_counter() - t0
-            samples += sum(len(mb) for mb in micro)
-            if bar is not None:
-                bar.update(1)
-                bar.set_postfix(loss=f"{step_loss:.4f}", samples_per_s=f"{samples / train_time:.2f}")
-            if out is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == total_steps):
-                save_torch(
-                    {"step": step + 1, "losses": losses, "config": config.to_json(),
-                     "delta": extract_delta(model, plan), "optimizer": optimizer.state_dict()},
-                    out / "checkpoint.pt",
-                )
-                last_checkpoint = step + 1
+                strategy.reduce_gradients(optimizer)
+                optimizer.set_lr(lr_at(step, total_steps, config))
+                optimizer.step(scaler)
+                optimizer.zero_grad()
+                losses.append(step_loss)
+                train_time += time.perf_counter() - t0
+                samples += sum(len(mb) for mb in micro)
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{step_loss:.4f}", samples_per_s=f"{samples / train_time:.2f}")
+                if out is not None and ((step + 1) % config.checkpoint_every == 0 or step + 1 == total_steps):
+                    strategy.save_checkpoint(out, step + 1, losses, model, plan, optimizer, scaler)
+                    last_checkpoint = step + 1
+        result = FinetuneResult(
+            config=config,
+            steps=total_steps,
+            samples=samples,
+            samples_per_s=samples / train_time if train_time else 0.0,
+            train_seconds=train_time,
+            tuned_parameters=tuned_parameters,
+            total_parameters=total_parameters,
+            losses=losses,
+            resumed_from=start_step,
+            plan=plan.to_json(),
+            skipped_steps=scaler.skipped,
+            world_size=D.world_size(),
+        )
+        if out is not None:
+            if config.save_delta:
+                strategy.save_delta(out, model, plan, optimizer, {"model": config.model, "dtype": config.dtype})
+            if D.is_main():
+                result.save(out)
+            D.barrier()
     finally:
-        for h in handles:
-            h.remove()
+        strategy.teardown(model)
         if bar is not None:
             bar.close()
         model.train(was_training)
         for n, p in model.named_parameters():
             p.requires_grad_(requires_grad[n])
             p.grad = None
-    result = FinetuneResult(
-        config=config,
-        steps=total_steps,
-        samples=samples,
-        samples_per_s=samples / train_time if train_time else 0.0,
-        train_seconds=train_time,
-        tuned_parameters=hm.count_tuned_parameters(model, plan),
-        total_parameters=sum(p.numel() for p in model.parameters()),
-        losses=losses,
-        resumed_from=start_step,
-        plan=plan.to_json(),
-    )
-    if out is not None:
-        if config.save_delta:
-            save_torch(extract_delta(model, plan, {"model": config.model}), out / "delta.pt")
-        result.save(out)
     return result

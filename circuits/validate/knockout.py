@@ -26,6 +26,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.utils import get_act_name
 
+from circuits import distributed as D
 from circuits.data.pairs import PromptPair
 from circuits.models.forward import end_residuals, unembed_end
 from circuits.results import Result, data_keys, read_config
@@ -311,18 +312,17 @@ def knockout_curve(
     means = replacement_values(model, pairs, ablation) if means is None else means
     kwargs["means"] = means
     orders = [random_order(model.cfg.n_layers, model.cfg.n_heads, s) for s in seeds]
-    base = knockout(model, pairs, [], **kwargs)
-    eff_acc, eff_p = [], []
-    rnd_acc: list[list[float]] = [[] for _ in seeds]
-    rnd_p: list[list[float]] = [[] for _ in seeds]
-    for k in ks:
-        s = base if k == 0 else knockout(model, pairs, list(ranking[:k]), **kwargs)
-        eff_acc.append(s.accuracy)
-        eff_p.append(s.answer_prob)
-        for j, order in enumerate(orders):
-            r = base if k == 0 else knockout(model, pairs, order[:k], **kwargs)
-            rnd_acc[j].append(r.accuracy)
-            rnd_p[j].append(r.answer_prob)
+    # Every (k, order) run is one item; under torchrun the items are split across ranks and gathered
+    # (circuits.distributed.map_items), each computed exactly as in one process.
+    runs = [(-1, 0)] + [(j, k) for k in ks if k for j in range(-1, len(orders))]
+    heads_of = lambda j, k: list(ranking[:k]) if j < 0 else orders[j][:k]  # noqa: E731
+    scores = dict(zip(runs, D.map_items(lambda r: knockout(model, pairs, heads_of(*r), **kwargs), runs,
+                                        what="knockout runs (k, order)")))
+    pick = lambda j, k: scores[(j, k) if k else (-1, 0)]  # noqa: E731
+    eff_acc = [pick(-1, k).accuracy for k in ks]
+    eff_p = [pick(-1, k).answer_prob for k in ks]
+    rnd_acc = [[pick(j, k).accuracy for k in ks] for j in range(len(orders))]
+    rnd_p = [[pick(j, k).answer_prob for k in ks] for j in range(len(orders))]
     return KnockoutCurve(list(ks), [Head(*h) for h in ranking], eff_acc, eff_p, orders, rnd_acc, rnd_p)
 
 
