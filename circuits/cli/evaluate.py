@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from circuits.evaluation.tasks import evaluate
-    from circuits.sft.delta import apply_delta
+    from circuits.sft.delta import apply_delta, read_delta
     from circuits.models.loading import load_model
 
     from circuits import distributed
@@ -45,14 +45,15 @@ def run(args: argparse.Namespace) -> int:
                          "over a node's GPUs)")
     if config.delta and not Path(config.delta).is_file():
         raise FileNotFoundError(f"delta file not found: {config.delta}")
+    delta = read_delta(config.delta, config.model) if config.delta else None  # checked before the model loads
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     check_device(config.dtype, device)
     check_data(config)  # before the model loads: a missing data folder or file is one line
     file_check = check_json_output if str(args.out).endswith(".json") else None
     with writing(args.out, "evaluation", args.overwrite, check=file_check):
         model = load_model(config.model, device=device, dtype=config.dtype, n_devices=args.n_devices)
-        if config.delta:
-            apply_delta(model, config.delta)
+        if delta is not None:
+            apply_delta(model, delta)
         result = evaluate(model, config)
         result.save(args.out, overwrite=args.overwrite)
     for task, metrics in result.tasks.items():

@@ -17,6 +17,7 @@ import sys
 
 import torch
 
+from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.sft.train import FinetuneConfig
 
@@ -24,7 +25,7 @@ from circuits.sft.train import FinetuneConfig
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("finetune", help="Precise SFT of key heads/MLPs, or full SFT (Section 4.3, 5.3)",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="output folder (resumes from its checkpoint.pt)")
+    add_output_arguments(p, "output folder (a run there with the same config resumes; a finished one is left as is)")
     sel = p.add_argument_group("heads from an identify result")
     sel.add_argument("--heads-from", help="a `circuits identify` task folder")
     sel.add_argument("--top-k", type=int, default=32, help="heads taken from --heads-from: its key heads, then the rest "
@@ -56,13 +57,33 @@ def config_from_args(args: argparse.Namespace) -> FinetuneConfig:
 
 def run(args: argparse.Namespace) -> int:
     from circuits import distributed as D
-    from circuits.models.loading import load_model
-    from circuits.sft.data import build_training_set, tokenize_examples
-    from circuits.sft.optim import check_device
-    from circuits.sft.parallel import strategy_for
-    from circuits.sft.train import TrainingDiverged, finetune
+    from circuits.sft.train import clear_run, run_state
 
     config = config_from_args(args)
+    device, sharded = _device(args, config)
+    data = [{"gsm8k": "gsm8k_train", "adapters": "adapters"}[s] for s in config.sources if s != "arithmetic"]
+    if data:  # before the model loads: a missing data folder or file is one line
+        from circuits.data.benchmarks import check_data_files
+
+        check_data_files(data, config.data_dir)
+    with writing(args.out, "finetune", args.overwrite):
+        if args.overwrite and D.is_main():
+            clear_run(args.out)
+        D.barrier()
+        if run_state(args.out, config) == "finished":  # before the model loads; nothing is touched
+            if D.is_main():
+                print(f"already finished with this config: {args.out} holds its result.json and delta.pt; nothing to do "
+                      "(use another --out, or --overwrite to train again)")
+            return 0
+        return _train(args, config, device, sharded)
+
+
+def _device(args: argparse.Namespace, config: FinetuneConfig) -> tuple[str, bool]:
+    """The device this process trains on, and whether full SFT is sharded; bad combinations are one line."""
+    from circuits import distributed as D
+    from circuits.sft.optim import check_device
+    from circuits.sft.parallel import strategy_for
+
     sharded = strategy_for(config).name == "sharded"  # also checks that the global batch splits over the ranks
     if sharded and args.n_devices > 1:
         raise ValueError("--n-devices is for Precise SFT; full SFT across GPUs is sharded with FSDP (torchrun)")
@@ -71,6 +92,15 @@ def run(args: argparse.Namespace) -> int:
     else:
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     check_device(config.dtype, device)
+    return device, sharded
+
+
+def _train(args: argparse.Namespace, config: FinetuneConfig, device: str, sharded: bool) -> int:
+    from circuits import distributed as D
+    from circuits.models.loading import load_model
+    from circuits.sft.data import build_training_set, tokenize_examples
+    from circuits.sft.train import TrainingDiverged, finetune
+
     # Sharded full SFT keeps fp32 shards as masters: the model is loaded in fp32 on the CPU and FSDP moves each
     # rank's shards to its GPU; compute runs in --dtype.
     model = load_model(config.model, device="cpu" if sharded else device, dtype="float32" if sharded else config.dtype,

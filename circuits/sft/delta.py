@@ -7,10 +7,12 @@ it is exact; ``delta.pt`` of a Precise SFT run is a few MB where the model is hu
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import torch
 from transformer_lens import HookedTransformer
 
+from circuits.io import load_torch
 from circuits.sft import plan as hm
 
 DELTA_FORMAT = 1
@@ -35,18 +37,53 @@ def extract_delta(model: HookedTransformer, plan: hm.TuningPlan, meta: dict | No
     return {"format": DELTA_FORMAT, "plan": plan.to_json(), "tensors": tensors, "meta": meta or {}}
 
 
+def read_delta(path: str | os.PathLike, model_name: str | None = None) -> dict:
+    """A delta file, checked before any model is loaded: readable, this format, a plan whose every tensor is stored
+    with as many rows as the plan tunes, and (when ``model_name`` is given and the delta records one) made for that
+    model. Each problem is one error naming the file."""
+    path = Path(path)
+    delta = load_torch(path, "delta")
+    if not isinstance(delta, dict) or delta.get("format") != DELTA_FORMAT or not {"plan", "tensors"} <= set(delta):
+        found = delta.get("format") if isinstance(delta, dict) else type(delta).__name__
+        raise ValueError(f"{path} is not a circuits delta (format {found!r}; expected {DELTA_FORMAT}): pass the delta.pt "
+                         "that `circuits finetune` wrote")
+    try:
+        plan = hm.TuningPlan.from_json(delta["plan"])
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path} has an unreadable tuning plan ({err}); it may be damaged") from None
+    for entry in plan.tensors:
+        value = delta["tensors"].get(entry.name)
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f"{path} lacks the tuned values of {entry.name}; it may be damaged")
+        if entry.rows is not None and value.shape[0] != len(entry.rows):
+            raise ValueError(f"{path}: {entry.name} holds {value.shape[0]} rows where its plan tunes {len(entry.rows)}; "
+                             "it may be damaged")
+    made_for = (delta.get("meta") or {}).get("model")
+    if model_name is not None and made_for and str(made_for) != str(model_name):
+        raise ValueError(f"{path} was made for model {made_for!r}, not {model_name!r}; pass --model {made_for}")
+    return delta
+
+
 def apply_delta(model: HookedTransformer, delta: dict | str | os.PathLike) -> HookedTransformer:
-    """Write a delta's slices into ``model`` in place (and return it)."""
+    """Write a delta's slices into ``model`` in place (and return it). Every tensor and shape is checked against the
+    model before any is written, so a delta of another model leaves the model untouched."""
     if not isinstance(delta, dict):
-        delta = torch.load(delta, map_location="cpu", weights_only=True)
+        delta = read_delta(delta)
     if delta.get("format") != DELTA_FORMAT:
         raise ValueError(f"Unsupported delta format {delta.get('format')!r}; expected {DELTA_FORMAT}")
     plan = hm.TuningPlan.from_json(delta["plan"])
     params = dict(model.named_parameters())
+    for entry in plan.tensors:
+        if entry.name not in params:
+            raise ValueError(f"The delta tunes {entry.name}, which this model does not have: it was made for another "
+                             f"model ({(delta.get('meta') or {}).get('model', 'unknown')})")
+        p, value = params[entry.name], delta["tensors"][entry.name]
+        want = p.shape if entry.rows is None else (len(entry.rows), *p.shape[1:])
+        if tuple(value.shape) != tuple(want) or (entry.rows is not None and max(entry.rows) >= p.shape[0]):
+            raise ValueError(f"The delta's {entry.name} has shape {tuple(value.shape)} where this model needs "
+                             f"{tuple(want)}: it was made for another model ({(delta.get('meta') or {}).get('model', 'unknown')})")
     with torch.no_grad():
         for entry in plan.tensors:
-            if entry.name not in params:
-                raise ValueError(f"Delta tensor {entry.name} does not exist in this model; was it made for another model?")
             p = params[entry.name]
             value = delta["tensors"][entry.name].to(device=p.device, dtype=p.dtype)
             if entry.rows is None:

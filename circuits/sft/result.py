@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from circuits.io import read_json, write_json
-from circuits.results import Result, data_keys, read_config
+from circuits.results import Result, ResultError, data_keys, read_config
 
 
 @dataclass
@@ -40,11 +40,17 @@ class FinetuneResult(Result):
 
     @classmethod
     def recognizes(cls, folder: Path) -> bool:
+        """A finished run (``result.json``), or one that stopped before it (a checkpoint beside its config)."""
         d = data_keys(folder, "result.json")
-        return d is not None and "samples_per_s" in d
+        if d is not None and "samples_per_s" in d:
+            return True
+        return (folder / "config.json").is_file() and ((folder / "checkpoint.pt").is_file() or (folder / "checkpoint").is_dir())
 
     @classmethod
     def _read(cls, folder: Path) -> FinetuneResult:
+        if not (folder / "result.json").is_file():
+            raise ResultError(f"{folder} holds an unfinished fine-tuning run (no result.json yet); run the same "
+                              "`circuits finetune` command to resume it")
         d = read_json(folder / "result.json")
         names = {f.name for f in dataclasses.fields(cls)} - {"config"}
         return cls(config=read_config(folder), **{k: v for k, v in d.items() if k in names})

@@ -40,11 +40,13 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
-from circuits.config import Config, option
-from circuits.io import write_json
+from circuits.config import Config, option, same_config
+from circuits.io import read_json, write_json
 from circuits.models.forward import pad_token_id
 from circuits.sft import plan as hm
 from circuits.sft.data import TRAIN_SOURCES, TokenizedExample, collate
+from circuits.results import MARKER
+from circuits.sft.delta import apply_delta
 from circuits.sft.optim import PRECISIONS, LossScaler, SliceOptimizer, check_device
 from circuits.sft.parallel import checkpointed_blocks, strategy_for
 from circuits.sft.result import FinetuneResult
@@ -179,6 +181,38 @@ def batch_schedule(n_examples: int, config: FinetuneConfig) -> list[list[list[in
     return steps[: config.max_steps] if config.max_steps else steps
 
 
+RUN_FILES = ("config.json", "checkpoint.pt", "checkpoint", "delta.pt", "result.json", "circuits.json")
+RUN_OPTIONS = ("activation_checkpointing",)  # changes memory only: a run may resume with another setting
+
+
+def run_state(out: str | os.PathLike, config: FinetuneConfig) -> str:
+    """What ``out`` holds for a run of ``config``: ``"new"`` (nothing yet), ``"resume"`` (the same run, unfinished)
+    or ``"finished"`` (the same run, done). A run of another config is an error naming the fields that differ, and
+    nothing is written."""
+    out = Path(out)
+    if not (out / "config.json").is_file():
+        return "new"
+    saved = {**read_json(out / "config.json"), **{k: getattr(config, k) for k in RUN_OPTIONS}}
+    if not same_config(saved, config):
+        now = config.to_json()
+        diff = "; ".join(f"{k}={saved[k]!r} there, {now[k]!r} now" for k in now if k in saved and saved[k] != now[k])
+        raise ValueError(f"{out} holds a fine-tuning run of another config ({diff or 'fields added since'}); use another "
+                         "--out, or pass --overwrite to start over")
+    return "finished" if (out / "result.json").is_file() and (out / MARKER).is_file() else "resume"
+
+
+def clear_run(out: str | os.PathLike) -> None:
+    """Remove the files a fine-tuning run writes in ``out`` (``--overwrite``); nothing else there is touched."""
+    import shutil
+
+    for name in RUN_FILES:
+        path = Path(out) / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+
+
 def finetune(
     model: HookedTransformer,
     examples: list[TokenizedExample],
@@ -194,11 +228,18 @@ def finetune(
     each trains on its share of every step (:mod:`circuits.sft.parallel`); rank 0 writes. Sharded full SFT leaves
     ``model`` sharded in place (FSDP2): use ``delta.pt`` on a fresh base model afterwards.
 
-    Resumes from ``out_dir``'s checkpoint when it exists and ``resume`` is set (the config must match).
+    Resumes from ``out_dir``'s checkpoint when it exists and ``resume`` is set (the config must match: a run of
+    another config is refused before anything is written). A run already finished there is not redone: its tuned
+    values are put onto ``model`` and its saved result returned, its files left alone.
     Raises :class:`TrainingDiverged` on a NaN/inf loss, before any update with it.
     """
     if not examples:
         raise ValueError("No training examples")
+    state = run_state(out_dir, config) if out_dir is not None and resume else "new"
+    if state == "finished" and strategy_for(config).name != "sharded":
+        if (Path(out_dir) / "delta.pt").is_file():
+            apply_delta(model, Path(out_dir) / "delta.pt")
+        return FinetuneResult.load(out_dir)
     strategy = strategy_for(config)
     check_device(config.dtype, next(model.parameters()).device if strategy.name != "sharded" else D.device())
     strategy.check_model(model)
@@ -220,10 +261,11 @@ def finetune(
         optimizer = strategy.setup(model, plan)
         device = strategy.input_device(model)
         if out is not None:
-            if D.is_main():
-                write_json(out / "config.json", config.to_json())
             if resume:
                 start_step, losses = strategy.load_checkpoint(out, model, optimizer, scaler)
+            if D.is_main():  # after the checks: the folder says what it holds, and is marked as a fine-tuning run
+                write_json(out / "config.json", config.to_json())
+                write_json(out / MARKER, {"kind": FinetuneResult.kind, "version": FinetuneResult.version})
         last_checkpoint = start_step if start_step else None
         if progress and D.is_main():
             from tqdm.auto import tqdm

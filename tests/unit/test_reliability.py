@@ -3,6 +3,7 @@ errors as one line, data folders and pairs validated before a model loads."""
 
 from __future__ import annotations
 
+import json
 import warnings
 
 import pytest
@@ -149,3 +150,66 @@ def test_sweep_warns_when_the_model_does_not_give_the_answer(tiny_llama, tokeniz
     p = make_pair(tokenizer, "3 + 4 = ", "3 @ 4 = ", "7")
     with pytest.warns(UserWarning, match="does not rank the answer among its top 10"):
         sweep(tiny_llama, [p], progress=False)
+
+
+def _finetune_args(tmp_path, out, *extra):
+    from helpers import tiny_dir
+
+    return ["finetune", "--model", str(tiny_dir("llama")), "--heads", "1.0", "--out", str(out), "--data", "arithmetic",
+            "--n-arithmetic", "8", "--batch-size", "4", "--micro-batch-size", "4", "--epochs", "1", "--lr", "1e-3",
+            "--no-progress", "--device", "cpu", *extra]
+
+
+def test_a_finished_finetune_is_left_alone_and_another_config_refused_before_writing(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli_main(_finetune_args(tmp_path, out)) == 0
+    files = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
+    capsys.readouterr()
+    assert cli_main(_finetune_args(tmp_path, out)) == 0
+    assert "already finished with this config" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == files
+    assert cli_main(_finetune_args(tmp_path, out, "--lr", "2e-5")) == 2
+    err = capsys.readouterr().err
+    assert "holds a fine-tuning run of another config (lr=0.001 there, 2e-05 now)" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == files  # config.json still says 1e-3
+    assert cli_main(_finetune_args(tmp_path, out, "--lr", "2e-5", "--overwrite")) == 0
+    assert json.loads((out / "config.json").read_text())["lr"] == 2e-5
+
+
+def test_the_python_api_does_not_redo_a_finished_run(tmp_path):
+    import helpers
+
+    from circuits.sft import FinetuneConfig, finetune
+    from circuits.sft.data import tokenize_examples
+    from circuits.data.arithmetic import arithmetic_train_items
+
+    model = helpers.tiny_model("llama")
+    examples = tokenize_examples(model.tokenizer, arithmetic_train_items(8), 48)
+    config = FinetuneConfig(heads=((1, 0),), batch_size=4, micro_batch_size=4, epochs=1, lr=1e-3)
+    first = finetune(model, examples, config, tmp_path / "r", progress=False)
+    again = finetune(helpers.tiny_model("llama"), examples, config, tmp_path / "r", progress=False)
+    assert again.samples == first.samples > 0 and again.losses == first.losses
+
+
+def test_deltas_are_checked_before_the_model_loads(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli_main(_finetune_args(tmp_path, out)) == 0
+    capsys.readouterr()
+    delta = out / "delta.pt"
+    (tmp_path / "cut.pt").write_bytes(delta.read_bytes()[:200])
+    (tmp_path / "junk.pt").write_bytes(b"not a delta at all")
+    for bad, message in ((tmp_path / "cut.pt", "cannot be read as a delta file"),
+                         (tmp_path / "junk.pt", "cannot be read as a delta file")):
+        assert cli_main(["evaluate", "--model", "smollm2", "--delta", str(bad), "--tasks", "arithmetic",
+                         "--out", str(tmp_path / "e.json")]) == 2
+        assert message in capsys.readouterr().err
+    assert cli_main(["evaluate", "--model", "smollm2", "--delta", str(delta), "--tasks", "arithmetic",
+                     "--out", str(tmp_path / "e.json")]) == 2
+    assert "was made for model" in capsys.readouterr().err and not (tmp_path / "e.json").exists()
+    from circuits.sft import apply_delta
+
+    other = __import__("helpers").tiny_model("mistral", n_layers=1)  # has no layer 1
+    before = {n: p.clone() for n, p in other.named_parameters()}
+    with pytest.raises(ValueError, match="made for another model"):
+        apply_delta(other, delta)
+    assert all(torch.equal(p, before[n]) for n, p in other.named_parameters())  # nothing written
