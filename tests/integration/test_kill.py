@@ -59,3 +59,25 @@ def test_identify_all_survives_kills(tmp_path):
     assert _run([*args, "--out", str(out)]) == 0
     _same_results(tmp_path / "straight", out)
     assert _leftovers(tmp_path) == []
+
+
+def test_finetune_survives_kills(tmp_path):
+    from helpers import tiny_dir
+
+    args = ["finetune", "--model", str(tiny_dir("llama")), "--heads", "1.0,2.3", "--data", "arithmetic",
+            "--n-arithmetic", "24", "--batch-size", "4", "--micro-batch-size", "2", "--epochs", "1", "--lr", "1e-3",
+            "--checkpoint-every", "1", "--no-progress", "--device", "cpu"]
+    assert _run([*args, "--out", str(tmp_path / "straight")]) == 0
+    rng = random.Random(1)
+    out = tmp_path / "killed"
+    codes = [_run([*args, "--out", str(out)], {"CIRCUITS_KILL_AT": str(rng.randint(2, 8))}) for _ in range(2)]
+    assert codes[0] == -9 and set(codes) <= {0, -9}
+    assert _run([*args, "--out", str(out)]) == 0
+    a, b = torch.load(tmp_path / "straight" / "delta.pt", weights_only=True), torch.load(out / "delta.pt", weights_only=True)
+    assert a["tensors"].keys() == b["tensors"].keys()
+    assert all(torch.equal(a["tensors"][k], b["tensors"][k]) for k in a["tensors"])
+    import json
+
+    assert json.loads((out / "result.json").read_text())["losses"] == \
+        json.loads((tmp_path / "straight" / "result.json").read_text())["losses"]
+    assert _leftovers(tmp_path) == []
