@@ -24,6 +24,16 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 420
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The one-process reference runs on one thread, as each rank does: a matmul's sums are ordered by its thread
+    split, so two thread counts differ in the last bits (and Adam turns last bits of near-zero gradients into steps)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,0 +1,184 @@
+"""Two processes (torchrun, gloo, CPU) against one: Precise SFT (data-parallel) and full SFT (FSDP2) give the same
+per-step losses and tuned values within 1e-5 in fp32, after an interruption and a resume; the identify sweep, the
+identify job and a knockout curve split across ranks equal a one-process run exactly. Plus the bad inputs: a world
+size that does not divide the global batch, more processes than work items."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import dist_cases as cases
+from circuits import distributed as D
+from circuits.identify import IdentifyConfig, run_identify
+from circuits.identify.result import load_identify
+from circuits.sft.parallel import shard_of, strategy_for
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT_S = 420
+
+
+@pytest.fixture(autouse=False)
+def one_thread():
+    """The one-process reference runs on one thread, as each rank does: a matmul's sums are ordered by its thread
+    split, so two thread counts differ in the last bits (and Adam turns last bits of near-zero gradients into steps)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory):
+    """One torchrun launch of ``tests/dist_worker.py`` on 2 processes; returns (model dir, its output folder)."""
+    from helpers import tiny_dir
+
+    model_dir = tiny_dir("llama")
+    out = tmp_path_factory.mktemp("two_ranks")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), str(ROOT / "tests" / "dist_worker.py"), str(model_dir), str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return model_dir, out, torch.load(out / "saved.pt", weights_only=False)
+
+
+def _one_process(model_dir, name, tmp_path):
+    from circuits.models import load_model
+
+    model = load_model(model_dir, device="cpu")
+    result = cases.finetune(model, cases.examples(model), cases.sft_config(name), tmp_path / name)
+    return result, torch.load(tmp_path / name / "delta.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("name", ["precise", "full"])
+def test_finetune_on_two_ranks_equals_one_process(two_ranks, tmp_path, name):
+    model_dir, out, saved = two_ranks
+    one, one_delta = _one_process(model_dir, name, tmp_path)
+    two_delta = torch.load(out / name / "delta.pt", weights_only=True)
+    assert saved[f"{name}_resumed_from"] == 2  # the 2-rank run was interrupted before step 3 and resumed
+    assert len(one.losses) == len(saved[f"{name}_losses"]) == (6 if name == "precise" else 3)
+    torch.testing.assert_close(torch.tensor(saved[f"{name}_losses"]), torch.tensor(one.losses), rtol=0, atol=1e-5)
+    assert one_delta["tensors"].keys() == two_delta["tensors"].keys()
+    from circuits.models import load_model
+
+    base = dict(load_model(model_dir, device="cpu").named_parameters())
+    moved = 0.0
+    for t in one_delta["plan"]["tensors"]:
+        k, v = t["name"], one_delta["tensors"][t["name"]]
+        assert v.dtype == two_delta["tensors"][k].dtype == torch.float32
+        torch.testing.assert_close(two_delta["tensors"][k], v, rtol=0, atol=1e-5, msg=k)
+        start = base[k].detach() if t["rows"] is None else base[k].detach()[t["rows"]]
+        moved = max(moved, float((v - start).abs().max()))
+    assert moved > 1e-3  # the runs trained (lr 1e-3), so equality is not two untouched models
+    result = (out / name / "result.json").read_text()
+    assert '"world_size": 2' in result
+    if name == "full":
+        assert (out / name / "checkpoint" / "meta.json").is_file() and not (out / name / "checkpoint.pt").exists()
+
+
+def test_sharded_bf16_compute_trains(two_ranks):
+    _, _, saved = two_ranks
+    losses = torch.tensor(saved["full_bf16_losses"])
+    fp32 = torch.tensor(saved["full_losses"])
+    assert torch.isfinite(losses).all()
+    torch.testing.assert_close(losses, fp32, rtol=0.05, atol=0)  # bf16 compute, fp32 masters: close, not equal
+
+
+def test_sweep_and_knockout_on_two_ranks_equal_one_process_exactly(two_ranks):
+    from circuits.models import load_model
+
+    model_dir, out, saved = two_ranks
+    model = load_model(model_dir, device="cpu")
+    model.requires_grad_(False)
+    pairs = cases.pairs(model)
+    for mode in ("path", "activation"):
+        one = cases.sweep(model, pairs, mode).tensors()
+        two = saved[f"sweep_{mode}"]
+        for k in ("head_logit", "head_logit_diff", "head_prob", "mlp_logit", "mlp_logit_diff", "mlp_prob"):
+            assert torch.equal(one[k], two[k]), (mode, k)
+        for k, v in one["baseline"].items():
+            if isinstance(v, torch.Tensor):
+                assert torch.equal(v, two["baseline"][k]), (mode, k)
+    assert cases.knockout(model, pairs).to_json() == saved["knockout"]
+
+
+def test_identify_job_on_two_ranks_equals_one_process_exactly(two_ranks, tmp_path):
+    from circuits.cli import build_parser
+    from circuits.config import from_arguments
+
+    model_dir, out, _ = two_ranks
+    args = build_parser().parse_args(cases.identify_argv(model_dir, tmp_path / "one"))
+    run_identify(from_arguments(IdentifyConfig, args), tmp_path / "one", progress=False)
+    one, two = load_identify(tmp_path / "one"), load_identify(out / "identify")
+    assert [p.reference_token_ids for p in one.pairs] == [p.reference_token_ids for p in two.pairs]
+    assert torch.equal(one.sweep.head_logit, two.sweep.head_logit) and torch.equal(one.sweep.mlp_prob, two.sweep.mlp_prob)
+    assert one.ranked() == two.ranked() and one.key_heads() == two.key_heads()
+
+
+def test_global_batch_shards():
+    batch = list(range(7))
+    shards = [shard_of(batch, r, 3) for r in range(3)]
+    assert sum(shards, []) == batch and [len(s) for s in shards] == [2, 2, 3]
+    assert shard_of([5], 0, 2) == [] and shard_of([5], 1, 2) == [5]
+
+
+def test_bad_world_sizes(monkeypatch):
+    monkeypatch.setattr(D, "world_size", lambda: 3)
+    with pytest.raises(ValueError, match=r"global batch \(4\) does not split over 3 processes"):
+        strategy_for(cases.sft_config("precise"))
+    with pytest.raises(ValueError, match="3 processes but only 2 knockout runs"):
+        D.check_enough_work(2, "knockout runs")
+    assert D.assign([5.0, 1.0, 1.0, 3.0], 2) == [0, 1, 1, 1]  # longest first onto the least-loaded rank
+
+
+def test_pair_blocks_are_work_items_and_give_the_same_sweep(tiny_llama, monkeypatch):
+    """More pairs than PAIR_BLOCK run in blocks (each a work item's share); the result is the unblocked one, and the
+    work items never depend on the number of ranks."""
+    from circuits.identify import engine
+    from circuits.identify.reference import sweep_plain
+
+    pairs = cases.pairs(tiny_llama)
+    whole = engine.sweep(tiny_llama, pairs, "activation", progress=False)
+    monkeypatch.setattr(engine, "PAIR_BLOCK", 4)
+    comps = engine.all_components(tiny_llama)
+    blocks, items = engine.work_items(tiny_llama, len(pairs), comps, 1024)
+    assert blocks == [slice(0, 4), slice(4, 6)] and len(items) == 2 * len(comps)  # 15 components < MIN_CHUNKS
+    blocked = engine.sweep(tiny_llama, pairs, "activation", progress=False)
+    for a, b in zip(whole.tensors().values(), blocked.tensors().values()):
+        if isinstance(a, torch.Tensor):
+            torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5)
+    from circuits.data.pairs import as_batch
+
+    _, plain = sweep_plain(tiny_llama, as_batch(pairs, tiny_llama), "activation", comps[:3])
+    for c, (logit, _, _) in plain.items():
+        torch.testing.assert_close(blocked.head_logit[c.layer, c.head], logit, rtol=1e-4, atol=1e-4)
+
+
+def test_layers_over_devices_follow_transformer_lens():
+    """Where each block of a spread model goes (no GPU needed to compute it), and the one-line errors here."""
+    from circuits.models.devices import block_devices, spread
+
+    devices = block_devices(32, "cuda:0", 4)
+    assert [d.index for d in devices] == [i // 8 for i in range(32)]
+    assert [d.index for d in block_devices(30, "cuda:2", 4)][::7] == [2, 2, 3, 4, 5]
+    assert set(block_devices(3, "cpu", 1)) == {torch.device("cpu")}
+    from helpers import tiny_model
+
+    model = tiny_model("llama")
+    assert spread(model, 1, "cpu") is model and model.cfg.device == "cpu"
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="spreads a model over GPUs; none is visible"):
+            spread(model, 2, "cpu")
