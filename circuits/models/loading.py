@@ -190,7 +190,7 @@ def tl_config_from_hf(hf_config: Any, dtype: torch.dtype, device: str | torch.de
     if max_pos and cfg.get("positional_embedding_type") == "rotary":
         cfg["n_ctx"] = int(max_pos)
     cfg.update(dtype=dtype, device=str(device), model_name=getattr(hf_config, "_name_or_path", "") or arch,
-               tokenizer_prepends_bos=None)
+               tokenizer_prepends_bos=None, init_weights=False)  # weights come from the state dict
     return HookedTransformerConfig.from_dict(cfg)
 
 
@@ -285,7 +285,7 @@ def _prepends_bos(tokenizer: Any) -> bool:
     return len(ids) > 0 and ids[0] == tokenizer.bos_token_id
 
 
-def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor], tokenizer: Any, fold_ln: bool) -> HookedTransformer:
+def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor] | None, tokenizer: Any, fold_ln: bool) -> HookedTransformer:
     cfg.default_prepend_bos = _prepends_bos(tokenizer)
     cfg.tokenizer_prepends_bos = cfg.default_prepend_bos
     model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=True)
@@ -294,6 +294,8 @@ def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor], to
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.tokenizer = tokenizer
+    if state_dict is None:  # weights assigned by the caller
+        return model
     model.load_and_process_state_dict(
         {k: v.to(cfg.dtype) for k, v in state_dict.items()},
         fold_ln=fold_ln,
@@ -333,8 +335,15 @@ def _load_gguf(path: Path, dtype: torch.dtype, device: str | torch.device, fold_
     if use_cache and (cache / "done").is_file():
         tokenizer = AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
         hf_config = AutoConfig.from_pretrained(cache / "hf_config", local_files_only=True)
+        cfg = tl_config_from_hf(hf_config, dtype, device)
+        processed = _processed_path(cache, fold_ln)
+        if dtype == torch.float32 and (processed / "done").is_file():
+            return _build_processed(cfg, processed, tokenizer)
         state_dict = torch.load(cache / "state_dict.pt", map_location="cpu", weights_only=True)
-        return _build(tl_config_from_hf(hf_config, dtype, device), state_dict, tokenizer, fold_ln)
+        model = _build(cfg, state_dict, tokenizer, fold_ln)
+        if dtype == torch.float32:
+            _write_processed(processed, model)
+        return model
 
     from transformers import AutoModelForCausalLM
 
@@ -356,6 +365,31 @@ def _load_gguf(path: Path, dtype: torch.dtype, device: str | torch.device, fold_
         tokenizer = AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
     del hf_model
     return _build(cfg, state_dict, tokenizer, fold_ln)
+
+
+def _processed_path(cache: Path, fold_ln: bool) -> Path:
+    from importlib.metadata import version
+
+    return cache / f"processed-{'fold' if fold_ln else 'nofold'}-tl{version('transformer_lens')}"
+
+
+def _write_processed(folder: Path, model: HookedTransformer) -> None:
+    """The float32 weights as TransformerLens processed them (folded), so later loads skip its per-key loading and
+    folding (most of a load's time for Gemma's 262k-token vocabulary); keyed by the TransformerLens version."""
+    with atomic_dir(folder) as tmp:
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp / "state_dict.pt")
+        write_json(tmp / "cfg.json", {"normalization_type": model.cfg.normalization_type})
+        (tmp / "done").write_text("ok")
+
+
+def _build_processed(cfg: HookedTransformerConfig, folder: Path, tokenizer: Any) -> HookedTransformer:
+    """A model from :func:`_write_processed`'s weights: the same modules TransformerLens's processing leaves
+    (normalisation without weights where they were folded), the weights assigned as saved."""
+    cfg.normalization_type = json.loads((folder / "cfg.json").read_text())["normalization_type"]
+    model = _build(cfg, None, tokenizer, fold_ln=False)
+    state_dict = torch.load(folder / "state_dict.pt", map_location=cfg.device, weights_only=True, mmap=True)
+    model.load_state_dict(state_dict, strict=True, assign=True)
+    return model
 
 
 def _write_cache(cache: Path, state_dict: dict[str, torch.Tensor], tokenizer: Any, hf_config: Any, source: str, label: str) -> None:
