@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from circuits.cli import evaluate, finetune, identify, report
+from circuits.cli import evaluate, export, finetune, identify, report
 
-COMMAND_MODULES = [identify, finetune, evaluate, report]
+COMMAND_MODULES = [identify, finetune, evaluate, export, report]
 
 
 def build_parser() -> argparse.ArgumentParser:

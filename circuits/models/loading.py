@@ -266,9 +266,9 @@ def _gemma_config(hf: Any, arch: str) -> dict[str, Any]:
     return cfg
 
 
-def convert_hf_weights(hf_model: Any, cfg: HookedTransformerConfig, source: str | Path) -> dict[str, torch.Tensor]:
-    """TransformerLens state dict of a Hugging Face model, by TransformerLens's converter for its family
-    (``source``: the existing folder or file it came from; TransformerLens only checks that it exists)."""
+def convert_hf_weights(hf_model: Any, cfg: HookedTransformerConfig, source: str | Path = ".") -> dict[str, torch.Tensor]:
+    """TransformerLens state dict (unfolded) of a Hugging Face model, by TransformerLens's converter for its family
+    (``source``: the folder or file it came from, for messages; TransformerLens only checks that it exists)."""
     from transformer_lens.loading_from_pretrained import get_pretrained_state_dict
 
     try:
