@@ -16,8 +16,9 @@ architecture TransformerLens converts from a config loads (:data:`ACCEPTED_ARCHI
 transformers is tested for :data:`TESTED_ARCHITECTURES`). Gemma 2 and 3 are the exception: TransformerLens
 knows their configs only by hub name, so :func:`_gemma_config` reads them from the Hugging Face config (norms
 after attention and MLP, soft-capping, QK norm, local/global layers, ``query_pre_attn_scalar``); their weights
-still go through TransformerLens's ``convert_gemma_weights``. GGUF files are dequantized by transformers first,
-and their converted weights are cached (``$CIRCUITS_CACHE`` or ``~/.cache/circuits``) so a second load is fast.
+still go through TransformerLens's ``convert_gemma_weights``. GGUF files are dequantized by transformers once; the
+dequantized model and, for float32 loads, the weights as TransformerLens processed them are cached
+(``$CIRCUITS_CACHE`` or ``~/.cache/circuits``), so a second load takes seconds.
 
 Processing is the same for every source: RMSNorm/LayerNorm weights are folded into the following
 matrices (``fold_ln``), but the writing weights and the unembedding are *not* centred, so the
@@ -27,7 +28,6 @@ answer logit, which centring would shift).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -38,7 +38,15 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuits.io import atomic_dir, write_json
-from circuits.models.embedded import EMBEDDED, EmbeddedModelMissing, cache_root, embedded_model
+from circuits.models.embedded import EMBEDDED, embedded_model
+from circuits.models.sources import (  # noqa: F401  (load_hf_reference, load_tokenizer: importable from here too)
+    ModelLoadError,
+    embedded_gguf_path,
+    gguf_cache,
+    load_hf_reference,
+    load_tokenizer,
+    read_gguf,
+)
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -59,14 +67,6 @@ _GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
 ACCEPTED_ARCHITECTURES = (*TESTED_ARCHITECTURES, "MixtralForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM",
                           "GPTNeoForCausalLM", "GPTJForCausalLM", "OPTForCausalLM", "BloomForCausalLM",
                           "Olmo3ForCausalLM")
-# Bump when the cached conversion format changes.
-_CACHE_FORMAT = 1
-
-
-class ModelLoadError(ValueError):
-    """A model name or path that :func:`load_model` cannot load, with what it accepts."""
-
-
 def accepted_inputs() -> str:
     embedded = " or ".join(f"'{m.name}' ({m.title})" for m in EMBEDDED)
     return (
@@ -84,17 +84,6 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
         return DTYPES[dtype]
     except KeyError:
         raise ValueError(f"Unknown dtype {dtype!r}; accepted: {sorted(DTYPES)}") from None
-
-
-def embedded_gguf_path(name: str = "smollm2") -> Path:
-    """The GGUF file of an embedded model, found without importing its package."""
-    model = embedded_model(name)
-    if model is None:
-        raise ModelLoadError(f"No embedded model {name!r}. Accepted: {accepted_inputs()}.")
-    try:
-        return model.gguf_path()
-    except EmbeddedModelMissing as err:
-        raise ModelLoadError(str(err)) from None
 
 
 def is_official_name(name: str) -> bool:
@@ -171,7 +160,7 @@ def architecture_of(hf_config: Any) -> str:
     return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type, repr(model_type))
 
 
-def tl_config_from_hf(hf_config: Any, dtype: torch.dtype, device: str | torch.device) -> HookedTransformerConfig:
+def tl_config_from_hf(hf_config: Any, dtype: torch.dtype, device: str | torch.device, name: str | None = None) -> HookedTransformerConfig:
     """The ``HookedTransformerConfig`` of a Hugging Face config, by TransformerLens's own conversion for its
     family (Gemma 2/3: :func:`_gemma_config`), with no hub access."""
     arch = architecture_of(hf_config)
@@ -189,7 +178,7 @@ def tl_config_from_hf(hf_config: Any, dtype: torch.dtype, device: str | torch.de
     max_pos = getattr(hf_config, "max_position_embeddings", None)
     if max_pos and cfg.get("positional_embedding_type") == "rotary":
         cfg["n_ctx"] = int(max_pos)
-    cfg.update(dtype=dtype, device=str(device), model_name=getattr(hf_config, "_name_or_path", "") or arch,
+    cfg.update(dtype=dtype, device=str(device), model_name=name or arch,
                tokenizer_prepends_bos=None, init_weights=False)  # weights come from the state dict
     return HookedTransformerConfig.from_dict(cfg)
 
@@ -311,7 +300,7 @@ def _load_hf_dir(path: Path, dtype: torch.dtype, device: str | torch.device, fol
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     hf_config = AutoConfig.from_pretrained(path, local_files_only=True)
-    cfg = tl_config_from_hf(hf_config, dtype, device)  # refuses an unaccepted architecture before reading weights
+    cfg = tl_config_from_hf(hf_config, dtype, device, path.name)  # refuses an unaccepted architecture before weights
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as err:
@@ -322,49 +311,31 @@ def _load_hf_dir(path: Path, dtype: torch.dtype, device: str | torch.device, fol
     return _build(cfg, state_dict, tokenizer, fold_ln)
 
 
-def _gguf_cache_dir(path: Path) -> Path:
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{_CACHE_FORMAT}".encode()).hexdigest()[:16]
-    return cache_root() / f"{path.stem}-{key}"
-
-
 def _load_gguf(path: Path, dtype: torch.dtype, device: str | torch.device, fold_ln: bool, use_cache: bool, label: str) -> HookedTransformer:
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    cache = _gguf_cache_dir(path)
-    if use_cache and (cache / "done").is_file():
+    if use_cache:
+        cache = gguf_cache(path, label)
         tokenizer = AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
-        hf_config = AutoConfig.from_pretrained(cache / "hf_config", local_files_only=True)
-        cfg = tl_config_from_hf(hf_config, dtype, device)
+        hf_config = AutoConfig.from_pretrained(cache / "hf_model", local_files_only=True)
+        cfg = tl_config_from_hf(hf_config, dtype, device, label)
         processed = _processed_path(cache, fold_ln)
         if dtype == torch.float32 and (processed / "done").is_file():
             return _build_processed(cfg, processed, tokenizer)
-        state_dict = torch.load(cache / "state_dict.pt", map_location="cpu", weights_only=True)
-        model = _build(cfg, state_dict, tokenizer, fold_ln)
-        if dtype == torch.float32:
-            _write_processed(processed, model)
-        return model
-
-    from transformers import AutoModelForCausalLM
-
-    try:
-        hf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    except Exception as err:  # transformers raises many types for unreadable or unsupported GGUF files
-        raise ModelLoadError(f"Could not read GGUF file {path}: {err}. Accepted: {accepted_inputs()}.") from err
-    hf_config = hf_model.config
-    hf_config.architectures = [type(hf_model).__name__]
-    if hasattr(hf_config, "quantization_config"):
-        del hf_config.quantization_config  # dequantized to float32 by transformers
-    cfg = tl_config_from_hf(hf_config, dtype, device)
-    state_dict = convert_hf_weights(hf_model, tl_config_from_hf(hf_config, torch.float32, "cpu"), path)
-    if use_cache:
-        _write_cache(cache, state_dict, tokenizer, hf_config, source=str(path), label=label)
-        # Reload the tokenizer from the cache so TransformerLens can re-open it by path (it re-creates
-        # tokenizers with add_bos_token, which fails for a tokenizer read from a GGUF file).
-        tokenizer = AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
+        hf_model = AutoModelForCausalLM.from_pretrained(cache / "hf_model", local_files_only=True, dtype=torch.float32)
+    else:
+        hf_model, tokenizer = read_gguf(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            # TransformerLens re-opens the tokenizer by path (with add_bos_token), which a GGUF tokenizer cannot do.
+            tokenizer.save_pretrained(tmp)
+            tokenizer = AutoTokenizer.from_pretrained(tmp, local_files_only=True)
+        cfg = tl_config_from_hf(hf_model.config, dtype, device, label)
+    state_dict = convert_hf_weights(hf_model, tl_config_from_hf(hf_model.config, torch.float32, "cpu"), path)
     del hf_model
-    return _build(cfg, state_dict, tokenizer, fold_ln)
+    model = _build(cfg, state_dict, tokenizer, fold_ln)
+    if use_cache and dtype == torch.float32:
+        _write_processed(processed, model)
+    return model
 
 
 def _processed_path(cache: Path, fold_ln: bool) -> Path:
@@ -392,50 +363,3 @@ def _build_processed(cfg: HookedTransformerConfig, folder: Path, tokenizer: Any)
     return model
 
 
-def _write_cache(cache: Path, state_dict: dict[str, torch.Tensor], tokenizer: Any, hf_config: Any, source: str, label: str) -> None:
-    """Write the converted weights atomically (a temporary folder renamed into place)."""
-    with atomic_dir(cache) as tmp:
-        torch.save(state_dict, tmp / "state_dict.pt")
-        tokenizer.save_pretrained(tmp / "tokenizer")
-        hf_config.save_pretrained(tmp / "hf_config")
-        (tmp / "source.json").write_text(json.dumps({"source": source, "label": label, "format": _CACHE_FORMAT}))
-        (tmp / "done").write_text("ok")
-
-
-def _source_path(name_or_path: str | os.PathLike) -> Path:
-    name = str(name_or_path)
-    return embedded_gguf_path(name) if embedded_model(name) is not None else Path(name).expanduser()
-
-
-def load_tokenizer(name_or_path: str | os.PathLike = "smollm2") -> Any:
-    """A model source's own tokenizer, without its weights: from the conversion cache of a GGUF file when it
-    exists, else read from the file once and cached on its own; from a Hugging Face folder as it is."""
-    from transformers import AutoTokenizer
-
-    path = _source_path(name_or_path)
-    if path.suffix != ".gguf":
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
-    cache = _gguf_cache_dir(path)
-    alone = cache.with_name(cache.name + "-tokenizer")
-    if (cache / "done").is_file():
-        return AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
-    if alone.is_dir():
-        return AutoTokenizer.from_pretrained(alone, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    with atomic_dir(alone) as tmp:
-        tokenizer.save_pretrained(tmp)
-    return AutoTokenizer.from_pretrained(alone, local_files_only=True)
-
-
-def load_hf_reference(name_or_path: str | os.PathLike = "smollm2") -> Any:
-    """The Hugging Face ``transformers`` model behind a local source (float32, eval mode), for equivalence checks
-    and for writing tuned models back out (:mod:`circuits.sft.export`)."""
-    from transformers import AutoModelForCausalLM
-
-    path = _source_path(name_or_path)
-    if path.suffix == ".gguf":
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config  # dequantized to float32 by transformers
-        return model.eval()
-    return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
