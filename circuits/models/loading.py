@@ -171,6 +171,10 @@ def tl_config_from_hf(hf_config: Any, dtype: torch.dtype, device: str | torch.de
             f"{', '.join(TESTED_ARCHITECTURES)})."
         )
     cfg = _gemma_config(hf_config, arch) if arch in _GEMMA else _tl_config_dict(hf_config, arch)
+    head_dim = getattr(hf_config, "head_dim", None)
+    if isinstance(head_dim, int) and head_dim > 0 and cfg.get("d_head") != head_dim:
+        raise ModelLoadError(f"TransformerLens's {arch} conversion gives heads of {cfg.get('d_head')} dimensions, but this "
+                             f"config has head_dim={head_dim}; such a model would load with wrong logits, so it is refused.")
     for key in ("tokenizer_name", "trust_remote_code", "quantization_method"):
         cfg.pop(key, None)  # a temporary folder, remote code and GGUF quantization mean nothing here
     # The model's own context length (TransformerLens caps some families at 2048; its masks and rotary tables are

