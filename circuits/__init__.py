@@ -42,6 +42,7 @@ _EXPORTS: dict[str, str] = {
     "logit_lens": "circuits.explain.logit_lens",
     # fine-tune and evaluate
     "finetune": "circuits.sft.train", "FinetuneConfig": "circuits.sft.train", "apply_delta": "circuits.sft.delta",
+    "export_model": "circuits.sft.export",
     "evaluate": "circuits.evaluation.tasks", "EvalConfig": "circuits.evaluation.tasks",
     # figures, results, report
     "head_heatmap": "circuits.viz.figures", "load_result": "circuits.results", "report": "circuits.viz.report",
@@ -69,6 +70,7 @@ if TYPE_CHECKING:  # for editors and type checkers
     from circuits.explain.attention import attention_html, attention_roles
     from circuits.explain.logit_lens import logit_lens
     from circuits.sft.delta import apply_delta
+    from circuits.sft.export import export_model
     from circuits.sft.train import FinetuneConfig, finetune
     from circuits.identify.config import IdentifyConfig
     from circuits.identify.engine import sweep

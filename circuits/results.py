@@ -32,6 +32,7 @@ RESULT_TYPES: dict[str, str] = {
     "per_operation": "circuits.identify.result:PerOperation",
     "knockout": "circuits.validate.knockout:KnockoutResult",
     "transfer": "circuits.validate.transfer:TransferResult",
+    "cross_model": "circuits.validate.cross_model:CrossModelResult",
     "word_problem_heads": "circuits.validate.transfer:WordProblemHeads",
     "attention_roles": "circuits.explain.attention:AttentionRoles",
     "attention_views": "circuits.explain.attention:AttentionViews",

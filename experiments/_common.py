@@ -38,7 +38,7 @@ def model_for(name: str):
 class KeyHeadConfig(Config):
     """The fields of every key-head figure: the model, and the identify run its key heads come from."""
 
-    model: str = option("smollm2", help="smollm2, a .gguf file, a local Hugging Face folder or an official name")
+    model: str = option("smollm2", help="smollm2 or gemma3-270m (embedded), a .gguf file, a local Hugging Face folder or an official name")
     task: str = option("addition", help="the task whose identify result gives the key heads")
     n_pairs: int = option(64, help="prompt pairs of the identify run (as circuits identify --pairs)")
     seed: int = option(0)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 SCRIPTS = ("fig2_key_heads", "fig3_knockout", "fig4_transfer", "fig5_attention_roles", "fig6_mlp_logit_lens",
            "fig7_attention_views", "fig15_per_operation", "table3_exponentiation", "table4_gsm8k",
-           "table1_precise_sft", "table2_components")
+           "table1_precise_sft", "table2_components", "cross_model")
 
 
 def script(name: str):
@@ -34,6 +34,12 @@ def tiny_config(name: str, root: Path):
         "table3_exponentiation": dict(n_key_heads=2, random_seeds=(0,)),
         "table4_gsm8k": dict(dataset="addsub", fallback="", n=4, top=3),
     }
+    if name == "cross_model":
+        # Its identify results go beside the root, so the root holds one identify result per task as before.
+        return script(name).Config(models=(common["model"], str(tiny_dir("gemma3"))), operations=("addition", "subtraction"),
+                                   n_pairs=4, filter_correct=False, ks=(0, 1, 2), seeds=(0, 1), n_transfer=2,
+                                   n_role_heads=2, n_role_prompts=2, out=common["out"],
+                                   identify_dir=f"{root}-cross-identify/identify")
     if name.startswith("table1") or name.startswith("table2"):
         fields = dict(model=common["model"], heads_from=str(root / "identify" / "addition"), top_k=2,
                       sources=("arithmetic",), n_arithmetic=8, limit_per_source=8, batch_size=4, micro_batch_size=4,

@@ -1,6 +1,8 @@
 """The one tiny-model factory of the tests, and the SmolLM2 tokenizer they share.
 
-Tiny models are random Llama- or Mistral-shaped Hugging Face models (grouped-query attention, rotary) over
+Tiny models are random Hugging Face models of each family the loader supports (:data:`FAMILIES`: Llama,
+Llama 3 with RoPE scaling, Mistral with and without a sliding window, Qwen2, Qwen3, Gemma 2, Gemma 3), all with
+grouped-query attention and rotary positions, over
 SmolLM2's vocabulary, saved to a folder and loaded with :func:`circuits.models.load_model`, so every tiny
 test also goes through the real loading path. Weights are scaled up from the default initialisation so that
 patching effects are far from 0 and comparisons bite.
@@ -23,25 +25,67 @@ def smollm2_tokenizer():
     return load_tokenizer("smollm2")
 
 
+# Every family the loader and the engine are tested on (tests/unit/test_families.py), by what it adds.
+FAMILIES = ("llama", "llama3", "mistral", "mistral_window", "qwen2", "qwen3", "gemma2", "gemma3")
+WINDOW = 6  # sliding windows shorter than the tiny prompts, so local layers really mask
+
+
 def tiny_hf_model(arch: str = "llama", *, vocab_size: int = 49152, n_layers: int = 3, seed: int = 0,
                   weight_std: float = 0.08, tie: bool = False):
-    """A random tiny ``LlamaForCausalLM`` or ``MistralForCausalLM``: d_model 64, 4 heads, 2 K/V heads."""
-    from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    """A random tiny Hugging Face causal LM of family ``arch`` (see :data:`FAMILIES`): d_model 64, 4 heads, 2 K/V
+    heads, d_head 16.
+
+    - ``llama``, ``mistral``: plain Llama/Mistral shapes (norm weights 1, no biases);
+    - ``llama3``: Llama-3.x NTK-by-parts RoPE scaling (``rope_type: llama3``);
+    - ``mistral_window``: Mistral with a sliding window of :data:`WINDOW` tokens on every layer;
+    - ``qwen2``: biases on Q/K/V; ``qwen3``: QK norm;
+    - ``gemma2``: norms after attention and MLP, attention and final-logit soft-capping (caps low enough to bite),
+      alternating local/global layers, ``query_pre_attn_scalar`` != ``head_dim``;
+    - ``gemma3``: norms after attention and MLP, QK norm, local/global layers with their own RoPE bases.
+
+    The new families also get random norm weights and biases, so folding and bias handling are exercised."""
+    from transformers import (Gemma2Config, Gemma2ForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig,
+                              LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                              Qwen3Config, Qwen3ForCausalLM)
 
     torch.manual_seed(seed)
     common = dict(vocab_size=vocab_size, hidden_size=64, intermediate_size=96, num_hidden_layers=n_layers,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512, rms_norm_eps=1e-5,
                   tie_word_embeddings=tie, bos_token_id=1, eos_token_id=2)
+    alternating = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n_layers)]
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common, rope_theta=10000.0))
+    elif arch == "llama3":
+        rope = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+        model = LlamaForCausalLM(LlamaConfig(**common, rope_parameters=rope))
     elif arch == "mistral":
         model = MistralForCausalLM(MistralConfig(**common, rope_theta=10000.0, sliding_window=None))
+    elif arch == "mistral_window":
+        model = MistralForCausalLM(MistralConfig(**common, rope_theta=10000.0, sliding_window=WINDOW))
+    elif arch == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**common, rope_theta=1000000.0))
+    elif arch == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(**common, head_dim=16, rope_theta=1000000.0))
+    elif arch == "gemma2":
+        model = Gemma2ForCausalLM(Gemma2Config(**common, head_dim=16, query_pre_attn_scalar=24,
+                                               sliding_window=WINDOW, layer_types=alternating,
+                                               attn_logit_softcapping=2.0, final_logit_softcapping=1.5,
+                                               hidden_activation="gelu_pytorch_tanh"))
+    elif arch == "gemma3":
+        rope = {"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+        model = Gemma3ForCausalLM(Gemma3TextConfig(**common, head_dim=16, query_pre_attn_scalar=16,
+                                                   sliding_window=WINDOW, layer_types=alternating,
+                                                   rope_parameters=rope, hidden_activation="gelu_pytorch_tanh"))
     else:
-        raise ValueError(f"unknown tiny architecture {arch!r}")
+        raise ValueError(f"unknown tiny architecture {arch!r}; known: {', '.join(FAMILIES)}")
     with torch.no_grad():
-        for p in model.parameters():
+        for name, p in model.named_parameters():
             if p.ndim == 2:
                 p.normal_(0, weight_std)
+            elif arch not in ("llama", "mistral"):  # norm weights and biases (Gemma stores norms as w, used as 1 + w)
+                p.add_(torch.randn_like(p) * (0.02 if name.endswith("bias") else 0.1))
     return model.eval()
 
 

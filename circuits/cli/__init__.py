@@ -15,9 +15,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from circuits.cli import evaluate, finetune, identify, report
+from circuits.cli import evaluate, export, finetune, identify, report
 
-COMMAND_MODULES = [identify, finetune, evaluate, report]
+COMMAND_MODULES = [identify, finetune, evaluate, export, report]
 
 
 def build_parser() -> argparse.ArgumentParser:

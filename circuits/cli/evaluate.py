@@ -10,7 +10,6 @@ Writes ``--out``, atomically: a folder, or one JSON file when it ends in ``.json
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import torch
 
@@ -43,8 +42,6 @@ def run(args: argparse.Namespace) -> int:
     if distributed.is_distributed():
         raise ValueError("evaluate runs in one process; launch it without torchrun (--n-devices spreads a big model "
                          "over a node's GPUs)")
-    if config.delta and not Path(config.delta).is_file():
-        raise FileNotFoundError(f"delta file not found: {config.delta}")
     delta = read_delta(config.delta, config.model) if config.delta else None  # checked before the model loads
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     check_device(config.dtype, device)

@@ -22,7 +22,7 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 
-from circuits.models.forward import end_residuals, length_batches, pad_token_id, shared_prefix_lengths
+from circuits.models.forward import end_residuals, length_batches, pad_token_id, shared_prefix_lengths, unembed_end
 
 
 class HookedTransformerLM(LM):
@@ -70,9 +70,8 @@ class HookedTransformerLM(LM):
         return self.model(tokens.to(self._device), stop_at_layer=self.model.cfg.n_layers)
 
     def _log_probs_at(self, resid: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_vocab"]:
-        """Final norm + unembedding of just the selected positions."""
-        logits = self.model.unembed(self.model.ln_final(resid[:, None, :]))[:, 0]
-        return torch.log_softmax(logits.float(), dim=-1)
+        """Final norm + unembedding (+ final-logit soft-cap) of just the selected positions."""
+        return torch.log_softmax(unembed_end(self.model, resid), dim=-1)
 
     @torch.no_grad()
     def score_tokens(self, pairs: list[tuple[list[int], list[int]]]) -> list[tuple[float, bool]]:

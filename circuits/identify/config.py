@@ -18,7 +18,7 @@ TASKS = (*OPERATIONS, "all", "addition_extra", "exponentiation")
 class IdentifyConfig(Config):
     """Everything that decides an identify result."""
 
-    model: str = option("smollm2", help="smollm2, a .gguf file, a local Hugging Face folder or an official name")
+    model: str = option("smollm2", help="smollm2 or gemma3-270m (embedded), a .gguf file, a local Hugging Face folder or an official name")
     task: str = option("addition", help="the operation whose prompts are patched", choices=TASKS)
     mode: str = option("path", help="path patching (the paper's) or activation patching", choices=MODES)
     n_pairs: int = option(64, flag="--pairs", help="prompt pairs per task")

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
+from transformer_lens.utilities.activation_functions import apply_softcap
 from transformer_lens.utilities.attention import simple_attn_linear
 from transformer_lens.utils import get_act_name
 
@@ -106,11 +107,21 @@ def collect_runs(model: HookedTransformer, batch: PairBatch, need_kv: bool) -> R
 # --- END-only layer pieces --------------------------------------------------------------------
 
 
+def _post_norm(model: HookedTransformer, norm_name: str, layer: int, out: Tensor) -> Tensor:
+    """The norm some families apply to a sublayer's output before it joins the residual (Gemma 2/3:
+    ``ln1_post`` after attention, ``ln2_post`` after the MLP); identity elsewhere."""
+    if not model.cfg.use_normalization_before_and_after:
+        return out
+    shape = out.shape
+    return getattr(model.blocks[layer], norm_name)(out.reshape(-1, 1, shape[-1])).reshape(shape)
+
+
 def mlp_at_end(model: HookedTransformer, layer: int, x: Float[Tensor, "... d_model"]) -> Tensor:
+    """What layer ``layer``'s MLP adds to END residuals ``x`` (``hook_mlp_out``: after the post-MLP norm, if any)."""
     block = model.blocks[layer]
     shape = x.shape
     flat = x.reshape(-1, 1, shape[-1])
-    return block.mlp(block.ln2(flat)).reshape(shape)
+    return _post_norm(model, "ln2_post", layer, block.mlp(block.ln2(flat))).reshape(shape)
 
 
 def rotate(model: HookedTransformer, layer: int, x: Float[Tensor, "... n d_head"], pos: Int[Tensor, " pair"]) -> Tensor:
@@ -132,7 +143,13 @@ def attention_at_end(
     values: Float[Tensor, "pair pos kv d_head"],
     end: Int[Tensor, " pair"],
 ) -> Float[Tensor, "sender pair d_model"]:
-    """Attention output at END for new END residuals, with earlier positions from the reference cache."""
+    """Attention output at END (``hook_attn_out``) for new END residuals, with earlier positions' keys and values
+    from the reference cache.
+
+    Follows TransformerLens's attention step by step: QK norm on each head's query and key (Qwen3, Gemma 3), then
+    rotary at END's own position (each layer's own table: Gemma 3's local layers have their own base), scores
+    divided by the layer's scale and soft-capped (Gemma 2), the causal mask and, on local layers only, the sliding
+    window (Mistral, Gemma 2/3), the softmax in float32, and the post-attention norm (Gemma 2/3)."""
     cfg = model.cfg
     attn = model.blocks[layer].attn
     S, P, _ = x.shape
@@ -145,27 +162,44 @@ def attention_at_end(
     flat = xn.reshape(S * P, 1, -1)
     q, k, v = (simple_attn_linear(flat, w, b).reshape(S, P, -1, cfg.d_head)
                for w, b in ((attn.W_Q, attn.b_Q), (W_K, b_K), (W_V, b_V)))
+    if cfg.use_qk_norm:
+        q, k = (norm(t.reshape(-1, cfg.d_head)).reshape(t.shape) for norm, t in ((attn.q_norm, q), (attn.k_norm, k)))
     if cfg.positional_embedding_type == "rotary":
         q = rotate(model, layer, q, end)
         k = rotate(model, layer, k, end)
     q = einops.rearrange(q, "s p (k g) e -> s p k g e", k=n_kv)
     scale = attn.attn_scale
-    prefix_scores = torch.einsum("spkge,ptke->spkgt", q, keys) / scale
-    self_score = torch.einsum("spkge,spke->spkg", q, k)[..., None] / scale
+    prefix_scores = apply_softcap(torch.einsum("spkge,ptke->spkgt", q, keys) / scale, cfg.attn_scores_soft_cap)
+    self_score = apply_softcap(torch.einsum("spkge,spke->spkg", q, k)[..., None] / scale, cfg.attn_scores_soft_cap)
     positions = torch.arange(keys.shape[1], device=x.device)
     masked = positions[None, :] >= end[:, None]  # [pair, pos]: END itself and padding after it
-    if cfg.window_size is not None and (cfg.use_local_attn or attn.attn_type == "local"):
+    if attn.attn_type == "local":  # Gemma alternates local and global layers: only local ones have a window
         masked = masked | (positions[None, :] <= end[:, None] - cfg.window_size)
     prefix_scores = prefix_scores.masked_fill(masked[None, :, None, None, :], float("-inf"))
     pattern = torch.cat([prefix_scores, self_score], dim=-1).float().softmax(-1).to(x.dtype)
     z = torch.einsum("spkgt,ptke->spkge", pattern[..., :-1], values) + pattern[..., -1:] * v[:, :, :, None, :]
-    return project_z(attn, einops.rearrange(z, "s p k g e -> s p (k g) e"))
+    return attention_output(model, layer, einops.rearrange(z, "s p k g e -> s p (k g) e"))
 
 
 def project_z(attn, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d_model"]:
-    """Attention output from ``z``, with the same arithmetic as TransformerLens's attention."""
+    """The attention layer's projection of ``z`` (``z @ W_O + b_O``), with the same arithmetic as TransformerLens's
+    attention. What joins the residual is :func:`attention_output` (the same, then the post-attention norm of
+    families that have one)."""
     w = einops.rearrange(attn.W_O, "h e d -> d (h e)")
     return F.linear(einops.rearrange(z, "s p h e -> s p (h e)"), w, attn.b_O)
+
+
+def attention_output(model: HookedTransformer, layer: int, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d_model"]:
+    """What layer ``layer``'s attention adds to the residual for ``z`` (``hook_attn_out``): :func:`project_z`, then
+    the post-attention norm (Gemma 2/3), which acts on the sum over heads, so a head's share is not linear there."""
+    return _post_norm(model, "ln1_post", layer, project_z(model.blocks[layer].attn, z))
+
+
+def end_logits(model: HookedTransformer, x: Float[Tensor, "row d_model"]) -> Float[Tensor, "row d_vocab"]:
+    """Logits (float32) of final END residuals: the final norm, the unembedding and the final-logit soft-cap
+    (Gemma 2), as a forward pass computes them."""
+    logits = model.unembed(model.ln_final(x.reshape(-1, 1, x.shape[-1])))[:, 0]
+    return apply_softcap(logits, model.cfg.output_logits_soft_cap).float()
 
 
 def readout(
@@ -179,15 +213,14 @@ def readout(
     """END quantities of final residuals ``x``: answer logit, logit difference to ``cf_answer``, answer
     probability and each custom metric's ``logits_fn`` (all ``[sender, pair]``, float32).
 
-    Uses the model's own final norm and unembedding (the same arithmetic as a forward pass). The probability
+    Uses the model's own final norm, unembedding and soft-cap (:func:`end_logits`). The probability
     needs a log-sum-exp over the whole vocabulary, so rows are unembedded in chunks of whole senders."""
     S, P, _ = x.shape
     per = max(1, rows_per_chunk // P)
     parts: dict[str, list[Tensor]] = {"logit": [], "logit_diff": [], "prob": [], **{m.name: [] for m in custom}}
     idx = torch.arange(P, device=x.device)
     for s in range(0, S, per):
-        logits = model.unembed(model.ln_final(x[s : s + per].reshape(-1, 1, x.shape[-1])))[:, 0].float()
-        logits = logits.reshape(-1, P, logits.shape[-1])  # [sender, pair, vocab]
+        logits = end_logits(model, x[s : s + per]).reshape(-1, P, model.cfg.d_vocab)  # [sender, pair, vocab]
         logit = logits[:, idx, answer]
         parts["logit"].append(logit)
         parts["logit_diff"].append(logit - logits[:, idx, cf_answer])
@@ -199,8 +232,7 @@ def readout(
 
 def baseline_from(model: HookedTransformer, answer: Tensor, runs: Runs, custom: Sequence[Metric] = ()) -> Baseline:
     """The unpatched reference and counterfactual END quantities (the counterfactual's answer is its top token)."""
-    normed = model.ln_final(runs.cf_end_resid[:, None])[:, 0]
-    cf_answer = model.unembed(normed[:, None])[:, 0].argmax(-1)
+    cf_answer = end_logits(model, runs.cf_end_resid).argmax(-1)
     ref = readout(model, runs.ref_end_resid[None], answer, cf_answer, custom)
     cf = readout(model, runs.cf_end_resid[None], answer, cf_answer)
     ref_logits = model.unembed(model.ln_final(runs.ref_end_resid[:, None]))[:, 0].float()
@@ -211,24 +243,40 @@ def baseline_from(model: HookedTransformer, answer: Tensor, runs: Runs, custom: 
 
 
 def check_supported(model: HookedTransformer) -> None:
+    """Refuse, with the reason, what the END-only pieces above do not compute the way TransformerLens does.
+
+    Supported: pre-norm decoders with rotary or learned positions (Llama 2/3.x with RoPE scaling, Mistral, Qwen2
+    with Q/K/V biases, Qwen3, Gemma 2/3 with norms after attention and MLP, soft-capping, QK norm and local/global
+    layers, GPT-2). Everything in the list below could be done END-only too; it is refused because this engine
+    does not implement it, not because it needs whole sequences."""
+    from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
+
     cfg = model.cfg
     problems = []
     if cfg.parallel_attn_mlp:
-        problems.append("parallel attention/MLP blocks")
-    if getattr(cfg, "use_normalization_before_and_after", False):
-        problems.append("norms after attention and MLP")
+        problems.append("parallel attention/MLP blocks (the MLP would read resid_pre, not resid_mid)")
     if cfg.attn_only:
-        problems.append("attention-only models")
+        problems.append("attention-only models (no MLP sweep)")
+    if cfg.original_architecture in POST_NORM_ARCHITECTURES:
+        problems.append(f"post-norm blocks ({cfg.original_architecture} normalises sublayer outputs with ln1/ln2)")
     if cfg.positional_embedding_type not in ("rotary", "standard"):
-        problems.append(f"positional embedding {cfg.positional_embedding_type!r}")
-    if getattr(cfg, "output_logits_soft_cap", -1) and cfg.output_logits_soft_cap > 0:
-        problems.append("logit soft-capping")
-    if getattr(cfg, "attn_scores_soft_cap", -1) and cfg.attn_scores_soft_cap > 0:
-        problems.append("attention soft-capping")
+        problems.append(f"positional embedding {cfg.positional_embedding_type!r} (END attention adds no "
+                        "position bias)")
+    if cfg.use_qk_norm and cfg.positional_embedding_type != "rotary":
+        problems.append("QK norm without rotary (the cached keys are read before the norm)")
+    if cfg.original_architecture in ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM"):
+        problems.append("QK norm over whole projections (OLMo)")
+    if cfg.use_attention_sinks:
+        problems.append("attention sinks (an extra softmax column)")
+    if cfg.clip_qkv is not None or cfg.use_logn_attn or cfg.use_dynamic_ntk_rope:
+        problems.append("clipped Q/K/V, log-n attention scaling or dynamic NTK RoPE")
+    if cfg.use_split_qkv_input or cfg.use_attn_in:
+        problems.append("split Q/K/V inputs (use_split_qkv_input/use_attn_in)")
+    if cfg.attention_dir != "causal":
+        problems.append("bidirectional attention")
     if problems:
         raise ValueError(
-            f"The END-only engine does not support {', '.join(problems)} (model {cfg.model_name}). Accepted: "
-            "pre-norm decoder models with rotary or learned positions, such as Llama, Mistral and GPT-2."
+            f"The END-only engine does not support {'; '.join(problems)} (model {cfg.model_name}). Accepted: "
+            "pre-norm decoders with rotary or learned positions, such as Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, "
+            "Gemma 2/3 and GPT-2."
         )
-
-

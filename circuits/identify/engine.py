@@ -13,7 +13,9 @@ earlier position keeps its reference value in every layer. After a patch at laye
 left is one token per layer (:mod:`circuits.identify.end_layers`):
 
 - path patching: the frozen heads add their reference attention output at END, and each MLP
-  recomputes on the END vector alone -- no attention is computed at all;
+  recomputes on the END vector alone -- no attention is computed at all (where a norm follows attention, as in
+  Gemma 2/3, the sender's layer re-normalises its patched sum of heads; later layers' attention outputs are
+  the reference's, since all their heads are frozen);
 - activation patching: later attention recomputes at END only; its keys and values at earlier
   positions are those of the reference run (cached once), and only END's own query, key and value
   are new.
@@ -48,11 +50,11 @@ from circuits import distributed as D
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.identify.end_layers import (
     attention_at_end,
+    attention_output,
     baseline_from,
     check_supported,
     collect_runs,
     mlp_at_end,
-    project_z,
     readout,
 )
 from circuits.identify.metrics import Baseline, Metric, get_metric
@@ -307,7 +309,7 @@ def _sweep_chunk(model: HookedTransformer, mode: Mode, runs, batch: PairBatch, b
             z = runs.z_ref[layer][None].repeat(len(heads), 1, 1, 1)  # [n, pair, head, d_head]
             rows = torch.arange(len(heads), device=dev)
             z[rows, :, idx] = runs.z_cf[layer][:, idx].transpose(0, 1)
-            new = runs.resid_pre[layer][None] + project_z(model.blocks[layer].attn, z)
+            new = runs.resid_pre[layer][None] + attention_output(model, layer, z)
             x = new if x is None else torch.cat([x, new])
             owners += heads
         if x is not None:

@@ -1,11 +1,13 @@
 """Loading models as TransformerLens ``HookedTransformer``s, and forward passes that read only the END position.
 
 :mod:`circuits.models.loading` is the only module that talks to TransformerLens's loading internals;
+:mod:`circuits.models.embedded` finds the embedded models' GGUF files inside their wheels;
 :mod:`circuits.models.forward` runs shared few-shot prefixes once and batches by attention cost.
 """
 
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
+from circuits.models.embedded import EMBEDDED, embedded_model
 from circuits.models.loading import DTYPES, ModelLoadError, accepted_inputs, load_hf_reference, load_model, resolve_dtype
 
-__all__ = ["DTYPES", "ModelLoadError", "accepted_inputs", "end_residuals", "load_hf_reference", "load_model",
-           "pad_token_id", "resolve_dtype", "unembed_end"]
+__all__ = ["DTYPES", "EMBEDDED", "ModelLoadError", "accepted_inputs", "embedded_model", "end_residuals",
+           "load_hf_reference", "load_model", "pad_token_id", "resolve_dtype", "unembed_end"]

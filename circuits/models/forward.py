@@ -16,6 +16,7 @@ from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+from transformer_lens.utilities.activation_functions import apply_softcap
 
 HooksFor = Callable[[Hashable, int], list]  # (group key, position offset) -> forward hooks
 
@@ -156,5 +157,7 @@ def end_residuals(
 
 
 def unembed_end(model: HookedTransformer, resid: Float[Tensor, "row d_model"]) -> Float[Tensor, "row d_vocab"]:
-    """Logits (float32) from final residuals: the model's own final norm and unembedding."""
-    return model.unembed(model.ln_final(resid[:, None]))[:, 0].float()
+    """Logits (float32) from final residuals: the model's own final norm, unembedding and final-logit soft-cap
+    (Gemma 2), as its forward pass computes them."""
+    logits = model.unembed(model.ln_final(resid[:, None]))[:, 0]
+    return apply_softcap(logits, model.cfg.output_logits_soft_cap).float()

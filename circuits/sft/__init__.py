@@ -5,12 +5,14 @@
 - :mod:`~circuits.sft.delta`: ``delta.pt``, the tuned slices that reproduce the trained model.
 - :mod:`~circuits.sft.data`: the training mixture, tokenized and batched.
 - :mod:`~circuits.sft.compare`: Tables 1 and 2, variants trained from one base and evaluated.
+- :mod:`~circuits.sft.export`: a tuned model written out as a Hugging Face checkpoint (``circuits export``).
 """
 
 from circuits.sft.delta import apply_delta, extract_delta
+from circuits.sft.export import ExportConfig, export_model
 from circuits.sft.plan import TuningPlan, full_plan, plan_tuning
 from circuits.sft.result import FinetuneResult
 from circuits.sft.train import FinetuneConfig, TrainingDiverged, finetune, plan_for
 
-__all__ = ["FinetuneConfig", "FinetuneResult", "TrainingDiverged", "TuningPlan", "apply_delta", "extract_delta",
-           "finetune", "full_plan", "plan_for", "plan_tuning"]
+__all__ = ["ExportConfig", "FinetuneConfig", "FinetuneResult", "TrainingDiverged", "TuningPlan", "apply_delta",
+           "export_model", "extract_delta", "finetune", "full_plan", "plan_for", "plan_tuning"]

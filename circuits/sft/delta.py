@@ -42,6 +42,8 @@ def read_delta(path: str | os.PathLike, model_name: str | None = None) -> dict:
     with as many rows as the plan tunes, and (when ``model_name`` is given and the delta records one) made for that
     model. Each problem is one error naming the file."""
     path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"delta file not found: {path}")
     delta = load_torch(path, "delta")
     if not isinstance(delta, dict) or delta.get("format") != DELTA_FORMAT or not {"plan", "tensors"} <= set(delta):
         found = delta.get("format") if isinstance(delta, dict) else type(delta).__name__

@@ -11,7 +11,11 @@ A *tuning plan* lists, for every parameter tensor that is tuned at all, which ro
   happens to the shared K/V (see :data:`DEFAULT_KV_POLICY`);
 - a selected MLP owns all its weights and biases (gradient unscaled);
 - ``b_O`` is a per-layer sum over heads, not a head slice, so Precise SFT leaves it frozen;
-- full SFT is the plan with every tensor whole and unscaled.
+- full SFT is the plan with every tensor whole and unscaled;
+- a bias that is zero everywhere is TransformerLens's placeholder for a bias the architecture does not have
+  (Llama's Q/K/V/O and MLP biases, the gated MLP's ``b_in`` added after the gate, the unembedding's ``b_U``):
+  neither plan tunes it (:func:`is_placeholder`), since the paper tunes the model's own parameters and a model with
+  them could not be written back to its architecture (:mod:`circuits.sft.export`).
 
 Head-slice gradients are rescaled by ``H / h`` per layer (``H`` heads in the layer, ``h`` selected in
 it), following the paper (Section 5.3). With Adam the update is almost invariant to a constant gradient
@@ -100,6 +104,12 @@ def _layer_of(name: str) -> int | None:
     return int(parts[1]) if parts[0] == "blocks" else None
 
 
+def is_placeholder(name: str, param: Tensor) -> bool:
+    """Whether ``param`` is a bias that is zero everywhere: TransformerLens's stand-in for a bias the original
+    architecture does not have. (A real bias of a trained model is never exactly zero in every entry.)"""
+    return name.split(".")[-1].startswith(("b_", "_b_")) and not bool(param.detach().any())
+
+
 def is_grouped(model: HookedTransformer) -> bool:
     return hasattr(model.blocks[0].attn, "_W_K")
 
@@ -137,29 +147,31 @@ def plan_tuning(
         scale = cfg.n_heads / len(hs) if rescale else 1.0
         rows = tuple(hs)
         prefix = f"blocks.{l}.attn."
+        own = lambda name: prefix + name in params and not is_placeholder(prefix + name, params[prefix + name])  # noqa: E731
         for name in ("W_Q", "b_Q", "W_O"):
-            if prefix + name in params:
+            if own(name):
                 tensors.append(TunedTensor(prefix + name, rows, scale))
         if grouped:
             if kv_policy == "shared":
                 kv_rows = tuple(sorted({h // group for h in hs}))
                 for name in ("_W_K", "_b_K", "_W_V", "_b_V"):
-                    if prefix + name in params:
+                    if own(name):
                         tensors.append(TunedTensor(prefix + name, kv_rows, scale))
                 side += [Head(l, q) for kv in kv_rows for q in range(kv * group, (kv + 1) * group) if q not in hs]
         else:
             for name in ("W_K", "b_K", "W_V", "b_V"):
-                if prefix + name in params:
+                if own(name):
                     tensors.append(TunedTensor(prefix + name, rows, scale))
     for m in mlps:
         prefix = f"blocks.{m}.mlp."
-        tensors += [TunedTensor(n, None, 1.0) for n in params if n.startswith(prefix)]
+        tensors += [TunedTensor(n, None, 1.0) for n, p in params.items() if n.startswith(prefix) and not is_placeholder(n, p)]
     return TuningPlan(tuple(tensors), heads, mlps, kv_policy, False, tuple(side))
 
 
 def full_plan(model: HookedTransformer) -> TuningPlan:
-    """Full SFT: every parameter whole, gradient unscaled."""
-    return TuningPlan(tuple(TunedTensor(n, None, 1.0) for n, _ in model.named_parameters()), full=True)
+    """Full SFT: every parameter whole, gradient unscaled (TransformerLens's zero placeholder biases excepted)."""
+    return TuningPlan(tuple(TunedTensor(n, None, 1.0) for n, p in model.named_parameters() if not is_placeholder(n, p)),
+                      full=True)
 
 
 def freeze_except(model: HookedTransformer, plan: TuningPlan) -> None:

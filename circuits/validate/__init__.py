@@ -2,6 +2,7 @@
 
 - :mod:`~circuits.validate.knockout`: mean (or zero) ablation with shared-prefix caching; top-k vs random curves.
 - :mod:`~circuits.validate.transfer`: the knockout on other formats (SVAMP, multi-digit, decimals, time spans, MMLU).
+- :mod:`~circuits.validate.cross_model`: the paper's claims measured side by side on several models.
 """
 
 from circuits.validate.knockout import (
@@ -15,7 +16,8 @@ from circuits.validate.knockout import (
     random_order,
     replacement_values,
 )
+from circuits.validate.cross_model import CrossModelResult
 from circuits.validate.transfer import TransferResult, transfer_knockout
 
-__all__ = ["KnockoutCurve", "KnockoutResult", "KnockoutScore", "TransferResult", "compute_means", "knockout",
+__all__ = ["CrossModelResult", "KnockoutCurve", "KnockoutResult", "KnockoutScore", "TransferResult", "compute_means", "knockout",
            "knockout_curve", "knockout_logits", "random_order", "replacement_values", "transfer_knockout"]

@@ -240,3 +240,40 @@ def word_problem_table_figure(datasets: dict[str, dict], title: str = "Word-prob
     fig = go.Figure(go.Table(header={"values": cols}, cells={"values": cells}))
     fig.update_layout(title=title)
     return fig
+
+
+def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims on each model") -> go.Figure:
+    """Four panels from :class:`circuits.validate.cross_model.CrossModelResult` measurements, one colour per model:
+    the share of key heads per operation, accuracy after knocking out the top-k heads (solid) against k random heads
+    (dotted; Figure 3), accuracy on the transfer sets with the key heads and random heads knocked out (Figure 4), and
+    how much more the MLPs write the answer than other numbers, by relative depth (Figure 6b)."""
+    fig = make_subplots(rows=2, cols=2, subplot_titles=(
+        "share of heads that are key heads", "knockout: top-k (solid) vs random (dotted)",
+        "transfer: before / key heads out / random heads out", "MLPs writing the answer: cos(C) - cos(other)"))
+    colors = ("crimson", "royalblue", "seagreen", "darkorange", "purple")
+    for i, (name, d) in enumerate(models.items()):
+        c = colors[i % len(colors)]
+        ops = list(d["operations"])
+        fig.add_trace(go.Bar(x=ops, y=[d["operations"][o]["share_key_heads"] for o in ops], name=name,
+                             marker_color=c, legendgroup=name), 1, 1)
+        ko = d["knockout"]
+        rnd = _arr(ko["random_accuracy"]).mean(0)
+        fig.add_trace(go.Scatter(x=ko["ks"], y=ko["effect_accuracy"], mode="lines+markers", line={"color": c},
+                                 name=name, legendgroup=name, showlegend=False), 1, 2)
+        fig.add_trace(go.Scatter(x=ko["ks"], y=rnd, mode="lines+markers", line={"color": c, "dash": "dot"},
+                                 name=f"{name} (random)", legendgroup=name, showlegend=False), 1, 2)
+        sets = list(d["transfer"])
+        labels = [f"{s}<br>{w}" for s in sets for w in ("before", "key out", "random out")]
+        values = [d["transfer"][s][k] for s in sets for k in ("accuracy_before", "accuracy_after", "accuracy_random_heads")]
+        fig.add_trace(go.Bar(x=labels, y=values, marker_color=c, name=name, legendgroup=name, showlegend=False), 2, 1)
+        lens = d["logit_lens"]
+        n = len(lens["delta_C"])
+        depth = [l / max(1, n - 1) for l in range(n)]
+        fig.add_trace(go.Scatter(x=depth, y=list(_arr(lens["delta_C"]) - _arr(lens["delta_other"])), mode="lines+markers",
+                                 line={"color": c}, name=name, legendgroup=name, showlegend=False), 2, 2)
+    fig.add_hline(y=0, line={"color": "black", "width": 1}, row=2, col=2)
+    fig.update_xaxes(title_text="k heads knocked out", row=1, col=2)
+    fig.update_xaxes(title_text="layer / (layers - 1)", row=2, col=2)
+    fig.update_yaxes(title_text="accuracy", row=1, col=2)
+    fig.update_layout(title=title, barmode="group", height=850)
+    return fig

@@ -243,6 +243,45 @@ def sft_section(page: Page, found: list[Found]) -> str:
     return "".join(out)
 
 
+def cross_model_section(page: Page, found: list[Found]) -> str:
+    from circuits.validate.cross_model import PAPER
+
+    out = []
+    for f in found:
+        r = f.result
+        names = r.names()
+        out.append("<p class='what'>The paper's claims measured on each model, as the paper sets LLaMA2-7B beside 13B "
+                   "and Mistral-7B: the share of heads that are key heads, accuracy after knocking out the top-k heads "
+                   "against k random heads (Figure 3), the knockout's transfer to other formats (Figure 4), where the "
+                   "top heads attend (Figure 5) and from which depth the MLPs write the answer (Figure 6b). Depths are "
+                   "shares of each model's layers.</p>")
+        out.append(page.figure(r.figure()))
+        rows = []
+        for op in next(iter(r.models.values()))["operations"]:
+            rows.append([f"key heads, {op}", PAPER["share_key_heads"] if op == "addition" else ""] + [
+                f"{len(r.models[n]['operations'][op]['key_heads'])} ({_pct(r.models[n]['operations'][op]['share_key_heads'], 1)})"
+                if op in r.models[n]["operations"] else "" for n in names])
+        ks = [k for k in next(iter(r.models.values()))["knockout"]["ks"] if k]
+        for k in ks[-2:]:
+            drops = [r.knockout_drop(n, k) for n in names]
+            rows.append([f"knockout of {k} heads: top vs random", PAPER["knockout"] if k == ks[-1] else ""] +
+                        [f"{_pct(d[0])} vs {_pct(d[1])}" if d else "n/a" for d in drops])
+        for task in next(iter(r.models.values()))["transfer"]:
+            rows.append([f"transfer: {task}", ""] + [
+                f"{_pct(t['accuracy_before'])} -> {_pct(t['accuracy_after'])} (random {_pct(t['accuracy_random_heads'])})"
+                for t in (r.models[n]["transfer"][task] for n in names)])
+        rows.append(["roles of the top heads", PAPER["roles"]] + [
+            ", ".join(f"{h} {role}" for h, role in list(r.models[n]["roles"]["dominant"].items())[:4]) for n in names])
+        depth = [r.key_head_depth(n) for n in names]
+        rows.append(["addition key heads, depth", PAPER["key_head_depth"]] +
+                    [f"{a:.2f}-{b:.2f}" if (a, b) != (None, None) else "n/a" for a, b in (d or (None, None) for d in depth)])
+        start = [r.writing_start(n) for n in names]
+        rows.append(["MLPs write the answer from", PAPER["writing_start"]] +
+                    [f"layer {w[0]} of {r.models[n]['n_layers']} ({w[1]:.2f})" if w else "n/a" for n, w in zip(names, start)])
+        out.append(table(["claim", "paper (LLaMA2-7B)", *names], rows) + f.config_html())
+    return "".join(out)
+
+
 @dataclass(frozen=True)
 class Section:
     anchor: str
@@ -267,6 +306,8 @@ SECTIONS = (
             "python experiments/fig7_attention_views.py"),
     Section("logit-lens", "MLP logit lens (explain)", ("logit_lens",), lens_section,
             "python experiments/fig6_mlp_logit_lens.py"),
+    Section("cross-model", "The claims on several models", ("cross_model",), cross_model_section,
+            "python experiments/cross_model.py"),
     Section("precise-sft", "Precise SFT (fine-tune)", ("sft_table", "finetune", "evaluation"), sft_section,
             "python experiments/table1_precise_sft.py, or circuits finetune / circuits evaluate"),
 )

