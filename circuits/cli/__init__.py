@@ -10,9 +10,9 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from circuits.cli import evaluate, finetune, identify, report
+from circuits.cli import evaluate, finetune, identify, neurons, positions, report, screen, stability
 
-COMMAND_MODULES = [identify, finetune, evaluate, report]
+COMMAND_MODULES = [identify, screen, positions, neurons, stability, finetune, evaluate, report]
 
 
 def build_parser() -> argparse.ArgumentParser:
