@@ -94,62 +94,74 @@ def _row_bytes(model: HookedTransformer, n_tokens: int, n_cached: int) -> int:
     return (n_tokens * per_token + 2 * (n_cached + n_tokens) * n_kv * cfg.d_head) * (torch.finfo(cfg.dtype).bits // 8)
 
 
-def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, p: int, G: int) -> list:
-    """Hooks that write each new row's sender at suffix position 0 (absolute position ``p``) from the
-    counterfactual run; ``new`` holds ``(first_row, sender)`` with ``G`` rows (one per pair) per sender."""
-    by_site: dict[str, list[tuple[Tensor, Tensor, int | None, int]]] = {}
+def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, pos: Tensor, G: int) -> list:
+    """Hooks that write each new row's sender at suffix position 0 (absolute position ``pos[g]`` of pair
+    ``pairs[g]``) from the counterfactual run; ``new`` holds ``(first_row, sender)``, ``G`` rows (one per pair) each."""
+    by_site: dict[str, list[tuple[Tensor, int | None, int]]] = {}
     for start, s in new:
         rows = torch.arange(start, start + G, device=pairs.device)
         if isinstance(s, Neuron):
-            by_site.setdefault(get_act_name("post", s.layer), []).append((rows, pairs, s.index, s.layer))
+            by_site.setdefault(get_act_name("post", s.layer), []).append((rows, s.index, s.layer))
         elif s.kind == "head":
-            by_site.setdefault(get_act_name("z", s.layer), []).append((rows, pairs, s.head, s.layer))
+            by_site.setdefault(get_act_name("z", s.layer), []).append((rows, s.head, s.layer))
         else:
-            by_site.setdefault(get_act_name("mlp_out", s.layer), []).append((rows, pairs, None, s.layer))
+            by_site.setdefault(get_act_name("mlp_out", s.layer), []).append((rows, None, s.layer))
     hooks = []
     for name, items in by_site.items():
         def hook(act: Tensor, hook, items=items, name=name) -> Tensor:
-            for rows, prs, index, layer in items:
+            for rows, index, layer in items:
                 if name.endswith("hook_z"):
-                    act[rows, 0, index] = runs.z_cf[layer][prs, p, index].to(act.dtype)
+                    act[rows, 0, index] = runs.z_cf[layer][pairs, pos, index].to(act.dtype)
                 elif name.endswith("hook_post"):
-                    act[rows, 0, index] = runs.post_cf[layer][prs, p, index].to(act.dtype)
+                    act[rows, 0, index] = runs.post_cf[layer][pairs, pos, index].to(act.dtype)
                 else:
-                    act[rows, 0] = runs.mlp_cf[layer][prs, p].to(act.dtype)
+                    act[rows, 0] = runs.mlp_cf[layer][pairs, pos].to(act.dtype)
             return act
         hooks.append((name, hook))
     return hooks
 
 
 @torch.no_grad()
-def _suffix_pass(model: HookedTransformer, runs: _Runs, pairs: Tensor, p: int, end: int, senders: list[Sender],
+def _suffix_pass(model: HookedTransformer, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
                  answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
-    """Patched END readouts ``[sender, pair]`` for ``senders`` patched at position ``p`` of ``pairs`` (all of
-    length ``end + 1``): the suffix ``p..end`` runs through TransformerLens's blocks over the reference's cached
-    keys and values of positions ``< p``."""
+    """Patched END readouts ``[sender, pair]`` for ``senders`` patched at position ``pos[g]`` of each pair (``k``
+    positions before its END): the suffix ``pos..END`` runs through TransformerLens's blocks over the reference's
+    cached keys and values of the positions before it. Pairs whose suffixes start at different positions share the
+    pass: their caches are left-padded to one width and masked, as TransformerLens batches generation."""
     L = model.cfg.n_layers
     G = len(pairs)
+    p_max = int(pos.max())
+    padded = bool((pos != p_max).any())
+    suffix = pos[:, None] + torch.arange(k + 1, device=pos.device)[None]  # [pair, k + 1]
+    cols = torch.arange(p_max, device=pos.device)
+    shift = (p_max - pos)[:, None]
+    keep = cols[None] >= shift  # [pair, p_max]: real cached positions (left padding before them)
+    src = (cols[None] - shift).clamp_min(0)
+    mask = torch.cat([keep.long(), torch.ones(G, k + 1, dtype=torch.long, device=pos.device)], 1) if padded else None
     x: Tensor | None = None
     n_rows = 0
     for layer in range(senders[0].layer, L):
         new = [s for s in senders if s.layer == layer]
         starts = []
         if new:
-            fresh = runs.resid_pre[layer][pairs, p : end + 1]
+            fresh = runs.resid_pre[layer][pairs[:, None], suffix]
             starts = [(n_rows + i * G, s) for i, s in enumerate(new)]
             fresh = fresh.repeat(len(new), 1, 1)
             x = fresh if x is None else torch.cat([x, fresh])
             n_rows += len(new) * G
         assert x is not None
         reps = n_rows // G
-        entry = TransformerLensKeyValueCacheEntry(
-            past_keys=runs.keys[layer][pairs, :p].repeat(reps, 1, 1, 1),
-            past_values=runs.values[layer][pairs, :p].repeat(reps, 1, 1, 1), frozen=True)
-        with model.hooks(fwd_hooks=_patch_hooks(runs, starts, pairs, p, G)):
-            x = model.blocks[layer](x, past_kv_cache_entry=entry)
+        keys, values = runs.keys[layer][pairs[:, None], src], runs.values[layer][pairs[:, None], src]
+        if padded:
+            keys, values = keys * keep[..., None, None], values * keep[..., None, None]
+        entry = TransformerLensKeyValueCacheEntry(past_keys=keys.repeat(reps, 1, 1, 1),
+                                                  past_values=values.repeat(reps, 1, 1, 1), frozen=True)
+        with model.hooks(fwd_hooks=_patch_hooks(runs, starts, pairs, pos, G)):
+            x = model.blocks[layer](x, past_kv_cache_entry=entry,
+                                    attention_mask=mask.repeat(reps, 1) if mask is not None else None)
     assert x is not None
     final = x[:, -1].reshape(len(senders), G, -1)
-    return {k: v.cpu() for k, v in readout(model, final, answer, cf_answer, custom).items()}
+    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
 
 
 @dataclass
@@ -295,27 +307,22 @@ def sweep_positions(
         base = baseline_of(model, chunk.answer, runs.ref_end, runs.cf_end, custom)
         bases.append(base.to("cpu"))
         for k, ss in plan.items():
-            groups: dict[tuple[int, int], list[int]] = {}
-            for i in range(len(chunk)):
-                e = int(chunk.end[i])
-                p = e - k
-                if p < 0:
-                    continue
-                if p < int(first[c0 + i]):  # both runs are identical here: filled from the baseline below
-                    continue
-                groups.setdefault((p, e), []).append(i)
-            for (p, e), members in groups.items():
-                idx = torch.tensor(members, device=cfg.device)
-                row_bytes = _row_bytes(model, k + 1, p) * len(members)
-                per_chunk = max(1, int(memory_mb * 2**20 // max(row_bytes, 1)))
-                for s0 in range(0, len(ss), per_chunk):
-                    part = ss[s0 : s0 + per_chunk]
-                    values = _suffix_pass(model, runs, idx, p, e, part, base.answer[idx], base.cf_answer[idx], custom)
-                    cols = torch.tensor([c0 + m for m in members])
-                    for j, s in enumerate(part):
-                        view, where_idx = where(s)
-                        view.put(where_idx + (k, cols), {n: v[j] for n, v in values.items()})
-                bar.update(len(ss) * len(members))
+            # Every pair whose position END - k lies at or after its first difference (earlier: the unpatched run).
+            members = [i for i in range(len(chunk)) if int(chunk.end[i]) - k >= int(first[c0 + i])]
+            if not members:
+                continue
+            idx = torch.tensor(members, device=cfg.device)
+            pos = chunk.end[idx] - k
+            row_bytes = _row_bytes(model, k + 1, int(pos.max())) * len(members)
+            per_chunk = max(1, int(memory_mb * 2**20 // max(row_bytes, 1)))
+            cols = torch.tensor([c0 + m for m in members])
+            for s0 in range(0, len(ss), per_chunk):
+                part = ss[s0 : s0 + per_chunk]
+                values = _suffix_pass(model, runs, idx, pos, k, part, base.answer[idx], base.cf_answer[idx], custom)
+                for j, s in enumerate(part):
+                    view, where_idx = where(s)
+                    view.put(where_idx + (k, cols), {n: v[j] for n, v in values.items()})
+            bar.update(len(ss) * len(members))
         bar.update(sum(len(ss) for ss in plan.values()) * len(chunk) - sum(
             len(ss) * sum(1 for i in range(len(chunk)) if int(chunk.end[i]) - k >= int(first[c0 + i]))
             for k, ss in plan.items()))
