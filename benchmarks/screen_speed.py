@@ -48,9 +48,9 @@ def main() -> None:
     print(f"model {args.model}: {len(pairs)} pairs, up to {batch.reference.shape[1]} tokens, {torch.get_num_threads()} "
           f"threads, load average {load:.1f} on {os.cpu_count()} cores")
     attribute(model, batch.select(slice(0, 2)), m, progress=False)  # warm-up
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     ours = attribute(model, batch, m, neurons=True, qk_fix=True, progress=False)
-    ours_s = time.perf_counter() - t0
+    ours_s, ours_cpu = time.perf_counter() - t0, time.process_time() - c0
 
     t0 = time.perf_counter()
     worst = 0.0
@@ -65,8 +65,10 @@ def main() -> None:
                 if k < ours.neuron.shape[2]:
                     worst = max(worst, (ours.neuron[:, :, k, i] - plain["neuron"][:, r, e - k]).abs().max().item())
     plain_s = time.perf_counter() - t0
+    load_after = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"plain attribution patching (heads, MLPs, neurons): {plain_s:7.1f} s; screen (the same + QK-fixed query and "
-          f"key nodes): {ours_s:6.1f} s")
+          f"key nodes): {ours_s:6.1f} s wall, {ours_cpu:6.1f} s CPU over {torch.get_num_threads()} threads; load average "
+          f"now {load_after:.1f}")
     print(f"screen_seconds={ours_s:.1f} speedup_screen={plain_s / ours_s:.2f} max_abs_diff={worst:.2e}")
 
 

@@ -130,6 +130,7 @@ def _suffix_pass(model: HookedTransformer, runs: _Runs, pairs: Tensor, pos: Tens
     pass: their caches are left-padded to one width and masked, as TransformerLens batches generation."""
     L = model.cfg.n_layers
     G = len(pairs)
+    assert all(a.layer <= b.layer for a, b in zip(senders, senders[1:])), "senders must come in layer order"
     p_max = int(pos.max())
     padded = bool((pos != p_max).any())
     suffix = pos[:, None] + torch.arange(k + 1, device=pos.device)[None]  # [pair, k + 1]
@@ -244,7 +245,7 @@ def _plan(senders: Sequence[Sender], offsets: Sequence[int] | None, nodes: Seque
             plan.setdefault(int(k), [])
             if s not in plan[int(k)]:
                 plan[int(k)].append(s)
-        return plan
+        return {k: sorted(ss, key=sender_sort_key) for k, ss in plan.items()}  # a pass meets senders in layer order
     ks = range(max_offset) if offsets is None else [int(k) for k in offsets]
     for k in ks:
         if not 0 <= k < max_offset:
