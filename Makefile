@@ -60,11 +60,14 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/train_speed.py
 	$(BIN)/python benchmarks/eval_speed.py
 	$(BIN)/python benchmarks/gpu_scale.py
+	$(BIN)/python benchmarks/position_sweep.py
+	$(BIN)/python benchmarks/screen_speed.py
 
 # One script per figure/table of the paper (Sections 5.1-5.3, Appendices C-F); each writes results/<name>/, all
 # taking their key heads from results/identify/<task> (what `make demo` writes).
 FIGURES := fig2_key_heads fig3_knockout fig4_transfer fig5_attention_roles fig6_mlp_logit_lens \
-	fig7_attention_views fig15_per_operation table3_exponentiation table4_gsm8k table1_precise_sft table2_components
+	fig7_attention_views fig15_per_operation table3_exponentiation table4_gsm8k table1_precise_sft table2_components \
+	screen_audit fig_information_flow fig_neurons fig_circuit fig3_ablation_kinds stability
 
 figures: $(STAMP)
 	for f in $(FIGURES); do OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python experiments/$$f.py || exit 1; done

@@ -35,6 +35,10 @@ _EXPORTS: dict[str, str] = {
     "sweep": "circuits.identify.engine", "IdentifyConfig": "circuits.identify.config",
     "IdentifyResult": "circuits.identify.result", "KeyRule": "circuits.identify.rules", "Metric": "circuits.identify.metrics",
     "logits_metric": "circuits.identify.metrics", "METRICS": "circuits.identify.metrics",
+    # beyond heads at END (docs/beyond.md)
+    "Neuron": "circuits.types", "Receiver": "circuits.types", "attribute": "circuits.identify.attribution",
+    "screen": "circuits.identify.screen", "sweep_positions": "circuits.identify.positions",
+    "sweep_neurons": "circuits.identify.neurons", "sweep_edges": "circuits.identify.edges",
     # validate
     "knockout": "circuits.validate.knockout", "knockout_curve": "circuits.validate.knockout",
     # explain
@@ -73,13 +77,18 @@ if TYPE_CHECKING:  # for editors and type checkers
     from circuits.sft.export import export_model
     from circuits.sft.train import FinetuneConfig, finetune
     from circuits.identify.config import IdentifyConfig
+    from circuits.identify.attribution import attribute
+    from circuits.identify.edges import sweep_edges
     from circuits.identify.engine import sweep
+    from circuits.identify.neurons import sweep_neurons
+    from circuits.identify.positions import sweep_positions
+    from circuits.identify.screen import screen
     from circuits.identify.metrics import METRICS, Metric, logits_metric
     from circuits.identify.result import IdentifyResult
     from circuits.identify.rules import KeyRule
     from circuits.models.loading import load_model
     from circuits.results import load_result
-    from circuits.types import Ablation, Component, Head, Mode
+    from circuits.types import Ablation, Component, Head, Mode, Neuron, Receiver
     from circuits.validate.knockout import knockout, knockout_curve
     from circuits.viz.figures import head_heatmap
     from circuits.viz.report import write_report as report

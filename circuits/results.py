@@ -40,6 +40,12 @@ RESULT_TYPES: dict[str, str] = {
     "finetune": "circuits.sft.result:FinetuneResult",
     "sft_table": "circuits.sft.compare:SFTComparison",
     "evaluation": "circuits.evaluation.result:EvalResult",
+    "screen": "circuits.identify.screen:ScreenResult",
+    "positions": "circuits.identify.position_result:PositionResult",
+    "neurons": "circuits.identify.neuron_result:NeuronResult",
+    "edges": "circuits.identify.edge_result:EdgeResult",
+    "stability": "circuits.identify.stability:StabilityResult",
+    "ablation_kinds": "circuits.validate.ablation_kinds:AblationComparison",
 }
 
 

@@ -20,17 +20,20 @@ Site = Literal["z", "mlp_out"]  # the TransformerLens hook a component is patche
 
 _HEAD = re.compile(r"^\s*(?:L\s*)?(\d+)\s*(?:\.|H|\s*,\s*)\s*(\d+)\s*$", re.IGNORECASE)
 _MLP = re.compile(r"^\s*MLP\s*(\d+)\s*$", re.IGNORECASE)
+_NEURON = re.compile(r"^\s*(?:MLP|N)\s*(\d+)\s*[.:/]\s*(\d+)\s*$", re.IGNORECASE)
 
 
 class Ablation(str, Enum):
     """How a knocked-out component's output is replaced (Section 4.1 "Validation").
 
     ``MEAN``: its mean over the counterfactual prompts, per template position (the paper's, after Wang et
-    al. 2023a); ``ZERO``: zero.
+    al. 2023a); ``ZERO``: zero; ``RESAMPLE``: its value on another pair's counterfactual prompt of the same
+    template and length, position by position (resample ablation, Chan et al. 2022).
     """
 
     MEAN = "mean"
     ZERO = "zero"
+    RESAMPLE = "resample"
 
     @classmethod
     def parse(cls, value: str | Ablation) -> Ablation:
@@ -123,6 +126,90 @@ class Component:
     def sort_key(self) -> tuple[int, int, int]:
         """Layer order, heads before the MLP of their layer (the order a forward pass meets them)."""
         return (self.layer, self.kind == "mlp", self.head or 0)
+
+
+class Neuron(NamedTuple):
+    """One MLP neuron, ``(layer, index)`` into ``hook_post`` (``d_mlp`` wide); written ``"MLP19.1234"``."""
+
+    layer: int
+    index: int
+
+    def __str__(self) -> str:
+        return f"MLP{self.layer}.{self.index}"
+
+    @classmethod
+    def parse(cls, value: Any) -> Neuron:
+        """``"MLP19.1234"``, ``"N19.1234"`` or ``(19, 1234)``."""
+        if isinstance(value, str):
+            m = _NEURON.match(value)
+            if not m:
+                raise ValueError(f"Bad neuron {value!r}: write a neuron as MLP<layer>.<index> (e.g. MLP19.1234)")
+            return cls(int(m.group(1)), int(m.group(2)))
+        if isinstance(value, Sequence) and len(value) >= 2:
+            try:
+                return cls(int(value[0]), int(value[1]))
+            except (TypeError, ValueError):
+                pass
+        raise ValueError(f"Bad neuron {value!r}: expected MLP<layer>.<index> (e.g. MLP19.1234) or (layer, index)")
+
+    def check(self, n_layers: int, d_mlp: int) -> Neuron:
+        if not 0 <= self.layer < n_layers:
+            raise ValueError(f"Neuron {self}: layer {self.layer} is outside this model (layers 0..{n_layers - 1}).")
+        if not 0 <= self.index < d_mlp:
+            raise ValueError(f"Neuron {self}: index {self.index} is outside d_mlp (accepted: 0..{d_mlp - 1}).")
+        return self
+
+
+Channel = Literal["q", "k", "v"]
+CHANNELS: tuple[Channel, ...] = ("q", "k", "v")
+_RECEIVER = re.compile(r"^\s*(.+?)\s*(?:\.|:)?\s*\b([qkv])\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Receiver:
+    """Where an edge ends (path patching, Wang et al. 2023a): a head's query, key or value input at END, or an MLP's
+    input. Written ``"20.8.q"``, ``"20.8.k"``, ``"20.8.v"`` or ``"MLP19"``."""
+
+    component: Component
+    channel: Channel | None = None
+
+    def __post_init__(self) -> None:
+        if (self.component.kind == "head") != (self.channel is not None):
+            raise ValueError("A head receiver needs a channel (q, k or v); an MLP receiver has none.")
+        if self.channel is not None and self.channel not in CHANNELS:
+            raise ValueError(f"Unknown channel {self.channel!r}; accepted: q, k, v")
+
+    def __str__(self) -> str:
+        return f"{self.component}.{self.channel}" if self.channel else str(self.component)
+
+    @property
+    def layer(self) -> int:
+        return self.component.layer
+
+    @classmethod
+    def parse_many(cls, value: Any) -> list[Receiver]:
+        """``"20.8"`` (its q, k and v inputs), ``"20.8.q"``, ``"MLP19"``; a list or comma-separated text."""
+        items = [x.strip() for x in value.split(",")] if isinstance(value, str) else list(value)
+        out: list[Receiver] = []
+        for item in items:
+            if isinstance(item, Receiver):
+                out.append(item)
+                continue
+            if item == "":
+                continue
+            m = _RECEIVER.match(str(item)) if isinstance(item, str) and not _MLP.match(item) else None
+            if m and re.fullmatch(r"\s*(?:L\s*)?\d+\s*(?:\.|H)\s*\d+\s*", m.group(1), re.IGNORECASE):
+                out.append(cls(Component.of(Head.parse(m.group(1))), m.group(2).lower()))  # type: ignore[arg-type]
+                continue
+            try:
+                c = Component.parse(item)
+            except ValueError:
+                raise ValueError(f"Bad receiver {item!r}: write a head as LAYER.HEAD (its q, k and v inputs) or "
+                                 "LAYER.HEAD.q/k/v, or an MLP as MLP<layer> (e.g. 20.8,20.8.q,MLP19)") from None
+            out.extend([cls(c, ch) for ch in CHANNELS] if c.kind == "head" else [cls(c)])
+        if not out:
+            raise ValueError("No receivers given: write e.g. 20.8,MLP19")
+        return out
 
 
 def parse_heads(text: str | Iterable[Any]) -> list[Head]:

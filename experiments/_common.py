@@ -52,7 +52,8 @@ class KeyHeadConfig(Config):
 
     def identify_folder(self, task: str | None = None) -> Path:
         name = task or self.task
-        return Path(self.identify_dir) / (name if self.prefix_policy == "keep" else f"{name}-{self.prefix_policy}")
+        name = name if self.prefix_policy == "keep" else f"{name}-{self.prefix_policy}"
+        return Path(self.identify_dir) / (name if self.seed == 0 else f"{name}-seed{self.seed}")  # seeds never share
 
 
 def identify_result(config: KeyHeadConfig, task: str | None = None, model: Any = None) -> IdentifyResult:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 SCRIPTS = ("fig2_key_heads", "fig3_knockout", "fig4_transfer", "fig5_attention_roles", "fig6_mlp_logit_lens",
            "fig7_attention_views", "fig15_per_operation", "table3_exponentiation", "table4_gsm8k",
-           "table1_precise_sft", "table2_components", "cross_model")
+           "table1_precise_sft", "table2_components", "cross_model", "screen_audit", "fig_information_flow",
+           "fig_neurons", "fig_circuit", "fig3_ablation_kinds", "stability")
 
 
 def script(name: str):
@@ -33,6 +34,12 @@ def tiny_config(name: str, root: Path):
         "fig15_per_operation": dict(top=3),
         "table3_exponentiation": dict(n_key_heads=2, random_seeds=(0,)),
         "table4_gsm8k": dict(dataset="addsub", fallback="", n=4, top=3),
+        "screen_audit": dict(verify=3),
+        "fig_information_flow": dict(max_pairs=2),
+        "fig_neurons": dict(top_mlps=1, shares=(0.05,)),
+        "fig_circuit": dict(receivers="top2"),
+        "fig3_ablation_kinds": dict(operations=("addition",), ks=(0, 1), seeds=(0,)),
+        "stability": dict(operations=("addition",), seeds=(0, 1)),
     }
     if name == "cross_model":
         # Its identify results go beside the root, so the root holds one identify result per task as before.

@@ -108,3 +108,27 @@ def tiny_model(arch: str = "llama", *, dtype: str = "float32", **kw):
     from circuits.models import load_model
 
     return load_model(tiny_dir(arch, **kw), dtype=dtype, device="cpu")
+
+
+def mixed_pairs(tokenizer, n: int = 5, seed: int = 0):
+    """Pairs of several templates (different lengths, few-shot prefixes), so right padding and per-pair END and
+    first difference are exercised."""
+    import random
+
+    from circuits.data.pairs import render_pair
+    from circuits.data.templates import FIGURE8, FIGURE10
+
+    rng = random.Random(seed)
+    templates = [*FIGURE8["addition"], FIGURE10[1], FIGURE10[8]]
+    return [render_pair(templates[i % len(templates)], 1 + i % 4, 2 + i % 3, tokenizer, rng) for i in range(n)]
+
+
+def aligned_pairs(tokenizer, n: int = 3, few_shot: bool = False, seed: int = 1):
+    """Pairs of one template and one length (what TransformerLens's by-position patching functions take)."""
+    import random
+
+    from circuits.data.pairs import render_pair
+    from circuits.data.templates import FIGURE8
+
+    rng = random.Random(seed)
+    return [render_pair(FIGURE8["addition"][0], a, 2, tokenizer, rng, few_shot=few_shot) for a in (1, 3, 4, 5, 6)[:n]]

@@ -15,9 +15,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from circuits.cli import evaluate, export, finetune, identify, report
+from circuits.cli import evaluate, export, finetune, identify, neurons, positions, report, screen, stability
 
-COMMAND_MODULES = [identify, finetune, evaluate, export, report]
+COMMAND_MODULES = [identify, screen, positions, neurons, stability, finetune, evaluate, export, report]
 
 
 def build_parser() -> argparse.ArgumentParser:

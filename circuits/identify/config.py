@@ -9,7 +9,7 @@ from circuits.data.pairs import PairConfig
 from circuits.data.templates import OPERATIONS
 from circuits.identify.rules import DEFAULT_KEY_RULE, KeyRule
 from circuits.models.loading import DTYPES
-from circuits.types import MODES
+from circuits.types import MODES, Receiver
 
 TASKS = (*OPERATIONS, "all", "addition_extra", "exponentiation")
 
@@ -32,6 +32,10 @@ class IdentifyConfig(Config):
     filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
     dtype: str = option("float32", choices=("float32", "bfloat16", "float16"))
     memory_mb: float = option(1024, help="working-memory budget of the sweep")
+    receivers: str = option("", help="also path-patch every earlier component into these receivers at END: heads (their "
+                                     "q, k and v inputs), LAYER.HEAD.q/k/v, MLP<layer>, or topK (the K most important "
+                                     "components), e.g. 20.8,MLP19; writes edges.pt and circuit.html")
+    bootstrap: int = option(1000, help="bootstrap resamples of the pairs for the confidence intervals (0: none)")
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -43,6 +47,10 @@ class IdentifyConfig(Config):
         if not self.memory_mb > 0:
             raise ValueError(f"memory_mb must be positive, got {self.memory_mb}")
         KeyRule.parse(self.key_rule)
+        if self.receivers and not self.receivers.strip().lower().startswith("top"):
+            Receiver.parse_many(self.receivers)
+        if self.bootstrap < 0:
+            raise ValueError(f"bootstrap must be 0 (no intervals) or more, got {self.bootstrap}")
         self.pair_config()  # validates n_pairs, few_shot, prefix_policy
 
     def pair_config(self, task: str | None = None) -> PairConfig:

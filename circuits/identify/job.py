@@ -42,6 +42,13 @@ def identify(
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else IdentifyConfig(**kwargs)
     start = time.perf_counter()
     stats: dict[str, Any] = {}
+    if config.receivers and not config.receivers.strip().lower().startswith("top"):
+        from circuits.identify.edges import check_edges
+        from circuits.identify.engine import all_components
+        from circuits.types import Receiver
+
+        receivers = Receiver.parse_many(config.receivers)  # checked before the sweep, not after it
+        check_edges(model, [c for c in all_components(model) if c.layer < max(r.layer for r in receivers) + 1], receivers)
     if pairs is None:
         pairs = D.on_main(lambda: build_pairs(model, config.pair_config()))
     if isinstance(pairs, PairSet):
@@ -49,7 +56,15 @@ def identify(
         pairs = pairs.pairs
     pairs = list(pairs)
     result = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress)  # type: ignore[arg-type]
-    return IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
+    out = IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
+    if config.receivers:  # edges into the chosen receivers (path patching to a receiver, identify.edges)
+        from circuits.identify.edge_result import resolve_receivers
+        from circuits.identify.edges import sweep_edges
+
+        out.edges = sweep_edges(model, pairs, resolve_receivers(config.receivers, out), memory_mb=config.memory_mb,
+                                progress=progress)
+        out.seconds = time.perf_counter() - start
+    return out
 
 
 def finished(folder: Path, config: IdentifyConfig) -> bool:

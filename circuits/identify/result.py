@@ -51,6 +51,8 @@ class IdentifyResult(Result):
     seconds: float = 0.0
     per_task: dict[str, Any] | None = None
     saved_effects: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
+    edges: Any = None  # an identify.edges.EdgeSweep when made with --receivers
+    _intervals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # --- the one ranking --------------------------------------------------------------------------
 
@@ -129,6 +131,37 @@ class IdentifyResult(Result):
     def _custom(self) -> dict[str, Metric]:
         return self.sweep.custom_metrics if self.sweep is not None else {}
 
+    # --- how sure: bootstrap intervals over pairs (identify.uncertainty) ---------------------------
+
+    def intervals(self, metric: str | Metric | None = None):
+        """Bootstrap confidence intervals of every head's and MLP's effect (None without per-pair values or with
+        ``bootstrap=0``)."""
+        from circuits.identify.uncertainty import bootstrap
+
+        n = getattr(self.config, "bootstrap", 1000)
+        if self.sweep is None or not n:
+            return None
+        m = self.metric(metric)
+        if m.name not in self._intervals:
+            self._intervals[m.name] = bootstrap(self.sweep, m, n_boot=n, seed=self.config.seed)
+        return self._intervals[m.name]
+
+    def uncertain(self, rule: str | KeyRule | None = None) -> tuple[list[Head], list[int]]:
+        """Key heads and MLPs whose interval crosses the rule's threshold (for ``topK``: the effect of the first
+        component left out)."""
+        from circuits.identify.uncertainty import crosses, rule_threshold
+
+        rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
+        ci = self.intervals(rule.metric)
+        if ci is None:
+            return [], []
+        m = self.metric(rule.metric)
+        heads, mlps = self.effects(m)
+        th_h, th_m = rule_threshold(rule, heads, m.sign), rule_threshold(rule, mlps, m.sign)
+        hs = [h for h, _ in self.key_heads(rule) if crosses(float(ci.head_low[h]), float(ci.head_high[h]), th_h)]
+        ms = [l for l, _ in self.key_mlps(rule) if crosses(float(ci.mlp_low[l]), float(ci.mlp_high[l]), th_m)]
+        return hs, ms
+
     # --- summary, figure, files --------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
@@ -140,6 +173,9 @@ class IdentifyResult(Result):
             heads, mlps = self.effects(m)
             metrics[name] = {"head_effects": heads.tolist(), "mlp_effects": mlps.tolist(), "meaning": m.doc,
                              "important_sign": m.sign}
+            ci = self.intervals(m) if self.sweep is not None else None
+            if ci is not None:
+                metrics[name].update(ci.to_json())
         key_heads = self.key_heads()
         n_heads = self.effects()[0].numel()
         out: dict[str, Any] = {
@@ -167,6 +203,14 @@ class IdentifyResult(Result):
             "seconds": self.seconds,
             "config": self.config_json(),
         })
+        unsure_heads, unsure_mlps = self.uncertain()
+        if self.intervals() is not None:
+            out["uncertain_key_heads"] = [list(h) for h in unsure_heads]
+            out["uncertain_key_mlps"] = unsure_mlps
+        if self.edges is not None:
+            from circuits.identify.edge_result import edge_summary
+
+            out["edges"] = edge_summary(self.edges, rule.metric)
         if self.per_task is not None:
             out["per_task"] = self.per_task
         return out
@@ -177,11 +221,17 @@ class IdentifyResult(Result):
 
         heads, mlps = self.effects(metric)
         m = self.metric(metric)
+        ci = self.intervals(m)
+        unsure = self.uncertain()[0]
         return head_heatmap(
             heads, mlps, percent=m.name in ("relative_logit", "fraction", "prob"), metric_label=m.doc,
             title=(f"{self.task}: {self.config.mode} patching at END on {self.model_name} ({len(self.pairs)} "
-                   f"pairs), {m.name}; boxed: key heads by {self.key_rule}"),
+                   f"pairs), {m.name}; boxed: key heads by {self.key_rule}"
+                   + (f", dashed: uncertain (the {ci.level:.0%} interval crosses the threshold)" if unsure else "")),
             key_heads=[h for h, _ in self.key_heads()],
+            head_ci=(ci.head_low, ci.head_high) if ci is not None else None,
+            mlp_ci=(ci.mlp_low, ci.mlp_high) if ci is not None else None,
+            uncertain=unsure,
         )
 
     def _write(self, folder: Path) -> None:
@@ -192,6 +242,13 @@ class IdentifyResult(Result):
         if self.sweep is not None:
             save_torch(self.sweep.tensors(), folder / "sweep.pt")
         write_figure(self.figure(), folder / "heads.html")
+        if self.edges is not None:
+            from circuits.identify.edge_result import circuit_figure, receiver_effects_of
+
+            save_torch(self.edges.tensors(), folder / "edges.pt")
+            metric = self.key_rule.metric
+            write_figure(circuit_figure(self.edges, receiver_effects_of(self, self.edges.receivers, metric), metric,
+                                        f"{self.task}: senders -> receivers -> logits"), folder / "circuit.html")
 
     @classmethod
     def recognizes(cls, folder: Path) -> bool:
@@ -227,7 +284,12 @@ class IdentifyResult(Result):
                      for k, v in summary.get("metrics", {}).items()} or {
                 "relative_logit": (torch.tensor(summary["head_effects"]), torch.tensor(summary["mlp_effects"]))}
         stats = {k: summary.get(k) for k in SUMMARY_FIELDS if k in summary}
-        return cls(config, pairs, sweep, stats, float(summary.get("seconds", 0.0)), summary.get("per_task"), saved)
+        edges = None
+        if (folder / "edges.pt").is_file():
+            from circuits.identify.edges import EdgeSweep
+
+            edges = EdgeSweep.from_tensors(torch.load(folder / "edges.pt", map_location="cpu", weights_only=True))
+        return cls(config, pairs, sweep, stats, float(summary.get("seconds", 0.0)), summary.get("per_task"), saved, edges)
 
 
 def load_identify(folder: str | Path) -> IdentifyResult:

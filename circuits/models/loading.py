@@ -86,6 +86,63 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
         raise ValueError(f"Unknown dtype {dtype!r}; accepted: {sorted(DTYPES)}") from None
 
 
+WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
+
+
+def _first_line(err: BaseException) -> str:
+    return (str(err).strip().splitlines() or [""])[0][:200]
+
+
+def read_hf_config(path: Path) -> Any:
+    """A local folder's ``config.json`` through transformers, each problem one :class:`ModelLoadError` naming it:
+    not JSON (truncated), a ``model_type`` this transformers does not know, anything else transformers refuses."""
+    from transformers import AutoConfig
+
+    file = path / "config.json"
+    try:
+        raw = json.loads(file.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ModelLoadError(f"{file} is not valid JSON ({err}); it may be truncated: copy it again from the model's "
+                             "source.") from None
+    model_type = raw.get("model_type") if isinstance(raw, dict) else None
+    try:
+        return AutoConfig.from_pretrained(path, local_files_only=True)
+    except (ValueError, KeyError) as err:
+        if model_type is not None and "model type" in str(err):
+            raise ModelLoadError(f"{file} has model_type {model_type!r}, which transformers does not know; accepted: "
+                                 f"{', '.join(ACCEPTED_ARCHITECTURES)}.") from None
+        raise ModelLoadError(f"{file} cannot be read by transformers ({_first_line(err)}).") from None
+    except OSError as err:
+        raise ModelLoadError(f"{file} cannot be read by transformers ({_first_line(err)}).") from None
+
+
+def hub_reachable(host: str = "huggingface.co", timeout_s: float = 3.0) -> bool:
+    """Whether the Hugging Face hub answers (False at once when ``HF_HUB_OFFLINE`` is set)."""
+    import socket
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        with socket.create_connection((host, 443), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _check_official(name: str) -> None:
+    """An official name downloads from the hub unless its files are cached; with neither, fail in seconds (the
+    hub library would retry for minutes) saying what to do."""
+    from huggingface_hub import try_to_load_from_cache
+    from transformer_lens.loading_from_pretrained import get_official_model_name
+
+    repo = get_official_model_name(name)
+    if isinstance(try_to_load_from_cache(repo, "config.json"), str) or hub_reachable():
+        return
+    raise ModelLoadError(f"{name!r} is an official TransformerLens name ({repo}), but it is not in the Hugging Face "
+                         "cache and huggingface.co cannot be reached from here. Download it where there is a network "
+                         "and pass its folder, or use an embedded model. Accepted: " + accepted_inputs() + ".")
+
+
 def is_official_name(name: str) -> bool:
     from transformer_lens.loading_from_pretrained import make_model_alias_map
 
@@ -138,6 +195,7 @@ def load_model(
             )
         model = _load_hf_dir(path, torch_dtype, device, fold_ln)
     elif is_official_name(name):
+        _check_official(name)
         model = HookedTransformer.from_pretrained(
             name,
             dtype=torch_dtype,
@@ -309,15 +367,24 @@ def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor] | N
 
 
 def _load_hf_dir(path: Path, dtype: torch.dtype, device: str | torch.device, fold_ln: bool) -> HookedTransformer:
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    hf_config = AutoConfig.from_pretrained(path, local_files_only=True)
+    hf_config = read_hf_config(path)
     cfg = tl_config_from_hf(hf_config, dtype, device, path.name)  # refuses an unaccepted architecture before weights
+    weights = [f for pattern in WEIGHT_FILES for f in path.glob(pattern)]
+    if not weights:
+        raise ModelLoadError(f"{path} has a config.json but no weights ({', '.join(WEIGHT_FILES)}); copy the model's "
+                             "weight files beside it.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     except (OSError, ValueError) as err:
-        raise ModelLoadError(f"{path} has no usable tokenizer files ({err}); save the tokenizer beside the weights.") from err
-    hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+        raise ModelLoadError(f"{path} has no usable tokenizer files ({_first_line(err)}); save the tokenizer beside "
+                             "the weights.") from None
+    try:
+        hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
+    except Exception as err:  # truncated or foreign weight files: OSError, SafetensorError, RuntimeError, ...
+        raise ModelLoadError(f"{path}'s weights cannot be read ({type(err).__name__}: {_first_line(err)}); they may "
+                             "be truncated or of another model: copy them again.") from None
     state_dict = convert_hf_weights(hf_model, tl_config_from_hf(hf_config, torch.float32, "cpu"), path)
     del hf_model
     return _build(cfg, state_dict, tokenizer, fold_ln)

@@ -1,4 +1,5 @@
-"""Knockout of heads and MLPs by mean ablation (Section 4.1 "Validation", Figure 3; Wang et al., 2023a).
+"""Knockout of heads and MLPs by mean ablation (Section 4.1 "Validation", Figure 3; Wang et al., 2023a), zero
+ablation, or resample ablation (each pair gets another pair's counterfactual value, position by position).
 
 Knocking out a head replaces its output (``hook_z``, per head) by its mean over the counterfactual
 prompts X_c, at every position; knocking out an MLP replaces ``hook_mlp_out`` the same way. Means
@@ -18,7 +19,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from jaxtyping import Float
@@ -32,6 +33,9 @@ from circuits.models.forward import end_residuals, unembed_end
 from circuits.results import Result, data_keys, read_config
 from circuits.io import read_json, write_json
 from circuits.types import Ablation, Head, all_heads
+
+if TYPE_CHECKING:
+    from circuits.validate.resample import ResampledActivations
 
 GroupKey = tuple[str, int]
 
@@ -146,12 +150,16 @@ def zero_values(model: HookedTransformer) -> MeanActivations:
 
 
 def replacement_values(model: HookedTransformer, pairs: Sequence[PromptPair], ablation: Ablation | str = Ablation.MEAN,
-                       *, pooled: bool = False) -> MeanActivations:
+                       *, pooled: bool = False, seed: int = 0) -> MeanActivations | ResampledActivations:
     """What a knocked-out component's output becomes: its mean over ``pairs``' counterfactual prompts (the
-    paper's), or zero."""
+    paper's), zero, or another pair's counterfactual value (resample; ``seed`` draws the donors)."""
     ablation = Ablation.parse(ablation)
     if ablation is Ablation.ZERO:
         return zero_values(model)
+    if ablation is Ablation.RESAMPLE:
+        from circuits.validate.resample import resample_values
+
+        return resample_values(model, pairs, seed=seed)
     return compute_means(model, pairs, pooled=pooled)
 
 
@@ -189,7 +197,7 @@ def _hooks(means: MeanActivations, group: int, offset: int, heads: Sequence[Head
 def knockout_logits(
     model: HookedTransformer,
     pairs: Sequence[PromptPair],
-    means: MeanActivations,
+    means: MeanActivations | ResampledActivations,
     heads: Sequence[Head] = (),
     mlps: Sequence[int] = (),
     *,
@@ -200,8 +208,13 @@ def knockout_logits(
 
     Rows are grouped by mean group, few-shot prefix and length (no padding anywhere). With
     ``share_prefix`` a group's common prefix runs once into a key/value cache; the result is the same
-    as running every full prompt (asserted in tests) but costs a fraction of it.
+    as running every full prompt (asserted in tests) but costs a fraction of it. ``means`` may also be
+    :class:`ResampledActivations` (resample ablation).
     """
+    if not isinstance(means, MeanActivations):  # resample ablation: per-pair donors (validate.resample)
+        from circuits.validate.resample import resampled_logits
+
+        return resampled_logits(model, list(pairs), means, heads, mlps, batch_size)
     keys, prefixes = [], []
     for p in pairs:
         # Position-wise means need equal lengths; pooled means allow right padding (causal: pads
@@ -241,7 +254,7 @@ def knockout(
     heads: Sequence[Head] = (),
     mlps: Sequence[int] = (),
     *,
-    means: MeanActivations | None = None,
+    means: MeanActivations | ResampledActivations | None = None,
     ablation: Ablation | str = Ablation.MEAN,
     **kwargs: Any,
 ) -> KnockoutScore:
@@ -300,7 +313,7 @@ def knockout_curve(
     ks: Sequence[int],
     seeds: Sequence[int] = (0, 1, 2),
     *,
-    means: MeanActivations | None = None,
+    means: MeanActivations | ResampledActivations | None = None,
     ablation: Ablation | str = Ablation.MEAN,
     **kwargs: Any,
 ) -> KnockoutCurve:

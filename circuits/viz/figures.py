@@ -37,12 +37,16 @@ def head_heatmap(
     metric_label: str = "relative change of the answer logit",
     percent: bool = True,
     key_heads: list[tuple[int, int]] | None = None,
+    head_ci: tuple | None = None,
+    mlp_ci: tuple | None = None,
+    uncertain: list[tuple[int, int]] | None = None,
 ) -> go.Figure:
     """Layer-by-head heatmap with an MLP column (the paper's Figure 2), diverging scale centred at 0.
 
     Red is a negative effect (the answer drops), blue a positive one. The MLP column has its own
     colour scale (MLP effects are several times larger than head effects, and a shared scale would
-    wash the heads out); hovering any cell shows its layer, head and exact effect.
+    wash the heads out); hovering any cell shows its layer, head and exact effect, and with ``head_ci``/``mlp_ci``
+    (low, high) its bootstrap confidence interval; ``uncertain`` heads get a dashed box.
     """
     n_layers, n_heads = head_effects.shape
     z = head_effects.detach().float().cpu().numpy()
@@ -62,7 +66,10 @@ def head_heatmap(
             zmin=-peak,
             zmax=peak,
             colorbar=dict(title=metric_label, tickformat=fmt),
-            hovertemplate="layer %{y}, head %{x}<br>effect %{z:" + fmt + "}<extra></extra>",
+            customdata=np.stack([_arr(head_ci[0]), _arr(head_ci[1])], -1) if head_ci is not None else None,
+            hovertemplate="layer %{y}, head %{x}<br>effect %{z:" + fmt + "}"
+            + ("<br>CI [%{customdata[0]:" + fmt + "}, %{customdata[1]:" + fmt + "}]" if head_ci is not None else "")
+            + "<extra></extra>",
             name="heads",
         ),
         row=1,
@@ -81,7 +88,10 @@ def head_heatmap(
                 zmin=-mlp_peak,
                 zmax=mlp_peak,
                 showscale=False,
-                hovertemplate="layer %{y}, MLP<br>effect %{z:" + fmt + "}<extra></extra>",
+                customdata=np.stack([_arr(mlp_ci[0]), _arr(mlp_ci[1])], -1)[:, None, :] if mlp_ci is not None else None,
+                hovertemplate="layer %{y}, MLP<br>effect %{z:" + fmt + "}"
+                + ("<br>CI [%{customdata[0]:" + fmt + "}, %{customdata[1]:" + fmt + "}]" if mlp_ci is not None else "")
+                + "<extra></extra>",
                 name="MLPs",
             ),
             row=1,
@@ -90,6 +100,9 @@ def head_heatmap(
     for layer, head in key_heads or []:
         fig.add_shape(type="rect", x0=head - 0.5, x1=head + 0.5, y0=layer - 0.5, y1=layer + 0.5,
                       line=dict(color="black", width=2), row=1, col=1)
+    for layer, head in uncertain or []:
+        fig.add_shape(type="rect", x0=head - 0.4, x1=head + 0.4, y0=layer - 0.4, y1=layer + 0.4,
+                      line=dict(color="black", width=1, dash="dot"), row=1, col=1)
     fig.update_xaxes(title_text="head", dtick=1 if n_heads <= 16 else 4, row=1, col=1)
     fig.update_yaxes(title_text="layer", autorange="reversed", row=1, col=1)
     fig.update_layout(title=title, height=max(400, 22 * n_layers + 150), width=max(500, 40 * n_heads + 300))

@@ -15,6 +15,7 @@ from typing import Any
 import plotly.graph_objects as go
 
 from circuits.results import Result
+from circuits.viz import analysis_sections as A
 from circuits.viz.page import Page, _e, _pct, config_block, parse_views, table
 
 OPERATION_ORDER = ("addition", "subtraction", "multiplication", "division", "all")
@@ -310,4 +311,15 @@ SECTIONS = (
             "python experiments/cross_model.py"),
     Section("precise-sft", "Precise SFT (fine-tune)", ("sft_table", "finetune", "evaluation"), sft_section,
             "python experiments/table1_precise_sft.py, or circuits finetune / circuits evaluate"),
+    # Beyond heads at END (circuits.viz.analysis_sections).
+    Section("screen", "Attribution screen, audited by the exact engine (identify)", ("screen",), A.screen_section,
+            "circuits screen --model smollm2 --task addition --verify 20 --out results/screen-addition"),
+    Section("positions", "Every position: the information flow (identify)", ("positions",), A.positions_section,
+            "python experiments/fig_information_flow.py, or circuits positions"),
+    Section("neurons", "Neurons of the key MLPs (identify, validate)", ("neurons",), A.neurons_section,
+            "python experiments/fig_neurons.py, or circuits neurons"),
+    Section("edges", "Edges into the key heads and MLPs (identify)", ("edges", "identify"), A.edges_section,
+            "circuits identify --receivers top5, or python experiments/fig_circuit.py"),
+    Section("uncertainty", "How sure is the ranking (identify, validate)", ("identify", "stability", "ablation_kinds"),
+            A.uncertainty_section, "circuits identify (intervals), circuits stability, python experiments/fig3_ablation_kinds.py"),
 )

@@ -213,3 +213,51 @@ def test_deltas_are_checked_before_the_model_loads(tmp_path, capsys):
     with pytest.raises(ValueError, match="made for another model"):
         apply_delta(other, delta)
     assert all(torch.equal(p, before[n]) for n, p in other.named_parameters())  # nothing written
+
+
+def test_broken_model_folders_and_unreachable_names_fail_in_one_line(tmp_path, capsys, monkeypatch):
+    """A model that cannot load is one line naming what is wrong and what is accepted; an official name that is
+    neither cached nor reachable fails at once instead of retrying the hub for minutes."""
+    import shutil
+    import time
+
+    from helpers import tiny_dir
+
+    good = tiny_dir("llama")
+
+    def broken(name, change):
+        folder = tmp_path / name
+        shutil.copytree(good, folder)
+        change(folder)
+        return folder
+
+    def unknown_type(f):
+        cfg = json.loads((f / "config.json").read_text())
+        (f / "config.json").write_text(json.dumps({**cfg, "model_type": "foobar", "architectures": ["FooBarForCausalLM"]}))
+
+    def truncate_weights(f):
+        w = next(f.glob("*.safetensors"))
+        w.write_bytes(w.read_bytes()[:1000])
+
+    cases = {
+        "truncated-config": (lambda f: (f / "config.json").write_text((f / "config.json").read_text()[:40]),
+                             "config.json is not valid JSON"),
+        "no-weights": (lambda f: [w.unlink() for w in f.glob("*.safetensors")], "has a config.json but no weights"),
+        "unknown-type": (unknown_type, "has model_type 'foobar', which transformers does not know; accepted: LlamaForCausalLM"),
+        "truncated-weights": (truncate_weights, "weights cannot be read"),
+    }
+    for name, (change, message) in cases.items():
+        folder = broken(name, change)
+        assert cli_main(["identify", "--model", str(folder), "--out", str(tmp_path / f"out-{name}")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and "Traceback" not in err, (name, err)
+        assert not (tmp_path / f"out-{name}").exists()
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-hub-cache"))
+    start = time.perf_counter()
+    assert cli_main(["identify", "--model", "gpt2", "--out", str(tmp_path / "out-gpt2")]) == 2
+    err = capsys.readouterr().err
+    assert "'gpt2' is an official TransformerLens name" in err and "cannot be reached" in err and err.count("\n") == 1
+    assert time.perf_counter() - start < 30

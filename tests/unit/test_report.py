@@ -34,9 +34,10 @@ def test_every_section_drawn_from_real_results(real_report, real_results):
     found, unknown, broken = collect([real_results])
     assert broken == [] and unknown == []
     kinds = sorted(f.kind for f in found)
-    assert kinds.count("identify") == 6  # four operations, the pooled 'all', exponentiation
+    assert kinds.count("identify") == 7  # four operations, the pooled 'all', exponentiation, addition's seed 1
     assert {"knockout", "transfer", "attention_roles", "attention_views", "logit_lens", "per_operation",
-            "word_problem_heads", "sft_table", "cross_model"} <= set(kinds)
+            "word_problem_heads", "sft_table", "cross_model", "screen", "positions", "neurons", "edges", "stability",
+            "ablation_kinds"} <= set(kinds)
     assert "Shared key heads" in real_report and "Precise SFT (top-2 heads)" in real_report
 
 
@@ -58,8 +59,8 @@ def test_folders_from_before_kinds_are_still_read(tmp_path, builder):
 
 def test_legacy_report_draws_every_section(tmp_path):
     page = build_report([write_everything(tmp_path)])
-    assert "Not in the inputs" in page  # Table 4 and the cross-model comparison did not exist in that format
-    assert page.count("Not in the inputs") == 2
+    assert "Not in the inputs" in page  # Table 4, the cross-model comparison and the analyses beyond END did not exist
+    assert page.count("Not in the inputs") == 2 + 3  # Table 4, cross-model; the screen, every position, neurons
     assert "Precise SFT (top-8 heads)" in page and "1.20M" in page
 
 
@@ -72,7 +73,8 @@ def test_collect_walks_identify_all_and_dedupes(tmp_path):
 def test_absent_sections_get_a_note(tmp_path):
     write_identify(tmp_path, "addition")
     page = build_report([tmp_path])
-    assert page.count("Not in the inputs") == len(SECTIONS) - 1
+    # Key heads, and the edges and intervals sections (drawn from identify results too) are present.
+    assert page.count("Not in the inputs") == len(SECTIONS) - 3
     assert "experiments/fig3_knockout.py" in page
     assert "var CircuitsVis=" not in page  # no views: no bundle
     assert "made by <code>" in page and "key_rule=fraction&gt;=0.05" in page

@@ -1,0 +1,33 @@
+"""``circuits stability``: how stable the key-head set is, per operation, across seeds (new prompt pairs) and across
+template forms (equation, statement, question), as Jaccard overlaps.
+
+Reads or makes identify results per operation and seed under ``--identify-dir`` (as ``circuits identify`` writes
+them) and writes, atomically, into ``--out``: ``data.json`` (key-head sets and Jaccard matrices per operation),
+``figure.html``, ``config.json`` and ``circuits.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from circuits.config import add_arguments, from_arguments
+from circuits.identify.stability import StabilityConfig
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("stability", help="Jaccard overlap of key heads across seeds and template forms",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p, StabilityConfig)
+    p.add_argument("--out", required=True, help="output folder")
+    p.set_defaults(func=_main)
+
+
+def _main(args: argparse.Namespace) -> int:
+    from circuits.identify.stability import run_stability
+
+    config = from_arguments(StabilityConfig, args)
+    r = run_stability(config, args.out)
+    for op, s in r.summary()["per_operation"].items():
+        print(f"  {op}: mean Jaccard across seeds {s['mean_jaccard_seeds']:.2f}, across forms {s['mean_jaccard_forms']:.2f}")
+    print(f"-> {args.out}/figure.html")
+    return 0

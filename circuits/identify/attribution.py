@@ -1,0 +1,396 @@
+"""Attribution patching (Nanda 2022; Syed et al. 2023) of every head, MLP and MLP neuron at every position, with
+the AtP* corrections (Kramar et al. 2024).
+
+The effect of patching a node ``n`` (a head's ``hook_z``, an MLP's ``hook_mlp_out``, a neuron of ``hook_post``, at
+one position) with its counterfactual value is estimated to first order as ``(a_cf - a_ref) . dM/da_ref``: one
+reference forward, one counterfactual forward and one backward of the chosen metric's readout give it for every
+node at once, batched over pairs. Three things make it cheap and exact where it can be:
+
+- positions before the first token where a pair's prompts differ hold identical activations in both runs, so their
+  estimate is exactly 0; that shared prefix (mostly the few-shot examples) runs once, without gradients, into
+  TransformerLens's key/value cache, and only the rest runs forward twice and backward once;
+- only END is unembedded (the readout needs the END logits alone);
+- ``mode="path"`` gives the estimate of the paper's path patching: every ``hook_z`` becomes a leaf, so gradients
+  reach the logits only through MLPs and the residual stream (the frozen heads), and only END carries an effect.
+
+AtP* corrections (activation mode). *QK fix*: a head's query or key feeds its attention softmax, whose saturation
+makes the linear estimate fail; for the query node at ``t`` and key node at ``t`` of every head the new attention
+pattern is computed exactly (one row for a query, one column re-normalised in every later row for a key) and only
+the step from the pattern to the metric is linear (AtP* eq. 7-10). These are reported as their own nodes
+(``head_q``, ``head_k``): a head's ``hook_z`` comes after its softmax, so its own estimate needs no fix. *GradDrop*:
+``L`` extra backward passes, each with the gradient through one layer's residual-stream writes dropped; a node's
+score is the mean of the ``|estimate|`` over those passes (AtP* eq. 11), which a cancellation of direct and indirect
+effects cannot hide. It costs ``L`` backward passes, so it is off by default (``grad_drop=True``).
+
+:mod:`circuits.identify.screen` ranks these estimates and re-measures the top ones exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from jaxtyping import Int
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+from transformer_lens.utils import get_act_name
+
+from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.identify.end_layers import check_supported
+from circuits.identify.metrics import Baseline, Metric, get_metric
+from circuits.identify.readouts import Readouts, baseline_of, cat_baselines, first_difference
+from circuits.types import MODES, Mode
+
+
+def readout_of(metric: Metric) -> str:
+    """The END quantity a metric reads: ``logit`` (relative_logit, fraction), ``logit_diff``, ``prob`` or a custom
+    metric's own name."""
+    if metric.logits_fn is not None:
+        return metric.name
+    return {"relative_logit": "logit", "fraction": "logit"}.get(metric.name, metric.name)
+
+
+def _readout_value(name: str, logits: Tensor, answer: Tensor, cf_answer: Tensor, metric: Metric) -> Tensor:
+    rows = torch.arange(len(answer), device=logits.device)
+    if name == "logit":
+        return logits[rows, answer]
+    if name == "logit_diff":
+        return logits[rows, answer] - logits[rows, cf_answer]
+    if name == "prob":
+        return logits.softmax(-1)[rows, answer]
+    return metric.logits_fn(logits).reshape(len(answer))  # type: ignore[misc]
+
+
+class _Gate(torch.autograd.Function):
+    """Identity forward; backward drops the gradient when its layer is the one GradDrop drops."""
+
+    @staticmethod
+    def forward(ctx, x, layer, state):  # type: ignore[override]
+        ctx.layer, ctx.state = layer, state
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):  # type: ignore[override]
+        return (torch.zeros_like(grad) if ctx.state.get("drop") == ctx.layer else grad), None, None
+
+
+def _prefix_cache(model: HookedTransformer, tokens: Tensor, lengths: Tensor) -> TransformerLensKeyValueCache:
+    """The reference run's keys and values of each row's first ``lengths[i]`` tokens (identical in both runs),
+    left-padded to one width with an attention mask (as TransformerLens batches generation). Each distinct prefix
+    runs once, in buckets of similar length (little padding), and the buckets' caches are padded together."""
+    n_max = int(lengths.max())
+    L = model.cfg.n_layers
+    rows = [tuple(tokens[i, : int(lengths[i])].tolist()) for i in range(len(tokens))]
+    distinct = sorted(set(rows), key=len, reverse=True)
+    index = {r: i for i, r in enumerate(distinct)}
+    n_kv = model.cfg.n_key_value_heads or model.cfg.n_heads
+    keys = torch.zeros(L, len(distinct), n_max, n_kv, model.cfg.d_head, dtype=model.cfg.dtype, device=tokens.device)
+    values = torch.zeros_like(keys)
+    mask = torch.zeros(len(distinct), n_max, dtype=torch.long, device=tokens.device)
+    start = 0
+    while start < len(distinct):
+        stop, real = start + 1, len(distinct[start])
+        while stop < len(distinct) and len(distinct[start]) * (stop + 1 - start) <= 1.2 * (real + len(distinct[stop])):
+            real += len(distinct[stop])
+            stop += 1
+        width = len(distinct[start])
+        part = torch.zeros(stop - start, width, dtype=torch.long, device=tokens.device)
+        pmask = torch.zeros_like(part)
+        for j, r in enumerate(distinct[start:stop]):
+            part[j, width - len(r):] = torch.tensor(r, device=tokens.device)
+            pmask[j, width - len(r):] = 1
+        cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, len(part))
+        with torch.no_grad():
+            model(part, past_kv_cache=cache, attention_mask=pmask, stop_at_layer=L)
+        for l, e in enumerate(cache.entries):
+            keys[l, start:stop, n_max - width:] = e.past_keys
+            values[l, start:stop, n_max - width:] = e.past_values
+        mask[start:stop, n_max - width:] = pmask
+        start = stop
+    pick = torch.tensor([index[r] for r in rows], device=tokens.device)
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, len(tokens))
+    for l, e in enumerate(cache.entries):
+        e.past_keys, e.past_values = keys[l, pick], values[l, pick]
+    cache.previous_attention_mask = mask[pick]
+    cache.freeze()
+    return cache
+
+
+def _run_body(model, body: Tensor, cache, hooks: list) -> Tensor:
+    with model.hooks(fwd_hooks=hooks):
+        return model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=model.cfg.n_layers)
+
+
+def _end_logits(model: HookedTransformer, resid: Tensor, ends: Tensor) -> Tensor:
+    """END logits: the final norm, then the unembedding as one matmul (no per-call copy of ``W_U``)."""
+    x = model.ln_final(resid[torch.arange(len(ends), device=resid.device), ends][:, None])[:, 0]
+    return (x @ model.unembed.W_U + model.unembed.b_U).float()
+
+
+def _qk_fix(attn, A: Tensor, G: Tensor, q_ref: Tensor, q_cf: Tensor, k_ref: Tensor, k_cf: Tensor,
+            valid: Tensor) -> tuple[Tensor, Tensor]:
+    """AtP*'s query and key estimates for one layer: ``[row, body_pos, head]`` each.
+
+    ``A``/``G``: the attention pattern and the metric's gradient with respect to it, ``[row, head, body, T]`` with
+    ``T = n_max + body`` key columns (left-padded prefixes, then the body); ``q_*`` ``[row, body, head, d_head]`` and
+    ``k_*`` ``[row, T, kv_head, d_head]`` (rotated, as attention reads them); ``valid`` ``[row, body, T]``: which keys
+    each query sees (causal, not padding)."""
+    A, G = A.float(), G.float()
+    n_max = A.shape[-1] - A.shape[-2]
+    mask = ~valid[:, None]  # [row, 1, body, T]
+    # Query node at j: row j recomputed with the counterfactual query against the reference keys.
+    s_q = attn.calculate_attention_scores(q_cf, k_ref).float().masked_fill(mask, float("-inf"))
+    dq = ((s_q.softmax(-1) - A) * G).sum(-1)  # [row, head, body]
+    # Key node at t: column t of every later row changes by delta; each row re-normalises exactly. Only body keys
+    # differ between the runs, so only those columns are computed.
+    if getattr(attn.cfg, "attn_scores_soft_cap", -1) and attn.cfg.attn_scores_soft_cap > 0:
+        delta = (attn.calculate_attention_scores(q_ref, k_cf[:, n_max:]).float()
+                 - attn.calculate_attention_scores(q_ref, k_ref[:, n_max:]).float())
+    else:  # scores are linear in the key
+        delta = attn.calculate_attention_scores(q_ref, k_cf[:, n_max:] - k_ref[:, n_max:]).float()
+    A_b, G_b, mask_b = A[..., n_max:], G[..., n_max:], mask[..., n_max:]
+    delta = delta.masked_fill(mask_b, 0.0)
+    logit_a = torch.log(A_b.clamp_min(1e-30)) - torch.log1p(-A_b.clamp_max(1 - 1e-7))
+    a_new = torch.sigmoid(logit_a + delta).masked_fill(mask_b, 0.0)
+    others = (A * G).sum(-1, keepdim=True) - A_b * G_b  # sum over the row's other keys
+    mean_others = others / (1 - A_b).clamp_min(1e-12)
+    dk = ((a_new - A_b) * (G_b - mean_others)).masked_fill(mask_b, 0.0).sum(-2)  # [row, head, body]
+    return dq.transpose(1, 2), dk.transpose(1, 2)
+
+
+@dataclass
+class Attribution:
+    """First-order estimates of patching each node, as the change of the readout ``readout`` per pair (float32).
+
+    Positions are offsets from each pair's END (``0`` is END). ``head`` ``[layer, head, offset, pair]``, ``mlp``
+    ``[layer, offset, pair]``, ``head_q``/``head_k`` ``[layer, head, offset, pair]`` (QK-fixed query and key nodes,
+    activation mode), ``neuron`` ``[layer, d_mlp, offset, pair]`` over the first ``neuron.shape[2]`` offsets (every
+    later offset is 0: both prompts agree there). Offsets beyond a pair's prompt are NaN. ``graddrop_*`` hold the
+    GradDrop scores (mean over pairs) when computed.
+    """
+
+    metric: Metric
+    mode: Mode
+    readout: str
+    baseline: Baseline
+    head: Tensor
+    mlp: Tensor
+    neuron: Tensor | None
+    head_q: Tensor | None
+    head_k: Tensor | None
+    ends: Int[Tensor, " pair"]
+    first_diff: Int[Tensor, " pair"]
+    graddrop: dict[str, Tensor] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def view(self, delta: Tensor, baseline: Baseline | None = None) -> Readouts:
+        """Estimated readouts (``baseline + delta``) for the metric; the other readouts NaN."""
+        b = self.baseline if baseline is None else baseline
+        base = {"logit": b.logit, "logit_diff": b.logit_diff, "prob": b.prob, **b.custom}
+        nan = torch.full_like(delta, float("nan"))
+        out = Readouts(nan, nan, nan, {k: nan for k in b.custom})
+        value = base[self.readout] + delta
+        if self.readout in ("logit", "logit_diff", "prob"):
+            setattr(out, self.readout, value)
+        else:
+            out.custom[self.readout] = value
+        return out
+
+    def effect(self, delta: Tensor) -> Tensor:
+        """The metric over pairs for estimates ``delta`` ``[..., offset, pair]`` -> ``[..., offset]`` (pairs that
+        have each offset)."""
+        out = torch.full(delta.shape[:-1], float("nan"))
+        for k in range(delta.shape[-2]):
+            valid = torch.nonzero(self.ends >= k).flatten()
+            if len(valid):
+                base = self.baseline.select(valid)
+                out[..., k] = self.metric.effect(self.view(delta[..., k, valid], base), base)
+        return out
+
+
+@torch.enable_grad()
+def attribute(
+    model: HookedTransformer,
+    pairs: Pairs,
+    metric: str | Metric = "fraction",
+    *,
+    mode: Mode = "activation",
+    neurons: bool = True,
+    qk_fix: bool = True,
+    grad_drop: bool = False,
+    pairs_per_batch: int = 64,
+    progress: bool = True,
+) -> Attribution:
+    """Attribution patching of every head, MLP and neuron at every position (see the module docstring).
+
+    Args:
+        metric: what is estimated: a built-in metric name or a custom :class:`Metric` (its ``logits_fn``).
+        mode: ``"activation"`` (everything downstream recomputes) or ``"path"`` (heads frozen; END only).
+        neurons: also estimate every ``hook_post`` neuron.
+        qk_fix: AtP*'s query and key nodes with the exact softmax (activation mode).
+        grad_drop: AtP*'s GradDrop scores (``n_layers`` extra backward passes).
+        pairs_per_batch: pairs per forward/backward.
+    """
+    import time
+
+    start = time.perf_counter()
+    if mode not in MODES:
+        raise ValueError(f"Unknown mode {mode!r}; accepted: {', '.join(MODES)}")
+    check_supported(model)
+    m = get_metric(metric)
+    name = readout_of(m)
+    custom = [m] if m.logits_fn is not None else []
+    batch = as_batch(pairs, model)
+    cfg = model.cfg
+    L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
+    K = int(batch.end.max()) + 1
+    first = first_difference(batch)
+    Kn = int((batch.end - torch.minimum(first, batch.end)).max()) + 1  # offsets where any pair's prompts differ
+    qk = qk_fix and mode == "activation"
+    head = torch.full((L, H, K, P), float("nan"))
+    mlp = torch.full((L, K, P), float("nan"))
+    neuron = torch.full((L, cfg.d_mlp, Kn, P), float("nan")) if neurons else None
+    head_q = torch.full((L, H, K, P), float("nan")) if qk else None
+    head_k = torch.full((L, H, K, P), float("nan")) if qk else None
+    gd = {"head": torch.zeros(L, H, K), "mlp": torch.zeros(L, K)} if grad_drop else {}
+    if grad_drop and neurons:
+        gd["neuron"] = torch.zeros(L, cfg.d_mlp, Kn)
+    gd_count = torch.zeros(K)
+    # Prefix length per pair: everything before the first difference (both runs agree there).
+    n_pre = torch.minimum(first, batch.end)
+    bases: list[Baseline] = []
+    bar = tqdm(total=P, desc="attribution patching", unit="pair", disable=not progress)
+    for b0 in range(0, P, pairs_per_batch):
+        rows = torch.arange(b0, min(P, b0 + pairs_per_batch), device=batch.end.device)
+        sub = batch.select(rows)
+        out = _attribute_rows(model, sub, n_pre[rows], m, name, custom, mode, neurons, qk, grad_drop)
+        bases.append(out["baseline"])  # type: ignore[arg-type]
+        ends, pres = sub.end.cpu(), n_pre[rows].cpu()
+        for r, i in enumerate(rows.cpu().tolist()):
+            e = int(ends[r])
+            body = e - int(pres[r]) + 1
+            offs = torch.arange(body - 1, -1, -1)  # body position j (absolute n + j) is offset end - n - j
+            head[:, :, : e + 1, i] = 0.0
+            mlp[:, : e + 1, i] = 0.0
+            head[:, :, offs, i] = out["head"][:, r, :body].permute(0, 2, 1)
+            mlp[:, offs, i] = out["mlp"][:, r, :body]
+            if qk:
+                head_q[:, :, : e + 1, i] = 0.0  # type: ignore[index]
+                head_k[:, :, : e + 1, i] = 0.0  # type: ignore[index]
+                head_q[:, :, offs, i] = out["q"][:, r, :body].permute(0, 2, 1)  # type: ignore[index]
+                head_k[:, :, offs, i] = out["k"][:, r, :body].permute(0, 2, 1)  # type: ignore[index]
+            keep = offs < Kn
+            if neurons:
+                neuron[:, :, : min(Kn, e + 1), i] = 0.0  # type: ignore[index]
+                neuron[:, :, offs[keep], i] = out["neuron"][:, r, :body][:, keep].permute(0, 2, 1)  # type: ignore[index]
+            if grad_drop:
+                gd_count[: e + 1] += 1
+                gd["head"][:, :, offs] += out["gd_head"][:, r, :body].permute(0, 2, 1)
+                gd["mlp"][:, offs] += out["gd_mlp"][:, r, :body]
+                if neurons:
+                    gd["neuron"][:, :, offs[keep]] += out["gd_neuron"][:, r, :body][:, keep].permute(0, 2, 1)
+        bar.update(len(rows))
+    bar.close()
+    baseline = cat_baselines(bases)
+    if grad_drop:
+        gd = {k: v / gd_count[: v.shape[-1]].clamp_min(1) for k, v in gd.items()}
+    return Attribution(m, mode, name, baseline, head, mlp, neuron, head_q, head_k, batch.end.cpu(), first.cpu(), gd,
+                       time.perf_counter() - start)
+
+
+def _attribute_rows(model: HookedTransformer, sub: PairBatch, n: Tensor, m: Metric, name: str, custom: list[Metric],
+                    mode: Mode, neurons: bool, qk: bool, grad_drop: bool) -> dict[str, Tensor | Baseline]:
+    """Estimates for pairs whose prompts agree before position ``n[i]``, at body positions ``n[i] + j``:
+    ``[layer, row, body(, ...)]``."""
+    cfg = model.cfg
+    L = cfg.n_layers
+    device = sub.end.device
+    cache = _prefix_cache(model, sub.reference, n)
+    body_len = int((sub.end - n).max()) + 1
+    j = torch.arange(body_len, device=device)
+    src = (n[:, None] + j[None]).clamp_max(sub.reference.shape[1] - 1)
+    ref_body, cf_body = sub.reference.gather(1, src), sub.counterfactual.gather(1, src)
+    body_end = sub.end - n
+    n_max = int(n.max())
+    kcol = torch.arange(n_max + body_len, device=device)
+    # Key column t of row i: padding before n_max - n[i]; query j sits at column n_max + j.
+    valid = (kcol[None, None] >= (n_max - n)[:, None, None]) & (kcol[None, None] <= n_max + j[None, :, None])
+    rotary = cfg.positional_embedding_type == "rotary"
+    q_name = (lambda l: f"blocks.{l}.attn.hook_rot_q") if rotary else (lambda l: get_act_name("q", l))
+    k_name = (lambda l: f"blocks.{l}.attn.hook_rot_k") if rotary else (lambda l: get_act_name("k", l))
+
+    def keep(store: dict, key: str, leaf: bool = False):
+        def hook(act: Tensor, hook):
+            if leaf:  # path mode: a frozen head passes no gradient upstream
+                act = act.detach().requires_grad_(True)
+            store[key] = act
+            return act
+        return hook
+
+    sites = [("z", l) for l in range(L)] + [("mlp_out", l) for l in range(L)] + ([("post", l) for l in range(L)] if neurons else [])
+    cf: dict[str, Tensor] = {}
+    cf_hooks = [(get_act_name(s, l), keep(cf, f"{s}{l}")) for s, l in sites]
+    if qk:
+        cf_hooks += [(q_name(l), keep(cf, f"q{l}")) for l in range(L)] + [(k_name(l), keep(cf, f"k{l}")) for l in range(L)]
+    with torch.no_grad():
+        cf_resid = _run_body(model, cf_body, cache, cf_hooks)
+        cf_logits = _end_logits(model, cf_resid, body_end)
+    cf_answer = cf_logits.argmax(-1)
+
+    ref: dict[str, Tensor] = {}
+    state: dict[str, int | None] = {"drop": None}
+    ref_hooks = [("blocks.0.hook_resid_pre", lambda act, hook: act.detach().requires_grad_(True))]
+    ref_hooks += [(get_act_name(s, l), keep(ref, f"{s}{l}", leaf=(mode == "path" and s == "z"))) for s, l in sites]
+    if qk:
+        ref_hooks += [(q_name(l), keep(ref, f"q{l}")) for l in range(L)] + [(k_name(l), keep(ref, f"k{l}")) for l in range(L)]
+        ref_hooks += [(get_act_name("pattern", l), keep(ref, f"A{l}")) for l in range(L)]
+    if grad_drop:
+        for l in range(L):
+            for s in ("attn_out", "mlp_out"):
+                ref_hooks.append((get_act_name(s, l), lambda act, hook, l=l: _Gate.apply(act, l, state)))
+    ref_resid = _run_body(model, ref_body, cache, ref_hooks)
+    ref_logits = _end_logits(model, ref_resid, body_end)
+    total = _readout_value(name, ref_logits, sub.answer, cf_answer, m).sum()
+    keys = [f"{s}{l}" for s, l in sites] + ([f"A{l}" for l in range(L)] if qk else [])
+    grads = dict(zip(keys, torch.autograd.grad(total, [ref[k] for k in keys], retain_graph=grad_drop, allow_unused=True)))
+
+    def estimates(g: dict[str, Tensor | None]) -> dict[str, Tensor]:
+        def dot(site: str, l: int, reduce: bool) -> Tensor:
+            d = (cf[f"{site}{l}"].float() - ref[f"{site}{l}"].detach().float())
+            gl = g[f"{site}{l}"]
+            prod = d * (gl.float() if gl is not None else torch.zeros_like(d))
+            return prod.sum(-1) if reduce else prod
+        out = {"head": torch.stack([dot("z", l, True) for l in range(L)]).cpu(),
+               "mlp": torch.stack([dot("mlp_out", l, True) for l in range(L)]).cpu()}
+        if neurons:
+            out["neuron"] = torch.stack([dot("post", l, False) for l in range(L)]).cpu()
+        return out
+
+    out: dict[str, Tensor | Baseline] = dict(estimates(grads))
+    if qk:
+        qs, ks = [], []
+        for l in range(L):
+            G = grads[f"A{l}"]
+            G = torch.zeros_like(ref[f"A{l}"]) if G is None else G
+            dq, dk = _qk_fix(model.blocks[l].attn, ref[f"A{l}"].detach(), G, ref[f"q{l}"].detach(), cf[f"q{l}"],
+                             ref[f"k{l}"].detach(), cf[f"k{l}"], valid)
+            qs.append(dq.cpu())
+            ks.append(dk.cpu())
+        out["q"], out["k"] = torch.stack(qs), torch.stack(ks)
+    if grad_drop:
+        acc: dict[str, Tensor] = {}
+        for l in range(L):
+            state["drop"] = l
+            g = dict(zip(keys[: len(sites)], torch.autograd.grad(total, [ref[k] for k in keys[: len(sites)]],
+                                                                 retain_graph=l < L - 1, allow_unused=True)))
+            for k, v in estimates(g).items():
+                acc[k] = acc.get(k, 0) + v.abs()  # type: ignore[operator]
+        for k, v in acc.items():
+            out[f"gd_{k}"] = v / max(L - 1, 1)
+    rows = torch.arange(len(sub), device=ref_resid.device)
+    with torch.no_grad():
+        out["baseline"] = baseline_of(model, sub.answer, ref_resid.detach()[rows, body_end],
+                                      cf_resid[rows, body_end], custom).to("cpu")
+    return out

@@ -1,0 +1,237 @@
+"""Edges: which components feed the key heads and MLPs (path patching to a receiver, Wang et al. 2023a).
+
+An edge ends at a *receiver*: a later head's query, key or value input at END, or an MLP's input at END. Its
+effect is measured as in the original path-patching algorithm:
+
+1. the sender takes its counterfactual value at END while every other head is frozen at its reference value
+   (MLPs recompute), and the receiver's input is recorded -- the END engine's path mode up to the receiver;
+2. the reference run is repeated with only that input replaced (the receiver head's query, key or value, or the
+   MLP's input; the other heads of its layer keep their reference outputs), everything after it recomputing, and
+   the answer is read at END.
+
+Only END changes at any step, so both steps are END-only work: step 1 is the END engine's path-mode pass, run once
+for all receivers; in step 2 the receiver head's new output comes from TransformerLens's own attention module (its
+query, key and value inputs given separately, earlier positions' keys and values from the reference run through
+its key/value cache), and the layers after it are the END engine's activation-mode pieces. Many senders share each
+pass. Tests assert equality with the plain two-run loop of :func:`circuits.identify.plain.edge_plain`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
+from transformer_lens.utils import get_act_name
+
+from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.identify.end_layers import (
+    attention_at_end,
+    attention_output,
+    baseline_from,
+    check_supported,
+    collect_runs,
+    mlp_at_end,
+    readout,
+)
+from circuits.identify.engine import all_components, rows_for_budget
+from circuits.identify.metrics import Baseline, Metric, get_metric
+from circuits.identify.neurons import answer_readout
+from circuits.identify.readouts import Readouts, check_senders
+from circuits.types import Component, Receiver
+
+
+def upstream(sender: Component, receiver: Receiver) -> bool:
+    """Whether ``sender``'s END output can reach ``receiver``'s input: an earlier layer, or (for an MLP receiver) a
+    head of the same layer."""
+    if receiver.channel is not None:
+        return sender.layer < receiver.layer
+    return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
+
+
+def check_edges(model: HookedTransformer, senders: Sequence[Component], receivers: Sequence[Receiver]) -> None:
+    """One clear line for receivers outside the model or upstream of every sender given."""
+    check_senders(model, [r.component for r in receivers])
+    check_senders(model, senders)
+    for r in receivers:
+        if not senders:
+            raise ValueError(f"Receiver {r} has no sender upstream of it (nothing comes before the heads of layer 0); "
+                             "a receiver must come after its sender")
+        if not any(upstream(s, r) for s in senders):
+            first = min(senders, key=lambda s: (s.layer, s.kind == "mlp"))
+            raise ValueError(f"Receiver {r} is upstream of (or level with) every sender (the earliest is {first}); a "
+                             "receiver must come after its sender: a later layer, or for an MLP receiver a head of "
+                             "its own layer")
+
+
+@dataclass
+class EdgeSweep:
+    """Patched END quantities for each (sender, receiver) edge, ``[sender, receiver, pair]`` (NaN where the sender
+    is not upstream of the receiver; ``prob`` NaN unless asked for)."""
+
+    baseline: Baseline
+    senders: list[Component]
+    receivers: list[Receiver]
+    readouts: Readouts
+    custom_metrics: dict[str, Metric] = field(default_factory=dict)
+
+    def metric(self, metric: str | Metric) -> Metric:
+        if isinstance(metric, str) and metric in self.custom_metrics:
+            return self.custom_metrics[metric]
+        return get_metric(metric)
+
+    def effects(self, metric: str | Metric = "fraction") -> Float[Tensor, "sender receiver"]:
+        return self.metric(metric).effect(self.readouts, self.baseline)
+
+    def per_pair(self, metric: str | Metric = "fraction") -> Float[Tensor, "sender receiver pair"]:
+        return self.metric(metric).per_pair(self.readouts, self.baseline)
+
+    def top_senders(self, receiver: Receiver | str, k: int = 5, metric: str | Metric = "fraction") -> list[tuple[Component, float]]:
+        """The ``k`` senders whose edge into ``receiver`` matters most (by the metric's sign)."""
+        r = self.receivers.index(receiver if isinstance(receiver, Receiver) else Receiver.parse_many(receiver)[0])
+        m = self.metric(metric)
+        eff = self.effects(m)[:, r]
+        order = torch.argsort(torch.nan_to_num(eff * m.sign, nan=-float("inf")), descending=True)
+        return [(self.senders[i], float(eff[i])) for i in order[:k].tolist() if not torch.isnan(eff[i])]
+
+    def tensors(self) -> dict:
+        return {**self.readouts.tensors("edge"), "senders": [str(s) for s in self.senders],
+                "receivers": [str(r) for r in self.receivers], "baseline": self.baseline.to_dict()}
+
+    @classmethod
+    def from_tensors(cls, d: dict) -> EdgeSweep:
+        return cls(Baseline.from_dict(d["baseline"]), [Component.parse(s) for s in d["senders"]],
+                   [Receiver.parse_many(r)[0] for r in d["receivers"]], Readouts.from_tensors(d, "edge"))
+
+
+@torch.no_grad()
+def _unrotated_kv(model: HookedTransformer, batch: PairBatch, layers: set[int]) -> dict[int, tuple[Tensor, Tensor]]:
+    """The reference run's ``hook_k`` and ``hook_v`` of ``layers`` (what TransformerLens's key/value cache holds)."""
+    got: dict[str, Tensor] = {}
+    names = [get_act_name(s, l) for l in layers for s in ("k", "v")]
+    model.run_with_hooks(batch.reference, stop_at_layer=max(layers) + 1,
+                         fwd_hooks=[(n, lambda act, hook: got.__setitem__(hook.name, act.detach())) for n in names])
+    return {l: (got[get_act_name("k", l)], got[get_act_name("v", l)]) for l in layers}
+
+
+def _receiver_z(model: HookedTransformer, r: Receiver, x: Tensor, x_ref: Tensor, kv: tuple[Tensor, Tensor],
+                end: Tensor) -> Tensor:
+    """The receiver head's END output ``[sender, pair, d_head]`` when its ``r.channel`` input is ``x`` ``[sender,
+    pair, d_model]`` and its other inputs are the reference ``x_ref`` ``[pair, d_model]``: TransformerLens's
+    attention module on one query, with earlier positions from the reference run's key/value cache (pairs grouped
+    by length, so every cache is exact)."""
+    block = model.blocks[r.layer]
+    S, P, d = x.shape
+    out = torch.empty(S, P, model.cfg.d_head, dtype=x.dtype, device=x.device)
+    inputs = {c: (x if c == r.channel else x_ref[None].expand(S, P, d)) for c in ("q", "k", "v")}
+    keys, values = kv
+    for e in sorted(set(end.tolist())):
+        cols = torch.nonzero(end == e).flatten()
+        got: dict[str, Tensor] = {}
+        entry = TransformerLensKeyValueCacheEntry(past_keys=keys[cols, :e].repeat(S, 1, 1, 1),
+                                                  past_values=values[cols, :e].repeat(S, 1, 1, 1), frozen=True)
+        normed = {c: block.ln1(v[:, cols].reshape(-1, 1, d)) for c, v in inputs.items()}
+        with model.hooks(fwd_hooks=[(get_act_name("z", r.layer), lambda act, hook: got.__setitem__("z", act))]):
+            block.attn(query_input=normed["q"], key_input=normed["k"], value_input=normed["v"], past_kv_cache_entry=entry)
+        out[:, cols] = got["z"][:, 0, r.component.head].reshape(S, len(cols), -1)
+    return out
+
+
+@torch.no_grad()
+def sweep_edges(
+    model: HookedTransformer,
+    pairs: Pairs,
+    receivers: Sequence[Receiver | str] | str,
+    *,
+    senders: Sequence[Component | str] | None = None,
+    metrics: Sequence[str | Metric] = (),
+    prob: bool = False,
+    memory_mb: float = 1024,
+    progress: bool = True,
+) -> EdgeSweep:
+    """Path patching from every sender to every receiver at END (see the module docstring).
+
+    Args:
+        receivers: :class:`~circuits.types.Receiver` values or text (``"20.8"`` = its q, k and v inputs,
+            ``"20.8.q"``, ``"MLP19"``).
+        senders: heads and MLPs (default: every component upstream of some receiver).
+        prob: also read the answer probability (a log-sum-exp over the whole vocabulary per row).
+    """
+    check_supported(model)
+    recv = Receiver.parse_many(receivers)
+    comps = [Component.parse(s) for s in senders] if senders is not None else all_components(model)
+    check_senders(model, [r.component for r in recv])
+    if senders is None:
+        comps = [c for c in comps if any(upstream(c, r) for r in recv)]
+    check_edges(model, comps, recv)
+    comps = sorted(comps, key=Component.sort_key)
+    custom = [m for m in map(get_metric, metrics) if m.logits_fn is not None]
+    batch = as_batch(pairs, model)
+    cfg = model.cfg
+    L, P, device = cfg.n_layers, len(batch), cfg.device
+    runs = collect_runs(model, batch, need_kv=True)
+    base = baseline_from(model, batch.answer.to(device), runs, custom)
+    end = batch.end.to(device)
+    kv = _unrotated_kv(model, batch, {r.layer for r in recv if r.channel})  if any(r.channel for r in recv) else {}
+    out = Readouts.empty((len(comps), len(recv), P), [m.name for m in custom])
+    last = max(r.layer for r in recv)
+    per_chunk = max(1, rows_for_budget(model, P, memory_mb) // 2)
+    bar = tqdm(total=len(comps) * len(recv), desc="edges", unit="edge", disable=not progress)
+    for c0 in range(0, len(comps), per_chunk):
+        chunk = comps[c0 : c0 + per_chunk]
+        # Step 1: the sender patched, other heads frozen, MLPs recomputing (path mode), up to the last receiver.
+        x: Tensor | None = None
+        pre: dict[int, tuple[Tensor, int]] = {}
+        mid: dict[int, tuple[Tensor, int]] = {}
+        for layer in range(chunk[0].layer, last + 1):
+            if x is not None:
+                pre[layer] = (x, x.shape[0])
+                x = x + runs.attn_out[layer][None]
+            heads = [c for c in chunk if c.layer == layer and c.kind == "head"]
+            if heads:
+                idx = torch.tensor([c.head for c in heads], device=device)
+                z = runs.z_ref[layer][None].repeat(len(heads), 1, 1, 1)
+                z[torch.arange(len(heads), device=device), :, idx] = runs.z_cf[layer][:, idx].transpose(0, 1)
+                new = runs.resid_pre[layer][None] + attention_output(model, layer, z)
+                x = new if x is None else torch.cat([x, new])
+            if x is not None:
+                mid[layer] = (x, x.shape[0])
+                x = x + mlp_at_end(model, layer, x)
+            mlps = [c for c in chunk if c.layer == layer and c.kind == "mlp"]
+            if mlps:
+                new = (runs.resid_mid[layer] + runs.mlp_out_cf[layer])[None].expand(len(mlps), -1, -1)
+                x = new if x is None else torch.cat([x, new])
+        # Step 2: per receiver, only its input from step 1; everything after it recomputes (activation mode).
+        for j, r in enumerate(recv):
+            rows = [i for i, c in enumerate(chunk) if upstream(c, r)]
+            if not rows:
+                bar.update(len(chunk))
+                continue
+            state, n = (pre if r.channel else mid).get(r.layer, (None, 0))
+            assert state is not None and n >= len(rows)
+            got = state[torch.tensor(rows, device=device)]
+            if r.channel:
+                zr = _receiver_z(model, r, got, runs.resid_pre[r.layer], kv[r.layer], end)
+                z = runs.z_ref[r.layer][None].repeat(len(rows), 1, 1, 1)
+                z[:, :, r.component.head] = zr.to(z.dtype)
+                y = runs.resid_pre[r.layer][None] + attention_output(model, r.layer, z)
+                y = y + mlp_at_end(model, r.layer, y)
+            else:
+                y = runs.resid_mid[r.layer][None] + mlp_at_end(model, r.layer, got)
+            for layer in range(r.layer + 1, L):
+                y = y + attention_at_end(model, layer, y, runs.keys[layer], runs.values[layer], end)
+                y = y + mlp_at_end(model, layer, y)
+            if prob or custom:
+                values = readout(model, y, base.answer, base.cf_answer, custom)
+            else:
+                values = answer_readout(model, y, base.answer, base.cf_answer)
+            for a, i in enumerate(rows):
+                out.put((c0 + i, j), {k: v[a].cpu() for k, v in values.items()})
+            bar.update(len(chunk))
+    bar.close()
+    return EdgeSweep(base.to("cpu"), comps, recv, out, {m.name: m for m in custom})

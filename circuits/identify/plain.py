@@ -1,0 +1,209 @@
+"""Plain reference implementations of the engines beyond heads at END, one forward (or backward) at a time.
+
+Slow on purpose, written as a TransformerLens user writes them: full prompts, ``run_with_hooks`` /
+``run_with_cache``, one patched forward per node. The tests assert that the fast engines equal them
+(:mod:`~circuits.identify.positions`, :mod:`~circuits.identify.neurons`, :mod:`~circuits.identify.edges`,
+:mod:`~circuits.identify.attribution`), and the benchmarks time them.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch
+from torch import Tensor
+from transformer_lens import HookedTransformer
+from transformer_lens.utils import get_act_name
+
+from circuits.data.pairs import PairBatch
+from circuits.identify.metrics import Metric
+from circuits.types import Component, Mode, Neuron, Receiver
+
+
+def _end_logits(model: HookedTransformer, logits: Tensor, batch: PairBatch) -> Tensor:
+    return logits[torch.arange(len(batch)), batch.end].float()
+
+
+def _run_end(model: HookedTransformer, tokens: Tensor, hooks: list, batch: PairBatch) -> Tensor:
+    """END logits of a hooked forward: every block, then the model's final norm and unembedding at END only (the
+    whole-vocabulary logits of every position would dominate a tiny model's plain loop)."""
+    resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
+    x = resid[torch.arange(len(batch)), batch.end]
+    return model.unembed(model.ln_final(x[:, None]))[:, 0].float()
+
+
+def readouts_of(logits: Tensor, answer: Tensor, cf_answer: Tensor) -> dict[str, Tensor]:
+    rows = torch.arange(len(answer))
+    logit = logits[rows, answer]
+    return {"logit": logit, "logit_diff": logit - logits[rows, cf_answer], "prob": logits.softmax(-1)[rows, answer]}
+
+
+@torch.no_grad()
+def cf_answer_plain(model: HookedTransformer, batch: PairBatch) -> Tensor:
+    return _run_end(model, batch.counterfactual, [], batch).argmax(-1)
+
+
+@torch.no_grad()
+def patch_at_plain(model: HookedTransformer, batch: PairBatch, sender: Component | Neuron, offset: int,
+                   cf_answer: Tensor, mode: Mode = "activation") -> dict[str, Tensor]:
+    """END readouts after patching ``sender`` at position ``end - offset`` of each pair (activation patching; or
+    path patching with every other head frozen)."""
+    rows = torch.arange(len(batch))
+    pos = batch.end - offset
+    names = lambda n: n.endswith(("hook_z", "hook_mlp_out", "hook_post"))  # noqa: E731
+    _, ref = model.run_with_cache(batch.reference, names_filter=names)
+    _, cf = model.run_with_cache(batch.counterfactual, names_filter=names)
+    if isinstance(sender, Neuron):
+        name, index = get_act_name("post", sender.layer), sender.index
+    elif sender.kind == "head":
+        name, index = get_act_name("z", sender.layer), sender.head
+    else:
+        name, index = get_act_name("mlp_out", sender.layer), None
+
+    def patch(act: Tensor, hook) -> Tensor:
+        act = act.clone()
+        if index is None:
+            act[rows, pos] = cf[hook.name][rows, pos]
+        else:
+            act[rows, pos, index] = cf[hook.name][rows, pos, index]
+        return act
+
+    def freeze(z: Tensor, hook) -> Tensor:
+        z = ref[hook.name].clone()
+        if hook.name == name:
+            z[rows, pos, index] = cf[name][rows, pos, index]
+        return z
+
+    hooks = [(name, patch)]
+    if mode == "path":
+        hooks = [(get_act_name("z", l), freeze) for l in range(model.cfg.n_layers)]
+        if not (isinstance(sender, Component) and sender.kind == "head"):  # a head sender is patched by freeze()
+            hooks.append((name, patch))
+    return readouts_of(_run_end(model, batch.reference, hooks, batch), batch.answer, cf_answer)
+
+
+@torch.enable_grad()
+def attribute_plain(model: HookedTransformer, batch: PairBatch, metric: Metric, readout: str,
+                    mode: Mode = "activation", drop_layer: int | None = None) -> dict[str, Tensor]:
+    """Attribution patching as in the TransformerLens demo: full prompts, one forward with gradients, one
+    backward. Returns ``(a_cf - a_ref) . grad`` at absolute positions: ``head [layer, pair, pos, head]``, ``mlp
+    [layer, pair, pos]``, ``neuron [layer, pair, pos, d_mlp]``; and per layer the attention pattern ``A`` and the
+    gradient ``G`` of the readout with respect to it. ``drop_layer``: GradDrop's pass with that layer's residual
+    writes (attention and MLP outputs) passing no gradient."""
+    L = model.cfg.n_layers
+    rows = torch.arange(len(batch))
+    with torch.no_grad():
+        cf_logits, cf = model.run_with_cache(
+            batch.counterfactual, names_filter=lambda n: n.endswith(("hook_z", "hook_mlp_out", "hook_post")))
+    cf_logits = cf_logits.detach()
+    cf_answer = _end_logits(model, cf_logits, batch).argmax(-1)
+    store: dict[str, Tensor] = {}
+
+    def keep(act: Tensor, hook) -> Tensor:
+        if mode == "path" and hook.name.endswith("hook_z"):
+            act = act.detach().requires_grad_(True)
+        store[hook.name] = act
+        return act
+
+    hooks = [("blocks.0.hook_resid_pre", lambda act, hook: act.detach().requires_grad_(True))]
+    hooks += [(get_act_name(s, l), keep) for l in range(L) for s in ("z", "mlp_out", "post", "pattern")]
+    if drop_layer is not None:
+        hooks += [(get_act_name(s, drop_layer), lambda act, hook: act.detach()) for s in ("attn_out", "mlp_out")]
+    logits = model.run_with_hooks(batch.reference, fwd_hooks=hooks)
+    end_logits = logits[rows, batch.end].float()
+    if readout == "logit":
+        value = end_logits[rows, batch.answer]
+    elif readout == "logit_diff":
+        value = end_logits[rows, batch.answer] - end_logits[rows, cf_answer]
+    elif readout == "prob":
+        value = end_logits.softmax(-1)[rows, batch.answer]
+    else:
+        value = metric.logits_fn(end_logits)  # type: ignore[misc]
+    names = [n for n in store if not n.endswith("hook_pattern") or mode == "activation"]
+    grads = dict(zip(names, torch.autograd.grad(value.sum(), [store[n] for n in names], allow_unused=True)))
+    grads = {n: torch.zeros_like(store[n]) if g is None else g for n, g in grads.items()}
+    d = lambda n: (cf[n] - store[n].detach()) * grads[n]  # noqa: E731
+    out = {"head": torch.stack([d(get_act_name("z", l)).sum(-1) for l in range(L)]),
+           "mlp": torch.stack([d(get_act_name("mlp_out", l)).sum(-1) for l in range(L)]),
+           "neuron": torch.stack([d(get_act_name("post", l)) for l in range(L)])}
+    if mode == "activation":
+        out["A"] = [store[get_act_name("pattern", l)].detach() for l in range(L)]
+        out["G"] = [grads[get_act_name("pattern", l)] for l in range(L)]
+    return out
+
+
+@torch.no_grad()
+def edge_caches(model: HookedTransformer, batch: PairBatch) -> tuple:
+    """The reference and counterfactual caches :func:`edge_plain` reads (cache once per batch, as a user would)."""
+    _, ref = model.run_with_cache(batch.reference, names_filter=lambda n: n.endswith(("hook_z", "hook_resid_pre",
+                                                                                   "hook_resid_mid")))
+    _, cf = model.run_with_cache(batch.counterfactual, names_filter=lambda n: n.endswith(("hook_z", "hook_mlp_out")))
+    return ref, cf
+
+
+@torch.no_grad()
+def edge_plain(model: HookedTransformer, batch: PairBatch, sender: Component, receiver: Receiver,
+               cf_answer: Tensor, caches: tuple | None = None) -> dict[str, Tensor]:
+    """Path patching from ``sender`` to ``receiver`` at END, as in Wang et al. (2023a): (1) run the reference with
+    the sender's END output from the counterfactual run and every other head frozen at its reference value (MLPs
+    recompute), and record the receiver's input at END; (2) run the reference with only that input replaced
+    (the other heads of the receiver's layer keep their reference outputs) and everything after it recomputing;
+    read the END logits."""
+    L = model.cfg.n_layers
+    rows, end = torch.arange(len(batch)), batch.end
+    ref, cf = caches or edge_caches(model, batch)
+    r_layer = receiver.layer
+    site = "resid_pre" if receiver.channel else "resid_mid"
+    got: dict[str, Tensor] = {}
+
+    def freeze(z: Tensor, hook, layer: int) -> Tensor:
+        z = ref[hook.name].clone()
+        if sender.kind == "head" and sender.layer == layer:
+            z[rows, end, sender.head] = cf[hook.name][rows, end, sender.head]
+        return z
+
+    def patch_mlp(out: Tensor, hook) -> Tensor:
+        out = out.clone()
+        out[rows, end] = cf[hook.name][rows, end]
+        return out
+
+    hooks = [(get_act_name("z", l), partial(freeze, layer=l)) for l in range(L)]
+    if sender.kind == "mlp":
+        hooks.append((get_act_name("mlp_out", sender.layer), patch_mlp))
+    hooks.append((get_act_name(site, r_layer), lambda act, hook: got.__setitem__("x", act[rows, end].clone())))
+    model.run_with_hooks(batch.reference, fwd_hooks=hooks, stop_at_layer=r_layer + 1)
+    x = got["x"]
+    split, mlp_in = model.cfg.use_split_qkv_input, model.cfg.use_hook_mlp_in
+    try:
+        if receiver.channel:
+            model.set_use_split_qkv_input(True)
+            n_kv = model.cfg.n_key_value_heads or model.cfg.n_heads
+            group = model.cfg.n_heads // n_kv
+            idx = receiver.component.head if receiver.channel == "q" else receiver.component.head // group  # type: ignore[operator]
+
+            def patch_input(act: Tensor, hook) -> Tensor:
+                act = act.clone()
+                act[rows, end, idx] = x.to(act.dtype)
+                return act
+
+            def keep_others(z: Tensor, hook) -> Tensor:  # only the receiver head takes the patched input
+                out = ref[hook.name].clone()
+                out[:, :, receiver.component.head] = z[:, :, receiver.component.head]
+                return out
+
+            hooks = [(f"blocks.{r_layer}.hook_{receiver.channel}_input", patch_input),
+                     (get_act_name("z", r_layer), keep_others)]
+        else:
+            model.set_use_hook_mlp_in(True)
+
+            def patch_mlp_in(act: Tensor, hook) -> Tensor:
+                act = act.clone()
+                act[rows, end] = x.to(act.dtype)
+                return act
+
+            hooks = [(f"blocks.{r_layer}.hook_mlp_in", patch_mlp_in)]
+        end_logits = _run_end(model, batch.reference, hooks, batch)
+    finally:
+        model.set_use_split_qkv_input(split)
+        model.set_use_hook_mlp_in(mlp_in)
+    return readouts_of(end_logits, batch.answer, cf_answer)

@@ -1,0 +1,340 @@
+"""Activation patching at every position (Stolfo et al. 2023), exact and fast.
+
+Patching a component's output at position ``p`` with its value on the counterfactual prompt changes nothing
+before ``p`` (causal attention), so only positions ``p..END`` need recomputing: the engine starts every patched
+row at ``p`` from the reference run's residual stream and runs TransformerLens's own blocks on the suffix
+``p..END`` only, with the keys and values of positions ``< p`` taken from the reference run (TransformerLens's
+key/value cache, exactly as in generation). Many senders share one pass (rows are ``sender x pair``, senders
+join at their own layer), and the answer is read at END with the END engine's readout.
+
+Two more savings, both exact: positions before the first token where reference and counterfactual differ hold
+identical activations in both runs, so a patch there is the unpatched run (filled from the baseline, not
+computed); and pairs of different lengths are aligned from the end: position ``offset`` counts back from END
+(``offset 0`` is END), so the question bodies of prompts with few-shot prefixes of different lengths line up.
+
+Path patching at a position other than END carries nothing to the logits (every head is frozen, so no
+information moves between positions), which is why this engine patches activations; at END it equals
+:func:`circuits.identify.engine.sweep` in activation mode (tests assert both, and equality with
+TransformerLens's ``get_act_patch_attn_head_out_by_pos`` and ``get_act_patch_mlp_out``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
+from transformer_lens.utils import get_act_name
+
+from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.identify.end_layers import check_supported, readout
+from circuits.identify.engine import all_components
+from circuits.identify.metrics import Baseline, Metric, get_metric
+from circuits.identify.readouts import (
+    Readouts,
+    Sender,
+    baseline_of,
+    cat_baselines,
+    check_senders,
+    first_difference,
+    sender_sort_key,
+)
+from circuits.types import Neuron
+
+Node = tuple[Sender, int]  # a sender and an offset from END
+
+
+@dataclass
+class _Runs:
+    """One chunk of pairs: what the suffix passes read (every position, per layer)."""
+
+    resid_pre: list[Tensor]  # [pair, pos, d_model], reference
+    keys: list[Tensor]  # [pair, pos, kv_head, d_head], reference hook_k (unrotated, as TransformerLens caches keys)
+    values: list[Tensor]
+    z_cf: list[Tensor]  # [pair, pos, head, d_head]
+    mlp_cf: list[Tensor]  # [pair, pos, d_model]
+    post_cf: dict[int, Tensor]  # layer -> [pair, pos, d_mlp] (layers with neuron senders)
+    ref_end: Tensor
+    cf_end: Tensor
+
+
+@torch.no_grad()
+def _collect(model: HookedTransformer, batch: PairBatch, neuron_layers: set[int]) -> _Runs:
+    L = model.cfg.n_layers
+    ref: dict[str, Tensor] = {}
+    cf: dict[str, Tensor] = {}
+    rows = torch.arange(len(batch), device=batch.end.device)
+
+    def keep(store: dict, name: str):
+        def hook(act: Tensor, hook) -> None:
+            store[name] = act.detach()
+        return hook
+
+    final = get_act_name("resid_post", L - 1)
+    ref_names = [get_act_name(s, l) for l in range(L) for s in ("resid_pre", "k", "v")] + [final]
+    cf_names = [get_act_name(s, l) for l in range(L) for s in ("z", "mlp_out")] + [final]
+    cf_names += [get_act_name("post", l) for l in sorted(neuron_layers)]
+    model.run_with_hooks(batch.reference, fwd_hooks=[(n, keep(ref, n)) for n in ref_names], stop_at_layer=L)
+    model.run_with_hooks(batch.counterfactual, fwd_hooks=[(n, keep(cf, n)) for n in cf_names], stop_at_layer=L)
+    per = lambda d, site: [d[get_act_name(site, l)] for l in range(L)]  # noqa: E731
+    return _Runs(per(ref, "resid_pre"), per(ref, "k"), per(ref, "v"), per(cf, "z"), per(cf, "mlp_out"),
+                 {l: cf[get_act_name("post", l)] for l in neuron_layers},
+                 ref[final][rows, batch.end], cf[final][rows, batch.end])
+
+
+def _row_bytes(model: HookedTransformer, n_tokens: int, n_cached: int) -> int:
+    cfg = model.cfg
+    n_kv = cfg.n_key_value_heads or cfg.n_heads
+    per_token = cfg.d_model * 8 + (cfg.d_mlp or 4 * cfg.d_model) * 4 + cfg.n_heads * (cfg.d_head * 3 + n_tokens + n_cached)
+    return (n_tokens * per_token + 2 * (n_cached + n_tokens) * n_kv * cfg.d_head) * (torch.finfo(cfg.dtype).bits // 8)
+
+
+def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, pos: Tensor, G: int) -> list:
+    """Hooks that write each new row's sender at suffix position 0 (absolute position ``pos[g]`` of pair
+    ``pairs[g]``) from the counterfactual run; ``new`` holds ``(first_row, sender)``, ``G`` rows (one per pair) each."""
+    by_site: dict[str, list[tuple[Tensor, int | None, int]]] = {}
+    for start, s in new:
+        rows = torch.arange(start, start + G, device=pairs.device)
+        if isinstance(s, Neuron):
+            by_site.setdefault(get_act_name("post", s.layer), []).append((rows, s.index, s.layer))
+        elif s.kind == "head":
+            by_site.setdefault(get_act_name("z", s.layer), []).append((rows, s.head, s.layer))
+        else:
+            by_site.setdefault(get_act_name("mlp_out", s.layer), []).append((rows, None, s.layer))
+    hooks = []
+    for name, items in by_site.items():
+        def hook(act: Tensor, hook, items=items, name=name) -> Tensor:
+            for rows, index, layer in items:
+                if name.endswith("hook_z"):
+                    act[rows, 0, index] = runs.z_cf[layer][pairs, pos, index].to(act.dtype)
+                elif name.endswith("hook_post"):
+                    act[rows, 0, index] = runs.post_cf[layer][pairs, pos, index].to(act.dtype)
+                else:
+                    act[rows, 0] = runs.mlp_cf[layer][pairs, pos].to(act.dtype)
+            return act
+        hooks.append((name, hook))
+    return hooks
+
+
+@torch.no_grad()
+def _suffix_pass(model: HookedTransformer, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
+                 answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
+    """Patched END readouts ``[sender, pair]`` for ``senders`` patched at position ``pos[g]`` of each pair (``k``
+    positions before its END): the suffix ``pos..END`` runs through TransformerLens's blocks over the reference's
+    cached keys and values of the positions before it. Pairs whose suffixes start at different positions share the
+    pass: their caches are left-padded to one width and masked, as TransformerLens batches generation."""
+    L = model.cfg.n_layers
+    G = len(pairs)
+    assert all(a.layer <= b.layer for a, b in zip(senders, senders[1:])), "senders must come in layer order"
+    p_max = int(pos.max())
+    padded = bool((pos != p_max).any())
+    suffix = pos[:, None] + torch.arange(k + 1, device=pos.device)[None]  # [pair, k + 1]
+    cols = torch.arange(p_max, device=pos.device)
+    shift = (p_max - pos)[:, None]
+    keep = cols[None] >= shift  # [pair, p_max]: real cached positions (left padding before them)
+    src = (cols[None] - shift).clamp_min(0)
+    mask = torch.cat([keep.long(), torch.ones(G, k + 1, dtype=torch.long, device=pos.device)], 1) if padded else None
+    x: Tensor | None = None
+    n_rows = 0
+    for layer in range(senders[0].layer, L):
+        new = [s for s in senders if s.layer == layer]
+        starts = []
+        if new:
+            fresh = runs.resid_pre[layer][pairs[:, None], suffix]
+            starts = [(n_rows + i * G, s) for i, s in enumerate(new)]
+            fresh = fresh.repeat(len(new), 1, 1)
+            x = fresh if x is None else torch.cat([x, fresh])
+            n_rows += len(new) * G
+        assert x is not None
+        reps = n_rows // G
+        keys, values = runs.keys[layer][pairs[:, None], src], runs.values[layer][pairs[:, None], src]
+        if padded:
+            keys, values = keys * keep[..., None, None], values * keep[..., None, None]
+        entry = TransformerLensKeyValueCacheEntry(past_keys=keys.repeat(reps, 1, 1, 1),
+                                                  past_values=values.repeat(reps, 1, 1, 1), frozen=True)
+        with model.hooks(fwd_hooks=_patch_hooks(runs, starts, pairs, pos, G)):
+            x = model.blocks[layer](x, past_kv_cache_entry=entry,
+                                    attention_mask=mask.repeat(reps, 1) if mask is not None else None)
+    assert x is not None
+    final = x[:, -1].reshape(len(senders), G, -1)
+    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
+
+
+@dataclass
+class PositionSweep:
+    """Patched END quantities for senders patched at each offset from END, per pair (float32).
+
+    ``heads`` is ``[layer, head, offset, pair]``, ``mlps`` ``[layer, offset, pair]`` and ``neurons``
+    ``[neuron, offset, pair]`` (for ``neuron_list``); ``offset`` counts back from each pair's END (``0`` is END;
+    position ``end - offset``). Offsets beyond a pair's prompt and senders not swept are NaN. ``ends`` and
+    ``first_diff`` give each pair's END and first position where its two prompts differ.
+    """
+
+    baseline: Baseline
+    heads: Readouts
+    mlps: Readouts
+    neurons: Readouts
+    neuron_list: list[Neuron]
+    ends: Int[Tensor, " pair"]
+    first_diff: Int[Tensor, " pair"]
+    custom_metrics: dict[str, Metric] = field(default_factory=dict)
+
+    @property
+    def n_offsets(self) -> int:
+        return self.heads.logit.shape[2]
+
+    def metric(self, metric: str | Metric) -> Metric:
+        if isinstance(metric, str) and metric in self.custom_metrics:
+            return self.custom_metrics[metric]
+        return get_metric(metric)
+
+    def _effect(self, view: Readouts, metric: Metric) -> Tensor:
+        """The metric over the pairs that have each offset: ``[..., offset]``."""
+        out = torch.full(view.logit.shape[:-1], float("nan"))
+        for k in range(view.logit.shape[-2]):
+            valid = torch.nonzero(self.ends >= k).flatten()
+            if len(valid):
+                sub = view.index((..., k, slice(None))).select(valid)
+                out[..., k] = metric.effect(sub, self.baseline.select(valid))
+        return out
+
+    def effects(self, metric: str | Metric = "logit_diff") -> tuple[Float[Tensor, "layer head offset"], Float[Tensor, "layer offset"]]:
+        """Heads ``[layer, head, offset]`` and MLPs ``[layer, offset]`` by ``metric`` (over pairs with that offset)."""
+        m = self.metric(metric)
+        return self._effect(self.heads, m), self._effect(self.mlps, m)
+
+    def neuron_effects(self, metric: str | Metric = "logit_diff") -> Float[Tensor, "neuron offset"]:
+        return self._effect(self.neurons, self.metric(metric))
+
+    def value(self, node: Node, metric: str | Metric) -> float:
+        """One (sender, offset)'s effect."""
+        s, k = node
+        m = self.metric(metric)
+        if isinstance(s, Neuron):
+            view = self.neurons.index((self.neuron_list.index(s),))
+        elif s.kind == "head":
+            view = self.heads.index((s.layer, s.head))
+        else:
+            view = self.mlps.index((s.layer,))
+        return float(self._effect(Readouts(*(t[None] for t in (view.logit, view.logit_diff, view.prob)),
+                                           {c: v[None] for c, v in view.custom.items()}), m)[0, k])
+
+    def tensors(self) -> dict:
+        return {**self.heads.tensors("head"), **self.mlps.tensors("mlp"), **self.neurons.tensors("neuron"),
+                "neuron_list": [list(n) for n in self.neuron_list], "baseline": self.baseline.to_dict(),
+                "ends": self.ends, "first_diff": self.first_diff}
+
+    @classmethod
+    def from_tensors(cls, d: dict) -> PositionSweep:
+        return cls(Baseline.from_dict(d["baseline"]), Readouts.from_tensors(d, "head"), Readouts.from_tensors(d, "mlp"),
+                   Readouts.from_tensors(d, "neuron"), [Neuron(*n) for n in d["neuron_list"]], d["ends"], d["first_diff"])
+
+
+def _plan(senders: Sequence[Sender], offsets: Sequence[int] | None, nodes: Sequence[Node] | None,
+          max_offset: int) -> dict[int, list[Sender]]:
+    if nodes is not None:
+        plan: dict[int, list[Sender]] = {}
+        for s, k in nodes:
+            if not 0 <= int(k) < max_offset:
+                raise ValueError(f"Offset {k} is outside the prompts (accepted: 0..{max_offset - 1}, counted back from END)")
+            plan.setdefault(int(k), [])
+            if s not in plan[int(k)]:
+                plan[int(k)].append(s)
+        return {k: sorted(ss, key=sender_sort_key) for k, ss in plan.items()}  # a pass meets senders in layer order
+    ks = range(max_offset) if offsets is None else [int(k) for k in offsets]
+    for k in ks:
+        if not 0 <= k < max_offset:
+            raise ValueError(f"Offset {k} is outside the prompts (accepted: 0..{max_offset - 1}, counted back from END)")
+    return {k: list(senders) for k in ks}
+
+
+@torch.no_grad()
+def sweep_positions(
+    model: HookedTransformer,
+    pairs: Pairs,
+    *,
+    senders: Sequence[Sender] | None = None,
+    offsets: Sequence[int] | None = None,
+    nodes: Sequence[Node] | None = None,
+    metrics: Sequence[str | Metric] = (),
+    pairs_per_chunk: int = 16,
+    memory_mb: float = 1024,
+    progress: bool = True,
+) -> PositionSweep:
+    """Activation-patch every sender at every offset from END (or the given ``offsets``, or only ``nodes``).
+
+    Args:
+        senders: heads and MLPs (:class:`~circuits.types.Component`) and neurons (:class:`~circuits.types.Neuron`);
+            default every head and MLP.
+        offsets: positions counted back from END (``0`` is END); default all.
+        nodes: explicit ``(sender, offset)`` pairs instead of ``senders x offsets`` (what ``verify`` asks for).
+        metrics: custom metrics (functions of the END logits) to compute besides the built-in readouts.
+        pairs_per_chunk: pairs whose activations are cached at once (memory: every layer and position).
+    """
+    check_supported(model)
+    custom = [m for m in map(get_metric, metrics) if m.logits_fn is not None]
+    batch = as_batch(pairs, model)
+    cfg = model.cfg
+    P = len(batch)
+    K = int(batch.end.max()) + 1
+    senders = sorted(senders if senders is not None else all_components(model), key=sender_sort_key)
+    plan = _plan(senders, offsets, nodes, K)
+    everyone = sorted({s for ss in plan.values() for s in ss}, key=sender_sort_key)
+    check_senders(model, everyone)
+    neuron_list = [s for s in everyone if isinstance(s, Neuron)]
+    names = [m.name for m in custom]
+    heads = Readouts.empty((cfg.n_layers, cfg.n_heads, K, P), names)
+    mlps = Readouts.empty((cfg.n_layers, K, P), names)
+    neurons = Readouts.empty((len(neuron_list), K, P), names)
+    first = first_difference(batch).cpu()
+    ends = batch.end.cpu()
+
+    def where(s: Sender) -> tuple[Readouts, tuple]:
+        if isinstance(s, Neuron):
+            return neurons, (neuron_list.index(s),)
+        return (heads, (s.layer, s.head)) if s.kind == "head" else (mlps, (s.layer,))
+
+    bases = []
+    n_tasks = sum(len(ss) for ss in plan.values()) * P
+    bar = tqdm(total=n_tasks, desc="position patching", unit="patch", disable=not progress)
+    for c0 in range(0, P, pairs_per_chunk):
+        chunk = batch.select(slice(c0, c0 + pairs_per_chunk))
+        runs = _collect(model, chunk, {s.layer for s in neuron_list})
+        base = baseline_of(model, chunk.answer, runs.ref_end, runs.cf_end, custom)
+        bases.append(base.to("cpu"))
+        for k, ss in plan.items():
+            # Every pair whose position END - k lies at or after its first difference (earlier: the unpatched run).
+            members = [i for i in range(len(chunk)) if int(chunk.end[i]) - k >= int(first[c0 + i])]
+            if not members:
+                continue
+            idx = torch.tensor(members, device=cfg.device)
+            pos = chunk.end[idx] - k
+            row_bytes = _row_bytes(model, k + 1, int(pos.max())) * len(members)
+            per_chunk = max(1, int(memory_mb * 2**20 // max(row_bytes, 1)))
+            cols = torch.tensor([c0 + m for m in members])
+            for s0 in range(0, len(ss), per_chunk):
+                part = ss[s0 : s0 + per_chunk]
+                values = _suffix_pass(model, runs, idx, pos, k, part, base.answer[idx], base.cf_answer[idx], custom)
+                for j, s in enumerate(part):
+                    view, where_idx = where(s)
+                    view.put(where_idx + (k, cols), {n: v[j] for n, v in values.items()})
+            bar.update(len(ss) * len(members))
+        bar.update(sum(len(ss) for ss in plan.values()) * len(chunk) - sum(
+            len(ss) * sum(1 for i in range(len(chunk)) if int(chunk.end[i]) - k >= int(first[c0 + i]))
+            for k, ss in plan.items()))
+    bar.close()
+    baseline = cat_baselines(bases)
+    # Patches before the first difference equal the unpatched run.
+    for k, ss in plan.items():
+        pos = ends - k
+        same = torch.nonzero((pos >= 0) & (pos < first)).flatten()
+        if len(same):
+            for s in ss:
+                view, idx = where(s)
+                view.fill_baseline(idx + (k,), baseline, same)
+    return PositionSweep(baseline, heads, mlps, neurons, neuron_list, ends, first, {m.name: m for m in custom})

@@ -1,0 +1,84 @@
+"""How sure a ranking is: bootstrap confidence intervals over prompt pairs for every effect, and which key
+components sit so close to the key rule's threshold that their interval crosses it.
+
+The sweep keeps every patched value per pair (:class:`~circuits.identify.engine.SweepResult`), so an interval is a
+resampling of pairs with replacement, each resample scored by the metric's own aggregate (a mean over pairs, or
+``fraction``'s ratio of means) -- no model is run. The percentile interval of ``n_boot`` resamples is reported.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+
+from circuits.identify.engine import SweepResult
+from circuits.identify.metrics import Metric
+from circuits.identify.readouts import Readouts
+from circuits.identify.rules import KeyRule
+
+
+@dataclass
+class Intervals:
+    """Percentile bootstrap intervals: heads ``[layer, head]`` and MLPs ``[layer]`` (low and high)."""
+
+    head_low: Float[Tensor, "layer head"]
+    head_high: Float[Tensor, "layer head"]
+    mlp_low: Float[Tensor, " layer"]
+    mlp_high: Float[Tensor, " layer"]
+    level: float
+    n_boot: int
+
+    def to_json(self) -> dict:
+        return {"head_ci_low": self.head_low.tolist(), "head_ci_high": self.head_high.tolist(),
+                "mlp_ci_low": self.mlp_low.tolist(), "mlp_ci_high": self.mlp_high.tolist(), "ci_level": self.level,
+                "n_bootstrap": self.n_boot}
+
+
+def views(sweep: SweepResult) -> tuple[Readouts, Readouts]:
+    """The sweep's patched values as metric views: heads ``[layer, head, pair]`` and MLPs ``[layer, pair]``."""
+    heads = Readouts(sweep.head_logit, sweep.head_logit_diff, sweep.head_prob, {k: v[0] for k, v in sweep.custom.items()})
+    mlps = Readouts(sweep.mlp_logit, sweep.mlp_logit_diff, sweep.mlp_prob, {k: v[1] for k, v in sweep.custom.items()})
+    return heads, mlps
+
+
+def bootstrap(sweep: SweepResult, metric: str | Metric, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> Intervals:
+    """Percentile intervals of every head's and MLP's effect over ``n_boot`` resamples of the pairs."""
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be at least 1, got {n_boot}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    m = sweep.metric(metric)
+    heads, mlps = views(sweep)
+    P = sweep.head_logit.shape[-1]
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, P, (n_boot, P), generator=g)
+    hs, ms = [], []
+    for row in idx:
+        base = sweep.baseline.select(row)
+        hs.append(m.effect(heads.select(row), base))
+        ms.append(m.effect(mlps.select(row), base))
+    h, ml = torch.stack(hs), torch.stack(ms)
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2])
+    hq = torch.nanquantile(h.float(), q, dim=0)
+    mq = torch.nanquantile(ml.float(), q, dim=0)
+    return Intervals(hq[0], hq[1], mq[0], mq[1], level, n_boot)
+
+
+def rule_threshold(rule: KeyRule, effects: Tensor, sign: int) -> float:
+    """The value a key rule separates at: its threshold, or for ``topK`` the effect of the first component it leaves
+    out."""
+    if rule.threshold is not None:
+        return float(rule.threshold)
+    flat = effects.flatten()
+    order = torch.argsort(torch.nan_to_num(flat * sign, nan=-math.inf), descending=True)
+    k = rule.top_k or 0
+    return float(flat[order[k]]) if k < len(flat) else float("nan")
+
+
+def crosses(low: float, high: float, threshold: float) -> bool:
+    """Whether an interval reaches the threshold (the selection could go either way)."""
+    return not math.isnan(threshold) and low <= threshold <= high

@@ -1,0 +1,189 @@
+"""Figures of the analyses beyond heads at END: the screen against the exact engine, the information flow over
+positions (Stolfo et al. 2023), neuron concentration and knockout (Nikankin et al. 2025), the circuit graph of
+edges, ablation kinds side by side and key-head stability. Like :mod:`circuits.viz.figures`, each takes tensors or
+lists and returns a ``go.Figure``; diverging scales are centred at 0 and nothing global is changed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from circuits.viz.figures import DIVERGING, _arr, knockout_figure
+
+ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728"}
+
+
+def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequence[str], kinds: Sequence[str],
+                   title: str, metric: str = "effect") -> go.Figure:
+    """Screen estimate (x) against the exact effect (y) of every head and MLP at END, with the diagonal."""
+    s, e = _arr(screen), _arr(exact)
+    fig = go.Figure()
+    for kind, color in (("head", "#1f77b4"), ("mlp", "#d62728")):
+        idx = [i for i, k in enumerate(kinds) if k == kind]
+        fig.add_trace(go.Scatter(x=s[idx], y=e[idx], mode="markers", name=kind + "s", text=[labels[i] for i in idx],
+                                 marker={"color": color, "size": 6, "opacity": 0.7},
+                                 hovertemplate="%{text}<br>screen %{x:.4g}<br>exact %{y:.4g}<extra></extra>"))
+    lo = float(np.nanmin(np.concatenate([s, e]))) if len(s) else 0.0
+    hi = float(np.nanmax(np.concatenate([s, e]))) if len(s) else 1.0
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line={"color": "gray", "dash": "dot"}, name="screen = exact"))
+    fig.update_layout(title=title, xaxis_title=f"screen (attribution patching), {metric}", yaxis_title=f"exact, {metric}")
+    return fig
+
+
+def screen_figure(result: Any) -> go.Figure:
+    """A :class:`~circuits.identify.screen.ScreenResult`: screen vs exact at END (when audited), and the screen's
+    estimates by layer and offset from END (the strongest head of each layer, and each MLP)."""
+    heads, mlps = result.head_effects, result.mlp_effects
+    sign = -1 if result.metric in ("relative_logit", "logit_diff", "prob") else 1
+    L, H, K = heads.shape
+    k_show = min(K, 12)
+    flat = (heads * sign).nan_to_num(-np.inf)
+    best = flat.argmax(1)  # [layer, offset]
+    head_best = heads.gather(1, best[:, None]).squeeze(1)
+    panels = [("strongest head per layer", head_best[:, :k_show], best[:, :k_show]), ("MLP", mlps[:, :k_show], None)]
+    cols = 3 if result.exact_end else 2
+    titles = [p[0] + " (screen)" for p in panels] + (["screen vs exact at END"] if cols == 3 else [])
+    fig = make_subplots(rows=1, cols=cols, subplot_titles=titles, horizontal_spacing=0.08)
+    for c, (name, z, which) in enumerate(panels, 1):
+        zz = _arr(z)
+        m = float(np.nanmax(np.abs(zz))) if zz.size else 1.0
+        text = [[f"head {int(which[l, k])}" for k in range(zz.shape[1])] for l in range(L)] if which is not None else None
+        fig.add_trace(go.Heatmap(z=zz, x=[f"END-{k}" if k else "END" for k in range(zz.shape[1])], y=list(range(L)),
+                                 colorscale=DIVERGING, zmid=0, zmin=-m or -1, zmax=m or 1, showscale=c == 1, text=text,
+                                 hovertemplate="layer %{y}, %{x}<br>%{text}<br>estimate %{z:.4g}<extra></extra>"), 1, c)
+        fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None, row=1, col=c)
+    if cols == 3:
+        ex = result.exact_end
+        labels = [f"{l}.{h}" for l in range(L) for h in range(H)] + [f"MLP{l}" for l in range(L)]
+        kinds = ["head"] * (L * H) + ["mlp"] * L
+        sc = screen_scatter(_arr(heads[..., 0]).ravel().tolist() + _arr(mlps[:, 0]).tolist(),
+                            _arr(ex["heads"]).ravel().tolist() + _arr(ex["mlps"]).tolist(), labels, kinds, "", result.metric)
+        for tr in sc.data:
+            fig.add_trace(tr, 1, 3)
+        fig.update_xaxes(title_text="screen", row=1, col=3)
+        fig.update_yaxes(title_text="exact", row=1, col=3)
+    sp = (result.audit or {}).get("spearman_end")
+    fig.update_layout(title=f"Attribution screen ({result.mode}, {result.metric})" +
+                      (f"; Spearman with the exact END engine {sp:.3f}" if sp is not None else ""), height=max(450, 18 * L + 150))
+    return fig
+
+
+def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, Sequence[int]], title: str,
+                metric: str = "effect", head_index: Any = None) -> go.Figure:
+    """The information flow of Stolfo et al. (2023): activation-patching effect by layer (rows) and position
+    (columns, the prompt's tokens up to END), for attention (the strongest head of each layer) and for the MLPs;
+    the operand and operator positions (from the template roles) are marked."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("attention (strongest head per layer)", "MLP"), horizontal_spacing=0.06)
+    n_layers = _arr(mlps).shape[0]
+    x = [f"{i}:{t!r}" for i, t in enumerate(tokens)]
+    for c, z in enumerate((heads, mlps), 1):
+        zz = _arr(z)
+        m = float(np.nanmax(np.abs(zz))) or 1.0
+        text = ([[f"head {int(head_index[l][k])}" for k in range(zz.shape[1])] for l in range(n_layers)]
+                if c == 1 and head_index is not None else None)
+        fig.add_trace(go.Heatmap(z=zz, x=x, y=list(range(n_layers)), colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m,
+                                 showscale=c == 2, colorbar={"title": metric}, text=text,
+                                 hovertemplate="layer %{y}, token %{x}<br>" + ("%{text}<br>" if text else "") +
+                                 "effect %{z:.4g}<extra></extra>"), 1, c)
+        for role, positions in roles.items():
+            for p in positions:
+                if 0 <= p < len(tokens):
+                    fig.add_vline(x=p, line={"color": ROLE_COLORS.get(role, "black"), "width": 1, "dash": "dot"}, row=1, col=c)
+        fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None, row=1, col=c)
+    for role, color in ROLE_COLORS.items():
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line={"color": color, "dash": "dot"}, name=f"{role} position"))
+    fig.update_layout(title=title, height=max(450, 18 * n_layers + 160), width=max(900, 60 * len(tokens) + 300))
+    return fig
+
+
+def neuron_share_figure(curves: dict[str, Sequence[float]], title: str) -> go.Figure:
+    """For each MLP, the cumulative share of its neurons' important-direction effect against the share of neurons
+    taken, largest first (Nikankin et al.: ~1% of neurons carry most of it)."""
+    fig = go.Figure()
+    for name, cum in curves.items():
+        c = _arr(cum)
+        fig.add_trace(go.Scatter(x=np.arange(1, len(c) + 1) / len(c), y=c, mode="lines", name=name))
+    fig.add_vline(x=0.01, line={"color": "gray", "dash": "dot"})
+    fig.update_layout(title=title, xaxis_title="share of the layer's neurons (largest effects first)", xaxis_type="log",
+                      yaxis_title="share of the summed neuron effect")
+    return fig
+
+
+def neuron_knockout_figure(shares: Sequence[float], top: Sequence[float], random: Sequence[float], whole: float,
+                           none: float, title: str) -> go.Figure:
+    """Accuracy after mean-ablating the top share of neurons of the key MLPs, as many random neurons, and the
+    whole MLPs (as the paper's Figure 3 compares key and random heads)."""
+    x = [100 * s for s in shares]
+    fig = go.Figure([go.Scatter(x=x, y=list(top), mode="lines+markers", name="top neurons by effect", line={"color": "crimson"}),
+                     go.Scatter(x=x, y=list(random), mode="lines+markers", name="random neurons", line={"color": "gray"})])
+    fig.add_hline(y=whole, line={"color": "black", "dash": "dash"}, annotation_text="whole MLPs knocked out")
+    fig.add_hline(y=none, line={"color": "green", "dash": "dot"}, annotation_text="nothing knocked out")
+    fig.update_layout(title=title, xaxis_title="% of each key MLP's neurons knocked out", yaxis_title="accuracy", xaxis_type="log")
+    return fig
+
+
+def circuit_graph(edges: Sequence[tuple], layers: dict[str, float], title: str, metric: str = "effect") -> go.Figure:
+    """A circuit as a layered graph: nodes placed by layer (left to right: senders -> key heads -> MLPs -> logits),
+    edges ``(sender, receiver, value[, channel])`` coloured by sign (red: negative) and sized by magnitude; hover an
+    edge's midpoint for its value and the receiver's input (q, k or v) it enters."""
+    edges = [(e[0], e[1], e[2], e[3] if len(e) > 3 else "") for e in edges]
+    names = list(dict.fromkeys([e[0] for e in edges] + [e[1] for e in edges]))
+    by_x: dict[float, list[str]] = {}
+    for n in names:
+        by_x.setdefault(layers.get(n, 0.0), []).append(n)
+    pos = {}
+    for x, group in by_x.items():
+        for i, n in enumerate(sorted(group)):
+            pos[n] = (x, i - (len(group) - 1) / 2)
+    peak = max((abs(e[2]) for e in edges), default=1.0) or 1.0
+    fig = go.Figure()
+    mids_x, mids_y, mids_t = [], [], []
+    for a, b, v, ch in edges:
+        (x0, y0), (x1, y1) = pos[a], pos[b]
+        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
+                                 line={"width": 1 + 7 * abs(v) / peak, "color": "#d62728" if v < 0 else "#1f77b4"},
+                                 opacity=0.35 + 0.6 * abs(v) / peak))
+        mids_x.append((x0 + x1) / 2)
+        mids_y.append((y0 + y1) / 2)
+        mids_t.append(f"{a} → {b}{' (' + ch + ')' if ch else ''}: {v:+.4g}")
+    fig.add_trace(go.Scatter(x=mids_x, y=mids_y, mode="markers", marker={"size": 4, "color": "rgba(0,0,0,0.15)"},
+                             text=mids_t, hovertemplate="%{text}<extra></extra>", showlegend=False))
+    fig.add_trace(go.Scatter(x=[pos[n][0] for n in names], y=[pos[n][1] for n in names], mode="markers+text", text=names,
+                             textposition="top center", marker={"size": 14, "color": ["#444" if n == "logits" else
+                                                                                      "#ff7f0e" if n.startswith("MLP") else "#2ca02c" for n in names]},
+                             hovertemplate="%{text}<extra></extra>", showlegend=False))
+    fig.update_layout(title=title + f" ({metric}; blue: positive, red: negative)", xaxis_title="layer",
+                      yaxis={"visible": False}, height=600)
+    return fig
+
+
+def ablation_panels(curves: dict[str, dict], title: str = "Figure 3 under each ablation kind") -> go.Figure:
+    """Figure 3's accuracy curves side by side, one panel per ablation kind (mean, zero, resample)."""
+    kinds = list(curves)
+    fig = make_subplots(rows=1, cols=len(kinds), subplot_titles=kinds, shared_yaxes=True)
+    for i, k in enumerate(kinds):
+        c = curves[k]
+        sub = knockout_figure(c["ks"], c["effect_accuracy"], c["random_accuracy"], "accuracy", "")
+        for tr in sub.data:
+            tr.showlegend = i == 0
+            tr.legendgroup = tr.name
+            fig.add_trace(tr, 1, i + 1)
+    fig.update_xaxes(title_text="k heads knocked out")
+    fig.update_yaxes(title_text="accuracy", row=1, col=1)
+    fig.update_layout(title=title)
+    return fig
+
+
+def jaccard_panels(panels: dict[str, tuple[Sequence[str], Any]], title: str) -> go.Figure:
+    """Jaccard overlap of key-head sets, one matrix per panel (e.g. per operation: across seeds or template forms)."""
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=list(panels))
+    for i, (labels, matrix) in enumerate(panels.values()):
+        z = _arr(matrix)
+        fig.add_trace(go.Heatmap(z=z, x=list(labels), y=list(labels), zmin=0, zmax=1, colorscale="Blues",
+                                 text=np.round(z, 2).tolist(), texttemplate="%{text}", showscale=i == 0), 1, i + 1)
+    fig.update_layout(title=title)
+    return fig

@@ -1,0 +1,142 @@
+"""Report sections beyond heads at END: the audited attribution screen, every position, neurons, edges, and how
+sure the ranking is. Each renderer takes the page and the :class:`~circuits.viz.sections.Found` results of its kinds
+and returns HTML (a sentence saying what it shows, the figure, the config), as the other sections do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from circuits.viz.page import Page, _e, _pct, table
+
+
+def _f(x: Any, digits: int = 3) -> str:
+    return "-" if x is None or x != x else f"{x:+.{digits}f}" if isinstance(x, float) else str(x)
+
+
+def screen_section(page: Page, found: list) -> str:
+    out = []
+    for f in found:
+        r = f.result
+        s = r.summary()
+        sec = r.seconds
+        out.append(f"<h3>{_e(s.get('task', ''))}</h3><p class='what'>Attribution patching ({_e(r.mode)} mode, metric "
+                   f"{_e(r.metric)}) estimated every head, MLP and neuron at every position of {len(r.pairs)} pairs in "
+                   f"{sec.get('screen', 0):.0f} s; its top nodes were re-measured exactly (END engine at END, the "
+                   f"per-position engine elsewhere).</p>")
+        if r.audit:
+            a = r.audit
+            out.append(f"<p>Against the exact END engine over all {a.get('n_components')} heads and MLPs: Spearman "
+                       f"<b>{a['spearman_end']:.3f}</b> (heads {a.get('spearman_end_heads', float('nan')):.3f}, MLPs "
+                       f"{a.get('spearman_end_mlps', float('nan')):.3f}).</p>")
+            ns = sorted(int(k.rsplit("_", 1)[1]) for k in a if k.startswith("exact_top10_missed_at_"))
+            out.append(table(["screen's top-N", *map(str, ns)],
+                             [["exact top-10 missed", *[a[f"exact_top10_missed_at_{n}"] for n in ns]],
+                              [f"exact top-5% ({a.get('top5pct_size')}) missed", *[a[f"exact_top5pct_missed_at_{n}"] for n in ns]]]))
+            if a.get("largest_misses"):
+                out.append("<p>Largest misses (exact top-10 outside the screen's top-20, else the largest errors):</p>")
+                out.append(table(["component", "exact", "screen", "exact rank", "screen rank", "why"],
+                                 [[m["component"], _f(m["exact"]), _f(m["screen"]), m["exact_rank"], m["screen_rank"],
+                                   m.get("why", m.get("note", ""))] for m in a["largest_misses"]]))
+        if r.verified:
+            out.append("<p>Verified nodes (offset 0 is END):</p>" + table(
+                ["node", "kind", "screen", "exact"], [[v["node"], v["kind"], _f(v["screen"]), _f(v["exact"])] for v in r.verified[:20]]))
+        out.append(page.figure(r.figure()) + f.config_html())
+    return "".join(out)
+
+
+def positions_section(page: Page, found: list) -> str:
+    out = []
+    for f in found:
+        r = f.result
+        out.append(f"<p class='what'>Activation patching of every head and MLP at every position ({len(r.pairs)} pairs, "
+                   f"exact: only positions from the patch to END recompute, from a cached prefix; {r.seconds:.0f} s), as "
+                   f"Stolfo et al.'s information flow: which layers at which positions carry the operands and operator "
+                   f"to the answer. Dotted lines mark the operand (A, B) and operator positions of the labelling "
+                   f"prompt.</p>")
+        out.append(page.figure(r.figure()) + f.config_html())
+    return "".join(out)
+
+
+def neurons_section(page: Page, found: list) -> str:
+    out = []
+    for f in found:
+        r = f.result
+        rows = [[f"MLP{l}", _pct(s["share_for_50pct"], 1), _pct(s["share_for_80pct"], 1), _pct(s["top1pct_of_total"]),
+                 _f(s["sum_of_neuron_effects"]), _f(s["whole_mlp_effect"])] for l, s in r.shares().items()]
+        out.append(f"<p class='what'>Every neuron of the MLPs below patched alone at END ({r.sweep.mode} patching, "
+                   f"{_e(r.metric)}), as Nikankin et al. ask: what share of a layer's neurons carries most of its "
+                   f"effect, and does knocking out only those neurons do what knocking out the whole MLP does?</p>")
+        out.append(table(["MLP", "neurons for 50%", "neurons for 80%", "top 1% carry", "sum of neuron effects",
+                          "whole MLP effect"], rows))
+        k = r.knockout
+        if k:
+            out.append(table(["knocked out", "accuracy"],
+                             [["nothing", _pct(k["none_accuracy"], 1)], ["whole MLPs", _pct(k["whole_accuracy"], 1)]]
+                             + [[f"top {100 * s:g}% of neurons ({n})", f"{_pct(a, 1)} (random: {_pct(ra, 1)})"]
+                                for s, n, a, ra in zip(k["shares"], k["n_neurons"], k["top_accuracy"], k["random_accuracy"])]))
+        out.append(page.figure(r.figure()) + f.config_html())
+    return "".join(out)
+
+
+def edges_section(page: Page, found: list) -> str:
+    from circuits.identify.edge_result import circuit_figure, edge_summary, receiver_effects_of
+
+    out = []
+    for f in found:
+        r = f.result
+        if f.kind == "identify":
+            if r.edges is None:
+                continue
+            edges, metric = r.edges, r.key_rule.metric
+            fig = circuit_figure(edges, receiver_effects_of(r, edges.receivers, metric), metric,
+                                 f"{r.task}: senders -> receivers -> logits")
+        else:
+            edges, metric, fig = r.edges, r.metric, r.figure()
+        out.append(f"<p class='what'>Path patching from every earlier component into each receiver at END (the "
+                   f"receiver's query, key or value input, or an MLP's input), every other head frozen, as in the "
+                   f"original path-patching algorithm; {len(edges.senders)} senders x {len(edges.receivers)} receivers "
+                   f"({_e(metric)}).</p>")
+        top = edge_summary(edges, metric, 5)
+        out.append(table(["receiver", "strongest senders"], [[k, ", ".join(f"{s} ({v:+.3f})" for s, v in vs)] for k, vs in top.items()]))
+        out.append(page.figure(fig) + f.config_html())
+    return "".join(out) or "<p class='note'>No identify result here was made with --receivers.</p>"
+
+
+def uncertainty_section(page: Page, found: list) -> str:
+    out = []
+    ids = [f for f in found if f.kind == "identify" and f.result.sweep is not None]
+    rows = []
+    for f in ids:
+        r = f.result
+        ci = r.intervals()
+        if ci is None:
+            continue
+        hs, ms = r.uncertain()
+        rows.append([r.task or f.path.name, len(r.key_heads()), ", ".join(map(str, hs)) or "none",
+                     ", ".join(f"MLP{m}" for m in ms) or "none", f"{ci.level:.0%}, {ci.n_boot} resamples"])
+    if rows:
+        out.append("<p class='what'>Bootstrap confidence intervals over prompt pairs for every effect (hover a cell of "
+                   "a heatmap above). Key components whose interval crosses the key rule's threshold could go either way "
+                   "with other pairs: they are marked uncertain (dashed boxes).</p>")
+        out.append(table(["task", "key heads", "uncertain key heads", "uncertain key MLPs", "interval"], rows))
+    for f in (f for f in found if f.kind == "stability"):
+        s = f.result.summary()["per_operation"]
+        out.append("<h3>Stability of the key-head set</h3><p class='what'>Jaccard overlap |A&cap;B|/|A&cup;B| of the key "
+                   "heads found with different seeds (new operands, templates and words) and on each template form alone.</p>")
+        out.append(table(["operation", "mean Jaccard across seeds", "mean Jaccard across forms", "forms"],
+                         [[op, f"{v['mean_jaccard_seeds']:.2f}", f"{v['mean_jaccard_forms']:.2f}", ", ".join(v["forms"])]
+                          for op, v in s.items()]))
+        out.append(page.figure(f.result.figure()) + f.config_html())
+    for f in (f for f in found if f.kind == "ablation_kinds"):
+        r = f.result
+        out.append("<h3>Ablation kinds</h3><p class='what'>Figure 3 with the knocked-out heads replaced by their mean over "
+                   "counterfactual prompts (the paper's), by zero, or by another prompt's counterfactual value "
+                   "(resample): how much of the conclusion depends on the choice.</p>")
+        summ = r.summary()
+        out.append(table(["task", "ablation", "k", "accuracy, none", "key heads out", "random heads out"],
+                         [[t, kind, v["k"], _pct(v["accuracy_none"], 1), _pct(v["accuracy_key_heads"], 1),
+                           _pct(v["accuracy_random_heads"], 1)] for t, by in summ.items() for kind, v in by.items()]))
+        for task in r.curves:
+            out.append(page.figure(r.figure(task)))
+        out.append(f.config_html())
+    return "".join(out) or "<p class='note'>No intervals, stability or ablation-kind results in the inputs.</p>"

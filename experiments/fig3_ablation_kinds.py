@@ -1,0 +1,51 @@
+"""Figure 3 under each ablation kind (issue 11, part 5): the key heads' and random heads' knockout curves with the
+knocked-out outputs replaced by their mean over counterfactual prompts (the paper's), by zero, and by another prompt's
+counterfactual value (resample), side by side, per operation.
+
+Run: ``python experiments/fig3_ablation_kinds.py``; ``--replot`` redraws."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import _common as C
+
+from circuits.config import option
+from circuits.data.templates import OPERATIONS
+from circuits.validate.ablation_kinds import AblationComparison, compare_ablations
+from circuits.viz.figures import write_figure
+
+
+@dataclass(frozen=True)
+class Config(C.KeyHeadConfig):
+    operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
+    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20), help="numbers of heads knocked out")
+    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random orders")
+    kinds: tuple[str, ...] = option(("mean", "zero", "resample"), help="ablation kinds")
+    out: str = option("results/fig3_ablation_kinds")
+
+
+def main(config: Config, model=None) -> AblationComparison:
+    t = C.Timer()
+    model = model or C.model_for(config.model)
+    curves, n = {}, {}
+    for op in config.operations:
+        r = C.identify_result(config, op, model=model)
+        ranking = [h for h, _ in r.ranked()]
+        curves[op] = compare_ablations(model, r.pairs, ranking, [k for k in config.ks if k <= len(ranking)], config.seeds,
+                                       config.kinds)
+        n[op] = len(r.pairs)
+        t(op)
+    result = AblationComparison(config, curves, n)
+    result.save(config.out)
+    return result
+
+
+def plot(result: AblationComparison, out: Path) -> Path:
+    paths = [write_figure(result.figure(task), Path(out) / f"figure-{task}.html") for task in result.curves]
+    return paths[0]
+
+
+if __name__ == "__main__":
+    C.run(Config, main, plot)

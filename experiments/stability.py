@@ -1,0 +1,44 @@
+"""How stable the key-head set is (issue 11, part 5): per operation, the Jaccard overlap of the key heads found with
+different seeds (new operands, templates and words: one identify run each, shared under ``--identify-dir``) and on
+each template form alone (equation, statement, question; from the seed-0 run's per-pair values).
+
+Run: ``python experiments/stability.py [--seeds 0,1,2]``; ``--replot`` redraws. The same as ``circuits stability``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import _common as C
+
+from circuits.config import option
+from circuits.data.templates import OPERATIONS
+from circuits.identify.stability import StabilityResult, stability
+from circuits.viz.figures import write_figure
+
+
+@dataclass(frozen=True)
+class Config(C.KeyHeadConfig):
+    operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
+    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the pairs")
+    out: str = option("results/stability")
+
+
+def main(config: Config, model=None) -> StabilityResult:
+    t = C.Timer()
+    model = model or C.model_for(config.model)
+    results = {}
+    for op in config.operations:
+        results[op] = {s: C.identify_result(config.replace(seed=s), op, model=model) for s in config.seeds}
+        t(op)
+    result = stability(results, config)
+    result.save(config.out)
+    return result
+
+
+def plot(result: StabilityResult, out: Path) -> Path:
+    return write_figure(result.figure(), Path(out) / "figure.html")
+
+
+if __name__ == "__main__":
+    C.run(Config, main, plot)
