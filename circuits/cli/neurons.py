@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.identify.neuron_result import NeuronConfig
 
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("neurons", help="every neuron of the key MLPs patched at END, and their knockout",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, NeuronConfig)
-    p.add_argument("--out", required=True, help="output folder")
+    add_output_arguments(p, "output folder")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_main)
 
@@ -27,7 +28,8 @@ def _main(args: argparse.Namespace) -> int:
     from circuits.identify.neuron_result import run_neurons
 
     config = from_arguments(NeuronConfig, args)
-    r = run_neurons(config, args.out, progress=not args.no_progress)
+    with writing(args.out, "neurons", args.overwrite):
+        r = run_neurons(config, args.out, progress=not args.no_progress)
     for layer, s in r.shares().items():
         print(f"  MLP{layer}: {100 * s['share_for_80pct']:.1f}% of neurons carry 80% of the summed neuron effect; "
               f"top 1% carry {100 * s['top1pct_of_total']:.0f}%")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.identify.position_result import PositionConfig
 
@@ -19,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("positions", help="activation patching at every position, exact (information flow)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, PositionConfig)
-    p.add_argument("--out", required=True, help="output folder")
+    add_output_arguments(p, "output folder")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_main)
 
@@ -28,7 +29,8 @@ def _main(args: argparse.Namespace) -> int:
     from circuits.identify.position_result import run_positions
 
     config = from_arguments(PositionConfig, args)
-    r = run_positions(config, args.out, progress=not args.no_progress)
+    with writing(args.out, "positions", args.overwrite):
+        r = run_positions(config, args.out, progress=not args.no_progress)
     print(f"[{config.task}] {len(r.pairs)} pairs, every head and MLP at every position in {r.seconds:.0f} s -> "
           f"{args.out}/flow.html")
     return 0

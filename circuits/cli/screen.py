@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 
+from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.identify.screen import ScreenConfig
 
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("screen", help="attribution screen of every head, MLP and neuron at every position, verified "
                                       "exactly", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, ScreenConfig)
-    p.add_argument("--out", required=True, help="output folder")
+    add_output_arguments(p, "output folder")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_main)
 
@@ -29,7 +30,8 @@ def _main(args: argparse.Namespace) -> int:
     from circuits.identify.screen import run_screen
 
     config = from_arguments(ScreenConfig, args)
-    r = run_screen(config, args.out, progress=not args.no_progress)
+    with writing(args.out, "screen", args.overwrite):
+        r = run_screen(config, args.out, progress=not args.no_progress)
     s = r.summary()
     print(f"[{config.task}] screen of {len(r.pairs)} pairs in {r.seconds.get('screen', 0):.1f} s"
           + (f"; Spearman with the exact END engine {s['spearman_end']:.3f}; exact top-10 missed by the screen's "

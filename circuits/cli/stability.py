@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.identify.stability import StabilityConfig
 
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stability", help="Jaccard overlap of key heads across seeds and template forms",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, StabilityConfig)
-    p.add_argument("--out", required=True, help="output folder")
+    add_output_arguments(p, "output folder")
     p.set_defaults(func=_main)
 
 
@@ -26,7 +27,8 @@ def _main(args: argparse.Namespace) -> int:
     from circuits.identify.stability import run_stability
 
     config = from_arguments(StabilityConfig, args)
-    r = run_stability(config, args.out)
+    with writing(args.out, "stability", args.overwrite):
+        r = run_stability(config, args.out)
     for op, s in r.summary()["per_operation"].items():
         print(f"  {op}: mean Jaccard across seeds {s['mean_jaccard_seeds']:.2f}, across forms {s['mean_jaccard_forms']:.2f}")
     print(f"-> {args.out}/figure.html")
