@@ -15,7 +15,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from circuits.cli import evaluate, export, finetune, identify, report
+from circuits.threads import configure_threads, prefer_passive_waiting
+
+prefer_passive_waiting()  # before the subcommands import torch, whose OpenMP runtime reads the policy once
+
+from circuits.cli import evaluate, export, finetune, identify, report  # noqa: E402
 
 COMMAND_MODULES = [identify, finetune, evaluate, export, report]
 
@@ -51,6 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = args.debug or os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0")
     launch = distributed.init_from_env()
     try:
+        configure_threads()  # the cores this process may use, or CIRCUITS_THREADS / OMP_NUM_THREADS (docs/speed.md)
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         if debug:
