@@ -137,6 +137,32 @@ class SweepResult:
         m = self.metric(rule.metric)
         return [(i[0], e) for i, e in rule.select(self.effects(m)[1], m.sign)]
 
+    def select(self, idx: Sequence[int]) -> SweepResult:
+        """The same sweep restricted to the pairs ``idx`` (in that order)."""
+        i = torch.as_tensor(list(idx), dtype=torch.long)
+        return SweepResult(
+            mode=self.mode, baseline=self.baseline.select(i),
+            **{f"{k}_{r}": getattr(self, f"{k}_{r}")[..., i] for k in ("head", "mlp") for r in _READOUTS},
+            custom={k: (h[..., i], m[..., i]) for k, (h, m) in self.custom.items()}, custom_metrics=dict(self.custom_metrics),
+        )
+
+    @classmethod
+    def pool(cls, parts: Sequence[SweepResult]) -> SweepResult:
+        """One sweep over the pairs of ``parts`` one after another (same mode and model). Each pair's patched values
+        depend on that pair alone, so this is what a sweep over the pooled pairs computes (up to float rounding
+        from other batch shapes)."""
+        if not parts or len({p.mode for p in parts}) != 1:
+            raise ValueError(f"Pooling needs sweeps of one mode, got {[p.mode for p in parts]}")
+        shared = set.intersection(*(set(p.custom) for p in parts))
+        return SweepResult(
+            mode=parts[0].mode, baseline=_concat([p.baseline for p in parts]),
+            **{f"{k}_{r}": torch.cat([getattr(p, f"{k}_{r}") for p in parts], -1) for k in ("head", "mlp")
+               for r in _READOUTS},
+            custom={k: (torch.cat([p.custom[k][0] for p in parts], -1), torch.cat([p.custom[k][1] for p in parts], -1))
+                    for k in sorted(shared)},
+            custom_metrics={k: parts[0].custom_metrics[k] for k in sorted(shared) if k in parts[0].custom_metrics},
+        )
+
     def tensors(self) -> dict[str, Tensor]:
         """What ``sweep.pt`` stores."""
         out: dict = {f"{k}_{r}": getattr(self, f"{k}_{r}") for k in ("head", "mlp") for r in _READOUTS}
