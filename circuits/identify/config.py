@@ -32,6 +32,10 @@ class IdentifyConfig(Config):
     filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
     dtype: str = option("float32", choices=("float32", "bfloat16", "float16"))
     memory_mb: float = option(1024, help="working-memory budget of the sweep")
+    prob: str = option("key", choices=("key", "all"),
+                       help="the answer probability after patching (a log-sum-exp over the vocabulary per patched row) "
+                            "for the key heads and MLPs only, in a second small pass, or for every component; "
+                            "NaN elsewhere (always 'all' when the key rule's metric is prob)")
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -40,6 +44,8 @@ class IdentifyConfig(Config):
             raise ValueError(f"Unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: float32, bfloat16, float16")
+        if self.prob not in ("key", "all"):
+            raise ValueError(f"prob must be 'key' or 'all', got {self.prob!r}")
         if not self.memory_mb > 0:
             raise ValueError(f"memory_mb must be positive, got {self.memory_mb}")
         KeyRule.parse(self.key_rule)

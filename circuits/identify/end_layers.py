@@ -202,6 +202,18 @@ def end_logits(model: HookedTransformer, x: Float[Tensor, "row d_model"]) -> Flo
     return apply_softcap(logits, model.cfg.output_logits_soft_cap).float()
 
 
+def token_logits(model: HookedTransformer, x: Float[Tensor, "sender pair d_model"], tokens: Int[Tensor, " pair"]
+                 ) -> Float[Tensor, "sender pair"]:
+    """The logit of one token per pair (``tokens[p]`` for every row of pair ``p``) from final END residuals: the final
+    norm, two columns' worth of the unembedding instead of the whole vocabulary, and the soft-cap (float32). Equal
+    to indexing :func:`end_logits` up to float rounding (a dot product instead of a matrix product)."""
+    S, P, d = x.shape
+    xn = model.ln_final(x.reshape(S * P, 1, d)).reshape(S, P, d)
+    w = model.unembed.W_U.T[tokens]  # [pair, d_model]
+    logits = torch.einsum("spd,pd->sp", xn, w.to(xn.dtype)) + model.unembed.b_U[tokens].to(xn.dtype)
+    return apply_softcap(logits, model.cfg.output_logits_soft_cap).float()
+
+
 def readout(
     model: HookedTransformer,
     x: Float[Tensor, "sender pair d_model"],
@@ -209,25 +221,31 @@ def readout(
     cf_answer: Int[Tensor, " pair"],
     custom: Sequence[Metric] = (),
     rows_per_chunk: int = 4096,
+    *,
+    prob: bool = True,
 ) -> dict[str, Tensor]:
     """END quantities of final residuals ``x``: answer logit, logit difference to ``cf_answer``, answer
     probability and each custom metric's ``logits_fn`` (all ``[sender, pair]``, float32).
 
-    Uses the model's own final norm, unembedding and soft-cap (:func:`end_logits`). The probability
-    needs a log-sum-exp over the whole vocabulary, so rows are unembedded in chunks of whole senders."""
+    The logit and the logit difference read two columns of the unembedding (:func:`token_logits`), the same way for
+    every row, patched or not. The probability needs a log-sum-exp over the whole vocabulary (the unembedding of
+    every row: as many FLOPs as the END-only MLPs of a sweep), so it is computed only with ``prob`` (else NaN) or
+    where custom metrics need the logits anyway; then rows are unembedded in chunks of whole senders."""
     S, P, _ = x.shape
+    logit = token_logits(model, x, answer)
+    out = {"logit": logit, "logit_diff": logit - token_logits(model, x, cf_answer)}
+    if not prob and not custom:
+        out["prob"] = torch.full_like(logit, float("nan"))
+        return out
     per = max(1, rows_per_chunk // P)
-    parts: dict[str, list[Tensor]] = {"logit": [], "logit_diff": [], "prob": [], **{m.name: [] for m in custom}}
-    idx = torch.arange(P, device=x.device)
+    parts: dict[str, list[Tensor]] = {"prob": [], **{m.name: [] for m in custom}}
     for s in range(0, S, per):
         logits = end_logits(model, x[s : s + per]).reshape(-1, P, model.cfg.d_vocab)  # [sender, pair, vocab]
-        logit = logits[:, idx, answer]
-        parts["logit"].append(logit)
-        parts["logit_diff"].append(logit - logits[:, idx, cf_answer])
-        parts["prob"].append((logit - logits.logsumexp(-1)).exp())
+        parts["prob"].append((logit[s : s + per] - logits.logsumexp(-1)).exp())
         for m in custom:
             parts[m.name].append(torch.stack([m.logits_fn(row).float().reshape(P) for row in logits]))  # type: ignore[misc]
-    return {k: torch.cat(v) for k, v in parts.items()}
+    out.update({k: torch.cat(v) for k, v in parts.items()})
+    return out
 
 
 def baseline_from(model: HookedTransformer, answer: Tensor, runs: Runs, custom: Sequence[Metric] = ()) -> Baseline:

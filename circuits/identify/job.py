@@ -27,9 +27,11 @@ from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
 from circuits.identify.engine import SweepResult, sweep
 from circuits.identify.result import IdentifyResult
+from circuits.identify.rules import KeyRule
 from circuits.io import read_json
 from circuits.models.loading import load_model
 from circuits.results import MARKER
+from circuits.types import Component
 
 
 def identify(
@@ -49,8 +51,16 @@ def identify(
         stats = pairs.stats()
         pairs = pairs.pairs
     pairs = list(pairs)
-    result = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress)  # type: ignore[arg-type]
+    rule = KeyRule.parse(config.key_rule)
+    prob = True if config.prob == "all" or rule.metric == "prob" else (lambda swept: key_components(swept, rule))
+    result = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress,  # type: ignore[arg-type]
+                   prob=prob)
     return IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
+
+
+def key_components(swept: SweepResult, rule: KeyRule) -> list[Component]:
+    """The heads and MLPs ``rule`` selects in ``swept``."""
+    return [Component("head", *h) for h, _ in swept.key_heads(rule)] + [Component.mlp(l) for l, _ in swept.key_mlps(rule)]
 
 
 def finished(folder: Path, config: IdentifyConfig) -> bool:

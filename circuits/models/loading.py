@@ -185,6 +185,15 @@ def store_as_used(model: HookedTransformer) -> HookedTransformer:
     return model
 
 
+@torch.no_grad()
+def store_contiguous(model: HookedTransformer) -> HookedTransformer:
+    """Undo :func:`store_as_used` (every parameter contiguous), for what needs that, such as FSDP's sharding."""
+    for param in model.parameters():
+        if not param.is_contiguous():
+            param.data = param.data.contiguous()
+    return model
+
+
 # --- conversion -------------------------------------------------------------------------------
 
 

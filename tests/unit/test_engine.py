@@ -187,3 +187,26 @@ def test_bad_component_and_mode_are_rejected(tiny_llama, tokenizer):
         sweep(tiny_llama, batch, "path", components=[Component("head", 0, 99)], progress=False)
     with pytest.raises(ValueError, match="Unknown mode"):
         sweep(tiny_llama, batch, "resample", progress=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["path", "activation"])
+def test_probability_only_where_asked(tiny_llama, tokenizer, mode):
+    """prob=False reads two unembedding columns (prob NaN); prob=fn fills the probability of the components fn picks
+    from the finished sweep in a second pass; the logits and the picked probabilities equal a full sweep's."""
+    batch = PairBatch.from_pairs(_pairs(tokenizer, 4), pad_token_id=0)
+    full = sweep(tiny_llama, batch, mode, progress=False)
+    none = sweep(tiny_llama, batch, mode, progress=False, prob=False)
+    picked = [Component("head", 1, 2), Component("head", 0, 1), Component.mlp(2)]
+    some = sweep(tiny_llama, batch, mode, progress=False, prob=lambda r: picked if r.head_prob.isnan().all() else [])
+    for r in (none, some):
+        torch.testing.assert_close(r.head_logit, full.head_logit, atol=0, rtol=0)
+        torch.testing.assert_close(r.mlp_logit_diff, full.mlp_logit_diff, atol=0, rtol=0)
+    assert none.head_prob.isnan().all() and none.mlp_prob.isnan().all()
+    assert not full.head_prob.isnan().any()
+    for c in picked:
+        mine, ref = (some.head_prob[c.layer, c.head], full.head_prob[c.layer, c.head]) if c.kind == "head" \
+            else (some.mlp_prob[c.layer], full.mlp_prob[c.layer])
+        torch.testing.assert_close(mine, ref, atol=1e-6, rtol=0)
+    assert int((~some.head_prob.isnan()).sum()) == 2 * len(batch) and int((~some.mlp_prob.isnan()).sum()) == len(batch)
+    # The baseline always has the probability.
+    assert not none.baseline.prob.isnan().any() and not none.baseline.cf_prob.isnan().any()

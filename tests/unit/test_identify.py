@@ -94,7 +94,11 @@ def test_run_identify_writes_resumes_and_pools(tiny_llama, tmp_path, capsys):
     fresh = sweep(tiny_llama, pooled.pairs, config.mode, progress=False)
     for name, value in fresh.tensors().items():
         if isinstance(value, torch.Tensor):
-            torch.testing.assert_close(pooled.sweep.tensors()[name], value, atol=1e-4, rtol=1e-4, equal_nan=True)
+            mine = pooled.sweep.tensors()[name]
+            if name.endswith("_prob"):  # computed for each operation's key components only, NaN elsewhere
+                assert name == "mlp_prob" or (mine.isnan().any() and not mine.isnan().all())
+                mine, value = mine[~mine.isnan()], value[~mine.isnan()]
+            torch.testing.assert_close(mine, value, atol=1e-4, rtol=1e-4)
     for name, value in fresh.baseline.to_dict().items():
         if isinstance(value, torch.Tensor):
             torch.testing.assert_close(getattr(pooled.sweep.baseline, name), value, atol=1e-4, rtol=1e-4)
