@@ -24,6 +24,7 @@ from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch
 from circuits.identify.metrics import Baseline, Metric
+from circuits.models.forward import end_residuals, shared_prefix_lengths
 
 # --- the reference and counterfactual runs ----------------------------------------------------
 
@@ -58,9 +59,48 @@ def _store_full(store: dict, name: str):
     return hook
 
 
+# Rows sharing at least this many leading tokens (a template's few-shot examples) run them once (path mode).
+SHARED_PREFIX_MIN = 16
+
+
+def _end_activations(model: HookedTransformer, tokens: Tensor, end: Tensor, names: Sequence[str]) -> dict[str, Tensor]:
+    """Each hook's activation at each row's END (``[row, ...]``), rows that share a prefix running it once into a
+    key/value cache (:func:`circuits.models.forward.end_residuals`): END activations need no padding and no
+    recomputation of a template's few-shot examples for every pair."""
+    rows = [tokens[i, : int(end[i]) + 1].tolist() for i in range(len(end))]
+    store: dict[str, Tensor] = {}
+
+    def row_hooks(chunk: list[int], ends: Tensor) -> list:
+        def gather(name: str):
+            def hook(act: Tensor, hook) -> None:
+                values = act[torch.arange(act.shape[0], device=act.device), ends.to(act.device)].detach()
+                if name not in store:
+                    store[name] = values.new_empty((len(rows), *values.shape[1:]))
+                store[name][torch.tensor(chunk, device=values.device)] = values
+
+            return hook
+
+        return [(n, gather(n)) for n in names]
+
+    end_residuals(model, rows, shared_prefix_lengths(rows, SHARED_PREFIX_MIN), row_hooks=row_hooks)
+    return store
+
+
 @torch.no_grad()
 def collect_runs(model: HookedTransformer, batch: PairBatch, need_kv: bool) -> Runs:
+    """The END activations of the reference and counterfactual runs the engine reads (and, with ``need_kv``, the
+    reference's keys and values at every position). Without keys and values, prompts that share a prefix run it once."""
     L = model.cfg.n_layers
+    if not need_kv:
+        final = get_act_name("resid_post", L - 1)
+        ref_names = [get_act_name(site, l) for l in range(L) for site in ("resid_pre", "resid_mid", "attn_out", "z")]
+        cf_names = [get_act_name(site, l) for l in range(L) for site in ("z", "mlp_out")]
+        ref = _end_activations(model, batch.reference, batch.end, [*ref_names, final])
+        cf = _end_activations(model, batch.counterfactual, batch.end, [*cf_names, final])
+        stack = lambda d, site: [d[get_act_name(site, l)] for l in range(L)]  # noqa: E731
+        return Runs(resid_pre=stack(ref, "resid_pre"), resid_mid=stack(ref, "resid_mid"), attn_out=stack(ref, "attn_out"),
+                    z_ref=stack(ref, "z"), z_cf=stack(cf, "z"), mlp_out_cf=stack(cf, "mlp_out"), keys=[], values=[],
+                    ref_end_resid=ref[final], cf_end_resid=cf[final])
     end = batch.end.to(model.cfg.device)
     ref: dict[str, Tensor] = {}
     cf: dict[str, Tensor] = {}

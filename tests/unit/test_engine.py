@@ -210,3 +210,25 @@ def test_probability_only_where_asked(tiny_llama, tokenizer, mode):
     assert int((~some.head_prob.isnan()).sum()) == 2 * len(batch) and int((~some.mlp_prob.isnan()).sum()) == len(batch)
     # The baseline always has the probability.
     assert not none.baseline.prob.isnan().any() and not none.baseline.cf_prob.isnan().any()
+
+
+def test_runs_with_shared_prefixes_equal_full_forwards(tiny_mistral, tokenizer):
+    """Path mode reads END activations from runs where a template's shared few-shot prefix runs once; they equal the
+    full forwards' (activation mode's runs, which keep every position)."""
+    from circuits.identify.end_layers import SHARED_PREFIX_MIN, collect_runs
+    from circuits.models.forward import shared_prefix_lengths
+
+    from circuits.data.pairs import few_shot_prefixes
+
+    rng = random.Random(1)
+    templates = (FIGURE8["addition"][0], FIGURE10[1])
+    prefixes = {t.id: few_shot_prefixes(t, tokenizer, rng) for t in templates}
+    pairs = [render_pair(t, a, b, tokenizer, rng, prefixes=prefixes[t.id]) for t in templates for a, b in ((1, 2), (3, 4), (2, 2))]
+    assert all(n >= SHARED_PREFIX_MIN for n in shared_prefix_lengths([p.reference_token_ids for p in pairs], SHARED_PREFIX_MIN))
+    batch = PairBatch.from_pairs(pairs, pad_token_id=0)
+    shared, full = collect_runs(tiny_mistral, batch, need_kv=False), collect_runs(tiny_mistral, batch, need_kv=True)
+    for name in ("resid_pre", "resid_mid", "attn_out", "z_ref", "z_cf", "mlp_out_cf"):
+        for a, b in zip(getattr(shared, name), getattr(full, name)):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=name)
+    torch.testing.assert_close(shared.ref_end_resid, full.ref_end_resid, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared.cf_end_resid, full.cf_end_resid, atol=1e-5, rtol=1e-5)
