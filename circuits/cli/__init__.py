@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error (also: CIRCUITS_DEBUG=1), for bug reports")
+    parser.add_argument("--timings", metavar="FILE",
+                        help="add the command's seconds per stage (load, candidates, filtering, sweep, write, report) "
+                             "to FILE (JSON; summed over commands) and print the table of all it holds")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.register(sub)
@@ -48,7 +51,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Every error is one line on stderr and exit code 2 (a traceback only with ``--debug`` or
     ``CIRCUITS_DEBUG=1``); an interrupted job says how to resume, exit code 130. Under ``torchrun`` the process
     group is started here, and only rank 0 prints an error (one line, not one per rank)."""
-    from circuits import distributed
+    import torch
+
+    from circuits import distributed, timing
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -56,7 +61,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     launch = distributed.init_from_env()
     try:
         configure_threads()  # the cores this process may use, or CIRCUITS_THREADS / OMP_NUM_THREADS (docs/speed.md)
-        return int(args.func(args) or 0)
+        with timing.recording() as stages:
+            code = int(args.func(args) or 0)
+        if args.timings and distributed.is_main():
+            total = timing.add_to_file(args.timings, stages.seconds)
+            print(f"Time per stage, {torch.get_num_threads()} threads ({args.timings}):\n{timing.table(total)}")
+        return code
     except KeyboardInterrupt:
         if debug:
             raise

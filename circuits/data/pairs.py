@@ -33,6 +33,7 @@ from circuits.data.templates import (
     templates_for,
 )
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
+from circuits.timing import stage
 
 FewShot = Literal["auto", "on", "off"]
 PrefixPolicy = Literal["keep", "counterfactual"]
@@ -481,7 +482,8 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
     templates = templates_for(config.task)
     pools = {}
     for t in templates:
-        ops = candidate_operands(t, tokenizer, *config.operand_range)
+        with stage("candidates"):
+            ops = candidate_operands(t, tokenizer, *config.operand_range)
         rng.shuffle(ops)
         pools[t.id] = ops
     if not any(pools.values()):
@@ -521,15 +523,17 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
         rate = max(correct / seen, 0.05) if seen else 0.8
         size = int(min(256, max(16, need / rate * 1.2))) if config.filter_correct else need
         batch_pairs = []
-        for t, (a, b) in order[start : start + size]:
-            try:
-                batch_pairs.append(render_pair(t, a, b, tokenizer, rng, few_shot=few_shot, prefixes=prefixes.get(t.id)))
-            except PromptError as err:
-                skipped.append(f"{t.id} ({a}, {b}): {err}")
+        with stage("candidates"):
+            for t, (a, b) in order[start : start + size]:
+                try:
+                    batch_pairs.append(render_pair(t, a, b, tokenizer, rng, few_shot=few_shot, prefixes=prefixes.get(t.id)))
+                except PromptError as err:
+                    skipped.append(f"{t.id} ({a}, {b}): {err}")
         start += size
         if not batch_pairs:
             continue
-        probs = pair_logits(model, batch_pairs).softmax(-1)
+        with stage("filtering"):
+            probs = pair_logits(model, batch_pairs).softmax(-1)
         answer = torch.tensor([p.answer_token_id for p in batch_pairs])
         p_ans = probs[torch.arange(len(batch_pairs)), answer]
         hit = probs.argmax(-1) == answer
@@ -548,7 +552,8 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
             "are left. Try a few-shot prefix (few_shot='on'), other templates, or filter_correct=False."
         )
     # The counterfactual check runs on the pairs kept: does X_c still yield the answer?
-    cf_probs = pair_logits(model, kept, "counterfactual").softmax(-1)
+    with stage("filtering"):
+        cf_probs = pair_logits(model, kept, "counterfactual").softmax(-1)
     answer = torch.tensor([p.answer_token_id for p in kept])
     cf_p = cf_probs[torch.arange(len(kept)), answer]
     cf_hit = (cf_probs.argmax(-1) == answer).float()

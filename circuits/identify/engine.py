@@ -60,6 +60,7 @@ from circuits.identify.end_layers import (
 from circuits.identify.metrics import Baseline, Metric, get_metric
 from circuits.models.devices import layer_device, output_device
 from circuits.identify.rules import DEFAULT_KEY_RULE, KeyRule, Ranked, rank
+from circuits.timing import timed
 from circuits.types import MODES, Component, Head, Mode
 
 _READOUTS = ("logit", "logit_diff", "prob")
@@ -225,6 +226,7 @@ def _item_cost(model: HookedTransformer, blocks: list[slice], item: tuple[int, l
     return float((block.stop - block.start) * sum(model.cfg.n_layers - c.layer for c in item[1]))
 
 
+@timed("sweep")
 @torch.no_grad()
 def sweep(
     model: HookedTransformer,

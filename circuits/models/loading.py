@@ -38,6 +38,7 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuits.io import atomic_dir, write_json
+from circuits.timing import timed
 from circuits.models.embedded import EMBEDDED, embedded_model
 from circuits.models.sources import (  # noqa: F401  (load_hf_reference, load_tokenizer: importable from here too)
     ModelLoadError,
@@ -92,6 +93,7 @@ def is_official_name(name: str) -> bool:
     return name.lower() in make_model_alias_map()
 
 
+@timed("load")
 def load_model(
     name_or_path: str | os.PathLike = "smollm2",
     *,
