@@ -30,9 +30,11 @@ install: $(STAMP)
 	done
 
 # Ends with one offline HTML page of what it computed (plus any figure/table results already in results/).
+# Ends with the seconds per stage of both commands (results/.demo/timings.json; docs/speed.md).
 demo: $(STAMP)
-	$(BIN)/circuits identify --model smollm2 --task all --pairs 64 --out results/identify
-	$(BIN)/circuits report results/identify $(wildcard results/fig*/ results/table*/) --out results/report.html
+	rm -f results/.demo/timings.json
+	$(BIN)/circuits --timings results/.demo/timings.json identify --model smollm2 --task all --pairs 64 --out results/identify
+	$(BIN)/circuits --timings results/.demo/timings.json report results/identify $(wildcard results/fig*/ results/table*/) --out results/report.html
 
 # The report alone, from everything under results/ (no model is run).
 report: $(STAMP)

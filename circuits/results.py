@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from circuits.io import OutputError, atomic_dir, read_json, to_jsonable, write_json
+from circuits.timing import timed
 
 MARKER = "circuits.json"
 R = TypeVar("R", bound="Result")
@@ -163,6 +164,7 @@ class Result:
         cfg = to_jsonable(self.config)
         return cfg if isinstance(cfg, dict) else {"config": cfg}
 
+    @timed("write")
     def save(self, folder: str | Path, *, overwrite: bool = False) -> Path:
         """Write the result into ``folder`` atomically (a finished folder replaces the old one at once).
 

@@ -19,13 +19,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from circuits.config import Config, add_arguments, from_arguments, option
-from circuits.distributed import init_from_env, is_main
-from circuits.data.pairs import PromptPair, build_pairs
-from circuits.identify import IdentifyConfig, IdentifyResult, run_identify
-from circuits.identify.job import finished
-from circuits.models import load_model
-from circuits.results import Result, load_result
+from circuits.threads import configure_threads, prefer_passive_waiting
+
+prefer_passive_waiting()  # before torch is imported (docs/speed.md)
+
+from circuits.config import Config, add_arguments, from_arguments, option  # noqa: E402
+from circuits.distributed import init_from_env, is_main  # noqa: E402
+from circuits.data.pairs import PromptPair, build_pairs  # noqa: E402
+from circuits.identify import IdentifyConfig, IdentifyResult, run_identify  # noqa: E402
+from circuits.identify.job import finished  # noqa: E402
+from circuits.models import load_model  # noqa: E402
+from circuits.results import Result, load_result  # noqa: E402
 
 
 @functools.lru_cache(maxsize=2)
@@ -98,6 +102,8 @@ def run(config_cls: type[Config], main: Callable[..., Result], plot: Callable[[R
     # Under torchrun the sweeps and knockout curves split their work across ranks; rank 0 writes (docs/scale.md).
     launch = init_from_env()
     try:
+        if not args.replot:
+            configure_threads()
         result = load_result(out) if args.replot else main(config)
         path = plot(result, out) if is_main() else out
     finally:

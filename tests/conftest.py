@@ -20,6 +20,8 @@ for path in (ROOT / "tests", ROOT / "experiments", ROOT / "benchmarks"):
 
 # One place sets the thread count: two cores, often shared with other jobs (CIRCUITS_TEST_THREADS overrides).
 torch.set_num_threads(int(os.environ.get("CIRCUITS_TEST_THREADS", "2")))
+# The command line and figure scripts (run in-process or as subprocesses) keep that count (circuits.threads).
+os.environ.setdefault("CIRCUITS_THREADS", str(torch.get_num_threads()))
 
 
 @pytest.fixture(scope="session")

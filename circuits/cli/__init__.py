@@ -15,7 +15,11 @@ import os
 import sys
 from collections.abc import Sequence
 
-from circuits.cli import evaluate, export, finetune, identify, neurons, positions, report, screen, stability
+from circuits.threads import configure_threads, prefer_passive_waiting
+
+prefer_passive_waiting()  # before the subcommands import torch, whose OpenMP runtime reads the policy once
+
+from circuits.cli import evaluate, export, finetune, identify, neurons, positions, report, screen, stability  # noqa: E402
 
 COMMAND_MODULES = [identify, screen, positions, neurons, stability, finetune, evaluate, export, report]
 
@@ -27,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true",
                         help="show the full traceback of an error (also: CIRCUITS_DEBUG=1), for bug reports")
+    parser.add_argument("--timings", metavar="FILE",
+                        help="add the command's seconds per stage (load, candidates, filtering, sweep, write, report) "
+                             "to FILE (JSON; summed over commands) and print the table of all it holds")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
         module.register(sub)
@@ -44,14 +51,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Every error is one line on stderr and exit code 2 (a traceback only with ``--debug`` or
     ``CIRCUITS_DEBUG=1``); an interrupted job says how to resume, exit code 130. Under ``torchrun`` the process
     group is started here, and only rank 0 prints an error (one line, not one per rank)."""
-    from circuits import distributed
+    import torch
+
+    from circuits import distributed, timing
 
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0")
     launch = distributed.init_from_env()
     try:
-        return int(args.func(args) or 0)
+        configure_threads()  # the cores this process may use, or CIRCUITS_THREADS / OMP_NUM_THREADS (docs/speed.md)
+        with timing.recording() as stages:
+            code = int(args.func(args) or 0)
+        if args.timings and distributed.is_main():
+            total = timing.add_to_file(args.timings, stages.seconds)
+            print(f"Time per stage, {torch.get_num_threads()} threads ({args.timings}):\n{timing.table(total)}")
+        return code
     except KeyboardInterrupt:
         if debug:
             raise

@@ -3,7 +3,8 @@
 Writes, atomically, one folder per task: ``summary.json``, ``pairs.jsonl``, ``sweep.pt``, ``heads.html``
 (the paper's Figure 2 for that task), ``config.json`` and ``circuits.json``. ``--task all`` runs the four
 operations one by one (each in its own sub-folder, skipped when already finished with the same config,
-so an interrupted run resumes) and then a combined sweep over pairs drawn evenly from the four, in ``all/``.
+so an interrupted run resumes) and then, in ``all/``, pairs drawn evenly from the four with the per-pair values
+their sweeps computed (pooled, not re-run).
 
 Across GPUs: ``torchrun --nproc-per-node N -m circuits identify ...`` splits the sweep's work across N processes
 (rank 0 writes; the result equals a one-process run's exactly), and ``--n-devices K`` spreads a model too big for

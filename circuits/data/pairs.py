@@ -33,6 +33,7 @@ from circuits.data.templates import (
     templates_for,
 )
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
+from circuits.timing import stage
 
 FewShot = Literal["auto", "on", "off"]
 PrefixPolicy = Literal["keep", "counterfactual"]
@@ -302,6 +303,24 @@ def few_shot_prefix(template: Template, rng: random.Random, counterfactual: bool
     return "".join(lines)
 
 
+def few_shot_prefixes(template: Template, tokenizer: Any, rng: random.Random, prefix_policy: PrefixPolicy = "keep",
+                      tries: int = 20) -> tuple[str, str]:
+    """The reference and counterfactual few-shot prefixes of a template (:func:`few_shot_prefix`), of equal token
+    length: the counterfactual's is the reference's (``"keep"``) or counterfactual examples (``"counterfactual"``,
+    redrawn until the lengths match). :func:`build_pairs` draws them once per template, so every candidate of a
+    template shares its prefix and the prefix runs once (:func:`circuits.models.forward.end_residuals`)."""
+    prefix = few_shot_prefix(template, rng)
+    if prefix_policy == "keep":
+        return prefix, prefix
+    n = len(encode(tokenizer, prefix))
+    for _ in range(tries):
+        cf_prefix = few_shot_prefix(template, rng, counterfactual=True)
+        if len(encode(tokenizer, cf_prefix)) == n:
+            return prefix, cf_prefix
+    raise PromptError(f"Template {template.id!r}: no counterfactual few-shot prefix of the reference prefix's token "
+                      f"length after {tries} tries.")
+
+
 def render_pair(
     template: Template,
     a: int,
@@ -311,23 +330,26 @@ def render_pair(
     *,
     few_shot: bool = True,
     prefix_policy: PrefixPolicy = "keep",
+    prefixes: tuple[str, str] | None = None,
     tries: int = 20,
 ) -> PromptPair:
-    """One pair from a template and operands; resamples words until the token lengths match."""
+    """One pair from a template and operands; resamples words until the token lengths match.
+
+    ``prefixes``: the reference and counterfactual few-shot prefixes to use (from :func:`few_shot_prefixes`, equal
+    token lengths); without them, and with ``few_shot``, they are drawn from ``rng`` for this pair."""
     c = compute_answer(template.operation, a, b)
     if c is None:
         raise PromptError(f"{a} and {b} have no integer {template.operation} result.")
+    if not few_shot:
+        prefix = cf_prefix = ""
+    else:
+        prefix, cf_prefix = prefixes if prefixes is not None else few_shot_prefixes(template, tokenizer, rng, prefix_policy)
     last: Exception | None = None
     for _ in range(tries):
         fill = _sample_fill(template, a, b, rng)
         cf_fill = _counterfactual_fill(template, fill, rng)
         ref_body, spans = render(template, fill)
         cf_body, _ = render(template, cf_fill)
-        prefix = few_shot_prefix(template, rng) if few_shot else ""
-        cf_prefix = few_shot_prefix(template, rng, counterfactual=True) if (few_shot and prefix_policy == "counterfactual") else prefix
-        if len(encode(tokenizer, prefix)) != len(encode(tokenizer, cf_prefix)):
-            last = PromptError("few-shot prefixes differ in length")
-            continue
         # A space before the answer, or (tokenizers that glue spaces to words) a space inside it.
         options = [(template.answer_sep, str(c))]
         if template.answer_sep == " ":
@@ -460,13 +482,25 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
     templates = templates_for(config.task)
     pools = {}
     for t in templates:
-        ops = candidate_operands(t, tokenizer, *config.operand_range)
+        with stage("candidates"):
+            ops = candidate_operands(t, tokenizer, *config.operand_range)
         rng.shuffle(ops)
         pools[t.id] = ops
     if not any(pools.values()):
         raise PromptError(
             f"No operands in {config.operand_range} give single-token operands and answers for task {config.task!r}."
         )
+    # One few-shot prefix per template (its own form, drawn once): every candidate of a template shares it token for
+    # token, so scoring runs it once per batch and only each question's own tokens per candidate.
+    prefixes: dict[str, tuple[str, str]] = {}
+    skipped: list[str] = []
+    for t in templates:
+        if few_shot and pools[t.id]:
+            try:
+                prefixes[t.id] = few_shot_prefixes(t, tokenizer, rng, config.prefix_policy)
+            except PromptError as err:
+                skipped.append(f"{t.id}: {err}")
+                pools[t.id] = []
     # Round-robin over templates; each template cycles through its operand pairs.
     order: list[tuple[Template, tuple[int, int]]] = []
     depth = 0
@@ -479,7 +513,6 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
     order = order[: config.max_candidates]
 
     kept: list[PromptPair] = []
-    skipped: list[str] = []
     seen = correct = 0
     prob_sum = 0.0
     per_t: dict[str, list[float]] = {}
@@ -490,15 +523,17 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
         rate = max(correct / seen, 0.05) if seen else 0.8
         size = int(min(256, max(16, need / rate * 1.2))) if config.filter_correct else need
         batch_pairs = []
-        for t, (a, b) in order[start : start + size]:
-            try:
-                batch_pairs.append(render_pair(t, a, b, tokenizer, rng, few_shot=few_shot, prefix_policy=config.prefix_policy))
-            except PromptError as err:
-                skipped.append(f"{t.id} ({a}, {b}): {err}")
+        with stage("candidates"):
+            for t, (a, b) in order[start : start + size]:
+                try:
+                    batch_pairs.append(render_pair(t, a, b, tokenizer, rng, few_shot=few_shot, prefixes=prefixes.get(t.id)))
+                except PromptError as err:
+                    skipped.append(f"{t.id} ({a}, {b}): {err}")
         start += size
         if not batch_pairs:
             continue
-        probs = pair_logits(model, batch_pairs).softmax(-1)
+        with stage("filtering"):
+            probs = pair_logits(model, batch_pairs).softmax(-1)
         answer = torch.tensor([p.answer_token_id for p in batch_pairs])
         p_ans = probs[torch.arange(len(batch_pairs)), answer]
         hit = probs.argmax(-1) == answer
@@ -517,7 +552,8 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
             "are left. Try a few-shot prefix (few_shot='on'), other templates, or filter_correct=False."
         )
     # The counterfactual check runs on the pairs kept: does X_c still yield the answer?
-    cf_probs = pair_logits(model, kept, "counterfactual").softmax(-1)
+    with stage("filtering"):
+        cf_probs = pair_logits(model, kept, "counterfactual").softmax(-1)
     answer = torch.tensor([p.answer_token_id for p in kept])
     cf_p = cf_probs[torch.arange(len(kept)), answer]
     cf_hit = (cf_probs.argmax(-1) == answer).float()

@@ -36,6 +36,10 @@ class IdentifyConfig(Config):
                                      "q, k and v inputs), LAYER.HEAD.q/k/v, MLP<layer>, or topK (the K most important "
                                      "components), e.g. 20.8,MLP19; writes edges.pt and circuit.html")
     bootstrap: int = option(1000, help="bootstrap resamples of the pairs for the confidence intervals (0: none)")
+    prob: str = option("key", choices=("key", "all"),
+                       help="the answer probability after patching (a log-sum-exp over the vocabulary per patched row) "
+                            "for the key heads and MLPs only, in a second small pass, or for every component; "
+                            "NaN elsewhere (always 'all' when the key rule's metric is prob)")
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -44,6 +48,8 @@ class IdentifyConfig(Config):
             raise ValueError(f"Unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: float32, bfloat16, float16")
+        if self.prob not in ("key", "all"):
+            raise ValueError(f"prob must be 'key' or 'all', got {self.prob!r}")
         if not self.memory_mb > 0:
             raise ValueError(f"memory_mb must be positive, got {self.memory_mb}")
         KeyRule.parse(self.key_rule)

@@ -24,6 +24,7 @@ from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch
 from circuits.identify.metrics import Baseline, Metric
+from circuits.models.forward import end_residuals, shared_prefix_lengths
 
 # --- the reference and counterfactual runs ----------------------------------------------------
 
@@ -58,9 +59,48 @@ def _store_full(store: dict, name: str):
     return hook
 
 
+# Rows sharing at least this many leading tokens (a template's few-shot examples) run them once (path mode).
+SHARED_PREFIX_MIN = 16
+
+
+def _end_activations(model: HookedTransformer, tokens: Tensor, end: Tensor, names: Sequence[str]) -> dict[str, Tensor]:
+    """Each hook's activation at each row's END (``[row, ...]``), rows that share a prefix running it once into a
+    key/value cache (:func:`circuits.models.forward.end_residuals`): END activations need no padding and no
+    recomputation of a template's few-shot examples for every pair."""
+    rows = [tokens[i, : int(end[i]) + 1].tolist() for i in range(len(end))]
+    store: dict[str, Tensor] = {}
+
+    def row_hooks(chunk: list[int], ends: Tensor) -> list:
+        def gather(name: str):
+            def hook(act: Tensor, hook) -> None:
+                values = act[torch.arange(act.shape[0], device=act.device), ends.to(act.device)].detach()
+                if name not in store:
+                    store[name] = values.new_empty((len(rows), *values.shape[1:]))
+                store[name][torch.tensor(chunk, device=values.device)] = values
+
+            return hook
+
+        return [(n, gather(n)) for n in names]
+
+    end_residuals(model, rows, shared_prefix_lengths(rows, SHARED_PREFIX_MIN), row_hooks=row_hooks)
+    return store
+
+
 @torch.no_grad()
 def collect_runs(model: HookedTransformer, batch: PairBatch, need_kv: bool) -> Runs:
+    """The END activations of the reference and counterfactual runs the engine reads (and, with ``need_kv``, the
+    reference's keys and values at every position). Without keys and values, prompts that share a prefix run it once."""
     L = model.cfg.n_layers
+    if not need_kv:
+        final = get_act_name("resid_post", L - 1)
+        ref_names = [get_act_name(site, l) for l in range(L) for site in ("resid_pre", "resid_mid", "attn_out", "z")]
+        cf_names = [get_act_name(site, l) for l in range(L) for site in ("z", "mlp_out")]
+        ref = _end_activations(model, batch.reference, batch.end, [*ref_names, final])
+        cf = _end_activations(model, batch.counterfactual, batch.end, [*cf_names, final])
+        stack = lambda d, site: [d[get_act_name(site, l)] for l in range(L)]  # noqa: E731
+        return Runs(resid_pre=stack(ref, "resid_pre"), resid_mid=stack(ref, "resid_mid"), attn_out=stack(ref, "attn_out"),
+                    z_ref=stack(ref, "z"), z_cf=stack(cf, "z"), mlp_out_cf=stack(cf, "mlp_out"), keys=[], values=[],
+                    ref_end_resid=ref[final], cf_end_resid=cf[final])
     end = batch.end.to(model.cfg.device)
     ref: dict[str, Tensor] = {}
     cf: dict[str, Tensor] = {}
@@ -202,6 +242,18 @@ def end_logits(model: HookedTransformer, x: Float[Tensor, "row d_model"]) -> Flo
     return apply_softcap(logits, model.cfg.output_logits_soft_cap).float()
 
 
+def token_logits(model: HookedTransformer, x: Float[Tensor, "sender pair d_model"], tokens: Int[Tensor, " pair"]
+                 ) -> Float[Tensor, "sender pair"]:
+    """The logit of one token per pair (``tokens[p]`` for every row of pair ``p``) from final END residuals: the final
+    norm, two columns' worth of the unembedding instead of the whole vocabulary, and the soft-cap (float32). Equal
+    to indexing :func:`end_logits` up to float rounding (a dot product instead of a matrix product)."""
+    S, P, d = x.shape
+    xn = model.ln_final(x.reshape(S * P, 1, d)).reshape(S, P, d)
+    w = model.unembed.W_U.T[tokens]  # [pair, d_model]
+    logits = torch.einsum("spd,pd->sp", xn, w.to(xn.dtype)) + model.unembed.b_U[tokens].to(xn.dtype)
+    return apply_softcap(logits, model.cfg.output_logits_soft_cap).float()
+
+
 def readout(
     model: HookedTransformer,
     x: Float[Tensor, "sender pair d_model"],
@@ -209,25 +261,31 @@ def readout(
     cf_answer: Int[Tensor, " pair"],
     custom: Sequence[Metric] = (),
     rows_per_chunk: int = 4096,
+    *,
+    prob: bool = True,
 ) -> dict[str, Tensor]:
     """END quantities of final residuals ``x``: answer logit, logit difference to ``cf_answer``, answer
     probability and each custom metric's ``logits_fn`` (all ``[sender, pair]``, float32).
 
-    Uses the model's own final norm, unembedding and soft-cap (:func:`end_logits`). The probability
-    needs a log-sum-exp over the whole vocabulary, so rows are unembedded in chunks of whole senders."""
+    The logit and the logit difference read two columns of the unembedding (:func:`token_logits`), the same way for
+    every row, patched or not. The probability needs a log-sum-exp over the whole vocabulary (the unembedding of
+    every row: as many FLOPs as the END-only MLPs of a sweep), so it is computed only with ``prob`` (else NaN) or
+    where custom metrics need the logits anyway; then rows are unembedded in chunks of whole senders."""
     S, P, _ = x.shape
+    logit = token_logits(model, x, answer)
+    out = {"logit": logit, "logit_diff": logit - token_logits(model, x, cf_answer)}
+    if not prob and not custom:
+        out["prob"] = torch.full_like(logit, float("nan"))
+        return out
     per = max(1, rows_per_chunk // P)
-    parts: dict[str, list[Tensor]] = {"logit": [], "logit_diff": [], "prob": [], **{m.name: [] for m in custom}}
-    idx = torch.arange(P, device=x.device)
+    parts: dict[str, list[Tensor]] = {"prob": [], **{m.name: [] for m in custom}}
     for s in range(0, S, per):
         logits = end_logits(model, x[s : s + per]).reshape(-1, P, model.cfg.d_vocab)  # [sender, pair, vocab]
-        logit = logits[:, idx, answer]
-        parts["logit"].append(logit)
-        parts["logit_diff"].append(logit - logits[:, idx, cf_answer])
-        parts["prob"].append((logit - logits.logsumexp(-1)).exp())
+        parts["prob"].append((logit[s : s + per] - logits.logsumexp(-1)).exp())
         for m in custom:
             parts[m.name].append(torch.stack([m.logits_fn(row).float().reshape(P) for row in logits]))  # type: ignore[misc]
-    return {k: torch.cat(v) for k, v in parts.items()}
+    out.update({k: torch.cat(v) for k, v in parts.items()})
+    return out
 
 
 def baseline_from(model: HookedTransformer, answer: Tensor, runs: Runs, custom: Sequence[Metric] = ()) -> Baseline:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 
 import torch
@@ -60,6 +60,7 @@ from circuits.identify.end_layers import (
 from circuits.identify.metrics import Baseline, Metric, get_metric
 from circuits.models.devices import layer_device, output_device
 from circuits.identify.rules import DEFAULT_KEY_RULE, KeyRule, Ranked, rank
+from circuits.timing import timed
 from circuits.types import MODES, Component, Head, Mode
 
 _READOUTS = ("logit", "logit_diff", "prob")
@@ -85,7 +86,9 @@ class SweepResult:
 
     ``head_*`` are ``[layer, head, pair]`` and ``mlp_*`` are ``[layer, pair]``: the answer logit,
     the answer-minus-counterfactual-answer logit difference and the answer probability after patching;
-    ``custom`` holds ``(heads, mlps)`` values of custom metrics. Components not swept are NaN.
+    ``custom`` holds ``(heads, mlps)`` values of custom metrics. Components not swept are NaN, and so is the
+    probability of components it was not asked for (``sweep(prob=...)``; ``circuits identify`` computes it for the
+    key components only unless ``--prob all``), so the ``prob`` metric is NaN for them.
     """
 
     mode: Mode
@@ -136,6 +139,32 @@ class SweepResult:
         rule = KeyRule.parse(rule, tuple(self.custom_metrics))
         m = self.metric(rule.metric)
         return [(i[0], e) for i, e in rule.select(self.effects(m)[1], m.sign)]
+
+    def select(self, idx: Sequence[int]) -> SweepResult:
+        """The same sweep restricted to the pairs ``idx`` (in that order)."""
+        i = torch.as_tensor(list(idx), dtype=torch.long)
+        return SweepResult(
+            mode=self.mode, baseline=self.baseline.select(i),
+            **{f"{k}_{r}": getattr(self, f"{k}_{r}")[..., i] for k in ("head", "mlp") for r in _READOUTS},
+            custom={k: (h[..., i], m[..., i]) for k, (h, m) in self.custom.items()}, custom_metrics=dict(self.custom_metrics),
+        )
+
+    @classmethod
+    def pool(cls, parts: Sequence[SweepResult]) -> SweepResult:
+        """One sweep over the pairs of ``parts`` one after another (same mode and model). Each pair's patched values
+        depend on that pair alone, so this is what a sweep over the pooled pairs computes (up to float rounding
+        from other batch shapes)."""
+        if not parts or len({p.mode for p in parts}) != 1:
+            raise ValueError(f"Pooling needs sweeps of one mode, got {[p.mode for p in parts]}")
+        shared = set.intersection(*(set(p.custom) for p in parts))
+        return SweepResult(
+            mode=parts[0].mode, baseline=_concat([p.baseline for p in parts]),
+            **{f"{k}_{r}": torch.cat([getattr(p, f"{k}_{r}") for p in parts], -1) for k in ("head", "mlp")
+               for r in _READOUTS},
+            custom={k: (torch.cat([p.custom[k][0] for p in parts], -1), torch.cat([p.custom[k][1] for p in parts], -1))
+                    for k in sorted(shared)},
+            custom_metrics={k: parts[0].custom_metrics[k] for k in sorted(shared) if k in parts[0].custom_metrics},
+        )
 
     def tensors(self) -> dict[str, Tensor]:
         """What ``sweep.pt`` stores."""
@@ -197,6 +226,7 @@ def _item_cost(model: HookedTransformer, blocks: list[slice], item: tuple[int, l
     return float((block.stop - block.start) * sum(model.cfg.n_layers - c.layer for c in item[1]))
 
 
+@timed("sweep")
 @torch.no_grad()
 def sweep(
     model: HookedTransformer,
@@ -208,6 +238,7 @@ def sweep(
     memory_mb: float = 1024,
     progress: bool = True,
     distribute: bool = True,
+    prob: bool | Callable[[SweepResult], Sequence[Component]] = True,
 ) -> SweepResult:
     """Patch every component's END value from the counterfactual run, one END-only pass for many.
 
@@ -223,6 +254,10 @@ def sweep(
         progress: show a progress bar over components (rank 0's share under torchrun).
         distribute: when ``torch.distributed`` is initialised, split the work items across ranks and gather them
             (every rank must call ``sweep`` with the same arguments); every rank returns the whole result.
+        prob: the patched answer probability, which needs a log-sum-exp over the vocabulary for every patched row
+            (the logit and logit difference read two unembedding columns): ``True`` for every component,
+            ``False`` for none (NaN), or a function that picks components from the finished sweep (e.g. its key
+            heads by a logit rule), whose probability a second pass over the same runs computes (NaN elsewhere).
     """
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}; accepted: {', '.join(MODES)}")
@@ -248,6 +283,7 @@ def sweep(
                disable=not progress or not D.is_main())
     bases: dict[int, Baseline] = {}
     done: dict[int, tuple[list[Component], dict[str, Tensor]]] = {}
+    kept_runs: dict[int, object] = {}  # a single block's runs, kept for the second (probability) pass
     out_dev = output_device(model)
     for b, block in enumerate(blocks):
         todo = [i for i in mine if items[i][0] == b]
@@ -258,8 +294,10 @@ def sweep(
         base = baseline_from(model, sub.answer.to(out_dev), runs, custom)
         bases[b] = base.to("cpu")
         for i in todo:
-            done[i] = _sweep_chunk(model, mode, runs, sub, base, items[i][1], custom)
+            done[i] = _sweep_chunk(model, mode, runs, sub, base, items[i][1], custom, prob=prob is True)
             bar.update(len(items[i][1]))
+        if callable(prob) and len(blocks) == 1:
+            kept_runs[b] = runs
     bar.close()
     if split:
         for part_bases, part_done in D.all_gather_objects((bases, done)):
@@ -280,16 +318,42 @@ def sweep(
     baseline = _concat([bases[b] for b in range(len(blocks))])
     if D.is_main():
         _warn_unlikely_answers(baseline)
-    return SweepResult(
+    result = SweepResult(
         mode=mode, baseline=baseline,
         **{f"head_{k}": heads_out[k] for k in _READOUTS}, **{f"mlp_{k}": mlps_out[k] for k in _READOUTS},
         custom={m.name: (heads_out[m.name], mlps_out[m.name]) for m in custom},
         custom_metrics={m.name: m for m in custom},
     )
+    if callable(prob):
+        _fill_prob(model, mode, batch, blocks, bases, kept_runs, sorted(prob(result), key=Component.sort_key),
+                   result, memory_mb)
+    return result
+
+
+def _fill_prob(model: HookedTransformer, mode: Mode, batch: PairBatch, blocks: list[slice], bases: dict[int, Baseline],
+               kept: dict[int, object], comps: list[Component], result: SweepResult, memory_mb: float) -> None:
+    """The second pass of ``sweep(prob=fn)``: the answer probability of ``comps`` (every rank computes all of it:
+    the same computation everywhere, so every rank's result stays equal), written into ``result``."""
+    if not comps:
+        return
+    out_dev = output_device(model)
+    per = max(1, rows_for_budget(model, min(len(batch), PAIR_BLOCK), memory_mb))
+    for b, block in enumerate(blocks):
+        sub = batch if len(blocks) == 1 else batch.select(block)
+        runs = kept.get(b) or collect_runs(model, sub, need_kv=(mode == "activation"))
+        base = bases[b].to(out_dev)
+        for i in range(0, len(comps), per):
+            owners, values = _sweep_chunk(model, mode, runs, sub, base, comps[i : i + per], (), prob=True)
+            for j, c in enumerate(owners):
+                if c.kind == "head":
+                    result.head_prob[c.layer, c.head, block] = values["prob"][j]
+                else:
+                    result.mlp_prob[c.layer, block] = values["prob"][j]
 
 
 def _sweep_chunk(model: HookedTransformer, mode: Mode, runs, batch: PairBatch, base: Baseline,
-                 chunk: list[Component], custom: Sequence[Metric]) -> tuple[list[Component], dict[str, Tensor]]:
+                 chunk: list[Component], custom: Sequence[Metric], *, prob: bool = True
+                 ) -> tuple[list[Component], dict[str, Tensor]]:
     """One END-only pass for the senders of ``chunk`` over one block of pairs: the senders in the order of their
     rows, and their readouts (``[sender, pair]``, on the CPU)."""
     L = model.cfg.n_layers
@@ -321,7 +385,7 @@ def _sweep_chunk(model: HookedTransformer, mode: Mode, runs, batch: PairBatch, b
             owners += mlps
     assert x is not None
     out = output_device(model)
-    values = readout(model, x.to(out), base.answer.to(out), base.cf_answer.to(out), custom)
+    values = readout(model, x.to(out), base.answer.to(out), base.cf_answer.to(out), custom, prob=prob)
     return owners, {k: v.cpu() for k, v in values.items()}
 
 

@@ -3,7 +3,8 @@
 :func:`identify` returns an :class:`~circuits.identify.result.IdentifyResult` for one task;
 :func:`run_identify` writes one folder per task, and for ``--task all`` the four operations one by one
 (each in its own sub-folder, skipped when already finished with the same config, so an interrupted run
-resumes) and then a combined sweep over pairs drawn evenly from the four, in ``all/``.
+resumes) and then, in ``all/``, the four pooled: pairs drawn evenly from the four with the per-pair values their
+sweeps already computed (:meth:`~circuits.identify.engine.SweepResult.pool`; no model runs).
 
 Under ``torchrun`` every rank runs the job: rank 0 builds the prompt pairs and hands them to the others (the filter
 on the model's own answers must agree exactly), the sweep splits its work items across ranks and gathers them
@@ -24,11 +25,13 @@ from circuits.config import same_config
 from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
-from circuits.identify.engine import sweep
+from circuits.identify.engine import SweepResult, sweep
 from circuits.identify.result import IdentifyResult
+from circuits.identify.rules import KeyRule
 from circuits.io import read_json
 from circuits.models.loading import load_model
 from circuits.results import MARKER
+from circuits.types import Component
 
 
 def identify(
@@ -55,7 +58,10 @@ def identify(
         stats = pairs.stats()
         pairs = pairs.pairs
     pairs = list(pairs)
-    result = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress)  # type: ignore[arg-type]
+    rule = KeyRule.parse(config.key_rule)
+    prob = True if config.prob == "all" or rule.metric == "prob" else (lambda swept: key_components(swept, rule))
+    result = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress,  # type: ignore[arg-type]
+                   prob=prob)
     out = IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
     if config.receivers:  # edges into the chosen receivers (path patching to a receiver, identify.edges)
         from circuits.identify.edge_result import resolve_receivers
@@ -65,6 +71,11 @@ def identify(
                                 progress=progress)
         out.seconds = time.perf_counter() - start
     return out
+
+
+def key_components(swept: SweepResult, rule: KeyRule) -> list[Component]:
+    """The heads and MLPs ``rule`` selects in ``swept``."""
+    return [Component("head", *h) for h, _ in swept.key_heads(rule)] + [Component.mlp(l) for l, _ in swept.key_mlps(rule)]
 
 
 def finished(folder: Path, config: IdentifyConfig) -> bool:
@@ -105,12 +116,19 @@ def run_identify(config: IdentifyConfig, out: str | Path, model: HookedTransform
         if D.on_main(lambda: finished(folder, config)):
             _say(f"[all] already done with this config: {folder} (resumed)")
         else:
-            model = model or load()
+            start = time.perf_counter()
             rng = random.Random(config.seed)
             per = max(1, config.n_pairs // len(tasks))
-            pooled: list[PromptPair] = [p for t in tasks for p in rng.sample(results[t].pairs, min(per, len(results[t].pairs)))]
-            result = identify(model, pooled, config, progress=progress)
+            picks = {t: rng.sample(range(len(results[t].pairs)), min(per, len(results[t].pairs))) for t in tasks}
+            pooled: list[PromptPair] = [results[t].pairs[i] for t in tasks for i in picks[t]]
             subs = [results[t] for t in tasks]
+            if all(r.sweep is not None for r in subs):
+                # Each pair's patched values depend on that pair alone: pool the operations' sweeps, run nothing.
+                swept = SweepResult.pool([results[t].sweep.select(picks[t]) for t in tasks])  # type: ignore[union-attr]
+                result = IdentifyResult(config, pooled, swept, {}, time.perf_counter() - start)
+            else:  # an operation's result saved without per-pair values (an older version): sweep the pooled pairs
+                model = model or load()
+                result = identify(model, pooled, config, progress=progress)
             result.pair_stats = {
                 "accuracy": sum(r.pair_stats.get("accuracy") or 0 for r in subs) / len(subs),
                 "mean_answer_prob": sum(r.pair_stats.get("mean_answer_prob") or 0 for r in subs) / len(subs),

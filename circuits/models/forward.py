@@ -19,6 +19,7 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.utilities.activation_functions import apply_softcap
 
 HooksFor = Callable[[Hashable, int], list]  # (group key, position offset) -> forward hooks
+RowHooksFor = Callable[[list[int], Tensor], list]  # (rows of a batch, each row's END among the tokens fed) -> hooks
 
 
 def pad_token_id(model_or_tokenizer: Any) -> int:
@@ -97,6 +98,7 @@ def end_residuals(
     *,
     group_keys: Sequence[Hashable] | None = None,
     hooks: HooksFor | None = None,
+    row_hooks: RowHooksFor | None = None,
     batch_size: int = 64,
 ) -> Float[Tensor, "row d_model"]:
     """The residual stream after the last block at each row's last token.
@@ -109,6 +111,9 @@ def end_residuals(
         group_keys: rows run together only when their keys are equal (e.g. one key per set of hooks).
         hooks: ``hooks(key, offset)`` gives the forward hooks for a group; ``offset`` is the position
             of the first token fed in that call (0 for a prefix, the prefix length for the rest).
+        row_hooks: ``row_hooks(rows, ends)`` gives more forward hooks for the call that runs the last tokens of
+            ``rows`` (indices into ``token_ids``), ``ends`` being each row's last position among the tokens fed in
+            that call: how a caller reads other activations at each row's last token.
     """
     device = model.cfg.device
     L = model.cfg.n_layers
@@ -134,7 +139,8 @@ def end_residuals(
             full = full.to(device)
             ends = torch.tensor([len(token_ids[i]) - 1 for i in chunk], device=device)
             if not n_pre or n_pre >= width:
-                with model.hooks(fwd_hooks=hooks(key, 0) if hooks else []):
+                own = row_hooks(chunk, ends) if row_hooks else []
+                with model.hooks(fwd_hooks=(hooks(key, 0) if hooks else []) + own):
                     resid = model(full, stop_at_layer=L)
             else:
                 cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, 1)
@@ -148,9 +154,10 @@ def end_residuals(
                     e.past_values = e.past_values.expand(n, *e.past_values.shape[1:])
                 cache.previous_attention_mask = cache.previous_attention_mask.expand(n, -1)
                 body = full[:, n_pre:]
-                with model.hooks(fwd_hooks=hooks(key, n_pre) if hooks else []):
-                    resid = model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=L)
                 ends = ends - n_pre
+                own = row_hooks(chunk, ends) if row_hooks else []
+                with model.hooks(fwd_hooks=(hooks(key, n_pre) if hooks else []) + own):
+                    resid = model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=L)
             rows_idx = torch.arange(len(chunk), device=resid.device)
             out[torch.tensor(chunk, device=out_device)] = resid[rows_idx, ends.to(resid.device)].to(out_device)
     return out

@@ -38,6 +38,7 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuits.io import atomic_dir, write_json
+from circuits.timing import timed
 from circuits.models.embedded import EMBEDDED, embedded_model
 from circuits.models.sources import (  # noqa: F401  (load_hf_reference, load_tokenizer: importable from here too)
     ModelLoadError,
@@ -149,6 +150,7 @@ def is_official_name(name: str) -> bool:
     return name.lower() in make_model_alias_map()
 
 
+@timed("load")
 def load_model(
     name_or_path: str | os.PathLike = "smollm2",
     *,
@@ -208,7 +210,47 @@ def load_model(
     else:
         raise ModelLoadError(f"Cannot load model {name!r}: no such file or directory, and not a known name. "
                              f"Accepted: {accepted_inputs()}.")
+    store_as_used(model)
     model.eval()
+    return model
+
+
+# Matrices TransformerLens rearranges into another layout on every forward, and the permutation of each that is
+# contiguous in that layout: parameter name -> (permutation to the used layout, permutation back).
+_USED_LAYOUTS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "W_in": ((1, 0), (1, 0)), "W_gate": ((1, 0), (1, 0)), "W_out": ((1, 0), (1, 0)), "W_U": ((1, 0), (1, 0)),
+    # W_Q/K/V [head d_model d_head] are read as [(head d_head) d_model]; W_O [head d_head d_model] as
+    # [d_model (head d_head)].
+    "W_Q": ((0, 2, 1), (0, 2, 1)), "W_K": ((0, 2, 1), (0, 2, 1)), "W_V": ((0, 2, 1), (0, 2, 1)),
+    "_W_K": ((0, 2, 1), (0, 2, 1)), "_W_V": ((0, 2, 1), (0, 2, 1)), "W_O": ((2, 0, 1), (1, 2, 0)),
+}
+
+
+@torch.no_grad()
+def store_as_used(model: HookedTransformer) -> HookedTransformer:
+    """Store each matrix in the memory layout TransformerLens's forward reads it in; values and shapes unchanged.
+
+    TransformerLens computes ``F.linear(x, W_in.T.contiguous())`` in its MLPs and unembedding and
+    ``rearrange(W_Q, "h d e -> (h e) d")`` in attention, which copies every matrix of the model (SmolLM2: 540 MB)
+    on every forward call; for the short batches of candidate scoring and the END-only engine that copy costs more
+    than the arithmetic. Stored already transposed, those calls return views: the same contiguous matrices reach
+    ``F.linear`` as before, so results are bit for bit the same. Parameters keep their shapes (the strides differ),
+    and everything that reads or writes them by index or ``copy_`` is unaffected."""
+    for name, param in model.named_parameters():
+        used = _USED_LAYOUTS.get(name.rsplit(".", 1)[-1])
+        if used is None or param.dim() != len(used[0]):
+            continue
+        to_used, back = used
+        param.data = param.data.permute(*to_used).contiguous().permute(*back)
+    return model
+
+
+@torch.no_grad()
+def store_contiguous(model: HookedTransformer) -> HookedTransformer:
+    """Undo :func:`store_as_used` (every parameter contiguous), for what needs that, such as FSDP's sharding."""
+    for param in model.parameters():
+        if not param.is_contiguous():
+            param.data = param.data.contiguous()
     return model
 
 

@@ -38,6 +38,7 @@ from transformer_lens import HookedTransformer
 from circuits import distributed as D
 from circuits.config import same_config
 from circuits.io import read_json, save_torch, to_jsonable, write_json
+from circuits.models.loading import store_contiguous
 from circuits.sft import plan as hm
 from circuits.sft.delta import DELTA_FORMAT, apply_delta, extract_delta
 from circuits.sft.optim import LossScaler, SliceOptimizer, torch_dtype
@@ -268,6 +269,7 @@ class Sharded(Local):
         self._checkpointing = contextlib.ExitStack()
         self._checkpointing.enter_context(checkpointed_blocks(model, self.config.activation_checkpointing))
         if not isinstance(model, FSDPModule):  # a model sharded by an earlier run stays as it is
+            store_contiguous(model)  # FSDP shards contiguous parameters only
             units = [*model.blocks, model.embed, model.unembed]
             units += [m for m in (getattr(model, "pos_embed", None), model.ln_final)
                       if m is not None and any(True for _ in m.parameters())]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from circuits.io import OutputError, read_json, write_text
 from circuits.results import MARKER, ResultError, check_writable, detect_kind, result_type
+from circuits.timing import timed
 from circuits.viz.page import GENERATOR, Page, _e
 from circuits.viz.sections import SECTIONS, Found
 
@@ -136,6 +137,7 @@ def check_report_output(out: str | Path, overwrite: bool = False) -> Path:
     return out
 
 
+@timed("report")
 def write_report(paths: Sequence[str | Path], out: str | Path, title: str = "circuits report", *,
                  overwrite: bool = False) -> Path:
     """Build the report and write it atomically to ``out`` (checked first: an existing file is replaced only when it

@@ -187,3 +187,48 @@ def test_bad_component_and_mode_are_rejected(tiny_llama, tokenizer):
         sweep(tiny_llama, batch, "path", components=[Component("head", 0, 99)], progress=False)
     with pytest.raises(ValueError, match="Unknown mode"):
         sweep(tiny_llama, batch, "resample", progress=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ["path", "activation"])
+def test_probability_only_where_asked(tiny_llama, tokenizer, mode):
+    """prob=False reads two unembedding columns (prob NaN); prob=fn fills the probability of the components fn picks
+    from the finished sweep in a second pass; the logits and the picked probabilities equal a full sweep's."""
+    batch = PairBatch.from_pairs(_pairs(tokenizer, 4), pad_token_id=0)
+    full = sweep(tiny_llama, batch, mode, progress=False)
+    none = sweep(tiny_llama, batch, mode, progress=False, prob=False)
+    picked = [Component("head", 1, 2), Component("head", 0, 1), Component.mlp(2)]
+    some = sweep(tiny_llama, batch, mode, progress=False, prob=lambda r: picked if r.head_prob.isnan().all() else [])
+    for r in (none, some):
+        torch.testing.assert_close(r.head_logit, full.head_logit, atol=0, rtol=0)
+        torch.testing.assert_close(r.mlp_logit_diff, full.mlp_logit_diff, atol=0, rtol=0)
+    assert none.head_prob.isnan().all() and none.mlp_prob.isnan().all()
+    assert not full.head_prob.isnan().any()
+    for c in picked:
+        mine, ref = (some.head_prob[c.layer, c.head], full.head_prob[c.layer, c.head]) if c.kind == "head" \
+            else (some.mlp_prob[c.layer], full.mlp_prob[c.layer])
+        torch.testing.assert_close(mine, ref, atol=1e-6, rtol=0)
+    assert int((~some.head_prob.isnan()).sum()) == 2 * len(batch) and int((~some.mlp_prob.isnan()).sum()) == len(batch)
+    # The baseline always has the probability.
+    assert not none.baseline.prob.isnan().any() and not none.baseline.cf_prob.isnan().any()
+
+
+def test_runs_with_shared_prefixes_equal_full_forwards(tiny_mistral, tokenizer):
+    """Path mode reads END activations from runs where a template's shared few-shot prefix runs once; they equal the
+    full forwards' (activation mode's runs, which keep every position)."""
+    from circuits.identify.end_layers import SHARED_PREFIX_MIN, collect_runs
+    from circuits.models.forward import shared_prefix_lengths
+
+    from circuits.data.pairs import few_shot_prefixes
+
+    rng = random.Random(1)
+    templates = (FIGURE8["addition"][0], FIGURE10[1])
+    prefixes = {t.id: few_shot_prefixes(t, tokenizer, rng) for t in templates}
+    pairs = [render_pair(t, a, b, tokenizer, rng, prefixes=prefixes[t.id]) for t in templates for a, b in ((1, 2), (3, 4), (2, 2))]
+    assert all(n >= SHARED_PREFIX_MIN for n in shared_prefix_lengths([p.reference_token_ids for p in pairs], SHARED_PREFIX_MIN))
+    batch = PairBatch.from_pairs(pairs, pad_token_id=0)
+    shared, full = collect_runs(tiny_mistral, batch, need_kv=False), collect_runs(tiny_mistral, batch, need_kv=True)
+    for name in ("resid_pre", "resid_mid", "attn_out", "z_ref", "z_cf", "mlp_out_cf"):
+        for a, b in zip(getattr(shared, name), getattr(full, name)):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5, msg=name)
+    torch.testing.assert_close(shared.ref_end_resid, full.ref_end_resid, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(shared.cf_end_resid, full.cf_end_resid, atol=1e-5, rtol=1e-5)

@@ -4,8 +4,10 @@ import json
 import shutil
 
 import pytest
+import torch
 
-from circuits.identify import IdentifyConfig, IdentifyResult, PerOperation, identify, load_identify, run_identify
+from circuits.data.templates import OPERATIONS
+from circuits.identify import IdentifyConfig, IdentifyResult, PerOperation, identify, load_identify, run_identify, sweep
 from circuits.identify.result import ResultError
 from circuits.results import MARKER, load_result
 from circuits.types import Head
@@ -87,6 +89,19 @@ def test_run_identify_writes_resumes_and_pools(tiny_llama, tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "identify").iterdir()) == sorted(folders)  # no temporary folders left
     pooled = IdentifyResult.load(folders["all"])
     assert len(pooled.pairs) == 4 and set(pooled.per_task) == {"addition", "subtraction", "multiplication", "division"}
+    # The pooled sweep reuses the operations' per-pair values: what a sweep over the pooled pairs computes.
+    assert {p.operation for p in pooled.pairs} == set(OPERATIONS)
+    fresh = sweep(tiny_llama, pooled.pairs, config.mode, progress=False)
+    for name, value in fresh.tensors().items():
+        if isinstance(value, torch.Tensor):
+            mine = pooled.sweep.tensors()[name]
+            if name.endswith("_prob"):  # computed for each operation's key components only, NaN elsewhere
+                assert name == "mlp_prob" or (mine.isnan().any() and not mine.isnan().all())
+                mine, value = mine[~mine.isnan()], value[~mine.isnan()]
+            torch.testing.assert_close(mine, value, atol=1e-4, rtol=1e-4)
+    for name, value in fresh.baseline.to_dict().items():
+        if isinstance(value, torch.Tensor):
+            torch.testing.assert_close(getattr(pooled.sweep.baseline, name), value, atol=1e-4, rtol=1e-4)
     stamp = (folders["addition"] / "summary.json").stat().st_mtime_ns
     capsys.readouterr()
     run_identify(config, tmp_path / "identify", model=tiny_llama, progress=False)

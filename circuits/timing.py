@@ -1,0 +1,109 @@
+"""Where a job's time goes: wall-clock seconds per named stage (load, candidates, filtering, sweep, write, report).
+
+Library steps mark their stages with :func:`stage`; nothing is recorded unless a caller records
+(:func:`recording`), so the marks cost nothing otherwise. Stages are exclusive: time inside a nested stage counts
+for it, not for the one around it. ``circuits --timings FILE <command>`` adds a command's stages to ``FILE`` (JSON)
+and prints the table of everything ``FILE`` holds, which is how ``make demo`` ends with one table for its two
+commands (docs/speed.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from circuits.io import read_json, write_json
+
+# The stages the demo reports, in pipeline order (others are listed after them).
+STAGES = ("load", "candidates", "filtering", "sweep", "write", "report")
+
+
+@dataclass
+class Stages:
+    """Seconds per stage, and the stack of open stages (the innermost one is being timed)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    _open: list[tuple[str, float]] = field(default_factory=list)
+
+    def _charge(self, now: float) -> None:
+        if self._open:
+            name, since = self._open[-1]
+            self.seconds[name] = self.seconds.get(name, 0.0) + now - since
+
+    def enter(self, name: str) -> None:
+        now = time.perf_counter()
+        self._charge(now)
+        self._open.append((name, now))
+
+    def exit(self) -> None:
+        now = time.perf_counter()
+        self._charge(now)
+        self._open.pop()
+        if self._open:  # the outer stage resumes now
+            self._open[-1] = (self._open[-1][0], now)
+
+
+_current: contextvars.ContextVar[Stages | None] = contextvars.ContextVar("circuits_stages", default=None)
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Count the time of the block for stage ``name`` in the active recording (if any)."""
+    rec = _current.get()
+    if rec is None:
+        yield
+        return
+    rec.enter(name)
+    try:
+        yield
+    finally:
+        rec.exit()
+
+
+def timed(name: str) -> Callable:
+    """Decorator: the function's calls count for stage ``name``."""
+
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def inner(*args, **kwargs):
+            with stage(name):
+                return fn(*args, **kwargs)
+
+        return inner
+
+    return wrap
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Stages]:
+    """Record the stages of everything run inside the block."""
+    rec = Stages()
+    token = _current.set(rec)
+    try:
+        yield rec
+    finally:
+        _current.reset(token)
+
+
+def table(seconds: dict[str, float]) -> str:
+    """A plain-text table: one line per stage (pipeline order), then the total."""
+    names = [s for s in STAGES if s in seconds] + sorted(k for k in seconds if k not in STAGES)
+    width = max([len(n) for n in names] + [5])
+    lines = [f"{'stage':<{width}}  seconds"]
+    lines += [f"{n:<{width}}  {seconds[n]:7.1f}" for n in names]
+    lines.append(f"{'total':<{width}}  {sum(seconds.values()):7.1f}")
+    return "\n".join(lines)
+
+
+def add_to_file(path: str | Path, seconds: dict[str, float]) -> dict[str, float]:
+    """Add ``seconds`` to the stages saved in ``path`` (created if absent); returns the sums."""
+    path = Path(path)
+    saved = read_json(path) if path.is_file() else {}
+    total = {k: float(saved.get(k, 0.0)) + seconds.get(k, 0.0) for k in {*saved, *seconds}}
+    write_json(path, total)
+    return total

@@ -1,0 +1,39 @@
+"""Stage timings: exclusive nesting, nothing recorded outside a recording, summed across commands in one file."""
+
+import time
+
+from circuits.cli import main
+from circuits.timing import add_to_file, recording, stage, table, timed
+
+
+def test_stages_are_exclusive_and_only_recorded_when_asked():
+    with stage("sweep"):  # no recording: nothing happens
+        pass
+
+    @timed("load")
+    def load():
+        time.sleep(0.02)
+
+    with recording() as rec:
+        with stage("sweep"):
+            time.sleep(0.02)
+            load()  # counts for load, not for the sweep around it
+            time.sleep(0.02)
+    assert set(rec.seconds) == {"sweep", "load"}
+    assert 0.035 <= rec.seconds["sweep"] < 0.2 and 0.015 <= rec.seconds["load"] < 0.1
+    text = table(rec.seconds)
+    assert text.splitlines()[1].startswith("load") and text.splitlines()[-1].startswith("total")
+
+
+def test_timings_file_sums_commands(tmp_path, capsys):
+    path = tmp_path / "t.json"
+    assert add_to_file(path, {"load": 1.0}) == {"load": 1.0}
+    assert add_to_file(path, {"load": 2.0, "sweep": 3.0}) == {"load": 3.0, "sweep": 3.0}
+    from helpers import tiny_dir
+
+    out = tmp_path / "identify"
+    assert main(["--timings", str(path), "identify", "--model", str(tiny_dir("llama")), "--pairs", "2",
+                 "--few-shot", "on", "--no-filter-correct", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "Time per stage" in printed and "candidates" in printed and "filtering" in printed and "sweep" in printed
+    assert {"load", "candidates", "filtering", "sweep", "write"} <= set(add_to_file(path, {}))
