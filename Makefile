@@ -72,7 +72,7 @@ FIGURES := fig2_key_heads fig3_knockout fig4_transfer fig5_attention_roles fig6_
 	screen_audit fig_information_flow fig_neurons fig_circuit fig3_ablation_kinds stability
 
 figures: $(STAMP)
-	for f in $(FIGURES); do OMP_NUM_THREADS=$${OMP_NUM_THREADS:-1} $(BIN)/python experiments/$$f.py || exit 1; done
+	for f in $(FIGURES); do $(BIN)/python experiments/$$f.py || exit 1; done  # threads: circuits.threads (docs/speed.md)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

@@ -10,8 +10,12 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-import torch
+# Idle OpenMP threads sleep rather than spin (set before torch loads): on a shared CPU two spinning threads ran the
+# forward passes 2-7x slower than one (docs/speed.md).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 for path in (ROOT / "tests", ROOT / "experiments", ROOT / "benchmarks"):
