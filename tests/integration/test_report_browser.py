@@ -69,6 +69,7 @@ def open_page(browser, path: Path, width: int = 1280, height: int = 900):
 
 def hover_cell(page, fig_id: str, layer: int, head: int) -> str:
     """Move the mouse over cell (layer, head) of the first heatmap in ``fig_id``; the hover label's text."""
+    page.evaluate("id => document.getElementById(id).scrollIntoView()", fig_id)  # the mouse reaches only what is in view
     xy = page.evaluate(
         """([id, head, layer]) => {
             const gd = document.getElementById(id); const L = gd._fullLayout;

@@ -81,8 +81,10 @@ def test_precise_step_keeps_frozen_weights_and_round_trips(tmp_path):
     exs = tokenize_examples(model.tokenizer, arithmetic_train_items(4), max_length=64)
     config = ft.FinetuneConfig(heads=((21, 2), (20, 6)), lr=1e-3, batch_size=4, micro_batch_size=4, max_steps=1, epochs=1)
     result = ft.finetune(model, exs, config, tmp_path, progress=False)
-    # per layer: W_Q, W_O rows + b_Q row; one shared kv head: _W_K, _W_V rows + their biases
-    assert result.tuned_parameters == 2 * (2 * 576 * 64 + 64 + 2 * (576 * 64 + 64))
+    # per layer: W_Q, W_O rows; one shared kv head: _W_K, _W_V rows. Llama has no Q/K/V biases: TransformerLens's
+    # zero placeholders for them are not tuned (circuits.sft.plan.is_placeholder).
+    assert result.tuned_parameters == 2 * (2 * 576 * 64 + 2 * 576 * 64)
+    assert not any(t["name"].endswith(("b_Q", "_b_K", "_b_V")) for t in result.plan["tensors"])
     q = model.blocks[21].attn.W_Q
     assert not torch.equal(q[2], before["blocks.21.attn.W_Q"][2])
     assert torch.equal(q[[0, 1, 3, 4, 5, 6, 7, 8]], before["blocks.21.attn.W_Q"][[0, 1, 3, 4, 5, 6, 7, 8]])
