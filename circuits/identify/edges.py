@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
-from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
@@ -42,7 +41,7 @@ from circuits.identify.end_layers import (
 from circuits.identify.engine import all_components, rows_for_budget
 from circuits.identify.metrics import Baseline, Metric, get_metric
 from circuits.identify.neurons import answer_readout
-from circuits.identify.readouts import Readouts, check_senders
+from circuits.identify.readouts import MetricViews, Readouts, check_senders
 from circuits.types import Component, Receiver
 
 
@@ -70,7 +69,7 @@ def check_edges(model: HookedTransformer, senders: Sequence[Component], receiver
 
 
 @dataclass
-class EdgeSweep:
+class EdgeSweep(MetricViews):
     """Patched END quantities for each (sender, receiver) edge, ``[sender, receiver, pair]`` (NaN where the sender
     is not upstream of the receiver; ``prob`` NaN unless asked for)."""
 
@@ -79,17 +78,6 @@ class EdgeSweep:
     receivers: list[Receiver]
     readouts: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
-
-    def metric(self, metric: str | Metric) -> Metric:
-        if isinstance(metric, str) and metric in self.custom_metrics:
-            return self.custom_metrics[metric]
-        return get_metric(metric)
-
-    def effects(self, metric: str | Metric = "fraction") -> Float[Tensor, "sender receiver"]:
-        return self.metric(metric).effect(self.readouts, self.baseline)
-
-    def per_pair(self, metric: str | Metric = "fraction") -> Float[Tensor, "sender receiver pair"]:
-        return self.metric(metric).per_pair(self.readouts, self.baseline)
 
     def top_senders(self, receiver: Receiver | str, k: int = 5, metric: str | Metric = "fraction") -> list[tuple[Component, float]]:
         """The ``k`` senders whose edge into ``receiver`` matters most (by the metric's sign)."""

@@ -29,12 +29,12 @@ from circuits.data.pairs import Pairs, as_batch
 from circuits.identify.end_layers import attention_at_end, baseline_from, check_supported, collect_runs, mlp_at_end, readout
 from circuits.identify.engine import rows_for_budget
 from circuits.identify.metrics import Baseline, Metric, get_metric
-from circuits.identify.readouts import Readouts
+from circuits.identify.readouts import MetricViews, Readouts
 from circuits.types import MODES, Mode, Neuron
 
 
 @dataclass
-class NeuronSweep:
+class NeuronSweep(MetricViews):
     """Patched END quantities for each neuron in ``neurons``, ``[neuron, pair]`` (float32; ``prob`` NaN unless
     asked for)."""
 
@@ -43,17 +43,6 @@ class NeuronSweep:
     neurons: list[Neuron]
     readouts: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
-
-    def metric(self, metric: str | Metric) -> Metric:
-        if isinstance(metric, str) and metric in self.custom_metrics:
-            return self.custom_metrics[metric]
-        return get_metric(metric)
-
-    def effects(self, metric: str | Metric = "fraction") -> Float[Tensor, " neuron"]:
-        return self.metric(metric).effect(self.readouts, self.baseline)
-
-    def per_pair(self, metric: str | Metric = "fraction") -> Float[Tensor, "neuron pair"]:
-        return self.metric(metric).per_pair(self.readouts, self.baseline)
 
     def by_layer(self, metric: str | Metric = "fraction") -> dict[int, Tensor]:
         """Effects of each layer's swept neurons, indexed by neuron (``[d_mlp]``, NaN where not swept)."""

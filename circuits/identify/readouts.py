@@ -23,7 +23,7 @@ from transformer_lens import HookedTransformer
 
 from circuits.data.pairs import PairBatch
 from circuits.identify.end_layers import baseline_from
-from circuits.identify.metrics import Baseline, Metric
+from circuits.identify.metrics import Baseline, Metric, get_metric
 from circuits.types import Component, Neuron
 
 READOUTS = ("logit", "logit_diff", "prob")
@@ -145,3 +145,25 @@ def spearman(a: Tensor, b: Tensor) -> float:
     ra, rb = ra - ra.mean(), rb - rb.mean()
     denom = (ra.norm() * rb.norm()).item()
     return float((ra @ rb).item() / denom) if denom > 0 else float("nan")
+
+
+class MetricViews:
+    """``effects`` / ``per_pair`` of a sweep result holding ``readouts``, ``baseline`` and ``custom_metrics``: a
+    metric by name (a custom one first) applied to the patched readouts."""
+
+    readouts: Readouts
+    baseline: Baseline
+    custom_metrics: dict[str, Metric]
+
+    def metric(self, metric: str | Metric) -> Metric:
+        if isinstance(metric, str) and metric in self.custom_metrics:
+            return self.custom_metrics[metric]
+        return get_metric(metric)
+
+    def effects(self, metric: str | Metric = "fraction") -> Tensor:
+        """The mean effect per sender (shape of the readouts without their pair axis)."""
+        return self.metric(metric).effect(self.readouts, self.baseline)
+
+    def per_pair(self, metric: str | Metric = "fraction") -> Tensor:
+        """The effect per sender and pair."""
+        return self.metric(metric).per_pair(self.readouts, self.baseline)
