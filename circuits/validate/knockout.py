@@ -25,6 +25,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.utils import get_act_name
 
 from circuits import distributed as D
@@ -228,6 +229,137 @@ def knockout_logits(
     return unembed_end(model, resid).cpu()
 
 
+AblationSet = tuple[Sequence[Head], Sequence[int]]
+
+
+@torch.no_grad()
+def knockout_residuals(
+    model: HookedTransformer,
+    pairs: Sequence[PromptPair],
+    sets: Sequence[AblationSet],
+    means: MeanActivations | ResampledActivations,
+    *,
+    rows_per_batch: int = 256,
+    share_prefix: bool = True,
+) -> Float[Tensor, "set pair d_model"]:
+    """Final END residuals of every pair under each ablation set ``(heads, mlps)`` of ``sets``, many sets per
+    forward pass: a row is one (set, pair), and its hooks replace only the heads and MLPs of its own set (a per-row
+    mask), as the patching engine batches senders. Figure 3's curve (every k of the effect order and of each random
+    order) is then a handful of forward passes instead of one run per (k, order).
+
+    A prefix group (pairs whose few-shot prefixes are equal) runs its prefix once per set -- knocked-out heads change
+    the prefix's keys and values too -- and the question bodies of all its pairs under all those sets together,
+    right-padded (pads after END never reach it). Resample ablation runs full prompts (a donor's prefix may differ).
+    Equal to :func:`knockout_logits` per set (asserted in tests)."""
+    pairs = list(pairs)
+    cfg, L = model.cfg, model.cfg.n_layers
+    device = cfg.device
+    S, P = len(sets), len(pairs)
+    head_mask = torch.zeros(S, L, cfg.n_heads, dtype=torch.bool)
+    mlp_mask = torch.zeros(S, L, dtype=torch.bool)
+    for s, (heads, mlps) in enumerate(sets):
+        for l, h in heads:
+            head_mask[s, l, h] = True
+        for l in mlps:
+            mlp_mask[s, l] = True
+    resample = not isinstance(means, MeanActivations)
+    pooled = (not resample) and means.pooled  # type: ignore[union-attr]
+    src = [means.row_of(p) if resample else means.group_of(p) for p in pairs]  # type: ignore[union-attr]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, p in enumerate(pairs):
+        n_pre = p.prefix_length if share_prefix and not resample else 0
+        n_pre = min(n_pre, len(p.reference_token_ids) - 1)  # every row keeps at least its last token
+        groups.setdefault(tuple(p.reference_token_ids[:n_pre]), []).append(i)
+
+    def hooks(masks: Tensor, mmasks: Tensor, rows_src: Tensor, offset: int) -> list:
+        """Per-row replacement: ``masks`` ``[row, layer, head]``, ``mmasks`` ``[row, layer]``, each row's values
+        from table row ``rows_src`` at positions ``offset...``."""
+        out: list[tuple[str, Any]] = []
+
+        def values(table: Tensor, n: int) -> Tensor:
+            if pooled:
+                return table[0, 0]
+            return table[rows_src.to(table.device), offset : offset + n]
+
+        for l in range(L):
+            if masks[:, l].any():
+                m = masks[:, l].to(device)
+
+                def z_hook(z: Tensor, hook: Any, l: int = l, m: Tensor = m) -> Tensor:
+                    v = values(means.z[l], z.shape[1]).to(z)
+                    return torch.where(m[:, None, :, None], v, z)
+
+                out.append((get_act_name("z", l), z_hook))
+            if mmasks[:, l].any():
+                mm = mmasks[:, l].to(device)
+
+                def m_hook(o: Tensor, hook: Any, l: int = l, mm: Tensor = mm) -> Tensor:
+                    v = values(means.mlp_out[l], o.shape[1]).to(o)
+                    return torch.where(mm[:, None, None], v, o)
+
+                out.append((get_act_name("mlp_out", l), m_hook))
+        return out
+
+    out = torch.empty(S, P, cfg.d_model, dtype=cfg.dtype, device=model.unembed.W_U.device)
+    for pre, members in groups.items():
+        n_pre = len(pre)
+        for b0 in range(0, len(members), rows_per_batch):
+            block = members[b0 : b0 + rows_per_batch]
+            nb = len(block)
+            lengths = torch.tensor([len(pairs[i].reference_token_ids) for i in block])
+            width = int(lengths.max()) - n_pre
+            body = torch.zeros(nb, width, dtype=torch.long)
+            for r, i in enumerate(block):
+                body[r, : int(lengths[r]) - n_pre] = torch.tensor(pairs[i].reference_token_ids[n_pre:])
+            block_src = torch.tensor([src[i] for i in block])
+            per = max(1, rows_per_batch // nb)  # sets per forward pass
+            for s0 in range(0, S, per):
+                sl = slice(s0, min(S, s0 + per))
+                ns = sl.stop - sl.start
+                cache = None
+                if n_pre:
+                    cache = TransformerLensKeyValueCache.init_cache(cfg, device, ns)
+                    prefix = torch.tensor(pre, device=device)[None].expand(ns, -1)
+                    with model.hooks(fwd_hooks=hooks(head_mask[sl], mlp_mask[sl], block_src[:1].expand(ns), 0)):
+                        model(prefix, past_kv_cache=cache, attention_mask=torch.ones_like(prefix), stop_at_layer=L)
+                    cache.freeze()
+                    for e in cache.entries:
+                        e.past_keys = e.past_keys.repeat_interleave(nb, dim=0)
+                        e.past_values = e.past_values.repeat_interleave(nb, dim=0)
+                    cache.previous_attention_mask = cache.previous_attention_mask.repeat_interleave(nb, dim=0)
+                rows_body = body.repeat(ns, 1).to(device)
+                row_hooks = hooks(head_mask[sl].repeat_interleave(nb, 0), mlp_mask[sl].repeat_interleave(nb, 0),
+                                  block_src.repeat(ns), n_pre)
+                with model.hooks(fwd_hooks=row_hooks):
+                    if cache is None:
+                        resid = model(rows_body, stop_at_layer=L)
+                    else:
+                        resid = model(rows_body, past_kv_cache=cache, attention_mask=torch.ones_like(rows_body),
+                                      stop_at_layer=L)
+                ends = (lengths - n_pre - 1).repeat(ns).to(resid.device)
+                end = resid[torch.arange(len(ends), device=resid.device), ends].reshape(ns, nb, -1)
+                out[sl][:, torch.tensor(block, device=out.device)] = end.to(out.device)
+    return out
+
+
+def knockout_many(
+    model: HookedTransformer,
+    pairs: Sequence[PromptPair],
+    sets: Sequence[AblationSet],
+    *,
+    means: MeanActivations | ResampledActivations | None = None,
+    ablation: Ablation | str = Ablation.MEAN,
+    rows_per_batch: int = 256,
+) -> list[KnockoutScore]:
+    """:func:`knockout` of every ablation set ``(heads, mlps)`` in ``sets``, batched across sets
+    (:func:`knockout_residuals`)."""
+    pairs = list(pairs)
+    means = replacement_values(model, pairs, ablation) if means is None else means
+    resid = knockout_residuals(model, pairs, sets, means, rows_per_batch=rows_per_batch)
+    answers = [p.answer_token_id for p in pairs]
+    return [score(unembed_end(model, resid[s]).cpu(), answers) for s in range(len(sets))]
+
+
 @dataclass
 class KnockoutScore:
     """Accuracy (argmax is the answer) and mean answer probability over pairs."""
@@ -329,8 +461,12 @@ def knockout_curve(
     # (circuits.distributed.map_items), each computed exactly as in one process.
     runs = [(-1, 0)] + [(j, k) for k in ks if k for j in range(-1, len(orders))]
     heads_of = lambda j, k: list(ranking[:k]) if j < 0 else orders[j][:k]  # noqa: E731
-    scores = dict(zip(runs, D.map_items(lambda r: knockout(model, pairs, heads_of(*r), **kwargs), runs,
-                                        what="knockout runs (k, order)")))
+    # The runs are batched across ablation sets (knockout_many); under torchrun each rank takes one share of them.
+    n_parts = min(len(runs), D.world_size()) if D.is_distributed() else 1
+    parts = [runs[i::n_parts] for i in range(n_parts)]
+    done = D.map_items(lambda part: knockout_many(model, pairs, [(heads_of(*r), ()) for r in part], **kwargs), parts,
+                       costs=[len(p) for p in parts], what="shares of the knockout runs (k, order)")
+    scores = {r: sc for part, part_scores in zip(parts, done) for r, sc in zip(part, part_scores)}
     pick = lambda j, k: scores[(j, k) if k else (-1, 0)]  # noqa: E731
     eff_acc = [pick(-1, k).accuracy for k in ks]
     eff_p = [pick(-1, k).answer_prob for k in ks]

@@ -10,7 +10,8 @@ from circuits.data.benchmarks import ChoiceItem
 from circuits.data.pairs import build_pairs, pair_logits
 from circuits.identify.rules import rank
 from circuits.validate import KnockoutResult, compute_means, knockout, knockout_curve, knockout_logits, replacement_values
-from circuits.validate.knockout import score
+from circuits.models.forward import unembed_end
+from circuits.validate.knockout import knockout_many, knockout_residuals, score
 from circuits.validate.transfer import letter_ids, mmlu_accuracy, mmlu_items, synthetic_set, transfer_knockout
 from circuits.types import Head
 
@@ -105,6 +106,26 @@ def test_zero_ablation_zeroes_the_head(tiny_llama, pairs):
     full = knockout_logits(tiny_llama, pairs, zero, [(0, 2)])
     expected = score(full, [p.answer_token_id for p in pairs])
     assert knockout(tiny_llama, pairs, [(0, 2)], ablation="zero").accuracy == expected.accuracy
+
+
+@pytest.mark.parametrize("ablation", ["mean", "pooled", "zero", "resample"])
+@pytest.mark.parametrize("rows_per_batch", [256, 5])
+def test_sets_batched_together_equal_one_run_per_set(tiny_llama, pairs, ablation, rows_per_batch):
+    """Many ablation sets in one forward pass (a per-row mask) give each set's own full-prompt knockout, for every
+    ablation kind, whether a batch holds many sets or splits a prefix group."""
+    if ablation == "pooled":
+        values = compute_means(tiny_llama, pairs, pooled=True)
+    else:
+        values = replacement_values(tiny_llama, pairs, ablation)
+    sets = [([], []), ([(0, 1)], []), ([(1, 2), (2, 0), (0, 3)], [2]), ([], [0, 1]), (all_heads(tiny_llama), [])]
+    resid = knockout_residuals(tiny_llama, pairs, sets, values, rows_per_batch=rows_per_batch)
+    assert resid.shape == (len(sets), len(pairs), tiny_llama.cfg.d_model)
+    scores = knockout_many(tiny_llama, pairs, sets, means=values, rows_per_batch=rows_per_batch)
+    for (heads, mlps), s, got in zip(sets, scores, resid):
+        want = knockout_logits(tiny_llama, pairs, values, heads, mlps, share_prefix=False)
+        torch.testing.assert_close(unembed_end(tiny_llama, got), want, atol=1e-4, rtol=1e-4)
+        assert s.accuracy == score(want, [p.answer_token_id for p in pairs]).accuracy
+    assert not torch.allclose(resid[0], resid[2], atol=1e-3)  # the sets really differ
 
 
 def test_knockout_scores_are_argmax_accuracy(tiny_llama, pairs):

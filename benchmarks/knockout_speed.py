@@ -1,0 +1,66 @@
+"""Speed of Figure 3's knockout curve batched across ablation sets (every (k, order) run a row mask in the same
+forward passes: :func:`circuits.validate.knockout.knockout_many`) against one knockout run per (k, order)
+(:func:`circuits.validate.knockout.knockout`, which already shares each prompt group's few-shot prefix), in one run,
+on the same pairs and means; accuracies must agree exactly and answer probabilities to float precision. The last
+line reads ``curve_seconds=<x> speedup_knockout=<x> max_abs_prob_diff=<x>``.
+
+    python benchmarks/knockout_speed.py [--identify results/identify/addition] [--ks 0,1,2,3,5,10,20] [--seeds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import torch
+
+from circuits.data.pairs import build_pairs
+from circuits.models import load_model
+from circuits.threads import configure_threads
+from circuits.validate.knockout import knockout, knockout_many, random_order, replacement_values
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--identify", default="results/identify/addition",
+                        help="pairs and ranking from this identify result when it exists")
+    parser.add_argument("--pairs", type=int, default=64)
+    parser.add_argument("--ks", default="0,1,2,3,5,10,20")
+    parser.add_argument("--seeds", type=int, default=3)
+    args = parser.parse_args()
+    configure_threads()
+    model = load_model(args.model)
+    model.requires_grad_(False)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    if Path(args.identify, "pairs.jsonl").is_file():
+        from circuits.identify import IdentifyResult
+
+        r = IdentifyResult.load(args.identify)
+        pairs, ranking = r.pairs[: args.pairs], [h for h, _ in r.ranked()]
+    else:
+        pairs, ranking = build_pairs(model, "addition", n_pairs=args.pairs).pairs, random_order(L, H, 99)
+    ks = [int(k) for k in args.ks.split(",")]
+    orders = [ranking] + [random_order(L, H, s) for s in range(args.seeds)]
+    sets = [(o[:k], ()) for o in orders for k in ks]
+    means = replacement_values(model, pairs)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"model {args.model}: {len(pairs)} pairs, {len(sets)} ablation sets (k in {ks}, effect order + "
+          f"{args.seeds} random orders), {torch.get_num_threads()} threads, load average {load:.1f}")
+    knockout_many(model, pairs[:2], sets[:2], means=means)  # warm-up
+    t0 = time.perf_counter()
+    batched = knockout_many(model, pairs, sets, means=means)
+    fast_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    one_by_one = [knockout(model, pairs, heads, means=means) for heads, _ in sets]
+    plain_s = time.perf_counter() - t0
+    assert [b.accuracy for b in batched] == [o.accuracy for o in one_by_one], "accuracies differ"
+    diff = max(abs(b.answer_prob - o.answer_prob) for b, o in zip(batched, one_by_one))
+    print(f"one knockout run per set: {plain_s:6.1f} s; batched across sets: {fast_s:6.1f} s")
+    print(f"curve_seconds={fast_s:.1f} speedup_knockout={plain_s / fast_s:.2f} max_abs_prob_diff={diff:.2e}")
+
+
+if __name__ == "__main__":
+    main()
