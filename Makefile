@@ -41,12 +41,17 @@ report: $(STAMP)
 	$(BIN)/circuits report results --out results/report.html
 
 # Both tiers: tests/unit (tiny random models, seconds each) and tests/integration (SmolLM2, the browser, the notebook).
+# Test files run on TEST_WORKERS processes (pytest-xdist; a file's tests stay on one, so its fixtures run once), each
+# with its share of the cores; TEST_WORKERS=1 runs them in this process.
+TEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+
 test: $(STAMP) lint browser
-	$(BIN)/python -m pytest -q tests
+	$(PYTEST) tests
 
 # The unit tier alone.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q tests/unit
+	$(PYTEST) tests/unit
 
 # Undefined names and unused imports (ruff's pyflakes rules, configured in pyproject.toml).
 lint: $(STAMP)

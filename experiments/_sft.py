@@ -47,7 +47,7 @@ class SFTTableConfig(Config):
     arithmetic_per_form: int = option(25)
     mmlu_shots: int = option(5)
     csqa_shots: int = option(5)
-    threads: int = option(1, help="torch threads (0: torch's default)")
+    threads: int = option(0, help="torch threads (0: the cores available to this process, as circuits.threads picks)")
     data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
     out: str = option("results/table1")
 

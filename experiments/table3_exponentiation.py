@@ -9,7 +9,7 @@ from pathlib import Path
 import _common as C
 
 from circuits.config import option
-from circuits.validate import TransferResult, compute_means, knockout, random_order
+from circuits.validate import TransferResult, compute_means, knockout_many, random_order
 from circuits.viz.figures import knockout_table_figure, write_figure
 
 
@@ -31,10 +31,12 @@ def main(config: Config, model=None) -> TransferResult:
     rows, examples = {}, {}
     for tid in sorted({p.template_id for p in r.pairs}):
         pairs = [p for p in r.pairs if p.template_id == tid]
-        before = knockout(model, pairs, [], means=means)
-        after = knockout(model, pairs, heads, means=means)
-        rnd = [knockout(model, pairs, random_order(model.cfg.n_layers, model.cfg.n_heads, s)[: config.n_key_heads],
-                        means=means).accuracy for s in config.random_seeds]
+        randoms = [random_order(model.cfg.n_layers, model.cfg.n_heads, s)[: config.n_key_heads]
+                   for s in config.random_seeds]
+        # No heads, the key heads and each random set: one batched knockout (knockout_many).
+        before, after, *rnd_scores = knockout_many(model, pairs, [([], []), (heads, [])] + [(h, []) for h in randoms],
+                                                   means=means)
+        rnd = [s.accuracy for s in rnd_scores]
         rows[tid] = {"n": len(pairs), "accuracy_before": before.accuracy, "accuracy_after": after.accuracy,
                      "accuracy_random_heads": sum(rnd) / len(rnd),
                      "relative_drop": (after.accuracy - before.accuracy) / before.accuracy if before.accuracy else None}

@@ -22,8 +22,11 @@ for path in (ROOT / "tests", ROOT / "experiments", ROOT / "benchmarks"):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-# One place sets the thread count: two cores, often shared with other jobs (CIRCUITS_TEST_THREADS overrides).
-torch.set_num_threads(int(os.environ.get("CIRCUITS_TEST_THREADS", "2")))
+# One place sets the thread count: the cores this process may use, shared among pytest-xdist's workers when
+# `make test` runs several (CIRCUITS_TEST_THREADS overrides).
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+torch.set_num_threads(int(os.environ.get("CIRCUITS_TEST_THREADS", max(1, min(2, _cores) // _workers))))
 # The command line and figure scripts (run in-process or as subprocesses) keep that count (circuits.threads).
 os.environ.setdefault("CIRCUITS_THREADS", str(torch.get_num_threads()))
 

@@ -11,6 +11,8 @@ gives one mean per head, averaged over every position of every counterfactual pr
 Speed. Rows that share their few-shot prefix (every Figure 8 template renders the same prefix) run
 the prefix once, with the knockout hooks on, into a key/value cache that is then repeated along the
 batch; only the short question bodies run per row. Tests assert this equals the plain full-prompt run.
+:func:`knockout_many` runs many ablation sets in the same forward passes (a per-row mask of the knocked-out heads
+and MLPs): Figure 3's curves, every k of every order, are a few batched passes.
 """
 
 from __future__ import annotations
