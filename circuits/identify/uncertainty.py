@@ -9,6 +9,7 @@ resampling of pairs with replacement, each resample scored by the metric's own a
 from __future__ import annotations
 
 import math
+from typing import Any
 from dataclasses import dataclass
 
 import torch
@@ -45,6 +46,20 @@ def views(sweep: SweepResult) -> tuple[Readouts, Readouts]:
     return heads, mlps
 
 
+class _Resample:
+    """``view.select(idx)`` (of :class:`Readouts` or :class:`Baseline`), gathering only the fields a metric reads: a
+    metric reads one or two of them, and 1,000 resamples of every field made saving an identify result take seconds."""
+
+    def __init__(self, source: Any, idx: Tensor) -> None:
+        self._source, self._idx = source, idx
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._source, name)
+        if isinstance(value, dict):
+            return {k: v[..., self._idx] for k, v in value.items()}
+        return value[..., self._idx] if isinstance(value, Tensor) else value
+
+
 def bootstrap(sweep: SweepResult, metric: str | Metric, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> Intervals:
     """Percentile intervals of every head's and MLP's effect over ``n_boot`` resamples of the pairs."""
     if n_boot < 1:
@@ -58,9 +73,9 @@ def bootstrap(sweep: SweepResult, metric: str | Metric, n_boot: int = 1000, leve
     idx = torch.randint(0, P, (n_boot, P), generator=g)
     hs, ms = [], []
     for row in idx:
-        base = sweep.baseline.select(row)
-        hs.append(m.effect(heads.select(row), base))
-        ms.append(m.effect(mlps.select(row), base))
+        base = _Resample(sweep.baseline, row)
+        hs.append(m.effect(_Resample(heads, row), base))
+        ms.append(m.effect(_Resample(mlps, row), base))
     h, ml = torch.stack(hs), torch.stack(ms)
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2])
     hq = torch.nanquantile(h.float(), q, dim=0)
