@@ -112,14 +112,16 @@ def _fraction_per_pair(p: Any, b: Baseline) -> Tensor:
 
 
 def _fraction_of_means(p: Any, b: Baseline) -> Tensor:
-    # A ratio of means: per-pair ratios explode when one pair's full effect is near 0.
-    full = b.full_effect.mean()
-    if _negligible(full, b.logit.mean()):
-        warnings.warn(f"The counterfactual prompts barely move the answer logit (mean change {float(full):.2g}), so "
-                      "'fraction' is undefined (NaN); check that the counterfactuals remove the calculation, or use "
-                      "another metric (relative_logit, logit_diff).", stacklevel=3)
+    # A ratio of means: per-pair ratios explode when one pair's full effect is near 0. Means run over the last axis
+    # (pairs), so a batch of resamples ``[..., resample, pair]`` (the bootstrap) gets one ratio per resample.
+    full = b.full_effect.mean(-1)
+    negligible = _negligible(full, b.logit.mean(-1))
+    if bool(negligible.all()):
+        warnings.warn(f"The counterfactual prompts barely move the answer logit (mean change "
+                      f"{float(full.flatten()[0]):.2g}), so 'fraction' is undefined (NaN); check that the counterfactuals "
+                      "remove the calculation, or use another metric (relative_logit, logit_diff).", stacklevel=3)
         return torch.full_like((p.logit - b.logit).mean(-1), float("nan"))
-    return (p.logit - b.logit).mean(-1) / full
+    return ((p.logit - b.logit).mean(-1) / full).masked_fill(negligible, float("nan"))
 
 
 RELATIVE_LOGIT = Metric(

@@ -17,7 +17,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from circuits.identify.engine import SweepResult
-from circuits.identify.metrics import Metric
+from circuits.identify.metrics import METRICS, Metric
 from circuits.identify.readouts import Readouts
 from circuits.identify.rules import KeyRule
 
@@ -72,11 +72,16 @@ def bootstrap(sweep: SweepResult, metric: str | Metric, n_boot: int = 1000, leve
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, P, (n_boot, P), generator=g)
     hs, ms = [], []
-    for row in idx:
-        base = _Resample(sweep.baseline, row)
-        hs.append(m.effect(_Resample(heads, row), base))
-        ms.append(m.effect(_Resample(mlps, row), base))
-    h, ml = torch.stack(hs), torch.stack(ms)
+    # Built-in and logits metrics reduce over the last axis only, so a chunk of resamples is one call
+    # ([..., resample, pair]); a metric of the user's own runs one resample at a time.
+    chunk = 125 if (m is METRICS.get(m.name) or m.logits_fn is not None) else 1
+    for start in range(0, n_boot, chunk):
+        rows = idx[start : start + chunk] if chunk > 1 else idx[start]
+        base = _Resample(sweep.baseline, rows)
+        h, ml = m.effect(_Resample(heads, rows), base), m.effect(_Resample(mlps, rows), base)
+        hs.append(h.movedim(-1, 0) if chunk > 1 else h[None])
+        ms.append(ml.movedim(-1, 0) if chunk > 1 else ml[None])
+    h, ml = torch.cat(hs), torch.cat(ms)
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2])
     hq = torch.nanquantile(h.float(), q, dim=0)
     mq = torch.nanquantile(ml.float(), q, dim=0)

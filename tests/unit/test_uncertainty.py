@@ -36,6 +36,22 @@ def test_bootstrap_equals_a_plain_resampling_loop(tiny_identify):
     assert ((diff.head_low <= est) & (est <= diff.head_high)).float().mean() > 0.9
 
 
+@pytest.mark.parametrize("name", ["fraction", "relative_logit", "logit_diff", "prob"])
+def test_resamples_in_chunks_equal_one_at_a_time(tiny_identify, name):
+    """Built-in metrics run many resamples per call ([..., resample, pair]); a copy of the metric (which the
+    bootstrap treats as a user's own) runs them one at a time: the intervals are the same."""
+    from dataclasses import replace
+
+    from circuits.identify.metrics import METRICS
+
+    s = tiny_identify.sweep
+    fast = bootstrap(s, name, n_boot=300, seed=1)  # 300: more than one chunk, and not a multiple of it
+    slow = bootstrap(s, replace(METRICS[name]), n_boot=300, seed=1)
+    for a, b in [(fast.head_low, slow.head_low), (fast.head_high, slow.head_high), (fast.mlp_low, slow.mlp_low),
+                 (fast.mlp_high, slow.mlp_high)]:
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6, equal_nan=True)
+
+
 def test_uncertain_keys_cross_the_threshold(tiny_identify):
     r = tiny_identify
     heads, _ = r.effects()
