@@ -24,9 +24,10 @@ for path in (ROOT / "tests", ROOT / "experiments", ROOT / "benchmarks"):
 
 # One place sets the thread count: the cores this process may use, shared among pytest-xdist's workers when
 # `make test` runs several (CIRCUITS_TEST_THREADS overrides).
+from circuits.threads import available_cores  # noqa: E402
+
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-_cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-torch.set_num_threads(int(os.environ.get("CIRCUITS_TEST_THREADS", max(1, min(2, _cores) // _workers))))
+torch.set_num_threads(int(os.environ.get("CIRCUITS_TEST_THREADS", max(1, min(2, available_cores()) // _workers))))
 # The command line and figure scripts (run in-process or as subprocesses) keep that count (circuits.threads).
 os.environ.setdefault("CIRCUITS_THREADS", str(torch.get_num_threads()))
 

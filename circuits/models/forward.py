@@ -91,6 +91,23 @@ def shared_prefix_lengths(token_ids: Sequence[Sequence[int]], min_prefix: int = 
 
 
 @torch.no_grad()
+def prefix_cache(model: HookedTransformer, prefix: Tensor, hooks: list, repeat: int) -> TransformerLensKeyValueCache:
+    """Run ``prefix`` (``[row, pos]`` tokens) once with ``hooks`` into a frozen key/value cache whose rows are each
+    repeated ``repeat`` times in order (a view for one prefix row), for the rows that continue it."""
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, prefix.device, len(prefix))
+    with model.hooks(fwd_hooks=hooks):
+        model(prefix, past_kv_cache=cache, attention_mask=torch.ones_like(prefix), stop_at_layer=model.cfg.n_layers)
+    cache.freeze()
+
+    def rep(t: Tensor) -> Tensor:
+        return t.expand(repeat, *t.shape[1:]) if len(t) == 1 else t.repeat_interleave(repeat, dim=0)
+
+    for e in cache.entries:
+        e.past_keys, e.past_values = rep(e.past_keys), rep(e.past_values)
+    cache.previous_attention_mask = rep(cache.previous_attention_mask)
+    return cache
+
+
 def end_residuals(
     model: HookedTransformer,
     token_ids: Sequence[Sequence[int]],
@@ -143,16 +160,7 @@ def end_residuals(
                 with model.hooks(fwd_hooks=(hooks(key, 0) if hooks else []) + own):
                     resid = model(full, stop_at_layer=L)
             else:
-                cache = TransformerLensKeyValueCache.init_cache(model.cfg, device, 1)
-                prefix = full[:1, :n_pre]
-                with model.hooks(fwd_hooks=hooks(key, 0) if hooks else []):
-                    model(prefix, past_kv_cache=cache, attention_mask=torch.ones_like(prefix), stop_at_layer=L)
-                cache.freeze()
-                n = len(chunk)
-                for e in cache.entries:
-                    e.past_keys = e.past_keys.expand(n, *e.past_keys.shape[1:])
-                    e.past_values = e.past_values.expand(n, *e.past_values.shape[1:])
-                cache.previous_attention_mask = cache.previous_attention_mask.expand(n, -1)
+                cache = prefix_cache(model, full[:1, :n_pre], hooks(key, 0) if hooks else [], len(chunk))
                 body = full[:, n_pre:]
                 ends = ends - n_pre
                 own = row_hooks(chunk, ends) if row_hooks else []

@@ -27,12 +27,11 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.utils import get_act_name
 
 from circuits import distributed as D
 from circuits.data.pairs import PromptPair
-from circuits.models.forward import end_residuals, unembed_end
+from circuits.models.forward import end_residuals, prefix_cache, unembed_end
 from circuits.results import Result, data_keys, read_config
 from circuits.io import read_json, write_json
 from circuits.types import Ablation, Head, all_heads
@@ -319,16 +318,10 @@ def knockout_residuals(
                 sl = slice(s0, min(S, s0 + per))
                 ns = sl.stop - sl.start
                 cache = None
-                if n_pre:
-                    cache = TransformerLensKeyValueCache.init_cache(cfg, device, ns)
+                if n_pre:  # one prefix row per set, each repeated for the block's pairs
                     prefix = torch.tensor(pre, device=device)[None].expand(ns, -1)
-                    with model.hooks(fwd_hooks=hooks(head_mask[sl], mlp_mask[sl], block_src[:1].expand(ns), 0)):
-                        model(prefix, past_kv_cache=cache, attention_mask=torch.ones_like(prefix), stop_at_layer=L)
-                    cache.freeze()
-                    for e in cache.entries:
-                        e.past_keys = e.past_keys.repeat_interleave(nb, dim=0)
-                        e.past_values = e.past_values.repeat_interleave(nb, dim=0)
-                    cache.previous_attention_mask = cache.previous_attention_mask.repeat_interleave(nb, dim=0)
+                    cache = prefix_cache(model, prefix, hooks(head_mask[sl], mlp_mask[sl], block_src[:1].expand(ns), 0),
+                                         nb)
                 rows_body = body.repeat(ns, 1).to(device)
                 row_hooks = hooks(head_mask[sl].repeat_interleave(nb, 0), mlp_mask[sl].repeat_interleave(nb, 0),
                                   block_src.repeat(ns), n_pre)
