@@ -17,6 +17,7 @@ and MLPs): Figure 3's curves, every k of every order, are a few batched passes.
 
 from __future__ import annotations
 
+import operator
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -195,6 +196,22 @@ def _hooks(means: MeanActivations, group: int, offset: int, heads: Sequence[Head
     return hooks
 
 
+def checked_set(model: HookedTransformer, heads: Sequence[Any], mlps: Sequence[Any]) -> tuple[list[Head], list[int]]:
+    """An ablation set as :class:`Head` s and MLP layers, each inside the model (a ValueError saying which is not)."""
+    cfg = model.cfg
+    hs = [Head.parse(h).check(cfg.n_layers, cfg.n_heads) for h in heads]
+    ms = []
+    for layer in mlps:
+        try:
+            index = operator.index(layer)  # int, numpy or 0-d tensor integers
+        except TypeError:
+            index = -1
+        if isinstance(layer, bool) or not 0 <= index < cfg.n_layers:
+            raise ValueError(f"MLP {layer!r} is outside this model: MLP layers are integers 0..{cfg.n_layers - 1}")
+        ms.append(index)
+    return hs, ms
+
+
 @torch.no_grad()
 def knockout_logits(
     model: HookedTransformer,
@@ -213,6 +230,7 @@ def knockout_logits(
     as running every full prompt (asserted in tests) but costs a fraction of it. ``means`` may also be
     :class:`ResampledActivations` (resample ablation).
     """
+    heads, mlps = checked_set(model, heads, mlps)
     if not isinstance(means, MeanActivations):  # resample ablation: per-pair donors (validate.resample)
         from circuits.validate.resample import resampled_logits
 
@@ -259,6 +277,7 @@ def knockout_residuals(
     head_mask = torch.zeros(S, L, cfg.n_heads, dtype=torch.bool)
     mlp_mask = torch.zeros(S, L, dtype=torch.bool)
     for s, (heads, mlps) in enumerate(sets):
+        heads, mlps = checked_set(model, heads, mlps)
         for l, h in heads:
             head_mask[s, l, h] = True
         for l in mlps:

@@ -191,3 +191,13 @@ def test_mmlu_accuracy_is_the_best_letter(tiny_llama, pairs):
     means = compute_means(tiny_llama, pairs, pooled=True)
     direct = [int(tiny_llama(torch.tensor([p.reference_token_ids]))[0, -1, ids].argmax()) for p in items]
     assert mmlu_accuracy(tiny_llama, items, means) == pytest.approx(sum(d == q.answer for d, q in zip(direct, qs)) / 2)
+
+
+@pytest.mark.parametrize("heads, mlps, match", [([(99, 0)], [], "Head 99.0 is outside"), ([(0, 7)], [], "Head 0.7"),
+                                                ([], [42], "MLP 42 is outside"), (["x"], [], "Bad head 'x'")])
+def test_an_ablation_set_outside_the_model_is_one_clear_line(tiny_llama, pairs, heads, mlps, match):
+    means = compute_means(tiny_llama, pairs[:2])
+    with pytest.raises(ValueError, match=match):
+        knockout_many(tiny_llama, pairs[:2], [([], []), (heads, mlps)], means=means)
+    with pytest.raises(ValueError, match=match):
+        knockout(tiny_llama, pairs[:2], heads, mlps, means=means)
