@@ -22,13 +22,23 @@ from circuits.threads import configure_threads
 from circuits.validate.knockout import knockout, knockout_many, random_order, replacement_values
 
 
+def k_list(text: str) -> list[int]:
+    try:
+        ks = [int(k) for k in text.split(",")]
+    except ValueError:
+        ks = [-1]
+    if any(k < 0 for k in ks):
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: comma-separated counts of heads, e.g. 0,1,2,5")
+    return ks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--identify", default="results/identify/addition",
                         help="pairs and ranking from this identify result when it exists")
     parser.add_argument("--pairs", type=int, default=64)
-    parser.add_argument("--ks", default="0,1,2,3,5,10,20")
+    parser.add_argument("--ks", type=k_list, default="0,1,2,3,5,10,20")
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
     configure_threads()
@@ -42,7 +52,7 @@ def main() -> None:
         pairs, ranking = r.pairs[: args.pairs], [h for h, _ in r.ranked()]
     else:
         pairs, ranking = build_pairs(model, "addition", n_pairs=args.pairs).pairs, random_order(L, H, 99)
-    ks = [int(k) for k in args.ks.split(",")]
+    ks = args.ks
     orders = [ranking] + [random_order(L, H, s) for s in range(args.seeds)]
     sets = [(o[:k], ()) for o in orders for k in ks]
     means = replacement_values(model, pairs)

@@ -128,6 +128,10 @@ def from_arguments(cls: type[C], args: argparse.Namespace, factory: Callable[...
                 v = tuple(v)
         elif isinstance(v, str) and (isinstance(f.default, tuple) or str(f.type).startswith("tuple")):
             kind = type(f.default[0]) if isinstance(f.default, tuple) and f.default else str
-            v = tuple(kind(x.strip()) for x in v.split(",") if x.strip())
+            try:
+                v = tuple(kind(x.strip()) for x in v.split(",") if x.strip())
+            except ValueError:
+                raise ValueError(f"--{f.name.replace('_', '-')} {v!r}: accepted: comma-separated "
+                                 f"{kind.__name__} values, e.g. {','.join(map(str, f.default or ()))}") from None
         values[f.name] = v
     return (factory or cls)(**values, **fixed)

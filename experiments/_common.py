@@ -97,7 +97,10 @@ def run(config_cls: type[Config], main: Callable[..., Result], plot: Callable[[R
     add_arguments(parser, config_cls)
     parser.add_argument("--replot", action="store_true", help="redraw the figure from the saved result, no model")
     args = parser.parse_args(argv)
-    config = from_arguments(config_cls, args)
+    try:
+        config = from_arguments(config_cls, args)
+    except ValueError as e:  # a value the config refuses: one line, exit 2, as the command line does
+        parser.error(str(e))
     out = Path(config.out)  # type: ignore[attr-defined]
     # Under torchrun the sweeps and knockout curves split their work across ranks; rank 0 writes (docs/scale.md).
     launch = init_from_env()

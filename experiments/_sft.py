@@ -53,7 +53,9 @@ class SFTTableConfig(Config):
 
     def __post_init__(self) -> None:
         if self.top_k < 1:
-            raise ValueError("top_k must be >= 1")
+            raise ValueError(f"--top-k must be 1 or more, got {self.top_k}")
+        if self.threads < 0:
+            raise ValueError(f"--threads must be 0 (the cores available) or more, got {self.threads}")
         EvalConfig(tasks=self.eval_tasks)  # validates task names
 
     FULL_SIZE = dict(top_k=32, n_arithmetic=2000, limit_per_source=None, lr=2e-5, batch_size=128, epochs=2,
@@ -124,4 +126,7 @@ def parse(config_cls: type[SFTTableConfig], argv: list[str] | None, doc: str | N
     add_arguments(parser, config_cls)
     parser.add_argument("--full-size", action="store_true", help="start from the paper's sizes (a GPU job)")
     args = parser.parse_args(argv)
-    return from_arguments(config_cls, args, factory=config_cls.full_size if args.full_size else None)
+    try:
+        return from_arguments(config_cls, args, factory=config_cls.full_size if args.full_size else None)
+    except ValueError as e:  # a value the config refuses: one line, exit 2, as the command line does
+        parser.error(str(e))

@@ -78,6 +78,8 @@ def test_flags_from_a_config():
         _parse(["--hidden", "z"])
     with pytest.raises(SystemExit):
         _parse(["--mode", "causal"])
+    with pytest.raises(ValueError, match=r"--ks '2,x': accepted: comma-separated int values, e\.g\. 0,1"):
+        _parse(["--ks", "2,x"])
 
 
 def test_config_json_roundtrip_and_same_config():
