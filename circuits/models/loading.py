@@ -39,6 +39,7 @@ from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuits.io import atomic_dir, write_json
 from circuits.timing import timed
+from circuits.models.attention import fused_attention
 from circuits.models.embedded import EMBEDDED, embedded_model
 from circuits.models.sources import (  # noqa: F401  (load_hf_reference, load_tokenizer: importable from here too)
     ModelLoadError,
@@ -211,6 +212,7 @@ def load_model(
         raise ModelLoadError(f"Cannot load model {name!r}: no such file or directory, and not a known name. "
                              f"Accepted: {accepted_inputs()}.")
     store_as_used(model)
+    fused_attention(model)
     model.eval()
     return model
 

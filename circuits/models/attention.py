@@ -1,0 +1,122 @@
+"""Attention through :func:`torch.nn.functional.scaled_dot_product_attention` when nothing reads the pattern.
+
+TransformerLens's attention builds the full ``[batch head query key]`` scores, masks them with ``torch.where``,
+takes the softmax, removes NaNs, and multiplies by the values, each a separate tensor the size of the pattern, so
+that ``hook_attn_scores`` and ``hook_pattern`` can read or change them. When neither has a hook, none of that has
+to exist: torch's fused kernel gives the same ``z`` from ``q``, ``k``, ``v`` and the same boolean mask. On a
+1,024-token SmolLM2 forward the pattern's masking, softmax and scaling were half the time (a 5-shot MMLU prompt
+is 300-2,300 tokens), on a GPU the fused kernel also never holds the pattern in memory.
+
+Everything else is TransformerLens's own code, called as its forward calls it: ``calculate_qkv_matrices`` (with
+``hook_q``/``hook_k``/``hook_v`` and any q/k norm), the key/value cache, ``apply_rotary`` (``hook_rot_q``/``k``,
+left padding), ``_make_causal_mask`` (local windows) and the padding mask, ``hook_z`` and the output projection.
+So patching at ``hook_z``, ``hook_q``, ``hook_v`` ... is unchanged. A hook on ``hook_attn_scores`` or ``hook_pattern``
+(``run_with_cache`` of all activations, attention figures), or any architecture feature this path does not
+reproduce (score soft-capping, attention sinks, ALiBi, relative position bias, log-n scaling, OLMo's q/k norm and
+clipping, 4-bit weights, ``use_attn_result``), runs TransformerLens's own forward instead.
+
+The result equals TransformerLens's up to float rounding (the kernel sums in another order: about 1e-6 relative
+in float32, tested against it on padded, cached, grouped-query and windowed attention). :func:`load_model` turns
+it on; ``fused_attention(model, False)`` turns it off for a model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import einops
+import torch
+import torch.nn.functional as F
+from transformer_lens import HookedTransformer
+from transformer_lens.components.abstract_attention import AbstractAttention
+from transformer_lens.utilities.activation_functions import softcap_enabled
+
+_FLAG = "_circuits_fused_attention"
+_OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
+_eager_forward = AbstractAttention.forward
+
+
+def unsupported(cfg: Any) -> str | None:
+    """Why a model with this config cannot use the fused path (``None`` when it can)."""
+    checks = {
+        f"positional embedding {cfg.positional_embedding_type!r}": cfg.positional_embedding_type not in ("rotary", "standard"),
+        "attention score soft-capping": softcap_enabled(cfg.attn_scores_soft_cap),
+        "attention sinks": bool(getattr(cfg, "use_attention_sinks", False)),
+        "log-n attention scaling": bool(getattr(cfg, "use_logn_attn", False)),
+        "OLMo q/k norm": cfg.original_architecture in _OLMO,
+        "q/k/v clipping": getattr(cfg, "clip_qkv", None) is not None,
+        "4-bit weights": bool(cfg.load_in_4bit),
+        "use_attn_result": bool(cfg.use_attn_result),
+        f"attention direction {cfg.attention_dir!r}": cfg.attention_dir != "causal",
+    }
+    reasons = [name for name, bad in checks.items() if bad]
+    return ", ".join(reasons) or None
+
+
+def fused_attention(model: HookedTransformer, enabled: bool = True) -> bool:
+    """Let ``model``'s attention layers use the fused kernel when no hook reads their scores or pattern.
+
+    Returns whether the fused path is on (``False`` when the model's architecture needs the eager one)."""
+    on = bool(enabled) and unsupported(model.cfg) is None
+    for block in model.blocks:
+        setattr(block.attn, _FLAG, on)
+    return on
+
+
+def _pattern_read(attn: AbstractAttention) -> bool:
+    for hook_point in (attn.hook_attn_scores, attn.hook_pattern):
+        if (hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks
+                or hook_point._backward_pre_hooks):
+            return True
+    return False
+
+
+def _forward(self: AbstractAttention, query_input, key_input, value_input, past_kv_cache_entry=None,
+             additive_attention_mask=None, attention_mask=None, position_bias=None):
+    if (not getattr(self, _FLAG, False) or additive_attention_mask is not None or position_bias is not None
+            or getattr(self, "_attention_dir_override", None) not in (None, "causal") or _pattern_read(self)):
+        return _eager_forward(self, query_input, key_input, value_input, past_kv_cache_entry=past_kv_cache_entry,
+                              additive_attention_mask=additive_attention_mask, attention_mask=attention_mask,
+                              position_bias=position_bias)
+    q, k, v = self.calculate_qkv_matrices(query_input, key_input, value_input)
+    if past_kv_cache_entry is not None:
+        offset = past_kv_cache_entry.past_keys.size(1)
+        k, v = past_kv_cache_entry.append(k, v)
+    else:
+        offset = 0
+    if self.cfg.positional_embedding_type == "rotary":
+        q = self.hook_rot_q(self.apply_rotary(q, offset, attention_mask))
+        k = self.hook_rot_k(self.apply_rotary(k, 0, attention_mask))
+    if k.size(2) != q.size(2):  # grouped-query attention: each key/value head serves a group of query heads
+        k = torch.repeat_interleave(k, dim=2, repeats=q.size(2) // k.size(2))
+        v = torch.repeat_interleave(v, dim=2, repeats=q.size(2) // v.size(2))
+    q_, k_, v_ = (einops.rearrange(x, "batch pos head d_head -> batch head pos d_head") for x in (q, k, v))
+    scale = 1.0 / self.attn_scale
+    if attention_mask is None and offset == 0 and self.attn_type != "local" and q.size(1) == k.size(1):
+        z = F.scaled_dot_product_attention(q_, k_.to(q_.dtype), v_.to(q_.dtype), is_causal=True, scale=scale)
+    else:
+        mask = self._make_causal_mask(q.size(1), k.size(1), offset, q.device)  # [1 1 query key]
+        if attention_mask is not None:
+            mask = mask & attention_mask.to(q.device).bool()[:, None, None, :]
+        # A query with no key to attend to (a left pad) gets zeros, as TransformerLens's NaN-to-zero gives it.
+        alive = mask.any(-1, keepdim=True)
+        z = F.scaled_dot_product_attention(q_, k_.to(q_.dtype), v_.to(q_.dtype), attn_mask=mask | ~alive, scale=scale)
+        z = z.masked_fill(~alive, 0.0)
+    z = self.hook_z(einops.rearrange(z.to(v.dtype), "batch head pos d_head -> batch pos head d_head"))
+    w = einops.rearrange(self.W_O, "head_index d_head d_model -> d_model (head_index d_head)").contiguous()
+    b_O = self.b_O
+    if w.device != z.device:
+        w, b_O = w.to(z.device), b_O.to(z.device)
+    if z.dtype != w.dtype:
+        z = z.to(w.dtype)
+    return F.linear(z.reshape(z.shape[0], z.shape[1], -1), w, b_O)
+
+
+def _install() -> None:
+    if getattr(AbstractAttention.forward, "_circuits", False):
+        return
+    _forward._circuits = True  # type: ignore[attr-defined]
+    AbstractAttention.forward = _forward  # type: ignore[method-assign]
+
+
+_install()
