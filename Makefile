@@ -40,7 +40,8 @@ demo: $(STAMP)
 report: $(STAMP)
 	$(BIN)/circuits report results --out results/report.html
 
-# Both tiers: tests/unit (tiny random models, seconds each) and tests/integration (SmolLM2, the browser, the notebook).
+# Both tiers: tests/unit (tiny random models, seconds each) and tests/integration (SmolLM2, the browser, the notebook,
+# two-process torchrun runs, every experiment script end to end and the report of what they write).
 # Test files run on TEST_WORKERS processes (pytest-xdist; a file's tests stay on one, so its fixtures run once), each
 # with its share of the cores; TEST_WORKERS=1 runs them in this process.
 TEST_WORKERS ?= 2
@@ -69,15 +70,26 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/gpu_scale.py
 	$(BIN)/python benchmarks/position_sweep.py
 	$(BIN)/python benchmarks/screen_speed.py
+	$(BIN)/python benchmarks/attention_speed.py
 
 # One script per figure/table of the paper (Sections 5.1-5.3, Appendices C-F); each writes results/<name>/, all
-# taking their key heads from results/identify/<task> (what `make demo` writes).
+# taking their key heads from results/identify/<task> (what `make demo` writes). Three groups, by what they cost:
+# `figures` (the paper's figures and Tables 3-4, about 12 min on 2 CPU cores: docs/speed.md), `tables` (Tables 1-2:
+# fine-tuning and benchmark evaluation), `beyond` (the questions the paper did not ask: docs/results.md, about 1.5 h
+# on this CPU); `figures-all` runs the three.
 FIGURES := fig2_key_heads fig3_knockout fig4_transfer fig5_attention_roles fig6_mlp_logit_lens \
-	fig7_attention_views fig15_per_operation table3_exponentiation table4_gsm8k table1_precise_sft table2_components \
-	screen_audit fig_information_flow fig_neurons fig_circuit fig3_ablation_kinds stability
+	fig7_attention_views fig15_per_operation table3_exponentiation table4_gsm8k
+TABLES := table1_precise_sft table2_components
+BEYOND := screen_audit fig_information_flow fig_neurons fig_circuit fig3_ablation_kinds stability
 
+.PHONY: tables beyond figures-all
 figures: $(STAMP)
 	for f in $(FIGURES); do $(BIN)/python experiments/$$f.py || exit 1; done  # threads: circuits.threads (docs/speed.md)
 
-clean:
-	rm -rf $(VENV) results .pytest_cache
+tables: $(STAMP)
+	for f in $(TABLES); do $(BIN)/python experiments/$$f.py || exit 1; done
+
+beyond: $(STAMP)
+	for f in $(BEYOND); do $(BIN)/python experiments/$$f.py || exit 1; done
+
+figures-all: figures tables beyond

@@ -11,6 +11,13 @@ The stages are timed from outside the library, by wrapping the functions each st
 
 Threads are set as the command line sets them (``circuits.threads`` where the code has it, torch's default
 otherwise). The last line reads ``demo_s=<seconds>``.
+
+``--figures`` then runs ``make figures`` (the scripts of the Makefile's ``FIGURES`` list, each as ``make`` runs
+it, in its own process) on the demo's identify result, times each script, and ends with ``demo_s=.. figures_s=..``;
+``--identify-dir results/identify`` skips the demo and times the figures on that result::
+
+    python benchmarks/pipeline_speed.py --figures
+    python benchmarks/pipeline_speed.py --figures --identify-dir results/identify   # the figures alone
 """
 
 from __future__ import annotations
@@ -19,6 +26,8 @@ import argparse
 import importlib
 import json
 import os
+import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -68,7 +77,19 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--out", help="folder for the results (default: a temporary one)")
     parser.add_argument("--json", help="also write the numbers here")
+    parser.add_argument("--figures", action="store_true", help="then time `make figures` on the demo's result")
+    parser.add_argument("--identify-dir", help="with --figures: skip the demo and use this identify result")
     args = parser.parse_args()
+    if args.identify_dir:
+        if not args.figures:
+            parser.error("--identify-dir: only with --figures (it replaces the demo's own identify result)")
+        if not Path(args.identify_dir, "all").is_dir():
+            parser.error(f"--identify-dir {args.identify_dir}: not a `circuits identify --task all` result "
+                         "(no all/ inside); accepted: the folder `make demo` writes, e.g. results/identify")
+        out = Path(args.out or tempfile.mkdtemp(prefix="pipeline-speed-"))
+        figures = time_figures(Path(args.identify_dir), out, args.model)
+        finish(args, {"figures": figures, "figures_s": sum(figures.values())}, f"figures_s={sum(figures.values()):.1f}")
+        return
     threads = configure_threads() if configure_threads is not None else None
     import torch
 
@@ -107,11 +128,43 @@ def main() -> None:
     print("stage       seconds")
     for name, s in rows.items():
         print(f"{name:<10} {s:8.1f}")
+    numbers = {"stages": rows, "demo_s": demo_s, "threads": torch.get_num_threads(),
+               "threads_set_by": "circuits.threads" if threads else "torch default", "key_heads": heads,
+               "python": sys.version.split()[0]}
+    last = f"demo_s={demo_s:.1f}"
+    if args.figures:
+        numbers["figures"] = time_figures(out / "identify", out, args.model)
+        numbers["figures_s"] = sum(numbers["figures"].values())
+        last += f" figures_s={numbers['figures_s']:.1f}"
+    finish(args, numbers, last)
+
+
+def finish(args: argparse.Namespace, numbers: dict, last: str) -> None:
     if args.json:
-        Path(args.json).write_text(json.dumps({"stages": rows, "demo_s": demo_s, "threads": torch.get_num_threads(),
-                                               "threads_set_by": "circuits.threads" if threads else "torch default",
-                                               "key_heads": heads, "python": sys.version.split()[0]}, indent=1))
-    print(f"demo_s={demo_s:.1f}")
+        Path(args.json).write_text(json.dumps(numbers, indent=1))
+    print(last)
+
+
+def makefile_figures(makefile: Path = Path(__file__).resolve().parent.parent / "Makefile") -> list[str]:
+    """The scripts ``make figures`` runs (the Makefile's ``FIGURES`` list, continuation lines joined)."""
+    text = makefile.read_text().replace("\\\n", " ")
+    match = re.search(r"^FIGURES\s*:=\s*(.*)$", text, re.M)
+    if match is None:
+        raise SystemExit(f"{makefile}: no FIGURES list")
+    return match.group(1).split()
+
+
+def time_figures(identify: Path, out: Path, model: str) -> dict[str, float]:
+    """Seconds of each ``make figures`` script run on ``identify`` (its outputs under ``out``), as make runs it."""
+    experiments = Path(__file__).resolve().parent.parent / "experiments"
+    seconds: dict[str, float] = {}
+    for name in makefile_figures():
+        start = time.perf_counter()
+        subprocess.run([sys.executable, str(experiments / f"{name}.py"), "--model", model, "--identify-dir",
+                        str(identify), "--out", str(out / name)], check=True, stdout=subprocess.DEVNULL)
+        seconds[name] = time.perf_counter() - start
+        print(f"{name:<24} {seconds[name]:8.1f} s   (load average {os.getloadavg()[0]:.1f})", flush=True)
+    return seconds
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """What Tables 1 and 2 share: the size of a run as one config, the heads from an identify result, and the
-evaluation (word problems with their own smaller limit, the rest with ``eval_limit``)."""
+evaluation (word problems and the 5-shot multiple-choice tasks with their own smaller limits, the rest with
+``eval_limit``)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from circuits.sft.plan import DEFAULT_KV_POLICY, KV_POLICIES
 from circuits.types import Head
 
 MATH = ("gsm8k", "addsub", "singleeq", "svamp")
+CHOICE = ("mmlu", "commonsenseqa")
 
 
 @dataclass(frozen=True)
@@ -32,16 +34,20 @@ class SFTTableConfig(Config):
     kv_policy: str = option(DEFAULT_KV_POLICY, choices=KV_POLICIES)
     sources: tuple[str, ...] = option(("gsm8k", "adapters", "arithmetic"))
     n_arithmetic: int = option(128)
-    limit_per_source: int | None = option(64)
+    # 16 per source (48 examples, 3 steps of 16) and the evaluation limits below keep Table 1 under 10 minutes on a
+    # 2-core CPU (docs/speed.md); `--limit-per-source 64 --batch-size 32 --eval-limit 24 --choice-limit 24
+    # --math-limit 8` is the size docs/results_finetune.md's first CPU tables were run at.
+    limit_per_source: int | None = option(16)
     # lr 1e-4 instead of 2e-5: the CPU run has a few optimizer steps instead of ~150 (same lr for both SFTs).
     lr: float = option(1e-4)
-    batch_size: int = option(32)
+    batch_size: int = option(16)
     micro_batch_size: int = option(8)
     epochs: int = option(1)
     max_length: int = option(160)
     eval_tasks: tuple[str, ...] = option(ALL_TASKS)
-    eval_limit: int | None = option(24)
-    math_limit: int | None = option(8, help="word problems generate up to max_gen_toks each: the slow part on CPU")
+    eval_limit: int | None = option(24, help="documents of the held-out arithmetic and perplexity")
+    choice_limit: int | None = option(8, help="MMLU and CommonsenseQA questions (5-shot prompts of 300-2,300 tokens)")
+    math_limit: int | None = option(4, help="word problems generate up to max_gen_toks each: the slow part on CPU")
     max_gen_toks: int = option(96)
     eval_batch_size: int = option(8, help="documents per forward / generation batch (raise it on a GPU)")
     arithmetic_per_form: int = option(25)
@@ -59,7 +65,7 @@ class SFTTableConfig(Config):
         EvalConfig(tasks=self.eval_tasks)  # validates task names
 
     FULL_SIZE = dict(top_k=32, n_arithmetic=2000, limit_per_source=None, lr=2e-5, batch_size=128, epochs=2,
-                     max_length=384, eval_limit=None, math_limit=None, max_gen_toks=256, arithmetic_per_form=100, threads=0)
+                     max_length=384, eval_limit=None, choice_limit=None, math_limit=None, max_gen_toks=256, arithmetic_per_form=100, threads=0)
 
     @classmethod
     def full_size(cls, **kw: Any):
@@ -84,11 +90,13 @@ def ranked_heads(config: SFTTableConfig, k: int, model: Any) -> tuple[list[Head]
 
 
 def evaluate_row(model: Any, config: SFTTableConfig) -> dict[str, Any]:
-    """Scores of one table row: word problems with ``math_limit``, the rest with ``eval_limit``."""
+    """Scores of one table row: word problems with ``math_limit``, MMLU and CommonsenseQA with ``choice_limit``,
+    the rest with ``eval_limit``."""
     math = tuple(t for t in config.eval_tasks if t in MATH)
-    rest = tuple(t for t in config.eval_tasks if t not in math)
+    choice = tuple(t for t in config.eval_tasks if t in CHOICE)
+    rest = tuple(t for t in config.eval_tasks if t not in math + choice)
     out: dict[str, Any] = {"tasks": {}}
-    for tasks, limit in ((math, config.math_limit), (rest, config.eval_limit)):
+    for tasks, limit in ((math, config.math_limit), (choice, config.choice_limit), (rest, config.eval_limit)):
         if not tasks:
             continue
         res = evaluate(model, EvalConfig(

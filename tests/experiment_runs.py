@@ -3,8 +3,11 @@ scripts really write, for the experiment, report and browser tests."""
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import importlib
+import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -50,7 +53,7 @@ def tiny_config(name: str, root: Path):
     if name.startswith("table1") or name.startswith("table2"):
         fields = dict(model=common["model"], heads_from=str(root / "identify" / "addition"), top_k=2,
                       sources=("arithmetic",), n_arithmetic=8, limit_per_source=8, batch_size=4, micro_batch_size=4,
-                      max_length=48, eval_tasks=("arithmetic", "mmlu"), eval_limit=2, arithmetic_per_form=1,
+                      max_length=48, eval_tasks=("arithmetic", "mmlu"), eval_limit=2, choice_limit=2, arithmetic_per_form=1,
                       mmlu_shots=1, eval_batch_size=4, threads=0, out=common["out"])
         if name.startswith("table2"):
             fields["mlp_counts"] = (1,)
@@ -60,11 +63,37 @@ def tiny_config(name: str, root: Path):
 
 @functools.lru_cache(maxsize=1)
 def run_all() -> Path:
-    """Run every script once per test process; returns the results folder."""
+    """Run every script once per test run; returns the results folder (read-only: a test that writes into it
+    works on :func:`private_copy`). Under pytest-xdist the workers share one run: the first to ask runs the
+    scripts under a file lock, the others wait for it and read its folder."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not run_id:
+        return _run_scripts(Path(tempfile.mkdtemp(prefix="circuits-experiments-")))
+    root = Path(tempfile.gettempdir()) / f"circuits-experiments-{run_id}"
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".complete").exists():
+            for half_done in (root, Path(f"{root}-cross-identify")):  # a worker of this run that died midway
+                shutil.rmtree(half_done, ignore_errors=True)
+            root.mkdir()
+            _run_scripts(root)
+            (root / ".complete").touch()
+    return root
+
+
+def _run_scripts(root: Path) -> Path:
     from helpers import tiny_model
 
-    root = Path(tempfile.mkdtemp(prefix="circuits-experiments-"))
     model = tiny_model("llama")
     for name in SCRIPTS:
         script(name).main(tiny_config(name, root), model=model)
     return root
+
+
+def private_copy(root: Path, into: Path) -> Path:
+    """A copy of :func:`run_all`'s folder (and the cross-model script's identify folder beside it) to write into."""
+    copy = into / "results"
+    shutil.copytree(root, copy)
+    if Path(f"{root}-cross-identify").is_dir():
+        shutil.copytree(f"{root}-cross-identify", f"{copy}-cross-identify")
+    return copy

@@ -13,7 +13,8 @@ left padding), ``_make_causal_mask`` (local windows) and the padding mask, ``hoo
 So patching at ``hook_z``, ``hook_q``, ``hook_v`` ... is unchanged. A hook on ``hook_attn_scores`` or ``hook_pattern``
 (``run_with_cache`` of all activations, attention figures), or any architecture feature this path does not
 reproduce (score soft-capping, attention sinks, ALiBi, relative position bias, log-n scaling, OLMo's q/k norm and
-clipping, 4-bit weights, ``use_attn_result``), runs TransformerLens's own forward instead.
+clipping, 4-bit weights), and any layer while ``use_attn_result`` is on (``hook_result``), runs TransformerLens's own
+forward instead.
 
 The result equals TransformerLens's up to float rounding (the kernel sums in another order: about 1e-6 relative
 in float32, tested against it on padded, cached, grouped-query and windowed attention). :func:`load_model` turns
@@ -46,7 +47,6 @@ def unsupported(cfg: Any) -> str | None:
         "OLMo q/k norm": cfg.original_architecture in _OLMO,
         "q/k/v clipping": getattr(cfg, "clip_qkv", None) is not None,
         "4-bit weights": bool(cfg.load_in_4bit),
-        "use_attn_result": bool(cfg.use_attn_result),
         f"attention direction {cfg.attention_dir!r}": cfg.attention_dir != "causal",
     }
     reasons = [name for name, bad in checks.items() if bad]
@@ -73,7 +73,8 @@ def _pattern_read(attn: AbstractAttention) -> bool:
 
 def _forward(self: AbstractAttention, query_input, key_input, value_input, past_kv_cache_entry=None,
              additive_attention_mask=None, attention_mask=None, position_bias=None):
-    if (not getattr(self, _FLAG, False) or additive_attention_mask is not None or position_bias is not None
+    if (not getattr(self, _FLAG, False) or self.cfg.use_attn_result or additive_attention_mask is not None
+            or position_bias is not None
             or getattr(self, "_attention_dir_override", None) not in (None, "causal") or _pattern_read(self)):
         return _eager_forward(self, query_input, key_input, value_input, past_kv_cache_entry=past_kv_cache_entry,
                               additive_attention_mask=additive_attention_mask, attention_mask=attention_mask,

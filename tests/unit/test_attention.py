@@ -154,3 +154,22 @@ def test_patching_z_through_the_fused_path(models, tokenizer):
     assert (out[True] - out[False]).abs().max() < 1e-5
     with torch.no_grad():
         assert (out[True] - model(tokens)).abs().max() > 1e-3  # the patch did something
+
+
+def test_per_head_results_switch_to_the_eager_path(tokenizer, sdpa_calls):
+    """``use_attn_result`` (``hook_result``, per-head outputs) is read at call time: switched on later, it works."""
+    from helpers import tiny_model
+
+    model = tiny_model("llama").requires_grad_(False)
+    tokens, _ = _padded(tokenizer)
+    with torch.no_grad():
+        plain = model(tokens)
+        calls = sdpa_calls.calls
+        model.set_use_attn_result(True)
+        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_result"))
+        per_head = model(tokens)
+        assert sdpa_calls.calls == calls and "blocks.0.attn.hook_result" in cache
+        model.set_use_attn_result(False)
+        model(tokens)
+    assert sdpa_calls.calls == calls + model.cfg.n_layers
+    assert (per_head - plain).abs().max() < 1e-5

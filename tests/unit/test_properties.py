@@ -1,12 +1,11 @@
-"""What users type, generated: every key rule, head list, template, pair and result folder ends in a result or in
-one clear error (a ``ValueError`` whose message says what is accepted), never in another exception."""
+"""What users type, generated: every key rule, head list, template and pair ends in a result or in one clear
+error (a ``ValueError`` whose message says what is accepted), never in another exception. Result folders:
+tests/integration/test_script_results.py."""
 
 from __future__ import annotations
 
-import json
 import string
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,7 +13,6 @@ from circuits.data.pairs import PromptError, make_pair
 from circuits.data.templates import Template
 from circuits.identify.metrics import METRICS
 from circuits.identify.rules import KeyRule
-from circuits.results import ResultError, load_result
 from circuits.types import Component, Head, parse_heads
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -71,43 +69,3 @@ def test_make_pair_gives_a_checked_pair_or_a_prompt_error(tokenizer, ref, cf, an
         return
     assert len(pair.reference_token_ids) == len(pair.counterfactual_token_ids) > 0
     assert pair.reference != pair.counterfactual
-
-
-@pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-    from experiment_runs import run_all
-
-    return run_all()
-
-
-FILES = ["summary.json", "pairs.jsonl", "sweep.pt", "config.json", "circuits.json", "data.json", "result.json"]
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
-@given(st.sampled_from(["identify/addition", "fig3_knockout", "fig4_transfer", "fig6_mlp_logit_lens",
-                        "table1_precise_sft", "fig15_per_operation"]),
-       st.lists(st.tuples(st.sampled_from(FILES), st.sampled_from(["delete", "truncate", "garbage", "empty"])),
-                min_size=1, max_size=3))
-def test_damaged_result_folders_load_or_name_the_problem(saved, tmp_path_factory, folder, damage):
-    import shutil
-
-    work = tmp_path_factory.mktemp("damaged") / "r"
-    shutil.copytree(saved / folder, work)
-    for name, how in damage:
-        path = work / name
-        if not path.exists():
-            continue
-        if how == "delete":
-            path.unlink()
-        elif how == "truncate":
-            path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
-        elif how == "garbage":
-            path.write_bytes(b"\x00\xff not what was written")
-        else:
-            path.write_text("")
-    try:
-        result = load_result(work)
-    except (ResultError, ValueError, FileNotFoundError) as err:
-        assert str(err) and "\n" not in str(err).strip()
-        return
-    json.dumps(result.config_json())  # what loaded is a usable result

@@ -4,7 +4,7 @@ key heads come from the shared identify result."""
 from __future__ import annotations
 
 import pytest
-from experiment_runs import SCRIPTS, run_all, script, tiny_config
+from experiment_runs import SCRIPTS, private_copy, run_all, script, tiny_config
 
 from circuits.identify import IdentifyResult
 from circuits.results import load_result
@@ -46,8 +46,11 @@ def test_figures_take_heads_from_the_shared_identify_result(results):
     assert per_op.key_heads["addition"] == addition.top_heads(3)
 
 
-def test_tables_resume_from_their_rows(results, capsys):
+def test_tables_resume_from_their_rows(results, capsys, tmp_path):
     name = "table1_precise_sft"
+    results = private_copy(results, tmp_path)  # (rows are kept for their own config, which names their folder)
+    script(name).main(tiny_config(name, results))
+    capsys.readouterr()
     script(name).main(tiny_config(name, results))
     assert capsys.readouterr().out.count("finished earlier") == 3
     changed = tiny_config(name, results).replace(lr=3e-4)
@@ -65,8 +68,11 @@ def test_table_flags_are_shared_and_full_size_changes_defaults():
     import _sft
 
     t1, t2 = script("table1_precise_sft"), script("table2_components")
-    c1 = _sft.parse(t1.Config, ["--eval-limit", "5", "--lr", "3e-4", "--eval-batch-size", "64", "--data-dir", "/d"], None)
-    assert (c1.eval_limit, c1.lr, c1.eval_batch_size, c1.data_dir, c1.math_limit) == (5, 3e-4, 64, "/d", 8)
+    c1 = _sft.parse(t1.Config, ["--eval-limit", "5", "--lr", "3e-4", "--eval-batch-size", "64", "--data-dir", "/d",
+                                "--choice-limit", "7"], None)
+    assert (c1.eval_limit, c1.lr, c1.eval_batch_size, c1.data_dir, c1.math_limit, c1.choice_limit) == (5, 3e-4, 64, "/d", 4, 7)
+    full = _sft.parse(t1.Config, ["--full-size"], None)
+    assert (full.eval_limit, full.choice_limit, full.math_limit, full.limit_per_source) == (None, None, None, None)
     c2 = _sft.parse(t2.Config, ["--full-size", "--epochs", "1", "--limit-per-source", "100", "--mlp-counts", "1,2"], None)
     assert (c2.epochs, c2.limit_per_source, c2.lr, c2.out) == (1, 100, 2e-5, "results/table2")
     assert c2.eval_tasks == ("gsm8k", "arithmetic", "mmlu") and c2.mlp_counts == (1, 2)
@@ -83,9 +89,10 @@ def test_train_speed_flops():
     assert layer_flops_per_token(cfg) == 2.0 * (576 * 64 * (18 + 6) + 576 * 1536 * 3)
 
 
-def test_cross_model_measures_each_model_from_its_own_identify_results(results):
+def test_cross_model_measures_each_model_from_its_own_identify_results(results, tmp_path):
     import cross_model
 
+    results = private_copy(results, tmp_path)
     r = load_result(results / "cross_model")
     config = tiny_config("cross_model", results)
     assert r.names() == list(config.models) and len(r.names()) == 2
