@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Union
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
@@ -466,11 +466,14 @@ def candidate_operands(template: Template, tokenizer: Any, lo: int, hi: int) -> 
     return ok
 
 
-def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None, **kwargs: Any) -> PairSet:
+def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None, *, check_counterfactual: bool = True,
+                **kwargs: Any) -> PairSet:
     """Sample pairs round-robin over the task's templates, run the model, keep the correct ones.
 
     ``config`` is a :class:`PairConfig`, or a task name with the other fields as keywords
-    (``build_pairs(model, "addition", n_pairs=32)``).
+    (``build_pairs(model, "addition", n_pairs=32)``). ``check_counterfactual=False`` skips running the kept pairs'
+    counterfactual prompts (the "counterfactual keeps the answer" statistics are then NaN and absent per template):
+    for a caller that runs them anyway, as the identify job's sweep does (:func:`counterfactual_stats`).
     """
     if config is None or isinstance(config, str):
         config = PairConfig(**({"task": config} if config else {}), **kwargs)
@@ -551,28 +554,37 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
             f"The model answered none of {seen} candidate prompts for task {config.task!r} correctly, so no pairs "
             "are left. Try a few-shot prefix (few_shot='on'), other templates, or filter_correct=False."
         )
-    # The counterfactual check runs on the pairs kept: does X_c still yield the answer?
-    with stage("filtering"):
-        cf_probs = pair_logits(model, kept, "counterfactual").softmax(-1)
-    answer = torch.tensor([p.answer_token_id for p in kept])
-    cf_p = cf_probs[torch.arange(len(kept)), answer]
-    cf_hit = (cf_probs.argmax(-1) == answer).float()
     stats: dict[str, dict[str, float]] = {k: {"accuracy": sum(v) / len(v), "n": len(v)} for k, v in per_t.items()}
-    for tid in stats:
-        idx = [i for i, p in enumerate(kept) if p.template_id == tid]
-        if idx:
-            stats[tid]["counterfactual_accuracy"] = float(cf_hit[idx].mean())
-            stats[tid]["counterfactual_answer_prob"] = float(cf_p[idx].mean())
+    cf_accuracy = cf_prob = float("nan")
+    if check_counterfactual:  # on the pairs kept: does X_c still yield the answer?
+        with stage("filtering"):
+            cf_probs = pair_logits(model, kept, "counterfactual").softmax(-1)
+        answer = torch.tensor([p.answer_token_id for p in kept])
+        cf_p = cf_probs[torch.arange(len(kept)), answer]
+        cf_hit = cf_probs.argmax(-1) == answer
+        counterfactual_stats(kept, cf_hit, cf_p, stats)
+        cf_accuracy, cf_prob = float(cf_hit.float().mean()), float(cf_p.mean())
     return PairSet(
         pairs=kept,
         n_candidates=seen,
         accuracy=correct / seen,
         mean_answer_prob=prob_sum / seen,
-        counterfactual_accuracy=float(cf_hit.mean()),
-        counterfactual_answer_prob=float(cf_p.mean()),
+        counterfactual_accuracy=cf_accuracy,
+        counterfactual_answer_prob=cf_prob,
         per_template=stats,
         few_shot=few_shot,
     )
+
+
+def counterfactual_stats(pairs: Sequence[PromptPair], keeps_answer: Bool[Tensor, " pair"],
+                         answer_prob: Float[Tensor, " pair"], per_template: dict[str, dict[str, float]]) -> None:
+    """Add each template's "counterfactual keeps the answer" rate and mean answer probability to ``per_template``
+    (``keeps_answer``/``answer_prob``: the counterfactual prompt's top token is the answer, and its probability)."""
+    for tid, stats in per_template.items():
+        idx = [i for i, p in enumerate(pairs) if p.template_id == tid]
+        if idx:
+            stats["counterfactual_accuracy"] = float(keeps_answer[idx].float().mean())
+            stats["counterfactual_answer_prob"] = float(answer_prob[idx].mean())
 
 
 Pairs = Union[Sequence[PromptPair], PairSet, PairBatch]

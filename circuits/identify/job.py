@@ -22,7 +22,7 @@ from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
 from circuits.config import same_config
-from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs
+from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs, counterfactual_stats
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
 from circuits.identify.engine import SweepResult, sweep
@@ -52,8 +52,9 @@ def identify(
 
         receivers = Receiver.parse_many(config.receivers)  # checked before the sweep, not after it
         check_edges(model, [c for c in all_components(model) if c.layer < max(r.layer for r in receivers) + 1], receivers)
-    if pairs is None:
-        pairs = D.on_main(lambda: build_pairs(model, config.pair_config()))
+    built = pairs is None
+    if built:  # the sweep runs the counterfactual prompts itself: their statistics come from it (below)
+        pairs = D.on_main(lambda: build_pairs(model, config.pair_config(), check_counterfactual=False))
     if isinstance(pairs, PairSet):
         stats = pairs.stats()
         pairs = pairs.pairs
@@ -62,6 +63,11 @@ def identify(
     prob = True if config.prob == "all" or rule.metric == "prob" else (lambda swept: key_components(swept, rule))
     result = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress,  # type: ignore[arg-type]
                    prob=prob)
+    if built and stats.get("per_template"):
+        b = result.baseline
+        counterfactual_stats(pairs, b.cf_answer == b.answer, b.cf_prob, stats["per_template"])
+        stats.update(counterfactual_accuracy=float((b.cf_answer == b.answer).float().mean()),
+                     counterfactual_answer_prob=float(b.cf_prob.mean()))
     out = IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
     if config.receivers:  # edges into the chosen receivers (path patching to a receiver, identify.edges)
         from circuits.identify.edge_result import resolve_receivers

@@ -356,6 +356,7 @@ def knockout_residuals(
     return out
 
 
+@torch.no_grad()
 def knockout_many(
     model: HookedTransformer,
     pairs: Sequence[PromptPair],

@@ -125,3 +125,25 @@ def test_config_validation():
     with pytest.raises(ValueError, match="Unknown task"):
         IdentifyConfig(task="modulo")
     assert IdentifyConfig.from_json(json.loads(json.dumps(CONFIG.to_json()))) == CONFIG
+
+
+def test_counterfactual_statistics_come_from_the_sweep(tiny_llama):
+    """The job skips build_pairs' own run of the counterfactual prompts (the sweep runs them): the statistics it
+    saves, overall and per template, equal what that run gives."""
+    from circuits.data.pairs import PairConfig, build_pairs
+
+    config = IdentifyConfig(task="addition", n_pairs=6, filter_correct=False)
+    checked = build_pairs(tiny_llama, config.pair_config())
+    skipped = build_pairs(tiny_llama, config.pair_config(), check_counterfactual=False)
+    assert isinstance(config.pair_config(), PairConfig) and skipped.pairs == checked.pairs
+    assert torch.isnan(torch.tensor(skipped.counterfactual_accuracy))
+    assert all("counterfactual_accuracy" not in t for t in skipped.per_template.values())
+    result = identify(tiny_llama, config=config, progress=False)
+    templates = result.pair_stats["per_template"]
+    assert templates.keys() == checked.per_template.keys() and len(templates) > 1
+    for tid, want in checked.per_template.items():
+        assert templates[tid]["counterfactual_accuracy"] == want["counterfactual_accuracy"]
+        assert templates[tid]["counterfactual_answer_prob"] == pytest.approx(want["counterfactual_answer_prob"], abs=1e-5)
+    summary = result.summary()
+    assert summary["counterfactual_accuracy"] == checked.counterfactual_accuracy
+    assert summary["counterfactual_answer_prob"] == pytest.approx(checked.counterfactual_answer_prob, abs=1e-5)
