@@ -74,7 +74,7 @@ bench: $(STAMP)
 
 # One script per figure/table of the paper (Sections 5.1-5.3, Appendices C-F); each writes results/<name>/, all
 # taking their key heads from results/identify/<task> (what `make demo` writes). Three groups, by what they cost:
-# `figures` (the paper's figures and Tables 3-4, about 12 min on 2 CPU cores: docs/speed.md), `tables` (Tables 1-2:
+# `figures` (the paper's figures and Tables 3-4, about 8 min on 2 CPU cores: docs/speed.md), `tables` (Tables 1-2:
 # fine-tuning and benchmark evaluation), `beyond` (the questions the paper did not ask: docs/results.md, about 1.5 h
 # on this CPU); `figures-all` runs the three.
 FIGURES := fig2_key_heads fig3_knockout fig4_transfer fig5_attention_roles fig6_mlp_logit_lens \
