@@ -62,6 +62,10 @@ class SFTTableConfig(Config):
             raise ValueError(f"--top-k must be 1 or more, got {self.top_k}")
         if self.threads < 0:
             raise ValueError(f"--threads must be 0 (the cores available) or more, got {self.threads}")
+        for name in ("limit_per_source", "eval_limit", "choice_limit", "math_limit"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be 1 or more (or unset for all), got {value}")
         EvalConfig(tasks=self.eval_tasks)  # validates task names
 
     FULL_SIZE = dict(top_k=32, n_arithmetic=2000, limit_per_source=None, lr=2e-5, batch_size=128, epochs=2,

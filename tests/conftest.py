@@ -66,3 +66,18 @@ def smollm2():
     model = load_model("smollm2", device="cpu")
     model.requires_grad_(False)
     return model
+
+
+@pytest.fixture(scope="module")
+def family_models():
+    """``family_models(arch)``: a read-only tiny model of each family in ``helpers.FAMILIES``, built once per module."""
+    from helpers import tiny_model
+
+    models = {}
+
+    def get(arch):
+        if arch not in models:
+            models[arch] = tiny_model(arch).requires_grad_(False)
+        return models[arch]
+
+    return get

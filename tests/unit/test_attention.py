@@ -5,23 +5,10 @@ and hooks on q/k/v/z still firing."""
 import pytest
 import torch
 
+from helpers import FAMILIES
+
 from circuits.models.attention import fused_attention, unsupported
 
-FAMILIES = ("llama", "llama3", "mistral", "mistral_window", "qwen2", "qwen3", "gemma2", "gemma3")
-
-
-@pytest.fixture(scope="module")
-def models():
-    from helpers import tiny_model
-
-    cache = {}
-
-    def get(arch):
-        if arch not in cache:
-            cache[arch] = tiny_model(arch).requires_grad_(False)
-        return cache[arch]
-
-    return get
 
 
 def _padded(tokenizer):
@@ -55,8 +42,8 @@ def sdpa_calls(monkeypatch):
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
-def test_fused_equals_eager_with_padding_and_windows(models, tokenizer, sdpa_calls, arch):
-    model = models(arch)
+def test_fused_equals_eager_with_padding_and_windows(family_models, tokenizer, sdpa_calls, arch):
+    model = family_models(arch)
     tokens, mask = _padded(tokenizer)
     assert tokens.shape[1] > 6  # longer than the tiny sliding windows
     with torch.no_grad():
@@ -78,11 +65,11 @@ def test_fused_equals_eager_with_padding_and_windows(models, tokenizer, sdpa_cal
 
 
 @pytest.mark.parametrize("arch", ("llama", "mistral_window", "gemma3"))
-def test_cached_generation_is_the_same(models, tokenizer, arch):
+def test_cached_generation_is_the_same(family_models, tokenizer, arch):
     """Greedy generation with left padding and TransformerLens's key/value cache (the evaluation's path)."""
     from circuits.evaluation.lm_eval import HookedTransformerLM
 
-    model = models(arch)
+    model = family_models(arch)
     lm = HookedTransformerLM(model, batch_size=4, max_gen_toks=8)
     prompts = ["1 + 2 = 3\n4 + 4 = 8\n7 + 1 = ", "2 + 6 = "]
     fused_attention(model, True)
@@ -110,8 +97,8 @@ def test_gradients_are_the_same(tokenizer):
         assert (grads[True][name] - g).abs().max() <= 1e-5 * max(1.0, g.abs().max().item()), name
 
 
-def test_a_hook_on_the_pattern_runs_the_eager_path(models, tokenizer, sdpa_calls):
-    model = models("llama")
+def test_a_hook_on_the_pattern_runs_the_eager_path(family_models, tokenizer, sdpa_calls):
+    model = family_models("llama")
     fused_attention(model, True)
     tokens, _ = _padded(tokenizer)
     seen = {"pattern": 0, "z": 0}
@@ -136,9 +123,9 @@ def test_a_hook_on_the_pattern_runs_the_eager_path(models, tokenizer, sdpa_calls
     assert (plain - with_pattern).abs().max() < 1e-5
 
 
-def test_patching_z_through_the_fused_path(models, tokenizer):
+def test_patching_z_through_the_fused_path(family_models, tokenizer):
     """A value written at hook_z reaches the output as in TransformerLens's forward."""
-    model = models("mistral_window")
+    model = family_models("mistral_window")
     tokens, _ = _padded(tokenizer)
 
     def zero_head(z, hook):

@@ -15,20 +15,6 @@ from circuits.models import load_hf_reference, load_model
 FAMILY_NAMES = ("llama", "llama3", "mistral", "mistral_window", "qwen2", "qwen3", "gemma2", "gemma3")
 
 
-@pytest.fixture(scope="module")
-def family_models():
-    from helpers import tiny_model
-
-    models = {}
-
-    def get(arch):
-        if arch not in models:
-            models[arch] = tiny_model(arch).requires_grad_(False)
-        return models[arch]
-
-    return get
-
-
 def test_family_list_is_the_factory_list():
     from helpers import FAMILIES
 
