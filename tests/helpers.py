@@ -103,11 +103,23 @@ def tiny_dir(arch: str = "llama", **kw) -> Path:
     return save_tiny(Path(tempfile.mkdtemp(prefix=f"tiny-{arch}-")), arch, **dict(kw))
 
 
-def tiny_model(arch: str = "llama", *, dtype: str = "float32", **kw):
-    """A fresh tiny ``HookedTransformer`` (each call a new copy: tests that train may change it)."""
+@functools.lru_cache(maxsize=16)
+def _loaded_tiny(arch: str, dtype: str, kw: tuple):
     from circuits.models import load_model
 
-    return load_model(tiny_dir(arch, **kw), dtype=dtype, device="cpu")
+    return load_model(tiny_dir(arch, **dict(kw)), dtype=dtype, device="cpu")
+
+
+def tiny_model(arch: str = "llama", *, dtype: str = "float32", **kw):
+    """A fresh tiny ``HookedTransformer`` (each call a new copy: tests that train may change it).
+
+    The first call per process and settings goes through :func:`circuits.models.load_model`; later ones deep-copy
+    that model (weights, config, hooks none) and share its tokenizer, which no test changes: reading SmolLM2's
+    tokenizer and converting the weights again was a third of the unit tier's time."""
+    import copy
+
+    model = _loaded_tiny(arch, dtype, tuple(sorted(kw.items())))
+    return copy.deepcopy(model, memo={id(model.tokenizer): model.tokenizer})
 
 
 def mixed_pairs(tokenizer, n: int = 5, seed: int = 0):

@@ -455,13 +455,19 @@ def pair_logits(model: HookedTransformer, pairs: list[PromptPair], which: Litera
 
 def candidate_operands(template: Template, tokenizer: Any, lo: int, hi: int) -> list[tuple[int, int]]:
     """Operand pairs whose operands and answer are each one token after the template's context."""
+    space = len(encode(tokenizer, " "))
+    single: dict[int, bool] = {}  # each number tokenized once, not once per operand pair it appears in
+
+    def one_token(x: int) -> bool:
+        if x not in single:
+            single[x] = len(encode(tokenizer, " " + str(x))) == space + 1
+        return single[x]
+
     ok = []
     for a in range(lo, hi + 1):
         for b in range(lo, hi + 1):
             c = compute_answer(template.operation, a, b)
-            if c is None:
-                continue
-            if all(len(encode(tokenizer, " " + str(x))) == len(encode(tokenizer, " ")) + 1 for x in (a, b, c)):
+            if c is not None and all(one_token(x) for x in (a, b, c)):
                 ok.append((a, b))
     return ok
 

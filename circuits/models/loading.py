@@ -388,15 +388,24 @@ def _prepends_bos(tokenizer: Any) -> bool:
     return len(ids) > 0 and ids[0] == tokenizer.bos_token_id
 
 
-def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor] | None, tokenizer: Any, fold_ln: bool) -> HookedTransformer:
-    cfg.default_prepend_bos = _prepends_bos(tokenizer)
-    cfg.tokenizer_prepends_bos = cfg.default_prepend_bos
-    model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=True)
-    # TransformerLens swaps in a copy of the tokenizer that always adds BOS; keep the model's own
-    # tokenizer so token ids are exactly those the Hugging Face model is used with.
+def _attach_tokenizer(model: HookedTransformer, tokenizer: Any) -> None:
+    """Give ``model`` the source's own tokenizer, so token ids are exactly those the Hugging Face model is used with.
+
+    TransformerLens's ``set_tokenizer`` would re-load it with ``add_bos_token=True`` (a second read of its files) and
+    set ``cfg.tokenizer_prepends_bos`` from that copy; with the model's own tokenizer kept, ``to_tokens`` then took a
+    model whose tokenizer adds no BOS (SmolLM2, Qwen) for one that does and cut the first token of every string.
+    Here both flags describe the tokenizer the model has, so ``model.to_tokens(s)`` is ``tokenizer(s).input_ids``."""
+    model.tokenizer = tokenizer
+    if tokenizer.padding_side is None:
+        tokenizer.padding_side = "right"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.tokenizer = tokenizer
+    model.cfg.default_prepend_bos = model.cfg.tokenizer_prepends_bos = _prepends_bos(tokenizer)
+
+
+def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor] | None, tokenizer: Any, fold_ln: bool) -> HookedTransformer:
+    model = HookedTransformer(cfg, tokenizer=None, move_to_device=True)  # cfg has no tokenizer_name: nothing loads
+    _attach_tokenizer(model, tokenizer)
     if state_dict is None:  # weights assigned by the caller
         return model
     model.load_and_process_state_dict(

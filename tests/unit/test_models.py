@@ -1,5 +1,7 @@
 """Loading: local Hugging Face folders equal transformers' logits; bad sources are one clear error."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -131,3 +133,28 @@ def test_matrices_stored_as_used_change_no_bit(dtype, tokenizer):
     with torch.no_grad():
         assert torch.equal(model(ids), plain(ids))
     assert store_as_used(plain) is plain and torch.equal(plain(ids).detach(), model(ids).detach())
+
+
+@pytest.mark.parametrize("adds_bos", [False, True])
+def test_strings_tokenize_as_the_models_own_tokenizer(tmp_path, adds_bos):
+    """TransformerLens's own string path (``to_tokens``, ``to_str_tokens``, ``model("...")``) gives the token ids of
+    the tokenizer the model was saved with, BOS or not: with a tokenizer that adds none (SmolLM2's) it once cut the
+    first token of every string ('2 + 3 = ' became ' + 3 = ')."""
+    from transformers import AutoTokenizer
+
+    from helpers import tiny_dir
+
+    folder = tiny_dir("llama")
+    if adds_bos:
+        import shutil
+
+        folder = Path(shutil.copytree(folder, tmp_path / "bos"))
+        AutoTokenizer.from_pretrained(folder, add_bos_token=True).save_pretrained(folder)
+    model = load_model(folder)
+    own = AutoTokenizer.from_pretrained(folder)("2 + 3 = ").input_ids
+    assert (own[0] == model.tokenizer.bos_token_id) == adds_bos == model.cfg.default_prepend_bos
+    assert model.to_tokens("2 + 3 = ")[0].tolist() == own
+    assert model.to_str_tokens("2 + 3 = ")[adds_bos:] == ["2", " +", " ", "3", " =", " "]
+    with torch.no_grad():
+        assert torch.equal(model("2 + 3 = "), model(torch.tensor([own])))
+
