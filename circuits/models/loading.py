@@ -395,12 +395,17 @@ def _attach_tokenizer(model: HookedTransformer, tokenizer: Any) -> None:
     set ``cfg.tokenizer_prepends_bos`` from that copy; with the model's own tokenizer kept, ``to_tokens`` then took a
     model whose tokenizer adds no BOS (SmolLM2, Qwen) for one that does and cut the first token of every string.
     Here both flags describe the tokenizer the model has, so ``model.to_tokens(s)`` is ``tokenizer(s).input_ids``."""
+    model.cfg.default_prepend_bos = model.cfg.tokenizer_prepends_bos = _prepends_bos(tokenizer)
     model.tokenizer = tokenizer
+    # What set_tokenizer fills in where a tokenizer lacks it (it did so on this object when it made no copy: Qwen).
     if tokenizer.padding_side is None:
         tokenizer.padding_side = "right"
+    if tokenizer.eos_token is None:
+        tokenizer.eos_token = "<|endoftext|>"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model.cfg.default_prepend_bos = model.cfg.tokenizer_prepends_bos = _prepends_bos(tokenizer)
+    if tokenizer.bos_token is None:
+        tokenizer.bos_token = tokenizer.eos_token
 
 
 def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor] | None, tokenizer: Any, fold_ln: bool) -> HookedTransformer:
