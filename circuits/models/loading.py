@@ -463,7 +463,7 @@ def _load_gguf(path: Path, dtype: torch.dtype, device: str | torch.device, fold_
     else:
         hf_model, tokenizer = read_gguf(path)
         with tempfile.TemporaryDirectory() as tmp:
-            # TransformerLens re-opens the tokenizer by path (with add_bos_token), which a GGUF tokenizer cannot do.
+            # Saved and read back: the same tokenizer a cached load reads from the cache's tokenizer/ folder.
             tokenizer.save_pretrained(tmp)
             tokenizer = AutoTokenizer.from_pretrained(tmp, local_files_only=True)
         cfg = tl_config_from_hf(hf_model.config, dtype, device, label)
