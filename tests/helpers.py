@@ -10,6 +10,7 @@ patching effects are far from 0 and comparisons bite.
 
 from __future__ import annotations
 
+import copy
 import functools
 import tempfile
 from pathlib import Path
@@ -116,8 +117,6 @@ def tiny_model(arch: str = "llama", *, dtype: str = "float32", **kw):
     The first call per process and settings goes through :func:`circuits.models.load_model`; later ones deep-copy
     that model (weights, config, hooks none) and share its tokenizer, which no test changes: reading SmolLM2's
     tokenizer and converting the weights again was a third of the unit tier's time."""
-    import copy
-
     model = _loaded_tiny(arch, dtype, tuple(sorted(kw.items())))
     return copy.deepcopy(model, memo={id(model.tokenizer): model.tokenizer})
 
