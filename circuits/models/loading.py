@@ -435,7 +435,7 @@ def _load_hf_dir(path: Path, dtype: torch.dtype, device: str | torch.device, fol
                              "weight files beside it.")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except (OSError, ValueError) as err:
+    except Exception as err:  # missing, truncated or foreign files: OSError, ValueError, KeyError, JSONDecodeError, ...
         raise ModelLoadError(f"{path} has no usable tokenizer files ({_first_line(err)}); save the tokenizer beside "
                              "the weights.") from None
     try:

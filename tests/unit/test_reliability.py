@@ -224,6 +224,7 @@ def test_broken_model_folders_and_unreachable_names_fail_in_one_line(tmp_path, c
     from helpers import tiny_dir
 
     good = tiny_dir("llama")
+    capsys.readouterr()  # a first tiny_dir in this process prints transformers' progress
 
     def broken(name, change):
         folder = tmp_path / name
@@ -245,6 +246,9 @@ def test_broken_model_folders_and_unreachable_names_fail_in_one_line(tmp_path, c
         "no-weights": (lambda f: [w.unlink() for w in f.glob("*.safetensors")], "has a config.json but no weights"),
         "unknown-type": (unknown_type, "has model_type 'foobar', which transformers does not know; accepted: LlamaForCausalLM"),
         "truncated-weights": (truncate_weights, "weights cannot be read"),
+        "truncated-tokenizer": (lambda f: (f / "tokenizer.json").write_text((f / "tokenizer.json").read_text()[:5000]),
+                                "has no usable tokenizer files"),
+        "empty-tokenizer": (lambda f: (f / "tokenizer.json").write_text("{}"), "has no usable tokenizer files"),
     }
     for name, (change, message) in cases.items():
         folder = broken(name, change)
