@@ -398,9 +398,9 @@ class PairConfig:
             raise ValueError(f"few_shot must be 'auto', 'on' or 'off', got {self.few_shot!r}")
         if self.prefix_policy not in ("keep", "counterfactual"):
             raise ValueError(f"prefix_policy must be 'keep' or 'counterfactual', got {self.prefix_policy!r}")
-        lo, hi = self.operand_range
-        if not 0 <= lo <= hi:
-            raise ValueError(f"operand_range must be (low, high) with 0 <= low <= high, got {self.operand_range}")
+        r = self.operand_range
+        if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(isinstance(x, int) for x in r) and 0 <= r[0] <= r[1]):
+            raise ValueError(f"operand_range must be two integers (low, high) with 0 <= low <= high, got {self.operand_range}")
 
 
 @dataclass

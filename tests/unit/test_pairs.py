@@ -38,6 +38,12 @@ def test_unknown_task():
         PairConfig(task="modulo")
 
 
+@pytest.mark.parametrize("bad", [(9, 1), (-5, 3), ("a", 3), (1, 2, 3), 5])
+def test_operand_range_is_two_ordered_integers(bad):
+    with pytest.raises(ValueError, match=r"operand_range must be two integers \(low, high\) with 0 <= low <= high"):
+        PairConfig(task="addition", operand_range=bad)
+
+
 @pytest.mark.parametrize("template", all_templates(), ids=lambda t: t.id)
 def test_every_template_renders_a_valid_pair(template, tokenizer):
     a, b = (3, 1) if template.operation in ("division", "subtraction") else (2, 1)
