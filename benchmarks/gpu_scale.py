@@ -30,8 +30,8 @@ import time
 import torch
 
 from circuits.data.pairs import PairBatch, PromptPair
-from circuits.identify import all_components, sweep
-from circuits.identify.reference import cache_runs, patch_component_plain
+from circuits.patching import all_components, sweep
+from circuits.patching.reference import cache_runs, patch_component_plain
 from circuits.models.loading import tl_config_from_hf
 from circuits.sft import FinetuneConfig, finetune
 from circuits.sft.data import TokenizedExample

@@ -22,7 +22,7 @@ import torch
 from transformer_lens import patching
 
 from circuits.data.pairs import as_batch, build_pairs
-from circuits.identify.positions import sweep_positions
+from circuits.patching.positions import sweep_positions
 from circuits.models import load_model
 
 

@@ -18,9 +18,9 @@ from pathlib import Path
 import torch
 
 from circuits.data.pairs import as_batch, build_pairs
-from circuits.identify.attribution import attribute
-from circuits.identify.metrics import get_metric
-from circuits.identify.plain import attribute_plain
+from circuits.patching.attribution import attribute
+from circuits.patching.metrics import get_metric
+from circuits.patching.plain import attribute_plain
 from circuits.models import load_model
 
 

@@ -22,8 +22,8 @@ import time
 import torch
 
 from circuits.data.pairs import as_batch, build_pairs
-from circuits.identify import all_components, sweep
-from circuits.identify.reference import cache_runs, patch_component_plain
+from circuits.patching import all_components, sweep
+from circuits.patching.reference import cache_runs, patch_component_plain
 from circuits.models.loading import store_contiguous
 from circuits.models import load_model
 from circuits.types import Component

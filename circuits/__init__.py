@@ -32,13 +32,13 @@ _EXPORTS: dict[str, str] = {
     "build_pairs": "circuits.data.pairs", "make_pair": "circuits.data.pairs", "PromptPair": "circuits.data.pairs",
     "PairConfig": "circuits.data.pairs",
     # identify
-    "sweep": "circuits.identify.engine", "IdentifyConfig": "circuits.identify.config",
-    "IdentifyResult": "circuits.identify.result", "KeyRule": "circuits.identify.rules", "Metric": "circuits.identify.metrics",
-    "logits_metric": "circuits.identify.metrics", "METRICS": "circuits.identify.metrics",
+    "sweep": "circuits.patching.engine", "IdentifyConfig": "circuits.identify.config",
+    "IdentifyResult": "circuits.identify.result", "KeyRule": "circuits.patching.ranking", "Metric": "circuits.patching.metrics",
+    "logits_metric": "circuits.patching.metrics", "METRICS": "circuits.patching.metrics",
     # beyond heads at END (docs/beyond.md)
-    "Neuron": "circuits.types", "Receiver": "circuits.types", "attribute": "circuits.identify.attribution",
-    "screen": "circuits.identify.screen", "sweep_positions": "circuits.identify.positions",
-    "sweep_neurons": "circuits.identify.neurons", "sweep_edges": "circuits.identify.edges",
+    "Neuron": "circuits.types", "Receiver": "circuits.types", "attribute": "circuits.patching.attribution",
+    "screen": "circuits.beyond.screen.job", "sweep_positions": "circuits.patching.positions",
+    "sweep_neurons": "circuits.patching.neurons", "sweep_edges": "circuits.patching.edges",
     # validate
     "knockout": "circuits.validate.knockout", "knockout_curve": "circuits.validate.knockout",
     # explain
@@ -77,15 +77,15 @@ if TYPE_CHECKING:  # for editors and type checkers
     from circuits.sft.export import export_model
     from circuits.sft.train import FinetuneConfig, finetune
     from circuits.identify.config import IdentifyConfig
-    from circuits.identify.attribution import attribute
-    from circuits.identify.edges import sweep_edges
-    from circuits.identify.engine import sweep
-    from circuits.identify.neurons import sweep_neurons
-    from circuits.identify.positions import sweep_positions
-    from circuits.identify.screen import screen
-    from circuits.identify.metrics import METRICS, Metric, logits_metric
+    from circuits.patching.attribution import attribute
+    from circuits.patching.edges import sweep_edges
+    from circuits.patching.engine import sweep
+    from circuits.patching.neurons import sweep_neurons
+    from circuits.patching.positions import sweep_positions
+    from circuits.beyond.screen.job import screen
+    from circuits.patching.metrics import METRICS, Metric, logits_metric
     from circuits.identify.result import IdentifyResult
-    from circuits.identify.rules import KeyRule
+    from circuits.patching.ranking import KeyRule
     from circuits.models.loading import load_model
     from circuits.results import load_result
     from circuits.types import Ablation, Component, Head, Mode, Neuron, Receiver

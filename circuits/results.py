@@ -41,11 +41,11 @@ RESULT_TYPES: dict[str, str] = {
     "finetune": "circuits.sft.result:FinetuneResult",
     "sft_table": "circuits.sft.compare:SFTComparison",
     "evaluation": "circuits.evaluation.result:EvalResult",
-    "screen": "circuits.identify.screen:ScreenResult",
-    "positions": "circuits.identify.position_result:PositionResult",
-    "neurons": "circuits.identify.neuron_result:NeuronResult",
-    "edges": "circuits.identify.edge_result:EdgeResult",
-    "stability": "circuits.identify.stability:StabilityResult",
+    "screen": "circuits.beyond.screen.job:ScreenResult",
+    "positions": "circuits.beyond.positions.job:PositionResult",
+    "neurons": "circuits.beyond.neurons.job:NeuronResult",
+    "edges": "circuits.beyond.edges.job:EdgeResult",
+    "stability": "circuits.beyond.stability.job:StabilityResult",
     "ablation_kinds": "circuits.validate.ablation_kinds:AblationComparison",
 }
 

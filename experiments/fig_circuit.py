@@ -12,8 +12,8 @@ from pathlib import Path
 import _common as C
 
 from circuits.config import option
-from circuits.identify.edge_result import EdgeResult, receiver_effects_of, resolve_receivers
-from circuits.identify.edges import sweep_edges
+from circuits.beyond.edges.job import EdgeResult, receiver_effects_of, resolve_receivers
+from circuits.patching.edges import sweep_edges
 from circuits.viz.figures import write_figure
 
 

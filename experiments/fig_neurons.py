@@ -13,10 +13,10 @@ from pathlib import Path
 import _common as C
 
 from circuits.config import option
-from circuits.identify.engine import sweep
-from circuits.identify.metrics import get_metric
-from circuits.identify.neuron_result import NeuronConfig, NeuronResult, neuron_knockout
-from circuits.identify.neurons import sweep_neurons
+from circuits.patching.engine import sweep
+from circuits.patching.metrics import get_metric
+from circuits.beyond.neurons.job import NeuronConfig, NeuronResult, neuron_knockout
+from circuits.patching.neurons import sweep_neurons
 from circuits.types import Component
 from circuits.viz.figures import write_figure
 

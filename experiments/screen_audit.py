@@ -13,7 +13,7 @@ from pathlib import Path
 import _common as C
 
 from circuits.config import option
-from circuits.identify.screen import ScreenConfig, ScreenResult, screen
+from circuits.beyond.screen.job import ScreenConfig, ScreenResult, screen
 from circuits.viz.figures import write_figure
 
 

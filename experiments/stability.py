@@ -13,7 +13,7 @@ import _common as C
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
-from circuits.identify.stability import StabilityResult, stability
+from circuits.beyond.stability.job import StabilityResult, stability
 from circuits.viz.figures import write_figure
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from circuits import sft as ft
 from circuits.data.arithmetic import Example
 from circuits.data.pairs import build_pairs
-from circuits.identify import sweep as _sweep
+from circuits.patching import sweep as _sweep
 from circuits.sft import train
 from circuits.sft.data import tokenize_examples
 from circuits.types import all_heads

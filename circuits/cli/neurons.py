@@ -12,7 +12,7 @@ import argparse
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
-from circuits.identify.neuron_result import NeuronConfig
+from circuits.beyond.neurons.job import NeuronConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from circuits.identify.neuron_result import run_neurons
+    from circuits.beyond.neurons.job import run_neurons
 
     config = from_arguments(NeuronConfig, args)
     with writing(args.out, "neurons", args.overwrite):

@@ -13,7 +13,7 @@ import argparse
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
-from circuits.identify.position_result import PositionConfig
+from circuits.beyond.positions.job import PositionConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from circuits.identify.position_result import run_positions
+    from circuits.beyond.positions.job import run_positions
 
     config = from_arguments(PositionConfig, args)
     with writing(args.out, "positions", args.overwrite):

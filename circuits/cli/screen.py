@@ -14,7 +14,7 @@ import argparse
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
-from circuits.identify.screen import ScreenConfig
+from circuits.beyond.screen.job import ScreenConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from circuits.identify.screen import run_screen
+    from circuits.beyond.screen.job import run_screen
 
     config = from_arguments(ScreenConfig, args)
     with writing(args.out, "screen", args.overwrite):

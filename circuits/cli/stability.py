@@ -12,7 +12,7 @@ import argparse
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
-from circuits.identify.stability import StabilityConfig
+from circuits.beyond.stability.job import StabilityConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from circuits.identify.stability import run_stability
+    from circuits.beyond.stability.job import run_stability
 
     config = from_arguments(StabilityConfig, args)
     with writing(args.out, "stability", args.overwrite):

@@ -26,6 +26,8 @@ from typing import Literal
 
 Operation = Literal["addition", "subtraction", "multiplication", "division", "exponentiation"]
 OPERATIONS: tuple[Operation, ...] = ("addition", "subtraction", "multiplication", "division")
+# every task a job accepts: the four operations, all four, and the extra formats of Sections 5.1-5.2
+TASKS = (*OPERATIONS, "all", "addition_extra", "exponentiation")
 Form = Literal["equation", "statement", "question", "time_span", "accumulation"]
 OpKind = Literal["symbol", "word", "object"]
 

@@ -6,12 +6,11 @@ from dataclasses import dataclass
 
 from circuits.config import Config, option
 from circuits.data.pairs import PairConfig
-from circuits.data.templates import OPERATIONS
-from circuits.identify.rules import DEFAULT_KEY_RULE, KeyRule
+from circuits.data.templates import TASKS
+from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule
 from circuits.models.loading import DTYPES
 from circuits.types import MODES, Receiver
 
-TASKS = (*OPERATIONS, "all", "addition_extra", "exponentiation")
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,11 @@
 :func:`run_identify` writes one folder per task, and for ``--task all`` the four operations one by one
 (each in its own sub-folder, skipped when already finished with the same config, so an interrupted run
 resumes) and then, in ``all/``, the four pooled: pairs drawn evenly from the four with the per-pair values their
-sweeps already computed (:meth:`~circuits.identify.engine.SweepResult.pool`; no model runs).
+sweeps already computed (:meth:`~circuits.patching.engine.SweepResult.pool`; no model runs).
 
 Under ``torchrun`` every rank runs the job: rank 0 builds the prompt pairs and hands them to the others (the filter
 on the model's own answers must agree exactly), the sweep splits its work items across ranks and gathers them
-(:func:`circuits.identify.engine.sweep`), and rank 0 alone writes.
+(:func:`circuits.patching.engine.sweep`), and rank 0 alone writes.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from circuits.config import same_config
 from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs, counterfactual_stats
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
-from circuits.identify.engine import SweepResult, sweep
+from circuits.patching.engine import SweepResult, sweep
 from circuits.identify.result import IdentifyResult
-from circuits.identify.rules import KeyRule
+from circuits.patching.ranking import KeyRule
 from circuits.io import read_json
 from circuits.models.loading import load_model
 from circuits.results import MARKER
@@ -46,8 +46,8 @@ def identify(
     start = time.perf_counter()
     stats: dict[str, Any] = {}
     if config.receivers and not config.receivers.strip().lower().startswith("top"):
-        from circuits.identify.edges import check_edges
-        from circuits.identify.engine import all_components
+        from circuits.patching.edges import check_edges
+        from circuits.patching.engine import all_components
         from circuits.types import Receiver
 
         receivers = Receiver.parse_many(config.receivers)  # checked before the sweep, not after it
@@ -70,8 +70,8 @@ def identify(
                      counterfactual_answer_prob=float(b.cf_prob.mean()))
     out = IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
     if config.receivers:  # edges into the chosen receivers (path patching to a receiver, identify.edges)
-        from circuits.identify.edge_result import resolve_receivers
-        from circuits.identify.edges import sweep_edges
+        from circuits.beyond.edges.job import resolve_receivers
+        from circuits.patching.edges import sweep_edges
 
         out.edges = sweep_edges(model, pairs, resolve_receivers(config.receivers, out), memory_mb=config.memory_mb,
                                 progress=progress)

@@ -2,7 +2,7 @@
 
 :class:`IdentifyResult` is what ``circuits identify`` writes and what everything downstream reads heads from
 (``circuits finetune --heads-from``, the figure scripts, the report). Its ranking is the sweep's one ranking
-(:func:`circuits.identify.rules.rank`) and returns every head.
+(:func:`circuits.patching.ranking.rank`) and returns every head.
 
 A saved folder holds ``summary.json`` (effects in every metric, key heads and MLPs, pair statistics; for
 people and other tools), ``pairs.jsonl`` (the exact token ids), ``sweep.pt`` (per-pair patched values, from
@@ -21,9 +21,9 @@ from torch import Tensor
 
 from circuits.data.pairs import PromptPair
 from circuits.identify.config import IdentifyConfig
-from circuits.identify.engine import SweepResult
-from circuits.identify.metrics import METRICS, Metric, get_metric
-from circuits.identify.rules import KeyRule, Ranked, rank
+from circuits.patching.engine import SweepResult
+from circuits.patching.metrics import METRICS, Metric, get_metric
+from circuits.patching.ranking import KeyRule, Ranked, rank
 from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
 from circuits.results import Result, ResultError, data_keys, read_config
 from circuits.types import Head
@@ -136,7 +136,7 @@ class IdentifyResult(Result):
     def intervals(self, metric: str | Metric | None = None):
         """Bootstrap confidence intervals of every head's and MLP's effect (None without per-pair values or with
         ``bootstrap=0``)."""
-        from circuits.identify.uncertainty import bootstrap
+        from circuits.patching.uncertainty import bootstrap
 
         n = getattr(self.config, "bootstrap", 1000)
         if self.sweep is None or not n:
@@ -149,7 +149,7 @@ class IdentifyResult(Result):
     def uncertain(self, rule: str | KeyRule | None = None) -> tuple[list[Head], list[int]]:
         """Key heads and MLPs whose interval crosses the rule's threshold (for ``topK``: the effect of the first
         component left out)."""
-        from circuits.identify.uncertainty import crosses, rule_threshold
+        from circuits.patching.uncertainty import crosses, rule_threshold
 
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
         ci = self.intervals(rule.metric)
@@ -208,7 +208,7 @@ class IdentifyResult(Result):
             out["uncertain_key_heads"] = [list(h) for h in unsure_heads]
             out["uncertain_key_mlps"] = unsure_mlps
         if self.edges is not None:
-            from circuits.identify.edge_result import edge_summary
+            from circuits.beyond.edges.job import edge_summary
 
             out["edges"] = edge_summary(self.edges, rule.metric)
         if self.per_task is not None:
@@ -243,7 +243,7 @@ class IdentifyResult(Result):
             save_torch(self.sweep.tensors(), folder / "sweep.pt")
         write_figure(self.figure(), folder / "heads.html")
         if self.edges is not None:
-            from circuits.identify.edge_result import circuit_figure, receiver_effects_of
+            from circuits.beyond.edges.job import circuit_figure, receiver_effects_of
 
             save_torch(self.edges.tensors(), folder / "edges.pt")
             metric = self.key_rule.metric
@@ -286,7 +286,7 @@ class IdentifyResult(Result):
         stats = {k: summary.get(k) for k in SUMMARY_FIELDS if k in summary}
         edges = None
         if (folder / "edges.pt").is_file():
-            from circuits.identify.edges import EdgeSweep
+            from circuits.patching.edges import EdgeSweep
 
             edges = EdgeSweep.from_tensors(torch.load(folder / "edges.pt", map_location="cpu", weights_only=True))
         return cls(config, pairs, sweep, stats, float(summary.get("seconds", 0.0)), summary.get("per_task"), saved, edges)

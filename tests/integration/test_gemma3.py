@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from circuits.data.pairs import as_batch, build_pairs
-from circuits.identify import sweep
-from circuits.identify.reference import sweep_plain
+from circuits.patching import sweep
+from circuits.patching.reference import sweep_plain
 from circuits.models import embedded_model, load_hf_reference, load_model
 from circuits.types import Component
 

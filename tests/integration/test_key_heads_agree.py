@@ -7,7 +7,8 @@ import _common as C
 
 import circuits as cc
 from circuits.cli import main as cli_main
-from circuits.identify import DEFAULT_KEY_RULE, IdentifyResult
+from circuits.identify import IdentifyResult
+from circuits.patching import DEFAULT_KEY_RULE
 
 N_PAIRS = 8
 

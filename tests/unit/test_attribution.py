@@ -8,11 +8,11 @@ from helpers import mixed_pairs
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch
-from circuits.identify import logits_metric, sweep
-from circuits.identify.attribution import attribute
-from circuits.identify.metrics import get_metric
-from circuits.identify.plain import attribute_plain
-from circuits.identify.screen import ScreenConfig, ScreenResult, audit_table, screen
+from circuits.patching import logits_metric, sweep
+from circuits.patching.attribution import attribute
+from circuits.patching.metrics import get_metric
+from circuits.patching.plain import attribute_plain
+from circuits.beyond.screen.job import ScreenConfig, ScreenResult, audit_table, screen
 
 
 def _assert_matches_plain(a, plain, batch, tol=1e-5):

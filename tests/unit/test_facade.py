@@ -4,7 +4,7 @@ import circuits as cc
 
 
 def test_facade_names_resolve_to_the_library():
-    from circuits.identify import sweep
+    from circuits.patching import sweep
     from circuits.sft import finetune
     from circuits.viz.report import write_report
 

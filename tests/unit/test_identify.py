@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from circuits.data.templates import OPERATIONS
-from circuits.identify import IdentifyConfig, IdentifyResult, PerOperation, identify, load_identify, run_identify, sweep
+from circuits.identify import IdentifyConfig, IdentifyResult, PerOperation, identify, load_identify, run_identify
+from circuits.patching import sweep
 from circuits.identify.result import ResultError
 from circuits.results import MARKER, load_result
 from circuits.types import Head

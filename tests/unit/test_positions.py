@@ -6,9 +6,9 @@ import torch
 from helpers import aligned_pairs, mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.identify import sweep
-from circuits.identify.plain import cf_answer_plain, patch_at_plain
-from circuits.identify.positions import sweep_positions
+from circuits.patching import sweep
+from circuits.patching.plain import cf_answer_plain, patch_at_plain
+from circuits.patching.positions import sweep_positions
 from circuits.types import Component, Neuron
 
 

@@ -129,7 +129,7 @@ def test_meaningless_pairs_are_refused(tokenizer):
 
 
 def test_fraction_is_nan_with_a_warning_when_the_counterfactual_does_nothing(tiny_llama, tokenizer):
-    from circuits.identify import sweep
+    from circuits.patching import sweep
 
     p = make_pair(tokenizer, "3 + 4 = ", "3 @ 4 = ", "7")
     batch = PairBatch.from_pairs([p])
@@ -145,7 +145,7 @@ def test_fraction_is_nan_with_a_warning_when_the_counterfactual_does_nothing(tin
 
 
 def test_sweep_warns_when_the_model_does_not_give_the_answer(tiny_llama, tokenizer):
-    from circuits.identify import sweep
+    from circuits.patching import sweep
 
     p = make_pair(tokenizer, "3 + 4 = ", "3 @ 4 = ", "7")
     with pytest.warns(UserWarning, match="does not rank the answer among its top 10"):

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from circuits.identify.rules import DEFAULT_KEY_RULE, KeyRule, rank
+from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, rank
 from circuits.types import Head
 
 

@@ -6,10 +6,11 @@ import pytest
 import torch
 from helpers import mixed_pairs
 
-from circuits.identify import IdentifyConfig, identify, sweep
-from circuits.identify.stability import StabilityResult, form_key_heads, jaccard, jaccard_matrix, stability, subset
-from circuits.identify.uncertainty import bootstrap, crosses, rule_threshold
-from circuits.identify.rules import KeyRule
+from circuits.identify import IdentifyConfig, identify
+from circuits.patching import sweep
+from circuits.beyond.stability.job import StabilityResult, form_key_heads, jaccard, jaccard_matrix, stability, subset
+from circuits.patching.uncertainty import bootstrap, crosses, rule_threshold
+from circuits.patching.ranking import KeyRule
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_resamples_in_chunks_equal_one_at_a_time(tiny_identify, name):
     bootstrap treats as a user's own) runs them one at a time: the intervals are the same."""
     from dataclasses import replace
 
-    from circuits.identify.metrics import METRICS
+    from circuits.patching.metrics import METRICS
 
     s = tiny_identify.sweep
     fast = bootstrap(s, name, n_boot=300, seed=1)  # 300: more than one chunk, and not a multiple of it

@@ -1,11 +1,11 @@
 """What the engines beyond END-by-component share: patched END readouts as a view a metric can score, the
 baseline read from two END residuals, senders (heads, MLPs, neurons), and where two prompts first differ.
 
-Every engine of this step -- the END sweep (:mod:`~circuits.identify.engine`), the per-position sweep
-(:mod:`~circuits.identify.positions`), single neurons (:mod:`~circuits.identify.neurons`), edges
-(:mod:`~circuits.identify.edges`) and the attribution screen (:mod:`~circuits.identify.attribution`) -- reads the
+Every engine of this step -- the END sweep (:mod:`~circuits.patching.engine`), the per-position sweep
+(:mod:`~circuits.patching.positions`), single neurons (:mod:`~circuits.patching.neurons`), edges
+(:mod:`~circuits.patching.edges`) and the attribution screen (:mod:`~circuits.patching.attribution`) -- reads the
 same three END quantities of each patched row (answer logit, logit difference, answer probability) and hands
-them to a :class:`~circuits.identify.metrics.Metric` with the unpatched :class:`Baseline`. The view below is the
+them to a :class:`~circuits.patching.metrics.Metric` with the unpatched :class:`Baseline`. The view below is the
 ``Patched`` protocol those metrics take, for tensors of any leading shape ``[..., pair]``.
 """
 
@@ -22,8 +22,8 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from circuits.data.pairs import PairBatch
-from circuits.identify.end_layers import baseline_from
-from circuits.identify.metrics import Baseline, Metric, get_metric
+from circuits.patching.end_layers import baseline_from
+from circuits.patching.metrics import Baseline, Metric, get_metric
 from circuits.types import Component, Neuron
 
 READOUTS = ("logit", "logit_diff", "prob")

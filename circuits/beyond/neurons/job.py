@@ -1,7 +1,7 @@
 """Neurons at END as a job and a saved result: ``circuits neurons`` (the shape of Nikankin et al. 2025's finding).
 
 For each chosen MLP (by default the key MLPs of an identify result) every neuron is patched at END exactly
-(:func:`~circuits.identify.neurons.sweep_neurons`); the result says what share of each layer's neurons carries
+(:func:`~circuits.patching.neurons.sweep_neurons`); the result says what share of each layer's neurons carries
 most of its neurons' summed effect, and compares knocking out only the top neurons of the key MLPs (mean
 ablation, per template position) with knocking out the whole MLPs and as many random neurons -- accuracy, as the
 paper's Figure 3 compares key and random heads.
@@ -20,10 +20,10 @@ from transformer_lens import HookedTransformer
 
 from circuits.config import option
 from circuits.data.pairs import PromptPair
-from circuits.identify.engine import sweep
-from circuits.identify.metrics import METRIC_NAMES, get_metric
-from circuits.identify.neurons import NeuronSweep, effect_shares, sweep_neurons, top_neurons
-from circuits.identify.source import PairSource
+from circuits.patching.engine import sweep
+from circuits.patching.metrics import METRIC_NAMES, get_metric
+from circuits.patching.neurons import NeuronSweep, effect_shares, sweep_neurons, top_neurons
+from circuits.data.source import PairSource
 from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
 from circuits.results import Result, ResultError, read_config
 from circuits.types import MODES, Component, parse_layers

@@ -18,9 +18,9 @@ from transformer_lens import HookedTransformer
 
 from circuits.config import option
 from circuits.data.pairs import PromptPair
-from circuits.identify.metrics import METRIC_NAMES, METRICS
-from circuits.identify.positions import PositionSweep, sweep_positions
-from circuits.identify.source import PairSource
+from circuits.patching.metrics import METRIC_NAMES, METRICS
+from circuits.patching.positions import PositionSweep, sweep_positions
+from circuits.data.source import PairSource
 from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
 from circuits.results import Result, ResultError, read_config
 

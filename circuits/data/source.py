@@ -11,7 +11,7 @@ from transformer_lens import HookedTransformer
 
 from circuits.config import Config, option
 from circuits.data.pairs import PairConfig, PromptPair, build_pairs
-from circuits.identify.config import TASKS
+from circuits.data.templates import TASKS
 from circuits.models.loading import DTYPES
 
 

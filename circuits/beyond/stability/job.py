@@ -15,9 +15,9 @@ from typing import Any
 from circuits.config import Config, option
 from circuits.data.templates import OPERATIONS, templates_for
 from circuits.identify.config import IdentifyConfig
-from circuits.identify.engine import SweepResult
+from circuits.patching.engine import SweepResult
 from circuits.identify.result import IdentifyResult
-from circuits.identify.rules import DEFAULT_KEY_RULE, KeyRule
+from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule
 from circuits.io import read_json, write_json
 from circuits.results import Result, data_keys, read_config
 from circuits.types import Head

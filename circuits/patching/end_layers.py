@@ -1,4 +1,4 @@
-"""END-only pieces of a forward pass: what the engine (:mod:`circuits.identify.engine`) runs after a patch.
+"""END-only pieces of a forward pass: what the engine (:mod:`circuits.patching.engine`) runs after a patch.
 
 Attention is causal and a patch at END changes nothing before END, so after a patch at layer ``l`` each later
 layer is one token's work: the MLP on the END vector, and (activation patching) attention from the new END
@@ -23,7 +23,7 @@ from transformer_lens.utilities.attention import simple_attn_linear
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch
-from circuits.identify.metrics import Baseline, Metric
+from circuits.patching.metrics import Baseline, Metric
 from circuits.models.forward import end_residuals, shared_prefix_lengths
 
 # --- the reference and counterfactual runs ----------------------------------------------------

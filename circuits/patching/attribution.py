@@ -22,7 +22,7 @@ the step from the pattern to the metric is linear (AtP* eq. 7-10). These are rep
 score is the mean of the ``|estimate|`` over those passes (AtP* eq. 11), which a cancellation of direct and indirect
 effects cannot hide. It costs ``L`` backward passes, so it is off by default (``grad_drop=True``).
 
-:mod:`circuits.identify.screen` ranks these estimates and re-measures the top ones exactly.
+:mod:`circuits.beyond.screen.job` ranks these estimates and re-measures the top ones exactly.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.identify.end_layers import check_supported
-from circuits.identify.metrics import Baseline, Metric, get_metric
-from circuits.identify.readouts import Readouts, baseline_of, cat_baselines, first_difference
+from circuits.patching.end_layers import check_supported
+from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.readouts import Readouts, baseline_of, cat_baselines, first_difference
 from circuits.types import MODES, Mode
 
 

@@ -68,7 +68,7 @@ class Baseline:
 
 
 class Patched(Protocol):
-    """Patched END quantities, ``[..., pair]`` (a :class:`~circuits.identify.engine.SweepResult` view)."""
+    """Patched END quantities, ``[..., pair]`` (a :class:`~circuits.patching.engine.SweepResult` view)."""
 
     logit: Tensor
     logit_diff: Tensor

@@ -1,7 +1,7 @@
 """How sure a ranking is: bootstrap confidence intervals over prompt pairs for every effect, and which key
 components sit so close to the key rule's threshold that their interval crosses it.
 
-The sweep keeps every patched value per pair (:class:`~circuits.identify.engine.SweepResult`), so an interval is a
+The sweep keeps every patched value per pair (:class:`~circuits.patching.engine.SweepResult`), so an interval is a
 resampling of pairs with replacement, each resample scored by the metric's own aggregate (a mean over pairs, or
 ``fraction``'s ratio of means) -- no model is run. The percentile interval of ``n_boot`` resamples is reported.
 """
@@ -16,10 +16,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.identify.engine import SweepResult
-from circuits.identify.metrics import METRICS, Metric
-from circuits.identify.readouts import Readouts
-from circuits.identify.rules import KeyRule
+from circuits.patching.engine import SweepResult
+from circuits.patching.metrics import METRICS, Metric
+from circuits.patching.readouts import Readouts
+from circuits.patching.ranking import KeyRule
 
 
 @dataclass

@@ -10,7 +10,7 @@ Two sweeps over every component -- each attention head (``hook_z`` of one head a
 
 Why this is exact and fast. Attention is causal and only the END position is changed, so every
 earlier position keeps its reference value in every layer. After a patch at layer ``l`` the work
-left is one token per layer (:mod:`circuits.identify.end_layers`):
+left is one token per layer (:mod:`circuits.patching.end_layers`):
 
 - path patching: the frozen heads add their reference attention output at END, and each MLP
   recomputes on the END vector alone -- no attention is computed at all (where a norm follows attention, as in
@@ -22,7 +22,7 @@ left is one token per layer (:mod:`circuits.identify.end_layers`):
 
 Many senders share one pass: the END state is a ``[sender, pair, d_model]`` tensor, senders join it
 at their own layer, and the answer logits are read from the unembedding. Chunks of senders keep memory
-within a budget. The plain one-forward-per-component loop lives in :mod:`circuits.identify.reference`;
+within a budget. The plain one-forward-per-component loop lives in :mod:`circuits.patching.reference`;
 tests assert the two agree.
 
 Across ranks (``torchrun``). The sweep is cut into work items -- blocks of at most ``PAIR_BLOCK`` pairs times
@@ -48,7 +48,7 @@ from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.identify.end_layers import (
+from circuits.patching.end_layers import (
     attention_at_end,
     attention_output,
     baseline_from,
@@ -57,9 +57,9 @@ from circuits.identify.end_layers import (
     mlp_at_end,
     readout,
 )
-from circuits.identify.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import Baseline, Metric, get_metric
 from circuits.models.devices import layer_device, output_device
-from circuits.identify.rules import DEFAULT_KEY_RULE, KeyRule, Ranked, rank
+from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked, rank
 from circuits.timing import timed
 from circuits.types import MODES, Component, Head, Mode
 
@@ -248,7 +248,7 @@ def sweep(
         pairs: prompt pairs: a list of :class:`~circuits.data.pairs.PromptPair`, a ``PairSet`` or a ``PairBatch``.
         mode: ``"path"`` (other heads frozen at their reference values) or ``"activation"``.
         components: senders to patch (default: every head and MLP); others are left NaN.
-        metrics: custom metrics (:func:`~circuits.identify.metrics.logits_metric`) to compute besides the
+        metrics: custom metrics (:func:`~circuits.patching.metrics.logits_metric`) to compute besides the
             built-in ones, which are always available.
         memory_mb: working-memory budget that sets how many senders share a pass.
         progress: show a progress bar over components (rank 0's share under torchrun).

@@ -13,7 +13,7 @@ Only END changes at any step, so both steps are END-only work: step 1 is the END
 for all receivers; in step 2 the receiver head's new output comes from TransformerLens's own attention module (its
 query, key and value inputs given separately, earlier positions' keys and values from the reference run through
 its key/value cache), and the layers after it are the END engine's activation-mode pieces. Many senders share each
-pass. Tests assert equality with the plain two-run loop of :func:`circuits.identify.plain.edge_plain`.
+pass. Tests assert equality with the plain two-run loop of :func:`circuits.patching.plain.edge_plain`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValue
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.identify.end_layers import (
+from circuits.patching.end_layers import (
     attention_at_end,
     attention_output,
     baseline_from,
@@ -38,10 +38,10 @@ from circuits.identify.end_layers import (
     mlp_at_end,
     readout,
 )
-from circuits.identify.engine import all_components, rows_for_budget
-from circuits.identify.metrics import Baseline, Metric, get_metric
-from circuits.identify.neurons import answer_readout
-from circuits.identify.readouts import MetricViews, Readouts, check_senders
+from circuits.patching.engine import all_components, rows_for_budget
+from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.neurons import answer_readout
+from circuits.patching.readouts import MetricViews, Readouts, check_senders
 from circuits.types import Component, Receiver
 
 

@@ -8,7 +8,7 @@ A rule is a threshold on one metric or the top k by one metric, written as a str
 - ``logit_diff<-0.5``, ``prob<-0.02``: thresholds on the other metrics;
 - ``top10`` or ``top10:relative_logit``: the k most important heads by a metric (default ``fraction``).
 
-"Most important" follows each metric's sign (:attr:`circuits.identify.metrics.Metric.sign`): a drop of the
+"Most important" follows each metric's sign (:attr:`circuits.patching.metrics.Metric.sign`): a drop of the
 answer logit, logit difference or probability; a large positive fraction. :func:`rank` is the only ranking:
 results, knockout curves, fine-tuning and the figures all order heads through it.
 """
@@ -23,7 +23,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.identify.metrics import METRICS
+from circuits.patching.metrics import METRICS
 from circuits.types import Head
 
 DEFAULT_KEY_RULE = "fraction>=0.05"

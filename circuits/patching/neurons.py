@@ -26,10 +26,10 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import Pairs, as_batch
-from circuits.identify.end_layers import attention_at_end, baseline_from, check_supported, collect_runs, mlp_at_end, readout
-from circuits.identify.engine import rows_for_budget
-from circuits.identify.metrics import Baseline, Metric, get_metric
-from circuits.identify.readouts import MetricViews, Readouts
+from circuits.patching.end_layers import attention_at_end, baseline_from, check_supported, collect_runs, mlp_at_end, readout
+from circuits.patching.engine import rows_for_budget
+from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.readouts import MetricViews, Readouts
 from circuits.types import MODES, Mode, Neuron
 
 

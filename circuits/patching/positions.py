@@ -14,7 +14,7 @@ computed); and pairs of different lengths are aligned from the end: position ``o
 
 Path patching at a position other than END carries nothing to the logits (every head is frozen, so no
 information moves between positions), which is why this engine patches activations; at END it equals
-:func:`circuits.identify.engine.sweep` in activation mode (tests assert both, and equality with
+:func:`circuits.patching.engine.sweep` in activation mode (tests assert both, and equality with
 TransformerLens's ``get_act_patch_attn_head_out_by_pos`` and ``get_act_patch_mlp_out``).
 """
 
@@ -32,10 +32,10 @@ from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValue
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.identify.end_layers import check_supported, readout
-from circuits.identify.engine import all_components
-from circuits.identify.metrics import Baseline, Metric, get_metric
-from circuits.identify.readouts import (
+from circuits.patching.end_layers import check_supported, readout
+from circuits.patching.engine import all_components
+from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.readouts import (
     Readouts,
     Sender,
     baseline_of,

@@ -1,6 +1,6 @@
 """Plain patching: one ``run_with_hooks`` per component, as a TransformerLens user writes it.
 
-Slow on purpose. It is the reference the engine in :mod:`circuits.identify.engine` is tested against (its
+Slow on purpose. It is the reference the engine in :mod:`circuits.patching.engine` is tested against (its
 baseline too: :func:`baseline_plain` reads the unpatched quantities from two full forward passes), and the
 baseline of ``benchmarks/sweep_speed.py``. For path patching the hooks also freeze every other
 head's ``hook_z`` at its reference value (every position), so only paths through MLPs and the
@@ -18,7 +18,7 @@ from transformer_lens import ActivationCache, HookedTransformer
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch
-from circuits.identify.metrics import Baseline
+from circuits.patching.metrics import Baseline
 from circuits.types import Component, Mode
 
 

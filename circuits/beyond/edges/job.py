@@ -1,6 +1,6 @@
 """Edges as a saved result and a circuit graph: senders -> key heads -> MLPs -> logits.
 
-:class:`EdgeResult` holds an :class:`~circuits.identify.edges.EdgeSweep` (every sender into every receiver) with
+:class:`EdgeResult` holds an :class:`~circuits.patching.edges.EdgeSweep` (every sender into every receiver) with
 each receiver's own effect on the logits (path patching to the logits, the identify sweep), and draws the circuit:
 the strongest senders of each receiver, each receiver's edge to the logits. ``circuits identify --receivers`` keeps
 its edges inside the identify result (``edges.pt``, ``circuit.html``); experiments save an ``EdgeResult``.
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 
 from circuits.data.pairs import PromptPair
-from circuits.identify.edges import EdgeSweep
-from circuits.identify.metrics import get_metric
+from circuits.patching.edges import EdgeSweep
+from circuits.patching.metrics import get_metric
 from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
 from circuits.results import Result, ResultError, read_config
 from circuits.types import Component, Receiver

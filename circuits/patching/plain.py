@@ -2,8 +2,8 @@
 
 Slow on purpose, written as a TransformerLens user writes them: full prompts, ``run_with_hooks`` /
 ``run_with_cache``, one patched forward per node. The tests assert that the fast engines equal them
-(:mod:`~circuits.identify.positions`, :mod:`~circuits.identify.neurons`, :mod:`~circuits.identify.edges`,
-:mod:`~circuits.identify.attribution`), and the benchmarks time them.
+(:mod:`~circuits.patching.positions`, :mod:`~circuits.patching.neurons`, :mod:`~circuits.patching.edges`,
+:mod:`~circuits.patching.attribution`), and the benchmarks time them.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch
-from circuits.identify.metrics import Metric
+from circuits.patching.metrics import Metric
 from circuits.types import Component, Mode, Neuron, Receiver
 
 

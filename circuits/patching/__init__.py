@@ -1,0 +1,28 @@
+"""The mechanism: patching engines, the one readout type they return, the metrics, the one ranking, and the plain
+reference loops the engines are tested against. The jobs (:mod:`circuits.identify`, :mod:`circuits.beyond`) use
+these; nothing here imports a job.
+
+- :mod:`~circuits.patching.engine`: :func:`sweep`, the END-only batched engine (path and activation patching).
+- :mod:`~circuits.patching.end_layers`: the END-only pieces of a forward pass that the engines run.
+- :mod:`~circuits.patching.positions`, :mod:`~circuits.patching.neurons`, :mod:`~circuits.patching.edges`:
+  exact patching at every position, of MLP neurons at END, and of sender -> receiver edges at END.
+- :mod:`~circuits.patching.attribution`: attribution patching (AtP*, GradDrop), a gradient screen.
+- :mod:`~circuits.patching.readouts`: the readouts every engine returns (:class:`Readouts`, :class:`MetricViews`).
+- :mod:`~circuits.patching.metrics`: the baseline and the metrics (relative logit, fraction, ...; callables).
+- :mod:`~circuits.patching.ranking`: key rules (``fraction>=0.05``, ``top10``) and :func:`rank`, the one ranking.
+- :mod:`~circuits.patching.uncertainty`: bootstrap intervals over pairs.
+- :mod:`~circuits.patching.reference`, :mod:`~circuits.patching.plain`: the plain one-forward-per-component loops.
+"""
+
+from circuits.patching.attribution import Attribution, attribute
+from circuits.patching.edges import EdgeSweep, sweep_edges
+from circuits.patching.engine import SweepResult, all_components, sweep
+from circuits.patching.metrics import METRICS, Baseline, Metric, get_metric, logits_metric
+from circuits.patching.neurons import NeuronSweep, sweep_neurons
+from circuits.patching.positions import PositionSweep, sweep_positions
+from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, rank
+from circuits.patching.readouts import MetricViews, Readouts
+
+__all__ = ["DEFAULT_KEY_RULE", "METRICS", "Attribution", "Baseline", "EdgeSweep", "KeyRule", "Metric", "MetricViews",
+           "NeuronSweep", "PositionSweep", "Readouts", "SweepResult", "all_components", "attribute", "get_metric",
+           "logits_metric", "rank", "sweep", "sweep_edges", "sweep_neurons", "sweep_positions"]
