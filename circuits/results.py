@@ -41,11 +41,11 @@ RESULT_TYPES: dict[str, str] = {
     "finetune": "circuits.sft.result:FinetuneResult",
     "sft_table": "circuits.sft.compare:SFTComparison",
     "evaluation": "circuits.evaluation.result:EvalResult",
-    "screen": "circuits.beyond.screen.job:ScreenResult",
-    "positions": "circuits.beyond.positions.job:PositionResult",
-    "neurons": "circuits.beyond.neurons.job:NeuronResult",
-    "edges": "circuits.beyond.edges.job:EdgeResult",
-    "stability": "circuits.beyond.stability.job:StabilityResult",
+    "screen": "circuits.beyond.screen.result:ScreenResult",
+    "positions": "circuits.beyond.positions.result:PositionResult",
+    "neurons": "circuits.beyond.neurons.result:NeuronResult",
+    "edges": "circuits.beyond.edges.result:EdgeResult",
+    "stability": "circuits.beyond.stability.result:StabilityResult",
     "ablation_kinds": "circuits.validate.ablation_kinds:AblationComparison",
 }
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import _common as C
 
 from circuits.config import option
-from circuits.beyond.edges.job import EdgeResult, receiver_effects_of, resolve_receivers
+from circuits.beyond.edges.result import EdgeResult, receiver_effects_of
+from circuits.beyond.edges.job import resolve_receivers
 from circuits.patching.edges import sweep_edges
 from circuits.viz.figures import write_figure
 

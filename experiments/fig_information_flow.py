@@ -14,7 +14,8 @@ from pathlib import Path
 import _common as C
 
 from circuits.config import option
-from circuits.beyond.positions.job import PositionConfig, PositionResult, token_strings
+from circuits.beyond.positions.config import PositionConfig
+from circuits.beyond.positions.result import PositionResult, token_strings
 from circuits.patching.positions import sweep_positions
 from circuits.viz.figures import write_figure
 

@@ -15,7 +15,9 @@ import _common as C
 from circuits.config import option
 from circuits.patching.engine import sweep
 from circuits.patching.metrics import get_metric
-from circuits.beyond.neurons.job import NeuronConfig, NeuronResult, neuron_knockout
+from circuits.beyond.neurons.config import NeuronConfig
+from circuits.beyond.neurons.result import NeuronResult
+from circuits.beyond.neurons.job import neuron_knockout
 from circuits.patching.neurons import sweep_neurons
 from circuits.types import Component
 from circuits.viz.figures import write_figure

@@ -13,7 +13,9 @@ from pathlib import Path
 import _common as C
 
 from circuits.config import option
-from circuits.beyond.screen.job import ScreenConfig, ScreenResult, screen
+from circuits.beyond.screen.config import ScreenConfig
+from circuits.beyond.screen.result import ScreenResult
+from circuits.beyond.screen.job import screen
 from circuits.viz.figures import write_figure
 
 

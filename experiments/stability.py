@@ -13,7 +13,8 @@ import _common as C
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
-from circuits.beyond.stability.job import StabilityResult, stability
+from circuits.beyond.stability.result import StabilityResult
+from circuits.beyond.stability.job import stability
 from circuits.viz.figures import write_figure
 
 

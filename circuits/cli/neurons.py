@@ -12,7 +12,7 @@ import argparse
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
-from circuits.beyond.neurons.job import NeuronConfig
+from circuits.beyond.neurons.config import NeuronConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:

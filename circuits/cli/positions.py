@@ -13,7 +13,7 @@ import argparse
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
-from circuits.beyond.positions.job import PositionConfig
+from circuits.beyond.positions.config import PositionConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:

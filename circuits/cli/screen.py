@@ -14,7 +14,7 @@ import argparse
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
-from circuits.beyond.screen.job import ScreenConfig
+from circuits.beyond.screen.config import ScreenConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:

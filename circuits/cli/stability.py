@@ -12,7 +12,7 @@ import argparse
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
-from circuits.beyond.stability.job import StabilityConfig
+from circuits.beyond.stability.config import StabilityConfig
 
 
 def register(sub: argparse._SubParsersAction) -> None:

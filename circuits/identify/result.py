@@ -208,7 +208,7 @@ class IdentifyResult(Result):
             out["uncertain_key_heads"] = [list(h) for h in unsure_heads]
             out["uncertain_key_mlps"] = unsure_mlps
         if self.edges is not None:
-            from circuits.beyond.edges.job import edge_summary
+            from circuits.beyond.edges.result import edge_summary
 
             out["edges"] = edge_summary(self.edges, rule.metric)
         if self.per_task is not None:
@@ -243,7 +243,7 @@ class IdentifyResult(Result):
             save_torch(self.sweep.tensors(), folder / "sweep.pt")
         write_figure(self.figure(), folder / "heads.html")
         if self.edges is not None:
-            from circuits.beyond.edges.job import circuit_figure, receiver_effects_of
+            from circuits.beyond.edges.result import circuit_figure, receiver_effects_of
 
             save_torch(self.edges.tensors(), folder / "edges.pt")
             metric = self.key_rule.metric

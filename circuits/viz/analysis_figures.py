@@ -35,7 +35,7 @@ def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequ
 
 
 def screen_figure(result: Any) -> go.Figure:
-    """A :class:`~circuits.beyond.screen.job.ScreenResult`: screen vs exact at END (when audited), and the screen's
+    """A :class:`~circuits.beyond.screen.result.ScreenResult`: screen vs exact at END (when audited), and the screen's
     estimates by layer and offset from END (the strongest head of each layer, and each MLP)."""
     heads, mlps = result.head_effects, result.mlp_effects
     sign = -1 if result.metric in ("relative_logit", "logit_diff", "prob") else 1

@@ -79,7 +79,7 @@ def neurons_section(page: Page, found: list) -> str:
 
 
 def edges_section(page: Page, found: list) -> str:
-    from circuits.beyond.edges.job import circuit_figure, edge_summary, receiver_effects_of
+    from circuits.beyond.edges.result import circuit_figure, edge_summary, receiver_effects_of
 
     out = []
     for f in found:

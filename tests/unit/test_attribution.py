@@ -12,7 +12,9 @@ from circuits.patching import logits_metric, sweep
 from circuits.patching.attribution import attribute
 from circuits.patching.metrics import get_metric
 from circuits.patching.plain import attribute_plain
-from circuits.beyond.screen.job import ScreenConfig, ScreenResult, audit_table, screen
+from circuits.beyond.screen.config import ScreenConfig
+from circuits.beyond.screen.result import ScreenResult, audit_table
+from circuits.beyond.screen.job import screen
 
 
 def _assert_matches_plain(a, plain, batch, tol=1e-5):

@@ -8,7 +8,8 @@ from helpers import mixed_pairs
 
 from circuits.identify import IdentifyConfig, identify
 from circuits.patching import sweep
-from circuits.beyond.stability.job import StabilityResult, form_key_heads, jaccard, jaccard_matrix, stability, subset
+from circuits.beyond.stability.result import StabilityResult, jaccard, jaccard_matrix
+from circuits.beyond.stability.job import form_key_heads, stability, subset
 from circuits.patching.uncertainty import bootstrap, crosses, rule_threshold
 from circuits.patching.ranking import KeyRule
 

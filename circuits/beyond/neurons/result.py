@@ -1,0 +1,100 @@
+"""The saved neuron sweep, its shares and its knockout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+import torch
+from circuits.data.pairs import PromptPair
+from circuits.patching.metrics import get_metric
+from circuits.patching.neurons import NeuronSweep, effect_shares
+from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.results import Result, ResultError, read_config
+from circuits.beyond.neurons.config import NeuronConfig
+
+
+@dataclass
+class NeuronResult(Result):
+    """Every neuron of some MLPs patched at END, their concentration, and the neuron knockout."""
+
+    kind = "neurons"
+
+    config: Any
+    pairs: list[PromptPair]
+    sweep: NeuronSweep
+    metric: str
+    mlp_effects: dict[int, float]  # the whole MLP's exact END effect
+    knockout: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def layer_effects(self) -> dict[int, torch.Tensor]:
+        return self.sweep.by_layer(self.metric)
+
+    def shares(self) -> dict[int, dict[str, float]]:
+        sign = get_metric(self.metric).sign
+        out = {}
+        for l, e in self.layer_effects().items():
+            d = effect_shares(e, sign)
+            d["sum_of_neuron_effects"] = float(e.nansum())
+            d["whole_mlp_effect"] = self.mlp_effects.get(l, float("nan"))
+            out[l] = d
+        return out
+
+    def curves(self) -> dict[str, list[float]]:
+        sign = get_metric(self.metric).sign
+        out = {}
+        for l, e in self.layer_effects().items():
+            c = torch.nan_to_num(e * sign, nan=0.0).clamp_min(0).sort(descending=True).values
+            out[f"MLP{l}"] = (c.cumsum(0) / c.sum().clamp_min(1e-12)).tolist()
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        return {"model": getattr(self.config, "model", ""), "task": getattr(self.config, "task", ""),
+                "mode": self.sweep.mode, "metric": self.metric, "n_pairs": len(self.pairs),
+                "layers": sorted(self.mlp_effects), "shares": {f"MLP{l}": v for l, v in self.shares().items()},
+                "knockout": self.knockout, "seconds": self.seconds}
+
+    def figure(self):
+        from plotly.subplots import make_subplots
+
+        from circuits.viz.analysis_figures import neuron_knockout_figure, neuron_share_figure
+
+        a = neuron_share_figure(self.curves(), "")
+        fig = make_subplots(rows=1, cols=2, subplot_titles=("cumulative share of each MLP's neuron effect",
+                                                            "accuracy after knocking out neurons of the key MLPs"))
+        for tr in a.data:
+            fig.add_trace(tr, 1, 1)
+        fig.update_xaxes(type="log", title_text="share of neurons (largest effects first)", row=1, col=1)
+        k = self.knockout
+        if k:
+            b = neuron_knockout_figure(k["shares"], k["top_accuracy"], k["random_accuracy"], k["whole_accuracy"],
+                                       k["none_accuracy"], "")
+            for tr in b.data:
+                fig.add_trace(tr, 1, 2)
+            for y, text, color in ((k["whole_accuracy"], "whole MLPs", "black"), (k["none_accuracy"], "none", "green")):
+                fig.add_hline(y=y, line={"dash": "dash", "color": color}, annotation_text=text, row=1, col=2)
+            fig.update_xaxes(type="log", title_text="% of each key MLP's neurons knocked out", row=1, col=2)
+        fig.update_layout(title=f"Neurons of MLPs {', '.join(map(str, sorted(self.mlp_effects)))} at END "
+                                f"({self.sweep.mode} patching, {self.metric}; Nikankin et al.)", height=480)
+        return fig
+
+    def _write(self, folder: Path) -> None:
+        from circuits.viz.figures import write_figure
+
+        write_json(folder / "summary.json", self.summary())
+        write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in self.pairs])
+        save_torch(self.sweep.tensors(), folder / "neurons.pt")
+        write_figure(self.figure(), folder / "figure.html")
+
+    @classmethod
+    def _read(cls, folder: Path) -> NeuronResult:
+        s = read_json(folder / "summary.json")
+        try:
+            t = torch.load(folder / "neurons.pt", map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises several types for truncated files
+            raise ResultError(f"{folder / 'neurons.pt'} cannot be read ({type(err).__name__}: {err})") from None
+        pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")]
+        mlps = {int(k[3:]): v["whole_mlp_effect"] for k, v in s.get("shares", {}).items()}
+        return cls(NeuronConfig.from_json(read_config(folder)), pairs, NeuronSweep.from_tensors(t), s["metric"], mlps,
+                   s.get("knockout", {}), float(s.get("seconds", 0.0)))

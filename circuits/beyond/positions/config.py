@@ -1,0 +1,23 @@
+"""What decides a position sweep (saved as its ``config.json``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from circuits.config import option
+from circuits.patching.metrics import METRIC_NAMES, METRICS
+from circuits.data.source import PairSource
+
+
+@dataclass(frozen=True)
+class PositionConfig(PairSource):
+    """What decides a per-position sweep."""
+
+    template: str = option("", help="only pairs of this template (e.g. addition/0), so positions align token for "
+                                    "token; default: all, aligned from END")
+    offsets: tuple[int, ...] = option((), help="offsets from END to patch (0 is END); default: every position")
+    metric: str = option("logit_diff", choices=METRIC_NAMES, help="the metric the figure shows")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.metric not in METRICS:
+            raise ValueError(f"Unknown metric {self.metric!r}; accepted: {', '.join(METRICS)}")

@@ -1,0 +1,31 @@
+"""What decides a screen (saved as its ``config.json``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from circuits.config import option
+from circuits.patching.metrics import METRIC_NAMES, get_metric
+from circuits.data.source import PairSource
+from circuits.types import MODES
+
+
+@dataclass(frozen=True)
+class ScreenConfig(PairSource):
+    """Everything that decides a screen (saved as its ``config.json``)."""
+
+    metric: str = option("fraction", choices=METRIC_NAMES, help="what is estimated and ranked")
+    mode: str = option("activation", choices=MODES, help="activation patching (every position) or the paper's path "
+                                                          "patching (heads frozen; END only)")
+    verify: int = option(20, help="re-measure the screen's top-N heads/MLPs and top-N neurons exactly (0: none)")
+    neurons: bool = option(True, help="screen every MLP neuron (hook_post) too")
+    qk_fix: bool = option(True, help="AtP*'s query and key nodes with the exact softmax")
+    grad_drop: bool = option(False, help="AtP*'s GradDrop scores (n_layers extra backward passes)")
+    audit: bool = option(True, help="measure every head and MLP at END exactly and compare (the audit table)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        get_metric(self.metric)
+        if self.mode not in MODES:
+            raise ValueError(f"Unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
+        if self.verify < 0:
+            raise ValueError(f"verify must be 0 or more, got {self.verify}")

@@ -1,0 +1,119 @@
+"""The saved screen: every node's estimate, the re-measured top ones, and the audit table."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+import torch
+from torch import Tensor
+from circuits.data.pairs import PromptPair
+from circuits.patching.readouts import spearman
+from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.results import Result, ResultError, read_config
+from circuits.beyond.screen.config import ScreenConfig
+
+
+NS = (10, 20, 50)
+
+
+def audit_table(screen: tuple[Tensor, Tensor], exact: tuple[Tensor, Tensor], sign: int,
+                path: tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None, ns: Sequence[int] = NS,
+                n_misses: int = 5) -> dict[str, Any]:
+    """Screen against exact END effects over every head and MLP: Spearman, exact top-10 / top-5% missed by the
+    screen's top-N, and the largest misses (``path``: screen and exact effects in path mode, to split each miss's
+    error into the part through MLPs and the part through later attention)."""
+    L, H = screen[0].shape
+    names = [f"{l}.{h}" for l in range(L) for h in range(H)] + [f"MLP{l}" for l in range(L)]
+    s = torch.cat([screen[0].reshape(-1), screen[1].reshape(-1)])
+    e = torch.cat([exact[0].reshape(-1), exact[1].reshape(-1)])
+    order_s = torch.argsort(torch.nan_to_num(s * sign, nan=-math.inf), descending=True, stable=True).tolist()
+    order_e = torch.argsort(torch.nan_to_num(e * sign, nan=-math.inf), descending=True, stable=True).tolist()
+    n5 = max(1, math.ceil(0.05 * len(e)))
+    out: dict[str, Any] = {"spearman_end": spearman(s, e), "spearman_end_heads": spearman(screen[0], exact[0]),
+                           "spearman_end_mlps": spearman(screen[1], exact[1]), "n_components": len(e),
+                           "top5pct_size": n5}
+    for n in ns:
+        top = set(order_s[:n])
+        out[f"exact_top10_missed_at_{n}"] = len(set(order_e[:10]) - top)
+        out[f"exact_top5pct_missed_at_{n}"] = len(set(order_e[:n5]) - top)
+    rank_s = {i: r for r, i in enumerate(order_s)}
+    misses = [i for i in order_e[:10] if rank_s[i] >= 20] or sorted(order_e[:10], key=lambda i: -abs(float(s[i] - e[i])))
+    rows = []
+    for i in misses[:n_misses]:
+        row = {"component": names[i], "exact": float(e[i]), "screen": float(s[i]), "exact_rank": order_e.index(i) + 1,
+               "screen_rank": rank_s[i] + 1}
+        if path is not None:
+            ps = torch.cat([path[0][0].reshape(-1), path[0][1].reshape(-1)])
+            pe = torch.cat([path[1][0].reshape(-1), path[1][1].reshape(-1)])
+            err_mlp = float(ps[i] - pe[i])
+            err_attn = float(s[i] - e[i]) - err_mlp
+            row.update({"error": float(s[i] - e[i]), "error_with_heads_frozen": err_mlp, "error_through_attention": err_attn,
+                        "why": ("later attention: the linear estimate crosses later softmaxes (saturation)"
+                                if abs(err_attn) > abs(err_mlp) else "MLPs and norms after it: nonlinear")})
+        if float(s[i]) * float(e[i]) < 0:
+            row["note"] = "the screen has the opposite sign"
+        rows.append(row)
+    out["largest_misses"] = rows
+    return out
+
+
+@dataclass
+class ScreenResult(Result):
+    """A screen, the exact values of its top-N, and (with ``audit``) the END audit table."""
+
+    kind = "screen"
+
+    config: Any
+    pairs: list[PromptPair]
+    metric: str
+    mode: str
+    head_effects: Tensor  # [layer, head, offset], the screen's estimate of the metric
+    mlp_effects: Tensor  # [layer, offset]
+    head_q: Tensor | None = None  # [layer, head, offset], QK-fixed query nodes
+    head_k: Tensor | None = None
+    neuron_effects: Tensor | None = None  # [layer, d_mlp, offset] (offsets where the prompts differ)
+    graddrop: dict[str, Tensor] = field(default_factory=dict)
+    verified: list[dict[str, Any]] = field(default_factory=list)
+    audit: dict[str, Any] | None = None
+    exact_end: dict[str, Tensor] = field(default_factory=dict)  # "heads", "mlps" (and "path_*") at END, exact
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": getattr(self.config, "model", ""), "task": getattr(self.config, "task", ""),
+                               "metric": self.metric, "mode": self.mode, "n_pairs": len(self.pairs),
+                               "seconds": self.seconds, "verified": self.verified}
+        if self.audit is not None:
+            out.update(self.audit)
+        return out
+
+    def figure(self):
+        from circuits.viz.analysis_figures import screen_figure
+
+        return screen_figure(self)
+
+    def _write(self, folder: Path) -> None:
+        from circuits.viz.figures import write_figure
+
+        write_json(folder / "summary.json", self.summary())
+        write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in self.pairs])
+        save_torch({"head_effects": self.head_effects, "mlp_effects": self.mlp_effects, "head_q": self.head_q,
+                    "head_k": self.head_k, "neuron_effects": self.neuron_effects, "graddrop": self.graddrop,
+                    "exact_end": self.exact_end}, folder / "screen.pt")
+        write_figure(self.figure(), folder / "screen.html")
+
+    @classmethod
+    def _read(cls, folder: Path) -> ScreenResult:
+        s = read_json(folder / "summary.json")
+        try:
+            t = torch.load(folder / "screen.pt", map_location="cpu", weights_only=True)
+        except Exception as err:  # torch raises several types for truncated files
+            raise ResultError(f"{folder / 'screen.pt'} cannot be read ({type(err).__name__}: {err})") from None
+        config = ScreenConfig.from_json(read_config(folder))
+        pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")]
+        audit = {k: v for k, v in s.items() if k.startswith(("spearman", "exact_top", "largest", "n_components", "top5pct"))}
+        return cls(config, pairs, s["metric"], s["mode"], t["head_effects"], t["mlp_effects"], t["head_q"], t["head_k"],
+                   t["neuron_effects"], t["graddrop"], s.get("verified", []), audit or None, t["exact_end"],
+                   s.get("seconds", {}))
