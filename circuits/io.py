@@ -117,18 +117,28 @@ def read_json(path: str | Path) -> Any:
         raise ValueError(f"{path} is not valid JSON ({err}); it may be truncated or corrupt") from None
 
 
+def read_text(path: str | Path) -> str:
+    """UTF-8 text from ``path``; a missing or undecodable file is one error that names it."""
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path} not found") from None
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path} is not UTF-8 text ({err}); it may be corrupt") from None
+
+
 def read_jsonl(path: str | Path) -> list[Any]:
     """JSON Lines; a bad line is one error naming the file and line."""
     path = Path(path)
     out = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}, line {i}: not valid JSON ({err}); the file may be truncated") from None
+    for i, line in enumerate(read_text(path).split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}, line {i}: not valid JSON ({err}); the file may be truncated") from None
     return out
 
 

@@ -3,29 +3,35 @@
 Every step of the method returns a :class:`Result`: identify (:class:`~circuits.identify.result.IdentifyResult`),
 validate (``KnockoutResult``, ``TransferResult``), explain (``AttentionRoles``, ``AttentionViews``, ``LogitLens``),
 fine-tune (``FinetuneResult``, ``SFTComparison``) and evaluate (``EvalResult``). A result has a ``kind``, a
-``config`` (what made it) and a format ``version``; ``save(folder)`` writes it atomically with ``config.json``
-and a ``circuits.json`` marker (its kind and version), and ``load(folder)`` reads it back. Whatever reads a
-saved result -- the report, ``--heads-from``, the experiment scripts -- goes through :func:`load_result` or a
-class's ``load``, never through dict keys it guesses.
+``config`` (what made it: a frozen :class:`~circuits.config.Config` of the class's ``config_type``) and a format
+``version``; ``save(folder)`` writes it atomically with ``config.json`` and a ``circuits.json`` marker (its kind and
+version), and ``load(folder)`` reads it back equal (``Result.load(r.save(f)) == r``, the typed config included).
+Whatever reads a saved result -- the report, ``--heads-from``, the experiment scripts -- goes through
+:func:`load_result` or a class's ``load``, never through dict keys it guesses.
 
-Folders written before the marker existed are still read: each class recognises its own older files
-(:meth:`Result.recognizes`).
+Every file of a result is read through :mod:`circuits.io` (``load_torch``, ``read_json``, ``read_jsonl``), and the
+config through :func:`read_config` alone, so a missing, truncated or foreign file is one :class:`ResultError` line
+naming it. A folder without the ``circuits.json`` marker holds no circuits result.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import math
 import os
 import tempfile
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from circuits.io import OutputError, atomic_dir, read_json, to_jsonable, write_json
+from circuits.config import Config, option
+from circuits.io import OutputError, atomic_dir, read_json, write_json
 from circuits.timing import timed
 
 MARKER = "circuits.json"
 R = TypeVar("R", bound="Result")
+C = TypeVar("C", bound=Config)
 
 # kind -> "module:Class"; imported on first use (no registration by import side effect).
 RESULT_TYPES: dict[str, str] = {
@@ -67,32 +73,30 @@ def read_marker(folder: str | Path) -> dict[str, Any] | None:
     path = Path(folder) / MARKER
     if not path.is_file():
         return None
-    marker = read_json(path)
-    if not isinstance(marker, dict) or "kind" not in marker:
+    try:
+        marker = read_json(path)
+    except ValueError as err:
+        raise ResultError(str(err)) from None
+    if not isinstance(marker, dict) or not isinstance(marker.get("kind"), str):
         raise ResultError(f"{path} is not a circuits result marker (no 'kind')")
     return marker
 
 
 def detect_kind(folder: str | Path) -> str | None:
-    """The kind of result ``folder`` holds: its marker's, else the first kind whose class recognises the
-    files (results saved before markers existed), else None."""
+    """The kind of result ``folder`` holds (its marker's), or None when it holds none."""
     folder = Path(folder)
     if not folder.is_dir():
         return None
     marker = read_marker(folder)
-    if marker is not None:
-        return str(marker["kind"])
-    for kind in RESULT_TYPES:
-        if result_type(kind).recognizes(folder):
-            return kind
-    return None
+    return None if marker is None else str(marker["kind"])
 
 
 def load_result(folder: str | Path) -> Result:
     """Whatever result ``folder`` holds, as its typed class."""
     kind = detect_kind(folder)
     if kind is None:
-        raise ResultError(f"{folder} holds no circuits result (no {MARKER} and no files a result writes)")
+        raise ResultError(f"{folder} holds no circuits result (no {MARKER}: pass a folder a circuits job or script "
+                          "saved)")
     return result_type(kind).load(folder)
 
 
@@ -145,24 +149,58 @@ def check_writable(out: Path) -> None:
         raise OutputError(f"cannot write to {out}: no file can be created in {parent} ({err.strerror})") from None
 
 
+class lazy_type:  # noqa: N801 (used as a class attribute, like the class it stands for)
+    """A class attribute naming a class ``"module:Name"`` imported when first read (a result's ``config_type`` whose
+    module imports the result's own module)."""
+
+    def __init__(self, ref: str) -> None:
+        self.ref = ref
+
+    def __get__(self, obj: Any, owner: Any = None) -> type:
+        module, name = self.ref.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
 class Result:
     """Base of every step's result.
 
-    Subclasses are dataclasses with a ``config`` field and set ``kind`` and ``version``; they implement
-    :meth:`_write` (the files, into a temporary folder) and :meth:`_read` (back from a folder), and may
-    override :meth:`recognizes` for folders saved before the marker.
+    Subclasses are ``@dataclass(eq=False, repr=False)`` classes with a ``config`` field of their ``config_type``
+    (a subclass of it too: a figure script's config adds its own fields) and set ``kind`` and ``version``; they
+    implement :meth:`_write` (the files, into a temporary folder) and :meth:`_read` (back from a folder, given the
+    config :func:`read_config` read). Equality compares every field, tensors with :func:`torch.equal` (NaN equal
+    to NaN) and floats exactly; the repr names the kind, the config and the shapes, never whole tensors.
     """
 
     kind: ClassVar[str]
     version: ClassVar[int] = 1
+    config_type: ClassVar[type[Config]]
     # A result whose folder is also a job's working folder (checkpoints, finished rows) is written file by file,
     # each atomically, the marker last; every other result replaces its folder whole.
     in_place: ClassVar[bool] = False
-    config: Any
+    config: Config
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.config, self.config_type):
+            raise TypeError(f"{type(self).__name__}'s config must be a {self.config_type.__name__} (or a subclass), "
+                            f"not {type(self.config).__name__}; build one, e.g. {self.config_type.__name__}(...)")
 
     def config_json(self) -> dict[str, Any]:
-        cfg = to_jsonable(self.config)
-        return cfg if isinstance(cfg, dict) else {"config": cfg}
+        return self.config.to_json()
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(same(getattr(self, f.name), getattr(other, f.name))
+                   for f in dataclasses.fields(self) if f.compare)  # type: ignore[arg-type]
+
+    __hash__ = None  # type: ignore[assignment]  # results are mutable
+
+    def __repr__(self) -> str:
+        parts = [f"config={config_summary(self.config)}"]
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            if f.name != "config" and f.repr:
+                parts.append(f"{f.name}={brief(getattr(self, f.name))}")
+        return f"{type(self).__name__}[{self.kind}]({', '.join(parts)})"
 
     @timed("write")
     def save(self, folder: str | Path, *, overwrite: bool = False) -> Path:
@@ -191,45 +229,122 @@ class Result:
 
     @classmethod
     def load(cls: type[R], folder: str | Path) -> R:
+        """The result saved in ``folder``; a folder of another kind, of a newer format, or with a missing,
+        truncated or invalid file is one :class:`ResultError` line naming the folder and what is wrong."""
         folder = Path(folder)
         if not folder.is_dir():
             raise FileNotFoundError(f"No result folder at {folder}")
         marker = read_marker(folder)
-        if marker is None and not cls.recognizes(folder):
-            raise ResultError(f"{folder} holds no {cls.kind} result")
-        if marker is not None:
-            if marker["kind"] != cls.kind:
-                raise ResultError(f"{folder} holds a {marker['kind']} result, not {cls.kind}")
-            if int(marker.get("version", 1)) > cls.version:
-                raise ResultError(f"{folder} was written by a newer circuits (format {marker['version']}; this one reads "
-                                  f"up to {cls.version}); upgrade circuits to read it")
-        return cls._read(folder)
-
-    @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        """Whether ``folder`` holds this kind's files without a marker (results saved before markers)."""
-        return False
+        if marker is None:
+            raise ResultError(f"{folder} holds no circuits result (no {MARKER}); pass the folder a {cls.kind} job "
+                              "or script saved")
+        if marker["kind"] != cls.kind:
+            raise ResultError(f"{folder} holds a {marker['kind']} result, not {cls.kind}")
+        if int(marker.get("version", 1)) > cls.version:
+            raise ResultError(f"{folder} was written by a newer circuits (format {marker['version']}; this one reads "
+                              f"up to {cls.version}); upgrade circuits to read it")
+        config = read_config(folder, cls.config_type)
+        try:
+            return cls._read(folder, config)
+        except FileNotFoundError as err:
+            raise ResultError(f"{folder} holds an incomplete {cls.kind} result: {err}") from None
+        except ResultError:
+            raise
+        except ValueError as err:  # load_torch, read_json and read_jsonl name the file
+            raise ResultError(f"{folder} holds an unreadable {cls.kind} result: {err}") from None
+        except (KeyError, TypeError, IndexError) as err:
+            raise ResultError(f"{folder} holds a {cls.kind} result whose files lack what this version reads "
+                              f"({type(err).__name__}: {err}); rerun the job that made it") from None
 
     def _write(self, folder: Path) -> None:
         raise NotImplementedError
 
     @classmethod
-    def _read(cls: type[R], folder: Path) -> R:
+    def _read(cls: type[R], folder: Path, config: Any) -> R:
         raise NotImplementedError
 
 
-def read_config(folder: Path) -> dict[str, Any]:
-    path = folder / "config.json"
-    return read_json(path) if path.is_file() else {}
-
-
-def data_keys(folder: Path, name: str = "data.json") -> Mapping[str, Any] | None:
-    """The top-level object of a folder's JSON file when it is one (for :meth:`Result.recognizes`)."""
-    path = folder / name
+def read_config(folder: Path, config_type: type[C]) -> C:
+    """The ``config.json`` of a result folder as ``config_type`` (the one reader of result configs): a missing,
+    unreadable or invalid file is one :class:`ResultError` naming the folder and what is wrong."""
+    path = Path(folder) / "config.json"
     if not path.is_file():
-        return None
+        raise ResultError(f"{folder} holds no config.json; a circuits result always has one (rerun the job)")
     try:
-        d = read_json(path)
-    except ValueError:
-        return None
-    return d if isinstance(d, dict) else None
+        data = read_json(path)
+    except ValueError as err:
+        raise ResultError(str(err)) from None
+    if not isinstance(data, dict):
+        raise ResultError(f"{path} holds a {type(data).__name__}, not the JSON object of a {config_type.__name__}")
+    try:
+        return config_type.from_json(data)
+    except (TypeError, ValueError) as err:
+        raise ResultError(f"{path} is not a valid {config_type.__name__}: {err}") from None
+
+
+def same(a: Any, b: Any) -> bool:
+    """Exact equality of result values: tensors by dtype, shape and value (NaN equal to NaN), floats exactly,
+    containers and dataclasses field by field, types included (a list never equals a tuple)."""
+    import torch
+
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.is_floating_point() or a.is_complex():
+            return bool(((a == b) | (a.isnan() & b.isnan())).all())
+        return torch.equal(a, b)
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if dataclasses.is_dataclass(a):
+        return all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a) if f.compare)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(v, b[k]) for k, v in a.items())
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return bool(a == b)
+
+
+def brief(value: Any, width: int = 60) -> str:
+    """A short description of a result field: tensor shapes, list lengths, dict keys, short values."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return f"Tensor{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        inner = [f"{f.name}={brief(getattr(value, f.name), 30)}" for f in dataclasses.fields(value)
+                 if isinstance(getattr(value, f.name), torch.Tensor)]
+        return f"{type(value).__name__}({', '.join(inner[:4])}{', ...' if len(inner) > 4 else ''})"
+    if isinstance(value, (list, tuple)) and len(value) > 4:
+        return f"{type(value).__name__}[{len(value)}]"
+    if isinstance(value, dict) and (len(value) > 4 or len(repr(value)) > width):
+        keys = ", ".join(map(str, list(value)[:4]))
+        return f"dict[{len(value)}: {keys}{', ...' if len(value) > 4 else ''}]"
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def config_summary(config: Config) -> str:
+    """The config's class and the fields that differ from their defaults (short values)."""
+    changed = []
+    for f in dataclasses.fields(config):  # type: ignore[arg-type]
+        value = getattr(config, f.name)
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else dataclasses.MISSING)
+        if default is dataclasses.MISSING or value != default:
+            changed.append(f"{f.name}={brief(value, 40)}")
+    return f"{type(config).__name__}({', '.join(changed)})"
+
+
+@dataclass(frozen=True)
+class KeyHeadSource(Config):
+    """What a figure script's result records of the identify run its key heads came from (the base of the configs of
+    results the scripts in ``experiments/`` make; a script's own config adds its flags and output folder)."""
+
+    model: str = option("smollm2")
+    task: str = option("addition")
+    n_pairs: int = option(64)
+    seed: int = option(0)

@@ -10,10 +10,11 @@ from typing import Any
 
 import _common as C
 
-from circuits.config import Config, option
+from circuits.config import option
 from circuits.evaluation import ALL_TASKS, EvalConfig, evaluate
 from circuits.identify import load_identify
 from circuits.sft import FinetuneConfig
+from circuits.sft.compare import TableConfig
 from circuits.sft.plan import DEFAULT_KV_POLICY, KV_POLICIES
 from circuits.types import Head
 
@@ -22,7 +23,7 @@ CHOICE = ("mmlu", "commonsenseqa")
 
 
 @dataclass(frozen=True)
-class SFTTableConfig(Config):
+class SFTTableConfig(TableConfig):
     """One table run. The defaults run on a 2-core CPU; ``--full-size`` starts from the paper's sizes (Section
     5.3: 2 epochs, batch 128, lr 2e-5, all data, full test sets; a GPU job)."""
 

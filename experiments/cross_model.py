@@ -19,14 +19,13 @@ from typing import Any
 
 import _common as C
 
-from circuits.config import Config as BaseConfig
 from circuits.config import option, same_config
 from circuits.data.templates import OPERATIONS
 from circuits.explain.attention import role_attention
 from circuits.explain.logit_lens import mlp_lens, writing_start
 from circuits.io import read_json, write_json
 from circuits.validate import compute_means, knockout_curve, random_order, transfer_knockout
-from circuits.validate.cross_model import CrossModelResult
+from circuits.validate.cross_model import CrossModelConfig, CrossModelResult
 from circuits.validate.transfer import synthetic_set
 from circuits.viz.figures import write_figure
 
@@ -34,7 +33,7 @@ TRANSFER_SETS = ("multi_digit", "decimal", "time_span")
 
 
 @dataclass(frozen=True)
-class Config(BaseConfig):
+class Config(CrossModelConfig):
     models: tuple[str, ...] = option(("smollm2", "gemma3-270m"),
                                      help="models to compare: embedded names, .gguf files or local Hugging Face folders")
     operations: tuple[str, ...] = option(OPERATIONS, help="operations whose key heads are counted")

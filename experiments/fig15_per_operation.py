@@ -11,11 +11,12 @@ import _common as C
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
 from circuits.identify import PerOperation
+from circuits.identify.result import PerOperationConfig
 from circuits.viz.figures import heatmap_grid, overlap_figure, write_figure
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig):
+class Config(C.KeyHeadConfig, PerOperationConfig):
     operations: tuple[str, ...] = option(OPERATIONS)
     top: int = option(10, help="key heads compared per operation")
     out: str = option("results/fig15_per_operation")

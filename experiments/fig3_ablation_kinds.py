@@ -13,12 +13,12 @@ import _common as C
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
-from circuits.validate.ablation_kinds import AblationComparison, compare_ablations
+from circuits.validate.ablation_kinds import AblationComparison, AblationKindsConfig, compare_ablations
 from circuits.viz.figures import write_figure
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig):
+class Config(C.KeyHeadConfig, AblationKindsConfig):
     operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
     ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20), help="numbers of heads knocked out")
     seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random orders")

@@ -10,11 +10,12 @@ import _common as C
 
 from circuits.config import option
 from circuits.validate import KnockoutResult, knockout_curve
+from circuits.validate.knockout import KnockoutConfig
 from circuits.viz.figures import write_figure
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig):
+class Config(C.KeyHeadConfig, KnockoutConfig):
     ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20), help="numbers of heads knocked out")
     seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random orders")
     out: str = option("results/fig3_knockout")

@@ -13,12 +13,12 @@ import _common as C
 from circuits.config import option
 from circuits.data.benchmarks import load_svamp_all, sample_mmlu
 from circuits.validate import TransferResult, compute_means, random_order, transfer_knockout
-from circuits.validate.transfer import mmlu_accuracy, mmlu_items, synthetic_set, word_problem_set
+from circuits.validate.transfer import TransferConfig, mmlu_accuracy, mmlu_items, synthetic_set, word_problem_set
 from circuits.viz.figures import write_figure
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig):
+class Config(C.KeyHeadConfig, TransferConfig):
     n_key_heads: int = option(10)
     n: int = option(32, help="prompts per transfer set")
     n_mmlu: int = option(32)

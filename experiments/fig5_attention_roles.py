@@ -12,11 +12,12 @@ import _common as C
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
 from circuits.explain import AttentionRoles, attention_roles
+from circuits.explain.attention import RolesConfig
 from circuits.viz.figures import write_figure
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig):
+class Config(C.KeyHeadConfig, RolesConfig):
     n_key_heads: int = option(8)
     operations: tuple[str, ...] = option(OPERATIONS)
     n_prompts: int = option(32, help="prompts per operation (the paper: 1000)")

@@ -12,11 +12,12 @@ import _common as C
 from circuits.config import option
 from circuits.data.pairs import make_pair
 from circuits.explain import LogitLens, logit_lens
+from circuits.explain.logit_lens import LensConfig
 from circuits.viz.figures import top_tokens_figure, write_figure
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig):
+class Config(C.KeyHeadConfig, LensConfig):
     example: str = option("4 + 3 = ", help="Figure 6c's prompt (after the task's few-shot prefix)")
     example_answer: str = option("7")
     top_k: int = option(5)

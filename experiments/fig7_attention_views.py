@@ -11,10 +11,11 @@ import _common as C
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
 from circuits.explain import AttentionViews, attention_html
+from circuits.explain.attention import ViewsConfig
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig):
+class Config(C.KeyHeadConfig, ViewsConfig):
     n_key_heads: int = option(4)
     operations: tuple[str, ...] = option(OPERATIONS)
     prompts_per_operation: int = option(2)

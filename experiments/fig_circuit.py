@@ -12,6 +12,7 @@ from pathlib import Path
 import _common as C
 
 from circuits.config import option
+from circuits.beyond.edges.config import EdgesConfig
 from circuits.beyond.edges.result import EdgeResult, receiver_effects_of
 from circuits.beyond.edges.job import resolve_receivers
 from circuits.patching.edges import sweep_edges
@@ -19,7 +20,7 @@ from circuits.viz.figures import write_figure
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig):
+class Config(C.KeyHeadConfig, EdgesConfig):
     receivers: str = option("top5", help="receivers: topK, or e.g. 20.8,MLP19")
     out: str = option("results/fig_circuit")
 

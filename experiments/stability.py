@@ -13,6 +13,7 @@ import _common as C
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
+from circuits.beyond.stability.config import StabilityConfig
 from circuits.beyond.stability.result import StabilityResult
 from circuits.beyond.stability.job import stability
 from circuits.viz.figures import write_figure
@@ -32,7 +33,9 @@ def main(config: Config, model=None) -> StabilityResult:
     for op in config.operations:
         results[op] = {s: C.identify_result(config.replace(seed=s), op, model=model) for s in config.seeds}
         t(op)
-    result = stability(results, config)
+    result = stability(results, StabilityConfig(model=config.model, operations=config.operations, seeds=config.seeds,
+                                                n_pairs=config.n_pairs, filter_correct=config.filter_correct,
+                                                identify_dir=config.identify_dir))
     result.save(config.out)
     return result
 

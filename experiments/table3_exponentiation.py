@@ -10,11 +10,12 @@ import _common as C
 
 from circuits.config import option
 from circuits.validate import TransferResult, compute_means, knockout_many, random_order
+from circuits.validate.transfer import TransferConfig
 from circuits.viz.figures import knockout_table_figure, write_figure
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig):
+class Config(C.KeyHeadConfig, TransferConfig):
     task: str = option("exponentiation")
     n_pairs: int = option(24)
     n_key_heads: int = option(5, help="the paper's Table 3 lists five")

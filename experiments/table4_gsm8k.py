@@ -18,12 +18,12 @@ from circuits.data.word_problems import solved_prefix, word_problem_pairs
 from circuits.identify import IdentifyConfig, identify
 from circuits.types import Head
 from circuits.validate import compute_means, knockout
-from circuits.validate.transfer import WordProblemHeads
+from circuits.validate.transfer import WordProblemConfig, WordProblemHeads
 from circuits.viz.figures import word_problem_table_figure, write_figure
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig):
+class Config(C.KeyHeadConfig, WordProblemConfig):
     dataset: str = option("gsm8k")
     fallback: str = option("addsub")
     n: int = option(48, help="questions evaluated (after the rewrite)")

@@ -1,7 +1,7 @@
 """The evaluation step's result: scores per benchmark task, with the config (model, delta, limits) that made them.
 
-``circuits evaluate --out`` takes a folder, or a ``.json`` file (one self-describing file, as earlier versions
-wrote); :meth:`EvalResult.load` reads either.
+``circuits evaluate --out`` takes a folder, or a ``.json`` file (one self-describing file: its kind, version,
+config and scores); :meth:`EvalResult.load` reads either.
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from circuits.config import Config
 from circuits.io import OutputError, read_json, write_json
-from circuits.results import Result, ResultError, check_writable, data_keys, read_config
+from circuits.results import Result, ResultError, check_writable, lazy_type
 
 
 def check_json_output(path: Path, overwrite: bool = False) -> None:
@@ -27,13 +28,14 @@ def check_json_output(path: Path, overwrite: bool = False) -> None:
     check_writable(path)
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class EvalResult(Result):
     """``tasks``: ``{task: {metric: value, "n": documents}}``; accuracies in [0, 1], perplexities as is."""
 
     kind = "evaluation"
+    config_type = lazy_type("circuits.evaluation.tasks:EvalConfig")  # tasks.py imports this module
 
-    config: Any
+    config: Config  # a circuits.evaluation.tasks.EvalConfig
     tasks: dict[str, dict[str, Any]]
     arithmetic_by_form: dict[str, float] = field(default_factory=dict)
 
@@ -56,23 +58,39 @@ class EvalResult(Result):
         write_json(folder / "result.json", {k: v for k, v in self.to_json().items() if k not in ("kind", "version", "config")})
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> EvalResult:
+    def from_json(cls, d: Any, where: str | Path = "the JSON") -> EvalResult:
+        """From the one-file form (:meth:`to_json`); anything else is one :class:`ResultError` naming ``where``."""
         if not isinstance(d, dict) or not isinstance(d.get("tasks"), dict):
-            raise ResultError("not an evaluation result (no 'tasks')")
-        return cls(d.get("config", {}), d["tasks"], d.get("arithmetic_by_form", {}))
+            raise ResultError(f"{where} holds no evaluation result (no 'tasks')")
+        if d.get("kind", cls.kind) != cls.kind:
+            raise ResultError(f"{where} holds a {d['kind']} result, not {cls.kind}")
+        if int(d.get("version", 1)) > cls.version:
+            raise ResultError(f"{where} was written by a newer circuits (format {d['version']}; this one reads up to "
+                              f"{cls.version}); upgrade circuits to read it")
+        config = d.get("config")
+        if not isinstance(config, dict):
+            raise ResultError(f"{where} holds no config of the evaluation (a JSON object under 'config')")
+        try:
+            typed = cls.config_type.from_json(config)
+        except (TypeError, ValueError) as err:
+            raise ResultError(f"{where}: its config is not a valid {cls.config_type.__name__}: {err}") from None
+        return cls(typed, d["tasks"], d.get("arithmetic_by_form", {}))
 
     @classmethod
     def load(cls, path: str | Path) -> EvalResult:
         path = Path(path)
         if path.is_file():
-            return cls.from_json(read_json(path))
+            try:
+                return cls.from_json(read_json(path), path)
+            except ResultError:
+                raise
+            except ValueError as err:
+                raise ResultError(str(err)) from None
         return super().load(path)
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder, "result.json")
-        return d is not None and isinstance(d.get("tasks"), dict)
-
-    @classmethod
-    def _read(cls, folder: Path) -> EvalResult:
-        return cls.from_json({"config": read_config(folder), **read_json(folder / "result.json")})
+    def _read(cls, folder: Path, config: Config) -> EvalResult:
+        d = read_json(folder / "result.json")
+        if not isinstance(d, dict) or not isinstance(d.get("tasks"), dict):
+            raise ResultError(f"{folder / 'result.json'} holds no evaluation scores (no 'tasks')")
+        return cls(config, d["tasks"], d.get("arithmetic_by_form", {}))

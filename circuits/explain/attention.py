@@ -27,8 +27,10 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PromptPair, as_batch
-from circuits.io import read_json, write_json, write_text
-from circuits.results import Result, data_keys, read_config
+from circuits.config import option
+from circuits.data.templates import OPERATIONS
+from circuits.io import read_json, read_text, write_json, write_text
+from circuits.results import KeyHeadSource, Result
 from circuits.types import Head
 
 ROLE_NAMES = ("A", "B", "operator", "answer_prefix", "few_shot", "other")
@@ -161,24 +163,35 @@ def attention_html(
 
 
 def attention_roles(model: HookedTransformer, pairs: Sequence[PromptPair], heads: Sequence[Head], *,
-                    config: Any = None, batch_size: int = 32) -> AttentionRoles:
+                    config: RolesConfig | None = None, batch_size: int = 32) -> AttentionRoles:
     """Figure 5: where each head looks from END, by token role, averaged over the prompts of each operation
     (pairs are grouped by their ``operation``)."""
     by_op: dict[str, list[PromptPair]] = {}
     for p in pairs:
         by_op.setdefault(p.operation, []).append(p)
     heads = [Head(*h) for h in heads]
-    return AttentionRoles(config if config is not None else {}, heads,
+    return AttentionRoles(config if config is not None else RolesConfig(), heads,
                           {op: role_attention(model, ps, heads, batch_size).to_json() for op, ps in by_op.items()})
 
 
-@dataclass
+@dataclass(frozen=True)
+class RolesConfig(KeyHeadSource):
+    """What decides Figure 5: the identify run, how many of its key heads are read, and the prompts of each
+    operation."""
+
+    n_key_heads: int = option(8)
+    operations: tuple[str, ...] = option(OPERATIONS)
+    n_prompts: int = option(32)
+
+
+@dataclass(eq=False, repr=False)
 class AttentionRoles(Result):
     """Figure 5: each key head's END-row attention by token role, per operation (means over prompts)."""
 
     kind = "attention_roles"
+    config_type = RolesConfig
 
-    config: Any
+    config: RolesConfig
     heads: list[Head]
     by_operation: dict[str, dict[str, Any]]  # operation -> RoleAttention.to_json()
 
@@ -191,23 +204,30 @@ class AttentionRoles(Result):
         write_json(folder / "data.json", {"heads": [list(h) for h in self.heads], "by_operation": self.by_operation})
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and "by_operation" in d
-
-    @classmethod
-    def _read(cls, folder: Path) -> AttentionRoles:
+    def _read(cls, folder: Path, config: RolesConfig) -> AttentionRoles:
         d = read_json(folder / "data.json")
-        return cls(read_config(folder), [Head(*h) for h in d["heads"]], d["by_operation"])
+        return cls(config, [Head(*h) for h in d["heads"]], d["by_operation"])
 
 
-@dataclass
+@dataclass(frozen=True)
+class ViewsConfig(KeyHeadSource):
+    """What decides Figures 7 and 16: the identify run, how many key heads are shown, on which prompts, cropped to
+    how many last tokens."""
+
+    n_key_heads: int = option(4)
+    operations: tuple[str, ...] = option(OPERATIONS)
+    prompts_per_operation: int = option(2)
+    last_tokens: int = option(14)
+
+
+@dataclass(eq=False, repr=False)
 class AttentionViews(Result):
     """Figures 7 and 16: circuitsvis views of the key heads on a few prompts, as one offline page."""
 
     kind = "attention_views"
+    config_type = ViewsConfig
 
-    config: Any
+    config: ViewsConfig
     heads: list[Head]
     prompts: list[str]
     page: str  # the HTML of :func:`attention_html`
@@ -217,12 +237,6 @@ class AttentionViews(Result):
         write_text(folder / "figure.html", self.page)
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and "prompts" in d and "heads" in d and (folder / "figure.html").is_file()
-
-    @classmethod
-    def _read(cls, folder: Path) -> AttentionViews:
+    def _read(cls, folder: Path, config: ViewsConfig) -> AttentionViews:
         d = read_json(folder / "data.json")
-        page = (folder / "figure.html").read_text(encoding="utf-8") if (folder / "figure.html").is_file() else ""
-        return cls(read_config(folder), [Head(*h) for h in d["heads"]], d["prompts"], page)
+        return cls(config, [Head(*h) for h in d["heads"]], d["prompts"], read_text(folder / "figure.html"))

@@ -32,8 +32,9 @@ from transformer_lens import HookedTransformer
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PromptPair
+from circuits.config import option
 from circuits.io import read_json, write_json
-from circuits.results import Result, data_keys, read_config
+from circuits.results import KeyHeadSource, Result
 
 
 def number_tokens(tokenizer: Any, max_number: int = 999) -> dict[int, str]:
@@ -152,22 +153,32 @@ def writing_start(delta_C: Sequence[float], delta_other: Sequence[float], margin
 
 
 def logit_lens(model: HookedTransformer, pairs: Sequence[PromptPair], example: PromptPair | None = None, *,
-               k: int = 5, config: Any = None) -> LogitLens:
+               k: int = 5, config: LensConfig | None = None) -> LogitLens:
     """Figure 6 on ``pairs``: the per-layer cosine means, and for ``example`` (default: the first pair) the top
     ``k`` number tokens each MLP adds."""
     example = example or pairs[0]
-    return LogitLens(config if config is not None else {}, mlp_lens(model, pairs).means(), len(pairs),
+    return LogitLens(config if config is not None else LensConfig(), mlp_lens(model, pairs).means(), len(pairs),
                      example.reference[-40:], top_number_tokens(model, example, k=k))
 
 
-@dataclass
+@dataclass(frozen=True)
+class LensConfig(KeyHeadSource):
+    """What decides Figure 6: the identify run's pairs, Figure 6c's example and how many tokens it lists."""
+
+    example: str = option("4 + 3 = ")
+    example_answer: str = option("7")
+    top_k: int = option(5)
+
+
+@dataclass(eq=False, repr=False)
 class LogitLens(Result):
     """Figure 6: per-layer means of the MLP logit-lens cosines (6a, 6b), the top number tokens each MLP adds for
     one example (6c), and where the MLPs start writing the answer."""
 
     kind = "logit_lens"
+    config_type = LensConfig
 
-    config: Any
+    config: LensConfig
     means: dict[str, list[float]]  # MLPLens.means()
     n_pairs: int
     example: str = ""
@@ -192,12 +203,7 @@ class LogitLens(Result):
             "writing_start": self.writing_start, "peak_in_A": self.peak("in_A"), "peak_in_B": self.peak("in_B")})
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and "means" in d and "top_tokens" in d
-
-    @classmethod
-    def _read(cls, folder: Path) -> LogitLens:
+    def _read(cls, folder: Path, config: LensConfig) -> LogitLens:
         d = read_json(folder / "data.json")
-        return cls(read_config(folder), d["means"], int(d.get("n_pairs", 0)), d.get("example", ""),
+        return cls(config, d["means"], int(d.get("n_pairs", 0)), d.get("example", ""),
                    [[(t, float(c)) for t, c in row] for row in d.get("top_tokens", [])])

@@ -19,19 +19,21 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from circuits.config import option
 from circuits.data.pairs import PromptPair
+from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
 from circuits.patching.engine import SweepResult
 from circuits.patching.metrics import METRICS, Metric, get_metric
 from circuits.patching.ranking import KeyRule, Ranked, rank
 from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
-from circuits.results import Result, ResultError, data_keys, read_config
+from circuits.results import KeyHeadSource, Result, ResultError
 from circuits.types import Head
 
 SUMMARY_FIELDS = ("n_candidates", "accuracy", "mean_answer_prob", "few_shot", "per_template")
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class IdentifyResult(Result):
     """One task's identify result.
 
@@ -43,6 +45,7 @@ class IdentifyResult(Result):
 
     kind = "identify"
     version = 2
+    config_type = IdentifyConfig
 
     config: IdentifyConfig
     pairs: list[PromptPair]
@@ -251,26 +254,8 @@ class IdentifyResult(Result):
                                         f"{self.task}: senders -> receivers -> logits"), folder / "circuit.html")
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        s = data_keys(folder, "summary.json")
-        if s is not None and "head_effects" in s and "key_heads" in s:
-            return True
-        d = data_keys(folder)  # experiments/fig2_key_heads.py before results had kinds
-        return d is not None and isinstance(d.get("head_effects"), list) and "mlp_effects" in d and "top_heads" in d
-
-    @classmethod
-    def _read(cls, folder: Path) -> IdentifyResult:
-        config = read_config(folder)
-        if (folder / "summary.json").is_file():
-            summary = read_json(folder / "summary.json")
-            config = IdentifyConfig.from_json(config or summary.get("config", {}))
-        else:  # a Figure 2 script folder from before results had kinds: mean effects only
-            d = read_json(folder / "data.json")
-            effects = {"relative_logit": (torch.tensor(d["head_effects"]), torch.tensor(d["mlp_effects"]))}
-            if "head_fraction" in d:
-                effects["fraction"] = (torch.tensor(d["head_fraction"]), torch.tensor(d["mlp_fraction"]))
-            config = IdentifyConfig.from_json({**config, "key_rule": "top20:relative_logit"})
-            return cls(config, [], None, dict(d.get("pair_stats", {})), 0.0, None, effects)
+    def _read(cls, folder: Path, config: IdentifyConfig) -> IdentifyResult:
+        summary = read_json(folder / "summary.json")
         pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")] if (folder / "pairs.jsonl").is_file() else []
         sweep, saved = None, {}
         if (folder / "sweep.pt").is_file():
@@ -288,7 +273,7 @@ class IdentifyResult(Result):
         if (folder / "edges.pt").is_file():
             from circuits.patching.edges import EdgeSweep
 
-            edges = EdgeSweep.from_tensors(torch.load(folder / "edges.pt", map_location="cpu", weights_only=True))
+            edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
         return cls(config, pairs, sweep, stats, float(summary.get("seconds", 0.0)), summary.get("per_task"), saved, edges)
 
 
@@ -306,13 +291,22 @@ def load_identify(folder: str | Path) -> IdentifyResult:
         raise ResultError(f"{folder} holds no identify result; pass the output folder of `circuits identify`") from None
 
 
-@dataclass
+@dataclass(frozen=True)
+class PerOperationConfig(KeyHeadSource):
+    """What decides Figure 15: the identify runs (one per operation) and how many key heads each compares."""
+
+    operations: tuple[str, ...] = option(OPERATIONS)
+    top: int = option(10)
+
+
+@dataclass(eq=False, repr=False)
 class PerOperation(Result):
     """Figure 15: the key heads of each operation and how many each pair of operations shares."""
 
     kind = "per_operation"
+    config_type = PerOperationConfig
 
-    config: Any
+    config: PerOperationConfig
     operations: list[str]
     head_effects: dict[str, list[list[float]]]  # operation -> [layer][head], by ``metric``
     key_heads: dict[str, list[Head]]
@@ -325,7 +319,7 @@ class PerOperation(Result):
         return [[len(sets[a] & sets[b]) for b in self.operations] for a in self.operations]
 
     @classmethod
-    def from_identify(cls, config: Any, results: dict[str, IdentifyResult], top: int) -> PerOperation:
+    def from_identify(cls, config: PerOperationConfig, results: dict[str, IdentifyResult], top: int) -> PerOperation:
         ops = list(results)
         metric = next(iter(results.values())).metric().name
         return cls(config, ops, {op: r.effects(metric)[0].tolist() for op, r in results.items()},
@@ -339,13 +333,8 @@ class PerOperation(Result):
             "overlap": self.overlap, "pairs": self.pairs})
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and "operations" in d and isinstance(d.get("head_effects"), dict)
-
-    @classmethod
-    def _read(cls, folder: Path) -> PerOperation:
+    def _read(cls, folder: Path, config: PerOperationConfig) -> PerOperation:
         d = read_json(folder / "data.json")
-        return cls(read_config(folder), d["operations"], d["head_effects"],
+        return cls(config, d["operations"], d["head_effects"],
                    {op: [Head.parse(h) for h in hs] for op, hs in d["key_heads"].items()},
                    d.get("metric", "relative_logit"), d.get("pairs", {}))

@@ -21,8 +21,10 @@ from transformer_lens import HookedTransformer
 from circuits.evaluation.tasks import PRIMARY_METRIC
 from circuits.sft.data import TokenizedExample
 from circuits.sft.train import FinetuneConfig, finetune
+from circuits.config import Config, option
 from circuits.io import read_json, to_jsonable, write_json, write_text
-from circuits.results import Result, data_keys, read_config
+from circuits.results import Result
+from circuits.sft.plan import DEFAULT_KV_POLICY
 from circuits.types import Head
 
 Evaluate = Callable[[HookedTransformer], dict[str, Any]]  # model -> {"tasks": {task: metrics}, ...}
@@ -112,14 +114,33 @@ def markdown_table(rows: list[dict], tasks: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
-@dataclass
+@dataclass(frozen=True)
+class TableConfig(Config):
+    """What decides a fine-tuning table (Tables 1, 2, 5): the model, the heads tuned, the training data and run,
+    the benchmarks (a table script's config adds its evaluation limits, threads and output folder)."""
+
+    model: str = option("smollm2")
+    heads_from: str = option("results/identify/addition")
+    top_k: int = option(8)
+    kv_policy: str = option(DEFAULT_KV_POLICY)
+    sources: tuple[str, ...] = option(("gsm8k", "adapters", "arithmetic"))
+    n_arithmetic: int = option(128)
+    limit_per_source: int | None = option(16)
+    lr: float = option(1e-4)
+    batch_size: int = option(16)
+    epochs: int = option(1)
+    eval_tasks: tuple[str, ...] = option(())
+
+
+@dataclass(eq=False, repr=False)
 class SFTComparison(Result):
     """Tables 1, 2, 5: base vs fine-tuned variants on math and generic benchmarks, with train speed."""
 
     kind = "sft_table"
     in_place = True  # its folder also holds the finished rows and training runs a rerun resumes from
+    config_type = TableConfig
 
-    config: Any
+    config: TableConfig
     rows: list[dict[str, Any]]
     heads: list[Head] = field(default_factory=list)
     heads_source: str = ""
@@ -135,16 +156,12 @@ class SFTComparison(Result):
 
     def _write(self, folder: Path) -> None:
         write_json(folder / "data.json", {"heads": [list(h) for h in self.heads], "heads_source": self.heads_source,
-                                          "rows": self.rows, **self.extra})
+                                          "rows": self.rows, **self.extra, "notes": self.notes})
         write_text(folder / "table.md", f"## Measured\n\n{self.markdown()}\n\n{self.notes}".rstrip() + "\n")
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and isinstance(d.get("rows"), list) and all(isinstance(r, dict) and "tasks" in r for r in d["rows"])
-
-    @classmethod
-    def _read(cls, folder: Path) -> SFTComparison:
+    def _read(cls, folder: Path, config: TableConfig) -> SFTComparison:
         d = dict(read_json(folder / "data.json"))
         rows, heads, source = d.pop("rows"), d.pop("heads", []), d.pop("heads_source", "")
-        return cls(read_config(folder), rows, [Head(*h[:2]) for h in heads], source, d)
+        notes = d.pop("notes", "")
+        return cls(config, rows, [Head(*h[:2]) for h in heads], source, d, notes)

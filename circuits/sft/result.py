@@ -5,21 +5,21 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
+from circuits.config import Config
 from circuits.io import read_json, write_json
-from circuits.results import Result, ResultError, data_keys, read_config
+from circuits.results import Result, ResultError, lazy_type
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class FinetuneResult(Result):
     """One fine-tuning run. Its folder also holds ``delta.pt`` (the tuned slices) and ``checkpoint.pt``
     (resumable), which the training loop writes as it goes, so the result is saved file by file beside them."""
 
     kind = "finetune"
     in_place = True
+    config_type = lazy_type("circuits.sft.train:FinetuneConfig")  # train.py imports this module
 
-    config: Any
+    config: Config  # a circuits.sft.train.FinetuneConfig
     steps: int
     samples: int
     samples_per_s: float
@@ -39,18 +39,11 @@ class FinetuneResult(Result):
         write_json(folder / "result.json", self.to_json())
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        """A finished run (``result.json``), or one that stopped before it (a checkpoint beside its config)."""
-        d = data_keys(folder, "result.json")
-        if d is not None and "samples_per_s" in d:
-            return True
-        return (folder / "config.json").is_file() and ((folder / "checkpoint.pt").is_file() or (folder / "checkpoint").is_dir())
-
-    @classmethod
-    def _read(cls, folder: Path) -> FinetuneResult:
+    def _read(cls, folder: Path, config: Config) -> FinetuneResult:
         if not (folder / "result.json").is_file():
             raise ResultError(f"{folder} holds an unfinished fine-tuning run (no result.json yet); run the same "
                               "`circuits finetune` command to resume it")
         d = read_json(folder / "result.json")
         names = {f.name for f in dataclasses.fields(cls)} - {"config"}
-        return cls(config=read_config(folder), **{k: v for k, v in d.items() if k in names})
+        return cls(config=config, **{k: v for k, v in d.items() if k in names})
+

@@ -16,8 +16,10 @@ from typing import Any
 from transformer_lens import HookedTransformer
 
 from circuits.data.pairs import PromptPair
+from circuits.data.templates import OPERATIONS
 from circuits.io import read_json, write_json
-from circuits.results import Result, data_keys, read_config
+from circuits.config import option
+from circuits.results import KeyHeadSource, Result
 from circuits.types import Ablation, Head
 from circuits.validate.knockout import KnockoutCurve, knockout_curve, replacement_values
 
@@ -34,13 +36,25 @@ def compare_ablations(model: HookedTransformer, pairs: Sequence[PromptPair], ran
     return out
 
 
-@dataclass
+@dataclass(frozen=True)
+class AblationKindsConfig(KeyHeadSource):
+    """What decides Figure 3 under each ablation kind: the operations, the numbers of heads, the seeds of the random
+    orders and the kinds."""
+
+    operations: tuple[str, ...] = option(OPERATIONS)
+    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20))
+    seeds: tuple[int, ...] = option((0, 1, 2))
+    kinds: tuple[str, ...] = option(("mean", "zero", "resample"))
+
+
+@dataclass(eq=False, repr=False)
 class AblationComparison(Result):
     """Figure 3's curves for each ablation kind, per task."""
 
     kind = "ablation_kinds"
+    config_type = AblationKindsConfig
 
-    config: Any
+    config: AblationKindsConfig
     curves: dict[str, dict[str, KnockoutCurve]]  # task -> ablation kind -> curve
     n_pairs: dict[str, int]
 
@@ -72,12 +86,7 @@ class AblationComparison(Result):
             write_figure(self.figure(task), folder / f"figure-{task}.html")
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and isinstance(d.get("curves"), dict) and "summary" in d
-
-    @classmethod
-    def _read(cls, folder: Path) -> AblationComparison:
+    def _read(cls, folder: Path, config: AblationKindsConfig) -> AblationComparison:
         d = read_json(folder / "data.json")
         curves = {t: {k: KnockoutCurve.from_json(c) for k, c in by.items()} for t, by in d["curves"].items()}
-        return cls(read_config(folder), curves, {k: int(v) for k, v in d.get("n_pairs", {}).items()})
+        return cls(config, curves, {k: int(v) for k, v in d.get("n_pairs", {}).items()})

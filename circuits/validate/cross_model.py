@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from circuits.config import Config, option
+from circuits.data.templates import OPERATIONS
 from circuits.io import read_json, write_json
-from circuits.results import Result, data_keys, read_config
+from circuits.results import Result
 
 # What the paper reports on LLaMA2-7B (32 layers x 32 heads), for the table beside ours.
 PAPER = {
@@ -42,14 +44,28 @@ def relative_depth(layer: float, n_layers: int) -> float:
     return layer / max(1, n_layers - 1)
 
 
-@dataclass
+@dataclass(frozen=True)
+class CrossModelConfig(Config):
+    """What decides a comparison across models: the models, the operations, the pairs, and the sizes of each
+    measurement."""
+
+    models: tuple[str, ...] = option(("smollm2", "gemma3-270m"))
+    operations: tuple[str, ...] = option(OPERATIONS)
+    n_pairs: int = option(64)
+    seed: int = option(0)
+    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10))
+    seeds: tuple[int, ...] = option((0, 1, 2))
+
+
+@dataclass(eq=False, repr=False)
 class CrossModelResult(Result):
     """The paper's claims on each model: ``models`` maps a model name to its measurements (see the module
     docstring for the keys)."""
 
     kind = "cross_model"
+    config_type = CrossModelConfig
 
-    config: Any
+    config: CrossModelConfig
     models: dict[str, dict[str, Any]]
 
     def names(self) -> list[str]:
@@ -95,10 +111,5 @@ class CrossModelResult(Result):
         write_json(folder / "data.json", {"models": self.models})
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and "models" in d and isinstance(d["models"], dict)
-
-    @classmethod
-    def _read(cls, folder: Path) -> CrossModelResult:
-        return cls(read_config(folder), read_json(folder / "data.json")["models"])
+    def _read(cls, folder: Path, config: CrossModelConfig) -> CrossModelResult:
+        return cls(config, read_json(folder / "data.json")["models"])

@@ -33,7 +33,8 @@ from transformer_lens.utils import get_act_name
 from circuits import distributed as D
 from circuits.data.pairs import PromptPair
 from circuits.models.forward import end_residuals, prefix_cache, unembed_end
-from circuits.results import Result, data_keys, read_config
+from circuits.config import option
+from circuits.results import KeyHeadSource, Result
 from circuits.io import read_json, write_json
 from circuits.types import Ablation, Head, all_heads
 
@@ -490,13 +491,23 @@ def knockout_curve(
     return KnockoutCurve(list(ks), [Head(*h) for h in ranking], eff_acc, eff_p, orders, rnd_acc, rnd_p)
 
 
-@dataclass
+@dataclass(frozen=True)
+class KnockoutConfig(KeyHeadSource):
+    """What decides Figure 3: the identify run whose ranking is knocked out, the numbers of heads and the seeds of
+    the random orders."""
+
+    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20))
+    seeds: tuple[int, ...] = option((0, 1, 2))
+
+
+@dataclass(eq=False, repr=False)
 class KnockoutResult(Result):
     """Figure 3: the knockout curves of one task, with the config that made them."""
 
     kind = "knockout"
+    config_type = KnockoutConfig
 
-    config: Any
+    config: KnockoutConfig
     curve: KnockoutCurve
     task: str = ""
     n_pairs: int = 0
@@ -508,11 +519,6 @@ class KnockoutResult(Result):
         write_json(folder / "data.json", {"curve": self.curve.to_json(), "n_pairs": self.n_pairs, "task": self.task})
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and "curve" in d
-
-    @classmethod
-    def _read(cls, folder: Path) -> KnockoutResult:
+    def _read(cls, folder: Path, config: KnockoutConfig) -> KnockoutResult:
         d = read_json(folder / "data.json")
-        return cls(read_config(folder), KnockoutCurve.from_json(d["curve"]), d.get("task", ""), int(d.get("n_pairs", 0)))
+        return cls(config, KnockoutCurve.from_json(d["curve"]), d.get("task", ""), int(d.get("n_pairs", 0)))

@@ -27,7 +27,8 @@ from circuits.data.benchmarks import ChoiceItem, MathItem
 from circuits.data.pairs import PromptError, PromptPair, encode, first_answer_token, make_pair, prefix_length_of
 from circuits.data.word_problems import ANSWER_CUE
 from circuits.io import read_json, write_json
-from circuits.results import Result, data_keys, read_config
+from circuits.config import option
+from circuits.results import KeyHeadSource, Result
 from circuits.types import Head
 from circuits.validate.knockout import MeanActivations, knockout, knockout_logits
 
@@ -161,14 +162,23 @@ def mmlu_accuracy(
     return float((logits.argmax(-1) == gold).float().mean())
 
 
-@dataclass
+@dataclass(frozen=True)
+class TransferConfig(KeyHeadSource):
+    """What decides a transfer result (Figure 4, Table 3): the identify run and how many of its key heads are knocked
+    out."""
+
+    n_key_heads: int = option(10)
+
+
+@dataclass(eq=False, repr=False)
 class TransferResult(Result):
     """Figure 4 (and the MMLU check): accuracy on each set before and after knocking out the key heads, and
     after knocking out as many random heads."""
 
     kind = "transfer"
+    config_type = TransferConfig
 
-    config: Any
+    config: TransferConfig
     results: dict[str, dict[str, Any]]  # set -> n, accuracy_before, accuracy_after, accuracy_random_heads, ...
     key_heads: list[Head]
     random_heads: list[Head] = field(default_factory=list)
@@ -188,18 +198,23 @@ class TransferResult(Result):
                                           "random_heads": [list(h) for h in self.random_heads], "examples": self.examples})
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and "results" in d and "key_heads" in d
-
-    @classmethod
-    def _read(cls, folder: Path) -> TransferResult:
+    def _read(cls, folder: Path, config: TransferConfig) -> TransferResult:
         d = read_json(folder / "data.json")
-        return cls(read_config(folder), d["results"], [Head(*h[:2]) for h in d["key_heads"]],
+        return cls(config, d["results"], [Head(*h[:2]) for h in d["key_heads"]],
                    [Head(*h[:2]) for h in d.get("random_heads", [])], d.get("examples", {}))
 
 
-@dataclass
+@dataclass(frozen=True)
+class WordProblemConfig(KeyHeadSource):
+    """What decides Table 4: the word-problem set, its few-shot prompt, and how many key heads are compared."""
+
+    dataset: str = option("gsm8k")
+    n: int = option(48)
+    shots: int = option(1)
+    top: int = option(10)
+
+
+@dataclass(eq=False, repr=False)
 class WordProblemHeads(Result):
     """Table 4: key heads found on word problems, their overlap with the template key heads, and knockouts.
 
@@ -207,8 +222,9 @@ class WordProblemHeads(Result):
     ``shared_with_templates`` and the knockout accuracies (own heads, template heads, shared, own-only)."""
 
     kind = "word_problem_heads"
+    config_type = WordProblemConfig
 
-    config: Any
+    config: WordProblemConfig
     template_heads: list[Head]
     datasets: dict[str, dict[str, Any]]
 
@@ -221,11 +237,6 @@ class WordProblemHeads(Result):
         write_json(folder / "data.json", {"template_heads": [list(h) for h in self.template_heads], "datasets": self.datasets})
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and "template_heads" in d and "datasets" in d
-
-    @classmethod
-    def _read(cls, folder: Path) -> WordProblemHeads:
+    def _read(cls, folder: Path, config: WordProblemConfig) -> WordProblemHeads:
         d = read_json(folder / "data.json")
-        return cls(read_config(folder), [Head(*h[:2]) for h in d["template_heads"]], d["datasets"])
+        return cls(config, [Head(*h[:2]) for h in d["template_heads"]], d["datasets"])

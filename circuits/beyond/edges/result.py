@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-import torch
 from circuits.data.pairs import PromptPair
 from circuits.patching.edges import EdgeSweep
 from circuits.patching.metrics import get_metric
-from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
-from circuits.results import Result, ResultError, read_config
+from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.beyond.edges.config import EdgesConfig
+from circuits.results import Result
 from circuits.types import Component, Receiver
 
 
@@ -60,13 +60,14 @@ def edge_summary(edges: EdgeSweep, metric: str, top: int = 10) -> dict[str, Any]
     return {str(r): [[str(s), v] for s, v in edges.top_senders(r, top, metric)] for r in edges.receivers}
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class EdgeResult(Result):
     """Sender-by-receiver path-patching effects at END and the circuit they draw."""
 
     kind = "edges"
+    config_type = EdgesConfig
 
-    config: Any
+    config: EdgesConfig
     pairs: list[PromptPair]
     edges: EdgeSweep
     receiver_effects: dict[str, float]
@@ -89,11 +90,8 @@ class EdgeResult(Result):
         write_figure(self.figure(), folder / "circuit.html")
 
     @classmethod
-    def _read(cls, folder: Path) -> EdgeResult:
+    def _read(cls, folder: Path, config: EdgesConfig) -> EdgeResult:
         s = read_json(folder / "summary.json")
-        try:
-            t = torch.load(folder / "edges.pt", map_location="cpu", weights_only=True)
-        except Exception as err:  # torch raises several types for truncated files
-            raise ResultError(f"{folder / 'edges.pt'} cannot be read ({type(err).__name__}: {err})") from None
+        t = load_torch(folder / "edges.pt", "edge sweep")
         pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")] if (folder / "pairs.jsonl").is_file() else []
-        return cls(read_config(folder), pairs, EdgeSweep.from_tensors(t), s["receiver_effects"], s.get("metric", "fraction"))
+        return cls(config, pairs, EdgeSweep.from_tensors(t), s["receiver_effects"], s.get("metric", "fraction"))

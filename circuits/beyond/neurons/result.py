@@ -9,18 +9,19 @@ import torch
 from circuits.data.pairs import PromptPair
 from circuits.patching.metrics import get_metric
 from circuits.patching.neurons import NeuronSweep, effect_shares
-from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
-from circuits.results import Result, ResultError, read_config
+from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.results import Result
 from circuits.beyond.neurons.config import NeuronConfig
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class NeuronResult(Result):
     """Every neuron of some MLPs patched at END, their concentration, and the neuron knockout."""
 
     kind = "neurons"
+    config_type = NeuronConfig
 
-    config: Any
+    config: NeuronConfig
     pairs: list[PromptPair]
     sweep: NeuronSweep
     metric: str
@@ -88,13 +89,10 @@ class NeuronResult(Result):
         write_figure(self.figure(), folder / "figure.html")
 
     @classmethod
-    def _read(cls, folder: Path) -> NeuronResult:
+    def _read(cls, folder: Path, config: NeuronConfig) -> NeuronResult:
         s = read_json(folder / "summary.json")
-        try:
-            t = torch.load(folder / "neurons.pt", map_location="cpu", weights_only=True)
-        except Exception as err:  # torch raises several types for truncated files
-            raise ResultError(f"{folder / 'neurons.pt'} cannot be read ({type(err).__name__}: {err})") from None
+        t = load_torch(folder / "neurons.pt", "neuron sweep")
         pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")]
         mlps = {int(k[3:]): v["whole_mlp_effect"] for k, v in s.get("shares", {}).items()}
-        return cls(NeuronConfig.from_json(read_config(folder)), pairs, NeuronSweep.from_tensors(t), s["metric"], mlps,
-                   s.get("knockout", {}), float(s.get("seconds", 0.0)))
+        return cls(config, pairs, NeuronSweep.from_tensors(t), s["metric"], mlps, s.get("knockout", {}),
+                   float(s.get("seconds", 0.0)))

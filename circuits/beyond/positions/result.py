@@ -6,23 +6,23 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-import torch
 from transformer_lens import HookedTransformer
 from circuits.data.pairs import PromptPair
 from circuits.patching.metrics import METRICS
 from circuits.patching.positions import PositionSweep
-from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
-from circuits.results import Result, ResultError, read_config
+from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.results import Result
 from circuits.beyond.positions.config import PositionConfig
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class PositionResult(Result):
     """A per-position sweep with the pairs and config that made it."""
 
     kind = "positions"
+    config_type = PositionConfig
 
-    config: Any
+    config: PositionConfig
     pairs: list[PromptPair]
     sweep: PositionSweep
     seconds: float = 0.0
@@ -77,15 +77,11 @@ class PositionResult(Result):
         write_figure(self.figure(), folder / "flow.html")
 
     @classmethod
-    def _read(cls, folder: Path) -> PositionResult:
-        try:
-            t = torch.load(folder / "positions.pt", map_location="cpu", weights_only=True)
-        except Exception as err:  # torch raises several types for truncated files
-            raise ResultError(f"{folder / 'positions.pt'} cannot be read ({type(err).__name__}: {err})") from None
+    def _read(cls, folder: Path, config: PositionConfig) -> PositionResult:
+        t = load_torch(folder / "positions.pt", "position sweep")
         s = read_json(folder / "summary.json")
         pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")]
-        return cls(PositionConfig.from_json(read_config(folder)), pairs, PositionSweep.from_tensors(t),
-                   float(s.get("seconds", 0.0)), s.get("tokens"))
+        return cls(config, pairs, PositionSweep.from_tensors(t), float(s.get("seconds", 0.0)), s.get("tokens"))
 
 
 def token_strings(model: HookedTransformer, pair: PromptPair) -> list[str]:

@@ -11,8 +11,8 @@ import torch
 from torch import Tensor
 from circuits.data.pairs import PromptPair
 from circuits.patching.readouts import spearman
-from circuits.io import read_json, read_jsonl, save_torch, write_json, write_jsonl
-from circuits.results import Result, ResultError, read_config
+from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.results import Result
 from circuits.beyond.screen.config import ScreenConfig
 
 
@@ -60,13 +60,14 @@ def audit_table(screen: tuple[Tensor, Tensor], exact: tuple[Tensor, Tensor], sig
     return out
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class ScreenResult(Result):
     """A screen, the exact values of its top-N, and (with ``audit``) the END audit table."""
 
     kind = "screen"
+    config_type = ScreenConfig
 
-    config: Any
+    config: ScreenConfig
     pairs: list[PromptPair]
     metric: str
     mode: str
@@ -105,13 +106,9 @@ class ScreenResult(Result):
         write_figure(self.figure(), folder / "screen.html")
 
     @classmethod
-    def _read(cls, folder: Path) -> ScreenResult:
+    def _read(cls, folder: Path, config: ScreenConfig) -> ScreenResult:
         s = read_json(folder / "summary.json")
-        try:
-            t = torch.load(folder / "screen.pt", map_location="cpu", weights_only=True)
-        except Exception as err:  # torch raises several types for truncated files
-            raise ResultError(f"{folder / 'screen.pt'} cannot be read ({type(err).__name__}: {err})") from None
-        config = ScreenConfig.from_json(read_config(folder))
+        t = load_torch(folder / "screen.pt", "screen")
         pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")]
         audit = {k: v for k, v in s.items() if k.startswith(("spearman", "exact_top", "largest", "n_components", "top5pct"))}
         return cls(config, pairs, s["metric"], s["mode"], t["head_effects"], t["mlp_effects"], t["head_q"], t["head_k"],

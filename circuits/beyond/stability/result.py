@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 from circuits.patching.ranking import DEFAULT_KEY_RULE
 from circuits.io import read_json, write_json
-from circuits.results import Result, data_keys, read_config
+from circuits.results import Result
 from circuits.types import Head
 from circuits.beyond.stability.config import StabilityConfig
 
@@ -26,13 +26,14 @@ def mean_off_diagonal(m: list[list[float]]) -> float:
     return sum(vals) / len(vals) if vals else float("nan")
 
 
-@dataclass
+@dataclass(eq=False, repr=False)
 class StabilityResult(Result):
     """Key-head sets and their Jaccard overlaps per operation, across seeds and across template forms."""
 
     kind = "stability"
+    config_type = StabilityConfig
 
-    config: Any
+    config: StabilityConfig
     by_seed: dict[str, dict[int, list[Head]]]  # operation -> seed -> key heads
     by_form: dict[str, dict[str, list[Head]]] = field(default_factory=dict)  # operation -> form -> key heads
 
@@ -46,8 +47,7 @@ class StabilityResult(Result):
                        "forms": list(forms), "jaccard_forms": mf, "mean_jaccard_forms": mean_off_diagonal(mf),
                        "key_heads_by_seed": {str(s): [str(h) for h in v] for s, v in seeds.items()},
                        "key_heads_by_form": {f: [str(h) for h in v] for f, v in forms.items()}}
-        rule = getattr(self.config, "key_rule", None) or (self.config.get("key_rule") if isinstance(self.config, dict) else None)
-        return {"per_operation": per, "key_rule": rule or DEFAULT_KEY_RULE}
+        return {"per_operation": per, "key_rule": self.config.key_rule or DEFAULT_KEY_RULE}
 
     def figure(self):
         from plotly.subplots import make_subplots
@@ -75,13 +75,8 @@ class StabilityResult(Result):
         write_figure(self.figure(), folder / "figure.html")
 
     @classmethod
-    def recognizes(cls, folder: Path) -> bool:
-        d = data_keys(folder)
-        return d is not None and "per_operation" in d and "key_rule" in d
-
-    @classmethod
-    def _read(cls, folder: Path) -> StabilityResult:
+    def _read(cls, folder: Path, config: StabilityConfig) -> StabilityResult:
         d = read_json(folder / "data.json")["per_operation"]
         by_seed = {op: {int(s): [Head.parse(h) for h in hs] for s, hs in v["key_heads_by_seed"].items()} for op, v in d.items()}
         by_form = {op: {f: [Head.parse(h) for h in hs] for f, hs in v["key_heads_by_form"].items()} for op, v in d.items()}
-        return cls(StabilityConfig.from_json(read_config(folder)), by_seed, by_form)
+        return cls(config, by_seed, by_form)

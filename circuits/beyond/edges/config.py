@@ -1,0 +1,16 @@
+"""What decides an edge result (saved as its ``config.json``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from circuits.config import option
+from circuits.results import KeyHeadSource
+
+
+@dataclass(frozen=True)
+class EdgesConfig(KeyHeadSource):
+    """The identify run whose pairs and ranking the edges are measured on, and the receivers (``topK``: the K most
+    important components, or e.g. ``20.8,MLP19``)."""
+
+    receivers: str = option("top5")
