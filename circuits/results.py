@@ -190,8 +190,10 @@ class Result:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
+        if type(self.config) is not type(other.config) or self.config != other.config:
+            return False
         return all(same(getattr(self, f.name), getattr(other, f.name))
-                   for f in dataclasses.fields(self) if f.compare)  # type: ignore[arg-type]
+                   for f in dataclasses.fields(self) if f.compare and f.name != "config")  # type: ignore[arg-type]
 
     __hash__ = None  # type: ignore[assignment]  # results are mutable
 
@@ -299,6 +301,8 @@ def same(a: Any, b: Any) -> bool:
         return False
     if isinstance(a, float):
         return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, Config):  # configs by their own equality
+        return a == b
     if dataclasses.is_dataclass(a):
         return all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a) if f.compare)
     if isinstance(a, dict):

@@ -240,7 +240,7 @@ class IdentifyResult(Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", self.summary())
+        write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats})
         write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in self.pairs])
         if self.sweep is not None:
             save_torch(self.sweep.tensors(), folder / "sweep.pt")
@@ -268,7 +268,7 @@ class IdentifyResult(Result):
             saved = {k: (torch.tensor(v["head_effects"]), torch.tensor(v["mlp_effects"]))
                      for k, v in summary.get("metrics", {}).items()} or {
                 "relative_logit": (torch.tensor(summary["head_effects"]), torch.tensor(summary["mlp_effects"]))}
-        stats = {k: summary.get(k) for k in SUMMARY_FIELDS if k in summary}
+        stats = summary["pair_stats"] if "pair_stats" in summary else {k: summary[k] for k in SUMMARY_FIELDS if k in summary}
         edges = None
         if (folder / "edges.pt").is_file():
             from circuits.patching.edges import EdgeSweep

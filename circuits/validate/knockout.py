@@ -488,7 +488,9 @@ def knockout_curve(
     eff_p = [pick(-1, k).answer_prob for k in ks]
     rnd_acc = [[pick(j, k).accuracy for k in ks] for j in range(len(orders))]
     rnd_p = [[pick(j, k).answer_prob for k in ks] for j in range(len(orders))]
-    return KnockoutCurve(list(ks), [Head(*h) for h in ranking], eff_acc, eff_p, orders, rnd_acc, rnd_p)
+    top = max(ks)  # the heads any k knocks out: what the curve keeps (and saves)
+    return KnockoutCurve(list(ks), [Head(*h) for h in ranking[:top]], eff_acc, eff_p, [o[:top] for o in orders], rnd_acc,
+                         rnd_p)
 
 
 @dataclass(frozen=True)

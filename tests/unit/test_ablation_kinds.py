@@ -6,7 +6,7 @@ from helpers import mixed_pairs
 from transformer_lens.utils import get_act_name
 
 from circuits.types import Ablation, Head
-from circuits.validate.ablation_kinds import AblationComparison, compare_ablations
+from circuits.validate.ablation_kinds import AblationComparison, AblationKindsConfig, compare_ablations
 from circuits.validate.knockout import group_key, knockout_logits, replacement_values
 
 
@@ -41,7 +41,7 @@ def test_figure3_under_each_kind(tiny_llama, tokenizer, tmp_path):
     curves = compare_ablations(tiny_llama, pairs, ranking, [0, 2], seeds=(0,))
     assert list(curves) == ["mean", "zero", "resample"]
     assert all(c.ks == [0, 2] for c in curves.values())
-    result = AblationComparison({"model": "tiny"}, {"addition": curves}, {"addition": 4})
+    result = AblationComparison(AblationKindsConfig(model="tiny", ks=(0, 2), seeds=(0,)), {"addition": curves}, {"addition": 4})
     result.save(tmp_path / "ab")
     back = AblationComparison.load(tmp_path / "ab")
-    assert back.summary() == result.summary() and (tmp_path / "ab" / "figure-addition.html").is_file()
+    assert back == result and back.summary() == result.summary() and (tmp_path / "ab" / "figure-addition.html").is_file()

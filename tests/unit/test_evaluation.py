@@ -216,4 +216,4 @@ def test_eval_result_saves_as_a_file_or_a_folder(tmp_path):
     for target in (tmp_path / "eval.json", tmp_path / "eval"):
         back = ev.EvalResult.load(result.save(target))
         assert back.tasks == result.tasks and back.arithmetic_by_form == {"single": 1.0}
-        assert back.config["limit"] == 3
+        assert back == result and back.config.limit == 3

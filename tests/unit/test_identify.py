@@ -8,6 +8,7 @@ import torch
 
 from circuits.data.templates import OPERATIONS
 from circuits.identify import IdentifyConfig, IdentifyResult, PerOperation, identify, load_identify, run_identify
+from circuits.identify.result import PerOperationConfig
 from circuits.patching import sweep
 from circuits.identify.result import ResultError
 from circuits.results import MARKER, load_result
@@ -49,11 +50,14 @@ def test_save_and_load_roundtrip(result, tmp_path):
     assert "plotly" in html and '<script src="http' not in html  # plotly.js embedded, no CDN
 
 
-def test_older_folders_are_still_read(result, tmp_path):
-    """A folder written before markers (config.json + summary.json + sweep.pt), and one with the summary alone."""
+def test_no_marker_is_no_result_and_the_summary_alone_is_read(result, tmp_path):
+    """A folder without the marker holds no result (no release wrote one); a result without per-pair values (no
+    sweep.pt) is read from its summary's mean effects."""
     out = result.save(tmp_path / "old")
     (out / MARKER).unlink()
-    assert IdentifyResult.load(out).ranked() == result.ranked()
+    with pytest.raises(ResultError, match="holds no circuits result"):
+        IdentifyResult.load(out)
+    out = result.save(tmp_path / "summary-only")
     (out / "sweep.pt").unlink()
     summary_only = IdentifyResult.load(out)
     assert summary_only.sweep is None
@@ -111,10 +115,10 @@ def test_run_identify_writes_resumes_and_pools(tiny_llama, tmp_path, capsys):
 
 
 def test_per_operation_roundtrip(result, tmp_path):
-    per = PerOperation.from_identify({"top": 3}, {"addition": result, "subtraction": result}, top=3)
+    per = PerOperation.from_identify(PerOperationConfig(top=3), {"addition": result, "subtraction": result}, top=3)
     assert per.overlap == [[3, 3], [3, 3]]
     back = PerOperation.load(per.save(tmp_path / "fig15"))
-    assert back.key_heads == per.key_heads and back.overlap == per.overlap
+    assert back == per and back.overlap == per.overlap
     assert all(isinstance(h, Head) for h in back.key_heads["addition"])
 
 

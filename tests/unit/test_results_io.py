@@ -1,13 +1,18 @@
-"""Atomic files and folders, and typed results that know their kind and version."""
+"""Atomic files and folders, and typed results that know their kind and version: every kind in RESULT_TYPES saves
+and loads back equal, its typed config included, and a broken folder is one ResultError line."""
 
+import copy
+import dataclasses
 import json
 
 import pytest
+from result_cases import build_results, main_file
 
+from circuits.evaluation.result import EvalResult
 from circuits.io import atomic_dir, read_json, read_jsonl, write_json
-from circuits.results import MARKER, RESULT_TYPES, ResultError, detect_kind, load_result, result_type
+from circuits.results import MARKER, RESULT_TYPES, Result, ResultError, detect_kind, load_result, result_type
+from circuits.validate.knockout import KnockoutConfig, KnockoutResult
 from circuits.validate.transfer import TransferResult
-from circuits.types import Head
 
 
 def test_failed_json_write_leaves_the_old_file_and_no_temp(tmp_path):
@@ -39,24 +44,142 @@ def test_read_errors_name_the_file(tmp_path):
         read_jsonl(tmp_path / "p.jsonl")
 
 
-def _transfer() -> TransferResult:
-    return TransferResult({"task": "addition", "n": 3}, {"svamp": {"n": 3, "accuracy_before": 0.5, "accuracy_after": 0.2}},
-                          [Head(1, 2)], [Head(0, 0)], {"svamp": "Q?"})
+@pytest.fixture(scope="module")
+def results(tiny_llama, tmp_path_factory):
+    return build_results(tiny_llama, tmp_path_factory.mktemp("jobs"))
 
 
-def test_result_round_trip_marker_and_dispatch(tmp_path):
-    out = _transfer().save(tmp_path / "t")
-    assert json.loads((out / MARKER).read_text()) == {"kind": "transfer", "version": 1}
-    assert json.loads((out / "config.json").read_text()) == {"task": "addition", "n": 3}
-    back = load_result(out)
-    assert isinstance(back, TransferResult) and back.key_heads == [Head(1, 2)] and back.examples == {"svamp": "Q?"}
+def test_every_kind_has_a_case(results):
+    """A kind added to RESULT_TYPES without a case in tests/result_cases.py fails here."""
+    assert sorted(results) == sorted(RESULT_TYPES)
+
+
+@pytest.mark.parametrize("kind", list(RESULT_TYPES))
+def test_every_kind_loads_back_equal_with_its_typed_config(results, kind, tmp_path):
+    r = results[kind]
+    cls = result_type(kind)
+    assert type(r) is cls and cls.__eq__ is Result.__eq__ and cls.__repr__ is Result.__repr__
+    assert type(r.config) is cls.config_type  # the library's config class, frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.config.model = "other"  # type: ignore[misc]
+    out = r.save(tmp_path / kind)
+    assert json.loads((out / MARKER).read_text()) == {"kind": kind, "version": cls.version}
+    assert json.loads((out / "config.json").read_text()) == json.loads(json.dumps(r.config.to_json()))
+    for back in (cls.load(out), load_result(out)):
+        assert type(back) is cls and back == r
+        assert type(back.config) is type(r.config) and back.config == r.config
+        assert back.config.model == r.config.model  # typed: attribute access works loaded as fresh
+    again = cls.load(cls.load(out).save(tmp_path / f"{kind}-again"))
+    assert again == r
+
+
+def test_equality_compares_tensors_floats_and_configs(results):
+    r = results["screen"]
+    other = copy.deepcopy(r)
+    assert other == r and other is not r
+    other.head_effects = other.head_effects.clone()
+    other.head_effects[0, 0, 0] += 1e-6  # one float32 step away: not equal
+    assert other != r
+    lens = copy.deepcopy(results["logit_lens"])
+    lens.means["delta_C"][0] = lens.means["delta_C"][0] + 1e-12
+    assert lens != results["logit_lens"]
+    moved = dataclasses.replace(results["knockout"], config=results["knockout"].config.replace(seed=1))
+    assert moved != results["knockout"]
+    with pytest.raises(TypeError):
+        hash(r)
+
+
+def test_repr_is_short_and_names_shapes(results):
+    for kind, r in results.items():
+        text = repr(r)
+        assert text.startswith(f"{type(r).__name__}[{kind}](config={type(r.config).__name__}(")
+        assert len(text) < 1200, (kind, len(text))
+        assert "tensor(" not in text and "reference_token_ids" not in text
+    assert "head_effects=Tensor[3, 4, " in repr(results["screen"]) and "task='addition'" not in repr(results["screen"])
+    assert "pairs=list[" in repr(results["identify"]) and "model='tiny'" in repr(results["identify"])
+
+
+def test_config_of_another_type_is_one_clear_line(results):
+    with pytest.raises(TypeError, match="TransferResult's config must be a TransferConfig"):
+        TransferResult({"task": "addition"}, {}, [])  # type: ignore[arg-type]
+
+
+def test_a_script_config_extends_the_library_config(results, tmp_path):
+    """A figure script saves its own config (more fields); the result loads it as the library's config class."""
+
+    @dataclasses.dataclass(frozen=True)
+    class ScriptConfig(KnockoutConfig):
+        out: str = "results/fig3"
+
+    r = results["knockout"]
+    mine = dataclasses.replace(r, config=ScriptConfig(**r.config.to_json(), out=str(tmp_path / "k")))
+    back = KnockoutResult.load(mine.save(tmp_path / "k"))
+    assert json.loads((tmp_path / "k" / "config.json").read_text())["out"] == str(tmp_path / "k")
+    assert type(back.config) is KnockoutConfig and back.config == r.config and back.curve == r.curve
+
+
+@pytest.mark.parametrize("breakage, message", [
+    (lambda f: (f / "config.json").unlink(), "holds no config.json"),
+    (lambda f: (f / "config.json").write_text('{"model": '), "config.json is not valid JSON"),
+    (lambda f: (f / "config.json").write_text("[1, 2]"), "holds a list, not the JSON object of a TransferConfig"),
+    (lambda f: (f / "config.json").write_text('{"n_key_heads": "many"}'), None),
+    (lambda f: (f / "data.json").unlink(), "holds an incomplete transfer result: .*data.json not found"),
+    (lambda f: (f / "data.json").write_text('{"results": {}}'), "files lack what this version reads"),
+    (lambda f: (f / MARKER).write_text("{"), "circuits.json is not valid JSON"),
+    (lambda f: (f / MARKER).unlink(), "holds no circuits result"),
+])
+def test_a_broken_folder_is_one_result_error(results, tmp_path, breakage, message):
+    out = results["transfer"].save(tmp_path / "t")
+    breakage(out)
+    if message is None:  # a config that its class accepts as is (no validation of n_key_heads) loads
+        assert TransferResult.load(out).config.n_key_heads == "many"
+        return
+    for load in (TransferResult.load, load_result):
+        with pytest.raises(ResultError, match=message) as err:
+            load(out)
+        assert "\n" not in str(err.value) and str(out) in str(err.value)
+
+
+def test_an_invalid_config_names_the_class(results, tmp_path):
+    out = results["identify"].save(tmp_path / "i")
+    write_json(out / "config.json", {**results["identify"].config.to_json(), "mode": "causal"})
+    with pytest.raises(ResultError, match=r"config.json is not a valid IdentifyConfig: Unknown mode 'causal'"):
+        load_result(out)
+
+
+@pytest.mark.parametrize("kind", ["identify", "screen", "positions", "neurons", "edges"])
+def test_a_truncated_tensor_file_is_one_result_error(results, tmp_path, kind):
+    out = results[kind].save(tmp_path / kind)
+    path = out / main_file(kind)
+    path.write_bytes(path.read_bytes()[: 200])
+    with pytest.raises(ResultError, match=rf"{main_file(kind)} cannot be read as a .* file .*truncated"):
+        load_result(out)
+
+
+def test_evaluation_json_file_round_trip_and_errors(results, tmp_path):
+    r = results["evaluation"]
+    path = r.save(tmp_path / "eval.json")
+    assert EvalResult.load(path) == r and type(EvalResult.load(path).config) is type(r.config)
+    write_json(path, {**r.to_json(), "config": ["x"]})
+    with pytest.raises(ResultError, match="eval.json holds no config of the evaluation"):
+        EvalResult.load(path)
+    path.write_text('{"tasks": ')
+    with pytest.raises(ResultError, match="eval.json is not valid JSON"):
+        EvalResult.load(path)
+
+
+def test_result_marker_and_dispatch(results, tmp_path):
+    out = results["transfer"].save(tmp_path / "t")
     assert detect_kind(out) == "transfer" and detect_kind(tmp_path / "missing") is None
+    (tmp_path / "plain").mkdir()
+    write_json(tmp_path / "plain" / "data.json", {"results": {}, "key_heads": []})  # a result's files, no marker
+    assert detect_kind(tmp_path / "plain") is None
+    with pytest.raises(ResultError, match="holds no circuits result"):
+        load_result(tmp_path / "plain")
 
 
-def test_wrong_kind_newer_version_and_empty_folders(tmp_path):
-    out = _transfer().save(tmp_path / "t")
-    from circuits.validate.knockout import KnockoutResult
-
+def test_wrong_kind_newer_version_and_empty_folders(results, tmp_path):
+    out = results["transfer"].save(tmp_path / "t")
     with pytest.raises(ResultError, match="holds a transfer result, not knockout"):
         KnockoutResult.load(out)
     write_json(out / MARKER, {"kind": "transfer", "version": 99})

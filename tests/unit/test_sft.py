@@ -153,7 +153,7 @@ def test_delta_round_trip(tmp_path):
     assert result["steps"] == 3 and len(result["losses"]) == 3
     assert ft.FinetuneConfig.from_json(json.loads((tmp_path / "config.json").read_text())) == _config(mlps=(0,))
     saved = ft.FinetuneResult.load(tmp_path)
-    assert saved.steps == 3 and saved.config["mlps"] == [0]
+    assert saved.steps == 3 and saved.config.mlps == (0,)
 
 
 def test_resume_equals_uninterrupted(tmp_path, monkeypatch):

@@ -39,11 +39,11 @@ def form_key_heads(result: IdentifyResult, rule: str | KeyRule | None = None) ->
     return {f: [h for h, _ in subset(result.sweep, idx).key_heads(rule)] for f, idx in sorted(by_form.items())}
 
 
-def stability(results: dict[str, dict[int, IdentifyResult]], config: Any = None) -> StabilityResult:
+def stability(results: dict[str, dict[int, IdentifyResult]], config: StabilityConfig | None = None) -> StabilityResult:
     """From identify results per operation and seed: key heads per seed, and per form of the first seed's pairs."""
     by_seed = {op: {s: [h for h, _ in r.key_heads()] for s, r in seeds.items()} for op, seeds in results.items()}
     by_form = {op: form_key_heads(seeds[min(seeds)]) for op, seeds in results.items()}
-    return StabilityResult(config, by_seed, by_form)
+    return StabilityResult(config if config is not None else StabilityConfig(), by_seed, by_form)
 
 
 def run_stability(config: StabilityConfig, out: str | Path, model: Any = None) -> StabilityResult:

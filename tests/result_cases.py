@@ -1,0 +1,135 @@
+"""One real result of every kind in :data:`circuits.results.RESULT_TYPES`, built on a tiny model (the steps that run
+a model) or by hand from small values (tables, fine-tuning runs, evaluations), each with its typed config.
+
+:func:`build_results` makes them all from one identify run (a few seconds on a tiny model); the round-trip test
+(tests/unit/test_results_io.py) saves and loads each, and the report tests (tests/unit/test_report.py) draw them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from circuits.beyond.edges.config import EdgesConfig
+from circuits.beyond.edges.result import EdgeResult, receiver_effects_of
+from circuits.beyond.neurons.config import NeuronConfig
+from circuits.beyond.neurons.job import run_neurons
+from circuits.beyond.positions.config import PositionConfig
+from circuits.beyond.positions.job import run_positions
+from circuits.beyond.screen.config import ScreenConfig
+from circuits.beyond.screen.job import screen
+from circuits.beyond.stability.config import StabilityConfig
+from circuits.beyond.stability.job import stability
+from circuits.evaluation.result import EvalResult
+from circuits.evaluation.tasks import EvalConfig
+from circuits.explain.attention import (AttentionViews, RolesConfig, ViewsConfig, attention_html, attention_roles,
+                                        role_attention)
+from circuits.explain.logit_lens import LensConfig, logit_lens, mlp_lens, writing_start
+from circuits.identify import IdentifyConfig, PerOperation, identify
+from circuits.identify.result import PerOperationConfig
+from circuits.results import Result
+from circuits.sft.compare import SFTComparison, TableConfig
+from circuits.sft.result import FinetuneResult
+from circuits.sft.train import FinetuneConfig
+from circuits.types import Head
+from circuits.validate.ablation_kinds import AblationComparison, AblationKindsConfig, compare_ablations
+from circuits.validate.cross_model import CrossModelConfig, CrossModelResult
+from circuits.validate.knockout import KnockoutConfig, KnockoutResult, knockout_curve
+from circuits.validate.transfer import TransferConfig, TransferResult, WordProblemConfig, WordProblemHeads
+
+IDENTIFY = IdentifyConfig(model="tiny", task="addition", n_pairs=4, few_shot="on", filter_correct=False,
+                          key_rule="top3", receivers="2.1,MLP1", bootstrap=20)
+SOURCE = {"model": "tiny", "task": "addition", "n_pairs": 4, "seed": 0}
+
+
+def _tasks(acc: float) -> dict[str, dict[str, Any]]:
+    return {"gsm8k": {"acc": acc, "n": 8}, "mmlu": {"acc": 0.3, "n": 24},
+            "perplexity": {"word_perplexity": 40.0 - 10 * acc, "n": 24}}
+
+
+def _sft_rows() -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = [{"name": "base", "tasks": _tasks(0.1), "arithmetic_by_form": {"digits": 0.5, "words": 0.25}}]
+    for name, acc, params in (("full SFT", 0.2, 134_515_008), ("Precise SFT (top-8 heads)", 0.25, 1_200_000)):
+        tasks = _tasks(acc)
+        rows.append({"name": name, "train": {"samples_per_s": 3.0, "tuned_parameters": params, "steps": 4,
+                                             "losses": [2.0, 1.5]},
+                     "tasks": tasks, "arithmetic_by_form": {"digits": 0.625, "words": 0.375},
+                     "delta": {"gsm8k": acc - 0.1, "mmlu": 0.0, "perplexity": -10 * (acc - 0.1)}})
+    return rows
+
+
+def build_results(model: Any, tmp: Path) -> dict[str, Result]:
+    """One result of every kind, keyed by kind (``tmp``: where the position and neuron jobs save theirs)."""
+    r = identify(model, config=IDENTIFY, progress=False)
+    pairs = r.pairs
+    heads = [h for h, _ in r.ranked()]
+    out: dict[str, Result] = {"identify": r}
+    out["per_operation"] = PerOperation.from_identify(PerOperationConfig(**SOURCE, operations=("addition", "subtraction"),
+                                                                         top=3), {"addition": r, "subtraction": r}, 3)
+    curve = knockout_curve(model, pairs, heads[:3], [0, 1, 3], (0, 1))
+    out["knockout"] = KnockoutResult(KnockoutConfig(**SOURCE, ks=(0, 1, 3), seeds=(0, 1)), curve, "addition", len(pairs))
+    out["transfer"] = TransferResult(
+        TransferConfig(**SOURCE, n_key_heads=2),
+        {"svamp": {"n": 3, "accuracy_before": 0.5, "accuracy_after": 0.25, "accuracy_random_heads": 0.5},
+         "decimal": {"n": 4, "accuracy_before": 0.75, "accuracy_after": 0.5, "accuracy_random_heads": 0.75}},
+        heads[:2], [Head(0, 0), Head(1, 3)], {"svamp": "Q: 3 apples and 4 more? A:"})
+    lens = mlp_lens(model, pairs).means()
+    measured = {"title": "tiny", "architecture": model.cfg.original_architecture, "n_layers": model.cfg.n_layers,
+                "n_heads": model.cfg.n_heads, "n_params": 1000,
+                "operations": {"addition": {"accuracy": r.pair_stats.get("accuracy"), "n_pairs": len(pairs),
+                                            "key_heads": [list(h) for h, _ in r.key_heads()], "share_key_heads": 0.25,
+                                            "full_effect": -0.5}},
+                "shared_heads": [], "knockout": curve.to_json() | {"n_pairs": len(pairs)},
+                "transfer_heads": [list(h) for h in heads[:2]],
+                "transfer": {"svamp": {"n": 3, "accuracy_before": 0.5, "accuracy_after": 0.25, "accuracy_random_heads": 0.5}},
+                "roles": role_attention(model, pairs, heads[:2]).to_json(),
+                "logit_lens": {**{k: lens[k] for k in ("delta_C", "delta_other", "in_A", "in_B")},
+                               "writing_start": writing_start(lens["delta_C"], lens["delta_other"])}}
+    out["cross_model"] = CrossModelResult(CrossModelConfig(models=("tiny",), operations=("addition",), n_pairs=4, ks=(0, 1, 3),
+                                                           seeds=(0, 1)), {"tiny": measured})
+    out["word_problem_heads"] = WordProblemHeads(
+        WordProblemConfig(**SOURCE, dataset="addsub", n=8, top=3), heads[:3],
+        {"addsub": {"n_questions": 8, "n_correct": 4, "accuracy": 0.5, "key_heads": [[1, 2, -0.25], [0, 1, -0.125]],
+                    "shared_with_templates": 1, "knockout": {"own": 0.25, "templates": 0.375, "shared": 0.5, "own_only": 0.5}}})
+    out["attention_roles"] = attention_roles(model, pairs, heads[:2], config=RolesConfig(**SOURCE, n_key_heads=2,
+                                                                                         operations=("addition",)))
+    prompts = [p.reference for p in pairs[:2]]
+    out["attention_views"] = AttentionViews(ViewsConfig(**SOURCE, n_key_heads=2, operations=("addition",)), heads[:2],
+                                            prompts, attention_html(model, prompts, heads[:2], last_tokens=8))
+    out["logit_lens"] = logit_lens(model, pairs, k=3, config=LensConfig(**SOURCE, top_k=3))
+    out["finetune"] = FinetuneResult(FinetuneConfig(model="tiny", heads=(Head(1, 2), Head(0, 1)), mlps=(1,), lr=1e-3,
+                                                    epochs=1, batch_size=4, micro_batch_size=2, sources=("arithmetic",)),
+                                     steps=3, samples=12, samples_per_s=12.5, train_seconds=0.96, tuned_parameters=4096,
+                                     total_parameters=6_400_000, losses=[2.5, 2.25, 2.0], plan={"heads": [[1, 2], [0, 1]]})
+    out["sft_table"] = SFTComparison(TableConfig(model="tiny", top_k=2, lr=1e-3, eval_tasks=("gsm8k", "mmlu", "perplexity")),
+                                     _sft_rows(), heads[:2], "results/identify/addition", {"head_counts": [2, 4]},
+                                     notes="The paper: 7.2 -> 9.8 on GSM8K.")
+    out["evaluation"] = EvalResult(EvalConfig(model="tiny", tasks=("gsm8k", "mmlu", "perplexity"), limit=8), _tasks(0.25),
+                                   {"digits": 0.5, "words": 0.25})
+    out["screen"] = screen(model, pairs, ScreenConfig(**SOURCE, few_shot="on", filter_correct=False, verify=2),
+                           progress=False)
+    pc = PositionConfig(**SOURCE, few_shot="on", filter_correct=False, offsets=(0, 1, 2))
+    out["positions"] = run_positions(pc.replace(n_pairs=2), tmp / "positions", model=model, progress=False)
+    nc = NeuronConfig(**SOURCE, few_shot="on", filter_correct=False, layers=(1,), shares=(0.05,))
+    out["neurons"] = run_neurons(nc.replace(n_pairs=3), tmp / "neurons", model=model, progress=False)
+    receivers = r.edges.receivers
+    out["edges"] = EdgeResult(EdgesConfig(**SOURCE, receivers="2.1,MLP1"), pairs, r.edges,
+                              receiver_effects_of(r, receivers, "fraction"), "fraction")
+    out["stability"] = stability({"addition": {0: r, 1: r}}, StabilityConfig(model="tiny", operations=("addition",),
+                                                                             seeds=(0, 1), n_pairs=4))
+    curves = compare_ablations(model, pairs, heads[:3], [0, 1, 3], (0,), ("mean", "zero"))
+    out["ablation_kinds"] = AblationComparison(AblationKindsConfig(**SOURCE, operations=("addition",), ks=(0, 1, 3),
+                                                                   seeds=(0,), kinds=("mean", "zero")),
+                                               {"addition": curves}, {"addition": len(pairs)})
+    return out
+
+
+# kind -> how its files are named, for tests that break one file (the result's main tensor or JSON file)
+MAIN_FILE: dict[str, str] = {"identify": "sweep.pt", "screen": "screen.pt", "positions": "positions.pt",
+                             "neurons": "neurons.pt", "edges": "edges.pt", "finetune": "result.json",
+                             "evaluation": "result.json"}
+
+
+def main_file(kind: str) -> str:
+    return MAIN_FILE.get(kind, "data.json")
+
