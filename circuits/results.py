@@ -312,22 +312,30 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def brief(value: Any, width: int = 60) -> str:
-    """A short description of a result field: tensor shapes, list lengths, dict keys, short values."""
+_SCALARS = (bool, int, float, str, type(None))
+
+
+def brief(value: Any, width: int = 60, depth: int = 0) -> str:
+    """A short description of a result field: tensor shapes and dtypes, list lengths, dict keys, short values; a
+    dataclass (a sweep) by its tensors and lists, one level down."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return f"Tensor{list(value.shape)} {str(value.dtype).removeprefix('torch.')}"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        inner = [f"{f.name}={brief(getattr(value, f.name), 30)}" for f in dataclasses.fields(value)
-                 if isinstance(getattr(value, f.name), torch.Tensor)]
+        if depth >= 2:
+            return type(value).__name__
+        inner = [f"{f.name}={brief(getattr(value, f.name), 30, depth + 1)}" for f in dataclasses.fields(value)
+                 if isinstance(getattr(value, f.name), (torch.Tensor, list)) or dataclasses.is_dataclass(getattr(value, f.name))]
         return f"{type(value).__name__}({', '.join(inner[:4])}{', ...' if len(inner) > 4 else ''})"
-    if isinstance(value, (list, tuple)) and len(value) > 4:
+    text = repr(value)
+    if isinstance(value, (list, tuple)) and not (len(value) <= 4 and all(isinstance(x, _SCALARS) for x in value)
+                                                 and len(text) <= width):
         return f"{type(value).__name__}[{len(value)}]"
-    if isinstance(value, dict) and (len(value) > 4 or len(repr(value)) > width):
+    if isinstance(value, dict) and not (len(value) <= 4 and all(isinstance(x, _SCALARS) for x in value.values())
+                                        and len(text) <= width):
         keys = ", ".join(map(str, list(value)[:4]))
         return f"dict[{len(value)}: {keys}{', ...' if len(value) > 4 else ''}]"
-    text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
 
 

@@ -3,12 +3,16 @@ a model) or by hand from small values (tables, fine-tuning runs, evaluations), e
 
 :func:`build_results` makes them all from one identify run (a few seconds on a tiny model); the round-trip test
 (tests/unit/test_results_io.py) saves and loads each, and the report tests (tests/unit/test_report.py) draw them.
+:func:`write_identify` saves an identify result without a model (mean effects only, as a result without per-pair
+values is saved), for tests that need one result folder and no model.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from circuits.beyond.edges.config import EdgesConfig
 from circuits.beyond.edges.result import EdgeResult, receiver_effects_of
@@ -25,7 +29,8 @@ from circuits.evaluation.tasks import EvalConfig
 from circuits.explain.attention import (AttentionViews, RolesConfig, ViewsConfig, attention_html, attention_roles,
                                         role_attention)
 from circuits.explain.logit_lens import LensConfig, logit_lens, mlp_lens, writing_start
-from circuits.identify import IdentifyConfig, PerOperation, identify
+from circuits.data.templates import OPERATIONS
+from circuits.identify import IdentifyConfig, IdentifyResult, PerOperation, identify
 from circuits.identify.result import PerOperationConfig
 from circuits.results import Result
 from circuits.sft.compare import SFTComparison, TableConfig
@@ -89,8 +94,10 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
                                                            seeds=(0, 1)), {"tiny": measured})
     out["word_problem_heads"] = WordProblemHeads(
         WordProblemConfig(**SOURCE, dataset="addsub", n=8, top=3), heads[:3],
-        {"addsub": {"n_questions": 8, "n_correct": 4, "accuracy": 0.5, "key_heads": [[1, 2, -0.25], [0, 1, -0.125]],
-                    "shared_with_templates": 1, "knockout": {"own": 0.25, "templates": 0.375, "shared": 0.5, "own_only": 0.5}}})
+        {"addsub": {"n_questions": 8, "skipped": {}, "accuracy": 0.5, "n_correct": 4,
+                    "key_heads": [[1, 2, -0.25], [0, 1, -0.125]], "shared_with_templates": [[1, 2]],
+                    "accuracy_knockout_own": 0.25, "accuracy_knockout_template_heads": 0.375,
+                    "accuracy_knockout_shared": 0.5, "accuracy_knockout_own_only": 0.5}})
     out["attention_roles"] = attention_roles(model, pairs, heads[:2], config=RolesConfig(**SOURCE, n_key_heads=2,
                                                                                          operations=("addition",)))
     prompts = [p.reference for p in pairs[:2]]
@@ -133,3 +140,46 @@ MAIN_FILE: dict[str, str] = {"identify": "sweep.pt", "screen": "screen.pt", "pos
 def main_file(kind: str) -> str:
     return MAIN_FILE.get(kind, "data.json")
 
+
+
+N_LAYERS, N_HEADS = 6, 4
+
+
+def identify_from_effects(task: str = "addition", seed: int = 0) -> IdentifyResult:
+    """An identify result of a 6-layer, 4-head model from planted mean effects (no pairs, no per-pair values)."""
+    g = torch.Generator().manual_seed(seed)
+    heads = torch.randn(N_LAYERS, N_HEADS, generator=g) * 0.01
+    heads[3, 1] = 0.30  # a planted key head, and one per seed
+    heads[seed % N_LAYERS, (seed + 2) % N_HEADS] = 0.12
+    mlps = torch.randn(N_LAYERS, generator=g) * 0.05
+    effects = {"fraction": (heads, mlps), "relative_logit": (-heads, mlps), "logit_diff": (-heads * 10, mlps * 10),
+               "prob": (-heads / 2, mlps / 2)}
+    config = IdentifyConfig(model="tiny", task=task, n_pairs=8, seed=seed, key_rule="fraction>=0.05", bootstrap=0)
+    return IdentifyResult(config, [], None, {"n_candidates": 10, "accuracy": 0.875, "mean_answer_prob": 0.6}, 1.0,
+                          None, effects)
+
+
+def write_identify(root: Path, task: str = "addition", seed: int = 0) -> Path:
+    return identify_from_effects(task, seed).save(root / task)
+
+
+def write_identify_all(root: Path) -> Path:
+    out = root / "identify"
+    for i, op in enumerate((*OPERATIONS, "all")):
+        write_identify(out, op, seed=i)
+    return out
+
+
+def attention_page(prompts: list[str], heads: list[tuple[int, int]]) -> str:
+    """A page shaped like :func:`circuits.explain.attention.attention_html` writes, from random patterns."""
+    import circuitsvis as cv
+
+    g = torch.Generator().manual_seed(0)
+    parts = ["<h1>Key heads</h1>"]
+    for text in prompts:
+        tokens = text.split()
+        n = len(tokens)
+        pat = torch.rand(len(heads), n, n, generator=g).masked_fill(torch.ones(n, n).triu(1).bool(), -1e9).softmax(-1)
+        view = cv.attention.attention_heads(attention=pat, tokens=tokens, attention_head_names=[f"L{l}H{h}" for l, h in heads])
+        parts += [f"<h3>{text}</h3>", view.local_src]
+    return "<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>" + "\n".join(parts) + "</body></html>"

@@ -84,7 +84,7 @@ def test_data_dir_that_is_named_must_exist_and_hold_the_files(tmp_path, capsys, 
 
 
 def test_report_out_must_be_a_report_file(tmp_path, capsys):
-    from legacy_results import write_identify
+    from result_cases import write_identify
 
     res = write_identify(tmp_path / "res", "addition").parent
     (tmp_path / "notes.html").write_text("<html>mine</html>")

@@ -41,7 +41,7 @@ def test_the_doc_has_checked_rows():
 
 @pytest.mark.parametrize("given, command, sees", ROWS, ids=[r[1] for r in ROWS])
 def test_documented_case(tmp_path, monkeypatch, capsys, given, command, sees):
-    from legacy_results import write_identify
+    from result_cases import write_identify
 
     monkeypatch.chdir(tmp_path)
     write_identify(tmp_path / "res", "addition")

@@ -1,32 +1,48 @@
-"""The report from folders written before results had kinds and from hand-built results: every section, absent
-sections noted, the command line (the report from what the scripts really write: tests/integration/
-test_script_results.py)."""
+"""The report from saved results of every kind: every section, absent sections noted, folders that hold no result,
+the command line (the report from what the scripts really write: tests/integration/test_script_results.py)."""
 
 from __future__ import annotations
 
-
 import pytest
-from legacy_results import ALL_BUILDERS, KIND, attention_page, write_everything, write_identify, write_identify_all
+from result_cases import attention_page, build_results, write_identify, write_identify_all
 
 from circuits.cli import main as cli_main
+from circuits.io import write_json
+from circuits.results import RESULT_TYPES
 from circuits.viz.page import parse_views
 from circuits.viz.report import build_report, collect
 from circuits.viz.sections import SECTIONS
 
 
-@pytest.mark.parametrize("builder", list(ALL_BUILDERS))
-def test_folders_from_before_kinds_are_still_read(tmp_path, builder):
-    path = ALL_BUILDERS[builder](tmp_path)
-    found, unknown, broken = collect([tmp_path])
-    assert [f.kind for f in found] == [KIND[builder]] and found[0].path == path
-    assert unknown == [] and broken == []
+@pytest.fixture(scope="module")
+def saved(tiny_llama, tmp_path_factory):
+    """One saved result of every kind under one folder (the evaluation also as a single .json file)."""
+    root = tmp_path_factory.mktemp("results")
+    results = build_results(tiny_llama, tmp_path_factory.mktemp("jobs"))
+    for kind, r in results.items():
+        r.save(root / kind)
+    results["evaluation"].save(root / "eval_precise.json")
+    return root
 
 
-def test_legacy_report_draws_every_section(tmp_path):
-    page = build_report([write_everything(tmp_path)])
-    assert "Not in the inputs" in page  # Table 4, the cross-model comparison and the analyses beyond END did not exist
-    assert page.count("Not in the inputs") == 2 + 3  # Table 4, cross-model; the screen, every position, neurons
+def test_every_kind_is_collected(saved):
+    found, unknown, broken = collect([saved])
+    assert sorted(f.kind for f in found) == sorted([*RESULT_TYPES, "evaluation"]) and unknown == [] and broken == []
+    assert {f.path.name for f in found if f.kind == "evaluation"} == {"evaluation", "eval_precise.json"}
+
+
+def test_report_draws_every_section(saved):
+    page = build_report([saved])
+    assert "Not in the inputs" not in page
     assert "Precise SFT (top-8 heads)" in page and "1.20M" in page
+
+
+def test_a_folder_of_result_files_without_a_marker_is_no_result(tmp_path):
+    folder = tmp_path / "fig3_knockout"
+    write_json(folder / "data.json", {"curve": {}, "n_pairs": 8, "task": "addition"})
+    write_json(folder / "config.json", {"model": "tiny"})
+    found, unknown, broken = collect([tmp_path])
+    assert found == [] and unknown == [folder] and broken == []
 
 
 def test_collect_walks_identify_all_and_dedupes(tmp_path):

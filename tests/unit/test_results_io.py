@@ -68,7 +68,8 @@ def test_every_kind_loads_back_equal_with_its_typed_config(results, kind, tmp_pa
     for back in (cls.load(out), load_result(out)):
         assert type(back) is cls and back == r
         assert type(back.config) is type(r.config) and back.config == r.config
-        assert back.config.model == r.config.model  # typed: attribute access works loaded as fresh
+        first = dataclasses.fields(r.config)[0].name  # typed: attribute access works loaded as fresh
+        assert getattr(back.config, first) == getattr(r.config, first)
     again = cls.load(cls.load(out).save(tmp_path / f"{kind}-again"))
     assert again == r
 
