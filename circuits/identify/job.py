@@ -86,7 +86,7 @@ def key_components(swept: SweepResult, rule: KeyRule) -> list[Component]:
 
 def finished(folder: Path, config: IdentifyConfig) -> bool:
     """True when ``folder`` holds a finished identify result made by the same config (for resuming)."""
-    if not (folder / "config.json").is_file() or not ((folder / MARKER).is_file() or (folder / "summary.json").is_file()):
+    if not (folder / "config.json").is_file() or not (folder / MARKER).is_file():
         return False
     try:
         return same_config(read_json(folder / "config.json"), config)
