@@ -254,7 +254,7 @@ class Result:
             raise
         except ValueError as err:  # load_torch, read_json and read_jsonl name the file
             raise ResultError(f"{folder} holds an unreadable {cls.kind} result: {err}") from None
-        except (KeyError, TypeError, IndexError) as err:
+        except (KeyError, TypeError, IndexError, AttributeError) as err:
             raise ResultError(f"{folder} holds a {cls.kind} result whose files lack what this version reads "
                               f"({type(err).__name__}: {err}); rerun the job that made it") from None
 

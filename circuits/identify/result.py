@@ -27,7 +27,7 @@ from circuits.patching.engine import SweepResult
 from circuits.patching.metrics import METRICS, Metric, get_metric
 from circuits.patching.ranking import KeyRule, Ranked, rank
 from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
-from circuits.results import KeyHeadSource, Result, ResultError
+from circuits.results import MARKER, KeyHeadSource, Result, ResultError
 from circuits.types import Head
 
 SUMMARY_FIELDS = ("n_candidates", "accuracy", "mean_answer_prob", "few_shot", "per_template")
@@ -284,6 +284,8 @@ def load_identify(folder: str | Path) -> IdentifyResult:
     try:
         return IdentifyResult.load(folder)
     except (ResultError, FileNotFoundError):
+        if (folder / MARKER).is_file():
+            raise  # a result that cannot be read as an identify result: its own line says why
         tasks = sorted(p.parent.name for p in folder.glob("*/summary.json")) if folder.is_dir() else []
         if tasks:
             raise ResultError(f"{folder} holds one identify result per task ({', '.join(tasks)}); pass one of them, "
