@@ -79,6 +79,8 @@ def read_marker(folder: str | Path) -> dict[str, Any] | None:
         raise ResultError(str(err)) from None
     if not isinstance(marker, dict) or not isinstance(marker.get("kind"), str):
         raise ResultError(f"{path} is not a circuits result marker (no 'kind')")
+    if not isinstance(marker.get("version", 1), int) or isinstance(marker.get("version"), bool):
+        raise ResultError(f"{path}: the format version {marker['version']!r} is not a whole number")
     return marker
 
 

@@ -128,6 +128,7 @@ def test_a_script_config_extends_the_library_config(results, tmp_path):
     (lambda f: (f / "data.json").write_text('{"results": {}}'), "files lack what this version reads"),
     (lambda f: (f / MARKER).write_text("{"), "circuits.json is not valid JSON"),
     (lambda f: (f / MARKER).unlink(), "holds no circuits result"),
+    (lambda f: write_json(f / MARKER, {"kind": "transfer", "version": "1.0"}), "version '1.0' is not a whole number"),
 ])
 def test_a_broken_folder_is_one_result_error(results, tmp_path, breakage, message):
     out = results["transfer"].save(tmp_path / "t")
