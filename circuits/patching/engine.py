@@ -30,7 +30,7 @@ chunks of senders (at least ``MIN_CHUNKS`` of them) -- decided by the model, the
 never by the number of ranks. Under ``torch.distributed`` each rank runs its items
 (:func:`circuits.distributed.assign`) and every rank gathers all of them, so the result equals a one-process run's
 bit for bit: each item is the same computation, with the same shapes, wherever it runs. A model spread over GPUs
-(:mod:`circuits.models.devices`) is followed layer by layer: the END state moves to each layer's device.
+(:mod:`circuits.models.backend`) is followed layer by layer: the END state moves to each layer's device.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
 from circuits.data.pairs import PairBatch, Pairs, as_batch
@@ -58,7 +57,7 @@ from circuits.patching.end_layers import (
     readout,
 )
 from circuits.patching.metrics import Baseline, Metric, get_metric
-from circuits.models.devices import layer_device, output_device
+from circuits.models.backend import Model, layer_device, output_device
 from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked, rank
 from circuits.timing import timed
 from circuits.types import MODES, Component, Head, Mode
@@ -193,12 +192,12 @@ def _warn_unlikely_answers(base: Baseline, top: int = 10) -> None:
                       "after a space) and that the model can do the task.", stacklevel=4)
 
 
-def all_components(model: HookedTransformer) -> list[Component]:
+def all_components(model: Model) -> list[Component]:
     heads = [Component("head", l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
     return heads + [Component.mlp(l) for l in range(model.cfg.n_layers)]
 
 
-def rows_for_budget(model: HookedTransformer, n_pairs: int, memory_mb: float) -> int:
+def rows_for_budget(model: Model, n_pairs: int, memory_mb: float) -> int:
     """Senders per chunk so that one chunk's working tensors fit ``memory_mb``."""
     cfg = model.cfg
     per_row = cfg.d_model * 6 + (cfg.d_mlp or 4 * cfg.d_model) * 3 + cfg.n_heads * 64
@@ -207,7 +206,7 @@ def rows_for_budget(model: HookedTransformer, n_pairs: int, memory_mb: float) ->
     return max(1, rows // max(n_pairs, 1))
 
 
-def work_items(model: HookedTransformer, n_pairs: int, comps: Sequence[Component], memory_mb: float
+def work_items(model: Model, n_pairs: int, comps: Sequence[Component], memory_mb: float
                ) -> tuple[list[slice], list[tuple[int, list[Component]]]]:
     """The pair blocks, and the ``(block, senders)`` items of a sweep, in order. They depend on the model, the
     number of pairs, the components and the budget, never on the number of ranks (which is what makes a sweep split
@@ -220,7 +219,7 @@ def work_items(model: HookedTransformer, n_pairs: int, comps: Sequence[Component
     return blocks, items
 
 
-def _item_cost(model: HookedTransformer, blocks: list[slice], item: tuple[int, list[Component]]) -> float:
+def _item_cost(model: Model, blocks: list[slice], item: tuple[int, list[Component]]) -> float:
     """Work of an item: each sender row runs every layer from its own to the last, for every pair of its block."""
     block = blocks[item[0]]
     return float((block.stop - block.start) * sum(model.cfg.n_layers - c.layer for c in item[1]))
@@ -229,7 +228,7 @@ def _item_cost(model: HookedTransformer, blocks: list[slice], item: tuple[int, l
 @timed("sweep")
 @torch.no_grad()
 def sweep(
-    model: HookedTransformer,
+    model: Model,
     pairs: Pairs,
     mode: Mode = "path",
     *,
@@ -243,8 +242,8 @@ def sweep(
     """Patch every component's END value from the counterfactual run, one END-only pass for many.
 
     Args:
-        model: a ``HookedTransformer`` (fp32, bf16 or fp16; grouped-query attention supported; possibly spread over
-            several GPUs, :func:`circuits.models.devices.spread`).
+        model: a ``Model`` (fp32, bf16 or fp16; grouped-query attention supported; possibly spread over
+            several GPUs, :func:`circuits.models.backend.spread`).
         pairs: prompt pairs: a list of :class:`~circuits.data.pairs.PromptPair`, a ``PairSet`` or a ``PairBatch``.
         mode: ``"path"`` (other heads frozen at their reference values) or ``"activation"``.
         components: senders to patch (default: every head and MLP); others are left NaN.
@@ -330,7 +329,7 @@ def sweep(
     return result
 
 
-def _fill_prob(model: HookedTransformer, mode: Mode, batch: PairBatch, blocks: list[slice], bases: dict[int, Baseline],
+def _fill_prob(model: Model, mode: Mode, batch: PairBatch, blocks: list[slice], bases: dict[int, Baseline],
                kept: dict[int, object], comps: list[Component], result: SweepResult, memory_mb: float) -> None:
     """The second pass of ``sweep(prob=fn)``: the answer probability of ``comps`` (every rank computes all of it:
     the same computation everywhere, so every rank's result stays equal), written into ``result``."""
@@ -351,7 +350,7 @@ def _fill_prob(model: HookedTransformer, mode: Mode, batch: PairBatch, blocks: l
                     result.mlp_prob[c.layer, block] = values["prob"][j]
 
 
-def _sweep_chunk(model: HookedTransformer, mode: Mode, runs, batch: PairBatch, base: Baseline,
+def _sweep_chunk(model: Model, mode: Mode, runs, batch: PairBatch, base: Baseline,
                  chunk: list[Component], custom: Sequence[Metric], *, prob: bool = True
                  ) -> tuple[list[Component], dict[str, Tensor]]:
     """One END-only pass for the senders of ``chunk`` over one block of pairs: the senders in the order of their

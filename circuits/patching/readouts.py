@@ -19,8 +19,8 @@ from typing import Union
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
 
+from circuits.models.backend import Model
 from circuits.data.pairs import PairBatch
 from circuits.patching.end_layers import baseline_from
 from circuits.patching.metrics import Baseline, Metric, get_metric
@@ -82,7 +82,7 @@ class Readouts:
             self.custom[k][idx + (pairs,)] = base.custom[k][pairs]
 
 
-def baseline_of(model: HookedTransformer, answer: Int[Tensor, " pair"], ref_end: Float[Tensor, "pair d_model"],
+def baseline_of(model: Model, answer: Int[Tensor, " pair"], ref_end: Float[Tensor, "pair d_model"],
                 cf_end: Float[Tensor, "pair d_model"], custom: Sequence[Metric] = ()) -> Baseline:
     """The unpatched END quantities from the final END residuals of both runs (the END engine's own arithmetic)."""
     return baseline_from(model, answer, SimpleNamespace(ref_end_resid=ref_end, cf_end_resid=cf_end), custom)  # type: ignore[arg-type]
@@ -113,7 +113,7 @@ def sender_sort_key(s: Sender) -> tuple[int, int, int]:
     return (s.layer, 0 if s.kind == "head" else 2, s.head or 0)
 
 
-def check_senders(model: HookedTransformer, senders: Sequence[Sender]) -> None:
+def check_senders(model: Model, senders: Sequence[Sender]) -> None:
     """One clear line for a sender outside the model."""
     cfg = model.cfg
     for s in senders:
