@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 from circuits.models.backend import KeyValueCache, Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.readouts import Readouts, baseline_of, cat_baselines, first_difference
 from circuits.types import MODES, Mode
 
@@ -212,7 +212,7 @@ class Attribution:
 def attribute(
     model: Model,
     pairs: Pairs,
-    metric: str | Metric = "fraction",
+    metric: str | Metric = DEFAULT_METRIC,
     *,
     mode: Mode = "activation",
     neurons: bool = True,

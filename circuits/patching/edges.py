@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from circuits.models.backend import KeyValueCacheEntry, Model, act_name
+from circuits.models.backend import Model, act_name, frozen_cache_entry
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import (
     attention_at_end,
@@ -37,8 +37,9 @@ from circuits.patching.end_layers import (
     readout,
 )
 from circuits.patching.engine import all_components, rows_for_budget
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.neurons import answer_readout
+from circuits.patching.ranking import order
 from circuits.patching.readouts import MetricViews, Readouts, check_senders
 from circuits.types import Component, Receiver
 
@@ -77,13 +78,12 @@ class EdgeSweep(MetricViews):
     readouts: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
 
-    def top_senders(self, receiver: Receiver | str, k: int = 5, metric: str | Metric = "fraction") -> list[tuple[Component, float]]:
+    def top_senders(self, receiver: Receiver | str, k: int = 5, metric: str | Metric = DEFAULT_METRIC) -> list[tuple[Component, float]]:
         """The ``k`` senders whose edge into ``receiver`` matters most (by the metric's sign)."""
         r = self.receivers.index(receiver if isinstance(receiver, Receiver) else Receiver.parse_many(receiver)[0])
         m = self.metric(metric)
         eff = self.effects(m)[:, r]
-        order = torch.argsort(torch.nan_to_num(eff * m.sign, nan=-float("inf")), descending=True)
-        return [(self.senders[i], float(eff[i])) for i in order[:k].tolist() if not torch.isnan(eff[i])]
+        return [(self.senders[i], float(eff[i])) for i in order(eff, m.sign)[:k].tolist()]
 
     def tensors(self) -> dict:
         return {**self.readouts.tensors("edge"), "senders": [str(s) for s in self.senders],
@@ -119,8 +119,7 @@ def _receiver_z(model: Model, r: Receiver, x: Tensor, x_ref: Tensor, kv: tuple[T
     for e in sorted(set(end.tolist())):
         cols = torch.nonzero(end == e).flatten()
         got: dict[str, Tensor] = {}
-        entry = KeyValueCacheEntry(past_keys=keys[cols, :e].repeat(S, 1, 1, 1),
-                                                  past_values=values[cols, :e].repeat(S, 1, 1, 1), frozen=True)
+        entry = frozen_cache_entry(keys[cols, :e].repeat(S, 1, 1, 1), values[cols, :e].repeat(S, 1, 1, 1))
         normed = {c: block.ln1(v[:, cols].reshape(-1, 1, d)) for c, v in inputs.items()}
         with model.hooks(fwd_hooks=[(act_name("z", r.layer), lambda act, hook: got.__setitem__("z", act))]):
             block.attn(query_input=normed["q"], key_input=normed["k"], value_input=normed["v"], past_kv_cache_entry=entry)

@@ -137,6 +137,10 @@ PROB = Metric("prob", "mean change of the answer probability", -1, lambda p, b: 
 
 METRICS: dict[str, Metric] = {m.name: m for m in (RELATIVE_LOGIT, FRACTION, LOGIT_DIFF, PROB)}
 METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
+# The metric every ``effects()``, ``per_pair()``, ``ranked()``, ``key_heads()`` and ``top_heads()`` uses when none is
+# given, on every result type (sweeps, positions, neurons, edges, identify results), and the default key rule's
+# (``fraction>=0.05``): positive is important, and it compares across models. The paper's metric is relative_logit.
+DEFAULT_METRIC = "fraction"
 
 
 def get_metric(metric: str | Metric) -> Metric:

@@ -27,7 +27,8 @@ from circuits.models.backend import Model, act_name
 from circuits.data.pairs import Pairs, as_batch
 from circuits.patching.end_layers import attention_at_end, baseline_from, check_supported, collect_runs, mlp_at_end, readout
 from circuits.patching.engine import rows_for_budget
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.ranking import order
 from circuits.patching.readouts import MetricViews, Readouts
 from circuits.types import MODES, Mode, Neuron
 
@@ -43,7 +44,7 @@ class NeuronSweep(MetricViews):
     readouts: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
 
-    def by_layer(self, metric: str | Metric = "fraction") -> dict[int, Tensor]:
+    def by_layer(self, metric: str | Metric = DEFAULT_METRIC) -> dict[int, Tensor]:
         """Effects of each layer's swept neurons, indexed by neuron (``[d_mlp]``, NaN where not swept)."""
         eff = self.effects(metric)
         layers = sorted({n.layer for n in self.neurons})
@@ -184,7 +185,7 @@ def top_neurons(effects: Float[Tensor, " d_mlp"], sign: int, share: float) -> li
     """The ``share`` (e.g. 0.01) of a layer's neurons with the most important effects (by the metric's sign), at
     least one."""
     k = max(1, round(share * effects.numel()))
-    return torch.argsort(torch.nan_to_num(effects * sign, nan=-float("inf")), descending=True)[:k].tolist()
+    return order(effects, sign)[:k].tolist()
 
 
 def effect_shares(effects: Float[Tensor, " d_mlp"], sign: int, fractions: Sequence[float] = (0.5, 0.8, 0.9)) -> dict[str, float]:

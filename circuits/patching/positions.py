@@ -28,12 +28,13 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from circuits.models.backend import KeyValueCacheEntry, Model, act_name
+from circuits.models.backend import Model, act_name, frozen_cache_entry
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported, readout
 from circuits.patching.engine import all_components
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.readouts import (
+    MetricLookup,
     Readouts,
     Sender,
     baseline_of,
@@ -153,8 +154,7 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
         keys, values = runs.keys[layer][pairs[:, None], src], runs.values[layer][pairs[:, None], src]
         if padded:
             keys, values = keys * keep[..., None, None], values * keep[..., None, None]
-        entry = KeyValueCacheEntry(past_keys=keys.repeat(reps, 1, 1, 1),
-                                                  past_values=values.repeat(reps, 1, 1, 1), frozen=True)
+        entry = frozen_cache_entry(keys.repeat(reps, 1, 1, 1), values.repeat(reps, 1, 1, 1))
         with model.hooks(fwd_hooks=_patch_hooks(runs, starts, pairs, pos, G)):
             x = model.blocks[layer](x, past_kv_cache_entry=entry,
                                     attention_mask=mask.repeat(reps, 1) if mask is not None else None)
@@ -164,7 +164,7 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
 
 
 @dataclass
-class PositionSweep:
+class PositionSweep(MetricLookup):
     """Patched END quantities for senders patched at each offset from END, per pair (float32).
 
     ``heads`` is ``[layer, head, offset, pair]``, ``mlps`` ``[layer, offset, pair]`` and ``neurons``
@@ -186,11 +186,6 @@ class PositionSweep:
     def n_offsets(self) -> int:
         return self.heads.logit.shape[2]
 
-    def metric(self, metric: str | Metric) -> Metric:
-        if isinstance(metric, str) and metric in self.custom_metrics:
-            return self.custom_metrics[metric]
-        return get_metric(metric)
-
     def _effect(self, view: Readouts, metric: Metric) -> Tensor:
         """The metric over the pairs that have each offset: ``[..., offset]``."""
         out = torch.full(view.logit.shape[:-1], float("nan"))
@@ -201,12 +196,12 @@ class PositionSweep:
                 out[..., k] = metric.effect(sub, self.baseline.select(valid))
         return out
 
-    def effects(self, metric: str | Metric = "logit_diff") -> tuple[Float[Tensor, "layer head offset"], Float[Tensor, "layer offset"]]:
+    def effects(self, metric: str | Metric = DEFAULT_METRIC) -> tuple[Float[Tensor, "layer head offset"], Float[Tensor, "layer offset"]]:
         """Heads ``[layer, head, offset]`` and MLPs ``[layer, offset]`` by ``metric`` (over pairs with that offset)."""
         m = self.metric(metric)
         return self._effect(self.heads, m), self._effect(self.mlps, m)
 
-    def neuron_effects(self, metric: str | Metric = "logit_diff") -> Float[Tensor, "neuron offset"]:
+    def neuron_effects(self, metric: str | Metric = DEFAULT_METRIC) -> Float[Tensor, "neuron offset"]:
         return self._effect(self.neurons, self.metric(metric))
 
     def value(self, node: Node, metric: str | Metric) -> float:
@@ -219,8 +214,7 @@ class PositionSweep:
             view = self.heads.index((s.layer, s.head))
         else:
             view = self.mlps.index((s.layer,))
-        return float(self._effect(Readouts(*(t[None] for t in (view.logit, view.logit_diff, view.prob)),
-                                           {c: v[None] for c, v in view.custom.items()}), m)[0, k])
+        return float(self._effect(view.index((None,)), m)[0, k])
 
     def tensors(self) -> dict:
         return {**self.heads.tensors("head"), **self.mlps.tensors("mlp"), **self.neurons.tensors("neuron"),
