@@ -28,7 +28,7 @@ from circuits.data.pairs import Pairs, as_batch
 from circuits.patching.end_layers import attention_at_end, baseline_from, check_supported, collect_runs, mlp_at_end, readout
 from circuits.patching.engine import rows_for_budget
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
-from circuits.patching.ranking import order
+from circuits.patching.ranking import contributions, order
 from circuits.patching.readouts import MetricViews, Readouts
 from circuits.types import MODES, Mode, Neuron
 
@@ -191,7 +191,7 @@ def top_neurons(effects: Float[Tensor, " d_mlp"], sign: int, share: float) -> li
 def effect_shares(effects: Float[Tensor, " d_mlp"], sign: int, fractions: Sequence[float] = (0.5, 0.8, 0.9)) -> dict[str, float]:
     """How concentrated a layer's neuron effects are: the share of neurons whose effects, most important first, add
     up to each fraction of the sum of all important-direction effects (Nikankin et al.: ~1% of neurons)."""
-    c = torch.nan_to_num(effects * sign, nan=0.0).clamp_min(0).sort(descending=True).values
+    c = contributions(effects, sign)
     total = float(c.sum())
     out: dict[str, float] = {}
     cum = c.cumsum(0)

@@ -14,7 +14,8 @@ answer logit, logit difference or probability; a large positive fraction.
 The one ranking. :func:`order` is the only sign-and-sort of effects in the package: ``effects * sign`` from the
 largest down, ties in the order of the flat index (a stable sort, so every path orders ties alike), NaN entries
 (components not swept) last or left out. Built on it: :func:`ranked_entries` (any shape, with indices),
-:func:`rank` (heads ``[layer, head]``), :func:`rank_mlps` (MLPs ``[layer]``) and :meth:`KeyRule.select`. Results,
+:func:`rank` (heads ``[layer, head]``), :func:`rank_mlps` (MLPs ``[layer]``) and :meth:`KeyRule.select`;
+:func:`contributions` sorts the effects themselves (how concentrated they are). Results,
 rules, knockout curves, fine-tuning, screens, edges, neurons and the figures all order components through them
 (``tests/unit/test_rules.py`` greps the package for any other ``argsort``).
 """
@@ -121,6 +122,14 @@ def ranked_entries(effects: Float[Tensor, "..."], sign: int) -> list[tuple[tuple
     """Every non-NaN entry of ``effects`` (any shape) as ``(index, effect)``, most important first."""
     flat = effects.flatten()
     return [(_unravel(i, effects.shape), float(flat[i])) for i in order(flat, sign).tolist()]
+
+
+def contributions(effects: Float[Tensor, "..."], sign: int) -> Float[Tensor, " n"]:
+    """Every entry's effect in the important direction (``effects * sign``; opposite effects and NaN count 0), largest
+    first: how concentrated the effects are (the values sorted, not which component has them)."""
+    if sign not in (-1, 1):
+        raise ValueError(f"sign must be -1 (a drop is important) or +1 (a rise is), got {sign!r}")
+    return torch.nan_to_num(effects.flatten() * sign, nan=0.0).clamp_min(0).sort(descending=True).values
 
 
 def rank(head_effects: Float[Tensor, "layer head"], sign: int) -> list[Ranked]:
