@@ -87,12 +87,29 @@ class SweepResult(MetricLookup):
     mlps: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
 
-    head_logit = property(lambda self: self.heads.logit, doc="``[layer, head, pair]``")
-    head_logit_diff = property(lambda self: self.heads.logit_diff, doc="``[layer, head, pair]``")
-    head_prob = property(lambda self: self.heads.prob, doc="``[layer, head, pair]``")
-    mlp_logit = property(lambda self: self.mlps.logit, doc="``[layer, pair]``")
-    mlp_logit_diff = property(lambda self: self.mlps.logit_diff, doc="``[layer, pair]``")
-    mlp_prob = property(lambda self: self.mlps.prob, doc="``[layer, pair]``")
+    @property
+    def head_logit(self) -> Float[Tensor, "layer head pair"]:
+        return self.heads.logit
+
+    @property
+    def head_logit_diff(self) -> Float[Tensor, "layer head pair"]:
+        return self.heads.logit_diff
+
+    @property
+    def head_prob(self) -> Float[Tensor, "layer head pair"]:
+        return self.heads.prob
+
+    @property
+    def mlp_logit(self) -> Float[Tensor, "layer pair"]:
+        return self.mlps.logit
+
+    @property
+    def mlp_logit_diff(self) -> Float[Tensor, "layer pair"]:
+        return self.mlps.logit_diff
+
+    @property
+    def mlp_prob(self) -> Float[Tensor, "layer pair"]:
+        return self.mlps.prob
 
     @property
     def custom(self) -> dict[str, tuple[Tensor, Tensor]]:
