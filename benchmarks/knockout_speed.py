@@ -49,7 +49,7 @@ def main() -> None:
         from circuits.identify import IdentifyResult
 
         r = IdentifyResult.load(args.identify)
-        pairs, ranking = r.pairs[: args.pairs], [h for h, _ in r.ranked()]
+        pairs, ranking = r.pairs[: args.pairs], [h for h, _ in r.ranked(r.key_rule.metric)]
     else:
         pairs, ranking = build_pairs(model, "addition", n_pairs=args.pairs).pairs, random_order(L, H, 99)
     ks = args.ks

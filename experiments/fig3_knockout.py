@@ -26,7 +26,7 @@ def main(config: Config, model=None) -> KnockoutResult:
     model = model or C.model_for(config.model)
     r = C.identify_result(config, model=model)
     t("key heads")
-    ranking = [h for h, _ in r.ranked()]
+    ranking = [h for h, _ in r.ranked(r.key_rule.metric)]
     curve = knockout_curve(model, r.pairs, ranking, [k for k in config.ks if k <= len(ranking)], config.seeds)
     t("curve")
     result = KnockoutResult(config, curve, config.task, len(r.pairs))

@@ -37,7 +37,7 @@ def _main(args: argparse.Namespace) -> int:
     import torch
 
     from circuits import distributed
-    from circuits.models.devices import check_dtype
+    from circuits.models.backend import check_dtype
 
     check_dtype(config.dtype, "cuda" if torch.cuda.is_available() else "cpu")
     with writing(args.out, "identify", args.overwrite, container=config.task == "all"):

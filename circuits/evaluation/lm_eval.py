@@ -20,7 +20,7 @@ from lm_eval.api.model import LM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+from circuits.models.backend import KeyValueCache as TransformerLensKeyValueCache
 
 from circuits.models.forward import end_residuals, length_batches, pad_token_id, shared_prefix_lengths, unembed_end
 

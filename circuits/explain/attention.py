@@ -24,7 +24,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.utils import get_act_name
+from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair, as_batch
 from circuits.config import option

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.utils import get_act_name
+from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair
 from circuits.config import option

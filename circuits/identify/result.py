@@ -24,8 +24,8 @@ from circuits.data.pairs import PromptPair
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
 from circuits.patching.engine import SweepResult
-from circuits.patching.metrics import METRICS, Metric, get_metric
-from circuits.patching.ranking import KeyRule, Ranked, rank
+from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
+from circuits.patching.ranking import KeyRule, Ranked, rank, rank_mlps
 from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
 from circuits.results import MARKER, KeyHeadSource, Result, ResultError
 from circuits.types import Head
@@ -72,14 +72,16 @@ class IdentifyResult(Result):
         return self.config.model
 
     def metric(self, metric: str | Metric | None = None) -> Metric:
+        """A metric by name (the sweep's custom ones too); ``None``: the key rule's metric."""
         if metric is None:
             metric = self.key_rule.metric
         if self.sweep is not None:
             return self.sweep.metric(metric)
         return get_metric(metric)
 
-    def effects(self, metric: str | Metric | None = None) -> tuple[Float[Tensor, "layer head"], Float[Tensor, " layer"]]:
-        """Mean effects of every head and MLP by ``metric`` (default: the key rule's)."""
+    def effects(self, metric: str | Metric = DEFAULT_METRIC) -> tuple[Float[Tensor, "layer head"], Float[Tensor, " layer"]]:
+        """Mean effects of every head and MLP by ``metric`` (default ``fraction``, as on every result; the key
+        rule's metric is ``self.key_rule.metric``)."""
         m = self.metric(metric)
         if self.sweep is not None:
             return self.sweep.effects(m)
@@ -88,8 +90,8 @@ class IdentifyResult(Result):
                               f"not {m.name}; rerun circuits identify to get every metric")
         return self.saved_effects[m.name]
 
-    def ranked(self, metric: str | Metric | None = None) -> list[Ranked]:
-        """Every head with its effect, most important first (default metric: the key rule's)."""
+    def ranked(self, metric: str | Metric = DEFAULT_METRIC) -> list[Ranked]:
+        """Every head with its effect, most important first (default metric ``fraction``, as on every result)."""
         m = self.metric(metric)
         return rank(self.effects(m)[0], m.sign)
 
@@ -107,7 +109,7 @@ class IdentifyResult(Result):
     def top_heads(self, k: int, rule: str | KeyRule | None = None) -> list[Head]:
         """``k`` heads: the key heads first, then the rest of the same metric's ranking (how fine-tuning and the
         knockout curves take "the top k")."""
-        rule = self.key_rule if rule is None else KeyRule.parse(rule)
+        rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
         heads = [h for h, _ in self.key_heads(rule)][:k]
         for h, _ in self.ranked(rule.metric):
             if len(heads) >= k:
@@ -122,7 +124,7 @@ class IdentifyResult(Result):
         """The key MLPs first, then the rest by the key rule's metric."""
         m = self.metric()
         mlps = [l for l, _ in self.key_mlps()][:k]
-        for (l,), _ in KeyRule(m.name, top_k=10**9).select(self.effects(m)[1], m.sign):
+        for l, _ in rank_mlps(self.effects(m)[1], m.sign):
             if len(mlps) >= k:
                 break
             if l not in mlps:
@@ -180,7 +182,7 @@ class IdentifyResult(Result):
             if ci is not None:
                 metrics[name].update(ci.to_json())
         key_heads = self.key_heads()
-        n_heads = self.effects()[0].numel()
+        n_heads = self.effects(rule.metric)[0].numel()
         out: dict[str, Any] = {
             "model": self.model_name, "task": self.task, "mode": self.config.mode, "n_pairs": len(self.pairs),
             **{k: self.pair_stats.get(k) for k in SUMMARY_FIELDS},
@@ -202,7 +204,7 @@ class IdentifyResult(Result):
             "key_heads": [[l, h, e] for (l, h), e in key_heads],
             "key_mlps": [[l, e] for l, e in self.key_mlps()],
             "fraction_key_heads": len(key_heads) / n_heads,
-            "ranked_heads": [[l, h, e] for (l, h), e in self.ranked()],
+            "ranked_heads": [[l, h, e] for (l, h), e in self.ranked(rule.metric)],
             "seconds": self.seconds,
             "config": self.config_json(),
         })

@@ -1,6 +1,8 @@
 """Loading models as TransformerLens ``HookedTransformer``s, and forward passes that read only the END position.
 
 :mod:`circuits.models.loading` is the only module that talks to TransformerLens's loading internals;
+:mod:`circuits.models.backend` is the seam for everything else of TransformerLens that the engines, validation,
+explanations and evaluation use (hook names, key/value cache, attention pieces, devices of a spread model);
 :mod:`circuits.models.embedded` finds the embedded models' GGUF files inside their wheels;
 :mod:`circuits.models.forward` runs shared few-shot prefixes once and batches by attention cost.
 """

@@ -29,8 +29,7 @@ import einops
 import torch
 import torch.nn.functional as F
 from transformer_lens import HookedTransformer
-from transformer_lens.components.abstract_attention import AbstractAttention
-from transformer_lens.utilities.activation_functions import softcap_enabled
+from circuits.models.backend import AbstractAttention, softcap_enabled
 
 _FLAG = "_circuits_fused_attention"
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")

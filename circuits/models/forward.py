@@ -15,8 +15,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
-from transformer_lens.utilities.activation_functions import apply_softcap
+from circuits.models.backend import KeyValueCache, apply_softcap
 
 HooksFor = Callable[[Hashable, int], list]  # (group key, position offset) -> forward hooks
 RowHooksFor = Callable[[list[int], Tensor], list]  # (rows of a batch, each row's END among the tokens fed) -> hooks
@@ -91,10 +90,10 @@ def shared_prefix_lengths(token_ids: Sequence[Sequence[int]], min_prefix: int = 
 
 
 @torch.no_grad()
-def prefix_cache(model: HookedTransformer, prefix: Tensor, hooks: list, repeat: int) -> TransformerLensKeyValueCache:
+def prefix_cache(model: HookedTransformer, prefix: Tensor, hooks: list, repeat: int) -> KeyValueCache:
     """Run ``prefix`` (``[row, pos]`` tokens) once with ``hooks`` into a frozen key/value cache whose rows are each
     repeated ``repeat`` times in order (a view for one prefix row), for the rows that continue it."""
-    cache = TransformerLensKeyValueCache.init_cache(model.cfg, prefix.device, len(prefix))
+    cache = KeyValueCache.init_cache(model.cfg, prefix.device, len(prefix))
     with model.hooks(fwd_hooks=hooks):
         model(prefix, past_kv_cache=cache, attention_mask=torch.ones_like(prefix), stop_at_layer=model.cfg.n_layers)
     cache.freeze()

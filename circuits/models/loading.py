@@ -170,13 +170,13 @@ def load_model(
         fold_ln: fold normalisation weights into the following matrices (exact up to rounding).
         use_cache: read and write the converted-weights cache for GGUF sources.
         n_devices: spread the layers over this many GPUs from ``device`` (a model too big for one GPU; built on
-            the CPU first, then placed by :func:`circuits.models.devices.spread`).
+            the CPU first, then placed by :func:`circuits.models.backend.spread`).
     """
     torch_dtype = resolve_dtype(dtype)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if n_devices > 1:
-        from circuits.models.devices import spread
+        from circuits.models.backend import spread
 
         model = load_model(name_or_path, dtype=dtype, device="cpu", fold_ln=fold_ln, use_cache=use_cache)
         return spread(model, n_devices, first=device)

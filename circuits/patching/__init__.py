@@ -8,8 +8,10 @@ these; nothing here imports a job.
   exact patching at every position, of MLP neurons at END, and of sender -> receiver edges at END.
 - :mod:`~circuits.patching.attribution`: attribution patching (AtP*, GradDrop), a gradient screen.
 - :mod:`~circuits.patching.readouts`: the readouts every engine returns (:class:`Readouts`, :class:`MetricViews`).
-- :mod:`~circuits.patching.metrics`: the baseline and the metrics (relative logit, fraction, ...; callables).
-- :mod:`~circuits.patching.ranking`: key rules (``fraction>=0.05``, ``top10``) and :func:`rank`, the one ranking.
+- :mod:`~circuits.patching.metrics`: the baseline and the metrics (relative logit, fraction, ...; callables), and
+  :data:`DEFAULT_METRIC` (``fraction``), the default of every ``effects()`` / ``ranked()``.
+- :mod:`~circuits.patching.ranking`: key rules (``fraction>=0.05``, ``top10``) and :func:`order`, the one ranking
+  (:func:`rank` for heads, :func:`rank_mlps`).
 - :mod:`~circuits.patching.uncertainty`: bootstrap intervals over pairs.
 - :mod:`~circuits.patching.reference`, :mod:`~circuits.patching.plain`: the plain one-forward-per-component loops.
 """
@@ -17,12 +19,13 @@ these; nothing here imports a job.
 from circuits.patching.attribution import Attribution, attribute
 from circuits.patching.edges import EdgeSweep, sweep_edges
 from circuits.patching.engine import SweepResult, all_components, sweep
-from circuits.patching.metrics import METRICS, Baseline, Metric, get_metric, logits_metric
+from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Baseline, Metric, get_metric, logits_metric
 from circuits.patching.neurons import NeuronSweep, sweep_neurons
 from circuits.patching.positions import PositionSweep, sweep_positions
-from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, rank
+from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, order, rank, rank_mlps
 from circuits.patching.readouts import MetricViews, Readouts
 
-__all__ = ["DEFAULT_KEY_RULE", "METRICS", "Attribution", "Baseline", "EdgeSweep", "KeyRule", "Metric", "MetricViews",
-           "NeuronSweep", "PositionSweep", "Readouts", "SweepResult", "all_components", "attribute", "get_metric",
-           "logits_metric", "rank", "sweep", "sweep_edges", "sweep_neurons", "sweep_positions"]
+__all__ = ["DEFAULT_KEY_RULE", "DEFAULT_METRIC", "METRICS", "Attribution", "Baseline", "EdgeSweep", "KeyRule", "Metric",
+           "MetricViews", "NeuronSweep", "PositionSweep", "Readouts", "SweepResult", "all_components", "attribute",
+           "get_metric", "logits_metric", "order", "rank", "rank_mlps", "sweep", "sweep_edges", "sweep_neurons",
+           "sweep_positions"]

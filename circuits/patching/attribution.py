@@ -33,13 +33,11 @@ import torch
 from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformer_lens import HookedTransformer
-from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
-from transformer_lens.utils import get_act_name
 
+from circuits.models.backend import KeyValueCache, Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.readouts import Readouts, baseline_of, cat_baselines, first_difference
 from circuits.types import MODES, Mode
 
@@ -76,7 +74,7 @@ class _Gate(torch.autograd.Function):
         return (torch.zeros_like(grad) if ctx.state.get("drop") == ctx.layer else grad), None, None
 
 
-def _prefix_cache(model: HookedTransformer, tokens: Tensor, lengths: Tensor) -> TransformerLensKeyValueCache:
+def _prefix_cache(model: Model, tokens: Tensor, lengths: Tensor) -> KeyValueCache:
     """The reference run's keys and values of each row's first ``lengths[i]`` tokens (identical in both runs),
     left-padded to one width with an attention mask (as TransformerLens batches generation). Each distinct prefix
     runs once, in buckets of similar length (little padding), and the buckets' caches are padded together."""
@@ -101,7 +99,7 @@ def _prefix_cache(model: HookedTransformer, tokens: Tensor, lengths: Tensor) -> 
         for j, r in enumerate(distinct[start:stop]):
             part[j, width - len(r):] = torch.tensor(r, device=tokens.device)
             pmask[j, width - len(r):] = 1
-        cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, len(part))
+        cache = KeyValueCache.init_cache(model.cfg, model.cfg.device, len(part))
         with torch.no_grad():
             model(part, past_kv_cache=cache, attention_mask=pmask, stop_at_layer=L)
         for l, e in enumerate(cache.entries):
@@ -110,7 +108,7 @@ def _prefix_cache(model: HookedTransformer, tokens: Tensor, lengths: Tensor) -> 
         mask[start:stop, n_max - width:] = pmask
         start = stop
     pick = torch.tensor([index[r] for r in rows], device=tokens.device)
-    cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, len(tokens))
+    cache = KeyValueCache.init_cache(model.cfg, model.cfg.device, len(tokens))
     for l, e in enumerate(cache.entries):
         e.past_keys, e.past_values = keys[l, pick], values[l, pick]
     cache.previous_attention_mask = mask[pick]
@@ -123,7 +121,7 @@ def _run_body(model, body: Tensor, cache, hooks: list) -> Tensor:
         return model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=model.cfg.n_layers)
 
 
-def _end_logits(model: HookedTransformer, resid: Tensor, ends: Tensor) -> Tensor:
+def _end_logits(model: Model, resid: Tensor, ends: Tensor) -> Tensor:
     """END logits: the final norm, then the unembedding as one matmul (no per-call copy of ``W_U``)."""
     x = model.ln_final(resid[torch.arange(len(ends), device=resid.device), ends][:, None])[:, 0]
     return (x @ model.unembed.W_U + model.unembed.b_U).float()
@@ -212,9 +210,9 @@ class Attribution:
 
 @torch.enable_grad()
 def attribute(
-    model: HookedTransformer,
+    model: Model,
     pairs: Pairs,
-    metric: str | Metric = "fraction",
+    metric: str | Metric = DEFAULT_METRIC,
     *,
     mode: Mode = "activation",
     neurons: bool = True,
@@ -300,7 +298,7 @@ def attribute(
                        time.perf_counter() - start)
 
 
-def _attribute_rows(model: HookedTransformer, sub: PairBatch, n: Tensor, m: Metric, name: str, custom: list[Metric],
+def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: str, custom: list[Metric],
                     mode: Mode, neurons: bool, qk: bool, grad_drop: bool) -> dict[str, Tensor | Baseline]:
     """Estimates for pairs whose prompts agree before position ``n[i]``, at body positions ``n[i] + j``:
     ``[layer, row, body(, ...)]``."""
@@ -318,8 +316,8 @@ def _attribute_rows(model: HookedTransformer, sub: PairBatch, n: Tensor, m: Metr
     # Key column t of row i: padding before n_max - n[i]; query j sits at column n_max + j.
     valid = (kcol[None, None] >= (n_max - n)[:, None, None]) & (kcol[None, None] <= n_max + j[None, :, None])
     rotary = cfg.positional_embedding_type == "rotary"
-    q_name = (lambda l: f"blocks.{l}.attn.hook_rot_q") if rotary else (lambda l: get_act_name("q", l))
-    k_name = (lambda l: f"blocks.{l}.attn.hook_rot_k") if rotary else (lambda l: get_act_name("k", l))
+    q_name = (lambda l: f"blocks.{l}.attn.hook_rot_q") if rotary else (lambda l: act_name("q", l))
+    k_name = (lambda l: f"blocks.{l}.attn.hook_rot_k") if rotary else (lambda l: act_name("k", l))
 
     def keep(store: dict, key: str, leaf: bool = False):
         def hook(act: Tensor, hook):
@@ -331,7 +329,7 @@ def _attribute_rows(model: HookedTransformer, sub: PairBatch, n: Tensor, m: Metr
 
     sites = [("z", l) for l in range(L)] + [("mlp_out", l) for l in range(L)] + ([("post", l) for l in range(L)] if neurons else [])
     cf: dict[str, Tensor] = {}
-    cf_hooks = [(get_act_name(s, l), keep(cf, f"{s}{l}")) for s, l in sites]
+    cf_hooks = [(act_name(s, l), keep(cf, f"{s}{l}")) for s, l in sites]
     if qk:
         cf_hooks += [(q_name(l), keep(cf, f"q{l}")) for l in range(L)] + [(k_name(l), keep(cf, f"k{l}")) for l in range(L)]
     with torch.no_grad():
@@ -342,14 +340,14 @@ def _attribute_rows(model: HookedTransformer, sub: PairBatch, n: Tensor, m: Metr
     ref: dict[str, Tensor] = {}
     state: dict[str, int | None] = {"drop": None}
     ref_hooks = [("blocks.0.hook_resid_pre", lambda act, hook: act.detach().requires_grad_(True))]
-    ref_hooks += [(get_act_name(s, l), keep(ref, f"{s}{l}", leaf=(mode == "path" and s == "z"))) for s, l in sites]
+    ref_hooks += [(act_name(s, l), keep(ref, f"{s}{l}", leaf=(mode == "path" and s == "z"))) for s, l in sites]
     if qk:
         ref_hooks += [(q_name(l), keep(ref, f"q{l}")) for l in range(L)] + [(k_name(l), keep(ref, f"k{l}")) for l in range(L)]
-        ref_hooks += [(get_act_name("pattern", l), keep(ref, f"A{l}")) for l in range(L)]
+        ref_hooks += [(act_name("pattern", l), keep(ref, f"A{l}")) for l in range(L)]
     if grad_drop:
         for l in range(L):
             for s in ("attn_out", "mlp_out"):
-                ref_hooks.append((get_act_name(s, l), lambda act, hook, l=l: _Gate.apply(act, l, state)))
+                ref_hooks.append((act_name(s, l), lambda act, hook, l=l: _Gate.apply(act, l, state)))
     ref_resid = _run_body(model, ref_body, cache, ref_hooks)
     ref_logits = _end_logits(model, ref_resid, body_end)
     total = _readout_value(name, ref_logits, sub.answer, cf_answer, m).sum()

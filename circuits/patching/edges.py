@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformer_lens import HookedTransformer
-from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
-from transformer_lens.utils import get_act_name
 
+from circuits.models.backend import Model, act_name, frozen_cache_entry
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import (
     attention_at_end,
@@ -39,8 +37,9 @@ from circuits.patching.end_layers import (
     readout,
 )
 from circuits.patching.engine import all_components, rows_for_budget
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.neurons import answer_readout
+from circuits.patching.ranking import order
 from circuits.patching.readouts import MetricViews, Readouts, check_senders
 from circuits.types import Component, Receiver
 
@@ -53,7 +52,7 @@ def upstream(sender: Component, receiver: Receiver) -> bool:
     return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
 
 
-def check_edges(model: HookedTransformer, senders: Sequence[Component], receivers: Sequence[Receiver]) -> None:
+def check_edges(model: Model, senders: Sequence[Component], receivers: Sequence[Receiver]) -> None:
     """One clear line for receivers outside the model or upstream of every sender given."""
     check_senders(model, [r.component for r in receivers])
     check_senders(model, senders)
@@ -79,13 +78,12 @@ class EdgeSweep(MetricViews):
     readouts: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
 
-    def top_senders(self, receiver: Receiver | str, k: int = 5, metric: str | Metric = "fraction") -> list[tuple[Component, float]]:
+    def top_senders(self, receiver: Receiver | str, k: int = 5, metric: str | Metric = DEFAULT_METRIC) -> list[tuple[Component, float]]:
         """The ``k`` senders whose edge into ``receiver`` matters most (by the metric's sign)."""
         r = self.receivers.index(receiver if isinstance(receiver, Receiver) else Receiver.parse_many(receiver)[0])
         m = self.metric(metric)
         eff = self.effects(m)[:, r]
-        order = torch.argsort(torch.nan_to_num(eff * m.sign, nan=-float("inf")), descending=True)
-        return [(self.senders[i], float(eff[i])) for i in order[:k].tolist() if not torch.isnan(eff[i])]
+        return [(self.senders[i], float(eff[i])) for i in order(eff, m.sign)[:k].tolist()]
 
     def tensors(self) -> dict:
         return {**self.readouts.tensors("edge"), "senders": [str(s) for s in self.senders],
@@ -98,16 +96,16 @@ class EdgeSweep(MetricViews):
 
 
 @torch.no_grad()
-def _unrotated_kv(model: HookedTransformer, batch: PairBatch, layers: set[int]) -> dict[int, tuple[Tensor, Tensor]]:
+def _unrotated_kv(model: Model, batch: PairBatch, layers: set[int]) -> dict[int, tuple[Tensor, Tensor]]:
     """The reference run's ``hook_k`` and ``hook_v`` of ``layers`` (what TransformerLens's key/value cache holds)."""
     got: dict[str, Tensor] = {}
-    names = [get_act_name(s, l) for l in layers for s in ("k", "v")]
+    names = [act_name(s, l) for l in layers for s in ("k", "v")]
     model.run_with_hooks(batch.reference, stop_at_layer=max(layers) + 1,
                          fwd_hooks=[(n, lambda act, hook: got.__setitem__(hook.name, act.detach())) for n in names])
-    return {l: (got[get_act_name("k", l)], got[get_act_name("v", l)]) for l in layers}
+    return {l: (got[act_name("k", l)], got[act_name("v", l)]) for l in layers}
 
 
-def _receiver_z(model: HookedTransformer, r: Receiver, x: Tensor, x_ref: Tensor, kv: tuple[Tensor, Tensor],
+def _receiver_z(model: Model, r: Receiver, x: Tensor, x_ref: Tensor, kv: tuple[Tensor, Tensor],
                 end: Tensor) -> Tensor:
     """The receiver head's END output ``[sender, pair, d_head]`` when its ``r.channel`` input is ``x`` ``[sender,
     pair, d_model]`` and its other inputs are the reference ``x_ref`` ``[pair, d_model]``: TransformerLens's
@@ -121,10 +119,9 @@ def _receiver_z(model: HookedTransformer, r: Receiver, x: Tensor, x_ref: Tensor,
     for e in sorted(set(end.tolist())):
         cols = torch.nonzero(end == e).flatten()
         got: dict[str, Tensor] = {}
-        entry = TransformerLensKeyValueCacheEntry(past_keys=keys[cols, :e].repeat(S, 1, 1, 1),
-                                                  past_values=values[cols, :e].repeat(S, 1, 1, 1), frozen=True)
+        entry = frozen_cache_entry(keys[cols, :e].repeat(S, 1, 1, 1), values[cols, :e].repeat(S, 1, 1, 1))
         normed = {c: block.ln1(v[:, cols].reshape(-1, 1, d)) for c, v in inputs.items()}
-        with model.hooks(fwd_hooks=[(get_act_name("z", r.layer), lambda act, hook: got.__setitem__("z", act))]):
+        with model.hooks(fwd_hooks=[(act_name("z", r.layer), lambda act, hook: got.__setitem__("z", act))]):
             block.attn(query_input=normed["q"], key_input=normed["k"], value_input=normed["v"], past_kv_cache_entry=entry)
         out[:, cols] = got["z"][:, 0, r.component.head].reshape(S, len(cols), -1)
     return out
@@ -132,7 +129,7 @@ def _receiver_z(model: HookedTransformer, r: Receiver, x: Tensor, x_ref: Tensor,
 
 @torch.no_grad()
 def sweep_edges(
-    model: HookedTransformer,
+    model: Model,
     pairs: Pairs,
     receivers: Sequence[Receiver | str] | str,
     *,

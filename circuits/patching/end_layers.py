@@ -17,11 +17,8 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
-from transformer_lens.utilities.activation_functions import apply_softcap
-from transformer_lens.utilities.attention import simple_attn_linear
-from transformer_lens.utils import get_act_name
 
+from circuits.models.backend import POST_NORM_ARCHITECTURES, Model, act_name, apply_softcap, simple_attn_linear
 from circuits.data.pairs import PairBatch
 from circuits.patching.metrics import Baseline, Metric
 from circuits.models.forward import end_residuals, shared_prefix_lengths
@@ -63,7 +60,7 @@ def _store_full(store: dict, name: str):
 SHARED_PREFIX_MIN = 16
 
 
-def _end_activations(model: HookedTransformer, tokens: Tensor, end: Tensor, names: Sequence[str]) -> dict[str, Tensor]:
+def _end_activations(model: Model, tokens: Tensor, end: Tensor, names: Sequence[str]) -> dict[str, Tensor]:
     """Each hook's activation at each row's END (``[row, ...]``), rows that share a prefix running it once into a
     key/value cache (:func:`circuits.models.forward.end_residuals`): END activations need no padding and no
     recomputation of a template's few-shot examples for every pair."""
@@ -87,17 +84,17 @@ def _end_activations(model: HookedTransformer, tokens: Tensor, end: Tensor, name
 
 
 @torch.no_grad()
-def collect_runs(model: HookedTransformer, batch: PairBatch, need_kv: bool) -> Runs:
+def collect_runs(model: Model, batch: PairBatch, need_kv: bool) -> Runs:
     """The END activations of the reference and counterfactual runs the engine reads (and, with ``need_kv``, the
     reference's keys and values at every position). Without keys and values, prompts that share a prefix run it once."""
     L = model.cfg.n_layers
     if not need_kv:
-        final = get_act_name("resid_post", L - 1)
-        ref_names = [get_act_name(site, l) for l in range(L) for site in ("resid_pre", "resid_mid", "attn_out", "z")]
-        cf_names = [get_act_name(site, l) for l in range(L) for site in ("z", "mlp_out")]
+        final = act_name("resid_post", L - 1)
+        ref_names = [act_name(site, l) for l in range(L) for site in ("resid_pre", "resid_mid", "attn_out", "z")]
+        cf_names = [act_name(site, l) for l in range(L) for site in ("z", "mlp_out")]
         ref = _end_activations(model, batch.reference, batch.end, [*ref_names, final])
         cf = _end_activations(model, batch.counterfactual, batch.end, [*cf_names, final])
-        stack = lambda d, site: [d[get_act_name(site, l)] for l in range(L)]  # noqa: E731
+        stack = lambda d, site: [d[act_name(site, l)] for l in range(L)]  # noqa: E731
         return Runs(resid_pre=stack(ref, "resid_pre"), resid_mid=stack(ref, "resid_mid"), attn_out=stack(ref, "attn_out"),
                     z_ref=stack(ref, "z"), z_cf=stack(cf, "z"), mlp_out_cf=stack(cf, "mlp_out"), keys=[], values=[],
                     ref_end_resid=ref[final], cf_end_resid=cf[final])
@@ -108,28 +105,28 @@ def collect_runs(model: HookedTransformer, batch: PairBatch, need_kv: bool) -> R
     ref_hooks = []
     for l in range(L):
         for site in ("resid_pre", "resid_mid", "attn_out", "z"):
-            name = get_act_name(site, l)
+            name = act_name(site, l)
             ref_hooks.append((name, _gather_end(ref, name, end)))
         if need_kv:
-            k_name = f"blocks.{l}.attn.hook_rot_k" if rotary else get_act_name("k", l)
+            k_name = f"blocks.{l}.attn.hook_rot_k" if rotary else act_name("k", l)
             ref_hooks.append((k_name, _store_full(ref, k_name)))
-            ref_hooks.append((get_act_name("v", l), _store_full(ref, get_act_name("v", l))))
-    final = get_act_name("resid_post", L - 1)
+            ref_hooks.append((act_name("v", l), _store_full(ref, act_name("v", l))))
+    final = act_name("resid_post", L - 1)
     ref_hooks.append((final, _gather_end(ref, final, end)))
     model.run_with_hooks(batch.reference.to(model.cfg.device), fwd_hooks=ref_hooks, stop_at_layer=L)
     cf_hooks = [(final, _gather_end(cf, final, end))]
     for l in range(L):
         for site in ("z", "mlp_out"):
-            name = get_act_name(site, l)
+            name = act_name(site, l)
             cf_hooks.append((name, _gather_end(cf, name, end)))
     model.run_with_hooks(batch.counterfactual.to(model.cfg.device), fwd_hooks=cf_hooks, stop_at_layer=L)
     # Per-layer lists, each tensor where its layer ran: a model spread over GPUs keeps every layer's END state on
-    # that layer's device (circuits.models.devices).
-    stack = lambda d, site: [d[get_act_name(site, l)] for l in range(L)]  # noqa: E731
+    # that layer's device (circuits.models.backend).
+    stack = lambda d, site: [d[act_name(site, l)] for l in range(L)]  # noqa: E731
     keys = values = []
     if need_kv:
-        keys = [ref[f"blocks.{l}.attn.hook_rot_k" if rotary else get_act_name("k", l)] for l in range(L)]
-        values = [ref[get_act_name("v", l)] for l in range(L)]
+        keys = [ref[f"blocks.{l}.attn.hook_rot_k" if rotary else act_name("k", l)] for l in range(L)]
+        values = [ref[act_name("v", l)] for l in range(L)]
     return Runs(
         resid_pre=stack(ref, "resid_pre"),
         resid_mid=stack(ref, "resid_mid"),
@@ -147,7 +144,7 @@ def collect_runs(model: HookedTransformer, batch: PairBatch, need_kv: bool) -> R
 # --- END-only layer pieces --------------------------------------------------------------------
 
 
-def _post_norm(model: HookedTransformer, norm_name: str, layer: int, out: Tensor) -> Tensor:
+def _post_norm(model: Model, norm_name: str, layer: int, out: Tensor) -> Tensor:
     """The norm some families apply to a sublayer's output before it joins the residual (Gemma 2/3:
     ``ln1_post`` after attention, ``ln2_post`` after the MLP); identity elsewhere."""
     if not model.cfg.use_normalization_before_and_after:
@@ -156,7 +153,7 @@ def _post_norm(model: HookedTransformer, norm_name: str, layer: int, out: Tensor
     return getattr(model.blocks[layer], norm_name)(out.reshape(-1, 1, shape[-1])).reshape(shape)
 
 
-def mlp_at_end(model: HookedTransformer, layer: int, x: Float[Tensor, "... d_model"]) -> Tensor:
+def mlp_at_end(model: Model, layer: int, x: Float[Tensor, "... d_model"]) -> Tensor:
     """What layer ``layer``'s MLP adds to END residuals ``x`` (``hook_mlp_out``: after the post-MLP norm, if any)."""
     block = model.blocks[layer]
     shape = x.shape
@@ -164,7 +161,7 @@ def mlp_at_end(model: HookedTransformer, layer: int, x: Float[Tensor, "... d_mod
     return _post_norm(model, "ln2_post", layer, block.mlp(block.ln2(flat))).reshape(shape)
 
 
-def rotate(model: HookedTransformer, layer: int, x: Float[Tensor, "... n d_head"], pos: Int[Tensor, " pair"]) -> Tensor:
+def rotate(model: Model, layer: int, x: Float[Tensor, "... n d_head"], pos: Int[Tensor, " pair"]) -> Tensor:
     """Rotary embedding of ``x`` (``[..., pair, head, d_head]``) at each pair's own position."""
     attn = model.blocks[layer].attn
     rd = model.cfg.rotary_dim
@@ -176,7 +173,7 @@ def rotate(model: HookedTransformer, layer: int, x: Float[Tensor, "... n d_head"
 
 
 def attention_at_end(
-    model: HookedTransformer,
+    model: Model,
     layer: int,
     x: Float[Tensor, "sender pair d_model"],
     keys: Float[Tensor, "pair pos kv d_head"],
@@ -229,20 +226,20 @@ def project_z(attn, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d
     return F.linear(einops.rearrange(z, "s p h e -> s p (h e)"), w, attn.b_O)
 
 
-def attention_output(model: HookedTransformer, layer: int, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d_model"]:
+def attention_output(model: Model, layer: int, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d_model"]:
     """What layer ``layer``'s attention adds to the residual for ``z`` (``hook_attn_out``): :func:`project_z`, then
     the post-attention norm (Gemma 2/3), which acts on the sum over heads, so a head's share is not linear there."""
     return _post_norm(model, "ln1_post", layer, project_z(model.blocks[layer].attn, z))
 
 
-def end_logits(model: HookedTransformer, x: Float[Tensor, "row d_model"]) -> Float[Tensor, "row d_vocab"]:
+def end_logits(model: Model, x: Float[Tensor, "row d_model"]) -> Float[Tensor, "row d_vocab"]:
     """Logits (float32) of final END residuals: the final norm, the unembedding and the final-logit soft-cap
     (Gemma 2), as a forward pass computes them."""
     logits = model.unembed(model.ln_final(x.reshape(-1, 1, x.shape[-1])))[:, 0]
     return apply_softcap(logits, model.cfg.output_logits_soft_cap).float()
 
 
-def token_logits(model: HookedTransformer, x: Float[Tensor, "sender pair d_model"], tokens: Int[Tensor, " pair"]
+def token_logits(model: Model, x: Float[Tensor, "sender pair d_model"], tokens: Int[Tensor, " pair"]
                  ) -> Float[Tensor, "sender pair"]:
     """The logit of one token per pair (``tokens[p]`` for every row of pair ``p``) from final END residuals: the final
     norm, two columns' worth of the unembedding instead of the whole vocabulary, and the soft-cap (float32). Equal
@@ -255,7 +252,7 @@ def token_logits(model: HookedTransformer, x: Float[Tensor, "sender pair d_model
 
 
 def readout(
-    model: HookedTransformer,
+    model: Model,
     x: Float[Tensor, "sender pair d_model"],
     answer: Int[Tensor, " pair"],
     cf_answer: Int[Tensor, " pair"],
@@ -288,7 +285,7 @@ def readout(
     return out
 
 
-def baseline_from(model: HookedTransformer, answer: Tensor, runs: Runs, custom: Sequence[Metric] = ()) -> Baseline:
+def baseline_from(model: Model, answer: Tensor, runs: Runs, custom: Sequence[Metric] = ()) -> Baseline:
     """The unpatched reference and counterfactual END quantities (the counterfactual's answer is its top token)."""
     cf_answer = end_logits(model, runs.cf_end_resid).argmax(-1)
     ref = readout(model, runs.ref_end_resid[None], answer, cf_answer, custom)
@@ -300,15 +297,13 @@ def baseline_from(model: HookedTransformer, answer: Tensor, runs: Runs, custom: 
                     cf["logit_diff"][0], cf["prob"][0], custom={m.name: ref[m.name][0] for m in custom}, answer_rank=rank)
 
 
-def check_supported(model: HookedTransformer) -> None:
+def check_supported(model: Model) -> None:
     """Refuse, with the reason, what the END-only pieces above do not compute the way TransformerLens does.
 
     Supported: pre-norm decoders with rotary or learned positions (Llama 2/3.x with RoPE scaling, Mistral, Qwen2
     with Q/K/V biases, Qwen3, Gemma 2/3 with norms after attention and MLP, soft-capping, QK norm and local/global
     layers, GPT-2). Everything in the list below could be done END-only too; it is refused because this engine
     does not implement it, not because it needs whole sequences."""
-    from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
-
     cfg = model.cfg
     problems = []
     if cfg.parallel_attn_mlp:

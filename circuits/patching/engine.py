@@ -30,7 +30,7 @@ chunks of senders (at least ``MIN_CHUNKS`` of them) -- decided by the model, the
 never by the number of ranks. Under ``torch.distributed`` each rank runs its items
 (:func:`circuits.distributed.assign`) and every rank gathers all of them, so the result equals a one-process run's
 bit for bit: each item is the same computation, with the same shapes, wherever it runs. A model spread over GPUs
-(:mod:`circuits.models.devices`) is followed layer by layer: the END state moves to each layer's device.
+(:mod:`circuits.models.backend`) is followed layer by layer: the END state moves to each layer's device.
 """
 
 from __future__ import annotations
@@ -38,13 +38,12 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
 from circuits.data.pairs import PairBatch, Pairs, as_batch
@@ -57,13 +56,13 @@ from circuits.patching.end_layers import (
     mlp_at_end,
     readout,
 )
-from circuits.patching.metrics import Baseline, Metric, get_metric
-from circuits.models.devices import layer_device, output_device
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.models.backend import Model, layer_device, output_device
 from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked, rank
+from circuits.patching.readouts import READOUTS, MetricLookup, Readouts, cat_baselines
 from circuits.timing import timed
 from circuits.types import MODES, Component, Head, Mode
 
-_READOUTS = ("logit", "logit_diff", "prob")
 # Work items: pairs in blocks of at most PAIR_BLOCK (bounded memory for the runs' END state and, in activation mode,
 # keys and values), senders in at least MIN_CHUNKS chunks, so up to MIN_CHUNKS ranks per pair block share a sweep.
 PAIR_BLOCK = 256
@@ -71,60 +70,68 @@ MIN_CHUNKS = 16
 
 
 @dataclass
-class _View:
-    """Patched quantities of heads (``[layer, head, pair]``) or MLPs (``[layer, pair]``) for a metric."""
+class SweepResult(MetricLookup):
+    """Patched END quantities for every head and MLP, per pair (float32): the readouts of heads
+    (:class:`~circuits.patching.readouts.Readouts` ``[layer, head, pair]``) and of MLPs (``[layer, pair]``).
 
-    logit: Tensor
-    logit_diff: Tensor
-    prob: Tensor
-    custom: dict[str, Tensor]
-
-
-@dataclass
-class SweepResult:
-    """Patched END quantities for every head and MLP, per pair (float32).
-
-    ``head_*`` are ``[layer, head, pair]`` and ``mlp_*`` are ``[layer, pair]``: the answer logit,
-    the answer-minus-counterfactual-answer logit difference and the answer probability after patching;
-    ``custom`` holds ``(heads, mlps)`` values of custom metrics. Components not swept are NaN, and so is the
+    Each holds the answer logit, the answer-minus-counterfactual-answer logit difference and the answer probability
+    after patching, and each custom metric's value (``custom``). Components not swept are NaN, and so is the
     probability of components it was not asked for (``sweep(prob=...)``; ``circuits identify`` computes it for the
-    key components only unless ``--prob all``), so the ``prob`` metric is NaN for them.
+    key components only unless ``--prob all``), so the ``prob`` metric is NaN for them. ``head_logit``,
+    ``mlp_prob``, ... name the tensors as ``sweep.pt`` stores them.
     """
 
     mode: Mode
     baseline: Baseline
-    head_logit: Float[Tensor, "layer head pair"]
-    head_logit_diff: Float[Tensor, "layer head pair"]
-    head_prob: Float[Tensor, "layer head pair"]
-    mlp_logit: Float[Tensor, "layer pair"]
-    mlp_logit_diff: Float[Tensor, "layer pair"]
-    mlp_prob: Float[Tensor, "layer pair"]
-    custom: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
+    heads: Readouts
+    mlps: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
 
-    def metric(self, metric: str | Metric) -> Metric:
-        if isinstance(metric, str) and metric in self.custom_metrics:
-            return self.custom_metrics[metric]
-        return get_metric(metric)
+    @property
+    def head_logit(self) -> Float[Tensor, "layer head pair"]:
+        return self.heads.logit
 
-    def _views(self) -> tuple[_View, _View]:
-        heads = _View(self.head_logit, self.head_logit_diff, self.head_prob, {k: v[0] for k, v in self.custom.items()})
-        mlps = _View(self.mlp_logit, self.mlp_logit_diff, self.mlp_prob, {k: v[1] for k, v in self.custom.items()})
-        return heads, mlps
+    @property
+    def head_logit_diff(self) -> Float[Tensor, "layer head pair"]:
+        return self.heads.logit_diff
 
-    def per_pair(self, metric: str | Metric) -> tuple[Float[Tensor, "layer head pair"], Float[Tensor, "layer pair"]]:
+    @property
+    def head_prob(self) -> Float[Tensor, "layer head pair"]:
+        return self.heads.prob
+
+    @property
+    def mlp_logit(self) -> Float[Tensor, "layer pair"]:
+        return self.mlps.logit
+
+    @property
+    def mlp_logit_diff(self) -> Float[Tensor, "layer pair"]:
+        return self.mlps.logit_diff
+
+    @property
+    def mlp_prob(self) -> Float[Tensor, "layer pair"]:
+        return self.mlps.prob
+
+    @property
+    def custom(self) -> dict[str, tuple[Tensor, Tensor]]:
+        """Each custom metric's patched values, ``(heads, mlps)``."""
+        return {k: (v, self.mlps.custom[k]) for k, v in self.heads.custom.items()}
+
+    @property
+    def n_pairs(self) -> int:
+        return self.heads.n_pairs
+
+    def per_pair(self, metric: str | Metric = DEFAULT_METRIC
+                 ) -> tuple[Float[Tensor, "layer head pair"], Float[Tensor, "layer pair"]]:
         """The metric for each component and pair."""
         m = self.metric(metric)
-        heads, mlps = self._views()
-        return m.per_pair(heads, self.baseline), m.per_pair(mlps, self.baseline)
+        return m.per_pair(self.heads, self.baseline), m.per_pair(self.mlps, self.baseline)
 
-    def effects(self, metric: str | Metric = "relative_logit") -> tuple[Float[Tensor, "layer head"], Float[Tensor, " layer"]]:
+    def effects(self, metric: str | Metric = DEFAULT_METRIC) -> tuple[Float[Tensor, "layer head"], Float[Tensor, " layer"]]:
         """The metric over pairs (a mean, or the metric's own aggregate: ``fraction`` is a ratio of means)."""
         m = self.metric(metric)
-        heads, mlps = self._views()
-        return m.effect(heads, self.baseline), m.effect(mlps, self.baseline)
+        return m.effect(self.heads, self.baseline), m.effect(self.mlps, self.baseline)
 
-    def ranked(self, metric: str | Metric = "fraction") -> list[Ranked]:
+    def ranked(self, metric: str | Metric = DEFAULT_METRIC) -> list[Ranked]:
         """Every head with its effect, most important first (by the metric's sign)."""
         m = self.metric(metric)
         return rank(self.effects(m)[0], m.sign)
@@ -140,35 +147,31 @@ class SweepResult:
         m = self.metric(rule.metric)
         return [(i[0], e) for i, e in rule.select(self.effects(m)[1], m.sign)]
 
-    def select(self, idx: Sequence[int]) -> SweepResult:
-        """The same sweep restricted to the pairs ``idx`` (in that order)."""
-        i = torch.as_tensor(list(idx), dtype=torch.long)
-        return SweepResult(
-            mode=self.mode, baseline=self.baseline.select(i),
-            **{f"{k}_{r}": getattr(self, f"{k}_{r}")[..., i] for k in ("head", "mlp") for r in _READOUTS},
-            custom={k: (h[..., i], m[..., i]) for k, (h, m) in self.custom.items()}, custom_metrics=dict(self.custom_metrics),
-        )
+    def select(self, idx: Sequence[int] | Tensor) -> SweepResult:
+        """The same sweep restricted to the pairs ``idx`` (in that order; repeats allowed, as a bootstrap draws)."""
+        i = torch.as_tensor(idx if isinstance(idx, Tensor) else list(idx), dtype=torch.long)
+        return SweepResult(self.mode, self.baseline.select(i), self.heads.select(i), self.mlps.select(i),
+                           dict(self.custom_metrics))
 
     @classmethod
     def pool(cls, parts: Sequence[SweepResult]) -> SweepResult:
         """One sweep over the pairs of ``parts`` one after another (same mode and model). Each pair's patched values
         depend on that pair alone, so this is what a sweep over the pooled pairs computes (up to float rounding
-        from other batch shapes)."""
+        from other batch shapes). Custom metrics every part has are kept."""
         if not parts or len({p.mode for p in parts}) != 1:
             raise ValueError(f"Pooling needs sweeps of one mode, got {[p.mode for p in parts]}")
-        shared = set.intersection(*(set(p.custom) for p in parts))
+        shared = sorted(set.intersection(*(set(p.heads.custom) for p in parts)))
         return SweepResult(
-            mode=parts[0].mode, baseline=_concat([p.baseline for p in parts]),
-            **{f"{k}_{r}": torch.cat([getattr(p, f"{k}_{r}") for p in parts], -1) for k in ("head", "mlp")
-               for r in _READOUTS},
-            custom={k: (torch.cat([p.custom[k][0] for p in parts], -1), torch.cat([p.custom[k][1] for p in parts], -1))
-                    for k in sorted(shared)},
-            custom_metrics={k: parts[0].custom_metrics[k] for k in sorted(shared) if k in parts[0].custom_metrics},
+            parts[0].mode, cat_baselines([p.baseline for p in parts]),
+            Readouts.cat([p.heads for p in parts], shared), Readouts.cat([p.mlps for p in parts], shared),
+            {k: parts[0].custom_metrics[k] for k in shared if k in parts[0].custom_metrics},
         )
 
     def tensors(self) -> dict[str, Tensor]:
-        """What ``sweep.pt`` stores."""
-        out: dict = {f"{k}_{r}": getattr(self, f"{k}_{r}") for k in ("head", "mlp") for r in _READOUTS}
+        """What ``sweep.pt`` stores: ``head_logit`` ... ``mlp_prob``, ``baseline``, ``mode`` and ``custom``
+        (``{name: [heads, mlps]}``)."""
+        out: dict = {f"{k}_{r}": getattr(view, r) for k, view in (("head", self.heads), ("mlp", self.mlps))
+                     for r in READOUTS}
         out["baseline"] = self.baseline.to_dict()
         out["mode"] = self.mode
         out["custom"] = {k: list(v) for k, v in self.custom.items()}
@@ -176,9 +179,10 @@ class SweepResult:
 
     @classmethod
     def from_tensors(cls, d: dict, mode: Mode = "path") -> SweepResult:
-        return cls(mode=d.get("mode", mode), baseline=Baseline.from_dict(d["baseline"]),
-                   **{f"{k}_{r}": d[f"{k}_{r}"] for k in ("head", "mlp") for r in _READOUTS},
-                   custom={k: tuple(v) for k, v in d.get("custom", {}).items()})  # type: ignore[misc]
+        custom = d.get("custom", {})
+        views = [Readouts(*(d[f"{k}_{r}"] for r in READOUTS), custom={c: v[i] for c, v in custom.items()})
+                 for i, k in enumerate(("head", "mlp"))]
+        return cls(d.get("mode", mode), Baseline.from_dict(d["baseline"]), *views)
 
 
 def _warn_unlikely_answers(base: Baseline, top: int = 10) -> None:
@@ -193,12 +197,12 @@ def _warn_unlikely_answers(base: Baseline, top: int = 10) -> None:
                       "after a space) and that the model can do the task.", stacklevel=4)
 
 
-def all_components(model: HookedTransformer) -> list[Component]:
+def all_components(model: Model) -> list[Component]:
     heads = [Component("head", l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
     return heads + [Component.mlp(l) for l in range(model.cfg.n_layers)]
 
 
-def rows_for_budget(model: HookedTransformer, n_pairs: int, memory_mb: float) -> int:
+def rows_for_budget(model: Model, n_pairs: int, memory_mb: float) -> int:
     """Senders per chunk so that one chunk's working tensors fit ``memory_mb``."""
     cfg = model.cfg
     per_row = cfg.d_model * 6 + (cfg.d_mlp or 4 * cfg.d_model) * 3 + cfg.n_heads * 64
@@ -207,7 +211,7 @@ def rows_for_budget(model: HookedTransformer, n_pairs: int, memory_mb: float) ->
     return max(1, rows // max(n_pairs, 1))
 
 
-def work_items(model: HookedTransformer, n_pairs: int, comps: Sequence[Component], memory_mb: float
+def work_items(model: Model, n_pairs: int, comps: Sequence[Component], memory_mb: float
                ) -> tuple[list[slice], list[tuple[int, list[Component]]]]:
     """The pair blocks, and the ``(block, senders)`` items of a sweep, in order. They depend on the model, the
     number of pairs, the components and the budget, never on the number of ranks (which is what makes a sweep split
@@ -220,7 +224,7 @@ def work_items(model: HookedTransformer, n_pairs: int, comps: Sequence[Component
     return blocks, items
 
 
-def _item_cost(model: HookedTransformer, blocks: list[slice], item: tuple[int, list[Component]]) -> float:
+def _item_cost(model: Model, blocks: list[slice], item: tuple[int, list[Component]]) -> float:
     """Work of an item: each sender row runs every layer from its own to the last, for every pair of its block."""
     block = blocks[item[0]]
     return float((block.stop - block.start) * sum(model.cfg.n_layers - c.layer for c in item[1]))
@@ -229,7 +233,7 @@ def _item_cost(model: HookedTransformer, blocks: list[slice], item: tuple[int, l
 @timed("sweep")
 @torch.no_grad()
 def sweep(
-    model: HookedTransformer,
+    model: Model,
     pairs: Pairs,
     mode: Mode = "path",
     *,
@@ -243,8 +247,8 @@ def sweep(
     """Patch every component's END value from the counterfactual run, one END-only pass for many.
 
     Args:
-        model: a ``HookedTransformer`` (fp32, bf16 or fp16; grouped-query attention supported; possibly spread over
-            several GPUs, :func:`circuits.models.devices.spread`).
+        model: a ``Model`` (fp32, bf16 or fp16; grouped-query attention supported; possibly spread over
+            several GPUs, :func:`circuits.models.backend.spread`).
         pairs: prompt pairs: a list of :class:`~circuits.data.pairs.PromptPair`, a ``PairSet`` or a ``PairBatch``.
         mode: ``"path"`` (other heads frozen at their reference values) or ``"activation"``.
         components: senders to patch (default: every head and MLP); others are left NaN.
@@ -304,33 +308,27 @@ def sweep(
             bases.update(part_bases)
             done.update(part_done)
 
-    names = [*_READOUTS, *(m.name for m in custom)]
-    heads_out = {k: torch.full((L, H, P), float("nan")) for k in names}
-    mlps_out = {k: torch.full((L, P), float("nan")) for k in names}
+    names = [m.name for m in custom]
+    heads_out, mlps_out = Readouts.empty((L, H, P), names), Readouts.empty((L, P), names)
     for i, (owners, values) in done.items():
         block = blocks[items[i][0]]
         for j, c in enumerate(owners):
-            for k in names:
-                if c.kind == "head":
-                    heads_out[k][c.layer, c.head, block] = values[k][j]
-                else:
-                    mlps_out[k][c.layer, block] = values[k][j]
-    baseline = _concat([bases[b] for b in range(len(blocks))])
+            row = {k: v[j] for k, v in values.items()}
+            if c.kind == "head":
+                heads_out.put((c.layer, c.head, block), row)
+            else:
+                mlps_out.put((c.layer, block), row)
+    baseline = cat_baselines([bases[b] for b in range(len(blocks))])
     if D.is_main():
         _warn_unlikely_answers(baseline)
-    result = SweepResult(
-        mode=mode, baseline=baseline,
-        **{f"head_{k}": heads_out[k] for k in _READOUTS}, **{f"mlp_{k}": mlps_out[k] for k in _READOUTS},
-        custom={m.name: (heads_out[m.name], mlps_out[m.name]) for m in custom},
-        custom_metrics={m.name: m for m in custom},
-    )
+    result = SweepResult(mode, baseline, heads_out, mlps_out, {m.name: m for m in custom})
     if callable(prob):
         _fill_prob(model, mode, batch, blocks, bases, kept_runs, sorted(prob(result), key=Component.sort_key),
                    result, memory_mb)
     return result
 
 
-def _fill_prob(model: HookedTransformer, mode: Mode, batch: PairBatch, blocks: list[slice], bases: dict[int, Baseline],
+def _fill_prob(model: Model, mode: Mode, batch: PairBatch, blocks: list[slice], bases: dict[int, Baseline],
                kept: dict[int, object], comps: list[Component], result: SweepResult, memory_mb: float) -> None:
     """The second pass of ``sweep(prob=fn)``: the answer probability of ``comps`` (every rank computes all of it:
     the same computation everywhere, so every rank's result stays equal), written into ``result``."""
@@ -346,12 +344,12 @@ def _fill_prob(model: HookedTransformer, mode: Mode, batch: PairBatch, blocks: l
             owners, values = _sweep_chunk(model, mode, runs, sub, base, comps[i : i + per], (), prob=True)
             for j, c in enumerate(owners):
                 if c.kind == "head":
-                    result.head_prob[c.layer, c.head, block] = values["prob"][j]
+                    result.heads.prob[c.layer, c.head, block] = values["prob"][j]
                 else:
-                    result.mlp_prob[c.layer, block] = values["prob"][j]
+                    result.mlps.prob[c.layer, block] = values["prob"][j]
 
 
-def _sweep_chunk(model: HookedTransformer, mode: Mode, runs, batch: PairBatch, base: Baseline,
+def _sweep_chunk(model: Model, mode: Mode, runs, batch: PairBatch, base: Baseline,
                  chunk: list[Component], custom: Sequence[Metric], *, prob: bool = True
                  ) -> tuple[list[Component], dict[str, Tensor]]:
     """One END-only pass for the senders of ``chunk`` over one block of pairs: the senders in the order of their
@@ -388,13 +386,3 @@ def _sweep_chunk(model: HookedTransformer, mode: Mode, runs, batch: PairBatch, b
     values = readout(model, x.to(out), base.answer.to(out), base.cf_answer.to(out), custom, prob=prob)
     return owners, {k: v.cpu() for k, v in values.items()}
 
-
-def _concat(parts: list[Baseline]) -> Baseline:
-    """One baseline over all pairs from those of consecutive pair blocks."""
-    if len(parts) == 1:
-        return parts[0]
-    ranks = [p.answer_rank for p in parts]
-    return Baseline(**{f.name: torch.cat([getattr(p, f.name) for p in parts]) for f in fields(Baseline)
-                       if f.name not in ("custom", "answer_rank")},
-                    custom={k: torch.cat([p.custom[k] for p in parts]) for k in parts[0].custom},
-                    answer_rank=None if any(r is None for r in ranks) else torch.cat(ranks))

@@ -2,8 +2,9 @@
 
 The engine reads a few END quantities from every patched row -- the answer's logit, its difference to the
 counterfactual run's top token, the answer's probability -- and a :class:`Metric` turns patched and unpatched
-quantities into an effect. The paper's metric is :data:`RELATIVE_LOGIT`; :data:`FRACTION` (the default key
-rule's) divides the change by the change the whole counterfactual causes, which compares across models.
+quantities into an effect. The paper's metric is :data:`RELATIVE_LOGIT`; :data:`FRACTION` (:data:`DEFAULT_METRIC`,
+the default of every result's ``effects()`` and of the key rule) divides the change by the change the whole
+counterfactual causes, which compares across models.
 
 A metric may also be any function of the patched END logits, as TransformerLens's ``patching_metric`` is
 (:func:`logits_metric`): ``fn(logits: Float[Tensor, "pair d_vocab"]) -> Float[Tensor, " pair"]``. Its effect
@@ -137,6 +138,10 @@ PROB = Metric("prob", "mean change of the answer probability", -1, lambda p, b: 
 
 METRICS: dict[str, Metric] = {m.name: m for m in (RELATIVE_LOGIT, FRACTION, LOGIT_DIFF, PROB)}
 METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
+# The metric every ``effects()``, ``per_pair()``, ``ranked()``, ``key_heads()`` and ``top_heads()`` uses when none is
+# given, on every result type (sweeps, positions, neurons, edges, identify results), and the default key rule's
+# (``fraction>=0.05``): positive is important, and it compares across models. The paper's metric is relative_logit.
+DEFAULT_METRIC = "fraction"
 
 
 def get_metric(metric: str | Metric) -> Metric:

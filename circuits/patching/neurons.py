@@ -22,13 +22,13 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformer_lens import HookedTransformer
-from transformer_lens.utils import get_act_name
 
+from circuits.models.backend import Model, act_name
 from circuits.data.pairs import Pairs, as_batch
 from circuits.patching.end_layers import attention_at_end, baseline_from, check_supported, collect_runs, mlp_at_end, readout
 from circuits.patching.engine import rows_for_budget
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.ranking import contributions, order
 from circuits.patching.readouts import MetricViews, Readouts
 from circuits.types import MODES, Mode, Neuron
 
@@ -44,7 +44,7 @@ class NeuronSweep(MetricViews):
     readouts: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
 
-    def by_layer(self, metric: str | Metric = "fraction") -> dict[int, Tensor]:
+    def by_layer(self, metric: str | Metric = DEFAULT_METRIC) -> dict[int, Tensor]:
         """Effects of each layer's swept neurons, indexed by neuron (``[d_mlp]``, NaN where not swept)."""
         eff = self.effects(metric)
         layers = sorted({n.layer for n in self.neurons})
@@ -64,7 +64,7 @@ class NeuronSweep(MetricViews):
                    Readouts.from_tensors(d, "neuron"))
 
 
-def layer_neurons(model: HookedTransformer, layers: Sequence[int]) -> list[Neuron]:
+def layer_neurons(model: Model, layers: Sequence[int]) -> list[Neuron]:
     """Every neuron of ``layers``."""
     for l in layers:
         if not 0 <= int(l) < model.cfg.n_layers:
@@ -73,13 +73,13 @@ def layer_neurons(model: HookedTransformer, layers: Sequence[int]) -> list[Neuro
 
 
 @torch.no_grad()
-def end_posts(model: HookedTransformer, batch, runs, layers: Sequence[int]) -> tuple[dict[int, Tensor], dict[int, Tensor]]:
+def end_posts(model: Model, batch, runs, layers: Sequence[int]) -> tuple[dict[int, Tensor], dict[int, Tensor]]:
     """``hook_post`` at END of the reference (recomputed from the cached END ``resid_mid``, the model's own MLP) and
     of the counterfactual run (one forward up to the last layer needed), ``{layer: [pair, d_mlp]}``."""
     ref: dict[int, Tensor] = {}
     for l in layers:
         got: dict[str, Tensor] = {}
-        name = get_act_name("post", l)
+        name = act_name("post", l)
         with model.hooks(fwd_hooks=[(name, lambda act, hook: got.__setitem__("post", act.detach()))]):
             mlp_at_end(model, l, runs.resid_mid[l])
         ref[l] = got["post"].reshape(len(batch), -1)
@@ -91,12 +91,12 @@ def end_posts(model: HookedTransformer, batch, runs, layers: Sequence[int]) -> t
             cf[l] = act[rows, batch.end].detach()
         return hook
 
-    model.run_with_hooks(batch.counterfactual, fwd_hooks=[(get_act_name("post", l), grab(l)) for l in layers],
+    model.run_with_hooks(batch.counterfactual, fwd_hooks=[(act_name("post", l), grab(l)) for l in layers],
                          stop_at_layer=max(layers) + 1)
     return ref, cf
 
 
-def answer_readout(model: HookedTransformer, x: Float[Tensor, "sender pair d_model"], answer: Tensor,
+def answer_readout(model: Model, x: Float[Tensor, "sender pair d_model"], answer: Tensor,
                    cf_answer: Tensor) -> dict[str, Tensor]:
     """Answer logit and logit difference only: the final norm, then the two columns of the unembedding they need."""
     S, P, d = x.shape
@@ -110,7 +110,7 @@ def answer_readout(model: HookedTransformer, x: Float[Tensor, "sender pair d_mod
 
 @torch.no_grad()
 def sweep_neurons(
-    model: HookedTransformer,
+    model: Model,
     pairs: Pairs,
     mode: Mode = "path",
     *,
@@ -185,13 +185,13 @@ def top_neurons(effects: Float[Tensor, " d_mlp"], sign: int, share: float) -> li
     """The ``share`` (e.g. 0.01) of a layer's neurons with the most important effects (by the metric's sign), at
     least one."""
     k = max(1, round(share * effects.numel()))
-    return torch.argsort(torch.nan_to_num(effects * sign, nan=-float("inf")), descending=True)[:k].tolist()
+    return order(effects, sign)[:k].tolist()
 
 
 def effect_shares(effects: Float[Tensor, " d_mlp"], sign: int, fractions: Sequence[float] = (0.5, 0.8, 0.9)) -> dict[str, float]:
     """How concentrated a layer's neuron effects are: the share of neurons whose effects, most important first, add
     up to each fraction of the sum of all important-direction effects (Nikankin et al.: ~1% of neurons)."""
-    c = torch.nan_to_num(effects * sign, nan=0.0).clamp_min(0).sort(descending=True).values
+    c = contributions(effects, sign)
     total = float(c.sum())
     out: dict[str, float] = {}
     cum = c.cumsum(0)

@@ -12,19 +12,18 @@ from functools import partial
 
 import torch
 from torch import Tensor
-from transformer_lens import HookedTransformer
-from transformer_lens.utils import get_act_name
 
+from circuits.models.backend import Model, act_name
 from circuits.data.pairs import PairBatch
 from circuits.patching.metrics import Metric
 from circuits.types import Component, Mode, Neuron, Receiver
 
 
-def _end_logits(model: HookedTransformer, logits: Tensor, batch: PairBatch) -> Tensor:
+def _end_logits(model: Model, logits: Tensor, batch: PairBatch) -> Tensor:
     return logits[torch.arange(len(batch)), batch.end].float()
 
 
-def _run_end(model: HookedTransformer, tokens: Tensor, hooks: list, batch: PairBatch) -> Tensor:
+def _run_end(model: Model, tokens: Tensor, hooks: list, batch: PairBatch) -> Tensor:
     """END logits of a hooked forward: every block, then the model's final norm and unembedding at END only (the
     whole-vocabulary logits of every position would dominate a tiny model's plain loop)."""
     resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
@@ -39,12 +38,12 @@ def readouts_of(logits: Tensor, answer: Tensor, cf_answer: Tensor) -> dict[str, 
 
 
 @torch.no_grad()
-def cf_answer_plain(model: HookedTransformer, batch: PairBatch) -> Tensor:
+def cf_answer_plain(model: Model, batch: PairBatch) -> Tensor:
     return _run_end(model, batch.counterfactual, [], batch).argmax(-1)
 
 
 @torch.no_grad()
-def patch_at_plain(model: HookedTransformer, batch: PairBatch, sender: Component | Neuron, offset: int,
+def patch_at_plain(model: Model, batch: PairBatch, sender: Component | Neuron, offset: int,
                    cf_answer: Tensor, mode: Mode = "activation") -> dict[str, Tensor]:
     """END readouts after patching ``sender`` at position ``end - offset`` of each pair (activation patching; or
     path patching with every other head frozen)."""
@@ -54,11 +53,11 @@ def patch_at_plain(model: HookedTransformer, batch: PairBatch, sender: Component
     _, ref = model.run_with_cache(batch.reference, names_filter=names)
     _, cf = model.run_with_cache(batch.counterfactual, names_filter=names)
     if isinstance(sender, Neuron):
-        name, index = get_act_name("post", sender.layer), sender.index
+        name, index = act_name("post", sender.layer), sender.index
     elif sender.kind == "head":
-        name, index = get_act_name("z", sender.layer), sender.head
+        name, index = act_name("z", sender.layer), sender.head
     else:
-        name, index = get_act_name("mlp_out", sender.layer), None
+        name, index = act_name("mlp_out", sender.layer), None
 
     def patch(act: Tensor, hook) -> Tensor:
         act = act.clone()
@@ -76,14 +75,14 @@ def patch_at_plain(model: HookedTransformer, batch: PairBatch, sender: Component
 
     hooks = [(name, patch)]
     if mode == "path":
-        hooks = [(get_act_name("z", l), freeze) for l in range(model.cfg.n_layers)]
+        hooks = [(act_name("z", l), freeze) for l in range(model.cfg.n_layers)]
         if not (isinstance(sender, Component) and sender.kind == "head"):  # a head sender is patched by freeze()
             hooks.append((name, patch))
     return readouts_of(_run_end(model, batch.reference, hooks, batch), batch.answer, cf_answer)
 
 
 @torch.enable_grad()
-def attribute_plain(model: HookedTransformer, batch: PairBatch, metric: Metric, readout: str,
+def attribute_plain(model: Model, batch: PairBatch, metric: Metric, readout: str,
                     mode: Mode = "activation", drop_layer: int | None = None) -> dict[str, Tensor]:
     """Attribution patching as in the TransformerLens demo: full prompts, one forward with gradients, one
     backward. Returns ``(a_cf - a_ref) . grad`` at absolute positions: ``head [layer, pair, pos, head]``, ``mlp
@@ -106,9 +105,9 @@ def attribute_plain(model: HookedTransformer, batch: PairBatch, metric: Metric, 
         return act
 
     hooks = [("blocks.0.hook_resid_pre", lambda act, hook: act.detach().requires_grad_(True))]
-    hooks += [(get_act_name(s, l), keep) for l in range(L) for s in ("z", "mlp_out", "post", "pattern")]
+    hooks += [(act_name(s, l), keep) for l in range(L) for s in ("z", "mlp_out", "post", "pattern")]
     if drop_layer is not None:
-        hooks += [(get_act_name(s, drop_layer), lambda act, hook: act.detach()) for s in ("attn_out", "mlp_out")]
+        hooks += [(act_name(s, drop_layer), lambda act, hook: act.detach()) for s in ("attn_out", "mlp_out")]
     logits = model.run_with_hooks(batch.reference, fwd_hooks=hooks)
     end_logits = logits[rows, batch.end].float()
     if readout == "logit":
@@ -123,17 +122,17 @@ def attribute_plain(model: HookedTransformer, batch: PairBatch, metric: Metric, 
     grads = dict(zip(names, torch.autograd.grad(value.sum(), [store[n] for n in names], allow_unused=True)))
     grads = {n: torch.zeros_like(store[n]) if g is None else g for n, g in grads.items()}
     d = lambda n: (cf[n] - store[n].detach()) * grads[n]  # noqa: E731
-    out = {"head": torch.stack([d(get_act_name("z", l)).sum(-1) for l in range(L)]),
-           "mlp": torch.stack([d(get_act_name("mlp_out", l)).sum(-1) for l in range(L)]),
-           "neuron": torch.stack([d(get_act_name("post", l)) for l in range(L)])}
+    out = {"head": torch.stack([d(act_name("z", l)).sum(-1) for l in range(L)]),
+           "mlp": torch.stack([d(act_name("mlp_out", l)).sum(-1) for l in range(L)]),
+           "neuron": torch.stack([d(act_name("post", l)) for l in range(L)])}
     if mode == "activation":
-        out["A"] = [store[get_act_name("pattern", l)].detach() for l in range(L)]
-        out["G"] = [grads[get_act_name("pattern", l)] for l in range(L)]
+        out["A"] = [store[act_name("pattern", l)].detach() for l in range(L)]
+        out["G"] = [grads[act_name("pattern", l)] for l in range(L)]
     return out
 
 
 @torch.no_grad()
-def edge_caches(model: HookedTransformer, batch: PairBatch) -> tuple:
+def edge_caches(model: Model, batch: PairBatch) -> tuple:
     """The reference and counterfactual caches :func:`edge_plain` reads (cache once per batch, as a user would)."""
     _, ref = model.run_with_cache(batch.reference, names_filter=lambda n: n.endswith(("hook_z", "hook_resid_pre",
                                                                                    "hook_resid_mid")))
@@ -142,7 +141,7 @@ def edge_caches(model: HookedTransformer, batch: PairBatch) -> tuple:
 
 
 @torch.no_grad()
-def edge_plain(model: HookedTransformer, batch: PairBatch, sender: Component, receiver: Receiver,
+def edge_plain(model: Model, batch: PairBatch, sender: Component, receiver: Receiver,
                cf_answer: Tensor, caches: tuple | None = None) -> dict[str, Tensor]:
     """Path patching from ``sender`` to ``receiver`` at END, as in Wang et al. (2023a): (1) run the reference with
     the sender's END output from the counterfactual run and every other head frozen at its reference value (MLPs
@@ -167,10 +166,10 @@ def edge_plain(model: HookedTransformer, batch: PairBatch, sender: Component, re
         out[rows, end] = cf[hook.name][rows, end]
         return out
 
-    hooks = [(get_act_name("z", l), partial(freeze, layer=l)) for l in range(L)]
+    hooks = [(act_name("z", l), partial(freeze, layer=l)) for l in range(L)]
     if sender.kind == "mlp":
-        hooks.append((get_act_name("mlp_out", sender.layer), patch_mlp))
-    hooks.append((get_act_name(site, r_layer), lambda act, hook: got.__setitem__("x", act[rows, end].clone())))
+        hooks.append((act_name("mlp_out", sender.layer), patch_mlp))
+    hooks.append((act_name(site, r_layer), lambda act, hook: got.__setitem__("x", act[rows, end].clone())))
     model.run_with_hooks(batch.reference, fwd_hooks=hooks, stop_at_layer=r_layer + 1)
     x = got["x"]
     split, mlp_in = model.cfg.use_split_qkv_input, model.cfg.use_hook_mlp_in
@@ -192,7 +191,7 @@ def edge_plain(model: HookedTransformer, batch: PairBatch, sender: Component, re
                 return out
 
             hooks = [(f"blocks.{r_layer}.hook_{receiver.channel}_input", patch_input),
-                     (get_act_name("z", r_layer), keep_others)]
+                     (act_name("z", r_layer), keep_others)]
         else:
             model.set_use_hook_mlp_in(True)
 

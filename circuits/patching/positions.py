@@ -27,15 +27,14 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformer_lens import HookedTransformer
-from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
-from transformer_lens.utils import get_act_name
 
+from circuits.models.backend import Model, act_name, frozen_cache_entry
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported, readout
 from circuits.patching.engine import all_components
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.readouts import (
+    MetricLookup,
     Readouts,
     Sender,
     baseline_of,
@@ -64,7 +63,7 @@ class _Runs:
 
 
 @torch.no_grad()
-def _collect(model: HookedTransformer, batch: PairBatch, neuron_layers: set[int]) -> _Runs:
+def _collect(model: Model, batch: PairBatch, neuron_layers: set[int]) -> _Runs:
     L = model.cfg.n_layers
     ref: dict[str, Tensor] = {}
     cf: dict[str, Tensor] = {}
@@ -75,19 +74,19 @@ def _collect(model: HookedTransformer, batch: PairBatch, neuron_layers: set[int]
             store[name] = act.detach()
         return hook
 
-    final = get_act_name("resid_post", L - 1)
-    ref_names = [get_act_name(s, l) for l in range(L) for s in ("resid_pre", "k", "v")] + [final]
-    cf_names = [get_act_name(s, l) for l in range(L) for s in ("z", "mlp_out")] + [final]
-    cf_names += [get_act_name("post", l) for l in sorted(neuron_layers)]
+    final = act_name("resid_post", L - 1)
+    ref_names = [act_name(s, l) for l in range(L) for s in ("resid_pre", "k", "v")] + [final]
+    cf_names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")] + [final]
+    cf_names += [act_name("post", l) for l in sorted(neuron_layers)]
     model.run_with_hooks(batch.reference, fwd_hooks=[(n, keep(ref, n)) for n in ref_names], stop_at_layer=L)
     model.run_with_hooks(batch.counterfactual, fwd_hooks=[(n, keep(cf, n)) for n in cf_names], stop_at_layer=L)
-    per = lambda d, site: [d[get_act_name(site, l)] for l in range(L)]  # noqa: E731
+    per = lambda d, site: [d[act_name(site, l)] for l in range(L)]  # noqa: E731
     return _Runs(per(ref, "resid_pre"), per(ref, "k"), per(ref, "v"), per(cf, "z"), per(cf, "mlp_out"),
-                 {l: cf[get_act_name("post", l)] for l in neuron_layers},
+                 {l: cf[act_name("post", l)] for l in neuron_layers},
                  ref[final][rows, batch.end], cf[final][rows, batch.end])
 
 
-def _row_bytes(model: HookedTransformer, n_tokens: int, n_cached: int) -> int:
+def _row_bytes(model: Model, n_tokens: int, n_cached: int) -> int:
     cfg = model.cfg
     n_kv = cfg.n_key_value_heads or cfg.n_heads
     per_token = cfg.d_model * 8 + (cfg.d_mlp or 4 * cfg.d_model) * 4 + cfg.n_heads * (cfg.d_head * 3 + n_tokens + n_cached)
@@ -101,11 +100,11 @@ def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, pos:
     for start, s in new:
         rows = torch.arange(start, start + G, device=pairs.device)
         if isinstance(s, Neuron):
-            by_site.setdefault(get_act_name("post", s.layer), []).append((rows, s.index, s.layer))
+            by_site.setdefault(act_name("post", s.layer), []).append((rows, s.index, s.layer))
         elif s.kind == "head":
-            by_site.setdefault(get_act_name("z", s.layer), []).append((rows, s.head, s.layer))
+            by_site.setdefault(act_name("z", s.layer), []).append((rows, s.head, s.layer))
         else:
-            by_site.setdefault(get_act_name("mlp_out", s.layer), []).append((rows, None, s.layer))
+            by_site.setdefault(act_name("mlp_out", s.layer), []).append((rows, None, s.layer))
     hooks = []
     for name, items in by_site.items():
         def hook(act: Tensor, hook, items=items, name=name) -> Tensor:
@@ -122,7 +121,7 @@ def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, pos:
 
 
 @torch.no_grad()
-def _suffix_pass(model: HookedTransformer, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
+def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
                  answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
     """Patched END readouts ``[sender, pair]`` for ``senders`` patched at position ``pos[g]`` of each pair (``k``
     positions before its END): the suffix ``pos..END`` runs through TransformerLens's blocks over the reference's
@@ -155,8 +154,7 @@ def _suffix_pass(model: HookedTransformer, runs: _Runs, pairs: Tensor, pos: Tens
         keys, values = runs.keys[layer][pairs[:, None], src], runs.values[layer][pairs[:, None], src]
         if padded:
             keys, values = keys * keep[..., None, None], values * keep[..., None, None]
-        entry = TransformerLensKeyValueCacheEntry(past_keys=keys.repeat(reps, 1, 1, 1),
-                                                  past_values=values.repeat(reps, 1, 1, 1), frozen=True)
+        entry = frozen_cache_entry(keys.repeat(reps, 1, 1, 1), values.repeat(reps, 1, 1, 1))
         with model.hooks(fwd_hooks=_patch_hooks(runs, starts, pairs, pos, G)):
             x = model.blocks[layer](x, past_kv_cache_entry=entry,
                                     attention_mask=mask.repeat(reps, 1) if mask is not None else None)
@@ -166,7 +164,7 @@ def _suffix_pass(model: HookedTransformer, runs: _Runs, pairs: Tensor, pos: Tens
 
 
 @dataclass
-class PositionSweep:
+class PositionSweep(MetricLookup):
     """Patched END quantities for senders patched at each offset from END, per pair (float32).
 
     ``heads`` is ``[layer, head, offset, pair]``, ``mlps`` ``[layer, offset, pair]`` and ``neurons``
@@ -188,11 +186,6 @@ class PositionSweep:
     def n_offsets(self) -> int:
         return self.heads.logit.shape[2]
 
-    def metric(self, metric: str | Metric) -> Metric:
-        if isinstance(metric, str) and metric in self.custom_metrics:
-            return self.custom_metrics[metric]
-        return get_metric(metric)
-
     def _effect(self, view: Readouts, metric: Metric) -> Tensor:
         """The metric over the pairs that have each offset: ``[..., offset]``."""
         out = torch.full(view.logit.shape[:-1], float("nan"))
@@ -203,12 +196,12 @@ class PositionSweep:
                 out[..., k] = metric.effect(sub, self.baseline.select(valid))
         return out
 
-    def effects(self, metric: str | Metric = "logit_diff") -> tuple[Float[Tensor, "layer head offset"], Float[Tensor, "layer offset"]]:
+    def effects(self, metric: str | Metric = DEFAULT_METRIC) -> tuple[Float[Tensor, "layer head offset"], Float[Tensor, "layer offset"]]:
         """Heads ``[layer, head, offset]`` and MLPs ``[layer, offset]`` by ``metric`` (over pairs with that offset)."""
         m = self.metric(metric)
         return self._effect(self.heads, m), self._effect(self.mlps, m)
 
-    def neuron_effects(self, metric: str | Metric = "logit_diff") -> Float[Tensor, "neuron offset"]:
+    def neuron_effects(self, metric: str | Metric = DEFAULT_METRIC) -> Float[Tensor, "neuron offset"]:
         return self._effect(self.neurons, self.metric(metric))
 
     def value(self, node: Node, metric: str | Metric) -> float:
@@ -221,8 +214,7 @@ class PositionSweep:
             view = self.heads.index((s.layer, s.head))
         else:
             view = self.mlps.index((s.layer,))
-        return float(self._effect(Readouts(*(t[None] for t in (view.logit, view.logit_diff, view.prob)),
-                                           {c: v[None] for c, v in view.custom.items()}), m)[0, k])
+        return float(self._effect(view.index((None,)), m)[0, k])
 
     def tensors(self) -> dict:
         return {**self.heads.tensors("head"), **self.mlps.tensors("mlp"), **self.neurons.tensors("neuron"),
@@ -255,7 +247,7 @@ def _plan(senders: Sequence[Sender], offsets: Sequence[int] | None, nodes: Seque
 
 @torch.no_grad()
 def sweep_positions(
-    model: HookedTransformer,
+    model: Model,
     pairs: Pairs,
     *,
     senders: Sequence[Sender] | None = None,

@@ -9,8 +9,15 @@ A rule is a threshold on one metric or the top k by one metric, written as a str
 - ``top10`` or ``top10:relative_logit``: the k most important heads by a metric (default ``fraction``).
 
 "Most important" follows each metric's sign (:attr:`circuits.patching.metrics.Metric.sign`): a drop of the
-answer logit, logit difference or probability; a large positive fraction. :func:`rank` is the only ranking:
-results, knockout curves, fine-tuning and the figures all order heads through it.
+answer logit, logit difference or probability; a large positive fraction.
+
+The one ranking. :func:`order` is the only sign-and-sort of effects in the package: ``effects * sign`` from the
+largest down, ties in the order of the flat index (a stable sort, so every path orders ties alike), NaN entries
+(components not swept) last or left out. Built on it: :func:`ranked_entries` (any shape, with indices),
+:func:`rank` (heads ``[layer, head]``), :func:`rank_mlps` (MLPs ``[layer]``) and :meth:`KeyRule.select`;
+:func:`contributions` sorts the effects themselves (how concentrated they are). Results,
+rules, knockout curves, fine-tuning, screens, edges, neurons and the figures all order components through them
+(``tests/unit/test_rules.py`` greps the package for any other ``argsort``).
 """
 
 from __future__ import annotations
@@ -20,13 +27,13 @@ import re
 from dataclasses import dataclass
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 from torch import Tensor
 
-from circuits.patching.metrics import METRICS
+from circuits.patching.metrics import DEFAULT_METRIC, METRICS
 from circuits.types import Head
 
-DEFAULT_KEY_RULE = "fraction>=0.05"
+DEFAULT_KEY_RULE = f"{DEFAULT_METRIC}>=0.05"
 Ranked = tuple[Head, float]
 _THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*(\S+)\s*$")
 _TOP = re.compile(r"^\s*top\s*:?\s*(\d+)\s*(?::\s*([A-Za-z_][A-Za-z0-9_]*))?\s*$", re.IGNORECASE)
@@ -61,7 +68,7 @@ class KeyRule:
         elif (m := _TOP.match(text)) is not None:
             if int(m.group(1)) < 1:
                 raise ValueError(f"Key rule {text!r} selects no heads; use top1 or more.")
-            rule = cls(metric=m.group(2) or "fraction", top_k=int(m.group(1)))
+            rule = cls(metric=m.group(2) or DEFAULT_METRIC, top_k=int(m.group(1)))
         else:
             raise ValueError(f"Cannot read key rule {text!r}. Accepted: {_ACCEPTED}.")
         if rule.metric not in METRICS and rule.metric not in custom:
@@ -83,18 +90,53 @@ class KeyRule:
         ``sign``: the metric's important direction (default: the built-in metric's)."""
         sign = METRICS[self.metric].sign if sign is None else sign
         flat = effects.flatten()
-        order = torch.argsort(torch.nan_to_num(flat * sign, nan=-math.inf), descending=True, stable=True)
-        order = order[~torch.isnan(flat[order])]
+        chosen = order(flat, sign)
         if self.top_k is not None:
-            chosen = order[: self.top_k]
+            chosen = chosen[: self.top_k]
         else:
             ops = {"<": torch.lt, "<=": torch.le, ">": torch.gt, ">=": torch.ge}
             mask = ops[self.op](flat, self.threshold)  # type: ignore[index]
-            chosen = order[mask[order]]
-        return [(tuple(int(v) for v in torch.unravel_index(torch.tensor(i), effects.shape)), float(flat[i]))
-                for i in chosen.tolist()]
+            chosen = chosen[mask[chosen]]
+        return [(_unravel(i, effects.shape), float(flat[i])) for i in chosen.tolist()]
+
+
+def order(effects: Float[Tensor, "..."], sign: int, *, keep_nan: bool = False) -> Int[Tensor, " n"]:
+    """Flat indices of ``effects``, most important first: ``effects * sign`` from the largest down (``sign=-1`` puts
+    the most negative first), ties by flat index; NaN entries left out, or last (by index) with ``keep_nan``.
+
+    The package's only sign-and-sort: every ranking, rule and top-k goes through it."""
+    if sign not in (-1, 1):
+        raise ValueError(f"sign must be -1 (a drop is important) or +1 (a rise is), got {sign!r}")
+    flat = effects.detach().flatten()
+    nan = torch.isnan(flat)
+    valid = torch.nonzero(~nan).flatten()
+    out = valid[torch.argsort(flat[valid] * sign, descending=True, stable=True)]
+    return torch.cat([out, torch.nonzero(nan).flatten()]) if keep_nan else out
+
+
+def _unravel(i: int, shape: torch.Size) -> tuple[int, ...]:
+    return tuple(int(v) for v in torch.unravel_index(torch.tensor(i), shape))
+
+
+def ranked_entries(effects: Float[Tensor, "..."], sign: int) -> list[tuple[tuple[int, ...], float]]:
+    """Every non-NaN entry of ``effects`` (any shape) as ``(index, effect)``, most important first."""
+    flat = effects.flatten()
+    return [(_unravel(i, effects.shape), float(flat[i])) for i in order(flat, sign).tolist()]
+
+
+def contributions(effects: Float[Tensor, "..."], sign: int) -> Float[Tensor, " n"]:
+    """Every entry's effect in the important direction (``effects * sign``; opposite effects and NaN count 0), largest
+    first: how concentrated the effects are (the values sorted, not which component has them)."""
+    if sign not in (-1, 1):
+        raise ValueError(f"sign must be -1 (a drop is important) or +1 (a rise is), got {sign!r}")
+    return torch.nan_to_num(effects.flatten() * sign, nan=0.0).clamp_min(0).sort(descending=True).values
 
 
 def rank(head_effects: Float[Tensor, "layer head"], sign: int) -> list[Ranked]:
-    """Every head with its effect, most important first: ``sign=-1`` puts the most negative first."""
-    return [(Head(l, h), e) for (l, h), e in KeyRule(metric="fraction", top_k=head_effects.numel()).select(head_effects, sign)]
+    """Every head with its effect, most important first: ``sign=-1`` puts the most negative first (NaN left out)."""
+    return [(Head(l, h), e) for (l, h), e in ranked_entries(head_effects, sign)]
+
+
+def rank_mlps(mlp_effects: Float[Tensor, " layer"], sign: int) -> list[tuple[int, float]]:
+    """Every MLP layer with its effect, most important first (NaN left out)."""
+    return [(l, e) for (l,), e in ranked_entries(mlp_effects, sign)]

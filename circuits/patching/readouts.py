@@ -5,8 +5,12 @@ Every engine of this step -- the END sweep (:mod:`~circuits.patching.engine`), t
 (:mod:`~circuits.patching.positions`), single neurons (:mod:`~circuits.patching.neurons`), edges
 (:mod:`~circuits.patching.edges`) and the attribution screen (:mod:`~circuits.patching.attribution`) -- reads the
 same three END quantities of each patched row (answer logit, logit difference, answer probability) and hands
-them to a :class:`~circuits.patching.metrics.Metric` with the unpatched :class:`Baseline`. The view below is the
-``Patched`` protocol those metrics take, for tensors of any leading shape ``[..., pair]``.
+them to a :class:`~circuits.patching.metrics.Metric` with the unpatched :class:`Baseline`. :class:`Readouts` is the
+one type they return (the ``Patched`` protocol those metrics take, for tensors of any leading shape ``[..., pair]``):
+the END sweep holds one for heads and one for MLPs, the position, neuron and edge sweeps theirs; a subset of pairs
+is :meth:`Readouts.select` (a bootstrap resample, a split by problem form) and pooled parts are :meth:`Readouts.cat`.
+:class:`MetricLookup` and :class:`MetricViews` give every result the same ``metric`` / ``effects`` / ``per_pair``
+with one default metric (:data:`~circuits.patching.metrics.DEFAULT_METRIC`).
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ from typing import Union
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
 
+from circuits.models.backend import Model
 from circuits.data.pairs import PairBatch
 from circuits.patching.end_layers import baseline_from
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.types import Component, Neuron
 
 READOUTS = ("logit", "logit_diff", "prob")
@@ -42,8 +46,12 @@ class Readouts:
     prob: Tensor
     custom: dict[str, Tensor] = field(default_factory=dict)
 
+    @property
+    def n_pairs(self) -> int:
+        return self.logit.shape[-1]
+
     def select(self, idx: Tensor | slice | list[int]) -> Readouts:
-        """The same view over a subset of pairs (the last axis)."""
+        """The same view over a subset of pairs (the last axis; in the order of ``idx``, repeats allowed)."""
         return Readouts(self.logit[..., idx], self.logit_diff[..., idx], self.prob[..., idx],
                         {k: v[..., idx] for k, v in self.custom.items()})
 
@@ -60,6 +68,20 @@ class Readouts:
     def from_tensors(cls, d: dict[str, Tensor], prefix: str) -> Readouts:
         custom = {k[len(prefix) + 8:]: v for k, v in d.items() if k.startswith(f"{prefix}_custom_")}
         return cls(*(d[f"{prefix}_{r}"] for r in READOUTS), custom=custom)
+
+    @classmethod
+    def cat(cls, parts: Sequence[Readouts], custom: Sequence[str] | None = None) -> Readouts:
+        """Views of consecutive sets of pairs as one (joined along the pair axis); ``custom``: the custom metrics to
+        keep (default: those of the first part; every part must have them)."""
+        if not parts:
+            raise ValueError("Readouts.cat needs at least one part")
+        keep = list(parts[0].custom) if custom is None else list(custom)
+        for k in keep:
+            if any(k not in p.custom for p in parts):
+                raise ValueError(f"Custom metric {k!r} is missing from some of the readouts joined; keep only the "
+                                 f"ones every part has ({', '.join(sorted(set.intersection(*(set(p.custom) for p in parts))))})")
+        return cls(*(torch.cat([getattr(p, r) for p in parts], -1) for r in READOUTS),
+                   custom={k: torch.cat([p.custom[k] for p in parts], -1) for k in keep})
 
     @classmethod
     def empty(cls, shape: tuple[int, ...], custom: Sequence[str] = ()) -> Readouts:
@@ -82,18 +104,23 @@ class Readouts:
             self.custom[k][idx + (pairs,)] = base.custom[k][pairs]
 
 
-def baseline_of(model: HookedTransformer, answer: Int[Tensor, " pair"], ref_end: Float[Tensor, "pair d_model"],
+def baseline_of(model: Model, answer: Int[Tensor, " pair"], ref_end: Float[Tensor, "pair d_model"],
                 cf_end: Float[Tensor, "pair d_model"], custom: Sequence[Metric] = ()) -> Baseline:
     """The unpatched END quantities from the final END residuals of both runs (the END engine's own arithmetic)."""
     return baseline_from(model, answer, SimpleNamespace(ref_end_resid=ref_end, cf_end_resid=cf_end), custom)  # type: ignore[arg-type]
 
 
 def cat_baselines(parts: Sequence[Baseline]) -> Baseline:
-    """Baselines of consecutive chunks of pairs as one."""
-    first = parts[0]
-    names = [k for k in first.to_dict() if k != "custom"]
+    """Baselines of consecutive chunks of pairs as one. ``answer_rank`` is kept where every part has it (``None``
+    otherwise: a baseline saved before it existed); custom values are kept where every part has them."""
+    if not parts:
+        raise ValueError("cat_baselines needs at least one baseline")
+    names = [k for k in parts[0].to_dict() if k not in ("custom", "answer_rank")]
+    ranks = [b.answer_rank for b in parts]
+    shared = [k for k in parts[0].custom if all(k in b.custom for b in parts)]
     return Baseline(**{k: torch.cat([getattr(b, k) for b in parts]) for k in names},
-                    custom={k: torch.cat([b.custom[k] for b in parts]) for k in first.custom})
+                    custom={k: torch.cat([b.custom[k] for b in parts]) for k in shared},
+                    answer_rank=None if any(r is None for r in ranks) else torch.cat(ranks))
 
 
 def first_difference(batch: PairBatch) -> Int[Tensor, " pair"]:
@@ -113,7 +140,7 @@ def sender_sort_key(s: Sender) -> tuple[int, int, int]:
     return (s.layer, 0 if s.kind == "head" else 2, s.head or 0)
 
 
-def check_senders(model: HookedTransformer, senders: Sequence[Sender]) -> None:
+def check_senders(model: Model, senders: Sequence[Sender]) -> None:
     """One clear line for a sender outside the model."""
     cfg = model.cfg
     for s in senders:
@@ -147,23 +174,28 @@ def spearman(a: Tensor, b: Tensor) -> float:
     return float((ra @ rb).item() / denom) if denom > 0 else float("nan")
 
 
-class MetricViews:
+class MetricLookup:
+    """A metric by name for a result holding ``custom_metrics`` (a custom one first, then the built-in ones)."""
+
+    custom_metrics: dict[str, Metric]
+
+    def metric(self, metric: str | Metric = DEFAULT_METRIC) -> Metric:
+        if isinstance(metric, str) and metric in self.custom_metrics:
+            return self.custom_metrics[metric]
+        return get_metric(metric)
+
+
+class MetricViews(MetricLookup):
     """``effects`` / ``per_pair`` of a sweep result holding ``readouts``, ``baseline`` and ``custom_metrics``: a
     metric by name (a custom one first) applied to the patched readouts."""
 
     readouts: Readouts
     baseline: Baseline
-    custom_metrics: dict[str, Metric]
 
-    def metric(self, metric: str | Metric) -> Metric:
-        if isinstance(metric, str) and metric in self.custom_metrics:
-            return self.custom_metrics[metric]
-        return get_metric(metric)
-
-    def effects(self, metric: str | Metric = "fraction") -> Tensor:
+    def effects(self, metric: str | Metric = DEFAULT_METRIC) -> Tensor:
         """The mean effect per sender (shape of the readouts without their pair axis)."""
         return self.metric(metric).effect(self.readouts, self.baseline)
 
-    def per_pair(self, metric: str | Metric = "fraction") -> Tensor:
+    def per_pair(self, metric: str | Metric = DEFAULT_METRIC) -> Tensor:
         """The effect per sender and pair."""
         return self.metric(metric).per_pair(self.readouts, self.baseline)

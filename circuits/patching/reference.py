@@ -14,9 +14,8 @@ from functools import partial
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import ActivationCache, HookedTransformer
-from transformer_lens.utils import get_act_name
 
+from circuits.models.backend import ActivationCache, Model, act_name
 from circuits.data.pairs import PairBatch
 from circuits.patching.metrics import Baseline
 from circuits.types import Component, Mode
@@ -32,7 +31,7 @@ def _end_values(logits: Tensor, batch: PairBatch, base: Baseline) -> tuple[Tenso
 
 
 @torch.no_grad()
-def baseline_plain(model: HookedTransformer, batch: PairBatch) -> Baseline:
+def baseline_plain(model: Model, batch: PairBatch) -> Baseline:
     """The unpatched END quantities from two full forward passes (no cache, no END-only shortcut)."""
     rows = torch.arange(len(batch))
     ref = model(batch.reference)[rows, batch.end].float()
@@ -47,7 +46,7 @@ def baseline_plain(model: HookedTransformer, batch: PairBatch) -> Baseline:
 
 
 @torch.no_grad()
-def cache_runs(model: HookedTransformer, batch: PairBatch) -> tuple[ActivationCache, ActivationCache]:
+def cache_runs(model: Model, batch: PairBatch) -> tuple[ActivationCache, ActivationCache]:
     """``hook_z`` of the reference run; ``hook_z`` and ``hook_mlp_out`` of the counterfactual run."""
     _, ref_cache = model.run_with_cache(batch.reference, names_filter=lambda n: n.endswith("hook_z"))
     _, cf_cache = model.run_with_cache(
@@ -58,7 +57,7 @@ def cache_runs(model: HookedTransformer, batch: PairBatch) -> tuple[ActivationCa
 
 @torch.no_grad()
 def patch_component_plain(
-    model: HookedTransformer,
+    model: Model,
     batch: PairBatch,
     component: Component,
     mode: Mode,
@@ -71,9 +70,9 @@ def patch_component_plain(
     ref_cache, cf_cache = caches or cache_runs(model, batch)
 
     def freeze_z(z: Tensor, hook, layer: int) -> Tensor:
-        z = ref_cache[get_act_name("z", layer)].clone()
+        z = ref_cache[act_name("z", layer)].clone()
         if component.kind == "head" and component.layer == layer:
-            z[rows, end, component.head] = cf_cache[get_act_name("z", layer)][rows, end, component.head]
+            z[rows, end, component.head] = cf_cache[act_name("z", layer)][rows, end, component.head]
         return z
 
     def patch_z(z: Tensor, hook) -> Tensor:
@@ -88,18 +87,18 @@ def patch_component_plain(
 
     hooks = []
     if mode == "path":
-        hooks += [(get_act_name("z", l), partial(freeze_z, layer=l)) for l in range(model.cfg.n_layers)]
+        hooks += [(act_name("z", l), partial(freeze_z, layer=l)) for l in range(model.cfg.n_layers)]
     elif component.kind == "head":
-        hooks.append((get_act_name("z", component.layer), patch_z))
+        hooks.append((act_name("z", component.layer), patch_z))
     if component.kind == "mlp":
-        hooks.append((get_act_name("mlp_out", component.layer), patch_mlp))
+        hooks.append((act_name("mlp_out", component.layer), patch_mlp))
     logits = model.run_with_hooks(batch.reference, fwd_hooks=hooks)
     return _end_values(logits, batch, base)
 
 
 @torch.no_grad()
 def sweep_plain(
-    model: HookedTransformer, batch: PairBatch, mode: Mode, components: list[Component]
+    model: Model, batch: PairBatch, mode: Mode, components: list[Component]
 ) -> tuple[Baseline, dict[Component, tuple[Tensor, Tensor, Tensor]]]:
     """The plain loop over ``components``: its own baseline, and ``{component: (logit, logit_diff, prob)}`` per pair."""
     base = baseline_plain(model, batch)

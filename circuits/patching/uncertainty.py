@@ -18,8 +18,7 @@ from torch import Tensor
 
 from circuits.patching.engine import SweepResult
 from circuits.patching.metrics import METRICS, Metric
-from circuits.patching.readouts import Readouts
-from circuits.patching.ranking import KeyRule
+from circuits.patching.ranking import KeyRule, order
 
 
 @dataclass
@@ -39,15 +38,8 @@ class Intervals:
                 "n_bootstrap": self.n_boot}
 
 
-def views(sweep: SweepResult) -> tuple[Readouts, Readouts]:
-    """The sweep's patched values as metric views: heads ``[layer, head, pair]`` and MLPs ``[layer, pair]``."""
-    heads = Readouts(sweep.head_logit, sweep.head_logit_diff, sweep.head_prob, {k: v[0] for k, v in sweep.custom.items()})
-    mlps = Readouts(sweep.mlp_logit, sweep.mlp_logit_diff, sweep.mlp_prob, {k: v[1] for k, v in sweep.custom.items()})
-    return heads, mlps
-
-
 class _Resample:
-    """``view.select(idx)`` (of :class:`Readouts` or :class:`Baseline`), gathering only the fields a metric reads: a
+    """``view.select(idx)`` (of :class:`~circuits.patching.readouts.Readouts` or :class:`Baseline`), gathering only the fields a metric reads: a
     metric reads one or two of them, and 1,000 resamples of every field made saving an identify result take seconds."""
 
     def __init__(self, source: Any, idx: Tensor) -> None:
@@ -67,8 +59,8 @@ def bootstrap(sweep: SweepResult, metric: str | Metric, n_boot: int = 1000, leve
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
     m = sweep.metric(metric)
-    heads, mlps = views(sweep)
-    P = sweep.head_logit.shape[-1]
+    heads, mlps = sweep.heads, sweep.mlps
+    P = sweep.n_pairs
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, P, (n_boot, P), generator=g)
     hs, ms = [], []
@@ -94,9 +86,9 @@ def rule_threshold(rule: KeyRule, effects: Tensor, sign: int) -> float:
     if rule.threshold is not None:
         return float(rule.threshold)
     flat = effects.flatten()
-    order = torch.argsort(torch.nan_to_num(flat * sign, nan=-math.inf), descending=True)
+    ranked = order(flat, sign, keep_nan=True)
     k = rule.top_k or 0
-    return float(flat[order[k]]) if k < len(flat) else float("nan")
+    return float(flat[ranked[k]]) if k < len(flat) else float("nan")
 
 
 def crosses(low: float, high: float, threshold: float) -> bool:

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
-from circuits.models.devices import check_dtype as check_device  # noqa: F401  (fp16 on a CPU: one clear error)
+from circuits.models.backend import check_dtype as check_device  # noqa: F401  (fp16 on a CPU: one clear error)
 from circuits.sft import plan as hm
 
 PRECISIONS: tuple[str, ...] = ("float32", "bfloat16", "float16")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 from transformer_lens import HookedTransformer
-from transformer_lens.utils import get_act_name
+from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair
 from circuits.models.forward import end_residuals, unembed_end

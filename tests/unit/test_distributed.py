@@ -53,7 +53,7 @@ def test_pair_blocks_are_work_items_and_give_the_same_sweep(tiny_llama, monkeypa
 
 def test_layers_over_devices_follow_transformer_lens():
     """Where each block of a spread model goes (no GPU needed to compute it), and the one-line errors here."""
-    from circuits.models.devices import block_devices, spread
+    from circuits.models.backend import block_devices, spread
 
     devices = block_devices(32, "cuda:0", 4)
     assert [d.index for d in devices] == [i // 8 for i in range(32)]

@@ -43,3 +43,95 @@ def test_rank_returns_every_head_and_skips_unswept():
     assert [h for h, _ in ranked] == [Head(0, 0), Head(1, 0), Head(0, 1), Head(1, 2), Head(1, 1)]
     assert all(not math.isnan(e) for _, e in ranked)
     assert [h for h, _ in rank(frac, sign=-1)][0] == Head(1, 1)
+
+
+# --- the one ranking -------------------------------------------------------------------------------
+
+
+def _plain_order(values: list[float], sign: int) -> list[int]:
+    """The reference: non-NaN entries by value * sign from the largest down, ties by index."""
+    return sorted((i for i, v in enumerate(values) if not math.isnan(v)), key=lambda i: (-values[i] * sign, i))
+
+
+TIED = [0.2, float("nan"), -0.1, 0.2, 0.0, -0.1, 0.2, float("nan"), 0.0, -0.3, 0.2, -0.1]
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_order_is_stable_with_nan_last_or_dropped(sign):
+    from circuits.patching.ranking import order
+
+    t = torch.tensor(TIED)
+    assert order(t, sign).tolist() == _plain_order(TIED, sign)
+    nans = [i for i, v in enumerate(TIED) if math.isnan(v)]
+    assert order(t, sign, keep_nan=True).tolist() == _plain_order(TIED, sign) + nans
+    assert order(t.reshape(3, 4), sign).tolist() == _plain_order(TIED, sign)  # flat indices of any shape
+    with pytest.raises(ValueError, match="sign must be -1"):
+        order(t, 0)
+
+
+@pytest.mark.parametrize("sign", [1, -1])
+def test_ties_order_alike_on_every_path(sign):
+    """Every place that ranks components -- heads, MLPs, rules, neurons, edges, the screen, the receivers of edges,
+    the bootstrap's threshold -- orders the same tied effects the same way."""
+    from types import SimpleNamespace
+
+    from circuits.beyond.edges.job import resolve_receivers
+    from circuits.beyond.screen.job import ranked_neurons, ranked_nodes
+    from circuits.patching.metrics import Metric
+    from circuits.patching.neurons import top_neurons
+    from circuits.patching.ranking import rank_mlps, ranked_entries
+    from circuits.patching.uncertainty import rule_threshold
+    from circuits.types import Component, Neuron, Receiver
+
+    want = _plain_order(TIED, sign)
+    heads = torch.tensor(TIED).reshape(3, 4)
+    unravel = [divmod(i, 4) for i in want]
+    assert [tuple(h) for h, _ in rank(heads, sign)] == unravel
+    assert [i for i, _ in ranked_entries(heads, sign)] == unravel
+    assert [i for i, _ in KeyRule(metric="fraction", top_k=5).select(heads, sign)] == unravel[:5]
+    assert [l for l, _ in rank_mlps(torch.tensor(TIED), sign)] == want
+    assert top_neurons(torch.tensor(TIED), sign, share=0.5) == want[:6]
+    th = rule_threshold(KeyRule(metric="fraction", top_k=3), heads, sign)
+    assert th == float(heads.flatten()[want[3]])  # the effect of the first one left out
+    # The screen: heads [layer, head, offset] with one offset, MLPs none (NaN), neurons [layer, neuron, offset].
+    nodes = ranked_nodes(heads[..., None], torch.full((3, 1), float("nan")), sign)
+    assert [(c.layer, c.head) for c, _, _ in nodes] == unravel
+    assert [Neuron(l, d) for l, d in unravel[:4]] == [n for n, _, _ in ranked_neurons(heads[..., None], sign, 4)]
+    # Edges into a receiver: the senders in the same order.
+    from circuits.patching.edges import EdgeSweep
+
+    senders = [Component("head", 1 + i // 4, i % 4) for i in range(len(TIED))]
+    edges = EdgeSweep.__new__(EdgeSweep)
+    edges.senders, edges.receivers, edges.custom_metrics = senders, [], {}
+    edges.effects = lambda m: torch.tensor(TIED)[:, None]  # type: ignore[method-assign]
+    edges.receivers = Receiver.parse_many("9.0.q")
+    got = edges.top_senders("9.0.q", k=6, metric=Metric("m", "", sign, lambda p, b: p))
+    assert [s for s, _ in got] == [senders[i] for i in want[:6]]
+    # Receivers "topK" of an identify result: heads of layers >= 1 and MLPs, one ranking.
+    fake = SimpleNamespace(metric=lambda: Metric("m", "", sign, lambda p, b: p),
+                           effects=lambda m: (torch.cat([torch.zeros(1, 4), heads]), torch.full((4,), float("nan"))))
+    got = list(dict.fromkeys(r.component for r in resolve_receivers("top5", fake)))  # a head: its q, k and v
+    assert got == [Component("head", l + 1, h) for l, h in unravel[:5]]
+
+
+def test_no_other_sign_and_sort_in_the_package():
+    """ranking.order is the only argsort of effects; the few other sorts sort something else."""
+    import re
+    from pathlib import Path
+
+    import circuits
+
+    allowed = {
+        "patching/ranking.py": "the one ranking",
+        "patching/readouts.py": "spearman's ranks of values (ascending, ties averaged), not an importance order",
+    }
+    root = Path(circuits.__file__).parent
+    found = {}
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0]
+            if "argsort" in code or (re.search(r"\bsort(ed)?\(", code) and "sign" in code):
+                found.setdefault(rel, []).append(n)
+    assert set(found) <= set(allowed), {k: v for k, v in found.items() if k not in allowed}
+    assert "patching/ranking.py" in found

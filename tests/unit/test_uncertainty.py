@@ -10,7 +10,7 @@ from circuits.identify import IdentifyConfig, identify
 from circuits.patching import sweep
 from circuits.beyond.stability.config import StabilityConfig
 from circuits.beyond.stability.result import StabilityResult, jaccard, jaccard_matrix
-from circuits.beyond.stability.job import form_key_heads, stability, subset
+from circuits.beyond.stability.job import form_key_heads, stability
 from circuits.patching.uncertainty import bootstrap, crosses, rule_threshold
 from circuits.patching.ranking import KeyRule
 
@@ -76,7 +76,7 @@ def test_form_subsets_equal_sweeping_those_pairs_alone(tiny_llama, tiny_identify
     r = tiny_identify
     idx = [0, 2, 5]
     alone = sweep(tiny_llama, [r.pairs[i] for i in idx], "path", progress=False)
-    torch.testing.assert_close(subset(r.sweep, idx).effects("fraction")[0], alone.effects("fraction")[0], atol=1e-5, rtol=1e-4)  # a ratio of sums over other batch shapes
+    torch.testing.assert_close(r.sweep.select(idx).effects("fraction")[0], alone.effects("fraction")[0], atol=1e-5, rtol=1e-4)  # a ratio of sums over other batch shapes
     forms = form_key_heads(r)
     assert set(forms) <= {"equation", "statement", "question", "time_span", "accumulation"} and len(forms) >= 2
 

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+import torch
+
+from circuits.patching.ranking import order
 from circuits.types import Component, Receiver
 
 
@@ -28,6 +32,5 @@ def resolve_receivers(text: str, result: Any) -> list[Receiver]:
     heads, mlps = result.effects(metric)
     cands = [(Component("head", l, h), float(heads[l, h])) for l in range(1, heads.shape[0]) for h in range(heads.shape[1])]
     cands += [(Component.mlp(l), float(mlps[l])) for l in range(mlps.shape[0])]
-    cands = [c for c in cands if c[1] == c[1]]
-    cands.sort(key=lambda c: -c[1] * metric.sign)
-    return Receiver.parse_many([str(c) for c, _ in cands[:k]])
+    ranked = order(torch.tensor([e for _, e in cands]), metric.sign)[:k].tolist()
+    return Receiver.parse_many([str(cands[i][0]) for i in ranked])

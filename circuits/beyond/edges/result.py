@@ -5,9 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
+
 from circuits.data.pairs import PromptPair
 from circuits.patching.edges import EdgeSweep
 from circuits.patching.metrics import get_metric
+from circuits.patching.ranking import order
 from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
 from circuits.beyond.edges.config import EdgesConfig
 from circuits.results import Result
@@ -28,7 +32,8 @@ def circuit_edges(edges: EdgeSweep, receiver_effects: dict[str, float], metric: 
                 v = float(eff[i, j])
                 if v == v and (s not in best or abs(v) > abs(best[s][0])):
                     best[s] = (v, edges.receivers[j].channel or "")
-        ranked = sorted(best.items(), key=lambda kv: -kv[1][0] * m.sign)[:top]
+        items = list(best.items())
+        ranked = [items[i] for i in order(torch.tensor([v for _, (v, _) in items]), m.sign)[:top].tolist()]
         name = str(comp)
         layers[name] = comp.layer + (0.5 if comp.kind == "mlp" else 0.0)
         for s, (v, ch) in ranked:

@@ -9,6 +9,7 @@ import torch
 from circuits.data.pairs import PromptPair
 from circuits.patching.metrics import get_metric
 from circuits.patching.neurons import NeuronSweep, effect_shares
+from circuits.patching.ranking import contributions
 from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
 from circuits.results import Result
 from circuits.beyond.neurons.config import NeuronConfig
@@ -46,7 +47,7 @@ class NeuronResult(Result):
         sign = get_metric(self.metric).sign
         out = {}
         for l, e in self.layer_effects().items():
-            c = torch.nan_to_num(e * sign, nan=0.0).clamp_min(0).sort(descending=True).values
+            c = contributions(e, sign)
             out[f"MLP{l}"] = (c.cumsum(0) / c.sum().clamp_min(1e-12)).tolist()
         return out
 

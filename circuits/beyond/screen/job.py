@@ -12,7 +12,6 @@ already there when every later head is frozen (MLPs and norms: path mode) and th
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,6 +24,7 @@ from circuits.patching.attribution import Attribution, attribute
 from circuits.patching.engine import sweep
 from circuits.patching.neurons import sweep_neurons
 from circuits.patching.positions import sweep_positions
+from circuits.patching.ranking import order
 from circuits.types import Component, Neuron
 from circuits.beyond.screen.config import ScreenConfig
 from circuits.beyond.screen.result import audit_table, ScreenResult
@@ -39,12 +39,9 @@ def ranked_nodes(heads: Tensor, mlps: Tensor, sign: int) -> list[tuple[Component
     """Every (head or MLP, offset) by the metric's important direction, NaN dropped."""
     L, H, K = heads.shape
     flat = torch.cat([heads.reshape(-1), mlps.reshape(-1)])
-    order = torch.argsort(torch.nan_to_num(flat * sign, nan=-math.inf), descending=True, stable=True)
     out = []
-    for i in order.tolist():
+    for i in order(flat, sign).tolist():
         v = float(flat[i])
-        if math.isnan(v):
-            continue
         if i < L * H * K:
             l, rest = divmod(i, H * K)
             h, k = divmod(rest, K)
@@ -58,9 +55,8 @@ def ranked_nodes(heads: Tensor, mlps: Tensor, sign: int) -> list[tuple[Component
 def ranked_neurons(neurons: Tensor, sign: int, n: int) -> list[tuple[Neuron, int, float]]:
     L, D, K = neurons.shape
     flat = neurons.reshape(-1)
-    order = torch.argsort(torch.nan_to_num(flat * sign, nan=-math.inf), descending=True)[:n]
     out = []
-    for i in order.tolist():
+    for i in order(flat, sign)[:n].tolist():
         l, rest = divmod(i, D * K)
         d, k = divmod(rest, K)
         out.append((Neuron(l, d), k, float(flat[i])))

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from circuits.data.pairs import PromptPair
+from circuits.patching.ranking import order
 from circuits.patching.readouts import spearman
 from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
 from circuits.results import Result
@@ -29,8 +30,8 @@ def audit_table(screen: tuple[Tensor, Tensor], exact: tuple[Tensor, Tensor], sig
     names = [f"{l}.{h}" for l in range(L) for h in range(H)] + [f"MLP{l}" for l in range(L)]
     s = torch.cat([screen[0].reshape(-1), screen[1].reshape(-1)])
     e = torch.cat([exact[0].reshape(-1), exact[1].reshape(-1)])
-    order_s = torch.argsort(torch.nan_to_num(s * sign, nan=-math.inf), descending=True, stable=True).tolist()
-    order_e = torch.argsort(torch.nan_to_num(e * sign, nan=-math.inf), descending=True, stable=True).tolist()
+    order_s = order(s, sign, keep_nan=True).tolist()
+    order_e = order(e, sign, keep_nan=True).tolist()
     n5 = max(1, math.ceil(0.05 * len(e)))
     out: dict[str, Any] = {"spearman_end": spearman(s, e), "spearman_end_heads": spearman(screen[0], exact[0]),
                            "spearman_end_mlps": spearman(screen[1], exact[1]), "n_components": len(e),

@@ -10,21 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 from circuits.data.templates import OPERATIONS, templates_for
-from circuits.patching.engine import SweepResult
 from circuits.identify.result import IdentifyResult
 from circuits.patching.ranking import KeyRule
 from circuits.types import Head
 from circuits.beyond.stability.config import StabilityConfig
 from circuits.beyond.stability.result import StabilityResult
-
-
-def subset(sweep: SweepResult, idx: list[int]) -> SweepResult:
-    """The sweep over a subset of its pairs."""
-    return SweepResult(sweep.mode, sweep.baseline.select(idx),
-                       **{f"{k}_{r}": getattr(sweep, f"{k}_{r}")[..., idx] for k in ("head", "mlp")
-                          for r in ("logit", "logit_diff", "prob")},
-                       custom={k: (v[0][..., idx], v[1][..., idx]) for k, v in sweep.custom.items()},
-                       custom_metrics=sweep.custom_metrics)
 
 
 def form_key_heads(result: IdentifyResult, rule: str | KeyRule | None = None) -> dict[str, list[Head]]:
@@ -36,7 +26,7 @@ def form_key_heads(result: IdentifyResult, rule: str | KeyRule | None = None) ->
     for i, p in enumerate(result.pairs):
         by_form.setdefault(forms.get(p.template_id, "custom"), []).append(i)
     rule = result.key_rule if rule is None else KeyRule.parse(rule)
-    return {f: [h for h, _ in subset(result.sweep, idx).key_heads(rule)] for f, idx in sorted(by_form.items())}
+    return {f: [h for h, _ in result.sweep.select(idx).key_heads(rule)] for f, idx in sorted(by_form.items())}
 
 
 def stability(results: dict[str, dict[int, IdentifyResult]], config: StabilityConfig | None = None) -> StabilityResult:
