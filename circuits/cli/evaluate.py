@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import argparse
 
-import torch
-
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
-from circuits.evaluation.tasks import EvalConfig
+from circuits.evaluation.config import EvalConfig
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("evaluate", help="math and generic benchmarks through lm-evaluation-harness",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, EvalConfig)
@@ -26,9 +24,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n-devices", type=int, default=1, help="spread the model's layers over this many GPUs")
     add_output_arguments(p, "result folder, or a .json file")
     p.set_defaults(func=run)
+    return p
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     from circuits.evaluation.tasks import evaluate
     from circuits.sft.delta import apply_delta, read_delta
     from circuits.models.loading import load_model

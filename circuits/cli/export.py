@@ -16,15 +16,16 @@ from __future__ import annotations
 import argparse
 
 from circuits.config import add_arguments, from_arguments
-from circuits.sft.export import ExportConfig
+from circuits.sft.config import ExportConfig
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export", help="write a fine-tuned model (base + delta.pt) as a Hugging Face checkpoint",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, ExportConfig, required=("delta",))
     p.add_argument("--out", required=True, help="a new or empty output folder")
     p.set_defaults(func=run)
+    return p
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Union
@@ -32,6 +33,7 @@ from circuits.data.templates import (
     compute_answer,
     templates_for,
 )
+from circuits.io import read_jsonl
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
 from circuits.timing import stage
 
@@ -401,6 +403,11 @@ class PairConfig:
         r = self.operand_range
         if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(isinstance(x, int) for x in r) and 0 <= r[0] <= r[1]):
             raise ValueError(f"operand_range must be two integers (low, high) with 0 <= low <= high, got {self.operand_range}")
+
+
+def read_pairs(path: str | Path) -> list[PromptPair]:
+    """The pairs of a ``pairs.jsonl`` file (one :meth:`PromptPair.to_json` a line), as results save them."""
+    return [PromptPair.from_json(r) for r in read_jsonl(path)]
 
 
 @dataclass

@@ -24,9 +24,10 @@ from jaxtyping import Float
 from torch import Tensor
 
 from circuits.patching.metrics import METRICS
+from circuits.types import DEFAULT_KEY_RULE as _DEFAULT_KEY_RULE
 from circuits.types import Head
 
-DEFAULT_KEY_RULE = "fraction>=0.05"
+DEFAULT_KEY_RULE = _DEFAULT_KEY_RULE  # declared with the vocabulary: configs read it without torch
 Ranked = tuple[Head, float]
 _THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*(\S+)\s*$")
 _TOP = re.compile(r"^\s*top\s*:?\s*(\d+)\s*(?::\s*([A-Za-z_][A-Za-z0-9_]*))?\s*$", re.IGNORECASE)

@@ -15,33 +15,16 @@ the exported model's logits in transformers equal the tuned ``HookedTransformer`
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from circuits.config import Config, option
+from circuits.sft.config import SAVE_DTYPES, ExportConfig  # noqa: F401  (ExportConfig: its config, here as before)
 from circuits.io import atomic_dir, write_json
 from circuits.sft.delta import read_delta
 from circuits.sft.plan import TuningPlan
 
-SAVE_DTYPES = ("float32", "bfloat16", "float16")
-
-
-@dataclass(frozen=True)
-class ExportConfig(Config):
-    """What ``circuits export`` writes."""
-
-    delta: str = option("", help="delta.pt written by circuits finetune")
-    model: str | None = option(None, help="the base model the delta was trained on (default: the one the delta names)")
-    folded: bool = option(True, help="the delta was trained on a model loaded with folded norms (circuits finetune "
-                                     "does this)")
-    dtype: str = option("float32", choices=SAVE_DTYPES, help="dtype of the saved weights")
-
-    def __post_init__(self) -> None:
-        if self.dtype not in SAVE_DTYPES:
-            raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: {', '.join(SAVE_DTYPES)}")
 
 
 def _check_shapes(delta: dict[str, Any], reference: dict[str, torch.Tensor], source: str) -> None:

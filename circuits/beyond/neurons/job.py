@@ -50,7 +50,7 @@ def neuron_knockout(model: HookedTransformer, pairs: list[PromptPair], effects: 
     return out
 
 
-def run_neurons(config: NeuronConfig, out: str | Path, model: HookedTransformer | None = None,
+def run(config: NeuronConfig, out: str | Path, model: HookedTransformer | None = None,
                 progress: bool = True) -> NeuronResult:
     """The ``circuits neurons`` job."""
     from circuits.identify.result import load_identify

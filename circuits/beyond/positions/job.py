@@ -14,7 +14,7 @@ from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.result import PositionResult, token_strings
 
 
-def run_positions(config: PositionConfig, out: str | Path, model: HookedTransformer | None = None,
+def run(config: PositionConfig, out: str | Path, model: HookedTransformer | None = None,
                   progress: bool = True) -> PositionResult:
     """The ``circuits positions`` job."""
     from circuits.models.loading import load_model

@@ -136,7 +136,7 @@ def screen(model: HookedTransformer, pairs: Sequence[PromptPair], config: Screen
                         audit, exact_end, seconds)
 
 
-def run_screen(config: ScreenConfig, out: str | Path, model: HookedTransformer | None = None,
+def run(config: ScreenConfig, out: str | Path, model: HookedTransformer | None = None,
                progress: bool = True) -> ScreenResult:
     """The ``circuits screen`` job: pairs (built or ``--pairs-from``), screen, verify, audit, saved to ``out``."""
     from circuits.models.loading import load_model

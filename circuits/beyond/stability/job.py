@@ -46,9 +46,9 @@ def stability(results: dict[str, dict[int, IdentifyResult]], config: Any = None)
     return StabilityResult(config, by_seed, by_form)
 
 
-def run_stability(config: StabilityConfig, out: str | Path, model: Any = None) -> StabilityResult:
+def run(config: StabilityConfig, out: str | Path, model: Any = None) -> StabilityResult:
     """Identify results for every operation and seed (made when missing), then :func:`stability`."""
-    from circuits.identify.job import finished, run_identify
+    from circuits.identify import job as identify_job
     from circuits.models.loading import load_model
 
     results: dict[str, dict[int, IdentifyResult]] = {}
@@ -56,9 +56,9 @@ def run_stability(config: StabilityConfig, out: str | Path, model: Any = None) -
         results[op] = {}
         for seed in config.seeds:
             icfg, folder = config.identify_config(op, seed), config.folder(op, seed)
-            if not finished(folder, icfg):
-                model = model or load_model(config.model)
-                run_identify(icfg, folder, model=model, progress=False)
+            if not identify_job.finished(folder, icfg):
+                model = model or load_model(icfg.model, dtype=icfg.dtype)
+                identify_job.run(icfg, folder, model=model, progress=False)
             results[op][seed] = IdentifyResult.load(folder)
     result = stability(results, config)
     result.save(out)
