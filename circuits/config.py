@@ -46,6 +46,15 @@ def option(default: Any = dataclasses.MISSING, *, help: str = "", flag: str | No
     return dataclasses.field(default=default, metadata=meta, **kwargs)
 
 
+def redefault(cls: type[Config], name: str, default: Any) -> Any:
+    """Field ``name`` of ``cls`` with another default, for a subclass: its flag, help text and choices stay the ones
+    ``cls`` declares (``n_pairs: int = redefault(IdentifyConfig, "n_pairs", 24)``)."""
+    f = next((f for f in dataclasses.fields(cls) if f.name == name), None)  # type: ignore[arg-type]
+    if f is None:
+        raise ValueError(f"{cls.__name__} has no field {name!r}")
+    return dataclasses.field(default=default, metadata=f.metadata)
+
+
 def nested_fields(cls: type[Config] | Config) -> dict[str, Config]:
     """The nested configs of ``cls``: field name -> its default instance."""
     return {f.name: f.default for f in dataclasses.fields(cls)  # type: ignore[arg-type]

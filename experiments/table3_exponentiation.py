@@ -8,15 +8,15 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.config import option
+from circuits.config import option, redefault
 from circuits.validate import TransferResult, compute_means, knockout_many, random_order
 from circuits.viz.figures import knockout_table_figure, write_figure
 
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
-    task: str = option("exponentiation")
-    n_pairs: int = option(24)
+    task: str = redefault(C.KeyHeadConfig, "task", "exponentiation")
+    n_pairs: int = redefault(C.KeyHeadConfig, "n_pairs", 24)
     n_key_heads: int = option(5, help="the paper's Table 3 lists five")
     random_seeds: tuple[int, ...] = option((0, 1, 2))
     out: str = option("results/table3_exponentiation")

@@ -24,17 +24,19 @@ from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
 from circuits.config import same_config
+from circuits.beyond.edges.job import resolve_receivers
 from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs, counterfactual_stats
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
-from circuits.patching.engine import SweepResult, sweep
+from circuits.patching.edges import check_edges, sweep_edges
+from circuits.patching.engine import SweepResult, all_components, sweep
 from circuits.identify.result import IdentifyResult
 from circuits.patching.ranking import KeyRule
 from circuits.io import read_json
 from circuits.models.devices import check_dtype
 from circuits.models.loading import load_model
 from circuits.results import MARKER
-from circuits.types import Component
+from circuits.types import Component, Receiver
 
 
 def identify(
@@ -49,10 +51,6 @@ def identify(
     start = time.perf_counter()
     stats: dict[str, Any] = {}
     if config.receivers and not config.receivers.strip().lower().startswith("top"):
-        from circuits.patching.edges import check_edges
-        from circuits.patching.engine import all_components
-        from circuits.types import Receiver
-
         receivers = Receiver.parse_many(config.receivers)  # checked before the sweep, not after it
         check_edges(model, [c for c in all_components(model) if c.layer < max(r.layer for r in receivers) + 1], receivers)
     built = pairs is None
@@ -73,9 +71,6 @@ def identify(
                      counterfactual_answer_prob=float(b.cf_prob.mean()))
     out = IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
     if config.receivers:  # edges into the chosen receivers (path patching to a receiver, identify.edges)
-        from circuits.beyond.edges.job import resolve_receivers
-        from circuits.patching.edges import sweep_edges
-
         out.edges = sweep_edges(model, pairs, resolve_receivers(config.receivers, out), memory_mb=config.memory_mb,
                                 progress=progress)
         out.seconds = time.perf_counter() - start

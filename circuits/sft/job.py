@@ -16,6 +16,7 @@ import torch
 from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
+from circuits.data.benchmarks import check_data_files
 from circuits.identify.result import load_identify
 from circuits.models.loading import load_model
 from circuits.sft.data import TokenizedExample, build_training_set, tokenize_examples
@@ -55,8 +56,6 @@ def check_data(config: FinetuneConfig) -> None:
     """The benchmark files of ``config.sources`` exist (before the model loads: a missing one is one line)."""
     data = [DATA_FILES[s] for s in config.sources if s in DATA_FILES]
     if data:
-        from circuits.data.benchmarks import check_data_files
-
         check_data_files(data, config.data_dir)
 
 

@@ -48,6 +48,7 @@ class CrossModelResult(Result):
     docstring for the keys)."""
 
     kind = "cross_model"
+    paper = PAPER  # what the paper reports for each row (the report shows it beside each model)
 
     config: Any
     models: dict[str, dict[str, Any]]

@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Any
 from circuits.data.templates import OPERATIONS, templates_for
 from circuits.patching.engine import SweepResult
+import circuits.identify.job as identify_job
 from circuits.identify.result import IdentifyResult
+from circuits.models.loading import load_model
 from circuits.patching.ranking import KeyRule
 from circuits.types import Head
 from circuits.beyond.stability.config import StabilityConfig
@@ -48,9 +50,6 @@ def stability(results: dict[str, dict[int, IdentifyResult]], config: Any = None)
 
 def run(config: StabilityConfig, out: str | Path, model: Any = None) -> StabilityResult:
     """Identify results for every operation and seed (made when missing), then :func:`stability`."""
-    from circuits.identify import job as identify_job
-    from circuits.models.loading import load_model
-
     results: dict[str, dict[int, IdentifyResult]] = {}
     for op in config.operations:
         results[op] = {}
