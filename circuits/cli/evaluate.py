@@ -28,32 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from circuits.evaluation.tasks import evaluate
-    from circuits.sft.delta import apply_delta, read_delta
-    from circuits.models.loading import load_model
-
-    from circuits import distributed
+    from circuits.evaluation import job
     from circuits.evaluation.result import check_json_output
-    from circuits.evaluation.tasks import check_data
-    from circuits.sft.optim import check_device
 
     config = from_arguments(EvalConfig, args)
-    if distributed.is_distributed():
-        raise ValueError("evaluate runs in one process; launch it without torchrun (--n-devices spreads a big model "
-                         "over a node's GPUs)")
-    delta = read_delta(config.delta, config.model) if config.delta else None  # checked before the model loads
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    check_device(config.dtype, device)
-    check_data(config)  # before the model loads: a missing data folder or file is one line
+    job.check(config, args.device)  # bad input is one line before anything is written
     file_check = check_json_output if str(args.out).endswith(".json") else None
     with writing(args.out, "evaluation", args.overwrite, check=file_check):
-        model = load_model(config.model, device=device, dtype=config.dtype, n_devices=args.n_devices)
-        if delta is not None:
-            apply_delta(model, delta)
-        result = evaluate(model, config)
-        result.save(args.out, overwrite=args.overwrite)
+        result = job.run(config, args.out, device=args.device, n_devices=args.n_devices, overwrite=args.overwrite)
     for task, metrics in result.tasks.items():
         shown = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
         print(f"{task}: {shown}")

@@ -29,9 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    from circuits.sft.export import export_model
+    from circuits.sft import export
 
     config = from_arguments(ExportConfig, args)
-    out = export_model(config.delta, args.out, model=config.model, folded=config.folded, dtype=config.dtype)
+    out = export.run(config, args.out)
     print(f"wrote {out} (load with AutoModelForCausalLM.from_pretrained({str(out)!r}))")
     return 0

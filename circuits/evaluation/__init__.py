@@ -12,7 +12,11 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {"ALL_TASKS": "circuits.evaluation.config", "EvalConfig": "circuits.evaluation.config", "EvalResult": "circuits.evaluation.result", "evaluate": "circuits.evaluation.tasks"}
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("ALL_TASKS", "EvalConfig"), "circuits.evaluation.config"),
+    **dict.fromkeys(("EvalResult",), "circuits.evaluation.result"),
+    **dict.fromkeys(("evaluate",), "circuits.evaluation.tasks"),
+}
 
 __all__ = sorted(_EXPORTS)
 

@@ -17,7 +17,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {"apply_delta": "circuits.sft.delta", "extract_delta": "circuits.sft.delta", "ExportConfig": "circuits.sft.config", "export_model": "circuits.sft.export", "TuningPlan": "circuits.sft.plan", "full_plan": "circuits.sft.plan", "plan_tuning": "circuits.sft.plan", "FinetuneResult": "circuits.sft.result", "FinetuneConfig": "circuits.sft.config", "TrainingDiverged": "circuits.sft.train", "finetune": "circuits.sft.train", "plan_for": "circuits.sft.train", "run": "circuits.sft.job"}
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(("apply_delta", "extract_delta"), "circuits.sft.delta"),
+    **dict.fromkeys(("ExportConfig", "FinetuneConfig"), "circuits.sft.config"),
+    **dict.fromkeys(("export_model",), "circuits.sft.export"),
+    **dict.fromkeys(("TuningPlan", "full_plan", "plan_tuning"), "circuits.sft.plan"),
+    **dict.fromkeys(("FinetuneResult",), "circuits.sft.result"),
+    **dict.fromkeys(("TrainingDiverged", "finetune", "plan_for"), "circuits.sft.train"),
+    **dict.fromkeys(("run",), "circuits.sft.job"),
+}
 
 __all__ = sorted(_EXPORTS)
 

@@ -73,6 +73,11 @@ def _check_close_to_base(delta: dict[str, Any], reference: dict[str, torch.Tenso
                              "trained on with --model)")
 
 
+def run(config: ExportConfig, out: str | os.PathLike) -> Path:
+    """The ``circuits export`` job: :func:`export_model` of ``config`` into ``out``; returns the folder written."""
+    return export_model(config.delta, out, model=config.model, folded=config.folded, dtype=config.dtype)
+
+
 def export_model(delta: str | os.PathLike, out: str | os.PathLike, *, model: str | None = None, folded: bool = True,
            dtype: str = "float32") -> Path:
     """Write the base model with ``delta``'s tuned slices as a Hugging Face checkpoint in ``out``.
