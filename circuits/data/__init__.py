@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {name: "circuits.data.pairs" for name in ("PairBatch", "PairConfig", "PairSet", "PromptError", "PromptPair",
+_EXPORTS = {"PairConfig": "circuits.data.pair_config"}
+_EXPORTS |= {name: "circuits.data.pairs" for name in ("PairBatch", "PairSet", "PromptError", "PromptPair",
                                                       "as_batch", "build_pairs", "make_pair")}
 _EXPORTS |= {name: "circuits.data.templates" for name in ("OPERATIONS", "Template", "templates_for")}
 

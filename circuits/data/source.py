@@ -1,7 +1,8 @@
 """The model and the prompt pairs of a job, declared once.
 
-:class:`PairSpec` holds the fields every job that patches prompt pairs shares (model, task, pairs, seed, few-shot
-prefix, filtering, dtype, memory budget); :class:`~circuits.identify.config.IdentifyConfig` and the configs of the
+:class:`PairSpec` holds the fields every job that patches prompt pairs shares: how pairs are built
+(:class:`~circuits.data.pair_config.PairConfig`: task, pairs, seed, few-shot prefix, filtering) and the model, its
+dtype and the memory budget; :class:`~circuits.identify.config.IdentifyConfig` and the configs of the
 jobs beyond the paper derive from it, so each field has one flag name and one help text everywhere. :class:`PairSource`
 adds ``--pairs-from``: the pairs (token ids and all) of a saved identify result, so a screen, a position sweep or a
 neuron sweep can run on exactly the pairs whose key heads they extend. Pairs are read from that folder's
@@ -12,64 +13,49 @@ This module imports neither torch nor transformer_lens (the command line builds 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from circuits.config import Config, option
+from circuits.config import option
+from circuits.data.pair_config import PairConfig
 from circuits.data.templates import TASKS
 from circuits.types import DTYPE_NAMES
 
 if TYPE_CHECKING:
     from transformer_lens import HookedTransformer
 
-    from circuits.data.pairs import PairConfig, PromptPair
+    from circuits.data.pairs import PromptPair
 
 # What the model did on the candidates, as an identify result's summary.json keeps it.
 PAIR_STAT_FIELDS = ("n_candidates", "accuracy", "mean_answer_prob", "few_shot", "per_template")
 
 
 @dataclass(frozen=True)
-class PairSpec(Config):
-    """The model and how its prompt pairs are built: the fields every patching job shares."""
+class PairSpec(PairConfig):
+    """The model and how its prompt pairs are built (:class:`~circuits.data.pair_config.PairConfig`'s fields): what
+    every patching job shares."""
 
     model: str = option("smollm2", help="smollm2 or gemma3-270m (embedded), a .gguf file, a local Hugging Face folder "
                                         "or an official name")
-    task: str = option("addition", help="the operation whose prompts are patched ('all': the four, pooled)",
-                       choices=TASKS)
-    n_pairs: int = option(64, flag="--pairs", help="prompt pairs (per operation for --task all)")
-    seed: int = option(0, help="seed of the operands, templates and words")
-    few_shot: str = option("auto", choices=("auto", "on", "off"),
-                           help="a few-shot prefix of solved examples ('auto': below 1B parameters)")
-    prefix_policy: str = option("keep", choices=("keep", "counterfactual"),
-                                help="counterfactual prompts keep the reference's few-shot prefix, or get "
-                                     "counterfactual examples")
-    filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
     dtype: str = option("float32", choices=DTYPE_NAMES, help="dtype the model is loaded and run in")
     memory_mb: float = option(1024, help="working-memory budget of the exact engines (MB)")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.task not in TASKS:
             raise ValueError(f"Unknown task {self.task!r}; accepted: {', '.join(TASKS)}")
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: {', '.join(DTYPE_NAMES)}")
         if not self.memory_mb > 0:
             raise ValueError(f"memory_mb must be positive, got {self.memory_mb}")
-        if not isinstance(self.n_pairs, int) or self.n_pairs < 1:
-            raise ValueError(f"n_pairs (--pairs) must be at least 1, got {self.n_pairs}")
-        if self.few_shot not in ("auto", "on", "off"):
-            raise ValueError(f"few_shot must be 'auto', 'on' or 'off', got {self.few_shot!r}")
-        if self.prefix_policy not in ("keep", "counterfactual"):
-            raise ValueError(f"prefix_policy must be 'keep' or 'counterfactual', got {self.prefix_policy!r}")
 
     def pair_config(self, task: str | None = None) -> PairConfig:
-        """How :func:`~circuits.data.pairs.build_pairs` builds this job's pairs (``task``: another operation)."""
-        from circuits.data.pairs import PairConfig  # torch: imported when pairs are built, not with the flags
-
+        """How :func:`~circuits.data.pairs.build_pairs` builds this job's pairs (``task``: another operation; ``all``
+        builds addition's, each operation being built on its own)."""
         task = task or self.task
-        return PairConfig(task="addition" if task == "all" else task, n_pairs=self.n_pairs, seed=self.seed,
-                          few_shot=self.few_shot, prefix_policy=self.prefix_policy,  # type: ignore[arg-type]
-                          filter_correct=self.filter_correct)
+        values = {f.name: getattr(self, f.name) for f in fields(PairConfig)}
+        return PairConfig(**{**values, "task": "addition" if task == "all" else task})
 
 
 @dataclass(frozen=True)
