@@ -41,9 +41,9 @@ from circuits.results import Result, load_result  # noqa: E402
 
 
 @functools.lru_cache(maxsize=2)
-def model_for(name: str):
-    """One load per model and process, shared by every script run in it."""
-    return load_model(name)
+def model_for(name: str, dtype: str = "float32"):
+    """One load per model (and dtype) and process, shared by every script run in it."""
+    return load_model(name, dtype=dtype)
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def identify_result(config: KeyHeadConfig, task: str | None = None, model: Any =
     folder = config.identify_folder(task)
     if not finished(folder, icfg):
         identify_job.run(icfg, folder.parent if icfg.task == "all" else folder,
-                         model=model or model_for(config.model), progress=False)
+                         model=model or model_for(config.model, config.dtype), progress=False)
     return IdentifyResult.load(folder)
 
 

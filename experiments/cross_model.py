@@ -39,7 +39,7 @@ class Config(BaseConfig):
     models: tuple[str, ...] = option(("smollm2", "gemma3-270m"),
                                      help="models to compare: embedded names, .gguf files or local Hugging Face folders")
     operations: tuple[str, ...] = option(OPERATIONS, help="operations whose key heads are counted")
-    identify: IdentifyConfig = option(IdentifyConfig(), skip=("model", "task"),
+    identify: IdentifyConfig = option(IdentifyConfig(), skip=("model", "task", "receivers"),
                                       help="each model's identify runs (its flags: --pairs, --seed, --key-rule, ...)")
     ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10), help="numbers of heads knocked out (Figure 3)")
     seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random head orders")
@@ -119,7 +119,7 @@ def main(config: Config, model=None) -> CrossModelResult:
             print(f"[{name}] measured earlier: {part}")
             measured[name] = read_json(part)["measurements"]
             continue
-        measured[name] = measure(config, name, given.get(name) or C.model_for(name))
+        measured[name] = measure(config, name, given.get(name) or C.model_for(name, config.identify.dtype))
         write_json(part, {"config": config.to_json(), "measurements": measured[name]})
     result = CrossModelResult(config, measured)
     result.save(config.out)

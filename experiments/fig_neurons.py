@@ -33,7 +33,7 @@ class Config(C.KeyHeadConfig):
 
 def main(config: Config, model=None) -> NeuronResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
     layers = r.top_mlps(config.top_mlps)
     t(f"key MLPs {layers}")

@@ -27,7 +27,7 @@ class Config(C.KeyHeadConfig):
 
 def main(config: Config, model=None) -> StabilityResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     results = {}
     for op in config.operations:
         results[op] = {s: C.identify_result(config.replace(seed=s), op, model=model) for s in config.seeds}

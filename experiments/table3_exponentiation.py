@@ -24,7 +24,7 @@ class Config(C.KeyHeadConfig):
 
 def main(config: Config, model=None) -> TransferResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
     heads = r.top_heads(config.n_key_heads)
     means = compute_means(model, r.pairs)

@@ -1,7 +1,7 @@
 """What decides a stability run (saved as its ``config.json``).
 
 The identify runs it reads or makes are one nested :class:`~circuits.identify.config.IdentifyConfig` (its flags,
-less ``--task`` and ``--seed``, are this command's: ``--model``, ``--pairs``, ``--key-rule``, ...), run for every
+less ``--task``, ``--seed`` and ``--receivers``, are this command's: ``--model``, ``--pairs``, ``--key-rule``, ...), run for every
 operation and seed. In ``config.json``: ``{"identify": {...}, "operations": [...], "seeds": [...], ...}``."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from circuits.identify.config import IdentifyConfig
 
 @dataclass(frozen=True)
 class StabilityConfig(Config):
-    identify: IdentifyConfig = option(IdentifyConfig(), skip=("task", "seed"),
+    identify: IdentifyConfig = option(IdentifyConfig(), skip=("task", "seed", "receivers"),
                                       help="the identify run made for every operation and seed")
     operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
     seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the pairs (one identify run each)")
