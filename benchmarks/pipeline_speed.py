@@ -113,7 +113,8 @@ def main() -> None:
     start = time.perf_counter()
     model = loading.load_model(args.model)
     config = job.IdentifyConfig(model=args.model, task=args.task, n_pairs=args.pairs)
-    folders = job.run_identify(config, out / "identify", model=model, progress=False)
+    job.run(config, out / "identify", model=model, progress=False)
+    folders = job.task_folders(config, out / "identify")
     report.write_report([out / "identify"], out / "report.html")
     demo_s = time.perf_counter() - start
 

@@ -21,11 +21,10 @@ import importlib
 import math
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from circuits.config import Config, option
+from circuits.config import Config
 from circuits.io import OutputError, atomic_dir, read_json, write_json
 from circuits.timing import timed
 
@@ -352,13 +351,3 @@ def config_summary(config: Config) -> str:
             changed.append(f"{f.name}={brief(value, 40)}")
     return f"{type(config).__name__}({', '.join(changed)})"
 
-
-@dataclass(frozen=True)
-class KeyHeadSource(Config):
-    """What a figure script's result records of the identify run its key heads came from (the base of the configs of
-    results the scripts in ``experiments/`` make; a script's own config adds its flags and output folder)."""
-
-    model: str = option("smollm2")
-    task: str = option("addition")
-    n_pairs: int = option(64)
-    seed: int = option(0)

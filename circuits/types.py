@@ -15,6 +15,10 @@ from typing import Any, Literal, NamedTuple
 
 Mode = Literal["path", "activation"]
 MODES: tuple[Mode, ...] = ("path", "activation")
+# The dtypes a model is loaded and run in (circuits.models.loading.DTYPES maps them to torch dtypes).
+DTYPE_NAMES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+# The rule that picks key components unless told otherwise (circuits.patching.ranking.KeyRule parses it).
+DEFAULT_KEY_RULE = "fraction>=0.05"
 ComponentKind = Literal["head", "mlp"]
 Site = Literal["z", "mlp_out"]  # the TransformerLens hook a component is patched at (``get_act_name(site, layer)``)
 

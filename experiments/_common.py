@@ -5,13 +5,18 @@ model=None) -> Result`` that computes and saves the figure's typed result in ``c
 ``plot(result) -> Path`` that draws ``figure.html`` from it; ``--replot`` redraws from the saved result
 without a model. Key heads always come from an identify result (:class:`circuits.identify.IdentifyResult`)
 made exactly as ``circuits identify`` makes it and shared through ``results/identify/<task>``, so the figures,
-``circuits identify`` and ``make demo`` name the same heads for the same task and seed.
+``circuits identify`` and ``make demo`` name the same heads for the same config; a run of another identify config
+(other ``--pairs``, ``--seed``, ``--model``, ``--key-rule``, ``--mode``, ...) gets its own folder
+(:meth:`KeyHeadConfig.identify_folder`) and never overwrites another's result.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
+import hashlib
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -26,48 +31,76 @@ prefer_passive_waiting()  # before torch is imported (docs/speed.md)
 from circuits.config import Config, add_arguments, from_arguments, option  # noqa: E402
 from circuits.distributed import init_from_env, is_main  # noqa: E402
 from circuits.data.pairs import PromptPair, build_pairs  # noqa: E402
-from circuits.identify import IdentifyConfig, IdentifyResult, run_identify  # noqa: E402
+from circuits.data.templates import OPERATIONS  # noqa: E402
+from circuits.identify import job as identify_job  # noqa: E402
+from circuits.identify.config import IdentifyConfig  # noqa: E402
 from circuits.identify.job import finished  # noqa: E402
+from circuits.identify.result import IdentifyResult  # noqa: E402
 from circuits.models import load_model  # noqa: E402
 from circuits.results import Result, load_result  # noqa: E402
 
 
 @functools.lru_cache(maxsize=2)
-def model_for(name: str):
-    """One load per model and process, shared by every script run in it."""
-    return load_model(name)
+def model_for(name: str, dtype: str = "float32"):
+    """One load per model (and dtype) and process, shared by every script run in it."""
+    return load_model(name, dtype=dtype)
 
 
 @dataclass(frozen=True)
-class KeyHeadConfig(Config):
-    """The fields of every key-head figure: the model, and the identify run its key heads come from."""
+class KeyHeadConfig(IdentifyConfig):
+    """The fields of every key-head figure: the identify run its key heads come from (every field of
+    :class:`~circuits.identify.config.IdentifyConfig`, with the same flags: ``--model``, ``--task``, ``--pairs``,
+    ``--seed``, ``--key-rule``, ``--mode``, ...), and where identify results are shared."""
 
-    model: str = option("smollm2", help="smollm2 or gemma3-270m (embedded), a .gguf file, a local Hugging Face folder or an official name")
-    task: str = option("addition", help="the task whose identify result gives the key heads")
-    n_pairs: int = option(64, help="prompt pairs of the identify run (as circuits identify --pairs)")
-    seed: int = option(0)
-    prefix_policy: str = option("keep", choices=("keep", "counterfactual"))
-    filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
     identify_dir: str = option("results/identify", help="where identify results are shared (circuits identify --out)")
 
     def identify_config(self, task: str | None = None) -> IdentifyConfig:
-        return IdentifyConfig(model=self.model, task=task or self.task, n_pairs=self.n_pairs, seed=self.seed,
-                              prefix_policy=self.prefix_policy, filter_correct=self.filter_correct)
+        """The identify run of ``task`` (default: this config's): this config's identify fields, less ``receivers``
+        (the figures need no edges inside the identify result; ``fig_circuit.py`` measures its own)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(IdentifyConfig)}
+        return IdentifyConfig(**{**fields, "task": task or self.task, "receivers": ""})
 
     def identify_folder(self, task: str | None = None) -> Path:
-        name = task or self.task
-        name = name if self.prefix_policy == "keep" else f"{name}-{self.prefix_policy}"
-        return Path(self.identify_dir) / (name if self.seed == 0 else f"{name}-seed{self.seed}")  # seeds never share
+        """Where the identify result of ``task`` is (or goes), keyed by the whole identify config.
+
+        ``<identify_dir>/<task>`` (``-counterfactual``, ``-seed<N>`` added for those), as ``circuits identify --task
+        all --out <identify_dir>`` writes it, unless that folder holds a result of another config (other pairs, seed,
+        model, key rule, mode, ...): then ``<task>-<hash>``, ``<hash>`` the first 8 hex digits of the SHA-256 of the
+        identify config's JSON. A result is never overwritten by a run of another config. For ``all`` (the four
+        operations and their pooled result, as one container) it is ``<container>/all``."""
+        icfg = self.identify_config(task)
+        root = Path(self.identify_dir)
+        name = icfg.task if icfg.prefix_policy == "keep" else f"{icfg.task}-{icfg.prefix_policy}"
+        name = name if icfg.seed == 0 else f"{name}-seed{icfg.seed}"  # seeds never share
+        if icfg.task == "all":
+            plain = root if name == "all" else root / name
+            folders = {**{op: plain / op for op in OPERATIONS}, "all": plain / "all"}
+            if all(holds_or_free(folders[t], icfg.for_task(t)) for t in folders):
+                return plain / "all"
+            return root / f"{name}-{config_hash(icfg)}" / "all"
+        plain = root / name
+        return plain if holds_or_free(plain, icfg) else root / f"{name}-{config_hash(icfg)}"
+
+
+def config_hash(config: Config) -> str:
+    """8 hex digits that name ``config`` (the SHA-256 of its JSON, keys sorted)."""
+    return hashlib.sha256(json.dumps(config.to_json(), sort_keys=True).encode()).hexdigest()[:8]
+
+
+def holds_or_free(folder: Path, config: IdentifyConfig) -> bool:
+    """Whether ``folder`` holds the finished identify result of ``config``, or no config at all (free to write)."""
+    return finished(folder, config) or not (folder / "config.json").is_file()
 
 
 def identify_result(config: KeyHeadConfig, task: str | None = None, model: Any = None) -> IdentifyResult:
     """The identify result of ``config`` for ``task``: read from ``config.identify_folder(task)`` when it was made
     with the same config (``circuits identify --task all --out results/identify`` writes one per operation),
-    else computed and saved there."""
+    else computed and saved there (``all``: the four operations and the pooled result, in one container)."""
     icfg = config.identify_config(task)
     folder = config.identify_folder(task)
     if not finished(folder, icfg):
-        run_identify(icfg, folder, model=model or model_for(config.model), progress=False)
+        identify_job.run(icfg, folder.parent if icfg.task == "all" else folder,
+                         model=model or model_for(config.model, config.dtype), progress=False)
     return IdentifyResult.load(folder)
 
 
@@ -94,7 +127,9 @@ def run(config_cls: type[Config], main: Callable[..., Result], plot: Callable[[R
     """The command line of a figure script: one flag per config field, plus ``--replot``."""
     parser = argparse.ArgumentParser(description=sys.modules[main.__module__].__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(parser, config_cls)
+    # identify's --receivers only where the script declares its own (fig_circuit.py): elsewhere it would do nothing
+    own = "receivers" in config_cls.__dict__.get("__annotations__", {})
+    add_arguments(parser, config_cls, skip=() if own or not issubclass(config_cls, KeyHeadConfig) else ("receivers",))
     parser.add_argument("--replot", action="store_true", help="redraw the figure from the saved result, no model")
     args = parser.parse_args(argv)
     try:

@@ -10,12 +10,12 @@ from typing import Any
 
 import _common as C
 
-from circuits.config import option
+from circuits.config import option, redefault
 from circuits.evaluation import ALL_TASKS, EvalConfig, evaluate
 from circuits.identify import load_identify
-from circuits.sft import FinetuneConfig
+from circuits.sft import job as sft_job
 from circuits.sft.compare import TableConfig
-from circuits.sft.plan import DEFAULT_KV_POLICY, KV_POLICIES
+from circuits.sft.config import DEFAULT_KV_POLICY, TRAIN_SOURCES, FinetuneConfig
 from circuits.types import Head
 
 MATH = ("gsm8k", "addsub", "singleeq", "svamp")
@@ -27,24 +27,24 @@ class SFTTableConfig(TableConfig):
     """One table run. The defaults run on a 2-core CPU; ``--full-size`` starts from the paper's sizes (Section
     5.3: 2 epochs, batch 128, lr 2e-5, all data, full test sets; a GPU job)."""
 
-    model: str = option("smollm2")
+    model: str = redefault(FinetuneConfig, "model", "smollm2")
     heads_from: str = option("results/identify/addition",
                              help="a `circuits identify` task folder (made with the default config when missing)")
     # 32 of LLaMA2-7B's 1024 heads is 3.1%; 3.1% of SmolLM2's 270 heads is 8.
     top_k: int = option(8, help="heads tuned (key heads first, then the rest of the ranking)")
-    kv_policy: str = option(DEFAULT_KV_POLICY, choices=KV_POLICIES)
-    sources: tuple[str, ...] = option(("gsm8k", "adapters", "arithmetic"))
-    n_arithmetic: int = option(128)
+    kv_policy: str = redefault(FinetuneConfig, "kv_policy", DEFAULT_KV_POLICY)
+    sources: tuple[str, ...] = redefault(FinetuneConfig, "sources", TRAIN_SOURCES)
+    n_arithmetic: int = redefault(FinetuneConfig, "n_arithmetic", 128)
     # 16 per source (48 examples, 3 steps of 16) and the evaluation limits below keep Table 1 under 10 minutes on a
     # 2-core CPU (docs/speed.md); `--limit-per-source 64 --batch-size 32 --eval-limit 24 --choice-limit 24
     # --math-limit 8` is the size docs/results_finetune.md's first CPU tables were run at.
-    limit_per_source: int | None = option(16)
+    limit_per_source: int | None = redefault(FinetuneConfig, "limit_per_source", 16)
     # lr 1e-4 instead of 2e-5: the CPU run has a few optimizer steps instead of ~150 (same lr for both SFTs).
-    lr: float = option(1e-4)
-    batch_size: int = option(16)
-    micro_batch_size: int = option(8)
-    epochs: int = option(1)
-    max_length: int = option(160)
+    lr: float = redefault(FinetuneConfig, "lr", 1e-4)
+    batch_size: int = redefault(FinetuneConfig, "batch_size", 16)
+    micro_batch_size: int = redefault(FinetuneConfig, "micro_batch_size", 8)
+    epochs: int = redefault(FinetuneConfig, "epochs", 1)
+    max_length: int = redefault(FinetuneConfig, "max_length", 160)
     eval_tasks: tuple[str, ...] = option(ALL_TASKS)
     eval_limit: int | None = option(24, help="documents of the held-out arithmetic and perplexity")
     choice_limit: int | None = option(8, help="MMLU and CommonsenseQA questions (5-shot prompts of 300-2,300 tokens)")
@@ -55,7 +55,7 @@ class SFTTableConfig(TableConfig):
     mmlu_shots: int = option(5)
     csqa_shots: int = option(5)
     threads: int = option(0, help="torch threads (0: the cores available to this process, as circuits.threads picks)")
-    data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
+    data_dir: str | None = redefault(FinetuneConfig, "data_dir", None)
     out: str = option("results/table1")
 
     def __post_init__(self) -> None:
@@ -90,8 +90,8 @@ def ranked_heads(config: SFTTableConfig, k: int, model: Any) -> tuple[list[Head]
     folder = Path(config.heads_from)
     if not folder.exists():
         C.identify_result(C.KeyHeadConfig(model=config.model, task=folder.name, identify_dir=str(folder.parent)), model=model)
-    result = load_identify(folder)
-    return result.top_heads(k), result
+    heads, _ = sft_job.components_from(folder, k)
+    return heads, load_identify(folder)
 
 
 def evaluate_row(model: Any, config: SFTTableConfig) -> dict[str, Any]:
@@ -118,10 +118,8 @@ def run_table(config: SFTTableConfig, model: Any, variants: list, heads: list[He
               extra: dict[str, Any] | None = None):
     """Train and evaluate ``variants`` from the base model (rows resume), save and print the table."""
     from circuits.sft.compare import SFTComparison, run_variants
-    from circuits.sft.data import build_training_set, tokenize_examples
 
-    examples = build_training_set(config.sources, config.data_dir, config.n_arithmetic, config.limit_per_source)
-    tokenized = tokenize_examples(model.tokenizer, examples, config.max_length)
+    tokenized = sft_job.training_set(config.finetune_config(full=True), model.tokenizer)  # the data every variant shares
     rows = run_variants(model, tokenized, variants, lambda m: evaluate_row(m, config), config.out, config)
     result = SFTComparison(config, rows, heads, config.heads_from, extra or {}, notes=notes)
     result.save(config.out)

@@ -22,6 +22,7 @@ import _common as C
 from circuits.config import option, same_config
 from circuits.data.templates import OPERATIONS
 from circuits.explain.attention import role_attention
+from circuits.identify.config import IdentifyConfig
 from circuits.explain.logit_lens import mlp_lens, writing_start
 from circuits.io import read_json, write_json
 from circuits.validate import compute_means, knockout_curve, random_order, transfer_knockout
@@ -37,9 +38,8 @@ class Config(CrossModelConfig):
     models: tuple[str, ...] = option(("smollm2", "gemma3-270m"),
                                      help="models to compare: embedded names, .gguf files or local Hugging Face folders")
     operations: tuple[str, ...] = option(OPERATIONS, help="operations whose key heads are counted")
-    n_pairs: int = option(64, help="prompt pairs per operation (as circuits identify --pairs)")
-    seed: int = option(0)
-    filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
+    identify: IdentifyConfig = option(IdentifyConfig(), skip=("model", "task", "receivers"),
+                                      help="each model's identify runs (its flags: --pairs, --seed, --key-rule, ...)")
     ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10), help="numbers of heads knocked out (Figure 3)")
     seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random head orders")
     n_transfer: int = option(32, help="prompts per transfer set (Figure 4)")
@@ -57,8 +57,7 @@ def slug(model: str) -> str:
 
 def key_head_config(config: Config, model: str) -> C.KeyHeadConfig:
     folder = config.identify_dir if model == "smollm2" else f"{config.identify_dir}-{slug(model)}"
-    return C.KeyHeadConfig(model=model, task="addition", n_pairs=config.n_pairs, seed=config.seed,
-                           filter_correct=config.filter_correct, identify_dir=folder)
+    return C.KeyHeadConfig(**{**config.identify.to_json(), "model": model, "task": "addition", "identify_dir": folder})
 
 
 def measure(config: Config, name: str, model: Any) -> dict[str, Any]:
@@ -82,7 +81,7 @@ def measure(config: Config, name: str, model: Any) -> dict[str, Any]:
     t(f"{name}: knockout")
     heads = add.top_heads(max(1, len(add.key_heads())))
     means = compute_means(model, add.pairs, pooled=True)
-    sets = {task: synthetic_set(model.tokenizer, task, config.n_transfer, seed=config.seed) for task in TRANSFER_SETS}
+    sets = {task: synthetic_set(model.tokenizer, task, config.n_transfer, seed=config.identify.seed) for task in TRANSFER_SETS}
     transfer = transfer_knockout(model, sets, means, heads)
     randoms = [transfer_knockout(model, sets, means, random_order(L, H, s)[: len(heads)]) for s in config.seeds]
     for task in transfer:
@@ -119,7 +118,7 @@ def main(config: Config, model=None) -> CrossModelResult:
             print(f"[{name}] measured earlier: {part}")
             measured[name] = read_json(part)["measurements"]
             continue
-        measured[name] = measure(config, name, given.get(name) or C.model_for(name))
+        measured[name] = measure(config, name, given.get(name) or C.model_for(name, config.identify.dtype))
         write_json(part, {"config": config.to_json(), "measurements": measured[name]})
     result = CrossModelResult(config, measured)
     result.save(config.out)

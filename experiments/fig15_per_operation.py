@@ -24,7 +24,7 @@ class Config(C.KeyHeadConfig, PerOperationConfig):
 
 def main(config: Config, model=None) -> PerOperation:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     results = {}
     for op in config.operations:
         results[op] = C.identify_result(config, op, model=model)

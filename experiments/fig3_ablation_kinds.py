@@ -28,7 +28,7 @@ class Config(C.KeyHeadConfig, AblationKindsConfig):
 
 def main(config: Config, model=None) -> AblationComparison:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     curves, n = {}, {}
     for op in config.operations:
         r = C.identify_result(config, op, model=model)

@@ -23,7 +23,7 @@ class Config(C.KeyHeadConfig, KnockoutConfig):
 
 def main(config: Config, model=None) -> KnockoutResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
     t("key heads")
     ranking = [h for h, _ in r.ranked(r.key_rule.metric)]

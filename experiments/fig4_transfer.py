@@ -30,7 +30,7 @@ class Config(C.KeyHeadConfig, TransferConfig):
 
 def main(config: Config, model=None) -> TransferResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
     heads = r.top_heads(config.n_key_heads)
     control = random_order(model.cfg.n_layers, model.cfg.n_heads, config.random_seed)[: config.n_key_heads]

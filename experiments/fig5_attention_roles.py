@@ -26,7 +26,7 @@ class Config(C.KeyHeadConfig, RolesConfig):
 
 def main(config: Config, model=None) -> AttentionRoles:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     heads = C.identify_result(config, model=model).top_heads(config.n_key_heads)
     pairs = [p for op in config.operations for p in C.pairs_for(config, op, model)[: config.n_prompts]]
     result = attention_roles(model, pairs, heads, config=config)

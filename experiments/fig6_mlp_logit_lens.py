@@ -26,7 +26,7 @@ class Config(C.KeyHeadConfig, LensConfig):
 
 def main(config: Config, model=None) -> LogitLens:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     pairs = C.pairs_for(config, config.task, model)
     # Figure 6c on the example, after the same few-shot prefix as the first equation-form pair.
     eq = next((p for p in pairs if p.template_id.endswith("/0")), pairs[0])

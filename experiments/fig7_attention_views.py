@@ -24,7 +24,7 @@ class Config(C.KeyHeadConfig, ViewsConfig):
 
 
 def main(config: Config, model=None) -> AttentionViews:
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     heads = C.identify_result(config, model=model).top_heads(config.n_key_heads)
     prompts = [p for op in config.operations for p in C.pairs_for(config, op, model)[: config.prompts_per_operation]]
     page = attention_html(model, prompts, heads, title="Key heads (Figures 7, 16)", last_tokens=config.last_tokens)

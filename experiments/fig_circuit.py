@@ -27,7 +27,7 @@ class Config(C.KeyHeadConfig, EdgesConfig):
 
 def main(config: Config, model=None) -> EdgeResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
     receivers = resolve_receivers(config.receivers, r)
     t(f"receivers {', '.join(map(str, receivers))}")

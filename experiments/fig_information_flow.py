@@ -30,7 +30,7 @@ class Config(C.KeyHeadConfig):
 
 def main(config: Config, model=None) -> PositionResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     pairs = C.identify_result(config, model=model).pairs
     template = config.template or Counter(p.template_id for p in pairs).most_common(1)[0][0]
     chosen = [p for p in pairs if p.template_id == template][: config.max_pairs]

@@ -26,7 +26,6 @@ from circuits.viz.figures import write_figure
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
     top_mlps: int = option(3, help="key MLPs whose neurons are swept")
-    mode: str = option("path", help="path (the paper's) or activation patching")
     metric: str = option("fraction")
     shares: tuple[float, ...] = option((0.005, 0.01, 0.02, 0.05, 0.1), help="shares of neurons knocked out")
     out: str = option("results/fig_neurons")
@@ -34,7 +33,7 @@ class Config(C.KeyHeadConfig):
 
 def main(config: Config, model=None) -> NeuronResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
     layers = r.top_mlps(config.top_mlps)
     t(f"key MLPs {layers}")

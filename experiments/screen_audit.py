@@ -29,7 +29,7 @@ class Config(C.KeyHeadConfig):
 
 def main(config: Config, model=None) -> ScreenResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
     t("identify pairs")
     sc = ScreenConfig(model=config.model, task=config.task, n_pairs=len(r.pairs), seed=config.seed,

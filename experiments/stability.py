@@ -28,14 +28,13 @@ class Config(C.KeyHeadConfig):
 
 def main(config: Config, model=None) -> StabilityResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     results = {}
     for op in config.operations:
         results[op] = {s: C.identify_result(config.replace(seed=s), op, model=model) for s in config.seeds}
         t(op)
-    result = stability(results, StabilityConfig(model=config.model, operations=config.operations, seeds=config.seeds,
-                                                n_pairs=config.n_pairs, filter_correct=config.filter_correct,
-                                                identify_dir=config.identify_dir))
+    result = stability(results, StabilityConfig(identify=config.identify_config(), operations=config.operations,
+                                                seeds=config.seeds, identify_dir=config.identify_dir))
     result.save(config.out)
     return result
 

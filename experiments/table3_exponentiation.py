@@ -8,7 +8,7 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.config import option
+from circuits.config import option, redefault
 from circuits.validate import TransferResult, compute_means, knockout_many, random_order
 from circuits.validate.transfer import TransferConfig
 from circuits.viz.figures import knockout_table_figure, write_figure
@@ -16,8 +16,8 @@ from circuits.viz.figures import knockout_table_figure, write_figure
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig, TransferConfig):
-    task: str = option("exponentiation")
-    n_pairs: int = option(24)
+    task: str = redefault(C.KeyHeadConfig, "task", "exponentiation")
+    n_pairs: int = redefault(C.KeyHeadConfig, "n_pairs", 24)
     n_key_heads: int = option(5, help="the paper's Table 3 lists five")
     random_seeds: tuple[int, ...] = option((0, 1, 2))
     out: str = option("results/table3_exponentiation")
@@ -25,7 +25,7 @@ class Config(C.KeyHeadConfig, TransferConfig):
 
 def main(config: Config, model=None) -> TransferResult:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
     heads = r.top_heads(config.n_key_heads)
     means = compute_means(model, r.pairs)

@@ -71,7 +71,7 @@ def run_dataset(model, config: Config, name: str, template_heads: list[Head], t)
 
 def main(config: Config, model=None) -> WordProblemHeads:
     t = C.Timer()
-    model = model or C.model_for(config.model)
+    model = model or C.model_for(config.model, config.dtype)
     template_heads = C.identify_result(config, model=model).top_heads(config.top)
     datasets = {config.dataset: run_dataset(model, config, config.dataset, template_heads, t)}
     if datasets[config.dataset]["n_correct"] < config.min_correct and config.fallback:

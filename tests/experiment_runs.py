@@ -46,8 +46,10 @@ def tiny_config(name: str, root: Path):
     }
     if name == "cross_model":
         # Its identify results go beside the root, so the root holds one identify result per task as before.
+        from circuits.identify.config import IdentifyConfig
+
         return script(name).Config(models=(common["model"], str(tiny_dir("gemma3"))), operations=("addition", "subtraction"),
-                                   n_pairs=4, filter_correct=False, ks=(0, 1, 2), seeds=(0, 1), n_transfer=2,
+                                   identify=IdentifyConfig(n_pairs=4, filter_correct=False), ks=(0, 1, 2), seeds=(0, 1), n_transfer=2,
                                    n_role_heads=2, n_role_prompts=2, out=common["out"],
                                    identify_dir=f"{root}-cross-identify/identify")
     if name.startswith("table1") or name.startswith("table2"):

@@ -17,9 +17,9 @@ import torch
 from circuits.beyond.edges.config import EdgesConfig
 from circuits.beyond.edges.result import EdgeResult, receiver_effects_of
 from circuits.beyond.neurons.config import NeuronConfig
-from circuits.beyond.neurons.job import run_neurons
+from circuits.beyond.neurons.job import run as run_neurons
 from circuits.beyond.positions.config import PositionConfig
-from circuits.beyond.positions.job import run_positions
+from circuits.beyond.positions.job import run as run_positions
 from circuits.beyond.screen.config import ScreenConfig
 from circuits.beyond.screen.job import screen
 from circuits.beyond.stability.config import StabilityConfig
@@ -122,8 +122,8 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
     receivers = r.edges.receivers
     out["edges"] = EdgeResult(EdgesConfig(**SOURCE, receivers="2.1,MLP1"), pairs, r.edges,
                               receiver_effects_of(r, receivers, "fraction"), "fraction")
-    out["stability"] = stability({"addition": {0: r, 1: r}}, StabilityConfig(model="tiny", operations=("addition",),
-                                                                             seeds=(0, 1), n_pairs=4))
+    out["stability"] = stability({"addition": {0: r, 1: r}}, StabilityConfig(IdentifyConfig(model="tiny", n_pairs=4), operations=("addition",),
+                                                                             seeds=(0, 1)))
     curves = compare_ablations(model, pairs, heads[:3], [0, 1, 3], (0,), ("mean", "zero"))
     out["ablation_kinds"] = AblationComparison(AblationKindsConfig(**SOURCE, operations=("addition",), ks=(0, 1, 3),
                                                                    seeds=(0,), kinds=("mean", "zero")),

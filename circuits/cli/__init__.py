@@ -1,7 +1,10 @@
 """The ``circuits`` command line: one subcommand per job.
 
-Each module here exposes ``register(subparsers)``, which adds its subcommand and sets ``func`` to a callable
-taking the parsed arguments; flags come from the job's config (:func:`circuits.config.add_arguments`).
+Each module here exposes ``register(subparsers)``, which adds its subcommand (and returns its parser) and sets
+``func`` to a callable taking the parsed arguments; flags come from the job's config
+(:func:`circuits.config.add_arguments`), which imports no torch: a subcommand's heavy modules (torch, the model, the
+job) are imported only when it runs, so ``circuits --help`` and a bad flag answer at once. A module whose job shows
+progress sets ``PROGRESS = True`` and gets ``--no-progress`` here, declared once.
 
 Under ``torchrun`` (``torchrun --nproc-per-node N -m circuits identify|finetune ...``) the process group is started
 here, once, from torchrun's environment (:func:`circuits.distributed.init_from_env`) and ended on the way out; rank 0
@@ -36,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "to FILE (JSON; summed over commands) and print the table of all it holds")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in COMMAND_MODULES:
-        module.register(sub)
+        p = module.register(sub)
+        if getattr(module, "PROGRESS", False):
+            p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
 
@@ -51,12 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Every error is one line on stderr and exit code 2 (a traceback only with ``--debug`` or
     ``CIRCUITS_DEBUG=1``); an interrupted job says how to resume, exit code 130. Under ``torchrun`` the process
     group is started here, and only rank 0 prints an error (one line, not one per rank)."""
-    import torch
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    import torch  # after the flags are read: --help and a bad flag import no torch
 
     from circuits import distributed, timing
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0")
     launch = distributed.init_from_env()
     try:

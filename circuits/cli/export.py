@@ -16,21 +16,22 @@ from __future__ import annotations
 import argparse
 
 from circuits.config import add_arguments, from_arguments
-from circuits.sft.export import ExportConfig
+from circuits.sft.config import ExportConfig
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subparsers.add_parser("export", help="write a fine-tuned model (base + delta.pt) as a Hugging Face checkpoint",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, ExportConfig, required=("delta",))
     p.add_argument("--out", required=True, help="a new or empty output folder")
     p.set_defaults(func=run)
+    return p
 
 
 def run(args: argparse.Namespace) -> int:
-    from circuits.sft.export import export_model
+    from circuits.sft import export
 
     config = from_arguments(ExportConfig, args)
-    out = export_model(config.delta, args.out, model=config.model, folded=config.folded, dtype=config.dtype)
+    out = export.run(config, args.out)
     print(f"wrote {out} (load with AutoModelForCausalLM.from_pretrained({str(out)!r}))")
     return 0

@@ -20,7 +20,10 @@ from circuits.config import add_arguments, from_arguments
 from circuits.identify.config import IdentifyConfig
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+PROGRESS = True
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("identify", help="find the key heads and MLPs by patching at END (Figure 2)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, IdentifyConfig)
@@ -28,22 +31,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n-devices", type=int, default=1,
                    help="spread the model's layers over this many GPUs (per process under torchrun; default 1)")
     p.set_defaults(func=_main)
+    return p
 
 
 def _main(args: argparse.Namespace) -> int:
-    from circuits.identify.job import run_identify
+    from circuits import distributed
+    from circuits.identify import job
 
     config = from_arguments(IdentifyConfig, args)
-    import torch
-
-    from circuits import distributed
-    from circuits.models.backend import check_dtype
-
-    check_dtype(config.dtype, "cuda" if torch.cuda.is_available() else "cpu")
     with writing(args.out, "identify", args.overwrite, container=config.task == "all"):
-        folders = run_identify(config, args.out, n_devices=args.n_devices)
+        job.run(config, args.out, n_devices=args.n_devices, progress=not args.no_progress)
     if distributed.is_main():
         print("Figures:")
-        for task, folder in folders.items():
+        for task, folder in job.task_folders(config, args.out).items():
             print(f"  {task}: {folder / 'heads.html'}")
     return 0

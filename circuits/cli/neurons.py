@@ -15,21 +15,24 @@ from circuits.config import add_arguments, from_arguments
 from circuits.beyond.neurons.config import NeuronConfig
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+PROGRESS = True
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("neurons", help="every neuron of the key MLPs patched at END, and their knockout",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, NeuronConfig)
     add_output_arguments(p, "output folder")
-    p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_main)
+    return p
 
 
 def _main(args: argparse.Namespace) -> int:
-    from circuits.beyond.neurons.job import run_neurons
+    from circuits.beyond.neurons import job
 
     config = from_arguments(NeuronConfig, args)
     with writing(args.out, "neurons", args.overwrite):
-        r = run_neurons(config, args.out, progress=not args.no_progress)
+        r = job.run(config, args.out, progress=not args.no_progress)
     for layer, s in r.shares().items():
         print(f"  MLP{layer}: {100 * s['share_for_80pct']:.1f}% of neurons carry 80% of the summed neuron effect; "
               f"top 1% carry {100 * s['top1pct_of_total']:.0f}%")

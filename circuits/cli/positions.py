@@ -16,21 +16,24 @@ from circuits.config import add_arguments, from_arguments
 from circuits.beyond.positions.config import PositionConfig
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+PROGRESS = True
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("positions", help="activation patching at every position, exact (information flow)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, PositionConfig)
     add_output_arguments(p, "output folder")
-    p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_main)
+    return p
 
 
 def _main(args: argparse.Namespace) -> int:
-    from circuits.beyond.positions.job import run_positions
+    from circuits.beyond.positions import job
 
     config = from_arguments(PositionConfig, args)
     with writing(args.out, "positions", args.overwrite):
-        r = run_positions(config, args.out, progress=not args.no_progress)
+        r = job.run(config, args.out, progress=not args.no_progress)
     print(f"[{config.task}] {len(r.pairs)} pairs, every head and MLP at every position in {r.seconds:.0f} s -> "
           f"{args.out}/flow.html")
     return 0

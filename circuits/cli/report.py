@@ -12,13 +12,14 @@ import argparse
 from circuits.cli._output import add_output_arguments, writing
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="one shareable, offline HTML page from saved results (no model run)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", help="result folders (searched recursively) or JSON files")
     add_output_arguments(p, "the HTML file to write", default="report.html")
     p.add_argument("--title", default="circuits report")
     p.set_defaults(func=_main)
+    return p
 
 
 def _main(args: argparse.Namespace) -> int:

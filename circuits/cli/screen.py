@@ -17,21 +17,24 @@ from circuits.config import add_arguments, from_arguments
 from circuits.beyond.screen.config import ScreenConfig
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+PROGRESS = True
+
+
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("screen", help="attribution screen of every head, MLP and neuron at every position, verified "
                                       "exactly", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, ScreenConfig)
     add_output_arguments(p, "output folder")
-    p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_main)
+    return p
 
 
 def _main(args: argparse.Namespace) -> int:
-    from circuits.beyond.screen.job import run_screen
+    from circuits.beyond.screen import job
 
     config = from_arguments(ScreenConfig, args)
     with writing(args.out, "screen", args.overwrite):
-        r = run_screen(config, args.out, progress=not args.no_progress)
+        r = job.run(config, args.out, progress=not args.no_progress)
     s = r.summary()
     print(f"[{config.task}] screen of {len(r.pairs)} pairs in {r.seconds.get('screen', 0):.1f} s"
           + (f"; Spearman with the exact END engine {s['spearman_end']:.3f}; exact top-10 missed by the screen's "

@@ -15,20 +15,21 @@ from circuits.config import add_arguments, from_arguments
 from circuits.beyond.stability.config import StabilityConfig
 
 
-def register(sub: argparse._SubParsersAction) -> None:
+def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = sub.add_parser("stability", help="Jaccard overlap of key heads across seeds and template forms",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, StabilityConfig)
     add_output_arguments(p, "output folder")
     p.set_defaults(func=_main)
+    return p
 
 
 def _main(args: argparse.Namespace) -> int:
-    from circuits.beyond.stability.job import run_stability
+    from circuits.beyond.stability import job
 
     config = from_arguments(StabilityConfig, args)
     with writing(args.out, "stability", args.overwrite):
-        r = run_stability(config, args.out)
+        r = job.run(config, args.out)
     for op, s in r.summary()["per_operation"].items():
         print(f"  {op}: mean Jaccard across seeds {s['mean_jaccard_seeds']:.2f}, across forms {s['mean_jaccard_forms']:.2f}")
     print(f"-> {args.out}/figure.html")

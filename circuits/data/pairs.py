@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import re
+from pathlib import Path
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Union
@@ -32,11 +33,11 @@ from circuits.data.templates import (
     compute_answer,
     templates_for,
 )
+from circuits.data.pair_config import FewShot, PairConfig, PrefixPolicy  # noqa: F401  (declared there, light)
+from circuits.io import read_jsonl
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
 from circuits.timing import stage
 
-FewShot = Literal["auto", "on", "off"]
-PrefixPolicy = Literal["keep", "counterfactual"]
 ROLES = ("A", "B", "operator")
 _SLOT = re.compile(r"(\{[A-Z0-9]+\})")
 # Tied slots copy their source in the reference and take another value in the counterfactual.
@@ -377,30 +378,9 @@ def render_pair(
 # --- sampling and filtering -------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PairConfig:
-    """How to build pairs. ``task``: an operation, ``addition_extra``, ``exponentiation`` or ``all``."""
-
-    task: str = "addition"
-    n_pairs: int = 64
-    seed: int = 0
-    few_shot: FewShot = "auto"
-    prefix_policy: PrefixPolicy = "keep"
-    filter_correct: bool = True
-    operand_range: tuple[int, int] = (1, 9)
-    max_candidates: int = 2048
-
-    def __post_init__(self) -> None:
-        templates_for(self.task)  # raises on an unknown task
-        if self.n_pairs < 1:
-            raise ValueError(f"n_pairs must be at least 1, got {self.n_pairs}")
-        if self.few_shot not in ("auto", "on", "off"):
-            raise ValueError(f"few_shot must be 'auto', 'on' or 'off', got {self.few_shot!r}")
-        if self.prefix_policy not in ("keep", "counterfactual"):
-            raise ValueError(f"prefix_policy must be 'keep' or 'counterfactual', got {self.prefix_policy!r}")
-        r = self.operand_range
-        if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(isinstance(x, int) for x in r) and 0 <= r[0] <= r[1]):
-            raise ValueError(f"operand_range must be two integers (low, high) with 0 <= low <= high, got {self.operand_range}")
+def read_pairs(path: str | Path) -> list[PromptPair]:
+    """The pairs of a ``pairs.jsonl`` file (one :meth:`PromptPair.to_json` a line), as results save them."""
+    return [PromptPair.from_json(r) for r in read_jsonl(path)]
 
 
 @dataclass

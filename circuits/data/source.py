@@ -1,63 +1,106 @@
-"""Where the jobs beyond heads at END get their prompt pairs: built as ``circuits identify`` builds them, or taken
-(token ids and all) from a saved identify result with ``--pairs-from``, so a screen, a position sweep or a neuron
-sweep can run on exactly the pairs whose key heads they extend."""
+"""The model and the prompt pairs of a job, declared once.
+
+:class:`PairSpec` holds the fields every job that patches prompt pairs shares: how pairs are built
+(:class:`~circuits.data.pair_config.PairConfig`: task, pairs, seed, few-shot prefix, filtering) and the model, its
+dtype and the memory budget; :class:`~circuits.identify.config.IdentifyConfig` and the configs of the
+jobs beyond the paper derive from it, so each field has one flag name and one help text everywhere. :class:`PairSource`
+adds ``--pairs-from``: the pairs (token ids and all) of a saved identify result, so a screen, a position sweep or a
+neuron sweep can run on exactly the pairs whose key heads they extend. Pairs are read from that folder's
+``pairs.jsonl`` and its ``config.json`` (the model), at the data level: no identify module is imported.
+
+This module imports neither torch nor transformer_lens (the command line builds its flags from it).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from transformer_lens import HookedTransformer
-
-from circuits.config import Config, option
-from circuits.data.pairs import PairConfig, PromptPair, build_pairs
+from circuits.config import option
+from circuits.data.pair_config import PairConfig
 from circuits.data.templates import TASKS
-from circuits.models.loading import DTYPES
+from circuits.types import DTYPE_NAMES
+
+if TYPE_CHECKING:
+    from transformer_lens import HookedTransformer
+
+    from circuits.data.pairs import PromptPair
+
+# What the model did on the candidates, as an identify result's summary.json keeps it.
+PAIR_STAT_FIELDS = ("n_candidates", "accuracy", "mean_answer_prob", "few_shot", "per_template")
 
 
 @dataclass(frozen=True)
-class PairSource(Config):
-    """The model and the prompt pairs of a job (the fields every job of this step shares)."""
+class PairSpec(PairConfig):
+    """The model and how its prompt pairs are built (:class:`~circuits.data.pair_config.PairConfig`'s fields): what
+    every patching job shares."""
 
-    model: str = option("smollm2", help="smollm2, a .gguf file, a local Hugging Face folder or an official name")
-    task: str = option("addition", help="the operation whose prompts are patched", choices=TASKS)
-    n_pairs: int = option(64, flag="--pairs", help="prompt pairs")
-    seed: int = option(0, help="seed of the operands, templates and words")
-    few_shot: str = option("auto", choices=("auto", "on", "off"),
-                           help="a few-shot prefix of solved examples ('auto': below 1B parameters)")
-    prefix_policy: str = option("keep", choices=("keep", "counterfactual"),
-                                help="counterfactual prompts keep the reference's few-shot prefix, or get their own")
-    filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
-    pairs_from: str = option("", help="take the first --pairs pairs of this `circuits identify` result folder (its "
-                                      "exact token ids) instead of building them")
-    dtype: str = option("float32", choices=("float32", "bfloat16", "float16"))
-    memory_mb: float = option(1024, help="working-memory budget of the exact engines")
+    model: str = option("smollm2", help="smollm2 or gemma3-270m (embedded), a .gguf file, a local Hugging Face folder "
+                                        "or an official name")
+    dtype: str = option("float32", choices=DTYPE_NAMES, help="dtype the model is loaded and run in")
+    memory_mb: float = option(1024, help="working-memory budget of the exact engines (MB)")
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.task not in TASKS:
             raise ValueError(f"Unknown task {self.task!r}; accepted: {', '.join(TASKS)}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: float32, bfloat16, float16")
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: {', '.join(DTYPE_NAMES)}")
         if not self.memory_mb > 0:
             raise ValueError(f"memory_mb must be positive, got {self.memory_mb}")
-        self.pair_config()
 
-    def pair_config(self) -> PairConfig:
-        return PairConfig(task="addition" if self.task == "all" else self.task, n_pairs=self.n_pairs, seed=self.seed,
-                          few_shot=self.few_shot, prefix_policy=self.prefix_policy,  # type: ignore[arg-type]
-                          filter_correct=self.filter_correct)
+    def pair_config(self, task: str | None = None) -> PairConfig:
+        """How :func:`~circuits.data.pairs.build_pairs` builds this job's pairs (``task``: another operation; ``all``
+        builds addition's, each operation being built on its own)."""
+        task = task or self.task
+        values = {f.name: getattr(self, f.name) for f in fields(PairConfig)}
+        return PairConfig(**{**values, "task": "addition" if task == "all" else task})
+
+
+@dataclass(frozen=True)
+class PairSource(PairSpec):
+    """The model and the prompt pairs of a job beyond heads at END: built, or taken from ``--pairs-from``."""
+
+    pairs_from: str = option("", help="take the first --pairs pairs of this `circuits identify` result folder (its "
+                                      "exact token ids) instead of building them")
 
     def load_pairs(self, model: HookedTransformer) -> tuple[list[PromptPair], dict[str, Any]]:
-        """The pairs and what the model did on the candidates (empty when taken from ``pairs_from``)."""
+        """The pairs and what the model did on the candidates."""
         if self.pairs_from:
-            from circuits.identify.result import load_identify
+            pairs, stats = read_saved_pairs(self.pairs_from, self.model)
+            return pairs[: self.n_pairs], stats
+        from circuits.data.pairs import build_pairs
 
-            r = load_identify(self.pairs_from)
-            if r.config.model != self.model:
-                raise ValueError(f"--pairs-from {self.pairs_from} was made with model {r.config.model!r}, not "
-                                 f"{self.model!r}; pass --model {r.config.model} or another folder")
-            if not r.pairs:
-                raise ValueError(f"{self.pairs_from} holds no pairs.jsonl; rerun circuits identify")
-            return list(r.pairs[: self.n_pairs]), dict(r.pair_stats)
         built = build_pairs(model, self.pair_config())
         return built.pairs, built.stats()
+
+
+def read_saved_pairs(folder: str | Path, model: str | None = None) -> tuple[list[PromptPair], dict[str, Any]]:
+    """The pairs a saved identify result was made on (its ``pairs.jsonl``) and the model's statistics on them (its
+    ``summary.json``); ``model``: refuse a result made with another model, in one line."""
+    from circuits.data.pairs import read_pairs
+    from circuits.io import read_json
+
+    folder = Path(folder)
+    if not (folder / "pairs.jsonl").is_file():
+        tasks = sorted(p.parent.name for p in folder.glob("*/pairs.jsonl")) if folder.is_dir() else []
+        if tasks:
+            raise ValueError(f"--pairs-from {folder} holds one identify result per task ({', '.join(tasks)}); pass one "
+                             f"of them, e.g. {folder / tasks[0]}")
+        raise ValueError(f"--pairs-from {folder} holds no pairs.jsonl; pass the output folder of `circuits identify` "
+                         "(or rerun it)")
+    saved = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
+    if model is not None and saved.get("model", model) != model:
+        raise ValueError(f"--pairs-from {folder} was made with model {saved['model']!r}, not {model!r}; pass --model "
+                         f"{saved['model']} or another folder")
+    summary = read_json(folder / "summary.json") if (folder / "summary.json").is_file() else {}
+    stats = {k: summary[k] for k in PAIR_STAT_FIELDS if k in summary}
+    return read_pairs(folder / "pairs.jsonl"), stats
+
+
+def check_metric(name: str) -> None:
+    """A metric name :func:`circuits.patching.metrics.get_metric` knows, else one line saying which it accepts."""
+    from circuits.patching.metrics import get_metric  # torch: checked when the config is made, not with the flags
+
+    get_metric(name)

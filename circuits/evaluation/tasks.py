@@ -27,59 +27,17 @@ import re
 import shutil
 import tempfile
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from circuits.config import Config, option
+from circuits.evaluation.config import ALL_TASKS, GENERIC_TASKS, MATH_EVAL_TASKS, EvalConfig  # noqa: F401
 from circuits.data import benchmarks as bd
 from circuits.data.arithmetic import arithmetic_eval_items
 from circuits.evaluation.result import EvalResult
 
-MATH_EVAL_TASKS = bd.MATH_TASKS
-GENERIC_TASKS = ("mmlu", "commonsenseqa")
-ALL_TASKS: tuple[str, ...] = (*MATH_EVAL_TASKS, *GENERIC_TASKS, "arithmetic", "perplexity")
 TASK_PREFIX = "circuits_"
 TEMPLATES = Path(__file__).parent / "lm_eval_tasks"
 PRIMARY_METRIC = {t: "acc" for t in ALL_TASKS} | {"perplexity": "word_perplexity"}
-
-
-@dataclass(frozen=True)
-class EvalConfig(Config):
-    """One evaluation run. ``limit`` caps documents per task (``None``: all)."""
-
-    model: str = option("smollm2", help="model name or path (see circuits.models.load_model)")
-    delta: str | None = option(None, help="delta.pt from `circuits finetune`, applied onto the base model")
-    tasks: tuple[str, ...] = option(ALL_TASKS, help="comma-separated tasks")
-    limit: int | None = option(None, help="documents per task (quick runs)")
-    batch_size: int = option(8)
-    max_gen_toks: int = option(256)
-    math_shots: int = option(0)
-    mmlu_shots: int = option(5)
-    csqa_shots: int = option(5)
-    arithmetic_per_form: int = option(50)
-    data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
-    source: str = option("local", choices=("local", "hub"))
-    seed: int = option(0)
-    dtype: str = option("float32", choices=("float32", "bfloat16", "float16"),
-                        help="dtype the model is evaluated in (a delta's fp32 values are cast to it)")
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tasks", tuple(self.tasks))
-        unknown = set(self.tasks) - set(ALL_TASKS)
-        if unknown or not self.tasks:
-            raise ValueError(f"Unknown or no tasks {sorted(unknown)}; accepted: {', '.join(ALL_TASKS)}")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError("limit must be >= 1")
-        if self.batch_size < 1 or self.max_gen_toks < 1:
-            raise ValueError("batch_size and max_gen_toks must be >= 1")
-        if not (0 <= self.mmlu_shots <= 5 and 0 <= self.csqa_shots <= 16 and 0 <= self.math_shots <= 8):
-            raise ValueError("mmlu_shots must be 0..5 (dev has 5 per subject), csqa_shots 0..16, math_shots 0..8")
-        if self.source not in ("local", "hub"):
-            raise ValueError("source must be 'local' or 'hub'")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: float32, bfloat16, float16")
-
 
 
 # --- scoring helpers (used by the YAMLs' process_results) ------------------------------------------

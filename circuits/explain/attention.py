@@ -30,7 +30,8 @@ from circuits.data.pairs import PromptPair, as_batch
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
 from circuits.io import read_json, read_text, write_json, write_text
-from circuits.results import KeyHeadSource, Result
+from circuits.identify.config import KeyHeadSource
+from circuits.results import Result
 from circuits.types import Head
 
 ROLE_NAMES = ("A", "B", "operator", "answer_prefix", "few_shot", "other")

@@ -34,7 +34,8 @@ from circuits.models.backend import act_name as get_act_name
 from circuits.data.pairs import PromptPair
 from circuits.config import option
 from circuits.io import read_json, write_json
-from circuits.results import KeyHeadSource, Result
+from circuits.identify.config import KeyHeadSource
+from circuits.results import Result
 
 
 def number_tokens(tokenizer: Any, max_number: int = 999) -> dict[int, str]:

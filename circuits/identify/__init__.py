@@ -3,12 +3,27 @@
 The job of the paper's step; the patching itself is :mod:`circuits.patching`.
 
 - :mod:`~circuits.identify.config`: :class:`IdentifyConfig`, what decides a result.
-- :mod:`~circuits.identify.job`: :func:`identify` for one task, :func:`run_identify` for the CLI job.
+- :mod:`~circuits.identify.job`: :func:`identify` for one task, :func:`run` (``run(config, out)``) for the job.
 - :mod:`~circuits.identify.result`: :class:`IdentifyResult`, what ``circuits identify`` saves.
+
+Names are imported on first use, so the config is importable without torch.
 """
 
-from circuits.identify.config import IdentifyConfig
-from circuits.identify.job import identify, run_identify
-from circuits.identify.result import IdentifyResult, PerOperation, load_identify
+from __future__ import annotations
 
-__all__ = ["IdentifyConfig", "IdentifyResult", "PerOperation", "identify", "load_identify", "run_identify"]
+import importlib
+from typing import Any
+
+_EXPORTS = {"IdentifyConfig": "circuits.identify.config", "identify": "circuits.identify.job",
+            "run": "circuits.identify.job", "IdentifyResult": "circuits.identify.result",
+            "PerOperation": "circuits.identify.result", "load_identify": "circuits.identify.result"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'circuits.identify' has no attribute {name!r}")

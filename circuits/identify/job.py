@@ -1,7 +1,8 @@
 """The identify job: build prompt pairs, sweep every head and MLP, pick the key components (Section 4.1).
 
 :func:`identify` returns an :class:`~circuits.identify.result.IdentifyResult` for one task;
-:func:`run_identify` writes one folder per task, and for ``--task all`` the four operations one by one
+:func:`run` (``run(config, out)``, the job's one entry point) writes one folder per task
+(:func:`task_folders` names them), and for ``--task all`` the four operations one by one
 (each in its own sub-folder, skipped when already finished with the same config, so an interrupted run
 resumes) and then, in ``all/``, the four pooled: pairs drawn evenly from the four with the per-pair values their
 sweeps already computed (:meth:`~circuits.patching.engine.SweepResult.pool`; no model runs).
@@ -18,20 +19,24 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
 from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
 from circuits.config import same_config
+from circuits.beyond.edges.job import resolve_receivers
 from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs, counterfactual_stats
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
-from circuits.patching.engine import SweepResult, sweep
+from circuits.patching.edges import check_edges, sweep_edges
+from circuits.patching.engine import SweepResult, all_components, sweep
 from circuits.identify.result import IdentifyResult
 from circuits.patching.ranking import KeyRule
 from circuits.io import read_json
+from circuits.models.backend import check_dtype
 from circuits.models.loading import load_model
 from circuits.results import MARKER
-from circuits.types import Component
+from circuits.types import Component, Receiver
 
 
 def identify(
@@ -46,10 +51,6 @@ def identify(
     start = time.perf_counter()
     stats: dict[str, Any] = {}
     if config.receivers and not config.receivers.strip().lower().startswith("top"):
-        from circuits.patching.edges import check_edges
-        from circuits.patching.engine import all_components
-        from circuits.types import Receiver
-
         receivers = Receiver.parse_many(config.receivers)  # checked before the sweep, not after it
         check_edges(model, [c for c in all_components(model) if c.layer < max(r.layer for r in receivers) + 1], receivers)
     built = pairs is None
@@ -70,9 +71,6 @@ def identify(
                      counterfactual_answer_prob=float(b.cf_prob.mean()))
     out = IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
     if config.receivers:  # edges into the chosen receivers (path patching to a receiver, identify.edges)
-        from circuits.beyond.edges.job import resolve_receivers
-        from circuits.patching.edges import sweep_edges
-
         out.edges = sweep_edges(model, pairs, resolve_receivers(config.receivers, out), memory_mb=config.memory_mb,
                                 progress=progress)
         out.seconds = time.perf_counter() - start
@@ -94,15 +92,28 @@ def finished(folder: Path, config: IdentifyConfig) -> bool:
         return False
 
 
-def run_identify(config: IdentifyConfig, out: str | Path, model: HookedTransformer | None = None,
-                 progress: bool = True, n_devices: int = 1) -> dict[str, Path]:
-    """Run the job; returns the folder written for each task. ``n_devices``: spread a model too big for one GPU over
+def task_folders(config: IdentifyConfig, out: str | Path) -> dict[str, Path]:
+    """The folder :func:`run` writes for each task: ``out`` itself, or for ``--task all`` one sub-folder per operation
+    and ``all/`` for the pooled result."""
+    out = Path(out)
+    if config.task != "all":
+        return {config.task: out}
+    return {**{t: out / t for t in OPERATIONS}, "all": out / "all"}
+
+
+def run(config: IdentifyConfig, out: str | Path, model: HookedTransformer | None = None,
+        progress: bool = True, n_devices: int = 1) -> IdentifyResult:
+    """The ``circuits identify`` job: the result of ``config.task`` saved in ``out`` (for ``--task all`` each
+    operation's in ``out/<operation>`` and the pooled one, returned, in ``out/all``; see :func:`task_folders`).
+    Finished folders with the same config are reused (resume). ``n_devices``: spread a model too big for one GPU over
     that many (each rank's own GPUs under torchrun)."""
     out = Path(out)
+    if model is None:  # before any work: a dtype this machine cannot run is one line
+        check_dtype(config.dtype, "cuda" if torch.cuda.is_available() else "cpu")
     load = lambda: load_model(config.model, dtype=config.dtype, n_devices=n_devices,  # noqa: E731
                               **({"device": D.use_devices(n_devices)} if D.is_distributed() else {}))
     tasks = list(OPERATIONS) if config.task == "all" else [config.task]
-    folders = {t: (out / t if config.task == "all" else out) for t in tasks}
+    folders = task_folders(config, out)
     results: dict[str, IdentifyResult] = {}
     for task in tasks:
         cfg = config.for_task(task)
@@ -121,6 +132,7 @@ def run_identify(config: IdentifyConfig, out: str | Path, model: HookedTransform
         folder = out / "all"
         if D.on_main(lambda: finished(folder, config)):
             _say(f"[all] already done with this config: {folder} (resumed)")
+            result = D.on_main(lambda: IdentifyResult.load(folder))
         else:
             start = time.perf_counter()
             rng = random.Random(config.seed)
@@ -145,9 +157,8 @@ def run_identify(config: IdentifyConfig, out: str | Path, model: HookedTransform
             if D.is_main():
                 result.save(folder)
                 _print_summary("all", result, folder)
-        folders["all"] = folder
     D.barrier()  # every rank returns once rank 0 has written
-    return folders
+    return results[config.task] if config.task != "all" else result
 
 
 def _say(text: str) -> None:

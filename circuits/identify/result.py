@@ -27,7 +27,8 @@ from circuits.patching.engine import SweepResult
 from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
 from circuits.patching.ranking import KeyRule, Ranked, rank, rank_mlps
 from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
-from circuits.results import MARKER, KeyHeadSource, Result, ResultError
+from circuits.identify.config import KeyHeadSource
+from circuits.results import MARKER, Result, ResultError
 from circuits.types import Head
 
 SUMMARY_FIELDS = ("n_candidates", "accuracy", "mean_answer_prob", "few_shot", "per_template")

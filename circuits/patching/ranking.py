@@ -31,9 +31,11 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from circuits.patching.metrics import DEFAULT_METRIC, METRICS
+from circuits.types import DEFAULT_KEY_RULE as _DEFAULT_KEY_RULE
 from circuits.types import Head
 
-DEFAULT_KEY_RULE = f"{DEFAULT_METRIC}>=0.05"
+DEFAULT_KEY_RULE = _DEFAULT_KEY_RULE  # declared with the vocabulary: configs read it without torch
+assert DEFAULT_KEY_RULE.startswith(DEFAULT_METRIC), "the default key rule ranks by the default metric"
 Ranked = tuple[Head, float]
 _THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*(\S+)\s*$")
 _TOP = re.compile(r"^\s*top\s*:?\s*(\d+)\s*(?::\s*([A-Za-z_][A-Za-z0-9_]*))?\s*$", re.IGNORECASE)

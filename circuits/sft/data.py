@@ -16,11 +16,11 @@ import torch
 from torch import Tensor
 
 from circuits.data import benchmarks as bd
+from circuits.sft.config import TRAIN_SOURCES
 from circuits.data.arithmetic import Example, arithmetic_train_items
 from circuits.data.benchmarks import word_problem_prompt
 
 TrainSource = Literal["gsm8k", "adapters", "arithmetic"]
-TRAIN_SOURCES: tuple[str, ...] = ("gsm8k", "adapters", "arithmetic")
 
 
 def build_training_set(

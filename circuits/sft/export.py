@@ -15,33 +15,16 @@ the exported model's logits in transformers equal the tuned ``HookedTransformer`
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from circuits.config import Config, option
+from circuits.sft.config import SAVE_DTYPES, ExportConfig  # noqa: F401  (ExportConfig: its config, here as before)
 from circuits.io import atomic_dir, write_json
 from circuits.sft.delta import read_delta
 from circuits.sft.plan import TuningPlan
 
-SAVE_DTYPES = ("float32", "bfloat16", "float16")
-
-
-@dataclass(frozen=True)
-class ExportConfig(Config):
-    """What ``circuits export`` writes."""
-
-    delta: str = option("", help="delta.pt written by circuits finetune")
-    model: str | None = option(None, help="the base model the delta was trained on (default: the one the delta names)")
-    folded: bool = option(True, help="the delta was trained on a model loaded with folded norms (circuits finetune "
-                                     "does this)")
-    dtype: str = option("float32", choices=SAVE_DTYPES, help="dtype of the saved weights")
-
-    def __post_init__(self) -> None:
-        if self.dtype not in SAVE_DTYPES:
-            raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: {', '.join(SAVE_DTYPES)}")
 
 
 def _check_shapes(delta: dict[str, Any], reference: dict[str, torch.Tensor], source: str) -> None:
@@ -88,6 +71,11 @@ def _check_close_to_base(delta: dict[str, Any], reference: dict[str, torch.Tenso
             raise ValueError(f"The delta's {t.name} differs from {source}'s by {change:.2f} of its size, far more than "
                              "fine-tuning moves it: the delta was made for another model (pass the base model it was "
                              "trained on with --model)")
+
+
+def run(config: ExportConfig, out: str | os.PathLike) -> Path:
+    """The ``circuits export`` job: :func:`export_model` of ``config`` into ``out``; returns the folder written."""
+    return export_model(config.delta, out, model=config.model, folded=config.folded, dtype=config.dtype)
 
 
 def export_model(delta: str | os.PathLike, out: str | os.PathLike, *, model: str | None = None, folded: bool = True,

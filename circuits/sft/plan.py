@@ -27,22 +27,19 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from torch import Tensor
 from torch.utils.hooks import RemovableHandle
 from transformer_lens import HookedTransformer
 
+from circuits.sft.config import DEFAULT_KV_POLICY, KV_POLICIES, KVPolicy  # noqa: F401  (declared with the config)
 from circuits.types import Head
 
-KVPolicy = Literal["shared", "never"]
 # "shared": a K/V head is tuned when any of its query heads is selected. This keeps the paper's
 # Q/K/V/O parameter set for every selected head (on LLaMA2-7B, which has no grouping, K/V are per
 # head); the cost is that the group's other query heads see changed keys/values too. Those heads are
 # listed in ``TuningPlan.side_effect_heads`` so the change is visible. "never" tunes only Q and O.
-DEFAULT_KV_POLICY: KVPolicy = "shared"
-KV_POLICIES: tuple[str, ...] = ("shared", "never")
 
 
 @dataclass(frozen=True)

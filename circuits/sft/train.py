@@ -31,7 +31,6 @@ import math
 import os
 import random
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -40,17 +39,17 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
-from circuits.config import Config, option, same_config
+from circuits.config import same_config
 from circuits.io import read_json, write_json
 from circuits.models.forward import pad_token_id
 from circuits.sft import plan as hm
-from circuits.sft.data import TRAIN_SOURCES, TokenizedExample, collate
+from circuits.sft.config import FinetuneConfig
+from circuits.sft.data import TokenizedExample, collate
 from circuits.results import MARKER
 from circuits.sft.delta import apply_delta
-from circuits.sft.optim import PRECISIONS, LossScaler, SliceOptimizer, check_device
+from circuits.sft.optim import LossScaler, SliceOptimizer, check_device
 from circuits.sft.parallel import checkpointed_blocks, strategy_for
 from circuits.sft.result import FinetuneResult
-from circuits.types import Head, parse_heads, parse_layers
 
 __all__ = ["FinetuneConfig", "LossScaler", "SliceOptimizer", "TrainingDiverged", "batch_schedule", "finetune",
            "lr_at", "plan_for", "sft_loss"]
@@ -58,83 +57,6 @@ __all__ = ["FinetuneConfig", "LossScaler", "SliceOptimizer", "TrainingDiverged",
 
 class TrainingDiverged(RuntimeError):
     """The loss became NaN or inf; the last good checkpoint is kept."""
-
-
-@dataclass(frozen=True)
-class FinetuneConfig(Config):
-    """One fine-tuning run. Defaults are the paper's (Section 5.3) except where marked.
-
-    ``heads``/``mlps`` select Precise SFT; ``full=True`` tunes everything (and needs no heads).
-    ``max_steps`` caps optimizer steps (``None``: ``epochs`` over the data).
-    """
-
-    model: str = option("smollm2", help="model name or path (see circuits.models.load_model)")
-    heads: tuple[Head, ...] = option((), parse=parse_heads, help="heads to tune, LAYER.HEAD,... (e.g. 21.2,20.6)")
-    mlps: tuple[int, ...] = option((), parse=parse_layers, help="MLP layers to tune, comma-separated")
-    full: bool = option(False, help="full SFT: tune every parameter")
-    kv_policy: str = option(hm.DEFAULT_KV_POLICY, choices=hm.KV_POLICIES,
-                            help="grouped-query attention: tune a shared K/V head when any of its query heads is "
-                                 "selected ('shared') or never")
-    rescale: bool = option(True, help="rescale head gradients by H/h (heads per layer / tuned heads in it)")
-    lr: float = option(2e-5)
-    weight_decay: float = option(0.1)
-    warmup_ratio: float = option(0.02)
-    batch_size: int = option(128, help="effective batch (gradient accumulation)")
-    # Micro-batch for gradient accumulation; 8 keeps activations of a 135M model small on CPU.
-    micro_batch_size: int = option(8)
-    epochs: int = option(2)
-    max_steps: int | None = option(None, flag="--steps", help="cap on optimizer steps")
-    max_length: int = option(384)
-    betas: tuple[float, float] = option((0.9, 0.999), cli=False)
-    eps: float = option(1e-8, cli=False)
-    seed: int = option(0)
-    checkpoint_every: int = option(25)
-    sources: tuple[str, ...] = option(TRAIN_SOURCES, flag="--data",
-                                      help="training sources: gsm8k (train split), adapters (LLM-Adapters math minus all "
-                                           "test questions), arithmetic")
-    n_arithmetic: int = option(2000)
-    limit_per_source: int | None = option(None)
-    data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
-    save_delta: bool = option(True, cli=False)
-    dtype: str = option("float32", choices=PRECISIONS,
-                        help="compute dtype of the forward and backward passes; tuned values keep fp32 masters and "
-                             "fp32 AdamW state, fp16 scales the loss (sharded full SFT: parameters stay fp32)")
-    activation_checkpointing: bool = option(False, help="recompute each block's activations in backward: less "
-                                                        "memory for about a third more compute")
-    cpu_offload: bool = option(False, help="full SFT: keep fp32 parameter shards, gradients and AdamW state on the "
-                                           "CPU (FSDP2 CPUOffloadPolicy), so a 7B model's full SFT fits one GPU")
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "heads", tuple(Head(int(l), int(h)) for l, h in self.heads))
-        object.__setattr__(self, "mlps", tuple(int(m) for m in self.mlps))
-        object.__setattr__(self, "sources", tuple(self.sources))
-        object.__setattr__(self, "betas", tuple(self.betas))
-        if self.full and (self.heads or self.mlps):
-            raise ValueError("full=True tunes every parameter; do not also list heads or MLPs")
-        if not self.full and not (self.heads or self.mlps):
-            raise ValueError("Precise SFT needs heads or MLPs (or set full=True)")
-        if any(len(h) != 2 for h in self.heads):
-            raise ValueError(f"heads must be (layer, head) pairs, got {self.heads}")
-        if self.kv_policy not in hm.KV_POLICIES:
-            raise ValueError(f"kv_policy must be one of {hm.KV_POLICIES}, got {self.kv_policy!r}")
-        if not (self.lr > 0 and self.weight_decay >= 0 and 0 <= self.warmup_ratio < 1):
-            raise ValueError("need lr > 0, weight_decay >= 0 and 0 <= warmup_ratio < 1")
-        if self.micro_batch_size < 1 or self.batch_size < self.micro_batch_size or self.batch_size % self.micro_batch_size:
-            raise ValueError(f"batch_size ({self.batch_size}) must be a positive multiple of micro_batch_size ({self.micro_batch_size})")
-        if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
-            raise ValueError("epochs and max_steps must be >= 1")
-        if self.max_length < 8 or self.checkpoint_every < 1:
-            raise ValueError("max_length must be >= 8 and checkpoint_every >= 1")
-        if self.dtype not in PRECISIONS:
-            raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: {', '.join(PRECISIONS)}")
-        if self.cpu_offload and not self.full:
-            raise ValueError("cpu_offload is for full SFT (Precise SFT's optimizer state is already small)")
-        if set(self.sources) - set(TRAIN_SOURCES):
-            raise ValueError(f"sources must be among {TRAIN_SOURCES}, got {self.sources}")
-
-    @property
-    def accumulation_steps(self) -> int:
-        return self.batch_size // self.micro_batch_size
 
 
 def plan_for(model: HookedTransformer, config: FinetuneConfig) -> hm.TuningPlan:

@@ -19,7 +19,8 @@ from circuits.data.pairs import PromptPair
 from circuits.data.templates import OPERATIONS
 from circuits.io import read_json, write_json
 from circuits.config import option
-from circuits.results import KeyHeadSource, Result
+from circuits.identify.config import KeyHeadSource
+from circuits.results import Result
 from circuits.types import Ablation, Head
 from circuits.validate.knockout import KnockoutCurve, knockout_curve, replacement_values
 

@@ -64,6 +64,7 @@ class CrossModelResult(Result):
 
     kind = "cross_model"
     config_type = CrossModelConfig
+    paper = PAPER  # what the paper reports for each row (the report shows it beside each model)
 
     config: CrossModelConfig
     models: dict[str, dict[str, Any]]

@@ -22,7 +22,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from jaxtyping import Float
@@ -34,19 +34,12 @@ from circuits import distributed as D
 from circuits.data.pairs import PromptPair
 from circuits.models.forward import end_residuals, prefix_cache, unembed_end
 from circuits.config import option
-from circuits.results import KeyHeadSource, Result
+from circuits.identify.config import KeyHeadSource
+from circuits.results import Result
 from circuits.io import read_json, write_json
 from circuits.types import Ablation, Head, all_heads
-
-if TYPE_CHECKING:
-    from circuits.validate.resample import ResampledActivations
-
-GroupKey = tuple[str, int]
-
-
-def group_key(pair: PromptPair) -> GroupKey:
-    """The mean group of a pair: its template and its token length (positions align within it)."""
-    return (pair.template_id, len(pair.reference_token_ids))
+from circuits.validate.groups import GroupKey, group_key
+from circuits.validate.resample import ResampledActivations, resample_values, resampled_logits
 
 
 @dataclass
@@ -161,8 +154,6 @@ def replacement_values(model: HookedTransformer, pairs: Sequence[PromptPair], ab
     if ablation is Ablation.ZERO:
         return zero_values(model)
     if ablation is Ablation.RESAMPLE:
-        from circuits.validate.resample import resample_values
-
         return resample_values(model, pairs, seed=seed)
     return compute_means(model, pairs, pooled=pooled)
 
@@ -233,8 +224,6 @@ def knockout_logits(
     """
     heads, mlps = checked_set(model, heads, mlps)
     if not isinstance(means, MeanActivations):  # resample ablation: per-pair donors (validate.resample)
-        from circuits.validate.resample import resampled_logits
-
         return resampled_logits(model, list(pairs), means, heads, mlps, batch_size)
     keys, prefixes = [], []
     for p in pairs:

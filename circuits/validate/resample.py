@@ -21,7 +21,7 @@ from circuits.models.backend import act_name as get_act_name
 from circuits.data.pairs import PromptPair
 from circuits.models.forward import unembed_end
 from circuits.types import Head
-from circuits.validate.knockout import GroupKey, group_key
+from circuits.validate.groups import GroupKey, group_key
 
 
 @dataclass

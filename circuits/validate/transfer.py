@@ -28,7 +28,8 @@ from circuits.data.pairs import PromptError, PromptPair, encode, first_answer_to
 from circuits.data.word_problems import ANSWER_CUE
 from circuits.io import read_json, write_json
 from circuits.config import option
-from circuits.results import KeyHeadSource, Result
+from circuits.identify.config import KeyHeadSource
+from circuits.results import Result
 from circuits.types import Head
 from circuits.validate.knockout import MeanActivations, knockout, knockout_logits
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from circuits.results import result_type
 from circuits.viz.page import Page, _e, _pct, table
 
 
@@ -79,24 +80,20 @@ def neurons_section(page: Page, found: list) -> str:
 
 
 def edges_section(page: Page, found: list) -> str:
-    from circuits.beyond.edges.result import circuit_figure, edge_summary, receiver_effects_of
+    edge_result = result_type("edges")  # by kind: viz imports no step module
 
     out = []
     for f in found:
-        r = f.result
-        if f.kind == "identify":
-            if r.edges is None:
-                continue
-            edges, metric = r.edges, r.key_rule.metric
-            fig = circuit_figure(edges, receiver_effects_of(r, edges.receivers, metric), metric,
-                                 f"{r.task}: senders -> receivers -> logits")
-        else:
-            edges, metric, fig = r.edges, r.metric, r.figure()
+        r = edge_result.of_identify(f.result) if f.kind == "identify" else f.result  # type: ignore[attr-defined]
+        if r is None:
+            continue
+        edges, metric = r.edges, r.metric
+        fig = r.figure(f"{f.result.task}: senders -> receivers -> logits" if f.kind == "identify" else None)
         out.append(f"<p class='what'>Path patching from every earlier component into each receiver at END (the "
                    f"receiver's query, key or value input, or an MLP's input), every other head frozen, as in the "
                    f"original path-patching algorithm; {len(edges.senders)} senders x {len(edges.receivers)} receivers "
                    f"({_e(metric)}).</p>")
-        top = edge_summary(edges, metric, 5)
+        top = r.top_senders(5)
         out.append(table(["receiver", "strongest senders"], [[k, ", ".join(f"{s} ({v:+.3f})" for s, v in vs)] for k, vs in top.items()]))
         out.append(page.figure(fig) + f.config_html())
     return "".join(out) or "<p class='note'>No identify result here was made with --receivers.</p>"

@@ -30,7 +30,8 @@ CONFIG_KEYS = ("model", "task", "mode", "n_pairs", "key_rule", "seed", "n_prompt
 def config_block(path: Path, config: dict[str, Any]) -> str:
     """The config that made a result: its main fields in one line, the whole of it folded."""
     c = config
-    main = ", ".join(f"{k}={c[k]}" for k in CONFIG_KEYS if k in c and c[k] not in (None, "", [], ()))
+    flat = {**{k: v for sub in c.values() if isinstance(sub, dict) for k, v in sub.items()}, **c}  # nested configs too
+    main = ", ".join(f"{k}={flat[k]}" for k in CONFIG_KEYS if k in flat and flat[k] not in (None, "", [], ()))
     full = json.dumps(c, indent=1, default=str) if c else "(no config.json saved)"
     return (f"<details class='config'><summary>made by <code>{_e(path)}</code>"
             f"{': ' + _e(main) if main else ''}</summary><pre>{_e(full)}</pre></details>")

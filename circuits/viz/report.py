@@ -76,10 +76,8 @@ def collect(paths: Iterable[str | Path]) -> tuple[list[Found], list[Path], list[
                 _file(child)
 
     def _file(path: Path) -> None:
-        from circuits.evaluation.result import EvalResult
-
         try:
-            found.append(Found(EvalResult.load(path), path))
+            found.append(Found(result_type("evaluation").load(path), path))
         except (ResultError, ValueError):
             pass  # a JSON file that is no evaluation result
 

@@ -15,7 +15,8 @@ import pytest
 import torch
 
 import dist_cases as cases
-from circuits.identify import IdentifyConfig, run_identify
+from circuits.identify import IdentifyConfig
+from circuits.identify.job import run as run_identify
 from circuits.identify.result import load_identify
 
 ROOT = Path(__file__).resolve().parents[2]

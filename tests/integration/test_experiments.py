@@ -29,8 +29,9 @@ def test_each_script_saves_its_result_and_replots(results, name, tmp_path):
     config = tiny_config(name, results)
     result = load_result(config.out)
     assert result.kind == EXPECTED_KIND[name]
-    saved = result.config_json()  # saved with the config that made it
-    assert (saved["models"] == list(config.models)) if name == "cross_model" else (saved["model"] == config.model)
+    saved = result.config_json()  # saved with the config that made it (a nested identify config: its model inside)
+    model = saved["model"] if "model" in saved else saved["identify"]["model"]
+    assert (saved["models"] == list(config.models)) if name == "cross_model" else (model == config.model)
     figure = script(name).plot(result, tmp_path)  # --replot: from the saved result, no model
     assert figure.is_file() or figure == tmp_path / "figure.html" or figure.name == "table.md"
 

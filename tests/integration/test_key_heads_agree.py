@@ -14,7 +14,7 @@ N_PAIRS = 8
 
 
 def test_cli_figures_and_notebook_agree(smollm2, tmp_path, monkeypatch):
-    monkeypatch.setattr(C, "model_for", lambda name: smollm2)  # one load for the test
+    monkeypatch.setattr(C, "model_for", lambda name, dtype="float32": smollm2)  # one load for the test
     assert cli_main(["identify", "--task", "addition", "--pairs", str(N_PAIRS), "--out", str(tmp_path / "cli")]) == 0
     cli = [(l, h) for l, h, _ in json.loads((tmp_path / "cli" / "summary.json").read_text())["key_heads"]]
     assert cli, "the CLI found key heads"

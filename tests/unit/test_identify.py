@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from circuits.data.templates import OPERATIONS
-from circuits.identify import IdentifyConfig, IdentifyResult, PerOperation, identify, load_identify, run_identify
+from circuits.identify import IdentifyConfig, IdentifyResult, PerOperation, identify, load_identify
+from circuits.identify.job import run, task_folders
 from circuits.identify.result import PerOperationConfig
 from circuits.patching import sweep
 from circuits.identify.result import ResultError
@@ -89,8 +90,10 @@ def test_load_identify_on_the_parent_of_task_folders(result, tmp_path):
 
 def test_run_identify_writes_resumes_and_pools(tiny_llama, tmp_path, capsys):
     config = CONFIG.replace(task="all", n_pairs=4)
-    folders = run_identify(config, tmp_path / "identify", model=tiny_llama, progress=False)
+    returned = run(config, tmp_path / "identify", model=tiny_llama, progress=False)
+    folders = task_folders(config, tmp_path / "identify")
     assert sorted(folders) == ["addition", "all", "division", "multiplication", "subtraction"]
+    assert returned.pairs == IdentifyResult.load(folders["all"]).pairs and returned.task == "all"
     assert sorted(p.name for p in (tmp_path / "identify").iterdir()) == sorted(folders)  # no temporary folders left
     pooled = IdentifyResult.load(folders["all"])
     assert len(pooled.pairs) == 4 and set(pooled.per_task) == {"addition", "subtraction", "multiplication", "division"}
@@ -109,7 +112,7 @@ def test_run_identify_writes_resumes_and_pools(tiny_llama, tmp_path, capsys):
             torch.testing.assert_close(getattr(pooled.sweep.baseline, name), value, atol=1e-4, rtol=1e-4)
     stamp = (folders["addition"] / "summary.json").stat().st_mtime_ns
     capsys.readouterr()
-    run_identify(config, tmp_path / "identify", model=tiny_llama, progress=False)
+    assert run(config, tmp_path / "identify", model=tiny_llama, progress=False).pairs == returned.pairs  # resumed
     assert capsys.readouterr().out.count("resumed") == 5
     assert (folders["addition"] / "summary.json").stat().st_mtime_ns == stamp
 

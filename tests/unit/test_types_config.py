@@ -90,3 +90,63 @@ def test_config_json_roundtrip_and_same_config():
     assert same_config(j, c)
     assert same_config({k: v for k, v in j.items() if k != "hidden"}, c)  # a field added later: its default
     assert not same_config({**j, "n": 4}, c)
+
+
+@dataclass(frozen=True)
+class Outer(Config):
+    demo: Demo = option(Demo(name="inner"), skip=("hidden", "mode"), help="a nested config")
+    seeds: tuple[int, ...] = option((0, 1))
+    label: str = option("o", help="the outer label")
+
+
+def _parse_outer(argv):
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, Outer)
+    return parser, from_arguments(Outer, parser.parse_args(argv))
+
+
+def test_a_nested_config_is_flattened_into_flags_and_rebuilt():
+    parser, got = _parse_outer([])
+    assert got == Outer() and got.demo.name == "inner"  # the outer default's nested values, not Demo's own
+    flags = {a.option_strings[0] for a in parser._actions if a.option_strings}
+    assert {"--name", "--count", "--ks", "--seeds", "--label"} <= flags and not flags & {"--hidden", "--mode", "--demo"}
+    _, got = _parse_outer(["--count", "7", "--heads", "1.2", "--seeds", "3", "--no-keep"])
+    assert got == Outer(demo=Demo(name="inner", n=7, heads=(Head(1, 2),), keep=False), seeds=(3,))
+    with pytest.raises(SystemExit):
+        _parse_outer(["--mode", "activation"])  # skipped: the outer config sets it
+
+
+def test_a_nested_config_serialises_as_an_object_and_loads_typed():
+    c = Outer(demo=Demo(name="n", ks=(4,), heads=(Head(2, 1),)), seeds=(5, 6))
+    j = c.to_json()
+    assert j["demo"] == {**Demo(name="n", ks=(4,), heads=(Head(2, 1),)).to_json()} and j["seeds"] == [5, 6]
+    back = Outer.from_json(j)
+    assert back == c and isinstance(back.demo, Demo) and back.demo.heads == (Head(2, 1),)
+    # keys missing from the saved object keep the outer default's values; an older flat file is read too
+    assert Outer.from_json({"demo": {"n": 9}}).demo == Demo(name="inner", n=9)
+    assert Outer.from_json({"name": "flat", "n": 2, "label": "x"}) == Outer(demo=Demo(name="flat", n=2), label="x")
+    assert same_config(j, c) and same_config({k: v for k, v in j.items() if k != "label"}, c)
+    assert not same_config({**j, "demo": {**j["demo"], "n": 8}}, c)
+    assert not same_config({**j, "demo": {**j["demo"], "mode": "causal-but-any-string"}}, c)
+
+
+def test_a_flag_declared_twice_is_refused_and_redefault_keeps_the_declaration():
+    from circuits.config import redefault
+
+    @dataclass(frozen=True)
+    class Twice(Config):
+        demo: Demo = option(Demo())
+        name: str = option("copy")
+
+    with pytest.raises(ValueError, match="--name .* declared twice"):
+        add_arguments(argparse.ArgumentParser(), Twice)
+
+    @dataclass(frozen=True)
+    class Sub(Demo):
+        n: int = redefault(Demo, "n", 11)
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, Sub)
+    assert from_arguments(Sub, parser.parse_args([])).n == 11 and from_arguments(Sub, parser.parse_args(["--count", "2"])).n == 2
+    with pytest.raises(ValueError, match="no field 'nope'"):
+        redefault(Demo, "nope", 1)

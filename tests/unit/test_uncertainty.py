@@ -84,7 +84,7 @@ def test_form_subsets_equal_sweeping_those_pairs_alone(tiny_llama, tiny_identify
 def test_jaccard_and_stability_result(tiny_identify, tmp_path):
     assert jaccard({1, 2}, {2, 3}) == pytest.approx(1 / 3) and jaccard(set(), set()) == 1.0
     assert jaccard_matrix([{1}, {1}, {2}]) == [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
-    res = stability({"addition": {0: tiny_identify, 1: tiny_identify}}, StabilityConfig(model="tiny", key_rule="top4"))
+    res = stability({"addition": {0: tiny_identify, 1: tiny_identify}}, StabilityConfig(IdentifyConfig(model="tiny", key_rule="top4")))
     s = res.summary()["per_operation"]["addition"]
     assert s["mean_jaccard_seeds"] == 1.0 and s["jaccard_seeds"] == [[1.0, 1.0], [1.0, 1.0]]
     res.save(tmp_path / "st")

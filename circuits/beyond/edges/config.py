@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from circuits.config import option
-from circuits.results import KeyHeadSource
+from circuits.identify.config import KeyHeadSource
 
 
 @dataclass(frozen=True)

@@ -78,9 +78,23 @@ class EdgeResult(Result):
     receiver_effects: dict[str, float]
     metric: str = "fraction"
 
-    def figure(self):
+    def figure(self, title: str | None = None):
         return circuit_figure(self.edges, self.receiver_effects, self.metric,
-                              f"Circuit of {getattr(self.config, 'task', '')}: senders -> receivers -> logits")
+                              title or f"Circuit of {getattr(self.config, 'task', '')}: senders -> receivers -> logits")
+
+    def top_senders(self, top: int = 10) -> dict[str, Any]:
+        """Each receiver's ``top`` senders with their effects (``summary.json``'s ``edges``)."""
+        return edge_summary(self.edges, self.metric, top)
+
+    @classmethod
+    def of_identify(cls, result: Any) -> EdgeResult | None:
+        """The edges an identify result made with ``--receivers`` keeps, as an edge result (None when it has none);
+        each receiver's own effect on the logits comes from its sweep, by its key rule's metric."""
+        if result.edges is None:
+            return None
+        metric = result.key_rule.metric
+        return cls(result.config, result.pairs, result.edges,
+                   receiver_effects_of(result, result.edges.receivers, metric), metric)
 
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure

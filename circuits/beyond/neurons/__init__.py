@@ -1,7 +1,22 @@
-"""The key MLPs' neurons at END and their knockout (docs/beyond.md)."""
+"""The key MLPs' neurons at END and their knockout (docs/beyond.md).
 
-from circuits.beyond.neurons.config import NeuronConfig
-from circuits.beyond.neurons.result import NeuronResult
-from circuits.beyond.neurons.job import run_neurons
+``run(config, out)`` is the job's one entry point; names are imported on first use, so the config is importable
+without torch."""
 
-__all__ = ["NeuronConfig", "NeuronResult", "run_neurons"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {"NeuronConfig": "circuits.beyond.neurons.config", "NeuronResult": "circuits.beyond.neurons.result",
+            "run": "circuits.beyond.neurons.job"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from circuits.config import option
-from circuits.patching.metrics import METRIC_NAMES, get_metric
-from circuits.data.source import PairSource
+from circuits.data.source import PairSource, check_metric
 from circuits.types import MODES, parse_layers
 
 
@@ -17,12 +17,12 @@ class NeuronConfig(PairSource):
                                      "patched; default: the key MLPs of --pairs-from (at most --top-mlps)")
     top_mlps: int = option(3, help="key MLPs taken from --pairs-from when --layers is not given")
     mode: str = option("path", choices=MODES, help="path patching (the paper's) or activation patching")
-    metric: str = option("fraction", choices=METRIC_NAMES, help="what ranks the neurons")
+    metric: str = option("fraction", help="what ranks the neurons: relative_logit, fraction, logit_diff or prob")
     shares: tuple[float, ...] = option((0.005, 0.01, 0.02, 0.05, 0.1), help="shares of each key MLP's neurons knocked out")
     knockout_seed: int = option(0, help="seed of the random neurons")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        get_metric(self.metric)
+        check_metric(self.metric)
         if any(not 0 < s <= 1 for s in self.shares):
             raise ValueError(f"shares must lie in (0, 1], got {self.shares}")

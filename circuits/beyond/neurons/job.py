@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from transformer_lens import HookedTransformer
 from circuits.data.pairs import PromptPair
+from circuits.identify.result import load_identify
+from circuits.models.loading import load_model
 from circuits.patching.engine import sweep
 from circuits.patching.metrics import get_metric
 from circuits.patching.neurons import sweep_neurons, top_neurons
@@ -50,12 +52,9 @@ def neuron_knockout(model: HookedTransformer, pairs: list[PromptPair], effects: 
     return out
 
 
-def run_neurons(config: NeuronConfig, out: str | Path, model: HookedTransformer | None = None,
+def run(config: NeuronConfig, out: str | Path, model: HookedTransformer | None = None,
                 progress: bool = True) -> NeuronResult:
     """The ``circuits neurons`` job."""
-    from circuits.identify.result import load_identify
-    from circuits.models.loading import load_model
-
     layers = list(config.layers)
     if not layers:
         if not config.pairs_from:

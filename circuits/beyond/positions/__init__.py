@@ -1,7 +1,22 @@
-"""Exact patching at every token position: the information flow into END (docs/beyond.md)."""
+"""Exact patching at every token position: the information flow into END (docs/beyond.md).
 
-from circuits.beyond.positions.config import PositionConfig
-from circuits.beyond.positions.result import PositionResult
-from circuits.beyond.positions.job import run_positions
+``run(config, out)`` is the job's one entry point; names are imported on first use, so the config is importable
+without torch."""
 
-__all__ = ["PositionConfig", "PositionResult", "run_positions"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {"PositionConfig": "circuits.beyond.positions.config", "PositionResult": "circuits.beyond.positions.result",
+            "run": "circuits.beyond.positions.job"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

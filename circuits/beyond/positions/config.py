@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from circuits.config import option
-from circuits.patching.metrics import METRIC_NAMES, METRICS
-from circuits.data.source import PairSource
+from circuits.data.source import PairSource, check_metric
 
 
 @dataclass(frozen=True)
@@ -15,9 +15,8 @@ class PositionConfig(PairSource):
     template: str = option("", help="only pairs of this template (e.g. addition/0), so positions align token for "
                                     "token; default: all, aligned from END")
     offsets: tuple[int, ...] = option((), help="offsets from END to patch (0 is END); default: every position")
-    metric: str = option("logit_diff", choices=METRIC_NAMES, help="the metric the figure shows")
+    metric: str = option("logit_diff", help="the metric the figure shows: relative_logit, fraction, logit_diff or prob")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.metric not in METRICS:
-            raise ValueError(f"Unknown metric {self.metric!r}; accepted: {', '.join(METRICS)}")
+        check_metric(self.metric)

@@ -9,16 +9,15 @@ from __future__ import annotations
 import time
 from pathlib import Path
 from transformer_lens import HookedTransformer
+from circuits.models.loading import load_model
 from circuits.patching.positions import sweep_positions
 from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.result import PositionResult, token_strings
 
 
-def run_positions(config: PositionConfig, out: str | Path, model: HookedTransformer | None = None,
+def run(config: PositionConfig, out: str | Path, model: HookedTransformer | None = None,
                   progress: bool = True) -> PositionResult:
     """The ``circuits positions`` job."""
-    from circuits.models.loading import load_model
-
     model = model or load_model(config.model, dtype=config.dtype)
     pairs, _ = config.load_pairs(model)
     if config.template:

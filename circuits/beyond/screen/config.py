@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from circuits.config import option
-from circuits.patching.metrics import METRIC_NAMES, get_metric
-from circuits.data.source import PairSource
+from circuits.data.source import PairSource, check_metric
 from circuits.types import MODES
 
 
@@ -13,7 +13,7 @@ from circuits.types import MODES
 class ScreenConfig(PairSource):
     """Everything that decides a screen (saved as its ``config.json``)."""
 
-    metric: str = option("fraction", choices=METRIC_NAMES, help="what is estimated and ranked")
+    metric: str = option("fraction", help="what is estimated and ranked: relative_logit, fraction, logit_diff or prob")
     mode: str = option("activation", choices=MODES, help="activation patching (every position) or the paper's path "
                                                           "patching (heads frozen; END only)")
     verify: int = option(20, help="re-measure the screen's top-N heads/MLPs and top-N neurons exactly (0: none)")
@@ -24,7 +24,7 @@ class ScreenConfig(PairSource):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        get_metric(self.metric)
+        check_metric(self.metric)
         if self.mode not in MODES:
             raise ValueError(f"Unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
         if self.verify < 0:

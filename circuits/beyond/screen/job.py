@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 from transformer_lens import HookedTransformer
 from circuits.data.pairs import PromptPair
+from circuits.models.loading import load_model
 from circuits.patching.attribution import Attribution, attribute
 from circuits.patching.engine import sweep
 from circuits.patching.neurons import sweep_neurons
@@ -132,11 +133,9 @@ def screen(model: HookedTransformer, pairs: Sequence[PromptPair], config: Screen
                         audit, exact_end, seconds)
 
 
-def run_screen(config: ScreenConfig, out: str | Path, model: HookedTransformer | None = None,
+def run(config: ScreenConfig, out: str | Path, model: HookedTransformer | None = None,
                progress: bool = True) -> ScreenResult:
     """The ``circuits screen`` job: pairs (built or ``--pairs-from``), screen, verify, audit, saved to ``out``."""
-    from circuits.models.loading import load_model
-
     model = model or load_model(config.model, dtype=config.dtype)
     pairs, _ = config.load_pairs(model)
     result = screen(model, pairs, config, progress=progress)

@@ -1,7 +1,22 @@
-"""Key heads across seeds, templates and pair counts (docs/beyond.md)."""
+"""Key heads across seeds, templates and pair counts (docs/beyond.md).
 
-from circuits.beyond.stability.config import StabilityConfig
-from circuits.beyond.stability.result import StabilityResult
-from circuits.beyond.stability.job import run_stability
+``run(config, out)`` is the job's one entry point; names are imported on first use, so the config is importable
+without torch."""
 
-__all__ = ["StabilityConfig", "StabilityResult", "run_stability"]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {"StabilityConfig": "circuits.beyond.stability.config", "StabilityResult": "circuits.beyond.stability.result",
+            "run": "circuits.beyond.stability.job"}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,37 +1,45 @@
-"""What decides a stability run (saved as its ``config.json``)."""
+"""What decides a stability run (saved as its ``config.json``).
+
+The identify runs it reads or makes are one nested :class:`~circuits.identify.config.IdentifyConfig` (its flags,
+less ``--task``, ``--seed`` and ``--receivers``, are this command's: ``--model``, ``--pairs``, ``--key-rule``, ...), run for every
+operation and seed. In ``config.json``: ``{"identify": {...}, "operations": [...], "seeds": [...], ...}``."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
 from circuits.config import Config, option
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
-from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule
 
 
 @dataclass(frozen=True)
 class StabilityConfig(Config):
-    model: str = option("smollm2", help="smollm2, a .gguf file, a local Hugging Face folder or an official name")
+    identify: IdentifyConfig = option(IdentifyConfig(), skip=("task", "seed", "receivers"),
+                                      help="the identify run made for every operation and seed")
     operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
     seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the pairs (one identify run each)")
-    n_pairs: int = option(64, flag="--pairs", help="prompt pairs per identify run")
-    key_rule: str = option(DEFAULT_KEY_RULE, help="the rule that picks the key heads")
-    filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
     identify_dir: str = option("results/identify", help="where identify results are read or written (seed 0: "
                                                          "<dir>/<operation>, as circuits identify --task all writes)")
 
     def __post_init__(self) -> None:
-        KeyRule.parse(self.key_rule)
         for op in self.operations:
             if op not in OPERATIONS:
                 raise ValueError(f"Unknown operation {op!r}; accepted: {', '.join(OPERATIONS)}")
         if not self.seeds:
             raise ValueError("Give at least one seed")
 
+    @property
+    def model(self) -> str:
+        return self.identify.model
+
+    @property
+    def key_rule(self) -> str:
+        return self.identify.key_rule
+
     def identify_config(self, op: str, seed: int) -> IdentifyConfig:
-        return IdentifyConfig(model=self.model, task=op, n_pairs=self.n_pairs, seed=seed, key_rule=self.key_rule,
-                              filter_correct=self.filter_correct)
+        return self.identify.replace(task=op, seed=seed)
 
     def folder(self, op: str, seed: int) -> Path:
         return Path(self.identify_dir) / (op if seed == 0 else f"{op}-seed{seed}")

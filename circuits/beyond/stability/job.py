@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 from circuits.data.templates import OPERATIONS, templates_for
+import circuits.identify.job as identify_job
 from circuits.identify.result import IdentifyResult
+from circuits.models.loading import load_model
 from circuits.patching.ranking import KeyRule
 from circuits.types import Head
 from circuits.beyond.stability.config import StabilityConfig
@@ -36,19 +38,16 @@ def stability(results: dict[str, dict[int, IdentifyResult]], config: StabilityCo
     return StabilityResult(config if config is not None else StabilityConfig(), by_seed, by_form)
 
 
-def run_stability(config: StabilityConfig, out: str | Path, model: Any = None) -> StabilityResult:
+def run(config: StabilityConfig, out: str | Path, model: Any = None) -> StabilityResult:
     """Identify results for every operation and seed (made when missing), then :func:`stability`."""
-    from circuits.identify.job import finished, run_identify
-    from circuits.models.loading import load_model
-
     results: dict[str, dict[int, IdentifyResult]] = {}
     for op in config.operations:
         results[op] = {}
         for seed in config.seeds:
             icfg, folder = config.identify_config(op, seed), config.folder(op, seed)
-            if not finished(folder, icfg):
-                model = model or load_model(config.model)
-                run_identify(icfg, folder, model=model, progress=False)
+            if not identify_job.finished(folder, icfg):
+                model = model or load_model(icfg.model, dtype=icfg.dtype)
+                identify_job.run(icfg, folder, model=model, progress=False)
             results[op][seed] = IdentifyResult.load(folder)
     result = stability(results, config)
     result.save(out)

@@ -1,0 +1,46 @@
+"""How prompt pairs are built (:class:`PairConfig`), declared once with the flags and help texts every job's command
+line shows for it (``--task``, ``--pairs``, ``--seed``, ``--few-shot``, ``--prefix-policy``, ``--filter-correct``).
+
+:class:`~circuits.data.source.PairSpec` (the model and the pairs of a job) derives from it, and so every job config
+that patches pairs. Imports neither torch nor transformer_lens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from circuits.config import Config, option
+from circuits.data.templates import TASKS, templates_for
+
+FewShot = Literal["auto", "on", "off"]
+PrefixPolicy = Literal["keep", "counterfactual"]
+
+
+@dataclass(frozen=True)
+class PairConfig(Config):
+    """How to build pairs. ``task``: an operation, ``addition_extra``, ``exponentiation`` or ``all``."""
+
+    task: str = option("addition", help="the operation whose prompts are patched ('all': the four, pooled)",
+                       choices=TASKS)
+    n_pairs: int = option(64, flag="--pairs", help="prompt pairs (per operation for --task all)")
+    seed: int = option(0, help="seed of the operands, templates and words")
+    few_shot: FewShot = option("auto", choices=("auto", "on", "off"),
+                               help="a few-shot prefix of solved examples ('auto': below 1B parameters)")
+    prefix_policy: PrefixPolicy = option("keep", choices=("keep", "counterfactual"),
+                                         help="counterfactual prompts keep the reference's few-shot prefix, or get "
+                                              "counterfactual examples")
+    filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
+    operand_range: tuple[int, int] = option((1, 9), cli=False)
+    max_candidates: int = option(2048, cli=False)
+
+    def __post_init__(self) -> None:
+        templates_for(self.task)  # raises on an unknown task
+        if self.n_pairs < 1:
+            raise ValueError(f"n_pairs must be at least 1, got {self.n_pairs}")
+        if self.few_shot not in ("auto", "on", "off"):
+            raise ValueError(f"few_shot must be 'auto', 'on' or 'off', got {self.few_shot!r}")
+        if self.prefix_policy not in ("keep", "counterfactual"):
+            raise ValueError(f"prefix_policy must be 'keep' or 'counterfactual', got {self.prefix_policy!r}")
+        r = self.operand_range
+        if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(isinstance(x, int) for x in r) and 0 <= r[0] <= r[1]):
+            raise ValueError(f"operand_range must be two integers (low, high) with 0 <= low <= high, got {self.operand_range}")
