@@ -19,6 +19,7 @@ from typing import Any, Literal, Union
 
 import torch
 from jaxtyping import Bool, Float, Int
+from tqdm.auto import tqdm
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
@@ -473,13 +474,14 @@ def candidate_operands(template: Template, tokenizer: Any, lo: int, hi: int) -> 
 
 
 def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None, *, check_counterfactual: bool = True,
-                **kwargs: Any) -> PairSet:
+                progress: bool = True, **kwargs: Any) -> PairSet:
     """Sample pairs round-robin over the task's templates, run the model, keep the correct ones.
 
     ``config`` is a :class:`PairConfig`, or a task name with the other fields as keywords
     (``build_pairs(model, "addition", n_pairs=32)``). ``check_counterfactual=False`` skips running the kept pairs'
     counterfactual prompts (the "counterfactual keeps the answer" statistics are then NaN and absent per template):
     for a caller that runs them anyway, as the identify job's sweep does (:func:`counterfactual_stats`).
+    ``progress``: a bar of the pairs kept (and the candidates run) while the model scores candidates.
     """
     if config is None or isinstance(config, str):
         config = PairConfig(**({"task": config} if config else {}), **kwargs)
@@ -526,6 +528,7 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
     prob_sum = 0.0
     per_t: dict[str, list[float]] = {}
     start = 0
+    bar = tqdm(total=config.n_pairs, desc=f"pairs ({config.task})", unit="pair", disable=not progress)
     while start < len(order) and len(kept) < config.n_pairs:
         # Size the next chunk from the accuracy so far, so low-accuracy tasks need few rounds.
         need = config.n_pairs - len(kept)
@@ -553,6 +556,9 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
             per_t.setdefault(pair.template_id, []).append(float(hit[i]))
             if (hit[i] or not config.filter_correct) and len(kept) < config.n_pairs:
                 kept.append(pair)
+                bar.update(1)
+        bar.set_postfix_str(f"{seen} candidates run, {correct} correct", refresh=False)
+    bar.close()
     if not seen:
         raise PromptError(f"No valid pair could be made for task {config.task!r}; first problem: {skipped[0]}")
     if not kept:

@@ -54,7 +54,7 @@ def identify(
         check_edges(model, [c for c in all_components(model) if c.layer < max(r.layer for r in receivers) + 1], receivers)
     built = pairs is None
     if built:  # the sweep runs the counterfactual prompts itself: their statistics come from it (below)
-        pairs = D.on_main(lambda: build_pairs(model, config.pair_config(), check_counterfactual=False))
+        pairs = D.on_main(lambda: build_pairs(model, config.pair_config(), check_counterfactual=False, progress=progress))
     if isinstance(pairs, PairSet):
         stats = pairs.stats()
         pairs = pairs.pairs

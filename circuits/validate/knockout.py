@@ -35,7 +35,7 @@ from circuits.data.pairs import PromptPair
 from circuits.models.forward import end_residuals, prefix_cache, unembed_end
 from circuits.results import Result, data_keys, read_config
 from circuits.io import read_json, write_json
-from circuits.types import Ablation, Head, all_heads
+from circuits.types import Ablation, Component, Head, all_heads
 
 if TYPE_CHECKING:
     from circuits.validate.resample import ResampledActivations
@@ -197,11 +197,23 @@ def _hooks(means: MeanActivations, group: int, offset: int, heads: Sequence[Head
 
 
 def checked_set(model: HookedTransformer, heads: Sequence[Any], mlps: Sequence[Any]) -> tuple[list[Head], list[int]]:
-    """An ablation set as :class:`Head` s and MLP layers, each inside the model (a ValueError saying which is not)."""
+    """An ablation set as :class:`Head` s and MLP layers, each inside the model (a ValueError saying which is not).
+
+    ``heads``: anything :meth:`Head.parse` reads, the ``(Head, effect)`` pairs ``key_heads()``/``ranked()`` return
+    included; ``mlps``: layer indices, ``"MLP19"``, MLP :class:`Component` s or the ``(layer, effect)`` pairs
+    ``key_mlps()`` returns."""
     cfg = model.cfg
     hs = [Head.parse(h).check(cfg.n_layers, cfg.n_heads) for h in heads]
     ms = []
     for layer in mlps:
+        if isinstance(layer, tuple) and len(layer) == 2 and isinstance(layer[1], float):
+            layer = layer[0]  # (layer, effect) from key_mlps()
+        if isinstance(layer, (str, Component)):
+            try:
+                c = Component.parse(layer)
+            except ValueError:
+                c = None
+            layer = c.layer if c is not None and c.kind == "mlp" else layer
         try:
             index = operator.index(layer)  # int, numpy or 0-d tensor integers
         except TypeError:
@@ -368,6 +380,7 @@ def knockout_many(
 ) -> list[KnockoutScore]:
     """:func:`knockout` of every ablation set ``(heads, mlps)`` in ``sets``, batched across sets
     (:func:`knockout_residuals`)."""
+    sets = [checked_set(model, h, m) for h, m in sets]
     pairs = list(pairs)
     means = replacement_values(model, pairs, ablation) if means is None else means
     resid = knockout_residuals(model, pairs, sets, means, rows_per_batch=rows_per_batch)
@@ -407,7 +420,11 @@ def knockout(
 ) -> KnockoutScore:
     """Accuracy and answer probability on ``pairs`` with ``heads``/``mlps`` knocked out.
 
-    ``means``: the replacement values (default: :func:`replacement_values` of ``pairs`` for ``ablation``)."""
+    ``heads``: :class:`Head` s, ``"20.8"`` or the ``(Head, effect)`` pairs ``key_heads()`` returns (so
+    ``knockout(model, pairs, result.key_heads())`` works); ``mlps``: layers or ``key_mlps()``'s pairs. Checked before
+    any work. ``means``: the replacement values (default: :func:`replacement_values` of ``pairs`` for ``ablation``);
+    compute them once with :func:`replacement_values` and pass them to reuse them across calls."""
+    heads, mlps = checked_set(model, heads, mlps)
     pairs = list(pairs)
     means = replacement_values(model, pairs, ablation) if means is None else means
     logits = knockout_logits(model, pairs, means, heads, mlps, **kwargs)
@@ -464,7 +481,10 @@ def knockout_curve(
     ablation: Ablation | str = Ablation.MEAN,
     **kwargs: Any,
 ) -> KnockoutCurve:
-    """Knock out the top-k heads of ``ranking`` and of ``len(seeds)`` random orders for each k in ``ks``."""
+    """Knock out the top-k heads of ``ranking`` and of ``len(seeds)`` random orders for each k in ``ks``.
+
+    ``ranking``: heads, most important first: :class:`Head` s or what ``ranked()``/``key_heads()`` return."""
+    ranking, _ = checked_set(model, ranking, ())
     ks = sorted(set(int(k) for k in ks))
     if not ks or ks[0] < 0 or ks[-1] > len(ranking):
         raise ValueError(f"k must lie in 0..{len(ranking)}, got {ks}")
