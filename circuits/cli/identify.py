@@ -14,6 +14,7 @@ one GPU over K of them (docs/scale.md).
 from __future__ import annotations
 
 import argparse
+import time
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
@@ -40,10 +41,11 @@ def _main(args: argparse.Namespace) -> int:
     from circuits.models.devices import check_dtype
 
     check_dtype(config.dtype, "cuda" if torch.cuda.is_available() else "cpu")
+    start = time.perf_counter()
     with writing(args.out, "identify", args.overwrite, container=config.task == "all"):
         folders = run_identify(config, args.out, n_devices=args.n_devices)
     if distributed.is_main():
-        print("Figures:")
+        print(f"Figures ({time.perf_counter() - start:.0f} s in all, the model's loading included):")
         for task, folder in folders.items():
             print(f"  {task}: {folder / 'heads.html'}")
     return 0

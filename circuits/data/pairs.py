@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import re
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Union
@@ -48,6 +49,10 @@ FEW_SHOT_AUTO_MAX_PARAMS = 1_000_000_000
 
 class PromptError(ValueError):
     """A template, prompt or answer that cannot make a valid pair."""
+
+
+class FewerPairsWarning(UserWarning):
+    """Fewer pairs than asked for (the message says how many and why); the work goes on with those."""
 
 
 @dataclass(frozen=True)
@@ -566,6 +571,10 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
             f"The model answered none of {seen} candidate prompts for task {config.task!r} correctly, so no pairs "
             "are left. Try a few-shot prefix (few_shot='on'), other templates, or filter_correct=False."
         )
+    if len(kept) < config.n_pairs:
+        warnings.warn(f"{len(kept)} of the {config.n_pairs} pairs asked for task {config.task!r}: the model answered "
+                      f"{correct} of all {seen} candidate prompts correctly (operands {config.operand_range}, at most "
+                      f"{config.max_candidates} candidates); going on with {len(kept)}", FewerPairsWarning, stacklevel=2)
     stats: dict[str, dict[str, float]] = {k: {"accuracy": sum(v) / len(v), "n": len(v)} for k, v in per_t.items()}
     cf_accuracy = cf_prob = float("nan")
     if check_counterfactual:  # on the pairs kept: does X_c still yield the answer?

@@ -4,13 +4,14 @@ sweep can run on exactly the pairs whose key heads they extend."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 from transformer_lens import HookedTransformer
 
 from circuits.config import Config, option
-from circuits.data.pairs import PairConfig, PromptPair, build_pairs
+from circuits.data.pairs import FewerPairsWarning, PairConfig, PromptPair, build_pairs
 from circuits.data.templates import TASKS
 from circuits.models.loading import DTYPES
 
@@ -58,6 +59,9 @@ class PairSource(Config):
                                  f"{self.model!r}; pass --model {r.config.model} or another folder")
             if not r.pairs:
                 raise ValueError(f"{self.pairs_from} holds no pairs.jsonl; rerun circuits identify")
+            if len(r.pairs) < self.n_pairs:
+                warnings.warn(f"{len(r.pairs)} of the {self.n_pairs} pairs asked: {self.pairs_from} holds only "
+                              f"{len(r.pairs)}; going on with them", FewerPairsWarning, stacklevel=2)
             return list(r.pairs[: self.n_pairs]), dict(r.pair_stats)
         built = build_pairs(model, self.pair_config())
         return built.pairs, built.stats()

@@ -77,3 +77,11 @@ def test_a_rule_that_selects_nothing_says_why(swept):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert swept.key_heads("top2") and KeyRule.parse("fraction>=1e9").select(heads.new_zeros(3)) == []
+
+
+def test_fewer_pairs_than_asked_says_so(tiny_llama):
+    from circuits.data.pairs import FewerPairsWarning
+
+    with pytest.warns(FewerPairsWarning, match=r"2 of the 5 pairs asked.*at most 2 candidates"):
+        got = build_pairs(tiny_llama, "addition", n_pairs=5, max_candidates=2, filter_correct=False, progress=False)
+    assert len(got) == 2
