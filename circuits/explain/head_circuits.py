@@ -83,10 +83,11 @@ def _normed(model: HookedTransformer, layer: int, ids: Sequence[int]) -> Tensor:
 
 @torch.no_grad()
 def head_circuits(model: HookedTransformer, heads: Sequence[Any], sources: Sequence[str] = DIGITS,
-                  targets: Sequence[str] = DIGITS, queries: Sequence[str] = ("=",)) -> HeadCircuits:
+                  targets: Sequence[str] = DIGITS, queries: Sequence[str] = ("=", " ")) -> HeadCircuits:
     """OV (``sources`` onto ``targets``) and QK (``queries`` against ``sources``) tables of ``heads`` (anything
     :meth:`Head.parse` reads, ``key_heads()``'s pairs included), through ``model.OV`` and ``model.QK``
-    (``FactoredMatrix``). Defaults: the digits 0-9 as operands and answers, ``=`` as the query."""
+    (``FactoredMatrix``). Defaults: the digits 0-9 as operands and answers; ``=`` and a space as queries (SmolLM2's
+    prompts end with ``"= "``, so END is the space token; pass your prompts' END token otherwise)."""
     cfg = model.cfg
     hs = [Head.parse(h).check(cfg.n_layers, cfg.n_heads) for h in heads]
     if not hs:

@@ -129,3 +129,14 @@ def test_head_circuits_equal_the_plain_weight_products(tiny_llama):
     assert len(fig.data) == 2 and fig.data[0].zmid == 0 and "head 1.3" in fig.data[0].hovertemplate
     with pytest.raises(ValueError, match="not one token"):
         head_circuits(tiny_llama, heads, sources=("123456789",))
+
+
+def test_the_raw_tensors_make_the_metrics_as_documented(tiny_llama, pairs):
+    s = sweep(tiny_llama, pairs, progress=False)
+    b = s.baseline
+    L, H, P = s.head_logit.shape
+    assert (L, H, P) == (tiny_llama.cfg.n_layers, tiny_llama.cfg.n_heads, len(pairs)) and b.logit.shape == (P,)
+    torch.testing.assert_close(((s.head_logit - b.logit) / b.logit).mean(-1), s.effects("relative_logit")[0])
+    fraction = (s.head_logit - b.logit).mean(-1) / (b.cf_logit - b.logit).mean()
+    torch.testing.assert_close(fraction, s.effects("fraction")[0], equal_nan=True)
+    torch.testing.assert_close((s.head_logit_diff - b.logit_diff).mean(-1), s.effects("logit_diff")[0])
