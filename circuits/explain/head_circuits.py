@@ -59,10 +59,20 @@ class HeadCircuits:
     qk: Float[Tensor, "head query source"]
     notes: dict[str, str] = field(default_factory=dict)
 
-    def figure(self, title: str = "OV circuits of the key heads: operand token -> answer digits (direct logits)"):
+    def relative_ov(self) -> Float[Tensor, "head source target"]:
+        """``ov`` minus each row's mean over targets: which answer token a source pushes *more than the others*
+        (a head that raises every digit alike has a row of zeros)."""
+        return self.ov - self.ov.mean(-1, keepdim=True)
+
+    def figure(self, relative: bool = True, title: str | None = None):
+        """The OV tables as heatmaps (:func:`circuits.viz.head_circuits.ov_figure`); ``relative``: each row minus its
+        mean (:meth:`relative_ov`), else the raw direct logits."""
         from circuits.viz.head_circuits import ov_figure
 
-        return ov_figure(self.ov, [str(h) for h in self.heads], self.sources, self.targets, title)
+        what = "direct logit minus the row's mean" if relative else "direct logit"
+        title = title or f"OV circuits of key heads: operand token -> answer token ({what})"
+        return ov_figure(self.relative_ov() if relative else self.ov, [str(h) for h in self.heads], self.sources,
+                         self.targets, title, colorbar="logit vs row mean" if relative else "direct logit")
 
     def copying_score(self) -> Float[Tensor, " head"]:
         """Per head, the share of sources whose largest OV target is the same token text (1: a copying head)."""

@@ -34,7 +34,10 @@ def ov_figure(ov: Float[Tensor, "head source target"], heads: Sequence[str], sou
             hovertemplate=f"head {h}<br>source %{{y}} -> target %{{x}}<br>%{{z:+.3f}}<extra></extra>"),
             i // cols + 1, i % cols + 1)
     fig.update_xaxes(title_text="answer token", type="category", tickangle=0)
-    fig.update_yaxes(title_text="operand token", type="category", autorange="reversed")
-    fig.update_layout(title={"text": title, "x": 0, "xanchor": "left"}, height=220 + 300 * rows,
+    fig.update_yaxes(type="category", autorange="reversed")
+    for r in range(rows):  # the row title once per row of panels
+        fig.update_yaxes(title_text="operand token", row=r + 1, col=1)
+    # Panels about as tall as they are wide at 1000-1600 px (160-290 px wide for four columns).
+    fig.update_layout(title={"text": title, "x": 0, "xanchor": "left"}, height=170 + 250 * rows,
                       margin={"t": 90, "l": 70, "r": 40, "b": 60})
     return fig
