@@ -138,14 +138,10 @@ class Component:
 
 
 def _integer(value: Any) -> int:
-    """An index from an int, a numpy or 0-d tensor integer, or a float that is a whole number (JSON); not a bool."""
+    """An index from an int, a numpy or 0-d tensor integer, or digits; not a bool or a float (an effect)."""
     if isinstance(value, bool):
         raise TypeError("a bool is not an index")
     if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    if isinstance(value, float):
-        if not value.is_integer():
-            raise ValueError(f"{value} is not an index")
         return int(value)
     return operator.index(value)
 
