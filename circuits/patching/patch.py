@@ -86,6 +86,9 @@ def _batch(model: HookedTransformer, clean: Prompts | Pairs, corrupted: Prompts 
     """The clean/corrupted runs as a right-padded batch (END = the last token, or each pair's END), answers
     included (default: the clean run's top token at END)."""
     if corrupted is None:  # prompt pairs: reference is clean, counterfactual corrupted
+        if isinstance(clean, (Tensor, str)) or any(isinstance(p, str) for p in clean):  # type: ignore[union-attr]
+            raise ValueError("corrupted prompts are needed with clean tokens or strings; accepted: patch(model, clean, "
+                             "corrupted, ...) or patch(model, pairs, ...) with prompt pairs")
         batch = as_batch(clean, model)  # type: ignore[arg-type]
         return batch, batch.answer
     c, x = _tokens(model, clean, "clean"), _tokens(model, corrupted, "corrupted")  # type: ignore[arg-type]

@@ -72,6 +72,8 @@ def test_noising_is_the_sweep_and_bad_input_is_one_line(tiny_llama, pairs):
     torch.testing.assert_close(r.heads, s.custom["x"][0].mean(-1))
     with pytest.raises(ValueError, match="Unknown direction 'forward'"):
         patch(tiny_llama, pairs, direction="forward")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="corrupted prompts are needed"):
+        patch(tiny_llama, torch.zeros(2, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="same token shape"):
         patch(tiny_llama, torch.zeros(2, 5, dtype=torch.long), torch.zeros(2, 6, dtype=torch.long))
 
