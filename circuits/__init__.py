@@ -6,6 +6,7 @@ The method of Zhang et al., ICML 2024, on TransformerLens, one subpackage per st
 :mod:`circuits.evaluation` (benchmarks), :mod:`circuits.viz` (figures and the report). For a notebook::
 
     import circuits as cc
+    cc.use_threads()                               # the CLI's thread set-up (before torch is imported)
     model = cc.load_model("smollm2")
     pairs = cc.build_pairs(model, "addition", n_pairs=32)
     result = cc.sweep(model, pairs)                # path patching of every head and MLP at END
@@ -18,7 +19,13 @@ Names are imported on first use, so ``import circuits`` is fast.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import TYPE_CHECKING, Any
+
+if "torch" not in sys.modules:  # idle OpenMP threads sleep (a set policy is kept); see circuits.threads
+    from circuits.threads import prefer_passive_waiting
+
+    prefer_passive_waiting()
 
 __version__ = "0.2.0"
 
@@ -44,6 +51,11 @@ _EXPORTS: dict[str, str] = {
     # explain
     "attention_roles": "circuits.explain.attention", "attention_html": "circuits.explain.attention",
     "logit_lens": "circuits.explain.logit_lens",
+    # for TransformerLens users (docs/for-transformerlens-users.md)
+    "patch": "circuits.patching.patch", "PatchResult": "circuits.patching.patch",
+    "direct_logit_attribution": "circuits.explain.dla", "residual_lens": "circuits.explain.residual_lens",
+    "head_circuits": "circuits.explain.head_circuits", "ov_figure": "circuits.viz.head_circuits",
+    "replacement_values": "circuits.validate.knockout", "use_threads": "circuits.threads",
     # fine-tune and evaluate
     "finetune": "circuits.sft.train", "FinetuneConfig": "circuits.sft.train", "apply_delta": "circuits.sft.delta",
     "export_model": "circuits.sft.export",
@@ -72,7 +84,14 @@ if TYPE_CHECKING:  # for editors and type checkers
     from circuits.data.pairs import PairConfig, PromptPair, build_pairs, make_pair
     from circuits.evaluation.tasks import EvalConfig, evaluate
     from circuits.explain.attention import attention_html, attention_roles
+    from circuits.explain.dla import direct_logit_attribution
+    from circuits.explain.head_circuits import head_circuits
     from circuits.explain.logit_lens import logit_lens
+    from circuits.explain.residual_lens import residual_lens
+    from circuits.patching.patch import PatchResult, patch
+    from circuits.threads import use_threads
+    from circuits.validate.knockout import replacement_values
+    from circuits.viz.head_circuits import ov_figure
     from circuits.sft.delta import apply_delta
     from circuits.sft.export import export_model
     from circuits.sft.train import FinetuneConfig, finetune

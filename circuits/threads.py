@@ -11,12 +11,18 @@ Two settings, both overridable:
   the policy once, when torch loads it, so :func:`prefer_passive_waiting` must run before ``import torch``; entry
   points call it first thing.
 
-Library code never calls these: a notebook keeps whatever threads its user set.
+In Python (a notebook, a script): ``import circuits`` itself lets idle OpenMP threads sleep when torch is not loaded
+yet (:func:`prefer_passive_waiting`; a policy the user set is kept), because that is the only moment it can: the same
+work ran 3-6x slower in the README's Python route than in the CLI on a shared 2-core machine before (issue 21).
+The thread count is left alone unless the user asks: ``cc.use_threads()`` (the README's and the tour's first cell)
+sets the count the CLI uses and says in one warning when torch came first, so that the policy could not apply.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import warnings
 
 THREADS_ENV = "CIRCUITS_THREADS"
 
@@ -53,3 +59,29 @@ def configure_threads() -> int:
     if torch.get_num_threads() != n:
         torch.set_num_threads(n)
     return n
+
+
+def torch_loaded() -> bool:
+    """Whether torch (and so its OpenMP runtime, which reads the wait policy once) is already imported."""
+    return "torch" in sys.modules
+
+
+def use_threads(n: int | None = None) -> int:
+    """The CLI's thread set-up for a notebook or a script: passive OpenMP waiting and ``n`` intra-op threads
+    (default :func:`thread_count`: ``CIRCUITS_THREADS``, ``OMP_NUM_THREADS`` or this process's cores). Returns the
+    count. Call it before ``import torch`` (``import circuits as cc; cc.use_threads()`` as the first cell) so that the
+    wait policy applies; when torch came first and no policy was set, one warning says so."""
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise ValueError(f"use_threads(n={n!r}): n is a positive integer (or None: {THREADS_ENV}, OMP_NUM_THREADS or "
+                         "the cores this process may use)")
+    late = torch_loaded() and "OMP_WAIT_POLICY" not in os.environ
+    prefer_passive_waiting()
+    import torch
+
+    if late:
+        warnings.warn("torch was imported before circuits, so its OpenMP threads spin while idle (slow on a shared "
+                      "CPU): restart and import circuits (or set OMP_WAIT_POLICY=PASSIVE) before torch.", stacklevel=2)
+    count = n or thread_count()
+    if torch.get_num_threads() != count:
+        torch.set_num_threads(count)
+    return count

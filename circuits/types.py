@@ -7,6 +7,7 @@ JSON, figure labels); :meth:`Head.parse` and :meth:`Component.parse` also read `
 
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -59,18 +60,26 @@ class Head(NamedTuple):
 
     @classmethod
     def parse(cls, value: Any) -> Head:
-        """``(21, 2)``, ``[21, 2, effect]``, ``"21.2"`` or ``"L21H2"``."""
+        """``(21, 2)``, ``[21, 2, effect]``, ``"21.2"``, ``"L21H2"``, a head :class:`Component`, or a ranked
+        ``(Head, effect)`` pair as ``key_heads()`` and ``ranked()`` return them."""
+        if isinstance(value, Head):
+            return value
+        if isinstance(value, Component):
+            return value.as_head
+        if isinstance(value, tuple) and len(value) == 2 and isinstance(value[0], (Head, Component)):
+            return cls.parse(value[0])  # (Head, effect)
         if isinstance(value, str):
             m = _HEAD.match(value)
             if not m:
                 raise ValueError(f"Bad head {value!r}: write heads as LAYER.HEAD (e.g. 21.2) or L21H2")
             return cls(int(m.group(1)), int(m.group(2)))
         if isinstance(value, Sequence) and len(value) >= 2:
-            try:
-                return cls(int(value[0]), int(value[1]))
+            try:  # integers only: (19, 0.05) is an MLP's ranked pair, not head 19.0
+                return cls(_integer(value[0]), _integer(value[1]))
             except (TypeError, ValueError):
                 pass
-        raise ValueError(f"Bad head {value!r}: expected LAYER.HEAD (e.g. 21.2) or (layer, head)")
+        raise ValueError(f"Bad head {value!r}: expected LAYER.HEAD (e.g. 21.2), (layer, head), a Head or a "
+                         "(Head, effect) pair as key_heads() returns")
 
     def check(self, n_layers: int, n_heads: int) -> Head:
         if not (0 <= self.layer < n_layers and 0 <= self.head < n_heads):
@@ -130,6 +139,34 @@ class Component:
     def sort_key(self) -> tuple[int, int, int]:
         """Layer order, heads before the MLP of their layer (the order a forward pass meets them)."""
         return (self.layer, self.kind == "mlp", self.head or 0)
+
+
+def _integer(value: Any) -> int:
+    """An index from an int, a numpy or 0-d tensor integer, or digits; not a bool or a float (an effect)."""
+    if isinstance(value, bool):
+        raise TypeError("a bool is not an index")
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return operator.index(value)
+
+
+def as_components(items: Iterable[Any]) -> list[Component]:
+    """What ``sweep(components=...)`` takes, as components: :class:`Component` s, :class:`Head` s, ``(layer, head)``,
+    ``"20.8"``, ``"MLP19"``, ranked ``(Head, effect)`` pairs (``key_heads()``), or ``("mlp", layer)``. A bad item is
+    one ValueError saying what is accepted."""
+    out = []
+    for item in items:
+        if isinstance(item, Component):
+            out.append(item)
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str) and item[0].lower() == "mlp":
+            out.append(Component.mlp(_integer(item[1])))
+        else:
+            try:
+                out.append(Component.parse(item))
+            except ValueError:
+                raise ValueError(f"Bad component {item!r}: accepted are Head(20, 8), (20, 8), '20.8', a (Head, effect) "
+                                 "pair from key_heads(), Component.mlp(19) or 'MLP19'") from None
+    return out
 
 
 class Neuron(NamedTuple):

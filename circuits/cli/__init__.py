@@ -52,6 +52,19 @@ def one_line(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}"
 
 
+def _one_line_warnings(command: str, main_rank: bool):  # noqa: ANN202
+    """Warnings (fewer pairs than asked, a key rule that selects nothing, ...) as one line each on stderr, from rank 0
+    only, instead of Python's file-and-source-line form."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+        if main_rank:
+            print(f"circuits {command}: note: {' '.join(str(message).split())}", file=sys.stderr)
+
+    previous, warnings.showwarning = warnings.showwarning, show
+    return previous
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Every error is one line on stderr and exit code 2 (a traceback only with ``--debug`` or
     ``CIRCUITS_DEBUG=1``); an interrupted job says how to resume, exit code 130. Under ``torchrun`` the process
@@ -64,6 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     debug = args.debug or os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0")
     launch = distributed.init_from_env()
+    previous_show = _one_line_warnings(args.command, distributed.is_main())
     try:
         configure_threads()  # the cores this process may use, or CIRCUITS_THREADS / OMP_NUM_THREADS (docs/speed.md)
         with timing.recording() as stages:
@@ -87,6 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"circuits {args.command}: error: {one_line(err)}{hint}", file=sys.stderr)
         return 2
     finally:
+        import warnings
+
+        warnings.showwarning = previous_show
         if launch is not None:
             launch.close()
 

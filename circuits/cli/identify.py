@@ -14,6 +14,7 @@ one GPU over K of them (docs/scale.md).
 from __future__ import annotations
 
 import argparse
+import time
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
@@ -39,10 +40,11 @@ def _main(args: argparse.Namespace) -> int:
     from circuits.identify import job
 
     config = from_arguments(IdentifyConfig, args)
+    start = time.perf_counter()
     with writing(args.out, "identify", args.overwrite, container=config.task == "all"):
         job.run(config, args.out, n_devices=args.n_devices, progress=not args.no_progress)
     if distributed.is_main():
-        print("Figures:")
+        print(f"Figures ({time.perf_counter() - start:.0f} s in all, the model's loading included):")
         for task, folder in job.task_folders(config, args.out).items():
             print(f"  {task}: {folder / 'heads.html'}")
     return 0

@@ -10,6 +10,7 @@ template so positions align token for token.
 from __future__ import annotations
 
 import argparse
+import time
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
@@ -31,9 +32,10 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def _main(args: argparse.Namespace) -> int:
     from circuits.beyond.positions import job
 
+    start = time.perf_counter()
     config = from_arguments(PositionConfig, args)
     with writing(args.out, "positions", args.overwrite):
         r = job.run(config, args.out, progress=not args.no_progress)
-    print(f"[{config.task}] {len(r.pairs)} pairs, every head and MLP at every position in {r.seconds:.0f} s -> "
-          f"{args.out}/flow.html")
+    print(f"[{config.template or config.task}] {len(r.pairs)} pairs, every head and MLP at every position in "
+          f"{time.perf_counter() - start:.0f} s (the sweep {r.seconds:.0f} s) -> {args.out}/flow.html")
     return 0

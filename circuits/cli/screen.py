@@ -11,6 +11,7 @@ head and offset from END; neurons; QK-fixed query and key nodes; GradDrop scores
 from __future__ import annotations
 
 import argparse
+import time
 
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
@@ -32,13 +33,18 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
 def _main(args: argparse.Namespace) -> int:
     from circuits.beyond.screen import job
 
+    start = time.perf_counter()
     config = from_arguments(ScreenConfig, args)
     with writing(args.out, "screen", args.overwrite):
         r = job.run(config, args.out, progress=not args.no_progress)
     s = r.summary()
-    print(f"[{config.task}] screen of {len(r.pairs)} pairs in {r.seconds.get('screen', 0):.1f} s"
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in r.seconds.items())
+    print(f"[{config.task}] screen of {len(r.pairs)} pairs in {time.perf_counter() - start:.1f} s ({parts}; the rest: "
+          "loading the model and building the pairs)"
           + (f"; Spearman with the exact END engine {s['spearman_end']:.3f}; exact top-10 missed by the screen's "
              f"top-20: {s['exact_top10_missed_at_20']}" if "spearman_end" in s else "") + f" -> {args.out}")
     for v in r.verified[:10]:
         print(f"  {v['node']:>16}  screen {v['screen']:+.4f}  exact {v['exact']:+.4f}")
+    if len(r.verified) > 10:
+        print(f"  ... and {len(r.verified) - 10} more verified nodes in {args.out}")
     return 0

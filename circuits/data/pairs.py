@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import re
+import warnings
 from pathlib import Path
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -20,6 +21,7 @@ from typing import Any, Literal, Union
 
 import torch
 from jaxtyping import Bool, Float, Int
+from tqdm.auto import tqdm
 from torch import Tensor
 from transformer_lens import HookedTransformer
 
@@ -48,6 +50,10 @@ FEW_SHOT_AUTO_MAX_PARAMS = 1_000_000_000
 
 class PromptError(ValueError):
     """A template, prompt or answer that cannot make a valid pair."""
+
+
+class FewerPairsWarning(UserWarning):
+    """Fewer pairs than asked for (the message says how many and why); the work goes on with those."""
 
 
 @dataclass(frozen=True)
@@ -453,13 +459,14 @@ def candidate_operands(template: Template, tokenizer: Any, lo: int, hi: int) -> 
 
 
 def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None, *, check_counterfactual: bool = True,
-                **kwargs: Any) -> PairSet:
+                progress: bool = True, **kwargs: Any) -> PairSet:
     """Sample pairs round-robin over the task's templates, run the model, keep the correct ones.
 
     ``config`` is a :class:`PairConfig`, or a task name with the other fields as keywords
     (``build_pairs(model, "addition", n_pairs=32)``). ``check_counterfactual=False`` skips running the kept pairs'
     counterfactual prompts (the "counterfactual keeps the answer" statistics are then NaN and absent per template):
     for a caller that runs them anyway, as the identify job's sweep does (:func:`counterfactual_stats`).
+    ``progress``: a bar of the pairs kept (and the candidates run) while the model scores candidates.
     """
     if config is None or isinstance(config, str):
         config = PairConfig(**({"task": config} if config else {}), **kwargs)
@@ -506,6 +513,7 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
     prob_sum = 0.0
     per_t: dict[str, list[float]] = {}
     start = 0
+    bar = tqdm(total=config.n_pairs, desc=f"pairs ({config.task})", unit="pair", disable=not progress)
     while start < len(order) and len(kept) < config.n_pairs:
         # Size the next chunk from the accuracy so far, so low-accuracy tasks need few rounds.
         need = config.n_pairs - len(kept)
@@ -533,6 +541,9 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
             per_t.setdefault(pair.template_id, []).append(float(hit[i]))
             if (hit[i] or not config.filter_correct) and len(kept) < config.n_pairs:
                 kept.append(pair)
+                bar.update(1)
+        bar.set_postfix_str(f"{seen} candidates run, {correct} correct", refresh=False)
+    bar.close()
     if not seen:
         raise PromptError(f"No valid pair could be made for task {config.task!r}; first problem: {skipped[0]}")
     if not kept:
@@ -540,6 +551,10 @@ def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None
             f"The model answered none of {seen} candidate prompts for task {config.task!r} correctly, so no pairs "
             "are left. Try a few-shot prefix (few_shot='on'), other templates, or filter_correct=False."
         )
+    if len(kept) < config.n_pairs:
+        warnings.warn(f"{len(kept)} of the {config.n_pairs} pairs asked for task {config.task!r}: the model answered "
+                      f"{correct} of all {seen} candidate prompts correctly (operands {config.operand_range}, at most "
+                      f"{config.max_candidates} candidates); going on with {len(kept)}", FewerPairsWarning, stacklevel=2)
     stats: dict[str, dict[str, float]] = {k: {"accuracy": sum(v) / len(v), "n": len(v)} for k, v in per_t.items()}
     cf_accuracy = cf_prob = float("nan")
     if check_counterfactual:  # on the pairs kept: does X_c still yield the answer?

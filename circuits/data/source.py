@@ -13,6 +13,7 @@ This module imports neither torch nor transformer_lens (the command line builds 
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,11 @@ class PairSource(PairSpec):
         """The pairs and what the model did on the candidates."""
         if self.pairs_from:
             pairs, stats = read_saved_pairs(self.pairs_from, self.model)
+            if len(pairs) < self.n_pairs:
+                from circuits.data.pairs import FewerPairsWarning
+
+                warnings.warn(f"{len(pairs)} of the {self.n_pairs} pairs asked: {self.pairs_from} holds only "
+                              f"{len(pairs)}; going on with them", FewerPairsWarning, stacklevel=2)
             return pairs[: self.n_pairs], stats
         from circuits.data.pairs import build_pairs
 

@@ -154,7 +154,8 @@ FEW_SHOT_OPERANDS: dict[Operation, tuple[tuple[int, int], ...]] = {
 
 
 def templates_for(task: str) -> list[Template]:
-    """Templates of a task: an operation, ``addition_extra`` (Figure 10), ``exponentiation`` or ``all``."""
+    """Templates of a task: an operation, ``addition_extra`` (Figure 10), ``exponentiation``, ``all``, or one
+    template's id (``addition/0``)."""
     if task in FIGURE8:
         return list(FIGURE8[task])  # type: ignore[index]
     if task == "addition_extra":
@@ -163,8 +164,13 @@ def templates_for(task: str) -> list[Template]:
         return list(EXPONENTIATION)
     if task == "all":
         return [t for op in OPERATIONS for t in FIGURE8[op]]
+    if "/" in task:
+        one = [t for t in all_templates() if t.id == task]
+        if one:
+            return one
     raise ValueError(
-        f"Unknown task {task!r}; accepted: {', '.join([*OPERATIONS, 'addition_extra', 'exponentiation', 'all'])}"
+        f"Unknown task {task!r}; accepted: {', '.join([*OPERATIONS, 'addition_extra', 'exponentiation', 'all'])} or a "
+        "template id (e.g. addition/0)"
     )
 
 

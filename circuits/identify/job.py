@@ -55,7 +55,7 @@ def identify(
         check_edges(model, [c for c in all_components(model) if c.layer < max(r.layer for r in receivers) + 1], receivers)
     built = pairs is None
     if built:  # the sweep runs the counterfactual prompts itself: their statistics come from it (below)
-        pairs = D.on_main(lambda: build_pairs(model, config.pair_config(), check_counterfactual=False))
+        pairs = D.on_main(lambda: build_pairs(model, config.pair_config(), check_counterfactual=False, progress=progress))
     if isinstance(pairs, PairSet):
         stats = pairs.stats()
         pairs = pairs.pairs
@@ -168,8 +168,10 @@ def _say(text: str) -> None:
 
 def _print_summary(task: str, result: IdentifyResult, folder: Path) -> None:
     s = result.summary()
-    heads = ", ".join(f"{h} ({e:+.3f})" for h, e in result.key_heads()[:8])
+    key = result.key_heads()
+    heads = ", ".join(f"{h} ({e:+.3f})" for h, e in key[:8]) + (f", and {len(key) - 8} more" if len(key) > 8 else "")
     acc = s["accuracy"]
     print(f"[{task}] {s['n_pairs']} pairs, accuracy before filtering {acc:.0%}, " if acc is not None else f"[{task}] ",
-          f"counterfactual keeps the answer {s['counterfactual_accuracy']:.0%}; {len(result.key_heads())} key heads by "
-          f"{result.key_rule}: {heads}; {result.seconds:.0f} s -> {folder / 'heads.html'}", sep="")
+          f"counterfactual keeps the answer {s['counterfactual_accuracy']:.0%}; {len(key)} key heads by "
+          f"{result.key_rule}: {heads or 'none'}; pairs and sweep {result.seconds:.0f} s -> {folder / 'heads.html'}",
+          sep="")

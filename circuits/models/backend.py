@@ -9,7 +9,8 @@ module outside :mod:`circuits.models` imports more of ``transformer_lens`` than 
 
 What a backend provides (the contract a TransformerLens 4 backend implements):
 
-- types: :data:`Model` (the model class, for annotations and ``isinstance``) and :data:`ActivationCache`;
+- types: :data:`Model` (the model class, for annotations and ``isinstance``), :data:`ActivationCache` and
+  :data:`FactoredMatrix` (the low-rank OV/QK products of :mod:`circuits.explain.head_circuits`);
   a model has ``cfg`` (``n_layers``, ``n_heads``, ``d_model``, ``d_head``, ``d_mlp``, ``n_key_value_heads``,
   ``dtype``, ``device``, ``n_devices``, ``original_architecture``, normalisation and soft-cap fields),
   ``blocks[l]`` with ``ln1``/``ln2``/``attn``/``mlp`` (and ``ln1_post``/``ln2_post`` where a norm follows a
@@ -42,7 +43,7 @@ piece lives and moves its small END tensors there.
 from __future__ import annotations
 
 import torch
-from transformer_lens import ActivationCache, HookedTransformer
+from transformer_lens import ActivationCache, FactoredMatrix, HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
 from transformer_lens.components.abstract_attention import AbstractAttention
@@ -56,7 +57,7 @@ Model = HookedTransformer
 KeyValueCache = TransformerLensKeyValueCache
 KeyValueCacheEntry = TransformerLensKeyValueCacheEntry
 
-__all__ = ["POST_NORM_ARCHITECTURES", "AbstractAttention", "ActivationCache", "KeyValueCache", "KeyValueCacheEntry",
+__all__ = ["POST_NORM_ARCHITECTURES", "AbstractAttention", "ActivationCache", "FactoredMatrix", "KeyValueCache", "KeyValueCacheEntry",
            "Model", "act_name", "apply_softcap", "block_devices", "check_dtype", "frozen_cache_entry",
            "layer_device", "output_device", "simple_attn_linear", "softcap_enabled", "spread"]
 

@@ -61,7 +61,7 @@ from circuits.models.backend import Model, layer_device, output_device
 from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked, rank
 from circuits.patching.readouts import READOUTS, MetricLookup, Readouts, cat_baselines
 from circuits.timing import timed
-from circuits.types import MODES, Component, Head, Mode
+from circuits.types import MODES, Component, Head, Mode, as_components
 
 # Work items: pairs in blocks of at most PAIR_BLOCK (bounded memory for the runs' END state and, in activation mode,
 # keys and values), senders in at least MIN_CHUNKS chunks, so up to MIN_CHUNKS ranks per pair block share a sweep.
@@ -251,7 +251,9 @@ def sweep(
             several GPUs, :func:`circuits.models.backend.spread`).
         pairs: prompt pairs: a list of :class:`~circuits.data.pairs.PromptPair`, a ``PairSet`` or a ``PairBatch``.
         mode: ``"path"`` (other heads frozen at their reference values) or ``"activation"``.
-        components: senders to patch (default: every head and MLP); others are left NaN.
+        components: senders to patch (default: every head and MLP); others are left NaN. Heads (``cc.Head(20, 8)``,
+            ``"20.8"``, the ``(Head, effect)`` pairs ``key_heads()`` returns) and MLPs (``cc.Component.mlp(19)``,
+            ``"MLP19"``).
         metrics: custom metrics (:func:`~circuits.patching.metrics.logits_metric`) to compute besides the
             built-in ones, which are always available.
         memory_mb: working-memory budget that sets how many senders share a pass.
@@ -270,7 +272,7 @@ def sweep(
     batch = as_batch(pairs, model)
     cfg = model.cfg
     L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
-    comps = sorted(components or all_components(model), key=Component.sort_key)
+    comps = sorted(as_components(components or ()) or all_components(model), key=Component.sort_key)
     for c in comps:
         if not 0 <= c.layer < L or (c.kind == "head" and not (c.head is not None and 0 <= c.head < H)):
             raise ValueError(f"Component {c} is outside this model ({L} layers x {H} heads).")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +42,25 @@ _THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*(\S+)\s*$
 _TOP = re.compile(r"^\s*top\s*:?\s*(\d+)\s*(?::\s*([A-Za-z_][A-Za-z0-9_]*))?\s*$", re.IGNORECASE)
 _ACCEPTED = ("METRIC<VALUE, METRIC<=VALUE, METRIC>VALUE, METRIC>=VALUE or topK[:METRIC], with METRIC one of "
              f"{', '.join(METRICS)} (e.g. 'relative_logit<-0.05', 'fraction>=0.05', 'top10')")
+
+
+class KeyRuleWarning(UserWarning):
+    """A threshold rule selected no heads (the message names the largest effect and the threshold)."""
+
+
+def why_empty(rule: KeyRule, effects: Float[Tensor, "..."], sign: int, what: str = "heads") -> str:
+    """Why threshold ``rule`` selects nothing: the most important finite effect and where it lies against the
+    threshold, with the rules that would select it."""
+    flat = effects.flatten()
+    finite = ~torch.isnan(flat)
+    if not finite.any():
+        return f"Key rule {rule} selects no {what}: every effect is NaN (no {what} were swept)."
+    i = int(torch.argmax(torch.where(finite, flat * sign, torch.tensor(-math.inf))))
+    where = tuple(int(v) for v in torch.unravel_index(torch.tensor(i), effects.shape))
+    name = ".".join(map(str, where)) if what == "heads" else str(where[0])
+    return (f"Key rule {rule} selects no {what}: the largest effect by {rule.metric} is {float(flat[i]):+.4f} "
+            f"({what[:-1]} {name}), which does not pass the threshold {rule.threshold:g}. Loosen the threshold, or "
+            f"use top10:{rule.metric} or the default {DEFAULT_KEY_RULE} (see docs/identify.md).")
 
 
 @dataclass(frozen=True)
@@ -89,7 +109,8 @@ class KeyRule:
     def select(self, effects: Float[Tensor, "..."], sign: int | None = None) -> list[tuple[tuple[int, ...], float]]:
         """Indices and effects of the selected entries, most important first (NaN entries never selected).
 
-        ``sign``: the metric's important direction (default: the built-in metric's)."""
+        ``sign``: the metric's important direction (default: the built-in metric's). A threshold rule that selects
+        no heads (``effects`` of shape ``[layer, head]``) warns with :func:`why_empty` (:class:`KeyRuleWarning`)."""
         sign = METRICS[self.metric].sign if sign is None else sign
         flat = effects.flatten()
         chosen = order(flat, sign)
@@ -99,6 +120,8 @@ class KeyRule:
             ops = {"<": torch.lt, "<=": torch.le, ">": torch.gt, ">=": torch.ge}
             mask = ops[self.op](flat, self.threshold)  # type: ignore[index]
             chosen = chosen[mask[chosen]]
+            if not len(chosen) and effects.ndim == 2:
+                warnings.warn(why_empty(self, effects, sign), KeyRuleWarning, stacklevel=3)
         return [(_unravel(i, effects.shape), float(flat[i])) for i in chosen.tolist()]
 
 

@@ -13,7 +13,7 @@ def test_readme_python_example_runs(smollm2, monkeypatch, capsys):
 
     block = re.search(r"## Python\n\n```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
     lines = [line for line in block.splitlines() if line.strip()]
-    assert lines[0] == "import circuits as cc" and len(lines) <= 6
+    assert lines[0] == "import circuits as cc" and len(lines) <= 7
     monkeypatch.setattr(cc, "load_model", lambda *a, **k: smollm2)  # the session's SmolLM2
     monkeypatch.setattr(go.Figure, "show", lambda self, *a, **k: None)
     exec(block.replace("n_pairs=32", "n_pairs=6"), {})

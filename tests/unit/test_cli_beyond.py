@@ -60,3 +60,24 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
     last = capsys.readouterr().err.strip().splitlines()[-1]  # (after the model loader's progress bar)
     assert message in last and last.startswith(f"circuits {argv[0]}: error:")
     assert not out.exists()
+
+
+def test_positions_template_sweeps_the_pairs_asked_and_times_are_the_commands(tmp_path, capsys):
+    out = tmp_path / "pos"
+    assert cli_main(["positions", *TINY, "--template", "addition/1", "--pairs", "3", "--offsets", "0",
+                     "--no-progress", "--out", str(out)]) == 0
+    r = load_result(out)
+    assert len(r.pairs) == 3 and {p.template_id for p in r.pairs} == {"addition/1"}  # 3 of them, not 3 filtered
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("[addition/1] 3 pairs") and "(the sweep" in line
+    assert cli_main(["positions", *TINY, "--template", "subtraction/0", "--pairs", "2", "--out", str(tmp_path / "x")]) == 2
+    assert "not a template of --task addition" in capsys.readouterr().err
+
+
+def test_identify_says_why_its_rule_selects_nothing_in_one_line(tmp_path, capsys):
+    out = tmp_path / "id"
+    assert cli_main(["identify", *TINY, "--pairs", "2", "--key-rule", "relative_logit<-100", "--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    notes = [line for line in captured.err.splitlines() if line.startswith("circuits identify: note: Key rule")]
+    assert notes and "largest effect by relative_logit" in notes[0] and "threshold -100" in notes[0]
+    assert "0 key heads by relative_logit<-100: none" in captured.out

@@ -12,7 +12,8 @@ def test_facade_names_resolve_to_the_library():
     for name in cc.__all__:
         assert getattr(cc, name) is not None
     assert {"load_model", "build_pairs", "sweep", "knockout", "attention_roles", "logit_lens", "finetune", "evaluate",
-            "report"} <= set(cc.__all__)
+            "report", "patch", "direct_logit_attribution", "residual_lens", "head_circuits", "ov_figure",
+            "use_threads", "replacement_values"} <= set(cc.__all__)
 
 
 def test_the_readme_example_runs_on_a_tiny_model(tiny_llama):

@@ -7,9 +7,13 @@ figure), ``config.json`` and ``circuits.json``."""
 from __future__ import annotations
 
 import time
+import warnings
+from dataclasses import replace
 from pathlib import Path
 from transformer_lens import HookedTransformer
 from circuits.models.loading import load_model
+from circuits.data.pairs import FewerPairsWarning, build_pairs
+from circuits.data.templates import templates_for
 from circuits.patching.positions import sweep_positions
 from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.result import PositionResult, token_strings
@@ -19,12 +23,25 @@ def run(config: PositionConfig, out: str | Path, model: HookedTransformer | None
                   progress: bool = True) -> PositionResult:
     """The ``circuits positions`` job."""
     model = model or load_model(config.model, dtype=config.dtype)
-    pairs, _ = config.load_pairs(model)
-    if config.template:
-        pairs = [p for p in pairs if p.template_id == config.template]
+    if config.template and not config.pairs_from:
+        # Pairs of that template only, so --pairs of them are swept (not --pairs drawn over every template, filtered).
+        templates_for(config.template)  # an unknown template id is one ValueError naming the accepted forms
+        if config.task != "all" and not config.template.startswith(f"{config.task}/"):
+            raise ValueError(f"--template {config.template} is not a template of --task {config.task}; accepted: "
+                             f"{', '.join(t.id for t in templates_for(config.task))}")
+        pairs = build_pairs(model, replace(config.pair_config(), task=config.template), progress=progress).pairs
+    else:
+        pairs, _ = config.load_pairs(model)
+    if config.template and config.pairs_from:
+        every = pairs
+        pairs = [p for p in every if p.template_id == config.template]
         if not pairs:
-            raise ValueError(f"No pairs of template {config.template!r}; templates here: "
-                             f"{', '.join(sorted({p.template_id for p in config.load_pairs(model)[0]}))}")
+            raise ValueError(f"No pairs of template {config.template!r} in {config.pairs_from}; templates there: "
+                             f"{', '.join(sorted({p.template_id for p in every}))}")
+        if len(pairs) < len(every):
+            warnings.warn(f"{len(pairs)} of the {len(every)} pairs from {config.pairs_from} are of template "
+                          f"{config.template} (only those align token for token); sweeping {len(pairs)}",
+                          FewerPairsWarning, stacklevel=2)
     start = time.perf_counter()
     sweep = sweep_positions(model, pairs, offsets=config.offsets or None, memory_mb=config.memory_mb, progress=progress)
     result = PositionResult(config, pairs, sweep, time.perf_counter() - start)
