@@ -41,16 +41,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def one_line(err: BaseException) -> str:
+    from circuits.io import DiskFullError
+
     text = " ".join(str(err).split()) or type(err).__name__
-    if isinstance(err, (ValueError, FileNotFoundError, NotADirectoryError, PermissionError)):
+    if isinstance(err, (ValueError, FileNotFoundError, NotADirectoryError, PermissionError, DiskFullError)):
         return text
     return f"{type(err).__name__}: {text}"
 
 
+def _disk_full(err: BaseException, args: argparse.Namespace | None) -> BaseException:
+    """``err``, or the disk-full error it stands for (ENOSPC, or a library's write error on a disk with no room)."""
+    from pathlib import Path
+
+    from circuits.io import DiskFullError, disk_full
+
+    if isinstance(err, DiskFullError):
+        return err
+    out = getattr(args, "out", None) if args is not None else None
+    full = disk_full(err, Path(out or ".").absolute() / "x") if isinstance(err, (OSError, RuntimeError)) else None
+    return full if full is not None else err
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Every error is one line on stderr and exit code 2 (a traceback only with ``--debug`` or
-    ``CIRCUITS_DEBUG=1``); an interrupted job says how to resume, exit code 130. Under ``torchrun`` the process
-    group is started here, and only rank 0 prints an error (one line, not one per rank)."""
+    ``CIRCUITS_DEBUG=1``); a full disk is named as such; an interrupted job says how to resume, exit code 130, and
+    Ctrl-C at any other moment (start-up, imports, shutdown) is one line too. Under ``torchrun`` the process group
+    is started here, and only rank 0 prints an error (one line, not one per rank)."""
+    debug = os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0") or "--debug" in (sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for all ranks
+            print("circuits: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     import torch
 
     from circuits import distributed, timing
@@ -58,8 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0")
-    launch = distributed.init_from_env()
+    launch = None
     try:
+        if args.timings:  # a file --timings did not write is refused before the command runs, not after
+            timing.read_file(args.timings)
+        launch = distributed.init_from_env()
         configure_threads()  # the cores this process may use, or CIRCUITS_THREADS / OMP_NUM_THREADS (docs/speed.md)
         with timing.recording() as stages:
             code = int(args.func(args) or 0)
@@ -76,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if debug:
             raise
+        err = _disk_full(err, args)
         expected = isinstance(err, (ValueError, OSError))
         hint = "" if expected else " (this looks like a bug: rerun with --debug and report the traceback)"
         if distributed.is_main():

@@ -46,7 +46,8 @@ def _transfer() -> TransferResult:
 
 def test_result_round_trip_marker_and_dispatch(tmp_path):
     out = _transfer().save(tmp_path / "t")
-    assert json.loads((out / MARKER).read_text()) == {"kind": "transfer", "version": 1}
+    assert json.loads((out / MARKER).read_text()) == {"kind": "transfer", "version": 1,
+                                                     "files": ["circuits.json", "config.json", "data.json"]}
     assert json.loads((out / "config.json").read_text()) == {"task": "addition", "n": 3}
     back = load_result(out)
     assert isinstance(back, TransferResult) and back.key_heads == [Head(1, 2)] and back.examples == {"svamp": "Q?"}

@@ -18,8 +18,8 @@ class StabilityConfig(Config):
     n_pairs: int = option(64, flag="--pairs", help="prompt pairs per identify run")
     key_rule: str = option(DEFAULT_KEY_RULE, help="the rule that picks the key heads")
     filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
-    identify_dir: str = option("results/identify", help="where identify results are read or written (seed 0: "
-                                                         "<dir>/<operation>, as circuits identify --task all writes)")
+    identify_dir: str = option("", help="where identify results are read or written (seed 0: <dir>/<operation>, as "
+                                        "circuits identify --task all writes); default: <--out>/identify")
 
     def __post_init__(self) -> None:
         KeyRule.parse(self.key_rule)
@@ -33,5 +33,14 @@ class StabilityConfig(Config):
         return IdentifyConfig(model=self.model, task=op, n_pairs=self.n_pairs, seed=seed, key_rule=self.key_rule,
                               filter_correct=self.filter_correct)
 
-    def folder(self, op: str, seed: int) -> Path:
-        return Path(self.identify_dir) / (op if seed == 0 else f"{op}-seed{seed}")
+    def identify_root(self, out: str | Path | None = None) -> Path:
+        """``identify_dir``, or without one ``<out>/identify`` (a job writes only under its ``--out`` or a path the
+        user names)."""
+        if self.identify_dir:
+            return Path(self.identify_dir)
+        if out is None:
+            raise ValueError("give identify_dir, or the stability result's folder (out)")
+        return Path(out) / "identify"
+
+    def folder(self, op: str, seed: int, out: str | Path | None = None) -> Path:
+        return self.identify_root(out) / (op if seed == 0 else f"{op}-seed{seed}")

@@ -31,6 +31,7 @@ class StabilityResult(Result):
     """Key-head sets and their Jaccard overlaps per operation, across seeds and across template forms."""
 
     kind = "stability"
+    in_place = True  # its folder also holds the identify results it was computed from (<out>/identify by default)
 
     config: Any
     by_seed: dict[str, dict[int, list[Head]]]  # operation -> seed -> key heads
