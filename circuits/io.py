@@ -80,6 +80,9 @@ def sibling_prefix(name: str, tag: str) -> str:
 class DiskFullError(OSError):
     """A write failed because the file system holding it is full (or over quota)."""
 
+    def __str__(self) -> str:
+        return str(self.strerror)
+
 
 def _free_bytes(folder: Path) -> int | None:
     try:
@@ -117,9 +120,9 @@ def atomic_write(path: str | Path, write: Callable[[IO], None], mode: str = "w")
         _write_step()
         os.replace(tmp, path)
     except BaseException as err:
+        full = disk_full(err, path) if isinstance(err, Exception) else None  # while the partial file still fills it
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        full = disk_full(err, path) if isinstance(err, Exception) else None
         if full is not None:
             raise full from None
         raise

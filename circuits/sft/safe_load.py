@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import pickle
+import re
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,16 @@ class MetadataUnpickler(pickle.Unpickler):
 def load_checkpoint_file(path: Path) -> dict:
     """``checkpoint.pt`` as written by :meth:`circuits.sft.parallel.Local.save_checkpoint`, read without running
     code (``weights_only``); a file of anything else is one error naming it."""
-    ckpt = load_torch(path, "fine-tuning checkpoint")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        found = re.search(r"GLOBAL ([\w.]+)", str(err))
+        what = f" ({found.group(1)})" if found else ""
+        raise ValueError(f"{path} cannot be read as a fine-tuning checkpoint: it holds Python objects{what} that a "
+                         "checkpoint circuits wrote does not, so it was not loaded (loading it could run code). Use "
+                         "another --out, or delete it if you do not trust where it came from") from None
+    except Exception:
+        ckpt = load_torch(path, "fine-tuning checkpoint")  # truncated or foreign: its one-line error
     keys = {"step", "losses", "config", "delta", "optimizer"}
     if not isinstance(ckpt, dict) or not keys <= set(ckpt) or not isinstance(ckpt["config"], dict):
         raise ValueError(f"{path} is not a circuits fine-tuning checkpoint (it lacks {', '.join(sorted(keys))}); use "
