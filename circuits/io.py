@@ -59,22 +59,23 @@ def to_jsonable(obj: Any) -> Any:
 
 
 NAME_MAX = 255  # bytes in one file name (Linux, macOS)
-# What a write of this module leaves while it runs (and, if killed, until the next job clears it): ``.<name>-tmp-``
-# or ``.<name>-old-`` and mkstemp's 8 random characters.
-TEMPORARY = re.compile(r"^\..+-(tmp|old)-[a-z0-9_]{8}$")
+# What a write of this module leaves while it runs (and, if killed, until the next job clears it):
+# ``.<name>.circuits-tmp-`` or ``.<name>.circuits-old-`` and mkstemp's 8 random characters. Only names of this form
+# are ever removed as leftovers, so a user's ``.backup-old-20240101`` is never taken for one.
+TEMPORARY = re.compile(r"^\..+\.circuits-(tmp|old)-[a-z0-9_]{8}$")
 
 
 def sibling_prefix(name: str, tag: str) -> str:
-    """``.<name>-<tag>-``, the prefix of a temporary sibling of ``name``; a name too long to take it (and mkstemp's
-    8 characters) within :data:`NAME_MAX` bytes is cut and given a hash of the whole, so it stays unique."""
-    full = f".{name}-{tag}-"
+    """``.<name>.circuits-<tag>-``, the prefix of a temporary sibling of ``name``; a name too long to take it (and
+    mkstemp's 8 characters) within :data:`NAME_MAX` bytes is cut and given a hash of the whole, so it stays unique."""
+    full = f".{name}.circuits-{tag}-"
     if len(os.fsencode(full)) + 8 <= NAME_MAX:
         return full
     digest = hashlib.sha1(os.fsencode(name)).hexdigest()[:12]
     short = name
     while len(os.fsencode(short)) > 160:
         short = short[:-1]
-    return f".{short}~{digest}-{tag}-"
+    return f".{short}~{digest}.circuits-{tag}-"
 
 
 class DiskFullError(OSError):
@@ -250,13 +251,13 @@ def _temporaries(folder: Path, prefix: str) -> list[Path]:
 
 
 def _restore_set_aside(folder: Path, prefix: str = ".") -> None:
-    """Put back a result that an interrupted :func:`atomic_dir` had set aside (``.<name>-old-*/x``) when nothing
-    replaced it."""
+    """Put back a result that an interrupted :func:`atomic_dir` had set aside (``.<name>.circuits-old-*/x``) when
+    nothing replaced it."""
     for old in _temporaries(folder, prefix):
         if "-old-" not in old.name[-13:] or not (old / "x").exists():
             continue
         named = old / "name"
-        name = named.read_text() if named.is_file() else old.name[1:].rsplit("-old-", 1)[0]
+        name = named.read_text() if named.is_file() else old.name[1:].rsplit(".circuits-old-", 1)[0]
         target = folder / name
         if name and "/" not in name and not target.exists():
             os.replace(old / "x", target)
@@ -264,8 +265,8 @@ def _restore_set_aside(folder: Path, prefix: str = ".") -> None:
 
 def remove_stale_temporaries(out: str | Path) -> list[Path]:
     """Clear what an interrupted write of ``out`` left: a result set aside but not replaced goes back in place;
-    ``.<name>-tmp-XXXXXXXX`` and ``.<name>-old-XXXXXXXX`` beside ``out`` and inside it (and in its sub-folders) are
-    removed, nothing else. Call only while holding ``out``'s lock (then nothing else is writing them)."""
+    ``.<name>.circuits-tmp-XXXXXXXX`` and ``.<name>.circuits-old-XXXXXXXX`` beside ``out`` and inside it (and in its
+    sub-folders) are removed, nothing else. Call only while holding ``out``'s lock (then nothing else is writing them)."""
     out = real_path(out)
     mine = (sibling_prefix(out.name, "tmp"), sibling_prefix(out.name, "old"))
     _restore_set_aside(out.parent, mine[1])

@@ -37,7 +37,7 @@ from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
 from circuits.config import same_config
-from circuits.io import read_json, save_torch, to_jsonable, write_json
+from circuits.io import read_json, save_torch, sibling_prefix, to_jsonable, write_json
 from circuits.models.loading import store_contiguous
 from circuits.sft import plan as hm
 from circuits.sft.delta import DELTA_FORMAT, apply_delta, extract_delta
@@ -345,7 +345,7 @@ class Sharded(Local):
             write_json(tmp / "meta.json", {"step": step, "losses": losses, "config": self.config.to_json(),
                                            "scaler": scaler.state_dict(), "world_size": self.world})
             final = out / CHECKPOINT_DIR
-            old = Path(tempfile.mkdtemp(prefix=f".{CHECKPOINT_DIR}-old-", dir=out)) if final.exists() else None
+            old = Path(tempfile.mkdtemp(prefix=sibling_prefix(CHECKPOINT_DIR, "old"), dir=out)) if final.exists() else None
             if old is not None:
                 os.replace(final, old / "x")
             os.replace(tmp, final)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import pickle
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,9 @@ def load_checkpoint_file(path: Path) -> dict:
     """``checkpoint.pt`` as written by :meth:`circuits.sft.parallel.Local.save_checkpoint`, read without running
     code (``weights_only``); a file of anything else is one error naming it."""
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns of a foreign pickle protocol before refusing it
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         found = re.search(r"GLOBAL ([\w.]+)", str(err))
         what = f" ({found.group(1)})" if found else ""
