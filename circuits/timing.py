@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -123,7 +124,7 @@ def read_file(path: str | Path) -> dict[str, float]:
 def add_to_file(path: str | Path, seconds: dict[str, float]) -> dict[str, float]:
     """Add ``seconds`` to the stages saved in ``path`` (created if absent); returns the sums. A file --timings did
     not write is refused (:func:`read_file`) and left as it is."""
-    path = Path(path)
+    path = Path(os.path.realpath(path))  # a link to the file is followed, not replaced
     saved = read_file(path)
     total = {k: saved.get(k, 0.0) + seconds.get(k, 0.0) for k in {*saved, *seconds}}
     write_json(path, total)

@@ -361,3 +361,24 @@ def test_a_long_folder_name_and_no_empty_parents_left(tmp_path, capsys):
     assert cli_main(["identify", "--model", "no-such-model", "--out", str(tmp_path / "new" / "deeper" / "x")]) == 2
     assert "no-such-model" in _one_error(capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == [name]  # no empty new/deeper left behind
+
+
+def test_a_symlinked_file_out_is_refused_and_a_timings_link_followed(tmp_path, capsys, monkeypatch):
+    from legacy_results import write_identify
+
+    monkeypatch.chdir(tmp_path)
+    write_identify(tmp_path / "res", "addition")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "r.html").write_text("<p>mine</p>")
+    (tmp_path / "r.html").symlink_to(tmp_path / "elsewhere" / "r.html")
+    assert cli_main(["report", "res", "--out", "r.html"]) == 2
+    assert "--out r.html is a symbolic link" in _one_error(capsys)
+    assert (tmp_path / "r.html").is_symlink() and (tmp_path / "elsewhere" / "r.html").read_text() == "<p>mine</p>"
+    (tmp_path / "e.json").symlink_to(tmp_path / "elsewhere" / "e.json")
+    assert cli_main(["evaluate", "--tasks", "arithmetic", "--out", "e.json"]) == 2
+    assert "--out e.json is a symbolic link" in _one_error(capsys) and (tmp_path / "e.json").is_symlink()
+    (tmp_path / "elsewhere" / "t.json").write_text('{"report": 1.0}')
+    (tmp_path / "t.json").symlink_to(tmp_path / "elsewhere" / "t.json")
+    assert cli_main(["--timings", "t.json", "report", "res", "--out", "new.html"]) == 0
+    assert (tmp_path / "t.json").is_symlink()
+    assert json.loads((tmp_path / "elsewhere" / "t.json").read_text())["report"] > 1.0
