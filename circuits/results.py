@@ -96,24 +96,24 @@ def load_result(folder: str | Path) -> Result:
     return result_type(kind).load(folder)
 
 
-# The files results wrote before their marker listed them (``circuits.json`` without ``files``): a folder holding
-# anything else beside such a result is not replaced.
-LEGACY_FILES = frozenset({
+# The names circuits writes in result folders: every result's files (what a folder saved before markers listed
+# them holds) and the figures the experiment scripts' ``plot`` adds beside a saved result. A folder holding anything
+# else beside its result is not replaced.
+CIRCUITS_FILES = frozenset({
     MARKER, "config.json", "summary.json", "pairs.jsonl", "sweep.pt", "edges.pt", "heads.html", "data.json",
     "figure.html", "result.json", "screen.pt", "screen.html", "positions.pt", "neurons.pt", "circuit.html",
-    "flow.html", "circuits_metrics.py", "figure-addition.html", "figure-subtraction.html",
-    "figure-multiplication.html", "figure-division.html",
+    "flow.html", "circuits_metrics.py", "figure_6c.html", "figure_overlap.html",
+    *(f"figure-{t}.html" for t in ("addition", "subtraction", "multiplication", "division", "all")),
 })
 
 
 def own_files(folder: Path) -> frozenset[str]:
-    """The names a saved result wrote in ``folder``: its marker's ``files``, or for a result saved before markers
-    listed them, :data:`LEGACY_FILES`."""
+    """The names a saved result in ``folder`` may hold: those its marker lists (``files``) and
+    :data:`CIRCUITS_FILES`."""
     marker = read_marker(folder)
     files = marker.get("files") if marker is not None else None
-    if isinstance(files, list) and all(isinstance(f, str) for f in files):
-        return frozenset(files) | {MARKER}
-    return LEGACY_FILES
+    listed = frozenset(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else frozenset()
+    return listed | CIRCUITS_FILES
 
 
 def _contents(folder: Path) -> list[Path]:

@@ -26,8 +26,10 @@ def _launch(tmp_path, launcher: list[str], *command: str) -> subprocess.Complete
 
 @pytest.mark.parametrize("command, line", [
     (["identify", "--pairs", "0", "--out", "proj"], "circuits identify: error: n_pairs must be at least 1, got 0"),
-    (["finetune", "--heads", "1.0", "--batch-size", "1", "--out", "run"],
-     "circuits finetune: error: the global batch (1) does not split over 2 processes"),
+    (["finetune", "--heads", "1.0", "--batch-size", "1", "--out", "run"],  # the case
+     "circuits finetune: error: batch_size (1) must be a positive multiple of micro_batch_size"),
+    (["finetune", "--heads", "1.0", "--batch-size", "3", "--micro-batch-size", "1", "--out", "run"],
+     "circuits finetune: error: the global batch (3) does not split over 2 processes"),
 ])
 def test_bad_input_is_one_line_with_circuits_torchrun(tmp_path, command, line):
     proc = _launch(tmp_path, ["circuits.torchrun"], *command)
