@@ -222,7 +222,13 @@ def atomic_dir(out: str | Path) -> Iterator[Path]:
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, out)
+            try:
+                os.replace(tmp, out)
+            except OSError as err:  # another process made ``out`` meanwhile (an unlocked write: a cache, the API)
+                if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                raise OutputError(f"{out} was written by another process while this one worked; nothing of it was "
+                                  "replaced. Run again (a finished cache is then reused), or choose another --out") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
