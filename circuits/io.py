@@ -99,7 +99,8 @@ def disk_full(err: BaseException, path: Path) -> DiskFullError | None:
     system has (almost) no room left. None otherwise."""
     full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
     free = _free_bytes(path.parent)
-    if not full and isinstance(err, RuntimeError) and free is not None and free < 1 << 20:
+    if not full and isinstance(err, RuntimeError) and free is not None and free < 1 << 20 \
+            and re.search(r"unexpected pos|writ|space", str(err), re.IGNORECASE):
         full = True
     if not full:
         return None
