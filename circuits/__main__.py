@@ -1,7 +1,17 @@
-"""``python -m circuits``: the command line (also how ``torchrun -m circuits`` launches it)."""
+"""``python -m circuits``: the command line (also how ``torchrun -m circuits`` launches it).
 
+Ctrl-C while the command line itself is imported is one line, as it is at any later moment (:func:`circuits.cli.main`)."""
+
+import os
 import sys
 
-from circuits.cli import main
+try:
+    from circuits.cli import main
+except KeyboardInterrupt:
+    if os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0"):
+        raise
+    if os.environ.get("RANK", "0") == "0":
+        print("circuits: interrupted", file=sys.stderr)
+    sys.exit(130)
 
 sys.exit(main())

@@ -11,9 +11,12 @@ import contextlib
 import dataclasses
 import datetime
 import enum
+import errno
 import fcntl
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -55,20 +58,75 @@ def to_jsonable(obj: Any) -> Any:
     return obj
 
 
+NAME_MAX = 255  # bytes in one file name (Linux, macOS)
+# What a write of this module leaves while it runs (and, if killed, until the next job clears it):
+# ``.<name>.circuits-tmp-`` or ``.<name>.circuits-old-`` and mkstemp's 8 random characters. Only names of this form
+# are ever removed as leftovers, so a user's ``.backup-old-20240101`` is never taken for one.
+TEMPORARY = re.compile(r"^\..+\.circuits-(tmp|old)-[a-z0-9_]{8}$")
+
+
+def sibling_prefix(name: str, tag: str) -> str:
+    """``.<name>.circuits-<tag>-``, the prefix of a temporary sibling of ``name``; a name too long to take it (and
+    mkstemp's 8 characters) within :data:`NAME_MAX` bytes is cut and given a hash of the whole, so it stays unique."""
+    full = f".{name}.circuits-{tag}-"
+    if len(os.fsencode(full)) + 8 <= NAME_MAX:
+        return full
+    digest = hashlib.sha1(os.fsencode(name)).hexdigest()[:12]
+    short = name
+    while len(os.fsencode(short)) > 160:
+        short = short[:-1]
+    return f".{short}~{digest}.circuits-{tag}-"
+
+
+class DiskFullError(OSError):
+    """A write failed because the file system holding it is full (or over quota)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def disk_full(err: BaseException, path: Path) -> DiskFullError | None:
+    """The error to raise instead of ``err`` when writing ``path`` failed because its disk is full: ENOSPC or EDQUOT,
+    or an error from a library that wrote through its own buffers (torch.save's ``unexpected pos``) while the file
+    system has (almost) no room left. None otherwise."""
+    full = isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT)
+    free = _free_bytes(path.parent)
+    if not full and isinstance(err, RuntimeError) and free is not None and free < 1 << 20 \
+            and re.search(r"unexpected pos|writ|space", str(err), re.IGNORECASE):
+        full = True
+    if not full:
+        return None
+    left = f"{free / 2**20:.1f} MiB left" if free is not None else "no room left"
+    return DiskFullError(errno.ENOSPC, f"the disk is full: writing {path} failed ({left} on the file system holding "
+                                       f"{path.parent}); free some space or choose an --out on another disk")
+
+
 def atomic_write(path: str | Path, write: Callable[[IO], None], mode: str = "w") -> Path:
-    """Call ``write(file)`` on a temporary sibling of ``path``, then rename it into place (mode 0644)."""
+    """Call ``write(file)`` on a temporary sibling of ``path``, then rename it into place (mode 0644). A full disk
+    is a :class:`DiskFullError` naming it, with nothing left behind."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-tmp-", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=sibling_prefix(path.name, "tmp"), dir=path.parent)
     try:
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as f:
             write(f)
         os.chmod(tmp, 0o644)
         _write_step()
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
+        full = disk_full(err, path) if isinstance(err, Exception) else None  # while the partial file still fills it
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if full is not None:
+            raise full from None
         raise
     return path
 
@@ -147,27 +205,41 @@ def write_jsonl(path: str | Path, rows: list[Any]) -> Path:
     return atomic_write(path, lambda f: f.write(text))
 
 
+def real_path(out: str | Path) -> Path:
+    """``out`` with symbolic links followed (the place a write lands; a link is never replaced)."""
+    return Path(os.path.realpath(Path(out).expanduser()))
+
+
 @contextlib.contextmanager
 def atomic_dir(out: str | Path) -> Iterator[Path]:
     """Yield a temporary folder that replaces ``out`` when the block finishes without error.
 
-    On error the temporary folder is removed and ``out`` is left as it was.
+    On error the temporary folder is removed and ``out`` is left as it was. A symbolic link ``out`` is followed: the
+    folder it points to is what is replaced, and the link stays. Callers check first that ``out`` holds nothing but
+    what they may replace (:func:`circuits.results.check_output`).
     """
-    out = Path(out)
+    out = real_path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-tmp-", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=sibling_prefix(out.name, "tmp"), dir=out.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; results are meant to be shared
     try:
         yield tmp
         _write_step()
         if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}-old-", dir=out.parent))
+            old = Path(tempfile.mkdtemp(prefix=sibling_prefix(out.name, "old"), dir=out.parent))
+            (old / "name").write_text(out.name)  # which folder to put back if this process dies before the swap
             os.replace(out, old / "x")
             _write_step()  # the old result is set aside (remove_stale_temporaries puts it back if we die here)
             os.replace(tmp, out)
             shutil.rmtree(old, ignore_errors=True)
         else:
-            os.replace(tmp, out)
+            try:
+                os.replace(tmp, out)
+            except OSError as err:  # another process made ``out`` meanwhile (an unlocked write: a cache, the API)
+                if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                raise OutputError(f"{out} was written by another process while this one worked; nothing of it was "
+                                  "replaced. Run again (a finished cache is then reused), or choose another --out") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -178,29 +250,49 @@ class OutputError(ValueError):
 
 
 def lock_path(out: str | Path) -> Path:
-    out = Path(out).absolute()
-    return out.parent / f".{out.name}.lock"
+    """The lock file of the output location ``out``: ``.<name>.lock`` beside the place ``out`` resolves to (a link
+    and its target share one lock); a name too long for that gets a shortened, hashed one."""
+    out = real_path(out)
+    name = f".{out.name}.lock"
+    if len(os.fsencode(name)) > NAME_MAX:
+        name = sibling_prefix(out.name, "lock")[:-1] + ".lock"
+    return out.parent / name
 
 
-def _restore_set_aside(folder: Path, pattern: str = ".*-old-*") -> None:
-    """Put back a result that an interrupted :func:`atomic_dir` had set aside (``.<name>-old-*/x``) when nothing
-    replaced it."""
-    for old in sorted(folder.glob(pattern)):
-        target = folder / old.name[1:].rsplit("-old-", 1)[0]
-        if (old / "x").exists() and not target.exists():
+def _temporaries(folder: Path, prefix: str) -> list[Path]:
+    """This module's temporaries in ``folder`` whose names start with ``prefix`` (no glob: a name may hold ``[``)."""
+    try:
+        return sorted(p for p in folder.iterdir() if p.name.startswith(prefix) and TEMPORARY.match(p.name))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _restore_set_aside(folder: Path, prefix: str = ".") -> None:
+    """Put back a result that an interrupted :func:`atomic_dir` had set aside (``.<name>.circuits-old-*/x``) when
+    nothing replaced it."""
+    for old in _temporaries(folder, prefix):
+        if "-old-" not in old.name[-13:] or not (old / "x").exists():
+            continue
+        named = old / "name"
+        name = named.read_text() if named.is_file() else old.name[1:].rsplit(".circuits-old-", 1)[0]
+        target = folder / name
+        if name and "/" not in name and not target.exists():
             os.replace(old / "x", target)
 
 
 def remove_stale_temporaries(out: str | Path) -> list[Path]:
     """Clear what an interrupted write of ``out`` left: a result set aside but not replaced goes back in place;
-    ``.<name>-tmp-*`` and ``.<name>-old-*`` beside ``out`` and inside it are removed. Call only while holding
-    ``out``'s lock (then nothing else is writing them)."""
-    out = Path(out).absolute()
-    _restore_set_aside(out.parent, f".{out.name}-old-*")
-    found = [*out.parent.glob(f".{out.name}-tmp-*"), *out.parent.glob(f".{out.name}-old-*")]
+    ``.<name>.circuits-tmp-XXXXXXXX`` and ``.<name>.circuits-old-XXXXXXXX`` beside ``out`` and inside it (and in its
+    sub-folders) are removed, nothing else. Call only while holding ``out``'s lock (then nothing else is writing them)."""
+    out = real_path(out)
+    mine = (sibling_prefix(out.name, "tmp"), sibling_prefix(out.name, "old"))
+    _restore_set_aside(out.parent, mine[1])
+    found = [p for p in _temporaries(out.parent, ".") if p.name.startswith(mine)]
     if out.is_dir():
         _restore_set_aside(out)
-        found += [*out.glob(".*-tmp-*"), *out.glob(".*-old-*"), *out.glob("*/.*-tmp-*")]
+        found += _temporaries(out, ".")
+        found += [p for sub in sorted(out.iterdir()) if sub.is_dir() and not sub.is_symlink()
+                  for p in _temporaries(sub, ".") if "-tmp-" in p.name[-13:]]
     for p in found:
         if p.is_dir():
             shutil.rmtree(p, ignore_errors=True)
@@ -215,8 +307,13 @@ def output_lock(out: str | Path) -> Iterator[None]:
     the process ends however it ends). A second job on the same ``out`` is refused with a line naming the first;
     leftovers of an interrupted earlier write are removed once the lock is held."""
     path = lock_path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    created = [p for p in (path.parent, *path.parent.parents) if not p.exists()]  # removed again if left empty
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except BaseException:
+        _remove_empty(created)
+        raise
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -234,3 +331,14 @@ def output_lock(out: str | Path) -> Iterator[None]:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
         os.close(fd)
+        _remove_empty(created)
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove the folders a job created for its output and left empty (a job refused or failed early), innermost
+    first; one that holds anything stays."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from circuits.config import Config
-from circuits.io import OutputError, atomic_dir, read_json, write_json
+from circuits.io import TEMPORARY, OutputError, atomic_dir, read_json, real_path, write_json
 from circuits.timing import timed
 
 MARKER = "circuits.json"
@@ -101,34 +101,99 @@ def load_result(folder: str | Path) -> Result:
     return result_type(kind).load(folder)
 
 
+# The names circuits writes in result folders: every result's files (what a folder saved before markers listed
+# them holds) and the figures the experiment scripts' ``plot`` adds beside a saved result. A folder holding anything
+# else beside its result is not replaced.
+CIRCUITS_FILES = frozenset({
+    MARKER, "config.json", "summary.json", "pairs.jsonl", "sweep.pt", "edges.pt", "heads.html", "data.json",
+    "figure.html", "result.json", "screen.pt", "screen.html", "positions.pt", "neurons.pt", "circuit.html",
+    "flow.html", "circuits_metrics.py", "figure_6c.html", "figure_overlap.html",
+    *(f"figure-{t}.html" for t in ("addition", "subtraction", "multiplication", "division", "all")),
+})
+
+
+def own_files(folder: Path) -> frozenset[str]:
+    """The names a saved result in ``folder`` may hold: those its marker lists (``files``) and
+    :data:`CIRCUITS_FILES`."""
+    marker = read_marker(folder)
+    files = marker.get("files") if marker is not None else None
+    listed = frozenset(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else frozenset()
+    return listed | CIRCUITS_FILES
+
+
+def _contents(folder: Path) -> list[Path]:
+    """What ``folder`` holds, dot-files included, less the temporaries an interrupted write left (the job clears
+    those once it holds the lock)."""
+    return sorted(p for p in folder.iterdir() if not TEMPORARY.match(p.name))
+
+
+def _names(paths: list[Path], limit: int = 4) -> str:
+    names = [p.name + ("/" if p.is_dir() else "") for p in paths]
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _refusal(out: Path, shown: str | Path, kind: str, container: bool) -> str | None:
+    """Why a ``kind`` job may not replace the folder ``out`` (None when it may)."""
+    entries = _contents(out)
+    if not entries:
+        return None
+    article = "an" if kind[0] in "aeiou" else "a"
+    found = detect_kind(out)
+    if found is None and result_type(kind).in_place and result_type(kind).unfinished(out):
+        return None  # its own run, stopped before the result was saved: the same command resumes it
+    if found is None and container:  # identify --task all: a folder of identify results, one per task
+        bad = [p for p in entries if p.is_symlink() or not p.is_dir() or detect_kind(p) != kind]
+        if not bad:
+            for p in entries:
+                why = _refusal(p, p, kind, False)
+                if why is not None:
+                    return why
+            return None
+        what = {detect_kind(p) if p.is_dir() and not p.is_symlink() else None for p in bad}
+    else:
+        what = {found}
+    if what != {kind}:
+        held = ", ".join(sorted(f"a {k} result" if k else "files circuits did not write" for k in what))
+        return (f"--out {shown} already holds {held}; {article} {kind} job only replaces its own results (found: "
+                f"{_names(entries)}). Choose another --out, or pass --overwrite to replace it")
+    if result_type(kind).in_place:  # its folder is its working folder: written file by file, nothing else touched
+        return None
+    own = own_files(out)
+    extra = [p for p in entries if p.name not in own or p.is_symlink()]  # a result writes no links
+    if extra:
+        return (f"--out {shown} holds {_names(extra)} beside its {kind} result; a result folder is replaced whole, so "
+                f"only one holding nothing but its own files is (a result or file inside it is never removed). Move "
+                f"them out, or choose another --out")
+    return None
+
+
 def check_output(out: str | Path, kind: str, *, overwrite: bool = False, container: bool = False) -> Path:
     """Check, before any work, that a ``kind`` job may write its result to ``out``.
 
     Allowed: a path that does not exist yet (in a folder this process can write to), an empty folder, or a folder
-    that already holds a ``kind`` result (it will be replaced). With ``container`` (``identify --task all``),
-    ``out`` may also hold ``kind`` results in sub-folders. Anything else (a file, a folder of other things, the
-    current folder) is refused with one line, unless ``overwrite``.
+    that holds a ``kind`` result and nothing else (the files it wrote, as its marker lists them; it will be
+    replaced). With ``container`` (``identify --task all``), ``out`` may also hold ``kind`` results in sub-folders.
+    Anything else (a file, a folder of other things -- dot-files such as ``.git`` included --, a result with a
+    user's file or another result inside it, the current folder) is refused with one line, unless ``overwrite``.
+    A symbolic link is followed: the check and the write are of the place it points to, and the link stays.
     """
     out = Path(out).expanduser()
-    absolute = out.absolute()
-    if absolute == Path.cwd() or absolute in Path.cwd().parents or absolute == Path(absolute.anchor):
+    target = real_path(out)
+    here = Path(os.path.realpath(Path.cwd()))
+    if target == here or target in here.parents or target == Path(target.anchor) \
+            or out.absolute() == Path.cwd() or out.absolute() in Path.cwd().parents:
         raise OutputError(f"--out {out} is the current folder or one of its parents; name a new folder for the result, "
                           "e.g. --out results/run1")
-    if out.exists() and not out.is_dir():
+    if target.exists() and not target.is_dir():
         if overwrite:
             return out
         raise OutputError(f"--out {out} is an existing file; a {kind} result is a folder. Choose another --out, or "
                           "pass --overwrite to replace the file")
-    if out.is_dir() and any(p for p in out.iterdir() if not p.name.startswith(".")) and not overwrite:
-        kinds = {detect_kind(out)}
-        if container and kinds == {None}:
-            kinds = {detect_kind(p) if p.is_dir() else "file" for p in out.iterdir() if not p.name.startswith(".")}
-        if kinds != {kind}:
-            what = ", ".join(sorted(f"a {k} result" if k else "files circuits did not write" for k in kinds))
-            article = "an" if kind[0] in "aeiou" else "a"
-            raise OutputError(f"--out {out} already holds {what}; {article} {kind} job only replaces its own results. Choose "
-                              "another --out, or pass --overwrite to replace it")
-    check_writable(out)
+    if target.is_dir() and not overwrite:
+        why = _refusal(target, out, kind, container)
+        if why is not None:
+            raise OutputError(why)
+    check_writable(target)
     return out
 
 
@@ -227,7 +292,8 @@ class Result:
         with atomic_dir(folder) as tmp:
             self._write(tmp)
             write_json(tmp / "config.json", self.config_json())
-            write_json(tmp / MARKER, {"kind": self.kind, "version": self.version})
+            files = sorted({p.name for p in tmp.iterdir()} | {MARKER})  # what a later save may replace
+            write_json(tmp / MARKER, {"kind": self.kind, "version": self.version, "files": files})
         return folder
 
     @classmethod
@@ -258,6 +324,12 @@ class Result:
         except (KeyError, TypeError, IndexError, AttributeError) as err:
             raise ResultError(f"{folder} holds a {cls.kind} result whose files lack what this version reads "
                               f"({type(err).__name__}: {err}); rerun the job that made it") from None
+
+    @classmethod
+    def unfinished(cls, folder: Path) -> bool:
+        """Whether ``folder`` holds the working files this job writes before its result (an ``in_place`` kind's run
+        stopped before its end, which the same command resumes); never true for results saved whole."""
+        return False
 
     def _write(self, folder: Path) -> None:
         raise NotImplementedError

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -100,10 +101,31 @@ def table(seconds: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
-def add_to_file(path: str | Path, seconds: dict[str, float]) -> dict[str, float]:
-    """Add ``seconds`` to the stages saved in ``path`` (created if absent); returns the sums."""
+def read_file(path: str | Path) -> dict[str, float]:
+    """The stages saved in ``path`` by ``--timings`` (empty when there is no file yet). A file of anything else --
+    not JSON, or JSON that is not an object of stage names and seconds -- or a folder is one error naming it, so
+    ``circuits --timings FILE`` can refuse it before the command runs (and never writes over it)."""
     path = Path(path)
-    saved = read_json(path) if path.is_file() else {}
-    total = {k: float(saved.get(k, 0.0)) + seconds.get(k, 0.0) for k in {*saved, *seconds}}
+    if path.is_dir():
+        raise ValueError(f"--timings {path} is a folder; name a JSON file that --timings writes (it is created if absent)")
+    if not path.exists():
+        return {}
+    try:
+        saved = read_json(path)
+    except ValueError:
+        saved = None
+    if not isinstance(saved, dict) or not all(isinstance(k, str) and isinstance(v, (int, float))
+                                              and not isinstance(v, bool) for k, v in saved.items()):
+        raise ValueError(f"--timings {path} holds something other than the stage timings --timings writes (a JSON "
+                         "object of stage names and seconds); name a new file, or one written by --timings")
+    return {k: float(v) for k, v in saved.items()}
+
+
+def add_to_file(path: str | Path, seconds: dict[str, float]) -> dict[str, float]:
+    """Add ``seconds`` to the stages saved in ``path`` (created if absent); returns the sums. A file --timings did
+    not write is refused (:func:`read_file`) and left as it is."""
+    path = Path(os.path.realpath(path))  # a link to the file is followed, not replaced
+    saved = read_file(path)
+    total = {k: saved.get(k, 0.0) + seconds.get(k, 0.0) for k in {*saved, *seconds}}
     write_json(path, total)
     return total

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
+import threading
 import sys
 from collections.abc import Sequence
 
@@ -46,8 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def one_line(err: BaseException) -> str:
+    from circuits.io import DiskFullError
+
     text = " ".join(str(err).split()) or type(err).__name__
-    if isinstance(err, (ValueError, FileNotFoundError, NotADirectoryError, PermissionError)):
+    if isinstance(err, (ValueError, FileNotFoundError, NotADirectoryError, PermissionError, DiskFullError)):
         return text
     return f"{type(err).__name__}: {text}"
 
@@ -65,10 +69,73 @@ def _one_line_warnings(command: str, main_rank: bool):  # noqa: ANN202
     return previous
 
 
+_INTERRUPTED = threading.Event()
+
+
+def _note_interrupts():  # noqa: ANN202
+    """Ctrl-C raises KeyboardInterrupt as Python's default does, and is also remembered: a library that turns it into
+    an error of its own (transformers' lazy imports report a module that could not be imported) is still read as the
+    interruption it was. Returns the handler it replaced (None off the main thread, where none is set)."""
+    def handler(signum, frame):  # noqa: ANN001, ANN202
+        _INTERRUPTED.set()
+        raise KeyboardInterrupt
+
+    _INTERRUPTED.clear()
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None  # a caller's own handler (a notebook, a test runner) stays
+    return signal.signal(signal.SIGINT, handler)
+
+
+def _interrupted(err: BaseException) -> bool:
+    """Whether ``err`` comes from a Ctrl-C: one was received while the command ran, or its chain of causes holds a
+    KeyboardInterrupt."""
+    if _INTERRUPTED.is_set():
+        return True
+    seen: set[int] = set()
+    e: BaseException | None = err
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _disk_full(err: BaseException, args: argparse.Namespace | None) -> BaseException:
+    """``err``, or the disk-full error it stands for (ENOSPC, or a library's write error on a disk with no room)."""
+    from pathlib import Path
+
+    from circuits.io import DiskFullError, disk_full
+
+    if isinstance(err, DiskFullError):
+        return err
+    out = getattr(args, "out", None) if args is not None else None
+    full = disk_full(err, Path(out or ".").absolute() / "x") if isinstance(err, (OSError, RuntimeError)) else None
+    return full if full is not None else err
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run a subcommand. Every error is one line on stderr and exit code 2 (a traceback only with ``--debug`` or
-    ``CIRCUITS_DEBUG=1``); an interrupted job says how to resume, exit code 130. Under ``torchrun`` the process
-    group is started here, and only rank 0 prints an error (one line, not one per rank)."""
+    ``CIRCUITS_DEBUG=1``); a full disk is named as such; an interrupted job says how to resume, exit code 130, and
+    Ctrl-C at any other moment (start-up, imports, shutdown) is one line too. Under ``torchrun`` the process group
+    is started here, and only rank 0 prints an error (one line, not one per rank)."""
+    debug = os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0") or "--debug" in (sys.argv[1:] if argv is None else argv)
+    previous = _note_interrupts()
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for all ranks
+            print("circuits: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     import torch  # after the flags are read: --help and a bad flag import no torch
@@ -76,9 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from circuits import distributed, timing
 
     debug = args.debug or os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0")
-    launch = distributed.init_from_env()
-    previous_show = _one_line_warnings(args.command, distributed.is_main())
+    launch = previous_show = None
     try:
+        if args.timings:  # a file --timings did not write is refused before the command runs, not after
+            timing.read_file(args.timings)
+        launch = distributed.init_from_env()
+        previous_show = _one_line_warnings(args.command, distributed.is_main())
         configure_threads()  # the cores this process may use, or CIRCUITS_THREADS / OMP_NUM_THREADS (docs/speed.md)
         with timing.recording() as stages:
             code = int(args.func(args) or 0)
@@ -95,15 +165,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:
         if debug:
             raise
+        if _interrupted(err):  # Ctrl-C inside a library that re-raises it as its own error (transformers' lazy imports)
+            if distributed.is_main():
+                print(f"circuits {args.command}: interrupted; run the same command to resume", file=sys.stderr)
+            return 130
+        err = _disk_full(err, args)
         expected = isinstance(err, (ValueError, OSError))
         hint = "" if expected else " (this looks like a bug: rerun with --debug and report the traceback)"
         if distributed.is_main():
             print(f"circuits {args.command}: error: {one_line(err)}{hint}", file=sys.stderr)
         return 2
     finally:
-        import warnings
+        if previous_show is not None:
+            import warnings
 
-        warnings.showwarning = previous_show
+            warnings.showwarning = previous_show
         if launch is not None:
             launch.close()
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from circuits.io import output_lock
+from circuits.io import OutputError, output_lock
 from circuits.results import check_output
 
 
@@ -31,6 +32,9 @@ def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: b
 
     out = Path(out)
     if check is not None:
+        if out.is_symlink():  # a file is written by renaming over it, which would replace the link, not its target
+            raise OutputError(f"--out {out} is a symbolic link (to {os.readlink(out)}); name the file itself, or a "
+                              "new one")
         check(out, overwrite)
     else:
         check_output(out, kind, overwrite=overwrite, container=container)

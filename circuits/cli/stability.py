@@ -1,9 +1,10 @@
 """``circuits stability``: how stable the key-head set is, per operation, across seeds (new prompt pairs) and across
 template forms (equation, statement, question), as Jaccard overlaps.
 
-Reads or makes identify results per operation and seed under ``--identify-dir`` (as ``circuits identify`` writes
-them) and writes, atomically, into ``--out``: ``data.json`` (key-head sets and Jaccard matrices per operation),
-``figure.html``, ``config.json`` and ``circuits.json``.
+Reads or makes identify results per operation and seed under ``--identify-dir`` (default: ``<--out>/identify``; as
+``circuits identify`` writes them, each checked and locked before it is written) and writes into ``--out``, file by
+file, each atomically: ``data.json`` (key-head sets and Jaccard matrices per operation), ``figure.html``,
+``config.json`` and ``circuits.json``.
 """
 
 from __future__ import annotations

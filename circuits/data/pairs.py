@@ -203,6 +203,13 @@ def make_pair(
 ) -> PromptPair:
     """A pair from your own texts, checked: neither prompt is empty, they differ (unless ``allow_identical``, for
     prompts that are only scored, never patched), the answer is one token, and both have equal token length."""
+    for name, value in (("reference", reference), ("counterfactual", counterfactual), ("answer", answer)):
+        if not isinstance(value, str):
+            example = f" (e.g. {str(value)!r} for {value!r})" if isinstance(value, (int, float)) else ""
+            raise PromptError(f"The {name} must be text (str), got {type(value).__name__} {value!r}. Accepted: the "
+                              f"{name} as a string{example}.")
+    if not answer:
+        raise PromptError("Empty answer. Accepted: the text that continues the reference as one token, e.g. '7'.")
     if not reference.strip() or not counterfactual.strip():
         raise PromptError("Empty prompt: the reference and the counterfactual must each have text before the answer.")
     if reference == counterfactual and not allow_identical:

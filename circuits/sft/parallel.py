@@ -37,7 +37,7 @@ from transformer_lens import HookedTransformer
 
 from circuits import distributed as D
 from circuits.config import same_config
-from circuits.io import read_json, save_torch, to_jsonable, write_json
+from circuits.io import read_json, save_torch, sibling_prefix, to_jsonable, write_json
 from circuits.models.loading import store_contiguous
 from circuits.sft import plan as hm
 from circuits.sft.delta import DELTA_FORMAT, apply_delta, extract_delta
@@ -160,9 +160,11 @@ class Local:
         if (out / CHECKPOINT_DIR).is_dir():
             raise ValueError(f"{out / CHECKPOINT_DIR} is a sharded (FSDP) checkpoint of full SFT on several ranks; "
                              "resume it with torchrun, or use another --out")
-        def read() -> dict | None:
+        def read() -> dict | None:  # tensors and plain values only: a checkpoint from elsewhere runs no code
+            from circuits.sft.safe_load import load_checkpoint_file
+
             path = out / CHECKPOINT_FILE
-            return torch.load(path, map_location="cpu", weights_only=False) if path.is_file() else None
+            return load_checkpoint_file(path) if path.is_file() else None
 
         ckpt = D.on_main(read)
         if ckpt is None:
@@ -343,7 +345,7 @@ class Sharded(Local):
             write_json(tmp / "meta.json", {"step": step, "losses": losses, "config": self.config.to_json(),
                                            "scaler": scaler.state_dict(), "world_size": self.world})
             final = out / CHECKPOINT_DIR
-            old = Path(tempfile.mkdtemp(prefix=f".{CHECKPOINT_DIR}-old-", dir=out)) if final.exists() else None
+            old = Path(tempfile.mkdtemp(prefix=sibling_prefix(CHECKPOINT_DIR, "old"), dir=out)) if final.exists() else None
             if old is not None:
                 os.replace(final, old / "x")
             os.replace(tmp, final)
@@ -353,8 +355,9 @@ class Sharded(Local):
 
     def load_checkpoint(self, out: Path, model: HookedTransformer, optimizer: SliceOptimizer, scaler: LossScaler
                         ) -> tuple[int, list[float]]:
-        import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        from circuits.sft.safe_load import dcp_load
 
         if (out / CHECKPOINT_FILE).is_file():
             raise ValueError(f"{out / CHECKPOINT_FILE} is a one-process checkpoint; resume it in one process "
@@ -367,7 +370,7 @@ class Sharded(Local):
             raise ValueError(f"{path} was written with a different config; use another --out or delete it")
         model_sd, optim_sd = get_state_dict(model, optimizer.optimizer)
         state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=str(path))  # reshards when the world size changed
+        dcp_load(state, path)  # reshards when the world size changed; unpickles only the format's own records
         set_state_dict(model, optimizer.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
         scaler.load_state_dict(meta["scaler"])
         return int(meta["step"]), list(meta["losses"])

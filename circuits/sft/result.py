@@ -32,6 +32,12 @@ class FinetuneResult(Result):
     skipped_steps: int = 0  # fp16 steps skipped by the loss scaler (a gradient overflowed)
     world_size: int = 1  # processes the run was split over (torchrun)
 
+    @classmethod
+    def unfinished(cls, folder: Path) -> bool:
+        """A run stopped before its end: its config beside a checkpoint (one file, or a sharded folder)."""
+        return (folder / "config.json").is_file() and ((folder / "checkpoint.pt").is_file()
+                                                      or (folder / "checkpoint").is_dir())
+
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
 

@@ -59,14 +59,18 @@ def test_a_second_job_on_the_same_output_is_refused(tmp_path):
 
 def test_leftovers_of_a_killed_write_are_removed(tmp_path):
     out = tmp_path / "res"
-    (out / ".addition-tmp-abc").mkdir(parents=True)
-    (out / ".checkpoint.pt-tmp-x").write_text("half")
-    (tmp_path / ".res-tmp-123").mkdir()
-    (tmp_path / ".res-old-456").mkdir()
+    (out / ".addition.circuits-tmp-abc_1234").mkdir(parents=True)  # the names mkstemp gives: 8 random characters
+    (out / ".checkpoint.pt.circuits-tmp-x1y2z3w4").write_text("half")
+    (tmp_path / ".res.circuits-tmp-12345678").mkdir()
+    (tmp_path / ".res.circuits-old-45678901").mkdir()
     (out / "keep.json").write_text("{}")
+    (out / ".notes-tmp-draft").write_text("mine")  # a user's files of similar names are not temporaries
+    (out / ".backup-old-20240101").write_text("mine")
+    (tmp_path / ".other.circuits-tmp-12345678").mkdir()  # another output's temporaries are not this one's
     with output_lock(out):
         pass
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["res"] and [p.name for p in out.iterdir()] == ["keep.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".other.circuits-tmp-12345678", "res"]
+    assert sorted(p.name for p in out.iterdir()) == [".backup-old-20240101", ".notes-tmp-draft", "keep.json"]
     assert remove_stale_temporaries(out) == []
 
 

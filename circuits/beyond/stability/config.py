@@ -20,8 +20,8 @@ class StabilityConfig(Config):
                                       help="the identify run made for every operation and seed")
     operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
     seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the pairs (one identify run each)")
-    identify_dir: str = option("results/identify", help="where identify results are read or written (seed 0: "
-                                                         "<dir>/<operation>, as circuits identify --task all writes)")
+    identify_dir: str = option("", help="where identify results are read or written (seed 0: <dir>/<operation>, as "
+                                        "circuits identify --task all writes); default: <--out>/identify")
 
     def __post_init__(self) -> None:
         for op in self.operations:
@@ -41,5 +41,14 @@ class StabilityConfig(Config):
     def identify_config(self, op: str, seed: int) -> IdentifyConfig:
         return self.identify.replace(task=op, seed=seed)
 
-    def folder(self, op: str, seed: int) -> Path:
-        return Path(self.identify_dir) / (op if seed == 0 else f"{op}-seed{seed}")
+    def identify_root(self, out: str | Path | None = None) -> Path:
+        """``identify_dir``, or without one ``<out>/identify`` (a job writes only under its ``--out`` or a path the
+        user names)."""
+        if self.identify_dir:
+            return Path(self.identify_dir)
+        if out is None:
+            raise ValueError("give identify_dir, or the stability result's folder (out)")
+        return Path(out) / "identify"
+
+    def folder(self, op: str, seed: int, out: str | Path | None = None) -> Path:
+        return self.identify_root(out) / (op if seed == 0 else f"{op}-seed{seed}")

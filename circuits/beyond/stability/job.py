@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 from circuits.data.templates import OPERATIONS, templates_for
 import circuits.identify.job as identify_job
+from circuits.io import output_lock
+from circuits.results import check_output
 from circuits.identify.result import IdentifyResult
 from circuits.models.loading import load_model
 from circuits.patching.ranking import KeyRule
@@ -39,16 +41,23 @@ def stability(results: dict[str, dict[int, IdentifyResult]], config: StabilityCo
 
 
 def run(config: StabilityConfig, out: str | Path, model: Any = None) -> StabilityResult:
-    """Identify results for every operation and seed (made when missing), then :func:`stability`."""
-    results: dict[str, dict[int, IdentifyResult]] = {}
-    for op in config.operations:
-        results[op] = {}
-        for seed in config.seeds:
-            icfg, folder = config.identify_config(op, seed), config.folder(op, seed)
-            if not identify_job.finished(folder, icfg):
-                model = model or load_model(icfg.model, dtype=icfg.dtype)
+    """Identify results for every operation and seed (made when missing, under ``config.identify_dir`` or else
+    ``<out>/identify``), then :func:`stability`, saved in ``out`` beside them.
+
+    Every identify folder to be made is checked before any work (:func:`~circuits.results.check_output`: it may
+    hold only an identify result's own files) and locked while it is written."""
+    jobs = {(op, seed): (config.identify_config(op, seed), config.folder(op, seed, out))
+            for op in config.operations for seed in config.seeds}
+    todo = {key: job for key, job in jobs.items() if not identify_job.finished(job[1], job[0])}
+    for _, folder in todo.values():
+        check_output(folder, "identify")
+    results: dict[str, dict[int, IdentifyResult]] = {op: {} for op in config.operations}
+    for (op, seed), (icfg, folder) in jobs.items():
+        if (op, seed) in todo:
+            model = model or load_model(icfg.model, dtype=icfg.dtype)
+            with output_lock(folder):
                 identify_job.run(icfg, folder, model=model, progress=False)
-            results[op][seed] = IdentifyResult.load(folder)
+        results[op][seed] = IdentifyResult.load(folder)
     result = stability(results, config)
     result.save(out)
     return result

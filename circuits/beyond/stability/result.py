@@ -32,10 +32,17 @@ class StabilityResult(Result):
 
     kind = "stability"
     config_type = StabilityConfig
+    in_place = True  # its folder also holds the identify results it was computed from (<out>/identify by default)
 
     config: StabilityConfig
     by_seed: dict[str, dict[int, list[Head]]]  # operation -> seed -> key heads
     by_form: dict[str, dict[str, list[Head]]] = field(default_factory=dict)  # operation -> form -> key heads
+
+    @classmethod
+    def unfinished(cls, folder: Path) -> bool:
+        """A run stopped before its end: only the identify results it makes under ``<out>/identify``."""
+        entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+        return [p.name for p in entries] == ["identify"] and entries[0].is_dir()
 
     def summary(self) -> dict[str, Any]:
         per = {}
