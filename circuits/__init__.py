@@ -18,9 +18,13 @@ Names are imported on first use, so ``import circuits`` is fast.
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.2.0"
+try:  # one source: pyproject.toml's version, as the installed package records it
+    __version__ = version("circuits")
+except PackageNotFoundError:  # a checkout on sys.path that was never installed
+    __version__ = "0+unknown"
 
 # name -> module it lives in
 _EXPORTS: dict[str, str] = {

@@ -1,6 +1,6 @@
-"""Figure 3 under each ablation kind (issue 11, part 5): the key heads' and random heads' knockout curves with the
-knocked-out outputs replaced by their mean over counterfactual prompts (the paper's), by zero, and by another prompt's
-counterfactual value (resample), side by side, per operation.
+"""Figure 3 under each ablation kind (whether the paper's conclusion depends on mean ablation): the key heads' and
+random heads' knockout curves with the knocked-out outputs replaced by their mean over counterfactual prompts (the
+paper's), by zero, and by another prompt's counterfactual value (resample), side by side, per operation.
 
 Run: ``python experiments/fig3_ablation_kinds.py``; ``--replot`` redraws."""
 

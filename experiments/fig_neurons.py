@@ -1,6 +1,6 @@
-"""Neurons of the key MLPs (issue 11, part 3; the shape of Nikankin et al. 2025's finding): every neuron of the key
-MLPs patched alone at END, exactly; what share of each layer's neurons carries most of its effect; and accuracy after
-knocking out only the top neurons of the key MLPs against the whole MLPs and as many random neurons (Figure 3-style).
+"""Neurons of the key MLPs (the shape of Nikankin et al. 2025's finding): every neuron of the key MLPs patched alone at
+END, exactly; what share of each layer's neurons carries most of its effect; and accuracy after knocking out only the
+top neurons of the key MLPs against the whole MLPs and as many random neurons (Figure 3-style).
 
 Run: ``python experiments/fig_neurons.py [--top-mlps 3]``; ``--replot`` redraws."""
 

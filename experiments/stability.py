@@ -1,6 +1,7 @@
-"""How stable the key-head set is (issue 11, part 5): per operation, the Jaccard overlap of the key heads found with
-different seeds (new operands, templates and words: one identify run each, shared under ``--identify-dir``) and on
-each template form alone (equation, statement, question; from the seed-0 run's per-pair values).
+"""How stable the key-head set is (beyond the paper, which reports one run): per operation, the Jaccard overlap of the
+key heads found with different seeds (new operands, templates and words: one identify run each, shared under
+``--identify-dir``) and on each template form alone (equation, statement, question; from the seed-0 run's per-pair
+values).
 
 Run: ``python experiments/stability.py [--seeds 0,1,2]``; ``--replot`` redraws. The same as ``circuits stability``."""
 

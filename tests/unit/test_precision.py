@@ -1,6 +1,7 @@
-"""Mixed precision that trains (issue 10): a bf16 run's fp32 masters move as an fp32 run's weights do, where pure
-bf16 rounds its updates away; frozen weights stay bit-identical; delta.pt holds the fp32 masters; fp16 scales the
-loss; the memory options (activation checkpointing, CPU-held optimizer state) change nothing but memory."""
+"""Mixed precision that trains (the 7B setting runs in bf16 on one GPU): a bf16 run's fp32 masters move as an fp32 run's
+weights do, where pure bf16 rounds its updates away; frozen weights stay bit-identical; delta.pt holds the fp32 masters;
+fp16 scales the loss; the memory options (activation checkpointing, CPU-held optimizer state) change nothing but
+memory."""
 
 from __future__ import annotations
 
