@@ -5,7 +5,7 @@ torch's default (active) policy ran SmolLM2's forward 2-7x slower with two threa
 (docs/speed.md). Then, after parsing the command line::
 
     parser = argparse.ArgumentParser(...)
-    _bench.add_arguments(parser)                     # --threads, --json
+    _bench.add_arguments(parser)                     # --model, --threads, --json
     args = parser.parse_args()
     _bench.setup(args)                               # torch's thread count, as the command line sets it
     ours = _bench.measure(lambda: engine(batch), warmup=lambda: engine(small))
@@ -39,9 +39,13 @@ except ImportError:  # older code: torch's own defaults, as its command line ran
     configure_threads = thread_count = None  # type: ignore[assignment]
 
 
-def add_arguments(parser: argparse.ArgumentParser, threads: int | None = None, json_flag: bool = True) -> None:
-    """``--threads N`` (default ``threads``, else the command line's rule) and, unless ``json_flag`` is false (a
-    benchmark that writes its own report), ``--json PATH``: the last line's numbers and the machine's state."""
+def add_arguments(parser: argparse.ArgumentParser, threads: int | None = None, json_flag: bool = True,
+                  model: bool = True) -> None:
+    """``--model`` (default smollm2; unless ``model`` is false), ``--threads N`` (default ``threads``, else the
+    command line's rule) and, unless ``json_flag`` is false (a benchmark that writes its own report), ``--json
+    PATH``: the last line's numbers and the machine's state."""
+    if model:
+        parser.add_argument("--model", default="smollm2", help="an embedded model, a .gguf file or a model folder")
     rule = "CIRCUITS_THREADS, else OMP_NUM_THREADS, else the cores this process may use"
     parser.add_argument("--threads", type=int, default=threads,
                         help=f"torch threads (default {threads if threads else rule})")

@@ -39,7 +39,6 @@ def sample_records(args: argparse.Namespace) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2")
     p.add_argument("--subjects", type=int, default=3)
     p.add_argument("--per-subject", type=int, default=8)
     p.add_argument("--csqa", type=int, default=16)

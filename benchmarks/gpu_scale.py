@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=None, help="samples per step (16; tiny: 4)")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="(8; tiny: 2)")
     parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps")
-    _bench.add_arguments(parser)
+    _bench.add_arguments(parser, model=False)
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     shapes = (args.shape or ("llama2-7b,mistral-7b" if device == "cuda" else "tiny")).split(",")

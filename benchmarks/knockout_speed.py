@@ -29,7 +29,6 @@ def k_list(text: str) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--identify", default="results/identify/addition",
                         help="pairs and ranking from this identify result when it exists")
     parser.add_argument("--pairs", type=int, default=64)

@@ -65,7 +65,6 @@ class Clock:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--task", default="all")
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--out", help="folder for the results (default: a temporary one)")

@@ -34,7 +34,6 @@ def aligned(pairs, n):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--pairs", type=int, default=8)
     parser.add_argument("--sample", type=int, default=40, help="head indices timed with TransformerLens (and a fifth "
                                                                "as many MLP indices)")

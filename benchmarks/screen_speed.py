@@ -23,7 +23,6 @@ from circuits.models import load_model
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--metric", default="fraction")
     parser.add_argument("--identify", default="results/identify/addition", help="take pairs from this identify result "

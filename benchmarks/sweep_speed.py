@@ -29,7 +29,6 @@ from circuits.patching.reference import cache_runs, patch_component_plain
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--pairs", type=int, default=32)
     parser.add_argument("--sample", type=int, default=15, help="components timed with the plain loop")
     parser.add_argument("--seed", type=int, default=0)

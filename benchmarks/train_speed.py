@@ -78,7 +78,6 @@ def measure_full_optimizer_step(model, config, reps: int = 2) -> float:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--heads", default=None, help=f"LAYER.HEAD,... (default {DEFAULT_HEADS})")
     parser.add_argument("--heads-from", help="identify result folder")
     parser.add_argument("--top-k", type=int, default=32)
