@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import tables as T
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
@@ -38,7 +39,18 @@ def main(config: Config, model=None) -> StabilityResult:
     return result
 
 
+def published(result: StabilityResult) -> dict:
+    """The table of docs/results.md this result gives (experiments/tables.py renders it; publish.py copies it)."""
+    per = result.summary()["per_operation"]
+    forms = sorted({f for v in per.values() for f in v["forms"]})
+    return {"stability": {"render": "stability", "data": {"forms": forms, "per_operation": {
+        op: {"mean_jaccard_seeds": v["mean_jaccard_seeds"], "mean_jaccard_forms": v["mean_jaccard_forms"],
+             "key_heads_per_form": {f: len(v["key_heads_by_form"].get(f, [])) for f in forms}}
+        for op, v in per.items()}}}}
+
+
 def plot(result: StabilityResult, out: Path) -> Path:
+    T.write_published(out, published(result))
     return write_figure(result.figure(), Path(out) / "figure.html")
 
 

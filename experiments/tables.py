@@ -213,6 +213,33 @@ def fig4_transfer(d: dict) -> Table:
             f"ours, {d['n_random_heads']} random heads"], rows
 
 
+def stability(d: dict) -> Table:
+    """How stable the key-head sets are: mean Jaccard overlap across seeds and across template forms, per operation,
+    and how many key heads each form alone gives. ``d["per_operation"][op]``: ``mean_jaccard_seeds``,
+    ``mean_jaccard_forms``, ``key_heads_per_form`` (form -> count, in ``d["forms"]``'s order)."""
+    forms = d["forms"]
+    rows = [[op, f"{v['mean_jaccard_seeds']:.2f}", f"{v['mean_jaccard_forms']:.2f}",
+             " / ".join(str(v["key_heads_per_form"][f]) for f in forms)] for op, v in d["per_operation"].items()]
+    return ["operation", "across seeds (new operands, templates, words)",
+            f"across template forms ({' / '.join(forms)})", "key heads per form"], rows
+
+
+KINDS = {"mean": "mean (the paper's)", "zero": "zero", "resample": "resample"}
+
+
+def ablation_kinds(d: dict) -> Table:
+    """Figure 3 under each ablation kind: accuracy (%) after knocking out the top-k heads of the effect order / the
+    mean over the random orders, at ``d["ks"]``. ``d["curves"][op][kind]``: ``effect_accuracy`` and
+    ``random_accuracy_mean``, one value per k of ``d["ks"]``."""
+    rows = []
+    for op, by_kind in d["curves"].items():
+        for kind, c in by_kind.items():
+            label = KINDS.get(kind, kind) if op == next(iter(d["curves"])) else kind
+            rows.append([op, label, *(f"{100 * e:.0f} / {100 * r:.0f}"
+                                      for e, r in zip(c["effect_accuracy"], c["random_accuracy_mean"]))])
+    return ["operation", "ablation", *(f"k = {k}" for k in d["ks"])], rows
+
+
 def cells(d: dict) -> Table:
     """A table a script writes cell by cell (its own formatting): ``{"header": [...], "rows": [[...], ...]}``."""
     return list(d["header"]), [list(r) for r in d["rows"]]
@@ -221,7 +248,7 @@ def cells(d: dict) -> Table:
 RENDERERS: dict[str, Callable[[dict], Table]] = {
     "fig3_knockout": fig3_knockout, "identify": identify, "fig2_addition": fig2_addition, "identify_families": identify_families,
     "fig15_overlap": fig15_overlap, "fig5_roles": fig5_roles, "sft_table": sft_table,
-    "fig4_transfer": fig4_transfer, "cells": cells,
+    "fig4_transfer": fig4_transfer, "stability": stability, "ablation_kinds": ablation_kinds, "cells": cells,
 }
 
 
@@ -245,7 +272,7 @@ def write_published(out: str | Path, tables: dict[str, dict]) -> Path:
     if rendered != {name: render(t) for name, t in small.items()}:  # a number on a rounding edge: keep them all
         small = tables
     out.mkdir(parents=True, exist_ok=True)
-    _write(out / PUBLISHED, json.dumps(small, sort_keys=True, ensure_ascii=False) + "\n")
+    _write(out / PUBLISHED, json.dumps(small, ensure_ascii=False) + "\n")  # key order is row order
     _write(out / "published.md", "".join(f"<!-- table: {n} -->\n{md}<!-- /table -->\n\n" for n, md in rendered.items()))
     return out / PUBLISHED
 

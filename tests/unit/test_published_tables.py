@@ -114,3 +114,45 @@ def test_write_published_rounds_only_where_the_tables_stay_the_same(tmp_path):
     path = T.write_published(tmp_path, table)
     assert json.loads(path.read_text())["t"]["data"]["n"] == 0.12346
     assert (tmp_path / "published.md").read_text() == "<!-- table: t -->\n| h |\n|---|\n| x |\n<!-- /table -->\n\n"
+
+
+def test_more_renderers_compute_what_the_rows_say():
+    header, rows = T.stability({"forms": ["equation", "question"], "per_operation": {"addition": {
+        "mean_jaccard_seeds": 0.5, "mean_jaccard_forms": 0.25, "key_heads_per_form": {"question": 7, "equation": 3}}}})
+    assert header[2] == "across template forms (equation / question)" and rows == [["addition", "0.50", "0.25", "3 / 7"]]
+    header, rows = T.ablation_kinds({"ks": [1, 5], "curves": {
+        "addition": {"mean": {"effect_accuracy": [0.5, 0.125], "random_accuracy_mean": [1.0, 0.875]}},
+        "division": {"mean": {"effect_accuracy": [0.75, 0.7], "random_accuracy_mean": [0.9, 0.8]}}}})
+    assert header == ["operation", "ablation", "k = 1", "k = 5"]
+    assert rows == [["addition", "mean (the paper's)", "50 / 100", "12 / 88"], ["division", "mean", "75 / 90", "70 / 80"]]
+    header, rows = T.fig4_transfer({"n_random_heads": 10, "results": {
+        "decimal": {"accuracy_before": 0.5, "accuracy_after": 0.25, "accuracy_random_heads": 0.5},
+        "odd": {"accuracy_before": 0.0, "accuracy_after": 0.0, "accuracy_random_heads": 0.0}}})
+    assert header[-1] == "ours, 10 random heads"
+    assert rows == [["decimals (`4.2 plus 2.5 equals to `)", "drops", "0.50 -> 0.25 (-50%)", "0.50"],
+                    ["odd", "-", "0.00 -> 0.00", "0.00"]]
+
+
+def test_the_scripts_publish_what_their_results_hold():
+    """A script's ``published`` maps its typed result to the renderer's data: Figure 3's saved curve, put back into
+    a KnockoutResult, gives the document's table again; Figure 3 under ablation kinds picks the shown ks."""
+    import fig3_ablation_kinds
+    import fig3_knockout
+
+    from circuits.types import Head
+    from circuits.validate import KnockoutResult
+    from circuits.validate.ablation_kinds import AblationComparison
+    from circuits.validate.knockout import KnockoutCurve
+
+    d = fixture_tables()["fig3_knockout"][1]["data"]
+    curve = KnockoutCurve(d["ks"], [Head(0, 0)] * max(d["ks"]), d["effect_accuracy"], d["effect_prob"],
+                          [[Head(0, 0)] * max(d["ks"])] * 3, d["random_accuracy"], d["random_prob"])
+    table = fig3_knockout.published(KnockoutResult({}, curve, "addition", 64))["fig3_knockout"]
+    assert T.render(table) == T.blocks(DOC.read_text(encoding="utf-8"))["fig3_knockout"]
+
+    result = AblationComparison({}, {"addition": {"mean": curve, "zero": curve}}, {"addition": 64})
+    data = fig3_ablation_kinds.published(result)["ablation_kinds"]["data"]
+    assert data["ks"] == [1, 3, 5, 10, 20] and list(data["curves"]["addition"]) == ["mean", "zero"]
+    mean = data["curves"]["addition"]["mean"]
+    assert mean["effect_accuracy"] == [d["effect_accuracy"][d["ks"].index(k)] for k in (1, 3, 5, 10, 20)]
+    assert mean["random_accuracy_mean"][-1] == pytest.approx(sum(r[-1] for r in d["random_accuracy"]) / 3)
