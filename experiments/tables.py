@@ -240,6 +240,30 @@ def ablation_kinds(d: dict) -> Table:
     return ["operation", "ablation", *(f"k = {k}" for k in d["ks"])], rows
 
 
+DATASETS = {"gsm8k": "GSM8K", "addsub": "AddSub"}
+
+
+def _change(before: float, after: float) -> str:
+    rel = round(100 * (after - before) / before) if before else 0
+    return f"{_pct(before)} -> {_pct(after)} ({f'{rel:+d}' if rel else '0'}%)"
+
+
+def table4_gsm8k(d: dict) -> Table:
+    """Table 4: the key heads found on word problems beside the paper's, how many the template key heads share, and
+    accuracy after knocking out either set (``d``: one dataset's saved numbers, ``key_heads`` as [layer, head])."""
+    name = DATASETS.get(d["dataset"], d["dataset"])
+    key, shared = d["key_heads"], d["shared_with_templates"]
+    return ["", "paper (LLaMA2-7B)", f"ours ({MODEL_NAMES.get(d['model'], d['model'])})"], [
+        [f"top-{len(key)} key heads on {name}", "19.6 11.8 12.22 14.31 13.11 22.25 16.0 21.17 15.26 29.5",
+         " ".join(_head(h) for h in key)],
+        ["shared with the template heads", "6 of 10",
+         f"{len(shared)} of {len(key)}" + (f" ({' '.join(_head(h) for h in shared)})" if shared else "")],
+        [f"knockout of the {name} heads, {name} accuracy", "-65%", _change(d["accuracy"], d["accuracy_knockout_own"])],
+        [f"knockout of the template heads, {name} accuracy", "-",
+         _change(d["accuracy"], d["accuracy_knockout_template_heads"])],
+    ]
+
+
 def cells(d: dict) -> Table:
     """A table a script writes cell by cell (its own formatting): ``{"header": [...], "rows": [[...], ...]}``."""
     return list(d["header"]), [list(r) for r in d["rows"]]
@@ -248,7 +272,8 @@ def cells(d: dict) -> Table:
 RENDERERS: dict[str, Callable[[dict], Table]] = {
     "fig3_knockout": fig3_knockout, "identify": identify, "fig2_addition": fig2_addition, "identify_families": identify_families,
     "fig15_overlap": fig15_overlap, "fig5_roles": fig5_roles, "sft_table": sft_table,
-    "fig4_transfer": fig4_transfer, "stability": stability, "ablation_kinds": ablation_kinds, "cells": cells,
+    "fig4_transfer": fig4_transfer, "stability": stability, "ablation_kinds": ablation_kinds,
+    "table4_gsm8k": table4_gsm8k, "cells": cells,
 }
 
 
