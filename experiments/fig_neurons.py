@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import tables as T
 
 from circuits.config import option
 from circuits.patching.engine import sweep
@@ -53,7 +54,22 @@ def main(config: Config, model=None) -> NeuronResult:
     return result
 
 
+def published(result: NeuronResult) -> dict:
+    """The two tables of docs/results.md this result gives (experiments/tables.py renders them; publish.py copies
+    them)."""
+    keep = ("share_for_50pct", "share_for_80pct", "share_for_90pct", "top1pct_of_total", "sum_of_neuron_effects",
+            "whole_mlp_effect")
+    shares = {f"MLP{l}": {k: v[k] for k in keep} for l, v in result.shares().items()}
+    k = result.knockout
+    tables = {"neurons": {"render": "neurons", "data": {"shares": shares}}}
+    if k:
+        tables["neurons_knockout"] = {"render": "neurons_knockout", "data": {"knockout": {
+            f: k[f] for f in ("shares", "n_neurons", "top_accuracy", "random_accuracy", "whole_accuracy")}}}
+    return tables
+
+
 def plot(result: NeuronResult, out: Path) -> Path:
+    T.write_published(out, published(result))
     return write_figure(result.figure(), Path(out) / "figure.html")
 
 

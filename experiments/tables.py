@@ -264,6 +264,24 @@ def table4_gsm8k(d: dict) -> Table:
     ]
 
 
+def neurons(d: dict) -> Table:
+    """How concentrated each key MLP's neuron effects are (``d["shares"]["MLP19"]``: the share of neurons that carry
+    50/80/90% of the summed effect, the top 1%'s part of it, the neurons' sum and the whole MLP's effect)."""
+    rows = [[mlp, " / ".join(f"{100 * v[f'share_for_{p}pct']:.1f}%" for p in (50, 80, 90)), _pct(v["top1pct_of_total"]),
+             f"{v['sum_of_neuron_effects']:.3f} / {v['whole_mlp_effect']:.3f}"] for mlp, v in d["shares"].items()]
+    return ["MLP", "neurons for 50% / 80% / 90% of the summed effect", "top 1% of neurons carry",
+            "sum of neuron effects / whole MLP"], rows
+
+
+def neurons_knockout(d: dict) -> Table:
+    """Accuracy (%) after knocking out the top neurons of the key MLPs, as many random ones, and the whole MLPs."""
+    k = d["knockout"]
+    return (["neurons knocked out (share of each MLP)", *(f"{100 * s:g}% ({n})" for s, n in zip(k["shares"], k["n_neurons"])),
+             "whole MLPs"],
+            [["top neurons by effect", *(f"{100 * a:.1f}" for a in k["top_accuracy"]), f"{100 * k['whole_accuracy']:.1f}"],
+             ["random neurons", *(f"{100 * a:.1f}" for a in k["random_accuracy"]), ""]])
+
+
 def cells(d: dict) -> Table:
     """A table a script writes cell by cell (its own formatting): ``{"header": [...], "rows": [[...], ...]}``."""
     return list(d["header"]), [list(r) for r in d["rows"]]
@@ -273,7 +291,7 @@ RENDERERS: dict[str, Callable[[dict], Table]] = {
     "fig3_knockout": fig3_knockout, "identify": identify, "fig2_addition": fig2_addition, "identify_families": identify_families,
     "fig15_overlap": fig15_overlap, "fig5_roles": fig5_roles, "sft_table": sft_table,
     "fig4_transfer": fig4_transfer, "stability": stability, "ablation_kinds": ablation_kinds,
-    "table4_gsm8k": table4_gsm8k, "cells": cells,
+    "table4_gsm8k": table4_gsm8k, "neurons": neurons, "neurons_knockout": neurons_knockout, "cells": cells,
 }
 
 
