@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-import tables as T
+import _tables as T
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
@@ -35,7 +35,7 @@ def main(config: Config, model=None) -> PerOperation:
 
 
 def published(result: PerOperation) -> dict:
-    """The table of docs/results.md this result gives (experiments/tables.py renders it; publish.py copies it)."""
+    """The table of docs/results.md this result gives (experiments/_tables.py renders it; publish.py copies it)."""
     return {"fig15_overlap": {"render": "fig15_overlap", "data": {
         "operations": list(result.operations), "key_heads": {op: [list(h) for h in hs] for op, hs in result.key_heads.items()}}}}
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-import tables as T
+import _tables as T
 
 from circuits.config import option
 from circuits.identify import IdentifyResult, run_identify
@@ -38,7 +38,7 @@ SUMMARY_KEYS = ("accuracy", "mean_answer_prob", "counterfactual_accuracy", "base
 def published(result: IdentifyResult, out: Path) -> dict:
     """The three tables of docs/results.md that the identify results beside the pooled one in ``out`` give (the
     pooled one alone where ``out`` has no siblings): the numbers of their summaries the tables need
-    (experiments/tables.py renders them)."""
+    (experiments/_tables.py renders them)."""
     from circuits.data.templates import FIGURE8
 
     root = Path(out).parent

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-import tables as T
+import _tables as T
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
@@ -48,7 +48,7 @@ SHOWN_KS = (1, 3, 5, 10, 20)  # the columns of docs/results.md's table
 
 def published(result: AblationComparison) -> dict:
     """The table of docs/results.md this result gives: per operation and kind, accuracy after knocking out the top-k
-    heads and the mean over the random orders, at the ks of SHOWN_KS it has (experiments/tables.py renders it)."""
+    heads and the mean over the random orders, at the ks of SHOWN_KS it has (experiments/_tables.py renders it)."""
     first = next(iter(next(iter(result.curves.values())).values()))
     ks = [k for k in first.ks if k in SHOWN_KS]
     curves = {}

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-import tables as T
+import _tables as T
 
 from circuits.config import option
 from circuits.validate import KnockoutResult, knockout_curve
@@ -35,7 +35,7 @@ def main(config: Config, model=None) -> KnockoutResult:
 
 
 def published(result: KnockoutResult) -> dict:
-    """The table of docs/results.md this result gives (experiments/tables.py renders it; publish.py copies it)."""
+    """The table of docs/results.md this result gives (experiments/_tables.py renders it; publish.py copies it)."""
     c = result.curve
     return {"fig3_knockout": {"render": "fig3_knockout", "data": {
         "task": result.task, "n_pairs": result.n_pairs, "ks": list(c.ks), "effect_accuracy": list(c.effect_accuracy),

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-import tables as T
+import _tables as T
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
@@ -37,7 +37,7 @@ def main(config: Config, model=None) -> AttentionRoles:
 
 def published(result: AttentionRoles) -> dict:
     """The table of docs/results.md this result gives: the key heads' attention by role on the identify task's
-    prompts (experiments/tables.py renders it; publish.py copies it)."""
+    prompts (experiments/_tables.py renders it; publish.py copies it)."""
     cfg = result.config  # a Config after main, its saved fields after --replot
     task = cfg.get("task") if isinstance(cfg, dict) else getattr(cfg, "task", None)
     task = task if task in result.by_operation else next(iter(result.by_operation))

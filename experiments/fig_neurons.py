@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-import tables as T
+import _tables as T
 
 from circuits.config import option
 from circuits.patching.engine import sweep
@@ -55,7 +55,7 @@ def main(config: Config, model=None) -> NeuronResult:
 
 
 def published(result: NeuronResult) -> dict:
-    """The two tables of docs/results.md this result gives (experiments/tables.py renders them; publish.py copies
+    """The two tables of docs/results.md this result gives (experiments/_tables.py renders them; publish.py copies
     them)."""
     keep = ("share_for_50pct", "share_for_80pct", "share_for_90pct", "top1pct_of_total", "sum_of_neuron_effects",
             "whole_mlp_effect")

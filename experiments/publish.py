@@ -1,6 +1,6 @@
 """Rewrite the marked tables of docs/results.md from the experiment scripts' saved results.
 
-Each script writes ``published.json`` beside its result (experiments/tables.py); this finds every one under
+Each script writes ``published.json`` beside its result (experiments/_tables.py); this finds every one under
 ``--results``, renders its tables and replaces the blocks of the same name in the document
 (``<!-- table: NAME -->`` ... ``<!-- /table -->``). Blocks with no saved result stay as they are, and tables with
 no block (a result saved under another name) are left out; both are listed.
@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-import tables as T
+import _tables as T
 
 ROOT = Path(__file__).resolve().parent.parent
 

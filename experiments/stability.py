@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-import tables as T
+import _tables as T
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
@@ -40,7 +40,7 @@ def main(config: Config, model=None) -> StabilityResult:
 
 
 def published(result: StabilityResult) -> dict:
-    """The table of docs/results.md this result gives (experiments/tables.py renders it; publish.py copies it)."""
+    """The table of docs/results.md this result gives (experiments/_tables.py renders it; publish.py copies it)."""
     per = result.summary()["per_operation"]
     forms = sorted({f for v in per.values() for f in v["forms"]})
     return {"stability": {"render": "stability", "data": {"forms": forms, "per_operation": {

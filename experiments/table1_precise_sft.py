@@ -14,7 +14,7 @@ from pathlib import Path
 
 import _common as C
 import _sft as S
-import tables as T
+import _tables as T
 import torch
 
 from circuits.sft.compare import SFTComparison

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
-import tables as T
+import _tables as T
 
 from circuits.config import option
 from circuits.data.benchmarks import load_word_problems
@@ -83,7 +83,7 @@ def main(config: Config, model=None) -> WordProblemHeads:
 
 
 def published(result: WordProblemHeads) -> dict:
-    """The table of docs/results.md this result gives, from its first dataset with key heads (experiments/tables.py
+    """The table of docs/results.md this result gives, from its first dataset with key heads (experiments/_tables.py
     renders it; publish.py copies it)."""
     cfg = result.config  # a Config after main, its saved fields when read back
     model = cfg.get("model") if isinstance(cfg, dict) else getattr(cfg, "model", "")

@@ -1,4 +1,4 @@
-"""Every table of docs/results.md has one source: each marked block equals the rendering (experiments/tables.py) of
+"""Every table of docs/results.md has one source: each marked block equals the rendering (experiments/_tables.py) of
 what its script saved, committed as a fixture (tests/fixtures/published/<script>.json; README.md there says which
 were re-measured and which carry the documented numbers over); and publish.py rewrites blocks from results."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import publish
-import tables as T
+import _tables as T
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "results.md"
