@@ -73,7 +73,7 @@ def test_bf16_masters_update_like_fp32_and_pure_bf16_does_not(tmp_path, monkeypa
     reference = _update("float32", tmp_path)
     rel, moved = _compare(_update("bfloat16", tmp_path), reference)
     assert rel <= 0.3 and moved >= 0.95, (rel, moved)  # measured: 0.06 and 100%
-    # The same measurement on storage without masters fails it (pure bf16 rounds small updates away: 0.85 and 31% on SmolLM2).
+    # Storage without masters fails the same measurement (bf16 rounds small updates away: 0.85 and 31% on SmolLM2).
     rel_pure, moved_pure = _compare(_update("bfloat16", tmp_path / "pure", monkeypatch, _PureBF16), reference)
     assert rel_pure > 0.5 and moved_pure < 0.6, (rel_pure, moved_pure)
 
