@@ -12,7 +12,8 @@ evaluation (the first ``--docs`` questions of the shuffled test set, as ``--eval
 from __future__ import annotations
 
 import argparse
-import time
+
+import _bench  # first: passive OpenMP waiting before torch loads
 
 import torch
 
@@ -22,17 +23,12 @@ from circuits.models import load_model
 from circuits.models.attention import fused_attention
 
 
-class _Request:
-    def __init__(self, context: str, continuation: str):
-        self.args = (context, continuation)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--lengths", default="256,1024,2048", help="comma-separated token counts of the forwards")
     parser.add_argument("--docs", type=int, default=24, help="MMLU questions scored (Tables 1-2's --eval-limit)")
     parser.add_argument("--data-dir", help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
+    _bench.add_arguments(parser)
     args = parser.parse_args()
     try:
         lengths = [int(x) for x in args.lengths.split(",")]
@@ -40,11 +36,9 @@ def main() -> None:
         parser.error(f"--lengths {args.lengths!r}: accepted: comma-separated token counts, e.g. 256,1024")
     if args.docs < 1 or any(n < 1 for n in lengths):
         parser.error("--docs and --lengths: accepted: counts of 1 or more")
-    from circuits.threads import configure_threads
-
-    configure_threads()
+    _bench.setup(args)
     model = load_model(args.model, device="cpu")
-    print(f"{torch.get_num_threads()} torch threads")
+    print(_bench.describe())
     print("forward     eager s   fused s   ratio")
     for n in lengths:
         tokens = torch.randint(100, 1000, (1, n), generator=torch.Generator().manual_seed(n))
@@ -52,22 +46,20 @@ def main() -> None:
         for on in (False, True):
             fused_attention(model, on)
             with torch.no_grad():
-                start = time.perf_counter()
-                logits[on] = model(tokens)[0, -1]
-                seconds[on] = time.perf_counter() - start
+                t = _bench.measure(lambda: model(tokens)[0, -1])
+            seconds[on], logits[on] = t.seconds, t.value
         print(f"{n:>7} {seconds[False]:9.2f} {seconds[True]:9.2f} {seconds[False] / seconds[True]:7.2f}x"
               f"   max |diff| of last logits {(logits[True] - logits[False]).abs().max().item():.1e}")
 
     records = task_records("mmlu", EvalConfig(tasks=("mmlu",), data_dir=args.data_dir))[: args.docs]
-    requests = [_Request(r["prompt"], " " + label) for r in records for label in r["labels"]]
+    requests = _bench.choice_requests(records)
     lm = HookedTransformerLM(model, batch_size=8)
     n_tokens = sum(len(lm.tok_encode(r["prompt"])) for r in records)
     seconds, scores = {}, {}
     for on in (False, True):
         fused_attention(model, on)
-        start = time.perf_counter()
-        scores[on] = [lp for lp, _ in lm.loglikelihood(requests)]
-        seconds[on] = time.perf_counter() - start
+        t = _bench.measure(lambda: [lp for lp, _ in lm.loglikelihood(requests)])
+        seconds[on], scores[on] = t.seconds, t.value
     fused_attention(model, True)
     diff = max(abs(a - b) for a, b in zip(scores[True], scores[False]))
 
@@ -82,7 +74,7 @@ def main() -> None:
     same = choices(scores[True]) == choices(scores[False])
     print(f"MMLU 5-shot, {len(records)} questions ({n_tokens} prompt tokens): eager {seconds[False]:.1f} s, "
           f"fused {seconds[True]:.1f} s")
-    print(f"speedup_attention={seconds[False] / seconds[True]:.2f} max_abs_diff={diff:.2e} same_choices={same}")
+    _bench.finish(args, speedup_attention=seconds[False] / seconds[True], max_abs_diff=diff, same_choices=same)
 
 
 if __name__ == "__main__":

@@ -17,24 +17,13 @@ from __future__ import annotations
 
 import argparse
 import random
-import time
 from collections import defaultdict
 
-import torch
+import _bench  # first: passive OpenMP waiting before torch loads
 
 from circuits.evaluation.lm_eval import HookedTransformerLM
 from circuits.evaluation.tasks import EvalConfig, _csqa_records, _mmlu_records
 from circuits.models import load_model
-
-
-class _Request:
-    def __init__(self, context: str, continuation: str):
-        self.args = (context, continuation)
-
-
-def requests_for(records: list[dict]) -> list[_Request]:
-    # lm-eval's multiple-choice requests: the context, then " " + each label
-    return [_Request(r["prompt"], " " + label) for r in records for label in r["labels"]]
 
 
 def sample_records(args: argparse.Namespace) -> list[dict]:
@@ -50,38 +39,35 @@ def sample_records(args: argparse.Namespace) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", default="smollm2")
     p.add_argument("--subjects", type=int, default=3)
     p.add_argument("--per-subject", type=int, default=8)
     p.add_argument("--csqa", type=int, default=16)
     p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir")
+    _bench.add_arguments(p, threads=1)
     args = p.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    _bench.setup(args)
 
     model = load_model(args.model)
     records = sample_records(args)
-    reqs = requests_for(records)
+    reqs = _bench.choice_requests(records)
     shared = HookedTransformerLM(model, batch_size=args.batch_size)
     plain = HookedTransformerLM(model, batch_size=args.batch_size, min_shared_prefix=None)
     n_tokens = sum(len(shared.tok_encode(r["prompt"])) for r in records)
     print(f"model {args.model}: {len(records)} questions ({args.subjects} MMLU subjects x {args.per_subject}, "
-          f"{args.csqa} CSQA), {len(reqs)} requests, {n_tokens} prompt tokens, {torch.get_num_threads()} threads")
+          f"{args.csqa} CSQA), {len(reqs)} requests, {n_tokens} prompt tokens; {_bench.describe()}")
 
-    shared.loglikelihood(reqs[:4])  # warm-up
-    times, scores = {}, {}
-    for name, lm in (("plain", plain), ("shared", shared)):
-        t0 = time.perf_counter()
-        scores[name] = lm.loglikelihood(reqs)
-        times[name] = time.perf_counter() - t0
-        print(f"{name:>7}: {times[name]:7.1f} s")
+    warmup = lambda: shared.loglikelihood(reqs[:4])  # noqa: E731
+    times = {name: _bench.measure(lambda lm=lm: lm.loglikelihood(reqs), warmup=warmup if name == "plain" else None)
+             for name, lm in (("plain", plain), ("shared", shared))}
+    for name, t in times.items():
+        print(f"{name:>7}: {t.seconds:7.1f} s")
+    scores = {name: t.value for name, t in times.items()}
     diff = max(abs(a[0] - b[0]) for a, b in zip(scores["plain"], scores["shared"]))
     same_greedy = all(a[1] == b[1] for a, b in zip(scores["plain"], scores["shared"]))
     print(f"greedy flags identical: {same_greedy}")
-    print(f"speedup={times['plain'] / times['shared']:.2f} max_abs_diff={diff:.2e}")
+    _bench.finish(args, speedup=times["plain"].seconds / times["shared"].seconds, max_abs_diff=diff)
 
 
 if __name__ == "__main__":

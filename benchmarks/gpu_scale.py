@@ -12,7 +12,7 @@ loads a real checkpoint (:func:`circuits.models.loading.tl_config_from_hf`). For
   compute in ``--dtype``; samples/s and peak GPU memory, or the error it meets (host memory is checked first).
 
 The last line reads ``path_s=.. activation_s=.. precise_sps=.. full_sps=.. precise_peak_gib=..`` for the first shape.
-Targets on one H100, LLaMA2-7B shape, bf16 (issue 10): path <= 1.0 s, activation <= 1.5 s, Precise SFT >= 2x full
+Targets on one H100, LLaMA2-7B shape, bf16 (docs/gpu.md): path <= 1.0 s, activation <= 1.5 s, Precise SFT >= 2x full
 SFT's samples/s with peak <= 40 GiB.
 
     python benchmarks/gpu_scale.py                          # a GPU: llama2-7b and mistral-7b
@@ -22,10 +22,10 @@ SFT's samples/s with peak <= 40 GiB.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import random
-import time
+
+import _bench  # first: passive OpenMP waiting before torch loads
 
 import torch
 
@@ -35,7 +35,6 @@ from circuits.patching.reference import cache_runs, patch_component_plain
 from circuits.models.loading import tl_config_from_hf
 from circuits.sft import FinetuneConfig, finetune
 from circuits.sft.data import TokenizedExample
-from circuits.types import Component
 
 # Hugging Face config fields of each shape (LLaMA2-7B: multi-head attention; Mistral-7B: 8 K/V heads, 4096 window).
 SHAPES: dict[str, dict] = {
@@ -84,12 +83,6 @@ def random_pairs(vocab: int, n: int, tokens: int, seed: int = 0) -> list[PromptP
     return out
 
 
-def sample_components(n_layers: int, n_heads: int, k: int) -> list[Component]:
-    n_mlp = max(1, k // 6)
-    heads = [Component("head", (i * n_layers) // (k - n_mlp), (i * 7) % n_heads) for i in range(k - n_mlp)]
-    return heads + [Component.mlp((i * n_layers) // n_mlp + n_layers // (2 * n_mlp)) for i in range(n_mlp)]
-
-
 def synchronize(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -97,27 +90,20 @@ def synchronize(device: str) -> None:
 
 def time_sweeps(model, batch: PairBatch, args, device: str) -> dict:
     comps = all_components(model)
-    sample = sample_components(model.cfg.n_layers, model.cfg.n_heads, args.sample)
+    sample = _bench.sample_components(model.cfg.n_layers, model.cfg.n_heads, args.sample, mlp_share=6, head_step=7)
+    sync = lambda: synchronize(device)  # noqa: E731
     out = {}
     for mode in ("path", "activation"):
-        sweep(model, batch.select(slice(0, 2)), mode, progress=False, memory_mb=args.memory_mb)  # warm-up
-        synchronize(device)
-        t0 = time.perf_counter()
-        result = sweep(model, batch, mode, progress=False, memory_mb=args.memory_mb)
-        synchronize(device)
-        engine_s = time.perf_counter() - t0
+        engine = _bench.measure(lambda: sweep(model, batch, mode, progress=False, memory_mb=args.memory_mb), sync=sync,
+                                warmup=lambda: sweep(model, batch.select(slice(0, 2)), mode, progress=False,
+                                                     memory_mb=args.memory_mb))
+        result, engine_s = engine.value, engine.seconds
         caches = cache_runs(model, batch)
-        t0 = time.perf_counter()
-        worst = 0.0
-        for c in sample:
-            plain = patch_component_plain(model, batch, c, mode, result.baseline, caches)  # type: ignore[arg-type]
-            ours = ((result.head_logit[c.layer, c.head], result.head_logit_diff[c.layer, c.head],
-                     result.head_prob[c.layer, c.head]) if c.kind == "head"
-                    else (result.mlp_logit[c.layer], result.mlp_logit_diff[c.layer], result.mlp_prob[c.layer]))
-            worst = max(worst, max(float((a - b).abs().max()) for a, b in zip(ours, plain)))
-        synchronize(device)
-        plain_s = (time.perf_counter() - t0) / len(sample) * len(comps)
-        del caches
+        plain = _bench.measure(lambda caches=caches: {c: patch_component_plain(model, batch, c, mode, result.baseline,
+                                                                               caches) for c in sample}, sync=sync)
+        worst = max(_bench.max_abs_diff(_bench.sweep_values(result, c), values) for c, values in plain.value.items())
+        plain_s = _bench.extrapolate(plain.seconds, len(sample), len(comps))
+        del caches, plain
         out[mode] = {"engine_s": engine_s, "plain_s": plain_s, "ratio": plain_s / engine_s, "max_abs_diff": worst}
         print(f"  {mode:>10} sweep: {len(comps)} components x {len(batch)} pairs in {engine_s:.2f} s; plain loop "
               f"{plain_s:.1f} s (timed on {len(sample)}, extrapolated): {plain_s / engine_s:.0f}x; "
@@ -151,9 +137,9 @@ def reset_peak(device: str) -> None:
 
 def time_training(model, config: FinetuneConfig, examples, device: str) -> tuple[float, float]:
     """Samples/s over ``config.max_steps`` steps after a one-step warm-up, and peak GPU memory."""
-    finetune(model, examples, config.replace(max_steps=1), progress=False)
-    reset_peak(device)
-    result = finetune(model, examples, config, progress=False)
+    result = _bench.measure(lambda: finetune(model, examples, config, progress=False),
+                            warmup=lambda: (finetune(model, examples, config.replace(max_steps=1), progress=False),
+                                            reset_peak(device))).value
     return result.samples_per_s, peak_gib(device)
 
 
@@ -223,6 +209,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=None, help="samples per step (16; tiny: 4)")
     parser.add_argument("--micro-batch-size", type=int, default=None, help="(8; tiny: 2)")
     parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps")
+    _bench.add_arguments(parser, model=False)
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     shapes = (args.shape or ("llama2-7b,mistral-7b" if device == "cuda" else "tiny")).split(",")
@@ -234,8 +221,7 @@ def main(argv: list[str] | None = None) -> dict:
                             ("micro_batch_size", 8, 2), ("memory_mb", 16000 if device == "cuda" else 1024, 1024)):
         if getattr(args, name) is None:
             setattr(args, name, tiny if small else big)
-    if device == "cpu":
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    _bench.setup(args)
     dtype = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}[args.dtype]
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
     print(f"device: {name}, torch {torch.__version__}, dtype {args.dtype}", flush=True)
@@ -246,9 +232,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"targets (H100, LLaMA2-7B, bf16): path <= 1.0 s {ok(first['path_s'] <= 1.0)}, activation <= 1.5 s "
               f"{ok(first['activation_s'] <= 1.5)}, Precise >= 2x full {ok(first['precise_sps'] >= 2 * first['full_sps'])}"
               f", Precise peak <= 40 GiB {ok(first['precise_peak_gib'] <= 40)}")
-    fmt = lambda x: "nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"  # noqa: E731
-    print(" ".join(f"{k}={fmt(first[k])}" for k in ("path_s", "activation_s", "precise_sps", "full_sps",
-                                                   "precise_peak_gib")))
+    _bench.finish(args, **{k: first[k] for k in ("path_s", "activation_s", "precise_sps", "full_sps",
+                                                 "precise_peak_gib")})
     return results
 
 

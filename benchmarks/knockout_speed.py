@@ -10,15 +10,10 @@ line reads ``curve_seconds=<x> speedup_knockout=<x> max_abs_prob_diff=<x>``.
 from __future__ import annotations
 
 import argparse
-import os
-import time
-from pathlib import Path
 
-import torch
+import _bench  # first: passive OpenMP waiting before torch loads
 
-from circuits.data.pairs import build_pairs
 from circuits.models import load_model
-from circuits.threads import configure_threads
 from circuits.validate.knockout import knockout, knockout_many, random_order, replacement_values
 
 
@@ -34,42 +29,33 @@ def k_list(text: str) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--identify", default="results/identify/addition",
                         help="pairs and ranking from this identify result when it exists")
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--ks", type=k_list, default="0,1,2,3,5,10,20")
     parser.add_argument("--seeds", type=int, default=3)
+    _bench.add_arguments(parser)
     args = parser.parse_args()
-    configure_threads()
+    _bench.setup(args)
     model = load_model(args.model)
     model.requires_grad_(False)
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    if Path(args.identify, "pairs.jsonl").is_file():
-        from circuits.identify import IdentifyResult
-
-        r = IdentifyResult.load(args.identify)
-        pairs, ranking = r.pairs[: args.pairs], [h for h, _ in r.ranked(r.key_rule.metric)]
-    else:
-        pairs, ranking = build_pairs(model, "addition", n_pairs=args.pairs).pairs, random_order(L, H, 99)
+    pairs, r = _bench.identify_pairs(model, args.identify, args.pairs)
+    ranking = [h for h, _ in r.ranked(r.key_rule.metric)] if r is not None else random_order(L, H, 99)
     ks = args.ks
     orders = [ranking] + [random_order(L, H, s) for s in range(args.seeds)]
     sets = [(o[:k], ()) for o in orders for k in ks]
     means = replacement_values(model, pairs)
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"model {args.model}: {len(pairs)} pairs, {len(sets)} ablation sets (k in {ks}, effect order + "
-          f"{args.seeds} random orders), {torch.get_num_threads()} threads, load average {load:.1f}")
-    knockout_many(model, pairs[:2], sets[:2], means=means)  # warm-up
-    t0 = time.perf_counter()
-    batched = knockout_many(model, pairs, sets, means=means)
-    fast_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    one_by_one = [knockout(model, pairs, heads, means=means) for heads, _ in sets]
-    plain_s = time.perf_counter() - t0
+          f"{args.seeds} random orders); {_bench.describe()}")
+    fast = _bench.measure(lambda: knockout_many(model, pairs, sets, means=means),
+                          warmup=lambda: knockout_many(model, pairs[:2], sets[:2], means=means))
+    plain = _bench.measure(lambda: [knockout(model, pairs, heads, means=means) for heads, _ in sets])
+    batched, one_by_one, fast_s, plain_s = fast.value, plain.value, fast.seconds, plain.seconds
     assert [b.accuracy for b in batched] == [o.accuracy for o in one_by_one], "accuracies differ"
     diff = max(abs(b.answer_prob - o.answer_prob) for b, o in zip(batched, one_by_one))
     print(f"one knockout run per set: {plain_s:6.1f} s; batched across sets: {fast_s:6.1f} s")
-    print(f"curve_seconds={fast_s:.1f} speedup_knockout={plain_s / fast_s:.2f} max_abs_prob_diff={diff:.2e}")
+    _bench.finish(args, curve_seconds=fast_s, speedup_knockout=plain_s / fast_s, max_abs_prob_diff=diff)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ The stages are timed from outside the library, by wrapping the functions each st
 
     python benchmarks/pipeline_speed.py                                   # this checkout
     git worktree add /tmp/old 1b338b3
-    PYTHONPATH=/tmp/old python benchmarks/pipeline_speed.py --json old.json  # the code before issue 14
+    PYTHONPATH=/tmp/old python benchmarks/pipeline_speed.py --json old.json  # the code before the speed work
 
 Threads are set as the command line sets them (``circuits.threads`` where the code has it, torch's default
-otherwise). The last line reads ``demo_s=<seconds>``.
+otherwise: benchmarks/_bench.py). The last line reads ``demo_s=<seconds>``.
 
 ``--figures`` then runs ``make figures`` (the scripts of the Makefile's ``FIGURES`` list, each as ``make`` runs
 it, in its own process) on the demo's identify result, times each script, and ends with ``demo_s=.. figures_s=..``;
@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import os
 import re
 import subprocess
 import sys
@@ -33,12 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-try:  # what the command line does first, where the code under test has it
-    from circuits.threads import configure_threads, prefer_passive_waiting
-
-    prefer_passive_waiting()
-except ImportError:  # older code: torch's own defaults, as its command line ran
-    configure_threads = None  # type: ignore[assignment]
+import _bench  # first: passive OpenMP waiting before torch loads, where the code under test has circuits.threads
 
 STAGES = ("load", "candidates", "filtering", "sweep", "write", "report")
 
@@ -72,13 +65,12 @@ class Clock:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--task", default="all")
     parser.add_argument("--pairs", type=int, default=64)
     parser.add_argument("--out", help="folder for the results (default: a temporary one)")
-    parser.add_argument("--json", help="also write the numbers here")
     parser.add_argument("--figures", action="store_true", help="then time `make figures` on the demo's result")
     parser.add_argument("--identify-dir", help="with --figures: skip the demo and use this identify result")
+    _bench.add_arguments(parser)
     args = parser.parse_args()
     if args.identify_dir:
         if not args.figures:
@@ -88,11 +80,9 @@ def main() -> None:
                          "(no all/ inside); accepted: the folder `make demo` writes, e.g. results/identify")
         out = Path(args.out or tempfile.mkdtemp(prefix="pipeline-speed-"))
         figures = time_figures(Path(args.identify_dir), out, args.model)
-        finish(args, {"figures": figures, "figures_s": sum(figures.values())}, f"figures_s={sum(figures.values()):.1f}")
+        _bench.finish(args, {"figures": figures}, figures_s=sum(figures.values()))
         return
-    threads = configure_threads() if configure_threads is not None else None
-    import torch
-
+    _bench.setup(args)
     import circuits
 
     clock = Clock()
@@ -121,29 +111,19 @@ def main() -> None:
     other = demo_s - sum(clock.seconds.values())
     rows = {**{s: clock.seconds.get(s, 0.0) for s in STAGES}, "other": other}
     heads = {t: [list(h) for h, _ in results.load_result(f).key_heads()[:8]] for t, f in folders.items()}
-    print(f"code: {Path(circuits.__file__).parent.parent}; {torch.get_num_threads()} torch threads "
-          f"(OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}); load average "
-          f"{os.getloadavg()[0]:.1f} on {len(os.sched_getaffinity(0))} cores")
+    print(f"code: {Path(circuits.__file__).parent.parent}; {_bench.describe()}")
     for task, hs in heads.items():
         print(f"  {task}: key heads {hs}")
     print("stage       seconds")
     for name, s in rows.items():
         print(f"{name:<10} {s:8.1f}")
-    numbers = {"stages": rows, "demo_s": demo_s, "threads": torch.get_num_threads(),
-               "threads_set_by": "circuits.threads" if threads else "torch default", "key_heads": heads,
-               "python": sys.version.split()[0]}
-    last = f"demo_s={demo_s:.1f}"
-    if args.figures:
-        numbers["figures"] = time_figures(out / "identify", out, args.model)
-        numbers["figures_s"] = sum(numbers["figures"].values())
-        last += f" figures_s={numbers['figures_s']:.1f}"
-    finish(args, numbers, last)
-
-
-def finish(args: argparse.Namespace, numbers: dict, last: str) -> None:
-    if args.json:
-        Path(args.json).write_text(json.dumps(numbers, indent=1))
-    print(last)
+    numbers = {"stages": rows, "threads_set_by": "circuits.threads" if _bench.configure_threads else "torch default",
+               "key_heads": heads, "python": sys.version.split()[0]}
+    if not args.figures:
+        _bench.finish(args, numbers, demo_s=demo_s)
+        return
+    numbers["figures"] = time_figures(out / "identify", out, args.model)
+    _bench.finish(args, numbers, demo_s=demo_s, figures_s=sum(numbers["figures"].values()))
 
 
 def makefile_figures(makefile: Path = Path(__file__).resolve().parent.parent / "Makefile") -> list[str]:
@@ -164,7 +144,7 @@ def time_figures(identify: Path, out: Path, model: str) -> dict[str, float]:
         subprocess.run([sys.executable, str(experiments / f"{name}.py"), "--model", model, "--identify-dir",
                         str(identify), "--out", str(out / name)], check=True, stdout=subprocess.DEVNULL)
         seconds[name] = time.perf_counter() - start
-        print(f"{name:<24} {seconds[name]:8.1f} s   (load average {os.getloadavg()[0]:.1f})", flush=True)
+        print(f"{name:<24} {seconds[name]:8.1f} s   (load average {_bench.load_average():.1f})", flush=True)
     return seconds
 
 

@@ -17,40 +17,31 @@ from __future__ import annotations
 
 import argparse
 import copy
-import time
 
-import torch
+import _bench  # first: passive OpenMP waiting before torch loads
 
 from circuits.data.pairs import as_batch, build_pairs
+from circuits.models import load_model
+from circuits.models.loading import store_contiguous
 from circuits.patching import all_components, sweep
 from circuits.patching.reference import cache_runs, patch_component_plain
-from circuits.models.loading import store_contiguous
-from circuits.models import load_model
-from circuits.types import Component
-
-
-def sample_components(n_layers: int, n_heads: int, k: int) -> list[Component]:
-    """A fixed spread of heads over layers and head indices, plus a few MLPs."""
-    n_mlp = max(1, k // 5)
-    heads = [Component("head", (i * n_layers) // (k - n_mlp), (i * 5) % n_heads) for i in range(k - n_mlp)]
-    mlps = [Component("mlp", (i * n_layers) // n_mlp + n_layers // (2 * n_mlp)) for i in range(n_mlp)]
-    return heads + mlps
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--pairs", type=int, default=32)
     parser.add_argument("--sample", type=int, default=15, help="components timed with the plain loop")
     parser.add_argument("--seed", type=int, default=0)
+    _bench.add_arguments(parser)
     args = parser.parse_args()
+    _bench.setup(args)
 
     model = load_model(args.model)
     pairs = build_pairs(model, "addition", n_pairs=args.pairs, seed=args.seed).pairs
     batch = as_batch(pairs, model)
     comps = all_components(model)
-    sample = sample_components(model.cfg.n_layers, model.cfg.n_heads, args.sample)
-    print(f"model {args.model}: {len(comps)} components, {len(pairs)} pairs, {torch.get_num_threads()} threads; "
+    sample = _bench.sample_components(model.cfg.n_layers, model.cfg.n_heads, args.sample)
+    print(f"model {args.model}: {len(comps)} components, {len(pairs)} pairs; {_bench.describe()}; "
           f"plain loop timed on {len(sample)} components and extrapolated")
 
     # The peer as a TransformerLens user has it: weights contiguous, as from_pretrained leaves them (load_model
@@ -58,30 +49,28 @@ def main() -> None:
     shipped = store_contiguous(copy.deepcopy(model))
     speedups, same_layout, worst = {}, {}, 0.0
     for mode in ("path", "activation"):
-        sweep(model, batch.select(slice(0, 2)), mode, progress=False)  # warm-up
-        t0 = time.perf_counter()
-        result = sweep(model, batch, mode, progress=False)
-        engine_s = time.perf_counter() - t0
+        engine = _bench.measure(lambda: sweep(model, batch, mode, progress=False),
+                                warmup=lambda: sweep(model, batch.select(slice(0, 2)), mode, progress=False))
+        result = engine.value
 
         plain_s = {}
         for name, m in (("shipped", shipped), ("same", model)):
-            t0 = time.perf_counter()
-            caches = cache_runs(m, batch)  # a TransformerLens user caches both runs once
-            plain = {c: patch_component_plain(m, batch, c, mode, result.baseline, caches) for c in sample}
-            plain_s[name] = (time.perf_counter() - t0) / len(sample) * len(comps)
-            for c, (logit, ld, prob) in plain.items():
-                if c.kind == "head":
-                    ours = (result.head_logit[c.layer, c.head], result.head_logit_diff[c.layer, c.head], result.head_prob[c.layer, c.head])
-                else:
-                    ours = (result.mlp_logit[c.layer], result.mlp_logit_diff[c.layer], result.mlp_prob[c.layer])
-                worst = max(worst, max((a - b).abs().max().item() for a, b in zip(ours, (logit, ld, prob))))
-        speedups[mode] = plain_s["shipped"] / engine_s
-        same_layout[mode] = plain_s["same"] / engine_s
+            def plain_loop(m=m):
+                caches = cache_runs(m, batch)  # a TransformerLens user caches both runs once
+                return {c: patch_component_plain(m, batch, c, mode, result.baseline, caches) for c in sample}
+
+            plain = _bench.measure(plain_loop)
+            plain_s[name] = _bench.extrapolate(plain.seconds, len(sample), len(comps))
+            for c, values in plain.value.items():
+                worst = max(worst, _bench.max_abs_diff(_bench.sweep_values(result, c), values))
+        speedups[mode] = plain_s["shipped"] / engine.seconds
+        same_layout[mode] = plain_s["same"] / engine.seconds
         print(f"{mode:>10}: plain loop {plain_s['shipped']:8.1f} s on TransformerLens's layout, {plain_s['same']:8.1f} s "
-              f"on circuits' (extrapolated to {len(comps)}); engine {engine_s:6.2f} s; speedup {speedups[mode]:.1f}x "
-              f"/ {same_layout[mode]:.1f}x")
-    print(f"speedup_path={speedups['path']:.1f} speedup_activation={speedups['activation']:.1f} max_abs_diff={worst:.2e} "
-          f"same_layout_path={same_layout['path']:.1f} same_layout_activation={same_layout['activation']:.1f}")
+              f"on circuits' (extrapolated to {len(comps)}); engine {engine.seconds:6.2f} s; speedup "
+              f"{speedups[mode]:.1f}x / {same_layout[mode]:.1f}x")
+    _bench.finish(args, speedup_path=speedups["path"], speedup_activation=speedups["activation"], max_abs_diff=worst,
+                  same_layout_path=same_layout["path"], same_layout_activation=same_layout["activation"])
+
 
 if __name__ == "__main__":
     main()

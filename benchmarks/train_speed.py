@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from pathlib import Path
+
+import _bench  # first: passive OpenMP waiting before torch loads
 
 import torch
 
@@ -50,13 +51,15 @@ def measure_forward(model, examples, config) -> float:
     """Seconds for no-grad forward + loss over one optimizer step's micro-batches, averaged over steps."""
     pad = pad_token_id(model)
     schedule = batch_schedule(len(examples), config)
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        for micro in schedule:
-            for mb in micro:
-                tokens, mask = collate([examples[i] for i in mb], pad)
-                sft_loss(model, tokens, mask)
-    return (time.perf_counter() - t0) / len(schedule)
+
+    def forward_all() -> None:
+        with torch.no_grad():
+            for micro in schedule:
+                for mb in micro:
+                    tokens, mask = collate([examples[i] for i in mb], pad)
+                    sft_loss(model, tokens, mask)
+
+    return _bench.measure(forward_all).seconds / len(schedule)
 
 
 def measure_full_optimizer_step(model, config, reps: int = 2) -> float:
@@ -65,11 +68,7 @@ def measure_full_optimizer_step(model, config, reps: int = 2) -> float:
     saved = [p.detach().clone() for p in params]
     for p in params:
         p.grad = torch.zeros_like(p)
-    opt.step()  # first step allocates state
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        opt.step()
-    elapsed = (time.perf_counter() - t0) / reps
+    elapsed = _bench.measure(opt.step, warmup=True, repeat=reps).seconds  # the warm-up step allocates the state
     with torch.no_grad():
         for p, s in zip(params, saved):
             p.copy_(s)
@@ -79,7 +78,6 @@ def measure_full_optimizer_step(model, config, reps: int = 2) -> float:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="smollm2")
     parser.add_argument("--heads", default=None, help=f"LAYER.HEAD,... (default {DEFAULT_HEADS})")
     parser.add_argument("--heads-from", help="identify result folder")
     parser.add_argument("--top-k", type=int, default=32)
@@ -87,11 +85,11 @@ def main(argv=None) -> dict:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--micro-batch-size", type=int, default=8)
     parser.add_argument("--max-length", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared 2-core CPU)")
     parser.add_argument("--data-dir")
     parser.add_argument("--out", help="write the measurements as JSON here")
+    _bench.add_arguments(parser, threads=1, json_flag=False)  # one thread: as docs/finetune.md's numbers were taken
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
+    threads = _bench.setup(args)
 
     model = load_model(args.model)
     heads = load_identify(args.heads_from).top_heads(args.top_k) if args.heads_from else parse_heads(args.heads or DEFAULT_HEADS)
@@ -128,7 +126,7 @@ def main(argv=None) -> dict:
     speedup = precise.samples_per_s / full.samples_per_s
     report = {
         "model": args.model, "heads": [list(h) for h in heads], "lowest_tuned_layer": lowest, "n_layers": cfg.n_layers,
-        "steps": args.steps, "batch_size": args.batch_size, "micro_batch_size": args.micro_batch_size, "threads": args.threads,
+        "steps": args.steps, "batch_size": args.batch_size, "micro_batch_size": args.micro_batch_size, "threads": threads,
         "full_samples_per_s": full.samples_per_s, "precise_samples_per_s": precise.samples_per_s,
         "full_tuned_parameters": full.tuned_parameters, "precise_tuned_parameters": precise.tuned_parameters,
         "t_forward_per_step_s": t_fwd, "t_full_optimizer_step_s": t_opt,
@@ -140,7 +138,7 @@ def main(argv=None) -> dict:
     print(json.dumps(report, indent=2))
     print(f"full SFT {full.samples_per_s:.3f} samples/s, precise SFT {precise.samples_per_s:.3f} samples/s "
           f"({len(heads)} heads, lowest layer {lowest} of {cfg.n_layers})")
-    print(f"speedup={speedup:.2f} limit={limit:.2f}")
+    _bench.finish(args, speedup=speedup, limit=limit)
     return report
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 if "torch" not in sys.modules:  # idle OpenMP threads sleep (a set policy is kept); see circuits.threads
@@ -27,7 +28,10 @@ if "torch" not in sys.modules:  # idle OpenMP threads sleep (a set policy is kep
 
     prefer_passive_waiting()
 
-__version__ = "0.2.0"
+try:  # one source: pyproject.toml's version, as the installed package records it
+    __version__ = version("circuits")
+except PackageNotFoundError:  # a checkout on sys.path that was never installed
+    __version__ = "0+unknown"
 
 # name -> module it lives in
 _EXPORTS: dict[str, str] = {

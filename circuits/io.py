@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -27,18 +26,11 @@ from pathlib import Path
 from typing import IO, Any
 
 
-# Fault injection for the kill tests: with CIRCUITS_KILL_AT=N the process SIGKILLs itself at its N-th write step
-# (inside a write, before the rename that publishes it), the worst moment for an interruption.
-_KILL_AT = int(os.environ.get("CIRCUITS_KILL_AT", "0") or 0)
-_write_steps = 0
-
-
 def _write_step() -> None:
-    global _write_steps
-    if _KILL_AT:
-        _write_steps += 1
-        if _write_steps == _KILL_AT:
-            os.kill(os.getpid(), signal.SIGKILL)
+    """A point inside every write, just before the rename that publishes it: the worst moment for an interruption.
+
+    It does nothing here. The kill tests (tests/integration/test_kill.py) run the command line through a wrapper that
+    replaces it with one that SIGKILLs the process at its N-th call; every write looks it up at call time."""
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import _tables as T
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
@@ -34,7 +35,14 @@ def main(config: Config, model=None) -> PerOperation:
     return result
 
 
+def published(result: PerOperation) -> dict:
+    """The table of docs/results.md this result gives (experiments/_tables.py renders it; publish.py copies it)."""
+    return {"fig15_overlap": {"render": "fig15_overlap", "data": {
+        "operations": list(result.operations), "key_heads": {op: [list(h) for h in hs] for op, hs in result.key_heads.items()}}}}
+
+
 def plot(result: PerOperation, out: Path) -> Path:
+    T.write_published(out, published(result))
     write_figure(overlap_figure(result.operations, result.overlap, f"Shared top-{len(next(iter(result.key_heads.values())))} "
                                                                     "key heads"), Path(out) / "figure_overlap.html")
     return write_figure(heatmap_grid(result.head_effects, f"Head effects per operation ({result.metric})"),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import _tables as T
 
 from circuits.config import option, redefault
 from circuits.identify.result import IdentifyResult
@@ -40,7 +41,35 @@ def main(config: Config, model=None) -> IdentifyResult:
     return result
 
 
+SUMMARY_KEYS = ("accuracy", "mean_answer_prob", "counterfactual_accuracy", "baseline", "head_effects", "mlp_effects",
+                "key_heads")
+
+
+def published(result: IdentifyResult, out: Path) -> dict:
+    """The three tables of docs/results.md that the identify results beside the pooled one in ``out`` give (the
+    pooled one alone where ``out`` has no siblings): the numbers of their summaries the tables need
+    (experiments/_tables.py renders them)."""
+    from circuits.data.templates import FIGURE8
+
+    root = Path(out).parent
+    summaries = {t: IdentifyResult.load(root / t).summary() for t in T.IDENTIFY_COLUMNS
+                 if t != "all" and (root / t).is_dir()}
+    summaries["all"] = result.summary()
+    rule = next(iter(summaries.values()))["key_rule"]["rule"]
+    forms = {t.id: t.form for ts in FIGURE8.values() for t in ts}
+    one = summaries.get("addition") or next(iter(summaries.values()))
+    return {"fig2_addition": {"render": "fig2_addition", "data": {
+                "model": one["model"], **{k: one[k] for k in ("accuracy", "mean_answer_prob", "baseline", "head_effects",
+                                                             "mlp_effects")},
+                "fraction_head_effects": one["metrics"]["fraction"]["head_effects"]}},
+            "identify": {"render": "identify", "data": {
+                "key_rule": rule, "results": {t: {k: s[k] for k in SUMMARY_KEYS} for t, s in summaries.items()}}},
+            "identify_families": {"render": "identify_families", "data": {
+                "forms": forms, "results": {t: {"per_template": s["per_template"]} for t, s in summaries.items()}}}}
+
+
 def plot(result: IdentifyResult, out: Path) -> Path:
+    T.write_published(out, published(result, out))
     return write_figure(result.figure(), Path(out) / "heads.html")
 
 

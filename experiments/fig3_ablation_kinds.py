@@ -1,6 +1,6 @@
-"""Figure 3 under each ablation kind (issue 11, part 5): the key heads' and random heads' knockout curves with the
-knocked-out outputs replaced by their mean over counterfactual prompts (the paper's), by zero, and by another prompt's
-counterfactual value (resample), side by side, per operation.
+"""Figure 3 under each ablation kind (whether the paper's conclusion depends on mean ablation): the key heads' and
+random heads' knockout curves with the knocked-out outputs replaced by their mean over counterfactual prompts (the
+paper's), by zero, and by another prompt's counterfactual value (resample), side by side, per operation.
 
 Run: ``python experiments/fig3_ablation_kinds.py``; ``--replot`` redraws."""
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import _tables as T
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
@@ -42,7 +43,26 @@ def main(config: Config, model=None) -> AblationComparison:
     return result
 
 
+SHOWN_KS = (1, 3, 5, 10, 20)  # the columns of docs/results.md's table
+
+
+def published(result: AblationComparison) -> dict:
+    """The table of docs/results.md this result gives: per operation and kind, accuracy after knocking out the top-k
+    heads and the mean over the random orders, at the ks of SHOWN_KS it has (experiments/_tables.py renders it)."""
+    first = next(iter(next(iter(result.curves.values())).values()))
+    ks = [k for k in first.ks if k in SHOWN_KS]
+    curves = {}
+    for op, by_kind in result.curves.items():
+        for kind, c in by_kind.items():
+            at = [c.ks.index(k) for k in ks]
+            curves.setdefault(op, {})[kind] = {
+                "effect_accuracy": [c.effect_accuracy[i] for i in at],
+                "random_accuracy_mean": [sum(r[i] for r in c.random_accuracy) / len(c.random_accuracy) for i in at]}
+    return {"ablation_kinds": {"render": "ablation_kinds", "data": {"ks": ks, "curves": curves}}}
+
+
 def plot(result: AblationComparison, out: Path) -> Path:
+    T.write_published(out, published(result))
     paths = [write_figure(result.figure(task), Path(out) / f"figure-{task}.html") for task in result.curves]
     return paths[0]
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import _tables as T
 
 from circuits.config import option
 from circuits.validate import KnockoutResult, knockout_curve
@@ -34,7 +35,17 @@ def main(config: Config, model=None) -> KnockoutResult:
     return result
 
 
+def published(result: KnockoutResult) -> dict:
+    """The table of docs/results.md this result gives (experiments/_tables.py renders it; publish.py copies it)."""
+    c = result.curve
+    return {"fig3_knockout": {"render": "fig3_knockout", "data": {
+        "task": result.task, "n_pairs": result.n_pairs, "ks": list(c.ks), "effect_accuracy": list(c.effect_accuracy),
+        "effect_prob": list(c.effect_prob), "random_accuracy": [list(r) for r in c.random_accuracy],
+        "random_prob": [list(r) for r in c.random_prob]}}}
+
+
 def plot(result: KnockoutResult, out: Path) -> Path:
+    T.write_published(out, published(result))
     return write_figure(result.figure(), Path(out) / "figure.html")
 
 

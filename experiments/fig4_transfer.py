@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import _tables as T
 
 from circuits.config import option
 from circuits.data.benchmarks import load_svamp_all, sample_mmlu
@@ -55,7 +56,16 @@ def main(config: Config, model=None) -> TransferResult:
     return result
 
 
+def published(result: TransferResult) -> dict:
+    """The table of docs/results.md this result gives (experiments/_tables.py renders it; publish.py copies it)."""
+    keys = ("n", "accuracy_before", "accuracy_after", "accuracy_random_heads")
+    return {"fig4_transfer": {"render": "fig4_transfer", "data": {
+        "key_heads": [list(h) for h in result.key_heads], "n_random_heads": len(result.random_heads),
+        "results": {k: {f: v[f] for f in keys if f in v} for k, v in result.results.items()}}}}
+
+
 def plot(result: TransferResult, out: Path) -> Path:
+    T.write_published(out, published(result))
     return write_figure(result.figure(), Path(out) / "figure.html")
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import _tables as T
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
@@ -35,7 +36,20 @@ def main(config: Config, model=None) -> AttentionRoles:
     return result
 
 
+def published(result: AttentionRoles) -> dict:
+    """The table of docs/results.md this result gives: the key heads' attention by role on the identify task's
+    prompts (experiments/_tables.py renders it; publish.py copies it)."""
+    cfg = result.config  # a Config after main, its saved fields after --replot
+    task = cfg.get("task") if isinstance(cfg, dict) else getattr(cfg, "task", None)
+    task = task if task in result.by_operation else next(iter(result.by_operation))
+    r = result.by_operation[task]
+    labels = [r["dominant"][f"{l}.{h}"] for l, h in r["heads"]]
+    return {"fig5_roles": {"render": "fig5_roles", "data": {
+        "operation": task, "heads": r["heads"], "roles": r["roles"], "shares": r["mean"], "labels": labels}}}
+
+
 def plot(result: AttentionRoles, out: Path) -> Path:
+    T.write_published(out, published(result))
     return write_figure(result.figure(), Path(out) / "figure.html")
 
 

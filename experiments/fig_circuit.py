@@ -1,6 +1,6 @@
-"""The circuit as a graph (issue 11, part 4): path patching from every earlier head and MLP into the most important
-components at END (their query, key and value inputs, or an MLP's input), then senders -> key heads -> MLPs ->
-logits. The same as ``circuits identify --receivers top5``.
+"""The circuit as a graph (which components feed the top ones, beyond the paper's head list): path patching from every
+earlier head and MLP into the most important components at END (their query, key and value inputs, or an MLP's input),
+then senders -> key heads -> MLPs -> logits. The same as ``circuits identify --receivers top5``.
 
 Run: ``python experiments/fig_circuit.py [--receivers top5]``; ``--replot`` redraws."""
 

@@ -1,6 +1,6 @@
-"""The information flow of Stolfo et al. (2023) on this model (issue 11, part 2): activation patching of every head
-and MLP at every position of one template's prompts, exact (only positions from the patch to END recompute), the
-effect shown by layer and position with the operand and operator positions marked from the template roles.
+"""The information flow of Stolfo et al. (2023) on this model (beyond the paper's END-only view): activation patching of
+every head and MLP at every position of one template's prompts, exact (only positions from the patch to END recompute),
+the effect shown by layer and position with the operand and operator positions marked from the template roles.
 
 Run: ``python experiments/fig_information_flow.py [--template addition/0]``; ``--replot`` redraws."""
 

@@ -1,6 +1,6 @@
-"""Neurons of the key MLPs (issue 11, part 3; the shape of Nikankin et al. 2025's finding): every neuron of the key
-MLPs patched alone at END, exactly; what share of each layer's neurons carries most of its effect; and accuracy after
-knocking out only the top neurons of the key MLPs against the whole MLPs and as many random neurons (Figure 3-style).
+"""Neurons of the key MLPs (the shape of Nikankin et al. 2025's finding): every neuron of the key MLPs patched alone at
+END, exactly; what share of each layer's neurons carries most of its effect; and accuracy after knocking out only the
+top neurons of the key MLPs against the whole MLPs and as many random neurons (Figure 3-style).
 
 Run: ``python experiments/fig_neurons.py [--top-mlps 3]``; ``--replot`` redraws."""
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import _tables as T
 
 from circuits.config import option
 from circuits.patching.engine import sweep
@@ -52,7 +53,22 @@ def main(config: Config, model=None) -> NeuronResult:
     return result
 
 
+def published(result: NeuronResult) -> dict:
+    """The two tables of docs/results.md this result gives (experiments/_tables.py renders them; publish.py copies
+    them)."""
+    keep = ("share_for_50pct", "share_for_80pct", "share_for_90pct", "top1pct_of_total", "sum_of_neuron_effects",
+            "whole_mlp_effect")
+    shares = {f"MLP{l}": {k: v[k] for k in keep} for l, v in result.shares().items()}
+    k = result.knockout
+    tables = {"neurons": {"render": "neurons", "data": {"shares": shares}}}
+    if k:
+        tables["neurons_knockout"] = {"render": "neurons_knockout", "data": {"knockout": {
+            f: k[f] for f in ("shares", "n_neurons", "top_accuracy", "random_accuracy", "whole_accuracy")}}}
+    return tables
+
+
 def plot(result: NeuronResult, out: Path) -> Path:
+    T.write_published(out, published(result))
     return write_figure(result.figure(), Path(out) / "figure.html")
 
 

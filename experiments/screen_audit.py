@@ -1,6 +1,7 @@
-"""The attribution screen audited by the exact engine (issue 11, part 1): attribution patching of every head, MLP and
-neuron at every position on one task's identify pairs, the top-N re-measured exactly, and the audit table (Spearman
-with the exact END engine, exact top-10 / top-5% missed by the screen's top-N, the largest misses and why).
+"""The attribution screen audited by the exact engine (how far the fast linear screen can be trusted): attribution
+patching of every head, MLP and neuron at every position on one task's identify pairs, the top-N re-measured exactly,
+and the audit table (Spearman with the exact END engine, exact top-10 / top-5% missed by the screen's top-N, the largest
+misses and why).
 
 Run: ``python experiments/screen_audit.py --task addition``; ``--replot`` redraws from the saved result. The same
 as ``circuits screen --pairs-from results/identify/<task>``."""

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import _common as C
 import _sft as S
+import _tables as T
 import torch
 
 from circuits.sft.compare import SFTComparison
@@ -42,7 +43,19 @@ def main(config: Config, model=None) -> SFTComparison:
     return S.run_table(config, model, variants, heads, PAPER_TABLE1)
 
 
+def published(result: SFTComparison, out: Path) -> dict:
+    """The table of docs/results.md this result gives, named after its folder (``table1_gpu`` for the H100 run of
+    docs/data/table1_gpu): each row's accuracies, change against the base, train speed and tuned parameters."""
+    cfg = result.config  # a Config after main, its saved fields when read back
+    model = cfg.get("model") if isinstance(cfg, dict) else getattr(cfg, "model", "model")
+    keep = lambda r: {"name": r["name"], "tasks": {t: {"acc": v["acc"]} for t, v in r["tasks"].items() if "acc" in v},  # noqa: E731
+                      **({"delta": r["delta"]} if r.get("delta") else {}),
+                      **({"train": {k: r["train"][k] for k in ("samples_per_s", "tuned_parameters")}} if r.get("train") else {})}
+    return {Path(out).name: {"render": "sft_table", "data": {"title": model, "rows": [keep(r) for r in result.rows]}}}
+
+
 def plot(result: SFTComparison, out: Path) -> Path:
+    T.write_published(out, published(result, out))
     return Path(out) / "table.md"
 
 

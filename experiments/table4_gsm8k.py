@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import _tables as T
 
 from circuits.config import option
 from circuits.data.benchmarks import load_word_problems
@@ -81,7 +82,22 @@ def main(config: Config, model=None) -> WordProblemHeads:
     return result
 
 
+def published(result: WordProblemHeads) -> dict:
+    """The table of docs/results.md this result gives, from its first dataset with key heads (experiments/_tables.py
+    renders it; publish.py copies it)."""
+    cfg = result.config  # a Config after main, its saved fields when read back
+    model = cfg.get("model") if isinstance(cfg, dict) else getattr(cfg, "model", "")
+    name, d = next(((n, d) for n, d in result.datasets.items() if "key_heads" in d), (None, None))
+    if d is None:  # too few correct answers to rank heads: nothing to publish
+        return {}
+    keys = ("n_questions", "n_correct", "accuracy", "shared_with_templates", "accuracy_knockout_own",
+            "accuracy_knockout_template_heads")
+    return {"table4_gsm8k": {"render": "table4_gsm8k", "data": {
+        "dataset": name, "model": model, "key_heads": [h[:2] for h in d["key_heads"]], **{k: d[k] for k in keys}}}}
+
+
 def plot(result: WordProblemHeads, out: Path) -> Path:
+    T.write_published(out, published(result))
     return write_figure(word_problem_table_figure(result.datasets), Path(out) / "figure.html")
 
 

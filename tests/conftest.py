@@ -61,11 +61,9 @@ def tiny_mistral():
 @pytest.fixture(scope="session")
 def smollm2():
     """The embedded model, loaded once per session, read-only."""
-    from circuits.models import load_model
+    from helpers import frozen_model
 
-    model = load_model("smollm2", device="cpu")
-    model.requires_grad_(False)
-    return model
+    return frozen_model("smollm2")
 
 
 @pytest.fixture(scope="module")

@@ -121,6 +121,13 @@ def tiny_model(arch: str = "llama", *, dtype: str = "float32", **kw):
     return copy.deepcopy(model, memo={id(model.tokenizer): model.tokenizer})
 
 
+def frozen_model(name: str):
+    """An embedded model (``smollm2``, ``gemma3-270m``) loaded on the CPU, its weights frozen: read-only."""
+    from circuits.models import load_model
+
+    return load_model(name, device="cpu").requires_grad_(False)
+
+
 def mixed_pairs(tokenizer, n: int = 5, seed: int = 0):
     """Pairs of several templates (different lengths, few-shot prefixes), so right padding and per-pair END and
     first difference are exercised."""

@@ -9,7 +9,7 @@ import torch
 from circuits.data.pairs import as_batch, build_pairs
 from circuits.patching import sweep
 from circuits.patching.reference import sweep_plain
-from circuits.models import embedded_model, load_hf_reference, load_model
+from circuits.models import embedded_model, load_hf_reference
 from circuits.types import Component
 
 pytestmark = pytest.mark.skipif(
@@ -21,9 +21,9 @@ SAMPLE = [Component("head", l, h) for l, h in [(0, 0), (10, 0), (16, 1), (17, 3)
 
 @pytest.fixture(scope="module")
 def gemma():
-    model = load_model("gemma3-270m", device="cpu")
-    model.requires_grad_(False)
-    return model
+    from helpers import frozen_model
+
+    return frozen_model("gemma3-270m")
 
 
 @pytest.fixture(scope="module")

@@ -14,10 +14,32 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# `python -m circuits ARGS`, with the write step of circuits.io (called inside every atomic write and folder swap,
+# before the rename that publishes it) replaced by one that SIGKILLs the process at its N-th call (N = argv[1]).
+# The production code reads nothing from the environment for this.
+KILL_AT_WRITE_STEP = """
+import os, runpy, signal, sys
+import circuits.io
 
-def _run(args: list[str], env_extra: dict | None = None, kill_after: float | None = None) -> int:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(env_extra or {})}
-    proc = subprocess.Popen([sys.executable, "-m", "circuits", *args], env=env, stdout=subprocess.DEVNULL,
+kill_at, calls = int(sys.argv.pop(1)), [0]
+
+def _write_step():
+    calls[0] += 1
+    if calls[0] == kill_at:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+circuits.io._write_step = _write_step
+sys.argv[0] = "circuits"
+runpy.run_module("circuits", run_name="__main__", alter_sys=True)
+"""
+
+
+def _run(args: list[str], kill_at: int | None = None, kill_after: float | None = None) -> int:
+    """Exit code of ``python -m circuits args``; ``kill_at`` kills it at that write step, ``kill_after`` after that
+    many seconds."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    launch = ["-m", "circuits"] if kill_at is None else ["-c", KILL_AT_WRITE_STEP, str(kill_at)]
+    proc = subprocess.Popen([sys.executable, *launch, *args], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     if kill_after is not None:
         try:
@@ -51,7 +73,7 @@ def test_identify_all_survives_kills(tmp_path):
     rng = random.Random(0)
     out = tmp_path / "killed"
     # write steps (inside atomic writes and folder swaps), counted from each run's start; a resumed run has fewer left
-    codes = [_run([*args, "--out", str(out)], {"CIRCUITS_KILL_AT": str(rng.randint(1, 14))}) for _ in range(2)]
+    codes = [_run([*args, "--out", str(out)], kill_at=rng.randint(1, 14)) for _ in range(2)]
     assert codes[0] == -9 and set(codes) <= {0, -9}  # SIGKILL, mid-write
     t0 = time.time()
     _run([*args, "--out", str(out)], kill_after=rng.uniform(4.0, 9.0))  # and at a random moment
@@ -70,7 +92,7 @@ def test_finetune_survives_kills(tmp_path):
     assert _run([*args, "--out", str(tmp_path / "straight")]) == 0
     rng = random.Random(1)
     out = tmp_path / "killed"
-    codes = [_run([*args, "--out", str(out)], {"CIRCUITS_KILL_AT": str(rng.randint(2, 8))}) for _ in range(2)]
+    codes = [_run([*args, "--out", str(out)], kill_at=rng.randint(2, 8)) for _ in range(2)]
     assert codes[0] == -9 and set(codes) <= {0, -9}
     assert _run([*args, "--out", str(out)]) == 0
     a, b = torch.load(tmp_path / "straight" / "delta.pt", weights_only=True), torch.load(out / "delta.pt", weights_only=True)

@@ -103,7 +103,7 @@ def test_batch_helpers(smollm2, pairs):
 
 
 def test_bf16_precise_sft_updates_like_fp32(tmp_path):
-    """Issue 10 on the real model: after 4 steps at lr 2e-5 the bf16 run's fp32 masters moved as the fp32 run's
+    """bf16 training on the real model: after 4 steps at lr 2e-5 the bf16 run's fp32 masters moved as the fp32 run's
     weights did (relative norm of the difference <= 0.3) and >= 95% of the tuned entries moved."""
     from circuits import sft as ft
     from circuits.data.arithmetic import Example

@@ -100,7 +100,10 @@ def test_batch_right_pads(tokenizer, tiny_llama):
         assert batch.end[i] == len(p.reference_token_ids) - 1
         assert batch.reference[i, : len(p.reference_token_ids)].tolist() == list(p.reference_token_ids)
     assert torch.equal(as_batch(pairs, tiny_llama).end, batch.end)
-    assert as_batch(batch, tiny_llama) is not None
+    again = as_batch(batch, tiny_llama)  # a batch already made is moved to the model's device, its tensors unchanged
+    for name in ("reference", "counterfactual", "end", "answer"):
+        assert getattr(again, name).device == torch.device(tiny_llama.cfg.device)
+        assert torch.equal(getattr(again, name), getattr(batch, name)), name
 
 
 def test_random_model_gets_nothing_right_clear_error(tiny_llama):

@@ -1,6 +1,7 @@
-"""Mixed precision that trains (issue 10): a bf16 run's fp32 masters move as an fp32 run's weights do, where pure
-bf16 rounds its updates away; frozen weights stay bit-identical; delta.pt holds the fp32 masters; fp16 scales the
-loss; the memory options (activation checkpointing, CPU-held optimizer state) change nothing but memory."""
+"""Mixed precision that trains (the 7B setting runs in bf16 on one GPU): a bf16 run's fp32 masters move as an fp32 run's
+weights do, where pure bf16 rounds its updates away; frozen weights stay bit-identical; delta.pt holds the fp32 masters;
+fp16 scales the loss; the memory options (activation checkpointing, CPU-held optimizer state) change nothing but
+memory."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def test_bf16_masters_update_like_fp32_and_pure_bf16_does_not(tmp_path, monkeypa
     reference = _update("float32", tmp_path)
     rel, moved = _compare(_update("bfloat16", tmp_path), reference)
     assert rel <= 0.3 and moved >= 0.95, (rel, moved)  # measured: 0.06 and 100%
-    # The same measurement on storage without masters fails it (the issue measured 0.85 and 31% on SmolLM2).
+    # Storage without masters fails the same measurement (bf16 rounds small updates away: 0.85 and 31% on SmolLM2).
     rel_pure, moved_pure = _compare(_update("bfloat16", tmp_path / "pure", monkeypatch, _PureBF16), reference)
     assert rel_pure > 0.5 and moved_pure < 0.6, (rel_pure, moved_pure)
 
