@@ -36,7 +36,7 @@ def main(config: Config, model=None) -> PerOperation:
 def plot(result: PerOperation, out: Path) -> Path:
     write_figure(overlap_figure(result.operations, result.overlap, f"Shared top-{len(next(iter(result.key_heads.values())))} "
                                                                     "key heads"), Path(out) / "figure_overlap.html")
-    return write_figure(heatmap_grid(result.head_effects, f"Head effects per operation ({result.metric})"),
+    return write_figure(heatmap_grid(result.head_effects, f"Head effects per operation ({result.metric})", result.metric),
                         Path(out) / "figure.html")
 
 
