@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> Path:
     parser.add_argument("--identify-dir", default="results/identify", help="where circuits identify --task all wrote")
     parser.add_argument("--out", default="results/demo", help="folder of the results (one sub-folder each)")
     parser.add_argument("--model", default="smollm2")
-    parser.add_argument("--pairs", type=int, default=16, help="pairs per operation for the knockout and the lens")
+    parser.add_argument("--pairs", type=int, default=8, help="pairs per operation for the knockout, the roles and the lens")
     parser.add_argument("--timings", default=None, help="JSON file the seconds per stage are added to")
     args = parser.parse_args(argv)
     if args.pairs < 2:
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> Path:
         with timing.stage("knockout"):
             for op, r in ids.items():
                 ranking = [h for h, _ in r.ranked()]
-                ks = tuple(k for k in (0, 1, 2, 4, 8) if k <= len(ranking))
+                ks = tuple(k for k in (0, 2, 4, 8) if k <= len(ranking))
                 pairs = r.pairs[: args.pairs]
                 config = fig3_knockout.Config(**common, task=op, ks=ks, seeds=(0, 1), out=str(out / f"knockout-{op}"))
                 KnockoutResult(config, knockout_curve(model, pairs, ranking, ks, (0, 1)), op, len(pairs)).save(

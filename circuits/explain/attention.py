@@ -225,6 +225,12 @@ class AttentionRoles(Result):
     heads: list[Head]
     by_operation: dict[str, dict[str, Any]]  # operation -> RoleAttention.to_json()
 
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
+        from circuits.viz.notebook import figure_bundle
+
+        return figure_bundle(self, include, exclude, **kwargs)
+
     def figure(self):
         from circuits.viz.figures import roles_panels
 

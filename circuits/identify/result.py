@@ -56,6 +56,12 @@ class IdentifyResult(Result):
 
     # --- the one ranking --------------------------------------------------------------------------
 
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
+        from circuits.viz.notebook import figure_bundle
+
+        return figure_bundle(self, include, exclude, **kwargs)
+
     @property
     def key_rule(self) -> KeyRule:
         return KeyRule.parse(self.config.key_rule, tuple(self._custom()))

@@ -102,6 +102,11 @@ class SweepResult:
     custom: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
 
+    def __repr__(self) -> str:  # one line, not the tensors (print(result) in a notebook)
+        L, H, n = self.head_logit.shape
+        return (f"<SweepResult: {self.mode} patching, {L} layers x {H} heads and {L} MLPs, {n} pairs"
+                f"{', custom ' + ', '.join(self.custom) if self.custom else ''}>")
+
     def metric(self, metric: str | Metric) -> Metric:
         if isinstance(metric, str) and metric in self.custom_metrics:
             return self.custom_metrics[metric]

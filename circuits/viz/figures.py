@@ -171,10 +171,10 @@ def head_heatmap(
     width = max(plot_w + margin["l"] + margin["r"], 480)
     head_text, sub_text = wrap(text, max(40, width // 8)), wrap(meaning, max(40, width // 7))
     # Room above the plot for every title line, the subtitle and the two-line subplot titles, so none overlap.
-    margin["t"] = 20 * (head_text.count("<br>") + 1) + 16 * (sub_text.count("<br>") + 1) + 60
+    margin["t"] = 20 * (head_text.count("<br>") + 1) + 16 * (sub_text.count("<br>") + 1) + 76
     fig.update_layout(
         title=dict(text=head_text, subtitle=dict(text=sub_text, font=dict(size=12, color="#555")),
-                   x=0.01, xanchor="left", xref="container", y=1 - 10 / (cell * n_layers + margin["t"] + margin["b"]),
+                   x=0.01, xanchor="left", xref="container", y=1 - 26 / (cell * n_layers + margin["t"] + margin["b"]),
                    yanchor="top", yref="container",
                    font=dict(size=15)),
         height=cell * n_layers + margin["t"] + margin["b"], width=width, margin=margin,
@@ -206,10 +206,16 @@ def before_after_figure(names: Sequence[str], before: Sequence[float], after: Se
     return fig
 
 
+# One colour per token role in every figure and every panel (the operands as in the information-flow figure).
+ROLE_COLOURS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728", "answer_prefix": "#9467bd",
+                "few_shot": "#bcbd22", "other": "#c7c7c7"}
+
+
 def roles_figure(head_labels: Sequence[str], roles: Sequence[str], mean, title: str) -> go.Figure:
     """Figure 5: END-row attention per role (stacked, sums to 1) for each head."""
     m = _arr(mean)
-    fig = go.Figure([go.Bar(x=list(head_labels), y=m[:, j], name=r) for j, r in enumerate(roles)])
+    fig = go.Figure([go.Bar(x=list(head_labels), y=m[:, j], name=r, marker_color=ROLE_COLOURS.get(r),
+                            hovertemplate="head %{x}<br>" + r + " %{y:.1%}<extra></extra>") for j, r in enumerate(roles)])
     fig.update_layout(title=title, barmode="stack", yaxis_title="mean attention from END", xaxis_title="head")
     return fig
 

@@ -172,10 +172,13 @@ def lens_section(page: Page, found: list[Found]) -> str:
     out = []
     for f in found:
         r = f.result
+        start = (f"writing starts at layer {r.writing_start}" if r.writing_start is not None else "no layer's MLP "
+                 "output points at the answer more than at other numbers by 0.02 in at least half of the later layers, "
+                 "so no writing start is marked")
         out.append(f"<p class='what'>The MLPs through the logit lens (Figure 6), averaged over {r.n_pairs or '?'} "
                    f"pairs: how much each layer's MLP input points at the operands' unembeddings (6a; peaks at layers "
                    f"{r.peak('in_A')} for A and {r.peak('in_B')} for B), and how much what the MLP adds points at "
-                   f"the answer rather than other numbers (6b; writing starts at layer {r.writing_start}); 6c "
+                   f"the answer rather than other numbers (6b; {start}); 6c "
                    f"lists the number tokens each MLP adds most for {_e(repr(r.example))}.</p>")
         out.append(page.figure(r.figure()))
         if r.top_tokens:

@@ -29,14 +29,15 @@ def skipped(page: str) -> list[str]:
     """The sections the report lists as not run (said once, grouped)."""
     assert page.count("<h2>Not in the inputs") <= 1
     block = page.split("<ul class='skipped'>", 1)[1].split("</ul>", 1)[0] if "<ul class='skipped'>" in page else ""
-    return re.findall(r"<li>(.*?):", block)
+    return re.findall(r"<li>(.*?): <code>", block)
 
 
 def test_legacy_report_draws_every_section(tmp_path):
     page = build_report([write_everything(tmp_path)])
-    # Table 4, the cross-model comparison and the analyses beyond END did not exist; the edges need --receivers.
+    # Table 4, the cross-model comparison and the analyses beyond END did not exist; edges need --receivers, and
+    # intervals per-pair values.
     assert sorted(skipped(page)) == sorted(s.heading for s in SECTIONS if s.anchor in (
-        "word-problems", "cross-model", "screen", "positions", "neurons", "edges"))
+        "word-problems", "cross-model", "screen", "positions", "neurons", "edges", "uncertainty"))
     assert "Precise SFT (top-8 heads)" in page and "1.20M" in page
 
 
@@ -49,8 +50,8 @@ def test_collect_walks_identify_all_and_dedupes(tmp_path):
 def test_absent_sections_get_a_note(tmp_path):
     write_identify(tmp_path, "addition")
     page = build_report([tmp_path])
-    # Key heads and the intervals (drawn from identify results too) are present; the rest is listed once.
-    assert len(skipped(page)) == len(SECTIONS) - 2 and "Key heads" not in " ".join(skipped(page))
+    # Key heads are present; the rest (no knockout, no edges or intervals in this identify result) is listed once.
+    assert len(skipped(page)) == len(SECTIONS) - 1 and SECTIONS[0].heading not in skipped(page)
     assert "experiments/fig3_knockout.py" in page
     assert "var CircuitsVis=" not in page  # no views: no bundle
     assert "made by <code>" in page and "key_rule=fraction&gt;=0.05" in page
@@ -94,7 +95,7 @@ def test_heatmap_paints_the_important_direction_red(metric, sign):
     title = trace.colorbar.title.text
     assert metric in title and "red: important" in title
     assert metric in trace.hovertemplate
-    assert ("relative change" in fig.layout.title.subtitle.text) == (metric == "relative_logit")
+    assert ("counterfactual causes" in fig.layout.title.subtitle.text) == (metric == "fraction")  # its meaning
     assert fig.layout.shapes[0].x0 == 0.5 and fig.layout.shapes[0].y0 == 1.5  # the box sits on the red cell
 
 
@@ -134,7 +135,7 @@ def test_figures_share_one_plotly_copy(tmp_path):
     page = (tmp_path / "identify" / "addition" / "heads.html").read_text()
     assert f"src='../{ASSETS}/{assets[0].name}'" in page and len(page) < 100_000
     alone = write_figure(fig, tmp_path / "alone.html", inline=True).read_text()
-    assert len(alone) > 3_000_000 and "src=" not in alone.split("<body>")[0]
+    assert len(alone) > 3_000_000 and f"{ASSETS}/" not in alone
 
 
 def test_report_shares_the_assets_beside_its_inputs(tmp_path):
@@ -151,3 +152,25 @@ def test_report_shares_the_assets_beside_its_inputs(tmp_path):
     inline = write_report([res / "identify"], out, inline=True).read_text()
     assert "src='identify/" not in inline and len(inline) > 3_000_000
 
+
+
+# --- notebook display: figures for results, short lines for everything ---------------------------------------------
+
+
+def test_results_show_as_figures_and_pairs_as_short_tables(tokenizer, monkeypatch):
+    import plotly.io as pio
+
+    from circuits.data.pairs import PairSet, make_pair
+
+    monkeypatch.setattr(pio.renderers, "default", "plotly_mimetype")  # what a notebook kernel picks
+    from circuits.validate.knockout import KnockoutCurve
+
+    pair = make_pair(tokenizer, "1 + 2 =\n3 + 4 =", "1 - 2 =\n3 - 4 =", "7")
+    ps = PairSet([pair] * 40, 60, 0.75, 0.5, 0.1, 0.05, {}, True)
+    assert len(repr(ps)) < 120 and "40 pairs" in repr(ps) and "75%" in repr(ps)
+    page = ps._repr_html_()
+    assert "… and 35 more" in page and page.count("<tr>") == 1 + 5 and "white-space:pre-wrap" in page
+    curve = KnockoutCurve([0, 1], [(1, 2)], [1.0, 0.5], [0.9, 0.4], [[(0, 0)]], [[1.0, 0.9]], [[0.9, 0.8]])
+    bundle = curve._repr_mimebundle_()
+    assert "text/plain" in bundle and len(bundle["text/plain"]) < 120
+    assert "application/vnd.plotly.v1+json" in bundle
