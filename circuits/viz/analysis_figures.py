@@ -138,8 +138,10 @@ def neuron_knockout_figure(shares: Sequence[float], top: Sequence[float], random
     x = [100 * s for s in shares]
     fig = go.Figure([go.Scatter(x=x, y=list(top), mode="lines+markers", name="top neurons by effect", line={"color": "crimson"}),
                      go.Scatter(x=x, y=list(random), mode="lines+markers", name="random neurons", line={"color": "gray"})])
-    fig.add_hline(y=whole, line={"color": "black", "dash": "dash"}, annotation_text="whole MLPs knocked out")
-    fig.add_hline(y=none, line={"color": "green", "dash": "dot"}, annotation_text="nothing knocked out")
+    fig.add_hline(y=whole, line={"color": "black", "dash": "dash"}, annotation_text="whole MLPs knocked out",
+                  annotation_position="bottom left")  # opposite ends: apart when the two accuracies are close
+    fig.add_hline(y=none, line={"color": "green", "dash": "dot"}, annotation_text="nothing knocked out",
+                  annotation_position="top right")
     fig.update_layout(title=title, xaxis_title="% of each key MLP's neurons knocked out", yaxis_title="accuracy", xaxis_type="log")
     return fig
 

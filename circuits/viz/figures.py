@@ -290,8 +290,8 @@ def roles_panels(by_operation: dict[str, dict], title: str = "END-row attention 
             tr.showlegend = i == 0
             tr.legendgroup = tr.name
             fig.add_trace(tr, i + 1, 1)
-    fig.update_layout(barmode="stack", title=wrap(title, 100), height=max(460, 300 * len(ops)), margin=dict(b=120),
-                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.12 if len(ops) == 1 else -0.04,
+    fig.update_layout(barmode="stack", title=wrap(title, 100), height=max(480, 300 * len(ops)), margin=dict(b=140),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.32 if len(ops) == 1 else -0.06,
                                   yanchor="top", title_text="role"))
     fig.update_xaxes(title_text="head (layer.head)", row=len(ops), col=1)
     fig.update_yaxes(title_text="attention from END", range=[0, 1])

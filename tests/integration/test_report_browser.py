@@ -74,6 +74,8 @@ def open_page(browser, path: Path, width: int = 1280, height: int = 900):
 def hover_cell(page, fig_id: str, layer: int, head: int) -> str:
     """Move the mouse over cell (layer, head) of the first heatmap in ``fig_id``; the hover label's text."""
     page.evaluate("id => document.getElementById(id).scrollIntoView()", fig_id)  # the mouse reaches only what is in view
+    page.mouse.move(1, 1)  # off the figure: the previous label goes, so the one read below is this cell's
+    page.wait_for_selector(f"#{fig_id} .hoverlayer .hovertext", state="detached", timeout=10_000)
     xy = page.evaluate(
         """([id, head, layer]) => {
             const gd = document.getElementById(id); const L = gd._fullLayout;
