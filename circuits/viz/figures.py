@@ -178,6 +178,7 @@ def head_heatmap(
                    yanchor="top", yref="container",
                    font=dict(size=15)),
         height=cell * n_layers + margin["t"] + margin["b"], width=width, margin=margin,
+        modebar=dict(orientation="v"),  # down the right edge: a narrow figure's title stays uncovered on hover
     )
     return fig
 
