@@ -44,11 +44,11 @@ def screen_figure(result: Any) -> go.Figure:
     flat = (heads * sign).nan_to_num(-np.inf)
     best = flat.argmax(1)  # [layer, offset]
     head_best = heads.gather(1, best[:, None]).squeeze(1)
-    panels = [("strongest head per layer", head_best[:, :k_show], best[:, :k_show]), ("MLP", mlps[:, :k_show], None)]
+    panels = [("strongest head per layer", head_best[:, :k_show], best[:, :k_show]), ("MLP, own scale", mlps[:, :k_show], None)]
     cols = 3 if result.exact_end else 2
     titles = [p[0] + " (screen)" for p in panels] + (["screen vs exact at END"] if cols == 3 else [])
     fig = make_subplots(rows=1, cols=cols, subplot_titles=titles, horizontal_spacing=0.08)
-    for c, (name, z, which) in enumerate(panels, 1):
+    for c, (_, z, which) in enumerate(panels, 1):
         zz = _arr(z)
         m = float(np.nanmax(np.abs(zz))) if zz.size else 1.0
         text = [[f"head {int(which[l, k])}" for k in range(zz.shape[1])] for l in range(L)] if which is not None else None
@@ -58,7 +58,8 @@ def screen_figure(result: Any) -> go.Figure:
                                                           thickness=12, x=1.0, xanchor="left", len=0.6, y=1, yanchor="top"),
                                  hovertemplate="layer %{y}, %{x}<br>" + ("%{text}<br>" if text else "") +
                                  name + " estimate %{z:.4g}<extra></extra>"), 1, c)
-        fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None, row=1, col=c)
+        fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None, dtick=1 if L <= 40 else 4,
+                         row=1, col=c)
     if cols == 3:
         ex = result.exact_end
         labels = [f"{l}.{h}" for l in range(L) for h in range(H)] + [f"MLP{l}" for l in range(L)]
@@ -84,7 +85,7 @@ def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, S
     (columns, the prompt's tokens up to END), for attention (the strongest head of each layer) and for the MLPs;
     the operand and operator positions (from the template roles) are marked."""
     name, sign, _ = metric_info(metric, sign)
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("attention (strongest head per layer)", "MLP (own scale)"),
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("attention (strongest head per layer)", "MLP (own scale, hover)"),
                         horizontal_spacing=0.08)
     n_layers = _arr(mlps).shape[0]
     x = [f"{i}:{visible_token(t)}" for i, t in enumerate(tokens)]
@@ -94,7 +95,7 @@ def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, S
         text = ([[f"head {int(head_index[l][k])}" for k in range(zz.shape[1])] for l in range(n_layers)]
                 if c == 1 and head_index is not None else None)
         fig.add_trace(go.Heatmap(z=zz, x=x, y=list(range(n_layers)), colorscale=importance_scale(sign), zmid=0,
-                                 zmin=-m, zmax=m, showscale=c == 2, text=text,
+                                 zmin=-m, zmax=m, showscale=c == 1, text=text,
                                  colorbar=dict(title=dict(text=colorbar_title(name, sign), side="top"), thickness=12,
                                                x=1.01, xanchor="left", len=0.6, y=1, yanchor="top"),
                                  hovertemplate="layer %{y}, token %{x}<br>" + ("%{text}<br>" if text else "") +
@@ -103,7 +104,8 @@ def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, S
             for p in positions:
                 if 0 <= p < len(tokens):
                     fig.add_vline(x=p, line={"color": ROLE_COLORS.get(role, "black"), "width": 1, "dash": "dot"}, row=1, col=c)
-        fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None, row=1, col=c)
+        fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None,
+                         dtick=1 if n_layers <= 40 else 4, row=1, col=c)
     for role, color in ROLE_COLORS.items():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line={"color": color, "dash": "dot"}, name=f"{role} position"))
     width = max(900, 60 * len(tokens) + 300)
