@@ -132,7 +132,7 @@ def notebook_html(page: str) -> str:
     """A page of circuitsvis views as one notebook cell's HTML: an ``<iframe srcdoc>``, so the bundle and the views'
     element ids stay apart from the notebook's and from other cells'."""
     n = max(1, page.count("CircuitsVis.render("))
-    return (f"<iframe srcdoc=\"{html.escape(page, quote=True)}\" style='width:100%;height:{min(2400, 560 * n)}px;"
+    return (f"<iframe srcdoc=\"{html.escape(page, quote=True)}\" style='width:100%;height:{min(3200, 100 + 1000 * n)}px;"
             f"border:1px solid #ddd' sandbox='allow-scripts'></iframe>")
 
 
