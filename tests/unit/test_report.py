@@ -76,6 +76,9 @@ def test_cli_writes_the_report(tmp_path, capsys):
     out = tmp_path / "out" / "report.html"
     assert cli_main(["report", str(tmp_path / "res"), "--out", str(out)]) == 0
     assert out.is_file() and str(out.resolve()) in capsys.readouterr().out
+    assert cli_main(["report", str(tmp_path / "res"), "--out", str(out), "--inline"]) == 0
+    page = out.read_text()
+    assert f"{ASSETS}/" not in page and "plotly.js v" in page  # one file, its JavaScript inside
 
 
 # --- figures: one colour convention, named metrics, geometry ------------------------------------------------------
