@@ -112,6 +112,9 @@ def head_heatmap(
     heads_w, mlp_w, gap = cell * n_heads, cell * 2, max(60, cell * 2)
     margin = dict(l=70, r=150, t=120, b=70)
     plot_w = heads_w + (gap + mlp_w if mlp_effects is not None else 0)
+    # The colour bar is at least 200 px tall (readable ticks) even for a 3-layer model: the bottom margin makes room.
+    bar_px = int(min(420, max(200, cell * n_layers)))
+    margin["b"] = max(70, bar_px + 20 - cell * n_layers)
     cols = 2 if mlp_effects is not None else 1
 
     def hover(kind: str, ci, extra: list[tuple[str, np.ndarray]]) -> tuple[np.ndarray | None, str]:
@@ -137,7 +140,7 @@ def head_heatmap(
         go.Heatmap(
             z=z, x=list(range(n_heads)), y=list(range(n_layers)), colorscale=scale, zmid=0, zmin=-peak, zmax=peak,
             colorbar=dict(title=dict(text=colorbar_title(name, sign), side="top"), tickformat=fmt, thickness=14,
-                          len=min(1.0, 420 / (cell * n_layers))),
+                          lenmode="pixels", len=bar_px, y=1, yanchor="top"),
             customdata=custom, hovertemplate="layer %{y}, head %{x}<br>" + lines + "<extra></extra>", name="heads",
         ),
         row=1, col=1,
