@@ -29,12 +29,16 @@ install: $(STAMP)
 		esac; \
 	done
 
-# Ends with one offline HTML page of what it computed (plus any figure/table results already in results/).
-# Ends with the seconds per stage of both commands (results/.demo/timings.json; docs/speed.md).
+# Ends with one offline HTML page of what it computed (plus any figure/table results already in results/): the key
+# heads of the four operations, then, on a few of the same pairs, their knockout curves, attention roles and views
+# and the logit lens (experiments/demo_method.py), so the page shows the whole method. plotly.js and circuitsvis are
+# one shared copy in results/identify/_assets/ (the page loads them by a relative path; `circuits report --inline`
+# embeds them instead). Ends with the seconds per stage of the three commands (results/.demo/timings.json).
 demo: $(STAMP)
 	rm -f results/.demo/timings.json
 	$(BIN)/circuits --timings results/.demo/timings.json identify --model smollm2 --task all --pairs 64 --out results/identify
-	$(BIN)/circuits --timings results/.demo/timings.json report results/identify $(wildcard results/fig*/ results/table*/) --out results/report.html
+	$(BIN)/python experiments/demo_method.py --identify-dir results/identify --out results/demo --timings results/.demo/timings.json
+	$(BIN)/circuits --timings results/.demo/timings.json report results/identify results/demo $(wildcard results/fig*/ results/table*/) --out results/report.html
 
 # The report alone, from everything under results/ (no model is run).
 report: $(STAMP)

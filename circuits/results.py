@@ -29,6 +29,8 @@ from circuits.io import TEMPORARY, OutputError, atomic_dir, read_json, real_path
 from circuits.timing import timed
 
 MARKER = "circuits.json"
+# the scripts (plotly.js, circuitsvis) the pages of a result folder, or of a folder of results, share
+ASSETS = "_assets"
 R = TypeVar("R", bound="Result")
 C = TypeVar("C", bound=Config)
 
@@ -105,7 +107,7 @@ def load_result(folder: str | Path) -> Result:
 # them holds) and the figures the experiment scripts' ``plot`` adds beside a saved result. A folder holding anything
 # else beside its result is not replaced.
 CIRCUITS_FILES = frozenset({
-    MARKER, "config.json", "summary.json", "pairs.jsonl", "sweep.pt", "edges.pt", "heads.html", "data.json",
+    MARKER, ASSETS, "config.json", "summary.json", "pairs.jsonl", "sweep.pt", "edges.pt", "heads.html", "data.json",
     "figure.html", "result.json", "screen.pt", "screen.html", "positions.pt", "neurons.pt", "circuit.html",
     "flow.html", "circuits_metrics.py", "figure_6c.html", "figure_overlap.html",
     *(f"figure-{t}.html" for t in ("addition", "subtraction", "multiplication", "division", "all")),
@@ -142,9 +144,11 @@ def _refusal(out: Path, shown: str | Path, kind: str, container: bool) -> str | 
     if found is None and result_type(kind).in_place and result_type(kind).unfinished(out):
         return None  # its own run, stopped before the result was saved: the same command resumes it
     if found is None and container:  # identify --task all: a folder of identify results, one per task
-        bad = [p for p in entries if p.is_symlink() or not p.is_dir() or detect_kind(p) != kind]
+        bad = [p for p in entries if p.name != ASSETS and (p.is_symlink() or not p.is_dir() or detect_kind(p) != kind)]
         if not bad:
             for p in entries:
+                if p.name == ASSETS:
+                    continue
                 why = _refusal(p, p, kind, False)
                 if why is not None:
                     return why

@@ -45,7 +45,7 @@ def plot(result: PerOperation, out: Path) -> Path:
     T.write_published(out, published(result))
     write_figure(overlap_figure(result.operations, result.overlap, f"Shared top-{len(next(iter(result.key_heads.values())))} "
                                                                     "key heads"), Path(out) / "figure_overlap.html")
-    return write_figure(heatmap_grid(result.head_effects, f"Head effects per operation ({result.metric})"),
+    return write_figure(heatmap_grid(result.head_effects, f"Head effects per operation ({result.metric})", result.metric),
                         Path(out) / "figure.html")
 
 

@@ -409,6 +409,16 @@ class PairSet:
     per_template: dict[str, dict[str, float]]
     few_shot: bool
 
+    def __repr__(self) -> str:
+        from circuits.viz.notebook import pairs_repr
+
+        return pairs_repr(self.pairs, self.accuracy)
+
+    def _repr_html_(self) -> str:
+        from circuits.viz.notebook import pairs_html
+
+        return pairs_html(self.pairs, self.accuracy)
+
     def __len__(self) -> int:
         return len(self.pairs)
 

@@ -8,8 +8,9 @@ operand or operator up to END, e.g. ``=``, ``equals to``, ``? A:``), the ``few_s
 :attr:`PromptPair.roles`, never from matching strings. Each prompt's roles sum to 1 per head (the
 softmax row); Figure 5 is their mean over prompts.
 
-:func:`attention_html` writes a standalone page of circuitsvis attention views (Figures 7, 16) with
-the JavaScript inlined, so it opens offline.
+:func:`attention_html` writes a standalone page of circuitsvis attention views (Figures 7, 16) that loads the
+circuitsvis bundle once (shared beside the results, or inlined), so it opens offline; in a notebook it displays as
+the views.
 """
 
 from __future__ import annotations
@@ -119,6 +120,38 @@ def role_attention(model: HookedTransformer, pairs: Sequence[PromptPair], heads:
     return RoleAttention(heads, ROLE_NAMES, per)
 
 
+class AttentionPage(str):
+    """The HTML of :func:`attention_html`: a ``str`` (write it, search it) that a notebook displays as the views
+    themselves, not as megabytes of text."""
+
+    def __repr__(self) -> str:
+        return f"<AttentionPage: {self.count('CircuitsVis.render(')} circuitsvis views, {len(self) / 1e6:.1f} MB of HTML>"
+
+    def _repr_html_(self) -> str:
+        return notebook_html(self)
+
+
+def notebook_html(page: str) -> str:
+    """A page of circuitsvis views as one notebook cell's HTML: an ``<iframe srcdoc>``, so the bundle and the views'
+    element ids stay apart from the notebook's and from other cells'."""
+    n = max(1, page.count("CircuitsVis.render("))
+    return (f"<iframe srcdoc=\"{html.escape(page, quote=True)}\" style='width:100%;height:{min(3200, 100 + 1000 * n)}px;"
+            f"border:1px solid #ddd' sandbox='allow-scripts'></iframe>")
+
+
+def shared_page(page: str, path: Path) -> str:
+    """``page`` with an inlined circuitsvis bundle replaced by the shared copy beside the results (relative path)."""
+    from circuits.viz.page import circuitsvis_bundle, script_tag
+
+    inlined = f"<script type='text/javascript'>{circuitsvis_bundle()}</script>"
+    return page.replace(inlined, script_tag("circuitsvis", path)) if inlined in page else page
+
+
+def visible_tokens(tokens: Sequence[str]) -> list[str]:
+    """Tokens as labels: spaces as '␣', newlines as '↵', tabs as '⇥', so a space-only token is not a blank label."""
+    return [str(t).replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") for t in tokens]
+
+
 @torch.no_grad()
 def attention_html(
     model: HookedTransformer,
@@ -127,14 +160,22 @@ def attention_html(
     path: str | Path | None = None,
     title: str = "Attention of key heads",
     last_tokens: int | None = None,
-) -> str:
+    *,
+    inline: bool | None = None,
+) -> AttentionPage:
     """A standalone HTML page: one circuitsvis ``attention_heads`` view per prompt for ``heads``
-    (Figures 7, 16). The JavaScript is inlined (``local_src``), so the file opens offline.
+    (Figures 7, 16), with the circuitsvis bundle loaded once for all of them. Written to ``path``, the bundle is the
+    shared copy in ``_assets/`` beside the results (:func:`circuits.viz.page.script_tag`; ``inline=True`` embeds
+    it); returned without ``path``, it is inlined so the page opens offline on its own.
 
-    ``last_tokens`` crops each view to the last positions (e.g. drop a long few-shot prefix).
+    ``last_tokens`` crops each view to the last positions (e.g. drop a long few-shot prefix); a cropped view's
+    tokens keep their position in the prompt (``27:␣+``), so they match the roles. Spaces show as '␣' and newlines as
+    '↵'; each prompt's header keeps its newlines.
     """
-    import circuitsvis as cv
+    from circuits.viz.page import CSS, Page, script_tag
 
+    heads = [Head(*h) for h in heads]
+    page = Page(title)
     parts = [f"<h1>{html.escape(title)}</h1>"]
     names = [f"L{l}H{h}" for l, h in heads]
     layers = sorted({l for l, _ in heads})
@@ -148,19 +189,21 @@ def attention_html(
             text = prompt
         _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in filt, stop_at_layer=max(layers) + 1)
         pat = torch.stack([cache[get_act_name("pattern", l)][0, h] for l, h in heads]).float().cpu()
-        strs = model.to_str_tokens(tokens[0])
-        if last_tokens:
-            pat = pat[:, -last_tokens:, -last_tokens:]
-            strs = strs[-last_tokens:]
-        view = cv.attention.attention_heads(attention=pat, tokens=list(strs), attention_head_names=names)
-        parts.append(f"<h3>{html.escape(text[-200:])}</h3>")
-        parts.append(view.local_src)
-    page = "<!DOCTYPE html><html><head><meta charset='utf-8'><title>{}</title></head><body>{}</body></html>".format(
-        html.escape(title), "\n".join(parts)
-    )
+        strs = visible_tokens(model.to_str_tokens(tokens[0]))
+        if last_tokens and last_tokens < len(strs):
+            start = len(strs) - last_tokens
+            pat = pat[:, start:, start:]
+            strs = [f"{start + i}:{t}" for i, t in enumerate(strs[start:])]
+        parts.append(f"<h3 class='prompt'>{html.escape(text[-300:])}</h3>")
+        parts.append(page.view("AttentionHeads", {"attention": pat.tolist(), "tokens": list(strs),
+                                                  "attentionHeadNames": names}))
+    inline = path is None if inline is None else inline
+    js = script_tag("circuitsvis", path, inline=inline)
+    out = AttentionPage("<!DOCTYPE html><html><head><meta charset='utf-8'><title>{}</title><style>{}</style>{}</head>"
+                        "<body>{}</body></html>".format(html.escape(title), CSS, js, "\n".join(parts)))
     if path is not None:
-        write_text(path, page)
-    return page
+        write_text(path, out)
+    return out
 
 
 def attention_roles(model: HookedTransformer, pairs: Sequence[PromptPair], heads: Sequence[Head], *,
@@ -195,6 +238,12 @@ class AttentionRoles(Result):
     config: RolesConfig
     heads: list[Head]
     by_operation: dict[str, dict[str, Any]]  # operation -> RoleAttention.to_json()
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
+        from circuits.viz.notebook import figure_bundle
+
+        return figure_bundle(self, include, exclude, **kwargs)
 
     def figure(self):
         from circuits.viz.figures import roles_panels
@@ -233,9 +282,13 @@ class AttentionViews(Result):
     prompts: list[str]
     page: str  # the HTML of :func:`attention_html`
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the views themselves (the page in an iframe)."""
+        return notebook_html(self.page)
+
     def _write(self, folder: Path) -> None:
         write_json(folder / "data.json", {"heads": [list(h) for h in self.heads], "prompts": self.prompts})
-        write_text(folder / "figure.html", self.page)
+        write_text(folder / "figure.html", shared_page(self.page, folder / "figure.html"))
 
     @classmethod
     def _read(cls, folder: Path, config: ViewsConfig) -> AttentionViews:

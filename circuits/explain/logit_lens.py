@@ -185,6 +185,12 @@ class LogitLens(Result):
     example: str = ""
     top_tokens: list[list[tuple[str, float]]] = field(default_factory=list)
 
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
+        from circuits.viz.notebook import figure_bundle
+
+        return figure_bundle(self, include, exclude, **kwargs)
+
     @property
     def writing_start(self) -> int | None:
         return writing_start(self.means["delta_C"], self.means["delta_other"])

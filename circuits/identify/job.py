@@ -114,6 +114,11 @@ def run(config: IdentifyConfig, out: str | Path, model: HookedTransformer | None
                               **({"device": D.use_devices(n_devices)} if D.is_distributed() else {}))
     tasks = list(OPERATIONS) if config.task == "all" else [config.task]
     folders = task_folders(config, out)
+    if config.task == "all" and D.is_main():  # one plotly.js in --out that every task's heads.html loads
+        from circuits.viz.page import shared_asset
+
+        out.mkdir(parents=True, exist_ok=True)
+        shared_asset("plotly", out / "index.html", default=out)
     results: dict[str, IdentifyResult] = {}
     for task in tasks:
         cfg = config.for_task(task)

@@ -60,6 +60,12 @@ class IdentifyResult(Result):
 
     # --- the one ranking --------------------------------------------------------------------------
 
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
+        from circuits.viz.notebook import figure_bundle
+
+        return figure_bundle(self, include, exclude, **kwargs)
+
     @property
     def key_rule(self) -> KeyRule:
         return KeyRule.parse(self.config.key_rule, tuple(self._custom()))
@@ -221,16 +227,18 @@ class IdentifyResult(Result):
             out["per_task"] = self.per_task
         return out
 
-    def figure(self, metric: str | Metric = "relative_logit"):
-        """Figure 2 for this task: every head and MLP by ``metric``, key heads boxed."""
+    def figure(self, metric: str | Metric | None = None):
+        """Figure 2 for this task: every head and MLP by ``metric`` (default: the key rule's), key heads boxed; red
+        is important whatever the metric's sign, and the hover also shows the key rule's metric when it differs."""
         from circuits.viz.figures import head_heatmap
 
         heads, mlps = self.effects(metric)
         m = self.metric(metric)
+        rule = self.metric(self.key_rule.metric)
         ci = self.intervals(m)
         unsure = self.uncertain()[0]
         return head_heatmap(
-            heads, mlps, percent=m.name in ("relative_logit", "fraction", "prob"), metric_label=m.doc,
+            heads, mlps, metric=m,
             title=(f"{self.task}: {self.config.mode} patching at END on {self.model_name} ({len(self.pairs)} "
                    f"pairs), {m.name}; boxed: key heads by {self.key_rule}"
                    + (f", dashed: uncertain (the {ci.level:.0%} interval crosses the threshold)" if unsure else "")),
@@ -238,6 +246,7 @@ class IdentifyResult(Result):
             head_ci=(ci.head_low, ci.head_high) if ci is not None else None,
             mlp_ci=(ci.mlp_low, ci.mlp_high) if ci is not None else None,
             uncertain=unsure,
+            also={rule.name: self.effects(rule)} if rule.name != m.name else None,
         )
 
     def _write(self, folder: Path) -> None:

@@ -87,6 +87,11 @@ class SweepResult(MetricLookup):
     mlps: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
 
+    def __repr__(self) -> str:  # one line, not the tensors (print(result) in a notebook)
+        L, H, n = self.head_logit.shape
+        return (f"<SweepResult: {self.mode} patching, {L} layers x {H} heads and {L} MLPs, {n} pairs"
+                f"{', custom ' + ', '.join(self.custom) if self.custom else ''}>")
+
     @property
     def head_logit(self) -> Float[Tensor, "layer head pair"]:
         return self.heads.logit

@@ -452,6 +452,12 @@ class KnockoutCurve:
         d["random_orders"] = [[list(h) for h in o[: max(self.ks)]] for o in self.random_orders]
         return d
 
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
+        from circuits.viz.notebook import figure_bundle
+
+        return figure_bundle(self, include, exclude, **kwargs)
+
     def figure(self):
         """Figure 3: accuracy and answer probability, effect-rank against random-rank heads."""
         from circuits.viz.figures import knockout_panels
@@ -528,6 +534,12 @@ class KnockoutResult(Result):
     curve: KnockoutCurve
     task: str = ""
     n_pairs: int = 0
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
+        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
+        from circuits.viz.notebook import figure_bundle
+
+        return figure_bundle(self, include, exclude, **kwargs)
 
     def figure(self):
         return self.curve.figure()

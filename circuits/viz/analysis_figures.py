@@ -12,7 +12,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from circuits.viz.figures import DIVERGING, _arr, knockout_figure
+from circuits.viz.figures import LEGEND, _arr, colorbar_title, importance_scale, knockout_figure, metric_info, wrap
 
 ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728"}
 
@@ -22,7 +22,7 @@ def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequ
     """Screen estimate (x) against the exact effect (y) of every head and MLP at END, with the diagonal."""
     s, e = _arr(screen), _arr(exact)
     fig = go.Figure()
-    for kind, color in (("head", "#1f77b4"), ("mlp", "#d62728")):
+    for kind, color in (("head", "#2ca02c"), ("mlp", "#ff7f0e")):  # kinds, not importance: neither red nor blue
         idx = [i for i, k in enumerate(kinds) if k == kind]
         fig.add_trace(go.Scatter(x=s[idx], y=e[idx], mode="markers", name=kind + "s", text=[labels[i] for i in idx],
                                  marker={"color": color, "size": 6, "opacity": 0.7},
@@ -38,24 +38,28 @@ def screen_figure(result: Any) -> go.Figure:
     """A :class:`~circuits.beyond.screen.result.ScreenResult`: screen vs exact at END (when audited), and the screen's
     estimates by layer and offset from END (the strongest head of each layer, and each MLP)."""
     heads, mlps = result.head_effects, result.mlp_effects
-    sign = -1 if result.metric in ("relative_logit", "logit_diff", "prob") else 1
+    name, sign, _ = metric_info(result.metric)
     L, H, K = heads.shape
     k_show = min(K, 12)
     flat = (heads * sign).nan_to_num(-np.inf)
     best = flat.argmax(1)  # [layer, offset]
     head_best = heads.gather(1, best[:, None]).squeeze(1)
-    panels = [("strongest head per layer", head_best[:, :k_show], best[:, :k_show]), ("MLP", mlps[:, :k_show], None)]
+    panels = [("strongest head per layer", head_best[:, :k_show], best[:, :k_show]), ("MLP, own scale", mlps[:, :k_show], None)]
     cols = 3 if result.exact_end else 2
     titles = [p[0] + " (screen)" for p in panels] + (["screen vs exact at END"] if cols == 3 else [])
     fig = make_subplots(rows=1, cols=cols, subplot_titles=titles, horizontal_spacing=0.08)
-    for c, (name, z, which) in enumerate(panels, 1):
+    for c, (_, z, which) in enumerate(panels, 1):
         zz = _arr(z)
         m = float(np.nanmax(np.abs(zz))) if zz.size else 1.0
         text = [[f"head {int(which[l, k])}" for k in range(zz.shape[1])] for l in range(L)] if which is not None else None
         fig.add_trace(go.Heatmap(z=zz, x=[f"END-{k}" if k else "END" for k in range(zz.shape[1])], y=list(range(L)),
-                                 colorscale=DIVERGING, zmid=0, zmin=-m or -1, zmax=m or 1, showscale=c == 1, text=text,
-                                 hovertemplate="layer %{y}, %{x}<br>%{text}<br>estimate %{z:.4g}<extra></extra>"), 1, c)
-        fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None, row=1, col=c)
+                                 colorscale=importance_scale(sign), zmid=0, zmin=-m or -1, zmax=m or 1, showscale=c == 1,
+                                 text=text, colorbar=dict(title=dict(text=colorbar_title(name, sign), side="top"),
+                                                          thickness=12, x=1.0, xanchor="left", len=0.6, y=1, yanchor="top"),
+                                 hovertemplate="layer %{y}, %{x}<br>" + ("%{text}<br>" if text else "") +
+                                 name + " estimate %{z:.4g}<extra></extra>"), 1, c)
+        fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None, dtick=1 if L <= 40 else 4,
+                         row=1, col=c)
     if cols == 3:
         ex = result.exact_end
         labels = [f"{l}.{h}" for l in range(L) for h in range(H)] + [f"MLP{l}" for l in range(L)]
@@ -67,37 +71,53 @@ def screen_figure(result: Any) -> go.Figure:
         fig.update_xaxes(title_text="screen", row=1, col=3)
         fig.update_yaxes(title_text="exact", row=1, col=3)
     sp = (result.audit or {}).get("spearman_end")
-    fig.update_layout(title=f"Attribution screen ({result.mode}, {result.metric})" +
-                      (f"; Spearman with the exact END engine {sp:.3f}" if sp is not None else ""), height=max(450, 18 * L + 150))
+    title = (f"Attribution screen ({result.mode}, {result.metric})" +
+             (f"; Spearman with the exact END engine {sp:.3f}" if sp is not None else ""))
+    # The legend goes under the plots and the colour bar to the right of them, so neither covers the other.
+    fig.update_layout(title=dict(text=wrap(title, 110)), height=max(480, 18 * L + 220), margin=dict(t=90, r=140, b=110),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.12, yanchor="top"))
     return fig
 
 
 def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, Sequence[int]], title: str,
-                metric: str = "effect", head_index: Any = None) -> go.Figure:
+                metric: Any = "fraction", head_index: Any = None, sign: int | None = None) -> go.Figure:
     """The information flow of Stolfo et al. (2023): activation-patching effect by layer (rows) and position
     (columns, the prompt's tokens up to END), for attention (the strongest head of each layer) and for the MLPs;
     the operand and operator positions (from the template roles) are marked."""
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("attention (strongest head per layer)", "MLP"), horizontal_spacing=0.06)
+    name, sign, _ = metric_info(metric, sign)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("attention (strongest head per layer)", "MLP (own scale, hover)"),
+                        horizontal_spacing=0.08)
     n_layers = _arr(mlps).shape[0]
-    x = [f"{i}:{t!r}" for i, t in enumerate(tokens)]
+    x = [f"{i}:{visible_token(t)}" for i, t in enumerate(tokens)]
     for c, z in enumerate((heads, mlps), 1):
         zz = _arr(z)
         m = float(np.nanmax(np.abs(zz))) or 1.0
         text = ([[f"head {int(head_index[l][k])}" for k in range(zz.shape[1])] for l in range(n_layers)]
                 if c == 1 and head_index is not None else None)
-        fig.add_trace(go.Heatmap(z=zz, x=x, y=list(range(n_layers)), colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m,
-                                 showscale=c == 2, colorbar={"title": metric}, text=text,
+        fig.add_trace(go.Heatmap(z=zz, x=x, y=list(range(n_layers)), colorscale=importance_scale(sign), zmid=0,
+                                 zmin=-m, zmax=m, showscale=c == 1, text=text,
+                                 colorbar=dict(title=dict(text=colorbar_title(name, sign), side="top"), thickness=12,
+                                               x=1.01, xanchor="left", len=0.6, y=1, yanchor="top"),
                                  hovertemplate="layer %{y}, token %{x}<br>" + ("%{text}<br>" if text else "") +
-                                 "effect %{z:.4g}<extra></extra>"), 1, c)
+                                 name + " %{z:.4g}<extra></extra>"), 1, c)
         for role, positions in roles.items():
             for p in positions:
                 if 0 <= p < len(tokens):
                     fig.add_vline(x=p, line={"color": ROLE_COLORS.get(role, "black"), "width": 1, "dash": "dot"}, row=1, col=c)
-        fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None, row=1, col=c)
+        fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None,
+                         dtick=1 if n_layers <= 40 else 4, row=1, col=c)
     for role, color in ROLE_COLORS.items():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line={"color": color, "dash": "dot"}, name=f"{role} position"))
-    fig.update_layout(title=title, height=max(450, 18 * n_layers + 160), width=max(900, 60 * len(tokens) + 300))
+    width = max(900, 60 * len(tokens) + 300)
+    fig.update_layout(title=dict(text=wrap(title, width // 9)), height=max(480, 18 * n_layers + 260), width=width,
+                      margin=dict(t=100, r=140, b=160), xaxis_tickangle=-60, xaxis2_tickangle=-60,
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top"))
     return fig
+
+
+def visible_token(t: str) -> str:
+    """A token as a label: spaces as '␣', newlines as '↵', tabs as '⇥' (a space-only token is not blank)."""
+    return str(t).replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥")
 
 
 def neuron_share_figure(curves: dict[str, Sequence[float]], title: str) -> go.Figure:
@@ -120,16 +140,21 @@ def neuron_knockout_figure(shares: Sequence[float], top: Sequence[float], random
     x = [100 * s for s in shares]
     fig = go.Figure([go.Scatter(x=x, y=list(top), mode="lines+markers", name="top neurons by effect", line={"color": "crimson"}),
                      go.Scatter(x=x, y=list(random), mode="lines+markers", name="random neurons", line={"color": "gray"})])
-    fig.add_hline(y=whole, line={"color": "black", "dash": "dash"}, annotation_text="whole MLPs knocked out")
-    fig.add_hline(y=none, line={"color": "green", "dash": "dot"}, annotation_text="nothing knocked out")
+    fig.add_hline(y=whole, line={"color": "black", "dash": "dash"}, annotation_text="whole MLPs knocked out",
+                  annotation_position="bottom left")  # opposite ends: apart when the two accuracies are close
+    fig.add_hline(y=none, line={"color": "green", "dash": "dot"}, annotation_text="nothing knocked out",
+                  annotation_position="top right")
     fig.update_layout(title=title, xaxis_title="% of each key MLP's neurons knocked out", yaxis_title="accuracy", xaxis_type="log")
     return fig
 
 
-def circuit_graph(edges: Sequence[tuple], layers: dict[str, float], title: str, metric: str = "effect") -> go.Figure:
+def circuit_graph(edges: Sequence[tuple], layers: dict[str, float], title: str, metric: Any = "fraction",
+                  sign: int | None = None) -> go.Figure:
     """A circuit as a layered graph: nodes placed by layer (left to right: senders -> key heads -> MLPs -> logits),
-    edges ``(sender, receiver, value[, channel])`` coloured by sign (red: negative) and sized by magnitude; hover an
+    edges ``(sender, receiver, value[, channel])`` coloured by ``metric``'s important direction (red, as in every
+    effect figure) and sized by magnitude; hover an
     edge's midpoint for its value and the receiver's input (q, k or v) it enters."""
+    name, sign, _ = metric_info(metric, sign)
     edges = [(e[0], e[1], e[2], e[3] if len(e) > 3 else "") for e in edges]
     names = list(dict.fromkeys([e[0] for e in edges] + [e[1] for e in edges]))
     by_x: dict[float, list[str]] = {}
@@ -145,7 +170,7 @@ def circuit_graph(edges: Sequence[tuple], layers: dict[str, float], title: str, 
     for a, b, v, ch in edges:
         (x0, y0), (x1, y1) = pos[a], pos[b]
         fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
-                                 line={"width": 1 + 7 * abs(v) / peak, "color": "#d62728" if v < 0 else "#1f77b4"},
+                                 line={"width": 1 + 7 * abs(v) / peak, "color": "#d62728" if v * sign > 0 else "#1f77b4"},
                                  opacity=0.35 + 0.6 * abs(v) / peak))
         mids_x.append((x0 + x1) / 2)
         mids_y.append((y0 + y1) / 2)
@@ -156,7 +181,7 @@ def circuit_graph(edges: Sequence[tuple], layers: dict[str, float], title: str, 
                              textposition="top center", marker={"size": 14, "color": ["#444" if n == "logits" else
                                                                                       "#ff7f0e" if n.startswith("MLP") else "#2ca02c" for n in names]},
                              hovertemplate="%{text}<extra></extra>", showlegend=False))
-    fig.update_layout(title=title + f" ({metric}; blue: positive, red: negative)", xaxis_title="layer",
+    fig.update_layout(title=wrap(title + f" ({name}; {LEGEND}, blue: the other way)", 110), xaxis_title="layer",
                       yaxis={"visible": False}, height=600)
     return fig
 

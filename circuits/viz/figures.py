@@ -1,12 +1,14 @@
 """The figures of every step (Figures 2-7, 15): each function takes tensors or lists and labels and returns a
-``go.Figure``; nothing global is changed. Diverging scales are centred at 0. The experiment scripts, the
-result objects and the report draw with these same functions. Save with :func:`write_figure` (plotly.js
-inlined, so the page opens offline)."""
+``go.Figure``; nothing global is changed. Diverging scales are centred at 0, and in every effect figure **red
+is important** (:func:`importance_scale` orients the scale by the metric's sign; the colour bar names the metric and
+says so). The experiment scripts, the result objects and the report draw with these same functions. Save with
+:func:`write_figure` (plotly.js shared once per results folder by a relative path, so the page opens offline)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -18,94 +20,169 @@ from circuits.io import write_text
 
 
 DIVERGING = "RdBu"
+IMPORTANT = "red"  # one colour for "important" in every effect figure, whatever the metric's sign
+LEGEND = "red: important"
 
 
-def write_figure(fig: go.Figure, path: str | Path) -> Path:
-    """A self-contained HTML file (plotly.js embedded: opens offline), written atomically."""
-    return write_text(path, fig.to_html(include_plotlyjs=True, full_html=True))
+def importance_scale(sign: int) -> str:
+    """The diverging colour scale that paints a metric's important direction red: ``RdBu`` runs red (low) to blue
+    (high), so a metric where a drop is important (``sign=-1``, e.g. ``relative_logit``) keeps it and one where a
+    large value is important (``sign=+1``, e.g. ``fraction``) reverses it."""
+    return DIVERGING if sign < 0 else DIVERGING + "_r"
+
+
+def metric_info(metric: Any, sign: int | None = None, label: str | None = None) -> tuple[str, int, str]:
+    """(name, important sign, meaning) of ``metric`` (a name or a :class:`~circuits.patching.metrics.Metric`);
+    ``sign``/``label`` override. An unknown name keeps ``sign`` (default +1) and says only its name."""
+    from circuits.patching.metrics import METRICS, Metric
+
+    m = metric if isinstance(metric, Metric) else METRICS.get(str(metric))
+    name = m.name if m is not None else str(metric)
+    return name, (sign if sign is not None else m.sign if m is not None else 1), (label or (m.doc if m else name))
+
+
+def colorbar_title(name: str, sign: int) -> str:
+    """A colour bar's title: the metric's name and the convention, short enough not to squeeze the plot."""
+    return f"{name}<br><sup>{LEGEND}<br>({'high' if sign > 0 else 'low'} = important)</sup>"
+
+
+def wrap(text: str, width: int = 90) -> str:
+    """``text`` broken into lines of at most ``width`` characters with ``<br>`` (plotly titles do not wrap)."""
+    import textwrap
+
+    return "<br>".join(textwrap.wrap(text, width)) or text
+
+
+def write_figure(fig: go.Figure, path: str | Path, *, inline: bool = False) -> Path:
+    """An HTML file of ``fig``, written atomically. plotly.js is not inlined but shared: one copy per results folder
+    (:func:`circuits.viz.page.shared_asset`, a relative path, so the page still opens offline); ``inline=True``
+    embeds it (a single file that can be mailed alone, 4.7 MB heavier)."""
+    from circuits.viz.page import script_tag
+
+    path = Path(path)
+    js = script_tag("plotly", path, inline=inline)
+    body = fig.to_html(include_plotlyjs=False, full_html=False, config={"displaylogo": False})
+    return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'>{js}</head><body>{body}</body></html>")
 
 
 def _arr(x) -> np.ndarray:
     return np.asarray(x.tolist() if hasattr(x, "tolist") else x, dtype=float)
 
 
+def _cell_px(n_rows: int, n_cols: int) -> int:
+    """Side of a square heatmap cell in pixels: 24 for small models, down to 10 so 80 layers x 64 heads still fit."""
+    return int(max(10, min(24, 900 // max(n_cols, 1), 1100 // max(n_rows, 1))))
+
+
 def head_heatmap(
     head_effects: Float[Tensor, "layer head"],
     mlp_effects: Float[Tensor, " layer"] | None = None,
     *,
-    title: str = "Effect of patching each head and MLP at END",
-    metric_label: str = "relative change of the answer logit",
-    percent: bool = True,
+    metric: Any = "fraction",
+    title: str | None = None,
+    metric_label: str | None = None,
+    sign: int | None = None,
+    percent: bool | None = None,
     key_heads: list[tuple[int, int]] | None = None,
     head_ci: tuple | None = None,
     mlp_ci: tuple | None = None,
     uncertain: list[tuple[int, int]] | None = None,
+    also: dict[str, tuple] | None = None,
 ) -> go.Figure:
     """Layer-by-head heatmap with an MLP column (the paper's Figure 2), diverging scale centred at 0.
 
-    Red is a negative effect (the answer drops), blue a positive one. The MLP column has its own
-    colour scale (MLP effects are several times larger than head effects, and a shared scale would
-    wash the heads out); hovering any cell shows its layer, head and exact effect, and with ``head_ci``/``mlp_ci``
-    (low, high) its bootstrap confidence interval; ``uncertain`` heads get a dashed box.
+    ``metric`` names what the effects are (default ``fraction``, the default of ``effects()``; a name or a
+    :class:`~circuits.patching.metrics.Metric`): its name labels the colour bar and the hover, and its sign orients
+    the colours so that **red is important** in every figure (for ``fraction`` a large positive share, for
+    ``relative_logit`` a drop of the answer logit). ``metric_label`` (the metric's meaning) is the subtitle. Cells
+    are square; the MLP column has its own colour scale (MLP effects are several times larger than head effects).
+    Hovering any cell shows its layer, head and effect, with ``head_ci``/``mlp_ci`` (low, high) its bootstrap
+    interval, and with ``also`` (``{metric name: (head effects, mlp effects)}``) those metrics too (e.g. the one
+    that boxes a head, when the colours show another); ``key_heads`` are boxed, ``uncertain`` ones dashed.
     """
+    name, sign, meaning = metric_info(metric, sign, metric_label)
+    if percent is None:
+        percent = name in ("relative_logit", "fraction", "prob")
     n_layers, n_heads = head_effects.shape
-    z = head_effects.detach().float().cpu().numpy()
-    peak = float(abs(z).max()) or 1.0
+    z = _arr(head_effects.detach().float().cpu())
+    peak = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
     fmt = ".2%" if percent else ".4g"
+    scale = importance_scale(sign)
+    cell = _cell_px(n_layers, n_heads + 1)
+    heads_w, mlp_w, gap = cell * n_heads, cell * 2, max(60, cell * 2)
+    margin = dict(l=70, r=150, t=120, b=70)
+    plot_w = heads_w + (gap + mlp_w if mlp_effects is not None else 0)
+    # The colour bar is at least 200 px tall (readable ticks) even for a 3-layer model: the bottom margin makes room.
+    bar_px = int(min(420, max(200, cell * n_layers)))
+    margin["b"] = max(70, bar_px + 20 - cell * n_layers)
     cols = 2 if mlp_effects is not None else 1
-    fig = make_subplots(rows=1, cols=cols, column_widths=[0.9, 0.1][:cols] if cols == 2 else [1.0],
-                        shared_yaxes=True, horizontal_spacing=0.02,
-                        subplot_titles=("heads", "MLP (own scale)")[:cols])
+
+    def hover(kind: str, ci, extra: list[tuple[str, np.ndarray]]) -> tuple[np.ndarray | None, str]:
+        layers = [ci[0], ci[1]] if ci is not None else []
+        data = [_arr(x) for x in layers] + [a for _, a in extra]
+        lines = [f"{name} %{{z:{fmt}}}"]
+        k = 0
+        if ci is not None:
+            lines.append(f"CI [%{{customdata[0]:{fmt}}}, %{{customdata[1]:{fmt}}}]")
+            k = 2
+        for j, (n, _) in enumerate(extra):
+            lines.append(f"{n} %{{customdata[{k + j}]:{'.2%' if n in ('relative_logit', 'fraction', 'prob') else '.4g'}}}")
+        custom = np.stack(data, -1) if data else None
+        return custom, "<br>".join(lines)
+
+    extra_h = [(n, _arr(v[0])) for n, v in (also or {}).items() if n != name]
+    extra_m = [(n, _arr(v[1])[:, None]) for n, v in (also or {}).items() if n != name and v[1] is not None]
+    fig = make_subplots(rows=1, cols=cols, column_widths=[heads_w, mlp_w][:cols], shared_yaxes=True,
+                        horizontal_spacing=gap / plot_w if cols == 2 else 0.0,
+                        subplot_titles=("heads", "MLPs<br>(own scale)")[:cols])
+    custom, lines = hover("head", head_ci, extra_h)
     fig.add_trace(
         go.Heatmap(
-            z=z,
-            x=list(range(n_heads)),
-            y=list(range(n_layers)),
-            colorscale=DIVERGING,
-            zmid=0,
-            zmin=-peak,
-            zmax=peak,
-            colorbar=dict(title=metric_label, tickformat=fmt),
-            customdata=np.stack([_arr(head_ci[0]), _arr(head_ci[1])], -1) if head_ci is not None else None,
-            hovertemplate="layer %{y}, head %{x}<br>effect %{z:" + fmt + "}"
-            + ("<br>CI [%{customdata[0]:" + fmt + "}, %{customdata[1]:" + fmt + "}]" if head_ci is not None else "")
-            + "<extra></extra>",
-            name="heads",
+            z=z, x=list(range(n_heads)), y=list(range(n_layers)), colorscale=scale, zmid=0, zmin=-peak, zmax=peak,
+            colorbar=dict(title=dict(text=colorbar_title(name, sign), side="top"), tickformat=fmt, thickness=14,
+                          lenmode="pixels", len=bar_px, y=1, yanchor="top"),
+            customdata=custom, hovertemplate="layer %{y}, head %{x}<br>" + lines + "<extra></extra>", name="heads",
         ),
-        row=1,
-        col=1,
+        row=1, col=1,
     )
     if mlp_effects is not None:
-        m = mlp_effects.detach().float().cpu().numpy()[:, None]
-        mlp_peak = float(abs(m).max()) or 1.0
+        m = _arr(mlp_effects.detach().float().cpu())[:, None]
+        mlp_peak = float(np.nanmax(np.abs(m))) if np.isfinite(m).any() else 1.0
+        ci = (_arr(mlp_ci[0])[:, None], _arr(mlp_ci[1])[:, None]) if mlp_ci is not None else None
+        custom, lines = hover("mlp", ci, extra_m)
         fig.add_trace(
             go.Heatmap(
-                z=m,
-                x=["MLP"],
-                y=list(range(n_layers)),
-                colorscale=DIVERGING,
-                zmid=0,
-                zmin=-mlp_peak,
-                zmax=mlp_peak,
-                showscale=False,
-                customdata=np.stack([_arr(mlp_ci[0]), _arr(mlp_ci[1])], -1)[:, None, :] if mlp_ci is not None else None,
-                hovertemplate="layer %{y}, MLP<br>effect %{z:" + fmt + "}"
-                + ("<br>CI [%{customdata[0]:" + fmt + "}, %{customdata[1]:" + fmt + "}]" if mlp_ci is not None else "")
-                + "<extra></extra>",
-                name="MLPs",
+                z=m, x=["MLP"], y=list(range(n_layers)), colorscale=scale, zmid=0, zmin=-mlp_peak, zmax=mlp_peak,
+                showscale=False, customdata=custom,
+                hovertemplate="layer %{y}, MLP<br>" + lines + "<extra></extra>", name="MLPs",
             ),
-            row=1,
-            col=2,
+            row=1, col=2,
         )
+        # No zoom handles on the MLP column: its drag layer would otherwise reach over the last head column.
+        fig.update_xaxes(fixedrange=True, row=1, col=2)
+        fig.update_yaxes(fixedrange=True, showticklabels=False, row=1, col=2)
     for layer, head in key_heads or []:
         fig.add_shape(type="rect", x0=head - 0.5, x1=head + 0.5, y0=layer - 0.5, y1=layer + 0.5,
                       line=dict(color="black", width=2), row=1, col=1)
     for layer, head in uncertain or []:
         fig.add_shape(type="rect", x0=head - 0.4, x1=head + 0.4, y0=layer - 0.4, y1=layer + 0.4,
                       line=dict(color="black", width=1, dash="dot"), row=1, col=1)
-    fig.update_xaxes(title_text="head", dtick=1 if n_heads <= 16 else 4, row=1, col=1)
-    fig.update_yaxes(title_text="layer", autorange="reversed", row=1, col=1)
-    fig.update_layout(title=title, height=max(400, 22 * n_layers + 150), width=max(500, 40 * n_heads + 300))
+    step = 1 if n_heads * 1.0 <= plot_w / 18 else max(1, int(np.ceil(18 * n_heads / heads_w)))
+    fig.update_xaxes(title_text="head", dtick=step, tickangle=0, row=1, col=1)
+    fig.update_yaxes(title_text="layer", autorange="reversed", dtick=1 if n_layers <= 40 else 4, row=1, col=1)
+    text = title if title is not None else f"Effect of patching each head and MLP at END ({name})"
+    width = max(plot_w + margin["l"] + margin["r"], 480)
+    head_text, sub_text = wrap(text, max(40, width // 8)), wrap(meaning, max(40, width // 7))
+    # Room above the plot for every title line, the subtitle and the two-line subplot titles, so none overlap.
+    margin["t"] = 20 * (head_text.count("<br>") + 1) + 16 * (sub_text.count("<br>") + 1) + 76
+    fig.update_layout(
+        title=dict(text=head_text, subtitle=dict(text=sub_text, font=dict(size=12, color="#555")),
+                   x=0.01, xanchor="left", xref="container", y=1 - 26 / (cell * n_layers + margin["t"] + margin["b"]),
+                   yanchor="top", yref="container",
+                   font=dict(size=15)),
+        height=cell * n_layers + margin["t"] + margin["b"], width=width, margin=margin,
+        modebar=dict(orientation="v"),  # down the right edge: a narrow figure's title stays uncovered on hover
+    )
     return fig
 
 
@@ -133,10 +210,16 @@ def before_after_figure(names: Sequence[str], before: Sequence[float], after: Se
     return fig
 
 
+# One colour per token role in every figure and every panel (the operands as in the information-flow figure).
+ROLE_COLOURS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728", "answer_prefix": "#9467bd",
+                "few_shot": "#bcbd22", "other": "#c7c7c7"}
+
+
 def roles_figure(head_labels: Sequence[str], roles: Sequence[str], mean, title: str) -> go.Figure:
     """Figure 5: END-row attention per role (stacked, sums to 1) for each head."""
     m = _arr(mean)
-    fig = go.Figure([go.Bar(x=list(head_labels), y=m[:, j], name=r) for j, r in enumerate(roles)])
+    fig = go.Figure([go.Bar(x=list(head_labels), y=m[:, j], name=r, marker_color=ROLE_COLOURS.get(r),
+                            hovertemplate="head %{x}<br>" + r + " %{y:.1%}<extra></extra>") for j, r in enumerate(roles)])
     fig.update_layout(title=title, barmode="stack", yaxis_title="mean attention from END", xaxis_title="head")
     return fig
 
@@ -169,14 +252,19 @@ def overlap_figure(labels: Sequence[str], matrix, title: str) -> go.Figure:
     return fig
 
 
-def heatmap_grid(panels: dict[str, object], title: str) -> go.Figure:
-    """Figure 15 (left): one layer-by-head effect heatmap per task, on a shared scale centred at 0."""
+def heatmap_grid(panels: dict[str, object], title: str, metric: Any = "relative_logit", sign: int | None = None) -> go.Figure:
+    """Figure 15 (left): one layer-by-head effect heatmap per task, on a shared scale centred at 0, in percent of
+    ``metric`` (red: important)."""
+    name, sign, _ = metric_info(metric, sign)
     arrs = {k: _arr(v) * 100 for k, v in panels.items()}
     m = max(float(np.nanmax(np.abs(a))) for a in arrs.values()) or 1.0
     fig = make_subplots(rows=1, cols=len(arrs), subplot_titles=list(arrs), shared_yaxes=True)
     for i, a in enumerate(arrs.values()):
-        fig.add_trace(go.Heatmap(z=a, colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m, showscale=i == 0, colorbar={"title": "%"}), 1, i + 1)
-    fig.update_layout(title=title)
+        fig.add_trace(go.Heatmap(z=a, colorscale=importance_scale(sign), zmid=0, zmin=-m, zmax=m, showscale=i == 0,
+                                 colorbar={"title": {"text": colorbar_title(name + ", %", sign), "side": "top"}},
+                                 hovertemplate="layer %{y}, head %{x}<br>" + name + " %{z:.2f}%<extra></extra>"), 1, i + 1)
+    fig.update_yaxes(autorange="reversed", row=1, col=1)
+    fig.update_layout(title=wrap(title, 110), margin=dict(r=140))
     return fig
 
 
@@ -206,7 +294,11 @@ def roles_panels(by_operation: dict[str, dict], title: str = "END-row attention 
             tr.showlegend = i == 0
             tr.legendgroup = tr.name
             fig.add_trace(tr, i + 1, 1)
-    fig.update_layout(barmode="stack", title=title, height=300 * len(ops))
+    fig.update_layout(barmode="stack", title=wrap(title, 100), height=max(480, 300 * len(ops)), margin=dict(b=140),
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.32 if len(ops) == 1 else -0.06,
+                                  yanchor="top", title_text="role"))
+    fig.update_xaxes(title_text="head (layer.head)", row=len(ops), col=1)
+    fig.update_yaxes(title_text="attention from END", range=[0, 1])
     return fig
 
 

@@ -1,12 +1,18 @@
-"""The pieces of a report page: one HTML document whose plotly figures and circuitsvis views share one inlined
-copy of their JavaScript, so the page opens offline; tables and config blocks; reading circuitsvis views back
-from a saved attention page."""
+"""The pieces of a report page: one HTML document whose plotly figures and circuitsvis views share one copy of
+their JavaScript, so the page opens offline; tables and config blocks; reading circuitsvis views back from a saved
+attention page.
+
+The JavaScript (plotly.js, 4.7 MB; the circuitsvis bundle, 1.3 MB) is either inlined once per page or, by default
+for files, written once into an ``_assets/`` folder beside the results and loaded by a relative path
+(:func:`script_tag`): every ``heads.html``, ``figure.html`` and the report then share one copy, still offline, never
+a CDN. The report walks past ``_``-prefixed folders, so ``_assets`` is never taken for a result."""
 
 from __future__ import annotations
 
 import datetime
 import html
 import json
+import os
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -54,8 +60,9 @@ class Page:
 
     def figure(self, fig: go.Figure) -> str:
         self.n_figures += 1
-        return fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{self.n_figures}",
-                           config={"displaylogo": False, "responsive": True})
+        # A figure wider than the page (the information flow of a long prompt) scrolls inside its box, never cut.
+        return "<div class='fig'>" + fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{self.n_figures}",
+                                                 config={"displaylogo": False, "responsive": True}) + "</div>"
 
     def view(self, component: str, props: dict[str, Any]) -> str:
         """A circuitsvis component, rendered by the bundle inlined once in the page head."""
@@ -68,25 +75,91 @@ class Page:
     def add(self, anchor: str, heading: str, body: str) -> None:
         self.sections.append((anchor, heading, body))
 
-    def render(self, inputs: Sequence[str]) -> str:
+    def render(self, inputs: Sequence[str], out: str | Path | None = None, *, inline: bool = True,
+               roots: Sequence[str | Path] = ()) -> str:
+        """The page's HTML. With ``inline`` the JavaScript is embedded (a single file); else, for a page written to
+        ``out``, loaded from the shared ``_assets`` copy (see :func:`script_tag`; ``roots``: folders whose copy may
+        be reused)."""
+        if out is None:
+            inline = True
         scripts = []
         if self.n_figures:
-            from plotly.offline import get_plotlyjs
-
-            scripts.append(f"<script type='text/javascript'>{get_plotlyjs()}</script>")
+            scripts.append(script_tag("plotly", out, inline=inline, roots=roots, default=Path(out or ".").parent))
         if self.n_views:
-            scripts.append(f"<script type='text/javascript'>{circuitsvis_bundle()}</script>")
+            scripts.append(script_tag("circuitsvis", out, inline=inline, roots=roots, default=Path(out or ".").parent))
         toc = "".join(f"<li><a href='#{a}'>{_e(h)}</a></li>" for a, h, _ in self.sections)
         body = "".join(f"<section id='{a}'><h2>{_e(h)}</h2>{b}</section>" for a, h, b in self.sections)
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         ins = "".join(f"<code>{_e(i)}</code> " for i in inputs)
+        where = ("The page is self-contained and opens offline." if inline else
+                 "The page opens offline; its JavaScript is the shared copy in <code>_assets/</code> beside the results "
+                 "(keep them together, or rebuild with <code>--inline</code> for a single file).")
         return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>{GENERATOR}<title>{_e(self.title)}</title>"
                 f"<meta name='viewport' content='width=device-width, initial-scale=1'><style>{CSS}</style>"
                 f"{''.join(scripts)}</head><body><header><h1>{_e(self.title)}</h1>"
                 f"<p class='meta'>Built {when} by <code>circuits report</code> from {ins}; no model was run. "
-                f"The page is self-contained and opens offline.</p><nav><ol>{toc}</ol></nav></header>"
+                f"{where}</p><nav><ol>{toc}</ol></nav></header>"
                 f"{body}<footer>circuits: find, explain and precisely fine-tune the components that do arithmetic "
                 f"(Zhang et al., ICML 2024).</footer></body></html>")
+
+
+from circuits.results import ASSETS  # noqa: E402  (the folder name the output checks know)
+
+
+def _asset(name: str) -> tuple[str, Any]:
+    """The versioned file name of a shared script and a function giving its text."""
+    if name == "plotly":
+        import plotly
+        from plotly.offline import get_plotlyjs
+
+        return f"plotly-{plotly.__version__}.min.js", get_plotlyjs
+    if name == "circuitsvis":
+        import circuitsvis
+
+        return f"circuitsvis-{getattr(circuitsvis, '__version__', 'x')}.js", circuitsvis_bundle
+    raise ValueError(f"unknown script {name!r}; known: plotly, circuitsvis")
+
+
+def _in_result_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a result folder, or the temporary sibling a result is being written into."""
+    return (folder.name.startswith(".") and "-tmp-" in folder.name) or any(
+        (folder / f).is_file() for f in ("circuits.json", "config.json"))
+
+
+def shared_asset(name: str, page: str | Path, *, roots: Sequence[str | Path] = (), default: str | Path | None = None) -> Path:
+    """Where the shared copy of script ``name`` (``plotly`` or ``circuitsvis``) for ``page`` lies, written there if
+    it is not yet: the first of the page's folder and its three parents, then ``roots``, that already holds
+    ``_assets/<file>`` (read, never written); else ``default``, by default the page's own folder -- a job writes only
+    under its ``--out``: ``circuits identify --task all`` puts one copy in its ``--out`` first, so that every task's
+    page shares it."""
+    file, text = _asset(name)
+    here = Path(page).resolve().parent
+    candidates = [here, *list(here.parents)[:3], *(Path(r).resolve() for r in roots)]
+    for c in candidates:
+        if (c / ASSETS / file).is_file():
+            return c / ASSETS / file
+    if default is None:
+        default = here
+    path = Path(default).resolve() / ASSETS / file
+    from circuits.io import write_text
+
+    write_text(path, text())
+    return path
+
+
+def script_tag(name: str, page: str | Path | None, *, inline: bool = False, roots: Sequence[str | Path] = (),
+               default: str | Path | None = None) -> str:
+    """The ``<script>`` that loads ``name`` into ``page``: inlined, or the shared copy by a relative path. The page
+    is written into a temporary sibling of its folder and renamed, so the path is taken from where it will end."""
+    if inline or page is None:
+        text = _asset(name)[1]()
+        return f"<script type='text/javascript'>{text}</script>"
+    page = Path(page)
+    # A page written into a temporary sibling of its folder keeps its links when renamed: a copy inside the folder moves
+    # with it, and one outside is as far from the sibling as from the folder.
+    here = page.resolve().parent
+    src = Path(os.path.relpath(shared_asset(name, page, roots=roots, default=default), here)).as_posix()
+    return f"<script type='text/javascript' src='{_e(src)}'></script>"
 
 
 GENERATOR = "<meta name='generator' content='circuits report'>"  # lets a later report replace this file, and nothing else
@@ -99,7 +172,7 @@ padding:.5em .8em;color:#555}details.config{font-size:.85em;color:#555;margin:.3
 details.config pre{background:#f7f7f7;padding:.6em;max-height:20em;overflow:auto}
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px solid #ddd;padding:.25em .6em;
 text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
-.cv-view{margin:.4em 0 1.2em}code{background:#f3f3f3;padding:0 .2em}footer{margin-top:3em;color:#888;font-size:.85em}
+.cv-view{margin:.4em 0 1.2em}div.fig{overflow-x:auto;max-width:100%}h3.prompt{white-space:pre-wrap;font-size:.95em;background:#fafafa;padding:.3em .5em}code{background:#f3f3f3;padding:0 .2em}footer{margin-top:3em;color:#888;font-size:.85em}
 """
 
 
@@ -115,14 +188,14 @@ def circuitsvis_bundle() -> str:
     return re.sub(r"//# sourceMappingURL=\S+", "", bundle).replace("</script", "<\\/script")
 
 
-_RENDER = re.compile(r'CircuitsVis\.render\(\s*"[^"]+",\s*CircuitsVis\.(\w+),\s*(\{.*?\})\s*\)\s*</script>', re.S)
+_RENDER = re.compile(r'CircuitsVis\.render\(\s*"[^"]+",\s*CircuitsVis\.(\w+),\s*(\{.*?\})\s*\);?\s*</script>', re.S)
 
 
 def parse_views(page: str) -> list[tuple[str, str, dict[str, Any]]]:
     """(caption, component, props) of each circuitsvis view in a page written by
     :func:`circuits.explain.attention.attention_html` (a caption is the ``<h3>`` before the view)."""
     views = []
-    for chunk in page.split("<h3>")[1:]:
+    for chunk in re.split(r"<h3(?:\s[^>]*)?>", page)[1:]:
         caption = html.unescape(chunk.split("</h3>", 1)[0])
         for m in _RENDER.finditer(chunk):
             views.append((caption, m.group(1), json.loads(m.group(2))))

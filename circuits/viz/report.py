@@ -4,10 +4,11 @@ Nothing here runs a model: :func:`collect` walks the given folders and loads eve
 own class (:func:`circuits.results.load_result`, dispatching on the result's ``kind``), and
 :func:`build_report` renders one section per step of the method (Figures 2-7 and 15, Table 1), each with a
 sentence saying what it shows and the config that made it; a section with nothing in the inputs says so and
-how to make it. A folder that holds a result which cannot be read is named with the reason.
+how to make it (all such sections once, grouped at the end). A folder that holds a result which cannot be read is
+named with the reason.
 
-The page opens offline: plotly.js and the circuitsvis bundle are inlined once each (not per figure),
-and every figure only carries its data.
+The page opens offline: plotly.js and the circuitsvis bundle are loaded once each (not per figure) from the
+shared ``_assets/`` copy beside the results, or inlined with ``inline=True``; every figure only carries its data.
 """
 
 from __future__ import annotations
@@ -96,28 +97,41 @@ def collect(paths: Iterable[str | Path]) -> tuple[list[Found], list[Path], list[
     return list(unique.values()), unknown, broken
 
 
-def build_report(paths: Sequence[str | Path], title: str = "circuits report") -> str:
-    """The report's HTML for the results under ``paths``; raises ValueError when none can be read."""
+def build_report(paths: Sequence[str | Path], title: str = "circuits report", *, out: str | Path | None = None,
+                 inline: bool | None = None) -> str:
+    """The report's HTML for the results under ``paths``; raises ValueError when none can be read.
+
+    For a page to be written at ``out``, plotly.js and circuitsvis are the shared copies in an ``_assets/`` folder
+    (one already beside the inputs is reused) loaded by a relative path; ``inline=True``, or no ``out``, embeds
+    them (a single file, about 6 MB heavier)."""
     found, unknown, broken = collect(paths)
     if not found:
         why = "; ".join(f"{p}: {reason}" for p, reason in broken)
         raise ValueError(f"no results found under {', '.join(map(str, paths))}" + (f" (unreadable: {why})" if why else
                          " (expected folders written by circuits identify, experiments/*.py or the fine-tuning jobs)"))
     page = Page(title)
+    skipped = []
     for s in SECTIONS:
         mine = [f for f in found if f.kind in s.kinds]
-        if mine:
-            page.add(s.anchor, s.heading, s.render(page, mine))
+        body = s.render(page, mine) if mine else ""
+        if body:
+            page.add(s.anchor, s.heading, body)
         else:
-            page.add(s.anchor, s.heading, f"<p class='note'>Not in the inputs, so skipped. Make it with "
-                                          f"<code>{_e(s.how)}</code> and pass its folder to <code>circuits report</code>.</p>")
+            skipped.append(s)
+    if skipped:  # said once, grouped, at the end: what each missing section is and the command that makes it
+        page.add("not-run", f"Not in the inputs ({len(skipped)} sections)", "<p class='note'>These steps were not run "
+                 "for the results given, so the report skips them. Make one and pass its folder to <code>circuits "
+                 "report</code>:</p>" + "<ul class='skipped'>" + "".join(
+                     f"<li>{_e(s.heading)}: <code>{_e(s.how)}</code></li>" for s in skipped) + "</ul>")
     if broken:
         page.add("unreadable", "Results that could not be read", "<p class='note'>" + "<br>".join(
             f"<code>{_e(p)}</code>: {_e(reason)}" for p, reason in broken) + "</p>")
     if unknown:
         page.add("other", "Other results (not shown)", "<p class='note'>These folders hold results this report does not "
                  "draw: " + ", ".join(f"<code>{_e(u)}</code>" for u in unknown) + "</p>")
-    return page.render([str(p) for p in paths])
+    roots = [Path(p) if Path(p).is_dir() else Path(p).parent for p in paths]
+    roots += [f.path.parent for f in found]
+    return page.render([str(p) for p in paths], out, inline=out is None or bool(inline), roots=roots)
 
 
 def check_report_output(out: str | Path, overwrite: bool = False) -> Path:
@@ -137,8 +151,8 @@ def check_report_output(out: str | Path, overwrite: bool = False) -> Path:
 
 @timed("report")
 def write_report(paths: Sequence[str | Path], out: str | Path, title: str = "circuits report", *,
-                 overwrite: bool = False) -> Path:
+                 overwrite: bool = False, inline: bool = False) -> Path:
     """Build the report and write it atomically to ``out`` (checked first: an existing file is replaced only when it
-    is an earlier report)."""
+    is an earlier report). Its JavaScript is shared in ``_assets/`` beside the results unless ``inline``."""
     check_report_output(out, overwrite)
-    return write_text(out, build_report(paths, title))
+    return write_text(out, build_report(paths, title, out=out, inline=inline))

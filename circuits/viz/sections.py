@@ -54,8 +54,11 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
 
     out = ["<p class='what'>Each heatmap shows, for every attention head (layer &times; head) and every MLP, how much "
            "patching its output at the END position with its output on the counterfactual prompt changes the answer "
-           "logit (relative change, the paper's Figure 2 metric; red: the answer logit drops, blue: it rises). Boxed "
-           "cells are the key heads chosen by the key rule. Hover a cell to read its layer, head and effect.</p>"]
+           "(the paper's Figure 2), in the metric of the key rule, named on the colour bar. <b>Red is important</b> in "
+           "every figure of this report, whichever the metric's sign (for <code>fraction</code>, the share of the "
+           "whole counterfactual change a head carries, red is a large positive share; for the paper's "
+           "<code>relative_logit</code>, a drop of the answer logit). Boxed cells are the key heads chosen by the key "
+           "rule, so every boxed cell is red. Hover a cell to read its layer, head and effect.</p>"]
     identify = sorted((f for f in found if f.kind == "identify"), key=_op_rank)
     for f in identify:
         r = f.result
@@ -81,7 +84,7 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
         k = len(next(iter(r.key_heads.values()), []))
         out.append(f"<h3>Figure 15: key heads per operation</h3><p>The same sweep on each operation, one shared colour "
                    f"scale ({_e(r.metric)}); the table counts the top-{k} heads each pair of operations shares.</p>")
-        out.append(page.figure(heatmap_grid(r.head_effects, f"Head effects per operation ({r.metric}, %)")))
+        out.append(page.figure(heatmap_grid(r.head_effects, f"Head effects per operation ({r.metric}, %)", r.metric)))
         out.append(table(["", *r.operations], [[a, *row] for a, row in zip(r.operations, r.overlap)]) + f.config_html())
     return "".join(out)
 
@@ -157,7 +160,8 @@ def views_section(page: Page, found: list[Found]) -> str:
         if not views:
             out.append(f"<p class='note'>No circuitsvis view could be read from {_e(f.path / 'figure.html')}.</p>")
         for caption, component, props in views:
-            out.append(f"<h3><code>{_e(caption[-120:])}</code></h3>" + page.view(component, props))
+            shown = caption if len(caption) <= 300 else "…" + caption[-300:]
+            out.append(f"<h3 class='prompt'>{_e(shown)}</h3>" + page.view(component, props))
         out.append(f.config_html())
     return "".join(out)
 
@@ -168,10 +172,13 @@ def lens_section(page: Page, found: list[Found]) -> str:
     out = []
     for f in found:
         r = f.result
+        start = (f"writing starts at layer {r.writing_start}" if r.writing_start is not None else "no layer's MLP "
+                 "output points at the answer more than at other numbers by 0.02 in at least half of the later layers, "
+                 "so no writing start is marked")
         out.append(f"<p class='what'>The MLPs through the logit lens (Figure 6), averaged over {r.n_pairs or '?'} "
                    f"pairs: how much each layer's MLP input points at the operands' unembeddings (6a; peaks at layers "
                    f"{r.peak('in_A')} for A and {r.peak('in_B')} for B), and how much what the MLP adds points at "
-                   f"the answer rather than other numbers (6b; writing starts at layer {r.writing_start}); 6c "
+                   f"the answer rather than other numbers (6b; {start}); 6c "
                    f"lists the number tokens each MLP adds most for {_e(repr(r.example))}.</p>")
         out.append(page.figure(r.figure()))
         if r.top_tokens:

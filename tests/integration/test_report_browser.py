@@ -1,9 +1,13 @@
 """The report in a real browser: headless Chromium (Debian's ``chromium``) driven by Playwright.
 
-Asserts that the page loads without console errors, that the heatmaps (plotly SVG) and a circuitsvis
-view render, and that hovering a heatmap cell shows its layer and head. Screenshots are saved under
-``test-artifacts/``; with ``CIRCUITS_README_PNG=1`` the README picture ``docs/img/report.png`` is
-rewritten too (from ``results/report.html`` when ``make demo`` made one, else from the tiny experiment outputs).
+Asserts that the page loads without console errors or network requests, that the heatmaps (plotly SVG) and a
+circuitsvis view render, that hovering a heatmap cell shows its layer, head and metric, and that every figure reads
+right at 1000 and 1600 px (:func:`geometry`): titles inside the figure and apart from the subplot titles, legends off
+the colour bars, Figure 2's cells square-ish and wide enough to read, and every heatmap cell, the last column
+included, reachable by the mouse (``elementFromPoint`` gives its own subplot's drag layer, not a neighbour's).
+Screenshots are saved under ``test-artifacts/``; with ``CIRCUITS_README_PNG=1`` the README picture
+``docs/img/report.png`` is rewritten too (from ``results/report.html`` when ``make demo`` made one, else from the
+tiny experiment outputs).
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ def open_page(browser, path: Path, width: int = 1280, height: int = 900):
 def hover_cell(page, fig_id: str, layer: int, head: int) -> str:
     """Move the mouse over cell (layer, head) of the first heatmap in ``fig_id``; the hover label's text."""
     page.evaluate("id => document.getElementById(id).scrollIntoView()", fig_id)  # the mouse reaches only what is in view
+    page.mouse.move(1, 1)  # off the figure: the previous label goes, so the one read below is this cell's
+    page.wait_for_selector(f"#{fig_id} .hoverlayer .hovertext", state="detached", timeout=10_000)
     xy = page.evaluate(
         """([id, head, layer]) => {
             const gd = document.getElementById(id); const L = gd._fullLayout;
@@ -82,6 +88,85 @@ def hover_cell(page, fig_id: str, layer: int, head: int) -> str:
     page.mouse.move(xy[0], xy[1])
     page.wait_for_selector(f"#{fig_id} .hoverlayer .hovertext", timeout=10_000)
     return page.text_content(f"#{fig_id} .hoverlayer .hovertext") or ""
+
+
+GEOMETRY = """() => {
+  const boxes = (a, b) => !(a.right <= b.left + 1 || b.right <= a.left + 1 || a.bottom <= b.top + 1 || b.bottom <= a.top + 1);
+  const out = [];
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    const id = gd.id, L = gd._fullLayout, svg = gd.querySelector('.main-svg').getBoundingClientRect();
+    const title = gd.querySelector('.infolayer .gtitle');
+    const subs = [...gd.querySelectorAll('.infolayer .annotation')].filter(a => a.textContent.trim());
+    const tb = title && title.textContent.trim() ? title.getBoundingClientRect() : null;
+    if (tb && (tb.left < svg.left - 1 || tb.right > svg.right + 1 || tb.top < svg.top - 1))
+      out.push(`${id}: title cut (${Math.round(tb.left - svg.left)}..${Math.round(tb.right - svg.left)} of ${Math.round(svg.width)} px)`);
+    for (let i = 0; i < subs.length; i++) {
+      const a = subs[i].getBoundingClientRect();
+      if (tb && boxes(a, tb)) out.push(`${id}: subplot title '${subs[i].textContent}' overlaps the title`);
+      for (let j = i + 1; j < subs.length; j++)
+        if (boxes(a, subs[j].getBoundingClientRect())) out.push(`${id}: subplot titles '${subs[i].textContent}' and '${subs[j].textContent}' overlap`);
+    }
+    const legend = gd.querySelector('.legend');
+    for (const cb of gd.querySelectorAll('.colorbar'))
+      if (legend && boxes(legend.getBoundingClientRect(), cb.getBoundingClientRect())) out.push(`${id}: the legend covers a colour bar`);
+    gd.data.forEach((t, k) => {
+      if (t.type !== 'heatmap' || t.visible === false) return;
+      const xa = L[(t.xaxis || 'x').replace('x', 'xaxis')], ya = L[(t.yaxis || 'y').replace('y', 'yaxis')];
+      const cd = gd.calcdata[k][0], sub = (t.xaxis || 'x') + (t.yaxis || 'y');
+      const nx = cd.z[0].length, ny = cd.z.length;
+      const cw = xa._length / nx, ch = ya._length / ny;
+      if (t.name === 'heads') {
+        if (cw < 12) out.push(`${id}: head columns ${cw.toFixed(1)} px wide`);
+        if (cw / ch < 0.5 || cw / ch > 2) out.push(`${id}: head cells ${cw.toFixed(0)}x${ch.toFixed(0)} px, not square-ish`);
+      }
+      gd.scrollIntoView();
+      const r = gd.getBoundingClientRect();
+      let missed = [];
+      for (let yi = 0; yi < ny; yi++) for (let xi = 0; xi < nx; xi++) {
+        const x = r.left + xa._offset + (xi + 0.5) * cw, y = r.top + ya._offset + (yi + 0.5) * ch;
+        if (x < 0 || x >= innerWidth || y < 0 || y >= innerHeight) continue;  // off screen: checked when scrolled
+        const e = document.elementFromPoint(x, y);
+        if (!e || !e.classList.contains('nsewdrag') || e.getAttribute('data-subplot') !== sub)
+          missed.push(`[${yi},${xi}] under ${e ? e.getAttribute('class') + ' ' + e.getAttribute('data-subplot') : 'nothing'}`);
+      }
+      if (missed.length) out.push(`${id} trace ${k}: ${missed.length} cells not hoverable, e.g. ${missed.slice(0, 3).join('; ')}`);
+    });
+  }
+  return out;
+}"""
+
+
+def geometry(page) -> list[str]:
+    """What reads wrong in every plotly figure of the page, at its current width (empty when all is right)."""
+    return page.evaluate(GEOMETRY)
+
+
+@pytest.mark.parametrize("width", [1000, 1600])
+def test_every_figure_reads_right(browser, report, width):
+    page, errors, _ = open_page(browser, report, width=width, height=1400)
+    try:
+        assert errors == []
+        problems = geometry(page)
+        assert problems == [], "\n".join(problems)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.locator("#fig-1").scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"report-{width}.png"))
+    finally:
+        page.close()
+
+
+def test_figure2_last_column_is_hoverable(browser, report):
+    """The strongest head sits in the last column on SmolLM2 (20.8): its cell must answer the mouse, not the MLP
+    column's drag layer."""
+    page, errors, _ = open_page(browser, report, width=1000)
+    try:
+        n_layers, n_heads = page.evaluate("() => { const z = document.getElementById('fig-1').calcdata[0][0].z; "
+                                          "return [z.length, z[0].length]; }")
+        for layer in range(n_layers):
+            text = hover_cell(page, "fig-1", layer=layer, head=n_heads - 1)
+            assert f"layer {layer}, head {n_heads - 1}" in text, text
+    finally:
+        page.close()
 
 
 def test_report_in_chromium(browser, report):
@@ -97,7 +182,7 @@ def test_report_in_chromium(browser, report):
         assert page.inner_text("#cv-1").strip(), "the circuitsvis view is empty"
         text = hover_cell(page, "fig-1", layer=2, head=1)
         assert "layer 2, head 1" in text, text
-        assert "effect" in text
+        assert "fraction" in text  # the metric that colours and boxes, by name
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "report-hover.png"))
         page.screenshot(path=str(ARTIFACTS / "report-full.png"), full_page=True)
@@ -117,9 +202,9 @@ def test_readme_picture(browser, report):
         assert errors == []
         page.evaluate("document.getElementById('fig-1').scrollIntoView()")
         page.evaluate("window.scrollBy(0, -90)")
-        # hover the strongest head: the (layer, head) of the smallest effect in the drawn heatmap
+        # hover the strongest head: the (layer, head) of the largest fraction in the drawn heatmap (red: important)
         layer, head = page.evaluate("""() => { const z = document.getElementById('fig-1').calcdata[0][0].z; let best = [0, 0];
-            z.forEach((row, l) => row.forEach((v, h) => { if (v < z[best[0]][best[1]]) best = [l, h]; })); return best; }""")
+            z.forEach((row, l) => row.forEach((v, h) => { if (v > z[best[0]][best[1]]) best = [l, h]; })); return best; }""")
         assert f"layer {layer}, head {head}" in hover_cell(page, "fig-1", layer=layer, head=head)
         out = ROOT / "docs" / "img" / "report.png"
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -64,6 +64,28 @@ def test_attention_html_is_offline(tiny_llama, pairs, tmp_path):
     assert "unpkg.com" not in page and "cdn." not in page.lower() and "L2H3" in page
 
 
+def test_attention_page_keeps_positions_and_shows_spaces(tiny_llama, pairs, tmp_path):
+    from circuits.explain.attention import AttentionPage
+    from circuits.viz.page import ASSETS, parse_views
+
+
+    p = pairs[0]
+    n = len(p.reference_token_ids)
+    page = attention_html(tiny_llama, [p, p], [(0, 1), (2, 3)], last_tokens=6)
+    assert isinstance(page, AttentionPage) and page.count("var CircuitsVis=") <= 1
+    assert len(repr(page)) < 100 and "2 circuitsvis views" in repr(page) and page._repr_html_().startswith("<iframe")
+    views = parse_views(page)
+    assert len(views) == 2 and views[0][0] == p.reference[-300:]  # the header keeps the prompt's newlines
+    tokens = views[0][2]["tokens"]
+    assert [int(t.split(":", 1)[0]) for t in tokens] == list(range(n - 6, n))  # positions of the prompt, not 0..5
+    shown = [t.split(":", 1)[1] for t in tokens]
+    assert all(t.strip() for t in shown) and not any(" " in t for t in shown)
+    strs = tiny_llama.to_str_tokens(torch.tensor(p.reference_token_ids))[-6:]
+    assert [t.replace("␣", " ").replace("↵", "\n") for t in shown] == list(strs)
+    written = attention_html(tiny_llama, [p], [(0, 1)], tmp_path / "views" / "a.html")
+    assert "var CircuitsVis=" not in written and (tmp_path / "views" / ASSETS).is_dir()
+
+
 def _direct(model, pair, layer):
     _, cache = model.run_with_cache(torch.tensor([pair.reference_token_ids]))
     mid = cache[f"blocks.{layer}.hook_resid_mid"][0, -1]

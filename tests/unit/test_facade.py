@@ -21,5 +21,5 @@ def test_the_readme_example_runs_on_a_tiny_model(tiny_llama):
     result = cc.sweep(tiny_llama, pairs, progress=False)
     heads = result.key_heads("top3")
     assert len(heads) == 3 and all(isinstance(h, cc.Head) for h, _ in heads)
-    fig = cc.head_heatmap(*result.effects("relative_logit"))
+    fig = cc.head_heatmap(*result.effects("fraction"), metric="fraction")
     assert len(fig.data) == 2

@@ -3,13 +3,17 @@ the command line (the report from what the scripts really write: tests/integrati
 
 from __future__ import annotations
 
+import re
+
 import pytest
+import torch
 from result_cases import attention_page, build_results, write_identify, write_identify_all
 
 from circuits.cli import main as cli_main
 from circuits.io import write_json
 from circuits.results import RESULT_TYPES
-from circuits.viz.page import parse_views
+from circuits.viz.figures import head_heatmap, importance_scale, write_figure
+from circuits.viz.page import ASSETS, parse_views
 from circuits.viz.report import build_report, collect
 from circuits.viz.sections import SECTIONS
 
@@ -23,6 +27,13 @@ def saved(tiny_llama, tmp_path_factory):
         r.save(root / kind)
     results["evaluation"].save(root / "eval_precise.json")
     return root
+
+
+def skipped(page: str) -> list[str]:
+    """The sections the report lists as not run (said once, grouped)."""
+    assert page.count("<h2>Not in the inputs") <= 1
+    block = page.split("<ul class='skipped'>", 1)[1].split("</ul>", 1)[0] if "<ul class='skipped'>" in page else ""
+    return re.findall(r"<li>(.*?): <code>", block)
 
 
 def test_every_kind_is_collected(saved):
@@ -54,8 +65,8 @@ def test_collect_walks_identify_all_and_dedupes(tmp_path):
 def test_absent_sections_get_a_note(tmp_path):
     write_identify(tmp_path, "addition")
     page = build_report([tmp_path])
-    # Key heads, and the edges and intervals sections (drawn from identify results too) are present.
-    assert page.count("Not in the inputs") == len(SECTIONS) - 3
+    # Key heads are present; the rest (no knockout, no edges or intervals in this identify result) is listed once.
+    assert len(skipped(page)) == len(SECTIONS) - 1 and SECTIONS[0].heading not in skipped(page)
     assert "experiments/fig3_knockout.py" in page
     assert "var CircuitsVis=" not in page  # no views: no bundle
     assert "made by <code>" in page and "key_rule=fraction&gt;=0.05" in page
@@ -80,3 +91,104 @@ def test_cli_writes_the_report(tmp_path, capsys):
     out = tmp_path / "out" / "report.html"
     assert cli_main(["report", str(tmp_path / "res"), "--out", str(out)]) == 0
     assert out.is_file() and str(out.resolve()) in capsys.readouterr().out
+    assert cli_main(["report", str(tmp_path / "res"), "--out", str(out), "--inline"]) == 0
+    page = out.read_text()
+    assert f"{ASSETS}/" not in page and "plotly.js v" in page  # one file, its JavaScript inside
+
+
+# --- figures: one colour convention, named metrics, geometry ------------------------------------------------------
+
+
+@pytest.mark.parametrize("metric, sign", [("fraction", 1), ("relative_logit", -1)])
+def test_heatmap_paints_the_important_direction_red(metric, sign):
+    heads = torch.zeros(4, 3)
+    heads[2, 1] = 0.3 * sign  # the important head
+    fig = head_heatmap(heads, torch.zeros(4), metric=metric, key_heads=[(2, 1)])
+    trace = fig.data[0]
+    scale = trace.colorscale
+    # plotly resolves the scale to (position, colour) pairs: the important end is red ("rgb(103,0,31)" in RdBu)
+    top = scale[-1][1] if sign > 0 else scale[0][1]
+    assert top == "rgb(103,0,31)", scale
+    assert importance_scale(sign) == ("RdBu_r" if sign > 0 else "RdBu")
+    title = trace.colorbar.title.text
+    assert metric in title and "red: important" in title
+    assert metric in trace.hovertemplate
+    assert ("counterfactual causes" in fig.layout.title.subtitle.text) == (metric == "fraction")  # its meaning
+    assert fig.layout.shapes[0].x0 == 0.5 and fig.layout.shapes[0].y0 == 1.5  # the box sits on the red cell
+
+
+def test_fraction_heatmap_never_says_relative_logit():
+    fig = head_heatmap(torch.randn(5, 4), torch.randn(5))  # the default metric is fraction
+    text = fig.to_json()
+    assert "relative change of the answer logit" not in text and "relative_logit" not in text
+    assert "fraction" in fig.data[0].colorbar.title.text
+
+
+def test_heatmap_hover_names_every_metric_that_boxes_and_cells_are_square():
+    h, m = torch.randn(30, 9), torch.randn(30)
+    fig = head_heatmap(h, m, metric="relative_logit", head_ci=(h - 1, h + 1), mlp_ci=(m - 1, m + 1),
+                       also={"fraction": (-h, -m)})
+    for trace in fig.data:
+        assert "relative_logit" in trace.hovertemplate and "fraction" in trace.hovertemplate
+        assert "CI [" in trace.hovertemplate
+        assert trace.customdata.shape[-1] == 3  # low, high, fraction
+    torch.testing.assert_close(torch.tensor(fig.data[0].customdata[..., 2]), -h.double())
+    L = fig.layout
+    plot_w = L.width - L.margin.l - L.margin.r
+    heads_w = plot_w * (L.xaxis.domain[1] - L.xaxis.domain[0])
+    plot_h = L.height - L.margin.t - L.margin.b
+    assert 0.8 < (heads_w / 9) / (plot_h / 30) < 1.25  # square-ish cells
+    gap = plot_w * (L.xaxis2.domain[0] - L.xaxis.domain[1])
+    assert gap >= 40 and L.xaxis2.fixedrange and L.yaxis2.fixedrange  # the MLP column's drag layer stays clear
+
+
+def test_figures_share_one_plotly_copy(tmp_path):
+    fig = head_heatmap(torch.randn(3, 2), torch.randn(3))
+    for task in ("addition", "subtraction"):
+        (tmp_path / "identify" / task).mkdir(parents=True)
+        (tmp_path / "identify" / task / "config.json").write_text("{}")
+        write_figure(fig, tmp_path / "identify" / task / "heads.html")
+    assets = list((tmp_path / "identify" / ASSETS).iterdir())
+    assert [a.name.split("-")[0] for a in assets] == ["plotly"]
+    page = (tmp_path / "identify" / "addition" / "heads.html").read_text()
+    assert f"src='../{ASSETS}/{assets[0].name}'" in page and len(page) < 100_000
+    alone = write_figure(fig, tmp_path / "alone.html", inline=True).read_text()
+    assert len(alone) > 3_000_000 and f"{ASSETS}/" not in alone
+
+
+def test_report_shares_the_assets_beside_its_inputs(tmp_path):
+    res = tmp_path / "results"
+    write_identify(res / "identify", "addition")
+    write_figure(head_heatmap(torch.randn(3, 2)), res / "identify" / "addition" / "heads.html")  # makes identify/_assets
+    out = res / "report.html"
+    from circuits.viz.report import write_report
+
+    page = write_report([res / "identify"], out).read_text()
+    plotly = next((res / "identify" / ASSETS).glob("plotly-*.js")).name
+    assert f"src='identify/{ASSETS}/{plotly}'" in page and not (res / ASSETS).exists()
+    assert len(page) < 1_000_000
+    inline = write_report([res / "identify"], out, inline=True).read_text()
+    assert "src='identify/" not in inline and len(inline) > 3_000_000
+
+
+
+# --- notebook display: figures for results, short lines for everything ---------------------------------------------
+
+
+def test_results_show_as_figures_and_pairs_as_short_tables(tokenizer, monkeypatch):
+    import plotly.io as pio
+
+    from circuits.data.pairs import PairSet, make_pair
+
+    monkeypatch.setattr(pio.renderers, "default", "plotly_mimetype")  # what a notebook kernel picks
+    from circuits.validate.knockout import KnockoutCurve
+
+    pair = make_pair(tokenizer, "1 + 2 =\n3 + 4 =", "1 - 2 =\n3 - 4 =", "7")
+    ps = PairSet([pair] * 40, 60, 0.75, 0.5, 0.1, 0.05, {}, True)
+    assert len(repr(ps)) < 120 and "40 pairs" in repr(ps) and "75%" in repr(ps)
+    page = ps._repr_html_()
+    assert "… and 35 more" in page and page.count("<tr>") == 1 + 5 and "white-space:pre-wrap" in page
+    curve = KnockoutCurve([0, 1], [(1, 2)], [1.0, 0.5], [0.9, 0.4], [[(0, 0)]], [[1.0, 0.9]], [[0.9, 0.8]])
+    bundle = curve._repr_mimebundle_()
+    assert "text/plain" in bundle and len(bundle["text/plain"]) < 120
+    assert "application/vnd.plotly.v1+json" in bundle

@@ -74,8 +74,11 @@ class NeuronResult(Result):
                                        k["none_accuracy"], "")
             for tr in b.data:
                 fig.add_trace(tr, 1, 2)
-            for y, text, color in ((k["whole_accuracy"], "whole MLPs", "black"), (k["none_accuracy"], "none", "green")):
-                fig.add_hline(y=y, line={"dash": "dash", "color": color}, annotation_text=text, row=1, col=2)
+            # Labels at opposite ends of their lines: they stay apart when the two accuracies are close.
+            for y, text, color, at in ((k["whole_accuracy"], "whole MLPs", "black", "bottom left"),
+                                       (k["none_accuracy"], "none", "green", "top right")):
+                fig.add_hline(y=y, line={"dash": "dash", "color": color}, annotation_text=text, annotation_position=at,
+                              row=1, col=2)
             fig.update_xaxes(type="log", title_text="% of each key MLP's neurons knocked out", row=1, col=2)
         fig.update_layout(title=f"Neurons of MLPs {', '.join(map(str, sorted(self.mlp_effects)))} at END "
                                 f"({self.sweep.mode} patching, {self.metric}; Nikankin et al.)", height=480)

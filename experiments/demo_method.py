@@ -1,0 +1,86 @@
+"""The rest of the method for ``make demo``, cheaply, on the pairs ``circuits identify --task all`` already made: the
+knockout curve of each operation (key heads against random heads, Figure 3), where the top heads look by token role
+(Figure 5) and their attention views (Figure 7), and the MLPs through the logit lens (Figure 6). One model load;
+small sizes (a few pairs, k up to 8, two random orders), so the demo's report shows every step of the method in
+about a minute on two CPU cores. The figure scripts (``make figures``) make the same results at the paper's sizes.
+
+Run: ``python experiments/demo_method.py [--identify-dir results/identify] [--out results/demo]``; each result is
+written to ``OUT/<name>`` and the seconds per stage are added to ``--timings`` (what ``make demo`` prints).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import _common as C
+
+from circuits import timing
+from circuits.data.templates import OPERATIONS
+from circuits.identify import IdentifyResult
+
+
+def main(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--identify-dir", default="results/identify", help="where circuits identify --task all wrote")
+    parser.add_argument("--out", default="results/demo", help="folder of the results (one sub-folder each)")
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--pairs", type=int, default=8, help="pairs per operation for the knockout, the roles and the lens")
+    parser.add_argument("--timings", default=None, help="JSON file the seconds per stage are added to")
+    args = parser.parse_args(argv)
+    if args.pairs < 2:
+        parser.error(f"--pairs must be at least 2, got {args.pairs}")
+    C.configure_threads()
+    import fig3_knockout
+    import fig5_attention_roles
+    import fig6_mlp_logit_lens
+    import fig7_attention_views
+
+    from circuits.explain import AttentionViews, attention_html, attention_roles, logit_lens
+    from circuits.validate import KnockoutResult, knockout_curve
+
+    out = Path(args.out)
+    found = {op: Path(args.identify_dir) / op for op in OPERATIONS if (Path(args.identify_dir) / op).is_dir()}
+    if not found:
+        parser.error(f"no identify results under {args.identify_dir} (one folder per operation, as circuits identify "
+                     f"--task all --out {args.identify_dir} writes)")
+    with timing.recording() as rec:
+        with timing.stage("load"):
+            model = C.model_for(args.model)
+            ids = {op: IdentifyResult.load(folder) for op, folder in found.items()}
+        common = dict(model=args.model, n_pairs=len(next(iter(ids.values())).pairs), identify_dir=args.identify_dir)
+        with timing.stage("knockout"):
+            for op, r in ids.items():
+                ranking = [h for h, _ in r.ranked()]
+                ks = tuple(k for k in (0, 2, 4, 8) if k <= len(ranking))
+                pairs = r.pairs[: args.pairs]
+                config = fig3_knockout.Config(**common, task=op, ks=ks, seeds=(0, 1), out=str(out / f"knockout-{op}"))
+                KnockoutResult(config, knockout_curve(model, pairs, ranking, ks, (0, 1)), op, len(pairs)).save(
+                    config.out, overwrite=True)
+        first = ids.get("addition") or next(iter(ids.values()))
+        with timing.stage("attention"):
+            heads = first.top_heads(8)
+            config = fig5_attention_roles.Config(**common, task=first.task, n_key_heads=8, n_prompts=args.pairs,
+                                                 operations=tuple(ids), out=str(out / "attention-roles"))
+            pairs = [p for r in ids.values() for p in r.pairs[: args.pairs]]
+            attention_roles(model, pairs, heads, config=config).save(config.out, overwrite=True)
+            config = fig7_attention_views.Config(**common, task=first.task, n_key_heads=4, operations=tuple(ids),
+                                                 prompts_per_operation=1, out=str(out / "attention-views"))
+            prompts = [r.pairs[0] for r in ids.values()]
+            page = attention_html(model, prompts, heads[:4], title="Key heads (Figures 7, 16)",
+                                  last_tokens=config.last_tokens)
+            AttentionViews(config, heads[:4], [p.reference for p in prompts], page).save(config.out, overwrite=True)
+        with timing.stage("logit lens"):
+            config = fig6_mlp_logit_lens.Config(**common, task=first.task, out=str(out / "logit-lens"))
+            # On the identify pairs directly (the script builds its own example prompt for Figure 6c).
+            lens = logit_lens(model, first.pairs[: args.pairs], config=config)
+            lens.save(config.out, overwrite=True)
+    if args.timings:
+        total = timing.add_to_file(args.timings, rec.seconds)
+        print(f"Time per stage ({args.timings}):\n{timing.table(total)}")
+    print(f"demo results: {out.resolve()} ({', '.join(sorted(p.name for p in out.iterdir() if not p.name.startswith(('.', '_'))))})")
+    return out
+
+
+if __name__ == "__main__":
+    main()
