@@ -18,10 +18,11 @@ Names are imported on first use, so ``import circuits`` is fast.
 
 from __future__ import annotations
 
-import importlib
 import sys
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from circuits.lazy import lazy_exports
 
 if "torch" not in sys.modules:  # idle OpenMP threads sleep (a set policy is kept); see circuits.threads
     from circuits.threads import prefer_passive_waiting
@@ -72,16 +73,7 @@ _ALIASES = {"report": "write_report"}
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), _ALIASES.get(name, name))
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'circuits' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, _ALIASES)
 
 
 if TYPE_CHECKING:  # for editors and type checkers

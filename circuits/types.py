@@ -18,6 +18,8 @@ Mode = Literal["path", "activation"]
 MODES: tuple[Mode, ...] = ("path", "activation")
 # The dtypes a model is loaded and run in (circuits.models.loading.DTYPES maps them to torch dtypes).
 DTYPE_NAMES: tuple[str, ...] = ("float32", "bfloat16", "float16")
+# The built-in metrics (circuits.patching.metrics defines them; configs check names against this without torch).
+METRIC_NAMES: tuple[str, ...] = ("relative_logit", "fraction", "logit_diff", "prob")
 # The rule that picks key components unless told otherwise (circuits.patching.ranking.KeyRule parses it).
 DEFAULT_KEY_RULE = "fraction>=0.05"
 ComponentKind = Literal["head", "mlp"]

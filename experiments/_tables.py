@@ -140,6 +140,9 @@ def identify_families(d: dict) -> Table:
         row = [label]
         for t in tasks:
             ts = [v for tid, v in d["results"][t]["per_template"].items() if d["forms"].get(tid) == form]
+            if not ts:  # no pair of this form was kept (a small --pairs)
+                row.append("-")
+                continue
             acc = sum(v["counterfactual_accuracy"] for v in ts) / len(ts)
             prob = sum(v["counterfactual_answer_prob"] for v in ts) / len(ts)
             row.append(f"{_pct(acc)} ({prob:.2f})")

@@ -12,8 +12,7 @@ Names are imported on first use, so a config module can import :mod:`circuits.da
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from circuits.lazy import lazy_exports
 
 _EXPORTS = {"PairConfig": "circuits.data.pair_config"}
 _EXPORTS |= {name: "circuits.data.pairs" for name in ("PairBatch", "PairSet", "PromptError", "PromptPair",
@@ -23,9 +22,4 @@ _EXPORTS |= {name: "circuits.data.templates" for name in ("OPERATIONS", "Templat
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'circuits.data' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -9,8 +9,7 @@ Names are imported on first use, so the config is importable without torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from circuits.lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(("ALL_TASKS", "EvalConfig"), "circuits.evaluation.config"),
@@ -21,9 +20,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

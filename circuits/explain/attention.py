@@ -147,6 +147,18 @@ def shared_page(page: str, path: Path) -> str:
     return page.replace(inlined, script_tag("circuitsvis", path)) if inlined in page else page
 
 
+def inlined_page(page: str) -> AttentionPage:
+    """``page`` as :func:`attention_html` returned it: a shared circuitsvis copy's ``<script src>`` (what
+    :func:`shared_page` wrote) put back inline, so a loaded result shows in a notebook and equals the one saved."""
+    import re
+
+    from circuits.viz.page import circuitsvis_bundle
+
+    tag = re.compile(r"<script type='text/javascript' src='[^']*circuitsvis-[^'/]*\.js'></script>")
+    inlined = f"<script type='text/javascript'>{circuitsvis_bundle()}</script>"
+    return AttentionPage(tag.sub(lambda _: inlined, page))
+
+
 def visible_tokens(tokens: Sequence[str]) -> list[str]:
     """Tokens as labels: spaces as '␣', newlines as '↵', tabs as '⇥', so a space-only token is not a blank label."""
     return [str(t).replace(" ", "␣").replace("\n", "↵").replace("\t", "⇥") for t in tokens]
@@ -293,4 +305,4 @@ class AttentionViews(Result):
     @classmethod
     def _read(cls, folder: Path, config: ViewsConfig) -> AttentionViews:
         d = read_json(folder / "data.json")
-        return cls(config, [Head(*h) for h in d["heads"]], d["prompts"], read_text(folder / "figure.html"))
+        return cls(config, [Head(*h) for h in d["heads"]], d["prompts"], inlined_page(read_text(folder / "figure.html")))

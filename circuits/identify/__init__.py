@@ -11,8 +11,7 @@ Names are imported on first use, so the config is importable without torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from circuits.lazy import lazy_exports
 
 _EXPORTS = {"IdentifyConfig": "circuits.identify.config", "identify": "circuits.identify.job",
             "run": "circuits.identify.job", "IdentifyResult": "circuits.identify.result",
@@ -21,9 +20,4 @@ _EXPORTS = {"IdentifyConfig": "circuits.identify.config", "identify": "circuits.
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'circuits.identify' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -22,6 +22,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from circuits.types import METRIC_NAMES as TYPES_METRIC_NAMES
+
 LogitsFn = Callable[[Float[Tensor, "pair d_vocab"]], Float[Tensor, " pair"]]
 
 
@@ -138,6 +140,7 @@ PROB = Metric("prob", "mean change of the answer probability", -1, lambda p, b: 
 
 METRICS: dict[str, Metric] = {m.name: m for m in (RELATIVE_LOGIT, FRACTION, LOGIT_DIFF, PROB)}
 METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
+assert METRIC_NAMES == TYPES_METRIC_NAMES, "circuits.types.METRIC_NAMES lists the built-in metrics"
 # The metric every ``effects()``, ``per_pair()``, ``ranked()``, ``key_heads()`` and ``top_heads()`` uses when none is
 # given, on every result type (sweeps, positions, neurons, edges, identify results), and the default key rule's
 # (``fraction>=0.05``): positive is important, and it compares across models. The paper's metric is relative_logit.

@@ -42,7 +42,8 @@ def test_ranking_covers_every_head_and_key_heads_lead_it(result, tiny_llama):
 def test_save_and_load_roundtrip(result, tmp_path):
     out = result.save(tmp_path / "addition")
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        ["circuits.json", "config.json", "heads.html", "pairs.jsonl", "summary.json", "sweep.pt"])
+        ["_assets", "circuits.json", "config.json", "heads.html", "pairs.jsonl", "summary.json", "sweep.pt"])
+    assert not (tmp_path / "_assets").exists()  # heads.html's plotly.js lies inside the result folder, not above it
     back = IdentifyResult.load(out)
     assert back.config == CONFIG and back.pairs == result.pairs
     assert back.ranked() == result.ranked() and back.key_mlps() == result.key_mlps()

@@ -141,16 +141,16 @@ def test_the_scripts_publish_what_their_results_hold():
 
     from circuits.types import Head
     from circuits.validate import KnockoutResult
-    from circuits.validate.ablation_kinds import AblationComparison
-    from circuits.validate.knockout import KnockoutCurve
+    from circuits.validate.ablation_kinds import AblationComparison, AblationKindsConfig
+    from circuits.validate.knockout import KnockoutConfig, KnockoutCurve
 
     d = fixture_tables()["fig3_knockout"][1]["data"]
     curve = KnockoutCurve(d["ks"], [Head(0, 0)] * max(d["ks"]), d["effect_accuracy"], d["effect_prob"],
                           [[Head(0, 0)] * max(d["ks"])] * 3, d["random_accuracy"], d["random_prob"])
-    table = fig3_knockout.published(KnockoutResult({}, curve, "addition", 64))["fig3_knockout"]
+    table = fig3_knockout.published(KnockoutResult(KnockoutConfig(), curve, "addition", 64))["fig3_knockout"]
     assert T.render(table) == T.blocks(DOC.read_text(encoding="utf-8"))["fig3_knockout"]
 
-    result = AblationComparison({}, {"addition": {"mean": curve, "zero": curve}}, {"addition": 64})
+    result = AblationComparison(AblationKindsConfig(), {"addition": {"mean": curve, "zero": curve}}, {"addition": 64})
     data = fig3_ablation_kinds.published(result)["ablation_kinds"]["data"]
     assert data["ks"] == [1, 3, 5, 10, 20] and list(data["curves"]["addition"]) == ["mean", "zero"]
     mean = data["curves"]["addition"]["mean"]

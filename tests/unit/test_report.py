@@ -142,16 +142,29 @@ def test_heatmap_hover_names_every_metric_that_boxes_and_cells_are_square():
     assert gap >= 40 and L.xaxis2.fixedrange and L.yaxis2.fixedrange  # the MLP column's drag layer stays clear
 
 
-def test_figures_share_one_plotly_copy(tmp_path):
+def test_figures_share_one_plotly_copy_inside_their_output(tmp_path):
+    """A page writes its plotly.js copy inside its own folder, never above it (a job writes only under --out); pages
+    below a folder that already holds a copy (``identify --task all`` puts one in its --out first) link to that one."""
+    from circuits.viz.page import shared_asset
+
     fig = head_heatmap(torch.randn(3, 2), torch.randn(3))
+    root = tmp_path / "identify"
+    root.mkdir()
+    shared_asset("plotly", root / "index.html", default=root)  # what identify --task all does
     for task in ("addition", "subtraction"):
-        (tmp_path / "identify" / task).mkdir(parents=True)
-        (tmp_path / "identify" / task / "config.json").write_text("{}")
-        write_figure(fig, tmp_path / "identify" / task / "heads.html")
-    assets = list((tmp_path / "identify" / ASSETS).iterdir())
+        (root / task).mkdir(parents=True)
+        (root / task / "config.json").write_text("{}")
+        write_figure(fig, root / task / "heads.html")
+    assets = list((root / ASSETS).iterdir())
     assert [a.name.split("-")[0] for a in assets] == ["plotly"]
-    page = (tmp_path / "identify" / "addition" / "heads.html").read_text()
+    assert not any((root / task / ASSETS).exists() for task in ("addition", "subtraction"))
+    page = (root / "addition" / "heads.html").read_text()
     assert f"src='../{ASSETS}/{assets[0].name}'" in page and len(page) < 100_000
+    single = tmp_path / "single"
+    single.mkdir()
+    write_figure(fig, single / "heads.html")  # nothing above holds a copy: its own, inside its folder
+    assert (single / ASSETS).is_dir() and not (tmp_path / ASSETS).exists()
+    assert f"src='{ASSETS}/" in (single / "heads.html").read_text()
     alone = write_figure(fig, tmp_path / "alone.html", inline=True).read_text()
     assert len(alone) > 3_000_000 and f"{ASSETS}/" not in alone
 
@@ -159,7 +172,10 @@ def test_figures_share_one_plotly_copy(tmp_path):
 def test_report_shares_the_assets_beside_its_inputs(tmp_path):
     res = tmp_path / "results"
     write_identify(res / "identify", "addition")
-    write_figure(head_heatmap(torch.randn(3, 2)), res / "identify" / "addition" / "heads.html")  # makes identify/_assets
+    from circuits.viz.page import shared_asset
+
+    shared_asset("plotly", res / "identify" / "index.html", default=res / "identify")  # as identify --task all does
+    write_figure(head_heatmap(torch.randn(3, 2)), res / "identify" / "addition" / "heads.html")
     out = res / "report.html"
     from circuits.viz.report import write_report
 

@@ -1,16 +1,8 @@
-"""What decides an edge result (saved as its ``config.json``)."""
+"""What decides an edge result (saved as its ``config.json``): the identify run that measured the edges, whose
+``receivers`` field (``topK``: the K most important components, or e.g. ``20.8,MLP19``) names what they go into."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from circuits.identify.config import IdentifyConfig
 
-from circuits.config import option
-from circuits.identify.config import KeyHeadSource
-
-
-@dataclass(frozen=True)
-class EdgesConfig(KeyHeadSource):
-    """The identify run whose pairs and ranking the edges are measured on, and the receivers (``topK``: the K most
-    important components, or e.g. ``20.8,MLP19``)."""
-
-    receivers: str = option("top5")
+EdgesConfig = IdentifyConfig  # edges are measured by `circuits identify --receivers`: its config is theirs

@@ -5,8 +5,7 @@ without torch."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from circuits.lazy import lazy_exports
 
 _EXPORTS = {"NeuronConfig": "circuits.beyond.neurons.config", "NeuronResult": "circuits.beyond.neurons.result",
             "run": "circuits.beyond.neurons.job"}
@@ -14,9 +13,4 @@ _EXPORTS = {"NeuronConfig": "circuits.beyond.neurons.config", "NeuronResult": "c
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
