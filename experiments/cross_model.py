@@ -20,9 +20,7 @@ from typing import Any
 import _common as C
 
 from circuits.config import option, same_config
-from circuits.data.templates import OPERATIONS
 from circuits.explain.attention import role_attention
-from circuits.identify.config import IdentifyConfig
 from circuits.explain.logit_lens import mlp_lens, writing_start
 from circuits.io import read_json, write_json
 from circuits.validate import compute_means, knockout_curve, random_order, transfer_knockout
@@ -35,13 +33,6 @@ TRANSFER_SETS = ("multi_digit", "decimal", "time_span")
 
 @dataclass(frozen=True)
 class Config(CrossModelConfig):
-    models: tuple[str, ...] = option(("smollm2", "gemma3-270m"),
-                                     help="models to compare: embedded names, .gguf files or local Hugging Face folders")
-    operations: tuple[str, ...] = option(OPERATIONS, help="operations whose key heads are counted")
-    identify: IdentifyConfig = option(IdentifyConfig(), skip=("model", "task", "receivers"),
-                                      help="each model's identify runs (its flags: --pairs, --seed, --key-rule, ...)")
-    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10), help="numbers of heads knocked out (Figure 3)")
-    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random head orders")
     n_transfer: int = option(32, help="prompts per transfer set (Figure 4)")
     n_role_heads: int = option(8, help="top addition heads whose attention roles are read (Figure 5)")
     n_role_prompts: int = option(32, help="prompts per operation for the roles")

@@ -90,7 +90,7 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
                 "roles": role_attention(model, pairs, heads[:2]).to_json(),
                 "logit_lens": {**{k: lens[k] for k in ("delta_C", "delta_other", "in_A", "in_B")},
                                "writing_start": writing_start(lens["delta_C"], lens["delta_other"])}}
-    out["cross_model"] = CrossModelResult(CrossModelConfig(models=("tiny",), operations=("addition",), n_pairs=4, ks=(0, 1, 3),
+    out["cross_model"] = CrossModelResult(CrossModelConfig(models=("tiny",), operations=("addition",), identify=IdentifyConfig(n_pairs=4), ks=(0, 1, 3),
                                                            seeds=(0, 1)), {"tiny": measured})
     out["word_problem_heads"] = WordProblemHeads(
         WordProblemConfig(**SOURCE, dataset="addsub", n=8, top=3), heads[:3],

@@ -25,6 +25,7 @@ from typing import Any
 
 from circuits.config import Config, option
 from circuits.data.templates import OPERATIONS
+from circuits.identify.config import IdentifyConfig
 from circuits.io import read_json, write_json
 from circuits.results import Result
 
@@ -46,15 +47,16 @@ def relative_depth(layer: float, n_layers: int) -> float:
 
 @dataclass(frozen=True)
 class CrossModelConfig(Config):
-    """What decides a comparison across models: the models, the operations, the pairs, and the sizes of each
-    measurement."""
+    """What decides a comparison across models: the models, the operations, each model's identify runs (one nested
+    identify config, its model and task set per run), and the knockout's sizes."""
 
-    models: tuple[str, ...] = option(("smollm2", "gemma3-270m"))
-    operations: tuple[str, ...] = option(OPERATIONS)
-    n_pairs: int = option(64)
-    seed: int = option(0)
-    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10))
-    seeds: tuple[int, ...] = option((0, 1, 2))
+    models: tuple[str, ...] = option(("smollm2", "gemma3-270m"),
+                                     help="models to compare: embedded names, .gguf files or local Hugging Face folders")
+    operations: tuple[str, ...] = option(OPERATIONS, help="operations whose key heads are counted")
+    identify: IdentifyConfig = option(IdentifyConfig(), skip=("model", "task", "receivers"),
+                                      help="each model's identify runs (its flags: --pairs, --seed, --key-rule, ...)")
+    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10), help="numbers of heads knocked out (Figure 3)")
+    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random head orders")
 
 
 @dataclass(eq=False, repr=False)

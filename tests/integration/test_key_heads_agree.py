@@ -30,8 +30,9 @@ def test_cli_figures_and_notebook_agree(smollm2, tmp_path, monkeypatch):
     # a figure script finds the CLI's folder and reuses it instead of recomputing
     shared = C.KeyHeadConfig(n_pairs=N_PAIRS, identify_dir=str(tmp_path))
     (tmp_path / "addition").mkdir()
-    for f in (tmp_path / "cli").iterdir():
-        (tmp_path / "addition" / f.name).write_bytes(f.read_bytes())
+    for f in (tmp_path / "cli").iterdir():  # its files (its _assets folder holds only heads.html's plotly.js)
+        if f.is_file():
+            (tmp_path / "addition" / f.name).write_bytes(f.read_bytes())
     stamp = (tmp_path / "addition" / "summary.json").stat().st_mtime_ns
     assert C.identify_result(shared).ranked() == IdentifyResult.load(tmp_path / "cli").ranked()
     assert (tmp_path / "addition" / "summary.json").stat().st_mtime_ns == stamp
