@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> Path:
     from circuits.validate import KnockoutResult, knockout_curve
 
     out = Path(args.out)
+    from circuits.viz.page import shared_asset
+
+    out.mkdir(parents=True, exist_ok=True)  # one circuitsvis copy in --out that the views and the report share
+    shared_asset("circuitsvis", out / "index.html", default=out)
     found = {op: Path(args.identify_dir) / op for op in OPERATIONS if (Path(args.identify_dir) / op).is_dir()}
     if not found:
         parser.error(f"no identify results under {args.identify_dir} (one folder per operation, as circuits identify "
@@ -55,26 +59,25 @@ def main(argv: list[str] | None = None) -> Path:
                 ks = tuple(k for k in (0, 2, 4, 8) if k <= len(ranking))
                 pairs = r.pairs[: args.pairs]
                 config = fig3_knockout.Config(**common, task=op, ks=ks, seeds=(0, 1), out=str(out / f"knockout-{op}"))
-                KnockoutResult(config, knockout_curve(model, pairs, ranking, ks, (0, 1)), op, len(pairs)).save(
-                    config.out, overwrite=True)
+                KnockoutResult(config, knockout_curve(model, pairs, ranking, ks, (0, 1)), op, len(pairs)).save(config.out)
         first = ids.get("addition") or next(iter(ids.values()))
         with timing.stage("attention"):
             heads = first.top_heads(8)
             config = fig5_attention_roles.Config(**common, task=first.task, n_key_heads=8, n_prompts=args.pairs,
                                                  operations=tuple(ids), out=str(out / "attention-roles"))
             pairs = [p for r in ids.values() for p in r.pairs[: args.pairs]]
-            attention_roles(model, pairs, heads, config=config).save(config.out, overwrite=True)
+            attention_roles(model, pairs, heads, config=config).save(config.out)
             config = fig7_attention_views.Config(**common, task=first.task, n_key_heads=4, operations=tuple(ids),
                                                  prompts_per_operation=1, out=str(out / "attention-views"))
             prompts = [r.pairs[0] for r in ids.values()]
             page = attention_html(model, prompts, heads[:4], title="Key heads (Figures 7, 16)",
                                   last_tokens=config.last_tokens)
-            AttentionViews(config, heads[:4], [p.reference for p in prompts], page).save(config.out, overwrite=True)
+            AttentionViews(config, heads[:4], [p.reference for p in prompts], page).save(config.out)
         with timing.stage("logit lens"):
             config = fig6_mlp_logit_lens.Config(**common, task=first.task, out=str(out / "logit-lens"))
             # On the identify pairs directly (the script builds its own example prompt for Figure 6c).
             lens = logit_lens(model, first.pairs[: args.pairs], config=config)
-            lens.save(config.out, overwrite=True)
+            lens.save(config.out)
     if args.timings:
         total = timing.add_to_file(args.timings, rec.seconds)
         print(f"Time per stage ({args.timings}):\n{timing.table(total)}")
