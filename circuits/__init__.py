@@ -44,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "build_pairs": "circuits.data.pairs", "make_pair": "circuits.data.pairs", "PromptPair": "circuits.data.pairs",
     "PairConfig": "circuits.data.pairs",
     # identify
-    "sweep": "circuits.patching.engine", "IdentifyConfig": "circuits.identify.config",
+    "sweep": "circuits.patching.engine", "prepare": "circuits.patching.engine", "IdentifyConfig": "circuits.identify.config",
     "IdentifyResult": "circuits.identify.result", "KeyRule": "circuits.patching.ranking", "Metric": "circuits.patching.metrics",
     "logits_metric": "circuits.patching.metrics", "METRICS": "circuits.patching.metrics",
     # beyond heads at END (docs/beyond.md)
@@ -94,7 +94,7 @@ if TYPE_CHECKING:  # for editors and type checkers
     from circuits.identify.config import IdentifyConfig
     from circuits.patching.attribution import attribute
     from circuits.patching.edges import sweep_edges
-    from circuits.patching.engine import sweep
+    from circuits.patching.engine import prepare, sweep
     from circuits.patching.neurons import sweep_neurons
     from circuits.patching.positions import sweep_positions
     from circuits.beyond.screen.job import screen

@@ -18,7 +18,7 @@ these; nothing here imports a job.
 
 from circuits.patching.attribution import Attribution, attribute
 from circuits.patching.edges import EdgeSweep, sweep_edges
-from circuits.patching.engine import SweepResult, all_components, sweep
+from circuits.patching.engine import PreparedRuns, SweepResult, all_components, prepare, sweep
 from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Baseline, Metric, get_metric, logits_metric
 from circuits.patching.neurons import NeuronSweep, sweep_neurons
 from circuits.patching.positions import PositionSweep, sweep_positions
@@ -26,6 +26,6 @@ from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, order, rank, ra
 from circuits.patching.readouts import MetricViews, Readouts
 
 __all__ = ["DEFAULT_KEY_RULE", "DEFAULT_METRIC", "METRICS", "Attribution", "Baseline", "EdgeSweep", "KeyRule", "Metric",
-           "MetricViews", "NeuronSweep", "PositionSweep", "Readouts", "SweepResult", "all_components", "attribute",
-           "get_metric", "logits_metric", "order", "rank", "rank_mlps", "sweep", "sweep_edges", "sweep_neurons",
+           "MetricViews", "NeuronSweep", "PositionSweep", "PreparedRuns", "Readouts", "SweepResult", "all_components", "attribute",
+           "get_metric", "logits_metric", "order", "prepare", "rank", "rank_mlps", "sweep", "sweep_edges", "sweep_neurons",
            "sweep_positions"]

@@ -58,7 +58,7 @@ def _readout_value(name: str, logits: Tensor, answer: Tensor, cf_answer: Tensor,
         return logits[rows, answer] - logits[rows, cf_answer]
     if name == "prob":
         return logits.softmax(-1)[rows, answer]
-    return metric.logits_fn(logits).reshape(len(answer))  # type: ignore[misc]
+    return metric.of_logits(logits, answer, cf_answer).reshape(len(answer))
 
 
 class _Gate(torch.autograd.Function):

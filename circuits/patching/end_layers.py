@@ -280,7 +280,7 @@ def readout(
         logits = end_logits(model, x[s : s + per]).reshape(-1, P, model.cfg.d_vocab)  # [sender, pair, vocab]
         parts["prob"].append((logit[s : s + per] - logits.logsumexp(-1)).exp())
         for m in custom:
-            parts[m.name].append(torch.stack([m.logits_fn(row).float().reshape(P) for row in logits]))  # type: ignore[misc]
+            parts[m.name].append(torch.stack([m.of_logits(row, answer, cf_answer).float().reshape(P) for row in logits]))
     out.update({k: torch.cat(v) for k, v in parts.items()})
     return out
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -48,6 +49,7 @@ from tqdm.auto import tqdm
 from circuits import distributed as D
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import (
+    Runs,
     attention_at_end,
     attention_output,
     baseline_from,
@@ -235,6 +237,67 @@ def _item_cost(model: Model, blocks: list[slice], item: tuple[int, list[Componen
     return float((block.stop - block.start) * sum(model.cfg.n_layers - c.layer for c in item[1]))
 
 
+@dataclass
+class PreparedRuns:
+    """The reference and counterfactual runs of a sweep (:func:`prepare`), to pass as ``sweep(runs=...)``.
+
+    Holds the END activations the engine reads, one :class:`~circuits.patching.end_layers.Runs` per block of at most
+    ``PAIR_BLOCK`` pairs (activation mode: also the reference's keys and values at every position, about
+    ``2 x n_layers x pairs x positions x d_head x kv_heads`` numbers), on the model's devices. Tied to the pairs, the
+    mode and the model object it was made with; weights changed in place afterwards are not detected.
+    """
+
+    mode: Mode
+    batch: PairBatch  # the pairs' tensors, on the CPU: what a later sweep's pairs are checked against
+    blocks: list[Runs]
+    model_name: str
+    _model: weakref.ref = field(repr=False)
+
+    def __repr__(self) -> str:
+        return f"<PreparedRuns: {self.mode} patching, {len(self.batch)} pairs, {self.model_name}>"
+
+    def check(self, model: Model, batch: PairBatch, mode: Mode) -> None:
+        """One line when these runs were made for another mode, model or pairs than a sweep's."""
+        if mode != self.mode:
+            raise ValueError(f"runs= were prepared for {self.mode} patching, not {mode}; accepted: runs from "
+                             f"cc.prepare(model, pairs, {mode!r})")
+        if self._model() is not model:
+            raise ValueError(f"runs= were prepared with another model ({self.model_name}); accepted: runs from "
+                             f"cc.prepare() with this model object ({model.cfg.model_name})")
+        b = batch.to("cpu")
+        same = len(b) == len(self.batch) and all(
+            getattr(b, f).shape == getattr(self.batch, f).shape and torch.equal(getattr(b, f), getattr(self.batch, f))
+            for f in ("reference", "counterfactual", "end", "answer"))
+        if not same:
+            raise ValueError(f"runs= were prepared for other pairs ({len(self.batch)} pairs) than these "
+                             f"({len(b)}); accepted: runs from cc.prepare() with the same pairs in the same order")
+
+
+@torch.no_grad()
+def prepare(model: Model, pairs: Pairs, mode: Mode = "path") -> PreparedRuns:
+    """The reference and counterfactual forwards of ``sweep(model, pairs, mode)``, run once to pass to later sweeps.
+
+    ``sweep(model, pairs, mode, runs=prepare(model, pairs, mode))`` equals ``sweep(model, pairs, mode)`` exactly and
+    skips both forwards, which dominate a sweep of a few components (a custom metric on 4 components, issue 21)::
+
+        runs = cc.prepare(model, pairs)
+        first = cc.sweep(model, pairs, components=["20.8", "MLP19"], runs=runs)
+        again = cc.sweep(model, pairs, components=["14.3"], metrics=[my_metric], runs=runs)
+
+    Keep ``runs`` while the sweeps need it: it holds END activations of every layer (and, in activation mode,
+    the reference's keys and values) on the model's devices.
+    """
+    if mode not in MODES:
+        raise ValueError(f"Unknown mode {mode!r}; accepted: {', '.join(MODES)}")
+    check_supported(model)
+    batch = as_batch(pairs, model)
+    P = len(batch)
+    blocks = [slice(i, min(i + PAIR_BLOCK, P)) for i in range(0, P, PAIR_BLOCK)]
+    runs = [collect_runs(model, batch if len(blocks) == 1 else batch.select(b), need_kv=(mode == "activation"))
+            for b in blocks]
+    return PreparedRuns(mode, batch.to("cpu"), runs, model.cfg.model_name, weakref.ref(model))
+
+
 @timed("sweep")
 @torch.no_grad()
 def sweep(
@@ -248,6 +311,7 @@ def sweep(
     progress: bool = True,
     distribute: bool = True,
     prob: bool | Callable[[SweepResult], Sequence[Component]] = True,
+    runs: PreparedRuns | None = None,
 ) -> SweepResult:
     """Patch every component's END value from the counterfactual run, one END-only pass for many.
 
@@ -269,12 +333,17 @@ def sweep(
             (the logit and logit difference read two unembedding columns): ``True`` for every component,
             ``False`` for none (NaN), or a function that picks components from the finished sweep (e.g. its key
             heads by a logit rule), whose probability a second pass over the same runs computes (NaN elsewhere).
+        runs: the reference and counterfactual runs from :func:`prepare` for the same model, pairs and mode (one
+            line refuses others): the sweep skips those two forwards and equals one without ``runs`` exactly.
     """
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}; accepted: {', '.join(MODES)}")
     check_supported(model)
     custom = [m for m in map(get_metric, metrics) if m.logits_fn is not None]
     batch = as_batch(pairs, model)
+    if runs is not None:
+        runs.check(model, batch, mode)
+    prepared = runs
     cfg = model.cfg
     L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
     comps = sorted(as_components(components or ()) or all_components(model), key=Component.sort_key)
@@ -301,14 +370,15 @@ def sweep(
         if not todo:
             continue
         sub = batch if len(blocks) == 1 else batch.select(block)
-        runs = collect_runs(model, sub, need_kv=(mode == "activation"))
-        base = baseline_from(model, sub.answer.to(out_dev), runs, custom)
+        block_runs = (prepared.blocks[b] if prepared is not None
+                      else collect_runs(model, sub, need_kv=(mode == "activation")))
+        base = baseline_from(model, sub.answer.to(out_dev), block_runs, custom)
         bases[b] = base.to("cpu")
         for i in todo:
-            done[i] = _sweep_chunk(model, mode, runs, sub, base, items[i][1], custom, prob=prob is True)
+            done[i] = _sweep_chunk(model, mode, block_runs, sub, base, items[i][1], custom, prob=prob is True)
             bar.update(len(items[i][1]))
         if callable(prob) and len(blocks) == 1:
-            kept_runs[b] = runs
+            kept_runs[b] = block_runs
     bar.close()
     if split:
         for part_bases, part_done in D.all_gather_objects((bases, done)):
@@ -330,6 +400,8 @@ def sweep(
         _warn_unlikely_answers(baseline)
     result = SweepResult(mode, baseline, heads_out, mlps_out, {m.name: m for m in custom})
     if callable(prob):
+        if prepared is not None:
+            kept_runs.update(enumerate(prepared.blocks))
         _fill_prob(model, mode, batch, blocks, bases, kept_runs, sorted(prob(result), key=Component.sort_key),
                    result, memory_mb)
     return result

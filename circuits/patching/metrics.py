@@ -7,12 +7,15 @@ the default of every result's ``effects()`` and of the key rule) divides the cha
 counterfactual causes, which compares across models.
 
 A metric may also be any function of the patched END logits, as TransformerLens's ``patching_metric`` is
-(:func:`logits_metric`): ``fn(logits: Float[Tensor, "pair d_vocab"]) -> Float[Tensor, " pair"]``. Its effect
-is its change from the unpatched reference run, averaged over pairs.
+(:func:`logits_metric`): ``fn(logits: Float[Tensor, "pair d_vocab"]) -> Float[Tensor, " pair"]``, or
+``fn(logits, answers)`` / ``fn(logits, answers, cf_answers)`` to get the batch's answer token ids (and the
+counterfactual run's top tokens) in the logits' pair order. Its effect is its change from the unpatched reference
+run, averaged over pairs.
 """
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -24,7 +27,8 @@ from torch import Tensor
 
 from circuits.types import METRIC_NAMES as TYPES_METRIC_NAMES
 
-LogitsFn = Callable[[Float[Tensor, "pair d_vocab"]], Float[Tensor, " pair"]]
+# fn(logits), fn(logits, answers) or fn(logits, answers, cf_answers): see logits_metric
+LogitsFn = Callable[..., Float[Tensor, " pair"]]
 
 
 @dataclass
@@ -94,6 +98,15 @@ class Metric:
     per_pair: Callable[[Any, Baseline], Tensor]
     aggregate: Callable[[Any, Baseline], Tensor] | None = None
     logits_fn: LogitsFn | None = None  # custom metrics: computed by the engine on every patched row
+    logits_args: int = 1  # what logits_fn takes: 1 (logits), 2 (logits, answers), 3 (logits, answers, cf_answers)
+
+    def of_logits(self, logits: Float[Tensor, "pair d_vocab"], answers: Int[Tensor, " pair"],
+                  cf_answers: Int[Tensor, " pair"]) -> Tensor:
+        """A custom metric's value on END logits, given the pairs' answer ids and the counterfactual run's top tokens
+        (each ``[pair]``, in the logits' order); ``logits_fn`` gets as many of them as it takes."""
+        assert self.logits_fn is not None, f"{self.name} is a built-in metric, not a function of the logits"
+        args = (logits, answers.to(logits.device), cf_answers.to(logits.device))[: self.logits_args]
+        return self.logits_fn(*args)
 
     def effect(self, patched: Any, base: Baseline) -> Tensor:
         if self.aggregate is not None:
@@ -157,16 +170,40 @@ def get_metric(metric: str | Metric) -> Metric:
         raise ValueError(f"Unknown metric {metric!r}; accepted: {', '.join(METRICS)} or a Metric") from None
 
 
+def _logits_args(fn: Callable) -> int:
+    """How many of ``(logits, answers, cf_answers)`` ``fn`` takes: its positional parameters without a default
+    (all three with ``*args``); a callable without a signature (a builtin) takes the logits alone."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return 1
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return 3
+    n = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty for p in params)
+    if not 1 <= n <= 3:
+        raise ValueError(f"logits_metric: {getattr(fn, '__name__', fn)!r} takes {n} required positional arguments; "
+                         "accepted: fn(logits), fn(logits, answers) or fn(logits, answers, cf_answers)")
+    return n
+
+
 def logits_metric(fn: LogitsFn, name: str = "custom", sign: int = -1, doc: str = "") -> Metric:
     """A metric from a function of the END logits, as TransformerLens's ``patching_metric``.
 
-    ``fn(logits)`` takes ``[pair, d_vocab]`` END logits (float32, pairs in batch order) and returns one value per
-    pair. The effect is ``fn(patched) - fn(reference)``, averaged over pairs; ``sign`` says whether a drop
-    (``-1``) or a rise (``+1``) is important.
+    ``fn`` returns one value per pair and takes, by its number of required positional parameters (read once here):
+
+    - ``fn(logits)``: ``[pair, d_vocab]`` END logits (float32, pairs in batch order);
+    - ``fn(logits, answers)``: also the pairs' answer token ids ``[pair]``, in the same order as the logits' rows
+      (``logits[torch.arange(len(answers)), answers]`` is the answer logit, the built-in ``logit`` readout);
+    - ``fn(logits, answers, cf_answers)``: also the counterfactual run's top token at END per pair (what
+      ``logit_diff`` subtracts).
+
+    Every engine calls it the same way (on each chunk of pairs it patches, with those pairs' ids), so the user
+    need not capture answer ids in batch order. The effect is ``fn(patched) - fn(reference)``, averaged over pairs;
+    ``sign`` says whether a drop (``-1``) or a rise (``+1``) is important.
     """
     if name in METRICS:
         raise ValueError(f"{name!r} is a built-in metric; give the custom metric another name")
     if sign not in (-1, 1):
         raise ValueError("sign must be -1 (a drop is important) or +1")
     return Metric(name, doc or f"change of {getattr(fn, '__name__', 'a custom function')} of the END logits", sign,
-                  lambda p, b: p.custom[name] - b.custom[name], None, fn)
+                  lambda p, b: p.custom[name] - b.custom[name], None, fn, _logits_args(fn))

@@ -117,7 +117,7 @@ def attribute_plain(model: Model, batch: PairBatch, metric: Metric, readout: str
     elif readout == "prob":
         value = end_logits.softmax(-1)[rows, batch.answer]
     else:
-        value = metric.logits_fn(end_logits)  # type: ignore[misc]
+        value = metric.of_logits(end_logits, batch.answer, cf_answer)
     names = [n for n in store if not n.endswith("hook_pattern") or mode == "activation"]
     grads = dict(zip(names, torch.autograd.grad(value.sum(), [store[n] for n in names], allow_unused=True)))
     grads = {n: torch.zeros_like(store[n]) if g is None else g for n, g in grads.items()}
