@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from jaxtyping import Float
@@ -31,7 +31,22 @@ from circuits.identify.config import KeyHeadSource
 from circuits.results import MARKER, Result, ResultError
 from circuits.types import Head
 
+T = TypeVar("T")
+
 SUMMARY_FIELDS = ("n_candidates", "accuracy", "mean_answer_prob", "few_shot", "per_template")
+
+
+def _key_first(key: list[T], ranked: list[T], k: int, what: str) -> list[T]:
+    """``k`` components: the key ones first, then the rest of ``ranked`` in its order."""
+    chosen = key[:k]
+    for c in ranked:
+        if len(chosen) >= k:
+            break
+        if c not in chosen:
+            chosen.append(c)
+    if len(chosen) < k:
+        raise ResultError(f"This identify result ranks only {len(chosen)} {what}, fewer than {k}")
+    return chosen
 
 
 @dataclass(eq=False, repr=False)
@@ -117,28 +132,13 @@ class IdentifyResult(Result):
         """``k`` heads: the key heads first, then the rest of the same metric's ranking (how fine-tuning and the
         knockout curves take "the top k")."""
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
-        heads = [h for h, _ in self.key_heads(rule)][:k]
-        for h, _ in self.ranked(rule.metric):
-            if len(heads) >= k:
-                break
-            if h not in heads:
-                heads.append(h)
-        if len(heads) < k:
-            raise ResultError(f"This identify result ranks only {len(heads)} heads, fewer than {k}")
-        return heads
+        return _key_first([h for h, _ in self.key_heads(rule)], [h for h, _ in self.ranked(rule.metric)], k, "heads")
 
     def top_mlps(self, k: int) -> list[int]:
         """The key MLPs first, then the rest by the key rule's metric."""
         m = self.metric()
-        mlps = [l for l, _ in self.key_mlps()][:k]
-        for l, _ in rank_mlps(self.effects(m)[1], m.sign):
-            if len(mlps) >= k:
-                break
-            if l not in mlps:
-                mlps.append(l)
-        if len(mlps) < k:
-            raise ResultError(f"This identify result ranks only {len(mlps)} MLPs, fewer than {k}")
-        return mlps
+        return _key_first([l for l, _ in self.key_mlps()], [l for l, _ in rank_mlps(self.effects(m)[1], m.sign)], k,
+                          "MLPs")
 
     def _custom(self) -> dict[str, Metric]:
         return self.sweep.custom_metrics if self.sweep is not None else {}
