@@ -20,13 +20,13 @@ from jaxtyping import Float
 from torch import Tensor
 
 from circuits.config import option
-from circuits.data.pairs import PromptPair
+from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
 from circuits.patching.engine import SweepResult
 from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
 from circuits.patching.ranking import KeyRule, Ranked, rank, rank_mlps
-from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.identify.config import KeyHeadSource
 from circuits.results import MARKER, Result, ResultError
 from circuits.types import Head
@@ -253,7 +253,7 @@ class IdentifyResult(Result):
         from circuits.viz.figures import write_figure
 
         write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats})
-        write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in self.pairs])
+        write_pairs(folder / "pairs.jsonl", self.pairs)
         if self.sweep is not None:
             save_torch(self.sweep.tensors(), folder / "sweep.pt")
         write_figure(self.figure(), folder / "heads.html")
@@ -268,7 +268,7 @@ class IdentifyResult(Result):
     @classmethod
     def _read(cls, folder: Path, config: IdentifyConfig) -> IdentifyResult:
         summary = read_json(folder / "summary.json")
-        pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")] if (folder / "pairs.jsonl").is_file() else []
+        pairs = read_pairs(folder / "pairs.jsonl") if (folder / "pairs.jsonl").is_file() else []
         sweep, saved = None, {}
         if (folder / "sweep.pt").is_file():
             try:
