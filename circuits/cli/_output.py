@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+from circuits.config import add_arguments, from_arguments
 from circuits.io import OutputError, output_lock
 from circuits.results import check_output
 
@@ -43,3 +47,29 @@ def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: b
         return
     with output_lock(out):
         yield out
+
+
+def register_job(sub: argparse._SubParsersAction, name: str, config_type: type, *, help: str, description: str,
+                 job: str, printout: Callable[[argparse.Namespace, Any, Any, float], object],
+                 progress: bool) -> argparse.ArgumentParser:
+    """Add the subcommand ``name`` of a job that writes one folder: its flags come from ``config_type``, with
+    ``--out`` and ``--overwrite``. When it runs, the config is read from the flags, ``run(config, out)`` of the module
+    ``job`` (imported only then, with torch) writes into ``--out`` while :func:`writing` holds it (``progress``: the
+    job takes ``progress=``, from ``--no-progress``, which the module's ``PROGRESS = True`` declares), and
+    ``printout(args, config, result, seconds)`` says what came out (``seconds``: the whole command's, model loading
+    included)."""
+    p = sub.add_parser(name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(p, config_type)
+    add_output_arguments(p, "output folder")
+
+    def main(args: argparse.Namespace) -> int:
+        start = time.perf_counter()
+        config = from_arguments(config_type, args)
+        run = importlib.import_module(job).run
+        with writing(args.out, name, args.overwrite):
+            result = run(config, args.out, progress=not args.no_progress) if progress else run(config, args.out)
+        printout(args, config, result, time.perf_counter() - start)
+        return 0
+
+    p.set_defaults(func=main)
+    return p

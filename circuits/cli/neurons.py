@@ -9,30 +9,25 @@ patched values), ``pairs.jsonl``, ``figure.html``, ``config.json`` and ``circuit
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from circuits.cli._output import add_output_arguments, writing
-from circuits.config import add_arguments, from_arguments
+from circuits.cli._output import register_job
 from circuits.beyond.neurons.config import NeuronConfig
+
+if TYPE_CHECKING:
+    from circuits.beyond.neurons.result import NeuronResult
 
 
 PROGRESS = True
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("neurons", help="every neuron of the key MLPs patched at END, and their knockout",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p, NeuronConfig)
-    add_output_arguments(p, "output folder")
-    p.set_defaults(func=_main)
-    return p
+    return register_job(sub, "neurons", NeuronConfig, job="circuits.beyond.neurons.job", printout=_printout,
+                        progress=PROGRESS, description=__doc__,
+                        help="every neuron of the key MLPs patched at END, and their knockout")
 
 
-def _main(args: argparse.Namespace) -> int:
-    from circuits.beyond.neurons import job
-
-    config = from_arguments(NeuronConfig, args)
-    with writing(args.out, "neurons", args.overwrite):
-        r = job.run(config, args.out, progress=not args.no_progress)
+def _printout(args: argparse.Namespace, config: NeuronConfig, r: NeuronResult, seconds: float) -> None:
     for layer, s in r.shares().items():
         print(f"  MLP{layer}: {100 * s['share_for_80pct']:.1f}% of neurons carry 80% of the summed neuron effect; "
               f"top 1% carry {100 * s['top1pct_of_total']:.0f}%")
@@ -41,4 +36,3 @@ def _main(args: argparse.Namespace) -> int:
         print(f"  accuracy: none {k['none_accuracy']:.2f}, whole MLPs {k['whole_accuracy']:.2f}, top "
               + ", ".join(f"{100 * s:g}% {a:.2f}" for s, a in zip(k['shares'], k['top_accuracy'])))
     print(f"-> {args.out}/figure.html")
-    return 0

@@ -10,32 +10,24 @@ template so positions align token for token.
 from __future__ import annotations
 
 import argparse
-import time
+from typing import TYPE_CHECKING
 
-from circuits.cli._output import add_output_arguments, writing
-from circuits.config import add_arguments, from_arguments
+from circuits.cli._output import register_job
 from circuits.beyond.positions.config import PositionConfig
+
+if TYPE_CHECKING:
+    from circuits.beyond.positions.result import PositionResult
 
 
 PROGRESS = True
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("positions", help="activation patching at every position, exact (information flow)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p, PositionConfig)
-    add_output_arguments(p, "output folder")
-    p.set_defaults(func=_main)
-    return p
+    return register_job(sub, "positions", PositionConfig, job="circuits.beyond.positions.job", printout=_printout,
+                        progress=PROGRESS, description=__doc__,
+                        help="activation patching at every position, exact (information flow)")
 
 
-def _main(args: argparse.Namespace) -> int:
-    from circuits.beyond.positions import job
-
-    start = time.perf_counter()
-    config = from_arguments(PositionConfig, args)
-    with writing(args.out, "positions", args.overwrite):
-        r = job.run(config, args.out, progress=not args.no_progress)
+def _printout(args: argparse.Namespace, config: PositionConfig, r: PositionResult, seconds: float) -> None:
     print(f"[{config.template or config.task}] {len(r.pairs)} pairs, every head and MLP at every position in "
-          f"{time.perf_counter() - start:.0f} s (the sweep {r.seconds:.0f} s) -> {args.out}/flow.html")
-    return 0
+          f"{seconds:.0f} s (the sweep {r.seconds:.0f} s) -> {args.out}/flow.html")

@@ -11,35 +11,28 @@ head and offset from END; neurons; QK-fixed query and key nodes; GradDrop scores
 from __future__ import annotations
 
 import argparse
-import time
+from typing import TYPE_CHECKING
 
-from circuits.cli._output import add_output_arguments, writing
-from circuits.config import add_arguments, from_arguments
+from circuits.cli._output import register_job
 from circuits.beyond.screen.config import ScreenConfig
+
+if TYPE_CHECKING:
+    from circuits.beyond.screen.result import ScreenResult
 
 
 PROGRESS = True
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("screen", help="attribution screen of every head, MLP and neuron at every position, verified "
-                                      "exactly", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p, ScreenConfig)
-    add_output_arguments(p, "output folder")
-    p.set_defaults(func=_main)
-    return p
+    return register_job(sub, "screen", ScreenConfig, job="circuits.beyond.screen.job", printout=_printout,
+                        progress=PROGRESS, description=__doc__,
+                        help="attribution screen of every head, MLP and neuron at every position, verified exactly")
 
 
-def _main(args: argparse.Namespace) -> int:
-    from circuits.beyond.screen import job
-
-    start = time.perf_counter()
-    config = from_arguments(ScreenConfig, args)
-    with writing(args.out, "screen", args.overwrite):
-        r = job.run(config, args.out, progress=not args.no_progress)
+def _printout(args: argparse.Namespace, config: ScreenConfig, r: ScreenResult, seconds: float) -> None:
     s = r.summary()
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in r.seconds.items())
-    print(f"[{config.task}] screen of {len(r.pairs)} pairs in {time.perf_counter() - start:.1f} s ({parts}; the rest: "
+    print(f"[{config.task}] screen of {len(r.pairs)} pairs in {seconds:.1f} s ({parts}; the rest: "
           "loading the model and building the pairs)"
           + (f"; Spearman with the exact END engine {s['spearman_end']:.3f}; exact top-10 missed by the screen's "
              f"top-20: {s['exact_top10_missed_at_20']}" if "spearman_end" in s else "") + f" -> {args.out}")
@@ -47,4 +40,3 @@ def _main(args: argparse.Namespace) -> int:
         print(f"  {v['node']:>16}  screen {v['screen']:+.4f}  exact {v['exact']:+.4f}")
     if len(r.verified) > 10:
         print(f"  ... and {len(r.verified) - 10} more verified nodes in {args.out}")
-    return 0

@@ -10,28 +10,22 @@ file, each atomically: ``data.json`` (key-head sets and Jaccard matrices per ope
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from circuits.cli._output import add_output_arguments, writing
-from circuits.config import add_arguments, from_arguments
+from circuits.cli._output import register_job
 from circuits.beyond.stability.config import StabilityConfig
+
+if TYPE_CHECKING:
+    from circuits.beyond.stability.result import StabilityResult
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("stability", help="Jaccard overlap of key heads across seeds and template forms",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_arguments(p, StabilityConfig)
-    add_output_arguments(p, "output folder")
-    p.set_defaults(func=_main)
-    return p
+    return register_job(sub, "stability", StabilityConfig, job="circuits.beyond.stability.job", printout=_printout,
+                        progress=False, description=__doc__,
+                        help="Jaccard overlap of key heads across seeds and template forms")
 
 
-def _main(args: argparse.Namespace) -> int:
-    from circuits.beyond.stability import job
-
-    config = from_arguments(StabilityConfig, args)
-    with writing(args.out, "stability", args.overwrite):
-        r = job.run(config, args.out)
+def _printout(args: argparse.Namespace, config: StabilityConfig, r: StabilityResult, seconds: float) -> None:
     for op, s in r.summary()["per_operation"].items():
         print(f"  {op}: mean Jaccard across seeds {s['mean_jaccard_seeds']:.2f}, across forms {s['mean_jaccard_forms']:.2f}")
     print(f"-> {args.out}/figure.html")
-    return 0

@@ -36,7 +36,7 @@ from circuits.data.templates import (
     templates_for,
 )
 from circuits.data.pair_config import FewShot, PairConfig, PrefixPolicy  # noqa: F401  (declared there, light)
-from circuits.io import read_jsonl
+from circuits.io import read_jsonl, write_jsonl
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
 from circuits.timing import stage
 
@@ -394,6 +394,11 @@ def render_pair(
 def read_pairs(path: str | Path) -> list[PromptPair]:
     """The pairs of a ``pairs.jsonl`` file (one :meth:`PromptPair.to_json` a line), as results save them."""
     return [PromptPair.from_json(r) for r in read_jsonl(path)]
+
+
+def write_pairs(path: str | Path, pairs: Sequence[PromptPair]) -> None:
+    """Write ``pairs`` as a ``pairs.jsonl`` file that :func:`read_pairs` reads back."""
+    write_jsonl(path, [p.to_json() for p in pairs])
 
 
 @dataclass

@@ -33,6 +33,7 @@ from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair
 from circuits.config import option
+from circuits.explain.dla import end_activations
 from circuits.io import read_json, write_json
 from circuits.identify.config import KeyHeadSource
 from circuits.results import Result
@@ -79,22 +80,9 @@ def end_streams(
 ) -> tuple[Float[Tensor, "pair layer d_model"], Float[Tensor, "pair layer d_model"]]:
     """``MLP_in`` (resid_mid) and ``MLP_out`` (resid_post) at END for every layer."""
     L = model.cfg.n_layers
-    names = {get_act_name("resid_mid", l) for l in range(L)} | {get_act_name("resid_post", l) for l in range(L)}
-    mlp_in = torch.zeros(len(pairs), L, model.cfg.d_model)
-    mlp_out = torch.zeros_like(mlp_in)
-    # Equal lengths per run, so no padding is needed.
-    by_len: dict[int, list[int]] = {}
-    for i, p in enumerate(pairs):
-        by_len.setdefault(len(p.reference_token_ids), []).append(i)
-    for _, idx in by_len.items():
-        for s in range(0, len(idx), batch_size):
-            rows = idx[s : s + batch_size]
-            toks = torch.tensor([pairs[i].reference_token_ids for i in rows], device=model.cfg.device)
-            _, cache = model.run_with_cache(toks, names_filter=lambda n: n in names, stop_at_layer=L)
-            for l in range(L):
-                mlp_in[rows, l] = cache[get_act_name("resid_mid", l)][:, -1].float().cpu()
-                mlp_out[rows, l] = cache[get_act_name("resid_post", l)][:, -1].float().cpu()
-    return mlp_in, mlp_out
+    mid, post = [get_act_name("resid_mid", l) for l in range(L)], [get_act_name("resid_post", l) for l in range(L)]
+    acts = end_activations(model, [p.reference_token_ids for p in pairs], mid + post, batch_size)
+    return torch.stack([acts[n] for n in mid], 1), torch.stack([acts[n] for n in post], 1)
 
 
 def _cos(x: Tensor, w: Tensor) -> Tensor:

@@ -13,25 +13,40 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
 from circuits.config import option
-from circuits.data.pairs import PromptPair
+from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
 from circuits.patching.engine import SweepResult
 from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
 from circuits.patching.ranking import KeyRule, Ranked, rank, rank_mlps
-from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.identify.config import KeyHeadSource
 from circuits.results import MARKER, Result, ResultError
 from circuits.types import Head
 
+T = TypeVar("T")
+
 SUMMARY_FIELDS = ("n_candidates", "accuracy", "mean_answer_prob", "few_shot", "per_template")
+
+
+def _key_first(key: list[T], ranked: list[T], k: int, what: str) -> list[T]:
+    """``k`` components: the key ones first, then the rest of ``ranked`` in its order."""
+    chosen = key[:k]
+    for c in ranked:
+        if len(chosen) >= k:
+            break
+        if c not in chosen:
+            chosen.append(c)
+    if len(chosen) < k:
+        raise ResultError(f"This identify result ranks only {len(chosen)} {what}, fewer than {k}")
+    return chosen
 
 
 @dataclass(eq=False, repr=False)
@@ -117,28 +132,13 @@ class IdentifyResult(Result):
         """``k`` heads: the key heads first, then the rest of the same metric's ranking (how fine-tuning and the
         knockout curves take "the top k")."""
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
-        heads = [h for h, _ in self.key_heads(rule)][:k]
-        for h, _ in self.ranked(rule.metric):
-            if len(heads) >= k:
-                break
-            if h not in heads:
-                heads.append(h)
-        if len(heads) < k:
-            raise ResultError(f"This identify result ranks only {len(heads)} heads, fewer than {k}")
-        return heads
+        return _key_first([h for h, _ in self.key_heads(rule)], [h for h, _ in self.ranked(rule.metric)], k, "heads")
 
     def top_mlps(self, k: int) -> list[int]:
         """The key MLPs first, then the rest by the key rule's metric."""
         m = self.metric()
-        mlps = [l for l, _ in self.key_mlps()][:k]
-        for l, _ in rank_mlps(self.effects(m)[1], m.sign):
-            if len(mlps) >= k:
-                break
-            if l not in mlps:
-                mlps.append(l)
-        if len(mlps) < k:
-            raise ResultError(f"This identify result ranks only {len(mlps)} MLPs, fewer than {k}")
-        return mlps
+        return _key_first([l for l, _ in self.key_mlps()], [l for l, _ in rank_mlps(self.effects(m)[1], m.sign)], k,
+                          "MLPs")
 
     def _custom(self) -> dict[str, Metric]:
         return self.sweep.custom_metrics if self.sweep is not None else {}
@@ -253,7 +253,7 @@ class IdentifyResult(Result):
         from circuits.viz.figures import write_figure
 
         write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats})
-        write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in self.pairs])
+        write_pairs(folder / "pairs.jsonl", self.pairs)
         if self.sweep is not None:
             save_torch(self.sweep.tensors(), folder / "sweep.pt")
         write_figure(self.figure(), folder / "heads.html")
@@ -268,7 +268,7 @@ class IdentifyResult(Result):
     @classmethod
     def _read(cls, folder: Path, config: IdentifyConfig) -> IdentifyResult:
         summary = read_json(folder / "summary.json")
-        pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")] if (folder / "pairs.jsonl").is_file() else []
+        pairs = read_pairs(folder / "pairs.jsonl") if (folder / "pairs.jsonl").is_file() else []
         sweep, saved = None, {}
         if (folder / "sweep.pt").is_file():
             try:

@@ -39,7 +39,7 @@ from circuits.identify.config import KeyHeadSource
 from circuits.results import Result
 from circuits.io import read_json, write_json
 from circuits.types import Ablation, Component, Head, all_heads
-from circuits.validate.groups import GroupKey, group_key
+from circuits.validate.groups import GroupKey, group_index, group_key
 from circuits.validate.resample import ResampledActivations, resample_values, resampled_logits
 
 
@@ -58,15 +58,8 @@ class MeanActivations:
     n_prompts: int
 
     def group_of(self, pair: PromptPair) -> int:
-        if self.pooled:
-            return 0
-        key = group_key(pair)
-        if key not in self.groups:
-            raise KeyError(
-                f"No mean for template {key[0]!r} at length {key[1]}: means were taken over "
-                f"{sorted(self.groups)}. Take means over counterfactuals of the same templates, or use pooled=True."
-            )
-        return self.groups[key]
+        return group_index(self.groups, self.pooled, pair, "mean",
+                           "Take means over counterfactuals of the same templates, or use pooled=True.")
 
 
 @torch.no_grad()

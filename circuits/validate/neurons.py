@@ -18,6 +18,7 @@ from circuits.models.backend import act_name as get_act_name
 from circuits.data.pairs import PromptPair
 from circuits.models.forward import end_residuals, unembed_end
 from circuits.types import Ablation
+from circuits.validate.groups import group_index
 from circuits.validate.knockout import GroupKey, KnockoutScore, group_key, score
 
 
@@ -31,13 +32,7 @@ class NeuronMeans:
     pooled: bool
 
     def group_of(self, pair: PromptPair) -> int:
-        if self.pooled:
-            return 0
-        key = group_key(pair)
-        if key not in self.groups:
-            raise KeyError(f"No neuron mean for template {key[0]!r} at length {key[1]}; means were taken over "
-                           f"{sorted(self.groups)}")
-        return self.groups[key]
+        return group_index(self.groups, self.pooled, pair, "neuron mean")
 
 
 @torch.no_grad()

@@ -15,67 +15,63 @@ def _f(x: Any, digits: int = 3) -> str:
 
 
 def screen_section(page: Page, found: list) -> str:
-    out = []
-    for f in found:
-        r = f.result
-        s = r.summary()
-        sec = r.seconds
-        out.append(f"<h3>{_e(s.get('task', ''))}</h3><p class='what'>Attribution patching ({_e(r.mode)} mode, metric "
-                   f"{_e(r.metric)}) estimated every head, MLP and neuron at every position of {len(r.pairs)} pairs in "
-                   f"{sec.get('screen', 0):.0f} s; its top nodes were re-measured exactly (END engine at END, the "
-                   f"per-position engine elsewhere).</p>")
-        if r.audit:
-            a = r.audit
-            out.append(f"<p>Against the exact END engine over all {a.get('n_components')} heads and MLPs: Spearman "
-                       f"<b>{a['spearman_end']:.3f}</b> (heads {a.get('spearman_end_heads', float('nan')):.3f}, MLPs "
-                       f"{a.get('spearman_end_mlps', float('nan')):.3f}).</p>")
-            ns = sorted(int(k.rsplit("_", 1)[1]) for k in a if k.startswith("exact_top10_missed_at_"))
-            out.append(table(["screen's top-N", *map(str, ns)],
-                             [["exact top-10 missed", *[a[f"exact_top10_missed_at_{n}"] for n in ns]],
-                              [f"exact top-5% ({a.get('top5pct_size')}) missed", *[a[f"exact_top5pct_missed_at_{n}"] for n in ns]]]))
-            if a.get("largest_misses"):
-                out.append("<p>Largest misses (exact top-10 outside the screen's top-20, else the largest errors):</p>")
-                out.append(table(["component", "exact", "screen", "exact rank", "screen rank", "why"],
-                                 [[m["component"], _f(m["exact"]), _f(m["screen"]), m["exact_rank"], m["screen_rank"],
-                                   m.get("why", m.get("note", ""))] for m in a["largest_misses"]]))
-        if r.verified:
-            out.append("<p>Verified nodes (offset 0 is END):</p>" + table(
-                ["node", "kind", "screen", "exact"], [[v["node"], v["kind"], _f(v["screen"]), _f(v["exact"])] for v in r.verified[:20]]))
-        out.append(page.figure(r.figure()) + f.config_html())
+    return page.per_result(found, _screen_text)
+
+
+def _screen_text(r: Any) -> str:
+    s = r.summary()
+    sec = r.seconds
+    out = [f"<h3>{_e(s.get('task', ''))}</h3><p class='what'>Attribution patching ({_e(r.mode)} mode, metric "
+           f"{_e(r.metric)}) estimated every head, MLP and neuron at every position of {len(r.pairs)} pairs in "
+           f"{sec.get('screen', 0):.0f} s; its top nodes were re-measured exactly (END engine at END, the "
+           f"per-position engine elsewhere).</p>"]
+    if r.audit:
+        a = r.audit
+        out.append(f"<p>Against the exact END engine over all {a.get('n_components')} heads and MLPs: Spearman "
+                   f"<b>{a['spearman_end']:.3f}</b> (heads {a.get('spearman_end_heads', float('nan')):.3f}, MLPs "
+                   f"{a.get('spearman_end_mlps', float('nan')):.3f}).</p>")
+        ns = sorted(int(k.rsplit("_", 1)[1]) for k in a if k.startswith("exact_top10_missed_at_"))
+        out.append(table(["screen's top-N", *map(str, ns)],
+                         [["exact top-10 missed", *[a[f"exact_top10_missed_at_{n}"] for n in ns]],
+                          [f"exact top-5% ({a.get('top5pct_size')}) missed", *[a[f"exact_top5pct_missed_at_{n}"] for n in ns]]]))
+        if a.get("largest_misses"):
+            out.append("<p>Largest misses (exact top-10 outside the screen's top-20, else the largest errors):</p>")
+            out.append(table(["component", "exact", "screen", "exact rank", "screen rank", "why"],
+                             [[m["component"], _f(m["exact"]), _f(m["screen"]), m["exact_rank"], m["screen_rank"],
+                               m.get("why", m.get("note", ""))] for m in a["largest_misses"]]))
+    if r.verified:
+        out.append("<p>Verified nodes (offset 0 is END):</p>" + table(
+            ["node", "kind", "screen", "exact"], [[v["node"], v["kind"], _f(v["screen"]), _f(v["exact"])] for v in r.verified[:20]]))
     return "".join(out)
 
 
 def positions_section(page: Page, found: list) -> str:
-    out = []
-    for f in found:
-        r = f.result
-        out.append(f"<p class='what'>Activation patching of every head and MLP at every position ({len(r.pairs)} pairs, "
-                   f"exact: only positions from the patch to END recompute, from a cached prefix; {r.seconds:.0f} s), as "
-                   f"Stolfo et al.'s information flow: which layers at which positions carry the operands and operator "
-                   f"to the answer. Dotted lines mark the operand (A, B) and operator positions of the labelling "
-                   f"prompt.</p>")
-        out.append(page.figure(r.figure()) + f.config_html())
-    return "".join(out)
+    return page.per_result(found, lambda r: (
+        f"<p class='what'>Activation patching of every head and MLP at every position ({len(r.pairs)} pairs, "
+        f"exact: only positions from the patch to END recompute, from a cached prefix; {r.seconds:.0f} s), as "
+        f"Stolfo et al.'s information flow: which layers at which positions carry the operands and operator "
+        f"to the answer. Dotted lines mark the operand (A, B) and operator positions of the labelling "
+        f"prompt.</p>"))
 
 
 def neurons_section(page: Page, found: list) -> str:
-    out = []
-    for f in found:
-        r = f.result
-        rows = [[f"MLP{l}", _pct(s["share_for_50pct"], 1), _pct(s["share_for_80pct"], 1), _pct(s["top1pct_of_total"]),
-                 _f(s["sum_of_neuron_effects"]), _f(s["whole_mlp_effect"])] for l, s in r.shares().items()]
-        out.append(f"<p class='what'>Every neuron of the MLPs below patched alone at END ({r.sweep.mode} patching, "
-                   f"{_e(r.metric)}), as Nikankin et al. ask: what share of a layer's neurons carries most of its "
-                   f"effect, and does knocking out only those neurons do what knocking out the whole MLP does?</p>")
-        out.append(table(["MLP", "neurons for 50%", "neurons for 80%", "top 1% carry", "sum of neuron effects",
-                          "whole MLP effect"], rows))
-        k = r.knockout
-        if k:
-            out.append(table(["knocked out", "accuracy"],
-                             [["nothing", _pct(k["none_accuracy"], 1)], ["whole MLPs", _pct(k["whole_accuracy"], 1)]]
-                             + [[f"top {100 * s:g}% of neurons ({n})", f"{_pct(a, 1)} (random: {_pct(ra, 1)})"]
-                                for s, n, a, ra in zip(k["shares"], k["n_neurons"], k["top_accuracy"], k["random_accuracy"])]))
-        out.append(page.figure(r.figure()) + f.config_html())
+    return page.per_result(found, _neurons_text)
+
+
+def _neurons_text(r: Any) -> str:
+    rows = [[f"MLP{l}", _pct(s["share_for_50pct"], 1), _pct(s["share_for_80pct"], 1), _pct(s["top1pct_of_total"]),
+             _f(s["sum_of_neuron_effects"]), _f(s["whole_mlp_effect"])] for l, s in r.shares().items()]
+    out = [f"<p class='what'>Every neuron of the MLPs below patched alone at END ({r.sweep.mode} patching, "
+           f"{_e(r.metric)}), as Nikankin et al. ask: what share of a layer's neurons carries most of its "
+           f"effect, and does knocking out only those neurons do what knocking out the whole MLP does?</p>",
+           table(["MLP", "neurons for 50%", "neurons for 80%", "top 1% carry", "sum of neuron effects",
+                  "whole MLP effect"], rows)]
+    k = r.knockout
+    if k:
+        out.append(table(["knocked out", "accuracy"],
+                         [["nothing", _pct(k["none_accuracy"], 1)], ["whole MLPs", _pct(k["whole_accuracy"], 1)]]
+                         + [[f"top {100 * s:g}% of neurons ({n})", f"{_pct(a, 1)} (random: {_pct(ra, 1)})"]
+                            for s, n, a, ra in zip(k["shares"], k["n_neurons"], k["top_accuracy"], k["random_accuracy"])]))
     return "".join(out)
 
 

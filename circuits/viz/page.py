@@ -14,7 +14,7 @@ import html
 import json
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,11 @@ class Page:
         # A figure wider than the page (the information flow of a long prompt) scrolls inside its box, never cut.
         return "<div class='fig'>" + fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{self.n_figures}",
                                                  config={"displaylogo": False, "responsive": True}) + "</div>"
+
+    def per_result(self, found: Iterable[Any], text: Callable[[Any], str]) -> str:
+        """One block per found result (:class:`~circuits.viz.sections.Found`): ``text(result)``, what it shows (a
+        sentence, tables), then the result's figure and the config that made it."""
+        return "".join(text(f.result) + self.figure(f.result.figure()) + f.config_html() for f in found)
 
     def view(self, component: str, props: dict[str, Any]) -> str:
         """A circuitsvis component, rendered by the bundle inlined once in the page head."""

@@ -90,20 +90,19 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
 
 
 def knockout_section(page: Page, found: list[Found]) -> str:
-    out = []
-    for f in found:
-        r = f.result
-        c = r.curve
-        k = max(c.ks)
-        i = c.ks.index(k)
-        rnd = sum(row[i] for row in c.random_accuracy) / max(1, len(c.random_accuracy))
-        out.append(f"<p class='what'>Mean-ablating the first k heads of the effect ranking (red) against k random heads "
-                   f"(grey: mean and min-max over {len(c.random_accuracy)} seeds), on {r.n_pairs or '?'} "
-                   f"{_e(r.task)} pairs (Figure 3). With {k} heads knocked out, accuracy is "
-                   f"{_pct(c.effect_accuracy[i])} for the key heads and {_pct(rnd)} for random ones "
-                   f"(from {_pct(c.effect_accuracy[0])} with none). First heads: {_e(_heads(c.ranking[:k]))}.</p>")
-        out.append(page.figure(r.figure()) + f.config_html())
-    return "".join(out)
+    return page.per_result(found, _knockout_text)
+
+
+def _knockout_text(r: Any) -> str:
+    c = r.curve
+    k = max(c.ks)
+    i = c.ks.index(k)
+    rnd = sum(row[i] for row in c.random_accuracy) / max(1, len(c.random_accuracy))
+    return (f"<p class='what'>Mean-ablating the first k heads of the effect ranking (red) against k random heads "
+            f"(grey: mean and min-max over {len(c.random_accuracy)} seeds), on {r.n_pairs or '?'} "
+            f"{_e(r.task)} pairs (Figure 3). With {k} heads knocked out, accuracy is "
+            f"{_pct(c.effect_accuracy[i])} for the key heads and {_pct(rnd)} for random ones "
+            f"(from {_pct(c.effect_accuracy[0])} with none). First heads: {_e(_heads(c.ranking[:k]))}.</p>")
 
 
 def transfer_section(page: Page, found: list[Found]) -> str:
@@ -126,27 +125,23 @@ def transfer_section(page: Page, found: list[Found]) -> str:
 
 
 def word_problems_section(page: Page, found: list[Found]) -> str:
-    out = []
-    for f in found:
-        r = f.result
-        out.append(f"<p class='what'>Key heads found on word problems whose asking phrase is rewritten (Table 4), how "
-                   f"many they share with the {len(r.template_heads)} template key heads ({_e(_heads(r.template_heads))}), "
-                   f"and accuracy after knocking out each set.</p>")
-        out.append(page.figure(r.figure()) + f.config_html())
-    return "".join(out)
+    return page.per_result(found, lambda r: (
+        f"<p class='what'>Key heads found on word problems whose asking phrase is rewritten (Table 4), how "
+        f"many they share with the {len(r.template_heads)} template key heads ({_e(_heads(r.template_heads))}), "
+        f"and accuracy after knocking out each set.</p>"))
 
 
 def roles_section(page: Page, found: list[Found]) -> str:
-    out = []
-    for f in found:
-        ops = f.result.by_operation
-        dom = next(iter(ops.values())).get("dominant", {})
-        out.append(f"<p class='what'>Where each key head looks from END: its attention summed over the tokens of each "
-                   f"role (operands A and B, the operator, the answer prefix, the few-shot prefix, the rest), averaged "
-                   f"over prompts of each operation (Figure 5). Most-attended role on {_e(next(iter(ops)))}: "
-                   f"{_e(', '.join(f'{h} {r}' for h, r in dom.items()))}.</p>")
-        out.append(page.figure(f.result.figure()) + f.config_html())
-    return "".join(out)
+    return page.per_result(found, _roles_text)
+
+
+def _roles_text(r: Any) -> str:
+    ops = r.by_operation
+    dom = next(iter(ops.values())).get("dominant", {})
+    return (f"<p class='what'>Where each key head looks from END: its attention summed over the tokens of each "
+            f"role (operands A and B, the operator, the answer prefix, the few-shot prefix, the rest), averaged "
+            f"over prompts of each operation (Figure 5). Most-attended role on {_e(next(iter(ops)))}: "
+            f"{_e(', '.join(f'{h} {r}' for h, r in dom.items()))}.</p>")
 
 
 def views_section(page: Page, found: list[Found]) -> str:

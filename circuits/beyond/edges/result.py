@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 
-from circuits.data.pairs import PromptPair
+from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.patching.edges import EdgeSweep
 from circuits.patching.metrics import get_metric
 from circuits.patching.ranking import order
-from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.beyond.edges.config import EdgesConfig
 from circuits.results import Result
 from circuits.types import Component, Receiver
@@ -104,7 +104,7 @@ class EdgeResult(Result):
                                              "effects": self.edges.effects(self.metric).tolist(),
                                              "senders": [str(s) for s in self.edges.senders],
                                              "receivers": [str(r) for r in self.edges.receivers]})
-        write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in self.pairs])
+        write_pairs(folder / "pairs.jsonl", self.pairs)
         save_torch(self.edges.tensors(), folder / "edges.pt")
         write_figure(self.figure(), folder / "circuit.html")
 
@@ -112,5 +112,5 @@ class EdgeResult(Result):
     def _read(cls, folder: Path, config: EdgesConfig) -> EdgeResult:
         s = read_json(folder / "summary.json")
         t = load_torch(folder / "edges.pt", "edge sweep")
-        pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")] if (folder / "pairs.jsonl").is_file() else []
+        pairs = read_pairs(folder / "pairs.jsonl") if (folder / "pairs.jsonl").is_file() else []
         return cls(config, pairs, EdgeSweep.from_tensors(t), s["receiver_effects"], s.get("metric", "fraction"))

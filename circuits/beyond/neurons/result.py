@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 import torch
-from circuits.data.pairs import PromptPair
+from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.patching.metrics import get_metric
 from circuits.patching.neurons import NeuronSweep, effect_shares
 from circuits.patching.ranking import contributions
-from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.results import Result
 from circuits.beyond.neurons.config import NeuronConfig
 
@@ -88,7 +88,7 @@ class NeuronResult(Result):
         from circuits.viz.figures import write_figure
 
         write_json(folder / "summary.json", self.summary())
-        write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in self.pairs])
+        write_pairs(folder / "pairs.jsonl", self.pairs)
         save_torch(self.sweep.tensors(), folder / "neurons.pt")
         write_figure(self.figure(), folder / "figure.html")
 
@@ -96,7 +96,7 @@ class NeuronResult(Result):
     def _read(cls, folder: Path, config: NeuronConfig) -> NeuronResult:
         s = read_json(folder / "summary.json")
         t = load_torch(folder / "neurons.pt", "neuron sweep")
-        pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")]
+        pairs = read_pairs(folder / "pairs.jsonl")
         mlps = {int(k[3:]): v["whole_mlp_effect"] for k, v in s.get("shares", {}).items()}
         return cls(config, pairs, NeuronSweep.from_tensors(t), s["metric"], mlps, s.get("knockout", {}),
                    float(s.get("seconds", 0.0)))

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from transformer_lens import HookedTransformer
-from circuits.data.pairs import PromptPair
+from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.patching.metrics import METRICS
 from circuits.patching.positions import PositionSweep
-from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.results import Result
 from circuits.beyond.positions.config import PositionConfig
 
@@ -72,7 +72,7 @@ class PositionResult(Result):
         from circuits.viz.figures import write_figure
 
         write_json(folder / "summary.json", self.summary())
-        write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in self.pairs])
+        write_pairs(folder / "pairs.jsonl", self.pairs)
         save_torch(self.sweep.tensors(), folder / "positions.pt")
         write_figure(self.figure(), folder / "flow.html")
 
@@ -80,7 +80,7 @@ class PositionResult(Result):
     def _read(cls, folder: Path, config: PositionConfig) -> PositionResult:
         t = load_torch(folder / "positions.pt", "position sweep")
         s = read_json(folder / "summary.json")
-        pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")]
+        pairs = read_pairs(folder / "pairs.jsonl")
         return cls(config, pairs, PositionSweep.from_tensors(t), float(s.get("seconds", 0.0)), s.get("tokens"))
 
 

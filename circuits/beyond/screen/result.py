@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 import torch
 from torch import Tensor
-from circuits.data.pairs import PromptPair
+from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.patching.ranking import order
 from circuits.patching.readouts import spearman
-from circuits.io import load_torch, read_json, read_jsonl, save_torch, write_json, write_jsonl
+from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.results import Result
 from circuits.beyond.screen.config import ScreenConfig
 
@@ -100,7 +100,7 @@ class ScreenResult(Result):
         from circuits.viz.figures import write_figure
 
         write_json(folder / "summary.json", self.summary())
-        write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in self.pairs])
+        write_pairs(folder / "pairs.jsonl", self.pairs)
         save_torch({"head_effects": self.head_effects, "mlp_effects": self.mlp_effects, "head_q": self.head_q,
                     "head_k": self.head_k, "neuron_effects": self.neuron_effects, "graddrop": self.graddrop,
                     "exact_end": self.exact_end}, folder / "screen.pt")
@@ -110,7 +110,7 @@ class ScreenResult(Result):
     def _read(cls, folder: Path, config: ScreenConfig) -> ScreenResult:
         s = read_json(folder / "summary.json")
         t = load_torch(folder / "screen.pt", "screen")
-        pairs = [PromptPair.from_json(r) for r in read_jsonl(folder / "pairs.jsonl")]
+        pairs = read_pairs(folder / "pairs.jsonl")
         audit = {k: v for k, v in s.items() if k.startswith(("spearman", "exact_top", "largest", "n_components", "top5pct"))}
         return cls(config, pairs, s["metric"], s["mode"], t["head_effects"], t["mlp_effects"], t["head_q"], t["head_k"],
                    t["neuron_effects"], t["graddrop"], s.get("verified", []), audit or None, t["exact_end"],
