@@ -14,4 +14,8 @@ except KeyboardInterrupt:
         print("circuits: interrupted", file=sys.stderr)
     sys.exit(130)
 
-sys.exit(main())
+try:
+    code = main()
+except KeyboardInterrupt:  # a second Ctrl-C, or one main() saw too late to catch: it has said so or exits quietly
+    code = 130
+sys.exit(code)

@@ -47,7 +47,11 @@ def _run(args: list[str], kill_at: int | None = None, kill_after: float | None =
         except subprocess.TimeoutExpired:
             proc.kill()
     _, err = proc.communicate(timeout=300)
+    RUNS.append(f"kill_at={kill_at} kill_after={kill_after} -> {proc.returncode}: {err[-1500:]}")
     return proc.returncode
+
+
+RUNS: list[str] = []  # each run's exit code and the end of its stderr, for the assertion messages
 
 
 def _leftovers(root: Path) -> list[Path]:
@@ -75,11 +79,11 @@ def test_identify_all_survives_kills(tmp_path):
     out = tmp_path / "killed"
     # write steps (inside atomic writes and folder swaps), counted from each run's start; a resumed run has fewer left
     codes = [_run([*args, "--out", str(out)], kill_at=rng.randint(1, 14)) for _ in range(2)]
-    assert codes[0] == -9 and set(codes) <= {0, -9}  # SIGKILL, mid-write
+    assert codes[0] == -9 and set(codes) <= {0, -9}, RUNS[-2:]  # SIGKILL, mid-write
     t0 = time.time()
     _run([*args, "--out", str(out)], kill_after=rng.uniform(4.0, 9.0))  # and at a random moment
     assert time.time() - t0 < 120
-    assert _run([*args, "--out", str(out)]) == 0
+    assert _run([*args, "--out", str(out)]) == 0, RUNS[-1]
     _same_results(tmp_path / "straight", out)
     assert _leftovers(tmp_path) == []
 
@@ -95,7 +99,7 @@ def test_finetune_survives_kills(tmp_path):
     out = tmp_path / "killed"
     codes = [_run([*args, "--out", str(out)], kill_at=rng.randint(2, 8)) for _ in range(2)]
     assert codes[0] == -9 and set(codes) <= {0, -9}
-    assert _run([*args, "--out", str(out)]) == 0
+    assert _run([*args, "--out", str(out)]) == 0, RUNS[-1]
     a, b = torch.load(tmp_path / "straight" / "delta.pt", weights_only=True), torch.load(out / "delta.pt", weights_only=True)
     assert a["tensors"].keys() == b["tensors"].keys()
     assert all(torch.equal(a["tensors"][k], b["tensors"][k]) for k in a["tensors"])

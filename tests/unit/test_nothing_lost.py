@@ -289,7 +289,9 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, delay):
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=300)
-    assert proc.returncode == 130, err
+    # 130, or (rarely: the interrupt lands while torch's extensions load) the exit of a process ended by SIGINT after
+    # its one line was printed
+    assert proc.returncode in (130, -signal.SIGINT), err
     assert err.count("\n") == 1 and "interrupted" in err, err
     assert "Traceback" not in err
 
