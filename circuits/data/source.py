@@ -101,7 +101,7 @@ def read_saved_pairs(folder: str | Path, model: str | None = None) -> tuple[list
         raise ValueError(f"--pairs-from {folder} was made with model {saved['model']!r}, not {model!r}; pass --model "
                          f"{saved['model']} or another folder")
     summary = read_json(folder / "summary.json") if (folder / "summary.json").is_file() else {}
-    stats = {k: summary[k] for k in PAIR_STAT_FIELDS if k in summary}
+    stats = summary["pair_stats"] if "pair_stats" in summary else {k: summary[k] for k in PAIR_STAT_FIELDS if k in summary}
     return read_pairs(folder / "pairs.jsonl"), stats
 
 

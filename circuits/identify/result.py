@@ -22,6 +22,7 @@ from torch import Tensor
 from circuits.config import option
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.data.templates import OPERATIONS
+from circuits.data.source import PAIR_STAT_FIELDS
 from circuits.identify.config import IdentifyConfig
 from circuits.patching.engine import SweepResult
 from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
@@ -33,7 +34,6 @@ from circuits.types import Head
 
 T = TypeVar("T")
 
-SUMMARY_FIELDS = ("n_candidates", "accuracy", "mean_answer_prob", "few_shot", "per_template")
 
 
 def _key_first(key: list[T], ranked: list[T], k: int, what: str) -> list[T]:
@@ -192,7 +192,7 @@ class IdentifyResult(Result):
         n_heads = self.effects(rule.metric)[0].numel()
         out: dict[str, Any] = {
             "model": self.model_name, "task": self.task, "mode": self.config.mode, "n_pairs": len(self.pairs),
-            **{k: self.pair_stats.get(k) for k in SUMMARY_FIELDS},
+            **{k: self.pair_stats.get(k) for k in PAIR_STAT_FIELDS},
         }
         if self.sweep is not None:
             b = self.sweep.baseline
@@ -280,7 +280,7 @@ class IdentifyResult(Result):
             saved = {k: (torch.tensor(v["head_effects"]), torch.tensor(v["mlp_effects"]))
                      for k, v in summary.get("metrics", {}).items()} or {
                 "relative_logit": (torch.tensor(summary["head_effects"]), torch.tensor(summary["mlp_effects"]))}
-        stats = summary["pair_stats"] if "pair_stats" in summary else {k: summary[k] for k in SUMMARY_FIELDS if k in summary}
+        stats = summary["pair_stats"] if "pair_stats" in summary else {k: summary[k] for k in PAIR_STAT_FIELDS if k in summary}
         edges = None
         if (folder / "edges.pt").is_file():
             from circuits.patching.edges import EdgeSweep

@@ -125,11 +125,6 @@ def _asset(name: str) -> tuple[str, Any]:
     raise ValueError(f"unknown script {name!r}; known: plotly, circuitsvis")
 
 
-def _in_result_folder(folder: Path) -> bool:
-    """Whether ``folder`` is a result folder, or the temporary sibling a result is being written into."""
-    return (folder.name.startswith(".") and "-tmp-" in folder.name) or any(
-        (folder / f).is_file() for f in ("circuits.json", "config.json"))
-
 
 def shared_asset(name: str, page: str | Path, *, roots: Sequence[str | Path] = (), default: str | Path | None = None) -> Path:
     """Where the shared copy of script ``name`` (``plotly`` or ``circuitsvis``) for ``page`` lies, written there if
