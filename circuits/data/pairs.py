@@ -23,7 +23,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from tqdm.auto import tqdm
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits.data.templates import (
     COUNTERFACTUAL_SYMBOLS,
@@ -445,7 +445,7 @@ class PairSet:
         }
 
 
-def use_few_shot(model: HookedTransformer, few_shot: FewShot) -> bool:
+def use_few_shot(model: Model, few_shot: FewShot) -> bool:
     if few_shot == "auto":
         n_params = sum(p.numel() for p in model.parameters())
         return n_params < FEW_SHOT_AUTO_MAX_PARAMS
@@ -453,7 +453,7 @@ def use_few_shot(model: HookedTransformer, few_shot: FewShot) -> bool:
 
 
 @torch.no_grad()
-def pair_logits(model: HookedTransformer, pairs: list[PromptPair], which: Literal["reference", "counterfactual"] = "reference",
+def pair_logits(model: Model, pairs: list[PromptPair], which: Literal["reference", "counterfactual"] = "reference",
                 batch_size: int = 64) -> Float[Tensor, "pair d_vocab"]:
     """END logits of each pair's reference or counterfactual prompt; a shared few-shot prefix runs once."""
     rows = [p.reference_token_ids if which == "reference" else p.counterfactual_token_ids for p in pairs]
@@ -480,7 +480,7 @@ def candidate_operands(template: Template, tokenizer: Any, lo: int, hi: int) -> 
     return ok
 
 
-def build_pairs(model: HookedTransformer, config: PairConfig | str | None = None, *, check_counterfactual: bool = True,
+def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_counterfactual: bool = True,
                 progress: bool = True, **kwargs: Any) -> PairSet:
     """Sample pairs round-robin over the task's templates, run the model, keep the correct ones.
 
@@ -613,7 +613,7 @@ def counterfactual_stats(pairs: Sequence[PromptPair], keeps_answer: Bool[Tensor,
 Pairs = Union[Sequence[PromptPair], PairSet, PairBatch]
 
 
-def as_batch(pairs: Pairs, model: HookedTransformer) -> PairBatch:
+def as_batch(pairs: Pairs, model: Model) -> PairBatch:
     """Pairs as a right-padded batch on the model's device (a ``PairBatch`` is moved there)."""
     if isinstance(pairs, PairBatch):
         return pairs.to(model.cfg.device)

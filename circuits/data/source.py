@@ -24,7 +24,7 @@ from circuits.data.templates import TASKS
 from circuits.types import DTYPE_NAMES, METRIC_NAMES
 
 if TYPE_CHECKING:
-    from transformer_lens import HookedTransformer
+    from circuits.models.backend import Model
 
     from circuits.data.pairs import PromptPair
 
@@ -66,7 +66,7 @@ class PairSource(PairSpec):
     pairs_from: str = option("", help="take the first --pairs pairs of this `circuits identify` result folder (its "
                                       "exact token ids) instead of building them")
 
-    def load_pairs(self, model: HookedTransformer) -> tuple[list[PromptPair], dict[str, Any]]:
+    def load_pairs(self, model: Model) -> tuple[list[PromptPair], dict[str, Any]]:
         """The pairs and what the model did on the candidates."""
         if self.pairs_from:
             pairs, stats = read_saved_pairs(self.pairs_from, self.model)

@@ -19,7 +19,7 @@ from jaxtyping import Float, Int
 from lm_eval.api.model import LM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.models.backend import KeyValueCache as TransformerLensKeyValueCache
 
 from circuits.models.forward import end_residuals, length_batches, pad_token_id, shared_prefix_lengths, unembed_end
@@ -28,7 +28,7 @@ from circuits.models.forward import end_residuals, length_batches, pad_token_id,
 class HookedTransformerLM(LM):
     def __init__(
         self,
-        model: HookedTransformer,
+        model: Model,
         batch_size: int = 8,
         max_length: int | None = None,
         max_gen_toks: int = 256,

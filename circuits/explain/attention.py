@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair, as_batch
@@ -64,7 +64,7 @@ def role_masks(pair: PromptPair) -> Float[Tensor, "role pos"]:
 
 @torch.no_grad()
 def end_attention(
-    model: HookedTransformer, pairs: Sequence[PromptPair], heads: Sequence[Head], batch_size: int = 32
+    model: Model, pairs: Sequence[PromptPair], heads: Sequence[Head], batch_size: int = 32
 ) -> Float[Tensor, "pair head pos"]:
     """Attention from END to every position of each reference prompt, for each head (right-padded with 0)."""
     layers = sorted({l for l, _ in heads})
@@ -109,7 +109,7 @@ class RoleAttention:
         }
 
 
-def role_attention(model: HookedTransformer, pairs: Sequence[PromptPair], heads: Sequence[Head], batch_size: int = 32) -> RoleAttention:
+def role_attention(model: Model, pairs: Sequence[PromptPair], heads: Sequence[Head], batch_size: int = 32) -> RoleAttention:
     """Each head's END-row attention summed over the positions of each role, for every prompt."""
     heads = [Head(*h) for h in heads]
     att = end_attention(model, pairs, heads, batch_size)
@@ -166,7 +166,7 @@ def visible_tokens(tokens: Sequence[str]) -> list[str]:
 
 @torch.no_grad()
 def attention_html(
-    model: HookedTransformer,
+    model: Model,
     prompts: Sequence[str | PromptPair],
     heads: Sequence[Head],
     path: str | Path | None = None,
@@ -218,7 +218,7 @@ def attention_html(
     return out
 
 
-def attention_roles(model: HookedTransformer, pairs: Sequence[PromptPair], heads: Sequence[Head], *,
+def attention_roles(model: Model, pairs: Sequence[PromptPair], heads: Sequence[Head], *,
                     config: RolesConfig | None = None, batch_size: int = 32) -> AttentionRoles:
     """Figure 5: where each head looks from END, by token role, averaged over the prompts of each operation
     (pairs are grouped by their ``operation``)."""

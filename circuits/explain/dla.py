@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair, pair_logits
@@ -30,7 +30,7 @@ from circuits.types import Head
 
 
 @torch.no_grad()
-def end_activations(model: HookedTransformer, rows: Sequence[Sequence[int]], names: Sequence[str],
+def end_activations(model: Model, rows: Sequence[Sequence[int]], names: Sequence[str],
                     batch_size: int = 32) -> dict[str, Tensor]:
     """Each hook's activation at each row's last token (float32, on the CPU): ``{name: [row, ...]}``. Rows run in
     batches of equal length, so there is no padding."""
@@ -52,7 +52,7 @@ def end_activations(model: HookedTransformer, rows: Sequence[Sequence[int]], nam
     return out
 
 
-def answer_directions(model: HookedTransformer, pairs: Sequence[PromptPair]
+def answer_directions(model: Model, pairs: Sequence[PromptPair]
                       ) -> tuple[Float[Tensor, "d_model pair"], Float[Tensor, " pair"], Int[Tensor, " pair"]]:
     """``W_U[:, answer] - W_U[:, cf_answer]`` per pair (times the final norm's weight where it is not folded), the
     unembedding bias's difference, and ``cf_answer`` (the counterfactual run's top token at END)."""
@@ -68,7 +68,7 @@ def answer_directions(model: HookedTransformer, pairs: Sequence[PromptPair]
     return direction, bias, cf_answer
 
 
-def _check_linear(model: HookedTransformer) -> None:
+def _check_linear(model: Model) -> None:
     cfg = model.cfg
     if getattr(cfg, "use_normalization_before_and_after", False):
         raise ValueError(f"{cfg.model_name}: this model normalises each attention and MLP output before adding it to "
@@ -109,7 +109,7 @@ class DirectLogitAttribution:
 
 
 @torch.no_grad()
-def direct_logit_attribution(model: HookedTransformer, pairs: Sequence[PromptPair], batch_size: int = 32
+def direct_logit_attribution(model: Model, pairs: Sequence[PromptPair], batch_size: int = 32
                              ) -> DirectLogitAttribution:
     """Direct logit attribution of every head and MLP at END on the reference prompts (see the module docstring).
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits.models.backend import FactoredMatrix
 
@@ -87,14 +87,14 @@ class HeadCircuits:
                 f"targets, QK {len(self.queries)} queries x {len(self.sources)} sources)")
 
 
-def _normed(model: HookedTransformer, layer: int, ids: Sequence[int]) -> Tensor:
+def _normed(model: Model, layer: int, ids: Sequence[int]) -> Tensor:
     """The embeddings of ``ids`` after layer ``layer``'s ``ln1`` (as if each were the whole residual stream)."""
     e = model.W_E[torch.tensor(list(ids), device=model.W_E.device)]
     return model.blocks[layer].ln1(e[:, None])[:, 0].float()
 
 
 @torch.no_grad()
-def head_circuits(model: HookedTransformer, heads: Sequence[Any], sources: Sequence[str] = DIGITS,
+def head_circuits(model: Model, heads: Sequence[Any], sources: Sequence[str] = DIGITS,
                   targets: Sequence[str] = DIGITS, queries: Sequence[str] = ("=", " ")) -> HeadCircuits:
     """OV (``sources`` onto ``targets``) and QK (``queries`` against ``sources``) tables of ``heads`` (anything
     :meth:`Head.parse` reads, ``key_heads()``'s pairs included), through ``model.OV`` and ``model.QK``

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair
@@ -76,7 +76,7 @@ class MLPLens:
 
 @torch.no_grad()
 def end_streams(
-    model: HookedTransformer, pairs: Sequence[PromptPair], batch_size: int = 32
+    model: Model, pairs: Sequence[PromptPair], batch_size: int = 32
 ) -> tuple[Float[Tensor, "pair layer d_model"], Float[Tensor, "pair layer d_model"]]:
     """``MLP_in`` (resid_mid) and ``MLP_out`` (resid_post) at END for every layer."""
     L = model.cfg.n_layers
@@ -90,7 +90,7 @@ def _cos(x: Tensor, w: Tensor) -> Tensor:
     return F.cosine_similarity(x, w[:, None, :], dim=-1)
 
 
-def mlp_lens(model: HookedTransformer, pairs: Sequence[PromptPair], batch_size: int = 32) -> MLPLens:
+def mlp_lens(model: Model, pairs: Sequence[PromptPair], batch_size: int = 32) -> MLPLens:
     """Figure 6a/6b cosines for every pair and layer."""
     mlp_in, mlp_out = end_streams(model, pairs, batch_size)
     delta = mlp_out - mlp_in
@@ -117,7 +117,7 @@ def mlp_lens(model: HookedTransformer, pairs: Sequence[PromptPair], batch_size: 
 
 
 def top_number_tokens(
-    model: HookedTransformer, pair: PromptPair, k: int = 5, max_number: int = 99
+    model: Model, pair: PromptPair, k: int = 5, max_number: int = 99
 ) -> list[list[tuple[str, float]]]:
     """Figure 6c: per layer, the ``k`` number tokens with the highest cosine to ``MLP_out - MLP_in`` at END."""
     mlp_in, mlp_out = end_streams(model, [pair])
@@ -141,7 +141,7 @@ def writing_start(delta_C: Sequence[float], delta_other: Sequence[float], margin
     return None
 
 
-def logit_lens(model: HookedTransformer, pairs: Sequence[PromptPair], example: PromptPair | None = None, *,
+def logit_lens(model: Model, pairs: Sequence[PromptPair], example: PromptPair | None = None, *,
                k: int = 5, config: LensConfig | None = None) -> LogitLens:
     """Figure 6 on ``pairs``: the per-layer cosine means, and for ``example`` (default: the first pair) the top
     ``k`` number tokens each MLP adds."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair
@@ -46,7 +46,7 @@ class ResidualLens:
 
 
 @torch.no_grad()
-def residual_lens(model: HookedTransformer, pairs: Sequence[PromptPair], incl_mid: bool = False,
+def residual_lens(model: Model, pairs: Sequence[PromptPair], incl_mid: bool = False,
                   batch_size: int = 32) -> ResidualLens:
     """The accumulated-residual logit lens at END of each reference prompt (see the module docstring)."""
     pairs = list(pairs)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits import distributed as D
 from circuits.config import same_config
@@ -40,7 +40,7 @@ from circuits.types import Component, Receiver
 
 
 def identify(
-    model: HookedTransformer, pairs: Pairs | None = None, config: IdentifyConfig | None = None, *,
+    model: Model, pairs: Pairs | None = None, config: IdentifyConfig | None = None, *,
     progress: bool = True, **kwargs: Any,
 ) -> IdentifyResult:
     """Sweep ``pairs`` (built from ``config`` when not given) and keep what picks the key components.
@@ -101,7 +101,7 @@ def task_folders(config: IdentifyConfig, out: str | Path) -> dict[str, Path]:
     return {**{t: out / t for t in OPERATIONS}, "all": out / "all"}
 
 
-def run(config: IdentifyConfig, out: str | Path, model: HookedTransformer | None = None,
+def run(config: IdentifyConfig, out: str | Path, model: Model | None = None,
         progress: bool = True, n_devices: int = 1) -> IdentifyResult:
     """The ``circuits identify`` job: the result of ``config.task`` saved in ``out`` (for ``--task all`` each
     operation's in ``out/<operation>`` and the pooled one, returned, in ``out/all``; see :func:`task_folders`).

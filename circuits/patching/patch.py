@@ -25,7 +25,7 @@ from typing import Any, Literal
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.engine import SweepResult, sweep
@@ -70,7 +70,7 @@ class PatchResult:
                 f"clean {self.clean:.4g}, corrupted {self.corrupted:.4g})")
 
 
-def _tokens(model: HookedTransformer, prompts: Prompts, what: str) -> Tensor:
+def _tokens(model: Model, prompts: Prompts, what: str) -> Tensor:
     if isinstance(prompts, Tensor):
         if prompts.ndim != 2 or prompts.dtype not in (torch.long, torch.int, torch.int32, torch.int64):
             raise ValueError(f"{what}: token ids of shape [batch, pos] are accepted, got a {prompts.dtype} tensor of "
@@ -81,7 +81,7 @@ def _tokens(model: HookedTransformer, prompts: Prompts, what: str) -> Tensor:
     return model.to_tokens(list(prompts))
 
 
-def _batch(model: HookedTransformer, clean: Prompts | Pairs, corrupted: Prompts | None,
+def _batch(model: Model, clean: Prompts | Pairs, corrupted: Prompts | None,
            answers: Sequence[int] | Tensor | None) -> tuple[PairBatch, Tensor]:
     """The clean/corrupted runs as a right-padded batch (END = the last token, or each pair's END), answers
     included (default: the clean run's top token at END)."""
@@ -124,13 +124,13 @@ def _per_prompt(fn: EndMetric, n: int) -> Callable[[Tensor], Tensor]:
 
 
 @torch.no_grad()
-def _end_logits(model: HookedTransformer, tokens: Tensor, end: Tensor) -> Tensor:
+def _end_logits(model: Model, tokens: Tensor, end: Tensor) -> Tensor:
     logits = model(tokens)
     return logits[torch.arange(len(tokens), device=logits.device), end.to(logits.device)].float()
 
 
 def patch(
-    model: HookedTransformer,
+    model: Model,
     clean: Prompts | Pairs,
     corrupted: Prompts | None = None,
     metric: EndMetric | None = None,

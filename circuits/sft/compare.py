@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits.evaluation.tasks import PRIMARY_METRIC
 from circuits.sft.data import TokenizedExample
@@ -27,7 +27,7 @@ from circuits.results import Result
 from circuits.sft.plan import DEFAULT_KV_POLICY
 from circuits.types import Head
 
-Evaluate = Callable[[HookedTransformer], dict[str, Any]]  # model -> {"tasks": {task: metrics}, ...}
+Evaluate = Callable[[Model], dict[str, Any]]  # model -> {"tasks": {task: metrics}, ...}
 
 
 def _row_path(out: Path, name: str) -> Path:
@@ -35,7 +35,7 @@ def _row_path(out: Path, name: str) -> Path:
 
 
 def run_variants(
-    model: HookedTransformer,
+    model: Model,
     examples: list[TokenizedExample],
     variants: Sequence[tuple[str, FinetuneConfig | None]],
     evaluate: Evaluate,

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import torch
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits.io import load_torch
 from circuits.sft import plan as hm
@@ -18,7 +18,7 @@ from circuits.sft import plan as hm
 DELTA_FORMAT = 1
 
 
-def extract_delta(model: HookedTransformer, plan: hm.TuningPlan, meta: dict | None = None,
+def extract_delta(model: Model, plan: hm.TuningPlan, meta: dict | None = None,
                   values: dict[str, torch.Tensor] | None = None) -> dict:
     """The tuned slices' values (not differences: applying them is exact) with the plan that locates them.
 
@@ -66,7 +66,7 @@ def read_delta(path: str | os.PathLike, model_name: str | None = None) -> dict:
     return delta
 
 
-def apply_delta(model: HookedTransformer, delta: dict | str | os.PathLike) -> HookedTransformer:
+def apply_delta(model: Model, delta: dict | str | os.PathLike) -> Model:
     """Write a delta's slices into ``model`` in place (and return it). Every tensor and shape is checked against the
     model before any is written, so a delta of another model leaves the model untouched."""
     if not isinstance(delta, dict):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits.models.backend import check_dtype as check_device  # noqa: F401  (fp16 on a CPU: one clear error)
 from circuits.sft import plan as hm
@@ -60,7 +60,7 @@ class SliceOptimizer:
     :meth:`step` (unscale, skip on overflow, AdamW, cast into the model), :meth:`zero_grad`.
     """
 
-    def __init__(self, model: HookedTransformer, plan: hm.TuningPlan, config) -> None:
+    def __init__(self, model: Model, plan: hm.TuningPlan, config) -> None:
         params = dict(model.named_parameters())
         self.entries: list[_Entry] = []
         for t in plan.tensors:

@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits import distributed as D
 from circuits.config import same_config
@@ -58,7 +58,7 @@ def micro_batches(batch: list[int], micro_batch_size: int) -> list[list[int]]:
 
 
 @contextlib.contextmanager
-def checkpointed_blocks(model: HookedTransformer, enabled: bool) -> Iterator[None]:
+def checkpointed_blocks(model: Model, enabled: bool) -> Iterator[None]:
     """Activation checkpointing: each block keeps only its input in the forward pass and recomputes the rest in
     backward (about a third more compute for a fraction of the activation memory). Parameter names and hook points
     are unchanged, because the block's ``forward`` is wrapped in place rather than the block replaced."""
@@ -90,7 +90,7 @@ class Local:
 
     # --- set-up ------------------------------------------------------------------------------------
 
-    def check_model(self, model: HookedTransformer) -> None:
+    def check_model(self, model: Model) -> None:
         got = next(model.parameters()).dtype
         if got != self.dtype:
             raise ValueError(f"the model is {str(got).removeprefix('torch.')} but the config says dtype "
@@ -98,7 +98,7 @@ class Local:
                              f"FinetuneConfig(dtype={str(got).removeprefix('torch.')!r}) (tuned values always keep "
                              "fp32 masters)")
 
-    def setup(self, model: HookedTransformer, plan: hm.TuningPlan) -> SliceOptimizer:
+    def setup(self, model: Model, plan: hm.TuningPlan) -> SliceOptimizer:
         hm.freeze_except(model, plan)
         optimizer = SliceOptimizer(model, plan, self.config)
         self.handles = hm.register_gradient_masks(model, plan)
@@ -108,10 +108,10 @@ class Local:
     def scaler(self) -> LossScaler:
         return LossScaler(self.config.dtype == "float16", reduce=self._any)
 
-    def input_device(self, model: HookedTransformer) -> str | torch.device:
+    def input_device(self, model: Model) -> str | torch.device:
         return model.cfg.device
 
-    def teardown(self, model: HookedTransformer) -> None:
+    def teardown(self, model: Model) -> None:
         for h in self.handles:
             h.remove()
         self.handles = []
@@ -154,7 +154,7 @@ class Local:
         saved = {**to_jsonable(saved), "activation_checkpointing": self.config.activation_checkpointing}
         return same_config(saved, self.config)
 
-    def load_checkpoint(self, out: Path, model: HookedTransformer, optimizer: SliceOptimizer, scaler: LossScaler
+    def load_checkpoint(self, out: Path, model: Model, optimizer: SliceOptimizer, scaler: LossScaler
                         ) -> tuple[int, list[float]]:
         """Resume from ``out/checkpoint.pt`` (rank 0 reads it and hands it to every rank); ``(0, [])`` when none."""
         if (out / CHECKPOINT_DIR).is_dir():
@@ -179,11 +179,11 @@ class Local:
             scaler.load_state_dict(ckpt["scaler"])
         return int(ckpt["step"]), list(ckpt["losses"])
 
-    def delta(self, model: HookedTransformer, plan: hm.TuningPlan, optimizer: SliceOptimizer, meta: dict | None = None
+    def delta(self, model: Model, plan: hm.TuningPlan, optimizer: SliceOptimizer, meta: dict | None = None
               ) -> dict:
         return extract_delta(model, plan, meta, values=optimizer.masters())
 
-    def save_checkpoint(self, out: Path, step: int, losses: list[float], model: HookedTransformer, plan: hm.TuningPlan,
+    def save_checkpoint(self, out: Path, step: int, losses: list[float], model: Model, plan: hm.TuningPlan,
                         optimizer: SliceOptimizer, scaler: LossScaler) -> None:
         if D.is_main():
             save_torch({"step": step, "losses": losses, "config": self.config.to_json(),
@@ -191,7 +191,7 @@ class Local:
                         "scaler": scaler.state_dict()}, out / CHECKPOINT_FILE)
         D.barrier()
 
-    def save_delta(self, out: Path, model: HookedTransformer, plan: hm.TuningPlan, optimizer: SliceOptimizer,
+    def save_delta(self, out: Path, model: Model, plan: hm.TuningPlan, optimizer: SliceOptimizer,
                    meta: dict) -> None:
         if D.is_main():
             save_torch(self.delta(model, plan, optimizer, meta), out / "delta.pt")
@@ -202,7 +202,7 @@ class Replicated(Local):
 
     name = "replicated"
 
-    def setup(self, model: HookedTransformer, plan: hm.TuningPlan) -> SliceOptimizer:
+    def setup(self, model: Model, plan: hm.TuningPlan) -> SliceOptimizer:
         optimizer = super().setup(model, plan)
         # Every rank starts from rank 0's tuned values, so replicas cannot drift even if loading differed.
         # Collectives run on the rank's own collective device: a model spread over GPUs has masters on several.
@@ -239,14 +239,14 @@ class Sharded(Local):
         self._saved: dict[str, Any] = {}
         self._checkpointing: contextlib.ExitStack | None = None
 
-    def check_model(self, model: HookedTransformer) -> None:
+    def check_model(self, model: Model) -> None:
         got = next(model.parameters()).dtype
         if got != torch.float32:
             raise ValueError(f"sharded full SFT keeps fp32 parameter shards as masters and computes in "
                              f"{self.config.dtype}: load the model in float32 (on the CPU), not "
                              f"{str(got).removeprefix('torch.')}")
 
-    def setup(self, model: HookedTransformer, plan: hm.TuningPlan) -> SliceOptimizer:
+    def setup(self, model: Model, plan: hm.TuningPlan) -> SliceOptimizer:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
@@ -286,10 +286,10 @@ class Sharded(Local):
                 module.set_force_sum_reduction_for_comms(True)
         return SliceOptimizer(model, plan, self.config)
 
-    def input_device(self, model: HookedTransformer) -> str | torch.device:
+    def input_device(self, model: Model) -> str | torch.device:
         return D.device()
 
-    def teardown(self, model: HookedTransformer) -> None:
+    def teardown(self, model: Model) -> None:
         super().teardown(model)
         if self._checkpointing is not None:
             self._checkpointing.close()
@@ -305,7 +305,7 @@ class Sharded(Local):
         mine = micro_batches(shard_of(batch, self.rank, self.world), self.config.micro_batch_size)
         return mine + [[] for _ in range(max(counts) - len(mine))]
 
-    def delta(self, model: HookedTransformer, plan: hm.TuningPlan, optimizer: SliceOptimizer, meta: dict | None = None
+    def delta(self, model: Model, plan: hm.TuningPlan, optimizer: SliceOptimizer, meta: dict | None = None
               ) -> dict:
         """The full fp32 weights, gathered to rank 0's CPU (a collective: every rank calls it; others get {})."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
@@ -316,7 +316,7 @@ class Sharded(Local):
         tensors = {t.name: full[t.name].to(torch.float32) for t in plan.tensors}
         return {"format": DELTA_FORMAT, "plan": plan.to_json(), "tensors": tensors, "meta": meta or {}}
 
-    def save_delta(self, out: Path, model: HookedTransformer, plan: hm.TuningPlan, optimizer: SliceOptimizer,
+    def save_delta(self, out: Path, model: Model, plan: hm.TuningPlan, optimizer: SliceOptimizer,
                    meta: dict) -> None:
         delta = self.delta(model, plan, optimizer, meta)
         if D.is_main():
@@ -326,7 +326,7 @@ class Sharded(Local):
     def checkpoint_path(self, out: Path) -> Path:
         return out / CHECKPOINT_DIR
 
-    def save_checkpoint(self, out: Path, step: int, losses: list[float], model: HookedTransformer, plan: hm.TuningPlan,
+    def save_checkpoint(self, out: Path, step: int, losses: list[float], model: Model, plan: hm.TuningPlan,
                         optimizer: SliceOptimizer, scaler: LossScaler) -> None:
         """A DCP folder (each rank writes its shards) built beside ``out/checkpoint`` and swapped in whole by rank 0
         once every rank has finished, with ``meta.json`` (step, losses, config, loss scale) written last."""
@@ -353,7 +353,7 @@ class Sharded(Local):
                 shutil.rmtree(old, ignore_errors=True)
         D.barrier()
 
-    def load_checkpoint(self, out: Path, model: HookedTransformer, optimizer: SliceOptimizer, scaler: LossScaler
+    def load_checkpoint(self, out: Path, model: Model, optimizer: SliceOptimizer, scaler: LossScaler
                         ) -> tuple[int, list[float]]:
         from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 

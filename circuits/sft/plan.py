@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 from torch.utils.hooks import RemovableHandle
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits.sft.config import DEFAULT_KV_POLICY, KV_POLICIES, KVPolicy  # noqa: F401  (declared with the config)
 from circuits.types import Head
@@ -107,12 +107,12 @@ def is_placeholder(name: str, param: Tensor) -> bool:
     return name.split(".")[-1].startswith(("b_", "_b_")) and not bool(param.detach().any())
 
 
-def is_grouped(model: HookedTransformer) -> bool:
+def is_grouped(model: Model) -> bool:
     return hasattr(model.blocks[0].attn, "_W_K")
 
 
 def plan_tuning(
-    model: HookedTransformer,
+    model: Model,
     heads: list[Head] | tuple[Head, ...] = (),
     mlps: list[int] | tuple[int, ...] = (),
     kv_policy: KVPolicy = DEFAULT_KV_POLICY,
@@ -165,13 +165,13 @@ def plan_tuning(
     return TuningPlan(tuple(tensors), heads, mlps, kv_policy, False, tuple(side))
 
 
-def full_plan(model: HookedTransformer) -> TuningPlan:
+def full_plan(model: Model) -> TuningPlan:
     """Full SFT: every parameter whole, gradient unscaled (TransformerLens's zero placeholder biases excepted)."""
     return TuningPlan(tuple(TunedTensor(n, None, 1.0) for n, p in model.named_parameters() if not is_placeholder(n, p)),
                       full=True)
 
 
-def freeze_except(model: HookedTransformer, plan: TuningPlan) -> None:
+def freeze_except(model: Model, plan: TuningPlan) -> None:
     """``requires_grad`` only on tensors in the plan, so backward stops at the lowest tuned layer."""
     tuned = set(plan.names)
     for name, p in model.named_parameters():
@@ -187,7 +187,7 @@ def gradient_mask(param: Tensor, entry: TunedTensor) -> Tensor | None:
     return mask
 
 
-def register_gradient_masks(model: HookedTransformer, plan: TuningPlan) -> list[RemovableHandle]:
+def register_gradient_masks(model: Model, plan: TuningPlan) -> list[RemovableHandle]:
     """Register a gradient hook per tuned tensor that applies :func:`gradient_mask`.
 
     Returns the handles; the caller removes them (in a ``finally``).
@@ -207,7 +207,7 @@ def register_gradient_masks(model: HookedTransformer, plan: TuningPlan) -> list[
     return handles
 
 
-def count_tuned_parameters(model: HookedTransformer, plan: TuningPlan) -> int:
+def count_tuned_parameters(model: Model, plan: TuningPlan) -> int:
     params = dict(model.named_parameters())
     total = 0
     for t in plan.tensors:

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits import distributed as D
 from circuits.config import same_config
@@ -59,7 +59,7 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or inf; the last good checkpoint is kept."""
 
 
-def plan_for(model: HookedTransformer, config: FinetuneConfig) -> hm.TuningPlan:
+def plan_for(model: Model, config: FinetuneConfig) -> hm.TuningPlan:
     if config.full:
         return hm.full_plan(model)
     return hm.plan_tuning(model, config.heads, config.mlps, config.kv_policy, config.rescale)  # type: ignore[arg-type]
@@ -76,7 +76,7 @@ def lr_at(step: int, total_steps: int, config: FinetuneConfig) -> float:
 # --- the loop --------------------------------------------------------------------------------------
 
 
-def sft_loss(model: HookedTransformer, tokens: Int[Tensor, "batch pos"], loss_mask: Float[Tensor, "batch pos_minus_1"]) -> Float[Tensor, ""]:
+def sft_loss(model: Model, tokens: Int[Tensor, "batch pos"], loss_mask: Float[Tensor, "batch pos_minus_1"]) -> Float[Tensor, ""]:
     """Summed next-token cross-entropy over the target positions of ``loss_mask``.
 
     Only target positions are normed and unembedded: full ``[batch pos d_vocab]`` logits of a 49k
@@ -136,7 +136,7 @@ def clear_run(out: str | os.PathLike) -> None:
 
 
 def finetune(
-    model: HookedTransformer,
+    model: Model,
     examples: list[TokenizedExample],
     config: FinetuneConfig,
     out_dir: str | os.PathLike | None = None,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits.data.pairs import PromptPair
 from circuits.data.templates import OPERATIONS
@@ -25,7 +25,7 @@ from circuits.types import Ablation, Head
 from circuits.validate.knockout import KnockoutCurve, knockout_curve, replacement_values
 
 
-def compare_ablations(model: HookedTransformer, pairs: Sequence[PromptPair], ranking: Sequence[Head], ks: Sequence[int],
+def compare_ablations(model: Model, pairs: Sequence[PromptPair], ranking: Sequence[Head], ks: Sequence[int],
                       seeds: Sequence[int] = (0, 1, 2), kinds: Sequence[Ablation | str] = tuple(Ablation),
                       resample_seed: int = 0) -> dict[str, KnockoutCurve]:
     """One Figure 3 curve per ablation kind, on the same pairs, ranking and random orders."""

@@ -28,7 +28,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits import distributed as D
@@ -64,7 +64,7 @@ class MeanActivations:
 
 @torch.no_grad()
 def compute_means(
-    model: HookedTransformer,
+    model: Model,
     pairs: Sequence[PromptPair],
     *,
     source: str = "counterfactual",
@@ -137,7 +137,7 @@ def compute_means(
     return MeanActivations(z, m, {k: g for g, k in enumerate(by_group)}, False, len(pairs))
 
 
-def zero_values(model: HookedTransformer) -> MeanActivations:
+def zero_values(model: Model) -> MeanActivations:
     """Replacement values of zero ablation: every head's ``hook_z`` and MLP output set to 0."""
     L, cfg = model.cfg.n_layers, model.cfg
     z = [torch.zeros(1, 1, cfg.n_heads, cfg.d_head, dtype=cfg.dtype, device=cfg.device) for _ in range(L)]
@@ -145,7 +145,7 @@ def zero_values(model: HookedTransformer) -> MeanActivations:
     return MeanActivations(z, m, {}, True, 0)
 
 
-def replacement_values(model: HookedTransformer, pairs: Sequence[PromptPair], ablation: Ablation | str = Ablation.MEAN,
+def replacement_values(model: Model, pairs: Sequence[PromptPair], ablation: Ablation | str = Ablation.MEAN,
                        *, pooled: bool = False, seed: int = 0) -> MeanActivations | ResampledActivations:
     """What a knocked-out component's output becomes: its mean over ``pairs``' counterfactual prompts (the
     paper's), zero, or another pair's counterfactual value (resample; ``seed`` draws the donors)."""
@@ -187,7 +187,7 @@ def _hooks(means: MeanActivations, group: int, offset: int, heads: Sequence[Head
     return hooks
 
 
-def checked_set(model: HookedTransformer, heads: Sequence[Any], mlps: Sequence[Any]) -> tuple[list[Head], list[int]]:
+def checked_set(model: Model, heads: Sequence[Any], mlps: Sequence[Any]) -> tuple[list[Head], list[int]]:
     """An ablation set as :class:`Head` s and MLP layers, each inside the model (a ValueError saying which is not).
 
     ``heads``: anything :meth:`Head.parse` reads, the ``(Head, effect)`` pairs ``key_heads()``/``ranked()`` return
@@ -217,7 +217,7 @@ def checked_set(model: HookedTransformer, heads: Sequence[Any], mlps: Sequence[A
 
 @torch.no_grad()
 def knockout_logits(
-    model: HookedTransformer,
+    model: Model,
     pairs: Sequence[PromptPair],
     means: MeanActivations | ResampledActivations,
     heads: Sequence[Head] = (),
@@ -254,7 +254,7 @@ AblationSet = tuple[Sequence[Head], Sequence[int]]
 
 @torch.no_grad()
 def knockout_residuals(
-    model: HookedTransformer,
+    model: Model,
     pairs: Sequence[PromptPair],
     sets: Sequence[AblationSet],
     means: MeanActivations | ResampledActivations,
@@ -359,7 +359,7 @@ def knockout_residuals(
 
 @torch.no_grad()
 def knockout_many(
-    model: HookedTransformer,
+    model: Model,
     pairs: Sequence[PromptPair],
     sets: Sequence[AblationSet],
     *,
@@ -398,7 +398,7 @@ def score(logits: Float[Tensor, "pair d_vocab"], answers: Sequence[int]) -> Knoc
 
 
 def knockout(
-    model: HookedTransformer,
+    model: Model,
     pairs: Sequence[PromptPair],
     heads: Sequence[Head] = (),
     mlps: Sequence[int] = (),
@@ -466,7 +466,7 @@ class KnockoutCurve:
 
 
 def knockout_curve(
-    model: HookedTransformer,
+    model: Model,
     pairs: Sequence[PromptPair],
     ranking: Sequence[Head],
     ks: Sequence[int],

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair
@@ -36,7 +36,7 @@ class NeuronMeans:
 
 
 @torch.no_grad()
-def neuron_means(model: HookedTransformer, pairs: Sequence[PromptPair], layers: Sequence[int],
+def neuron_means(model: Model, pairs: Sequence[PromptPair], layers: Sequence[int],
                  ablation: Ablation | str = Ablation.MEAN, batch_size: int = 32) -> NeuronMeans:
     """Means of ``hook_post`` of ``layers`` over the counterfactual prompts, per (template, length) and position
     (``MEAN``), or zeros (``ZERO``)."""
@@ -79,7 +79,7 @@ def _hooks(means: NeuronMeans, group: int, offset: int, neurons: dict[int, Seque
 
 
 @torch.no_grad()
-def knockout_neurons(model: HookedTransformer, pairs: Sequence[PromptPair], neurons: dict[int, Sequence[int]],
+def knockout_neurons(model: Model, pairs: Sequence[PromptPair], neurons: dict[int, Sequence[int]],
                      means: NeuronMeans, batch_size: int = 64) -> KnockoutScore:
     """Accuracy and answer probability with ``neurons`` (``{layer: [index, ...]}``) knocked out."""
     pairs = list(pairs)

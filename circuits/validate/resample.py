@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair
@@ -47,7 +47,7 @@ class ResampledActivations:
 
 
 @torch.no_grad()
-def resample_values(model: HookedTransformer, pairs: Sequence[PromptPair], seed: int = 0,
+def resample_values(model: Model, pairs: Sequence[PromptPair], seed: int = 0,
                     batch_size: int = 32) -> ResampledActivations:
     """Donors for resample ablation: within each (template, length) group a seeded derangement of the pairs, and
     the donors' counterfactual ``hook_z`` and ``hook_mlp_out`` at every position."""
@@ -83,7 +83,7 @@ def resample_values(model: HookedTransformer, pairs: Sequence[PromptPair], seed:
 
 
 @torch.no_grad()
-def resampled_logits(model: HookedTransformer, pairs: Sequence[PromptPair], values: ResampledActivations,
+def resampled_logits(model: Model, pairs: Sequence[PromptPair], values: ResampledActivations,
                       heads: Sequence[Head], mlps: Sequence[int], batch_size: int) -> Tensor:
     """END logits with ``heads``/``mlps`` taking each pair's donor values; rows of one length run together (full
     prompts: a donor's few-shot prefix may differ from the row's, so no prefix is shared)."""

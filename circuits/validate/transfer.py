@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 
 from circuits.data.benchmarks import ChoiceItem, MathItem
 from circuits.data.pairs import PromptError, PromptPair, encode, first_answer_token, make_pair, prefix_length_of
@@ -104,7 +104,7 @@ def word_problem_set(
 
 
 def transfer_knockout(
-    model: HookedTransformer, sets: dict[str, list[PromptPair]], means: MeanActivations, heads: Sequence[Head]
+    model: Model, sets: dict[str, list[PromptPair]], means: MeanActivations, heads: Sequence[Head]
 ) -> dict[str, dict[str, float]]:
     """Figure 4: accuracy and answer probability on each set before and after knocking out ``heads``."""
     out = {}
@@ -152,7 +152,7 @@ def letter_ids(tokenizer: Any) -> list[int]:
 
 
 def mmlu_accuracy(
-    model: HookedTransformer, items: Sequence[PromptPair], means: MeanActivations, heads: Sequence[Head] = ()
+    model: Model, items: Sequence[PromptPair], means: MeanActivations, heads: Sequence[Head] = ()
 ) -> float:
     """Share of questions whose answer letter has the highest logit among A-D."""
     if not items:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 import torch
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.data.pairs import PromptPair
 from circuits.identify.result import load_identify
 from circuits.models.loading import load_model
@@ -27,7 +27,7 @@ from circuits.beyond.neurons.config import NeuronConfig
 from circuits.beyond.neurons.result import NeuronResult
 
 
-def neuron_knockout(model: HookedTransformer, pairs: list[PromptPair], effects: dict[int, torch.Tensor], sign: int,
+def neuron_knockout(model: Model, pairs: list[PromptPair], effects: dict[int, torch.Tensor], sign: int,
                     shares: tuple[float, ...], seed: int = 0) -> dict[str, Any]:
     """Accuracy with the top ``share`` of each layer's neurons (by ``effects``) mean-ablated, with as many random
     neurons, with the whole MLPs, and with nothing."""
@@ -52,7 +52,7 @@ def neuron_knockout(model: HookedTransformer, pairs: list[PromptPair], effects: 
     return out
 
 
-def run(config: NeuronConfig, out: str | Path, model: HookedTransformer | None = None,
+def run(config: NeuronConfig, out: str | Path, model: Model | None = None,
                 progress: bool = True) -> NeuronResult:
     """The ``circuits neurons`` job."""
     layers = list(config.layers)

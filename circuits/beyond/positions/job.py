@@ -10,7 +10,7 @@ import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.models.loading import load_model
 from circuits.data.pairs import FewerPairsWarning, build_pairs
 from circuits.data.templates import templates_for
@@ -19,7 +19,7 @@ from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.result import PositionResult, token_strings
 
 
-def run(config: PositionConfig, out: str | Path, model: HookedTransformer | None = None,
+def run(config: PositionConfig, out: str | Path, model: Model | None = None,
                   progress: bool = True) -> PositionResult:
     """The ``circuits positions`` job."""
     model = model or load_model(config.model, dtype=config.dtype)

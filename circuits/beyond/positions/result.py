@@ -6,7 +6,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.patching.metrics import METRICS
 from circuits.patching.positions import PositionSweep
@@ -84,6 +84,6 @@ class PositionResult(Result):
         return cls(config, pairs, PositionSweep.from_tensors(t), float(s.get("seconds", 0.0)), s.get("tokens"))
 
 
-def token_strings(model: HookedTransformer, pair: PromptPair) -> list[str]:
+def token_strings(model: Model, pair: PromptPair) -> list[str]:
     """The reference prompt's tokens as text (for figure labels)."""
     return [model.tokenizer.decode([t]) for t in pair.reference_token_ids] if model.tokenizer is not None else []

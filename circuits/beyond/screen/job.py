@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 import torch
 from torch import Tensor
-from transformer_lens import HookedTransformer
+from circuits.models.backend import Model
 from circuits.data.pairs import PromptPair
 from circuits.models.loading import load_model
 from circuits.patching.attribution import Attribution, attribute
@@ -64,7 +64,7 @@ def ranked_neurons(neurons: Tensor, sign: int, n: int) -> list[tuple[Neuron, int
     return out
 
 
-def verify(model: HookedTransformer, pairs: Sequence[PromptPair], att: Attribution, n: int,
+def verify(model: Model, pairs: Sequence[PromptPair], att: Attribution, n: int,
            neuron_effects: Tensor | None, head_effects: Tensor, mlp_effects: Tensor, memory_mb: float = 1024,
            progress: bool = False) -> list[dict[str, Any]]:
     """The screen's top-``n`` heads/MLPs and top-``n`` neurons, each with its screen estimate and its exact value."""
@@ -94,7 +94,7 @@ def verify(model: HookedTransformer, pairs: Sequence[PromptPair], att: Attributi
              "screen": v, "exact": exact[(s, k)]} for s, k, v in nodes]
 
 
-def screen(model: HookedTransformer, pairs: Sequence[PromptPair], config: ScreenConfig | None = None,
+def screen(model: Model, pairs: Sequence[PromptPair], config: ScreenConfig | None = None,
            progress: bool = True, **kwargs: Any) -> ScreenResult:
     """Screen, verify and (``config.audit``) audit; ``config`` fields may be given as keywords."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else ScreenConfig(**kwargs)
@@ -133,7 +133,7 @@ def screen(model: HookedTransformer, pairs: Sequence[PromptPair], config: Screen
                         audit, exact_end, seconds)
 
 
-def run(config: ScreenConfig, out: str | Path, model: HookedTransformer | None = None,
+def run(config: ScreenConfig, out: str | Path, model: Model | None = None,
                progress: bool = True) -> ScreenResult:
     """The ``circuits screen`` job: pairs (built or ``--pairs-from``), screen, verify, audit, saved to ``out``."""
     model = model or load_model(config.model, dtype=config.dtype)
