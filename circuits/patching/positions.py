@@ -137,7 +137,9 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
     L = model.cfg.n_layers
     G = len(pairs)
     assert all(a.layer <= b.layer for a, b in zip(senders, senders[1:])), "senders must come in layer order"
-    if not backend.TL_CACHE:
+    # TransformerLens 3's cache holds hook_k, taken before a per-head QK norm (Qwen3, Gemma 3) that its cached
+    # attention does not re-apply: those models, and a Bridge (no such cache), run whole prompts.
+    if not backend.TL_CACHE or backend.qk_norms(model, 0) is not None:
         return _whole_pass(model, runs, pairs, pos, k, senders, answer, cf_answer, custom)
     p_max = int(pos.max())
     padded = bool((pos != p_max).any())
@@ -175,7 +177,7 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
 @torch.no_grad()
 def _whole_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
                 answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
-    """:func:`_suffix_pass` on a model that reads no TransformerLens key/value cache (a TransformerBridge): each
+    """:func:`_suffix_pass` where TransformerLens 3's key/value cache cannot be used (a TransformerBridge; QK norm): each
     patched row runs its whole reference prompt with the sender's counterfactual value written at ``pos[g]`` (rows
     ``sender x pair``), the answer read at END. Exact, like the plain loop; without the suffix saving."""
     G = len(pairs)
