@@ -205,3 +205,22 @@ def test_gqa_hooks_keep_kv_heads(family_models, tokenizer):
     assert n_kv < H
     assert cache["blocks.0.attn.hook_k"].shape[2] == cache["blocks.0.attn.hook_v"].shape[2] == n_kv
     assert cache["blocks.0.attn.hook_q"].shape[2] == cache["blocks.0.attn.hook_z"].shape[2] == H
+
+
+def test_without_prefix_sharing_the_numbers_are_the_same(family_models, tokenizer, monkeypatch):
+    """Where the backend's cache cannot be trusted (a Bridge under transformers 5.24: ``prefix_sharing`` False),
+    every prompt runs whole and the END residuals are the same as with a shared prefix."""
+    from circuits.models.forward import end_residuals, shared_prefix_lengths
+
+    model = family_models("qwen2")
+    rng = random.Random(3)
+    t = FIGURE8["addition"][0]
+    prefixes = few_shot_prefixes(t, tokenizer, rng)
+    rows = [render_pair(t, a, b, tokenizer, rng, prefixes=prefixes).reference_token_ids for a, b in ((1, 2), (5, 3))]
+    lengths = shared_prefix_lengths(rows, 16)
+    assert min(lengths) >= 16
+    with torch.no_grad():
+        shared = end_residuals(model, rows, lengths)
+        monkeypatch.setattr(backend, "prefix_sharing", lambda m: False)
+        whole = end_residuals(model, rows, lengths)
+    torch.testing.assert_close(shared, whole, atol=1e-5, rtol=1e-5)
