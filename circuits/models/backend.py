@@ -127,3 +127,75 @@ def layer_device(model: Model, layer: int) -> torch.device:
 def output_device(model: Model) -> torch.device:
     """Where the final norm and the unembedding run."""
     return model.unembed.W_U.device
+
+
+# What the non-engine consumers (explain, validate, evaluation) ask of either model type. Each works on a
+# HookedTransformer (TransformerLens 3.9) and on a TransformerBridge (TransformerLens 4.3), telling them apart by what
+# the model has (a Bridge wraps its Hugging Face model as ``original_model``), so they import nothing of either line.
+
+
+def is_bridge(model: Model) -> bool:
+    """Whether ``model`` is a TransformerLens ``TransformerBridge`` (wrapping a Hugging Face model)."""
+    return hasattr(model, "original_model")
+
+
+class _FinalResidual(Exception):
+    """Raised by the hook that read the last block's output, to skip the final norm and the unembedding."""
+
+    def __init__(self, resid: torch.Tensor):
+        super().__init__()
+        self.resid = resid
+
+
+def final_resid(model: Model, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+    """The residual stream after the last block, ``[batch, pos, d_model]``, under the hooks already attached (what
+    TransformerLens 3.9's ``model(tokens, stop_at_layer=n_layers)`` returns; on a Bridge ``stop_at_layer=n_layers``
+    runs the whole model and returns logits, so the last block's ``hook_resid_post`` is read and the run stopped
+    there). ``kwargs`` go to the forward (``attention_mask``; ``past_kv_cache`` on TransformerLens 3.9 only)."""
+    L = model.cfg.n_layers
+    if not is_bridge(model):
+        return model(tokens, stop_at_layer=L, **kwargs)
+    if "past_kv_cache" in kwargs:
+        raise ValueError("final_resid: a TransformerBridge takes no TransformerLens key/value cache; "
+                         "run the whole prompt (accepted kwargs: attention_mask)")
+
+    def stop(resid: torch.Tensor, hook=None):
+        raise _FinalResidual(resid)
+
+    try:
+        with model.hooks(fwd_hooks=[(act_name("resid_post", L - 1), stop)]):
+            model(tokens, **kwargs)
+    except _FinalResidual as done:
+        return done.resid
+    raise RuntimeError(f"the forward never reached {act_name('resid_post', L - 1)}")
+
+
+def attn_out_biases(model: Model) -> torch.Tensor:
+    """Every layer's attention output bias ``[layer, d_model]`` (zeros where the model has none: a Bridge gives
+    ``None`` where TransformerLens 3.9 keeps zero tensors)."""
+    out = []
+    for block in model.blocks:
+        b = getattr(block.attn, "b_O", None)
+        out.append(torch.zeros(model.cfg.d_model, device=model.W_U.device) if b is None else b.detach())
+    return torch.stack([b.to(out[0].device) for b in out])
+
+
+def attn_scale(model: Model, layer: int) -> float:
+    """What block ``layer`` divides its attention scores by (``sqrt(d_head)`` unless the model says otherwise:
+    TransformerLens 3.9's ``attn.attn_scale``; on a Bridge ``1 / scaling`` of the Hugging Face attention module)."""
+    attn = model.blocks[layer].attn
+    if not is_bridge(model):
+        return float(attn.attn_scale)
+    return 1.0 / float(attn.original_component.scaling)
+
+
+def per_query_head(model: Model, W: torch.Tensor, dim: int = -3) -> torch.Tensor:
+    """Key or value weights with one slice per query head along ``dim``: a Bridge's ``W_K``/``W_V`` hold the
+    ``n_key_value_heads`` grouped heads (query head ``h`` reads K/V head ``h // (n_heads // n_kv)``), TransformerLens
+    3.9's already repeat them per query head (unchanged here)."""
+    n_heads, n = model.cfg.n_heads, W.shape[dim]
+    if n == n_heads:
+        return W
+    if n_heads % n:
+        raise ValueError(f"{n} key/value heads do not divide {n_heads} query heads")
+    return W.repeat_interleave(n_heads // n, dim=dim)
