@@ -21,6 +21,7 @@ from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from torch import Tensor
 from circuits.models.backend import Model
 from circuits.models.backend import KeyValueCache as TransformerLensKeyValueCache
+from circuits.models.backend import final_resid, is_bridge
 
 from circuits.models.forward import end_residuals, length_batches, pad_token_id, shared_prefix_lengths, unembed_end
 
@@ -67,7 +68,7 @@ class HookedTransformerLM(LM):
     @torch.no_grad()
     def _final_resid(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
         """Residual stream after the last block (before the final norm)."""
-        return self.model(tokens.to(self._device), stop_at_layer=self.model.cfg.n_layers)
+        return final_resid(self.model, tokens.to(self._device))
 
     def _log_probs_at(self, resid: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_vocab"]:
         """Final norm + unembedding (+ final-logit soft-cap) of just the selected positions."""
@@ -166,7 +167,8 @@ class HookedTransformerLM(LM):
 
     @torch.no_grad()
     def generate_greedy(self, prompts: list[str], max_new_tokens: int, until: list[str]) -> list[str]:
-        """Greedy continuation of each prompt (batched, left-padded, KV cache), cut at the first ``until``."""
+        """Greedy continuation of each prompt (batched, left-padded, KV cache), cut at the first ``until``. A
+        TransformerBridge takes no TransformerLens key/value cache: it reruns the grown prompts at each step."""
         eos = self.tokenizer.eos_token_id
         encoded = [self.tok_encode(p)[-(self.max_length - max_new_tokens):] or [self.prefix_token_id] for p in prompts]
         length = max(len(e) for e in encoded)
@@ -175,12 +177,17 @@ class HookedTransformerLM(LM):
         for r, e in enumerate(encoded):
             tokens[r, length - len(e):] = torch.tensor(e)
             mask[r, length - len(e):] = 1
-        cache = TransformerLensKeyValueCache.init_cache(self.model.cfg, self.model.cfg.device, len(encoded))
+        bridge = is_bridge(self.model)
+        cache = None if bridge else TransformerLensKeyValueCache.init_cache(self.model.cfg, self.model.cfg.device,
+                                                                            len(encoded))
         generated: list[list[int]] = [[] for _ in encoded]
         done = [False] * len(encoded)
         step_tokens, step_mask = tokens.to(self._device), mask.to(self._device)
         for _ in range(max_new_tokens):
-            resid = self.model(step_tokens, attention_mask=step_mask, past_kv_cache=cache, stop_at_layer=self.model.cfg.n_layers)
+            if bridge:
+                resid = final_resid(self.model, step_tokens, attention_mask=step_mask)
+            else:
+                resid = final_resid(self.model, step_tokens, attention_mask=step_mask, past_kv_cache=cache)
             next_tok = self._log_probs_at(resid[:, -1]).argmax(-1)
             for r, t in enumerate(next_tok.tolist()):
                 if done[r]:
@@ -191,8 +198,12 @@ class HookedTransformerLM(LM):
                     done[r] = True
             if all(done):
                 break
-            step_tokens = next_tok[:, None]
-            step_mask = torch.ones_like(step_tokens)
+            if bridge:  # the whole sequence again, left padding masked
+                step_tokens = torch.cat([step_tokens, next_tok[:, None]], 1)
+                step_mask = torch.cat([step_mask, torch.ones_like(next_tok[:, None])], 1)
+            else:
+                step_tokens = next_tok[:, None]
+                step_mask = torch.ones_like(step_tokens)
         out = []
         for g in generated:
             text = self.tokenizer.decode([t for t in g if t != eos])
