@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
-from circuits.models.backend import final_resid
+from circuits.models.backend import final_residual
 
 from circuits.data.pairs import PromptPair
 from circuits.models.forward import unembed_end
@@ -115,6 +115,6 @@ def resampled_logits(model: Model, pairs: Sequence[PromptPair], values: Resample
                 hooks.append((get_act_name("mlp_out", layer), m_hook))
             tokens = torch.tensor([pairs[r].reference_token_ids for r in chunk], device=model.cfg.device)
             with model.hooks(fwd_hooks=hooks):
-                resid = final_resid(model, tokens)
+                resid = final_residual(model, tokens)
             out[torch.tensor(chunk)] = unembed_end(model, resid[:, n - 1]).cpu()
     return out

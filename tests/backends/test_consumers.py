@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from circuits.data.pairs import build_pairs, pair_logits
-from circuits.models.backend import act_name, attn_out_biases, attn_scale, final_resid, is_bridge, per_query_head
+from circuits.models import backend
+from circuits.models.backend import act_name, attn_out, attn_qkv, final_residual, score_scale
 from circuits.models.forward import unembed_end
 
 
@@ -51,7 +52,7 @@ def test_final_resid_is_the_last_blocks_output_and_unembeds_to_the_logits(tiny_l
     L = tiny_llama.cfg.n_layers
     name = act_name("resid_post", L - 1)
     logits, cache = tiny_llama.run_with_cache(tokens, names_filter=lambda n: n == name)
-    resid = final_resid(tiny_llama, tokens)
+    resid = final_residual(tiny_llama, tokens)
     assert resid.shape == (2, tokens.shape[1], tiny_llama.cfg.d_model)
     torch.testing.assert_close(resid, cache[name], atol=0, rtol=0)
     torch.testing.assert_close(unembed_end(tiny_llama, resid[:, -1]), logits[:, -1].float(), atol=1e-5, rtol=1e-5)
@@ -62,28 +63,29 @@ def test_final_resid_is_the_last_blocks_output_and_unembeds_to_the_logits(tiny_l
         return z
 
     with tiny_llama.hooks(fwd_hooks=[(act_name("z", 1), zero)]):
-        hooked = final_resid(tiny_llama, tokens)
+        hooked = final_residual(tiny_llama, tokens)
     full = tiny_llama.run_with_hooks(tokens, fwd_hooks=[(act_name("z", 1), zero)])
     torch.testing.assert_close(unembed_end(tiny_llama, hooked[:, -1]), full[:, -1].float(), atol=1e-5, rtol=1e-5)
     assert not torch.allclose(hooked, resid)
 
 
 def test_seam_reads_the_weights_as_the_model_uses_them(tiny_llama):
+    """What DLA and head circuits read through the seam: grouped K/V weights (a Bridge's ``W_K``, 3.9's ``_W_K``),
+    the score scale and zero output biases where the model has none."""
     cfg = tiny_llama.cfg
-    W_K, W_V = per_query_head(tiny_llama, tiny_llama.W_K), per_query_head(tiny_llama, tiny_llama.W_V)
-    assert W_K.shape == W_V.shape == (cfg.n_layers, cfg.n_heads, cfg.d_model, cfg.d_head)
-    group = cfg.n_heads // cfg.n_key_value_heads
     for l in range(cfg.n_layers):
         attn = tiny_llama.blocks[l].attn
-        grouped = attn._W_K if not is_bridge(tiny_llama) else attn.W_K  # the n_kv K/V heads, unrepeated
-        assert grouped.shape[0] == cfg.n_key_value_heads
-        for h in range(cfg.n_heads):
-            torch.testing.assert_close(W_K[l, h], grouped[h // group], atol=0, rtol=0)
-        assert attn_scale(tiny_llama, l) == pytest.approx(cfg.d_head ** 0.5)  # a Llama scales by sqrt(d_head)
-    b_O = attn_out_biases(tiny_llama)
-    assert b_O.shape == (cfg.n_layers, cfg.d_model) and not b_O.any()  # Llama has no attention output bias
-    with pytest.raises(ValueError, match="key/value heads do not divide"):
-        per_query_head(tiny_llama, torch.zeros(3, cfg.n_heads - 1, 4, 4))
+        W_Q, _, W_K, _, W_V, _ = attn_qkv(tiny_llama, l)
+        assert W_Q.shape == (cfg.n_heads, cfg.d_model, cfg.d_head)
+        assert W_K.shape == W_V.shape == (cfg.n_key_value_heads, cfg.d_model, cfg.d_head)
+        own = attn.W_K if backend.NAME == "bridge" else attn._W_K
+        torch.testing.assert_close(W_K, own, atol=0, rtol=0)
+        if backend.NAME == "hooked":  # 3.9's W_K repeats each K/V head for its query heads
+            group = cfg.n_heads // cfg.n_key_value_heads
+            torch.testing.assert_close(attn.W_K, W_K.repeat_interleave(group, 0), atol=0, rtol=0)
+        assert score_scale(tiny_llama, l) == pytest.approx(cfg.d_head ** -0.5)  # a Llama scales by 1/sqrt(d_head)
+        W_O, b_O = attn_out(tiny_llama, l)
+        assert W_O.shape == (cfg.n_heads, cfg.d_head, cfg.d_model) and b_O.shape == (cfg.d_model,) and not b_O.any()
 
 
 # --- data ---------------------------------------------------------------------------------------------------------------
@@ -266,7 +268,7 @@ def test_head_circuits_equal_the_plain_weight_products(tiny_llama):
     for i, (l, h) in enumerate(c.heads):
         attn = tiny_llama.blocks[l].attn
         # the grouped K/V weights, read each line's own way
-        W_V, W_K = (attn.W_V, attn.W_K) if is_bridge(tiny_llama) else (attn._W_V, attn._W_K)
+        W_V, W_K = (attn.W_V, attn.W_K) if backend.NAME == "bridge" else (attn._W_V, attn._W_K)
         W_V, W_K = W_V[h // group], W_K[h // group]
         e = tiny_llama.blocks[l].ln1(tiny_llama.W_E[src][:, None])[:, 0]
         q = tiny_llama.blocks[l].ln1(tiny_llama.W_E[qry][:, None])[:, 0]
@@ -311,9 +313,16 @@ def test_logit_lens_cosines_equal_the_cached_activations(tiny_llama, pairs):
 # --- evaluation ---------------------------------------------------------------------------------------------------------
 
 
-def test_lm_eval_scores_and_greedy_generation_equal_full_forwards(tiny_llama):
+@pytest.mark.parametrize("hf_cache", [True, False])
+def test_lm_eval_scores_and_greedy_generation_equal_full_forwards(tiny_llama, hf_cache, monkeypatch):
+    """Scores and greedy generation against one full forward per step; on a Bridge both with Hugging Face's cache
+    and with the reruns used where that cache is broken (``hf_cache=False``; 3.9 always uses its own cache)."""
     from circuits.evaluation.lm_eval import HookedTransformerLM
 
+    if backend.NAME == "bridge":
+        assert backend.prefix_sharing(tiny_llama)  # transformers < 5.24 in this environment
+        if not hf_cache:
+            monkeypatch.setattr(backend, "prefix_sharing", lambda model: False)
     lm = HookedTransformerLM(tiny_llama, batch_size=2)
     tok = lambda s: tiny_llama.tokenizer(s, add_special_tokens=False).input_ids  # noqa: E731
     pairs = [(tok("2 + 3 ="), tok(" 5")), (tok("The cat sat on"), tok(" the mat today"))]
@@ -323,10 +332,10 @@ def test_lm_eval_scores_and_greedy_generation_equal_full_forwards(tiny_llama):
             logp = torch.log_softmax(tiny_llama(torch.tensor([ctx + cont]))[0].float(), -1)
         assert lp == pytest.approx(sum(float(logp[len(ctx) - 1 + i, t]) for i, t in enumerate(cont)), abs=1e-4)
     prompts = ["1 + 2 = 3\n4 + 4 = ", "7"]  # different lengths: left padding
-    texts = lm.generate_greedy(prompts, max_new_tokens=4, until=[])
+    texts = lm.generate_greedy(prompts, max_new_tokens=6, until=[])
     for prompt, text in zip(prompts, texts):
         ids = tok(prompt)
-        for _ in range(4):
+        for _ in range(6):
             with torch.no_grad():
                 ids.append(int(tiny_llama(torch.tensor([ids]))[0, -1].argmax()))
         assert text == tiny_llama.tokenizer.decode(ids[len(tok(prompt)):])
