@@ -91,8 +91,13 @@ def test_seam_reads_the_weights_as_the_model_uses_them(tiny_llama):
 # --- data ---------------------------------------------------------------------------------------------------------------
 
 
-def test_pairs_are_the_tokenizers_ids_and_end_logits_equal_the_full_forward(tiny_llama, pairs):
+def test_pairs_are_the_tokenizers_ids_and_end_logits_equal_the_full_forward(tiny_llama, pairs, tokenizer):
     tok = tiny_llama.tokenizer
+    # the model keeps the source's tokenizer (TransformerLens 4's boot swaps in one that prepends BOS: SmolLM2's
+    # pairs would then start with a token 3.9's lack, and every position would shift)
+    for text in ("1 + 2 = 3", "Question: 7"):
+        assert tok(text).input_ids == tokenizer(text).input_ids
+    assert tiny_llama.to_tokens("12").tolist()[0] == tokenizer("12").input_ids
     for p in pairs[:4]:  # the tokenizer's own ids (its BOS included), on both lines
         assert list(p.reference_token_ids) == tok(p.reference).input_ids
         assert len(p.reference_token_ids) == len(p.counterfactual_token_ids)
