@@ -176,20 +176,38 @@ def attention_at_end(
     end: Int[Tensor, " pair"],
 ) -> Float[Tensor, "sender pair d_model"]:
     """Attention output at END (``hook_attn_out``) for new END residuals, with earlier positions' keys and values
-    from the reference cache.
+    from the reference cache: :func:`z_at_end` with ``x`` as the query, key and value input, then
+    :func:`attention_output`."""
+    return attention_output(model, layer, z_at_end(model, layer, x, x, x, keys, values, end))
 
-    Follows TransformerLens's attention step by step: QK norm on each head's query and key (Qwen3, Gemma 3), then
-    rotary at END's own position (each layer's own table: Gemma 3's local layers have their own base), scores
-    divided by the layer's scale and soft-capped (Gemma 2), the causal mask and, on local layers only, the sliding
-    window (Mistral, Gemma 2/3), the softmax in float32, and the post-attention norm (Gemma 2/3)."""
+
+def z_at_end(
+    model: Model,
+    layer: int,
+    xq: Float[Tensor, "sender pair d_model"],
+    xk: Float[Tensor, "sender pair d_model"],
+    xv: Float[Tensor, "sender pair d_model"],
+    keys: Float[Tensor, "pair pos kv d_head"],
+    values: Float[Tensor, "pair pos kv d_head"],
+    end: Int[Tensor, " pair"],
+) -> Float[Tensor, "sender pair head d_head"]:
+    """Every head's END output (``hook_z``) when END's query, key and value inputs are the residuals ``xq``, ``xk``,
+    ``xv`` (the same tensor for a plain forward; one of them changed for an edge into a head's q, k or v), and the
+    keys (rotated, as attention reads them) and values of earlier positions come from the reference run.
+
+    Follows the model's attention step by step (the pieces come from :mod:`circuits.models.backend`, so both
+    TransformerLens lines compute it the same way): the pre-attention norm, the Q/K/V projections with biases, QK
+    norm on each head's query and key (Qwen3, Gemma 3), then rotary at END's own position (each layer's own table:
+    Gemma 3's local layers have their own base), scores times the layer's scale and soft-capped (Gemma 2), the causal
+    mask and, on local layers only, the sliding window (Mistral, Gemma 2/3), and the softmax in float32."""
     cfg = model.cfg
-    S, P, _ = x.shape
-    xn = model.blocks[layer].ln1(x.reshape(S * P, 1, -1)).reshape(S, P, -1)
+    S, P, _ = xq.shape
+    ln1 = model.blocks[layer].ln1
     n_kv = backend.n_kv_heads(model)
     W_Q, b_Q, W_K, b_K, W_V, b_V = backend.attn_qkv(model, layer)
-    flat = xn.reshape(S * P, 1, -1)
-    q, k, v = (simple_attn_linear(flat, w, b).reshape(S, P, -1, cfg.d_head)
-               for w, b in ((W_Q, b_Q), (W_K, b_K), (W_V, b_V)))
+    normed = {}
+    q, k, v = (simple_attn_linear(normed.setdefault(id(x), ln1(x.reshape(S * P, 1, -1))), w, b).reshape(S, P, -1, cfg.d_head)
+               for x, w, b in ((xq, W_Q, b_Q), (xk, W_K, b_K), (xv, W_V, b_V)))
     norms = backend.qk_norms(model, layer)
     if norms is not None:
         q, k = (norm(t.reshape(-1, cfg.d_head)).reshape(t.shape) for norm, t in zip(norms, (q, k)))
@@ -199,15 +217,15 @@ def attention_at_end(
     scale, cap = backend.score_scale(model, layer), backend.score_softcap(model, layer)
     prefix_scores = apply_softcap(torch.einsum("spkge,ptke->spkgt", q, keys) * scale, cap)
     self_score = apply_softcap(torch.einsum("spkge,spke->spkg", q, k)[..., None] * scale, cap)
-    positions = torch.arange(keys.shape[1], device=x.device)
+    positions = torch.arange(keys.shape[1], device=xq.device)
     masked = positions[None, :] >= end[:, None]  # [pair, pos]: END itself and padding after it
     window = backend.sliding_window(model, layer)
     if window is not None:  # local layers (Mistral's window, Gemma's alternating local/global layers)
         masked = masked | (positions[None, :] <= end[:, None] - window)
     prefix_scores = prefix_scores.masked_fill(masked[None, :, None, None, :], float("-inf"))
-    pattern = torch.cat([prefix_scores, self_score], dim=-1).float().softmax(-1).to(x.dtype)
+    pattern = torch.cat([prefix_scores, self_score], dim=-1).float().softmax(-1).to(xq.dtype)
     z = torch.einsum("spkgt,ptke->spkge", pattern[..., :-1], values) + pattern[..., -1:] * v[:, :, :, None, :]
-    return attention_output(model, layer, einops.rearrange(z, "s p k g e -> s p (k g) e"))
+    return einops.rearrange(z, "s p k g e -> s p (k g) e")
 
 
 def project_z(model: Model, layer: int, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d_model"]:
