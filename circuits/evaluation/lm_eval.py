@@ -1,13 +1,14 @@
-"""An EleutherAI lm-evaluation-harness (0.4.x) ``LM`` that runs a TransformerLens ``HookedTransformer``.
+"""An EleutherAI lm-evaluation-harness (0.4.x) ``LM`` that runs a TransformerLens model: a ``HookedTransformer``
+(TransformerLens 3.9) or a ``TransformerBridge`` (4.3), the name kept for both.
 
 - ``loglikelihood``: requests sharing a context whose continuations are single tokens (multiple-choice
   letters) are scored with one forward pass of the context, and contexts that share a few-shot prefix
-  run it once into TransformerLens's key/value cache (:func:`circuits.forward.end_residuals`); others are scored on ``context +
+  run it once into the backend's key/value cache (:func:`circuits.models.forward.end_residuals`); others are scored on ``context +
   continuation`` in length-sorted, right-padded batches. Only the positions whose log-probabilities are
   needed are unembedded (the full ``[batch pos d_vocab]`` logits of long few-shot prompts would take GBs).
 - ``loglikelihood_rolling``: lm-eval's rolling windows over the model's context (EOS as the prefix token).
-- ``generate_until``: greedy, batched with left padding, an attention mask and TransformerLens's
-  key/value cache; stops at any ``until`` string or ``max_gen_toks``.
+- ``generate_until``: greedy, batched with left padding, an attention mask and a key/value cache
+  (TransformerLens's on 3.9, Hugging Face's on a Bridge); stops at any ``until`` string or ``max_gen_toks``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The jobs end to end through the command line on whichever backend this virtualenv has (TransformerLens 3.9's
 HookedTransformer in ``.venv``, 4.3's TransformerBridge in ``.venv-tl4``), on a tiny random Llama: identify (path
-and activation, with receivers' edges), screen, positions, neurons, stability, then one report over all of them.
-What a command writes is compared with the library call it wraps, run here on the same model and pairs."""
+and activation, with receivers' edges), screen, positions, neurons, stability, evaluate, then one report over the
+jobs. What a command writes is compared with the library call it wraps, run here on the same model and pairs."""
 
 from __future__ import annotations
 
@@ -77,6 +77,16 @@ def test_receivers_edges_and_the_other_jobs_write_what_they_promise(folders, mod
     assert "MLP1" in neurons["shares"] and len(neurons["knockout"]["top_accuracy"]) == 1
     st = json.loads((folders / "stability" / "data.json").read_text())["per_operation"]["addition"]
     assert len(st["jaccard_seeds"]) == 2
+
+
+def test_evaluate_runs_the_model_through_lm_eval(tmp_path):
+    out = tmp_path / "eval.json"
+    assert cli_main(["evaluate", "--model", str(tiny_dir("llama")), "--tasks", "arithmetic", "--limit", "3",
+                     "--out", str(out), "--device", "cpu"]) == 0
+    saved = json.loads(out.read_text())
+    assert saved["kind"] == "evaluation" and saved["tasks"]["arithmetic"]["n"] == 3
+    assert 0.0 <= saved["tasks"]["arithmetic"]["acc"] <= 1.0 and set(saved["arithmetic_by_form"]) == {
+        "decimal", "single", "word"}
 
 
 def test_one_report_over_every_job(folders, tmp_path):
