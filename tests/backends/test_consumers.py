@@ -217,6 +217,43 @@ def test_neuron_knockout_equals_a_plain_hook_loop(tiny_llama, pairs):
     assert got.answer_prob != pytest.approx(clean.answer_prob, abs=1e-9)  # the knockout changes something
 
 
+@pytest.mark.parametrize("arch", ["mistral_window", "qwen2", "qwen3", "gemma2", "gemma3"])
+def test_other_families_end_logits_knockout_and_generation(family_models, arch):
+    """The consumers' forward paths (shared prefixes, final residual, knockout hooks, cached generation) on the
+    families with sliding windows, Q/K/V biases, QK norms, soft-caps and post-norms, against full forwards."""
+    from circuits.evaluation.lm_eval import HookedTransformerLM
+    from circuits.validate import knockout_logits, replacement_values
+
+    model = family_models(arch)
+    pairs = build_pairs(model, "addition", n_pairs=4, filter_correct=False, few_shot="on", progress=False).pairs
+    assert any(p.prefix_length for p in pairs)
+    clean = pair_logits(model, pairs)
+    values = replacement_values(model, pairs, "mean")
+    ko = knockout_logits(model, pairs, values, [(1, 1)], mlps=[0])
+    for i, p in enumerate(pairs):
+        torch.testing.assert_close(clean[i], _end_logits(model, p.reference_token_ids), atol=1e-4, rtol=1e-4)
+        g, n = values.group_of(p), len(p.reference_token_ids)
+
+        def z_hook(act, hook, g=g, n=n):
+            act[0, :, 1] = values.z[1][g, :n, 1]
+            return act
+
+        def m_hook(act, hook, g=g, n=n):
+            act[0] = values.mlp_out[0][g, :n]
+            return act
+
+        hooks = [(act_name("z", 1), z_hook), (act_name("mlp_out", 0), m_hook)]
+        torch.testing.assert_close(ko[i], _end_logits(model, p.reference_token_ids, hooks), atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(ko, clean, atol=1e-3)
+    tok = lambda s: model.tokenizer(s, add_special_tokens=False).input_ids  # noqa: E731
+    prompts = ["1 + 2 = 3\n4 + 4 = ", "7"]
+    for prompt, text in zip(prompts, HookedTransformerLM(model, batch_size=2).generate_greedy(prompts, 4, [])):
+        ids = tok(prompt)
+        for _ in range(4):
+            ids.append(int(_end_logits(model, ids).argmax()))
+        assert text == model.tokenizer.decode(ids[len(tok(prompt)):])
+
+
 # --- explain ------------------------------------------------------------------------------------------------------------
 
 
