@@ -278,7 +278,10 @@ def unembed_weights(model: Model) -> tuple[Tensor, Tensor]:
 
 
 def end_unsupported(model: Model) -> list[str]:
-    """What the END-only engine (:mod:`circuits.patching.end_layers`) does not compute the way the model does."""
+    """What the END-only engine (:mod:`circuits.patching.end_layers`) does not compute the way the model does. A
+    Bridge the user booted without :func:`circuits.models.load_model` becomes a :class:`CircuitsBridge` here (the
+    engines read the final residual through ``stop_at_layer=n_layers``)."""
+    as_circuits_bridge(model)
     cfg, hf = model.cfg, _hf_config(model)
     arch = architecture(model)
     problems = []

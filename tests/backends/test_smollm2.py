@@ -30,8 +30,7 @@ def test_smollm2_logits_equal_transformers(smollm2, tokenizer):
 def test_smollm2_sweep_equals_the_plain_loop(smollm2, mode):
     pairs = build_pairs(smollm2, "addition", n_pairs=4, few_shot="on", progress=False).pairs
     batch = PairBatch.from_pairs(pairs, pad_token_id=0)
-    comps = [Component("head", l, h) for l, h in ((3, 1), (14, 3), (20, 8), (27, 0))] + \
-        [Component.mlp(l) for l in (0, 15, 29)]
+    comps = [Component("head", 14, 3), Component("head", 20, 8), Component.mlp(0), Component.mlp(15)]
     result = sweep(smollm2, batch, mode, components=comps, progress=False)
     base, plain = sweep_plain(smollm2, batch, mode, comps)
     for c, (logit, ld, _) in plain.items():
