@@ -2,7 +2,7 @@
 
 - :mod:`~circuits.evaluation.config`: :class:`EvalConfig` and the tasks (no torch).
 - :mod:`~circuits.evaluation.tasks`: the tasks, their documents and :func:`evaluate`.
-- :mod:`~circuits.evaluation.lm_eval`: an lm-eval ``LM`` that runs a ``HookedTransformer``.
+- :mod:`~circuits.evaluation.lm_eval`: an lm-eval ``LM`` that runs the model (either backend).
 
 Names are imported on first use, so the config is importable without torch.
 """

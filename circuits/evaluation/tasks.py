@@ -166,7 +166,7 @@ def write_task_dir(config: EvalConfig, folder: Path) -> list[str]:
 
 
 def evaluate(model: Any, config: EvalConfig | None = None, **kwargs: Any) -> EvalResult:
-    """Run lm-eval on ``model`` (a HookedTransformer) for ``config.tasks`` (or ``EvalConfig`` fields as keywords:
+    """Run lm-eval on ``model`` (:data:`circuits.models.backend.Model`, either backend) for ``config.tasks`` (or ``EvalConfig`` fields as keywords:
     ``evaluate(model, tasks=("arithmetic",), limit=20)``)."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else EvalConfig(**kwargs)
     check_data(config)

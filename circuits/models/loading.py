@@ -592,6 +592,10 @@ def boot_bridge(source: str, dtype: torch.dtype, device: str | torch.device, fol
     tok = tokenizer if tokenizer is not None else bridge.tokenizer
     if tok is not None:
         _attach_tokenizer(bridge, tok)
+        # The Bridge's tokenizer setter re-runs TransformerLens's configure_tokenizer, which swaps in a copy loaded
+        # with add_bos_token=True (SmolLM2's ids then start with BOS, 3.9's do not): keep the source's own object.
+        bridge._tokenizer = tok
+        bridge.cfg.default_prepend_bos = bridge.cfg.tokenizer_prepends_bos = _prepends_bos(tok)
     bridge = as_circuits_bridge(bridge)
     bridge.eval()
     return bridge
