@@ -127,3 +127,57 @@ def layer_device(model: Model, layer: int) -> torch.device:
 def output_device(model: Model) -> torch.device:
     """Where the final norm and the unembedding run."""
     return model.unembed.W_U.device
+
+
+# --- Fine-tuning (circuits.sft): TransformerLens-named parameters and the final residual, on either backend -------
+# (tl4sft) Precise SFT plans, masks, steps and saves tensors under TransformerLens's names and per-head layout; on a
+# TransformerBridge those are views of the Hugging Face weights (circuits.models.hf_weights.TunableTensor).
+
+from circuits.models.hf_weights import TunableTensor  # noqa: E402  (torch only; importable on both lines)
+
+
+def is_bridge(model: object) -> bool:
+    """Whether ``model`` is a TransformerLens ``TransformerBridge`` (it wraps a Hugging Face model)."""
+    return hasattr(model, "original_model") and hasattr(model, "adapter")
+
+
+def tunable_tensors(model: Model) -> dict[str, TunableTensor]:
+    """TransformerLens name -> :class:`~circuits.models.hf_weights.TunableTensor` of every parameter fine-tuning can
+    tune: a ``HookedTransformer``'s own parameters, or on a Bridge the Hugging Face weights behind each name (K/V
+    named ``_W_K``/``_W_V`` where heads share them, as on 3.9; folded norms left out)."""
+    from circuits.models.hf_weights import bridge_tunable_tensors
+
+    if is_bridge(model):
+        return bridge_tunable_tensors(model)
+    return {n: TunableTensor(n, n, p) for n, p in model.named_parameters()}
+
+
+def untunable_parameters(model: Model) -> list[str]:
+    """Parameters of ``model`` that no TransformerLens name covers (full SFT would leave them frozen): none on a
+    ``HookedTransformer``; on a Bridge, those of a family :mod:`circuits.models.hf_weights` does not map."""
+    from circuits.models.hf_weights import unmapped_parameters
+
+    return unmapped_parameters(model, tunable_tensors(model)) if is_bridge(model) else []
+
+
+class _FinalResidual(Exception):
+    pass
+
+
+def final_residual(model: Model, tokens: torch.Tensor) -> torch.Tensor:
+    """The residual stream after the last block, ``[batch, pos, d_model]``, before the final norm (with gradients).
+    TransformerLens 3.9's ``stop_at_layer=n_layers`` returns it; a Bridge returns logits there, so the run is
+    stopped from the last block's ``hook_resid_post`` instead."""
+    if not is_bridge(model):
+        return model(tokens, stop_at_layer=model.cfg.n_layers)
+    seen: dict[str, torch.Tensor] = {}
+
+    def grab(x: torch.Tensor, hook: object) -> None:
+        seen["x"] = x
+        raise _FinalResidual
+
+    try:
+        model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{model.cfg.n_layers - 1}.hook_resid_post", grab)])
+    except _FinalResidual:
+        pass
+    return seen["x"]
