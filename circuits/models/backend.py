@@ -181,3 +181,25 @@ def final_residual(model: Model, tokens: torch.Tensor) -> torch.Tensor:
     except _FinalResidual:
         pass
     return seen["x"]
+
+
+@torch.no_grad()
+def link_processed_weights(model: Model) -> Model:
+    """Make a Bridge compute with its parameters, so that gradients reach them: TransformerLens 3.9's Bridge runs a
+    processed gated MLP through ``_processed_W_in``/``_W_gate``/``_W_out`` tensors that share the Hugging Face
+    weights' storage but are detached copies (no gradient reaches ``up_proj.weight``); each such tensor is replaced
+    by the parameter it views (same values). TransformerLens 4.3 computes with the parameters already."""
+    if not is_bridge(model):
+        return model
+    by_storage = {(p.untyped_storage().data_ptr(), p.storage_offset(), tuple(p.shape), p.stride()): p
+                  for p in model.parameters()}
+    for module in model.modules():
+        for attr, value in list(vars(module).items()):
+            if not attr.startswith("_processed_") or not isinstance(value, torch.Tensor) \
+                    or isinstance(value, torch.nn.Parameter):
+                continue
+            p = by_storage.get((value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape),
+                                value.stride()))
+            if p is not None:
+                object.__setattr__(module, attr, p)  # not registered: the parameter keeps its one name
+    return model

@@ -382,8 +382,8 @@ def hf_tunable_tensors(hf_model: Any, params: dict[str, tuple[str, Tensor]] | No
     out: dict[str, TunableTensor] = {}
     for name in names:
         module = name.split(".")[-2] if name.startswith("blocks.") else name.split(".")[0]
-        if folded and module in FOLDED_NORMS:
-            continue
+        if (folded and module in FOLDED_NORMS) or (module in ("ln1_post", "ln2_post") and not gemma):
+            continue  # (Llama's post_attention_layernorm is ln2, before the MLP)
         try:
             target = hf_name(name, arch)
         except ExportError:
@@ -401,6 +401,9 @@ def hf_tunable_tensors(hf_model: Any, params: dict[str, tuple[str, Tensor]] | No
         elif gemma and param_name == "w":
             offset = 1.0
         out[tl_name] = TunableTensor(tl_name, key, param, _layout_of(tl_name), d_head, scale, offset)
+    if "lm_head.bias" in params:  # a Bridge's processed unembedding has one (zero, like TransformerLens's b_U)
+        key, param = params["lm_head.bias"]
+        out["unembed.b_U"] = TunableTensor("unembed.b_U", key, param)
     return out
 
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 from torch.utils.hooks import RemovableHandle
-from circuits.models.backend import Model, TunableTensor, tunable_tensors, untunable_parameters
+from circuits.models.backend import Model, TunableTensor, link_processed_weights, tunable_tensors, untunable_parameters
 
 from circuits.sft.config import DEFAULT_KV_POLICY, KV_POLICIES, KVPolicy  # noqa: F401  (declared with the config)
 from circuits.types import Head
@@ -192,6 +192,7 @@ def full_plan(model: Model) -> TuningPlan:
 
 def freeze_except(model: Model, plan: TuningPlan) -> None:
     """``requires_grad`` only on tensors in the plan, so backward stops at the lowest tuned layer."""
+    link_processed_weights(model)  # (a TL 3.9 Bridge's processed MLP: gradients reach the HF weights)
     params = tunable_tensors(model)
     tuned = {id(params[name].param) for name in plan.names}
     for p in model.parameters():
