@@ -35,11 +35,18 @@ needs_both = pytest.mark.skipif(not _has_hooked_transformer(),
 
 
 def bridge(arch: str = "llama", dtype: torch.dtype = torch.float32):
-    """A TransformerBridge of the tiny model folder of ``arch``, processed as circuits loads (norms folded, nothing
-    centred), with no BOS added by ``to_tokens`` (as circuits' HookedTransformer)."""
+    """A TransformerBridge of the tiny model folder of ``arch``: on TransformerLens 4 the one ``load_model`` returns;
+    on 3.9 its own Bridge, processed as circuits loads (norms folded, nothing centred), with no BOS added by
+    ``to_tokens`` (as circuits' HookedTransformer)."""
     from helpers import tiny_dir
     from transformer_lens.model_bridge import TransformerBridge
 
+    from circuits.models import backend
+
+    if backend.NAME == "bridge":  # TransformerLens 4: the Bridge circuits loads
+        from circuits.models import load_model
+
+        return load_model(tiny_dir(arch), dtype=str(dtype).removeprefix("torch."), device="cpu")
     b = TransformerBridge.boot_transformers(str(tiny_dir(arch)), device="cpu", dtype=dtype)
     b.enable_compatibility_mode(disable_warnings=True, fold_ln=True, center_writing_weights=False,
                                 center_unembed=False, fold_value_biases=False)
