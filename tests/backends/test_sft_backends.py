@@ -164,7 +164,8 @@ def test_bridge_masks_touch_exactly_the_key_heads_slices(tokenizer, kv_policy):
 
 
 @needs_both
-@pytest.mark.parametrize("arch,mlps", [("llama", (0,)), ("qwen2", ())])
+@pytest.mark.parametrize("arch,mlps", [("llama", (0,)), ("qwen2", ()), ("qwen3", (1,)), ("gemma2", (2,)),
+                                       ("gemma3", ())])
 def test_precise_sft_on_bridge_equals_hooked_transformer(tmp_path, arch, mlps):
     """4 fp32 steps of Precise SFT from the same weights give the same tuned values (within 1e-5) on a Bridge and
     on a HookedTransformer, and the Bridge's untuned weights stay bit-identical."""
@@ -191,6 +192,22 @@ def test_precise_sft_on_bridge_equals_hooked_transformer(tmp_path, arch, mlps):
     for key, p in b.named_parameters():
         if key not in tuned:
             assert torch.equal(p, before[key]), key
+    ids = torch.tensor([h.tokenizer(TEXT).input_ids])
+    assert (_logits(b, ids) - _logits(h, ids)).abs().max() < 1e-4
+
+
+@needs_both
+@pytest.mark.parametrize("arch", ["llama", "gemma2"])
+def test_full_sft_on_bridge_equals_hooked_transformer(tmp_path, arch):
+    """Full SFT (every weight, Gemma's scaled embedding included) steps the same values on both backends."""
+    h, b = hooked(arch), bridge(arch)
+    config = _config(full=True, heads=(), lr=2e-5, max_steps=3)  # the paper's lr (see the Precise SFT test)
+    ft.finetune(h, _examples(h.tokenizer), config, tmp_path / "h", progress=False)
+    ft.finetune(b, _examples(h.tokenizer), config, tmp_path / "b", progress=False)
+    dh, db = read_delta(tmp_path / "h" / "delta.pt"), read_delta(tmp_path / "b" / "delta.pt")
+    assert set(db["tensors"]) == set(dh["tensors"])
+    for name, value in dh["tensors"].items():
+        assert (db["tensors"][name] - value).abs().max().item() < 1e-5, name
     ids = torch.tensor([h.tokenizer(TEXT).input_ids])
     assert (_logits(b, ids) - _logits(h, ids)).abs().max() < 1e-4
 
