@@ -84,7 +84,9 @@ def sft_loss(model: Model, tokens: Int[Tensor, "batch pos"], loss_mask: Float[Te
     """
     resid = training_residual(model, tokens)[:, :-1]
     select = loss_mask.bool()
-    logits = model.unembed(model.ln_final(resid[select][None]))[0]
+    # (a Bridge's norm returns fp32 under FSDP's bf16 compute; cfg.dtype is the compute dtype, a no-op elsewhere)
+    normed = model.ln_final(resid[select][None]).to(model.cfg.dtype)
+    logits = model.unembed(normed)[0]
     return torch.nn.functional.cross_entropy(logits.float(), tokens[:, 1:][select], reduction="sum")
 
 

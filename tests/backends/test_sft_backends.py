@@ -34,10 +34,10 @@ needs_both = pytest.mark.skipif(not _has_hooked_transformer(),
                                 reason="TransformerLens 4 has no HookedTransformer to compare with (run in .venv)")
 
 
-def bridge(arch: str = "llama", dtype: torch.dtype = torch.float32):
+def bridge(arch: str = "llama", dtype: torch.dtype = torch.float32, folder=None):
     """A TransformerBridge of the tiny model folder of ``arch``: on TransformerLens 4 the one ``load_model`` returns;
     on 3.9 its own Bridge, processed as circuits loads (norms folded, nothing centred), with no BOS added by
-    ``to_tokens`` (as circuits' HookedTransformer)."""
+    ``to_tokens`` (as circuits' HookedTransformer). ``folder``: that model folder instead of ``arch``'s."""
     from helpers import tiny_dir
     from transformer_lens.model_bridge import TransformerBridge
 
@@ -46,8 +46,8 @@ def bridge(arch: str = "llama", dtype: torch.dtype = torch.float32):
     if backend.NAME == "bridge":  # TransformerLens 4: the Bridge circuits loads
         from circuits.models import load_model
 
-        return load_model(tiny_dir(arch), dtype=str(dtype).removeprefix("torch."), device="cpu")
-    b = TransformerBridge.boot_transformers(str(tiny_dir(arch)), device="cpu", dtype=dtype)
+        return load_model(folder or tiny_dir(arch), dtype=str(dtype).removeprefix("torch."), device="cpu")
+    b = TransformerBridge.boot_transformers(str(folder or tiny_dir(arch)), device="cpu", dtype=dtype)
     b.enable_compatibility_mode(disable_warnings=True, fold_ln=True, center_writing_weights=False,
                                 center_unembed=False, fold_value_biases=False)
     b.cfg.default_prepend_bos = False
