@@ -17,6 +17,12 @@ A *tuning plan* lists, for every parameter tensor that is tuned at all, which ro
   neither plan tunes it (:func:`is_placeholder`), since the paper tunes the model's own parameters and a model with
   them could not be written back to its architecture (:mod:`circuits.sft.export`).
 
+On both backends a plan names TransformerLens tensors (:func:`circuits.models.backend.tunable_tensors`). On a
+``TransformerBridge`` (TransformerLens 4) the ``W_Q``/``W_K``/``W_V``/``W_O`` are views with no gradient of the
+Hugging Face weights, so the masks go on those: head ``h`` is rows ``h*d_head:(h+1)*d_head`` of ``q_proj`` (of
+``k_proj``/``v_proj`` for K/V head ``h // group``, the same ``kv_policy``) and the same columns of ``o_proj``;
+a selected MLP is its ``gate_proj``/``up_proj``/``down_proj``. The values, rescaling and plan are the same.
+
 Head-slice gradients are rescaled by ``H / h`` per layer (``H`` heads in the layer, ``h`` selected in
 it), following the paper (Section 5.3). With Adam the update is almost invariant to a constant gradient
 factor (it enters only against ``eps``), so the factor mainly matters for SGD-like optimizers; it is
