@@ -349,3 +349,27 @@ def test_reference_state_dict_without_transformer_lens_equals_its_conversion(arc
         torch.testing.assert_close(value, theirs[name].float(), rtol=0, atol=1e-6, msg=name)
     missing = {n for n, v in theirs.items() if n not in ours and v.any() and "IGNORE" not in n and "mask" not in n}
     assert not missing, missing
+
+
+# --- the job and the command line -----------------------------------------------------------------------------------
+
+
+def test_finetune_and_export_commands_on_the_loaded_model(tmp_path, tokenizer):
+    """``circuits finetune`` then ``circuits export`` on the model ``load_model`` gives this line (a Bridge on
+    TransformerLens 4): the exported checkpoint computes the tuned model's logits in transformers."""
+    from transformers import AutoModelForCausalLM
+
+    from circuits.cli import main as cli
+    from circuits.models import load_model
+    from helpers import tiny_dir
+
+    folder = str(tiny_dir("llama"))
+    assert cli(["finetune", "--model", folder, "--heads", "1.0,1.3,2.1", "--mlps", "2", "--data", "arithmetic",
+                "--n-arithmetic", "16", "--steps", "3", "--batch-size", "4", "--micro-batch-size", "2", "--lr", "1e-3",
+                "--no-progress", "--out", str(tmp_path / "ft")]) == 0
+    assert cli(["export", "--delta", str(tmp_path / "ft" / "delta.pt"), "--out", str(tmp_path / "exp")]) == 0
+    tuned = apply_delta(load_model(folder, device="cpu"), tmp_path / "ft" / "delta.pt")
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "exp", dtype=torch.float32).eval()
+    ids = torch.tensor([tokenizer(TEXT).input_ids])
+    assert (_logits(exported, ids) - _logits(tuned, ids)).abs().max().item() < 1e-4
+    assert (_logits(tuned, ids) - _logits(load_model(folder, device="cpu"), ids)).abs().max().item() > 1e-3
