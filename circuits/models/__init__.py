@@ -1,4 +1,6 @@
-"""Loading models as TransformerLens ``HookedTransformer``s, and forward passes that read only the END position.
+"""Loading models as TransformerLens ``HookedTransformer``s (TransformerLens 3.9) or ``TransformerBridge``s
+(TransformerLens 4.3+; :mod:`circuits.models.backend` picks the line at import), and forward passes that read only
+the END position.
 
 :mod:`circuits.models.loading` is the only module that talks to TransformerLens's loading internals;
 :mod:`circuits.models.backend` is the seam for everything else of TransformerLens that the engines, validation,

@@ -278,7 +278,10 @@ def unembed_weights(model: Model) -> tuple[Tensor, Tensor]:
 
 
 def end_unsupported(model: Model) -> list[str]:
-    """What the END-only engine (:mod:`circuits.patching.end_layers`) does not compute the way the model does."""
+    """What the END-only engine (:mod:`circuits.patching.end_layers`) does not compute the way the model does. A
+    Bridge the user booted without :func:`circuits.models.load_model` becomes a :class:`CircuitsBridge` here (the
+    engines read the final residual through ``stop_at_layer=n_layers``)."""
+    as_circuits_bridge(model)
     cfg, hf = model.cfg, _hf_config(model)
     arch = architecture(model)
     problems = []
@@ -351,3 +354,15 @@ def prefix_sharing(model: Model) -> bool:
             ok = False
         object.__setattr__(model, _PREFIX_OK, bool(ok))
     return bool(ok)
+
+
+TL_CACHE = False  # the model reads TransformerLens 3 key/value caches (past_kv_cache=, frozen_cache_entry)
+
+
+def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:
+    """Layer ``layer``'s attention scores ``[batch, head, query, key]`` (scaled, soft-capped, not masked) of queries
+    ``q [batch, query, head, d_head]`` and keys ``k [batch, key, kv_head, d_head]`` as attention reads them."""
+    if k.shape[2] != q.shape[2]:  # grouped-query attention: each key head serves a group of query heads (HF order)
+        k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
+    scores = torch.einsum("bqhe,bkhe->bhqk", q, k) * score_scale(model, layer)
+    return apply_softcap(scores, score_softcap(model, layer))

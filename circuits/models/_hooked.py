@@ -259,3 +259,12 @@ def continue_prefix(model: Model, body: Tensor, cache: TransformerLensKeyValueCa
     """The final residual ``[row, pos, d_model]`` of ``body`` (the tokens after the prefix) run after ``cache``
     (:func:`prefix_cache`), with whatever hooks are on the model."""
     return model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=model.cfg.n_layers)
+
+
+TL_CACHE = True  # the model reads TransformerLens 3 key/value caches (past_kv_cache=, frozen_cache_entry)
+
+
+def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:
+    """Layer ``layer``'s attention scores ``[batch, head, query, key]`` (scaled, soft-capped, not masked) of queries
+    ``q [batch, query, head, d_head]`` and keys ``k [batch, key, kv_head, d_head]`` as attention reads them."""
+    return model.blocks[layer].attn.calculate_attention_scores(q, k)

@@ -25,13 +25,15 @@ What a backend provides (the contract):
   :func:`attn_qkv` (``W_Q/b_Q/W_K/b_K/W_V/b_V``, K/V with ``n_kv_heads`` heads, biases zero where absent),
   :func:`attn_out` (``W_O/b_O``), :func:`qk_norms` (per-head norms before rotary, or ``None``), :func:`rotary`
   (rotary at each row's own position, per layer), :func:`score_scale` (the factor on ``q . k``),
-  :func:`score_softcap`, :func:`sliding_window` (per layer, ``None`` for global);
+  :func:`score_softcap`, :func:`sliding_window` (per layer, ``None`` for global), :func:`attention_scores` (scaled,
+  soft-capped scores of given queries and keys);
 - output: :func:`unembed_weights` (``W_U``, ``b_U`` zero where absent), :func:`logit_softcap`,
   :func:`final_residual`;
 - a shared prefix run once: :func:`prefix_sharing` (whether it gives the full run's numbers on this model),
   :func:`prefix_cache` (run a prefix with hooks, rows repeated) and :func:`continue_prefix` (final residual of the
   rest); on 3.9 TransformerLens's own frozen cache, on the Bridge Hugging Face's ``DynamicCache``;
-- TransformerLens 3 internals some engines still use on 3.9: :data:`KeyValueCache`, :data:`KeyValueCacheEntry`,
+- TransformerLens 3 internals some engines still use on 3.9 (:data:`TL_CACHE` says whether the model reads them;
+  the engines take another route on the Bridge): :data:`KeyValueCache`, :data:`KeyValueCacheEntry`,
   :func:`frozen_cache_entry` (refused on the Bridge), :data:`AbstractAttention` (``None`` on the Bridge),
   :func:`simple_attn_linear`;
 - soft-capping: :func:`apply_softcap`, :func:`softcap_enabled`; :data:`POST_NORM_ARCHITECTURES`;
@@ -81,7 +83,7 @@ NAME = check_version()
 if NAME == "hooked":
     from circuits.models._hooked import (  # noqa: F401
         POST_NORM_ARCHITECTURES, AbstractAttention, ActivationCache, FactoredMatrix, KeyValueCache,
-        KeyValueCacheEntry, Model, act_name, apply_softcap, architecture, attn_out, attn_qkv, block_devices,
+        KeyValueCacheEntry, Model, TL_CACHE, act_name, apply_softcap, architecture, attention_scores, attn_out, attn_qkv, block_devices,
         check_dtype, continue_prefix, end_unsupported, final_residual, frozen_cache_entry, layer_device,
         logit_softcap, n_kv_heads, output_device, post_norms, prefix_cache, prefix_sharing, qk_norms, rotary,
         rotary_key_hook, score_scale, score_softcap, simple_attn_linear, sliding_window, softcap_enabled, spread,
@@ -89,15 +91,15 @@ if NAME == "hooked":
 else:
     from circuits.models._bridge import (  # type: ignore[assignment]  # noqa: F401
         POST_NORM_ARCHITECTURES, AbstractAttention, ActivationCache, FactoredMatrix, KeyValueCache,
-        KeyValueCacheEntry, Model, act_name, apply_softcap, architecture, attn_out, attn_qkv, block_devices,
+        KeyValueCacheEntry, Model, TL_CACHE, act_name, apply_softcap, architecture, attention_scores, attn_out, attn_qkv, block_devices,
         check_dtype, continue_prefix, end_unsupported, final_residual, frozen_cache_entry, layer_device,
         logit_softcap, n_kv_heads, output_device, post_norms, prefix_cache, prefix_sharing, qk_norms, rotary,
         rotary_key_hook, score_scale, score_softcap, simple_attn_linear, sliding_window, softcap_enabled, spread,
         unembed_weights)
 
 __all__ = ["NAME", "POST_NORM_ARCHITECTURES", "SUPPORTED", "AbstractAttention", "ActivationCache", "FactoredMatrix",
-           "KeyValueCache", "KeyValueCacheEntry", "Model", "UnsupportedTransformerLens", "act_name", "apply_softcap",
-           "architecture", "attn_out", "attn_qkv", "block_devices", "check_dtype", "check_version",
+           "KeyValueCache", "KeyValueCacheEntry", "Model", "TL_CACHE", "UnsupportedTransformerLens", "act_name",
+           "apply_softcap", "architecture", "attention_scores", "attn_out", "attn_qkv", "block_devices", "check_dtype", "check_version",
            "continue_prefix", "end_unsupported", "final_residual", "frozen_cache_entry", "layer_device",
            "logit_softcap", "n_kv_heads", "output_device", "post_norms", "prefix_cache", "prefix_sharing",
            "qk_norms", "rotary", "rotary_key_hook", "score_scale", "score_softcap", "simple_attn_linear",

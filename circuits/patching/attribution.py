@@ -34,6 +34,7 @@ from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from circuits.models import backend
 from circuits.models.backend import KeyValueCache, Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported
@@ -74,11 +75,13 @@ class _Gate(torch.autograd.Function):
         return (torch.zeros_like(grad) if ctx.state.get("drop") == ctx.layer else grad), None, None
 
 
-def _prefix_cache(model: Model, tokens: Tensor, lengths: Tensor) -> KeyValueCache:
+def _prefix_cache(model: Model, tokens: Tensor, lengths: Tensor) -> KeyValueCache | None:
     """The reference run's keys and values of each row's first ``lengths[i]`` tokens (identical in both runs),
     left-padded to one width with an attention mask (as TransformerLens batches generation). Each distinct prefix
     runs once, in buckets of similar length (little padding), and the buckets' caches are padded together."""
     n_max = int(lengths.max())
+    if n_max == 0:  # no prefix (a TransformerBridge: prompts run whole)
+        return None
     L = model.cfg.n_layers
     rows = [tuple(tokens[i, : int(lengths[i])].tolist()) for i in range(len(tokens))]
     distinct = sorted(set(rows), key=len, reverse=True)
@@ -118,16 +121,19 @@ def _prefix_cache(model: Model, tokens: Tensor, lengths: Tensor) -> KeyValueCach
 
 def _run_body(model, body: Tensor, cache, hooks: list) -> Tensor:
     with model.hooks(fwd_hooks=hooks):
+        if cache is None:
+            return backend.final_residual(model, body)
         return model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=model.cfg.n_layers)
 
 
 def _end_logits(model: Model, resid: Tensor, ends: Tensor) -> Tensor:
     """END logits: the final norm, then the unembedding as one matmul (no per-call copy of ``W_U``)."""
     x = model.ln_final(resid[torch.arange(len(ends), device=resid.device), ends][:, None])[:, 0]
-    return (x @ model.unembed.W_U + model.unembed.b_U).float()
+    W_U, b_U = backend.unembed_weights(model)
+    return backend.apply_softcap(x @ W_U + b_U, backend.logit_softcap(model)).float()
 
 
-def _qk_fix(attn, A: Tensor, G: Tensor, q_ref: Tensor, q_cf: Tensor, k_ref: Tensor, k_cf: Tensor,
+def _qk_fix(model: Model, layer: int, A: Tensor, G: Tensor, q_ref: Tensor, q_cf: Tensor, k_ref: Tensor, k_cf: Tensor,
             valid: Tensor) -> tuple[Tensor, Tensor]:
     """AtP*'s query and key estimates for one layer: ``[row, body_pos, head]`` each.
 
@@ -139,15 +145,15 @@ def _qk_fix(attn, A: Tensor, G: Tensor, q_ref: Tensor, q_cf: Tensor, k_ref: Tens
     n_max = A.shape[-1] - A.shape[-2]
     mask = ~valid[:, None]  # [row, 1, body, T]
     # Query node at j: row j recomputed with the counterfactual query against the reference keys.
-    s_q = attn.calculate_attention_scores(q_cf, k_ref).float().masked_fill(mask, float("-inf"))
+    scores = lambda q, k: backend.attention_scores(model, layer, q, k)  # noqa: E731
+    s_q = scores(q_cf, k_ref).float().masked_fill(mask, float("-inf"))
     dq = ((s_q.softmax(-1) - A) * G).sum(-1)  # [row, head, body]
     # Key node at t: column t of every later row changes by delta; each row re-normalises exactly. Only body keys
     # differ between the runs, so only those columns are computed.
-    if getattr(attn.cfg, "attn_scores_soft_cap", -1) and attn.cfg.attn_scores_soft_cap > 0:
-        delta = (attn.calculate_attention_scores(q_ref, k_cf[:, n_max:]).float()
-                 - attn.calculate_attention_scores(q_ref, k_ref[:, n_max:]).float())
+    if backend.score_softcap(model, layer) > 0:
+        delta = scores(q_ref, k_cf[:, n_max:]).float() - scores(q_ref, k_ref[:, n_max:]).float()
     else:  # scores are linear in the key
-        delta = attn.calculate_attention_scores(q_ref, k_cf[:, n_max:] - k_ref[:, n_max:]).float()
+        delta = scores(q_ref, k_cf[:, n_max:] - k_ref[:, n_max:]).float()
     A_b, G_b, mask_b = A[..., n_max:], G[..., n_max:], mask[..., n_max:]
     delta = delta.masked_fill(mask_b, 0.0)
     logit_a = torch.log(A_b.clamp_min(1e-30)) - torch.log1p(-A_b.clamp_max(1 - 1e-7))
@@ -256,8 +262,9 @@ def attribute(
     if grad_drop and neurons:
         gd["neuron"] = torch.zeros(L, cfg.d_mlp, Kn)
     gd_count = torch.zeros(K)
-    # Prefix length per pair: everything before the first difference (both runs agree there).
-    n_pre = torch.minimum(first, batch.end)
+    # Prefix length per pair: everything before the first difference (both runs agree there). A TransformerBridge
+    # reads no TransformerLens key/value cache: its prompts run whole (estimates before the first difference are 0).
+    n_pre = torch.minimum(first, batch.end) if backend.TL_CACHE else torch.zeros_like(batch.end)
     bases: list[Baseline] = []
     bar = tqdm(total=P, desc="attribution patching", unit="pair", disable=not progress)
     for b0 in range(0, P, pairs_per_batch):
@@ -315,9 +322,9 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
     kcol = torch.arange(n_max + body_len, device=device)
     # Key column t of row i: padding before n_max - n[i]; query j sits at column n_max + j.
     valid = (kcol[None, None] >= (n_max - n)[:, None, None]) & (kcol[None, None] <= n_max + j[None, :, None])
-    rotary = cfg.positional_embedding_type == "rotary"
+    rotary = backend.rotary_key_hook(model, 0).endswith("rot_k")
     q_name = (lambda l: f"blocks.{l}.attn.hook_rot_q") if rotary else (lambda l: act_name("q", l))
-    k_name = (lambda l: f"blocks.{l}.attn.hook_rot_k") if rotary else (lambda l: act_name("k", l))
+    k_name = (lambda l: backend.rotary_key_hook(model, l))
 
     def keep(store: dict, key: str, leaf: bool = False):
         def hook(act: Tensor, hook):
@@ -372,7 +379,7 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
         for l in range(L):
             G = grads[f"A{l}"]
             G = torch.zeros_like(ref[f"A{l}"]) if G is None else G
-            dq, dk = _qk_fix(model.blocks[l].attn, ref[f"A{l}"].detach(), G, ref[f"q{l}"].detach(), cf[f"q{l}"],
+            dq, dk = _qk_fix(model, l, ref[f"A{l}"].detach(), G, ref[f"q{l}"].detach(), cf[f"q{l}"],
                              ref[f"k{l}"].detach(), cf[f"k{l}"], valid)
             qs.append(dq.cpu())
             ks.append(dk.cpu())

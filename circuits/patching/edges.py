@@ -10,9 +10,9 @@ effect is measured as in the original path-patching algorithm:
    the answer is read at END.
 
 Only END changes at any step, so both steps are END-only work: step 1 is the END engine's path-mode pass, run once
-for all receivers; in step 2 the receiver head's new output comes from TransformerLens's own attention module (its
-query, key and value inputs given separately, earlier positions' keys and values from the reference run through
-its key/value cache), and the layers after it are the END engine's activation-mode pieces. Many senders share each
+for all receivers; in step 2 the receiver head's new output comes from the model's attention at END (its
+query, key and value inputs given separately, earlier positions' keys and values from the reference run:
+:func:`circuits.patching.end_layers.z_at_end`), and the layers after it are the END engine's activation-mode pieces. Many senders share each
 pass. Tests assert equality with the plain two-run loop of :func:`circuits.patching.plain.edge_plain`.
 """
 
@@ -25,8 +25,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from circuits.models.backend import Model, act_name, frozen_cache_entry
-from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.models.backend import Model
+from circuits.data.pairs import Pairs, as_batch
 from circuits.patching.end_layers import (
     attention_at_end,
     attention_output,
@@ -35,6 +35,7 @@ from circuits.patching.end_layers import (
     collect_runs,
     mlp_at_end,
     readout,
+    z_at_end,
 )
 from circuits.patching.engine import all_components, rows_for_budget
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
@@ -95,36 +96,17 @@ class EdgeSweep(MetricViews):
                    [Receiver.parse_many(r)[0] for r in d["receivers"]], Readouts.from_tensors(d, "edge"))
 
 
-@torch.no_grad()
-def _unrotated_kv(model: Model, batch: PairBatch, layers: set[int]) -> dict[int, tuple[Tensor, Tensor]]:
-    """The reference run's ``hook_k`` and ``hook_v`` of ``layers`` (what TransformerLens's key/value cache holds)."""
-    got: dict[str, Tensor] = {}
-    names = [act_name(s, l) for l in layers for s in ("k", "v")]
-    model.run_with_hooks(batch.reference, stop_at_layer=max(layers) + 1,
-                         fwd_hooks=[(n, lambda act, hook: got.__setitem__(hook.name, act.detach())) for n in names])
-    return {l: (got[act_name("k", l)], got[act_name("v", l)]) for l in layers}
-
-
-def _receiver_z(model: Model, r: Receiver, x: Tensor, x_ref: Tensor, kv: tuple[Tensor, Tensor],
+def _receiver_z(model: Model, r: Receiver, x: Tensor, x_ref: Tensor, keys: Tensor, values: Tensor,
                 end: Tensor) -> Tensor:
     """The receiver head's END output ``[sender, pair, d_head]`` when its ``r.channel`` input is ``x`` ``[sender,
-    pair, d_model]`` and its other inputs are the reference ``x_ref`` ``[pair, d_model]``: TransformerLens's
-    attention module on one query, with earlier positions from the reference run's key/value cache (pairs grouped
-    by length, so every cache is exact)."""
-    block = model.blocks[r.layer]
+    pair, d_model]`` and its other inputs are the reference ``x_ref`` ``[pair, d_model]``: the model's attention on
+    one query (:func:`circuits.patching.end_layers.z_at_end`), earlier positions' keys and values from the
+    reference run."""
     S, P, d = x.shape
-    out = torch.empty(S, P, model.cfg.d_head, dtype=x.dtype, device=x.device)
-    inputs = {c: (x if c == r.channel else x_ref[None].expand(S, P, d)) for c in ("q", "k", "v")}
-    keys, values = kv
-    for e in sorted(set(end.tolist())):
-        cols = torch.nonzero(end == e).flatten()
-        got: dict[str, Tensor] = {}
-        entry = frozen_cache_entry(keys[cols, :e].repeat(S, 1, 1, 1), values[cols, :e].repeat(S, 1, 1, 1))
-        normed = {c: block.ln1(v[:, cols].reshape(-1, 1, d)) for c, v in inputs.items()}
-        with model.hooks(fwd_hooks=[(act_name("z", r.layer), lambda act, hook: got.__setitem__("z", act))]):
-            block.attn(query_input=normed["q"], key_input=normed["k"], value_input=normed["v"], past_kv_cache_entry=entry)
-        out[:, cols] = got["z"][:, 0, r.component.head].reshape(S, len(cols), -1)
-    return out
+    ref = x_ref[None].expand(S, P, d)
+    inputs = {c: (x if c == r.channel else ref) for c in ("q", "k", "v")}
+    z = z_at_end(model, r.layer, inputs["q"], inputs["k"], inputs["v"], keys, values, end)
+    return z[:, :, r.component.head]
 
 
 @torch.no_grad()
@@ -162,7 +144,6 @@ def sweep_edges(
     runs = collect_runs(model, batch, need_kv=True)
     base = baseline_from(model, batch.answer.to(device), runs, custom)
     end = batch.end.to(device)
-    kv = _unrotated_kv(model, batch, {r.layer for r in recv if r.channel})  if any(r.channel for r in recv) else {}
     out = Readouts.empty((len(comps), len(recv), P), [m.name for m in custom])
     last = max(r.layer for r in recv)
     per_chunk = max(1, rows_for_budget(model, P, memory_mb) // 2)
@@ -201,7 +182,7 @@ def sweep_edges(
             assert state is not None and n >= len(rows)
             got = state[torch.tensor(rows, device=device)]
             if r.channel:
-                zr = _receiver_z(model, r, got, runs.resid_pre[r.layer], kv[r.layer], end)
+                zr = _receiver_z(model, r, got, runs.resid_pre[r.layer], runs.keys[r.layer], runs.values[r.layer], end)
                 z = runs.z_ref[r.layer][None].repeat(len(rows), 1, 1, 1)
                 z[:, :, r.component.head] = zr.to(z.dtype)
                 y = runs.resid_pre[r.layer][None] + attention_output(model, r.layer, z)

@@ -25,7 +25,9 @@ from tqdm.auto import tqdm
 
 from circuits.models.backend import Model, act_name
 from circuits.data.pairs import Pairs, as_batch
-from circuits.patching.end_layers import attention_at_end, baseline_from, check_supported, collect_runs, mlp_at_end, readout
+from circuits.models import backend
+from circuits.patching.end_layers import (_post_norm, attention_at_end, baseline_from, check_supported, collect_runs,
+                                          mlp_at_end, readout)
 from circuits.patching.engine import rows_for_budget
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.ranking import contributions, order
@@ -98,13 +100,15 @@ def end_posts(model: Model, batch, runs, layers: Sequence[int]) -> tuple[dict[in
 
 def answer_readout(model: Model, x: Float[Tensor, "sender pair d_model"], answer: Tensor,
                    cf_answer: Tensor) -> dict[str, Tensor]:
-    """Answer logit and logit difference only: the final norm, then the two columns of the unembedding they need."""
+    """Answer logit and logit difference only: the final norm, then the two columns of the unembedding they need
+    (and the final soft-cap where the model has one)."""
     S, P, d = x.shape
     normed = model.ln_final(x.reshape(-1, 1, d))[:, 0].reshape(S, P, d)
-    W_U, b_U = model.unembed.W_U, model.unembed.b_U
+    W_U, b_U = backend.unembed_weights(model)
     logit = torch.einsum("spd,dp->sp", normed, W_U[:, answer]) + b_U[answer]
     other = torch.einsum("spd,dp->sp", normed, W_U[:, cf_answer]) + b_U[cf_answer]
-    logit, other = logit.float(), other.float()
+    cap = backend.logit_softcap(model)  # Gemma 2's final soft-cap, as the forward pass applies it
+    logit, other = backend.apply_softcap(logit, cap).float(), backend.apply_softcap(other, cap).float()
     return {"logit": logit, "logit_diff": logit - other, "prob": torch.full_like(logit, float("nan"))}
 
 
@@ -165,9 +169,17 @@ def sweep_neurons(
             if mine:
                 idx = torch.tensor([n.index for n in mine], device=device)
                 delta = (post_cf[layer][:, idx] - post_ref[layer][:, idx]).T  # [neuron, pair]
-                resid_post = runs.resid_pre[layer + 1] if layer + 1 < L else runs.ref_end_resid
                 w_out = model.blocks[layer].mlp.W_out[idx]  # [neuron, d_model]
-                new = resid_post[None] + delta[..., None] * w_out[:, None, :]
+                if backend.post_norms(model):  # Gemma 2/3: the MLP's output is normalised before it joins
+                    mlp = model.blocks[layer].mlp
+                    raw = post_ref[layer] @ mlp.W_out
+                    if getattr(mlp, "b_out", None) is not None:
+                        raw = raw + mlp.b_out
+                    new = runs.resid_mid[layer][None] + _post_norm(model, "ln2_post", layer,
+                                                                   raw[None] + delta[..., None] * w_out[:, None, :])
+                else:
+                    resid_post = runs.resid_pre[layer + 1] if layer + 1 < L else runs.ref_end_resid
+                    new = resid_post[None] + delta[..., None] * w_out[:, None, :]
                 x = new if x is None else torch.cat([x, new])
         assert x is not None
         if full_readout:

@@ -13,7 +13,8 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from circuits.models.backend import Model, act_name
+from circuits.models import backend
+from circuits.models.backend import Model, act_name, apply_softcap
 from circuits.data.pairs import PairBatch
 from circuits.patching.metrics import Metric
 from circuits.types import Component, Mode, Neuron, Receiver
@@ -28,7 +29,8 @@ def _run_end(model: Model, tokens: Tensor, hooks: list, batch: PairBatch) -> Ten
     whole-vocabulary logits of every position would dominate a tiny model's plain loop)."""
     resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
     x = resid[torch.arange(len(batch)), batch.end]
-    return model.unembed(model.ln_final(x[:, None]))[:, 0].float()
+    logits = model.unembed(model.ln_final(x[:, None]))[:, 0]
+    return apply_softcap(logits, backend.logit_softcap(model)).float()  # Gemma 2's final soft-cap, as forward applies
 
 
 def readouts_of(logits: Tensor, answer: Tensor, cf_answer: Tensor) -> dict[str, Tensor]:

@@ -12,6 +12,9 @@ identical activations in both runs, so a patch there is the unpatched run (fille
 computed); and pairs of different lengths are aligned from the end: position ``offset`` counts back from END
 (``offset 0`` is END), so the question bodies of prompts with few-shot prefixes of different lengths line up.
 
+A TransformerBridge (TransformerLens 4) reads no TransformerLens key/value cache, so there each patched row runs
+its whole prompt (exact, as the plain loop; :func:`_whole_pass`) while the rest of the engine is the same.
+
 Path patching at a position other than END carries nothing to the logits (every head is frozen, so no
 information moves between positions), which is why this engine patches activations; at END it equals
 :func:`circuits.patching.engine.sweep` in activation mode (tests assert both, and equality with
@@ -28,6 +31,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from circuits.models import backend
 from circuits.models.backend import Model, act_name, frozen_cache_entry
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported, readout
@@ -60,6 +64,7 @@ class _Runs:
     post_cf: dict[int, Tensor]  # layer -> [pair, pos, d_mlp] (layers with neuron senders)
     ref_end: Tensor
     cf_end: Tensor
+    tokens: Tensor | None = None  # [pair, pos] reference tokens (whole-prompt passes on a TransformerBridge)
 
 
 @torch.no_grad()
@@ -83,7 +88,7 @@ def _collect(model: Model, batch: PairBatch, neuron_layers: set[int]) -> _Runs:
     per = lambda d, site: [d[act_name(site, l)] for l in range(L)]  # noqa: E731
     return _Runs(per(ref, "resid_pre"), per(ref, "k"), per(ref, "v"), per(cf, "z"), per(cf, "mlp_out"),
                  {l: cf[act_name("post", l)] for l in neuron_layers},
-                 ref[final][rows, batch.end], cf[final][rows, batch.end])
+                 ref[final][rows, batch.end], cf[final][rows, batch.end], batch.reference)
 
 
 def _row_bytes(model: Model, n_tokens: int, n_cached: int) -> int:
@@ -93,9 +98,11 @@ def _row_bytes(model: Model, n_tokens: int, n_cached: int) -> int:
     return (n_tokens * per_token + 2 * (n_cached + n_tokens) * n_kv * cfg.d_head) * (torch.finfo(cfg.dtype).bits // 8)
 
 
-def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, pos: Tensor, G: int) -> list:
-    """Hooks that write each new row's sender at suffix position 0 (absolute position ``pos[g]`` of pair
-    ``pairs[g]``) from the counterfactual run; ``new`` holds ``(first_row, sender)``, ``G`` rows (one per pair) each."""
+def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, pos: Tensor, G: int,
+                 at: Tensor | int = 0) -> list:
+    """Hooks that write each new row's sender at position ``at`` of the tokens fed (0: the suffix's first; ``pos``
+    for whole prompts), absolute position ``pos[g]`` of pair ``pairs[g]``, from the counterfactual run; ``new``
+    holds ``(first_row, sender)``, ``G`` rows (one per pair) each."""
     by_site: dict[str, list[tuple[Tensor, int | None, int]]] = {}
     for start, s in new:
         rows = torch.arange(start, start + G, device=pairs.device)
@@ -110,11 +117,11 @@ def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, pos:
         def hook(act: Tensor, hook, items=items, name=name) -> Tensor:
             for rows, index, layer in items:
                 if name.endswith("hook_z"):
-                    act[rows, 0, index] = runs.z_cf[layer][pairs, pos, index].to(act.dtype)
+                    act[rows, at, index] = runs.z_cf[layer][pairs, pos, index].to(act.dtype)
                 elif name.endswith("hook_post"):
-                    act[rows, 0, index] = runs.post_cf[layer][pairs, pos, index].to(act.dtype)
+                    act[rows, at, index] = runs.post_cf[layer][pairs, pos, index].to(act.dtype)
                 else:
-                    act[rows, 0] = runs.mlp_cf[layer][pairs, pos].to(act.dtype)
+                    act[rows, at] = runs.mlp_cf[layer][pairs, pos].to(act.dtype)
             return act
         hooks.append((name, hook))
     return hooks
@@ -130,6 +137,10 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
     L = model.cfg.n_layers
     G = len(pairs)
     assert all(a.layer <= b.layer for a, b in zip(senders, senders[1:])), "senders must come in layer order"
+    # TransformerLens 3's cache holds hook_k, taken before a per-head QK norm (Qwen3, Gemma 3) that its cached
+    # attention does not re-apply: those models, and a Bridge (no such cache), run whole prompts.
+    if not backend.TL_CACHE or backend.qk_norms(model, 0) is not None:
+        return _whole_pass(model, runs, pairs, pos, k, senders, answer, cf_answer, custom)
     p_max = int(pos.max())
     padded = bool((pos != p_max).any())
     suffix = pos[:, None] + torch.arange(k + 1, device=pos.device)[None]  # [pair, k + 1]
@@ -160,6 +171,24 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
                                     attention_mask=mask.repeat(reps, 1) if mask is not None else None)
     assert x is not None
     final = x[:, -1].reshape(len(senders), G, -1)
+    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
+
+
+@torch.no_grad()
+def _whole_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
+                answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
+    """:func:`_suffix_pass` where TransformerLens 3's key/value cache cannot be used (a TransformerBridge; QK norm): each
+    patched row runs its whole reference prompt with the sender's counterfactual value written at ``pos[g]`` (rows
+    ``sender x pair``), the answer read at END. Exact, like the plain loop; without the suffix saving."""
+    G = len(pairs)
+    assert runs.tokens is not None
+    ends = pos + k
+    tokens = runs.tokens[pairs][:, : int(ends.max()) + 1].repeat(len(senders), 1)
+    hooks = _patch_hooks(runs, [(i * G, s) for i, s in enumerate(senders)], pairs, pos, G, at=pos)
+    with model.hooks(fwd_hooks=hooks):
+        resid = backend.final_residual(model, tokens)
+    final = resid[torch.arange(len(tokens), device=resid.device), ends.repeat(len(senders))]
+    final = final.reshape(len(senders), G, -1)
     return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
 
 
