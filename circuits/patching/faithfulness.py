@@ -56,6 +56,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Any
 
 import einops
@@ -65,10 +66,12 @@ from torch import Tensor
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models.backend import Model, act_name
-from circuits.patching.end_layers import end_logits
+from circuits.models.backend import apply_softcap
+from circuits.patching.end_layers import check_supported, end_logits, mlp_at_end, rotate
 from circuits.patching.metrics import Metric
 from circuits.patching.ranking import order
 from circuits.patching.uncertainty import percentile_interval, resample_pairs
+from circuits.types import Component, Receiver
 
 MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 ABLATIONS = ("counterfactual", "mean", "zero")
@@ -253,8 +256,8 @@ def area_axis(sizes: Sequence[float] | Tensor, f: Tensor) -> tuple[Tensor, Tenso
     """The size axis and the curve MIB integrates: sizes sorted, closed at 1.0 (where f is 1 by construction) when
     the sizes stop short of it. ``f`` is ``[..., size]`` (a batch of resampled curves too)."""
     x = torch.as_tensor(sizes, dtype=torch.float64)
-    idx = torch.argsort(x, stable=True)  # the size axis, not a ranking of effects
-    x, y = x[idx], f.double()[..., idx]
+    x, idx = torch.sort(x, stable=True)  # the size axis, not a ranking of effects
+    y = f.double()[..., idx]
     if not len(x) or float(x[-1]) < 1.0:
         x = torch.cat([x, torch.ones(1, dtype=x.dtype)])
         y = torch.cat([y, torch.ones(*y.shape[:-1], 1, dtype=y.dtype)], dim=-1)
@@ -522,3 +525,266 @@ def faithfulness(
     return curve_from(sizes, masks.n_kept, masks.n_nodes, m[:-2], m[-2], m[-1], metric=name, ablation=ablation,
                       positions=positions, level="node", n_boot=n_boot, ci_level=level, seed=seed,
                       seconds=time.perf_counter() - t0)
+
+
+# --- edges at END -------------------------------------------------------------------------------------------
+#
+# The graph, as MIB's: senders are the input embedding ("input"), every head and every MLP; receivers are every
+# head's query, key and value input (per query head, also under grouped-query attention), every MLP's input, and
+# the logits ("logits", the final residual stream). An edge joins a sender to a receiver downstream of it (a head
+# of layer l feeds heads of later layers, the MLP of its own layer and later ones, and the logits). In a circuit,
+# each receiver's END input is the residual stream minus, for every edge into it that the circuit leaves out, the
+# sender's current END output minus its ablated value (its counterfactual END output, its mean over the reference
+# runs, or zero): the edge then carries the ablated value and the kept edges the current one. Only END changes, so
+# earlier positions are the reference run's, and each layer is END-only work over the reference keys and values.
+
+INPUT, LOGITS = "input", "logits"
+EdgeSender = Component | str
+EdgeReceiver = Receiver | str
+
+
+def edge_senders(model: Model) -> list[EdgeSender]:
+    """The senders in order: ``input``, then per layer its heads and its MLP."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    out: list[EdgeSender] = [INPUT]
+    for l in range(L):
+        out += [Component("head", l, h) for h in range(H)] + [Component("mlp", l)]
+    return out
+
+
+def edge_receivers(model: Model) -> list[EdgeReceiver]:
+    """The receivers in order: per layer each head's ``q``, ``k``, ``v`` input (head by head), then its MLP's input;
+    then ``logits``."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    out: list[EdgeReceiver] = []
+    for l in range(L):
+        out += [Receiver(Component("head", l, h), c) for h in range(H) for c in ("q", "k", "v")]
+        out.append(Receiver(Component("mlp", l)))
+    return [*out, LOGITS]
+
+
+def edge_upstream(sender: EdgeSender, receiver: EdgeReceiver) -> bool:
+    """Whether ``sender``'s output reaches ``receiver``'s input directly (an edge of the graph)."""
+    if sender == INPUT or receiver == LOGITS:
+        return True
+    assert isinstance(sender, Component) and isinstance(receiver, Receiver)
+    if receiver.channel is not None:
+        return sender.layer < receiver.layer
+    return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
+
+
+def edge_valid(model: Model) -> Bool[Tensor, "sender receiver"]:
+    """Which ``[sender, receiver]`` entries of :func:`edge_senders` x :func:`edge_receivers` are edges."""
+    return torch.tensor([[edge_upstream(s, r) for r in edge_receivers(model)] for s in edge_senders(model)])
+
+
+def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float]) -> tuple[Tensor, Tensor, int]:
+    """Which edges each size keeps ``[circuit, sender, receiver]`` (the top ``round(size * n_edges)`` by score, ties by
+    index through :func:`order`), ``n_kept [circuit]`` and ``n_edges``."""
+    flat = scores.float().cpu()[valid]
+    if torch.isnan(flat).any():
+        raise ValueError("Edge scores contain NaN on an edge; accepted: a finite score for every edge (-inf to put "
+                         "an edge last); entries that are not edges are ignored")
+    n = flat.numel()
+    rank = torch.empty(n, dtype=torch.long)
+    rank[order(flat, +1)] = torch.arange(n)
+    n_kept = torch.tensor([n_kept_at(s, n) for s in sizes], dtype=torch.long)
+    keep = torch.zeros(len(sizes), *valid.shape, dtype=torch.bool)
+    keep[:, valid] = rank[None, :] < n_kept[:, None]
+    return keep, n_kept, n
+
+
+def check_edge_model(model: Model) -> None:
+    cfg = model.cfg
+    check_supported(model)
+    if cfg.use_normalization_before_and_after:
+        raise ValueError(f"Edge faithfulness needs each head's output to add into the residual stream; "
+                         f"{cfg.original_architecture} normalises the sum of its heads (ln1_post), so a head's share "
+                         "is not separable. Accepted: pre-norm models without post-sublayer norms (Llama, Mistral, "
+                         "Qwen2/3, GPT-2); node faithfulness takes every model")
+
+
+@dataclass
+class _EdgeRuns:
+    """END values of the senders (current in the reference run; ablated), the reference keys and values."""
+
+    input_ref: Tensor  # [pair, d_model]
+    input_val: Tensor  # [pair, d_model]
+    head_val: list[Tensor]  # per layer [pair, head, d_model]
+    mlp_val: list[Tensor]  # per layer [pair, d_model]
+    keys: list[Tensor]  # per layer [pair, pos, kv_head, d_head], rotated where rotary
+    values: list[Tensor]
+    answer: Tensor
+    cf_answer: Tensor
+
+
+def _head_outputs(model: Model, layer: int, z: Tensor) -> Tensor:
+    """Each head's write into the residual, ``z_h @ W_O[h]`` (``hook_result``), ``[..., head, d_model]``."""
+    W_O = model.blocks[layer].attn.W_O
+    return torch.einsum("...he,hed->...hd", z, W_O.to(z.dtype))
+
+
+@torch.no_grad()
+def _edge_runs(model: Model, batch: PairBatch, ablation: str) -> _EdgeRuns:
+    L = model.cfg.n_layers
+    end = batch.end
+    rotary = model.cfg.positional_embedding_type == "rotary"
+    k_site = lambda l: f"blocks.{l}.attn.hook_rot_k" if rotary else act_name("k", l)  # noqa: E731
+    ends = [act_name("resid_pre", 0)] + [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
+    full = [k_site(l) for l in range(L)] + [act_name("v", l) for l in range(L)]
+    ref: dict[str, Tensor] = {}
+    cf: dict[str, Tensor] = {}
+
+    def at_end(store: dict) -> Callable:
+        def hook(act: Tensor, hook) -> None:
+            store[hook.name] = act[torch.arange(act.shape[0], device=act.device), end.to(act.device)].detach()
+
+        return hook
+
+    keep_full = lambda act, hook: ref.__setitem__(hook.name, act.detach())  # noqa: E731
+    model.run_with_hooks(batch.reference, stop_at_layer=L,
+                         fwd_hooks=[(n, at_end(ref)) for n in ends] + [(n, keep_full) for n in full])
+    resid = model.run_with_hooks(batch.counterfactual, stop_at_layer=L, fwd_hooks=[(n, at_end(cf)) for n in ends])
+    cf_answer = _final_end(model, resid, end).argmax(-1)
+    src = cf if ablation == "counterfactual" else ref
+
+    def value(name: str, fn: Callable = lambda t: t) -> Tensor:
+        t = fn(src[name])
+        if ablation == "mean":
+            return t.float().mean(0, keepdim=True).to(t.dtype).expand_as(t)
+        return torch.zeros_like(t) if ablation == "zero" else t
+
+    return _EdgeRuns(
+        input_ref=ref[act_name("resid_pre", 0)], input_val=value(act_name("resid_pre", 0)),
+        head_val=[value(act_name("z", l), partial(_head_outputs, model, l)) for l in range(L)],
+        mlp_val=[value(act_name("mlp_out", l)) for l in range(L)],
+        keys=[ref[k_site(l)] for l in range(L)], values=[ref[act_name("v", l)] for l in range(L)],
+        answer=batch.answer, cf_answer=cf_answer)
+
+
+def attention_split_at_end(
+    model: Model,
+    layer: int,
+    xq: Float[Tensor, "s pair head d_model"],
+    xk: Float[Tensor, "s pair head d_model"],
+    xv: Float[Tensor, "s pair head d_model"],
+    keys: Float[Tensor, "pair pos kv d_head"],
+    values: Float[Tensor, "pair pos kv d_head"],
+    end: Int[Tensor, " pair"],
+) -> Float[Tensor, "s pair head d_head"]:
+    """Each head's ``z`` at END when its query, key and value inputs at END are its own (``xq``/``xk``/``xv``, one
+    per query head) and earlier positions' keys and values come from the reference cache: the steps of
+    :func:`circuits.patching.end_layers.attention_at_end` (norm, projections, QK norm, rotary at END, scale,
+    soft-cap, causal mask and sliding window, float32 softmax), per query head (key/value heads repeated under
+    grouped-query attention, as TransformerLens's ``ungroup_grouped_query_attention``)."""
+    cfg = model.cfg
+    block = model.blocks[layer]
+    attn = block.attn
+    S, P, H, d = xq.shape
+    norm = lambda x: block.ln1(x.reshape(-1, 1, d)).reshape(S, P, H, d)  # noqa: E731
+    proj = lambda x, w, b: torch.einsum("sphd,hde->sphe", norm(x), w) + b  # noqa: E731
+    q, k, v = proj(xq, attn.W_Q, attn.b_Q), proj(xk, attn.W_K, attn.b_K), proj(xv, attn.W_V, attn.b_V)
+    if cfg.use_qk_norm:
+        q, k = (n(t.reshape(-1, cfg.d_head)).reshape(t.shape) for n, t in ((attn.q_norm, q), (attn.k_norm, k)))
+    if cfg.positional_embedding_type == "rotary":
+        q, k = rotate(model, layer, q, end), rotate(model, layer, k, end)
+    group = H // keys.shape[2]
+    K, V = keys.repeat_interleave(group, dim=2), values.repeat_interleave(group, dim=2)
+    scale = attn.attn_scale
+    prefix = apply_softcap(torch.einsum("sphe,pthe->spht", q, K) / scale, cfg.attn_scores_soft_cap)
+    own = apply_softcap(torch.einsum("sphe,sphe->sph", q, k)[..., None] / scale, cfg.attn_scores_soft_cap)
+    positions = torch.arange(K.shape[1], device=q.device)
+    masked = positions[None, :] >= end[:, None]
+    if attn.attn_type == "local":
+        masked = masked | (positions[None, :] <= end[:, None] - cfg.window_size)
+    prefix = prefix.masked_fill(masked[None, :, None, :], float("-inf"))
+    pattern = torch.cat([prefix, own], dim=-1).float().softmax(-1).to(q.dtype)
+    return torch.einsum("spht,pthe->sphe", pattern[..., :-1], V) + pattern[..., -1:] * v
+
+
+def _edges_end_metric(model: Model, batch: PairBatch, keep: Bool[Tensor, "circuit sender receiver"], runs: _EdgeRuns,
+                      metric: str | Metric, memory_mb: float) -> Float[Tensor, "circuit pair"]:
+    """m of every edge circuit: END-only layers over circuits x pairs (circuits chunked by ``memory_mb``)."""
+    cfg = model.cfg
+    L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
+    C, P = keep.shape[0], len(batch)
+    n_s = keep.shape[1]
+    device, dtype = runs.input_ref.device, runs.input_ref.dtype
+    end = batch.end.to(device)
+    bytes_per = torch.finfo(dtype).bits // 8
+    per = max(1, int(memory_mb * 2**20 / (P * (n_s + 8 * H) * d * bytes_per)))  # circuits per pass
+    out = []
+    val = torch.zeros(P, n_s, d, device=device, dtype=dtype)  # each sender's ablated END value
+    val[:, 0] = runs.input_val
+    for l in range(L):
+        s0 = 1 + l * (H + 1)
+        val[:, s0 : s0 + H], val[:, s0 + H] = runs.head_val[l], runs.mlp_val[l]
+    for c0 in range(0, C, per):
+        kept = keep[c0 : c0 + per].to(device=device, dtype=dtype)  # [c, sender, receiver]
+        Cc = kept.shape[0]
+        cur = torch.zeros(Cc, P, n_s, d, device=device, dtype=dtype)  # each sender's current END output
+        cur[:, :, 0] = runs.input_ref[None]
+        bias = torch.zeros(d, device=device, dtype=dtype)  # the attention biases so far (no sender's)
+
+        def inputs(n_senders: int, receivers: slice | int) -> Tensor:
+            # a receiver's input: kept edges carry the current output, the others the ablated value (a sum of the
+            # parts, not the residual minus the ablated parts: no cancellation when most edges are ablated)
+            k = kept[:, :n_senders, receivers]
+            sub = "csn" if k.ndim == 3 else "cs"
+            got = torch.einsum(f"cpsd,{sub}->cp{sub[2:]}d", cur[:, :, :n_senders], k)
+            got = got + torch.einsum(f"psd,{sub}->cp{sub[2:]}d", val[:, :n_senders], 1 - k)
+            return got + bias
+
+        for l in range(L):
+            s0, r0 = 1 + l * (H + 1), l * (3 * H + 1)
+            x = einops.rearrange(inputs(s0, slice(r0, r0 + 3 * H)), "c p (h k) d -> k c p h d", k=3)
+            z = attention_split_at_end(model, l, x[0], x[1], x[2], runs.keys[l], runs.values[l], end)
+            cur[:, :, s0 : s0 + H] = _head_outputs(model, l, z)  # [c, pair, head, d_model]
+            bias = bias + model.blocks[l].attn.b_O
+            cur[:, :, s0 + H] = mlp_at_end(model, l, inputs(s0 + H, r0 + 3 * H))
+        logits = end_logits(model, inputs(n_s, -1).reshape(Cc * P, d))
+        m = metric_of(logits, runs.answer.repeat(Cc), runs.cf_answer.repeat(Cc), metric)
+        out.append(m.reshape(Cc, P).cpu())
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def edge_faithfulness(
+    model: Model,
+    pairs: Pairs,
+    scores: Float[Tensor, "sender receiver"],
+    *,
+    sizes: Sequence[float] = MIB_SIZES,
+    ablation: str = "counterfactual",
+    positions: str = "end",
+    metric: str | Metric = "logit_diff",
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    memory_mb: float = 1024,
+) -> FaithfulnessCurve:
+    """The faithfulness curve of an edge ranking at END (see the comment above :data:`INPUT`).
+
+    ``scores [sender, receiver]`` is over :func:`edge_senders` x :func:`edge_receivers` (entries that are not edges,
+    :func:`edge_valid`, are ignored); higher = more important. Sizes are fractions of the edges. Only
+    ``positions="end"``: edges at every position are not implemented."""
+    t0 = time.perf_counter()
+    sizes = check_sizes(sizes)
+    check_choice("ablation", ablation, ABLATIONS)
+    check_choice("positions", positions, POSITIONS)
+    if positions != "end":
+        raise ValueError("Edge faithfulness is at END only (positions='end'); every position is done at node level")
+    metric = check_metric(metric)
+    check_edge_model(model)
+    valid = edge_valid(model)
+    if tuple(scores.shape) != tuple(valid.shape):
+        raise ValueError(f"Edge scores must be [sender, receiver] = {list(valid.shape)} for this model (edge_senders "
+                         f"x edge_receivers), got {list(scores.shape)}")
+    keep, n_kept, n = edge_masks(valid, scores, sizes)
+    every = torch.cat([keep, valid[None], torch.zeros_like(valid)[None]])
+    batch = as_batch(pairs, model)
+    runs = _edge_runs(model, batch, ablation)
+    m = _edges_end_metric(model, batch, every, runs, metric, memory_mb)
+    name = metric if isinstance(metric, str) else metric.name
+    return curve_from(sizes, n_kept, n, m[:-2], m[-2], m[-1], metric=name, ablation=ablation, positions=positions,
+                      level="edge", n_boot=n_boot, ci_level=level, seed=seed, seconds=time.perf_counter() - t0)

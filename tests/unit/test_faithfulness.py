@@ -168,3 +168,61 @@ def test_bad_input_is_one_line(tiny_llama, tokenizer, kw, match):
         faithfulness(tiny_llama, mixed_pairs(tokenizer, 2), heads[:2], mlps)
     with pytest.raises(ValueError, match="NaN"):
         faithfulness(tiny_llama, mixed_pairs(tokenizer, 2), heads.clone().fill_(float("nan")), mlps)
+
+
+def edge_scores(model, seed=0):
+    from circuits.patching.faithfulness import edge_valid
+
+    valid = edge_valid(model)
+    s = torch.rand(valid.shape, generator=torch.Generator().manual_seed(seed))
+    return s.masked_fill(~valid, float("nan")), valid
+
+
+def plain_edge_sets(model, scores, valid, size):
+    from circuits.patching.faithfulness import edge_receivers, edge_senders
+
+    senders, receivers = edge_senders(model), edge_receivers(model)
+    edges = [(str(senders[i]), str(receivers[j])) for i, j in valid.nonzero().tolist()]
+    flat = scores[valid]
+    k = math.floor(size * len(edges) + 0.5)
+    kept = {edges[i] for i in order(flat, +1)[:k].tolist()}
+    return [e for e in edges if e not in kept]
+
+
+@pytest.mark.parametrize("ablation", ["counterfactual", "mean", "zero"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_edges_equal_the_plain_loop(family_models, tokenizer, ablation, arch):
+    from circuits.patching.faithfulness import edge_faithfulness
+    from circuits.patching.plain import ablate_edges_plain
+
+    model = family_models(arch)  # GQA: 4 heads, 2 key/value heads
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4), 0)
+    scores_, valid = edge_scores(model)
+    ours = edge_faithfulness(model, batch, scores_, sizes=SIZES, ablation=ablation, n_boot=20, memory_mb=0.05)
+    cf_answer = cf_answer_plain(model, batch)
+    m = lambda ablated: metric_of(ablate_edges_plain(model, batch, ablated, ablation),  # noqa: E731
+                                  batch.answer, cf_answer, "logit_diff")
+    plain = torch.stack([m(plain_edge_sets(model, scores_, valid, s)) for s in SIZES])
+    torch.testing.assert_close(ours.m, plain, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_full, m([]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_empty, plain[0], atol=1e-5, rtol=0)
+    assert (ours.m_full - ours.m_empty).abs().max() > 1e-2
+    assert ours.n_nodes == int(valid.sum()) and ours.level == "edge"
+    assert ours.f[0].item() == pytest.approx(0.0, abs=1e-6) and ours.f[-1].item() == pytest.approx(1.0, abs=1e-6)
+    # every edge kept is the unablated model: the reference run's END logit difference
+    ref = ablate_plain(model, batch, [], [], {}, None, "end")
+    torch.testing.assert_close(ours.m_full, metric_of(ref, batch.answer, cf_answer, "logit_diff"), atol=1e-5, rtol=0)
+
+
+def test_edges_bad_input_is_one_line(family_models, tokenizer):
+    from circuits.patching.faithfulness import edge_faithfulness
+
+    model = family_models("llama")
+    scores_, _ = edge_scores(model)
+    pairs = mixed_pairs(tokenizer, 2)
+    with pytest.raises(ValueError, match="END only"):
+        edge_faithfulness(model, pairs, scores_, positions="all")
+    with pytest.raises(ValueError, match=r"\[sender, receiver\] = \[16, 40\]"):
+        edge_faithfulness(model, pairs, scores_[:3])
+    with pytest.raises(ValueError, match="ln1_post"):
+        edge_faithfulness(family_models("gemma2"), pairs, scores_)
