@@ -56,7 +56,6 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from functools import partial
 from typing import Any
 
 import einops
@@ -67,7 +66,7 @@ from torch import Tensor
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models.backend import Model, act_name
 from circuits.models.backend import apply_softcap
-from circuits.patching.end_layers import check_supported, end_logits, mlp_at_end, rotate
+from circuits.patching.end_layers import attention_output, check_supported, end_logits, mlp_at_end, rotate
 from circuits.patching.metrics import Metric
 from circuits.patching.ranking import order
 from circuits.patching.uncertainty import percentile_interval, resample_pairs
@@ -518,9 +517,13 @@ def faithfulness(
             raise ValueError(f"neuron scores of layer {l} must have d_mlp = {cfg.d_mlp} entries, got {s.shape[-1]}")
     masks = circuit_masks(heads, mlps, neurons, sizes)
     batch = as_batch(pairs, model)
-    runs = _collect(model, batch, ablation, sorted(masks.neurons))
     every = _full_and_empty(masks)
-    m = ablated_metric(model, batch, every, runs, positions, metric, memory_mb)
+    if positions == "end" and end_only_supported(model):
+        m = _nodes_end_metric(model, batch, every, _end_runs(model, batch, ablation, sorted(masks.neurons)), metric,
+                              memory_mb)
+    else:
+        m = ablated_metric(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)), positions,
+                           metric, memory_mb)
     name = metric if isinstance(metric, str) else metric.name
     return curve_from(sizes, masks.n_kept, masks.n_nodes, m[:-2], m[-2], m[-1], metric=name, ablation=ablation,
                       positions=positions, level="node", n_boot=n_boot, ci_level=level, seed=seed,
@@ -594,6 +597,16 @@ def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float]) -> tuple[T
     return keep, n_kept, n
 
 
+def end_only_supported(model: Model) -> bool:
+    """Whether the END-only layers compute this model as TransformerLens does
+    (:func:`circuits.patching.end_layers.check_supported`); otherwise END ablation runs whole prompts."""
+    try:
+        check_supported(model)
+    except ValueError:
+        return False
+    return True
+
+
 def check_edge_model(model: Model) -> None:
     cfg = model.cfg
     check_supported(model)
@@ -605,13 +618,15 @@ def check_edge_model(model: Model) -> None:
 
 
 @dataclass
-class _EdgeRuns:
-    """END values of the senders (current in the reference run; ablated), the reference keys and values."""
+class _EndRuns:
+    """What END-only layers read: the reference run's END input embedding and every layer's keys and values, and the
+    ablated END value of every sender (``z`` per head, MLP output, ``hook_post`` of neuron layers, the input)."""
 
     input_ref: Tensor  # [pair, d_model]
     input_val: Tensor  # [pair, d_model]
-    head_val: list[Tensor]  # per layer [pair, head, d_model]
+    z_val: list[Tensor]  # per layer [pair, head, d_head]
     mlp_val: list[Tensor]  # per layer [pair, d_model]
+    post_val: dict[int, Tensor]  # neuron layers [pair, d_mlp]
     keys: list[Tensor]  # per layer [pair, pos, kv_head, d_head], rotated where rotary
     values: list[Tensor]
     answer: Tensor
@@ -625,12 +640,15 @@ def _head_outputs(model: Model, layer: int, z: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def _edge_runs(model: Model, batch: PairBatch, ablation: str) -> _EdgeRuns:
+def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int] = ()) -> _EndRuns:
+    """One reference and one counterfactual forward: what :func:`_nodes_end_metric` and :func:`_edges_end_metric`
+    read."""
     L = model.cfg.n_layers
     end = batch.end
     rotary = model.cfg.positional_embedding_type == "rotary"
     k_site = lambda l: f"blocks.{l}.attn.hook_rot_k" if rotary else act_name("k", l)  # noqa: E731
     ends = [act_name("resid_pre", 0)] + [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
+    ends += [act_name("post", l) for l in neuron_layers]
     full = [k_site(l) for l in range(L)] + [act_name("v", l) for l in range(L)]
     ref: dict[str, Tensor] = {}
     cf: dict[str, Tensor] = {}
@@ -648,16 +666,16 @@ def _edge_runs(model: Model, batch: PairBatch, ablation: str) -> _EdgeRuns:
     cf_answer = _final_end(model, resid, end).argmax(-1)
     src = cf if ablation == "counterfactual" else ref
 
-    def value(name: str, fn: Callable = lambda t: t) -> Tensor:
-        t = fn(src[name])
+    def value(name: str) -> Tensor:
+        t = src[name]
         if ablation == "mean":
             return t.float().mean(0, keepdim=True).to(t.dtype).expand_as(t)
         return torch.zeros_like(t) if ablation == "zero" else t
 
-    return _EdgeRuns(
+    return _EndRuns(
         input_ref=ref[act_name("resid_pre", 0)], input_val=value(act_name("resid_pre", 0)),
-        head_val=[value(act_name("z", l), partial(_head_outputs, model, l)) for l in range(L)],
-        mlp_val=[value(act_name("mlp_out", l)) for l in range(L)],
+        z_val=[value(act_name("z", l)) for l in range(L)], mlp_val=[value(act_name("mlp_out", l)) for l in range(L)],
+        post_val={l: value(act_name("post", l)) for l in neuron_layers},
         keys=[ref[k_site(l)] for l in range(L)], values=[ref[act_name("v", l)] for l in range(L)],
         answer=batch.answer, cf_answer=cf_answer)
 
@@ -702,7 +720,7 @@ def attention_split_at_end(
     return torch.einsum("spht,pthe->sphe", pattern[..., :-1], V) + pattern[..., -1:] * v
 
 
-def _edges_end_metric(model: Model, batch: PairBatch, keep: Bool[Tensor, "circuit sender receiver"], runs: _EdgeRuns,
+def _edges_end_metric(model: Model, batch: PairBatch, keep: Bool[Tensor, "circuit sender receiver"], runs: _EndRuns,
                       metric: str | Metric, memory_mb: float) -> Float[Tensor, "circuit pair"]:
     """m of every edge circuit: END-only layers over circuits x pairs (circuits chunked by ``memory_mb``)."""
     cfg = model.cfg
@@ -718,7 +736,7 @@ def _edges_end_metric(model: Model, batch: PairBatch, keep: Bool[Tensor, "circui
     val[:, 0] = runs.input_val
     for l in range(L):
         s0 = 1 + l * (H + 1)
-        val[:, s0 : s0 + H], val[:, s0 + H] = runs.head_val[l], runs.mlp_val[l]
+        val[:, s0 : s0 + H], val[:, s0 + H] = _head_outputs(model, l, runs.z_val[l]), runs.mlp_val[l]
     for c0 in range(0, C, per):
         kept = keep[c0 : c0 + per].to(device=device, dtype=dtype)  # [c, sender, receiver]
         Cc = kept.shape[0]
@@ -743,6 +761,50 @@ def _edges_end_metric(model: Model, batch: PairBatch, keep: Bool[Tensor, "circui
             bias = bias + model.blocks[l].attn.b_O
             cur[:, :, s0 + H] = mlp_at_end(model, l, inputs(s0 + H, r0 + 3 * H))
         logits = end_logits(model, inputs(n_s, -1).reshape(Cc * P, d))
+        m = metric_of(logits, runs.answer.repeat(Cc), runs.cf_answer.repeat(Cc), metric)
+        out.append(m.reshape(Cc, P).cpu())
+    return torch.cat(out)
+
+
+def _nodes_end_metric(model: Model, batch: PairBatch, masks: NodeMasks, runs: _EndRuns, metric: str | Metric,
+                      memory_mb: float) -> Float[Tensor, "circuit pair"]:
+    """m of every node circuit ablated at END only: positions before END are the reference run's, so each layer is
+    END-only work over circuits x pairs (attention from the new END query over the reference keys and values, as
+    :func:`attention_split_at_end`; each head's ``z``, each MLP's output and each neuron's ``hook_post`` replaced
+    where the circuit leaves it out), circuits chunked by ``memory_mb``."""
+    cfg = model.cfg
+    L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
+    C, P = len(masks), len(batch)
+    device, dtype = runs.input_ref.device, runs.input_ref.dtype
+    end = batch.end.to(device)
+    bytes_per = torch.finfo(dtype).bits // 8
+    per = max(1, int(memory_mb * 2**20 / (P * (8 * H * d + 4 * (cfg.d_mlp or 4 * d)) * bytes_per)))
+    out = []
+    for c0 in range(0, C, per):
+        c = slice(c0, c0 + per)
+        Cc = len(range(C)[c])
+        resid = runs.input_ref[None].repeat(Cc, 1, 1)  # [c, pair, d_model]
+        for l in range(L):
+            x = resid[:, :, None].expand(Cc, P, H, d)
+            z = attention_split_at_end(model, l, x, x, x, runs.keys[l], runs.values[l], end)
+            keep_h = masks.heads[c, l].to(device)[:, None, :, None]
+            z = torch.where(keep_h, z, runs.z_val[l][None].to(z.dtype))
+            resid = resid + attention_output(model, l, z)
+            if l in masks.neurons:
+                keep_n = masks.neurons[l][c].to(device)[:, None, None, :]  # [c, 1, 1, d_mlp]: rows are [c*pair, 1]
+                val = runs.post_val[l][None, :, None]
+
+                def post_hook(act: Tensor, hook, keep_n=keep_n, val=val) -> Tensor:
+                    shaped = act.reshape(Cc, P, 1, -1)
+                    return torch.where(keep_n, shaped, val.to(act.dtype)).reshape(act.shape)
+
+                with model.hooks(fwd_hooks=[(act_name("post", l), post_hook)]):
+                    mlp = mlp_at_end(model, l, resid)
+            else:
+                mlp = torch.where(masks.mlps[c, l].to(device)[:, None, None], mlp_at_end(model, l, resid),
+                                  runs.mlp_val[l][None].to(resid.dtype))
+            resid = resid + mlp
+        logits = end_logits(model, resid.reshape(Cc * P, d))
         m = metric_of(logits, runs.answer.repeat(Cc), runs.cf_answer.repeat(Cc), metric)
         out.append(m.reshape(Cc, P).cpu())
     return torch.cat(out)
@@ -783,7 +845,7 @@ def edge_faithfulness(
     keep, n_kept, n = edge_masks(valid, scores, sizes)
     every = torch.cat([keep, valid[None], torch.zeros_like(valid)[None]])
     batch = as_batch(pairs, model)
-    runs = _edge_runs(model, batch, ablation)
+    runs = _end_runs(model, batch, ablation)
     m = _edges_end_metric(model, batch, every, runs, metric, memory_mb)
     name = metric if isinstance(metric, str) else metric.name
     return curve_from(sizes, n_kept, n, m[:-2], m[-2], m[-1], metric=name, ablation=ablation, positions=positions,

@@ -105,14 +105,30 @@ def only_metric():
     return logits_metric(lambda logits, a: logits.log_softmax(-1)[torch.arange(len(a)), a], "lp")
 
 
-@pytest.mark.parametrize("arch", ["gemma2", "qwen3"])
-def test_families(family_models, tokenizer, arch):
+@pytest.mark.parametrize("positions", ["end", "all"])
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3", "qwen3", "mistral_window"])
+def test_families(family_models, tokenizer, arch, positions):
     model = family_models(arch)
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 3), 0)
-    heads, mlps, _ = scores(model, seed=2)
-    ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, positions="all", ablation="mean", n_boot=0)
-    per_size, _, _ = plain_curve(model, batch, heads, mlps, {}, "mean", "all")
+    heads, mlps, neurons = scores(model, seed=2, neurons=(2,))
+    ours = faithfulness(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, positions=positions, ablation="mean",
+                        n_boot=0)
+    per_size, _, _ = plain_curve(model, batch, heads, mlps, neurons, "mean", positions)
     torch.testing.assert_close(ours.m, per_size, atol=1e-5, rtol=0)
+
+
+def test_end_only_layers_equal_whole_prompts(tiny_llama, tokenizer):
+    """At END the engine runs END-only layers over the reference keys and values; the whole-prompt hook engine
+    (what every position uses, and END on models the END-only layers refuse) gives the same metric."""
+    from circuits.patching.faithfulness import _collect, _full_and_empty, ablated_metric
+
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 5), 0)
+    heads, mlps, neurons = scores(tiny_llama, seed=4, neurons=(0,))
+    masks = _full_and_empty(circuit_masks(heads, mlps, neurons, SIZES))
+    whole = ablated_metric(tiny_llama, batch, masks, _collect(tiny_llama, batch, "counterfactual", [0]), "end",
+                           "logit_diff", memory_mb=0.05)
+    ours = faithfulness(tiny_llama, batch, heads, mlps, neurons=neurons, sizes=SIZES, n_boot=0)
+    torch.testing.assert_close(torch.cat([ours.m, ours.m_full[None], ours.m_empty[None]]), whole, atol=1e-5, rtol=0)
 
 
 def test_masks_follow_the_one_ranking():
