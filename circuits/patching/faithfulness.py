@@ -66,7 +66,7 @@ from torch import Tensor
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models.backend import Model, act_name
 from circuits.models.backend import apply_softcap
-from circuits.patching.end_layers import attention_output, check_supported, end_logits, mlp_at_end, rotate
+from circuits.patching.end_layers import _end_activations, attention_output, check_supported, end_logits, mlp_at_end, rotate
 from circuits.patching.metrics import Metric
 from circuits.patching.ranking import order
 from circuits.patching.uncertainty import percentile_interval, resample_pairs
@@ -651,7 +651,6 @@ def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequ
     ends += [act_name("post", l) for l in neuron_layers]
     full = [k_site(l) for l in range(L)] + [act_name("v", l) for l in range(L)]
     ref: dict[str, Tensor] = {}
-    cf: dict[str, Tensor] = {}
 
     def at_end(store: dict) -> Callable:
         def hook(act: Tensor, hook) -> None:
@@ -662,8 +661,10 @@ def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequ
     keep_full = lambda act, hook: ref.__setitem__(hook.name, act.detach())  # noqa: E731
     model.run_with_hooks(batch.reference, stop_at_layer=L,
                          fwd_hooks=[(n, at_end(ref)) for n in ends] + [(n, keep_full) for n in full])
-    resid = model.run_with_hooks(batch.counterfactual, stop_at_layer=L, fwd_hooks=[(n, at_end(cf)) for n in ends])
-    cf_answer = _final_end(model, resid, end).argmax(-1)
+    # The counterfactual run is read at END only: prompts sharing a few-shot prefix run it once (exact: causal)
+    final = act_name("resid_post", L - 1)
+    cf = _end_activations(model, batch.counterfactual, end, [*ends, final] if ablation == "counterfactual" else [final])
+    cf_answer = end_logits(model, cf[final]).argmax(-1)
     src = cf if ablation == "counterfactual" else ref
 
     def value(name: str) -> Tensor:
