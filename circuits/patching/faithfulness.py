@@ -66,7 +66,8 @@ from torch import Tensor
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models.backend import Model, act_name
 from circuits.models.backend import apply_softcap
-from circuits.patching.end_layers import _end_activations, attention_output, check_supported, end_logits, mlp_at_end, rotate
+from circuits.models.forward import end_residuals, shared_prefix_lengths
+from circuits.patching.end_layers import SHARED_PREFIX_MIN, _end_activations, attention_output, check_supported, end_logits, mlp_at_end, rotate
 from circuits.patching.metrics import Metric
 from circuits.patching.ranking import order
 from circuits.patching.uncertainty import percentile_interval, resample_pairs
@@ -639,6 +640,51 @@ def _head_outputs(model: Model, layer: int, z: Tensor) -> Tensor:
     return torch.einsum("...he,hed->...hd", z, W_O.to(z.dtype))
 
 
+def _reference_run(model: Model, batch: PairBatch, end_names: Sequence[str], full_names: Sequence[str]
+                   ) -> dict[str, Tensor]:
+    """The reference run's ``end_names`` at each pair's END (``[pair, ...]``) and ``full_names`` at every position up
+    to END (``[pair, pos, ...]``, zero after END), prompts sharing a few-shot prefix running it once into a key/value
+    cache (:func:`circuits.models.forward.end_residuals`; exact: attention is causal): a prefix's activations are
+    read in its own call and put before each of its rows' own."""
+    P, W = batch.reference.shape
+    end = batch.end.tolist()
+    rows = [batch.reference[i, : end[i] + 1].tolist() for i in range(P)]
+    n_pre = shared_prefix_lengths(rows, SHARED_PREFIX_MIN)
+    prefixes = [tuple(r[:n]) for r, n in zip(rows, n_pre)]
+    out: dict[str, Tensor] = {}
+    prefix_acts: dict[tuple, dict[str, Tensor]] = {}
+
+    def prefix_hooks(key: tuple, offset: int) -> list:
+        if offset or not key:
+            return []
+        return [(n, lambda act, hook: prefix_acts.setdefault(key, {}).__setitem__(hook.name, act[0].detach()))
+                for n in full_names]
+
+    def row_hooks(chunk: list[int], ends: Tensor) -> list:
+        def gather(act: Tensor, hook) -> None:
+            for r, i in enumerate(chunk):
+                e = int(ends[r])
+                if hook.name in end_names:
+                    if hook.name not in out:
+                        out[hook.name] = act.new_zeros((P, *act.shape[2:]))
+                    out[hook.name][i] = act[r, e]
+                if hook.name in full_names:
+                    if hook.name not in out:
+                        out[hook.name] = act.new_zeros((P, W, *act.shape[2:]))
+                    fed = max(len(rows[j]) for j in chunk) - n_pre[i]
+                    if act.shape[1] == fed:  # this call's positions only
+                        pre = prefix_acts[prefixes[i]][hook.name] if n_pre[i] else act[r, :0]
+                        out[hook.name][i, : end[i] + 1] = torch.cat([pre, act[r, : e + 1]])
+                    else:  # the cached prefix's too (rotated keys are read after the cache is appended)
+                        assert act.shape[1] == fed + n_pre[i], (hook.name, act.shape, fed, n_pre[i])
+                        out[hook.name][i, : end[i] + 1] = act[r, : end[i] + 1]
+
+        return [(n, gather) for n in dict.fromkeys([*end_names, *full_names])]
+
+    end_residuals(model, rows, n_pre, group_keys=prefixes, hooks=prefix_hooks, row_hooks=row_hooks)
+    return out
+
+
 @torch.no_grad()
 def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int] = ()) -> _EndRuns:
     """One reference and one counterfactual forward: what :func:`_nodes_end_metric` and :func:`_edges_end_metric`
@@ -650,17 +696,7 @@ def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequ
     ends = [act_name("resid_pre", 0)] + [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
     ends += [act_name("post", l) for l in neuron_layers]
     full = [k_site(l) for l in range(L)] + [act_name("v", l) for l in range(L)]
-    ref: dict[str, Tensor] = {}
-
-    def at_end(store: dict) -> Callable:
-        def hook(act: Tensor, hook) -> None:
-            store[hook.name] = act[torch.arange(act.shape[0], device=act.device), end.to(act.device)].detach()
-
-        return hook
-
-    keep_full = lambda act, hook: ref.__setitem__(hook.name, act.detach())  # noqa: E731
-    model.run_with_hooks(batch.reference, stop_at_layer=L,
-                         fwd_hooks=[(n, at_end(ref)) for n in ends] + [(n, keep_full) for n in full])
+    ref = _reference_run(model, batch, ends, full)
     # The counterfactual run is read at END only: prompts sharing a few-shot prefix run it once (exact: causal)
     final = act_name("resid_post", L - 1)
     cf = _end_activations(model, batch.counterfactual, end, [*ends, final] if ablation == "counterfactual" else [final])

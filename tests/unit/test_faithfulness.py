@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from helpers import mixed_pairs
+from helpers import aligned_pairs, mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.patching.faithfulness import MIB_SIZES, area_scores, circuit_masks, faithfulness, metric_of
@@ -14,6 +14,11 @@ from circuits.patching.plain import ablate_plain, ablation_values_plain, cf_answ
 from circuits.patching.ranking import order
 
 SIZES = (0.0, 0.05, 0.1, 0.25, 0.5, 0.8, 1.0)
+
+
+def some_pairs(tokenizer, n_mixed=3, seed=0):
+    """Few-shot pairs sharing a prefix (run once by the engine) and pairs of other templates and lengths."""
+    return aligned_pairs(tokenizer, 3, few_shot=True) + mixed_pairs(tokenizer, n_mixed, seed=seed)
 
 
 def scores(model, seed=0, neurons=()):
@@ -66,7 +71,7 @@ def plain_curve(model, batch, heads, mlps, neurons, ablation, positions, metric=
 @pytest.mark.parametrize("positions", ["end", "all"])
 def test_nodes_equal_the_plain_loop(tiny_llama, tokenizer, ablation, positions):
     model = tiny_llama  # GQA: 4 heads, 2 key/value heads
-    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 5), 0)
+    batch = PairBatch.from_pairs(some_pairs(tokenizer), 0)
     heads, mlps, _ = scores(model)
     ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, ablation=ablation, positions=positions,
                         n_boot=50, memory_mb=0.02)
@@ -109,7 +114,7 @@ def only_metric():
 @pytest.mark.parametrize("arch", ["gemma2", "gemma3", "qwen3", "mistral_window"])
 def test_families(family_models, tokenizer, arch, positions):
     model = family_models(arch)
-    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 3), 0)
+    batch = PairBatch.from_pairs(some_pairs(tokenizer, 2), 0)
     heads, mlps, neurons = scores(model, seed=2, neurons=(2,))
     ours = faithfulness(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, positions=positions, ablation="mean",
                         n_boot=0)
@@ -212,7 +217,7 @@ def test_edges_equal_the_plain_loop(family_models, tokenizer, ablation, arch):
     from circuits.patching.plain import ablate_edges_plain
 
     model = family_models(arch)  # GQA: 4 heads, 2 key/value heads
-    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4), 0)
+    batch = PairBatch.from_pairs(some_pairs(tokenizer, 2), 0)
     scores_, valid = edge_scores(model)
     ours = edge_faithfulness(model, batch, scores_, sizes=SIZES, ablation=ablation, n_boot=20, memory_mb=0.05)
     cf_answer = cf_answer_plain(model, batch)
