@@ -1,10 +1,10 @@
 """Faithfulness of the circuits a ranking yields, as MIB scores circuit discovery (issue 24).
 
-A ranking of nodes -- heads ``[layer, head]``, MLPs ``[layer]``, optionally neurons ``{layer: [d_mlp]}`` (such a
-layer's MLP is then scored by its neurons instead of as one node) -- gives, at each size ``s`` (a fraction of the
-``n`` nodes), the circuit ``C_s`` = the top ``round(s * n)`` nodes by score (rounded half up; ties broken by
-:func:`circuits.patching.ranking.order`, the project's one sort: higher score first, ties by index). Everything
-outside the circuit is ablated:
+**Nodes.** A ranking of nodes -- heads ``[layer, head]``, MLPs ``[layer]``, optionally neurons ``{layer: [d_mlp]}``
+(such a layer's MLP is then scored by its neurons instead of as one node) -- gives, at each size ``s`` (a fraction of
+the ``n`` nodes), the circuit ``C_s`` = the top ``round(s * n)`` nodes by score (halves rounded up; ``count="floor"``
+takes ``int(s * n)`` as MIB's code does; ties broken by :func:`circuits.patching.ranking.order`, the project's one
+sort: higher score first, ties by index). Everything outside the circuit is ablated:
 
 - ``ablation="counterfactual"`` (MIB's "patching"): each ablated node's output takes its value in the
   counterfactual run of the same pair;
@@ -16,38 +16,54 @@ outside the circuit is ablated:
 
 at ``positions="end"`` (only the END position, as the paper's patching) or ``"all"`` (every position, as MIB).
 
-The metric ``m`` is read from the END logits of each pair: by default ``logit_diff`` = logit(answer) -
-logit(counterfactual answer), the counterfactual answer being the counterfactual run's top token at END (MIB's
-arithmetic metric is logit-based: its logit difference between the clean and the corrupted answer); also
-``"logit"``, ``"prob"`` or a :func:`circuits.patching.metrics.logits_metric`. Faithfulness
-``f(C) = (m(C) - m(empty)) / (m(N) - m(empty))`` on means over pairs, ``N`` the model with nothing ablated and
-``empty`` every node ablated, so ``f(N) = 1`` and ``f(empty) = 0`` by construction. CPR = the area under ``f``
-and CMD = the area between ``f`` and 1 (``|1 - f|``), each by the trapezoid rule over the size axis in fractions
-(not log-scaled), as ``MIB-circuit-track``'s ``evaluate_area_under_curve`` computes them with its default
-``log_scale=False``. MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way (f(1.0) is
-the measured f of every node kept, 1 by construction) when the sizes given stop short of it. Bootstrap intervals
-resample pairs (:func:`circuits.patching.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the
-resampled means.
+**Edges** (:func:`edge_faithfulness`, END only): MIB's graph -- senders are the input embedding, every head and
+every MLP; receivers every head's query, key and value input (per query head, also under grouped-query attention),
+every MLP's input and the logits. An edge left out of the circuit carries its sender's ablated END value into its
+receiver, the kept edges the current one (MIB's ``evaluate_graph``, which adds the differences into each receiver's
+input). Models that normalise the sum of their heads (Gemma 2/3's ``ln1_post``) are refused at edge level (MIB
+special-cases them); MIB's pruning of edges cut off from the input or the logits is not applied.
 
-Exact and batched: the circuits (every size, the full model and the empty circuit) are folded into the batch, each
-row ``(circuit, pair)`` running the reference prompt with a per-row keep mask applied by one hook per site
-(``hook_z`` per head, ``hook_mlp_out`` per MLP, ``hook_post`` per neuron), so all circuits take one forward pass
-(chunked by ``memory_mb``) instead of one each. It is tested against :func:`circuits.patching.plain.ablate_plain`,
-one circuit at a time with ``run_with_hooks``.
+**Metric.** ``m`` is read from the END logits of each pair: by default ``logit_diff`` = logit(answer) -
+logit(counterfactual answer), the counterfactual answer being the counterfactual run's top token at END (the
+project's logit-difference readout; MIB's own arithmetic metric was not checked here); also ``"logit"``, ``"prob"``
+or a :func:`circuits.patching.metrics.logits_metric`. Faithfulness ``f(C) = (m(C) - m(empty)) / (m(N) - m(empty))``
+on means over pairs, ``N`` the model with nothing ablated and ``empty`` every node (edge) ablated, so ``f(N) = 1``
+and ``f(empty) = 0`` by construction. CPR = the area under ``f`` and CMD = the area between ``f`` and 1
+(``|1 - f|``), each by the trapezoid rule over the size axis in fractions with linear widths, as
+``MIB-circuit-track``'s ``evaluate_area_under_curve`` computes them (its ``log_scale`` flag computes log positions
+that its trapezoids do not use). MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way
+(f(1.0) = 1, every node kept) when the sizes given stop short of it. Bootstrap intervals resample pairs
+(:func:`circuits.patching.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the resampled means.
+
+**Exact and batched.** All circuits (every size, N and empty) run together. At END only END changes, so positions
+before END are the reference run's: one reference forward (keys, values and END values, a shared few-shot prefix
+run once) and one counterfactual forward read at END, then END-only layers over ``circuits x pairs`` rows
+(attention from each new END query over the reference keys and values, per head; each head's ``z``, each MLP's
+output or each neuron's ``hook_post`` replaced where the circuit leaves it out; for edges, each receiver's input
+assembled from kept and ablated sender values). At every position (and on models the END-only layers refuse)
+the circuits are folded into the batch of whole prompts, a per-row keep mask applied by one hook per site
+(``hook_z``, ``hook_mlp_out``, ``hook_post``). Both are tested against the plain loops of
+:mod:`circuits.patching.plain` (:func:`~circuits.patching.plain.ablate_plain`,
+:func:`~circuits.patching.plain.ablate_edges_plain`): one circuit at a time with ``run_with_hooks``.
 
 Public signature::
 
     faithfulness(model, pairs, heads, mlps=None, *, neurons=None, sizes=MIB_SIZES, ablation="counterfactual",
-                 positions="end", metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024)
-        -> FaithfulnessCurve
-    circuit_masks(heads, mlps, neurons, sizes) -> NodeMasks        # which nodes each size keeps
-    area_scores(sizes, f) -> (cpr, cmd)                            # MIB's areas of one curve
+                 positions="end", metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024,
+                 count="round") -> FaithfulnessCurve
+    edge_faithfulness(model, pairs, scores, *, sizes=MIB_SIZES, ablation="counterfactual", positions="end",
+                      metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024, count="round")
+        -> FaithfulnessCurve                   # scores [sender, receiver] over edge_senders x edge_receivers
+    edge_senders(model), edge_receivers(model), edge_valid(model) -> [sender, receiver] bool
+    circuit_masks(heads, mlps, neurons, sizes, count) -> NodeMasks    # which nodes each size keeps
+    edge_masks(valid, scores, sizes, count) -> (keep, n_kept, n_edges)
+    area_scores(sizes, f) -> (cpr, cmd)                               # MIB's areas of one curve (or a batch)
     MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
-``FaithfulnessCurve`` fields: ``sizes [size]``, ``n_kept [size]``, ``n_nodes``, ``m [size, pair]``,
-``m_full [pair]``, ``m_empty [pair]``, ``f [size]``, ``f_per_pair [size, pair]``, ``f_low``/``f_high [size]``,
-``cpr``, ``cmd``, ``cpr_interval``, ``cmd_interval``, ``metric``, ``ablation``, ``positions``, ``level``
-("node"/"edge"), ``ci_level``, ``n_boot``, ``seconds``; ``to_dict()``/``from_dict()`` for saving.
+``FaithfulnessCurve`` fields: ``sizes [size]``, ``n_kept [size]``, ``n_nodes`` (nodes or edges), ``m [size,
+pair]``, ``m_full [pair]``, ``m_empty [pair]``, ``f [size]``, ``f_per_pair [size, pair]``, ``f_low``/``f_high
+[size]``, ``cpr``, ``cmd``, ``cpr_interval``, ``cmd_interval``, ``metric``, ``ablation``, ``positions``, ``level``
+("node"/"edge"), ``ci_level``, ``n_boot``, ``seconds``; ``to_dict()``/``from_dict()`` for saving, ``table()``.
 """
 
 from __future__ import annotations
@@ -112,9 +128,14 @@ def check_metric(metric: str | Metric) -> str | Metric:
     return check_choice("metric", metric, READOUTS)
 
 
-def n_kept_at(size: float, n: int) -> int:
-    """How many of ``n`` items a circuit of ``size`` (a fraction) keeps: ``round(size * n)``, halves rounded up."""
-    return min(n, int(math.floor(size * n + 0.5)))
+COUNTS = ("round", "floor")
+
+
+def n_kept_at(size: float, n: int, count: str = "round") -> int:
+    """How many of ``n`` items a circuit of ``size`` (a fraction) keeps: ``round(size * n)`` with halves rounded up
+    (``count="round"``), or ``int(size * n)`` as MIB's ``evaluate_area_under_curve`` counts (``"floor"``)."""
+    check_choice("count", count, COUNTS)
+    return min(n, int(math.floor(size * n + (0.5 if count == "round" else 0.0))))
 
 
 # --- which nodes each circuit keeps ---------------------------------------------------------------
@@ -169,7 +190,7 @@ def _node_scores(heads: Tensor, mlps: Tensor | None, neurons: Mapping[int, Tenso
 
 def circuit_masks(heads: Float[Tensor, "layer head"], mlps: Float[Tensor, " layer"] | None = None,
                   neurons: Mapping[int, Float[Tensor, " d_mlp"]] | None = None,
-                  sizes: Sequence[float] = MIB_SIZES) -> NodeMasks:
+                  sizes: Sequence[float] = MIB_SIZES, count: str = "round") -> NodeMasks:
     """The circuits of a node ranking at ``sizes`` (one row each), in the order given: the top
     ``round(size * n_nodes)`` nodes by score (higher is more important; ties by index, :func:`order`)."""
     sizes = check_sizes(sizes)
@@ -177,7 +198,7 @@ def circuit_masks(heads: Float[Tensor, "layer head"], mlps: Float[Tensor, " laye
     n = flat.numel()
     rank = torch.empty(n, dtype=torch.long)
     rank[order(flat, +1)] = torch.arange(n)
-    n_kept = torch.tensor([n_kept_at(s, n) for s in sizes], dtype=torch.long)
+    n_kept = torch.tensor([n_kept_at(s, n, count) for s in sizes], dtype=torch.long)
     keep = rank[None, :] < n_kept[:, None]  # [circuit, node]
     L, H = heads.shape
     C = len(sizes)
@@ -489,6 +510,7 @@ def faithfulness(
     level: float = 0.95,
     seed: int = 0,
     memory_mb: float = 1024,
+    count: str = "round",
 ) -> FaithfulnessCurve:
     """The faithfulness curve of a node ranking (see the module docstring).
 
@@ -503,6 +525,7 @@ def faithfulness(
         metric: ``logit_diff`` (default), ``logit``, ``prob`` or a :func:`~circuits.patching.metrics.logits_metric`.
         n_boot: bootstrap resamples of the pairs for the intervals (0: none); ``level`` their coverage.
         memory_mb: the working memory one forward may take (rows per forward follow from it).
+        count: ``round`` (``round(size * n)`` nodes, halves up) or ``floor`` (``int(size * n)``, MIB's count).
     """
     t0 = time.perf_counter()
     sizes = check_sizes(sizes)
@@ -516,7 +539,8 @@ def faithfulness(
     for l, s in (neurons or {}).items():
         if s.shape[-1] != cfg.d_mlp:
             raise ValueError(f"neuron scores of layer {l} must have d_mlp = {cfg.d_mlp} entries, got {s.shape[-1]}")
-    masks = circuit_masks(heads, mlps, neurons, sizes)
+    check_choice("count", count, COUNTS)
+    masks = circuit_masks(heads, mlps, neurons, sizes, count)
     batch = as_batch(pairs, model)
     every = _full_and_empty(masks)
     if positions == "end" and end_only_supported(model):
@@ -582,7 +606,8 @@ def edge_valid(model: Model) -> Bool[Tensor, "sender receiver"]:
     return torch.tensor([[edge_upstream(s, r) for r in edge_receivers(model)] for s in edge_senders(model)])
 
 
-def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float]) -> tuple[Tensor, Tensor, int]:
+def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float], count: str = "round"
+               ) -> tuple[Tensor, Tensor, int]:
     """Which edges each size keeps ``[circuit, sender, receiver]`` (the top ``round(size * n_edges)`` by score, ties by
     index through :func:`order`), ``n_kept [circuit]`` and ``n_edges``."""
     flat = scores.float().cpu()[valid]
@@ -592,7 +617,7 @@ def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float]) -> tuple[T
     n = flat.numel()
     rank = torch.empty(n, dtype=torch.long)
     rank[order(flat, +1)] = torch.arange(n)
-    n_kept = torch.tensor([n_kept_at(s, n) for s in sizes], dtype=torch.long)
+    n_kept = torch.tensor([n_kept_at(s, n, count) for s in sizes], dtype=torch.long)
     keep = torch.zeros(len(sizes), *valid.shape, dtype=torch.bool)
     keep[:, valid] = rank[None, :] < n_kept[:, None]
     return keep, n_kept, n
@@ -861,11 +886,13 @@ def edge_faithfulness(
     level: float = 0.95,
     seed: int = 0,
     memory_mb: float = 1024,
+    count: str = "round",
 ) -> FaithfulnessCurve:
     """The faithfulness curve of an edge ranking at END (see the comment above :data:`INPUT`).
 
     ``scores [sender, receiver]`` is over :func:`edge_senders` x :func:`edge_receivers` (entries that are not edges,
-    :func:`edge_valid`, are ignored); higher = more important. Sizes are fractions of the edges. Only
+    :func:`edge_valid`, are ignored); higher = more important. Sizes are fractions of the edges (``count`` as for
+    :func:`faithfulness`). Only
     ``positions="end"``: edges at every position are not implemented."""
     t0 = time.perf_counter()
     sizes = check_sizes(sizes)
@@ -879,7 +906,7 @@ def edge_faithfulness(
     if tuple(scores.shape) != tuple(valid.shape):
         raise ValueError(f"Edge scores must be [sender, receiver] = {list(valid.shape)} for this model (edge_senders "
                          f"x edge_receivers), got {list(scores.shape)}")
-    keep, n_kept, n = edge_masks(valid, scores, sizes)
+    keep, n_kept, n = edge_masks(valid, scores, sizes, count)
     every = torch.cat([keep, valid[None], torch.zeros_like(valid)[None]])
     batch = as_batch(pairs, model)
     runs = _end_runs(model, batch, ablation)

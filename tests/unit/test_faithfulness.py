@@ -145,6 +145,9 @@ def test_masks_follow_the_one_ranking():
     # 0.5 of 6 = 3: MLP1, then the tie 0.9 (0.1 before 1.0 by index)
     assert masks.heads[2].tolist() == [[False, True], [True, False]] and masks.mlps[2].tolist() == [False, True]
     assert masks.heads[3].all() and masks.mlps[3].all()
+    # MIB counts int(size * n): 0.49 of 6 nodes is 2, not 3
+    assert circuit_masks(heads, mlps, None, (0.49, 0.5), count="floor").n_kept.tolist() == [2, 3]
+    assert circuit_masks(heads, mlps, None, (0.49, 0.5)).n_kept.tolist() == [3, 3]
 
 
 def test_areas_are_mibs_trapezoids():
@@ -179,6 +182,7 @@ def test_bootstrap_intervals_and_round_trip(tiny_llama, tokenizer):
     ({"positions": "start"}, "Unknown positions 'start'; accepted: end, all"),
     ({"ablation": "resample"}, "Unknown ablation 'resample'; accepted: counterfactual, mean, zero"),
     ({"metric": "fraction"}, "Unknown metric 'fraction'; accepted: logit_diff, logit, prob"),
+    ({"count": "ceil"}, "Unknown count 'ceil'; accepted: round, floor"),
 ])
 def test_bad_input_is_one_line(tiny_llama, tokenizer, kw, match):
     heads, mlps, _ = scores(tiny_llama)
