@@ -379,38 +379,28 @@ class _Runs:
     post: dict[int, Tensor | None]
     answer: Tensor
     cf_answer: Tensor
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @torch.no_grad()
-def _collect(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int],
-             extra_sites: Sequence[str] = ()) -> _Runs:
-    """Replacement values for every site, and the counterfactual run's top token at END."""
+def _collect(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int]) -> _Runs:
+    """Replacement values for every site at every position (whole prompts), and the counterfactual run's top token
+    at END."""
     L = model.cfg.n_layers
-    names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
-    names += [act_name("post", l) for l in neuron_layers] + list(extra_sites)
+    names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")] + [act_name("post", l) for l in neuron_layers]
     store: dict[str, Tensor] = {}
     keep = lambda act, hook: store.__setitem__(hook.name, act.detach())  # noqa: E731
-    want = ablation == "counterfactual"
     resid = model.run_with_hooks(batch.counterfactual, stop_at_layer=L,
-                                 fwd_hooks=[(n, keep) for n in names] if want else [])
+                                 fwd_hooks=[(n, keep) for n in names] if ablation == "counterfactual" else [])
     cf_answer = _final_end(model, resid, batch.end).argmax(-1)
-    cf_store = dict(store)
-    store.clear()
-    if ablation == "mean" or extra_sites:
-        model.run_with_hooks(batch.reference, stop_at_layer=L,
-                             fwd_hooks=[(n, keep) for n in (names if ablation == "mean" else extra_sites)])
-    if ablation == "counterfactual":
-        src = cf_store
-    elif ablation == "mean":
-        src = {n: end_aligned_mean(store[n], batch.end) for n in names}
-    else:
-        src = {}
+    if ablation == "mean":
+        store.clear()
+        model.run_with_hooks(batch.reference, stop_at_layer=L, fwd_hooks=[(n, keep) for n in names])
+        store = {n: end_aligned_mean(store[n], batch.end) for n in names}
+    src = store if ablation != "zero" else {}
     return _Runs(z=[src.get(act_name("z", l)) for l in range(L)],
                  mlp_out=[src.get(act_name("mlp_out", l)) for l in range(L)],
                  post={l: src.get(act_name("post", l)) for l in neuron_layers},
-                 answer=batch.answer.to(cf_answer.device), cf_answer=cf_answer,
-                 extra={"ref": store, "cf": cf_store})
+                 answer=batch.answer.to(cf_answer.device), cf_answer=cf_answer)
 
 
 # --- the batched node engine ----------------------------------------------------------------------------
