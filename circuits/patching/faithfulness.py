@@ -82,7 +82,7 @@ from torch import Tensor
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models.backend import Model, act_name
 from circuits.models.backend import apply_softcap
-from circuits.models.forward import end_residuals, shared_prefix_lengths
+from circuits.models.forward import end_residuals, prefix_cache, shared_prefix_lengths
 from circuits.patching.end_layers import SHARED_PREFIX_MIN, _end_activations, attention_output, check_supported, end_logits, mlp_at_end, rotate
 from circuits.patching.metrics import Metric
 from circuits.patching.ranking import order
@@ -470,6 +470,69 @@ def ablated_metric(model: Model, batch: PairBatch, masks: NodeMasks, runs: _Runs
     return einops.rearrange(out, "(c p) -> c p", c=C)
 
 
+def first_difference(batch: PairBatch) -> Int[Tensor, " pair"]:
+    """Each pair's first position where the reference and counterfactual prompts differ (at most END)."""
+    pos = torch.arange(batch.reference.shape[1], device=batch.reference.device)
+    differ = (batch.reference != batch.counterfactual) & (pos[None, :] <= batch.end[:, None])
+    first = torch.where(differ.any(1), differ.int().argmax(1), batch.end)
+    return torch.minimum(first, batch.end)
+
+
+@torch.no_grad()
+def _ablated_after_difference(model: Model, batch: PairBatch, masks: NodeMasks, runs: _Runs, metric: str | Metric,
+                              memory_mb: float) -> Float[Tensor, "circuit pair"]:
+    """:func:`ablated_metric` for counterfactual ablation at every position, exact with less work: before a pair's
+    first difference its two prompts are the same tokens, so there the counterfactual values equal the reference
+    run's and ablating them changes nothing; every circuit's run is the reference run up to that position. Pairs
+    with the same first difference run that prefix once into a key/value cache
+    (:func:`circuits.models.forward.prefix_cache`), repeated for every circuit, and only the rest runs per circuit,
+    with the keep-mask hooks on the positions from there on."""
+    L = model.cfg.n_layers
+    C, P = len(masks), len(batch)
+    device = batch.reference.device
+    first = first_difference(batch).tolist()
+    out = torch.empty(C, P, dtype=torch.float32)
+    for d in sorted(set(first)):
+        group = [i for i in range(P) if first[i] == d]
+        if d == 0:  # nothing shared: whole prompts
+            sub = _Runs([None if v is None else v[group] for v in runs.z],
+                        [None if v is None else v[group] for v in runs.mlp_out],
+                        {l: None if v is None else v[group] for l, v in runs.post.items()},
+                        runs.answer[group], runs.cf_answer[group])
+            out[:, group] = ablated_metric(model, batch.select(torch.tensor(group, device=device)), masks, sub, "all",
+                                           metric, memory_mb)
+            continue
+        g = torch.tensor(group, device=device)
+        width = int(batch.end[g].max()) + 1
+        per = max(1, _rows_per_forward(model, width, memory_mb) // len(group))  # circuits per forward
+        for c0 in range(0, C, per):
+            cs = torch.arange(c0, min(C, c0 + per))
+            n = len(cs)
+            c = cs.repeat(len(group))  # rows pair-major: (pair, circuit), as the cache repeats each prefix row
+            pd = g.repeat_interleave(n)
+            hooks = []
+
+            def add(site: str, layer: int, ablate: Tensor, values: Tensor | None) -> None:
+                if bool(ablate.any()):
+                    hooks.append((act_name(site, layer),
+                                  _site_hook(ablate, None if values is None else values[:, d:width], pd, None)))
+
+            for l in range(L):
+                add("z", l, ~masks.heads[c, l], runs.z[l])
+                if l in masks.neurons:
+                    add("post", l, ~masks.neurons[l][c], runs.post[l])
+                else:
+                    add("mlp_out", l, ~masks.mlps[c, l][:, None], runs.mlp_out[l])
+            cache = prefix_cache(model, batch.reference[g, :d], [], n)
+            body = batch.reference[pd, d:width]
+            with model.hooks(fwd_hooks=hooks):
+                resid = model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=L)
+            logits = _final_end(model, resid, batch.end[pd] - d)
+            m = metric_of(logits, runs.answer[pd], runs.cf_answer[pd], metric).cpu()
+            out[c, pd.cpu()] = m
+    return out
+
+
 def _full_and_empty(masks: NodeMasks) -> NodeMasks:
     """``masks`` with two more circuits: every node kept (N), then no node kept (empty; MLP layers that are not
     nodes stay kept)."""
@@ -536,6 +599,9 @@ def faithfulness(
     if positions == "end" and end_only_supported(model):
         m = _nodes_end_metric(model, batch, every, _end_runs(model, batch, ablation, sorted(masks.neurons)), metric,
                               memory_mb)
+    elif positions == "all" and ablation == "counterfactual":
+        m = _ablated_after_difference(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)),
+                                      metric, memory_mb)
     else:
         m = ablated_metric(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)), positions,
                            metric, memory_mb)
@@ -751,9 +817,11 @@ def attention_split_at_end(
     block = model.blocks[layer]
     attn = block.attn
     S, P, H, d = xq.shape
-    norm = lambda x: block.ln1(x.reshape(-1, 1, d)).reshape(S, P, H, d)  # noqa: E731
-    proj = lambda x, w, b: torch.einsum("sphd,hde->sphe", norm(x), w) + b  # noqa: E731
-    q, k, v = proj(xq, attn.W_Q, attn.b_Q), proj(xk, attn.W_K, attn.b_K), proj(xv, attn.W_V, attn.b_V)
+    nq = block.ln1(xq.reshape(-1, 1, d)).reshape(S, P, H, d)
+    nk = nq if xk is xq else block.ln1(xk.reshape(-1, 1, d)).reshape(S, P, H, d)  # node circuits: one input
+    nv = nq if xv is xq else block.ln1(xv.reshape(-1, 1, d)).reshape(S, P, H, d)
+    proj = lambda x, w, b: torch.einsum("sphd,hde->sphe", x, w) + b  # noqa: E731
+    q, k, v = proj(nq, attn.W_Q, attn.b_Q), proj(nk, attn.W_K, attn.b_K), proj(nv, attn.W_V, attn.b_V)
     if cfg.use_qk_norm:
         q, k = (n(t.reshape(-1, cfg.d_head)).reshape(t.shape) for n, t in ((attn.q_norm, q), (attn.k_norm, k)))
     if cfg.positional_embedding_type == "rotary":
