@@ -38,10 +38,11 @@ of its own layer). ``positions="all"`` sums over every position (as EAP-IG); ``"
 What makes it cheap: positions before the first token where a pair's prompts differ have identical embeddings in
 both prompts, so every interpolated run agrees with the reference there; that prefix runs once into
 TransformerLens's key/value cache (:func:`circuits.patching.attribution._prefix_cache`) and only the rest runs
-``steps + 2`` times (edges of a grouped-query model run whole prompts: TransformerLens's cache holds grouped
-keys, and EAP-IG ungroups them); only END is unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one product with the
-activation differences; pairs are batched. Tests assert equality with the plain full-prompt loop
-:func:`circuits.patching.plain.eap_ig_plain`.
+``steps + 1`` times (the counterfactual, then each step; the last step, ``alpha = 1``, is the reference run itself);
+edges of a grouped-query model run whole prompts (EAP-IG ungroups the key/value heads, and TransformerLens's cache
+holds grouped ones); only END is unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are
+summed over steps before the one product with the activation differences; pairs are batched. Tests assert
+equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_plain`.
 """
 
 from __future__ import annotations
@@ -356,8 +357,8 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
         cf_resid = _run_body(model, cf_body, cache, [(a, store_to(cf)) for a in acts])
         rows = torch.arange(len(sub), device=device)
         cf_answer = end_logits(model, cf_resid[rows, body_end]).argmax(-1)
-        ref_resid = _run_body(model, ref_body, cache, [(a, store_to(ref)) for a in acts])
-        base = baseline_of(model, sub.answer, ref_resid[rows, body_end], cf_resid[rows, body_end], custom).to("cpu")
+        # The reference embeddings alone (no block runs); the reference run itself is the last step (alpha = 1).
+        ref[embed] = model(ref_body, past_kv_cache=cache, attention_mask=torch.ones_like(ref_body), stop_at_layer=0)
     if edges:
         targets = [f"blocks.{l}.hook_{c}_input" for l in range(L) for c in CHANNELS] + \
                   [f"blocks.{l}.hook_mlp_in" for l in range(L)]
@@ -369,7 +370,14 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
         x = torch.lerp(e_cf, e_ref, k / steps).detach().requires_grad_(True)  # exact endpoints (alpha = 1: e_ref)
         got: dict[str, Tensor] = {}
         hooks = [(embed, lambda act, hook: x)] + [(t, store_to(got)) for t in targets]
+        if k == steps:  # alpha = 1: the reference run (lerp's endpoint is e_ref exactly), its activations kept
+            hooks += [(a, store_to(ref)) for a in acts[1:]]
         resid = _run_body(model, ref_body, cache, hooks)
+        if k == steps:
+            with torch.no_grad():
+                ref = {a: v.detach() for a, v in ref.items()}
+                base = baseline_of(model, sub.answer, resid.detach()[rows, body_end], cf_resid[rows, body_end],
+                                   custom).to("cpu")
         total = _readout_value(name, end_logits(model, resid[rows, body_end]), sub.answer, cf_answer, m).sum()
         names = [embed] + targets + (["resid_final"] if edges else [])
         tensors = [x] + [got[t] for t in targets] + ([resid] if edges else [])
