@@ -322,15 +322,18 @@ def _eap_ig_rows(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
     if edges and cfg.n_key_value_heads not in (None, cfg.n_heads):
         # One k and v input per query head (ungrouped, as EAP-IG) cannot extend TransformerLens's cache of grouped
         # keys and values: whole prompts run, no shared prefix.
-        n, cache = torch.zeros_like(n), None
+        first, n, cache = n, torch.zeros_like(n), None
     else:
-        cache = _prefix_cache(model, sub.reference, n)
+        first, cache = n, _prefix_cache(model, sub.reference, n)
     with edge_hooks(model) if edges else contextlib.nullcontext():
-        return _eap_ig_body(model, sub, n, m, name, custom, steps, edges, end_only, cache)
+        return _eap_ig_body(model, sub, n, first - n, m, name, custom, steps, edges, end_only, cache)
 
 
-def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric, name: str, custom: list[Metric],
-                 steps: int, edges: bool, end_only: bool, cache) -> tuple[dict[str, Tensor], Baseline]:
+def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: Int[Tensor, " row"], m: Metric,
+                 name: str, custom: list[Metric], steps: int, edges: bool, end_only: bool,
+                 cache) -> tuple[dict[str, Tensor], Baseline]:
+    """One batch from body position 0 (absolute ``n``); ``first``: each row's first body position where its prompts
+    differ (before it every activation difference is exactly 0, so no product is taken there)."""
     cfg = model.cfg
     L = cfg.n_layers
     device = sub.end.device
@@ -341,7 +344,8 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
     body_end = sub.end - n
     # Positions that count: the body up to END (after END nothing reaches the readout), or END alone.
     keep = (j[None] == body_end[:, None]) if end_only else (j[None] <= body_end[:, None])
-    keep = keep.float()  # [row, body]
+    keep = (keep & (j[None] >= first[:, None])).float()  # [row, body]
+    lo = int(first.min())
     embed = "blocks.0.hook_resid_pre"
 
     def store_to(store: dict[str, Tensor]):
@@ -407,13 +411,14 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
         W_O = model.blocks[l].attn.W_O.float().to(device)  # [head, d_head, d_model]
         sender_out.append(torch.einsum("rphe,hed->rphd", d[act_name("z", l)], W_O))
         sender_out.append(d[act_name("mlp_out", l)][:, :, None])
-    S = torch.cat(sender_out, 2) * keep[:, :, None, None]  # [row, body, sender, d_model]
+    # Positions from the earliest difference on (the rest hold a_cf - a_ref = 0): [row, body - lo, sender, d_model].
+    S = torch.cat([t[:, lo:] for t in sender_out], 2) * keep[:, lo:, None, None]
     recv = []  # receivers' input gradients, [row, body, receiver, d_model] each, in eap_receivers order
     for l in range(L):
         recv += [g.pop(f"blocks.{l}.hook_{c}_input") for c in CHANNELS]
         recv.append(g.pop(f"blocks.{l}.hook_mlp_in")[:, :, None])
     recv.append(g.pop("resid_final")[:, :, None])
-    edge = torch.cat([einops.einsum(S, R, "row pos s d, row pos r d -> s r row") for R in recv], 1)
+    edge = torch.cat([einops.einsum(S, R[:, lo:], "row pos s d, row pos r d -> s r row") for R in recv], 1)
     del recv
     out["edge"] = edge.cpu()
     # Nodes from the same runs: in a pre-norm residual stream the gradient at a sender's output is the sum of the
