@@ -48,6 +48,7 @@ equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_p
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -55,7 +56,7 @@ from typing import Any, Literal, Union
 
 import einops
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -109,8 +110,13 @@ def eap_upstream(sender: EAPSender, receiver: EAPReceiver) -> bool:
     return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
 
 
-def edge_mask(n_layers: int, n_heads: int) -> Float[Tensor, "sender receiver"]:
+def edge_mask(n_layers: int, n_heads: int) -> Bool[Tensor, "sender receiver"]:
     """``True`` where EAP-IG's graph has the edge, in :func:`eap_senders` x :func:`eap_receivers` order."""
+    return _edge_mask(n_layers, n_heads).clone()
+
+
+@functools.lru_cache(maxsize=8)
+def _edge_mask(n_layers: int, n_heads: int) -> Tensor:
     s, r = eap_senders(n_layers, n_heads), eap_receivers(n_layers, n_heads)
     return torch.tensor([[eap_upstream(a, b) for b in r] for a in s])
 
@@ -345,7 +351,12 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     # Positions that count: the body up to END (after END nothing reaches the readout), or END alone.
     keep = (j[None] == body_end[:, None]) if end_only else (j[None] <= body_end[:, None])
     keep = (keep & (j[None] >= first[:, None])).float()  # [row, body]
-    lo = int(first.min())
+    # Each row's window of differing positions, body positions first[i] + w (w < W): the only ones where an
+    # activation difference can be non-zero (edge products are taken there alone).
+    W = int((body_end - first).clamp_min(0).max()) + 1
+    w = torch.arange(W, device=device)
+    window = (first[:, None] + w[None]).clamp_max(body_len - 1)  # [row, W]
+    keep_w = keep.gather(1, window) * (first[:, None] + w[None] < body_len).float()
     embed = "blocks.0.hook_resid_pre"
 
     def store_to(store: dict[str, Tensor]):
@@ -411,14 +422,16 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
         W_O = model.blocks[l].attn.W_O.float().to(device)  # [head, d_head, d_model]
         sender_out.append(torch.einsum("rphe,hed->rphd", d[act_name("z", l)], W_O))
         sender_out.append(d[act_name("mlp_out", l)][:, :, None])
-    # Positions from the earliest difference on (the rest hold a_cf - a_ref = 0): [row, body - lo, sender, d_model].
-    S = torch.cat([t[:, lo:] for t in sender_out], 2) * keep[:, lo:, None, None]
+    def in_window(t: Tensor) -> Tensor:  # [row, body, k, d_model] -> [row, W, k, d_model]
+        return t.gather(1, window[:, :, None, None].expand(-1, -1, *t.shape[2:]))
+
+    S = in_window(torch.cat(sender_out, 2)) * keep_w[:, :, None, None]  # [row, W, sender, d_model]
     recv = []  # receivers' input gradients, [row, body, receiver, d_model] each, in eap_receivers order
     for l in range(L):
         recv += [g.pop(f"blocks.{l}.hook_{c}_input") for c in CHANNELS]
         recv.append(g.pop(f"blocks.{l}.hook_mlp_in")[:, :, None])
     recv.append(g.pop("resid_final")[:, :, None])
-    edge = torch.cat([einops.einsum(S, R[:, lo:], "row pos s d, row pos r d -> s r row") for R in recv], 1)
+    edge = torch.cat([einops.einsum(S, in_window(R), "row pos s d, row pos r d -> s r row") for R in recv], 1)
     del recv
     out["edge"] = edge.cpu()
     # Nodes from the same runs: in a pre-norm residual stream the gradient at a sender's output is the sum of the
