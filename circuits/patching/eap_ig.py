@@ -38,10 +38,11 @@ of its own layer). ``positions="all"`` sums over every position (as EAP-IG); ``"
 What makes it cheap: positions before the first token where a pair's prompts differ have identical embeddings in
 both prompts, so every interpolated run agrees with the reference there; that prefix runs once into
 TransformerLens's key/value cache (:func:`circuits.patching.attribution._prefix_cache`) and only the rest runs
-``steps + 1`` times (the counterfactual, then each step; the last step, ``alpha = 1``, is the reference run itself);
-edges of a grouped-query model run whole prompts (EAP-IG ungroups the key/value heads, and TransformerLens's cache
-holds grouped ones); only END is unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are
-summed over steps before the one product with the activation differences; pairs are batched. Tests assert
+``steps + 1`` times (the counterfactual, then each step; the last step, ``alpha = 1``, is the reference run itself;
+at edge level on a grouped-query model the cached keys and values are repeated per query head, as EAP-IG ungroups
+them); edge products are taken only over each pair's positions from its first difference to END; only END is
+unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one
+product with the activation differences; pairs are batched. Tests assert
 equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_plain`.
 """
 
@@ -231,20 +232,25 @@ class EAPIGScores:
 
 
 @contextlib.contextmanager
-def edge_hooks(model: Model) -> Iterator[None]:
+def edge_hooks(model: Model, ungrouped_cache: bool = False) -> Iterator[None]:
     """TransformerLens's per-receiver input copies, as EAP-IG sets them: ``hook_{q,k,v}_input`` one per query head
-    (grouped key/value heads ungrouped) and ``hook_mlp_in``; restored on exit."""
+    (grouped key/value heads ungrouped) and ``hook_mlp_in``; restored on exit. ``ungrouped_cache``: a key/value
+    cache given to the forward passes holds one key and value per query head (its check of the cache's head count
+    reads ``n_key_value_heads``, which is then ``n_heads`` inside; attention modules keep their own grouping)."""
     cfg = model.cfg
-    saved = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.ungroup_grouped_query_attention)
+    saved = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.ungroup_grouped_query_attention, cfg.n_key_value_heads)
     try:
         model.set_use_split_qkv_input(True)
         model.set_use_hook_mlp_in(True)
         cfg.ungroup_grouped_query_attention = True
+        if ungrouped_cache:
+            cfg.n_key_value_heads = cfg.n_heads
         yield
     finally:
         model.set_use_split_qkv_input(saved[0])
         model.set_use_hook_mlp_in(saved[1])
         cfg.ungroup_grouped_query_attention = saved[2]
+        cfg.n_key_value_heads = saved[3]
 
 
 def check_edges_supported(model: Model) -> None:
@@ -325,14 +331,15 @@ def _eap_ig_rows(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
     positions: ``input [row]``, ``head [layer, head, row]``, ``mlp [layer, row]``, ``edge [sender, receiver, row]``."""
     cfg = model.cfg
     edges = level == "edge"
-    if edges and cfg.n_key_value_heads not in (None, cfg.n_heads):
-        # One k and v input per query head (ungrouped, as EAP-IG) cannot extend TransformerLens's cache of grouped
-        # keys and values: whole prompts run, no shared prefix.
-        first, n, cache = n, torch.zeros_like(n), None
-    else:
-        first, cache = n, _prefix_cache(model, sub.reference, n)
-    with edge_hooks(model) if edges else contextlib.nullcontext():
-        return _eap_ig_body(model, sub, n, first - n, m, name, custom, steps, edges, end_only, cache)
+    cache = _prefix_cache(model, sub.reference, n)
+    grouped = cfg.n_key_value_heads not in (None, cfg.n_heads)
+    if edges and grouped:  # EAP-IG ungroups key/value heads: the prefix's keys and values, one per query head
+        group = cfg.n_heads // cfg.n_key_value_heads
+        for e in cache.entries:
+            e.past_keys = e.past_keys.repeat_interleave(group, dim=2)
+            e.past_values = e.past_values.repeat_interleave(group, dim=2)
+    with edge_hooks(model, ungrouped_cache=grouped) if edges else contextlib.nullcontext():
+        return _eap_ig_body(model, sub, n, torch.zeros_like(n), m, name, custom, steps, edges, end_only, cache)
 
 
 def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: Int[Tensor, " row"], m: Metric,

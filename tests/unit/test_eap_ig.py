@@ -61,6 +61,7 @@ def test_edges_equal_plain(tiny_llama, tokenizer, positions):
     assert s.edge[real].abs().max() > 1e-3
     # The flags EAP-IG needs are restored.
     assert not tiny_llama.cfg.use_split_qkv_input and not tiny_llama.cfg.ungroup_grouped_query_attention
+    assert tiny_llama.cfg.n_key_value_heads == 2
 
 
 def test_edges_sum_to_nodes(tiny_llama, tokenizer):
