@@ -438,7 +438,9 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
         recv += [g.pop(f"blocks.{l}.hook_{c}_input") for c in CHANNELS]
         recv.append(g.pop(f"blocks.{l}.hook_mlp_in")[:, :, None])
     recv.append(g.pop("resid_final")[:, :, None])
-    edge = torch.cat([einops.einsum(S, in_window(R), "row pos s d, row pos r d -> s r row") for R in recv], 1)
+    S = einops.rearrange(S, "row pos s d -> row s (pos d)").contiguous()  # once: each block is one batched matmul
+    edge = torch.cat([torch.bmm(S, einops.rearrange(in_window(R), "row pos r d -> row (pos d) r")) for R in recv], 2)
+    edge = einops.rearrange(edge, "row s r -> s r row")
     del recv
     out["edge"] = edge.cpu()
     # Nodes from the same runs: in a pre-norm residual stream the gradient at a sender's output is the sum of the
