@@ -70,6 +70,7 @@ from __future__ import annotations
 
 import math
 import time
+from functools import partial
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -80,6 +81,7 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.models.backend import apply_softcap
 from circuits.models.forward import end_residuals, prefix_cache, shared_prefix_lengths
@@ -388,13 +390,14 @@ def _collect(model: Model, batch: PairBatch, ablation: str, neuron_layers: Seque
     L = model.cfg.n_layers
     names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")] + [act_name("post", l) for l in neuron_layers]
     store: dict[str, Tensor] = {}
-    keep = lambda act, hook: store.__setitem__(hook.name, act.detach())  # noqa: E731
+    keep = lambda act, hook, name: store.__setitem__(name, act.detach())  # noqa: E731  (a Bridge's hook.name
+    # is the canonical name of an alias, so each hook keeps the name it was asked for)
     resid = model.run_with_hooks(batch.counterfactual, stop_at_layer=L,
-                                 fwd_hooks=[(n, keep) for n in names] if ablation == "counterfactual" else [])
+                                 fwd_hooks=[(n, partial(keep, name=n)) for n in names] if ablation == "counterfactual" else [])
     cf_answer = _final_end(model, resid, batch.end).argmax(-1)
     if ablation == "mean":
         store.clear()
-        model.run_with_hooks(batch.reference, stop_at_layer=L, fwd_hooks=[(n, keep) for n in names])
+        model.run_with_hooks(batch.reference, stop_at_layer=L, fwd_hooks=[(n, partial(keep, name=n)) for n in names])
         store = {n: end_aligned_mean(store[n], batch.end) for n in names}
     src = store if ablation != "zero" else {}
     return _Runs(z=[src.get(act_name("z", l)) for l in range(L)],
@@ -526,7 +529,7 @@ def _ablated_after_difference(model: Model, batch: PairBatch, masks: NodeMasks, 
             cache = prefix_cache(model, batch.reference[g, :d], [], n)
             body = batch.reference[pd, d:width]
             with model.hooks(fwd_hooks=hooks):
-                resid = model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=L)
+                resid = backend.continue_prefix(model, body, cache)
             logits = _final_end(model, resid, batch.end[pd] - d)
             m = metric_of(logits, runs.answer[pd], runs.cf_answer[pd], metric).cpu()
             out[c, pd.cpu()] = m
@@ -599,7 +602,7 @@ def faithfulness(
     if positions == "end" and end_only_supported(model):
         m = _nodes_end_metric(model, batch, every, _end_runs(model, batch, ablation, sorted(masks.neurons)), metric,
                               memory_mb)
-    elif positions == "all" and ablation == "counterfactual":
+    elif positions == "all" and ablation == "counterfactual" and backend.prefix_sharing(model):
         m = _ablated_after_difference(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)),
                                       metric, memory_mb)
     else:
@@ -690,11 +693,10 @@ def end_only_supported(model: Model) -> bool:
 
 
 def check_edge_model(model: Model) -> None:
-    cfg = model.cfg
     check_supported(model)
-    if cfg.use_normalization_before_and_after:
+    if backend.post_norms(model):
         raise ValueError(f"Edge faithfulness needs each head's output to add into the residual stream; "
-                         f"{cfg.original_architecture} normalises the sum of its heads (ln1_post), so a head's share "
+                         f"{backend.architecture(model)} normalises the sum of its heads (ln1_post), so a head's share "
                          "is not separable. Accepted: pre-norm models without post-sublayer norms (Llama, Mistral, "
                          "Qwen2/3, GPT-2); node faithfulness takes every model")
 
@@ -717,7 +719,7 @@ class _EndRuns:
 
 def _head_outputs(model: Model, layer: int, z: Tensor) -> Tensor:
     """Each head's write into the residual, ``z_h @ W_O[h]`` (``hook_result``), ``[..., head, d_model]``."""
-    W_O = model.blocks[layer].attn.W_O
+    W_O = backend.attn_out(model, layer)[0]
     return torch.einsum("...he,hed->...hd", z, W_O.to(z.dtype))
 
 
@@ -738,29 +740,30 @@ def _reference_run(model: Model, batch: PairBatch, end_names: Sequence[str], ful
     def prefix_hooks(key: tuple, offset: int) -> list:
         if offset or not key:
             return []
-        return [(n, lambda act, hook: prefix_acts.setdefault(key, {}).__setitem__(hook.name, act[0].detach()))
+        # each hook keeps the name it was asked for (a Bridge's hook.name is the canonical one of an alias)
+        return [(n, lambda act, hook, n=n: prefix_acts.setdefault(key, {}).__setitem__(n, act[0].detach()))
                 for n in full_names]
 
     def row_hooks(chunk: list[int], ends: Tensor) -> list:
-        def gather(act: Tensor, hook) -> None:
+        def gather(act: Tensor, hook, name: str) -> None:
             for r, i in enumerate(chunk):
                 e = int(ends[r])
-                if hook.name in end_names:
-                    if hook.name not in out:
-                        out[hook.name] = act.new_zeros((P, *act.shape[2:]))
-                    out[hook.name][i] = act[r, e]
-                if hook.name in full_names:
-                    if hook.name not in out:
-                        out[hook.name] = act.new_zeros((P, W, *act.shape[2:]))
+                if name in end_names:
+                    if name not in out:
+                        out[name] = act.new_zeros((P, *act.shape[2:]))
+                    out[name][i] = act[r, e]
+                if name in full_names:
+                    if name not in out:
+                        out[name] = act.new_zeros((P, W, *act.shape[2:]))
                     fed = max(len(rows[j]) for j in chunk) - n_pre[i]
                     if act.shape[1] == fed:  # this call's positions only
-                        pre = prefix_acts[prefixes[i]][hook.name] if n_pre[i] else act[r, :0]
-                        out[hook.name][i, : end[i] + 1] = torch.cat([pre, act[r, : e + 1]])
+                        pre = prefix_acts[prefixes[i]][name] if n_pre[i] else act[r, :0]
+                        out[name][i, : end[i] + 1] = torch.cat([pre, act[r, : e + 1]])
                     else:  # the cached prefix's too (rotated keys are read after the cache is appended)
-                        assert act.shape[1] == fed + n_pre[i], (hook.name, act.shape, fed, n_pre[i])
-                        out[hook.name][i, : end[i] + 1] = act[r, : end[i] + 1]
+                        assert act.shape[1] == fed + n_pre[i], (name, act.shape, fed, n_pre[i])
+                        out[name][i, : end[i] + 1] = act[r, : end[i] + 1]
 
-        return [(n, gather) for n in dict.fromkeys([*end_names, *full_names])]
+        return [(n, partial(gather, name=n)) for n in dict.fromkeys([*end_names, *full_names])]
 
     end_residuals(model, rows, n_pre, group_keys=prefixes, hooks=prefix_hooks, row_hooks=row_hooks)
     return out
@@ -772,8 +775,7 @@ def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequ
     read."""
     L = model.cfg.n_layers
     end = batch.end
-    rotary = model.cfg.positional_embedding_type == "rotary"
-    k_site = lambda l: f"blocks.{l}.attn.hook_rot_k" if rotary else act_name("k", l)  # noqa: E731
+    k_site = lambda l: backend.rotary_key_hook(model, l)  # noqa: E731  (keys as attention reads them)
     ends = [act_name("resid_pre", 0)] + [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
     ends += [act_name("post", l) for l in neuron_layers]
     full = [k_site(l) for l in range(L)] + [act_name("v", l) for l in range(L)]
@@ -814,27 +816,29 @@ def attention_split_at_end(
     soft-cap, causal mask and sliding window, float32 softmax), per query head (key/value heads repeated under
     grouped-query attention, as TransformerLens's ``ungroup_grouped_query_attention``)."""
     cfg = model.cfg
-    block = model.blocks[layer]
-    attn = block.attn
+    ln1 = model.blocks[layer].ln1
     S, P, H, d = xq.shape
-    nq = block.ln1(xq.reshape(-1, 1, d)).reshape(S, P, H, d)
-    nk = nq if xk is xq else block.ln1(xk.reshape(-1, 1, d)).reshape(S, P, H, d)  # node circuits: one input
-    nv = nq if xv is xq else block.ln1(xv.reshape(-1, 1, d)).reshape(S, P, H, d)
+    nq = ln1(xq.reshape(-1, 1, d)).reshape(S, P, H, d)
+    nk = nq if xk is xq else ln1(xk.reshape(-1, 1, d)).reshape(S, P, H, d)  # node circuits: one input
+    nv = nq if xv is xq else ln1(xv.reshape(-1, 1, d)).reshape(S, P, H, d)
+    W_Q, b_Q, W_K, b_K, W_V, b_V = backend.attn_qkv(model, layer)
+    group = H // backend.n_kv_heads(model)  # key/value heads ungrouped: one per query head, as EAP-IG/MIB
+    W_K, b_K, W_V, b_V = (t.repeat_interleave(group, dim=0) for t in (W_K, b_K, W_V, b_V))
     proj = lambda x, w, b: torch.einsum("sphd,hde->sphe", x, w) + b  # noqa: E731
-    q, k, v = proj(nq, attn.W_Q, attn.b_Q), proj(nk, attn.W_K, attn.b_K), proj(nv, attn.W_V, attn.b_V)
-    if cfg.use_qk_norm:
-        q, k = (n(t.reshape(-1, cfg.d_head)).reshape(t.shape) for n, t in ((attn.q_norm, q), (attn.k_norm, k)))
-    if cfg.positional_embedding_type == "rotary":
-        q, k = rotate(model, layer, q, end), rotate(model, layer, k, end)
-    group = H // keys.shape[2]
+    q, k, v = proj(nq, W_Q, b_Q), proj(nk, W_K, b_K), proj(nv, W_V, b_V)
+    norms = backend.qk_norms(model, layer)
+    if norms is not None:
+        q, k = (n(t.reshape(-1, cfg.d_head)).reshape(t.shape) for n, t in zip(norms, (q, k)))
+    q, k = rotate(model, layer, q, end), rotate(model, layer, k, end)
     K, V = keys.repeat_interleave(group, dim=2), values.repeat_interleave(group, dim=2)
-    scale = attn.attn_scale
-    prefix = apply_softcap(torch.einsum("sphe,pthe->spht", q, K) / scale, cfg.attn_scores_soft_cap)
-    own = apply_softcap(torch.einsum("sphe,sphe->sph", q, k)[..., None] / scale, cfg.attn_scores_soft_cap)
+    scale, cap = backend.score_scale(model, layer), backend.score_softcap(model, layer)
+    prefix = apply_softcap(torch.einsum("sphe,pthe->spht", q, K) * scale, cap)
+    own = apply_softcap(torch.einsum("sphe,sphe->sph", q, k)[..., None] * scale, cap)
     positions = torch.arange(K.shape[1], device=q.device)
     masked = positions[None, :] >= end[:, None]
-    if attn.attn_type == "local":
-        masked = masked | (positions[None, :] <= end[:, None] - cfg.window_size)
+    window = backend.sliding_window(model, layer)
+    if window is not None:  # local layers (Mistral's window, Gemma's alternating local/global layers)
+        masked = masked | (positions[None, :] <= end[:, None] - window)
     prefix = prefix.masked_fill(masked[None, :, None, :], float("-inf"))
     pattern = torch.cat([prefix, own], dim=-1).float().softmax(-1).to(q.dtype)
     return torch.einsum("spht,pthe->sphe", pattern[..., :-1], V) + pattern[..., -1:] * v
@@ -878,7 +882,7 @@ def _edges_end_metric(model: Model, batch: PairBatch, keep: Bool[Tensor, "circui
             x = einops.rearrange(inputs(s0, slice(r0, r0 + 3 * H)), "c p (h k) d -> k c p h d", k=3)
             z = attention_split_at_end(model, l, x[0], x[1], x[2], runs.keys[l], runs.values[l], end)
             cur[:, :, s0 : s0 + H] = _head_outputs(model, l, z)  # [c, pair, head, d_model]
-            bias = bias + model.blocks[l].attn.b_O
+            bias = bias + backend.attn_out(model, l)[1]
             cur[:, :, s0 + H] = mlp_at_end(model, l, inputs(s0 + H, r0 + 3 * H))
         logits = end_logits(model, inputs(n_s, -1).reshape(Cc * P, d))
         m = metric_of(logits, runs.answer.repeat(Cc), runs.cf_answer.repeat(Cc), metric)

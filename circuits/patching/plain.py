@@ -260,7 +260,7 @@ def ablate_plain(model: Model, batch: PairBatch, heads: list[tuple[int, int]], m
     hooks = [(act_name("z", l), partial(put, index=h)) for l, h in heads]
     hooks += [(act_name("mlp_out", l), partial(put, index=None)) for l in mlps]
     hooks += [(act_name("post", l), partial(put, index=i)) for l, idx in neurons.items() for i in idx]
-    return apply_softcap(_run_end(model, batch.reference, hooks, batch), model.cfg.output_logits_soft_cap)
+    return _run_end(model, batch.reference, hooks, batch)  # Gemma 2's final soft-cap applied there, once
 
 
 @torch.no_grad()
@@ -353,7 +353,7 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
         model.set_use_attn_result(flags[1])
         model.set_use_hook_mlp_in(flags[2])
         model.set_ungroup_grouped_query_attention(flags[3])
-    return apply_softcap(logits, model.cfg.output_logits_soft_cap)
+    return logits  # soft-capped once, in _run_end
 
 
 @torch.enable_grad()
