@@ -366,3 +366,54 @@ def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:
         k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
     scores = torch.einsum("bqhe,bkhe->bhqk", q, k) * score_scale(model, layer)
     return apply_softcap(scores, score_softcap(model, layer))
+
+
+@contextmanager
+def split_inputs(model: Model, *, ungroup: bool = True, attn_result: bool = False) -> Iterator[None]:
+    """While active, every head reads its own copies of the residual stream for its query, key and value inputs
+    (``hook_q_input``/``hook_k_input``/``hook_v_input``, ``[batch, pos, head, d_model]``), each MLP its own
+    (``hook_mlp_in``) and, with ``attn_result``, heads write ``hook_result``. With ``ungroup`` on a grouped-query
+    model the key and value heads are ungrouped to one per query head (as TransformerLens 3's
+    ``ungroup_grouped_query_attention``): the Bridge splits inputs per key/value head only, so each layer's HF
+    ``k_proj``/``v_proj`` weights are swapped for their heads repeated per query head (the same numbers: each query
+    head reads its group's key and value) and the attention told of no grouping; everything is restored on exit."""
+    cfg = model.cfg
+    H, kv = int(cfg.n_heads), n_kv_heads(model)
+    group = H // kv
+    saved_flags = (bool(getattr(cfg, "use_split_qkv_input", False)), bool(getattr(cfg, "use_hook_mlp_in", False)),
+                   bool(getattr(cfg, "use_attn_result", False)))
+    swapped: list[tuple[Any, str, Any]] = []  # (module, attribute, old value)
+    configs: list[tuple[Any, Any]] = []
+    try:
+        model.set_use_split_qkv_input(True)
+        model.set_use_hook_mlp_in(True)
+        if attn_result:
+            model.set_use_attn_result(True)
+        if ungroup and group > 1:
+            for block in model.blocks:
+                hfa = block.attn.original_component
+                for proj in (hfa.k_proj, hfa.v_proj):
+                    for attr in ("weight", "bias"):
+                        p = getattr(proj, attr, None)
+                        if p is None:
+                            continue
+                        heads = p.reshape(kv, -1, *p.shape[1:]).repeat_interleave(group, dim=0)
+                        swapped.append((proj, attr, p))
+                        setattr(proj, attr, torch.nn.Parameter(heads.reshape(-1, *p.shape[1:]), requires_grad=False))
+                swapped.append((hfa, "num_key_value_groups", hfa.num_key_value_groups))
+                hfa.num_key_value_groups = 1
+                c = getattr(block.attn, "config", None)
+                if c is not None and c is not cfg:
+                    configs.append((c, c.n_key_value_heads))
+                    c.n_key_value_heads = H
+            configs.append((cfg, cfg.n_key_value_heads))
+            cfg.n_key_value_heads = H
+        yield
+    finally:
+        for c, v in reversed(configs):
+            c.n_key_value_heads = v
+        for module, attr, old in reversed(swapped):
+            setattr(module, attr, old)
+        model.set_use_split_qkv_input(saved_flags[0])
+        model.set_use_hook_mlp_in(saved_flags[1])
+        model.set_use_attn_result(saved_flags[2])

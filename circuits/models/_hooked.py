@@ -12,7 +12,8 @@ piece lives and moves its small END tensors there.
 
 from __future__ import annotations
 
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import torch
 from torch import Tensor
@@ -268,3 +269,26 @@ def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:
     """Layer ``layer``'s attention scores ``[batch, head, query, key]`` (scaled, soft-capped, not masked) of queries
     ``q [batch, query, head, d_head]`` and keys ``k [batch, key, kv_head, d_head]`` as attention reads them."""
     return model.blocks[layer].attn.calculate_attention_scores(q, k)
+
+
+@contextmanager
+def split_inputs(model: Model, *, ungroup: bool = True, attn_result: bool = False) -> Iterator[None]:
+    """While active, every head reads its own copies of the residual stream for its query, key and value inputs
+    (``hook_q_input``/``hook_k_input``/``hook_v_input``, ``[batch, pos, head, d_model]``, one per query head with
+    ``ungroup``: TransformerLens's ``ungroup_grouped_query_attention``), each MLP its own (``hook_mlp_in``) and,
+    with ``attn_result``, heads write ``hook_result``; the flags are restored on exit."""
+    cfg = model.cfg
+    saved = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.use_attn_result, cfg.ungroup_grouped_query_attention)
+    try:
+        model.set_use_split_qkv_input(True)
+        model.set_use_hook_mlp_in(True)
+        if attn_result:
+            model.set_use_attn_result(True)
+        if ungroup:
+            cfg.ungroup_grouped_query_attention = True
+        yield
+    finally:
+        model.set_use_split_qkv_input(saved[0])
+        model.set_use_hook_mlp_in(saved[1])
+        model.set_use_attn_result(saved[2])
+        cfg.ungroup_grouped_query_attention = saved[3]

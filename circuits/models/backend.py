@@ -36,6 +36,11 @@ What a backend provides (the contract):
   the engines take another route on the Bridge): :data:`KeyValueCache`, :data:`KeyValueCacheEntry`,
   :func:`frozen_cache_entry` (refused on the Bridge), :data:`AbstractAttention` (``None`` on the Bridge),
   :func:`simple_attn_linear`;
+- receivers' own inputs (edges): :func:`split_inputs`, a context in which every head reads its own copies of the
+  residual for its query, key and value inputs (``hook_q_input``/``hook_k_input``/``hook_v_input``, one per query
+  head with ``ungroup``), each MLP its own (``hook_mlp_in``), and with ``attn_result`` heads write ``hook_result``
+  (on the Bridge, grouped key/value heads are ungrouped by repeating the HF ``k_proj``/``v_proj`` heads for the
+  context: the same numbers);
 - soft-capping: :func:`apply_softcap`, :func:`softcap_enabled`; :data:`POST_NORM_ARCHITECTURES`;
 - devices: :func:`block_devices`, :func:`spread` (3.9; the Bridge is spread when it loads), :func:`layer_device`,
   :func:`output_device`, :func:`check_dtype`.
@@ -87,7 +92,7 @@ if NAME == "hooked":
         check_dtype, continue_prefix, end_unsupported, final_residual, frozen_cache_entry, layer_device,
         logit_softcap, n_kv_heads, output_device, post_norms, prefix_cache, prefix_sharing, qk_norms, rotary,
         rotary_key_hook, score_scale, score_softcap, simple_attn_linear, sliding_window, softcap_enabled, spread,
-        unembed_weights)
+        split_inputs, unembed_weights)
 else:
     from circuits.models._bridge import (  # type: ignore[assignment]  # noqa: F401
         POST_NORM_ARCHITECTURES, AbstractAttention, ActivationCache, FactoredMatrix, KeyValueCache,
@@ -95,7 +100,7 @@ else:
         check_dtype, continue_prefix, end_unsupported, final_residual, frozen_cache_entry, layer_device,
         logit_softcap, n_kv_heads, output_device, post_norms, prefix_cache, prefix_sharing, qk_norms, rotary,
         rotary_key_hook, score_scale, score_softcap, simple_attn_linear, sliding_window, softcap_enabled, spread,
-        unembed_weights)
+        split_inputs, unembed_weights)
 
 __all__ = ["NAME", "POST_NORM_ARCHITECTURES", "SUPPORTED", "AbstractAttention", "ActivationCache", "FactoredMatrix",
            "KeyValueCache", "KeyValueCacheEntry", "Model", "TL_CACHE", "UnsupportedTransformerLens", "act_name",
@@ -103,7 +108,7 @@ __all__ = ["NAME", "POST_NORM_ARCHITECTURES", "SUPPORTED", "AbstractAttention", 
            "continue_prefix", "end_unsupported", "final_residual", "frozen_cache_entry", "layer_device",
            "logit_softcap", "n_kv_heads", "output_device", "post_norms", "prefix_cache", "prefix_sharing",
            "qk_norms", "rotary", "rotary_key_hook", "score_scale", "score_softcap", "simple_attn_linear",
-           "sliding_window", "softcap_enabled", "spread", "unembed_weights"]
+           "sliding_window", "softcap_enabled", "split_inputs", "spread", "unembed_weights"]
 
 
 # --- Fine-tuning (circuits.sft): TransformerLens-named parameters and the final residual, on either backend -------

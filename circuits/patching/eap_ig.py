@@ -62,6 +62,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.patching.attribution import _prefix_cache, _readout_value, _run_body, readout_of
 from circuits.patching.end_layers import check_supported, end_logits
@@ -238,27 +239,22 @@ def edge_hooks(model: Model, ungrouped_cache: bool = False) -> Iterator[None]:
     cache given to the forward passes holds one key and value per query head (its check of the cache's head count
     reads ``n_key_value_heads``, which is then ``n_heads`` inside; attention modules keep their own grouping)."""
     cfg = model.cfg
-    saved = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.ungroup_grouped_query_attention, cfg.n_key_value_heads)
-    try:
-        model.set_use_split_qkv_input(True)
-        model.set_use_hook_mlp_in(True)
-        cfg.ungroup_grouped_query_attention = True
-        if ungrouped_cache:
-            cfg.n_key_value_heads = cfg.n_heads
-        yield
-    finally:
-        model.set_use_split_qkv_input(saved[0])
-        model.set_use_hook_mlp_in(saved[1])
-        cfg.ungroup_grouped_query_attention = saved[2]
-        cfg.n_key_value_heads = saved[3]
+    saved = cfg.n_key_value_heads
+    with backend.split_inputs(model, ungroup=True):
+        try:
+            if ungrouped_cache:  # TransformerLens 3's cache only (the Bridge runs prompts whole here)
+                cfg.n_key_value_heads = cfg.n_heads
+            yield
+        finally:
+            cfg.n_key_value_heads = saved
 
 
 def check_edges_supported(model: Model) -> None:
     """Edges read a head's output as ``z W_O`` added to the residual stream: refuse models that normalise the
     attention output before adding it (Gemma 2/3), where no head has its own additive output."""
-    if getattr(model.cfg, "use_normalization_before_and_after", False):
+    if backend.post_norms(model):
         raise ValueError(f"Edge-level EAP-IG needs heads that add z W_O to the residual stream; "
-                         f"{model.cfg.original_architecture} normalises the attention output first (ln1_post), so a "
+                         f"{backend.architecture(model)} normalises the attention output first (ln1_post), so a "
                          "head has no additive output of its own. Use level='node' for this model.")
 
 
@@ -302,7 +298,8 @@ def eap_ig(
     batch = as_batch(pairs, model)
     cfg = model.cfg
     L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
-    n_pre = torch.minimum(first_difference(batch), batch.end)
+    # A shared prefix runs once into TransformerLens 3's key/value cache; a Bridge reads none: prompts run whole.
+    n_pre = torch.minimum(first_difference(batch), batch.end) if backend.TL_CACHE else torch.zeros_like(batch.end)
     parts: dict[str, list[Tensor]] = {"input": [], "head": [], "mlp": [], "edge": []}
     bases: list[Baseline] = []
     bar = tqdm(total=P, desc=f"EAP-IG ({steps} steps)", unit="pair", disable=not progress)
@@ -332,7 +329,7 @@ def _eap_ig_rows(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
     cfg = model.cfg
     edges = level == "edge"
     cache = _prefix_cache(model, sub.reference, n)
-    grouped = cfg.n_key_value_heads not in (None, cfg.n_heads)
+    grouped = cache is not None and cfg.n_key_value_heads not in (None, cfg.n_heads)
     if edges and grouped:  # EAP-IG ungroups key/value heads: the prefix's keys and values, one per query head
         group = cfg.n_heads // cfg.n_key_value_heads
         for e in cache.entries:
@@ -366,9 +363,17 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     keep_w = keep.gather(1, window) * (first[:, None] + w[None] < body_len).float()
     embed = "blocks.0.hook_resid_pre"
 
-    def store_to(store: dict[str, Tensor]):
+    def store_to(store: dict[str, Tensor], name: str):  # by the name asked for (a Bridge's hook.name is an
+        def hook(act: Tensor, hook) -> Tensor:  # alias's canonical name)
+            store[name] = act
+            return act
+        return hook
+
+    def own_copy(store: dict[str, Tensor], name: str):
+        # the gradient at this receiver's own copy: a Bridge's hook_mlp_in is ln2's input itself (the tensor the
+        # residual stream also carries on), so the hook hands on a copy (3.9 clones there itself)
         def hook(act: Tensor, hook) -> Tensor:
-            store[hook.name] = act
+            store[name] = act = act.clone()
             return act
         return hook
 
@@ -376,11 +381,14 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     cf: dict[str, Tensor] = {}
     ref: dict[str, Tensor] = {}
     with torch.no_grad():
-        cf_resid = _run_body(model, cf_body, cache, [(a, store_to(cf)) for a in acts])
+        cf_resid = _run_body(model, cf_body, cache, [(a, store_to(cf, a)) for a in acts])
         rows = torch.arange(len(sub), device=device)
         cf_answer = end_logits(model, cf_resid[rows, body_end]).argmax(-1)
         # The reference embeddings alone (no block runs); the reference run itself is the last step (alpha = 1).
-        ref[embed] = model(ref_body, past_kv_cache=cache, attention_mask=torch.ones_like(ref_body), stop_at_layer=0)
+        if cache is not None:
+            ref[embed] = model(ref_body, past_kv_cache=cache, attention_mask=torch.ones_like(ref_body), stop_at_layer=0)
+        else:  # the first block's input, the forward stopped after it
+            model.run_with_hooks(ref_body, fwd_hooks=[(embed, store_to(ref, embed))], stop_at_layer=1)
     if edges:
         targets = [f"blocks.{l}.hook_{c}_input" for l in range(L) for c in CHANNELS] + \
                   [f"blocks.{l}.hook_mlp_in" for l in range(L)]
@@ -391,9 +399,9 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     for k in range(1, steps + 1):
         x = torch.lerp(e_cf, e_ref, k / steps).detach().requires_grad_(True)  # exact endpoints (alpha = 1: e_ref)
         got: dict[str, Tensor] = {}
-        hooks = [(embed, lambda act, hook: x)] + [(t, store_to(got)) for t in targets]
+        hooks = [(embed, lambda act, hook: x)] + [(t, own_copy(got, t)) for t in targets]
         if k == steps:  # alpha = 1: the reference run (lerp's endpoint is e_ref exactly), its activations kept
-            hooks += [(a, store_to(ref)) for a in acts[1:]]
+            hooks += [(a, store_to(ref, a)) for a in acts[1:]]
         resid = _run_body(model, ref_body, cache, hooks)
         if k == steps:
             with torch.no_grad():
@@ -426,7 +434,7 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     # Edges: every sender's output into the residual stream against every receiver's input gradient.
     sender_out = [d[embed][:, :, None]]
     for l in range(L):
-        W_O = model.blocks[l].attn.W_O.float().to(device)  # [head, d_head, d_model]
+        W_O = backend.attn_out(model, l)[0].float().to(device)  # [head, d_head, d_model]
         sender_out.append(torch.einsum("rphe,hed->rphd", d[act_name("z", l)], W_O))
         sender_out.append(d[act_name("mlp_out", l)][:, :, None])
     def in_window(t: Tensor) -> Tensor:  # [row, body, k, d_model] -> [row, W, k, d_model]

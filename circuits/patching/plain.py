@@ -8,6 +8,7 @@ Slow on purpose, written as a TransformerLens user writes them: full prompts, ``
 
 from __future__ import annotations
 
+import contextlib
 from functools import partial
 
 import torch
@@ -31,6 +32,10 @@ def _run_end(model: Model, tokens: Tensor, hooks: list, batch: PairBatch) -> Ten
     x = resid[torch.arange(len(batch)), batch.end]
     logits = model.unembed(model.ln_final(x[:, None]))[:, 0]
     return apply_softcap(logits, backend.logit_softcap(model)).float()  # Gemma 2's final soft-cap, as forward applies
+
+
+def _keep_as(store: dict[str, Tensor], name: str, act: Tensor, hook) -> None:
+    store[name] = act.detach()
 
 
 def readouts_of(logits: Tensor, answer: Tensor, cf_answer: Tensor) -> dict[str, Tensor]:
@@ -268,14 +273,13 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
     """END logits ``[pair, d_vocab]`` (float32) of the reference prompts with the edges ``ablated`` (``(sender,
     receiver)`` names: senders ``input``, ``"3.1"``, ``"MLP3"``; receivers ``"4.2.q"``/``.k``/``.v``, ``"MLP4"``,
     ``logits``) carrying the sender's counterfactual END output (``ablation="counterfactual"``), its mean over the
-    reference runs' END, or zero, at END: one ``run_with_hooks`` with TransformerLens's split query/key/value inputs
-    (ungrouped under grouped-query attention), per-head results and MLP inputs, each receiver's END input
+    reference runs' END, or zero, at END: one ``run_with_hooks`` with split query/key/value inputs
+    (:func:`circuits.models.backend.split_inputs`, ungrouped under grouped-query attention), per-head results and MLP inputs, each receiver's END input
     written sender by sender as the sum of every upstream sender's current output (kept edge) or ablated value
     (ablated edge) and the attention biases before it. The plain loop
     :func:`circuits.patching.faithfulness.edge_faithfulness` is tested against."""
     L = model.cfg.n_layers
     rows, end = torch.arange(len(batch)), batch.end
-    out_sites = lambda n: n == "blocks.0.hook_resid_pre" or n.endswith(("hook_result", "hook_mlp_out"))  # noqa: E731
     cur: dict[str, Tensor] = {}
 
     def sender_site(name: str) -> tuple[str, int | None]:
@@ -286,23 +290,18 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
         layer, head = map(int, name.split("."))
         return act_name("result", layer), head
 
-    def keep_current(act: Tensor, hook) -> Tensor:
-        cur[hook.name] = act[rows, end].clone()
+    def keep_current(act: Tensor, hook, name: str) -> Tensor:  # by the name asked for (a Bridge's hook.name is
+        cur[name] = act[rows, end].clone()  # an alias's canonical name)
         return act
 
-    flags = (model.cfg.use_split_qkv_input, model.cfg.use_attn_result, model.cfg.use_hook_mlp_in,
-             model.cfg.ungroup_grouped_query_attention)
-    try:
-        model.set_use_split_qkv_input(True)
-        model.set_use_attn_result(True)
-        model.set_use_hook_mlp_in(True)
-        model.set_ungroup_grouped_query_attention(True)
+    sites = ["blocks.0.hook_resid_pre"] + [act_name(s, l) for l in range(L) for s in ("result", "mlp_out")]
+    with backend.split_inputs(model, ungroup=True, attn_result=True):
         if ablation == "zero":
             val = None
         else:
-            _, cache = model.run_with_cache(batch.counterfactual if ablation == "counterfactual" else batch.reference,
-                                            names_filter=out_sites)
-            val = {n: cache[n][rows, end] for n in cache}
+            model.run_with_hooks(batch.counterfactual if ablation == "counterfactual" else batch.reference,
+                                 fwd_hooks=[(n, partial(keep_current, name=n)) for n in sites])
+            val, cur = dict(cur), {}
             if ablation == "mean":
                 val = {n: v.mean(0, keepdim=True).expand_as(v) for n, v in val.items()}
 
@@ -322,7 +321,7 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
             # the receiver's END input: each upstream sender's current output, or its ablated value where the edge is
             # ablated, plus the attention output biases of the layers before it
             x = sum(value(s, (s, receiver) not in gone) for s in senders_into(layer, mlp))
-            x = x + sum(model.blocks[l].attn.b_O for l in range(layer + mlp))
+            x = x + sum(backend.attn_out(model, l)[1] for l in range(layer + mlp))
             act = act.clone()
             if receiver_head is None:
                 act[rows, end] = x.to(act.dtype)
@@ -332,27 +331,22 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
 
         gone = set(ablated)
         into = {r for _, r in ablated}
-        hooks = [("blocks.0.hook_resid_pre", keep_current)]
+        hooks = [("blocks.0.hook_resid_pre", partial(keep_current, name="blocks.0.hook_resid_pre"))]
         for l in range(L):
             for h in range(model.cfg.n_heads):
                 for c in "qkv":
                     if (r := f"{l}.{h}.{c}") in into:
                         hooks.append((f"blocks.{l}.hook_{c}_input",
                                       partial(assemble, receiver=r, receiver_head=h, layer=l, mlp=False)))
-            hooks.append((act_name("result", l), keep_current))
+            hooks.append((act_name("result", l), partial(keep_current, name=act_name("result", l))))
             if f"MLP{l}" in into:
                 hooks.append((f"blocks.{l}.hook_mlp_in",
                               partial(assemble, receiver=f"MLP{l}", receiver_head=None, layer=l, mlp=True)))
-            hooks.append((act_name("mlp_out", l), keep_current))
+            hooks.append((act_name("mlp_out", l), partial(keep_current, name=act_name("mlp_out", l))))
         if "logits" in into:
             hooks.append((act_name("resid_post", L - 1),
                           partial(assemble, receiver="logits", receiver_head=None, layer=L, mlp=False)))
         logits = _run_end(model, batch.reference, hooks, batch)
-    finally:
-        model.set_use_split_qkv_input(flags[0])
-        model.set_use_attn_result(flags[1])
-        model.set_use_hook_mlp_in(flags[2])
-        model.set_ungroup_grouped_query_attention(flags[3])
     return logits  # soft-capped once, in _run_end
 
 
@@ -374,17 +368,17 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
     rows = torch.arange(len(batch))
     edges = level == "edge"
     embed = "blocks.0.hook_resid_pre"
-    saved = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.ungroup_grouped_query_attention, cfg.use_attn_result)
-    try:
-        if edges:
-            model.set_use_split_qkv_input(True)
-            model.set_use_hook_mlp_in(True)
-            model.set_use_attn_result(True)
-            cfg.ungroup_grouped_query_attention = True
-        names = lambda n: n == embed or n.endswith(("hook_z", "hook_mlp_out", "hook_result"))  # noqa: E731
+    names = [embed] + [act_name(s, l) for l in range(L) for s in ("z", "mlp_out", *(("result",) if edges else ()))]
+
+    def cached(tokens: Tensor) -> tuple[Tensor, dict[str, Tensor]]:  # activations by the names asked for (a
+        got: dict[str, Tensor] = {}  # Bridge's hook.name is an alias's canonical name)
+        logits = model.run_with_hooks(tokens, fwd_hooks=[(n, partial(_keep_as, got, n)) for n in names])
+        return logits, got
+
+    with backend.split_inputs(model, ungroup=True, attn_result=True) if edges else contextlib.nullcontext():
         with torch.no_grad():
-            cf_logits, cf = model.run_with_cache(batch.counterfactual, names_filter=names)
-            _, ref = model.run_with_cache(batch.reference, names_filter=names)
+            cf_logits, cf = cached(batch.counterfactual)
+            _, ref = cached(batch.reference)
         cf_answer = cf_logits[rows, batch.end].float().argmax(-1)
         if edges:
             targets = [f"blocks.{l}.hook_{c}_input" for l in range(L) for c in "qkv"]
@@ -396,15 +390,16 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
             store: dict[str, Tensor] = {}
 
             def interpolate(act: Tensor, hook, alpha: float = k / steps) -> Tensor:
-                x = torch.lerp(cf[hook.name], ref[hook.name], alpha).detach().requires_grad_(True)
-                store[hook.name] = x
+                x = torch.lerp(cf[embed], ref[embed], alpha).detach().requires_grad_(True)
+                store[embed] = x
                 return x
 
-            def keep(act: Tensor, hook) -> Tensor:
-                store[hook.name] = act
+            def keep(act: Tensor, hook, name: str) -> Tensor:  # the gradient at the receiver's own copy (a
+                store[name] = act = act.clone()  # Bridge's hook_mlp_in is ln2's input, which the residual carries on)
                 return act
 
-            logits = model.run_with_hooks(batch.reference, fwd_hooks=[(embed, interpolate)] + [(t, keep) for t in targets])
+            logits = model.run_with_hooks(batch.reference, fwd_hooks=[(embed, interpolate)] +
+                                          [(t, partial(keep, name=t)) for t in targets])
             end_logits = logits[rows, batch.end].float()
             if readout in ("logit", "logit_diff", "prob"):
                 value = readouts_of(end_logits, batch.answer, cf_answer)[readout]
@@ -414,11 +409,6 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
             for key, g in zip(keys, torch.autograd.grad(value.sum(), [store[n] for n in keys], allow_unused=True)):
                 g = torch.zeros_like(store[key]) if g is None else g
                 total[key] = total[key] + g if key in total else g
-    finally:
-        model.set_use_split_qkv_input(saved[0])
-        model.set_use_hook_mlp_in(saved[1])
-        cfg.ungroup_grouped_query_attention = saved[2]
-        model.set_use_attn_result(saved[3])
     pos = torch.arange(batch.reference.shape[1])
     counted = (pos[None] == batch.end[:, None]) if positions == "end" else (pos[None] <= batch.end[:, None])
     grad = {n: g / steps for n, g in total.items()}

@@ -60,7 +60,7 @@ def test_edges_equal_plain(tiny_llama, tokenizer, positions):
     assert torch.isnan(s.edge[~real]).all() and not torch.isnan(s.edge[real]).any()
     assert s.edge[real].abs().max() > 1e-3
     # The flags EAP-IG needs are restored.
-    assert not tiny_llama.cfg.use_split_qkv_input and not tiny_llama.cfg.ungroup_grouped_query_attention
+    assert not tiny_llama.cfg.use_split_qkv_input and not getattr(tiny_llama.cfg, "ungroup_grouped_query_attention", False)
     assert tiny_llama.cfg.n_key_value_heads == 2
 
 
