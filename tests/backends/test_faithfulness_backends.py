@@ -1,0 +1,190 @@
+"""Faithfulness curves and EAP-IG (issue 24) on whichever TransformerLens line this environment has (issue 23): the
+batched engines equal their plain ``run_with_hooks`` loops (:mod:`circuits.patching.plain`), node and edge level,
+on tiny random models of several families; one EAP-IG step is attribution patching; the receivers' own inputs
+(:func:`circuits.models.backend.split_inputs`) leave the model as it was. Run under ``.venv`` (3.9) and
+``.venv-tl4`` (4.3)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from helpers import aligned_pairs, mixed_pairs
+
+from circuits.data.pairs import PairBatch
+from circuits.models import backend
+from circuits.patching.faithfulness import (edge_faithfulness, edge_receivers, edge_senders, edge_valid, faithfulness,
+                                            metric_of)
+from circuits.patching.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
+from circuits.patching.ranking import order
+
+SIZES = (0.0, 0.1, 0.3, 0.6, 1.0)
+
+
+def _pairs(tokenizer, n_mixed=2, seed=0):
+    """Few-shot pairs sharing a prefix and pairs of other templates and lengths."""
+    return PairBatch.from_pairs(aligned_pairs(tokenizer, 2, few_shot=True) + mixed_pairs(tokenizer, n_mixed, seed=seed),
+                                0)
+
+
+def _node_scores(model, seed=0, neuron_layers=()):
+    g = torch.Generator().manual_seed(seed)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    return torch.rand(L, H, generator=g), torch.rand(L, generator=g), \
+        {l: torch.rand(model.cfg.d_mlp, generator=g) for l in neuron_layers}
+
+
+def _ablated_nodes(heads, mlps, neurons, size):
+    """The nodes a circuit of ``size`` ablates, written out from the flat ranking (heads, MLPs, neurons)."""
+    L, H = heads.shape
+    nodes = [("head", (l, h)) for l in range(L) for h in range(H)]
+    mlp_layers = [l for l in range(L) if l not in neurons]
+    nodes += [("mlp", l) for l in mlp_layers]
+    flat = [heads.flatten(), mlps[mlp_layers]]
+    for l in sorted(neurons):
+        nodes += [("neuron", (l, i)) for i in range(len(neurons[l]))]
+        flat.append(neurons[l])
+    kept = {nodes[i] for i in order(torch.cat(flat), +1)[: math.floor(size * len(nodes) + 0.5)].tolist()}
+    gone = [n for n in nodes if n not in kept]
+    ns: dict[int, list[int]] = {}
+    for kind, x in gone:
+        if kind == "neuron":
+            ns.setdefault(x[0], []).append(x[1])
+    return [x for k, x in gone if k == "head"], [x for k, x in gone if k == "mlp"], ns
+
+
+def _plain_nodes(model, batch, heads, mlps, neurons, ablation, positions):
+    cf_answer = cf_answer_plain(model, batch)
+    values = ablation_values_plain(model, batch, ablation)
+    return torch.stack([metric_of(ablate_plain(model, batch, *_ablated_nodes(heads, mlps, neurons, s), values, positions),
+                                  batch.answer, cf_answer, "logit_diff") for s in SIZES])
+
+
+@pytest.mark.parametrize("positions", ["end", "all"])
+@pytest.mark.parametrize("ablation", ["counterfactual", "mean", "zero"])
+def test_nodes_equal_the_plain_loop(family_models, tokenizer, ablation, positions):
+    model = family_models("llama")  # grouped-query attention: 4 heads, 2 key/value heads
+    batch = _pairs(tokenizer)
+    heads, mlps, _ = _node_scores(model)
+    ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, ablation=ablation, positions=positions, n_boot=10,
+                        memory_mb=0.05)
+    plain = _plain_nodes(model, batch, heads, mlps, {}, ablation, positions)
+    torch.testing.assert_close(ours.m, plain, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_full, plain[-1], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_empty, plain[0], atol=1e-5, rtol=0)
+    assert (ours.m_full - ours.m_empty).abs().max() > 1e-2  # the ablation does something
+    assert ours.f[0].item() == pytest.approx(0.0, abs=1e-6) and ours.f[-1].item() == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "gemma2", "mistral_window"])
+def test_nodes_families_with_neurons(family_models, tokenizer, arch):
+    """QK norm, soft-caps and post-norms, sliding windows; one MLP scored by its neurons (``hook_post``)."""
+    model = family_models(arch)
+    batch = _pairs(tokenizer, seed=1)
+    heads, mlps, neurons = _node_scores(model, seed=2, neuron_layers=(1,))
+    ours = faithfulness(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, ablation="counterfactual",
+                        n_boot=0)
+    plain = _plain_nodes(model, batch, heads, mlps, neurons, "counterfactual", "end")
+    torch.testing.assert_close(ours.m, plain, atol=1e-5, rtol=0)
+    assert (plain[0] - plain[-1]).abs().max() > 1e-2
+
+
+def _edge_sets(model, scores, valid, size):
+    senders, receivers = edge_senders(model), edge_receivers(model)
+    edges = [(str(senders[i]), str(receivers[j])) for i, j in valid.nonzero().tolist()]
+    kept = {edges[i] for i in order(scores[valid], +1)[: math.floor(size * len(edges) + 0.5)].tolist()}
+    return [e for e in edges if e not in kept]
+
+
+@pytest.mark.parametrize("ablation", ["counterfactual", "mean", "zero"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_edges_equal_the_plain_loop(family_models, tokenizer, arch, ablation):
+    """Receivers per query head (key/value heads ungrouped; Qwen2's K/V biases repeated with them)."""
+    model = family_models(arch)
+    batch = _pairs(tokenizer)
+    valid = edge_valid(model)
+    scores = torch.rand(valid.shape, generator=torch.Generator().manual_seed(3)).masked_fill(~valid, float("nan"))
+    ours = edge_faithfulness(model, batch, scores, sizes=SIZES, ablation=ablation, n_boot=0, memory_mb=0.05)
+    cf_answer = cf_answer_plain(model, batch)
+    plain = torch.stack([metric_of(ablate_edges_plain(model, batch, _edge_sets(model, scores, valid, s), ablation),
+                                   batch.answer, cf_answer, "logit_diff") for s in SIZES])
+    torch.testing.assert_close(ours.m, plain, atol=1e-5, rtol=0)
+    assert (plain[0] - plain[-1]).abs().max() > 1e-2
+    # every edge kept is the model itself, read by a plain forward
+    rows = torch.arange(len(batch))
+    logits = model(batch.reference)[rows, batch.end].float()
+    torch.testing.assert_close(ours.m_full, metric_of(logits, batch.answer, cf_answer, "logit_diff"), atol=1e-5,
+                               rtol=0)
+
+
+def test_edge_faithfulness_refuses_post_norm_models_in_one_line(family_models, tokenizer):
+    model = family_models("gemma2")
+    valid = edge_valid(model)
+    with pytest.raises(ValueError, match="normalises the sum of its heads") as err:
+        edge_faithfulness(model, _pairs(tokenizer), torch.rand(valid.shape), sizes=SIZES, n_boot=0)
+    assert "\n" not in str(err.value)
+
+
+def test_split_inputs_leaves_the_model_as_it_was(family_models, tokenizer):
+    """Inside: one q/k/v input per query head and the same logits; after: the same model and flags."""
+    model = family_models("qwen2")  # grouped-query attention with K/V biases
+    tokens = _pairs(tokenizer).reference
+    before = model(tokens)
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    seen = {}
+    with backend.split_inputs(model, ungroup=True, attn_result=True):
+        inside = model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.1.hook_{c}_input",
+                                                          lambda a, hook, c=c: seen.__setitem__(c, a.shape))
+                                                         for c in "qkv"])
+    assert {c: s[2] for c, s in seen.items()} == {c: model.cfg.n_heads for c in "qkv"}
+    torch.testing.assert_close(inside, before, atol=1e-5, rtol=0)
+    torch.testing.assert_close(model(tokens), before, atol=0, rtol=0)
+    assert all(torch.equal(p, params[n]) for n, p in model.named_parameters())
+    assert backend.n_kv_heads(model) == 2 and not model.cfg.use_split_qkv_input
+
+
+# --- EAP-IG ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("positions", ["all", "end"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_eap_ig_nodes_and_edges_equal_the_plain_loop(family_models, tokenizer, arch, positions):
+    from circuits.patching.eap_ig import eap_ig, edge_mask
+    from circuits.patching.metrics import get_metric
+    from circuits.patching.plain import eap_ig_plain
+
+    model = family_models(arch)
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=1), 0)
+    m = get_metric("logit_diff")
+    s = eap_ig(model, batch, m, steps=2, positions=positions, pairs_per_batch=3, progress=False)
+    plain = eap_ig_plain(model, batch, m, s.readout, 2, positions=positions)
+    for k in ("head", "mlp", "input"):
+        torch.testing.assert_close(getattr(s, k), plain[k], atol=1e-5, rtol=0)
+    assert s.head.abs().max() > 1e-3
+    if arch == "gemma3":  # edges need heads that add z W_O to the residual stream
+        return
+    e = eap_ig(model, batch, m, steps=2, level="edge", positions=positions, pairs_per_batch=3, progress=False)
+    plain = eap_ig_plain(model, batch, m, e.readout, 2, level="edge", positions=positions)
+    torch.testing.assert_close(e.edge, plain["edge"], atol=1e-5, rtol=0, equal_nan=True)
+    real = edge_mask(model.cfg.n_layers, model.cfg.n_heads)
+    assert e.edge[real].abs().max() > 1e-3
+    # a sender's gradient is the sum of its receivers' input gradients: edges add up to node scores
+    torch.testing.assert_close(e.head, s.head, atol=1e-5, rtol=0)
+    torch.testing.assert_close(e.mlp, s.mlp, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("metric", ["logit_diff", "fraction"])
+def test_eap_ig_one_step_is_attribution_patching(family_models, tokenizer, metric):
+    from circuits.patching.attribution import attribute
+    from circuits.patching.eap_ig import eap_ig
+    from circuits.patching.metrics import get_metric
+
+    model = family_models("mistral")
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=4), 0)
+    m = get_metric(metric)
+    s = eap_ig(model, batch, m, steps=1, progress=False)
+    a = attribute(model, batch, m, neurons=False, qk_fix=False, progress=False)
+    torch.testing.assert_close(s.head, a.head.nansum(2), atol=1e-5, rtol=0)
+    torch.testing.assert_close(s.mlp, a.mlp.nansum(1), atol=1e-5, rtol=0)
+    assert s.head.abs().max() > 1e-4
