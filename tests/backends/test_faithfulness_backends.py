@@ -188,3 +188,21 @@ def test_eap_ig_one_step_is_attribution_patching(family_models, tokenizer, metri
     torch.testing.assert_close(s.head, a.head.nansum(2), atol=1e-5, rtol=0)
     torch.testing.assert_close(s.mlp, a.mlp.nansum(1), atol=1e-5, rtol=0)
     assert s.head.abs().max() > 1e-4
+
+
+@pytest.mark.skipif(backend.NAME != "bridge", reason="a Bridge's prefix sharing depends on transformers' cache")
+def test_nodes_without_prefix_sharing(family_models, tokenizer):
+    """Where Hugging Face's cache does not work under the Bridge (transformers 5.24), prompts run whole: the same
+    numbers."""
+    model = family_models("llama")
+    batch = _pairs(tokenizer)
+    heads, mlps, _ = _node_scores(model, seed=5)
+    shared = backend.prefix_sharing(model)
+    try:
+        object.__setattr__(model, "_circuits_prefix_sharing", False)
+        for positions in ("end", "all"):
+            ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, positions=positions, n_boot=0)
+            plain = _plain_nodes(model, batch, heads, mlps, {}, "counterfactual", positions)
+            torch.testing.assert_close(ours.m, plain, atol=1e-5, rtol=0)
+    finally:
+        object.__setattr__(model, "_circuits_prefix_sharing", shared)
