@@ -32,7 +32,7 @@ Nodes: a head's output is its ``hook_z`` (the same first-order estimate as EAP-I
 ``z W_O``), an MLP's is ``hook_mlp_out``, the input's the embeddings. Edges (``level="edge"``): a sender's output
 (the embeddings, a head's ``z W_O``, an MLP's output) against the gradient at a receiver's own copy of its input
 (TransformerLens's ``hook_q_input`` / ``hook_k_input`` / ``hook_v_input`` per query head, ``hook_mlp_in``, and the
-final residual for ``logits``), exactly EAP-IG's graph (edges from every earlier node; an MLP also reads the heads
+final residual for ``logits``; :func:`circuits.models.backend.split_inputs` on either TransformerLens line), exactly EAP-IG's graph (edges from every earlier node; an MLP also reads the heads
 of its own layer). ``positions="all"`` sums over every position (as EAP-IG); ``"end"`` keeps END alone.
 
 What makes it cheap: positions before the first token where a pair's prompts differ have identical embeddings in
@@ -40,7 +40,7 @@ both prompts, so every interpolated run agrees with the reference there; that pr
 TransformerLens's key/value cache (:func:`circuits.patching.attribution._prefix_cache`) and only the rest runs
 ``steps + 1`` times (the counterfactual, then each step; the last step, ``alpha = 1``, is the reference run itself;
 at edge level on a grouped-query model the cached keys and values are repeated per query head, as EAP-IG ungroups
-them); edge products are taken only over each pair's positions from its first difference to END; only END is
+them; a TransformerBridge reads no TransformerLens 3 cache, so there prompts run whole: the same numbers); edge products are taken only over each pair's positions from its first difference to END; only END is
 unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one
 product with the activation differences; pairs are batched. Tests assert
 equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_plain`.

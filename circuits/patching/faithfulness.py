@@ -42,7 +42,10 @@ run once) and one counterfactual forward read at END, then END-only layers over 
 output or each neuron's ``hook_post`` replaced where the circuit leaves it out; for edges, each receiver's input
 assembled from kept and ablated sender values). At every position (and on models the END-only layers refuse)
 the circuits are folded into the batch of whole prompts, a per-row keep mask applied by one hook per site
-(``hook_z``, ``hook_mlp_out``, ``hook_post``). Both are tested against the plain loops of
+(``hook_z``, ``hook_mlp_out``, ``hook_post``). Every model-specific piece (projections, QK norms, rotary, scale, soft-caps, windows, keys as attention reads
+them, the shared-prefix cache) comes from :mod:`circuits.models.backend`, so both TransformerLens lines (3.9's
+``HookedTransformer``, 4.3's ``TransformerBridge``) run the same code; where a Bridge cannot share a prefix
+(:func:`~circuits.models.backend.prefix_sharing`), prompts run whole. Both are tested against the plain loops of
 :mod:`circuits.patching.plain` (:func:`~circuits.patching.plain.ablate_plain`,
 :func:`~circuits.patching.plain.ablate_edges_plain`): one circuit at a time with ``run_with_hooks``.
 
