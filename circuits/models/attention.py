@@ -16,6 +16,8 @@ reproduce (score soft-capping, attention sinks, ALiBi, relative position bias, l
 clipping, 4-bit weights), and any layer while ``use_attn_result`` is on (``hook_result``), runs TransformerLens's own
 forward instead.
 
+Only the HookedTransformer backend (TransformerLens 3.9) has this path; a TransformerBridge runs its own attention.
+
 The result equals TransformerLens's up to float rounding (the kernel sums in another order: about 1e-6 relative
 in float32, tested against it on padded, cached, grouped-query and windowed attention). :func:`load_model` turns
 it on; ``fused_attention(model, False)`` turns it off for a model.
@@ -28,12 +30,12 @@ from typing import Any
 import einops
 import torch
 import torch.nn.functional as F
-from transformer_lens import HookedTransformer
-from circuits.models.backend import AbstractAttention, softcap_enabled
+from circuits.models import backend
+from circuits.models.backend import AbstractAttention, Model, softcap_enabled
 
 _FLAG = "_circuits_fused_attention"
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
-_eager_forward = AbstractAttention.forward
+_eager_forward = AbstractAttention.forward if AbstractAttention is not None else None
 
 
 def unsupported(cfg: Any) -> str | None:
@@ -52,10 +54,13 @@ def unsupported(cfg: Any) -> str | None:
     return ", ".join(reasons) or None
 
 
-def fused_attention(model: HookedTransformer, enabled: bool = True) -> bool:
+def fused_attention(model: Model, enabled: bool = True) -> bool:
     """Let ``model``'s attention layers use the fused kernel when no hook reads their scores or pattern.
 
-    Returns whether the fused path is on (``False`` when the model's architecture needs the eager one)."""
+    Returns whether the fused path is on (``False`` when the model's architecture needs the eager one, and always
+    on a TransformerBridge, whose attention is its own)."""
+    if backend.NAME != "hooked":
+        return False
     on = bool(enabled) and unsupported(model.cfg) is None
     for block in model.blocks:
         setattr(block.attn, _FLAG, on)
@@ -113,6 +118,8 @@ def _forward(self: AbstractAttention, query_input, key_input, value_input, past_
 
 
 def _install() -> None:
+    if AbstractAttention is None:  # TransformerBridge: nothing to replace
+        return
     if getattr(AbstractAttention.forward, "_circuits", False):
         return
     _forward._circuits = True  # type: ignore[attr-defined]

@@ -1,129 +1,104 @@
-"""The seam between ``circuits`` and TransformerLens: every TransformerLens internal that the engines
-(:mod:`circuits.patching`), validation (:mod:`circuits.validate`), explanations (:mod:`circuits.explain`) and
-evaluation (:mod:`circuits.evaluation`) use comes from here, so that a second backend (TransformerLens 4's
-``TransformerBridge``) plugs in at this one module. :mod:`circuits.models.loading` keeps the loading internals
-(configs, state dicts, official names), and :mod:`circuits.models.attention` and :mod:`circuits.models.forward`
-are TransformerLens-specific code built on the names below. ``tests/unit/test_backend.py`` asserts that no
-module outside :mod:`circuits.models` imports more of ``transformer_lens`` than ``HookedTransformer`` and
-``ActivationCache``.
+"""The seam between ``circuits`` and TransformerLens, with two implementations chosen at import by the installed
+TransformerLens: 3.9 gives :mod:`circuits.models._hooked` (``HookedTransformer``), 4.3 or a later 4.x gives
+:mod:`circuits.models._bridge` (``TransformerBridge``); :data:`NAME` says which (``"hooked"``/``"bridge"``). Any
+other version fails at import with one line naming what is supported (:func:`check_version`).
 
-What a backend provides (the contract a TransformerLens 4 backend implements):
+Every TransformerLens internal that the engines (:mod:`circuits.patching`), validation (:mod:`circuits.validate`),
+explanations (:mod:`circuits.explain`) and evaluation (:mod:`circuits.evaluation`) use comes from here.
+:mod:`circuits.models.loading` keeps the loading internals. ``tests/unit/test_backend.py`` asserts that no module
+outside :mod:`circuits.models` imports more of ``transformer_lens`` than the model and cache classes, and that both
+implementations define every name below.
+
+What a backend provides (the contract):
 
 - types: :data:`Model` (the model class, for annotations and ``isinstance``), :data:`ActivationCache` and
-  :data:`FactoredMatrix` (the low-rank OV/QK products of :mod:`circuits.explain.head_circuits`);
-  a model has ``cfg`` (``n_layers``, ``n_heads``, ``d_model``, ``d_head``, ``d_mlp``, ``n_key_value_heads``,
-  ``dtype``, ``device``, ``n_devices``, ``original_architecture``, normalisation and soft-cap fields),
-  ``blocks[l]`` with ``ln1``/``ln2``/``attn``/``mlp`` (and ``ln1_post``/``ln2_post`` where a norm follows a
-  sublayer), ``ln_final``, ``unembed``, ``run_with_hooks``, ``run_with_cache``, ``hooks`` and ``to_tokens``;
-- hook names: :func:`act_name` (``act_name("z", 3)`` is ``"blocks.3.attn.hook_z"``; sites ``resid_pre``,
-  ``resid_mid``, ``resid_post``, ``q``, ``k``, ``v``, ``z``, ``pattern``, ``attn_scores``, ``attn_out``,
-  ``mlp_in``, ``pre``, ``post``, ``mlp_out``, ``embed``);
-- the key/value cache: :data:`KeyValueCache` (``init_cache(cfg, device, batch)``, one entry per layer) and
-  :data:`KeyValueCacheEntry` (``past_keys``/``past_values`` ``[batch, pos, kv_head, d_head]`` as ``hook_k`` and
-  ``hook_v`` hold them, unrotated; ``frozen=True`` leaves it unchanged by a forward) -- what a forward over a
-  suffix reads for the positions before it;
-- attention pieces: :data:`AbstractAttention` (the attention module class, whose forward
-  :mod:`circuits.models.attention` replaces by a fused one), :func:`simple_attn_linear` (a ``[d_model] ->
-  [head, d_head]`` projection as the module computes it);
-- soft-capping: :func:`apply_softcap`, :func:`softcap_enabled`;
-- :data:`POST_NORM_ARCHITECTURES`: architectures whose blocks normalise sublayer outputs with ``ln1``/``ln2``
-  (the END engine refuses them);
-- device placement of a model spread over GPUs: :func:`block_devices`, :func:`spread`, :func:`layer_device`,
-  :func:`output_device`, and :func:`check_dtype`.
-
-Device placement. TransformerLens's forward pass already follows a layer split: before block ``i`` it moves the
-residual stream to ``get_device_for_block_index(i, cfg)`` (consecutive layers on consecutive GPUs from
-``cfg.device``, ``cfg.n_devices`` of them). Its constructor in 3.9 does not place the blocks that way
-(``move_model_modules_to_device`` puts every module on one device), so :func:`spread` does: the embedding with
-block 0, block ``i`` on its device, the final norm and the unembedding with the last block, where the forward pass
-leaves the residual stream. The END-only engine asks :func:`layer_device` and :func:`output_device` where each
-piece lives and moves its small END tensors there.
+  :data:`FactoredMatrix`; a model has ``cfg`` (``n_layers``, ``n_heads``, ``d_model``, ``d_head``, ``d_mlp``,
+  ``d_vocab``, ``n_key_value_heads``, ``dtype``, ``device``), ``blocks[l]`` with ``ln1``/``ln2``/``attn``/``mlp``
+  (and ``ln1_post``/``ln2_post`` where a norm follows a sublayer), ``ln_final``, ``unembed``, ``run_with_hooks``,
+  ``run_with_cache``, ``hooks`` and ``to_tokens``; the same hook names and shapes on both (``hook_k``/``hook_v``
+  carry ``n_kv_heads`` heads), and ``model(tokens, stop_at_layer=n_layers)`` returns the residual stream after the
+  last block on both (:func:`final_residual`);
+- hook names: :func:`act_name` (``act_name("z", 3)`` is ``"blocks.3.attn.hook_z"``), :func:`rotary_key_hook`;
+- model facts the two lines keep in different places: :func:`architecture` (HF architecture name),
+  :func:`n_kv_heads`, :func:`post_norms` (Gemma 2/3), :func:`end_unsupported` (what the END engine refuses);
+- attention at one position, piece by piece (:func:`circuits.patching.end_layers.attention_at_end`):
+  :func:`attn_qkv` (``W_Q/b_Q/W_K/b_K/W_V/b_V``, K/V with ``n_kv_heads`` heads, biases zero where absent),
+  :func:`attn_out` (``W_O/b_O``), :func:`qk_norms` (per-head norms before rotary, or ``None``), :func:`rotary`
+  (rotary at each row's own position, per layer), :func:`score_scale` (the factor on ``q . k``),
+  :func:`score_softcap`, :func:`sliding_window` (per layer, ``None`` for global);
+- output: :func:`unembed_weights` (``W_U``, ``b_U`` zero where absent), :func:`logit_softcap`,
+  :func:`final_residual`;
+- a shared prefix run once: :func:`prefix_sharing` (whether it gives the full run's numbers on this model),
+  :func:`prefix_cache` (run a prefix with hooks, rows repeated) and :func:`continue_prefix` (final residual of the
+  rest); on 3.9 TransformerLens's own frozen cache, on the Bridge Hugging Face's ``DynamicCache``;
+- TransformerLens 3 internals some engines still use on 3.9: :data:`KeyValueCache`, :data:`KeyValueCacheEntry`,
+  :func:`frozen_cache_entry` (refused on the Bridge), :data:`AbstractAttention` (``None`` on the Bridge),
+  :func:`simple_attn_linear`;
+- soft-capping: :func:`apply_softcap`, :func:`softcap_enabled`; :data:`POST_NORM_ARCHITECTURES`;
+- devices: :func:`block_devices`, :func:`spread` (3.9; the Bridge is spread when it loads), :func:`layer_device`,
+  :func:`output_device`, :func:`check_dtype`.
 """
 
 from __future__ import annotations
 
-import torch
-from transformer_lens import ActivationCache, FactoredMatrix, HookedTransformer
-from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
-from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
-from transformer_lens.components.abstract_attention import AbstractAttention
-from transformer_lens.utilities.activation_functions import apply_softcap, softcap_enabled
-from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
-from transformer_lens.utilities.attention import simple_attn_linear
-from transformer_lens.utilities.multi_gpu import get_device_for_block_index
-from transformer_lens.utils import get_act_name
+from importlib.metadata import PackageNotFoundError, version
 
-Model = HookedTransformer
-KeyValueCache = TransformerLensKeyValueCache
-KeyValueCacheEntry = TransformerLensKeyValueCacheEntry
-
-__all__ = ["POST_NORM_ARCHITECTURES", "AbstractAttention", "ActivationCache", "FactoredMatrix", "KeyValueCache", "KeyValueCacheEntry",
-           "Model", "act_name", "apply_softcap", "block_devices", "check_dtype", "frozen_cache_entry",
-           "layer_device", "output_device", "simple_attn_linear", "softcap_enabled", "spread"]
+SUPPORTED = "TransformerLens 3.9.x (HookedTransformer) or 4.3 and later 4.x (TransformerBridge)"
 
 
-def act_name(site: str, layer: int | None = None) -> str:
-    """The hook name of ``site`` in block ``layer`` (``act_name("z", 3)`` is ``"blocks.3.attn.hook_z"``)."""
-    return get_act_name(site, layer)
+class UnsupportedTransformerLens(ImportError):
+    """The installed TransformerLens is neither line ``circuits`` supports."""
 
 
-def frozen_cache_entry(keys: torch.Tensor, values: torch.Tensor) -> TransformerLensKeyValueCacheEntry:
-    """One layer's key/value cache holding ``keys`` and ``values`` ``[batch, pos, kv_head, d_head]`` (unrotated,
-    as ``hook_k``/``hook_v`` hold them), left unchanged by the forward that reads it."""
-    return TransformerLensKeyValueCacheEntry(past_keys=keys, past_values=values, frozen=True)
+def _parse(text: str) -> tuple[int, int]:
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return (parts + [0, 0])[0], (parts + [0, 0])[1]
 
 
-
-def block_devices(n_layers: int, first: str | torch.device, n_devices: int) -> list[torch.device]:
-    """The device of each block when ``n_layers`` are split over ``n_devices`` GPUs from ``first`` (TransformerLens's
-    rule: block ``i`` on ``first + i * n_devices // n_layers``)."""
-
-    class _Cfg:  # the two fields the rule reads
-        device = str(first)
-
-    cfg = _Cfg()
-    cfg.n_devices, cfg.n_layers = n_devices, n_layers  # type: ignore[attr-defined]
-    return [get_device_for_block_index(i, cfg) for i in range(n_layers)]  # type: ignore[arg-type]
-
-
-def spread(model: Model, n_devices: int, first: str | torch.device | None = None) -> Model:
-    """Place ``model``'s layers over ``n_devices`` GPUs (in place) so that TransformerLens's forward pass, the
-    training loop and the END-only engine run it across them. Load the model on the CPU first (a model that does not
-    fit one GPU cannot be built on one)."""
-    first = torch.device(first if first is not None else ("cuda:0" if torch.cuda.is_available() else "cpu"))
-    if n_devices < 1:
-        raise ValueError(f"n_devices must be >= 1, got {n_devices}")
-    if n_devices > 1:
-        if first.type != "cuda":
-            raise ValueError("n_devices > 1 spreads a model over GPUs; none is visible here")
-        if (first.index or 0) + n_devices > torch.cuda.device_count():
-            raise ValueError(f"n_devices {n_devices} from {first} needs GPUs up to cuda:{(first.index or 0) + n_devices - 1}"
-                             f"; this machine has {torch.cuda.device_count()}")
-    devices = block_devices(model.cfg.n_layers, first, n_devices)
-    model.cfg.device = str(first)
-    model.cfg.n_devices = n_devices
-    for i, block in enumerate(model.blocks):
-        block.to(devices[i])
-    for name in ("embed", "hook_embed", "pos_embed", "hook_pos_embed"):
-        if hasattr(model, name):
-            getattr(model, name).to(devices[0])
-    for name in ("ln_final", "unembed"):
-        if hasattr(model, name):
-            getattr(model, name).to(devices[-1])
-    return model
+def check_version(installed: str | None = None) -> str:
+    """``"hooked"`` for TransformerLens 3.9.x, ``"bridge"`` for 4.3 <= version < 5; any other version (or none
+    installed) raises :class:`UnsupportedTransformerLens` with one line naming what is supported."""
+    if installed is None:
+        try:
+            installed = version("transformer_lens")
+        except PackageNotFoundError:
+            raise UnsupportedTransformerLens(f"circuits needs {SUPPORTED}; none is installed "
+                                             "(pip install 'transformer_lens>=3.9,<4')") from None
+    major, minor = _parse(installed)
+    if (major, minor) == (3, 9):
+        return "hooked"
+    if major == 4 and minor >= 3:
+        return "bridge"
+    raise UnsupportedTransformerLens(f"circuits supports {SUPPORTED}; this environment has TransformerLens {installed}"
+                                     " (pip install 'transformer_lens>=3.9,<4' or 'transformer_lens>=4.3,<5')")
 
 
-def check_dtype(dtype: str, device: str | torch.device) -> None:
-    """fp16 is for GPUs: on a CPU it is slow and partly unsupported, and bf16 has its memory with fp32's range."""
-    if dtype in ("float16", "fp16") and torch.device(device).type == "cpu":
-        raise ValueError("dtype float16 needs a GPU (this run is on the CPU); use bfloat16 or float32 on a CPU")
+NAME = check_version()
 
+if NAME == "hooked":
+    from circuits.models._hooked import (  # noqa: F401
+        POST_NORM_ARCHITECTURES, AbstractAttention, ActivationCache, FactoredMatrix, KeyValueCache,
+        KeyValueCacheEntry, Model, act_name, apply_softcap, architecture, attn_out, attn_qkv, block_devices,
+        check_dtype, continue_prefix, end_unsupported, final_residual, frozen_cache_entry, layer_device,
+        logit_softcap, n_kv_heads, output_device, post_norms, prefix_cache, prefix_sharing, qk_norms, rotary,
+        rotary_key_hook, score_scale, score_softcap, simple_attn_linear, sliding_window, softcap_enabled, spread,
+        unembed_weights)
+else:
+    from circuits.models._bridge import (  # type: ignore[assignment]  # noqa: F401
+        POST_NORM_ARCHITECTURES, AbstractAttention, ActivationCache, FactoredMatrix, KeyValueCache,
+        KeyValueCacheEntry, Model, act_name, apply_softcap, architecture, attn_out, attn_qkv, block_devices,
+        check_dtype, continue_prefix, end_unsupported, final_residual, frozen_cache_entry, layer_device,
+        logit_softcap, n_kv_heads, output_device, post_norms, prefix_cache, prefix_sharing, qk_norms, rotary,
+        rotary_key_hook, score_scale, score_softcap, simple_attn_linear, sliding_window, softcap_enabled, spread,
+        unembed_weights)
 
-def layer_device(model: Model, layer: int) -> torch.device:
-    """Where block ``layer``'s weights are (and so where its END-only pieces must run)."""
-    return next(model.blocks[layer].parameters()).device
-
-
-def output_device(model: Model) -> torch.device:
-    """Where the final norm and the unembedding run."""
-    return model.unembed.W_U.device
+__all__ = ["NAME", "POST_NORM_ARCHITECTURES", "SUPPORTED", "AbstractAttention", "ActivationCache", "FactoredMatrix",
+           "KeyValueCache", "KeyValueCacheEntry", "Model", "UnsupportedTransformerLens", "act_name", "apply_softcap",
+           "architecture", "attn_out", "attn_qkv", "block_devices", "check_dtype", "check_version",
+           "continue_prefix", "end_unsupported", "final_residual", "frozen_cache_entry", "layer_device",
+           "logit_softcap", "n_kv_heads", "output_device", "post_norms", "prefix_cache", "prefix_sharing",
+           "qk_norms", "rotary", "rotary_key_hook", "score_scale", "score_softcap", "simple_attn_linear",
+           "sliding_window", "softcap_enabled", "spread", "unembed_weights"]

@@ -1,9 +1,11 @@
 """Forward passes that read only the last position, running shared few-shot prefixes once.
 
 Prompts built from one template share their few-shot prefix token for token, and the prefix is
-most of each prompt. :func:`end_residuals` runs a shared prefix once into TransformerLens's
-key/value cache, repeats the cache along the batch, and runs only the rest of each prompt. Causal
-attention makes this exact (tests compare it with full forwards).
+most of each prompt. :func:`end_residuals` runs a shared prefix once into the backend's
+key/value cache (TransformerLens 3's, or Hugging Face's on a TransformerBridge), repeats the cache along the
+batch, and runs only the rest of each prompt. Causal attention makes this exact (tests compare it with full
+forwards). Where the backend's cache does not give the full run's numbers
+(:func:`circuits.models.backend.prefix_sharing`: a Bridge under transformers 5.24), every prompt runs whole.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from typing import Any
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from transformer_lens import HookedTransformer
-from circuits.models.backend import KeyValueCache, apply_softcap
+from circuits.models import backend
+from circuits.models.backend import Model, apply_softcap
 
 HooksFor = Callable[[Hashable, int], list]  # (group key, position offset) -> forward hooks
 RowHooksFor = Callable[[list[int], Tensor], list]  # (rows of a batch, each row's END among the tokens fed) -> hooks
@@ -89,26 +91,14 @@ def shared_prefix_lengths(token_ids: Sequence[Sequence[int]], min_prefix: int = 
     return out
 
 
-@torch.no_grad()
-def prefix_cache(model: HookedTransformer, prefix: Tensor, hooks: list, repeat: int) -> KeyValueCache:
-    """Run ``prefix`` (``[row, pos]`` tokens) once with ``hooks`` into a frozen key/value cache whose rows are each
-    repeated ``repeat`` times in order (a view for one prefix row), for the rows that continue it."""
-    cache = KeyValueCache.init_cache(model.cfg, prefix.device, len(prefix))
-    with model.hooks(fwd_hooks=hooks):
-        model(prefix, past_kv_cache=cache, attention_mask=torch.ones_like(prefix), stop_at_layer=model.cfg.n_layers)
-    cache.freeze()
-
-    def rep(t: Tensor) -> Tensor:
-        return t.expand(repeat, *t.shape[1:]) if len(t) == 1 else t.repeat_interleave(repeat, dim=0)
-
-    for e in cache.entries:
-        e.past_keys, e.past_values = rep(e.past_keys), rep(e.past_values)
-    cache.previous_attention_mask = rep(cache.previous_attention_mask)
-    return cache
+def prefix_cache(model: Model, prefix: Tensor, hooks: list, repeat: int) -> Any:
+    """Run ``prefix`` (``[row, pos]`` tokens) once with ``hooks`` into the backend's key/value cache, each row
+    repeated ``repeat`` times in order, for the rows that continue it (:func:`circuits.models.backend.prefix_cache`)."""
+    return backend.prefix_cache(model, prefix, hooks, repeat)
 
 
 def end_residuals(
-    model: HookedTransformer,
+    model: Model,
     token_ids: Sequence[Sequence[int]],
     prefix_lengths: Sequence[int] | None = None,
     *,
@@ -132,14 +122,14 @@ def end_residuals(
             that call: how a caller reads other activations at each row's last token.
     """
     device = model.cfg.device
-    L = model.cfg.n_layers
+    share = bool(prefix_lengths) and backend.prefix_sharing(model)
     groups: dict[tuple, list[int]] = {}
     for i, ids in enumerate(token_ids):
-        n_pre = prefix_lengths[i] if prefix_lengths else 0
+        n_pre = prefix_lengths[i] if share else 0  # type: ignore[index]
         key = group_keys[i] if group_keys is not None else None
         groups.setdefault((key, tuple(ids[:n_pre])), []).append(i)
     # Final residuals live where the last block runs (another GPU than the first for a spread model).
-    out_device = model.unembed.W_U.device
+    out_device = backend.output_device(model)
     out = torch.empty((len(token_ids), model.cfg.d_model), dtype=model.cfg.dtype, device=out_device)
     for (key, pre), rows in groups.items():
         rows = sorted(rows, key=lambda i: len(token_ids[i]), reverse=True)
@@ -157,21 +147,21 @@ def end_residuals(
             if not n_pre or n_pre >= width:
                 own = row_hooks(chunk, ends) if row_hooks else []
                 with model.hooks(fwd_hooks=(hooks(key, 0) if hooks else []) + own):
-                    resid = model(full, stop_at_layer=L)
+                    resid = backend.final_residual(model, full)
             else:
                 cache = prefix_cache(model, full[:1, :n_pre], hooks(key, 0) if hooks else [], len(chunk))
                 body = full[:, n_pre:]
                 ends = ends - n_pre
                 own = row_hooks(chunk, ends) if row_hooks else []
                 with model.hooks(fwd_hooks=(hooks(key, n_pre) if hooks else []) + own):
-                    resid = model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=L)
+                    resid = backend.continue_prefix(model, body, cache)
             rows_idx = torch.arange(len(chunk), device=resid.device)
             out[torch.tensor(chunk, device=out_device)] = resid[rows_idx, ends.to(resid.device)].to(out_device)
     return out
 
 
-def unembed_end(model: HookedTransformer, resid: Float[Tensor, "row d_model"]) -> Float[Tensor, "row d_vocab"]:
+def unembed_end(model: Model, resid: Float[Tensor, "row d_model"]) -> Float[Tensor, "row d_vocab"]:
     """Logits (float32) from final residuals: the model's own final norm, unembedding and final-logit soft-cap
     (Gemma 2), as its forward pass computes them."""
     logits = model.unembed(model.ln_final(resid[:, None]))[:, 0]
-    return apply_softcap(logits, model.cfg.output_logits_soft_cap).float()
+    return apply_softcap(logits, backend.logit_softcap(model)).float()

@@ -35,7 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+from circuits.models import backend
+
+if backend.NAME == "hooked":
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuits.io import atomic_dir, write_json
 from circuits.timing import timed
@@ -135,9 +139,8 @@ def _check_official(name: str) -> None:
     """An official name downloads from the hub unless its files are cached; with neither, fail in seconds (the
     hub library would retry for minutes) saying what to do."""
     from huggingface_hub import try_to_load_from_cache
-    from transformer_lens.loading_from_pretrained import get_official_model_name
 
-    repo = get_official_model_name(name)
+    repo = _official_name(name)
     if isinstance(try_to_load_from_cache(repo, "config.json"), str) or hub_reachable():
         return
     raise ModelLoadError(f"{name!r} is an official TransformerLens name ({repo}), but it is not in the Hugging Face "
@@ -145,7 +148,21 @@ def _check_official(name: str) -> None:
                          "and pass its folder, or use an embedded model. Accepted: " + accepted_inputs() + ".")
 
 
+def _official_name(name: str) -> str:
+    if backend.NAME == "bridge":
+        from transformer_lens.supported_models import get_official_model_name
+    else:
+        from transformer_lens.loading_from_pretrained import get_official_model_name
+    return get_official_model_name(name)
+
+
 def is_official_name(name: str) -> bool:
+    if backend.NAME == "bridge":
+        try:
+            _official_name(name)
+            return True
+        except ValueError:
+            return False
     from transformer_lens.loading_from_pretrained import make_model_alias_map
 
     return name.lower() in make_model_alias_map()
@@ -161,7 +178,8 @@ def load_model(
     use_cache: bool = True,
     n_devices: int = 1,
 ) -> HookedTransformer:
-    """Load a model as a ``HookedTransformer`` in eval mode.
+    """Load a model as a ``HookedTransformer`` (TransformerLens 3.9) or a ``TransformerBridge`` (TransformerLens
+    4.3+, :func:`_load_bridge`), in eval mode: :data:`circuits.models.backend.Model`.
 
     Args:
         name_or_path: see the module docstring for what is accepted.
@@ -175,6 +193,8 @@ def load_model(
     torch_dtype = resolve_dtype(dtype)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if backend.NAME == "bridge":
+        return _load_bridge(str(name_or_path), torch_dtype, device, fold_ln, use_cache, n_devices)
     if n_devices > 1:
         from circuits.models.backend import spread
 
@@ -500,3 +520,78 @@ def _build_processed(cfg: HookedTransformerConfig, folder: Path, tokenizer: Any)
     return model
 
 
+
+
+# --- TransformerLens 4: the same sources as a TransformerBridge ----------------------------------
+
+
+def _load_bridge(name: str, dtype: torch.dtype, device: str | torch.device, fold_ln: bool, use_cache: bool,
+                 n_devices: int = 1) -> Any:
+    """A ``TransformerBridge`` over the Hugging Face model of ``name`` (the sources :func:`load_model` accepts):
+    an embedded model or ``.gguf`` file boots from the Hugging Face folder its GGUF is converted to once
+    (``gguf_cache(...)/hf_model``, with the cached tokenizer), a local folder from itself, an official name from
+    the hub. Processed as on 3.9 (``fold_ln``, writing weights and unembedding not centred, value biases kept), so
+    the logits equal transformers'; BOS as on 3.9 (``to_tokens`` prepends one only where the tokenizer does)."""
+    from transformers import AutoTokenizer
+
+    path = Path(name).expanduser()
+    tokenizer = None
+    if embedded_model(name) is not None or path.suffix == ".gguf":
+        if embedded_model(name) is not None:
+            gguf, label = embedded_gguf_path(name), embedded_model(name).name  # type: ignore[union-attr]
+        elif not path.is_file():
+            raise ModelLoadError(f"GGUF file not found: {path}. Accepted: {accepted_inputs()}.")
+        else:
+            gguf, label = path, path.stem
+        cache = gguf_cache(gguf, label)  # the dequantized HF folder and tokenizer (written once)
+        source, tokenizer = str(cache / "hf_model"), AutoTokenizer.from_pretrained(cache / "tokenizer",
+                                                                                    local_files_only=True)
+    elif path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ModelLoadError(f"Directory {path} has no config.json, so it is not a Hugging Face model folder. "
+                                 f"Accepted: {accepted_inputs()}.")
+        read_hf_config(path)
+        if not [f for pattern in WEIGHT_FILES for f in path.glob(pattern)]:
+            raise ModelLoadError(f"{path} has a config.json but no weights ({', '.join(WEIGHT_FILES)}); copy the "
+                                 "model's weight files beside it.")
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        except Exception as err:  # missing, truncated or foreign files
+            raise ModelLoadError(f"{path} has no usable tokenizer files ({_first_line(err)}); save the tokenizer "
+                                 "beside the weights.") from None
+        source = str(path)
+    elif is_official_name(name):
+        _check_official(name)
+        source = _official_name(name)
+    else:
+        raise ModelLoadError(f"Cannot load model {name!r}: no such file or directory, and not a known name. "
+                             f"Accepted: {accepted_inputs()}.")
+    return boot_bridge(source, dtype, device, fold_ln, tokenizer, n_devices=n_devices)
+
+
+def boot_bridge(source: str, dtype: torch.dtype, device: str | torch.device, fold_ln: bool = True,
+                tokenizer: Any = None, hf_model: Any = None, n_devices: int = 1) -> Any:
+    """``TransformerBridge.boot_transformers`` plus the toolkit's processing, as a
+    :class:`circuits.models._bridge.CircuitsBridge` in eval mode (``hf_model``: an HF model already in memory)."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    from circuits.models._bridge import as_circuits_bridge
+
+    place: dict[str, Any] = {"n_devices": n_devices} if n_devices > 1 else {"device": device}
+    try:
+        bridge = TransformerBridge.boot_transformers(source, dtype=dtype, tokenizer=tokenizer, hf_model=hf_model,
+                                                     **place)
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        raise ModelLoadError(f"TransformerLens could not load {source} as a TransformerBridge: "
+                             f"{type(err).__name__}: {_first_line(err)}") from None
+    if fold_ln:
+        bridge.enable_compatibility_mode(disable_warnings=True, fold_ln=True, center_writing_weights=False,
+                                         center_unembed=False, fold_value_biases=False)
+    else:
+        bridge.enable_compatibility_mode(disable_warnings=True, no_processing=True)
+    tok = tokenizer if tokenizer is not None else bridge.tokenizer
+    if tok is not None:
+        _attach_tokenizer(bridge, tok)
+    bridge = as_circuits_bridge(bridge)
+    bridge.eval()
+    return bridge

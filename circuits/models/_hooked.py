@@ -1,0 +1,261 @@
+"""The HookedTransformer backend (TransformerLens 3.9): :mod:`circuits.models.backend` re-exports this module when
+TransformerLens 3.x is installed. The contract it implements is in :mod:`circuits.models.backend`'s docstring.
+
+Device placement. TransformerLens's forward pass already follows a layer split: before block ``i`` it moves the
+residual stream to ``get_device_for_block_index(i, cfg)`` (consecutive layers on consecutive GPUs from
+``cfg.device``, ``cfg.n_devices`` of them). Its constructor in 3.9 does not place the blocks that way
+(``move_model_modules_to_device`` puts every module on one device), so :func:`spread` does: the embedding with
+block 0, block ``i`` on its device, the final norm and the unembedding with the last block, where the forward pass
+leaves the residual stream. The END-only engine asks :func:`layer_device` and :func:`output_device` where each
+piece lives and moves its small END tensors there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from transformer_lens import ActivationCache, FactoredMatrix, HookedTransformer  # noqa: F401  (re-exported by backend)
+from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
+from transformer_lens.components.abstract_attention import AbstractAttention  # noqa: F401
+from transformer_lens.utilities.activation_functions import apply_softcap, softcap_enabled  # noqa: F401
+from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
+from transformer_lens.utilities.attention import simple_attn_linear  # noqa: F401
+from transformer_lens.utilities.multi_gpu import get_device_for_block_index
+from transformer_lens.utils import get_act_name
+
+_OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
+
+NAME = "hooked"
+Model = HookedTransformer
+KeyValueCache = TransformerLensKeyValueCache
+KeyValueCacheEntry = TransformerLensKeyValueCacheEntry
+
+
+
+def act_name(site: str, layer: int | None = None) -> str:
+    """The hook name of ``site`` in block ``layer`` (``act_name("z", 3)`` is ``"blocks.3.attn.hook_z"``)."""
+    return get_act_name(site, layer)
+
+
+def frozen_cache_entry(keys: torch.Tensor, values: torch.Tensor) -> TransformerLensKeyValueCacheEntry:
+    """One layer's key/value cache holding ``keys`` and ``values`` ``[batch, pos, kv_head, d_head]`` (unrotated,
+    as ``hook_k``/``hook_v`` hold them), left unchanged by the forward that reads it."""
+    return TransformerLensKeyValueCacheEntry(past_keys=keys, past_values=values, frozen=True)
+
+
+
+def block_devices(n_layers: int, first: str | torch.device, n_devices: int) -> list[torch.device]:
+    """The device of each block when ``n_layers`` are split over ``n_devices`` GPUs from ``first`` (TransformerLens's
+    rule: block ``i`` on ``first + i * n_devices // n_layers``)."""
+
+    class _Cfg:  # the two fields the rule reads
+        device = str(first)
+
+    cfg = _Cfg()
+    cfg.n_devices, cfg.n_layers = n_devices, n_layers  # type: ignore[attr-defined]
+    return [get_device_for_block_index(i, cfg) for i in range(n_layers)]  # type: ignore[arg-type]
+
+
+def spread(model: Model, n_devices: int, first: str | torch.device | None = None) -> Model:
+    """Place ``model``'s layers over ``n_devices`` GPUs (in place) so that TransformerLens's forward pass, the
+    training loop and the END-only engine run it across them. Load the model on the CPU first (a model that does not
+    fit one GPU cannot be built on one)."""
+    first = torch.device(first if first is not None else ("cuda:0" if torch.cuda.is_available() else "cpu"))
+    if n_devices < 1:
+        raise ValueError(f"n_devices must be >= 1, got {n_devices}")
+    if n_devices > 1:
+        if first.type != "cuda":
+            raise ValueError("n_devices > 1 spreads a model over GPUs; none is visible here")
+        if (first.index or 0) + n_devices > torch.cuda.device_count():
+            raise ValueError(f"n_devices {n_devices} from {first} needs GPUs up to cuda:{(first.index or 0) + n_devices - 1}"
+                             f"; this machine has {torch.cuda.device_count()}")
+    devices = block_devices(model.cfg.n_layers, first, n_devices)
+    model.cfg.device = str(first)
+    model.cfg.n_devices = n_devices
+    for i, block in enumerate(model.blocks):
+        block.to(devices[i])
+    for name in ("embed", "hook_embed", "pos_embed", "hook_pos_embed"):
+        if hasattr(model, name):
+            getattr(model, name).to(devices[0])
+    for name in ("ln_final", "unembed"):
+        if hasattr(model, name):
+            getattr(model, name).to(devices[-1])
+    return model
+
+
+def check_dtype(dtype: str, device: str | torch.device) -> None:
+    """fp16 is for GPUs: on a CPU it is slow and partly unsupported, and bf16 has its memory with fp32's range."""
+    if dtype in ("float16", "fp16") and torch.device(device).type == "cpu":
+        raise ValueError("dtype float16 needs a GPU (this run is on the CPU); use bfloat16 or float32 on a CPU")
+
+
+def layer_device(model: Model, layer: int) -> torch.device:
+    """Where block ``layer``'s weights are (and so where its END-only pieces must run)."""
+    return next(model.blocks[layer].parameters()).device
+
+
+def output_device(model: Model) -> torch.device:
+    """Where the final norm and the unembedding run."""
+    return model.unembed.W_U.device
+
+
+# --- what the engines read of a model (the contract's model-level functions) ----------------------
+
+
+def architecture(model: Model) -> str:
+    """The Hugging Face architecture name (``"LlamaForCausalLM"``)."""
+    return str(model.cfg.original_architecture)
+
+
+def n_kv_heads(model: Model) -> int:
+    """Key/value heads per layer (``n_heads`` without grouped-query attention)."""
+    return int(model.cfg.n_key_value_heads or model.cfg.n_heads)
+
+
+def final_residual(model: Model, tokens: Tensor, **kwargs: Any) -> Tensor:
+    """The residual stream after the last block, ``[batch, pos, d_model]`` (no final norm, no unembedding)."""
+    return model(tokens, stop_at_layer=model.cfg.n_layers, **kwargs)
+
+
+def _zero_if_none(b: Tensor | None, shape: tuple[int, ...], like: Tensor) -> Tensor:
+    return torch.zeros(shape, dtype=like.dtype, device=like.device) if b is None else b
+
+
+def attn_qkv(model: Model, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """``W_Q [head d_model d_head], b_Q [head d_head], W_K, b_K, W_V, b_V`` (keys and values with their
+    ``n_kv_heads`` heads, not repeated per query head), biases zero where the model has none."""
+    attn = model.blocks[layer].attn
+    grouped = bool(model.cfg.n_key_value_heads)
+    W_K, b_K = (attn._W_K, attn._b_K) if grouped else (attn.W_K, attn.b_K)
+    W_V, b_V = (attn._W_V, attn._b_V) if grouped else (attn.W_V, attn.b_V)
+    return attn.W_Q, attn.b_Q, W_K, b_K, W_V, b_V
+
+
+def attn_out(model: Model, layer: int) -> tuple[Tensor, Tensor]:
+    """``W_O [head d_head d_model]`` and ``b_O [d_model]`` (zero where the model has none)."""
+    attn = model.blocks[layer].attn
+    return attn.W_O, attn.b_O
+
+
+def qk_norms(model: Model, layer: int) -> tuple[Any, Any] | None:
+    """The per-head query and key norms applied before rotary (Qwen3, Gemma 3), each callable on ``[n, d_head]``;
+    ``None`` where the model has none."""
+    if not model.cfg.use_qk_norm:
+        return None
+    attn = model.blocks[layer].attn
+    return attn.q_norm, attn.k_norm
+
+
+def rotary(model: Model, layer: int, x: Tensor, pos: Tensor) -> Tensor:
+    """Rotary embedding of ``x`` (``[..., pair, head, d_head]``) at each pair's own position ``pos [pair]``, with
+    layer ``layer``'s own table; ``x`` unchanged for models without rotary."""
+    if model.cfg.positional_embedding_type != "rotary":
+        return x
+    attn = model.blocks[layer].attn
+    rd = model.cfg.rotary_dim
+    x_rot, x_pass = x[..., :rd], x[..., rd:]
+    cos = attn.rotary_cos[pos][:, None, :].to(x.dtype)  # [pair, 1, rd]
+    sin = attn.rotary_sin[pos][:, None, :].to(x.dtype)
+    rotated = x_rot * cos + attn.rotate_every_two(x_rot) * sin
+    return torch.cat([rotated, x_pass], dim=-1)
+
+
+def rotary_key_hook(model: Model, layer: int) -> str:
+    """The hook holding layer ``layer``'s keys as attention reads them (rotated where the model is rotary)."""
+    if model.cfg.positional_embedding_type == "rotary":
+        return f"blocks.{layer}.attn.hook_rot_k"
+    return get_act_name("k", layer)
+
+
+def score_scale(model: Model, layer: int) -> float:
+    """What attention multiplies ``q . k`` by (``1 / attn_scale``)."""
+    return 1.0 / float(model.blocks[layer].attn.attn_scale)
+
+
+def score_softcap(model: Model, layer: int) -> float:
+    """Attention score soft-cap (Gemma 2); ``<= 0`` for none."""
+    return float(model.cfg.attn_scores_soft_cap)
+
+
+def logit_softcap(model: Model) -> float:
+    """Final logit soft-cap (Gemma 2); ``<= 0`` for none."""
+    return float(model.cfg.output_logits_soft_cap)
+
+
+def sliding_window(model: Model, layer: int) -> int | None:
+    """Layer ``layer``'s attention window (a query at ``i`` sees keys ``j > i - window``); ``None``: global."""
+    return int(model.cfg.window_size) if model.blocks[layer].attn.attn_type == "local" else None
+
+
+def post_norms(model: Model) -> bool:
+    """Whether blocks normalise sublayer outputs before they join the residual (Gemma 2/3: ``ln1_post``,
+    ``ln2_post``)."""
+    return bool(model.cfg.use_normalization_before_and_after)
+
+
+def unembed_weights(model: Model) -> tuple[Tensor, Tensor]:
+    """``W_U [d_model d_vocab]`` and ``b_U [d_vocab]`` (zero where the model has none)."""
+    return model.unembed.W_U, model.unembed.b_U
+
+
+def end_unsupported(model: Model) -> list[str]:
+    """What the END-only engine (:mod:`circuits.patching.end_layers`) does not compute the way the model does."""
+    cfg = model.cfg
+    problems = []
+    if cfg.parallel_attn_mlp:
+        problems.append("parallel attention/MLP blocks (the MLP would read resid_pre, not resid_mid)")
+    if cfg.attn_only:
+        problems.append("attention-only models (no MLP sweep)")
+    if cfg.original_architecture in POST_NORM_ARCHITECTURES:
+        problems.append(f"post-norm blocks ({cfg.original_architecture} normalises sublayer outputs with ln1/ln2)")
+    if cfg.positional_embedding_type not in ("rotary", "standard"):
+        problems.append(f"positional embedding {cfg.positional_embedding_type!r} (END attention adds no "
+                        "position bias)")
+    if cfg.use_qk_norm and cfg.positional_embedding_type != "rotary":
+        problems.append("QK norm without rotary (the cached keys are read before the norm)")
+    if cfg.original_architecture in _OLMO:
+        problems.append("QK norm over whole projections (OLMo)")
+    if cfg.use_attention_sinks:
+        problems.append("attention sinks (an extra softmax column)")
+    if cfg.clip_qkv is not None or cfg.use_logn_attn or cfg.use_dynamic_ntk_rope:
+        problems.append("clipped Q/K/V, log-n attention scaling or dynamic NTK RoPE")
+    if cfg.use_split_qkv_input or cfg.use_attn_in:
+        problems.append("split Q/K/V inputs (use_split_qkv_input/use_attn_in)")
+    if cfg.attention_dir != "causal":
+        problems.append("bidirectional attention")
+    return problems
+
+
+# --- running a shared prefix once ---------------------------------------------------------------
+
+
+def prefix_sharing(model: Model) -> bool:
+    """Whether :func:`prefix_cache` and :func:`continue_prefix` work for this model (always, on 3.9)."""
+    return True
+
+
+@torch.no_grad()
+def prefix_cache(model: Model, prefix: Tensor, hooks: list, repeat: int) -> TransformerLensKeyValueCache:
+    """Run ``prefix`` (``[row, pos]`` tokens) once with ``hooks`` into a frozen key/value cache whose rows are each
+    repeated ``repeat`` times in order (a view for one prefix row), for the rows that continue it."""
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, prefix.device, len(prefix))
+    with model.hooks(fwd_hooks=hooks):
+        model(prefix, past_kv_cache=cache, attention_mask=torch.ones_like(prefix), stop_at_layer=model.cfg.n_layers)
+    cache.freeze()
+
+    def rep(t: Tensor) -> Tensor:
+        return t.expand(repeat, *t.shape[1:]) if len(t) == 1 else t.repeat_interleave(repeat, dim=0)
+
+    for e in cache.entries:
+        e.past_keys, e.past_values = rep(e.past_keys), rep(e.past_values)
+    cache.previous_attention_mask = rep(cache.previous_attention_mask)
+    return cache
+
+
+def continue_prefix(model: Model, body: Tensor, cache: TransformerLensKeyValueCache) -> Tensor:
+    """The final residual ``[row, pos, d_model]`` of ``body`` (the tokens after the prefix) run after ``cache``
+    (:func:`prefix_cache`), with whatever hooks are on the model."""
+    return model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=model.cfg.n_layers)
