@@ -44,6 +44,10 @@ def main(argv: list[str] | None = None) -> None:
     from circuits.sft.delta import extract_delta
     from circuits.versions import backend_line
 
+    def backend_name(model) -> str:  # what load_model returned, by class (CircuitsBridge is a TransformerBridge)
+        names = {c.__name__ for c in type(model).__mro__}
+        return "bridge" if "TransformerBridge" in names else "hooked" if "HookedTransformer" in names else "?"
+
     seconds: dict[str, float] = {}
     t = time.perf_counter()
     model = load_model("smollm2", device="cpu", dtype="float32")
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         delta = torch.load(os.path.join(tmp, "delta.pt"), weights_only=True)
     seconds["sft"] = time.perf_counter() - t
 
-    torch.save({"line": backend_line(), "transformer_lens": version("transformer_lens"),
+    torch.save({"line": backend_line(), "backend": backend_name(model), "transformer_lens": version("transformer_lens"),
                 "transformers": version("transformers"), "model_type": type(model).__name__,
                 "own_pairs": [p.to_json() for p in own], "pairs": [p.to_json() for p in pairs],
                 "sweeps": sweeps, "key_heads": key_heads, "key_mlps": key_mlps,

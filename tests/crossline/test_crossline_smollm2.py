@@ -56,8 +56,8 @@ def sides(tmp_path_factory):
     _run_side(python3, tmp / "tl3.pt", "--write-pairs", str(tmp / "pairs.jsonl"))
     _run_side(sys.executable, tmp / "tl4.pt", "--pairs-from", str(tmp / "pairs.jsonl"))
     tl3, tl4 = (torch.load(tmp / f"{n}.pt", weights_only=False) for n in ("tl3", "tl4"))
-    assert (tl3["line"], tl3["model_type"]) == (3, "HookedTransformer"), (tl3["line"], tl3["model_type"])
-    assert (tl4["line"], tl4["model_type"]) == (4, "TransformerBridge"), (tl4["line"], tl4["model_type"])
+    assert (tl3["line"], tl3["backend"]) == (3, "hooked"), (tl3["line"], tl3["model_type"])
+    assert (tl4["line"], tl4["backend"]) == (4, "bridge"), (tl4["line"], tl4["model_type"])
     print(f"\ncross-line: TL {tl3['transformer_lens']} (transformers {tl3['transformers']}) vs TL "
           f"{tl4['transformer_lens']} (transformers {tl4['transformers']}); seconds 3.9 {tl3['seconds']}, "
           f"4.3 {tl4['seconds']}")
