@@ -197,7 +197,7 @@ def attention_html(
             tokens = torch.tensor([prompt.reference_token_ids], device=model.cfg.device)
             text = prompt.reference
         else:
-            tokens = model.to_tokens(prompt)
+            tokens = model.to_tokens(prompt, prepend_bos=False)  # as pairs are tokenised (a Bridge prepends BOS by default)
             text = prompt
         _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in filt, stop_at_layer=max(layers) + 1)
         pat = torch.stack([cache[get_act_name("pattern", l)][0, h] for l, h in heads]).float().cpu()

@@ -23,6 +23,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
+from circuits.models.backend import attn_out
 
 from circuits.data.pairs import PromptPair, pair_logits
 from circuits.patching.ranking import rank
@@ -137,7 +138,8 @@ def direct_logit_attribution(model: Model, pairs: Sequence[PromptPair], batch_si
     heads = torch.stack([project(torch.einsum("phd,hdm->hpm", acts[get_act_name("z", l)], W_O[l])) for l in range(L)])
     mlps = torch.stack([project(acts[get_act_name("mlp_out", l)]) for l in range(L)])
     embed = acts["hook_embed"] + acts.get("hook_pos_embed", 0)
-    b_O = model.b_O.detach().float().cpu().sum(0)  # [d_model]: every layer's attention output bias
+    # [d_model]: every layer's attention output bias (zero where the model has none: a Bridge's b_O is None)
+    b_O = torch.stack([attn_out(model, l)[1].detach().float().cpu() for l in range(L)]).sum(0)
     final = acts[get_act_name("resid_post", L - 1)]
     return DirectLogitAttribution(heads, mlps, project(embed), project(b_O.expand(len(pairs), -1)), unembed_bias,
                                   project(final) + unembed_bias, cf_answer)

@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from circuits.models.backend import POST_NORM_ARCHITECTURES, Model, act_name, apply_softcap, simple_attn_linear
+from circuits.models import backend
+from circuits.models.backend import Model, act_name, apply_softcap, simple_attn_linear
 from circuits.data.pairs import PairBatch
 from circuits.patching.metrics import Baseline, Metric
 from circuits.models.forward import end_residuals, shared_prefix_lengths
@@ -101,14 +102,13 @@ def collect_runs(model: Model, batch: PairBatch, need_kv: bool) -> Runs:
     end = batch.end.to(model.cfg.device)
     ref: dict[str, Tensor] = {}
     cf: dict[str, Tensor] = {}
-    rotary = model.cfg.positional_embedding_type == "rotary"
     ref_hooks = []
     for l in range(L):
         for site in ("resid_pre", "resid_mid", "attn_out", "z"):
             name = act_name(site, l)
             ref_hooks.append((name, _gather_end(ref, name, end)))
         if need_kv:
-            k_name = f"blocks.{l}.attn.hook_rot_k" if rotary else act_name("k", l)
+            k_name = backend.rotary_key_hook(model, l)
             ref_hooks.append((k_name, _store_full(ref, k_name)))
             ref_hooks.append((act_name("v", l), _store_full(ref, act_name("v", l))))
     final = act_name("resid_post", L - 1)
@@ -125,7 +125,7 @@ def collect_runs(model: Model, batch: PairBatch, need_kv: bool) -> Runs:
     stack = lambda d, site: [d[act_name(site, l)] for l in range(L)]  # noqa: E731
     keys = values = []
     if need_kv:
-        keys = [ref[f"blocks.{l}.attn.hook_rot_k" if rotary else act_name("k", l)] for l in range(L)]
+        keys = [ref[backend.rotary_key_hook(model, l)] for l in range(L)]
         values = [ref[act_name("v", l)] for l in range(L)]
     return Runs(
         resid_pre=stack(ref, "resid_pre"),
@@ -147,7 +147,7 @@ def collect_runs(model: Model, batch: PairBatch, need_kv: bool) -> Runs:
 def _post_norm(model: Model, norm_name: str, layer: int, out: Tensor) -> Tensor:
     """The norm some families apply to a sublayer's output before it joins the residual (Gemma 2/3:
     ``ln1_post`` after attention, ``ln2_post`` after the MLP); identity elsewhere."""
-    if not model.cfg.use_normalization_before_and_after:
+    if not backend.post_norms(model):
         return out
     shape = out.shape
     return getattr(model.blocks[layer], norm_name)(out.reshape(-1, 1, shape[-1])).reshape(shape)
@@ -162,14 +162,9 @@ def mlp_at_end(model: Model, layer: int, x: Float[Tensor, "... d_model"]) -> Ten
 
 
 def rotate(model: Model, layer: int, x: Float[Tensor, "... n d_head"], pos: Int[Tensor, " pair"]) -> Tensor:
-    """Rotary embedding of ``x`` (``[..., pair, head, d_head]``) at each pair's own position."""
-    attn = model.blocks[layer].attn
-    rd = model.cfg.rotary_dim
-    x_rot, x_pass = x[..., :rd], x[..., rd:]
-    cos = attn.rotary_cos[pos][:, None, :].to(x.dtype)  # [pair, 1, rd]
-    sin = attn.rotary_sin[pos][:, None, :].to(x.dtype)
-    rotated = x_rot * cos + attn.rotate_every_two(x_rot) * sin
-    return torch.cat([rotated, x_pass], dim=-1)
+    """Rotary embedding of ``x`` (``[..., pair, head, d_head]``) at each pair's own position (layer ``layer``'s
+    table; unchanged for models without rotary): :func:`circuits.models.backend.rotary`."""
+    return backend.rotary(model, layer, x, pos)
 
 
 def attention_at_end(
@@ -188,55 +183,53 @@ def attention_at_end(
     divided by the layer's scale and soft-capped (Gemma 2), the causal mask and, on local layers only, the sliding
     window (Mistral, Gemma 2/3), the softmax in float32, and the post-attention norm (Gemma 2/3)."""
     cfg = model.cfg
-    attn = model.blocks[layer].attn
     S, P, _ = x.shape
     xn = model.blocks[layer].ln1(x.reshape(S * P, 1, -1)).reshape(S, P, -1)
-    n_kv = cfg.n_key_value_heads or cfg.n_heads
-    W_K = attn._W_K if cfg.n_key_value_heads else attn.W_K
-    b_K = attn._b_K if cfg.n_key_value_heads else attn.b_K
-    W_V = attn._W_V if cfg.n_key_value_heads else attn.W_V
-    b_V = attn._b_V if cfg.n_key_value_heads else attn.b_V
+    n_kv = backend.n_kv_heads(model)
+    W_Q, b_Q, W_K, b_K, W_V, b_V = backend.attn_qkv(model, layer)
     flat = xn.reshape(S * P, 1, -1)
     q, k, v = (simple_attn_linear(flat, w, b).reshape(S, P, -1, cfg.d_head)
-               for w, b in ((attn.W_Q, attn.b_Q), (W_K, b_K), (W_V, b_V)))
-    if cfg.use_qk_norm:
-        q, k = (norm(t.reshape(-1, cfg.d_head)).reshape(t.shape) for norm, t in ((attn.q_norm, q), (attn.k_norm, k)))
-    if cfg.positional_embedding_type == "rotary":
-        q = rotate(model, layer, q, end)
-        k = rotate(model, layer, k, end)
+               for w, b in ((W_Q, b_Q), (W_K, b_K), (W_V, b_V)))
+    norms = backend.qk_norms(model, layer)
+    if norms is not None:
+        q, k = (norm(t.reshape(-1, cfg.d_head)).reshape(t.shape) for norm, t in zip(norms, (q, k)))
+    q = rotate(model, layer, q, end)
+    k = rotate(model, layer, k, end)
     q = einops.rearrange(q, "s p (k g) e -> s p k g e", k=n_kv)
-    scale = attn.attn_scale
-    prefix_scores = apply_softcap(torch.einsum("spkge,ptke->spkgt", q, keys) / scale, cfg.attn_scores_soft_cap)
-    self_score = apply_softcap(torch.einsum("spkge,spke->spkg", q, k)[..., None] / scale, cfg.attn_scores_soft_cap)
+    scale, cap = backend.score_scale(model, layer), backend.score_softcap(model, layer)
+    prefix_scores = apply_softcap(torch.einsum("spkge,ptke->spkgt", q, keys) * scale, cap)
+    self_score = apply_softcap(torch.einsum("spkge,spke->spkg", q, k)[..., None] * scale, cap)
     positions = torch.arange(keys.shape[1], device=x.device)
     masked = positions[None, :] >= end[:, None]  # [pair, pos]: END itself and padding after it
-    if attn.attn_type == "local":  # Gemma alternates local and global layers: only local ones have a window
-        masked = masked | (positions[None, :] <= end[:, None] - cfg.window_size)
+    window = backend.sliding_window(model, layer)
+    if window is not None:  # local layers (Mistral's window, Gemma's alternating local/global layers)
+        masked = masked | (positions[None, :] <= end[:, None] - window)
     prefix_scores = prefix_scores.masked_fill(masked[None, :, None, None, :], float("-inf"))
     pattern = torch.cat([prefix_scores, self_score], dim=-1).float().softmax(-1).to(x.dtype)
     z = torch.einsum("spkgt,ptke->spkge", pattern[..., :-1], values) + pattern[..., -1:] * v[:, :, :, None, :]
     return attention_output(model, layer, einops.rearrange(z, "s p k g e -> s p (k g) e"))
 
 
-def project_z(attn, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d_model"]:
-    """The attention layer's projection of ``z`` (``z @ W_O + b_O``), with the same arithmetic as TransformerLens's
-    attention. What joins the residual is :func:`attention_output` (the same, then the post-attention norm of
-    families that have one)."""
-    w = einops.rearrange(attn.W_O, "h e d -> d (h e)")
-    return F.linear(einops.rearrange(z, "s p h e -> s p (h e)"), w, attn.b_O)
+def project_z(model: Model, layer: int, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d_model"]:
+    """Layer ``layer``'s attention projection of ``z`` (``z @ W_O + b_O``), with the same arithmetic as
+    TransformerLens's attention. What joins the residual is :func:`attention_output` (the same, then the
+    post-attention norm of families that have one)."""
+    W_O, b_O = backend.attn_out(model, layer)
+    w = einops.rearrange(W_O, "h e d -> d (h e)")
+    return F.linear(einops.rearrange(z, "s p h e -> s p (h e)"), w, b_O)
 
 
 def attention_output(model: Model, layer: int, z: Float[Tensor, "s p head d_head"]) -> Float[Tensor, "s p d_model"]:
     """What layer ``layer``'s attention adds to the residual for ``z`` (``hook_attn_out``): :func:`project_z`, then
     the post-attention norm (Gemma 2/3), which acts on the sum over heads, so a head's share is not linear there."""
-    return _post_norm(model, "ln1_post", layer, project_z(model.blocks[layer].attn, z))
+    return _post_norm(model, "ln1_post", layer, project_z(model, layer, z))
 
 
 def end_logits(model: Model, x: Float[Tensor, "row d_model"]) -> Float[Tensor, "row d_vocab"]:
     """Logits (float32) of final END residuals: the final norm, the unembedding and the final-logit soft-cap
     (Gemma 2), as a forward pass computes them."""
     logits = model.unembed(model.ln_final(x.reshape(-1, 1, x.shape[-1])))[:, 0]
-    return apply_softcap(logits, model.cfg.output_logits_soft_cap).float()
+    return apply_softcap(logits, backend.logit_softcap(model)).float()
 
 
 def token_logits(model: Model, x: Float[Tensor, "sender pair d_model"], tokens: Int[Tensor, " pair"]
@@ -246,9 +239,10 @@ def token_logits(model: Model, x: Float[Tensor, "sender pair d_model"], tokens: 
     to indexing :func:`end_logits` up to float rounding (a dot product instead of a matrix product)."""
     S, P, d = x.shape
     xn = model.ln_final(x.reshape(S * P, 1, d)).reshape(S, P, d)
-    w = model.unembed.W_U.T[tokens]  # [pair, d_model]
-    logits = torch.einsum("spd,pd->sp", xn, w.to(xn.dtype)) + model.unembed.b_U[tokens].to(xn.dtype)
-    return apply_softcap(logits, model.cfg.output_logits_soft_cap).float()
+    W_U, b_U = backend.unembed_weights(model)
+    w = W_U.T[tokens]  # [pair, d_model]
+    logits = torch.einsum("spd,pd->sp", xn, w.to(xn.dtype)) + b_U[tokens].to(xn.dtype)
+    return apply_softcap(logits, backend.logit_softcap(model)).float()
 
 
 def readout(
@@ -304,32 +298,10 @@ def check_supported(model: Model) -> None:
     with Q/K/V biases, Qwen3, Gemma 2/3 with norms after attention and MLP, soft-capping, QK norm and local/global
     layers, GPT-2). Everything in the list below could be done END-only too; it is refused because this engine
     does not implement it, not because it needs whole sequences."""
-    cfg = model.cfg
-    problems = []
-    if cfg.parallel_attn_mlp:
-        problems.append("parallel attention/MLP blocks (the MLP would read resid_pre, not resid_mid)")
-    if cfg.attn_only:
-        problems.append("attention-only models (no MLP sweep)")
-    if cfg.original_architecture in POST_NORM_ARCHITECTURES:
-        problems.append(f"post-norm blocks ({cfg.original_architecture} normalises sublayer outputs with ln1/ln2)")
-    if cfg.positional_embedding_type not in ("rotary", "standard"):
-        problems.append(f"positional embedding {cfg.positional_embedding_type!r} (END attention adds no "
-                        "position bias)")
-    if cfg.use_qk_norm and cfg.positional_embedding_type != "rotary":
-        problems.append("QK norm without rotary (the cached keys are read before the norm)")
-    if cfg.original_architecture in ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM"):
-        problems.append("QK norm over whole projections (OLMo)")
-    if cfg.use_attention_sinks:
-        problems.append("attention sinks (an extra softmax column)")
-    if cfg.clip_qkv is not None or cfg.use_logn_attn or cfg.use_dynamic_ntk_rope:
-        problems.append("clipped Q/K/V, log-n attention scaling or dynamic NTK RoPE")
-    if cfg.use_split_qkv_input or cfg.use_attn_in:
-        problems.append("split Q/K/V inputs (use_split_qkv_input/use_attn_in)")
-    if cfg.attention_dir != "causal":
-        problems.append("bidirectional attention")
+    problems = backend.end_unsupported(model)
     if problems:
         raise ValueError(
-            f"The END-only engine does not support {'; '.join(problems)} (model {cfg.model_name}). Accepted: "
+            f"The END-only engine does not support {'; '.join(problems)} (model {getattr(model.cfg, 'model_name', '?')}). Accepted: "
             "pre-norm decoders with rotary or learned positions, such as Llama 2/3.x, Mistral, Qwen2/2.5, Qwen3, "
             "Gemma 2/3 and GPT-2."
         )

@@ -30,6 +30,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
+from circuits.models.backend import continue_prefix, final_residual, prefix_sharing
 
 from circuits import distributed as D
 from circuits.data.pairs import PromptPair
@@ -287,8 +288,9 @@ def knockout_residuals(
     pooled = (not resample) and means.pooled  # type: ignore[union-attr]
     src = [means.row_of(p) if resample else means.group_of(p) for p in pairs]  # type: ignore[union-attr]
     groups: dict[tuple[int, ...], list[int]] = {}
+    share = share_prefix and not resample and prefix_sharing(model)  # a cache that gives the full run's numbers
     for i, p in enumerate(pairs):
-        n_pre = p.prefix_length if share_prefix and not resample else 0
+        n_pre = p.prefix_length if share else 0
         n_pre = min(n_pre, len(p.reference_token_ids) - 1)  # every row keeps at least its last token
         groups.setdefault(tuple(p.reference_token_ids[:n_pre]), []).append(i)
 
@@ -347,10 +349,9 @@ def knockout_residuals(
                                   block_src.repeat(ns), n_pre)
                 with model.hooks(fwd_hooks=row_hooks):
                     if cache is None:
-                        resid = model(rows_body, stop_at_layer=L)
+                        resid = final_residual(model, rows_body)
                     else:
-                        resid = model(rows_body, past_kv_cache=cache, attention_mask=torch.ones_like(rows_body),
-                                      stop_at_layer=L)
+                        resid = continue_prefix(model, rows_body, cache)
                 ends = (lengths - n_pre - 1).repeat(ns).to(resid.device)
                 end = resid[torch.arange(len(ends), device=resid.device), ends].reshape(ns, nb, -1)
                 out[sl][:, torch.tensor(block, device=out.device)] = end.to(out.device)

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
+from circuits.models.backend import final_residual
 
 from circuits.data.pairs import PromptPair
 from circuits.models.forward import unembed_end
@@ -113,6 +114,7 @@ def resampled_logits(model: Model, pairs: Sequence[PromptPair], values: Resample
 
                 hooks.append((get_act_name("mlp_out", layer), m_hook))
             tokens = torch.tensor([pairs[r].reference_token_ids for r in chunk], device=model.cfg.device)
-            resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
+            with model.hooks(fwd_hooks=hooks):
+                resid = final_residual(model, tokens)
             out[torch.tensor(chunk)] = unembed_end(model, resid[:, n - 1]).cpu()
     return out
