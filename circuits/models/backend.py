@@ -77,3 +77,82 @@ __all__ = ["NAME", "POST_NORM_ARCHITECTURES", "SUPPORTED", "AbstractAttention", 
            "logit_softcap", "n_kv_heads", "output_device", "post_norms", "prefix_cache", "prefix_sharing",
            "qk_norms", "rotary", "rotary_key_hook", "score_scale", "score_softcap", "simple_attn_linear",
            "sliding_window", "softcap_enabled", "spread", "unembed_weights"]
+
+
+# --- Fine-tuning (circuits.sft): TransformerLens-named parameters and the final residual, on either backend -------
+# (tl4sft) Precise SFT plans, masks, steps and saves tensors under TransformerLens's names and per-head layout; on a
+# TransformerBridge those are views of the Hugging Face weights (circuits.models.hf_weights.TunableTensor).
+
+import torch  # noqa: E402
+
+from circuits.models.hf_weights import TunableTensor  # noqa: E402  (torch only; importable on both lines)
+
+
+def is_bridge(model: object) -> bool:
+    """Whether ``model`` is a TransformerLens ``TransformerBridge`` (it wraps a Hugging Face model)."""
+    return hasattr(model, "original_model") and hasattr(model, "adapter")
+
+
+def tunable_tensors(model: Model) -> dict[str, TunableTensor]:
+    """TransformerLens name -> :class:`~circuits.models.hf_weights.TunableTensor` of every parameter fine-tuning can
+    tune: a ``HookedTransformer``'s own parameters, or on a Bridge the Hugging Face weights behind each name (K/V
+    named ``_W_K``/``_W_V`` where heads share them, as on 3.9; folded norms left out)."""
+    from circuits.models.hf_weights import bridge_tunable_tensors
+
+    if is_bridge(model):
+        return bridge_tunable_tensors(model)
+    return {n: TunableTensor(n, n, p) for n, p in model.named_parameters()}
+
+
+def untunable_parameters(model: Model) -> list[str]:
+    """Parameters of ``model`` that no TransformerLens name covers (full SFT would leave them frozen): none on a
+    ``HookedTransformer``; on a Bridge, those of a family :mod:`circuits.models.hf_weights` does not map."""
+    from circuits.models.hf_weights import unmapped_parameters
+
+    return unmapped_parameters(model, tunable_tensors(model)) if is_bridge(model) else []
+
+
+class _FinalResidual(Exception):  # noqa: N818  (control flow, not an error)
+    pass
+
+
+def training_residual(model: Model, tokens: torch.Tensor) -> torch.Tensor:
+    """The residual stream after the last block, ``[batch, pos, d_model]``, before the final norm (with gradients):
+    :func:`final_residual`, except on a plain ``TransformerBridge`` (TransformerLens 3.9's own, which the parity
+    tests hold beside a ``HookedTransformer``), whose ``stop_at_layer=n_layers`` returns logits: that run is stopped
+    from the last block's ``hook_resid_post`` instead."""
+    if not is_bridge(model) or NAME == "bridge":
+        return final_residual(model, tokens)
+    seen: dict[str, torch.Tensor] = {}
+
+    def grab(x: torch.Tensor, hook: object) -> None:
+        seen["x"] = x
+        raise _FinalResidual
+
+    try:
+        model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{model.cfg.n_layers - 1}.hook_resid_post", grab)])
+    except _FinalResidual:
+        pass
+    return seen["x"]
+
+
+@torch.no_grad()
+def link_processed_weights(model: Model) -> Model:
+    """Make a Bridge compute with its parameters, so that gradients reach them: TransformerLens 3.9's Bridge runs a
+    processed gated MLP through ``_processed_W_in``/``_W_gate``/``_W_out`` tensors that share the Hugging Face
+    weights' storage but are detached copies (no gradient reaches ``up_proj.weight``); each such tensor is replaced
+    by the parameter it views (same values). TransformerLens 4.3 computes with the parameters already."""
+    if not is_bridge(model):
+        return model
+    by_storage = {(p.untyped_storage().data_ptr(), p.storage_offset(), tuple(p.shape), p.stride()): p
+                  for p in model.parameters()}
+    for module in model.modules():
+        for attr, value in list(vars(module).items()):
+            if not attr.startswith("_processed_") or not isinstance(value, torch.Tensor) \
+                    or isinstance(value, torch.nn.Parameter):
+                continue
+            p = by_storage.get((value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape),
+                                value.stride()))
+            if p is not None:
+                object.__setattr__(module, attr, p)  # not registered: the parameter keeps its one name
+    return model

@@ -194,3 +194,256 @@ def write_back(
         else:  # b_O, b_in, b_out: whole vectors
             put(slice(None), value)
     return hf_model
+
+
+# --- TransformerLens names on a model's own parameters (fine-tuning on either backend) ---------------------------
+#
+# Fine-tuning (:mod:`circuits.sft`) plans, masks, steps and saves parameters under their TransformerLens names and in
+# TransformerLens's per-head layout, so that a tuning plan and a ``delta.pt`` mean the same on both backends. On a
+# ``HookedTransformer`` those are the model's own parameters. On a ``TransformerBridge`` (and on a plain Hugging Face
+# model) they are views of the Hugging Face ``nn.Linear`` weights, which are the only tensors that get gradients:
+# head ``h`` of ``W_Q`` is rows ``h*d_head:(h+1)*d_head`` of ``q_proj.weight``, transposed; of ``W_O``, the same
+# columns of ``o_proj.weight``. :class:`TunableTensor` holds one such correspondence and converts values, gradients
+# and row selections between the two layouts.
+
+LAYOUTS = ("same", "transpose", "head_rows", "head_cols", "head_bias")
+_PER_LAYER = ("attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O", "attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O",
+              "mlp.W_in", "mlp.W_gate", "mlp.W_out", "mlp.b_out", "ln1.w", "ln2.w", "ln1_post.w", "ln2_post.w",
+              "attn.q_norm.w", "attn.k_norm.w")
+_GLOBAL = ("embed.W_E", "unembed.W_U", "ln_final.w")
+_GROUPED = {"W_K": "_W_K", "W_V": "_W_V", "b_K": "_b_K", "b_V": "_b_V"}
+# Norms a TransformerLens-style weight processing (``fold_ln``) multiplies into the weights after them.
+FOLDED_NORMS = ("ln1", "ln2", "ln_final")
+
+
+def _layout_of(name: str) -> str:
+    param = name.split(".")[-1]
+    if param in ("W_Q", "W_K", "_W_K", "W_V", "_W_V"):
+        return "head_rows"
+    if param == "W_O":
+        return "head_cols"
+    if param in ("b_Q", "b_K", "_b_K", "b_V", "_b_V"):
+        return "head_bias"
+    if param in ("W_in", "W_gate", "W_out", "W_U"):
+        return "transpose"
+    return "same"
+
+
+class TunableTensor:
+    """One parameter under its TransformerLens name ``name`` and the tensor that holds it, ``param`` (the model's
+    parameter ``key``), in layout ``layout``:
+
+    - ``same``: the parameter is the TransformerLens tensor (a ``HookedTransformer``; norms, ``b_O``, ``b_out``,
+      ``W_E``), up to ``value = param * scale + offset`` (Gemma: norms used as ``1 + w``, embedding scaled);
+    - ``transpose``: ``W_in``/``W_gate``/``W_out``/``W_U`` are the ``nn.Linear`` weight transposed;
+    - ``head_rows``: ``W_Q``/``W_K``/``W_V`` ``[head, d_model, d_head]`` from weight rows ``(head d_head)``;
+    - ``head_cols``: ``W_O`` ``[head, d_head, d_model]`` from weight columns ``(head d_head)``;
+    - ``head_bias``: ``b_Q``/``b_K``/``b_V`` ``[head, d_head]`` from a bias ``(head d_head)``.
+
+    Rows of a plan (head or K/V head indices along the TransformerLens tensor's first dimension) map to
+    :attr:`dim` of ``param`` (:meth:`index`)."""
+
+    def __init__(self, name: str, key: str, param: Tensor, layout: str = "same", d_head: int = 1,
+                 scale: float = 1.0, offset: float = 0.0) -> None:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        self.name, self.key, self.param, self.layout, self.d_head = name, key, param, layout, d_head
+        self.scale, self.offset = scale, offset
+
+    def __repr__(self) -> str:
+        return f"TunableTensor({self.name!r} <- {self.key!r}, {self.layout}, {tuple(self.param.shape)})"
+
+    def on(self, param: Tensor) -> "TunableTensor":
+        """The same correspondence over another tensor of ``param``'s shape (e.g. a gathered state-dict entry)."""
+        return TunableTensor(self.name, self.key, param, self.layout, self.d_head, self.scale, self.offset)
+
+    @property
+    def dim(self) -> int:
+        """The dimension of ``param`` that a plan's rows select."""
+        return 1 if self.layout == "head_cols" else 0
+
+    @property
+    def plain(self) -> bool:
+        """Whether values and gradients are the parameter's own, element for element (an optimizer may step the
+        parameter itself)."""
+        return self.scale == 1.0 and self.offset == 0.0
+
+    def _linear_to_tl(self, x: Tensor) -> Tensor:
+        """``param``-shaped -> TransformerLens-shaped (a view; no scale or offset)."""
+        from einops import rearrange
+
+        if self.layout == "transpose":
+            return x.T
+        if self.layout == "head_rows":
+            return rearrange(x, "(h d) m -> h m d", d=self.d_head)
+        if self.layout == "head_cols":
+            return rearrange(x, "m (h d) -> h d m", d=self.d_head)
+        if self.layout == "head_bias":
+            return rearrange(x, "(h d) -> h d", d=self.d_head)
+        return x
+
+    def _linear_from_tl(self, v: Tensor) -> Tensor:
+        """TransformerLens-shaped (whole or some rows) -> the matching ``param`` block."""
+        from einops import rearrange
+
+        if self.layout == "transpose":
+            return v.T
+        if self.layout == "head_rows":
+            return rearrange(v, "h m d -> (h d) m")
+        if self.layout == "head_cols":
+            return rearrange(v, "h d m -> m (h d)")
+        if self.layout == "head_bias":
+            return rearrange(v, "h d -> (h d)")
+        return v
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The TransformerLens shape."""
+        return tuple(self._linear_to_tl(self.param.detach()).shape)
+
+    def index(self, rows: tuple[int, ...] | list[int]) -> Tensor:
+        """The indices along :attr:`dim` of ``param`` that TransformerLens rows ``rows`` occupy (in that order)."""
+        width = self.d_head if self.layout.startswith("head_") else 1
+        idx = torch.tensor([r * width + i for r in rows for i in range(width)], dtype=torch.long)
+        return idx.to(self.param.device)
+
+    def to_tl(self, x: Tensor, rows: Tensor | None = None) -> Tensor:
+        """Values: ``param``-shaped ``x`` -> the TransformerLens tensor (``rows``: only those rows, a copy)."""
+        v = self._linear_to_tl(x)
+        if not self.plain:
+            v = v * self.scale + self.offset
+        return v if rows is None else v.index_select(0, rows.to(v.device))
+
+    def grad_to_tl(self, g: Tensor, rows: Tensor | None = None) -> Tensor:
+        """Gradients: ``param``'s gradient -> the TransformerLens tensor's (``rows``: only those rows, a copy)."""
+        v = self._linear_to_tl(g)
+        if self.scale != 1.0:
+            v = v / self.scale
+        return v if rows is None else v.index_select(0, rows.to(v.device))
+
+    def from_tl(self, v: Tensor) -> Tensor:
+        """Values: TransformerLens rows (or the whole tensor) -> the ``param`` block they fill."""
+        if not self.plain:
+            v = (v - self.offset) / self.scale
+        return self._linear_from_tl(v)
+
+    def read(self, rows: tuple[int, ...] | list[int] | None = None) -> Tensor:
+        """The TransformerLens values (of ``rows``), detached."""
+        x = self.param.detach()
+        return self.to_tl(x, None if rows is None else torch.tensor(list(rows), dtype=torch.long))
+
+    @torch.no_grad()
+    def write(self, value: Tensor, rows: tuple[int, ...] | list[int] | Tensor | None = None) -> None:
+        """Put TransformerLens values (``[len(rows), ...]``, or the whole tensor) into ``param``, in place; nothing
+        outside ``rows`` is written."""
+        block = self.from_tl(value.to(device=self.param.device, dtype=torch.float32)).to(self.param.dtype)
+        if rows is None:
+            self.param.copy_(block)
+            return
+        rows = rows.tolist() if isinstance(rows, Tensor) else list(rows)
+        self.param.index_copy_(self.dim, self.index(rows), block)
+
+    def mask(self, rows: tuple[int, ...] | None, scale: float) -> Tensor | None:
+        """A factor broadcast over ``param``'s gradient: ``scale`` on the entries of ``rows``, 0 elsewhere
+        (``None``: the whole tensor unscaled, nothing to do)."""
+        p = self.param
+        if rows is None:
+            return None if scale == 1.0 else torch.full((1,) * p.ndim, scale, dtype=p.dtype, device=p.device)
+        shape = [1] * p.ndim
+        shape[self.dim] = p.shape[self.dim]
+        mask = torch.zeros(shape, dtype=p.dtype, device=p.device)
+        mask.index_fill_(self.dim, self.index(rows), scale)
+        return mask
+
+
+def _hf_key(key: str) -> str:
+    """A Bridge parameter's Hugging Face name (the Bridge wraps each module in ``._original_component``)."""
+    return key.replace("._original_component", "")
+
+
+def hf_tunable_tensors(hf_model: Any, params: dict[str, tuple[str, Tensor]] | None = None, *,
+                       folded: bool = False, n_layers: int | None = None) -> dict[str, TunableTensor]:
+    """The TransformerLens-named tensors of a Hugging Face model of an :data:`EXPORTABLE` family: name ->
+    :class:`TunableTensor` over the model's parameters (``params``: Hugging Face name -> (the model's own
+    parameter name, parameter), for a Bridge whose names differ). K/V tensors are named ``_W_K``/``_W_V``/
+    ``_b_K``/``_b_V`` when K/V heads are shared (grouped-query attention), as TransformerLens 3.9 names them.
+    ``folded``: the norms in :data:`FOLDED_NORMS` were folded into the weights after them and are left out.
+    Parameters of another family or no mapping are simply absent (:func:`unmapped_parameters` lists them)."""
+    cfg = hf_model.config
+    arch = type(hf_model).__name__
+    if params is None:  # tied embeddings: lm_head.weight is listed too (the reference needs W_U)
+        params = {k: (k, p) for k, p in hf_model.named_parameters(remove_duplicate=False)}
+    n_heads = cfg.num_attention_heads
+    n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
+    d_head = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
+    gemma = arch in _GEMMA
+    layers = n_layers if n_layers is not None else cfg.num_hidden_layers
+    names = [f"blocks.{l}.{n}" for l in range(layers) for n in _PER_LAYER] + list(_GLOBAL)
+    out: dict[str, TunableTensor] = {}
+    for name in names:
+        module = name.split(".")[-2] if name.startswith("blocks.") else name.split(".")[0]
+        if (folded and module in FOLDED_NORMS) or (module in ("ln1_post", "ln2_post") and not gemma):
+            continue  # (Llama's post_attention_layernorm is ln2, before the MLP)
+        try:
+            target = hf_name(name, arch)
+        except ExportError:
+            continue
+        if target not in params:
+            continue
+        key, param = params[target]
+        param_name = name.split(".")[-1]
+        tl_name = name
+        if n_kv < n_heads and param_name in _GROUPED:
+            tl_name = name[: -len(param_name)] + _GROUPED[param_name]
+        scale, offset = 1.0, 0.0
+        if gemma and name == "embed.W_E":
+            scale = cfg.hidden_size**0.5
+        elif gemma and param_name == "w":
+            offset = 1.0
+        out[tl_name] = TunableTensor(tl_name, key, param, _layout_of(tl_name), d_head, scale, offset)
+    if "lm_head.bias" in params:  # a Bridge's processed unembedding has one (zero, like TransformerLens's b_U)
+        key, param = params["lm_head.bias"]
+        out["unembed.b_U"] = TunableTensor("unembed.b_U", key, param)
+    return out
+
+
+def unmapped_parameters(model: Any, tunable: dict[str, TunableTensor]) -> list[str]:
+    """The model's parameters that no TransformerLens name in ``tunable`` covers, except folded norms."""
+    covered = {id(t.param) for t in tunable.values()}
+    folded = getattr(model, "_weights_processed", False)
+    out = []
+    for key, p in model.named_parameters():
+        hf = _hf_key(key)
+        if id(p) in covered:
+            continue
+        if folded and (hf.endswith(("input_layernorm.weight", "model.norm.weight")) or
+                       (hf.endswith("post_attention_layernorm.weight") and type(_hf_of(model)).__name__ not in _GEMMA) or
+                       hf.endswith("pre_feedforward_layernorm.weight")):
+            continue
+        out.append(hf)
+    return out
+
+
+def _hf_of(model: Any) -> Any:
+    return getattr(model, "original_model", model)
+
+
+def bridge_tunable_tensors(model: Any) -> dict[str, TunableTensor]:
+    """:func:`hf_tunable_tensors` of a ``TransformerBridge``'s Hugging Face model, over the Bridge's own parameters
+    (their names with ``._original_component``). A Bridge whose weights were processed (``fold_ln``) has its
+    pre-norms folded: they are not tunable, as on a ``HookedTransformer`` loaded with ``fold_ln``."""
+    hf = model.original_model
+    params = {_hf_key(k): (k, p) for k, p in model.named_parameters()}
+    return hf_tunable_tensors(hf, params, folded=bool(getattr(model, "_weights_processed", False)),
+                              n_layers=model.cfg.n_layers)
+
+
+@torch.no_grad()
+def tl_state_dict(hf_model: Any) -> dict[str, Tensor]:
+    """The unfolded TransformerLens state dict of a Hugging Face model of an :data:`EXPORTABLE` family (the
+    tensors :func:`write_back` reads as its ``reference``), built from the model's own weights without
+    TransformerLens (which 4.x no longer converts with)."""
+    arch = type(hf_model).__name__
+    if arch not in EXPORTABLE:
+        raise ExportError(f"Writing tuned weights back is supported for {', '.join(EXPORTABLE)}; not for {arch}.")
+    return {name: t.read().to(torch.float32).clone() for name, t in hf_tunable_tensors(hf_model).items()}

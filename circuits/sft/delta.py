@@ -2,6 +2,11 @@
 
 A delta holds the tuned rows' *values* (not differences), and the tuning plan that locates them, so applying
 it is exact; ``delta.pt`` of a Precise SFT run is a few MB where the model is hundreds.
+
+One format for both backends: tensors are stored under TransformerLens's names in its per-head layout (``W_Q``
+``[head, d_model, d_head]``, ``W_O`` ``[head, d_head, d_model]``, grouped K/V as ``_W_K``/``_W_V``). On a
+TransformerBridge they are read from and written into the Hugging Face weights behind those names
+(:func:`circuits.models.backend.tunable_tensors`), so a delta trained on either line applies on the other.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ import os
 from pathlib import Path
 
 import torch
-from circuits.models.backend import Model
+from circuits.models.backend import Model, tunable_tensors
 
 from circuits.io import load_torch
 from circuits.sft import plan as hm
@@ -26,14 +31,13 @@ def extract_delta(model: Model, plan: hm.TuningPlan, meta: dict | None = None,
     of a bf16/fp16 run, which is what a training run stores; by default they are read from the model. Applied onto
     a model of lower precision they are cast to it, which reproduces the trained model exactly.
     """
-    params = dict(model.named_parameters())
+    params = tunable_tensors(model) if values is None else {}
     tensors = {}
     for entry in plan.tensors:
         if values is not None:
             tensors[entry.name] = values[entry.name].detach().to(torch.float32).clone().cpu()
             continue
-        p = params[entry.name].detach()
-        tensors[entry.name] = (p if entry.rows is None else p[list(entry.rows)]).clone().cpu()
+        tensors[entry.name] = params[entry.name].read(entry.rows).clone().cpu()
     return {"format": DELTA_FORMAT, "plan": plan.to_json(), "tensors": tensors, "meta": meta or {}}
 
 
@@ -74,22 +78,17 @@ def apply_delta(model: Model, delta: dict | str | os.PathLike) -> Model:
     if delta.get("format") != DELTA_FORMAT:
         raise ValueError(f"Unsupported delta format {delta.get('format')!r}; expected {DELTA_FORMAT}")
     plan = hm.TuningPlan.from_json(delta["plan"])
-    params = dict(model.named_parameters())
+    params = tunable_tensors(model)
     for entry in plan.tensors:
         if entry.name not in params:
             raise ValueError(f"The delta tunes {entry.name}, which this model does not have: it was made for another "
                              f"model ({(delta.get('meta') or {}).get('model', 'unknown')})")
-        p, value = params[entry.name], delta["tensors"][entry.name]
-        want = p.shape if entry.rows is None else (len(entry.rows), *p.shape[1:])
-        if tuple(value.shape) != tuple(want) or (entry.rows is not None and max(entry.rows) >= p.shape[0]):
+        shape, value = params[entry.name].shape, delta["tensors"][entry.name]
+        want = shape if entry.rows is None else (len(entry.rows), *shape[1:])
+        if tuple(value.shape) != tuple(want) or (entry.rows is not None and max(entry.rows) >= shape[0]):
             raise ValueError(f"The delta's {entry.name} has shape {tuple(value.shape)} where this model needs "
                              f"{tuple(want)}: it was made for another model ({(delta.get('meta') or {}).get('model', 'unknown')})")
     with torch.no_grad():
         for entry in plan.tensors:
-            p = params[entry.name]
-            value = delta["tensors"][entry.name].to(device=p.device, dtype=p.dtype)
-            if entry.rows is None:
-                p.copy_(value)
-            else:
-                p.index_copy_(0, torch.tensor(entry.rows, dtype=torch.long, device=p.device), value)
+            params[entry.name].write(delta["tensors"][entry.name], entry.rows)
     return model

@@ -9,7 +9,8 @@ It also writes ``circuits_export.json``: the base model, the delta and the heads
 Training keeps TransformerLens's folded norms (``circuits finetune`` loads with ``fold_ln``, exact up to rounding),
 so the export divides each norm weight out of the tuned rows that were folded with it
 (:mod:`circuits.models.hf_weights`); untuned parameters are copied from the base model as they are. Tests check that
-the exported model's logits in transformers equal the tuned ``HookedTransformer``'s.
+the exported model's logits in transformers equal the tuned ``HookedTransformer``'s, and the tuned
+``TransformerBridge``'s (a delta is in TransformerLens's layout on both backends, :mod:`circuits.sft.delta`).
 """
 
 from __future__ import annotations
@@ -90,8 +91,9 @@ def export_model(delta: str | os.PathLike, out: str | os.PathLike, *, model: str
         folded: whether training loaded the model with folded norms (``circuits finetune`` does).
         dtype: dtype of the saved weights (``float32`` keeps the logits equal to the tuned model's within 1e-4).
     """
-    from circuits.models.hf_weights import write_back
-    from circuits.models.loading import convert_hf_weights, load_hf_reference, load_tokenizer, tl_config_from_hf
+    from circuits.models import backend
+    from circuits.models.hf_weights import tl_state_dict, write_back
+    from circuits.models.loading import load_hf_reference, load_tokenizer
 
     config = ExportConfig(delta=str(delta), model=model, folded=folded, dtype=dtype)
     out = Path(out)
@@ -103,7 +105,12 @@ def export_model(delta: str | os.PathLike, out: str | os.PathLike, *, model: str
         raise ValueError(f"{delta} does not name its base model; pass it with --model")
     hf = load_hf_reference(source)
     tokenizer = load_tokenizer(source)
-    reference = convert_hf_weights(hf, tl_config_from_hf(hf.config, torch.float32, "cpu"))  # unfolded
+    if backend.NAME == "hooked":  # TransformerLens's own conversion (unfolded)
+        from circuits.models.loading import convert_hf_weights, tl_config_from_hf
+
+        reference = convert_hf_weights(hf, tl_config_from_hf(hf.config, torch.float32, "cpu"))
+    else:  # TransformerLens 4 converts no more: the same tensors read from the HF weights (equal on 3.9, tested)
+        reference = tl_state_dict(hf)
     _check_shapes(data, reference, str(source))
     _check_close_to_base(data, reference, folded, str(source))
     plan = TuningPlan.from_json(data["plan"])

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from circuits.models.backend import Model
+from circuits.models.backend import Model, TunableTensor, tunable_tensors
 
 from circuits.models.backend import check_dtype as check_device  # noqa: F401  (fp16 on a CPU: one clear error)
 from circuits.sft import plan as hm
@@ -45,7 +45,8 @@ class _Entry:
     name: str
     param: Tensor  # the model's parameter (any dtype)
     master: Tensor  # fp32 leaf the optimizer steps (``param`` itself for whole fp32 tensors)
-    index: Tensor | None  # tuned rows along dim 0, None for the whole tensor
+    index: Tensor | None  # tuned rows along the TransformerLens tensor's dim 0, None for the whole tensor
+    tensor: TunableTensor  # where the TransformerLens tensor lives in ``param`` (on a Bridge: HF rows/columns)
 
     @property
     def shared(self) -> bool:
@@ -61,17 +62,17 @@ class SliceOptimizer:
     """
 
     def __init__(self, model: Model, plan: hm.TuningPlan, config) -> None:
-        params = dict(model.named_parameters())
+        params = tunable_tensors(model)
         self.entries: list[_Entry] = []
         for t in plan.tensors:
-            p = params[t.name]
+            tt = params[t.name]
+            p = tt.param
             index = None if t.rows is None else torch.tensor(t.rows, dtype=torch.long, device=p.device)
-            if index is None and p.dtype == torch.float32:
-                master = p
-            else:
-                value = p.detach() if index is None else p.detach()[index]
-                master = value.to(torch.float32).clone().requires_grad_(True)
-            self.entries.append(_Entry(t.name, p, master, index))
+            if index is None and p.dtype == torch.float32 and tt.plain:
+                master = p  # AdamW is element-wise: stepping the parameter in its own layout is the same step
+            else:  # an fp32 copy in TransformerLens's layout (of the tuned rows)
+                master = tt.to_tl(p.detach(), index).to(torch.float32).clone().requires_grad_(True)
+            self.entries.append(_Entry(t.name, p, master, index, tt))
         self.optimizer = torch.optim.AdamW([e.master for e in self.entries], lr=config.lr, betas=tuple(config.betas),
                                            eps=config.eps, weight_decay=config.weight_decay)
 
@@ -96,7 +97,7 @@ class SliceOptimizer:
         g = e.param.grad
         if g is None:
             return
-        g = (g if e.index is None else g.index_select(0, e.index)).to(torch.float32)  # a new tensor: sliced or cast
+        g = e.tensor.grad_to_tl(g, e.index).to(torch.float32)  # TransformerLens layout, tuned rows
         if e.master.grad is None:
             e.master.grad = g
         else:
@@ -133,11 +134,7 @@ class SliceOptimizer:
         for e in self.entries:
             if e.shared:
                 continue
-            value = e.master.detach().to(e.param.dtype)
-            if e.index is None:
-                e.param.copy_(value)
-            else:
-                e.param.index_copy_(0, e.index, value)
+            e.tensor.write(e.master.detach(), e.index)
 
     def zero_grad(self) -> None:
         for e in self.entries:
@@ -152,13 +149,14 @@ class SliceOptimizer:
 
     def masters(self) -> dict[str, Tensor]:
         """Tuned values in fp32 by tensor name (rows only for sliced tensors): what ``delta.pt`` stores."""
-        return {e.name: e.master.detach() for e in self.entries}
+        return {e.name: e.tensor.to_tl(e.master.detach()) if e.shared else e.master.detach() for e in self.entries}
 
     @torch.no_grad()
     def load_masters(self, values: dict[str, Tensor]) -> None:
         """Set the masters (from a checkpoint's fp32 delta) and cast them into the model."""
         for e in self.entries:
-            e.master.copy_(values[e.name].to(device=e.master.device, dtype=e.master.dtype))
+            value = values[e.name].to(device=e.master.device, dtype=e.master.dtype)
+            e.master.copy_(e.tensor.from_tl(value) if e.shared else value)
         self.write_back()
 
     def state_dict(self) -> dict:

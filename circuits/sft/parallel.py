@@ -33,12 +33,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from circuits.models.backend import Model
+from circuits.models.backend import Model, tunable_tensors
 
 from circuits import distributed as D
 from circuits.config import same_config
 from circuits.io import read_json, save_torch, sibling_prefix, to_jsonable, write_json
-from circuits.models.loading import store_contiguous
 from circuits.sft import plan as hm
 from circuits.sft.delta import DELTA_FORMAT, apply_delta, extract_delta
 from circuits.sft.optim import LossScaler, SliceOptimizer, torch_dtype
@@ -271,7 +270,10 @@ class Sharded(Local):
         self._checkpointing = contextlib.ExitStack()
         self._checkpointing.enter_context(checkpointed_blocks(model, self.config.activation_checkpointing))
         if not isinstance(model, FSDPModule):  # a model sharded by an earlier run stays as it is
-            store_contiguous(model)  # FSDP shards contiguous parameters only
+            with torch.no_grad():  # FSDP shards contiguous parameters only (circuits stores some transposed)
+                for param in model.parameters():
+                    if not param.is_contiguous():
+                        param.data = param.data.contiguous()
             units = [*model.blocks, model.embed, model.unembed]
             units += [m for m in (getattr(model, "pos_embed", None), model.ln_final)
                       if m is not None and any(True for _ in m.parameters())]
@@ -313,7 +315,9 @@ class Sharded(Local):
         full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if not D.is_main():
             return {}
-        tensors = {t.name: full[t.name].to(torch.float32) for t in plan.tensors}
+        params = tunable_tensors(model)  # TransformerLens names and layout (on a Bridge: of the HF weights)
+        tensors = {t.name: params[t.name].on(full[params[t.name].key]).read().to(torch.float32).contiguous()
+                   for t in plan.tensors}
         return {"format": DELTA_FORMAT, "plan": plan.to_json(), "tensors": tensors, "meta": meta or {}}
 
     def save_delta(self, out: Path, model: Model, plan: hm.TuningPlan, optimizer: SliceOptimizer,

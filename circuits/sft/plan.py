@@ -28,10 +28,9 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import torch
 from torch import Tensor
 from torch.utils.hooks import RemovableHandle
-from circuits.models.backend import Model
+from circuits.models.backend import Model, TunableTensor, link_processed_weights, tunable_tensors, untunable_parameters
 
 from circuits.sft.config import DEFAULT_KV_POLICY, KV_POLICIES, KVPolicy  # noqa: F401  (declared with the config)
 from circuits.types import Head
@@ -107,8 +106,10 @@ def is_placeholder(name: str, param: Tensor) -> bool:
     return name.split(".")[-1].startswith(("b_", "_b_")) and not bool(param.detach().any())
 
 
-def is_grouped(model: Model) -> bool:
-    return hasattr(model.blocks[0].attn, "_W_K")
+def is_grouped(model: Model, params: dict[str, TunableTensor] | None = None) -> bool:
+    """Whether K/V heads are shared (TransformerLens's grouped ``_W_K``/``_W_V``), on either backend."""
+    params = tunable_tensors(model) if params is None else params
+    return "blocks.0.attn._W_K" in params
 
 
 def plan_tuning(
@@ -132,11 +133,16 @@ def plan_tuning(
             raise ValueError(f"MLP {m} out of range for a model with {cfg.n_layers} layers")
     if not heads and not mlps:
         raise ValueError("Precise SFT needs at least one head or MLP; use full_plan() for full SFT")
-    params = dict(model.named_parameters())
+    tunable = tunable_tensors(model)
+    params = {n: t.param for n, t in tunable.items()}
+    if heads and "blocks.0.attn.W_Q" not in params:
+        raise ValueError("Precise SFT of heads needs the attention weights under TransformerLens's names; this model's "
+                         f"architecture ({getattr(model.cfg, 'architecture', None) or model.cfg.original_architecture}) "
+                         "is not mapped (supported on a TransformerBridge: Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3)")
     by_layer: dict[int, list[int]] = defaultdict(list)
     for l, h in heads:
         by_layer[l].append(h)
-    grouped = is_grouped(model)
+    grouped = is_grouped(model, tunable)
     group = cfg.n_heads // cfg.n_key_value_heads if grouped and cfg.n_key_value_heads else 1
     tensors: list[TunedTensor] = []
     side: list[Head] = []
@@ -166,25 +172,40 @@ def plan_tuning(
 
 
 def full_plan(model: Model) -> TuningPlan:
-    """Full SFT: every parameter whole, gradient unscaled (TransformerLens's zero placeholder biases excepted)."""
-    return TuningPlan(tuple(TunedTensor(n, None, 1.0) for n, p in model.named_parameters() if not is_placeholder(n, p)),
-                      full=True)
+    """Full SFT: every parameter whole, gradient unscaled (TransformerLens's zero placeholder biases excepted; on a
+    TransformerBridge, folded norms excepted, and a tensor tied to another, such as an unfolded tied unembedding,
+    tuned once)."""
+    missing = untunable_parameters(model)
+    if missing:
+        raise ValueError(f"full SFT would leave {len(missing)} parameters of this model untuned, having no "
+                         f"TransformerLens name ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); "
+                         "supported on a TransformerBridge: Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3")
+    seen: set[int] = set()
+    tensors = []
+    for n, t in tunable_tensors(model).items():
+        if is_placeholder(n, t.param) or id(t.param) in seen:
+            continue
+        seen.add(id(t.param))
+        tensors.append(TunedTensor(n, None, 1.0))
+    return TuningPlan(tuple(tensors), full=True)
 
 
 def freeze_except(model: Model, plan: TuningPlan) -> None:
     """``requires_grad`` only on tensors in the plan, so backward stops at the lowest tuned layer."""
-    tuned = set(plan.names)
-    for name, p in model.named_parameters():
-        p.requires_grad_(name in tuned)
+    link_processed_weights(model)  # (a TL 3.9 Bridge's processed MLP: gradients reach the HF weights)
+    params = tunable_tensors(model)
+    tuned = {id(params[name].param) for name in plan.names}
+    for p in model.parameters():
+        p.requires_grad_(id(p) in tuned)
 
 
-def gradient_mask(param: Tensor, entry: TunedTensor) -> Tensor | None:
-    """Factor broadcast over ``param``: ``scale`` on tuned rows, 0 on frozen rows (``None``: no-op)."""
-    if entry.rows is None:
-        return None if entry.scale == 1.0 else torch.full((1,) * param.ndim, entry.scale, dtype=param.dtype, device=param.device)
-    mask = torch.zeros((param.shape[0],) + (1,) * (param.ndim - 1), dtype=param.dtype, device=param.device)
-    mask[list(entry.rows)] = entry.scale
-    return mask
+def gradient_mask(param: Tensor | TunableTensor, entry: TunedTensor) -> Tensor | None:
+    """Factor broadcast over the parameter's gradient: ``scale`` on tuned rows, 0 on frozen rows (``None``: no-op).
+    ``param``: a TransformerLens parameter (rows along dim 0), or a :class:`TunableTensor` (on a Bridge: the rows of
+    ``q_proj``/``k_proj``/``v_proj`` and the columns of ``o_proj`` that the plan's heads occupy)."""
+    if not isinstance(param, TunableTensor):
+        param = TunableTensor(entry.name, entry.name, param)
+    return param.mask(entry.rows, entry.scale)
 
 
 def register_gradient_masks(model: Model, plan: TuningPlan) -> list[RemovableHandle]:
@@ -192,14 +213,14 @@ def register_gradient_masks(model: Model, plan: TuningPlan) -> list[RemovableHan
 
     Returns the handles; the caller removes them (in a ``finally``).
     """
-    params = dict(model.named_parameters())
+    params = tunable_tensors(model)
     handles: list[RemovableHandle] = []
     try:
         for entry in plan.tensors:
-            p = params[entry.name]
-            mask = gradient_mask(p, entry)
+            t = params[entry.name]
+            mask = gradient_mask(t, entry)
             if mask is not None:
-                handles.append(p.register_hook(lambda g, m=mask: g * m))
+                handles.append(t.param.register_hook(lambda g, m=mask: g * m))
     except BaseException:
         for h in handles:
             h.remove()
@@ -208,9 +229,9 @@ def register_gradient_masks(model: Model, plan: TuningPlan) -> list[RemovableHan
 
 
 def count_tuned_parameters(model: Model, plan: TuningPlan) -> int:
-    params = dict(model.named_parameters())
+    params = tunable_tensors(model)
     total = 0
     for t in plan.tensors:
-        p = params[t.name]
-        total += p.numel() if t.rows is None else len(t.rows) * p[0].numel()
+        p = params[t.name].param
+        total += p.numel() if t.rows is None else p.numel() // params[t.name].shape[0] * len(t.rows)
     return total

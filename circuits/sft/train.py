@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from circuits.models.backend import Model
+from circuits.models.backend import Model, training_residual
 
 from circuits import distributed as D
 from circuits.config import same_config
@@ -82,7 +82,7 @@ def sft_loss(model: Model, tokens: Int[Tensor, "batch pos"], loss_mask: Float[Te
     Only target positions are normed and unembedded: full ``[batch pos d_vocab]`` logits of a 49k
     vocabulary cost more than a layer per token and are mostly thrown away by the mask.
     """
-    resid = model(tokens, stop_at_layer=model.cfg.n_layers)[:, :-1]
+    resid = training_residual(model, tokens)[:, :-1]
     select = loss_mask.bool()
     logits = model.unembed(model.ln_final(resid[select][None]))[0]
     return torch.nn.functional.cross_entropy(logits.float(), tokens[:, 1:][select], reduction="sum")
