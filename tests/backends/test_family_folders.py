@@ -44,3 +44,19 @@ def test_family_model_is_a_fresh_copy():
     with torch.no_grad():
         a.blocks[0].attn.W_O.mul_(0)
     assert b.blocks[0].attn.W_O.abs().max() > 0
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_tokenizer_is_the_folders_own(family):
+    """Token ids are the folder's tokenizer's on both lines (TransformerLens 4's tokenizer setter would swap in a copy
+    that prepends BOS: pairs and prompts would differ from 3.9's), and to_tokens agrees with it."""
+    from transformers import AutoTokenizer
+
+    text = "3 + 5 = 8\n2 + 6 = "
+    model = family_model(family)
+    want = AutoTokenizer.from_pretrained(family_dir(family), local_files_only=True)(text).input_ids
+    assert want[0] != model.tokenizer.bos_token_id  # SmolLM2's tokenizer adds no BOS
+    assert model.tokenizer(text).input_ids == want
+    assert model.to_tokens(text)[0].tolist() == want
+    assert model.to_tokens(text, prepend_bos=True)[0].tolist() == [model.tokenizer.bos_token_id, *want]
+    assert model.cfg.d_vocab == len(model.tokenizer)

@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
         key_mlps[mode] = [int(layer) for layer, _ in result.key_mlps()]
 
     examples = [Example(f"{a} + {b} = ", f"{a + b}\n") for a, b in zip(range(11, 19), range(23, 31))]
-    config = ft.FinetuneConfig(heads=SFT_HEADS, lr=1e-3, batch_size=2, micro_batch_size=2, epochs=1, max_steps=4,
+    config = ft.FinetuneConfig(heads=SFT_HEADS, lr=1e-4, batch_size=2, micro_batch_size=2, epochs=1, max_steps=4,
                                warmup_ratio=0.0, dtype="float32", checkpoint_every=100)
     plan = ft.plan_for(model, config)
     start = extract_delta(model, plan)["tensors"]
