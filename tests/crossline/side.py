@@ -6,7 +6,8 @@ fp32 on the CPU. Writes one .pt with what the other line's run is compared again
 - per-head and per-MLP effects of ``sweep`` in path mode (``SweepResult.tensors()``) on the pairs
   of ``--pairs-from`` (the other line's, so both sweep the same pairs) or on its own;
 - the key heads and MLPs by the default rule;
-- a 4-step fp32 Precise SFT of four fixed heads (``finetune``): the tuned values (``delta.pt``), the values before.
+- a 4-step fp32 Precise SFT of four fixed heads (``finetune``, the paper's lr 2e-5): the tuned values (``delta.pt``),
+  the values before.
 
     python tests/crossline/side.py OUT.pt [--pairs-from PAIRS.jsonl] [--write-pairs PAIRS.jsonl]
 """
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
         key_mlps[mode] = [int(layer) for layer, _ in result.key_mlps()]
 
     examples = [Example(f"{a} + {b} = ", f"{a + b}\n") for a, b in zip(range(11, 19), range(23, 31))]
-    config = ft.FinetuneConfig(heads=SFT_HEADS, lr=1e-4, batch_size=2, micro_batch_size=2, epochs=1, max_steps=4,
+    config = ft.FinetuneConfig(heads=SFT_HEADS, lr=2e-5, batch_size=2, micro_batch_size=2, epochs=1, max_steps=4,
                                warmup_ratio=0.0, dtype="float32", checkpoint_every=100)
     plan = ft.plan_for(model, config)
     start = extract_delta(model, plan)["tensors"]
