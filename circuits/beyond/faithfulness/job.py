@@ -1,0 +1,188 @@
+"""Which ranking gives the most faithful circuit per unit of compute, measured as MIB measures it (issue 24).
+
+For each ranking named in the config, :func:`rank` computes one importance score per node with the library's own
+engine (how each is read is in :data:`~circuits.beyond.faithfulness.config.RANKINGS`' comment; every score is
+non-negative, larger is more important, and the circuit of size s is the top s percent of the nodes by
+:func:`~circuits.patching.ranking.order`); :func:`~circuits.patching.faithfulness.faithfulness_curve` then keeps each
+circuit, ablates everything else (``ablation``: counterfactual as MIB, or mean, or zero) at END or at every position,
+and returns f at every size with CPR, CMD and bootstrap intervals. EAP-IG's edge scores (``edges``) are scored at edge
+level the same way. The seconds of each ranking are measured around its engine alone (the model is loaded and the
+pairs built before), so the table reads as faithfulness per unit of compute.
+
+The job is resumable: every finished ranking is written to ``<out>/parts/<ranking>.pt`` with the config and pairs
+that made it, and a rerun of the same command (or one adding rankings) reuses those and computes the rest."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from jaxtyping import Float
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from circuits.beyond.faithfulness.config import FaithfulnessConfig
+from circuits.beyond.faithfulness.result import PARTS, Curve, FaithfulnessResult
+from circuits.data.pairs import PromptPair
+from circuits.io import load_torch, save_torch
+from circuits.models.backend import Model
+from circuits.models.loading import load_model
+
+
+def _per_node(heads: Tensor, mlps: Tensor) -> dict[str, Tensor]:
+    """|scores| as float32 on the CPU; a NaN (a node no pair measured) counts as 0."""
+    return {"heads": heads.detach().float().cpu().abs().nan_to_num(0.0),
+            "mlps": mlps.detach().float().cpu().abs().nan_to_num(0.0)}
+
+
+def over_positions(x: Float[Tensor, "... offset"]) -> Float[Tensor, "..."]:
+    """One score per node from its scores at every offset from END: the largest |score| (NaN offsets ignored)."""
+    return x.abs().nan_to_num(0.0).amax(-1)
+
+
+def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: FaithfulnessConfig,
+         progress: bool = False) -> dict[str, Tensor]:
+    """The scores ``ranking`` orders nodes by: ``heads`` [layer, head], ``mlps`` [layer] (non-negative, larger is
+    more important) and, for ``eap-ig`` with ``config.edges``, ``edges`` [edge] (the order of
+    :func:`~circuits.patching.eap_ig.edge_names`)."""
+    metric = config.metric
+    if ranking in ("exact-path", "exact-activation"):
+        from circuits.patching.engine import sweep
+
+        mode = "path" if ranking == "exact-path" else "activation"
+        h, m = sweep(model, pairs, mode, memory_mb=config.memory_mb, progress=progress).effects(metric)
+        return _per_node(h, m)
+    if ranking == "positions":
+        from circuits.patching.positions import sweep_positions
+
+        h, m = sweep_positions(model, pairs, memory_mb=config.memory_mb, progress=progress).effects(metric)
+        return _per_node(over_positions(h), over_positions(m))
+    if ranking in ("screen", "graddrop"):
+        from circuits.patching.attribution import attribute
+
+        att = attribute(model, pairs, metric, mode="activation", neurons=False, qk_fix=False,
+                        grad_drop=ranking == "graddrop", progress=progress)
+        if ranking == "graddrop":
+            return _per_node(over_positions(att.graddrop["head"]), over_positions(att.graddrop["mlp"]))
+        return _per_node(over_positions(att.effect(att.head)), over_positions(att.effect(att.mlp)))
+    if ranking == "eap-ig":
+        from circuits.patching import eap_ig
+
+        nodes = eap_ig.eap_ig(model, pairs, metric, steps=config.ig_steps, level="nodes", progress=progress)
+        out = _per_node(over_positions(nodes.heads), over_positions(nodes.mlps))
+        if config.edges:
+            edges = eap_ig.eap_ig(model, pairs, metric, steps=config.ig_steps, level="edges", progress=progress)
+            out["edges"] = edges.scores.detach().float().cpu().abs().nan_to_num(0.0)
+        return out
+    raise ValueError(f"Unknown ranking {ranking!r}")
+
+
+def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor], setting: str,
+            config: FaithfulnessConfig, progress: bool = False) -> Curve:
+    """The faithfulness curve of the circuits ``scores`` yield in ``setting`` (``nodes@end``, ``nodes@all``,
+    ``edges``), by the batched engine of :mod:`circuits.patching.faithfulness`."""
+    from circuits.patching.faithfulness import faithfulness_curve
+
+    start = time.perf_counter()
+    kw: dict[str, Any] = {"sizes": [s / 100 for s in config.sizes], "ablation": config.ablation,
+                          "metric": config.metric, "n_boot": config.n_boot, "memory_mb": config.memory_mb,
+                          "progress": progress}
+    if setting == "edges":
+        c = faithfulness_curve(model, pairs, edges=scores["edges"], **kw)
+    else:
+        c = faithfulness_curve(model, pairs, heads=scores["heads"], mlps=scores["mlps"],
+                               positions=setting.split("@")[1], **kw)
+    return _curve(c, config, time.perf_counter() - start)
+
+
+def _curve(c: Any, config: FaithfulnessConfig, seconds: float) -> Curve:
+    """The engine's curve as the saved :class:`Curve`."""
+    def opt(x: Any) -> Tensor | None:
+        return None if x is None else torch.as_tensor(x, dtype=torch.float32).cpu()
+
+    def pair(x: Any) -> tuple[float, float] | None:
+        return None if x is None else (float(x[0]), float(x[1]))
+
+    return Curve(tuple(config.sizes), tuple(int(n) for n in c.n_kept), torch.as_tensor(c.f, dtype=torch.float32).cpu(),
+                 opt(c.f_low), opt(c.f_high), float(c.cpr), float(c.cmd), pair(c.cpr_ci), pair(c.cmd_ci),
+                 float(c.m_full), float(c.m_empty), int(c.n_total), seconds)
+
+
+def _settings(ranking: str, config: FaithfulnessConfig) -> list[str]:
+    return config.settings() + (["edges"] if ranking == "eap-ig" and config.edges else [])
+
+
+def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair]) -> str:
+    """What a saved part must have been made with to be reused: the config less its list of rankings, and the pairs."""
+    cfg = config.to_json()
+    cfg.pop("rankings", None)
+    h = hashlib.sha256(repr(sorted(cfg.items())).encode())
+    for p in pairs:
+        h.update(repr((p.reference_token_ids, p.counterfactual_token_ids, p.answer_token_id)).encode())
+    return h.hexdigest()
+
+
+def _load_part(path: Path, key: str) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        part = load_torch(path, "faithfulness part")
+    except ValueError:  # a part cut short by a kill: computed again
+        return None
+    return part if isinstance(part, dict) and part.get("key") == key else None
+
+
+def faithfulness(model: Model, pairs: Sequence[PromptPair], config: FaithfulnessConfig | None = None,
+                 progress: bool = True, parts: str | Path | None = None, **kwargs: Any) -> FaithfulnessResult:
+    """Score each ranking of ``config.rankings`` by the faithfulness of its circuits (``config`` fields may be given
+    as keywords: ``cc.faithfulness(model, pairs, rankings=("exact-path", "eap-ig"), positions=("end",))``).
+    ``parts``: a folder where each finished ranking is kept, and reused by a later call with the same config and
+    pairs."""
+    config = (config.replace(**kwargs) if kwargs else config) if config is not None else FaithfulnessConfig(**kwargs)
+    pairs = list(pairs)
+    if not pairs:
+        raise ValueError("faithfulness needs at least one prompt pair")
+    key = _key(config, pairs)
+    scores: dict[str, dict[str, Tensor]] = {}
+    curves: dict[str, dict[str, Curve]] = {}
+    seconds: dict[str, float] = {}
+    edge_names: list[str] = []
+    bar = tqdm(config.rankings, desc="faithfulness", unit="ranking", disable=not progress)
+    for ranking in bar:
+        bar.set_postfix_str(ranking)
+        path = Path(parts) / f"{ranking}.pt" if parts is not None else None
+        part = _load_part(path, key) if path is not None else None
+        if part is None:
+            start = time.perf_counter()
+            s = rank(model, pairs, ranking, config, progress=False)
+            took = time.perf_counter() - start
+            cs = {setting: measure(model, pairs, s, setting, config) for setting in _settings(ranking, config)}
+            part = {"key": key, "scores": s, "curves": {k: c.to_dict() for k, c in cs.items()}, "seconds": took}
+            if "edges" in s:
+                from circuits.patching.eap_ig import edge_names as names_of
+
+                part["edge_names"] = list(names_of(model))
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                save_torch(part, path)
+        scores[ranking] = part["scores"]
+        curves[ranking] = {k: Curve.from_dict(c) for k, c in part["curves"].items()}
+        seconds[ranking] = float(part["seconds"])
+        edge_names = list(part.get("edge_names", edge_names))
+    bar.close()
+    return FaithfulnessResult(config, pairs, scores, curves, seconds, edge_names)
+
+
+def run(config: FaithfulnessConfig, out: str | Path, model: Model | None = None,
+        progress: bool = True) -> FaithfulnessResult:
+    """The ``circuits faithfulness`` job: pairs (built or ``--pairs-from``), every ranking scored, saved to ``out``;
+    a stopped run resumes from ``<out>/parts``."""
+    model = model or load_model(config.model, dtype=config.dtype)
+    pairs, _ = config.load_pairs(model)
+    result = faithfulness(model, pairs, config, progress=progress, parts=Path(out) / PARTS)
+    result.save(out)
+    return result
