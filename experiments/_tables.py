@@ -285,6 +285,45 @@ def neurons_knockout(d: dict) -> Table:
              ["random neurons", *(f"{100 * a:.1f}" for a in k["random_accuracy"]), ""]])
 
 
+SETTINGS = {"nodes@end": "nodes at END", "nodes@all": "nodes, every position", "edges": "edges"}
+
+
+def _faith_groups(d: dict) -> dict[tuple[str, str, str], dict[str, dict]]:
+    groups: dict[tuple[str, str, str], dict[str, dict]] = {}
+    for r in d["rows"]:
+        groups.setdefault((r["model"], r["operation"], r["setting"]), {})[r["ranking"]] = r
+    return groups
+
+
+def faithfulness(d: dict) -> Table:
+    """MIB's scores of each ranking's circuits: ``CMD / CPR`` per model, operation and circuit kind (nodes at END,
+    nodes at every position, edges), one column per ranking, and which ranking has the lowest CMD and by how much
+    it beats the next. ``d["rows"]``: one per model, operation, setting and ranking (``cpr``, ``cmd``)."""
+    rankings = d["rankings"]
+    rows = []
+    for (model, op, setting), by in _faith_groups(d).items():
+        ranked = sorted((r["cmd"], name) for name, r in by.items())
+        best = ranked[0][1]
+        margin = f" (next: {ranked[1][1]}, +{ranked[1][0] - ranked[0][0]:.3f})" if len(ranked) > 1 else ""
+        rows.append([MODEL_NAMES.get(model, model), op, SETTINGS.get(setting, setting),
+                     *(f"{by[k]['cmd']:.3f} / {by[k]['cpr']:.3f}" if k in by else "-" for k in rankings),
+                     f"{best}{margin}"])
+    return ["model", "operation", "circuit", *(f"{k} CMD / CPR" for k in rankings), "lowest CMD"], rows
+
+
+def faithfulness_seconds(d: dict) -> Table:
+    """Seconds of each ranking (its engine alone) per model and operation, and of measuring its curves (every size,
+    every circuit kind, with the bootstrap)."""
+    rankings = d["rankings"]
+    per: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for r in d["rows"]:
+        cell = per.setdefault((r["model"], r["operation"]), {}).setdefault(r["ranking"], [r["ranking_seconds"], 0.0])
+        cell[1] += r["curve_seconds"]
+    rows = [[MODEL_NAMES.get(m, m), op, *(f"{by[k][0]:.1f} + {by[k][1]:.1f}" if k in by else "-" for k in rankings)]
+            for (m, op), by in per.items()]
+    return ["model", "operation", *(f"{k} (s: ranking + curves)" for k in rankings)], rows
+
+
 def cells(d: dict) -> Table:
     """A table a script writes cell by cell (its own formatting): ``{"header": [...], "rows": [[...], ...]}``."""
     return list(d["header"]), [list(r) for r in d["rows"]]
@@ -295,6 +334,7 @@ RENDERERS: dict[str, Callable[[dict], Table]] = {
     "fig15_overlap": fig15_overlap, "fig5_roles": fig5_roles, "sft_table": sft_table,
     "fig4_transfer": fig4_transfer, "stability": stability, "ablation_kinds": ablation_kinds,
     "table4_gsm8k": table4_gsm8k, "neurons": neurons, "neurons_knockout": neurons_knockout, "cells": cells,
+    "faithfulness": faithfulness, "faithfulness_seconds": faithfulness_seconds,
 }
 
 
