@@ -13,7 +13,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from circuits.models.backend import Model, act_name
+from circuits.models.backend import Model, act_name, apply_softcap
 from circuits.data.pairs import PairBatch
 from circuits.patching.metrics import Metric
 from circuits.types import Component, Mode, Neuron, Receiver
@@ -206,3 +206,56 @@ def edge_plain(model: Model, batch: PairBatch, sender: Component, receiver: Rece
         model.set_use_split_qkv_input(split)
         model.set_use_hook_mlp_in(mlp_in)
     return readouts_of(end_logits, batch.answer, cf_answer)
+
+
+@torch.no_grad()
+def ablation_values_plain(model: Model, batch: PairBatch, ablation: str) -> dict[str, Tensor] | None:
+    """What :func:`ablate_plain` writes into ablated nodes: the counterfactual run's ``hook_z``/``hook_mlp_out``/
+    ``hook_post``, or their mean over the reference runs at each offset from END (a loop over offsets), or
+    ``None`` (zero)."""
+    names = lambda n: n.endswith(("hook_z", "hook_mlp_out", "hook_post"))  # noqa: E731
+    if ablation == "zero":
+        return None
+    if ablation == "counterfactual":
+        _, cf = model.run_with_cache(batch.counterfactual, names_filter=names)
+        return dict(cf.items())
+    _, ref = model.run_with_cache(batch.reference, names_filter=names)
+    out = {}
+    for name, act in ref.items():
+        mean = torch.zeros_like(act)
+        for k in range(int(batch.end.max()) + 1):
+            have = [p for p in range(len(batch)) if batch.end[p] >= k]
+            m = torch.stack([act[p, batch.end[p] - k] for p in have]).float().mean(0).to(act.dtype)
+            for p in have:
+                mean[p, batch.end[p] - k] = m
+        out[name] = mean
+    return out
+
+
+@torch.no_grad()
+def ablate_plain(model: Model, batch: PairBatch, heads: list[tuple[int, int]], mlps: list[int],
+                 neurons: dict[int, list[int]], values: dict[str, Tensor] | None, positions: str) -> Tensor:
+    """END logits ``[pair, d_vocab]`` (float32) of the reference prompts with ``heads`` (``(layer, head)``),
+    ``mlps`` (layers) and ``neurons`` (``{layer: [index]}``) ablated to ``values`` (from
+    :func:`ablation_values_plain`; ``None``: zero) at END (``positions="end"``) or at every position (``"all"``): one
+    ``run_with_hooks``, one unit at a time. The plain loop :mod:`circuits.patching.faithfulness` is tested against."""
+    rows = torch.arange(len(batch))
+
+    def put(act: Tensor, hook, index: int | None) -> Tensor:
+        act = act.clone()
+        src = torch.zeros_like(act) if values is None else values[hook.name]
+        if positions == "end":
+            if index is None:
+                act[rows, batch.end] = src[rows, batch.end]
+            else:
+                act[rows, batch.end, index] = src[rows, batch.end, index]
+        elif index is None:
+            act[:] = src
+        else:
+            act[:, :, index] = src[:, :, index]
+        return act
+
+    hooks = [(act_name("z", l), partial(put, index=h)) for l, h in heads]
+    hooks += [(act_name("mlp_out", l), partial(put, index=None)) for l in mlps]
+    hooks += [(act_name("post", l), partial(put, index=i)) for l, idx in neurons.items() for i in idx]
+    return apply_softcap(_run_end(model, batch.reference, hooks, batch), model.cfg.output_logits_soft_cap)

@@ -94,3 +94,19 @@ def rule_threshold(rule: KeyRule, effects: Tensor, sign: int) -> float:
 def crosses(low: float, high: float, threshold: float) -> bool:
     """Whether an interval reaches the threshold (the selection could go either way)."""
     return not math.isnan(threshold) and low <= threshold <= high
+
+
+def resample_pairs(n_pairs: int, n_boot: int, seed: int = 0) -> Tensor:
+    """``[n_boot, n_pairs]`` pair indices drawn with replacement (the resamples :func:`bootstrap` draws)."""
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be at least 1, got {n_boot}")
+    return torch.randint(0, n_pairs, (n_boot, n_pairs), generator=torch.Generator().manual_seed(seed))
+
+
+def percentile_interval(samples: Tensor, level: float = 0.95) -> tuple[Tensor, Tensor]:
+    """The percentile interval of resampled values ``[resample, ...]`` (NaN resamples left out), low and high."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
+    out = torch.nanquantile(samples.double(), q, dim=0)
+    return out[0], out[1]

@@ -1,0 +1,524 @@
+"""Faithfulness of the circuits a ranking yields, as MIB scores circuit discovery (issue 24).
+
+A ranking of nodes -- heads ``[layer, head]``, MLPs ``[layer]``, optionally neurons ``{layer: [d_mlp]}`` (such a
+layer's MLP is then scored by its neurons instead of as one node) -- gives, at each size ``s`` (a fraction of the
+``n`` nodes), the circuit ``C_s`` = the top ``round(s * n)`` nodes by score (rounded half up; ties broken by
+:func:`circuits.patching.ranking.order`, the project's one sort: higher score first, ties by index). Everything
+outside the circuit is ablated:
+
+- ``ablation="counterfactual"`` (MIB's "patching"): each ablated node's output takes its value in the
+  counterfactual run of the same pair;
+- ``"mean"``: its mean over the pairs' reference runs, per position counted back from END (position ``end - k``
+  takes the mean over the pairs that have it; at END, the mean over every pair's END). The knockout's means of
+  :mod:`circuits.validate` are per template and length over counterfactual prompts and live in a job, which the
+  mechanism does not import; END-aligned means need no template;
+- ``"zero"``: zero;
+
+at ``positions="end"`` (only the END position, as the paper's patching) or ``"all"`` (every position, as MIB).
+
+The metric ``m`` is read from the END logits of each pair: by default ``logit_diff`` = logit(answer) -
+logit(counterfactual answer), the counterfactual answer being the counterfactual run's top token at END (MIB's
+arithmetic metric is logit-based: its logit difference between the clean and the corrupted answer); also
+``"logit"``, ``"prob"`` or a :func:`circuits.patching.metrics.logits_metric`. Faithfulness
+``f(C) = (m(C) - m(empty)) / (m(N) - m(empty))`` on means over pairs, ``N`` the model with nothing ablated and
+``empty`` every node ablated, so ``f(N) = 1`` and ``f(empty) = 0`` by construction. CPR = the area under ``f``
+and CMD = the area between ``f`` and 1 (``|1 - f|``), each by the trapezoid rule over the size axis in fractions
+(not log-scaled), as ``MIB-circuit-track``'s ``evaluate_area_under_curve`` computes them with its default
+``log_scale=False``. MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way (f(1.0) is
+the measured f of every node kept, 1 by construction) when the sizes given stop short of it. Bootstrap intervals
+resample pairs (:func:`circuits.patching.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the
+resampled means.
+
+Exact and batched: the circuits (every size, the full model and the empty circuit) are folded into the batch, each
+row ``(circuit, pair)`` running the reference prompt with a per-row keep mask applied by one hook per site
+(``hook_z`` per head, ``hook_mlp_out`` per MLP, ``hook_post`` per neuron), so all circuits take one forward pass
+(chunked by ``memory_mb``) instead of one each. It is tested against :func:`circuits.patching.plain.ablate_plain`,
+one circuit at a time with ``run_with_hooks``.
+
+Public signature::
+
+    faithfulness(model, pairs, heads, mlps=None, *, neurons=None, sizes=MIB_SIZES, ablation="counterfactual",
+                 positions="end", metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024)
+        -> FaithfulnessCurve
+    circuit_masks(heads, mlps, neurons, sizes) -> NodeMasks        # which nodes each size keeps
+    area_scores(sizes, f) -> (cpr, cmd)                            # MIB's areas of one curve
+    MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+
+``FaithfulnessCurve`` fields: ``sizes [size]``, ``n_kept [size]``, ``n_nodes``, ``m [size, pair]``,
+``m_full [pair]``, ``m_empty [pair]``, ``f [size]``, ``f_per_pair [size, pair]``, ``f_low``/``f_high [size]``,
+``cpr``, ``cmd``, ``cpr_interval``, ``cmd_interval``, ``metric``, ``ablation``, ``positions``, ``level``
+("node"/"edge"), ``ci_level``, ``n_boot``, ``seconds``; ``to_dict()``/``from_dict()`` for saving.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+import einops
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.models.backend import Model, act_name
+from circuits.patching.end_layers import end_logits
+from circuits.patching.metrics import Metric
+from circuits.patching.ranking import order
+from circuits.patching.uncertainty import percentile_interval, resample_pairs
+
+MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+ABLATIONS = ("counterfactual", "mean", "zero")
+POSITIONS = ("end", "all")
+READOUTS = ("logit_diff", "logit", "prob")
+
+
+# --- checks: one line each ----------------------------------------------------------------------
+
+
+def check_sizes(sizes: Sequence[float]) -> tuple[float, ...]:
+    """Sizes as fractions of the nodes (or edges), each a finite number in [0, 1]; at least one."""
+    try:
+        out = tuple(float(s) for s in sizes)
+    except (TypeError, ValueError):
+        raise ValueError(f"Bad sizes {sizes!r}; accepted: a list of fractions in [0, 1], e.g. 0.01,0.1,0.5 "
+                         "(MIB's: 0.001 ... 0.5)") from None
+    bad = [s for s in out if not (math.isfinite(s) and 0.0 <= s <= 1.0)]
+    if not out or bad:
+        what = "no sizes" if not out else f"size {bad[0]!r} is outside [0, 1]"
+        raise ValueError(f"Bad sizes: {what}; accepted: fractions in [0, 1] (0.05 = 5% of the nodes; MIB's: "
+                         "0.001 ... 0.5)")
+    return out
+
+
+def check_choice(name: str, value: str, accepted: Sequence[str]) -> str:
+    if value not in accepted:
+        raise ValueError(f"Unknown {name} {value!r}; accepted: {', '.join(accepted)}")
+    return value
+
+
+def check_metric(metric: str | Metric) -> str | Metric:
+    if isinstance(metric, Metric):
+        if metric.logits_fn is None:
+            raise ValueError(f"Metric {metric.name!r} is an effect between runs, not a value of one run's logits; "
+                             f"faithfulness accepts {', '.join(READOUTS)} or a logits_metric(...)")
+        return metric
+    return check_choice("metric", metric, READOUTS)
+
+
+def n_kept_at(size: float, n: int) -> int:
+    """How many of ``n`` items a circuit of ``size`` (a fraction) keeps: ``round(size * n)``, halves rounded up."""
+    return min(n, int(math.floor(size * n + 0.5)))
+
+
+# --- which nodes each circuit keeps ---------------------------------------------------------------
+
+
+@dataclass
+class NodeMasks:
+    """Which nodes each circuit keeps: ``heads [circuit, layer, head]``, ``mlps [circuit, layer]`` (MLP layers that
+    are not nodes are always kept), ``neurons {layer: [circuit, d_mlp]}``; ``n_kept [circuit]``, ``n_nodes``."""
+
+    heads: Bool[Tensor, "circuit layer head"]
+    mlps: Bool[Tensor, "circuit layer"]
+    neurons: dict[int, Bool[Tensor, "circuit d_mlp"]]
+    n_kept: Int[Tensor, " circuit"]
+    n_nodes: int
+    mlp_layers: list[int] = field(default_factory=list)  # the MLP layers that are nodes
+
+    def __len__(self) -> int:
+        return self.heads.shape[0]
+
+
+def _node_scores(heads: Tensor, mlps: Tensor | None, neurons: Mapping[int, Tensor] | None
+                 ) -> tuple[Tensor, list[int], dict[int, int]]:
+    """The flat score vector (heads, then each MLP node in layer order, then each neuron layer's neurons), the MLP
+    layers that are nodes, and each neuron layer's offset in the flat vector."""
+    if heads.ndim != 2:
+        raise ValueError(f"heads scores must be [layer, head], got shape {tuple(heads.shape)}")
+    L = heads.shape[0]
+    neurons = dict(neurons or {})
+    if mlps is not None and tuple(mlps.shape) != (L,):
+        raise ValueError(f"mlps scores must be [layer] with {L} layers, got shape {tuple(mlps.shape)}")
+    for layer, s in neurons.items():
+        if not 0 <= int(layer) < L or s.ndim != 1:
+            raise ValueError(f"neuron scores must be {{layer: [d_mlp]}} with layers in 0..{L - 1}; got layer {layer} "
+                             f"with shape {tuple(s.shape)}")
+    mlp_layers = [l for l in range(L) if mlps is not None and l not in neurons]
+    parts = [heads.flatten().float()]
+    if mlp_layers:
+        parts.append(mlps[mlp_layers].float())  # type: ignore[index]
+    offsets: dict[int, int] = {}
+    at = sum(p.numel() for p in parts)
+    for layer in sorted(neurons):
+        offsets[layer] = at
+        parts.append(neurons[layer].flatten().float())
+        at += neurons[layer].numel()
+    flat = torch.cat([p.cpu() for p in parts])
+    if torch.isnan(flat).any():
+        raise ValueError("Node scores contain NaN; accepted: a finite score for every node (score unswept nodes "
+                         "-inf to put them last)")
+    return flat, mlp_layers, offsets
+
+
+def circuit_masks(heads: Float[Tensor, "layer head"], mlps: Float[Tensor, " layer"] | None = None,
+                  neurons: Mapping[int, Float[Tensor, " d_mlp"]] | None = None,
+                  sizes: Sequence[float] = MIB_SIZES) -> NodeMasks:
+    """The circuits of a node ranking at ``sizes`` (one row each), in the order given: the top
+    ``round(size * n_nodes)`` nodes by score (higher is more important; ties by index, :func:`order`)."""
+    sizes = check_sizes(sizes)
+    flat, mlp_layers, offsets = _node_scores(heads, mlps, neurons)
+    n = flat.numel()
+    rank = torch.empty(n, dtype=torch.long)
+    rank[order(flat, +1)] = torch.arange(n)
+    n_kept = torch.tensor([n_kept_at(s, n) for s in sizes], dtype=torch.long)
+    keep = rank[None, :] < n_kept[:, None]  # [circuit, node]
+    L, H = heads.shape
+    C = len(sizes)
+    head_keep = keep[:, : L * H].reshape(C, L, H)
+    mlp_keep = torch.ones(C, L, dtype=torch.bool)
+    for i, l in enumerate(mlp_layers):
+        mlp_keep[:, l] = keep[:, L * H + i]
+    neuron_keep = {l: keep[:, o : o + neurons[l].numel()] for l, o in offsets.items()}  # type: ignore[index]
+    return NodeMasks(head_keep, mlp_keep, neuron_keep, n_kept, n, mlp_layers)
+
+
+# --- the result -------------------------------------------------------------------------------------
+
+
+@dataclass
+class FaithfulnessCurve:
+    """f at each size of one ranking, with MIB's areas and bootstrap intervals (see the module docstring)."""
+
+    sizes: Float[Tensor, " size"]
+    n_kept: Int[Tensor, " size"]
+    n_nodes: int
+    m: Float[Tensor, "size pair"]
+    m_full: Float[Tensor, " pair"]
+    m_empty: Float[Tensor, " pair"]
+    f: Float[Tensor, " size"]
+    f_per_pair: Float[Tensor, "size pair"]
+    f_low: Float[Tensor, " size"]
+    f_high: Float[Tensor, " size"]
+    cpr: float
+    cmd: float
+    cpr_interval: tuple[float, float]
+    cmd_interval: tuple[float, float]
+    metric: str
+    ablation: str
+    positions: str
+    level: str = "node"
+    ci_level: float = 0.95
+    n_boot: int = 0
+    seconds: float = 0.0
+
+    @property
+    def n_pairs(self) -> int:
+        return self.m.shape[1]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Tensors and numbers (for ``torch.save`` / JSON by a job)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> FaithfulnessCurve:
+        d = dict(d)
+        for k in ("cpr_interval", "cmd_interval"):
+            d[k] = tuple(float(x) for x in d[k])
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FaithfulnessCurve):
+            return NotImplemented
+        for f in fields(self):
+            a, b = getattr(self, f.name), getattr(other, f.name)
+            if isinstance(a, Tensor):
+                if not (isinstance(b, Tensor) and a.shape == b.shape and a.dtype == b.dtype
+                        and torch.equal(a.nan_to_num(123.0), b.nan_to_num(123.0))):
+                    return False
+            elif a != b and not (isinstance(a, float) and math.isnan(a) and math.isnan(b)):
+                return False
+        return True
+
+    def table(self) -> list[dict[str, float]]:
+        """One row per size: size, nodes kept, f and its interval."""
+        return [{"size": float(s), "n_kept": int(k), "f": float(f), "f_low": float(lo), "f_high": float(hi)}
+                for s, k, f, lo, hi in zip(self.sizes, self.n_kept, self.f, self.f_low, self.f_high)]
+
+
+def area_axis(sizes: Sequence[float] | Tensor, f: Tensor) -> tuple[Tensor, Tensor]:
+    """The size axis and the curve MIB integrates: sizes sorted, closed at 1.0 (where f is 1 by construction) when
+    the sizes stop short of it. ``f`` is ``[..., size]`` (a batch of resampled curves too)."""
+    x = torch.as_tensor(sizes, dtype=torch.float64)
+    idx = torch.argsort(x, stable=True)  # the size axis, not a ranking of effects
+    x, y = x[idx], f.double()[..., idx]
+    if not len(x) or float(x[-1]) < 1.0:
+        x = torch.cat([x, torch.ones(1, dtype=x.dtype)])
+        y = torch.cat([y, torch.ones(*y.shape[:-1], 1, dtype=y.dtype)], dim=-1)
+    return x, y
+
+
+def area_scores(sizes: Sequence[float] | Tensor, f: Tensor) -> tuple[Tensor, Tensor]:
+    """CPR (area under f) and CMD (area between f and 1, ``|1 - f|``) by the trapezoid rule over the size axis of
+    :func:`area_axis` (fractions, linear), as MIB's ``evaluate_area_under_curve``; ``f`` is ``[..., size]``."""
+    x, y = area_axis(sizes, f)
+    dx = x[1:] - x[:-1]
+    cpr = (dx * (y[..., 1:] + y[..., :-1]) / 2).sum(-1)
+    gap = (1 - y).abs()
+    cmd = (dx * (gap[..., 1:] + gap[..., :-1]) / 2).sum(-1)
+    return cpr, cmd
+
+
+def curve_from(sizes: Sequence[float], n_kept: Tensor, n_nodes: int, m: Tensor, m_full: Tensor, m_empty: Tensor, *,
+               metric: str, ablation: str, positions: str, level: str, n_boot: int, ci_level: float, seed: int,
+               seconds: float) -> FaithfulnessCurve:
+    """The curve, areas and bootstrap intervals from the per-pair metric of every circuit (``m [size, pair]``)."""
+    m, m_full, m_empty = m.double().cpu(), m_full.double().cpu(), m_empty.double().cpu()
+
+    def f_of(mc: Tensor, mf: Tensor, me: Tensor) -> Tensor:
+        return (mc - me[..., None, :].mean(-1)) / (mf.mean(-1) - me.mean(-1))[..., None]
+
+    f = (m.mean(-1) - m_empty.mean()) / (m_full.mean() - m_empty.mean())
+    f_pp = (m - m_empty) / (m_full - m_empty)
+    cpr, cmd = area_scores(sizes, f)
+    S = len(sizes)
+    f_low = f_high = torch.full((S,), float("nan"), dtype=torch.float64)
+    cpr_iv = cmd_iv = (float("nan"), float("nan"))
+    if n_boot > 0:
+        idx = resample_pairs(m.shape[1], n_boot, seed)  # [boot, pair]
+        mc = m[:, idx].mean(-1).T  # [boot, size]
+        fb = f_of(mc, m_full[idx], m_empty[idx])
+        f_low, f_high = percentile_interval(fb, ci_level)
+        cb, db = area_scores(sizes, fb)
+        cpr_iv = tuple(float(v) for v in percentile_interval(cb, ci_level))  # type: ignore[assignment]
+        cmd_iv = tuple(float(v) for v in percentile_interval(db, ci_level))  # type: ignore[assignment]
+    return FaithfulnessCurve(
+        sizes=torch.tensor(sizes, dtype=torch.float64), n_kept=n_kept.clone(), n_nodes=int(n_nodes), m=m.float(),
+        m_full=m_full.float(), m_empty=m_empty.float(), f=f.float(), f_per_pair=f_pp.float(), f_low=f_low.float(),
+        f_high=f_high.float(), cpr=float(cpr), cmd=float(cmd), cpr_interval=cpr_iv, cmd_interval=cmd_iv,
+        metric=metric, ablation=ablation, positions=positions, level=level, ci_level=ci_level, n_boot=n_boot,
+        seconds=seconds)
+
+
+# --- the runs: values an ablated node takes -------------------------------------------------------------
+
+
+def metric_of(logits: Float[Tensor, "row d_vocab"], answer: Int[Tensor, " row"], cf_answer: Int[Tensor, " row"],
+              metric: str | Metric) -> Float[Tensor, " row"]:
+    """m per row from END logits (float32)."""
+    logits = logits.float()
+    rows = torch.arange(len(answer), device=logits.device)
+    if isinstance(metric, Metric):
+        return metric.of_logits(logits, answer, cf_answer).float().reshape(len(answer))
+    logit = logits[rows, answer]
+    if metric == "logit":
+        return logit
+    if metric == "logit_diff":
+        return logit - logits[rows, cf_answer]
+    return (logit - logits.logsumexp(-1)).exp()
+
+
+def _final_end(model: Model, resid: Tensor, end: Tensor) -> Tensor:
+    """END logits (float32) of the last block's residual stream ``[row, pos, d_model]``."""
+    x = resid[torch.arange(resid.shape[0], device=resid.device), end.to(resid.device)]
+    return end_logits(model, x)
+
+
+def end_aligned_mean(acts: Float[Tensor, "pair pos ..."], end: Int[Tensor, " pair"]) -> Float[Tensor, "pair pos ..."]:
+    """Each pair's position ``t`` gets the mean over pairs of the activation at the same offset ``end - t`` from
+    their END (over the pairs that have that position); positions after END get zeros."""
+    P, T = acts.shape[:2]
+    end = end.to(acts.device)
+    pos = torch.arange(T, device=acts.device)
+    offset = end[:, None] - pos[None, :]  # [pair, pos]
+    valid = offset >= 0
+    flat_off = offset.clamp(min=0)
+    total = acts.new_zeros((T, *acts.shape[2:]), dtype=torch.float32)
+    count = torch.zeros(T, device=acts.device)
+    total.index_add_(0, flat_off[valid], acts[valid].float())
+    count.index_add_(0, flat_off[valid], torch.ones(int(valid.sum()), device=acts.device))
+    mean = total / count.clamp(min=1).reshape(T, *[1] * (acts.ndim - 2))
+    out = mean[flat_off].to(acts.dtype)
+    return out * valid.reshape(P, T, *[1] * (acts.ndim - 2)).to(acts.dtype)
+
+
+@dataclass
+class _Runs:
+    """What the ablated rows read: per layer replacement values ``[pair, pos, ...]`` (``None``: zero), the END
+    answers."""
+
+    z: list[Tensor | None]
+    mlp_out: list[Tensor | None]
+    post: dict[int, Tensor | None]
+    answer: Tensor
+    cf_answer: Tensor
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@torch.no_grad()
+def _collect(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int],
+             extra_sites: Sequence[str] = ()) -> _Runs:
+    """Replacement values for every site, and the counterfactual run's top token at END."""
+    L = model.cfg.n_layers
+    names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
+    names += [act_name("post", l) for l in neuron_layers] + list(extra_sites)
+    store: dict[str, Tensor] = {}
+    keep = lambda act, hook: store.__setitem__(hook.name, act.detach())  # noqa: E731
+    want = ablation == "counterfactual"
+    resid = model.run_with_hooks(batch.counterfactual, stop_at_layer=L,
+                                 fwd_hooks=[(n, keep) for n in names] if want else [])
+    cf_answer = _final_end(model, resid, batch.end).argmax(-1)
+    cf_store = dict(store)
+    store.clear()
+    if ablation == "mean" or extra_sites:
+        model.run_with_hooks(batch.reference, stop_at_layer=L,
+                             fwd_hooks=[(n, keep) for n in (names if ablation == "mean" else extra_sites)])
+    if ablation == "counterfactual":
+        src = cf_store
+    elif ablation == "mean":
+        src = {n: end_aligned_mean(store[n], batch.end) for n in names}
+    else:
+        src = {}
+    return _Runs(z=[src.get(act_name("z", l)) for l in range(L)],
+                 mlp_out=[src.get(act_name("mlp_out", l)) for l in range(L)],
+                 post={l: src.get(act_name("post", l)) for l in neuron_layers},
+                 answer=batch.answer.to(cf_answer.device), cf_answer=cf_answer,
+                 extra={"ref": store, "cf": cf_store})
+
+
+# --- the batched node engine ----------------------------------------------------------------------------
+
+
+def _rows_per_forward(model: Model, width: int, memory_mb: float) -> int:
+    """Rows (circuit x pair) per forward pass so that one layer's working tensors fit ``memory_mb``."""
+    cfg = model.cfg
+    per_pos = cfg.d_model * 8 + (cfg.d_mlp or 4 * cfg.d_model) * 3 + cfg.n_heads * width * 2
+    bytes_per = torch.finfo(cfg.dtype).bits // 8 if cfg.dtype.is_floating_point else 4
+    return max(1, int(memory_mb * 2**20 / (per_pos * width * bytes_per)))
+
+
+def _site_hook(ablate: Tensor, values: Tensor | None, pair: Tensor, end: Tensor | None) -> Callable:
+    """A hook that replaces, per row, the units ``ablate [row, unit]`` marks (heads of ``hook_z``, neurons of
+    ``hook_post``, or one unit for a whole ``hook_mlp_out``) by ``values [pair, pos, ...]`` of the row's pair (zero
+    for ``None``), at the row's END only (``end`` given) or at every position."""
+
+    def hook(act: Tensor, hook) -> Tensor:
+        R, trailing = act.shape[0], act.ndim - 3  # d_head after the head axis of hook_z
+        mask = ablate.to(act.device).reshape(R, ablate.shape[1], *[1] * trailing)
+        if end is None:
+            new = torch.zeros_like(act) if values is None else values[pair.to(values.device)].to(act)
+            return torch.where(mask[:, None], new, act)
+        rows, e = torch.arange(R, device=act.device), end.to(act.device)
+        cur = act[rows, e]
+        new = torch.zeros_like(cur) if values is None else values[pair.to(values.device), e.to(values.device)].to(act)
+        act = act.clone()
+        act[rows, e] = torch.where(mask, new, cur)
+        return act
+
+    return hook
+
+
+@torch.no_grad()
+def ablated_metric(model: Model, batch: PairBatch, masks: NodeMasks, runs: _Runs, positions: str,
+                   metric: str | Metric, memory_mb: float = 1024) -> Float[Tensor, "circuit pair"]:
+    """m of every circuit of ``masks`` on every pair: rows ``(circuit, pair)`` folded into the batch, a keep mask
+    per row applied by one hook per site, forwards of as many rows as ``memory_mb`` allows."""
+    L = model.cfg.n_layers
+    C, P = len(masks), len(batch)
+    device = batch.reference.device
+    per = _rows_per_forward(model, batch.reference.shape[1], memory_mb)
+    circuit = torch.arange(C).repeat_interleave(P)
+    pair = torch.arange(P).repeat(C)
+    out = torch.empty(C * P, dtype=torch.float32)
+    for start in range(0, C * P, per):
+        c, p = circuit[start : start + per], pair[start : start + per]
+        pd = p.to(device)
+        end = batch.end[pd] if positions == "end" else None
+        hooks = []
+        for l in range(L):
+            ablate = ~masks.heads[c, l]  # [row, head]
+            if bool(ablate.any()):
+                hooks.append((act_name("z", l), _site_hook(ablate, runs.z[l], pd, end)))
+            if l in masks.neurons:
+                ablate = ~masks.neurons[l][c]
+                if bool(ablate.any()):
+                    hooks.append((act_name("post", l), _site_hook(ablate, runs.post[l], pd, end)))
+            else:
+                ablate = ~masks.mlps[c, l][:, None]
+                if bool(ablate.any()):
+                    hooks.append((act_name("mlp_out", l), _site_hook(ablate, runs.mlp_out[l], pd, end)))
+        resid = model.run_with_hooks(batch.reference[pd], fwd_hooks=hooks, stop_at_layer=L)
+        logits = _final_end(model, resid, batch.end[pd])
+        out[start : start + per] = metric_of(logits, runs.answer[pd], runs.cf_answer[pd], metric).cpu()
+    return einops.rearrange(out, "(c p) -> c p", c=C)
+
+
+def _full_and_empty(masks: NodeMasks) -> NodeMasks:
+    """``masks`` with two more circuits: every node kept (N), then no node kept (empty; MLP layers that are not
+    nodes stay kept)."""
+    L = masks.mlps.shape[1]
+
+    def two(t: Tensor) -> Tensor:
+        return torch.cat([t, torch.ones_like(t[:1]), torch.zeros_like(t[:1])])
+
+    empty_mlps = torch.tensor([l not in masks.mlp_layers for l in range(L)], dtype=torch.bool)
+    mlps = torch.cat([masks.mlps, torch.ones(1, L, dtype=torch.bool), empty_mlps[None]])
+    return NodeMasks(two(masks.heads), mlps, {l: two(v) for l, v in masks.neurons.items()},
+                     torch.cat([masks.n_kept, torch.tensor([masks.n_nodes, 0])]), masks.n_nodes, masks.mlp_layers)
+
+
+@torch.no_grad()
+def faithfulness(
+    model: Model,
+    pairs: Pairs,
+    heads: Float[Tensor, "layer head"],
+    mlps: Float[Tensor, " layer"] | None = None,
+    *,
+    neurons: Mapping[int, Float[Tensor, " d_mlp"]] | None = None,
+    sizes: Sequence[float] = MIB_SIZES,
+    ablation: str = "counterfactual",
+    positions: str = "end",
+    metric: str | Metric = "logit_diff",
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    memory_mb: float = 1024,
+) -> FaithfulnessCurve:
+    """The faithfulness curve of a node ranking (see the module docstring).
+
+    Args:
+        heads: a score per head ``[layer, head]``, higher = more important (pass absolute values of a signed
+            ranking).
+        mlps: a score per MLP ``[layer]``; ``None``: MLPs are not nodes (always kept, heads-only circuits).
+        neurons: ``{layer: [d_mlp]}`` scores; such a layer's MLP is scored by its neurons (``hook_post``).
+        sizes: fractions of the nodes in [0, 1] (default MIB's nine, 0.1% ... 50%).
+        ablation: ``counterfactual`` (MIB), ``mean`` (over the reference runs, END-aligned) or ``zero``.
+        positions: ``end`` (the END position only) or ``all`` (every position, as MIB).
+        metric: ``logit_diff`` (default), ``logit``, ``prob`` or a :func:`~circuits.patching.metrics.logits_metric`.
+        n_boot: bootstrap resamples of the pairs for the intervals (0: none); ``level`` their coverage.
+        memory_mb: the working memory one forward may take (rows per forward follow from it).
+    """
+    t0 = time.perf_counter()
+    sizes = check_sizes(sizes)
+    check_choice("ablation", ablation, ABLATIONS)
+    check_choice("positions", positions, POSITIONS)
+    metric = check_metric(metric)
+    cfg = model.cfg
+    if tuple(heads.shape) != (cfg.n_layers, cfg.n_heads):
+        raise ValueError(f"heads scores must be [layer, head] = [{cfg.n_layers}, {cfg.n_heads}] for this model, got "
+                         f"{list(heads.shape)}")
+    for l, s in (neurons or {}).items():
+        if s.shape[-1] != cfg.d_mlp:
+            raise ValueError(f"neuron scores of layer {l} must have d_mlp = {cfg.d_mlp} entries, got {s.shape[-1]}")
+    masks = circuit_masks(heads, mlps, neurons, sizes)
+    batch = as_batch(pairs, model)
+    runs = _collect(model, batch, ablation, sorted(masks.neurons))
+    every = _full_and_empty(masks)
+    m = ablated_metric(model, batch, every, runs, positions, metric, memory_mb)
+    name = metric if isinstance(metric, str) else metric.name
+    return curve_from(sizes, masks.n_kept, masks.n_nodes, m[:-2], m[-2], m[-1], metric=name, ablation=ablation,
+                      positions=positions, level="node", n_boot=n_boot, ci_level=level, seed=seed,
+                      seconds=time.perf_counter() - t0)

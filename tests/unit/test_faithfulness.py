@@ -1,0 +1,170 @@
+"""Faithfulness curves (issue 24): the batched engine equals a plain loop that ablates one circuit at a time with
+``run_with_hooks``; f(N) = 1 and f(empty) = 0; MIB's areas; bad sizes, positions and ablations are one line."""
+
+import math
+
+import pytest
+import torch
+from helpers import mixed_pairs
+
+from circuits.data.pairs import PairBatch
+from circuits.patching.faithfulness import MIB_SIZES, area_scores, circuit_masks, faithfulness, metric_of
+from circuits.patching.metrics import logits_metric
+from circuits.patching.plain import ablate_plain, ablation_values_plain, cf_answer_plain
+from circuits.patching.ranking import order
+
+SIZES = (0.0, 0.05, 0.1, 0.25, 0.5, 0.8, 1.0)
+
+
+def scores(model, seed=0, neurons=()):
+    g = torch.Generator().manual_seed(seed)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    heads = torch.rand(L, H, generator=g)
+    heads[0, 1] = heads[1, 2]  # a tie, broken by index
+    mlps = torch.rand(L, generator=g)
+    neur = {l: torch.rand(model.cfg.d_mlp, generator=g) for l in neurons}
+    return heads, mlps, neur
+
+
+def plain_circuit_sets(model, heads, mlps, neurons, size):
+    """The nodes a circuit of ``size`` ablates, from the flat ranking (heads, MLP nodes, neurons), written out."""
+    L, H = heads.shape
+    nodes = [("head", (l, h)) for l in range(L) for h in range(H)]
+    flat = [heads.flatten()]
+    if mlps is not None:
+        mlp_layers = [l for l in range(L) if l not in neurons]
+        nodes += [("mlp", l) for l in mlp_layers]
+        flat.append(mlps[mlp_layers])
+    for l in sorted(neurons):
+        nodes += [("neuron", (l, i)) for i in range(len(neurons[l]))]
+        flat.append(neurons[l])
+    flat = torch.cat(flat)
+    k = math.floor(size * len(nodes) + 0.5)
+    kept = {nodes[i] for i in order(flat, +1)[:k].tolist()}
+    ablated = [n for n in nodes if n not in kept]
+    hs = [x for kind, x in ablated if kind == "head"]
+    ms = [x for kind, x in ablated if kind == "mlp"]
+    ns: dict[int, list[int]] = {}
+    for kind, x in ablated:
+        if kind == "neuron":
+            ns.setdefault(x[0], []).append(x[1])
+    return hs, ms, ns
+
+
+def plain_curve(model, batch, heads, mlps, neurons, ablation, positions, metric="logit_diff"):
+    cf_answer = cf_answer_plain(model, batch)
+    values = ablation_values_plain(model, batch, ablation)
+    m = lambda hs, ms, ns: metric_of(ablate_plain(model, batch, hs, ms, ns, values, positions),  # noqa: E731
+                                     batch.answer, cf_answer, metric)
+    per_size = torch.stack([m(*plain_circuit_sets(model, heads, mlps, neurons, s)) for s in SIZES])
+    full = m([], [], {})
+    everything = plain_circuit_sets(model, heads, mlps, neurons, 0.0)
+    return per_size, full, m(*everything)
+
+
+@pytest.mark.parametrize("ablation", ["counterfactual", "mean", "zero"])
+@pytest.mark.parametrize("positions", ["end", "all"])
+def test_nodes_equal_the_plain_loop(tiny_llama, tokenizer, ablation, positions):
+    model = tiny_llama  # GQA: 4 heads, 2 key/value heads
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 5), 0)
+    heads, mlps, _ = scores(model)
+    ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, ablation=ablation, positions=positions,
+                        n_boot=50, memory_mb=0.02)
+    per_size, full, empty = plain_curve(model, batch, heads, mlps, {}, ablation, positions)
+    torch.testing.assert_close(ours.m, per_size, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_full, full, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_empty, empty, atol=1e-5, rtol=0)
+    assert (ours.m_full - ours.m_empty).abs().max() > 1e-2  # the ablation does something
+    # f(N) = 1, f(empty) = 0 by construction: sizes 1.0 and 0.0 are N and empty
+    assert ours.f[SIZES.index(1.0)].item() == pytest.approx(1.0, abs=1e-6)
+    assert ours.f[SIZES.index(0.0)].item() == pytest.approx(0.0, abs=1e-6)
+    f = (per_size.double().mean(-1) - empty.double().mean()) / (full.double().mean() - empty.double().mean())
+    torch.testing.assert_close(ours.f.double(), f, atol=1e-4, rtol=1e-4)
+    assert ours.n_kept.tolist() == [math.floor(s * (3 * 4 + 3) + 0.5) for s in SIZES]
+
+
+@pytest.mark.parametrize("positions", ["end", "all"])
+def test_neurons_and_heads_only_equal_the_plain_loop(tiny_mistral, tokenizer, positions):
+    model = tiny_mistral
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=3), 0)
+    heads, mlps, neurons = scores(model, seed=1, neurons=(1,))
+    ours = faithfulness(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, positions=positions, n_boot=0)
+    per_size, full, empty = plain_curve(model, batch, heads, mlps, neurons, "counterfactual", positions)
+    torch.testing.assert_close(ours.m, per_size, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_empty, empty, atol=1e-5, rtol=0)
+    assert ours.n_nodes == 3 * 4 + 2 + model.cfg.d_mlp
+    # heads only: MLPs are not nodes and stay in every circuit
+    only = faithfulness(model, batch, heads, None, sizes=SIZES, positions=positions, n_boot=0,
+                        metric=logits_metric(lambda logits, a: logits.log_softmax(-1)[torch.arange(len(a)), a], "lp"))
+    per_size, full, empty = plain_curve(model, batch, heads, None, {}, "counterfactual", positions, only_metric())
+    torch.testing.assert_close(only.m, per_size, atol=1e-5, rtol=0)
+    assert only.n_nodes == 12 and only.metric == "lp"
+
+
+def only_metric():
+    return logits_metric(lambda logits, a: logits.log_softmax(-1)[torch.arange(len(a)), a], "lp")
+
+
+@pytest.mark.parametrize("arch", ["gemma2", "qwen3"])
+def test_families(family_models, tokenizer, arch):
+    model = family_models(arch)
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 3), 0)
+    heads, mlps, _ = scores(model, seed=2)
+    ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, positions="all", ablation="mean", n_boot=0)
+    per_size, _, _ = plain_curve(model, batch, heads, mlps, {}, "mean", "all")
+    torch.testing.assert_close(ours.m, per_size, atol=1e-5, rtol=0)
+
+
+def test_masks_follow_the_one_ranking():
+    heads = torch.tensor([[0.5, 0.9], [0.9, 0.1]])
+    mlps = torch.tensor([0.3, 0.95])
+    masks = circuit_masks(heads, mlps, None, (0.0, 1 / 6, 0.5, 1.0))
+    assert masks.n_kept.tolist() == [0, 1, 3, 6]
+    assert masks.mlps[1].tolist() == [False, True] and not masks.heads[1].any()  # MLP1 first
+    # 0.5 of 6 = 3: MLP1, then the tie 0.9 (0.1 before 1.0 by index)
+    assert masks.heads[2].tolist() == [[False, True], [True, False]] and masks.mlps[2].tolist() == [False, True]
+    assert masks.heads[3].all() and masks.mlps[3].all()
+
+
+def test_areas_are_mibs_trapezoids():
+    sizes = (0.001, 0.01, 0.1, 0.5)
+    f = torch.tensor([0.2, 0.5, 0.9, 1.1])
+    cpr, cmd = area_scores(sizes, f)
+    xs, ys = [0.001, 0.01, 0.1, 0.5, 1.0], [0.2, 0.5, 0.9, 1.1, 1.0]
+    want_cpr = sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(4))
+    want_cmd = sum((xs[i + 1] - xs[i]) * (abs(1 - ys[i]) + abs(1 - ys[i + 1])) / 2 for i in range(4))
+    assert float(cpr) == pytest.approx(want_cpr) and float(cmd) == pytest.approx(want_cmd)
+    assert len(MIB_SIZES) == 9 and MIB_SIZES[0] == 0.001 and MIB_SIZES[-1] == 0.5
+
+
+def test_bootstrap_intervals_and_round_trip(tiny_llama, tokenizer):
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 6), 0)
+    heads, mlps, _ = scores(tiny_llama)
+    r = faithfulness(tiny_llama, batch, heads, mlps, n_boot=200)
+    assert r.f.shape == (9,) and r.f_per_pair.shape == (9, 6) and r.m.shape == (9, 6)
+    inside = (r.f_low <= r.f + 1e-6) & (r.f <= r.f_high + 1e-6)
+    assert inside.all()
+    assert r.cpr_interval[0] <= r.cpr <= r.cpr_interval[1] and r.cmd_interval[0] <= r.cmd <= r.cmd_interval[1]
+    cpr, cmd = area_scores(MIB_SIZES, r.f.double())
+    assert r.cpr == pytest.approx(float(cpr), abs=1e-6) and r.cmd == pytest.approx(float(cmd), abs=1e-6)
+    back = type(r).from_dict(r.to_dict())
+    assert back == r and r.seconds > 0
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"sizes": (0.1, 1.5)}, "size 1.5 is outside"),
+    ({"sizes": ()}, "no sizes"),
+    ({"sizes": ("a",)}, "accepted: a list of fractions"),
+    ({"positions": "start"}, "Unknown positions 'start'; accepted: end, all"),
+    ({"ablation": "resample"}, "Unknown ablation 'resample'; accepted: counterfactual, mean, zero"),
+    ({"metric": "fraction"}, "Unknown metric 'fraction'; accepted: logit_diff, logit, prob"),
+])
+def test_bad_input_is_one_line(tiny_llama, tokenizer, kw, match):
+    heads, mlps, _ = scores(tiny_llama)
+    with pytest.raises(ValueError, match=match) as e:
+        faithfulness(tiny_llama, mixed_pairs(tokenizer, 2), heads, mlps, **kw)
+    assert "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=r"\[layer, head\] = \[3, 4\]"):
+        faithfulness(tiny_llama, mixed_pairs(tokenizer, 2), heads[:2], mlps)
+    with pytest.raises(ValueError, match="NaN"):
+        faithfulness(tiny_llama, mixed_pairs(tokenizer, 2), heads.clone().fill_(float("nan")), mlps)
