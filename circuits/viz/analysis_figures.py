@@ -229,10 +229,11 @@ def _rgba(hex_color: str, alpha: float) -> str:
 def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor, " size"]],
                         low: dict[str, Float[Tensor, " size"]], high: dict[str, Float[Tensor, " size"]],
                         title: str) -> go.Figure:
-    """Faithfulness f against circuit size (percent kept, log axis; MIB's sizes), one line per ranking, its bootstrap
+    """Faithfulness f against circuit size (``sizes``: fractions kept, drawn as percent on a log axis; MIB's sizes), one
+    line per ranking, its bootstrap
     interval as a band (``low``/``high``, where given), and the references f = 1 (the full model) and f = 0
     (everything ablated)."""
-    x = _arr(sizes)
+    x = 100 * _arr(sizes)
     fig = go.Figure()
     palette = iter(["#9467bd", "#e377c2", "#7f7f7f", "#bcbd22"])
     for name, y in f.items():

@@ -6,31 +6,38 @@ agrees with the engine called directly."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 from helpers import tiny_dir
 
 from circuits.beyond.faithfulness.config import MIB_SIZES, RANKINGS, FaithfulnessConfig
-from circuits.beyond.faithfulness.result import Curve, FaithfulnessResult
+from circuits.beyond.faithfulness.result import FaithfulnessResult
 from circuits.cli import main as cli_main
+from circuits.patching import faithfulness as engine
+from circuits.patching.faithfulness import FaithfulnessCurve
 from circuits.viz.analysis_figures import faithfulness_figure, faithfulness_table
 
 TINY = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on"]
 
 
-def curve(f: list[float], cpr: float, cmd: float, seconds: float = 0.5) -> Curve:
+def curve(f: list[float], cpr: float, cmd: float, seconds: float = 0.5, level: str = "node") -> FaithfulnessCurve:
     t = torch.tensor(f)
-    return Curve(MIB_SIZES[: len(f)], tuple(range(1, len(f) + 1)), t, t - 0.1, t + 0.1, cpr, cmd, (cpr - 0.1, cpr + 0.1),
-                 (cmd - 0.1, cmd + 0.1), 2.5, -0.5, 300, seconds)
+    S = len(f)
+    return FaithfulnessCurve(torch.tensor(MIB_SIZES[:S], dtype=torch.float64), torch.arange(1, S + 1), 300,
+                             torch.rand(S, 4), torch.full((4,), 2.5), torch.full((4,), -0.5), t, torch.rand(S, 4),
+                             t - 0.1, t + 0.1, cpr, cmd, (cpr - 0.1, cpr + 0.1), (cmd - 0.1, cmd + 0.1), "logit_diff",
+                             "counterfactual", "end", level, 0.95, 100, seconds)
 
 
 @pytest.mark.parametrize("kw, message", [
     ({"rankings": ("exact-path", "foo")}, "Unknown ranking 'foo'; accepted: exact-path"),
     ({"rankings": ("screen", "screen")}, "names a ranking twice"),
     ({"rankings": ()}, "at least one ranking"),
-    ({"sizes": (0.0, 5.0)}, "percentages in (0, 100]"),
-    ({"sizes": (5.0, 1.0)}, "must increase"),
+    ({"sizes": (0.0, 0.5)}, "fractions in (0, 1]"),
+    ({"sizes": (1.0, 5.0)}, "fractions in (0, 1]"),
+    ({"sizes": (0.5, 0.1)}, "must increase"),
     ({"positions": ("middle",)}, "accepted: end, all"),
     ({"ablation": "resample"}, "accepted: counterfactual, mean, zero"),
     ({"task": "all"}, "scores one operation"),
@@ -45,7 +52,7 @@ def test_config_refuses_bad_input_in_one_line(kw, message):
 
 @pytest.mark.parametrize("argv, message", [
     (["--rankings", "exact-path,gradients"], "Unknown ranking 'gradients'"),
-    (["--sizes", "0.1,200"], "percentages in (0, 100]"),
+    (["--sizes", "0.1,20"], "fractions in (0, 1]"),
     (["--positions", "end,start"], "accepted: end, all"),
     (["--task", "all"], "scores one operation"),
 ])
@@ -59,7 +66,8 @@ def test_cli_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
 
 def test_defaults_are_mib_s():
     c = FaithfulnessConfig()
-    assert c.sizes == (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0) and c.ablation == "counterfactual"
+    assert c.sizes == engine.MIB_SIZES == (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+    assert c.ablation == "counterfactual" and c.metric == "logit_diff"
     assert c.rankings == RANKINGS and c.settings() == ["nodes@end", "nodes@all"]
     assert FaithfulnessConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
 
@@ -72,11 +80,13 @@ def test_figure_draws_each_ranking_with_its_band_on_a_log_size_axis():
     fig = faithfulness_figure(sizes, f, low, high, "addition")
     lines = [t for t in fig.data if t.mode == "lines+markers"]
     assert [t.name for t in lines] == ["exact-path", "eap-ig"]
-    assert list(lines[0].y) == pytest.approx(f["exact-path"].tolist()) and list(lines[1].x) == list(MIB_SIZES)
+    percent = [100 * s for s in MIB_SIZES]
+    assert list(lines[0].y) == pytest.approx(f["exact-path"].tolist()) and list(lines[1].x) == pytest.approx(percent)
     bands = [t for t in fig.data if t.fill == "tonexty"]
     assert len(bands) == 1 and bands[0].legendgroup == "exact-path"  # eap-ig has no interval: no band
     assert list(bands[0].y) == pytest.approx(low["exact-path"].tolist())
-    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == list(MIB_SIZES)
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == pytest.approx(percent)
+    assert list(fig.layout.xaxis.ticktext) == ["0.1%", "0.2%", "0.5%", "1%", "2%", "5%", "10%", "20%", "50%"]
     refs = sorted(s.y0 for s in fig.layout.shapes)
     assert refs == [0, 1]
 
@@ -86,8 +96,9 @@ def hand_result() -> FaithfulnessResult:
     scores = {"exact-path": {"heads": torch.rand(3, 4), "mlps": torch.rand(3)},
               "eap-ig": {"heads": torch.rand(3, 4), "mlps": torch.rand(3), "edges": torch.rand(10)}}
     curves = {"exact-path": {"nodes@end": curve([0.2, 0.5, 0.9], 0.6, 0.3)},
-              "eap-ig": {"nodes@end": curve([0.1, 0.4, 0.8], 0.5, 0.4), "edges": curve([0.3, 0.6, 0.95], 0.7, 0.2)}}
-    return FaithfulnessResult(cfg, [], scores, curves, {"exact-path": 1.5, "eap-ig": 0.25}, [f"e{i}" for i in range(10)])
+              "eap-ig": {"nodes@end": curve([0.1, 0.4, 0.8], 0.5, 0.4),
+                         "edges": curve([0.3, 0.6, 0.95], 0.7, 0.2, level="edge")}}
+    return FaithfulnessResult(cfg, [], scores, curves, {"exact-path": 1.5, "eap-ig": 0.25})
 
 
 def test_table_best_and_section_say_which_ranking_wins(tmp_path):
@@ -104,7 +115,65 @@ def test_table_best_and_section_say_which_ranking_wins(tmp_path):
     tab = faithfulness_table(rows, "t")
     assert list(tab.data[0].cells.values[0]) == ["exact-path", "eap-ig", "eap-ig"]
     back = FaithfulnessResult.load(r.save(tmp_path / "f"))
-    assert back == r and back.curves["eap-ig"]["edges"].cmd_ci == pytest.approx((0.1, 0.3))
+    assert back == r and back.curves["eap-ig"]["edges"].cmd_interval == pytest.approx((0.1, 0.3))
     s = json.loads((tmp_path / "f" / "summary.json").read_text())
     assert s["best_cmd"]["nodes@end"] == ["exact-path", 0.3] and (tmp_path / "f" / "figure.html").is_file()
     assert "FaithfulnessResult[faithfulness]" in repr(r) and "text/plain" in r._repr_mimebundle_()
+
+
+NODE_RANKINGS = "exact-path,exact-activation,positions,screen,graddrop"
+
+
+def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path, capsys, monkeypatch):
+    from circuits.beyond.faithfulness import job
+    from circuits.models.loading import load_model
+    from circuits.patching.attribution import attribute
+    from circuits.patching.engine import sweep
+    from circuits.patching.positions import sweep_positions
+    from circuits.results import load_result
+
+    out = tmp_path / "f"
+    argv = ["faithfulness", *TINY, "--pairs", "3", "--rankings", NODE_RANKINGS, "--sizes", "0.05,0.2,0.5",
+            "--n-boot", "20", "--no-progress", "--out", str(out)]
+    assert cli_main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "lowest CMD, nodes@end:" in printed and "graddrop" in printed
+    r = load_result(out)
+    assert isinstance(r, FaithfulnessResult) and list(r.curves) == NODE_RANKINGS.split(",")
+    assert r.settings == ["nodes@end", "nodes@all"] and all(v > 0 for v in r.seconds.values())
+    assert sorted(p.name for p in (out / "parts").iterdir()) == sorted(f"{k}.pt" for k in r.curves)
+    assert (out / "figure.html").is_file() and json.loads((out / "summary.json").read_text())["n_pairs"] == 3
+
+    model = load_model(r.config.model, dtype="float32", device="cpu")
+    pairs = r.pairs
+    # each ranking is the library engine's own effects, |.|, over positions by the largest
+    h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
+    assert torch.equal(r.scores["exact-path"]["heads"], h.abs()) and torch.equal(r.scores["exact-path"]["mlps"], m.abs())
+    h, m = sweep_positions(model, pairs, progress=False).effects("logit_diff")
+    assert torch.equal(r.scores["positions"]["heads"], h.abs().nan_to_num(0).amax(-1))
+    att = attribute(model, pairs, "logit_diff", neurons=False, qk_fix=False, grad_drop=True, progress=False)
+    assert torch.allclose(r.scores["graddrop"]["mlps"], att.graddrop["mlp"].abs().amax(-1))
+    # each curve is the faithfulness engine's on those scores
+    for setting in ("nodes@end", "nodes@all"):
+        c = engine.faithfulness(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
+                                sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20)
+        got = r.curves["exact-path"][setting]
+        assert torch.equal(got.f, c.f) and got.cmd == c.cmd and got.positions == setting[6:]
+        assert got.f_low.le(got.f_high).all()
+
+    # a rerun of the same command reuses every part (nothing is ranked again) and gives the same result
+    def again(*a, **k):
+        raise RuntimeError("a finished ranking was computed again")
+
+    monkeypatch.setattr(job, "rank", again)
+    assert cli_main([*argv[:-2], "--out", str(out)]) == 0
+    again = load_result(out)
+    assert again.curves == r.curves and again.seconds == r.seconds
+    # a stopped run (only parts/ written) resumes; a part made with another config is not reused
+    for p in out.iterdir():
+        if p.name != "parts":
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    assert FaithfulnessResult.unfinished(out) and cli_main([*argv[:-2], "--out", str(out)]) == 0
+    assert load_result(out).curves == r.curves
+    with pytest.raises(RuntimeError, match="a finished ranking was computed again"):
+        job.run(r.config.replace(ablation="zero"), out, model=model, progress=False)

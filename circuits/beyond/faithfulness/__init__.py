@@ -9,7 +9,7 @@ from __future__ import annotations
 from circuits.lazy import lazy_exports
 
 _EXPORTS = {"FaithfulnessConfig": "circuits.beyond.faithfulness.config",
-            "FaithfulnessResult": "circuits.beyond.faithfulness.result", "Curve": "circuits.beyond.faithfulness.result",
+            "FaithfulnessResult": "circuits.beyond.faithfulness.result",
             "RANKINGS": "circuits.beyond.faithfulness.config", "run": "circuits.beyond.faithfulness.job",
             "faithfulness": "circuits.beyond.faithfulness.job", "rank": "circuits.beyond.faithfulness.job"}
 

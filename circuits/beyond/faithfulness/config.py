@@ -17,10 +17,11 @@ from circuits.types import METRIC_NAMES
 #   positions         exact activation patching at every position (cc.sweep_positions), max |effect| over positions
 #   screen            the attribution screen (AtP*, cc.attribute, activation mode), max |estimate| over positions
 #   graddrop          AtP*'s GradDrop scores (mean |estimate| over the layer-dropped backward passes), max over positions
-#   eap-ig            EAP-IG (integrated gradients on the inputs), nodes: max |score| over positions; edges: |score|
+#   eap-ig            EAP-IG-inputs (cc's eap_ig): |estimate| summed over positions as EAP-IG sums; edges: |estimate|
 RANKINGS: tuple[str, ...] = ("exact-path", "exact-activation", "positions", "screen", "graddrop", "eap-ig")
-# MIB's circuit sizes: percent of the nodes (or edges) kept.
-MIB_SIZES: tuple[float, ...] = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
+# MIB's circuit sizes: fractions of the nodes (or edges) kept (circuits.patching.faithfulness.MIB_SIZES; here too so
+# the config imports no torch; a unit test checks they are the same).
+MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 POSITIONS: tuple[str, ...] = ("end", "all")
 ABLATIONS: tuple[str, ...] = ("counterfactual", "mean", "zero")
 
@@ -30,10 +31,11 @@ class FaithfulnessConfig(PairSource):
     """Which rankings are turned into circuits, at which sizes, ablated how, and scored with which metric."""
 
     rankings: tuple[str, ...] = option(RANKINGS, help=f"rankings to score, comma-separated: {', '.join(RANKINGS)}")
-    sizes: tuple[float, ...] = option(MIB_SIZES, help="circuit sizes, percent of the nodes (or edges) kept (MIB's)")
+    sizes: tuple[float, ...] = option(MIB_SIZES, help="circuit sizes, fractions of the nodes (or edges) kept (MIB's; "
+                                                      "0.01 keeps one node in a hundred)")
     positions: tuple[str, ...] = option(POSITIONS, help="where the circuit's nodes are kept and the rest ablated: end "
                                                         "(END only) and/or all (every position, as MIB)")
-    edges: bool = option(True, help="also score EAP-IG's edge ranking at edge level (with --rankings eap-ig)")
+    edges: bool = option(False, help="also score EAP-IG's edge ranking at edge level (with --rankings eap-ig)")
     ablation: str = option("counterfactual", choices=ABLATIONS, help="what an ablated node takes: its value on the "
                                                                     "counterfactual prompt (MIB's), its mean, or zero")
     metric: str = option("logit_diff", choices=METRIC_NAMES, help="m in f = (m(C) - m(empty)) / (m(N) - m(empty)); "
@@ -57,9 +59,10 @@ class FaithfulnessConfig(PairSource):
         if not self.positions or any(p not in POSITIONS for p in self.positions):
             raise ValueError(f"Unknown positions {','.join(self.positions) or '(none)'}; accepted: "
                              f"{', '.join(POSITIONS)} (one or both)")
-        if not self.sizes or any(not (0 < s <= 100) for s in self.sizes):
-            raise ValueError(f"--sizes must be percentages in (0, 100], got {','.join(map(str, self.sizes)) or '(none)'}; "
-                             f"MIB's: {','.join(f'{s:g}' for s in MIB_SIZES)}")
+        if not self.sizes or any(not (0 < s <= 1) for s in self.sizes):
+            raise ValueError(f"--sizes must be fractions in (0, 1] (0.01 = 1% of the nodes), got "
+                             f"{','.join(f'{s:g}' for s in self.sizes) or '(none)'}; MIB's: "
+                             f"{','.join(f'{s:g}' for s in MIB_SIZES)}")
         if list(self.sizes) != sorted(set(self.sizes)):
             raise ValueError(f"--sizes must increase, without repeats, got {','.join(f'{s:g}' for s in self.sizes)}")
         if self.ablation not in ABLATIONS:

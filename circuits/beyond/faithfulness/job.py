@@ -20,17 +20,20 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import torch
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
-from circuits.beyond.faithfulness.result import PARTS, Curve, FaithfulnessResult
+from circuits.beyond.faithfulness.result import PARTS, FaithfulnessResult
 from circuits.data.pairs import PromptPair
 from circuits.io import load_torch, save_torch
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
+from circuits.patching.attribution import readout_of
+from circuits.patching.faithfulness import FaithfulnessCurve
+from circuits.patching.faithfulness import faithfulness as faithfulness_curve
+from circuits.patching.metrics import get_metric
 
 
 def _per_node(heads: Tensor, mlps: Tensor) -> dict[str, Tensor]:
@@ -47,8 +50,8 @@ def over_positions(x: Float[Tensor, "... offset"]) -> Float[Tensor, "..."]:
 def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: FaithfulnessConfig,
          progress: bool = False) -> dict[str, Tensor]:
     """The scores ``ranking`` orders nodes by: ``heads`` [layer, head], ``mlps`` [layer] (non-negative, larger is
-    more important) and, for ``eap-ig`` with ``config.edges``, ``edges`` [edge] (the order of
-    :func:`~circuits.patching.eap_ig.edge_names`)."""
+    more important) and, for ``eap-ig`` with ``config.edges``, ``edges`` [sender, receiver] (EAP-IG's graph, in the
+    order of :func:`~circuits.patching.eap_ig.eap_senders` / ``eap_receivers``; 0 where there is no edge)."""
     metric = config.metric
     if ranking in ("exact-path", "exact-activation"):
         from circuits.patching.engine import sweep
@@ -70,46 +73,29 @@ def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: Faithf
             return _per_node(over_positions(att.graddrop["head"]), over_positions(att.graddrop["mlp"]))
         return _per_node(over_positions(att.effect(att.head)), over_positions(att.effect(att.mlp)))
     if ranking == "eap-ig":
-        from circuits.patching import eap_ig
+        from circuits.patching.eap_ig import eap_ig
 
-        nodes = eap_ig.eap_ig(model, pairs, metric, steps=config.ig_steps, level="nodes", progress=progress)
-        out = _per_node(over_positions(nodes.heads), over_positions(nodes.mlps))
+        level = "edge" if config.edges else "node"
+        ig = eap_ig(model, pairs, metric, steps=config.ig_steps, level=level, positions="all", progress=progress)
+        e = ig.node_effects(metric)
+        out = _per_node(e["head"], e["mlp"])
         if config.edges:
-            edges = eap_ig.eap_ig(model, pairs, metric, steps=config.ig_steps, level="edges", progress=progress)
-            out["edges"] = edges.scores.detach().float().cpu().abs().nan_to_num(0.0)
+            out["edges"] = ig.edge_effects(metric).float().cpu().abs().nan_to_num(0.0)
         return out
     raise ValueError(f"Unknown ranking {ranking!r}")
 
 
 def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor], setting: str,
-            config: FaithfulnessConfig, progress: bool = False) -> Curve:
-    """The faithfulness curve of the circuits ``scores`` yield in ``setting`` (``nodes@end``, ``nodes@all``,
-    ``edges``), by the batched engine of :mod:`circuits.patching.faithfulness`."""
-    from circuits.patching.faithfulness import faithfulness_curve
-
-    start = time.perf_counter()
-    kw: dict[str, Any] = {"sizes": [s / 100 for s in config.sizes], "ablation": config.ablation,
-                          "metric": config.metric, "n_boot": config.n_boot, "memory_mb": config.memory_mb,
-                          "progress": progress}
+            config: FaithfulnessConfig) -> FaithfulnessCurve:
+    """The faithfulness curve of the circuits ``scores`` yield in ``setting`` (``nodes@end``, ``nodes@all``), by the
+    batched engine :func:`~circuits.patching.faithfulness.faithfulness`; m is the END quantity ``config.metric``
+    reads (``logit_diff``, ``prob``, or the answer's ``logit`` for ``fraction`` and ``relative_logit``)."""
     if setting == "edges":
-        c = faithfulness_curve(model, pairs, edges=scores["edges"], **kw)
-    else:
-        c = faithfulness_curve(model, pairs, heads=scores["heads"], mlps=scores["mlps"],
-                               positions=setting.split("@")[1], **kw)
-    return _curve(c, config, time.perf_counter() - start)
-
-
-def _curve(c: Any, config: FaithfulnessConfig, seconds: float) -> Curve:
-    """The engine's curve as the saved :class:`Curve`."""
-    def opt(x: Any) -> Tensor | None:
-        return None if x is None else torch.as_tensor(x, dtype=torch.float32).cpu()
-
-    def pair(x: Any) -> tuple[float, float] | None:
-        return None if x is None else (float(x[0]), float(x[1]))
-
-    return Curve(tuple(config.sizes), tuple(int(n) for n in c.n_kept), torch.as_tensor(c.f, dtype=torch.float32).cpu(),
-                 opt(c.f_low), opt(c.f_high), float(c.cpr), float(c.cmd), pair(c.cpr_ci), pair(c.cmd_ci),
-                 float(c.m_full), float(c.m_empty), int(c.n_total), seconds)
+        raise ValueError("edge-level faithfulness is not in circuits.patching.faithfulness yet")
+    return faithfulness_curve(model, pairs, scores["heads"], scores["mlps"], sizes=config.sizes,
+                              ablation=config.ablation, positions=setting.split("@")[1],
+                              metric=readout_of(get_metric(config.metric)), n_boot=config.n_boot,
+                              memory_mb=config.memory_mb)
 
 
 def _settings(ranking: str, config: FaithfulnessConfig) -> list[str]:
@@ -148,9 +134,8 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
         raise ValueError("faithfulness needs at least one prompt pair")
     key = _key(config, pairs)
     scores: dict[str, dict[str, Tensor]] = {}
-    curves: dict[str, dict[str, Curve]] = {}
+    curves: dict[str, dict[str, FaithfulnessCurve]] = {}
     seconds: dict[str, float] = {}
-    edge_names: list[str] = []
     bar = tqdm(config.rankings, desc="faithfulness", unit="ranking", disable=not progress)
     for ranking in bar:
         bar.set_postfix_str(ranking)
@@ -162,19 +147,14 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
             took = time.perf_counter() - start
             cs = {setting: measure(model, pairs, s, setting, config) for setting in _settings(ranking, config)}
             part = {"key": key, "scores": s, "curves": {k: c.to_dict() for k, c in cs.items()}, "seconds": took}
-            if "edges" in s:
-                from circuits.patching.eap_ig import edge_names as names_of
-
-                part["edge_names"] = list(names_of(model))
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 save_torch(part, path)
         scores[ranking] = part["scores"]
-        curves[ranking] = {k: Curve.from_dict(c) for k, c in part["curves"].items()}
+        curves[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["curves"].items()}
         seconds[ranking] = float(part["seconds"])
-        edge_names = list(part.get("edge_names", edge_names))
     bar.close()
-    return FaithfulnessResult(config, pairs, scores, curves, seconds, edge_names)
+    return FaithfulnessResult(config, pairs, scores, curves, seconds)
 
 
 def run(config: FaithfulnessConfig, out: str | Path, model: Model | None = None,
