@@ -259,3 +259,107 @@ def ablate_plain(model: Model, batch: PairBatch, heads: list[tuple[int, int]], m
     hooks += [(act_name("mlp_out", l), partial(put, index=None)) for l in mlps]
     hooks += [(act_name("post", l), partial(put, index=i)) for l, idx in neurons.items() for i in idx]
     return apply_softcap(_run_end(model, batch.reference, hooks, batch), model.cfg.output_logits_soft_cap)
+
+
+@torch.enable_grad()
+def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, steps: int, level: str = "node",
+                 positions: str = "all") -> dict[str, Tensor]:
+    """EAP-IG (inputs variant) as its authors' code computes it: full prompts; the counterfactual and reference
+    runs cached; per step ``k = 1..steps`` one forward of the reference prompt with ``blocks.0.hook_resid_pre``
+    replaced by ``e_cf + k/steps (e_ref - e_cf)`` and ``torch.autograd.grad`` of the readout; then, node by node
+    (and sender by receiver), ``(a_cf - a_ref) . mean gradient`` summed over positions up to END (or at END).
+
+    Returns ``input [pair]``, ``head [layer, head, pair]``, ``mlp [layer, pair]``; with ``level="edge"`` also
+    ``edge [sender, receiver, pair]`` in :func:`circuits.patching.eap_ig.eap_senders` x ``eap_receivers`` order
+    (NaN where EAP-IG's graph has no edge), sender outputs read from TransformerLens's own ``hook_result``."""
+    from circuits.patching.eap_ig import eap_receivers, eap_senders, eap_upstream
+
+    cfg = model.cfg
+    L, H = cfg.n_layers, cfg.n_heads
+    rows = torch.arange(len(batch))
+    edges = level == "edge"
+    embed = "blocks.0.hook_resid_pre"
+    saved = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.ungroup_grouped_query_attention, cfg.use_attn_result)
+    try:
+        if edges:
+            model.set_use_split_qkv_input(True)
+            model.set_use_hook_mlp_in(True)
+            model.set_use_attn_result(True)
+            cfg.ungroup_grouped_query_attention = True
+        names = lambda n: n == embed or n.endswith(("hook_z", "hook_mlp_out", "hook_result"))  # noqa: E731
+        with torch.no_grad():
+            cf_logits, cf = model.run_with_cache(batch.counterfactual, names_filter=names)
+            _, ref = model.run_with_cache(batch.reference, names_filter=names)
+        cf_answer = cf_logits[rows, batch.end].float().argmax(-1)
+        if edges:
+            targets = [f"blocks.{l}.hook_{c}_input" for l in range(L) for c in "qkv"]
+            targets += [f"blocks.{l}.hook_mlp_in" for l in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]
+        else:
+            targets = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
+        total: dict[str, Tensor] = {}
+        for k in range(1, steps + 1):
+            store: dict[str, Tensor] = {}
+
+            def interpolate(act: Tensor, hook, alpha: float = k / steps) -> Tensor:
+                x = torch.lerp(cf[hook.name], ref[hook.name], alpha).detach().requires_grad_(True)
+                store[hook.name] = x
+                return x
+
+            def keep(act: Tensor, hook) -> Tensor:
+                store[hook.name] = act
+                return act
+
+            logits = model.run_with_hooks(batch.reference, fwd_hooks=[(embed, interpolate)] + [(t, keep) for t in targets])
+            end_logits = logits[rows, batch.end].float()
+            if readout in ("logit", "logit_diff", "prob"):
+                value = readouts_of(end_logits, batch.answer, cf_answer)[readout]
+            else:
+                value = metric.of_logits(end_logits, batch.answer, cf_answer)
+            keys = list(store)
+            for key, g in zip(keys, torch.autograd.grad(value.sum(), [store[n] for n in keys], allow_unused=True)):
+                g = torch.zeros_like(store[key]) if g is None else g
+                total[key] = total[key] + g if key in total else g
+    finally:
+        model.set_use_split_qkv_input(saved[0])
+        model.set_use_hook_mlp_in(saved[1])
+        cfg.ungroup_grouped_query_attention = saved[2]
+        model.set_use_attn_result(saved[3])
+    pos = torch.arange(batch.reference.shape[1])
+    counted = (pos[None] == batch.end[:, None]) if positions == "end" else (pos[None] <= batch.end[:, None])
+    grad = {n: g / steps for n, g in total.items()}
+
+    def score(a: Tensor, g: Tensor) -> Tensor:  # [pair, pos, d] -> [pair]
+        return ((a * g).sum(-1) * counted).sum(-1)
+
+    out = {"input": score(cf[embed] - ref[embed], grad[embed]),
+           "head": torch.zeros(L, H, len(batch)), "mlp": torch.zeros(L, len(batch))}
+    if not edges:
+        for l in range(L):
+            z = act_name("z", l)
+            for h in range(H):
+                out["head"][l, h] = score(cf[z][:, :, h] - ref[z][:, :, h], grad[z][:, :, h])
+            out["mlp"][l] = score(cf[act_name("mlp_out", l)] - ref[act_name("mlp_out", l)], grad[act_name("mlp_out", l)])
+        return out
+    senders, receivers = eap_senders(L, H), eap_receivers(L, H)
+
+    def sender_delta(s) -> Tensor:
+        if s == "input":
+            return cf[embed] - ref[embed]
+        if s.kind == "head":
+            n = act_name("result", s.layer)
+            return cf[n][:, :, s.head] - ref[n][:, :, s.head]
+        return cf[act_name("mlp_out", s.layer)] - ref[act_name("mlp_out", s.layer)]
+
+    def receiver_grad(r) -> Tensor:
+        if r == "logits":
+            return grad[f"blocks.{L - 1}.hook_resid_post"]
+        if r.channel is None:
+            return grad[f"blocks.{r.layer}.hook_mlp_in"]
+        return grad[f"blocks.{r.layer}.hook_{r.channel}_input"][:, :, r.component.head]
+
+    out["edge"] = torch.full((len(senders), len(receivers), len(batch)), float("nan"))
+    for i, s in enumerate(senders):
+        for j, r in enumerate(receivers):
+            if eap_upstream(s, r):
+                out["edge"][i, j] = score(sender_delta(s), receiver_grad(r))
+    return out

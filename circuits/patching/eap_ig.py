@@ -1,0 +1,383 @@
+"""EAP-IG: edge attribution patching with integrated gradients, the "inputs" variant (Hanna et al. 2024; the
+``EAP-IG-inputs`` baseline of MIB's circuit track, ``hannamw/eap-ig``).
+
+Public signature (what other modules build on)::
+
+    eap_ig(model, pairs, metric="logit_diff", *, steps=5, level="node", positions="all",
+           pairs_per_batch=16, progress=True) -> EAPIGScores
+
+    EAPIGScores.input   Float[Tensor, " pair"]                 the embeddings' node ("input")
+    EAPIGScores.head    Float[Tensor, "layer head pair"]       heads' hook_z nodes ("a{l}.h{h}")
+    EAPIGScores.mlp     Float[Tensor, "layer pair"]            MLPs' hook_mlp_out nodes ("m{l}")
+    EAPIGScores.edge    Float[Tensor, "sender receiver pair"]  level="edge" only (NaN where not upstream)
+    EAPIGScores.senders / .receivers                           INPUT, Component / Receiver, LOGITS (EAP-IG's order)
+    EAPIGScores.effects(metric) / node_effects(metric) / edge_effects(metric) / importance(...) / ranked_nodes(...)
+
+Each score is the estimated change of the metric's END readout (``logit_diff`` by default, as MIB's arithmetic
+tasks score; ``logit`` for ``fraction`` / ``relative_logit``) when the node (or edge) takes its counterfactual value,
+per pair:
+
+    score(n) = sum over positions of (a_cf(n) - a_ref(n)) . (1/steps) sum_{k=1..steps} dR/da(n) at alpha = k/steps
+
+where the gradients are taken on forward passes of the reference prompt whose input embeddings (``hook_resid_pre``
+of block 0) are ``e_cf + alpha (e_ref - e_cf)``, everything downstream recomputing; that is EAP-IG's sign
+(``activation_difference`` = corrupted - clean) and its right-endpoint grid ``k/steps``, ``k = 1..steps``, so
+``steps=1`` is attribution patching (gradient at the reference run) and equals
+:func:`circuits.patching.attribution.attribute` node by node. MIB attributes with ``-logit_diff`` (a loss);
+:meth:`EAPIGScores.importance` gives that orientation (``metric.sign * effect``: positive is important).
+
+Nodes: a head's output is its ``hook_z`` (the same first-order estimate as EAP-IG's ``hook_result``: the result is
+``z W_O``), an MLP's is ``hook_mlp_out``, the input's the embeddings. Edges (``level="edge"``): a sender's output
+(the embeddings, a head's ``z W_O``, an MLP's output) against the gradient at a receiver's own copy of its input
+(TransformerLens's ``hook_q_input`` / ``hook_k_input`` / ``hook_v_input`` per query head, ``hook_mlp_in``, and the
+final residual for ``logits``), exactly EAP-IG's graph (edges from every earlier node; an MLP also reads the heads
+of its own layer). ``positions="all"`` sums over every position (as EAP-IG); ``"end"`` keeps END alone.
+
+What makes it cheap: positions before the first token where a pair's prompts differ have identical embeddings in
+both prompts, so every interpolated run agrees with the reference there; that prefix runs once into
+TransformerLens's key/value cache (:func:`circuits.patching.attribution._prefix_cache`) and only the rest runs
+``steps + 2`` times (edges of a grouped-query model run whole prompts: TransformerLens's cache holds grouped
+keys, and EAP-IG ungroups them); only END is unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one product with the
+activation differences; pairs are batched. Tests assert equality with the plain full-prompt loop
+:func:`circuits.patching.plain.eap_ig_plain`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal, Union
+
+import einops
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.models.backend import Model, act_name
+from circuits.patching.attribution import _prefix_cache, _readout_value, _run_body, readout_of
+from circuits.patching.end_layers import check_supported, end_logits
+from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.ranking import order
+from circuits.patching.readouts import Readouts, baseline_of, cat_baselines, first_difference
+from circuits.types import CHANNELS, Component, Receiver
+
+# EAP-IG's names for the two nodes that are not components: the embeddings (a sender) and the logits (a receiver).
+INPUT = "input"
+LOGITS = "logits"
+EAPSender = Union[Component, Literal["input"]]
+EAPReceiver = Union[Receiver, Literal["logits"]]
+LEVELS = ("node", "edge")
+POSITIONS = ("all", "end")
+DEFAULT_EAP_METRIC = "logit_diff"  # MIB's arithmetic tasks attribute with the logit difference
+DEFAULT_STEPS = 5  # MIB's run_attribution.py --ig-steps
+
+
+def eap_senders(n_layers: int, n_heads: int) -> list[EAPSender]:
+    """EAP-IG's forward (sender) nodes in its order: ``input``, then per layer its heads, then its MLP."""
+    out: list[EAPSender] = [INPUT]
+    for l in range(n_layers):
+        out += [Component("head", l, h) for h in range(n_heads)] + [Component.mlp(l)]
+    return out
+
+
+def eap_receivers(n_layers: int, n_heads: int) -> list[EAPReceiver]:
+    """EAP-IG's backward (receiver) nodes in its order: per layer every head's q, then k, then v input, then the
+    MLP's input; ``logits`` last."""
+    out: list[EAPReceiver] = []
+    for l in range(n_layers):
+        for ch in CHANNELS:
+            out += [Receiver(Component("head", l, h), ch) for h in range(n_heads)]
+        out.append(Receiver(Component.mlp(l)))
+    return out + [LOGITS]
+
+
+def eap_upstream(sender: EAPSender, receiver: EAPReceiver) -> bool:
+    """Whether EAP-IG's graph has the edge: the input and every node feed later nodes and the logits; a head feeds
+    later layers; an MLP's input also reads the heads of its own layer."""
+    if sender == INPUT or receiver == LOGITS:
+        return True
+    assert isinstance(sender, Component) and isinstance(receiver, Receiver)
+    if receiver.channel is not None:
+        return sender.layer < receiver.layer
+    return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
+
+
+def edge_mask(n_layers: int, n_heads: int) -> Float[Tensor, "sender receiver"]:
+    """``True`` where EAP-IG's graph has the edge, in :func:`eap_senders` x :func:`eap_receivers` order."""
+    s, r = eap_senders(n_layers, n_heads), eap_receivers(n_layers, n_heads)
+    return torch.tensor([[eap_upstream(a, b) for b in r] for a in s])
+
+
+@dataclass
+class EAPIGScores:
+    """EAP-IG estimates per pair (float32): the change of the readout ``readout`` when each node (or edge) takes its
+    counterfactual value (see the module docstring). ``edge`` is ``None`` at node level."""
+
+    metric: Metric
+    readout: str
+    baseline: Baseline
+    steps: int
+    positions: str
+    input: Float[Tensor, " pair"]
+    head: Float[Tensor, "layer head pair"]
+    mlp: Float[Tensor, "layer pair"]
+    edge: Float[Tensor, "sender receiver pair"] | None = None
+    senders: list[EAPSender] = field(default_factory=list)
+    receivers: list[EAPReceiver] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def n_layers(self) -> int:
+        return self.head.shape[0]
+
+    @property
+    def n_heads(self) -> int:
+        return self.head.shape[1]
+
+    def view(self, delta: Tensor, baseline: Baseline | None = None) -> Readouts:
+        """Estimated readouts (``baseline + delta``) for the metric; the other readouts NaN."""
+        b = self.baseline if baseline is None else baseline
+        base = {"logit": b.logit, "logit_diff": b.logit_diff, "prob": b.prob, **b.custom}
+        nan = torch.full_like(delta, float("nan"))
+        out = Readouts(nan, nan, nan, {k: nan for k in b.custom})
+        value = base[self.readout] + delta
+        if self.readout in ("logit", "logit_diff", "prob"):
+            setattr(out, self.readout, value)
+        else:
+            out.custom[self.readout] = value
+        return out
+
+    def effects(self, delta: Float[Tensor, "... pair"], metric: str | Metric | None = None) -> Float[Tensor, "..."]:
+        """The metric over pairs for estimates ``delta`` (``[..., pair]``). Only the metric the scores were made with,
+        or one that reads the same END quantity, can score them."""
+        m = self.metric if metric is None else get_metric(metric)
+        if readout_of(m) != self.readout:
+            raise ValueError(f"These EAP-IG scores estimate the {self.readout!r} readout (metric {self.metric.name}); "
+                             f"metric {m.name!r} reads {readout_of(m)!r}: rerun eap_ig with metric={m.name!r}")
+        return m.effect(self.view(delta), self.baseline)
+
+    def node_effects(self, metric: str | Metric | None = None) -> dict[str, Tensor]:
+        """``{"input": [], "head": [layer, head], "mlp": [layer]}``: the metric's estimated effect of each node."""
+        return {"input": self.effects(self.input, metric), "head": self.effects(self.head, metric),
+                "mlp": self.effects(self.mlp, metric)}
+
+    def edge_effects(self, metric: str | Metric | None = None) -> Float[Tensor, "sender receiver"]:
+        if self.edge is None:
+            raise ValueError("These EAP-IG scores are node level; run eap_ig(..., level='edge') for edges")
+        return self.effects(self.edge, metric)
+
+    def importance(self, what: Literal["node", "edge"] = "node", metric: str | Metric | None = None) -> Tensor:
+        """Effects oriented as EAP-IG/MIB scores: ``metric.sign * effect``, positive where the counterfactual value
+        moves the metric in its important direction (MIB attributes with ``-logit_diff``). Nodes: one vector in
+        :func:`eap_senders` order; edges: ``[sender, receiver]`` (NaN where there is no edge)."""
+        m = self.metric if metric is None else get_metric(metric)
+        if what == "edge":
+            return m.sign * self.edge_effects(m)
+        e = self.node_effects(m)
+        return m.sign * torch.cat([e["input"].reshape(1), torch.cat([e["head"], e["mlp"][:, None]], 1).flatten()])
+
+    def ranked_nodes(self, metric: str | Metric | None = None) -> list[tuple[EAPSender, float]]:
+        """Heads and MLPs (not the input), most important first (:func:`circuits.patching.ranking.order`)."""
+        m = self.metric if metric is None else get_metric(metric)
+        e = self.node_effects(m)
+        flat = torch.cat([e["head"], e["mlp"][:, None]], 1).flatten()
+        nodes = eap_senders(self.n_layers, self.n_heads)[1:]
+        return [(nodes[i], float(flat[i])) for i in order(flat, m.sign).tolist()]
+
+    def ranked_edges(self, metric: str | Metric | None = None) -> list[tuple[EAPSender, EAPReceiver, float]]:
+        m = self.metric if metric is None else get_metric(metric)
+        e = self.edge_effects(m)
+        R = e.shape[1]
+        return [(self.senders[i // R], self.receivers[i % R], float(e.flatten()[i])) for i in order(e, m.sign).tolist()]
+
+
+@contextlib.contextmanager
+def edge_hooks(model: Model) -> Iterator[None]:
+    """TransformerLens's per-receiver input copies, as EAP-IG sets them: ``hook_{q,k,v}_input`` one per query head
+    (grouped key/value heads ungrouped) and ``hook_mlp_in``; restored on exit."""
+    cfg = model.cfg
+    saved = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.ungroup_grouped_query_attention)
+    try:
+        model.set_use_split_qkv_input(True)
+        model.set_use_hook_mlp_in(True)
+        cfg.ungroup_grouped_query_attention = True
+        yield
+    finally:
+        model.set_use_split_qkv_input(saved[0])
+        model.set_use_hook_mlp_in(saved[1])
+        cfg.ungroup_grouped_query_attention = saved[2]
+
+
+def check_edges_supported(model: Model) -> None:
+    """Edges read a head's output as ``z W_O`` added to the residual stream: refuse models that normalise the
+    attention output before adding it (Gemma 2/3), where no head has its own additive output."""
+    if getattr(model.cfg, "use_normalization_before_and_after", False):
+        raise ValueError(f"Edge-level EAP-IG needs heads that add z W_O to the residual stream; "
+                         f"{model.cfg.original_architecture} normalises the attention output first (ln1_post), so a "
+                         "head has no additive output of its own. Use level='node' for this model.")
+
+
+@torch.enable_grad()
+def eap_ig(
+    model: Model,
+    pairs: Pairs,
+    metric: str | Metric = DEFAULT_EAP_METRIC,
+    *,
+    steps: int = DEFAULT_STEPS,
+    level: Literal["node", "edge"] = "node",
+    positions: Literal["all", "end"] = "all",
+    pairs_per_batch: int = 16,
+    progress: bool = True,
+) -> EAPIGScores:
+    """EAP-IG (inputs variant) of every head, MLP and the input, and with ``level="edge"`` of every edge of EAP-IG's
+    graph (see the module docstring).
+
+    Args:
+        metric: the metric whose END readout is differentiated (``logit_diff`` by default, MIB's).
+        steps: integration steps (``alpha = k/steps``, ``k = 1..steps``); ``steps=1`` is attribution patching.
+        level: ``"node"`` or ``"edge"``.
+        positions: ``"all"`` (summed over every position, as EAP-IG) or ``"end"`` (END only).
+        pairs_per_batch: pairs per forward/backward.
+    """
+    start = time.perf_counter()
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        raise ValueError(f"steps must be a positive integer (EAP-IG's interpolation steps), got {steps!r}")
+    if level not in LEVELS:
+        raise ValueError(f"Unknown level {level!r}; accepted: {', '.join(LEVELS)}")
+    if positions not in POSITIONS:
+        raise ValueError(f"Unknown positions {positions!r}; accepted: {', '.join(POSITIONS)}")
+    if pairs_per_batch < 1:
+        raise ValueError(f"pairs_per_batch must be at least 1, got {pairs_per_batch}")
+    check_supported(model)
+    if level == "edge":
+        check_edges_supported(model)
+    m = get_metric(metric)
+    name = readout_of(m)
+    custom = [m] if m.logits_fn is not None else []
+    batch = as_batch(pairs, model)
+    cfg = model.cfg
+    L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
+    n_pre = torch.minimum(first_difference(batch), batch.end)
+    parts: dict[str, list[Tensor]] = {"input": [], "head": [], "mlp": [], "edge": []}
+    bases: list[Baseline] = []
+    bar = tqdm(total=P, desc=f"EAP-IG ({steps} steps)", unit="pair", disable=not progress)
+    for b0 in range(0, P, pairs_per_batch):
+        rows = torch.arange(b0, min(P, b0 + pairs_per_batch), device=batch.end.device)
+        out, base = _eap_ig_rows(model, batch.select(rows), n_pre[rows], m, name, custom, steps, level,
+                                 positions == "end")
+        bases.append(base)
+        for k, v in out.items():
+            parts[k].append(v)
+        bar.update(len(rows))
+    bar.close()
+    cat = {k: torch.cat(v, -1) for k, v in parts.items() if v}
+    edge = None
+    senders: list[EAPSender] = eap_senders(L, H)
+    receivers: list[EAPReceiver] = eap_receivers(L, H) if level == "edge" else []
+    if level == "edge":
+        edge = cat["edge"].masked_fill(~edge_mask(L, H)[..., None], float("nan"))
+    return EAPIGScores(m, name, cat_baselines(bases), steps, positions, cat["input"], cat["head"], cat["mlp"], edge,
+                       senders, receivers, time.perf_counter() - start)
+
+
+def _eap_ig_rows(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric, name: str, custom: list[Metric],
+                 steps: int, level: str, end_only: bool) -> tuple[dict[str, Tensor], Baseline]:
+    """Scores of pairs whose prompts agree before position ``n[i]`` (body positions ``n[i] + j``), summed over body
+    positions: ``input [row]``, ``head [layer, head, row]``, ``mlp [layer, row]``, ``edge [sender, receiver, row]``."""
+    cfg = model.cfg
+    edges = level == "edge"
+    if edges and cfg.n_key_value_heads not in (None, cfg.n_heads):
+        # One k and v input per query head (ungrouped, as EAP-IG) cannot extend TransformerLens's cache of grouped
+        # keys and values: whole prompts run, no shared prefix.
+        n, cache = torch.zeros_like(n), None
+    else:
+        cache = _prefix_cache(model, sub.reference, n)
+    with edge_hooks(model) if edges else contextlib.nullcontext():
+        return _eap_ig_body(model, sub, n, m, name, custom, steps, edges, end_only, cache)
+
+
+def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric, name: str, custom: list[Metric],
+                 steps: int, edges: bool, end_only: bool, cache) -> tuple[dict[str, Tensor], Baseline]:
+    cfg = model.cfg
+    L = cfg.n_layers
+    device = sub.end.device
+    body_len = int((sub.end - n).max()) + 1
+    j = torch.arange(body_len, device=device)
+    src = (n[:, None] + j[None]).clamp_max(sub.reference.shape[1] - 1)
+    ref_body, cf_body = sub.reference.gather(1, src), sub.counterfactual.gather(1, src)
+    body_end = sub.end - n
+    # Positions that count: the body up to END (after END nothing reaches the readout), or END alone.
+    keep = (j[None] == body_end[:, None]) if end_only else (j[None] <= body_end[:, None])
+    keep = keep.float()  # [row, body]
+    embed = "blocks.0.hook_resid_pre"
+
+    def store_to(store: dict[str, Tensor]):
+        def hook(act: Tensor, hook) -> Tensor:
+            store[hook.name] = act
+            return act
+        return hook
+
+    acts = [embed] + [act_name("z", l) for l in range(L)] + [act_name("mlp_out", l) for l in range(L)]
+    cf: dict[str, Tensor] = {}
+    ref: dict[str, Tensor] = {}
+    with torch.no_grad():
+        cf_resid = _run_body(model, cf_body, cache, [(a, store_to(cf)) for a in acts])
+        rows = torch.arange(len(sub), device=device)
+        cf_answer = end_logits(model, cf_resid[rows, body_end]).argmax(-1)
+        ref_resid = _run_body(model, ref_body, cache, [(a, store_to(ref)) for a in acts])
+        base = baseline_of(model, sub.answer, ref_resid[rows, body_end], cf_resid[rows, body_end], custom).to("cpu")
+    if edges:
+        targets = [f"blocks.{l}.hook_{c}_input" for l in range(L) for c in CHANNELS] + \
+                  [f"blocks.{l}.hook_mlp_in" for l in range(L)]
+    else:
+        targets = acts[1:]
+    gsum: dict[str, Tensor] = {}
+    e_cf, e_ref = cf[embed], ref[embed]
+    for k in range(1, steps + 1):
+        x = torch.lerp(e_cf, e_ref, k / steps).detach().requires_grad_(True)  # exact endpoints (alpha = 1: e_ref)
+        got: dict[str, Tensor] = {}
+        hooks = [(embed, lambda act, hook: x)] + [(t, store_to(got)) for t in targets]
+        resid = _run_body(model, ref_body, cache, hooks)
+        total = _readout_value(name, end_logits(model, resid[rows, body_end]), sub.answer, cf_answer, m).sum()
+        names = [embed] + targets + (["resid_final"] if edges else [])
+        tensors = [x] + [got[t] for t in targets] + ([resid] if edges else [])
+        grads = torch.autograd.grad(total, tensors, allow_unused=True)
+        for nm, t, g in zip(names, tensors, grads):
+            g = torch.zeros_like(t) if g is None else g
+            gsum[nm] = gsum[nm] + g.float() if nm in gsum else g.float()
+    g = {k: v / steps for k, v in gsum.items()}
+    d = {a: (cf[a].float() - ref[a].float()) for a in acts}
+    out: dict[str, Tensor] = {}
+    out["input"] = torch.einsum("rpd,rpd,rp->r", d[embed], g[embed], keep).cpu()
+    if not edges:
+        out["head"] = torch.stack([torch.einsum("rphd,rphd,rp->hr", d[act_name("z", l)], g[act_name("z", l)], keep)
+                                   for l in range(L)]).cpu()
+        out["mlp"] = torch.stack([torch.einsum("rpd,rpd,rp->r", d[act_name("mlp_out", l)], g[act_name("mlp_out", l)],
+                                               keep) for l in range(L)]).cpu()
+        return out, base
+    # Edges: every sender's output into the residual stream against every receiver's input gradient.
+    sender_out = [d[embed][:, :, None]]
+    for l in range(L):
+        W_O = model.blocks[l].attn.W_O.float()  # [head, d_head, d_model]
+        sender_out.append(torch.einsum("rphe,hed->rphd", d[act_name("z", l)], W_O))
+        sender_out.append(d[act_name("mlp_out", l)][:, :, None])
+    S = torch.cat(sender_out, 2) * keep[:, :, None, None]  # [row, body, sender, d_model]
+    recv = []
+    for l in range(L):
+        recv += [g[f"blocks.{l}.hook_{c}_input"] for c in CHANNELS]
+        recv.append(g[f"blocks.{l}.hook_mlp_in"][:, :, None])
+    recv.append(g["resid_final"][:, :, None])
+    R = torch.cat(recv, 2)  # [row, body, receiver, d_model]
+    edge = einops.einsum(S, R, "row pos s d, row pos r d -> s r row")
+    out["edge"] = edge.cpu()
+    # Nodes from the same runs: in a pre-norm residual stream the gradient at a sender's output is the sum of the
+    # gradients at every receiver input downstream of it, so a node's score is the sum of its real edges' scores.
+    real = edge_mask(L, cfg.n_heads).to(edge.device)[..., None]
+    node = (edge * real).sum(1)  # [sender, row]
+    per_layer = einops.rearrange(node[1:], "(layer c) row -> layer c row", layer=L)
+    out["input"], out["head"], out["mlp"] = node[0].cpu(), per_layer[:, :-1].cpu(), per_layer[:, -1].cpu()
+    return out, base
