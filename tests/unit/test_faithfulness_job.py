@@ -121,13 +121,14 @@ def test_table_best_and_section_say_which_ranking_wins(tmp_path):
     assert "FaithfulnessResult[faithfulness]" in repr(r) and "text/plain" in r._repr_mimebundle_()
 
 
-NODE_RANKINGS = "exact-path,exact-activation,positions,screen,graddrop"
+NODE_RANKINGS = "exact-path,exact-activation,positions,screen,graddrop,eap-ig"
 
 
 def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path, capsys, monkeypatch):
     from circuits.beyond.faithfulness import job
     from circuits.models.loading import load_model
     from circuits.patching.attribution import attribute
+    from circuits.patching.eap_ig import eap_ig
     from circuits.patching.engine import sweep
     from circuits.patching.positions import sweep_positions
     from circuits.results import load_result
@@ -153,6 +154,8 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     assert torch.equal(r.scores["positions"]["heads"], h.abs().nan_to_num(0).amax(-1))
     att = attribute(model, pairs, "logit_diff", neurons=False, qk_fix=False, grad_drop=True, progress=False)
     assert torch.allclose(r.scores["graddrop"]["mlps"], att.graddrop["mlp"].abs().amax(-1))
+    ig = eap_ig(model, pairs, "logit_diff", steps=5, progress=False).node_effects("logit_diff")
+    assert torch.equal(r.scores["eap-ig"]["heads"], ig["head"].abs()) and r.config.ig_steps == 5
     # each curve is the faithfulness engine's on those scores
     for setting in ("nodes@end", "nodes@all"):
         c = engine.faithfulness(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
