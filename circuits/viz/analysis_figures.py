@@ -252,6 +252,10 @@ def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor
     fig.add_hline(y=0, line={"color": "gray", "dash": "dot", "width": 1}, annotation_text="f = 0: all ablated",
                   annotation_position="bottom left")
     fig.update_xaxes(type="log", tickvals=list(x), ticktext=[f"{v:g}%" for v in x], title="circuit size (% kept, log)")
+    ys = np.concatenate([_arr(y) for y in f.values()]) if f else np.zeros(1)
+    ys = ys[np.isfinite(ys)] if np.isfinite(ys).any() else np.zeros(1)
+    # the curves decide the range (a band as wide as a few pairs allow is clipped, not allowed to flatten them)
+    fig.update_yaxes(range=[min(-0.2, float(ys.min()) - 0.2), max(1.2, float(ys.max()) + 0.2)])
     fig.update_layout(title=wrap(title, 110), yaxis_title="faithfulness f = (m(C) - m(empty)) / (m(N) - m(empty))",
                       legend_title="ranking (band: bootstrap interval)")
     return fig

@@ -148,7 +148,7 @@ def faithfulness_section(page: Page, found: list) -> str:
 
 def _faithfulness_text(r: Any) -> str:
     c = r.config
-    sizes = ", ".join(f"{s:g}%" for s in c.sizes)
+    sizes = ", ".join(f"{100 * s:g}%" for s in c.sizes)
     out = [f"<h3>{_e(r.task)}</h3><p class='what'>The circuit of each ranking at {sizes} of the nodes (or edges) "
            f"kept, everything else ablated ({_e(c.ablation)}), scored as MIB scores circuit discovery: faithfulness "
            f"f = (m(C) - m(empty)) / (m(N) - m(empty)) with m the {_e(c.metric)} over {len(r.pairs)} pairs; CPR is "

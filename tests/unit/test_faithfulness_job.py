@@ -87,6 +87,7 @@ def test_figure_draws_each_ranking_with_its_band_on_a_log_size_axis():
     assert list(bands[0].y) == pytest.approx(low["exact-path"].tolist())
     assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == pytest.approx(percent)
     assert list(fig.layout.xaxis.ticktext) == ["0.1%", "0.2%", "0.5%", "1%", "2%", "5%", "10%", "20%", "50%"]
+    assert list(fig.layout.yaxis.range) == pytest.approx([-0.2, 1.2])
     refs = sorted(s.y0 for s in fig.layout.shapes)
     assert refs == [0, 1]
 
