@@ -82,7 +82,8 @@ def published(results: dict[tuple[str, str], FaithfulnessResult]) -> dict:
     """The tables of docs/results.md these results give (experiments/_tables.py renders them)."""
     first = next(iter(results.values()))
     rows = [{"model": m, "operation": op, "setting": row["setting"], "ranking": row["ranking"], "cpr": row["cpr"],
-             "cmd": row["cmd"], "ranking_seconds": row["ranking_seconds"], "curve_seconds": row["curve_seconds"]}
+             "cmd": row["cmd"], "ranking_seconds": row["ranking_seconds"], "curve_seconds": row["curve_seconds"],
+             "ranking_cpu_seconds": row["ranking_cpu_seconds"], "curve_cpu_seconds": row["curve_cpu_seconds"]}
             for (m, op), r in results.items() for row in r.table()]
     data = {"n_pairs": {f"{m}/{op}": len(r.pairs) for (m, op), r in results.items()}, "metric": first.config.metric,
             "ablation": first.config.ablation, "sizes": list(first.config.sizes), "rankings": list(first.config.rankings),

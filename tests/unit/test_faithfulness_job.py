@@ -143,6 +143,7 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     r = load_result(out)
     assert isinstance(r, FaithfulnessResult) and list(r.curves) == NODE_RANKINGS.split(",")
     assert r.settings == ["nodes@end", "nodes@all"] and all(v > 0 for v in r.seconds.values())
+    assert set(r.cpu_seconds["exact-path"]) == {"ranking", "nodes@end", "nodes@all"} and r.table()[0]["curve_cpu_seconds"] >= 0
     assert sorted(p.name for p in (out / "parts").iterdir()) == sorted(f"{k}.pt" for k in r.curves)
     assert (out / "figure.html").is_file() and json.loads((out / "summary.json").read_text())["n_pairs"] == 3
 
@@ -181,3 +182,22 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     assert load_result(out).curves == r.curves
     with pytest.raises(RuntimeError, match="a finished ranking was computed again"):
         job.run(r.config.replace(ablation="zero"), out, model=model, progress=False)
+
+
+def test_published_tables_name_the_winner_its_margin_and_the_costs():
+    import _tables as T
+
+    rows = [{"model": "smollm2", "operation": "addition", "setting": "nodes@end", "ranking": k, "cpr": cpr, "cmd": cmd,
+             "ranking_seconds": 2.0 * i, "curve_seconds": 1.0, "ranking_cpu_seconds": 1.5 * i,
+             "curve_cpu_seconds": 0.5} for i, (k, cpr, cmd) in enumerate([("exact-path", 0.8, 0.25),
+                                                                           ("eap-ig", 0.7, 0.125)], 1)]
+    rows.append({**rows[1], "setting": "nodes@all", "cmd": 0.5, "cpr": 0.5})
+    d = {"rankings": ["exact-path", "eap-ig"], "rows": rows}
+    header, table = T.faithfulness(d)
+    assert header == ["model", "operation", "circuit", "exact-path CMD / CPR", "eap-ig CMD / CPR", "lowest CMD"]
+    assert table[0] == ["SmolLM2-135M", "addition", "nodes at END", "0.250 / 0.800", "0.125 / 0.700",
+                        "eap-ig (next: exact-path, +0.125)"]
+    assert table[1][3:] == ["-", "0.500 / 0.500", "eap-ig"]
+    header, table = T.faithfulness_seconds(d)
+    assert table == [["SmolLM2-135M", "addition", "2 + 0 (2 + 1)", "3 + 1 (4 + 2)"]]
+    assert T.render({"render": "faithfulness", "data": d}).count("\n") == 4

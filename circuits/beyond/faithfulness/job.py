@@ -7,7 +7,8 @@ non-negative, larger is more important, and the circuit of size s is the top s p
 circuit, ablates everything else (``ablation``: counterfactual as MIB, or mean, or zero) at END or at every position,
 and returns f at every size with CPR, CMD and bootstrap intervals. EAP-IG's edge scores (``edges``) are scored at edge
 level the same way. The seconds of each ranking are measured around its engine alone (the model is loaded and the
-pairs built before), so the table reads as faithfulness per unit of compute.
+pairs built before), wall-clock and as this process's CPU time (``cpu_seconds``: what the compute costs on a
+machine shared with other work), so the table reads as faithfulness per unit of compute.
 
 The job is resumable: every finished ranking is written to ``<out>/parts/<ranking>.pt`` with the config and pairs
 that made it, and a rerun of the same command (or one adding rankings) reuses those and computes the rest."""
@@ -136,25 +137,32 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     scores: dict[str, dict[str, Tensor]] = {}
     curves: dict[str, dict[str, FaithfulnessCurve]] = {}
     seconds: dict[str, float] = {}
+    cpu_seconds: dict[str, dict[str, float]] = {}
     bar = tqdm(config.rankings, desc="faithfulness", unit="ranking", disable=not progress)
     for ranking in bar:
         bar.set_postfix_str(ranking)
         path = Path(parts) / f"{ranking}.pt" if parts is not None else None
         part = _load_part(path, key) if path is not None else None
         if part is None:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             s = rank(model, pairs, ranking, config, progress=False)
-            took = time.perf_counter() - start
-            cs = {setting: measure(model, pairs, s, setting, config) for setting in _settings(ranking, config)}
-            part = {"key": key, "scores": s, "curves": {k: c.to_dict() for k, c in cs.items()}, "seconds": took}
+            took, cpus = time.perf_counter() - start, {"ranking": time.process_time() - cpu}
+            cs = {}
+            for setting in _settings(ranking, config):
+                cpu = time.process_time()
+                cs[setting] = measure(model, pairs, s, setting, config)
+                cpus[setting] = time.process_time() - cpu
+            part = {"key": key, "scores": s, "curves": {k: c.to_dict() for k, c in cs.items()}, "seconds": took,
+                    "cpu_seconds": cpus}
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 save_torch(part, path)
         scores[ranking] = part["scores"]
         curves[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["curves"].items()}
         seconds[ranking] = float(part["seconds"])
+        cpu_seconds[ranking] = {k: float(v) for k, v in part.get("cpu_seconds", {}).items()}
     bar.close()
-    return FaithfulnessResult(config, pairs, scores, curves, seconds)
+    return FaithfulnessResult(config, pairs, scores, curves, seconds, cpu_seconds)
 
 
 def run(config: FaithfulnessConfig, out: str | Path, model: Model | None = None,

@@ -56,6 +56,9 @@ class FaithfulnessResult(Result):
     scores: dict[str, dict[str, Tensor]]
     curves: dict[str, dict[str, FaithfulnessCurve]]
     seconds: dict[str, float] = field(default_factory=dict)
+    # ranking -> {"ranking": CPU seconds of the ranking, <setting>: CPU seconds of that curve} (this process's CPU
+    # time, which other work on a shared machine does not inflate)
+    cpu_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
@@ -75,7 +78,9 @@ class FaithfulnessResult(Result):
         """One row per ranking and setting: CPR, CMD (with intervals), the ranking's seconds, the curve's seconds."""
         return [{"ranking": r, "setting": s, "cpr": c.cpr, "cmd": c.cmd, "cpr_ci": _interval(c.cpr_interval),
                  "cmd_ci": _interval(c.cmd_interval),
-                 "ranking_seconds": self.seconds.get(r, float("nan")), "curve_seconds": c.seconds}
+                 "ranking_seconds": self.seconds.get(r, float("nan")), "curve_seconds": c.seconds,
+                 "ranking_cpu_seconds": self.cpu_seconds.get(r, {}).get("ranking", float("nan")),
+                 "curve_cpu_seconds": self.cpu_seconds.get(r, {}).get(s, float("nan"))}
                 for r, by in self.curves.items() for s, c in by.items()]
 
     def best(self, setting: str = "nodes@end") -> tuple[str, float] | None:
@@ -86,7 +91,7 @@ class FaithfulnessResult(Result):
     def summary(self) -> dict[str, Any]:
         return {"model": getattr(self.config, "model", ""), "task": self.task, "n_pairs": len(self.pairs),
                 "metric": self.config.metric, "ablation": self.config.ablation, "sizes_percent": list(self.config.sizes),
-                "seconds": self.seconds, "table": [{**row, "cpr_ci": list(row["cpr_ci"]) if row["cpr_ci"] else None,
+                "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "table": [{**row, "cpr_ci": list(row["cpr_ci"]) if row["cpr_ci"] else None,
                                                    "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None}
                                                   for row in self.table()],
                 "curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.curves.items()},
@@ -123,7 +128,7 @@ class FaithfulnessResult(Result):
         write_pairs(folder / "pairs.jsonl", self.pairs)
         save_torch({"scores": self.scores, "curves": {r: {s: c.to_dict() for s, c in by.items()}
                                                       for r, by in self.curves.items()},
-                    "seconds": self.seconds}, folder / "faithfulness.pt")
+                    "seconds": self.seconds, "cpu_seconds": self.cpu_seconds}, folder / "faithfulness.pt")
         if self.curves:
             write_figure(self.figure(), folder / "figure.html")
 
@@ -131,4 +136,5 @@ class FaithfulnessResult(Result):
     def _read(cls, folder: Path, config: FaithfulnessConfig) -> FaithfulnessResult:
         t = load_torch(folder / "faithfulness.pt", "faithfulness")
         curves = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()} for r, by in t["curves"].items()}
-        return cls(config, read_pairs(folder / "pairs.jsonl"), t["scores"], curves, dict(t["seconds"]))
+        return cls(config, read_pairs(folder / "pairs.jsonl"), t["scores"], curves, dict(t["seconds"]),
+                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()})
