@@ -153,15 +153,17 @@ def _faithfulness_text(r: Any) -> str:
            f"kept, everything else ablated ({_e(c.ablation)}), scored as MIB scores circuit discovery: faithfulness "
            f"f = (m(C) - m(empty)) / (m(N) - m(empty)) with m the {_e(c.metric)} over {len(r.pairs)} pairs; CPR is "
            f"the area under f (higher is better), CMD the area between f and 1 (lower is better), with bootstrap "
-           f"intervals over pairs. Seconds: computing the ranking, then measuring its curve.</p>"]
+           f"intervals over pairs. Seconds: computing the ranking, then measuring its curve (wall-clock, and this "
+           f"process's CPU time in brackets).</p>"]
 
     def ci(v: Any) -> str:
         return f" [{v[0]:.3f}, {v[1]:.3f}]" if v else ""
 
     rows = [[row["ranking"], row["setting"], f"{row['cpr']:.3f}{ci(row['cpr_ci'])}",
-             f"{row['cmd']:.3f}{ci(row['cmd_ci'])}", f"{row['ranking_seconds']:.1f}", f"{row['curve_seconds']:.1f}"]
-            for row in r.table()]
-    out.append(table(["ranking", "circuit", "CPR (higher better)", "CMD (lower better)", "ranking s", "curve s"], rows))
+             f"{row['cmd']:.3f}{ci(row['cmd_ci'])}", f"{row['ranking_seconds']:.1f} ({row['ranking_cpu_seconds']:.1f})",
+             f"{row['curve_seconds']:.1f} ({row['curve_cpu_seconds']:.1f})"] for row in r.table()]
+    out.append(table(["ranking", "circuit", "CPR (higher better)", "CMD (lower better)", "ranking s (CPU s)",
+                      "curve s (CPU s)"], rows))
     best = [(s, r.best(s)) for s in r.settings]
     out.append("<p>Lowest CMD: " + "; ".join(f"{_e(s)}: <b>{_e(b[0])}</b> ({b[1]:.3f})" for s, b in best if b) + ".</p>")
     return "".join(out)
