@@ -65,10 +65,13 @@ from torch import Tensor
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models.backend import Model, act_name
-from circuits.patching.end_layers import end_logits
+from circuits.models.backend import apply_softcap
+from circuits.models.forward import end_residuals, shared_prefix_lengths
+from circuits.patching.end_layers import SHARED_PREFIX_MIN, _end_activations, attention_output, check_supported, end_logits, mlp_at_end, rotate
 from circuits.patching.metrics import Metric
 from circuits.patching.ranking import order
 from circuits.patching.uncertainty import percentile_interval, resample_pairs
+from circuits.types import Component, Receiver
 
 MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 ABLATIONS = ("counterfactual", "mean", "zero")
@@ -253,8 +256,8 @@ def area_axis(sizes: Sequence[float] | Tensor, f: Tensor) -> tuple[Tensor, Tenso
     """The size axis and the curve MIB integrates: sizes sorted, closed at 1.0 (where f is 1 by construction) when
     the sizes stop short of it. ``f`` is ``[..., size]`` (a batch of resampled curves too)."""
     x = torch.as_tensor(sizes, dtype=torch.float64)
-    idx = torch.argsort(x, stable=True)  # the size axis, not a ranking of effects
-    x, y = x[idx], f.double()[..., idx]
+    x, idx = torch.sort(x, stable=True)  # the size axis, not a ranking of effects
+    y = f.double()[..., idx]
     if not len(x) or float(x[-1]) < 1.0:
         x = torch.cat([x, torch.ones(1, dtype=x.dtype)])
         y = torch.cat([y, torch.ones(*y.shape[:-1], 1, dtype=y.dtype)], dim=-1)
@@ -515,10 +518,372 @@ def faithfulness(
             raise ValueError(f"neuron scores of layer {l} must have d_mlp = {cfg.d_mlp} entries, got {s.shape[-1]}")
     masks = circuit_masks(heads, mlps, neurons, sizes)
     batch = as_batch(pairs, model)
-    runs = _collect(model, batch, ablation, sorted(masks.neurons))
     every = _full_and_empty(masks)
-    m = ablated_metric(model, batch, every, runs, positions, metric, memory_mb)
+    if positions == "end" and end_only_supported(model):
+        m = _nodes_end_metric(model, batch, every, _end_runs(model, batch, ablation, sorted(masks.neurons)), metric,
+                              memory_mb)
+    else:
+        m = ablated_metric(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)), positions,
+                           metric, memory_mb)
     name = metric if isinstance(metric, str) else metric.name
     return curve_from(sizes, masks.n_kept, masks.n_nodes, m[:-2], m[-2], m[-1], metric=name, ablation=ablation,
                       positions=positions, level="node", n_boot=n_boot, ci_level=level, seed=seed,
                       seconds=time.perf_counter() - t0)
+
+
+# --- edges at END -------------------------------------------------------------------------------------------
+#
+# The graph, as MIB's: senders are the input embedding ("input"), every head and every MLP; receivers are every
+# head's query, key and value input (per query head, also under grouped-query attention), every MLP's input, and
+# the logits ("logits", the final residual stream). An edge joins a sender to a receiver downstream of it (a head
+# of layer l feeds heads of later layers, the MLP of its own layer and later ones, and the logits). In a circuit,
+# each receiver's END input is the residual stream minus, for every edge into it that the circuit leaves out, the
+# sender's current END output minus its ablated value (its counterfactual END output, its mean over the reference
+# runs, or zero): the edge then carries the ablated value and the kept edges the current one. Only END changes, so
+# earlier positions are the reference run's, and each layer is END-only work over the reference keys and values.
+
+INPUT, LOGITS = "input", "logits"
+EdgeSender = Component | str
+EdgeReceiver = Receiver | str
+
+
+def edge_senders(model: Model) -> list[EdgeSender]:
+    """The senders in order: ``input``, then per layer its heads and its MLP."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    out: list[EdgeSender] = [INPUT]
+    for l in range(L):
+        out += [Component("head", l, h) for h in range(H)] + [Component("mlp", l)]
+    return out
+
+
+def edge_receivers(model: Model) -> list[EdgeReceiver]:
+    """The receivers in order: per layer each head's ``q``, ``k``, ``v`` input (head by head), then its MLP's input;
+    then ``logits``."""
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    out: list[EdgeReceiver] = []
+    for l in range(L):
+        out += [Receiver(Component("head", l, h), c) for h in range(H) for c in ("q", "k", "v")]
+        out.append(Receiver(Component("mlp", l)))
+    return [*out, LOGITS]
+
+
+def edge_upstream(sender: EdgeSender, receiver: EdgeReceiver) -> bool:
+    """Whether ``sender``'s output reaches ``receiver``'s input directly (an edge of the graph)."""
+    if sender == INPUT or receiver == LOGITS:
+        return True
+    assert isinstance(sender, Component) and isinstance(receiver, Receiver)
+    if receiver.channel is not None:
+        return sender.layer < receiver.layer
+    return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
+
+
+def edge_valid(model: Model) -> Bool[Tensor, "sender receiver"]:
+    """Which ``[sender, receiver]`` entries of :func:`edge_senders` x :func:`edge_receivers` are edges."""
+    return torch.tensor([[edge_upstream(s, r) for r in edge_receivers(model)] for s in edge_senders(model)])
+
+
+def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float]) -> tuple[Tensor, Tensor, int]:
+    """Which edges each size keeps ``[circuit, sender, receiver]`` (the top ``round(size * n_edges)`` by score, ties by
+    index through :func:`order`), ``n_kept [circuit]`` and ``n_edges``."""
+    flat = scores.float().cpu()[valid]
+    if torch.isnan(flat).any():
+        raise ValueError("Edge scores contain NaN on an edge; accepted: a finite score for every edge (-inf to put "
+                         "an edge last); entries that are not edges are ignored")
+    n = flat.numel()
+    rank = torch.empty(n, dtype=torch.long)
+    rank[order(flat, +1)] = torch.arange(n)
+    n_kept = torch.tensor([n_kept_at(s, n) for s in sizes], dtype=torch.long)
+    keep = torch.zeros(len(sizes), *valid.shape, dtype=torch.bool)
+    keep[:, valid] = rank[None, :] < n_kept[:, None]
+    return keep, n_kept, n
+
+
+def end_only_supported(model: Model) -> bool:
+    """Whether the END-only layers compute this model as TransformerLens does
+    (:func:`circuits.patching.end_layers.check_supported`); otherwise END ablation runs whole prompts."""
+    try:
+        check_supported(model)
+    except ValueError:
+        return False
+    return True
+
+
+def check_edge_model(model: Model) -> None:
+    cfg = model.cfg
+    check_supported(model)
+    if cfg.use_normalization_before_and_after:
+        raise ValueError(f"Edge faithfulness needs each head's output to add into the residual stream; "
+                         f"{cfg.original_architecture} normalises the sum of its heads (ln1_post), so a head's share "
+                         "is not separable. Accepted: pre-norm models without post-sublayer norms (Llama, Mistral, "
+                         "Qwen2/3, GPT-2); node faithfulness takes every model")
+
+
+@dataclass
+class _EndRuns:
+    """What END-only layers read: the reference run's END input embedding and every layer's keys and values, and the
+    ablated END value of every sender (``z`` per head, MLP output, ``hook_post`` of neuron layers, the input)."""
+
+    input_ref: Tensor  # [pair, d_model]
+    input_val: Tensor  # [pair, d_model]
+    z_val: list[Tensor]  # per layer [pair, head, d_head]
+    mlp_val: list[Tensor]  # per layer [pair, d_model]
+    post_val: dict[int, Tensor]  # neuron layers [pair, d_mlp]
+    keys: list[Tensor]  # per layer [pair, pos, kv_head, d_head], rotated where rotary
+    values: list[Tensor]
+    answer: Tensor
+    cf_answer: Tensor
+
+
+def _head_outputs(model: Model, layer: int, z: Tensor) -> Tensor:
+    """Each head's write into the residual, ``z_h @ W_O[h]`` (``hook_result``), ``[..., head, d_model]``."""
+    W_O = model.blocks[layer].attn.W_O
+    return torch.einsum("...he,hed->...hd", z, W_O.to(z.dtype))
+
+
+def _reference_run(model: Model, batch: PairBatch, end_names: Sequence[str], full_names: Sequence[str]
+                   ) -> dict[str, Tensor]:
+    """The reference run's ``end_names`` at each pair's END (``[pair, ...]``) and ``full_names`` at every position up
+    to END (``[pair, pos, ...]``, zero after END), prompts sharing a few-shot prefix running it once into a key/value
+    cache (:func:`circuits.models.forward.end_residuals`; exact: attention is causal): a prefix's activations are
+    read in its own call and put before each of its rows' own."""
+    P, W = batch.reference.shape
+    end = batch.end.tolist()
+    rows = [batch.reference[i, : end[i] + 1].tolist() for i in range(P)]
+    n_pre = shared_prefix_lengths(rows, SHARED_PREFIX_MIN)
+    prefixes = [tuple(r[:n]) for r, n in zip(rows, n_pre)]
+    out: dict[str, Tensor] = {}
+    prefix_acts: dict[tuple, dict[str, Tensor]] = {}
+
+    def prefix_hooks(key: tuple, offset: int) -> list:
+        if offset or not key:
+            return []
+        return [(n, lambda act, hook: prefix_acts.setdefault(key, {}).__setitem__(hook.name, act[0].detach()))
+                for n in full_names]
+
+    def row_hooks(chunk: list[int], ends: Tensor) -> list:
+        def gather(act: Tensor, hook) -> None:
+            for r, i in enumerate(chunk):
+                e = int(ends[r])
+                if hook.name in end_names:
+                    if hook.name not in out:
+                        out[hook.name] = act.new_zeros((P, *act.shape[2:]))
+                    out[hook.name][i] = act[r, e]
+                if hook.name in full_names:
+                    if hook.name not in out:
+                        out[hook.name] = act.new_zeros((P, W, *act.shape[2:]))
+                    fed = max(len(rows[j]) for j in chunk) - n_pre[i]
+                    if act.shape[1] == fed:  # this call's positions only
+                        pre = prefix_acts[prefixes[i]][hook.name] if n_pre[i] else act[r, :0]
+                        out[hook.name][i, : end[i] + 1] = torch.cat([pre, act[r, : e + 1]])
+                    else:  # the cached prefix's too (rotated keys are read after the cache is appended)
+                        assert act.shape[1] == fed + n_pre[i], (hook.name, act.shape, fed, n_pre[i])
+                        out[hook.name][i, : end[i] + 1] = act[r, : end[i] + 1]
+
+        return [(n, gather) for n in dict.fromkeys([*end_names, *full_names])]
+
+    end_residuals(model, rows, n_pre, group_keys=prefixes, hooks=prefix_hooks, row_hooks=row_hooks)
+    return out
+
+
+@torch.no_grad()
+def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int] = ()) -> _EndRuns:
+    """One reference and one counterfactual forward: what :func:`_nodes_end_metric` and :func:`_edges_end_metric`
+    read."""
+    L = model.cfg.n_layers
+    end = batch.end
+    rotary = model.cfg.positional_embedding_type == "rotary"
+    k_site = lambda l: f"blocks.{l}.attn.hook_rot_k" if rotary else act_name("k", l)  # noqa: E731
+    ends = [act_name("resid_pre", 0)] + [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
+    ends += [act_name("post", l) for l in neuron_layers]
+    full = [k_site(l) for l in range(L)] + [act_name("v", l) for l in range(L)]
+    ref = _reference_run(model, batch, ends, full)
+    # The counterfactual run is read at END only: prompts sharing a few-shot prefix run it once (exact: causal)
+    final = act_name("resid_post", L - 1)
+    cf = _end_activations(model, batch.counterfactual, end, [*ends, final] if ablation == "counterfactual" else [final])
+    cf_answer = end_logits(model, cf[final]).argmax(-1)
+    src = cf if ablation == "counterfactual" else ref
+
+    def value(name: str) -> Tensor:
+        t = src[name]
+        if ablation == "mean":
+            return t.float().mean(0, keepdim=True).to(t.dtype).expand_as(t)
+        return torch.zeros_like(t) if ablation == "zero" else t
+
+    return _EndRuns(
+        input_ref=ref[act_name("resid_pre", 0)], input_val=value(act_name("resid_pre", 0)),
+        z_val=[value(act_name("z", l)) for l in range(L)], mlp_val=[value(act_name("mlp_out", l)) for l in range(L)],
+        post_val={l: value(act_name("post", l)) for l in neuron_layers},
+        keys=[ref[k_site(l)] for l in range(L)], values=[ref[act_name("v", l)] for l in range(L)],
+        answer=batch.answer, cf_answer=cf_answer)
+
+
+def attention_split_at_end(
+    model: Model,
+    layer: int,
+    xq: Float[Tensor, "s pair head d_model"],
+    xk: Float[Tensor, "s pair head d_model"],
+    xv: Float[Tensor, "s pair head d_model"],
+    keys: Float[Tensor, "pair pos kv d_head"],
+    values: Float[Tensor, "pair pos kv d_head"],
+    end: Int[Tensor, " pair"],
+) -> Float[Tensor, "s pair head d_head"]:
+    """Each head's ``z`` at END when its query, key and value inputs at END are its own (``xq``/``xk``/``xv``, one
+    per query head) and earlier positions' keys and values come from the reference cache: the steps of
+    :func:`circuits.patching.end_layers.attention_at_end` (norm, projections, QK norm, rotary at END, scale,
+    soft-cap, causal mask and sliding window, float32 softmax), per query head (key/value heads repeated under
+    grouped-query attention, as TransformerLens's ``ungroup_grouped_query_attention``)."""
+    cfg = model.cfg
+    block = model.blocks[layer]
+    attn = block.attn
+    S, P, H, d = xq.shape
+    norm = lambda x: block.ln1(x.reshape(-1, 1, d)).reshape(S, P, H, d)  # noqa: E731
+    proj = lambda x, w, b: torch.einsum("sphd,hde->sphe", norm(x), w) + b  # noqa: E731
+    q, k, v = proj(xq, attn.W_Q, attn.b_Q), proj(xk, attn.W_K, attn.b_K), proj(xv, attn.W_V, attn.b_V)
+    if cfg.use_qk_norm:
+        q, k = (n(t.reshape(-1, cfg.d_head)).reshape(t.shape) for n, t in ((attn.q_norm, q), (attn.k_norm, k)))
+    if cfg.positional_embedding_type == "rotary":
+        q, k = rotate(model, layer, q, end), rotate(model, layer, k, end)
+    group = H // keys.shape[2]
+    K, V = keys.repeat_interleave(group, dim=2), values.repeat_interleave(group, dim=2)
+    scale = attn.attn_scale
+    prefix = apply_softcap(torch.einsum("sphe,pthe->spht", q, K) / scale, cfg.attn_scores_soft_cap)
+    own = apply_softcap(torch.einsum("sphe,sphe->sph", q, k)[..., None] / scale, cfg.attn_scores_soft_cap)
+    positions = torch.arange(K.shape[1], device=q.device)
+    masked = positions[None, :] >= end[:, None]
+    if attn.attn_type == "local":
+        masked = masked | (positions[None, :] <= end[:, None] - cfg.window_size)
+    prefix = prefix.masked_fill(masked[None, :, None, :], float("-inf"))
+    pattern = torch.cat([prefix, own], dim=-1).float().softmax(-1).to(q.dtype)
+    return torch.einsum("spht,pthe->sphe", pattern[..., :-1], V) + pattern[..., -1:] * v
+
+
+def _edges_end_metric(model: Model, batch: PairBatch, keep: Bool[Tensor, "circuit sender receiver"], runs: _EndRuns,
+                      metric: str | Metric, memory_mb: float) -> Float[Tensor, "circuit pair"]:
+    """m of every edge circuit: END-only layers over circuits x pairs (circuits chunked by ``memory_mb``)."""
+    cfg = model.cfg
+    L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
+    C, P = keep.shape[0], len(batch)
+    n_s = keep.shape[1]
+    device, dtype = runs.input_ref.device, runs.input_ref.dtype
+    end = batch.end.to(device)
+    bytes_per = torch.finfo(dtype).bits // 8
+    per = max(1, int(memory_mb * 2**20 / (P * (n_s + 8 * H) * d * bytes_per)))  # circuits per pass
+    out = []
+    val = torch.zeros(P, n_s, d, device=device, dtype=dtype)  # each sender's ablated END value
+    val[:, 0] = runs.input_val
+    for l in range(L):
+        s0 = 1 + l * (H + 1)
+        val[:, s0 : s0 + H], val[:, s0 + H] = _head_outputs(model, l, runs.z_val[l]), runs.mlp_val[l]
+    for c0 in range(0, C, per):
+        kept = keep[c0 : c0 + per].to(device=device, dtype=dtype)  # [c, sender, receiver]
+        Cc = kept.shape[0]
+        cur = torch.zeros(Cc, P, n_s, d, device=device, dtype=dtype)  # each sender's current END output
+        cur[:, :, 0] = runs.input_ref[None]
+        bias = torch.zeros(d, device=device, dtype=dtype)  # the attention biases so far (no sender's)
+
+        def inputs(n_senders: int, receivers: slice | int) -> Tensor:
+            # a receiver's input: kept edges carry the current output, the others the ablated value (a sum of the
+            # parts, not the residual minus the ablated parts: no cancellation when most edges are ablated)
+            k = kept[:, :n_senders, receivers]
+            sub = "csn" if k.ndim == 3 else "cs"
+            got = torch.einsum(f"cpsd,{sub}->cp{sub[2:]}d", cur[:, :, :n_senders], k)
+            got = got + torch.einsum(f"psd,{sub}->cp{sub[2:]}d", val[:, :n_senders], 1 - k)
+            return got + bias
+
+        for l in range(L):
+            s0, r0 = 1 + l * (H + 1), l * (3 * H + 1)
+            x = einops.rearrange(inputs(s0, slice(r0, r0 + 3 * H)), "c p (h k) d -> k c p h d", k=3)
+            z = attention_split_at_end(model, l, x[0], x[1], x[2], runs.keys[l], runs.values[l], end)
+            cur[:, :, s0 : s0 + H] = _head_outputs(model, l, z)  # [c, pair, head, d_model]
+            bias = bias + model.blocks[l].attn.b_O
+            cur[:, :, s0 + H] = mlp_at_end(model, l, inputs(s0 + H, r0 + 3 * H))
+        logits = end_logits(model, inputs(n_s, -1).reshape(Cc * P, d))
+        m = metric_of(logits, runs.answer.repeat(Cc), runs.cf_answer.repeat(Cc), metric)
+        out.append(m.reshape(Cc, P).cpu())
+    return torch.cat(out)
+
+
+def _nodes_end_metric(model: Model, batch: PairBatch, masks: NodeMasks, runs: _EndRuns, metric: str | Metric,
+                      memory_mb: float) -> Float[Tensor, "circuit pair"]:
+    """m of every node circuit ablated at END only: positions before END are the reference run's, so each layer is
+    END-only work over circuits x pairs (attention from the new END query over the reference keys and values, as
+    :func:`attention_split_at_end`; each head's ``z``, each MLP's output and each neuron's ``hook_post`` replaced
+    where the circuit leaves it out), circuits chunked by ``memory_mb``."""
+    cfg = model.cfg
+    L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
+    C, P = len(masks), len(batch)
+    device, dtype = runs.input_ref.device, runs.input_ref.dtype
+    end = batch.end.to(device)
+    bytes_per = torch.finfo(dtype).bits // 8
+    per = max(1, int(memory_mb * 2**20 / (P * (8 * H * d + 4 * (cfg.d_mlp or 4 * d)) * bytes_per)))
+    out = []
+    for c0 in range(0, C, per):
+        c = slice(c0, c0 + per)
+        Cc = len(range(C)[c])
+        resid = runs.input_ref[None].repeat(Cc, 1, 1)  # [c, pair, d_model]
+        for l in range(L):
+            x = resid[:, :, None].expand(Cc, P, H, d)
+            z = attention_split_at_end(model, l, x, x, x, runs.keys[l], runs.values[l], end)
+            keep_h = masks.heads[c, l].to(device)[:, None, :, None]
+            z = torch.where(keep_h, z, runs.z_val[l][None].to(z.dtype))
+            resid = resid + attention_output(model, l, z)
+            if l in masks.neurons:
+                keep_n = masks.neurons[l][c].to(device)[:, None, None, :]  # [c, 1, 1, d_mlp]: rows are [c*pair, 1]
+                val = runs.post_val[l][None, :, None]
+
+                def post_hook(act: Tensor, hook, keep_n=keep_n, val=val) -> Tensor:
+                    shaped = act.reshape(Cc, P, 1, -1)
+                    return torch.where(keep_n, shaped, val.to(act.dtype)).reshape(act.shape)
+
+                with model.hooks(fwd_hooks=[(act_name("post", l), post_hook)]):
+                    mlp = mlp_at_end(model, l, resid)
+            else:
+                mlp = torch.where(masks.mlps[c, l].to(device)[:, None, None], mlp_at_end(model, l, resid),
+                                  runs.mlp_val[l][None].to(resid.dtype))
+            resid = resid + mlp
+        logits = end_logits(model, resid.reshape(Cc * P, d))
+        m = metric_of(logits, runs.answer.repeat(Cc), runs.cf_answer.repeat(Cc), metric)
+        out.append(m.reshape(Cc, P).cpu())
+    return torch.cat(out)
+
+
+@torch.no_grad()
+def edge_faithfulness(
+    model: Model,
+    pairs: Pairs,
+    scores: Float[Tensor, "sender receiver"],
+    *,
+    sizes: Sequence[float] = MIB_SIZES,
+    ablation: str = "counterfactual",
+    positions: str = "end",
+    metric: str | Metric = "logit_diff",
+    n_boot: int = 1000,
+    level: float = 0.95,
+    seed: int = 0,
+    memory_mb: float = 1024,
+) -> FaithfulnessCurve:
+    """The faithfulness curve of an edge ranking at END (see the comment above :data:`INPUT`).
+
+    ``scores [sender, receiver]`` is over :func:`edge_senders` x :func:`edge_receivers` (entries that are not edges,
+    :func:`edge_valid`, are ignored); higher = more important. Sizes are fractions of the edges. Only
+    ``positions="end"``: edges at every position are not implemented."""
+    t0 = time.perf_counter()
+    sizes = check_sizes(sizes)
+    check_choice("ablation", ablation, ABLATIONS)
+    check_choice("positions", positions, POSITIONS)
+    if positions != "end":
+        raise ValueError("Edge faithfulness is at END only (positions='end'); every position is done at node level")
+    metric = check_metric(metric)
+    check_edge_model(model)
+    valid = edge_valid(model)
+    if tuple(scores.shape) != tuple(valid.shape):
+        raise ValueError(f"Edge scores must be [sender, receiver] = {list(valid.shape)} for this model (edge_senders "
+                         f"x edge_receivers), got {list(scores.shape)}")
+    keep, n_kept, n = edge_masks(valid, scores, sizes)
+    every = torch.cat([keep, valid[None], torch.zeros_like(valid)[None]])
+    batch = as_batch(pairs, model)
+    runs = _end_runs(model, batch, ablation)
+    m = _edges_end_metric(model, batch, every, runs, metric, memory_mb)
+    name = metric if isinstance(metric, str) else metric.name
+    return curve_from(sizes, n_kept, n, m[:-2], m[-2], m[-1], metric=name, ablation=ablation, positions=positions,
+                      level="edge", n_boot=n_boot, ci_level=level, seed=seed, seconds=time.perf_counter() - t0)

@@ -363,3 +363,96 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
             if eap_upstream(s, r):
                 out["edge"][i, j] = score(sender_delta(s), receiver_grad(r))
     return out
+
+
+@torch.no_grad()
+def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, str]], ablation: str) -> Tensor:
+    """END logits ``[pair, d_vocab]`` (float32) of the reference prompts with the edges ``ablated`` (``(sender,
+    receiver)`` names: senders ``input``, ``"3.1"``, ``"MLP3"``; receivers ``"4.2.q"``/``.k``/``.v``, ``"MLP4"``,
+    ``logits``) carrying the sender's counterfactual END output (``ablation="counterfactual"``), its mean over the
+    reference runs' END, or zero, at END: one ``run_with_hooks`` with TransformerLens's split query/key/value inputs
+    (ungrouped under grouped-query attention), per-head results and MLP inputs, each receiver's END input
+    written sender by sender as the sum of every upstream sender's current output (kept edge) or ablated value
+    (ablated edge) and the attention biases before it. The plain loop
+    :func:`circuits.patching.faithfulness.edge_faithfulness` is tested against."""
+    L = model.cfg.n_layers
+    rows, end = torch.arange(len(batch)), batch.end
+    out_sites = lambda n: n == "blocks.0.hook_resid_pre" or n.endswith(("hook_result", "hook_mlp_out"))  # noqa: E731
+    cur: dict[str, Tensor] = {}
+
+    def sender_site(name: str) -> tuple[str, int | None]:
+        if name == "input":
+            return "blocks.0.hook_resid_pre", None
+        if name.startswith("MLP"):
+            return act_name("mlp_out", int(name[3:])), None
+        layer, head = map(int, name.split("."))
+        return act_name("result", layer), head
+
+    def keep_current(act: Tensor, hook) -> Tensor:
+        cur[hook.name] = act[rows, end].clone()
+        return act
+
+    flags = (model.cfg.use_split_qkv_input, model.cfg.use_attn_result, model.cfg.use_hook_mlp_in,
+             model.cfg.ungroup_grouped_query_attention)
+    try:
+        model.set_use_split_qkv_input(True)
+        model.set_use_attn_result(True)
+        model.set_use_hook_mlp_in(True)
+        model.set_ungroup_grouped_query_attention(True)
+        if ablation == "zero":
+            val = None
+        else:
+            _, cache = model.run_with_cache(batch.counterfactual if ablation == "counterfactual" else batch.reference,
+                                            names_filter=out_sites)
+            val = {n: cache[n][rows, end] for n in cache}
+            if ablation == "mean":
+                val = {n: v.mean(0, keepdim=True).expand_as(v) for n, v in val.items()}
+
+        def value(sender: str, kept: bool) -> Tensor:
+            site, head = sender_site(sender)
+            src = cur if kept else val
+            if src is None:
+                return torch.zeros_like(cur[site] if head is None else cur[site][:, head])
+            return src[site] if head is None else src[site][:, head]
+
+        def senders_into(layer: int, mlp: bool) -> list[str]:
+            heads = lambda l: [f"{l}.{h}" for h in range(model.cfg.n_heads)]  # noqa: E731
+            out = ["input"] + [s for l in range(layer) for s in [*heads(l), f"MLP{l}"]]
+            return out + heads(layer) if mlp else out
+
+        def assemble(act: Tensor, hook, receiver: str, receiver_head: int | None, layer: int, mlp: bool) -> Tensor:
+            # the receiver's END input: each upstream sender's current output, or its ablated value where the edge is
+            # ablated, plus the attention output biases of the layers before it
+            x = sum(value(s, (s, receiver) not in gone) for s in senders_into(layer, mlp))
+            x = x + sum(model.blocks[l].attn.b_O for l in range(layer + mlp))
+            act = act.clone()
+            if receiver_head is None:
+                act[rows, end] = x.to(act.dtype)
+            else:
+                act[rows, end, receiver_head] = x.to(act.dtype)
+            return act
+
+        gone = set(ablated)
+        into = {r for _, r in ablated}
+        hooks = [("blocks.0.hook_resid_pre", keep_current)]
+        for l in range(L):
+            for h in range(model.cfg.n_heads):
+                for c in "qkv":
+                    if (r := f"{l}.{h}.{c}") in into:
+                        hooks.append((f"blocks.{l}.hook_{c}_input",
+                                      partial(assemble, receiver=r, receiver_head=h, layer=l, mlp=False)))
+            hooks.append((act_name("result", l), keep_current))
+            if f"MLP{l}" in into:
+                hooks.append((f"blocks.{l}.hook_mlp_in",
+                              partial(assemble, receiver=f"MLP{l}", receiver_head=None, layer=l, mlp=True)))
+            hooks.append((act_name("mlp_out", l), keep_current))
+        if "logits" in into:
+            hooks.append((act_name("resid_post", L - 1),
+                          partial(assemble, receiver="logits", receiver_head=None, layer=L, mlp=False)))
+        logits = _run_end(model, batch.reference, hooks, batch)
+    finally:
+        model.set_use_split_qkv_input(flags[0])
+        model.set_use_attn_result(flags[1])
+        model.set_use_hook_mlp_in(flags[2])
+        model.set_ungroup_grouped_query_attention(flags[3])
+    return apply_softcap(logits, model.cfg.output_logits_soft_cap)

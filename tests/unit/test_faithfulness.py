@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from helpers import mixed_pairs
+from helpers import aligned_pairs, mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.patching.faithfulness import MIB_SIZES, area_scores, circuit_masks, faithfulness, metric_of
@@ -14,6 +14,11 @@ from circuits.patching.plain import ablate_plain, ablation_values_plain, cf_answ
 from circuits.patching.ranking import order
 
 SIZES = (0.0, 0.05, 0.1, 0.25, 0.5, 0.8, 1.0)
+
+
+def some_pairs(tokenizer, n_mixed=3, seed=0):
+    """Few-shot pairs sharing a prefix (run once by the engine) and pairs of other templates and lengths."""
+    return aligned_pairs(tokenizer, 3, few_shot=True) + mixed_pairs(tokenizer, n_mixed, seed=seed)
 
 
 def scores(model, seed=0, neurons=()):
@@ -66,7 +71,7 @@ def plain_curve(model, batch, heads, mlps, neurons, ablation, positions, metric=
 @pytest.mark.parametrize("positions", ["end", "all"])
 def test_nodes_equal_the_plain_loop(tiny_llama, tokenizer, ablation, positions):
     model = tiny_llama  # GQA: 4 heads, 2 key/value heads
-    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 5), 0)
+    batch = PairBatch.from_pairs(some_pairs(tokenizer), 0)
     heads, mlps, _ = scores(model)
     ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, ablation=ablation, positions=positions,
                         n_boot=50, memory_mb=0.02)
@@ -105,14 +110,30 @@ def only_metric():
     return logits_metric(lambda logits, a: logits.log_softmax(-1)[torch.arange(len(a)), a], "lp")
 
 
-@pytest.mark.parametrize("arch", ["gemma2", "qwen3"])
-def test_families(family_models, tokenizer, arch):
+@pytest.mark.parametrize("positions", ["end", "all"])
+@pytest.mark.parametrize("arch", ["gemma2", "gemma3", "qwen3", "mistral_window"])
+def test_families(family_models, tokenizer, arch, positions):
     model = family_models(arch)
-    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 3), 0)
-    heads, mlps, _ = scores(model, seed=2)
-    ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, positions="all", ablation="mean", n_boot=0)
-    per_size, _, _ = plain_curve(model, batch, heads, mlps, {}, "mean", "all")
+    batch = PairBatch.from_pairs(some_pairs(tokenizer, 2), 0)
+    heads, mlps, neurons = scores(model, seed=2, neurons=(2,))
+    ours = faithfulness(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, positions=positions, ablation="mean",
+                        n_boot=0)
+    per_size, _, _ = plain_curve(model, batch, heads, mlps, neurons, "mean", positions)
     torch.testing.assert_close(ours.m, per_size, atol=1e-5, rtol=0)
+
+
+def test_end_only_layers_equal_whole_prompts(tiny_llama, tokenizer):
+    """At END the engine runs END-only layers over the reference keys and values; the whole-prompt hook engine
+    (what every position uses, and END on models the END-only layers refuse) gives the same metric."""
+    from circuits.patching.faithfulness import _collect, _full_and_empty, ablated_metric
+
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 5), 0)
+    heads, mlps, neurons = scores(tiny_llama, seed=4, neurons=(0,))
+    masks = _full_and_empty(circuit_masks(heads, mlps, neurons, SIZES))
+    whole = ablated_metric(tiny_llama, batch, masks, _collect(tiny_llama, batch, "counterfactual", [0]), "end",
+                           "logit_diff", memory_mb=0.05)
+    ours = faithfulness(tiny_llama, batch, heads, mlps, neurons=neurons, sizes=SIZES, n_boot=0)
+    torch.testing.assert_close(torch.cat([ours.m, ours.m_full[None], ours.m_empty[None]]), whole, atol=1e-5, rtol=0)
 
 
 def test_masks_follow_the_one_ranking():
@@ -168,3 +189,61 @@ def test_bad_input_is_one_line(tiny_llama, tokenizer, kw, match):
         faithfulness(tiny_llama, mixed_pairs(tokenizer, 2), heads[:2], mlps)
     with pytest.raises(ValueError, match="NaN"):
         faithfulness(tiny_llama, mixed_pairs(tokenizer, 2), heads.clone().fill_(float("nan")), mlps)
+
+
+def edge_scores(model, seed=0):
+    from circuits.patching.faithfulness import edge_valid
+
+    valid = edge_valid(model)
+    s = torch.rand(valid.shape, generator=torch.Generator().manual_seed(seed))
+    return s.masked_fill(~valid, float("nan")), valid
+
+
+def plain_edge_sets(model, scores, valid, size):
+    from circuits.patching.faithfulness import edge_receivers, edge_senders
+
+    senders, receivers = edge_senders(model), edge_receivers(model)
+    edges = [(str(senders[i]), str(receivers[j])) for i, j in valid.nonzero().tolist()]
+    flat = scores[valid]
+    k = math.floor(size * len(edges) + 0.5)
+    kept = {edges[i] for i in order(flat, +1)[:k].tolist()}
+    return [e for e in edges if e not in kept]
+
+
+@pytest.mark.parametrize("ablation", ["counterfactual", "mean", "zero"])
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_edges_equal_the_plain_loop(family_models, tokenizer, ablation, arch):
+    from circuits.patching.faithfulness import edge_faithfulness
+    from circuits.patching.plain import ablate_edges_plain
+
+    model = family_models(arch)  # GQA: 4 heads, 2 key/value heads
+    batch = PairBatch.from_pairs(some_pairs(tokenizer, 2), 0)
+    scores_, valid = edge_scores(model)
+    ours = edge_faithfulness(model, batch, scores_, sizes=SIZES, ablation=ablation, n_boot=20, memory_mb=0.05)
+    cf_answer = cf_answer_plain(model, batch)
+    m = lambda ablated: metric_of(ablate_edges_plain(model, batch, ablated, ablation),  # noqa: E731
+                                  batch.answer, cf_answer, "logit_diff")
+    plain = torch.stack([m(plain_edge_sets(model, scores_, valid, s)) for s in SIZES])
+    torch.testing.assert_close(ours.m, plain, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_full, m([]), atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_empty, plain[0], atol=1e-5, rtol=0)
+    assert (ours.m_full - ours.m_empty).abs().max() > 1e-2
+    assert ours.n_nodes == int(valid.sum()) and ours.level == "edge"
+    assert ours.f[0].item() == pytest.approx(0.0, abs=1e-6) and ours.f[-1].item() == pytest.approx(1.0, abs=1e-6)
+    # every edge kept is the unablated model: the reference run's END logit difference
+    ref = ablate_plain(model, batch, [], [], {}, None, "end")
+    torch.testing.assert_close(ours.m_full, metric_of(ref, batch.answer, cf_answer, "logit_diff"), atol=1e-5, rtol=0)
+
+
+def test_edges_bad_input_is_one_line(family_models, tokenizer):
+    from circuits.patching.faithfulness import edge_faithfulness
+
+    model = family_models("llama")
+    scores_, _ = edge_scores(model)
+    pairs = mixed_pairs(tokenizer, 2)
+    with pytest.raises(ValueError, match="END only"):
+        edge_faithfulness(model, pairs, scores_, positions="all")
+    with pytest.raises(ValueError, match=r"\[sender, receiver\] = \[16, 40\]"):
+        edge_faithfulness(model, pairs, scores_[:3])
+    with pytest.raises(ValueError, match="ln1_post"):
+        edge_faithfulness(family_models("gemma2"), pairs, scores_)

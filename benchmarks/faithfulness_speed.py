@@ -1,0 +1,138 @@
+"""Speed of the faithfulness engine (:mod:`circuits.patching.faithfulness`): every circuit of a ranking at MIB's nine
+sizes, plus the full model and the empty circuit, folded into the batch, against the plain loop that ablates one
+circuit at a time with ``run_with_hooks`` (:func:`circuits.patching.plain.ablate_plain`,
+:func:`~circuits.patching.plain.ablate_edges_plain`), in one run, on the same pairs and ranking; the metric of every
+circuit and pair must agree. The ranking is random scores (seed 0): the work does not depend on which nodes a circuit
+keeps, only on how many circuits there are. The last line reads
+``node_end_speedup=<x> node_all_speedup=<x> edge_end_speedup=<x> max_abs_diff=<x>`` (a mode left out with
+``--modes`` is left out of it).
+
+    python benchmarks/faithfulness_speed.py [--pairs 32] [--modes node-end,node-all,edge-end] [--edge-circuits 11]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import _bench  # first: passive OpenMP waiting before torch loads
+
+import torch
+
+from circuits.data.pairs import as_batch
+from circuits.models import load_model
+from circuits.patching.faithfulness import (
+    MIB_SIZES,
+    circuit_masks,
+    edge_faithfulness,
+    edge_masks,
+    edge_receivers,
+    edge_senders,
+    edge_valid,
+    faithfulness,
+    metric_of,
+)
+from circuits.patching.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
+
+MODES = ("node-end", "node-all", "edge-end")
+
+
+def modes(text: str) -> list[str]:
+    out = [m.strip() for m in text.split(",") if m.strip()]
+    if not out or any(m not in MODES for m in out):
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: a comma-separated subset of {', '.join(MODES)}")
+    return out
+
+
+def node_plain(model, batch, heads, mlps, positions, ablation):
+    """The plain loop: one ``run_with_hooks`` per circuit (MIB's nine sizes, then N, then empty)."""
+    masks = circuit_masks(heads, mlps, None, MIB_SIZES)
+    L, H = heads.shape
+    cf_answer = cf_answer_plain(model, batch)
+    values = ablation_values_plain(model, batch, ablation)
+    circuits = [(masks.heads[i], masks.mlps[i]) for i in range(len(masks))]
+    circuits += [(torch.ones(L, H, dtype=torch.bool), torch.ones(L, dtype=torch.bool)),
+                 (torch.zeros(L, H, dtype=torch.bool), torch.zeros(L, dtype=torch.bool))]
+    out = []
+    for hk, mk in circuits:
+        gone_heads = [(l, h) for l in range(L) for h in range(H) if not hk[l, h]]
+        gone_mlps = [l for l in range(L) if not mk[l]]
+        logits = ablate_plain(model, batch, gone_heads, gone_mlps, {}, values, positions)
+        out.append(metric_of(logits, batch.answer, cf_answer, "logit_diff").cpu())
+    return torch.stack(out)
+
+
+def edge_plain_loop(model, batch, scores, ablation, n_circuits):
+    """The plain loop over edge circuits (MIB's nine sizes, N, empty), the first ``n_circuits`` of them."""
+    valid = edge_valid(model)
+    keep, _, _ = edge_masks(valid, scores, MIB_SIZES)
+    keep = torch.cat([keep, valid[None], torch.zeros_like(valid)[None]])[:n_circuits]
+    senders, receivers = [str(s) for s in edge_senders(model)], [str(r) for r in edge_receivers(model)]
+    cf_answer = cf_answer_plain(model, batch)
+    out = []
+    for k in keep:
+        gone = [(senders[i], receivers[j]) for i, j in (valid & ~k).nonzero().tolist()]
+        logits = ablate_edges_plain(model, batch, gone, ablation)
+        out.append(metric_of(logits, batch.answer, cf_answer, "logit_diff").cpu())
+    return torch.stack(out)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--identify", default="results/identify/addition",
+                        help="pairs from this identify result when it exists (else addition pairs built here)")
+    parser.add_argument("--pairs", type=int, default=32)
+    parser.add_argument("--modes", type=modes, default="node-end,node-all,edge-end")
+    parser.add_argument("--ablation", default="counterfactual", choices=("counterfactual", "mean", "zero"))
+    parser.add_argument("--edge-circuits", type=int, default=11,
+                        help="edge circuits the plain loop runs (of 11); the rest extrapolated from them")
+    parser.add_argument("--memory-mb", type=float, default=4096)
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda where there is one)")
+    _bench.add_arguments(parser)
+    args = parser.parse_args()
+    _bench.setup(args)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = load_model(args.model, device=device)
+    model.requires_grad_(False)
+    pairs, _ = _bench.identify_pairs(model, args.identify, args.pairs)
+    batch = as_batch(pairs, model)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    g = torch.Generator().manual_seed(0)
+    heads, mlps = torch.rand(L, H, generator=g), torch.rand(L, generator=g)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else None
+    print(f"model {args.model} on {device} ({torch.cuda.get_device_name() if sync else 'cpu'}): {len(batch)} pairs, "
+          f"width {batch.reference.shape[1]} tokens, {len(MIB_SIZES)} sizes + N + empty, ablation {args.ablation}; "
+          f"{_bench.describe()}")
+    numbers: dict[str, float] = {}
+    worst = 0.0
+    for mode in args.modes:
+        level, positions = mode.split("-")
+        if level == "node":
+            run = lambda: faithfulness(model, batch, heads, mlps, positions=positions,  # noqa: E731
+                                       ablation=args.ablation, n_boot=0, memory_mb=args.memory_mb)
+            fast = _bench.measure(run, warmup=True, sync=sync)
+            plain = _bench.measure(lambda: node_plain(model, batch, heads, mlps, positions, args.ablation),
+                                   warmup=True, sync=sync)
+            ours = torch.cat([fast.value.m, fast.value.m_full[None], fast.value.m_empty[None]])
+            plain_s = plain.seconds
+        else:
+            scores = torch.rand(edge_valid(model).shape, generator=g)
+            run = lambda: edge_faithfulness(model, batch, scores, ablation=args.ablation,  # noqa: E731
+                                            n_boot=0, memory_mb=args.memory_mb)
+            fast = _bench.measure(run, warmup=True, sync=sync)
+            n = max(1, min(11, args.edge_circuits))
+            plain = _bench.measure(lambda: edge_plain_loop(model, batch, scores, args.ablation, n), sync=sync)
+            ours = torch.cat([fast.value.m, fast.value.m_full[None], fast.value.m_empty[None]])[:n]
+            plain_s = _bench.extrapolate(plain.seconds, n, 11)
+        diff = float((ours - plain.value).abs().max())
+        worst = max(worst, diff)
+        r = fast.value
+        print(f"{mode}: batched {fast.seconds:7.3f} s, plain loop {plain_s:7.3f} s"
+              f"{'' if level == 'node' or n == 11 else f' (extrapolated from {n} of 11 circuits)'}, ratio "
+              f"{plain_s / fast.seconds:5.1f}x, max |diff| {diff:.2e}; {r.n_nodes} {level}s, CPR {r.cpr:.3f} CMD "
+              f"{r.cmd:.3f} (random ranking)")
+        numbers[f"{level}_{positions}_speedup"] = plain_s / fast.seconds
+    _bench.finish(args, **numbers, max_abs_diff=worst)
+
+
+if __name__ == "__main__":
+    main()
