@@ -7,6 +7,7 @@ these; nothing here imports a job.
 - :mod:`~circuits.patching.positions`, :mod:`~circuits.patching.neurons`, :mod:`~circuits.patching.edges`:
   exact patching at every position, of MLP neurons at END, and of sender -> receiver edges at END.
 - :mod:`~circuits.patching.attribution`: attribution patching (AtP*, GradDrop), a gradient screen.
+- :mod:`~circuits.patching.eap_ig`: EAP-IG (inputs variant; node and edge level), MIB's attribution baseline.
 - :mod:`~circuits.patching.readouts`: the readouts every engine returns (:class:`Readouts`, :class:`MetricViews`).
 - :mod:`~circuits.patching.metrics`: the baseline and the metrics (relative logit, fraction, ...; callables), and
   :data:`DEFAULT_METRIC` (``fraction``), the default of every ``effects()`` / ``ranked()``.
@@ -17,6 +18,7 @@ these; nothing here imports a job.
 """
 
 from circuits.patching.attribution import Attribution, attribute
+from circuits.patching.eap_ig import EAPIGScores, eap_ig
 from circuits.patching.edges import EdgeSweep, sweep_edges
 from circuits.patching.engine import PreparedRuns, SweepResult, all_components, prepare, sweep
 from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Baseline, Metric, get_metric, logits_metric
@@ -25,7 +27,8 @@ from circuits.patching.positions import PositionSweep, sweep_positions
 from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, order, rank, rank_mlps
 from circuits.patching.readouts import MetricViews, Readouts
 
-__all__ = ["DEFAULT_KEY_RULE", "DEFAULT_METRIC", "METRICS", "Attribution", "Baseline", "EdgeSweep", "KeyRule", "Metric",
+__all__ = ["DEFAULT_KEY_RULE", "DEFAULT_METRIC", "METRICS", "Attribution", "Baseline", "EAPIGScores", "EdgeSweep", "KeyRule",
+           "Metric",
            "MetricViews", "NeuronSweep", "PositionSweep", "PreparedRuns", "Readouts", "SweepResult", "all_components", "attribute",
-           "get_metric", "logits_metric", "order", "prepare", "rank", "rank_mlps", "sweep", "sweep_edges", "sweep_neurons",
+           "eap_ig", "get_metric", "logits_metric", "order", "prepare", "rank", "rank_mlps", "sweep", "sweep_edges", "sweep_neurons",
            "sweep_positions"]

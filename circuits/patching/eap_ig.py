@@ -11,7 +11,9 @@ Public signature (what other modules build on)::
     EAPIGScores.mlp     Float[Tensor, "layer pair"]            MLPs' hook_mlp_out nodes ("m{l}")
     EAPIGScores.edge    Float[Tensor, "sender receiver pair"]  level="edge" only (NaN where not upstream)
     EAPIGScores.senders / .receivers                           INPUT, Component / Receiver, LOGITS (EAP-IG's order)
-    EAPIGScores.effects(metric) / node_effects(metric) / edge_effects(metric) / importance(...) / ranked_nodes(...)
+    EAPIGScores.effects(delta, metric) / node_effects(metric) / edge_effects(metric) / importance(what, metric)
+    EAPIGScores.node_importance(metric) -> (heads [layer, head], mlps [layer])   higher is more important
+    EAPIGScores.ranked_nodes(metric) / ranked_edges(metric) / to_dict() / from_dict(d)
 
 Each score is the estimated change of the metric's END readout (``logit_diff`` by default, as MIB's arithmetic
 tasks score; ``logit`` for ``fraction`` / ``relative_logit``) when the node (or edge) takes its counterfactual value,
@@ -48,7 +50,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Literal, Union
+from typing import Any, Literal, Union
 
 import einops
 import torch
@@ -179,6 +181,32 @@ class EAPIGScores:
             return m.sign * self.edge_effects(m)
         e = self.node_effects(m)
         return m.sign * torch.cat([e["input"].reshape(1), torch.cat([e["head"], e["mlp"][:, None]], 1).flatten()])
+
+    def node_importance(self, metric: str | Metric | None = None) -> tuple[Float[Tensor, "layer head"],
+                                                                           Float[Tensor, " layer"]]:
+        """``(heads [layer, head], mlps [layer])`` oriented so that higher is more important (``metric.sign *
+        effect``): what :func:`circuits.patching.faithfulness.faithfulness` ranks."""
+        m = self.metric if metric is None else get_metric(metric)
+        e = self.node_effects(m)
+        return m.sign * e["head"], m.sign * e["mlp"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Tensors and names (the metric by name; senders and receivers as text): :meth:`from_dict` reads it."""
+        return {"metric": self.metric.name, "readout": self.readout, "baseline": self.baseline.to_dict(),
+                "steps": self.steps, "positions": self.positions, "input": self.input, "head": self.head,
+                "mlp": self.mlp, "edge": self.edge, "senders": [str(s) for s in self.senders],
+                "receivers": [str(r) for r in self.receivers], "seconds": self.seconds}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EAPIGScores:
+        """The scores :meth:`to_dict` saved (a built-in metric; a custom one cannot be rebuilt from its name)."""
+        L, H = d["head"].shape[:2]
+        senders = eap_senders(L, H)
+        receivers = eap_receivers(L, H) if d["edge"] is not None else []
+        if [str(s) for s in senders] != d["senders"] or [str(r) for r in receivers] != d["receivers"]:
+            raise ValueError("Saved EAP-IG scores name senders/receivers this version does not lay out the same way")
+        return cls(get_metric(d["metric"]), d["readout"], Baseline.from_dict(d["baseline"]), int(d["steps"]),
+                   d["positions"], d["input"], d["head"], d["mlp"], d["edge"], senders, receivers, float(d["seconds"]))
 
     def ranked_nodes(self, metric: str | Metric | None = None) -> list[tuple[EAPSender, float]]:
         """Heads and MLPs (not the input), most important first (:func:`circuits.patching.ranking.order`)."""
@@ -348,9 +376,15 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
         grads = torch.autograd.grad(total, tensors, allow_unused=True)
         for nm, t, g in zip(names, tensors, grads):
             g = torch.zeros_like(t) if g is None else g
-            gsum[nm] = gsum[nm] + g.float() if nm in gsum else g.float()
-    g = {k: v / steps for k, v in gsum.items()}
-    d = {a: (cf[a].float() - ref[a].float()) for a in acts}
+            if nm in gsum:
+                gsum[nm].add_(g)
+            else:
+                gsum[nm] = g.float().clone() if g.dtype == torch.float32 else g.float()
+        del grads, tensors, got, resid, total
+    # One device for the products (a model spread over GPUs keeps each layer's activations on its own).
+    g = {k: v.div_(steps).to(device) for k, v in gsum.items()}
+    del gsum
+    d = {a: (cf[a].float() - ref[a].float()).to(device) for a in acts}
     out: dict[str, Tensor] = {}
     out["input"] = torch.einsum("rpd,rpd,rp->r", d[embed], g[embed], keep).cpu()
     if not edges:
@@ -362,17 +396,17 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
     # Edges: every sender's output into the residual stream against every receiver's input gradient.
     sender_out = [d[embed][:, :, None]]
     for l in range(L):
-        W_O = model.blocks[l].attn.W_O.float()  # [head, d_head, d_model]
+        W_O = model.blocks[l].attn.W_O.float().to(device)  # [head, d_head, d_model]
         sender_out.append(torch.einsum("rphe,hed->rphd", d[act_name("z", l)], W_O))
         sender_out.append(d[act_name("mlp_out", l)][:, :, None])
     S = torch.cat(sender_out, 2) * keep[:, :, None, None]  # [row, body, sender, d_model]
-    recv = []
+    recv = []  # receivers' input gradients, [row, body, receiver, d_model] each, in eap_receivers order
     for l in range(L):
-        recv += [g[f"blocks.{l}.hook_{c}_input"] for c in CHANNELS]
-        recv.append(g[f"blocks.{l}.hook_mlp_in"][:, :, None])
-    recv.append(g["resid_final"][:, :, None])
-    R = torch.cat(recv, 2)  # [row, body, receiver, d_model]
-    edge = einops.einsum(S, R, "row pos s d, row pos r d -> s r row")
+        recv += [g.pop(f"blocks.{l}.hook_{c}_input") for c in CHANNELS]
+        recv.append(g.pop(f"blocks.{l}.hook_mlp_in")[:, :, None])
+    recv.append(g.pop("resid_final")[:, :, None])
+    edge = torch.cat([einops.einsum(S, R, "row pos s d, row pos r d -> s r row") for R in recv], 1)
+    del recv
     out["edge"] = edge.cpu()
     # Nodes from the same runs: in a pre-norm residual stream the gradient at a sender's output is the sum of the
     # gradients at every receiver input downstream of it, so a node's score is the sum of its real edges' scores.

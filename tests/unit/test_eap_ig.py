@@ -164,3 +164,16 @@ def test_bad_input(tiny_llama, tokenizer):
 def test_gemma_edges_refused(family_models, tokenizer):
     with pytest.raises(ValueError, match="Use level='node'"):
         eap_ig(family_models("gemma2"), _batch(tokenizer, 2), level="edge", progress=False)
+
+
+def test_to_dict_round_trip_and_node_importance(tiny_llama, tokenizer, tmp_path):
+    from circuits.io import load_torch, save_torch
+
+    s = eap_ig(tiny_llama, _batch(tokenizer, 3), steps=2, level="edge", progress=False)
+    back = EAPIGScores.from_dict(load_torch(save_torch(s.to_dict(), tmp_path / "s.pt")))
+    for name in ("input", "head", "mlp"):
+        assert torch.equal(getattr(back, name), getattr(s, name))
+    assert torch.equal(back.edge.nan_to_num(7.0), s.edge.nan_to_num(7.0))
+    assert back.senders == s.senders and back.receivers == s.receivers and back.metric == s.metric
+    heads, mlps = s.node_importance()
+    assert torch.equal(heads, -s.node_effects()["head"]) and torch.equal(mlps, -s.node_effects()["mlp"])
