@@ -285,7 +285,7 @@ def neurons_knockout(d: dict) -> Table:
              ["random neurons", *(f"{100 * a:.1f}" for a in k["random_accuracy"]), ""]])
 
 
-SETTINGS = {"nodes@end": "nodes at END", "nodes@all": "nodes, every position", "edges": "edges"}
+SETTINGS = {"nodes@end": "nodes at END", "nodes@all": "nodes, every position", "edges@end": "edges at END"}
 
 
 def _faith_groups(d: dict) -> dict[tuple[str, str, str], dict[str, dict]]:

@@ -98,7 +98,7 @@ def hand_result() -> FaithfulnessResult:
               "eap-ig": {"heads": torch.rand(3, 4), "mlps": torch.rand(3), "edges": torch.rand(10)}}
     curves = {"exact-path": {"nodes@end": curve([0.2, 0.5, 0.9], 0.6, 0.3)},
               "eap-ig": {"nodes@end": curve([0.1, 0.4, 0.8], 0.5, 0.4),
-                         "edges": curve([0.3, 0.6, 0.95], 0.7, 0.2, level="edge")}}
+                         "edges@end": curve([0.3, 0.6, 0.95], 0.7, 0.2, level="edge")}}
     return FaithfulnessResult(cfg, [], scores, curves, {"exact-path": 1.5, "eap-ig": 0.25})
 
 
@@ -106,17 +106,17 @@ def test_table_best_and_section_say_which_ranking_wins(tmp_path):
     from circuits.viz.analysis_sections import _faithfulness_text
 
     r = hand_result()
-    assert r.best("nodes@end") == ("exact-path", 0.3) and r.best("edges") == ("eap-ig", 0.2) and r.best("x") is None
+    assert r.best("nodes@end") == ("exact-path", 0.3) and r.best("edges@end") == ("eap-ig", 0.2) and r.best("x") is None
     rows = r.table()
     assert [(x["ranking"], x["setting"]) for x in rows] == [("exact-path", "nodes@end"), ("eap-ig", "nodes@end"),
-                                                            ("eap-ig", "edges")]
+                                                            ("eap-ig", "edges@end")]
     assert rows[1]["ranking_seconds"] == 0.25 and rows[2]["curve_seconds"] == 0.5
     html = _faithfulness_text(r)
     assert "<b>exact-path</b> (0.300)" in html and "0.600 [0.500, 0.700]" in html
     tab = faithfulness_table(rows, "t")
     assert list(tab.data[0].cells.values[0]) == ["exact-path", "eap-ig", "eap-ig"]
     back = FaithfulnessResult.load(r.save(tmp_path / "f"))
-    assert back == r and back.curves["eap-ig"]["edges"].cmd_interval == pytest.approx((0.1, 0.3))
+    assert back == r and back.curves["eap-ig"]["edges@end"].cmd_interval == pytest.approx((0.1, 0.3))
     s = json.loads((tmp_path / "f" / "summary.json").read_text())
     assert s["best_cmd"]["nodes@end"] == ["exact-path", 0.3] and (tmp_path / "f" / "figure.html").is_file()
     assert "FaithfulnessResult[faithfulness]" in repr(r) and "text/plain" in r._repr_mimebundle_()
@@ -130,6 +130,7 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     from circuits.models.loading import load_model
     from circuits.patching.attribution import attribute
     from circuits.patching.eap_ig import eap_ig
+    from circuits.types import Component, Receiver
     from circuits.patching.engine import sweep
     from circuits.patching.positions import sweep_positions
     from circuits.results import load_result
@@ -142,7 +143,7 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     assert "lowest CMD, nodes@end:" in printed and "graddrop" in printed
     r = load_result(out)
     assert isinstance(r, FaithfulnessResult) and list(r.curves) == NODE_RANKINGS.split(",")
-    assert r.settings == ["nodes@end", "nodes@all"] and all(v > 0 for v in r.seconds.values())
+    assert r.settings == ["nodes@end", "nodes@all", "edges@end"] and all(v > 0 for v in r.seconds.values())
     assert set(r.cpu_seconds["exact-path"]) == {"ranking", "nodes@end", "nodes@all"} and r.table()[0]["curve_cpu_seconds"] >= 0
     assert sorted(p.name for p in (out / "parts").iterdir()) == sorted(f"{k}.pt" for k in r.curves)
     assert (out / "figure.html").is_file() and json.loads((out / "summary.json").read_text())["n_pairs"] == 3
@@ -156,8 +157,18 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     assert torch.equal(r.scores["positions"]["heads"], h.abs().nan_to_num(0).amax(-1))
     att = attribute(model, pairs, "logit_diff", neurons=False, qk_fix=False, grad_drop=True, progress=False)
     assert torch.allclose(r.scores["graddrop"]["mlps"], att.graddrop["mlp"].abs().amax(-1))
-    ig = eap_ig(model, pairs, "logit_diff", steps=5, progress=False).node_effects("logit_diff")
-    assert torch.equal(r.scores["eap-ig"]["heads"], ig["head"].abs()) and r.config.ig_steps == 5
+    ig = eap_ig(model, pairs, "logit_diff", steps=5, level="edge", progress=False)
+    assert torch.equal(r.scores["eap-ig"]["heads"], ig.node_effects()["head"].abs()) and r.config.ig_steps == 5
+    # EAP-IG's edges, re-ordered as the edge engine reads them (each head's q, k, v together), at edge level
+    edges, effects = r.scores["eap-ig"]["edges"], ig.edge_effects()
+    senders, receivers = engine.edge_senders(model), engine.edge_receivers(model)
+    for rcv in (Receiver(Component("head", 2, 1), "k"), Receiver(Component.mlp(1)), "logits"):
+        col = edges[:, receivers.index(rcv)]
+        want = effects[:, ig.receivers.index(rcv)].abs().nan_to_num(0)
+        assert torch.equal(col, torch.stack([want[ig.senders.index(x)] for x in senders]))
+    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
+    c = engine.edge_faithfulness(model, pairs, edges, sizes=(0.05, 0.2, 0.5), n_boot=20)
+    assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f) and c.level == "edge"
     # each curve is the faithfulness engine's on those scores
     for setting in ("nodes@end", "nodes@all"):
         c = engine.faithfulness(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],

@@ -35,7 +35,8 @@ class FaithfulnessConfig(PairSource):
                                                       "0.01 keeps one node in a hundred)")
     positions: tuple[str, ...] = option(POSITIONS, help="where the circuit's nodes are kept and the rest ablated: end "
                                                         "(END only) and/or all (every position, as MIB)")
-    edges: bool = option(False, help="also score EAP-IG's edge ranking at edge level (with --rankings eap-ig)")
+    edges: bool = option(True, help="also score EAP-IG's edge ranking at edge level, edges at END (with --rankings "
+                                    "eap-ig; pre-norm models)")
     ablation: str = option("counterfactual", choices=ABLATIONS, help="what an ablated node takes: its value on the "
                                                                     "counterfactual prompt (MIB's), its mean, or zero")
     metric: str = option("logit_diff", choices=METRIC_NAMES, help="m in f = (m(C) - m(empty)) / (m(N) - m(empty)); "
@@ -73,5 +74,6 @@ class FaithfulnessConfig(PairSource):
             raise ValueError(f"--n-boot must be 0 or more, got {self.n_boot}")
 
     def settings(self) -> list[str]:
-        """The curves measured per ranking: ``nodes@end``, ``nodes@all``, and ``edges`` (EAP-IG with ``edges``)."""
+        """The node curves measured per ranking: ``nodes@end``, ``nodes@all`` (EAP-IG with ``edges`` adds
+        ``edges@end``)."""
         return [f"nodes@{p}" for p in self.positions]

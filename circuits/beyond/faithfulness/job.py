@@ -6,7 +6,7 @@ non-negative, larger is more important, and the circuit of size s is the top s p
 :func:`~circuits.patching.ranking.order`); :func:`~circuits.patching.faithfulness.faithfulness_curve` then keeps each
 circuit, ablates everything else (``ablation``: counterfactual as MIB, or mean, or zero) at END or at every position,
 and returns f at every size with CPR, CMD and bootstrap intervals. EAP-IG's edge scores (``edges``) are scored at edge
-level the same way. The seconds of each ranking are measured around its engine alone (the model is loaded and the
+level at END (:func:`~circuits.patching.faithfulness.edge_faithfulness`). The seconds of each ranking are measured around its engine alone (the model is loaded and the
 pairs built before), wall-clock and as this process's CPU time (``cpu_seconds``: what the compute costs on a
 machine shared with other work), so the table reads as faithfulness per unit of compute.
 
@@ -32,7 +32,7 @@ from circuits.io import load_torch, save_torch
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
 from circuits.patching.attribution import readout_of
-from circuits.patching.faithfulness import FaithfulnessCurve
+from circuits.patching.faithfulness import FaithfulnessCurve, edge_faithfulness
 from circuits.patching.faithfulness import faithfulness as faithfulness_curve
 from circuits.patching.metrics import get_metric
 
@@ -81,32 +81,56 @@ def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: Faithf
         e = ig.node_effects(metric)
         out = _per_node(e["head"], e["mlp"])
         if config.edges:
-            out["edges"] = ig.edge_effects(metric).float().cpu().abs().nan_to_num(0.0)
+            out["edges"] = edge_scores(model, ig.edge_effects(metric), ig.senders, ig.receivers)
         return out
     raise ValueError(f"Unknown ranking {ranking!r}")
 
 
+def edge_scores(model: Model, effects: Float[Tensor, "sender receiver"], senders: Sequence[Any],
+                receivers: Sequence[Any]) -> Float[Tensor, "sender receiver"]:
+    """EAP-IG's edge effects (its senders x receivers order: a layer's q inputs of every head, then k, then v) as the
+    edge faithfulness engine reads them (:func:`~circuits.patching.faithfulness.edge_senders` x ``edge_receivers``:
+    each head's q, k, v together), |.|, 0 where there is no edge."""
+    from circuits.patching.faithfulness import edge_receivers, edge_senders
+
+    s_at = {s: i for i, s in enumerate(senders)}
+    r_at = {r: i for i, r in enumerate(receivers)}
+    try:
+        rows = [s_at[s] for s in edge_senders(model)]
+        cols = [r_at[r] for r in edge_receivers(model)]
+    except KeyError as err:
+        raise ValueError(f"EAP-IG's graph has no node {err.args[0]} of the faithfulness engine's graph") from None
+    return effects.float().cpu()[rows][:, cols].abs().nan_to_num(0.0)
+
+
 def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor], setting: str,
             config: FaithfulnessConfig) -> FaithfulnessCurve:
-    """The faithfulness curve of the circuits ``scores`` yield in ``setting`` (``nodes@end``, ``nodes@all``), by the
-    batched engine :func:`~circuits.patching.faithfulness.faithfulness`; m is the END quantity ``config.metric``
+    """The faithfulness curve of the circuits ``scores`` yield in ``setting`` (``nodes@end``, ``nodes@all``: the
+    batched engine :func:`~circuits.patching.faithfulness.faithfulness`; ``edges@end``: its
+    :func:`~circuits.patching.faithfulness.edge_faithfulness`, edges at END); m is the END quantity ``config.metric``
     reads (``logit_diff``, ``prob``, or the answer's ``logit`` for ``fraction`` and ``relative_logit``)."""
-    if setting == "edges":
-        raise ValueError("edge-level faithfulness is not in circuits.patching.faithfulness yet")
+    m = readout_of(get_metric(config.metric))
+    if setting == "edges@end":
+        return edge_faithfulness(model, pairs, scores["edges"], sizes=config.sizes, ablation=config.ablation,
+                                 positions="end", metric=m, n_boot=config.n_boot, memory_mb=config.memory_mb)
     return faithfulness_curve(model, pairs, scores["heads"], scores["mlps"], sizes=config.sizes,
                               ablation=config.ablation, positions=setting.split("@")[1],
-                              metric=readout_of(get_metric(config.metric)), n_boot=config.n_boot,
+                              metric=m, n_boot=config.n_boot,
                               memory_mb=config.memory_mb)
 
 
 def _settings(ranking: str, config: FaithfulnessConfig) -> list[str]:
-    return config.settings() + (["edges"] if ranking == "eap-ig" and config.edges else [])
+    return config.settings() + (["edges@end"] if ranking == "eap-ig" and config.edges else [])
 
 
-def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair]) -> str:
-    """What a saved part must have been made with to be reused: the config less its list of rankings, and the pairs."""
+def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str) -> str:
+    """What a saved part must have been made with to be reused: the config less what does not change this ranking
+    (the list of rankings; EAP-IG's steps and edges for the others), and the pairs."""
     cfg = config.to_json()
     cfg.pop("rankings", None)
+    if ranking != "eap-ig":
+        cfg.pop("ig_steps", None)
+        cfg.pop("edges", None)
     h = hashlib.sha256(repr(sorted(cfg.items())).encode())
     for p in pairs:
         h.update(repr((p.reference_token_ids, p.counterfactual_token_ids, p.answer_token_id)).encode())
@@ -133,7 +157,6 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     pairs = list(pairs)
     if not pairs:
         raise ValueError("faithfulness needs at least one prompt pair")
-    key = _key(config, pairs)
     scores: dict[str, dict[str, Tensor]] = {}
     curves: dict[str, dict[str, FaithfulnessCurve]] = {}
     seconds: dict[str, float] = {}
@@ -142,6 +165,7 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     for ranking in bar:
         bar.set_postfix_str(ranking)
         path = Path(parts) / f"{ranking}.pt" if parts is not None else None
+        key = _key(config, pairs, ranking)
         part = _load_part(path, key) if path is not None else None
         if part is None:
             start, cpu = time.perf_counter(), time.process_time()

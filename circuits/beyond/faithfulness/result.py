@@ -37,13 +37,13 @@ def _row(c: FaithfulnessCurve) -> dict[str, Any]:
             "seconds": c.seconds, "sizes": c.table()}
 
 
-SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every position", "edges": "edges"}
+SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every position", "edges@end": "edges at END"}
 
 
 @dataclass(eq=False, repr=False)
 class FaithfulnessResult(Result):
     """Each ranking's circuits scored as MIB scores them; ``curves[ranking][setting]`` (settings: ``nodes@end``,
-    ``nodes@all``, ``edges``; each a :class:`~circuits.patching.faithfulness.FaithfulnessCurve`),
+    ``nodes@all``, ``edges@end``; each a :class:`~circuits.patching.faithfulness.FaithfulnessCurve`),
     ``scores[ranking]`` (``heads`` [layer, head], ``mlps`` [layer], ``edges`` where
     defined: the importance each ranking orders by, larger first), ``seconds[ranking]`` (computing the ranking)."""
 
