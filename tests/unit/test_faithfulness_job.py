@@ -212,3 +212,27 @@ def test_published_tables_name_the_winner_its_margin_and_the_costs():
     header, table = T.faithfulness_seconds(d)
     assert table == [["SmolLM2-135M", "addition", "2 + 0 (2 + 1)", "3 + 1 (4 + 2)"]]
     assert T.render({"render": "faithfulness", "data": d}).count("\n") == 4
+
+
+def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
+    import importlib
+
+    import _tables as T
+
+    exp = importlib.import_module("faithfulness")
+    argv = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "2",
+            "--operations", "addition,subtraction", "--rankings", "exact-path,eap-ig", "--sizes", "0.1,0.5",
+            "--n-boot", "10", "--out", str(tmp_path / "run")]
+    path = exp.cli(argv)
+    tables = T.read_published(path)
+    assert set(tables) == {"faithfulness", "faithfulness_seconds"}
+    header, rows = T.faithfulness(tables["faithfulness"]["data"])
+    assert [r[1:3] for r in rows] == [[op, s] for op in ("addition", "subtraction")
+                                      for s in ("nodes at END", "nodes, every position", "edges at END")]
+    assert rows[2][3] == "-" and rows[2][-1] == "eap-ig"  # edges: EAP-IG's alone
+    assert (tmp_path / "run" / exp.slug(str(tiny_dir("llama"))) / "addition" / "figure-nodes-all.html").is_file()
+    again = exp.cli([*argv, "--replot"])
+    assert T.read_published(again) == tables
+    with pytest.raises(SystemExit):
+        exp.cli([*argv[:-2], "--out", str(tmp_path / "none"), "--replot"])
+    assert "no saved faithfulness results" in capsys.readouterr().err
