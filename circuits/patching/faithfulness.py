@@ -1,10 +1,10 @@
 """Faithfulness of the circuits a ranking yields, as MIB scores circuit discovery (issue 24).
 
-A ranking of nodes -- heads ``[layer, head]``, MLPs ``[layer]``, optionally neurons ``{layer: [d_mlp]}`` (such a
-layer's MLP is then scored by its neurons instead of as one node) -- gives, at each size ``s`` (a fraction of the
-``n`` nodes), the circuit ``C_s`` = the top ``round(s * n)`` nodes by score (rounded half up; ties broken by
-:func:`circuits.patching.ranking.order`, the project's one sort: higher score first, ties by index). Everything
-outside the circuit is ablated:
+**Nodes.** A ranking of nodes -- heads ``[layer, head]``, MLPs ``[layer]``, optionally neurons ``{layer: [d_mlp]}``
+(such a layer's MLP is then scored by its neurons instead of as one node) -- gives, at each size ``s`` (a fraction of
+the ``n`` nodes), the circuit ``C_s`` = the top ``round(s * n)`` nodes by score (halves rounded up; ``count="floor"``
+takes ``int(s * n)`` as MIB's code does; ties broken by :func:`circuits.patching.ranking.order`, the project's one
+sort: higher score first, ties by index). Everything outside the circuit is ablated:
 
 - ``ablation="counterfactual"`` (MIB's "patching"): each ablated node's output takes its value in the
   counterfactual run of the same pair;
@@ -16,38 +16,54 @@ outside the circuit is ablated:
 
 at ``positions="end"`` (only the END position, as the paper's patching) or ``"all"`` (every position, as MIB).
 
-The metric ``m`` is read from the END logits of each pair: by default ``logit_diff`` = logit(answer) -
-logit(counterfactual answer), the counterfactual answer being the counterfactual run's top token at END (MIB's
-arithmetic metric is logit-based: its logit difference between the clean and the corrupted answer); also
-``"logit"``, ``"prob"`` or a :func:`circuits.patching.metrics.logits_metric`. Faithfulness
-``f(C) = (m(C) - m(empty)) / (m(N) - m(empty))`` on means over pairs, ``N`` the model with nothing ablated and
-``empty`` every node ablated, so ``f(N) = 1`` and ``f(empty) = 0`` by construction. CPR = the area under ``f``
-and CMD = the area between ``f`` and 1 (``|1 - f|``), each by the trapezoid rule over the size axis in fractions
-(not log-scaled), as ``MIB-circuit-track``'s ``evaluate_area_under_curve`` computes them with its default
-``log_scale=False``. MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way (f(1.0) is
-the measured f of every node kept, 1 by construction) when the sizes given stop short of it. Bootstrap intervals
-resample pairs (:func:`circuits.patching.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the
-resampled means.
+**Edges** (:func:`edge_faithfulness`, END only): MIB's graph -- senders are the input embedding, every head and
+every MLP; receivers every head's query, key and value input (per query head, also under grouped-query attention),
+every MLP's input and the logits. An edge left out of the circuit carries its sender's ablated END value into its
+receiver, the kept edges the current one (MIB's ``evaluate_graph``, which adds the differences into each receiver's
+input). Models that normalise the sum of their heads (Gemma 2/3's ``ln1_post``) are refused at edge level (MIB
+special-cases them); MIB's pruning of edges cut off from the input or the logits is not applied.
 
-Exact and batched: the circuits (every size, the full model and the empty circuit) are folded into the batch, each
-row ``(circuit, pair)`` running the reference prompt with a per-row keep mask applied by one hook per site
-(``hook_z`` per head, ``hook_mlp_out`` per MLP, ``hook_post`` per neuron), so all circuits take one forward pass
-(chunked by ``memory_mb``) instead of one each. It is tested against :func:`circuits.patching.plain.ablate_plain`,
-one circuit at a time with ``run_with_hooks``.
+**Metric.** ``m`` is read from the END logits of each pair: by default ``logit_diff`` = logit(answer) -
+logit(counterfactual answer), the counterfactual answer being the counterfactual run's top token at END (the
+project's logit-difference readout; MIB's own arithmetic metric was not checked here); also ``"logit"``, ``"prob"``
+or a :func:`circuits.patching.metrics.logits_metric`. Faithfulness ``f(C) = (m(C) - m(empty)) / (m(N) - m(empty))``
+on means over pairs, ``N`` the model with nothing ablated and ``empty`` every node (edge) ablated, so ``f(N) = 1``
+and ``f(empty) = 0`` by construction. CPR = the area under ``f`` and CMD = the area between ``f`` and 1
+(``|1 - f|``), each by the trapezoid rule over the size axis in fractions with linear widths, as
+``MIB-circuit-track``'s ``evaluate_area_under_curve`` computes them (its ``log_scale`` flag computes log positions
+that its trapezoids do not use). MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way
+(f(1.0) = 1, every node kept) when the sizes given stop short of it. Bootstrap intervals resample pairs
+(:func:`circuits.patching.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the resampled means.
+
+**Exact and batched.** All circuits (every size, N and empty) run together. At END only END changes, so positions
+before END are the reference run's: one reference forward (keys, values and END values, a shared few-shot prefix
+run once) and one counterfactual forward read at END, then END-only layers over ``circuits x pairs`` rows
+(attention from each new END query over the reference keys and values, per head; each head's ``z``, each MLP's
+output or each neuron's ``hook_post`` replaced where the circuit leaves it out; for edges, each receiver's input
+assembled from kept and ablated sender values). At every position (and on models the END-only layers refuse)
+the circuits are folded into the batch of whole prompts, a per-row keep mask applied by one hook per site
+(``hook_z``, ``hook_mlp_out``, ``hook_post``). Both are tested against the plain loops of
+:mod:`circuits.patching.plain` (:func:`~circuits.patching.plain.ablate_plain`,
+:func:`~circuits.patching.plain.ablate_edges_plain`): one circuit at a time with ``run_with_hooks``.
 
 Public signature::
 
     faithfulness(model, pairs, heads, mlps=None, *, neurons=None, sizes=MIB_SIZES, ablation="counterfactual",
-                 positions="end", metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024)
-        -> FaithfulnessCurve
-    circuit_masks(heads, mlps, neurons, sizes) -> NodeMasks        # which nodes each size keeps
-    area_scores(sizes, f) -> (cpr, cmd)                            # MIB's areas of one curve
+                 positions="end", metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024,
+                 count="round") -> FaithfulnessCurve
+    edge_faithfulness(model, pairs, scores, *, sizes=MIB_SIZES, ablation="counterfactual", positions="end",
+                      metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024, count="round")
+        -> FaithfulnessCurve                   # scores [sender, receiver] over edge_senders x edge_receivers
+    edge_senders(model), edge_receivers(model), edge_valid(model) -> [sender, receiver] bool
+    circuit_masks(heads, mlps, neurons, sizes, count) -> NodeMasks    # which nodes each size keeps
+    edge_masks(valid, scores, sizes, count) -> (keep, n_kept, n_edges)
+    area_scores(sizes, f) -> (cpr, cmd)                               # MIB's areas of one curve (or a batch)
     MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
-``FaithfulnessCurve`` fields: ``sizes [size]``, ``n_kept [size]``, ``n_nodes``, ``m [size, pair]``,
-``m_full [pair]``, ``m_empty [pair]``, ``f [size]``, ``f_per_pair [size, pair]``, ``f_low``/``f_high [size]``,
-``cpr``, ``cmd``, ``cpr_interval``, ``cmd_interval``, ``metric``, ``ablation``, ``positions``, ``level``
-("node"/"edge"), ``ci_level``, ``n_boot``, ``seconds``; ``to_dict()``/``from_dict()`` for saving.
+``FaithfulnessCurve`` fields: ``sizes [size]``, ``n_kept [size]``, ``n_nodes`` (nodes or edges), ``m [size,
+pair]``, ``m_full [pair]``, ``m_empty [pair]``, ``f [size]``, ``f_per_pair [size, pair]``, ``f_low``/``f_high
+[size]``, ``cpr``, ``cmd``, ``cpr_interval``, ``cmd_interval``, ``metric``, ``ablation``, ``positions``, ``level``
+("node"/"edge"), ``ci_level``, ``n_boot``, ``seconds``; ``to_dict()``/``from_dict()`` for saving, ``table()``.
 """
 
 from __future__ import annotations
@@ -66,7 +82,7 @@ from torch import Tensor
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models.backend import Model, act_name
 from circuits.models.backend import apply_softcap
-from circuits.models.forward import end_residuals, shared_prefix_lengths
+from circuits.models.forward import end_residuals, prefix_cache, shared_prefix_lengths
 from circuits.patching.end_layers import SHARED_PREFIX_MIN, _end_activations, attention_output, check_supported, end_logits, mlp_at_end, rotate
 from circuits.patching.metrics import Metric
 from circuits.patching.ranking import order
@@ -112,9 +128,14 @@ def check_metric(metric: str | Metric) -> str | Metric:
     return check_choice("metric", metric, READOUTS)
 
 
-def n_kept_at(size: float, n: int) -> int:
-    """How many of ``n`` items a circuit of ``size`` (a fraction) keeps: ``round(size * n)``, halves rounded up."""
-    return min(n, int(math.floor(size * n + 0.5)))
+COUNTS = ("round", "floor")
+
+
+def n_kept_at(size: float, n: int, count: str = "round") -> int:
+    """How many of ``n`` items a circuit of ``size`` (a fraction) keeps: ``round(size * n)`` with halves rounded up
+    (``count="round"``), or ``int(size * n)`` as MIB's ``evaluate_area_under_curve`` counts (``"floor"``)."""
+    check_choice("count", count, COUNTS)
+    return min(n, int(math.floor(size * n + (0.5 if count == "round" else 0.0))))
 
 
 # --- which nodes each circuit keeps ---------------------------------------------------------------
@@ -169,7 +190,7 @@ def _node_scores(heads: Tensor, mlps: Tensor | None, neurons: Mapping[int, Tenso
 
 def circuit_masks(heads: Float[Tensor, "layer head"], mlps: Float[Tensor, " layer"] | None = None,
                   neurons: Mapping[int, Float[Tensor, " d_mlp"]] | None = None,
-                  sizes: Sequence[float] = MIB_SIZES) -> NodeMasks:
+                  sizes: Sequence[float] = MIB_SIZES, count: str = "round") -> NodeMasks:
     """The circuits of a node ranking at ``sizes`` (one row each), in the order given: the top
     ``round(size * n_nodes)`` nodes by score (higher is more important; ties by index, :func:`order`)."""
     sizes = check_sizes(sizes)
@@ -177,7 +198,7 @@ def circuit_masks(heads: Float[Tensor, "layer head"], mlps: Float[Tensor, " laye
     n = flat.numel()
     rank = torch.empty(n, dtype=torch.long)
     rank[order(flat, +1)] = torch.arange(n)
-    n_kept = torch.tensor([n_kept_at(s, n) for s in sizes], dtype=torch.long)
+    n_kept = torch.tensor([n_kept_at(s, n, count) for s in sizes], dtype=torch.long)
     keep = rank[None, :] < n_kept[:, None]  # [circuit, node]
     L, H = heads.shape
     C = len(sizes)
@@ -358,38 +379,28 @@ class _Runs:
     post: dict[int, Tensor | None]
     answer: Tensor
     cf_answer: Tensor
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @torch.no_grad()
-def _collect(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int],
-             extra_sites: Sequence[str] = ()) -> _Runs:
-    """Replacement values for every site, and the counterfactual run's top token at END."""
+def _collect(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int]) -> _Runs:
+    """Replacement values for every site at every position (whole prompts), and the counterfactual run's top token
+    at END."""
     L = model.cfg.n_layers
-    names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
-    names += [act_name("post", l) for l in neuron_layers] + list(extra_sites)
+    names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")] + [act_name("post", l) for l in neuron_layers]
     store: dict[str, Tensor] = {}
     keep = lambda act, hook: store.__setitem__(hook.name, act.detach())  # noqa: E731
-    want = ablation == "counterfactual"
     resid = model.run_with_hooks(batch.counterfactual, stop_at_layer=L,
-                                 fwd_hooks=[(n, keep) for n in names] if want else [])
+                                 fwd_hooks=[(n, keep) for n in names] if ablation == "counterfactual" else [])
     cf_answer = _final_end(model, resid, batch.end).argmax(-1)
-    cf_store = dict(store)
-    store.clear()
-    if ablation == "mean" or extra_sites:
-        model.run_with_hooks(batch.reference, stop_at_layer=L,
-                             fwd_hooks=[(n, keep) for n in (names if ablation == "mean" else extra_sites)])
-    if ablation == "counterfactual":
-        src = cf_store
-    elif ablation == "mean":
-        src = {n: end_aligned_mean(store[n], batch.end) for n in names}
-    else:
-        src = {}
+    if ablation == "mean":
+        store.clear()
+        model.run_with_hooks(batch.reference, stop_at_layer=L, fwd_hooks=[(n, keep) for n in names])
+        store = {n: end_aligned_mean(store[n], batch.end) for n in names}
+    src = store if ablation != "zero" else {}
     return _Runs(z=[src.get(act_name("z", l)) for l in range(L)],
                  mlp_out=[src.get(act_name("mlp_out", l)) for l in range(L)],
                  post={l: src.get(act_name("post", l)) for l in neuron_layers},
-                 answer=batch.answer.to(cf_answer.device), cf_answer=cf_answer,
-                 extra={"ref": store, "cf": cf_store})
+                 answer=batch.answer.to(cf_answer.device), cf_answer=cf_answer)
 
 
 # --- the batched node engine ----------------------------------------------------------------------------
@@ -459,6 +470,69 @@ def ablated_metric(model: Model, batch: PairBatch, masks: NodeMasks, runs: _Runs
     return einops.rearrange(out, "(c p) -> c p", c=C)
 
 
+def first_difference(batch: PairBatch) -> Int[Tensor, " pair"]:
+    """Each pair's first position where the reference and counterfactual prompts differ (at most END)."""
+    pos = torch.arange(batch.reference.shape[1], device=batch.reference.device)
+    differ = (batch.reference != batch.counterfactual) & (pos[None, :] <= batch.end[:, None])
+    first = torch.where(differ.any(1), differ.int().argmax(1), batch.end)
+    return torch.minimum(first, batch.end)
+
+
+@torch.no_grad()
+def _ablated_after_difference(model: Model, batch: PairBatch, masks: NodeMasks, runs: _Runs, metric: str | Metric,
+                              memory_mb: float) -> Float[Tensor, "circuit pair"]:
+    """:func:`ablated_metric` for counterfactual ablation at every position, exact with less work: before a pair's
+    first difference its two prompts are the same tokens, so there the counterfactual values equal the reference
+    run's and ablating them changes nothing; every circuit's run is the reference run up to that position. Pairs
+    with the same first difference run that prefix once into a key/value cache
+    (:func:`circuits.models.forward.prefix_cache`), repeated for every circuit, and only the rest runs per circuit,
+    with the keep-mask hooks on the positions from there on."""
+    L = model.cfg.n_layers
+    C, P = len(masks), len(batch)
+    device = batch.reference.device
+    first = first_difference(batch).tolist()
+    out = torch.empty(C, P, dtype=torch.float32)
+    for d in sorted(set(first)):
+        group = [i for i in range(P) if first[i] == d]
+        if d == 0:  # nothing shared: whole prompts
+            sub = _Runs([None if v is None else v[group] for v in runs.z],
+                        [None if v is None else v[group] for v in runs.mlp_out],
+                        {l: None if v is None else v[group] for l, v in runs.post.items()},
+                        runs.answer[group], runs.cf_answer[group])
+            out[:, group] = ablated_metric(model, batch.select(torch.tensor(group, device=device)), masks, sub, "all",
+                                           metric, memory_mb)
+            continue
+        g = torch.tensor(group, device=device)
+        width = int(batch.end[g].max()) + 1
+        per = max(1, _rows_per_forward(model, width, memory_mb) // len(group))  # circuits per forward
+        for c0 in range(0, C, per):
+            cs = torch.arange(c0, min(C, c0 + per))
+            n = len(cs)
+            c = cs.repeat(len(group))  # rows pair-major: (pair, circuit), as the cache repeats each prefix row
+            pd = g.repeat_interleave(n)
+            hooks = []
+
+            def add(site: str, layer: int, ablate: Tensor, values: Tensor | None) -> None:
+                if bool(ablate.any()):
+                    hooks.append((act_name(site, layer),
+                                  _site_hook(ablate, None if values is None else values[:, d:width], pd, None)))
+
+            for l in range(L):
+                add("z", l, ~masks.heads[c, l], runs.z[l])
+                if l in masks.neurons:
+                    add("post", l, ~masks.neurons[l][c], runs.post[l])
+                else:
+                    add("mlp_out", l, ~masks.mlps[c, l][:, None], runs.mlp_out[l])
+            cache = prefix_cache(model, batch.reference[g, :d], [], n)
+            body = batch.reference[pd, d:width]
+            with model.hooks(fwd_hooks=hooks):
+                resid = model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=L)
+            logits = _final_end(model, resid, batch.end[pd] - d)
+            m = metric_of(logits, runs.answer[pd], runs.cf_answer[pd], metric).cpu()
+            out[c, pd.cpu()] = m
+    return out
+
+
 def _full_and_empty(masks: NodeMasks) -> NodeMasks:
     """``masks`` with two more circuits: every node kept (N), then no node kept (empty; MLP layers that are not
     nodes stay kept)."""
@@ -489,6 +563,7 @@ def faithfulness(
     level: float = 0.95,
     seed: int = 0,
     memory_mb: float = 1024,
+    count: str = "round",
 ) -> FaithfulnessCurve:
     """The faithfulness curve of a node ranking (see the module docstring).
 
@@ -503,6 +578,7 @@ def faithfulness(
         metric: ``logit_diff`` (default), ``logit``, ``prob`` or a :func:`~circuits.patching.metrics.logits_metric`.
         n_boot: bootstrap resamples of the pairs for the intervals (0: none); ``level`` their coverage.
         memory_mb: the working memory one forward may take (rows per forward follow from it).
+        count: ``round`` (``round(size * n)`` nodes, halves up) or ``floor`` (``int(size * n)``, MIB's count).
     """
     t0 = time.perf_counter()
     sizes = check_sizes(sizes)
@@ -516,12 +592,16 @@ def faithfulness(
     for l, s in (neurons or {}).items():
         if s.shape[-1] != cfg.d_mlp:
             raise ValueError(f"neuron scores of layer {l} must have d_mlp = {cfg.d_mlp} entries, got {s.shape[-1]}")
-    masks = circuit_masks(heads, mlps, neurons, sizes)
+    check_choice("count", count, COUNTS)
+    masks = circuit_masks(heads, mlps, neurons, sizes, count)
     batch = as_batch(pairs, model)
     every = _full_and_empty(masks)
     if positions == "end" and end_only_supported(model):
         m = _nodes_end_metric(model, batch, every, _end_runs(model, batch, ablation, sorted(masks.neurons)), metric,
                               memory_mb)
+    elif positions == "all" and ablation == "counterfactual":
+        m = _ablated_after_difference(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)),
+                                      metric, memory_mb)
     else:
         m = ablated_metric(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)), positions,
                            metric, memory_mb)
@@ -582,7 +662,8 @@ def edge_valid(model: Model) -> Bool[Tensor, "sender receiver"]:
     return torch.tensor([[edge_upstream(s, r) for r in edge_receivers(model)] for s in edge_senders(model)])
 
 
-def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float]) -> tuple[Tensor, Tensor, int]:
+def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float], count: str = "round"
+               ) -> tuple[Tensor, Tensor, int]:
     """Which edges each size keeps ``[circuit, sender, receiver]`` (the top ``round(size * n_edges)`` by score, ties by
     index through :func:`order`), ``n_kept [circuit]`` and ``n_edges``."""
     flat = scores.float().cpu()[valid]
@@ -592,7 +673,7 @@ def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float]) -> tuple[T
     n = flat.numel()
     rank = torch.empty(n, dtype=torch.long)
     rank[order(flat, +1)] = torch.arange(n)
-    n_kept = torch.tensor([n_kept_at(s, n) for s in sizes], dtype=torch.long)
+    n_kept = torch.tensor([n_kept_at(s, n, count) for s in sizes], dtype=torch.long)
     keep = torch.zeros(len(sizes), *valid.shape, dtype=torch.bool)
     keep[:, valid] = rank[None, :] < n_kept[:, None]
     return keep, n_kept, n
@@ -736,9 +817,11 @@ def attention_split_at_end(
     block = model.blocks[layer]
     attn = block.attn
     S, P, H, d = xq.shape
-    norm = lambda x: block.ln1(x.reshape(-1, 1, d)).reshape(S, P, H, d)  # noqa: E731
-    proj = lambda x, w, b: torch.einsum("sphd,hde->sphe", norm(x), w) + b  # noqa: E731
-    q, k, v = proj(xq, attn.W_Q, attn.b_Q), proj(xk, attn.W_K, attn.b_K), proj(xv, attn.W_V, attn.b_V)
+    nq = block.ln1(xq.reshape(-1, 1, d)).reshape(S, P, H, d)
+    nk = nq if xk is xq else block.ln1(xk.reshape(-1, 1, d)).reshape(S, P, H, d)  # node circuits: one input
+    nv = nq if xv is xq else block.ln1(xv.reshape(-1, 1, d)).reshape(S, P, H, d)
+    proj = lambda x, w, b: torch.einsum("sphd,hde->sphe", x, w) + b  # noqa: E731
+    q, k, v = proj(nq, attn.W_Q, attn.b_Q), proj(nk, attn.W_K, attn.b_K), proj(nv, attn.W_V, attn.b_V)
     if cfg.use_qk_norm:
         q, k = (n(t.reshape(-1, cfg.d_head)).reshape(t.shape) for n, t in ((attn.q_norm, q), (attn.k_norm, k)))
     if cfg.positional_embedding_type == "rotary":
@@ -861,11 +944,13 @@ def edge_faithfulness(
     level: float = 0.95,
     seed: int = 0,
     memory_mb: float = 1024,
+    count: str = "round",
 ) -> FaithfulnessCurve:
     """The faithfulness curve of an edge ranking at END (see the comment above :data:`INPUT`).
 
     ``scores [sender, receiver]`` is over :func:`edge_senders` x :func:`edge_receivers` (entries that are not edges,
-    :func:`edge_valid`, are ignored); higher = more important. Sizes are fractions of the edges. Only
+    :func:`edge_valid`, are ignored); higher = more important. Sizes are fractions of the edges (``count`` as for
+    :func:`faithfulness`). Only
     ``positions="end"``: edges at every position are not implemented."""
     t0 = time.perf_counter()
     sizes = check_sizes(sizes)
@@ -879,7 +964,7 @@ def edge_faithfulness(
     if tuple(scores.shape) != tuple(valid.shape):
         raise ValueError(f"Edge scores must be [sender, receiver] = {list(valid.shape)} for this model (edge_senders "
                          f"x edge_receivers), got {list(scores.shape)}")
-    keep, n_kept, n = edge_masks(valid, scores, sizes)
+    keep, n_kept, n = edge_masks(valid, scores, sizes, count)
     every = torch.cat([keep, valid[None], torch.zeros_like(valid)[None]])
     batch = as_batch(pairs, model)
     runs = _end_runs(model, batch, ablation)

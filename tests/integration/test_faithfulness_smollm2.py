@@ -1,46 +1,60 @@
-"""The faithfulness job on SmolLM2 with a few pairs: each ranking's scores are its engine's, each curve is the
-faithfulness engine's on them, the result saves and loads equal, and the report page draws its section."""
+"""Faithfulness on SmolLM2 (issue 24): the batched engine (END-only layers with shared few-shot prefixes at END, one
+forward of every circuit at every position, edges at END) equals the plain one-circuit-at-a-time loop."""
 
 import pytest
 import torch
-from helpers import aligned_pairs
+from helpers import aligned_pairs, mixed_pairs
 
-from circuits.beyond.faithfulness.config import FaithfulnessConfig
-from circuits.beyond.faithfulness.job import faithfulness
-from circuits.beyond.faithfulness.result import FaithfulnessResult
-from circuits.patching import faithfulness as engine
-from circuits.patching.engine import sweep
+from circuits.data.pairs import PairBatch
+from circuits.patching.faithfulness import (
+    circuit_masks,
+    edge_faithfulness,
+    edge_masks,
+    edge_receivers,
+    edge_senders,
+    edge_valid,
+    faithfulness,
+    metric_of,
+)
+from circuits.patching.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
+
+SIZES = (0.02, 0.3)
 
 
 @pytest.fixture(scope="module")
-def result(smollm2, tokenizer):
-    cfg = FaithfulnessConfig(model="smollm2", rankings=("exact-path", "screen", "eap-ig"), sizes=(0.01, 0.1, 0.5),
-                             n_boot=50, ig_steps=2)
-    return faithfulness(smollm2, aligned_pairs(tokenizer, 3), cfg, progress=False)
+def batch(tokenizer):
+    return PairBatch.from_pairs(aligned_pairs(tokenizer, 2, few_shot=True) + mixed_pairs(tokenizer, 1), 0)
 
 
-def test_scores_and_curves_are_the_engines(smollm2, result):
-    pairs = result.pairs
-    h, m = sweep(smollm2, pairs, "path", progress=False).effects("logit_diff")
-    assert torch.equal(result.scores["exact-path"]["heads"], h.abs()) and torch.equal(result.scores["exact-path"]["mlps"], m.abs())
-    n = smollm2.cfg.n_layers * (smollm2.cfg.n_heads + 1)
-    for ranking in result.curves:
-        for setting, c in result.curves[ranking].items():
-            total = n if setting.startswith("nodes") else int(engine.edge_valid(smollm2).sum())
-            assert c.n_nodes == total and c.n_kept.tolist() == [int(s * total + 0.5) for s in (0.01, 0.1, 0.5)]
-            assert c.f_low.le(c.f + 1e-6).all() and c.f.le(c.f_high + 1e-6).all()
-            assert c.cpr_interval[0] <= c.cpr <= c.cpr_interval[1] and c.positions == setting.split("@")[1]
-    assert list(result.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
-    s = result.scores["screen"]
-    again = engine.faithfulness(smollm2, pairs, s["heads"], s["mlps"], sizes=(0.01, 0.1, 0.5), positions="all", n_boot=50)
-    assert torch.equal(again.f, result.curves["screen"]["nodes@all"].f)
-    assert all(v > 0 for v in result.seconds.values())
+@pytest.mark.parametrize("positions", ["end", "all"])
+def test_nodes_equal_the_plain_loop(smollm2, batch, positions):
+    L, H = smollm2.cfg.n_layers, smollm2.cfg.n_heads
+    g = torch.Generator().manual_seed(0)
+    heads, mlps = torch.rand(L, H, generator=g), torch.rand(L, generator=g)
+    ours = faithfulness(smollm2, batch, heads, mlps, sizes=SIZES, positions=positions, n_boot=0)
+    masks = circuit_masks(heads, mlps, None, SIZES)
+    cf_answer, values = cf_answer_plain(smollm2, batch), ablation_values_plain(smollm2, batch, "counterfactual")
+    for i in range(len(SIZES)):
+        gone_heads = [(l, h) for l in range(L) for h in range(H) if not masks.heads[i, l, h]]
+        gone_mlps = [l for l in range(L) if not masks.mlps[i, l]]
+        logits = ablate_plain(smollm2, batch, gone_heads, gone_mlps, {}, values, positions)
+        plain = metric_of(logits, batch.answer, cf_answer, "logit_diff")
+        torch.testing.assert_close(ours.m[i], plain, atol=1e-4, rtol=1e-5)
+    empty = ablate_plain(smollm2, batch, [(l, h) for l in range(L) for h in range(H)], list(range(L)), {}, values,
+                         positions)
+    torch.testing.assert_close(ours.m_empty, metric_of(empty, batch.answer, cf_answer, "logit_diff"), atol=1e-4,
+                               rtol=1e-5)
+    assert (ours.m_full - ours.m_empty).abs().min() > 0.1
 
 
-def test_saves_loads_and_reports(result, tmp_path):
-    from circuits.viz.report import build_report
-
-    back = FaithfulnessResult.load(result.save(tmp_path / "f"))
-    assert back == result
-    page = build_report([tmp_path])
-    assert "Lowest CMD: nodes@end: <b>" in page and page.count("faithfulness of each ranking") >= 1
+def test_edges_equal_the_plain_loop(smollm2, batch):
+    valid = edge_valid(smollm2)
+    scores = torch.rand(valid.shape, generator=torch.Generator().manual_seed(1))
+    ours = edge_faithfulness(smollm2, batch, scores, sizes=(0.01,), n_boot=0)
+    keep, _, _ = edge_masks(valid, scores, (0.01,))
+    senders, receivers = [str(s) for s in edge_senders(smollm2)], [str(r) for r in edge_receivers(smollm2)]
+    gone = [(senders[i], receivers[j]) for i, j in (valid & ~keep[0]).nonzero().tolist()]
+    cf_answer = cf_answer_plain(smollm2, batch)
+    plain = metric_of(ablate_edges_plain(smollm2, batch, gone, "counterfactual"), batch.answer, cf_answer, "logit_diff")
+    torch.testing.assert_close(ours.m[0], plain, atol=1e-4, rtol=1e-5)
+    assert ours.n_nodes == int(valid.sum())

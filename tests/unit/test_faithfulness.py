@@ -145,6 +145,9 @@ def test_masks_follow_the_one_ranking():
     # 0.5 of 6 = 3: MLP1, then the tie 0.9 (0.1 before 1.0 by index)
     assert masks.heads[2].tolist() == [[False, True], [True, False]] and masks.mlps[2].tolist() == [False, True]
     assert masks.heads[3].all() and masks.mlps[3].all()
+    # MIB counts int(size * n): 0.49 of 6 nodes is 2, not 3
+    assert circuit_masks(heads, mlps, None, (0.49, 0.5), count="floor").n_kept.tolist() == [2, 3]
+    assert circuit_masks(heads, mlps, None, (0.49, 0.5)).n_kept.tolist() == [3, 3]
 
 
 def test_areas_are_mibs_trapezoids():
@@ -179,6 +182,7 @@ def test_bootstrap_intervals_and_round_trip(tiny_llama, tokenizer):
     ({"positions": "start"}, "Unknown positions 'start'; accepted: end, all"),
     ({"ablation": "resample"}, "Unknown ablation 'resample'; accepted: counterfactual, mean, zero"),
     ({"metric": "fraction"}, "Unknown metric 'fraction'; accepted: logit_diff, logit, prob"),
+    ({"count": "ceil"}, "Unknown count 'ceil'; accepted: round, floor"),
 ])
 def test_bad_input_is_one_line(tiny_llama, tokenizer, kw, match):
     heads, mlps, _ = scores(tiny_llama)
@@ -247,3 +251,20 @@ def test_edges_bad_input_is_one_line(family_models, tokenizer):
         edge_faithfulness(model, pairs, scores_[:3])
     with pytest.raises(ValueError, match="ln1_post"):
         edge_faithfulness(family_models("gemma2"), pairs, scores_)
+
+
+def test_every_position_after_the_first_difference_equals_whole_prompts(tiny_llama, tokenizer):
+    """Counterfactual ablation at every position runs each pair's shared start (before its prompts differ) once:
+    the same metric as whole prompts with the keep masks at every position."""
+    from circuits.patching.faithfulness import _collect, _full_and_empty, ablated_metric, first_difference
+
+    batch = PairBatch.from_pairs(some_pairs(tokenizer), 0)
+    first = first_difference(batch)
+    assert (first > 0).all() and len(set(first.tolist())) > 1 and (first <= batch.end).all()
+    heads, mlps, neurons = scores(tiny_llama, seed=5, neurons=(1,))
+    masks = _full_and_empty(circuit_masks(heads, mlps, neurons, SIZES))
+    whole = ablated_metric(tiny_llama, batch, masks, _collect(tiny_llama, batch, "counterfactual", [1]), "all",
+                           "logit_diff")
+    ours = faithfulness(tiny_llama, batch, heads, mlps, neurons=neurons, sizes=SIZES, positions="all", n_boot=0,
+                        memory_mb=0.05)
+    torch.testing.assert_close(torch.cat([ours.m, ours.m_full[None], ours.m_empty[None]]), whole, atol=1e-5, rtol=0)
