@@ -38,15 +38,18 @@ of its own layer). ``positions="all"`` sums over every position (as EAP-IG); ``"
 What makes it cheap: positions before the first token where a pair's prompts differ have identical embeddings in
 both prompts, so every interpolated run agrees with the reference there; that prefix runs once into
 TransformerLens's key/value cache (:func:`circuits.patching.attribution._prefix_cache`) and only the rest runs
-``steps + 2`` times (edges of a grouped-query model run whole prompts: TransformerLens's cache holds grouped
-keys, and EAP-IG ungroups them); only END is unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one product with the
-activation differences; pairs are batched. Tests assert equality with the plain full-prompt loop
-:func:`circuits.patching.plain.eap_ig_plain`.
+``steps + 1`` times (the counterfactual, then each step; the last step, ``alpha = 1``, is the reference run itself;
+at edge level on a grouped-query model the cached keys and values are repeated per query head, as EAP-IG ungroups
+them); edge products are taken only over each pair's positions from its first difference to END; only END is
+unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one
+product with the activation differences; pairs are batched. Tests assert
+equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_plain`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -54,7 +57,7 @@ from typing import Any, Literal, Union
 
 import einops
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -108,8 +111,13 @@ def eap_upstream(sender: EAPSender, receiver: EAPReceiver) -> bool:
     return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
 
 
-def edge_mask(n_layers: int, n_heads: int) -> Float[Tensor, "sender receiver"]:
+def edge_mask(n_layers: int, n_heads: int) -> Bool[Tensor, "sender receiver"]:
     """``True`` where EAP-IG's graph has the edge, in :func:`eap_senders` x :func:`eap_receivers` order."""
+    return _edge_mask(n_layers, n_heads).clone()
+
+
+@functools.lru_cache(maxsize=8)
+def _edge_mask(n_layers: int, n_heads: int) -> Tensor:
     s, r = eap_senders(n_layers, n_heads), eap_receivers(n_layers, n_heads)
     return torch.tensor([[eap_upstream(a, b) for b in r] for a in s])
 
@@ -224,20 +232,25 @@ class EAPIGScores:
 
 
 @contextlib.contextmanager
-def edge_hooks(model: Model) -> Iterator[None]:
+def edge_hooks(model: Model, ungrouped_cache: bool = False) -> Iterator[None]:
     """TransformerLens's per-receiver input copies, as EAP-IG sets them: ``hook_{q,k,v}_input`` one per query head
-    (grouped key/value heads ungrouped) and ``hook_mlp_in``; restored on exit."""
+    (grouped key/value heads ungrouped) and ``hook_mlp_in``; restored on exit. ``ungrouped_cache``: a key/value
+    cache given to the forward passes holds one key and value per query head (its check of the cache's head count
+    reads ``n_key_value_heads``, which is then ``n_heads`` inside; attention modules keep their own grouping)."""
     cfg = model.cfg
-    saved = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.ungroup_grouped_query_attention)
+    saved = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.ungroup_grouped_query_attention, cfg.n_key_value_heads)
     try:
         model.set_use_split_qkv_input(True)
         model.set_use_hook_mlp_in(True)
         cfg.ungroup_grouped_query_attention = True
+        if ungrouped_cache:
+            cfg.n_key_value_heads = cfg.n_heads
         yield
     finally:
         model.set_use_split_qkv_input(saved[0])
         model.set_use_hook_mlp_in(saved[1])
         cfg.ungroup_grouped_query_attention = saved[2]
+        cfg.n_key_value_heads = saved[3]
 
 
 def check_edges_supported(model: Model) -> None:
@@ -318,18 +331,22 @@ def _eap_ig_rows(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
     positions: ``input [row]``, ``head [layer, head, row]``, ``mlp [layer, row]``, ``edge [sender, receiver, row]``."""
     cfg = model.cfg
     edges = level == "edge"
-    if edges and cfg.n_key_value_heads not in (None, cfg.n_heads):
-        # One k and v input per query head (ungrouped, as EAP-IG) cannot extend TransformerLens's cache of grouped
-        # keys and values: whole prompts run, no shared prefix.
-        n, cache = torch.zeros_like(n), None
-    else:
-        cache = _prefix_cache(model, sub.reference, n)
-    with edge_hooks(model) if edges else contextlib.nullcontext():
-        return _eap_ig_body(model, sub, n, m, name, custom, steps, edges, end_only, cache)
+    cache = _prefix_cache(model, sub.reference, n)
+    grouped = cfg.n_key_value_heads not in (None, cfg.n_heads)
+    if edges and grouped:  # EAP-IG ungroups key/value heads: the prefix's keys and values, one per query head
+        group = cfg.n_heads // cfg.n_key_value_heads
+        for e in cache.entries:
+            e.past_keys = e.past_keys.repeat_interleave(group, dim=2)
+            e.past_values = e.past_values.repeat_interleave(group, dim=2)
+    with edge_hooks(model, ungrouped_cache=grouped) if edges else contextlib.nullcontext():
+        return _eap_ig_body(model, sub, n, torch.zeros_like(n), m, name, custom, steps, edges, end_only, cache)
 
 
-def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric, name: str, custom: list[Metric],
-                 steps: int, edges: bool, end_only: bool, cache) -> tuple[dict[str, Tensor], Baseline]:
+def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: Int[Tensor, " row"], m: Metric,
+                 name: str, custom: list[Metric], steps: int, edges: bool, end_only: bool,
+                 cache) -> tuple[dict[str, Tensor], Baseline]:
+    """One batch from body position 0 (absolute ``n``); ``first``: each row's first body position where its prompts
+    differ (before it every activation difference is exactly 0, so no product is taken there)."""
     cfg = model.cfg
     L = cfg.n_layers
     device = sub.end.device
@@ -340,7 +357,13 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
     body_end = sub.end - n
     # Positions that count: the body up to END (after END nothing reaches the readout), or END alone.
     keep = (j[None] == body_end[:, None]) if end_only else (j[None] <= body_end[:, None])
-    keep = keep.float()  # [row, body]
+    keep = (keep & (j[None] >= first[:, None])).float()  # [row, body]
+    # Each row's window of differing positions, body positions first[i] + w (w < W): the only ones where an
+    # activation difference can be non-zero (edge products are taken there alone).
+    W = int((body_end - first).clamp_min(0).max()) + 1
+    w = torch.arange(W, device=device)
+    window = (first[:, None] + w[None]).clamp_max(body_len - 1)  # [row, W]
+    keep_w = keep.gather(1, window) * (first[:, None] + w[None] < body_len).float()
     embed = "blocks.0.hook_resid_pre"
 
     def store_to(store: dict[str, Tensor]):
@@ -356,8 +379,8 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
         cf_resid = _run_body(model, cf_body, cache, [(a, store_to(cf)) for a in acts])
         rows = torch.arange(len(sub), device=device)
         cf_answer = end_logits(model, cf_resid[rows, body_end]).argmax(-1)
-        ref_resid = _run_body(model, ref_body, cache, [(a, store_to(ref)) for a in acts])
-        base = baseline_of(model, sub.answer, ref_resid[rows, body_end], cf_resid[rows, body_end], custom).to("cpu")
+        # The reference embeddings alone (no block runs); the reference run itself is the last step (alpha = 1).
+        ref[embed] = model(ref_body, past_kv_cache=cache, attention_mask=torch.ones_like(ref_body), stop_at_layer=0)
     if edges:
         targets = [f"blocks.{l}.hook_{c}_input" for l in range(L) for c in CHANNELS] + \
                   [f"blocks.{l}.hook_mlp_in" for l in range(L)]
@@ -369,7 +392,14 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
         x = torch.lerp(e_cf, e_ref, k / steps).detach().requires_grad_(True)  # exact endpoints (alpha = 1: e_ref)
         got: dict[str, Tensor] = {}
         hooks = [(embed, lambda act, hook: x)] + [(t, store_to(got)) for t in targets]
+        if k == steps:  # alpha = 1: the reference run (lerp's endpoint is e_ref exactly), its activations kept
+            hooks += [(a, store_to(ref)) for a in acts[1:]]
         resid = _run_body(model, ref_body, cache, hooks)
+        if k == steps:
+            with torch.no_grad():
+                ref = {a: v.detach() for a, v in ref.items()}
+                base = baseline_of(model, sub.answer, resid.detach()[rows, body_end], cf_resid[rows, body_end],
+                                   custom).to("cpu")
         total = _readout_value(name, end_logits(model, resid[rows, body_end]), sub.answer, cf_answer, m).sum()
         names = [embed] + targets + (["resid_final"] if edges else [])
         tensors = [x] + [got[t] for t in targets] + ([resid] if edges else [])
@@ -399,13 +429,18 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
         W_O = model.blocks[l].attn.W_O.float().to(device)  # [head, d_head, d_model]
         sender_out.append(torch.einsum("rphe,hed->rphd", d[act_name("z", l)], W_O))
         sender_out.append(d[act_name("mlp_out", l)][:, :, None])
-    S = torch.cat(sender_out, 2) * keep[:, :, None, None]  # [row, body, sender, d_model]
+    def in_window(t: Tensor) -> Tensor:  # [row, body, k, d_model] -> [row, W, k, d_model]
+        return t.gather(1, window[:, :, None, None].expand(-1, -1, *t.shape[2:]))
+
+    S = in_window(torch.cat(sender_out, 2)) * keep_w[:, :, None, None]  # [row, W, sender, d_model]
     recv = []  # receivers' input gradients, [row, body, receiver, d_model] each, in eap_receivers order
     for l in range(L):
         recv += [g.pop(f"blocks.{l}.hook_{c}_input") for c in CHANNELS]
         recv.append(g.pop(f"blocks.{l}.hook_mlp_in")[:, :, None])
     recv.append(g.pop("resid_final")[:, :, None])
-    edge = torch.cat([einops.einsum(S, R, "row pos s d, row pos r d -> s r row") for R in recv], 1)
+    S = einops.rearrange(S, "row pos s d -> row s (pos d)").contiguous()  # once: each block is one batched matmul
+    edge = torch.cat([torch.bmm(S, einops.rearrange(in_window(R), "row pos r d -> row (pos d) r")) for R in recv], 2)
+    edge = einops.rearrange(edge, "row s r -> s r row")
     del recv
     out["edge"] = edge.cpu()
     # Nodes from the same runs: in a pre-norm residual stream the gradient at a sender's output is the sum of the

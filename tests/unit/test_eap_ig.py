@@ -4,7 +4,7 @@ input node converging to the exact effect of patching the whole prompt as steps 
 
 import pytest
 import torch
-from helpers import mixed_pairs
+from helpers import FAMILIES, mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.patching.attribution import attribute
@@ -32,7 +32,7 @@ def test_nodes_equal_plain(tiny_llama, tokenizer, metric, positions):
     assert s.head.shape == (tiny_llama.cfg.n_layers, tiny_llama.cfg.n_heads, len(batch))
 
 
-@pytest.mark.parametrize("arch", ["qwen2", "gemma2"])
+@pytest.mark.parametrize("arch", FAMILIES)
 def test_nodes_equal_plain_families(family_models, tokenizer, arch):
     model = family_models(arch)
     batch = _batch(tokenizer, 3, seed=2)
@@ -40,6 +40,10 @@ def test_nodes_equal_plain_families(family_models, tokenizer, arch):
     plain = eap_ig_plain(model, batch, get_metric("logit_diff"), s.readout, 2)
     torch.testing.assert_close(s.head, plain["head"], atol=1e-5, rtol=0)
     torch.testing.assert_close(s.mlp, plain["mlp"], atol=1e-5, rtol=0)
+    if not arch.startswith("gemma"):  # edges: heads that add z W_O to the residual stream
+        e = eap_ig(model, batch, "logit_diff", steps=2, level="edge", progress=False)
+        plain = eap_ig_plain(model, batch, get_metric("logit_diff"), s.readout, 2, level="edge")
+        torch.testing.assert_close(e.edge, plain["edge"], atol=1e-5, rtol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("positions", ["all", "end"])
@@ -57,6 +61,7 @@ def test_edges_equal_plain(tiny_llama, tokenizer, positions):
     assert s.edge[real].abs().max() > 1e-3
     # The flags EAP-IG needs are restored.
     assert not tiny_llama.cfg.use_split_qkv_input and not tiny_llama.cfg.ungroup_grouped_query_attention
+    assert tiny_llama.cfg.n_key_value_heads == 2
 
 
 def test_edges_sum_to_nodes(tiny_llama, tokenizer):
