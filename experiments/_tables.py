@@ -302,12 +302,15 @@ def faithfulness(d: dict) -> Table:
     rankings = d["rankings"]
     rows = []
     for (model, op, setting), by in _faith_groups(d).items():
-        ranked = sorted((r["cmd"], name) for name, r in by.items())
-        best = ranked[0][1]
-        margin = f" (next: {ranked[1][1]}, +{ranked[1][0] - ranked[0][0]:.3f})" if len(ranked) > 1 else ""
+        ranked = sorted((r["cmd"], name) for name, r in by.items() if r["cmd"] == r["cmd"])  # NaN: f undefined
+        if not ranked:
+            verdict = "undefined: m(N) = m(empty) on every pair"
+        else:
+            margin = f" (next: {ranked[1][1]}, +{ranked[1][0] - ranked[0][0]:.3f})" if len(ranked) > 1 else ""
+            verdict = f"{ranked[0][1]}{margin}"
         rows.append([MODEL_NAMES.get(model, model), op, SETTINGS.get(setting, setting),
-                     *(f"{by[k]['cmd']:.3f} / {by[k]['cpr']:.3f}" if k in by else "-" for k in rankings),
-                     f"{best}{margin}"])
+                     *((f"{by[k]['cmd']:.3f} / {by[k]['cpr']:.3f}" if by[k]["cmd"] == by[k]["cmd"] else "n/a")
+                       if k in by else "-" for k in rankings), verdict])
     return ["model", "operation", "circuit", *(f"{k} CMD / CPR" for k in rankings), "lowest CMD"], rows
 
 
