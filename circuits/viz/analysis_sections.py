@@ -165,5 +165,7 @@ def _faithfulness_text(r: Any) -> str:
     out.append(table(["ranking", "circuit", "CPR (higher better)", "CMD (lower better)", "ranking s (CPU s)",
                       "curve s (CPU s)"], rows))
     best = [(s, r.best(s)) for s in r.settings]
-    out.append("<p>Lowest CMD: " + "; ".join(f"{_e(s)}: <b>{_e(b[0])}</b> ({b[1]:.3f})" for s, b in best if b) + ".</p>")
+    found = [f"{_e(s)}: <b>{_e(b[0])}</b> ({b[1]:.3f})" for s, b in best if b]
+    out.append("<p>Lowest CMD: " + "; ".join(found) + ".</p>" if found else
+               "<p>f is undefined on these pairs: m(N) = m(empty) on every pair.</p>")
     return "".join(out)

@@ -236,3 +236,16 @@ def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
     with pytest.raises(SystemExit):
         exp.cli([*argv[:-2], "--out", str(tmp_path / "none"), "--replot"])
     assert "no saved faithfulness results" in capsys.readouterr().err
+
+
+def test_pairs_whose_metric_cannot_move_are_named():
+    from circuits.beyond.faithfulness.job import _warn_flat_pairs
+
+    c = curve([0.2, 0.5], 0.6, 0.3)
+    c.m_full[:2] = 0.0
+    c.m_empty[:2] = 0.0
+    with pytest.warns(UserWarning, match=r"2 of 4 pairs have m\(N\) = m\(empty\) .*add nothing to f$"):
+        _warn_flat_pairs({"exact-path": {"nodes@end": c}}, 4)
+    c.m_full[:] = c.m_empty[:] = 0.0
+    with pytest.warns(UserWarning, match=r"4 of 4 pairs .* f is undefined \(NaN\)"):
+        _warn_flat_pairs({"exact-path": {"nodes@end": c}}, 4)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -186,7 +187,22 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
         seconds[ranking] = float(part["seconds"])
         cpu_seconds[ranking] = {k: float(v) for k, v in part.get("cpu_seconds", {}).items()}
     bar.close()
+    _warn_flat_pairs(curves, len(pairs))
     return FaithfulnessResult(config, pairs, scores, curves, seconds, cpu_seconds)
+
+
+def _warn_flat_pairs(curves: dict[str, dict[str, FaithfulnessCurve]], n: int) -> None:
+    """Say when pairs have m(N) = m(empty) (with ``logit_diff``: the counterfactual run's top answer is the answer
+    itself): they add nothing to f, and when every pair is such a pair f is undefined."""
+    c = next((c for by in curves.values() for c in by.values()), None)
+    if c is None:
+        return
+    flat = int((c.m_full == c.m_empty).sum())
+    if flat:
+        warnings.warn(f"{flat} of {n} pairs have m(N) = m(empty) ({c.metric} {float(c.m_full[c.m_full == c.m_empty][0]):g} "
+                      "with nothing and with everything ablated: with logit_diff, the counterfactual prompt's top answer "
+                      "is the answer itself); they add nothing to f" + ("; f is undefined (NaN)" if flat == n else ""),
+                      stacklevel=3)
 
 
 def run(config: FaithfulnessConfig, out: str | Path, model: Model | None = None,
