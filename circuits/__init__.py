@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "Neuron": "circuits.types", "Receiver": "circuits.types", "attribute": "circuits.patching.attribution",
     "screen": "circuits.beyond.screen.job", "sweep_positions": "circuits.patching.positions",
     "sweep_neurons": "circuits.patching.neurons", "sweep_edges": "circuits.patching.edges",
+    "faithfulness": "circuits.beyond.faithfulness.job", "FaithfulnessConfig": "circuits.beyond.faithfulness.config",
     # validate
     "knockout": "circuits.validate.knockout", "knockout_curve": "circuits.validate.knockout",
     # explain
@@ -97,6 +98,8 @@ if TYPE_CHECKING:  # for editors and type checkers
     from circuits.patching.engine import prepare, sweep
     from circuits.patching.neurons import sweep_neurons
     from circuits.patching.positions import sweep_positions
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.faithfulness.job import faithfulness
     from circuits.beyond.screen.job import screen
     from circuits.patching.metrics import METRICS, Metric, logits_metric
     from circuits.identify.result import IdentifyResult

@@ -54,6 +54,7 @@ RESULT_TYPES: dict[str, str] = {
     "edges": "circuits.beyond.edges.result:EdgeResult",
     "stability": "circuits.beyond.stability.result:StabilityResult",
     "ablation_kinds": "circuits.validate.ablation_kinds:AblationComparison",
+    "faithfulness": "circuits.beyond.faithfulness.result:FaithfulnessResult",
 }
 
 

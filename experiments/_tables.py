@@ -285,6 +285,50 @@ def neurons_knockout(d: dict) -> Table:
              ["random neurons", *(f"{100 * a:.1f}" for a in k["random_accuracy"]), ""]])
 
 
+SETTINGS = {"nodes@end": "nodes at END", "nodes@all": "nodes, every position", "edges@end": "edges at END"}
+
+
+def _faith_groups(d: dict) -> dict[tuple[str, str, str], dict[str, dict]]:
+    groups: dict[tuple[str, str, str], dict[str, dict]] = {}
+    for r in d["rows"]:
+        groups.setdefault((r["model"], r["operation"], r["setting"]), {})[r["ranking"]] = r
+    return groups
+
+
+def faithfulness(d: dict) -> Table:
+    """MIB's scores of each ranking's circuits: ``CMD / CPR`` per model, operation and circuit kind (nodes at END,
+    nodes at every position, edges), one column per ranking, and which ranking has the lowest CMD and by how much
+    it beats the next. ``d["rows"]``: one per model, operation, setting and ranking (``cpr``, ``cmd``)."""
+    rankings = d["rankings"]
+    rows = []
+    for (model, op, setting), by in _faith_groups(d).items():
+        ranked = sorted((r["cmd"], name) for name, r in by.items() if r["cmd"] == r["cmd"])  # NaN: f undefined
+        if not ranked:
+            verdict = "undefined: m(N) = m(empty) on every pair"
+        else:
+            margin = f" (next: {ranked[1][1]}, +{ranked[1][0] - ranked[0][0]:.3f})" if len(ranked) > 1 else ""
+            verdict = f"{ranked[0][1]}{margin}"
+        rows.append([MODEL_NAMES.get(model, model), op, SETTINGS.get(setting, setting),
+                     *((f"{by[k]['cmd']:.3f} / {by[k]['cpr']:.3f}" if by[k]["cmd"] == by[k]["cmd"] else "n/a")
+                       if k in by else "-" for k in rankings), verdict])
+    return ["model", "operation", "circuit", *(f"{k} CMD / CPR" for k in rankings), "lowest CMD"], rows
+
+
+def faithfulness_seconds(d: dict) -> Table:
+    """What each ranking costs per model and operation: CPU seconds of its engine alone + of measuring its curves
+    (every size and circuit kind, the bootstrap included), one thread, and the same as wall-clock seconds."""
+    rankings = d["rankings"]
+    per: dict[tuple[str, str], dict[str, list[float]]] = {}
+    for r in d["rows"]:
+        cell = per.setdefault((r["model"], r["operation"]), {}).setdefault(
+            r["ranking"], [r["ranking_cpu_seconds"], 0.0, r["ranking_seconds"], 0.0])
+        cell[1] += r["curve_cpu_seconds"]
+        cell[3] += r["curve_seconds"]
+    rows = [[MODEL_NAMES.get(m, m), op, *(f"{by[k][0]:.0f} + {by[k][1]:.0f} ({by[k][2]:.0f} + {by[k][3]:.0f})"
+                                          if k in by else "-" for k in rankings)] for (m, op), by in per.items()]
+    return ["model", "operation", *(f"{k}: CPU s (wall s)" for k in rankings)], rows
+
+
 def cells(d: dict) -> Table:
     """A table a script writes cell by cell (its own formatting): ``{"header": [...], "rows": [[...], ...]}``."""
     return list(d["header"]), [list(r) for r in d["rows"]]
@@ -295,6 +339,7 @@ RENDERERS: dict[str, Callable[[dict], Table]] = {
     "fig15_overlap": fig15_overlap, "fig5_roles": fig5_roles, "sft_table": sft_table,
     "fig4_transfer": fig4_transfer, "stability": stability, "ablation_kinds": ablation_kinds,
     "table4_gsm8k": table4_gsm8k, "neurons": neurons, "neurons_knockout": neurons_knockout, "cells": cells,
+    "faithfulness": faithfulness, "faithfulness_seconds": faithfulness_seconds,
 }
 
 

@@ -20,8 +20,9 @@ import torch
 
 @functools.lru_cache(maxsize=1)
 def smollm2_tokenizer():
-    """SmolLM2's own tokenizer (read from the GGUF file once, then from the cache)."""
-    from circuits.models.loading import load_tokenizer
+    """SmolLM2's own tokenizer (read from the GGUF file once, then from the cache; no TransformerLens import, so it
+    serves both backends)."""
+    from circuits.models.sources import load_tokenizer
 
     return load_tokenizer("smollm2")
 
@@ -104,6 +105,27 @@ def tiny_dir(arch: str = "llama", **kw) -> Path:
     return save_tiny(Path(tempfile.mkdtemp(prefix=f"tiny-{arch}-")), arch, **dict(kw))
 
 
+# The families of the backend tier (tests/backends, run on TransformerLens 3.9 and 4.3): one per model family the
+# TransformerBridge backend must cover (issue 23), all with grouped-query attention (4 query heads on 2 K/V heads).
+BACKEND_FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3")
+
+
+def family_dir(family: str = "llama", *, n_layers: int = 2, seed: int = 0) -> Path:
+    """A local Hugging Face folder (config.json, safetensors, SmolLM2's tokenizer) of a random two-layer model of
+    ``family`` (:data:`BACKEND_FAMILIES`; see :func:`tiny_hf_model` for what each adds), saved once per process and
+    settings; ``load_model(family_dir(f))`` loads it on either backend."""
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}")
+    return tiny_dir(family, n_layers=n_layers, seed=seed)
+
+
+def family_model(family: str = "llama", *, dtype: str = "float32", n_layers: int = 2, seed: int = 0):
+    """A fresh model of :func:`family_dir` loaded by :func:`circuits.models.load_model` on the installed backend
+    (a ``HookedTransformer`` on TransformerLens 3.9, a ``TransformerBridge`` on 4.3); each call a new copy, so
+    tests may change its weights."""
+    return tiny_model(family, dtype=dtype, n_layers=n_layers, seed=seed)
+
+
 @functools.lru_cache(maxsize=16)
 def _loaded_tiny(arch: str, dtype: str, kw: tuple):
     from circuits.models import load_model
@@ -112,13 +134,18 @@ def _loaded_tiny(arch: str, dtype: str, kw: tuple):
 
 
 def tiny_model(arch: str = "llama", *, dtype: str = "float32", **kw):
-    """A fresh tiny ``HookedTransformer`` (each call a new copy: tests that train may change it).
+    """A fresh tiny model of the installed backend (each call a new copy: tests that train may change it).
 
     The first call per process and settings goes through :func:`circuits.models.load_model`; later ones deep-copy
     that model (weights, config, hooks none) and share its tokenizer, which no test changes: reading SmolLM2's
     tokenizer and converting the weights again was a third of the unit tier's time."""
     model = _loaded_tiny(arch, dtype, tuple(sorted(kw.items())))
-    return copy.deepcopy(model, memo={id(model.tokenizer): model.tokenizer})
+    try:
+        return copy.deepcopy(model, memo={id(model.tokenizer): model.tokenizer})
+    except (TypeError, RuntimeError):  # a model whose wrappers cannot be deep-copied: load it again
+        from circuits.models import load_model
+
+        return load_model(tiny_dir(arch, **kw), dtype=dtype, device="cpu")
 
 
 def frozen_model(name: str):

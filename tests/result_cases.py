@@ -15,6 +15,8 @@ from typing import Any
 import torch
 
 from circuits.beyond.edges.config import EdgesConfig
+from circuits.beyond.faithfulness.config import FaithfulnessConfig
+from circuits.beyond.faithfulness.job import faithfulness
 from circuits.beyond.edges.result import EdgeResult, receiver_effects_of
 from circuits.beyond.neurons.config import NeuronConfig
 from circuits.beyond.neurons.job import run as run_neurons
@@ -128,13 +130,16 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
     out["ablation_kinds"] = AblationComparison(AblationKindsConfig(**SOURCE, operations=("addition",), ks=(0, 1, 3),
                                                                    seeds=(0,), kinds=("mean", "zero")),
                                                {"addition": curves}, {"addition": len(pairs)})
+    fc = FaithfulnessConfig(**SOURCE, few_shot="on", filter_correct=False, rankings=("exact-path", "screen"),
+                            sizes=(0.05, 0.2, 0.5), n_boot=20)
+    out["faithfulness"] = faithfulness(model, pairs, fc, progress=False)
     return out
 
 
 # kind -> how its files are named, for tests that break one file (the result's main tensor or JSON file)
 MAIN_FILE: dict[str, str] = {"identify": "sweep.pt", "screen": "screen.pt", "positions": "positions.pt",
                              "neurons": "neurons.pt", "edges": "edges.pt", "finetune": "result.json",
-                             "evaluation": "result.json"}
+                             "evaluation": "result.json", "faithfulness": "faithfulness.pt"}
 
 
 def main_file(kind: str) -> str:

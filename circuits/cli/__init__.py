@@ -24,9 +24,10 @@ from circuits.threads import configure_threads, prefer_passive_waiting
 
 prefer_passive_waiting()  # before the subcommands import torch, whose OpenMP runtime reads the policy once
 
-from circuits.cli import evaluate, export, finetune, identify, neurons, positions, report, screen, stability  # noqa: E402
+from circuits.cli import (evaluate, export, faithfulness, finetune, identify, neurons, positions, report, screen,  # noqa: E402
+                          stability)
 
-COMMAND_MODULES = [identify, screen, positions, neurons, stability, finetune, evaluate, export, report]
+COMMAND_MODULES = [identify, screen, positions, neurons, stability, faithfulness, finetune, evaluate, export, report]
 
 
 def build_parser() -> argparse.ArgumentParser:

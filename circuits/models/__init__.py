@@ -9,6 +9,10 @@ explanations and evaluation use (hook names, key/value cache, attention pieces, 
 :mod:`circuits.models.forward` runs shared few-shot prefixes once and batches by attention cost.
 """
 
+from circuits.versions import check_transformer_lens
+
+check_transformer_lens()  # a TransformerLens no backend supports: one line (docs/backends.md), before it is imported
+
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
 from circuits.models.embedded import EMBEDDED, embedded_model
 from circuits.models.loading import DTYPES, ModelLoadError, accepted_inputs, load_hf_reference, load_model, resolve_dtype

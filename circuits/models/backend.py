@@ -48,39 +48,14 @@ What a backend provides (the contract):
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
-SUPPORTED = "TransformerLens 3.9.x (HookedTransformer) or 4.3 and later 4.x (TransformerBridge)"
-
-
-class UnsupportedTransformerLens(ImportError):
-    """The installed TransformerLens is neither line ``circuits`` supports."""
-
-
-def _parse(text: str) -> tuple[int, int]:
-    parts = []
-    for piece in text.split(".")[:2]:
-        digits = "".join(c for c in piece if c.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return (parts + [0, 0])[0], (parts + [0, 0])[1]
+from circuits.versions import SUPPORTED, UnsupportedTransformerLens, backend_line  # the one rule (tl4env)
 
 
 def check_version(installed: str | None = None) -> str:
     """``"hooked"`` for TransformerLens 3.9.x, ``"bridge"`` for 4.3 <= version < 5; any other version (or none
-    installed) raises :class:`UnsupportedTransformerLens` with one line naming what is supported."""
-    if installed is None:
-        try:
-            installed = version("transformer_lens")
-        except PackageNotFoundError:
-            raise UnsupportedTransformerLens(f"circuits needs {SUPPORTED}; none is installed "
-                                             "(pip install 'transformer_lens>=3.9,<4')") from None
-    major, minor = _parse(installed)
-    if (major, minor) == (3, 9):
-        return "hooked"
-    if major == 4 and minor >= 3:
-        return "bridge"
-    raise UnsupportedTransformerLens(f"circuits supports {SUPPORTED}; this environment has TransformerLens {installed}"
-                                     " (pip install 'transformer_lens>=3.9,<4' or 'transformer_lens>=4.3,<5')")
+    installed) raises :class:`UnsupportedTransformerLens` with one line naming what is supported
+    (:func:`circuits.versions.backend_line`, which ``circuits.models`` runs first on import)."""
+    return "hooked" if backend_line(installed) == 3 else "bridge"
 
 
 NAME = check_version()

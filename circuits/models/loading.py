@@ -591,11 +591,13 @@ def boot_bridge(source: str, dtype: torch.dtype, device: str | torch.device, fol
         bridge.enable_compatibility_mode(disable_warnings=True, no_processing=True)
     tok = tokenizer if tokenizer is not None else bridge.tokenizer
     if tok is not None:
+        vocab = (bridge.cfg.d_vocab, bridge.cfg.d_vocab_out)
         _attach_tokenizer(bridge, tok)
-        # The Bridge's tokenizer setter re-runs TransformerLens's configure_tokenizer, which swaps in a copy loaded
-        # with add_bos_token=True (SmolLM2's ids then start with BOS, 3.9's do not): keep the source's own object.
-        bridge._tokenizer = tok
-        bridge.cfg.default_prepend_bos = bridge.cfg.tokenizer_prepends_bos = _prepends_bos(tok)
+        # TransformerLens 4's tokenizer setter replaces a reassigned tokenizer by a copy that prepends BOS (and resets
+        # d_vocab from it): keep the source's own, so token ids (pairs, prompts) are 3.9's (tests/crossline)
+        object.__setattr__(bridge, "_tokenizer", tok)
+        bridge.cfg.d_vocab, bridge.cfg.d_vocab_out = vocab
+        bridge.cfg.default_prepend_bos = bridge.cfg.tokenizer_prepends_bos = _prepends_bos(tok)  # the setter's were its copy's
     bridge = as_circuits_bridge(bridge)
     bridge.eval()
     return bridge

@@ -1,6 +1,6 @@
 """Figures of the analyses beyond heads at END: the screen against the exact engine, the information flow over
 positions (Stolfo et al. 2023), neuron concentration and knockout (Nikankin et al. 2025), the circuit graph of
-edges, ablation kinds side by side and key-head stability. Like :mod:`circuits.viz.figures`, each takes tensors or
+edges, ablation kinds side by side, key-head stability and the faithfulness curves of each ranking (MIB). Like :mod:`circuits.viz.figures`, each takes tensors or
 lists and returns a ``go.Figure``; diverging scales are centred at 0 and nothing global is changed."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from jaxtyping import Float
 from plotly.subplots import make_subplots
+from torch import Tensor
 
 from circuits.viz.figures import LEGEND, _arr, colorbar_title, importance_scale, knockout_figure, metric_info, wrap
 
@@ -211,4 +213,64 @@ def jaccard_panels(panels: dict[str, tuple[Sequence[str], Any]], title: str) -> 
         fig.add_trace(go.Heatmap(z=z, x=list(labels), y=list(labels), zmin=0, zmax=1, colorscale="Blues",
                                  text=np.round(z, 2).tolist(), texttemplate="%{text}", showscale=i == 0), 1, i + 1)
     fig.update_layout(title=title)
+    return fig
+
+
+# One colour per ranking in every faithfulness figure (the exact engines warm, the estimates cool).
+RANKING_COLORS = {"exact-path": "#d62728", "exact-activation": "#ff7f0e", "positions": "#8c564b",
+                  "screen": "#1f77b4", "graddrop": "#17becf", "eap-ig": "#2ca02c"}
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor, " size"]],
+                        low: dict[str, Float[Tensor, " size"]], high: dict[str, Float[Tensor, " size"]],
+                        title: str) -> go.Figure:
+    """Faithfulness f against circuit size (``sizes``: fractions kept, drawn as percent on a log axis; MIB's sizes), one
+    line per ranking, its bootstrap
+    interval as a band (``low``/``high``, where given), and the references f = 1 (the full model) and f = 0
+    (everything ablated)."""
+    x = 100 * _arr(sizes)
+    fig = go.Figure()
+    palette = iter(["#9467bd", "#e377c2", "#7f7f7f", "#bcbd22"])
+    for name, y in f.items():
+        color = RANKING_COLORS.get(name) or next(palette, "#333333")
+        if name in low and name in high:
+            fig.add_trace(go.Scatter(x=x, y=_arr(high[name]), mode="lines", line={"width": 0}, showlegend=False,
+                                     legendgroup=name, hoverinfo="skip", name=f"{name} high"))
+            fig.add_trace(go.Scatter(x=x, y=_arr(low[name]), mode="lines", line={"width": 0}, fill="tonexty",
+                                     fillcolor=_rgba(color, 0.18), showlegend=False, legendgroup=name,
+                                     hoverinfo="skip", name=f"{name} low"))
+        fig.add_trace(go.Scatter(x=x, y=_arr(y), mode="lines+markers", name=name, legendgroup=name,
+                                 line={"color": color},
+                                 hovertemplate=name + "<br>%{x:g}% kept<br>f = %{y:.3f}<extra></extra>"))
+    fig.add_hline(y=1, line={"color": "black", "dash": "dash", "width": 1}, annotation_text="f = 1: the full model",
+                  annotation_position="top left")
+    fig.add_hline(y=0, line={"color": "gray", "dash": "dot", "width": 1}, annotation_text="f = 0: all ablated",
+                  annotation_position="bottom left")
+    fig.update_xaxes(type="log", tickvals=list(x), ticktext=[f"{v:g}%" for v in x], title="circuit size (% kept, log)")
+    ys = np.concatenate([_arr(y) for y in f.values()]) if f else np.zeros(1)
+    ys = ys[np.isfinite(ys)] if np.isfinite(ys).any() else np.zeros(1)
+    # the curves decide the range (a band as wide as a few pairs allow is clipped, not allowed to flatten them)
+    fig.update_yaxes(range=[min(-0.2, float(ys.min()) - 0.2), max(1.2, float(ys.max()) + 0.2)])
+    fig.update_layout(title=wrap(title, 110), yaxis_title="faithfulness f = (m(C) - m(empty)) / (m(N) - m(empty))",
+                      legend_title="ranking (band: bootstrap interval)")
+    return fig
+
+
+def faithfulness_table(rows: Sequence[dict[str, Any]], title: str) -> go.Figure:
+    """CPR (area under f, higher is better), CMD (area between f and 1, lower is better) with their intervals, and
+    the seconds of each ranking and curve, one row per ranking and setting."""
+    def ci(v: Any) -> str:
+        return f" [{v[0]:.3f}, {v[1]:.3f}]" if v else ""
+
+    cols = [[r["ranking"] for r in rows], [r["setting"] for r in rows],
+            [f"{r['cpr']:.3f}{ci(r.get('cpr_ci'))}" for r in rows], [f"{r['cmd']:.3f}{ci(r.get('cmd_ci'))}" for r in rows],
+            [f"{r['ranking_seconds']:.1f}" for r in rows], [f"{r['curve_seconds']:.1f}" for r in rows]]
+    fig = go.Figure(go.Table(header={"values": ["ranking", "circuit", "CPR (higher better)", "CMD (lower better)",
+                                                "ranking s", "curve s"]}, cells={"values": cols}))
+    fig.update_layout(title=wrap(title, 110), height=120 + 28 * len(rows))
     return fig

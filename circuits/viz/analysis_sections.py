@@ -133,3 +133,39 @@ def uncertainty_section(page: Page, found: list) -> str:
             out.append(page.figure(r.figure(task)))
         out.append(f.config_html())
     return "".join(out)  # empty: no intervals, stability or ablation kinds (listed as not run)
+
+
+def faithfulness_section(page: Page, found: list) -> str:
+    out = []
+    for f in found:
+        r = f.result
+        out.append(_faithfulness_text(r))
+        for setting in r.settings:
+            out.append(page.figure(r.figure(setting)))
+        out.append(f.config_html())
+    return "".join(out)
+
+
+def _faithfulness_text(r: Any) -> str:
+    c = r.config
+    sizes = ", ".join(f"{100 * s:g}%" for s in c.sizes)
+    out = [f"<h3>{_e(r.task)}</h3><p class='what'>The circuit of each ranking at {sizes} of the nodes (or edges) "
+           f"kept, everything else ablated ({_e(c.ablation)}), scored as MIB scores circuit discovery: faithfulness "
+           f"f = (m(C) - m(empty)) / (m(N) - m(empty)) with m the {_e(c.metric)} over {len(r.pairs)} pairs; CPR is "
+           f"the area under f (higher is better), CMD the area between f and 1 (lower is better), with bootstrap "
+           f"intervals over pairs. Seconds: computing the ranking, then measuring its curve (wall-clock, and this "
+           f"process's CPU time in brackets).</p>"]
+
+    def ci(v: Any) -> str:
+        return f" [{v[0]:.3f}, {v[1]:.3f}]" if v else ""
+
+    rows = [[row["ranking"], row["setting"], f"{row['cpr']:.3f}{ci(row['cpr_ci'])}",
+             f"{row['cmd']:.3f}{ci(row['cmd_ci'])}", f"{row['ranking_seconds']:.1f} ({row['ranking_cpu_seconds']:.1f})",
+             f"{row['curve_seconds']:.1f} ({row['curve_cpu_seconds']:.1f})"] for row in r.table()]
+    out.append(table(["ranking", "circuit", "CPR (higher better)", "CMD (lower better)", "ranking s (CPU s)",
+                      "curve s (CPU s)"], rows))
+    best = [(s, r.best(s)) for s in r.settings]
+    found = [f"{_e(s)}: <b>{_e(b[0])}</b> ({b[1]:.3f})" for s, b in best if b]
+    out.append("<p>Lowest CMD: " + "; ".join(found) + ".</p>" if found else
+               "<p>f is undefined on these pairs: m(N) = m(empty) on every pair.</p>")
+    return "".join(out)

@@ -322,6 +322,8 @@ SECTIONS = (
             "python experiments/fig_neurons.py, or circuits neurons"),
     Section("edges", "Edges into the key heads and MLPs (identify)", ("edges", "identify"), A.edges_section,
             "circuits identify --receivers top5, or python experiments/fig_circuit.py"),
+    Section("faithfulness", "Faithfulness of each ranking's circuits, as MIB scores them (identify)", ("faithfulness",),
+            A.faithfulness_section, "circuits faithfulness --model smollm2 --task addition --out results/faithfulness-addition"),
     Section("uncertainty", "How sure is the ranking (identify, validate)", ("identify", "stability", "ablation_kinds"),
             A.uncertainty_section, "circuits identify (intervals), circuits stability, python experiments/fig3_ablation_kinds.py"),
 )

@@ -25,7 +25,9 @@ LAST_LINES = {
     "pipeline_speed": ["demo_s", "figures_s"],
     "position_sweep": ["speedup_position", "max_abs_diff"],
     "screen_speed": ["screen_seconds", "speedup_screen", "max_abs_diff"],
-    "sweep_speed": ["speedup_path", "speedup_activation", "max_abs_diff", "same_layout_path", "same_layout_activation"],
+    # the longest: --backend bridge's (HookedTransformer's: speedup_path ... max_abs_diff, same_layout_path/activation)
+    "sweep_speed": ["speedup_path", "speedup_activation", "max_abs_diff", "engine_path_s", "engine_activation_s",
+                    "hooked_path_s", "hooked_activation_s", "vs_hooked_path", "vs_hooked_activation"],
     "train_speed": ["speedup", "limit"],
 }
 

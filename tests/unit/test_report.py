@@ -46,6 +46,7 @@ def test_report_draws_every_section(saved):
     page = build_report([saved])
     assert "Not in the inputs" not in page
     assert "Precise SFT (top-8 heads)" in page and "1.20M" in page
+    assert "Lowest CMD: nodes@end: <b>" in page and "CMD (lower better)" in page  # the faithfulness section
 
 
 def test_a_folder_of_result_files_without_a_marker_is_no_result(tmp_path):

@@ -1,0 +1,79 @@
+"""What decides a faithfulness run (saved as its ``config.json``).
+
+The model and its pairs are :class:`~circuits.data.source.PairSource`'s fields (``--model``, ``--task``, ``--pairs``,
+``--pairs-from``, ...), as in every job beyond heads at END; the rest says which rankings are scored and how."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from circuits.config import option
+from circuits.data.source import PairSource, check_metric
+from circuits.types import METRIC_NAMES
+
+# Every ranking the job can score, each computed by the library's own engine:
+#   exact-path        the END engine in path mode (cc.sweep, the paper's path patching), |effect| at END
+#   exact-activation  the END engine in activation mode, |effect| at END
+#   positions         exact activation patching at every position (cc.sweep_positions), max |effect| over positions
+#   screen            the attribution screen (AtP*, cc.attribute, activation mode), max |estimate| over positions
+#   graddrop          AtP*'s GradDrop scores (mean |estimate| over the layer-dropped backward passes), max over positions
+#   eap-ig            EAP-IG-inputs (cc's eap_ig): |estimate| summed over positions as EAP-IG sums; edges: |estimate|
+RANKINGS: tuple[str, ...] = ("exact-path", "exact-activation", "positions", "screen", "graddrop", "eap-ig")
+# MIB's circuit sizes: fractions of the nodes (or edges) kept (circuits.patching.faithfulness.MIB_SIZES; here too so
+# the config imports no torch; a unit test checks they are the same).
+MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+POSITIONS: tuple[str, ...] = ("end", "all")
+ABLATIONS: tuple[str, ...] = ("counterfactual", "mean", "zero")
+
+
+@dataclass(frozen=True)
+class FaithfulnessConfig(PairSource):
+    """Which rankings are turned into circuits, at which sizes, ablated how, and scored with which metric."""
+
+    rankings: tuple[str, ...] = option(RANKINGS, help=f"rankings to score, comma-separated: {', '.join(RANKINGS)}")
+    sizes: tuple[float, ...] = option(MIB_SIZES, help="circuit sizes, fractions of the nodes (or edges) kept (MIB's; "
+                                                      "0.01 keeps one node in a hundred)")
+    positions: tuple[str, ...] = option(POSITIONS, help="where the circuit's nodes are kept and the rest ablated: end "
+                                                        "(END only) and/or all (every position, as MIB)")
+    edges: bool = option(True, help="also score EAP-IG's edge ranking at edge level, edges at END (with --rankings "
+                                    "eap-ig; pre-norm models)")
+    ablation: str = option("counterfactual", choices=ABLATIONS, help="what an ablated node takes: its value on the "
+                                                                    "counterfactual prompt (MIB's), its mean, or zero")
+    metric: str = option("logit_diff", choices=METRIC_NAMES, help="m in f = (m(C) - m(empty)) / (m(N) - m(empty)); "
+                                                                  "the rankings' effects are read in it too")
+    ig_steps: int = option(5, help="EAP-IG's integration steps")
+    n_boot: int = option(1000, help="bootstrap resamples over pairs for the intervals (0: none)")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_metric(self.metric)
+        if self.task == "all":
+            raise ValueError("--task all: a faithfulness run scores one operation; give --task addition (or another), "
+                             "or run experiments/faithfulness.py for the four")
+        if not self.rankings:
+            raise ValueError(f"Give at least one ranking; accepted: {', '.join(RANKINGS)}")
+        for r in self.rankings:
+            if r not in RANKINGS:
+                raise ValueError(f"Unknown ranking {r!r}; accepted: {', '.join(RANKINGS)}")
+        if len(set(self.rankings)) < len(self.rankings):
+            raise ValueError(f"--rankings names a ranking twice: {','.join(self.rankings)}")
+        if not self.positions or any(p not in POSITIONS for p in self.positions):
+            raise ValueError(f"Unknown positions {','.join(self.positions) or '(none)'}; accepted: "
+                             f"{', '.join(POSITIONS)} (one or both)")
+        if not self.sizes or any(not (0 < s <= 1) for s in self.sizes):
+            raise ValueError(f"--sizes must be fractions in (0, 1] (0.01 = 1% of the nodes), got "
+                             f"{','.join(f'{s:g}' for s in self.sizes) or '(none)'}; MIB's: "
+                             f"{','.join(f'{s:g}' for s in MIB_SIZES)}")
+        if list(self.sizes) != sorted(set(self.sizes)):
+            raise ValueError(f"--sizes must increase, without repeats, got {','.join(f'{s:g}' for s in self.sizes)}")
+        if self.ablation not in ABLATIONS:
+            raise ValueError(f"Unknown ablation {self.ablation!r}; accepted: {', '.join(ABLATIONS)}")
+        if self.ig_steps < 1:
+            raise ValueError(f"--ig-steps must be 1 or more, got {self.ig_steps}")
+        if self.n_boot < 0:
+            raise ValueError(f"--n-boot must be 0 or more, got {self.n_boot}")
+
+    def settings(self) -> list[str]:
+        """The node curves measured per ranking: ``nodes@end``, ``nodes@all`` (EAP-IG with ``edges`` adds
+        ``edges@end``)."""
+        return [f"nodes@{p}" for p in self.positions]

@@ -1,0 +1,140 @@
+"""The saved faithfulness run: each ranking's scores, its curve f(size) per setting (nodes at END, nodes at every
+position, edges), CPR and CMD with bootstrap intervals, and the seconds each ranking took.
+
+A folder holds ``summary.json`` (the table: CPR, CMD and their intervals, f at every size, seconds), ``faithfulness.pt``
+(every score and curve as tensors), ``pairs.jsonl``, ``figure.html`` (f against circuit size, one line per ranking),
+``config.json`` and ``circuits.json``, and ``parts/`` (one file per finished ranking, which a stopped run resumes
+from)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from circuits.beyond.faithfulness.config import FaithfulnessConfig
+from circuits.data.pairs import PromptPair, read_pairs, write_pairs
+from circuits.io import load_torch, save_torch, write_json
+from circuits.patching.faithfulness import FaithfulnessCurve
+from circuits.results import Result
+
+PARTS = "parts"  # the working folder of a run: one finished ranking per file
+
+
+def _interval(iv: tuple[float, float]) -> tuple[float, float] | None:
+    """A bootstrap interval, or None where none was computed (``n_boot=0``: NaN)."""
+    return None if any(x != x for x in iv) else (float(iv[0]), float(iv[1]))
+
+
+def _row(c: FaithfulnessCurve) -> dict[str, Any]:
+    """One curve in ``summary.json``: per size (a fraction) the nodes kept and f with its interval; the areas."""
+    return {"cpr": c.cpr, "cmd": c.cmd, "cpr_ci": _interval(c.cpr_interval), "cmd_ci": _interval(c.cmd_interval),
+            "level": c.level, "positions": c.positions, "ablation": c.ablation, "metric": c.metric,
+            "n_nodes": c.n_nodes, "m_full": float(c.m_full.mean()), "m_empty": float(c.m_empty.mean()),
+            "seconds": c.seconds, "sizes": c.table()}
+
+
+SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every position", "edges@end": "edges at END"}
+
+
+@dataclass(eq=False, repr=False)
+class FaithfulnessResult(Result):
+    """Each ranking's circuits scored as MIB scores them; ``curves[ranking][setting]`` (settings: ``nodes@end``,
+    ``nodes@all``, ``edges@end``; each a :class:`~circuits.patching.faithfulness.FaithfulnessCurve`),
+    ``scores[ranking]`` (``heads`` [layer, head], ``mlps`` [layer], ``edges`` where
+    defined: the importance each ranking orders by, larger first), ``seconds[ranking]`` (computing the ranking)."""
+
+    kind = "faithfulness"
+    config_type = FaithfulnessConfig
+    in_place = True  # its folder is also the run's working folder (parts/: finished rankings a rerun resumes from)
+
+    config: FaithfulnessConfig
+    pairs: list[PromptPair]
+    scores: dict[str, dict[str, Tensor]]
+    curves: dict[str, dict[str, FaithfulnessCurve]]
+    seconds: dict[str, float] = field(default_factory=dict)
+    # ranking -> {"ranking": CPU seconds of the ranking, <setting>: CPU seconds of that curve} (this process's CPU
+    # time, which other work on a shared machine does not inflate)
+    cpu_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    @classmethod
+    def unfinished(cls, folder: Path) -> bool:
+        """A run stopped before its end: only the finished rankings it keeps under ``parts/``."""
+        entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+        return [p.name for p in entries] == [PARTS] and entries[0].is_dir()
+
+    @property
+    def task(self) -> str:
+        return getattr(self.config, "task", "")
+
+    @property
+    def settings(self) -> list[str]:
+        return list(dict.fromkeys(s for by in self.curves.values() for s in by))
+
+    def table(self) -> list[dict[str, Any]]:
+        """One row per ranking and setting: CPR, CMD (with intervals), the ranking's seconds, the curve's seconds."""
+        return [{"ranking": r, "setting": s, "cpr": c.cpr, "cmd": c.cmd, "cpr_ci": _interval(c.cpr_interval),
+                 "cmd_ci": _interval(c.cmd_interval),
+                 "ranking_seconds": self.seconds.get(r, float("nan")), "curve_seconds": c.seconds,
+                 "ranking_cpu_seconds": self.cpu_seconds.get(r, {}).get("ranking", float("nan")),
+                 "curve_cpu_seconds": self.cpu_seconds.get(r, {}).get(s, float("nan"))}
+                for r, by in self.curves.items() for s, c in by.items()]
+
+    def best(self, setting: str = "nodes@end") -> tuple[str, float] | None:
+        """The ranking with the lowest CMD in ``setting`` and that CMD (None when nothing was measured there)."""
+        rows = [(c.cmd, r) for r, by in self.curves.items() for s, c in by.items() if s == setting and c.cmd == c.cmd]
+        return (min(rows)[1], min(rows)[0]) if rows else None
+
+    def summary(self) -> dict[str, Any]:
+        return {"model": getattr(self.config, "model", ""), "task": self.task, "n_pairs": len(self.pairs),
+                "metric": self.config.metric, "ablation": self.config.ablation, "sizes_percent": list(self.config.sizes),
+                "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "table": [{**row, "cpr_ci": list(row["cpr_ci"]) if row["cpr_ci"] else None,
+                                                   "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None}
+                                                  for row in self.table()],
+                "curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.curves.items()},
+                "best_cmd": {s: self.best(s) for s in self.settings}}
+
+    def figure(self, setting: str | None = None):
+        """f against circuit size, one line per ranking (``setting``: default the first measured)."""
+        from circuits.viz.analysis_figures import faithfulness_figure
+
+        setting = setting or (self.settings[0] if self.settings else "nodes@end")
+        by = {r: c[setting] for r, c in self.curves.items() if setting in c}
+        sizes = next(iter(by.values())).sizes if by else torch.tensor(self.config.sizes, dtype=torch.float64)
+        title = (f"{self.task}: faithfulness of each ranking's circuit, {SETTING_TEXT.get(setting, setting)} "
+                 f"({getattr(self.config, 'model', '')}, {len(self.pairs)} pairs, {self.config.metric}, "
+                 f"{self.config.ablation} ablation)")
+        ci = {r: c for r, c in by.items() if not c.f_low.isnan().all()}  # no bootstrap (n_boot=0): no band
+        return faithfulness_figure(sizes, {r: c.f for r, c in by.items()}, {r: c.f_low for r, c in ci.items()},
+                                   {r: c.f_high for r, c in ci.items()}, title)
+
+    def table_figure(self):
+        from circuits.viz.analysis_figures import faithfulness_table
+
+        return faithfulness_table(self.table(), f"{self.task}: CPR (higher is better), CMD (lower is better), seconds")
+
+    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):  # noqa: ANN001, ANN202
+        from circuits.viz.notebook import figure_bundle
+
+        return figure_bundle(self, include, exclude, **kwargs)
+
+    def _write(self, folder: Path) -> None:
+        from circuits.viz.figures import write_figure
+
+        write_json(folder / "summary.json", self.summary())
+        write_pairs(folder / "pairs.jsonl", self.pairs)
+        save_torch({"scores": self.scores, "curves": {r: {s: c.to_dict() for s, c in by.items()}
+                                                      for r, by in self.curves.items()},
+                    "seconds": self.seconds, "cpu_seconds": self.cpu_seconds}, folder / "faithfulness.pt")
+        if self.curves:
+            write_figure(self.figure(), folder / "figure.html")
+
+    @classmethod
+    def _read(cls, folder: Path, config: FaithfulnessConfig) -> FaithfulnessResult:
+        t = load_torch(folder / "faithfulness.pt", "faithfulness")
+        curves = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()} for r, by in t["curves"].items()}
+        return cls(config, read_pairs(folder / "pairs.jsonl"), t["scores"], curves, dict(t["seconds"]),
+                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()})

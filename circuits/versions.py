@@ -1,0 +1,71 @@
+"""Which TransformerLens line is installed, and the one-line refusal of a version no backend supports.
+
+``circuits`` runs on two lines of TransformerLens (docs/backends.md): 3.9.x, whose ``HookedTransformer`` is the
+default backend, and 4.3 or later below 5, whose ``TransformerBridge`` wraps the Hugging Face model. 4.0-4.2 differ
+from 4.3 in the Bridge's attention, blocks and weight processing and were never tested; 5 does not exist yet.
+:func:`check_transformer_lens` runs when :mod:`circuits.models` is imported, before anything of TransformerLens is,
+so a wrong install is one line saying what is installed, what is supported and how to install it, not a traceback
+from deep inside TransformerLens (4.x raises ``ImportError`` on ``HookedTransformer``).
+
+This module imports nothing heavy (no torch, no TransformerLens): it reads the installed metadata only.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+SUPPORTED = "3.9.x (HookedTransformer) or >=4.3,<5 (TransformerBridge)"
+INSTALL = ("pip install 'transformer_lens==3.9.*', or pip install 'transformer_lens==4.3.*' 'transformers>=5.9,<5.24' "
+           "(in a checkout: make install, or make install TL=4)")
+
+
+class UnsupportedTransformerLens(ImportError):
+    """The installed TransformerLens is one no backend of ``circuits`` supports (or none is installed)."""
+
+
+def installed_version() -> str | None:
+    """The installed ``transformer_lens`` version string (from its metadata: 4.3 defines no ``__version__``), or
+    None when it is not installed."""
+    try:
+        return version("transformer_lens")
+    except PackageNotFoundError:
+        return None
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """The leading numeric release of a version string (``"4.3.0rc1"`` -> ``(4, 3, 0)``; ``"3.9"`` -> ``(3, 9)``)."""
+    parts = []
+    for piece in text.split("+")[0].split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) < len(piece):  # "0rc1": the release ends here
+            break
+    return tuple(parts)
+
+
+def backend_line(installed: str | None = None) -> int:
+    """3 for TransformerLens 3.9.x (HookedTransformer), 4 for 4.3 and later below 5 (TransformerBridge).
+
+    ``installed`` defaults to the installed version; any other version, or none, raises
+    :class:`UnsupportedTransformerLens` with one line naming what is installed, what is supported and how to
+    install."""
+    text = installed_version() if installed is None else installed
+    if text is None:
+        raise UnsupportedTransformerLens(f"TransformerLens is not installed; circuits supports {SUPPORTED}: {INSTALL}")
+    release = _release(text)
+    if release[:2] == (3, 9):
+        return 3
+    if len(release) >= 2 and release[0] == 4 and release[1] >= 3:
+        return 4
+    raise UnsupportedTransformerLens(f"transformer_lens {text} is installed, but circuits supports {SUPPORTED}: {INSTALL}")
+
+
+def check_transformer_lens() -> int:
+    """:func:`backend_line` of the installed TransformerLens (what :mod:`circuits.models` runs on import)."""
+    return backend_line()

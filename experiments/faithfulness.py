@@ -1,0 +1,123 @@
+"""Which ranking gives the most faithful arithmetic circuit per unit of compute (issue 24), scored as MIB scores
+circuit discovery: for every model and operation, each ranking of ``--rankings`` (exact path and activation patching
+at END, exact patching at every position, the AtP* screen, GradDrop, EAP-IG) turned into circuits at MIB's sizes,
+everything else ablated, f against size, CPR and CMD with bootstrap intervals, and the seconds each ranking took; at
+node level with the circuit kept at END and at every position, and at edge level for EAP-IG.
+
+Run: ``python experiments/faithfulness.py`` (SmolLM2, the four operations; ``--models smollm2,gemma3-270m`` adds Gemma
+3 270M where it is installed); ``--pairs 8 --operations addition`` for a quick run; ``--replot`` redraws from the
+saved results. Each model and operation is one ``circuits faithfulness`` result in ``<out>/<model>/<operation>``
+(each finished ranking kept in its ``parts/``, so a stopped run resumes). The tables of docs/results.md come from
+``published.json`` (experiments/_tables.py renders them)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import _common as C
+import _tables as T
+
+from circuits.beyond.faithfulness.config import FaithfulnessConfig
+from circuits.beyond.faithfulness.job import faithfulness
+from circuits.beyond.faithfulness.result import PARTS, FaithfulnessResult
+from circuits.config import Config as BaseConfig
+from circuits.config import add_arguments, from_arguments, option
+from circuits.data.templates import OPERATIONS
+from circuits.results import check_output
+from circuits.viz.figures import write_figure
+
+
+@dataclass(frozen=True)
+class Config(BaseConfig):
+    faithfulness: FaithfulnessConfig = option(FaithfulnessConfig(n_pairs=16), skip=("model", "task", "pairs_from"),
+                                              help="the run made for every model and operation")
+    models: tuple[str, ...] = option(("smollm2",), help="models (gemma3-270m where installed)")
+    operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
+    out: str = option("results/faithfulness")
+
+    def __post_init__(self) -> None:
+        for op in self.operations:
+            if op not in OPERATIONS:
+                raise ValueError(f"Unknown operation {op!r}; accepted: {', '.join(OPERATIONS)}")
+        if not self.models:
+            raise ValueError("Give at least one model")
+
+    def run_config(self, model: str, op: str) -> FaithfulnessConfig:
+        return self.faithfulness.replace(model=model, task=op)
+
+    def folder(self, model: str, op: str) -> Path:
+        return Path(self.out) / slug(model) / op
+
+
+def slug(model: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model).name or str(model)).strip("-") or "model"
+
+
+def main(config: Config) -> dict[tuple[str, str], FaithfulnessResult]:
+    t = C.Timer()
+    out: dict[tuple[str, str], FaithfulnessResult] = {}
+    for name in config.models:
+        model = C.model_for(name, config.faithfulness.dtype)
+        for op in config.operations:
+            cfg, folder = config.run_config(name, op), config.folder(name, op)
+            check_output(folder, "faithfulness")
+            pairs, _ = cfg.load_pairs(model)
+            r = faithfulness(model, pairs, cfg, progress=False, parts=folder / PARTS)
+            r.save(folder)
+            out[(name, op)] = r
+            t(f"{name} {op}: " + ", ".join(f"{k} {v:.0f} s" for k, v in r.seconds.items()))
+    return out
+
+
+def load(config: Config) -> dict[tuple[str, str], FaithfulnessResult]:
+    return {(m, op): FaithfulnessResult.load(config.folder(m, op)) for m in config.models for op in config.operations
+            if (config.folder(m, op) / "circuits.json").is_file()}
+
+
+def published(results: dict[tuple[str, str], FaithfulnessResult]) -> dict:
+    """The tables of docs/results.md these results give (experiments/_tables.py renders them)."""
+    first = next(iter(results.values()))
+    rows = [{"model": m, "operation": op, "setting": row["setting"], "ranking": row["ranking"], "cpr": row["cpr"],
+             "cmd": row["cmd"], "ranking_seconds": row["ranking_seconds"], "curve_seconds": row["curve_seconds"],
+             "ranking_cpu_seconds": row["ranking_cpu_seconds"], "curve_cpu_seconds": row["curve_cpu_seconds"]}
+            for (m, op), r in results.items() for row in r.table()]
+    data = {"n_pairs": {f"{m}/{op}": len(r.pairs) for (m, op), r in results.items()}, "metric": first.config.metric,
+            "ablation": first.config.ablation, "sizes": list(first.config.sizes), "rankings": list(first.config.rankings),
+            "rows": rows}
+    return {"faithfulness": {"render": "faithfulness", "data": data},
+            "faithfulness_seconds": {"render": "faithfulness_seconds", "data": data}}
+
+
+def plot(results: dict[tuple[str, str], FaithfulnessResult], out: Path) -> Path:
+    T.write_published(out, published(results))
+    for (m, op), r in results.items():
+        for setting in r.settings:
+            write_figure(r.figure(setting), Path(out) / slug(m) / op / f"figure-{setting.replace('@', '-')}.html")
+    return Path(out) / T.PUBLISHED
+
+
+def cli(argv: list[str] | None = None) -> Path:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser, Config)
+    parser.add_argument("--replot", action="store_true", help="redraw the figures and tables from the saved results")
+    args = parser.parse_args(argv)
+    try:
+        config = from_arguments(Config, args)
+    except ValueError as e:
+        parser.error(str(e))
+    if not args.replot:
+        C.configure_threads()
+    results = load(config) if args.replot else main(config)
+    if not results:
+        parser.error(f"no saved faithfulness results under {config.out}; run without --replot first")
+    path = plot(results, Path(config.out))
+    print(path)
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(0 if cli() else 1)

@@ -1,0 +1,46 @@
+"""The faithfulness job on SmolLM2 with a few pairs: each ranking's scores are its engine's, each curve is the
+faithfulness engine's on them, the result saves and loads equal, and the report page draws its section."""
+
+import pytest
+import torch
+from helpers import aligned_pairs
+
+from circuits.beyond.faithfulness.config import FaithfulnessConfig
+from circuits.beyond.faithfulness.job import faithfulness
+from circuits.beyond.faithfulness.result import FaithfulnessResult
+from circuits.patching import faithfulness as engine
+from circuits.patching.engine import sweep
+
+
+@pytest.fixture(scope="module")
+def result(smollm2, tokenizer):
+    cfg = FaithfulnessConfig(model="smollm2", rankings=("exact-path", "screen", "eap-ig"), sizes=(0.01, 0.1, 0.5),
+                             n_boot=50, ig_steps=2)
+    return faithfulness(smollm2, aligned_pairs(tokenizer, 3), cfg, progress=False)
+
+
+def test_scores_and_curves_are_the_engines(smollm2, result):
+    pairs = result.pairs
+    h, m = sweep(smollm2, pairs, "path", progress=False).effects("logit_diff")
+    assert torch.equal(result.scores["exact-path"]["heads"], h.abs()) and torch.equal(result.scores["exact-path"]["mlps"], m.abs())
+    n = smollm2.cfg.n_layers * (smollm2.cfg.n_heads + 1)
+    for ranking in result.curves:
+        for setting, c in result.curves[ranking].items():
+            total = n if setting.startswith("nodes") else int(engine.edge_valid(smollm2).sum())
+            assert c.n_nodes == total and c.n_kept.tolist() == [int(s * total + 0.5) for s in (0.01, 0.1, 0.5)]
+            assert c.f_low.le(c.f + 1e-6).all() and c.f.le(c.f_high + 1e-6).all()
+            assert c.cpr_interval[0] <= c.cpr <= c.cpr_interval[1] and c.positions == setting.split("@")[1]
+    assert list(result.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
+    s = result.scores["screen"]
+    again = engine.faithfulness(smollm2, pairs, s["heads"], s["mlps"], sizes=(0.01, 0.1, 0.5), positions="all", n_boot=50)
+    assert torch.equal(again.f, result.curves["screen"]["nodes@all"].f)
+    assert all(v > 0 for v in result.seconds.values())
+
+
+def test_saves_loads_and_reports(result, tmp_path):
+    from circuits.viz.report import build_report
+
+    back = FaithfulnessResult.load(result.save(tmp_path / "f"))
+    assert back == result
+    page = build_report([tmp_path])
+    assert "Lowest CMD: nodes@end: <b>" in page and page.count("faithfulness of each ranking") >= 1

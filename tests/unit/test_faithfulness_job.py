@@ -1,0 +1,251 @@
+"""The faithfulness job (issue 24): its config refuses bad input in one line, its figure draws one line and one band
+per ranking on a log size axis with the f = 1 and f = 0 references, its table and report section say which ranking
+has the lowest CMD, and, on a tiny model, config -> run -> load gives the same result, resumes from its parts, and
+agrees with the engine called directly."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from helpers import tiny_dir
+
+from circuits.beyond.faithfulness.config import MIB_SIZES, RANKINGS, FaithfulnessConfig
+from circuits.beyond.faithfulness.result import FaithfulnessResult
+from circuits.cli import main as cli_main
+from circuits.patching import faithfulness as engine
+from circuits.patching.faithfulness import FaithfulnessCurve
+from circuits.viz.analysis_figures import faithfulness_figure, faithfulness_table
+
+TINY = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on"]
+
+
+def curve(f: list[float], cpr: float, cmd: float, seconds: float = 0.5, level: str = "node") -> FaithfulnessCurve:
+    t = torch.tensor(f)
+    S = len(f)
+    return FaithfulnessCurve(torch.tensor(MIB_SIZES[:S], dtype=torch.float64), torch.arange(1, S + 1), 300,
+                             torch.rand(S, 4), torch.full((4,), 2.5), torch.full((4,), -0.5), t, torch.rand(S, 4),
+                             t - 0.1, t + 0.1, cpr, cmd, (cpr - 0.1, cpr + 0.1), (cmd - 0.1, cmd + 0.1), "logit_diff",
+                             "counterfactual", "end", level, 0.95, 100, seconds)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"rankings": ("exact-path", "foo")}, "Unknown ranking 'foo'; accepted: exact-path"),
+    ({"rankings": ("screen", "screen")}, "names a ranking twice"),
+    ({"rankings": ()}, "at least one ranking"),
+    ({"sizes": (0.0, 0.5)}, "fractions in (0, 1]"),
+    ({"sizes": (1.0, 5.0)}, "fractions in (0, 1]"),
+    ({"sizes": (0.5, 0.1)}, "must increase"),
+    ({"positions": ("middle",)}, "accepted: end, all"),
+    ({"ablation": "resample"}, "accepted: counterfactual, mean, zero"),
+    ({"task": "all"}, "scores one operation"),
+    ({"ig_steps": 0}, "--ig-steps must be 1 or more"),
+    ({"metric": "kl"}, "Unknown metric 'kl'"),
+])
+def test_config_refuses_bad_input_in_one_line(kw, message):
+    with pytest.raises(ValueError) as err:
+        FaithfulnessConfig(**kw)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rankings", "exact-path,gradients"], "Unknown ranking 'gradients'"),
+    (["--sizes", "0.1,20"], "fractions in (0, 1]"),
+    (["--positions", "end,start"], "accepted: end, all"),
+    (["--task", "all"], "scores one operation"),
+])
+def test_cli_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
+    out = tmp_path / "out"
+    assert cli_main(["faithfulness", *TINY, *argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("circuits faithfulness: error:") and message in err[0]
+    assert not out.exists()
+
+
+def test_defaults_are_mib_s():
+    c = FaithfulnessConfig()
+    assert c.sizes == engine.MIB_SIZES == (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+    assert c.ablation == "counterfactual" and c.metric == "logit_diff"
+    assert c.rankings == RANKINGS and c.settings() == ["nodes@end", "nodes@all"]
+    assert FaithfulnessConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
+
+
+def test_figure_draws_each_ranking_with_its_band_on_a_log_size_axis():
+    sizes = torch.tensor(MIB_SIZES, dtype=torch.float64)
+    f = {"exact-path": torch.linspace(0.1, 0.9, 9), "eap-ig": torch.linspace(0.0, 0.8, 9)}
+    low = {"exact-path": f["exact-path"] - 0.05}
+    high = {"exact-path": f["exact-path"] + 0.05}
+    fig = faithfulness_figure(sizes, f, low, high, "addition")
+    lines = [t for t in fig.data if t.mode == "lines+markers"]
+    assert [t.name for t in lines] == ["exact-path", "eap-ig"]
+    percent = [100 * s for s in MIB_SIZES]
+    assert list(lines[0].y) == pytest.approx(f["exact-path"].tolist()) and list(lines[1].x) == pytest.approx(percent)
+    bands = [t for t in fig.data if t.fill == "tonexty"]
+    assert len(bands) == 1 and bands[0].legendgroup == "exact-path"  # eap-ig has no interval: no band
+    assert list(bands[0].y) == pytest.approx(low["exact-path"].tolist())
+    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == pytest.approx(percent)
+    assert list(fig.layout.xaxis.ticktext) == ["0.1%", "0.2%", "0.5%", "1%", "2%", "5%", "10%", "20%", "50%"]
+    assert list(fig.layout.yaxis.range) == pytest.approx([-0.2, 1.2])
+    refs = sorted(s.y0 for s in fig.layout.shapes)
+    assert refs == [0, 1]
+
+
+def hand_result() -> FaithfulnessResult:
+    cfg = FaithfulnessConfig(model="tiny", rankings=("exact-path", "eap-ig"), positions=("end",))
+    scores = {"exact-path": {"heads": torch.rand(3, 4), "mlps": torch.rand(3)},
+              "eap-ig": {"heads": torch.rand(3, 4), "mlps": torch.rand(3), "edges": torch.rand(10)}}
+    curves = {"exact-path": {"nodes@end": curve([0.2, 0.5, 0.9], 0.6, 0.3)},
+              "eap-ig": {"nodes@end": curve([0.1, 0.4, 0.8], 0.5, 0.4),
+                         "edges@end": curve([0.3, 0.6, 0.95], 0.7, 0.2, level="edge")}}
+    return FaithfulnessResult(cfg, [], scores, curves, {"exact-path": 1.5, "eap-ig": 0.25})
+
+
+def test_table_best_and_section_say_which_ranking_wins(tmp_path):
+    from circuits.viz.analysis_sections import _faithfulness_text
+
+    r = hand_result()
+    assert r.best("nodes@end") == ("exact-path", 0.3) and r.best("edges@end") == ("eap-ig", 0.2) and r.best("x") is None
+    rows = r.table()
+    assert [(x["ranking"], x["setting"]) for x in rows] == [("exact-path", "nodes@end"), ("eap-ig", "nodes@end"),
+                                                            ("eap-ig", "edges@end")]
+    assert rows[1]["ranking_seconds"] == 0.25 and rows[2]["curve_seconds"] == 0.5
+    html = _faithfulness_text(r)
+    assert "<b>exact-path</b> (0.300)" in html and "0.600 [0.500, 0.700]" in html
+    tab = faithfulness_table(rows, "t")
+    assert list(tab.data[0].cells.values[0]) == ["exact-path", "eap-ig", "eap-ig"]
+    back = FaithfulnessResult.load(r.save(tmp_path / "f"))
+    assert back == r and back.curves["eap-ig"]["edges@end"].cmd_interval == pytest.approx((0.1, 0.3))
+    s = json.loads((tmp_path / "f" / "summary.json").read_text())
+    assert s["best_cmd"]["nodes@end"] == ["exact-path", 0.3] and (tmp_path / "f" / "figure.html").is_file()
+    assert "FaithfulnessResult[faithfulness]" in repr(r) and "text/plain" in r._repr_mimebundle_()
+
+
+NODE_RANKINGS = "exact-path,exact-activation,positions,screen,graddrop,eap-ig"
+
+
+def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path, capsys, monkeypatch):
+    from circuits.beyond.faithfulness import job
+    from circuits.models.loading import load_model
+    from circuits.patching.attribution import attribute
+    from circuits.patching.eap_ig import eap_ig
+    from circuits.types import Component, Receiver
+    from circuits.patching.engine import sweep
+    from circuits.patching.positions import sweep_positions
+    from circuits.results import load_result
+
+    out = tmp_path / "f"
+    argv = ["faithfulness", *TINY, "--pairs", "3", "--rankings", NODE_RANKINGS, "--sizes", "0.05,0.2,0.5",
+            "--n-boot", "20", "--no-progress", "--out", str(out)]
+    assert cli_main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "lowest CMD, nodes@end:" in printed and "graddrop" in printed
+    r = load_result(out)
+    assert isinstance(r, FaithfulnessResult) and list(r.curves) == NODE_RANKINGS.split(",")
+    assert r.settings == ["nodes@end", "nodes@all", "edges@end"] and all(v > 0 for v in r.seconds.values())
+    assert set(r.cpu_seconds["exact-path"]) == {"ranking", "nodes@end", "nodes@all"} and r.table()[0]["curve_cpu_seconds"] >= 0
+    assert sorted(p.name for p in (out / "parts").iterdir()) == sorted(f"{k}.pt" for k in r.curves)
+    assert (out / "figure.html").is_file() and json.loads((out / "summary.json").read_text())["n_pairs"] == 3
+
+    model = load_model(r.config.model, dtype="float32", device="cpu")
+    pairs = r.pairs
+    # each ranking is the library engine's own effects, |.|, over positions by the largest
+    h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
+    assert torch.equal(r.scores["exact-path"]["heads"], h.abs()) and torch.equal(r.scores["exact-path"]["mlps"], m.abs())
+    h, m = sweep_positions(model, pairs, progress=False).effects("logit_diff")
+    assert torch.equal(r.scores["positions"]["heads"], h.abs().nan_to_num(0).amax(-1))
+    att = attribute(model, pairs, "logit_diff", neurons=False, qk_fix=False, grad_drop=True, progress=False)
+    assert torch.allclose(r.scores["graddrop"]["mlps"], att.graddrop["mlp"].abs().amax(-1))
+    ig = eap_ig(model, pairs, "logit_diff", steps=5, level="edge", progress=False)
+    assert torch.equal(r.scores["eap-ig"]["heads"], ig.node_effects()["head"].abs()) and r.config.ig_steps == 5
+    # EAP-IG's edges, re-ordered as the edge engine reads them (each head's q, k, v together), at edge level
+    edges, effects = r.scores["eap-ig"]["edges"], ig.edge_effects()
+    senders, receivers = engine.edge_senders(model), engine.edge_receivers(model)
+    for rcv in (Receiver(Component("head", 2, 1), "k"), Receiver(Component.mlp(1)), "logits"):
+        col = edges[:, receivers.index(rcv)]
+        want = effects[:, ig.receivers.index(rcv)].abs().nan_to_num(0)
+        assert torch.equal(col, torch.stack([want[ig.senders.index(x)] for x in senders]))
+    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
+    c = engine.edge_faithfulness(model, pairs, edges, sizes=(0.05, 0.2, 0.5), n_boot=20)
+    assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f) and c.level == "edge"
+    # each curve is the faithfulness engine's on those scores
+    for setting in ("nodes@end", "nodes@all"):
+        c = engine.faithfulness(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
+                                sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20)
+        got = r.curves["exact-path"][setting]
+        assert torch.equal(got.f, c.f) and got.cmd == c.cmd and got.positions == setting[6:]
+        assert got.f_low.le(got.f_high).all()
+
+    # a rerun of the same command reuses every part (nothing is ranked again) and gives the same result
+    def again(*a, **k):
+        raise RuntimeError("a finished ranking was computed again")
+
+    monkeypatch.setattr(job, "rank", again)
+    assert cli_main([*argv[:-2], "--out", str(out)]) == 0
+    again = load_result(out)
+    assert again.curves == r.curves and again.seconds == r.seconds
+    # a stopped run (only parts/ written) resumes; a part made with another config is not reused
+    for p in out.iterdir():
+        if p.name != "parts":
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    assert FaithfulnessResult.unfinished(out) and cli_main([*argv[:-2], "--out", str(out)]) == 0
+    assert load_result(out).curves == r.curves
+    with pytest.raises(RuntimeError, match="a finished ranking was computed again"):
+        job.run(r.config.replace(ablation="zero"), out, model=model, progress=False)
+
+
+def test_published_tables_name_the_winner_its_margin_and_the_costs():
+    import _tables as T
+
+    rows = [{"model": "smollm2", "operation": "addition", "setting": "nodes@end", "ranking": k, "cpr": cpr, "cmd": cmd,
+             "ranking_seconds": 2.0 * i, "curve_seconds": 1.0, "ranking_cpu_seconds": 1.5 * i,
+             "curve_cpu_seconds": 0.5} for i, (k, cpr, cmd) in enumerate([("exact-path", 0.8, 0.25),
+                                                                           ("eap-ig", 0.7, 0.125)], 1)]
+    rows.append({**rows[1], "setting": "nodes@all", "cmd": 0.5, "cpr": 0.5})
+    d = {"rankings": ["exact-path", "eap-ig"], "rows": rows}
+    header, table = T.faithfulness(d)
+    assert header == ["model", "operation", "circuit", "exact-path CMD / CPR", "eap-ig CMD / CPR", "lowest CMD"]
+    assert table[0] == ["SmolLM2-135M", "addition", "nodes at END", "0.250 / 0.800", "0.125 / 0.700",
+                        "eap-ig (next: exact-path, +0.125)"]
+    assert table[1][3:] == ["-", "0.500 / 0.500", "eap-ig"]
+    header, table = T.faithfulness_seconds(d)
+    assert table == [["SmolLM2-135M", "addition", "2 + 0 (2 + 1)", "3 + 1 (4 + 2)"]]
+    assert T.render({"render": "faithfulness", "data": d}).count("\n") == 4
+
+
+def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
+    import importlib
+
+    import _tables as T
+
+    exp = importlib.import_module("faithfulness")
+    argv = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "2",
+            "--operations", "addition,subtraction", "--rankings", "exact-path,eap-ig", "--sizes", "0.1,0.5",
+            "--n-boot", "10", "--out", str(tmp_path / "run")]
+    path = exp.cli(argv)
+    tables = T.read_published(path)
+    assert set(tables) == {"faithfulness", "faithfulness_seconds"}
+    header, rows = T.faithfulness(tables["faithfulness"]["data"])
+    assert [r[1:3] for r in rows] == [[op, s] for op in ("addition", "subtraction")
+                                      for s in ("nodes at END", "nodes, every position", "edges at END")]
+    assert rows[2][3] == "-" and rows[2][-1] == "eap-ig"  # edges: EAP-IG's alone
+    assert (tmp_path / "run" / exp.slug(str(tiny_dir("llama"))) / "addition" / "figure-nodes-all.html").is_file()
+    again = exp.cli([*argv, "--replot"])
+    assert T.read_published(again) == tables
+    with pytest.raises(SystemExit):
+        exp.cli([*argv[:-2], "--out", str(tmp_path / "none"), "--replot"])
+    assert "no saved faithfulness results" in capsys.readouterr().err
+
+
+def test_pairs_whose_metric_cannot_move_are_named():
+    from circuits.beyond.faithfulness.job import _warn_flat_pairs
+
+    c = curve([0.2, 0.5], 0.6, 0.3)
+    c.m_full[:2] = 0.0
+    c.m_empty[:2] = 0.0
+    with pytest.warns(UserWarning, match=r"2 of 4 pairs have m\(N\) = m\(empty\) .*add nothing to f$"):
+        _warn_flat_pairs({"exact-path": {"nodes@end": c}}, 4)
+    c.m_full[:] = c.m_empty[:] = 0.0
+    with pytest.warns(UserWarning, match=r"4 of 4 pairs .* f is undefined \(NaN\)"):
+        _warn_flat_pairs({"exact-path": {"nodes@end": c}}, 4)
