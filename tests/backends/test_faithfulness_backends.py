@@ -206,3 +206,32 @@ def test_nodes_without_prefix_sharing(family_models, tokenizer):
             torch.testing.assert_close(ours.m, plain, atol=1e-5, rtol=0)
     finally:
         object.__setattr__(model, "_circuits_prefix_sharing", shared)
+
+
+def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
+    """``circuits faithfulness`` end to end on a tiny model folder (the Bridge under TransformerLens 4.3): EAP-IG's
+    node and edge rankings and an exact sweep's, each curve the engine's on the saved scores."""
+    from helpers import tiny_dir
+
+    from circuits.cli import main as cli_main
+    from circuits.models.loading import load_model
+    from circuits.results import load_result
+
+    folder, out = tiny_dir("llama"), tmp_path / "f"
+    argv = ["faithfulness", "--model", str(folder), "--no-filter-correct", "--few-shot", "on", "--pairs", "3",
+            "--rankings", "exact-path,eap-ig", "--sizes", "0.05,0.2,0.5", "--n-boot", "10", "--no-progress",
+            "--out", str(out)]
+    assert cli_main(argv) == 0
+    assert "lowest CMD" in capsys.readouterr().out
+    r = load_result(out)
+    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
+    model = load_model(folder, dtype="float32", device="cpu")
+    assert backend.is_bridge(model) == (backend.NAME == "bridge")
+    for name in ("exact-path", "eap-ig"):
+        for positions in ("end", "all"):
+            c = faithfulness(model, r.pairs, r.scores[name]["heads"], r.scores[name]["mlps"], sizes=(0.05, 0.2, 0.5),
+                             positions=positions, n_boot=10)
+            assert torch.equal(r.curves[name][f"nodes@{positions}"].f, c.f)
+    c = edge_faithfulness(model, r.pairs, r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10)
+    assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f)
+    assert (r.curves["eap-ig"]["nodes@end"].m_full - r.curves["eap-ig"]["nodes@end"].m_empty).abs().max() > 1e-3
