@@ -57,11 +57,13 @@ def slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model).name or str(model)).strip("-") or "model"
 
 
-def main(config: Config) -> dict[tuple[str, str], FaithfulnessResult]:
+def main(config: Config, model=None) -> dict[tuple[str, str], FaithfulnessResult]:
+    """``model``: a loaded model for the first of ``config.models`` (the others are loaded here)."""
     t = C.Timer()
     out: dict[tuple[str, str], FaithfulnessResult] = {}
-    for name in config.models:
-        model = C.model_for(name, config.faithfulness.dtype)
+    given = model
+    for i, name in enumerate(config.models):
+        model = given if i == 0 and given is not None else C.model_for(name, config.faithfulness.dtype)
         for op in config.operations:
             cfg, folder = config.run_config(name, op), config.folder(name, op)
             check_output(folder, "faithfulness")

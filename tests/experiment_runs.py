@@ -14,7 +14,7 @@ from pathlib import Path
 SCRIPTS = ("fig2_key_heads", "fig3_knockout", "fig4_transfer", "fig5_attention_roles", "fig6_mlp_logit_lens",
            "fig7_attention_views", "fig15_per_operation", "table3_exponentiation", "table4_gsm8k",
            "table1_precise_sft", "table2_components", "cross_model", "screen_audit", "fig_information_flow",
-           "fig_neurons", "fig_circuit", "fig3_ablation_kinds", "stability")
+           "fig_neurons", "fig_circuit", "fig3_ablation_kinds", "stability", "faithfulness")
 
 
 def script(name: str):
@@ -52,6 +52,13 @@ def tiny_config(name: str, root: Path):
                                    identify=IdentifyConfig(n_pairs=4, filter_correct=False), ks=(0, 1, 2), seeds=(0, 1), n_transfer=2,
                                    n_role_heads=2, n_role_prompts=2, out=common["out"],
                                    identify_dir=f"{root}-cross-identify/identify")
+    if name == "faithfulness":
+        from circuits.beyond.faithfulness.config import FaithfulnessConfig
+
+        run = FaithfulnessConfig(n_pairs=2, filter_correct=False, few_shot="on", rankings=("exact-path", "eap-ig"),
+                                 sizes=(0.1, 0.5), n_boot=10)
+        return script(name).Config(faithfulness=run, models=(common["model"],), operations=("addition",),
+                                   out=common["out"])
     if name.startswith("table1") or name.startswith("table2"):
         fields = dict(model=common["model"], heads_from=str(root / "identify" / "addition"), top_k=2,
                       sources=("arithmetic",), n_arithmetic=8, limit_per_source=8, batch_size=4, micro_batch_size=4,
