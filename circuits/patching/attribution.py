@@ -62,6 +62,20 @@ def _readout_value(name: str, logits: Tensor, answer: Tensor, cf_answer: Tensor,
     return metric.of_logits(logits, answer, cf_answer).reshape(len(answer))
 
 
+def estimated_readouts(readout: str, b: Baseline, delta: Tensor) -> Readouts:
+    """Readouts estimated as ``baseline + delta`` for ``readout`` (the one END quantity an attribution estimates),
+    every other readout NaN."""
+    base = {"logit": b.logit, "logit_diff": b.logit_diff, "prob": b.prob, **b.custom}
+    nan = torch.full_like(delta, float("nan"))
+    out = Readouts(nan, nan, nan, {k: nan for k in b.custom})
+    value = base[readout] + delta
+    if readout in ("logit", "logit_diff", "prob"):
+        setattr(out, readout, value)
+    else:
+        out.custom[readout] = value
+    return out
+
+
 class _Gate(torch.autograd.Function):
     """Identity forward; backward drops the gradient when its layer is the one GradDrop drops."""
 
@@ -191,16 +205,7 @@ class Attribution:
 
     def view(self, delta: Tensor, baseline: Baseline | None = None) -> Readouts:
         """Estimated readouts (``baseline + delta``) for the metric; the other readouts NaN."""
-        b = self.baseline if baseline is None else baseline
-        base = {"logit": b.logit, "logit_diff": b.logit_diff, "prob": b.prob, **b.custom}
-        nan = torch.full_like(delta, float("nan"))
-        out = Readouts(nan, nan, nan, {k: nan for k in b.custom})
-        value = base[self.readout] + delta
-        if self.readout in ("logit", "logit_diff", "prob"):
-            setattr(out, self.readout, value)
-        else:
-            out.custom[self.readout] = value
-        return out
+        return estimated_readouts(self.readout, self.baseline if baseline is None else baseline, delta)
 
     def effect(self, delta: Tensor) -> Tensor:
         """The metric over pairs for estimates ``delta`` ``[..., offset, pair]`` -> ``[..., offset]`` (pairs that

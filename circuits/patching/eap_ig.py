@@ -64,7 +64,7 @@ from tqdm.auto import tqdm
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models import backend
 from circuits.models.backend import Model, act_name
-from circuits.patching.attribution import _prefix_cache, _readout_value, _run_body, readout_of
+from circuits.patching.attribution import _prefix_cache, _readout_value, _run_body, estimated_readouts, readout_of
 from circuits.patching.end_layers import check_supported, end_logits
 from circuits.patching.metrics import Baseline, Metric, get_metric
 from circuits.patching.ranking import order
@@ -151,16 +151,7 @@ class EAPIGScores:
 
     def view(self, delta: Tensor, baseline: Baseline | None = None) -> Readouts:
         """Estimated readouts (``baseline + delta``) for the metric; the other readouts NaN."""
-        b = self.baseline if baseline is None else baseline
-        base = {"logit": b.logit, "logit_diff": b.logit_diff, "prob": b.prob, **b.custom}
-        nan = torch.full_like(delta, float("nan"))
-        out = Readouts(nan, nan, nan, {k: nan for k in b.custom})
-        value = base[self.readout] + delta
-        if self.readout in ("logit", "logit_diff", "prob"):
-            setattr(out, self.readout, value)
-        else:
-            out.custom[self.readout] = value
-        return out
+        return estimated_readouts(self.readout, self.baseline if baseline is None else baseline, delta)
 
     def effects(self, delta: Float[Tensor, "... pair"], metric: str | Metric | None = None) -> Float[Tensor, "..."]:
         """The metric over pairs for estimates ``delta`` (``[..., pair]``). Only the metric the scores were made with,
