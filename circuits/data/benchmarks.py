@@ -29,6 +29,14 @@ from typing import Literal
 
 MathTask = Literal["gsm8k", "addsub", "singleeq", "svamp"]
 MATH_TASKS: tuple[str, ...] = ("gsm8k", "addsub", "singleeq", "svamp")
+
+
+def primary_metric(task: str) -> str:
+    """The one score a table shows for an evaluation task (``circuits evaluate --tasks``): word perplexity for
+    ``perplexity`` (lower is better), accuracy for every other task (the math sets, MMLU, CommonsenseQA, arithmetic)."""
+    return "word_perplexity" if task == "perplexity" else "acc"
+
+
 Source = Literal["local", "hub"]
 # Public hub copies, for machines with network access. AddSub and SingleEq have no canonical hub copy.
 HUB_DATASETS = {

@@ -11,6 +11,7 @@ the pairs the model answers correctly. :func:`make_pair` builds a pair from your
 
 from __future__ import annotations
 
+import html
 import random
 import re
 import warnings
@@ -415,14 +416,21 @@ class PairSet:
     few_shot: bool
 
     def __repr__(self) -> str:
-        from circuits.viz.notebook import pairs_repr
+        """One line (never the token ids): ``<PairSet: 32 pairs of addition, accuracy before filtering 91%>``."""
+        ops = sorted({p.operation for p in self.pairs})
+        acc = f", accuracy before filtering {self.accuracy:.0%}" if self.accuracy is not None else ""
+        return f"<PairSet: {len(self.pairs)} pairs of {', '.join(ops) or 'nothing'}{acc}>"
 
-        return pairs_repr(self.pairs, self.accuracy)
-
-    def _repr_html_(self) -> str:
-        from circuits.viz.notebook import pairs_html
-
-        return pairs_html(self.pairs, self.accuracy)
+    def _repr_html_(self, n: int = 5) -> str:
+        """In a notebook: a short table of the first ``n`` pairs, the end of each prompt (newlines kept) and its
+        template."""
+        cell = "<td style='text-align:left;white-space:pre-wrap'>{}</td>"
+        rows = "".join(f"<tr>{cell.format(html.escape('…' + p.reference[-40:]))}"
+                       f"{cell.format(html.escape('…' + p.counterfactual[-40:]))}<td>{html.escape(p.template_id)}</td></tr>"
+                       for p in self.pairs[:n])
+        more = f"<p>… and {len(self.pairs) - n} more</p>" if len(self.pairs) > n else ""
+        return (f"<p><b>{html.escape(repr(self))}</b></p><table><thead><tr><th>reference (end)</th>"
+                f"<th>counterfactual (end)</th><th>template</th></tr></thead><tbody>{rows}</tbody></table>{more}")
 
     def __len__(self) -> int:
         return len(self.pairs)

@@ -37,7 +37,7 @@ from circuits.evaluation.result import EvalResult
 
 TASK_PREFIX = "circuits_"
 TEMPLATES = Path(__file__).parent / "lm_eval_tasks"
-PRIMARY_METRIC = {t: "acc" for t in ALL_TASKS} | {"perplexity": "word_perplexity"}
+PRIMARY_METRIC = {t: bd.primary_metric(t) for t in ALL_TASKS}
 
 
 # --- scoring helpers (used by the YAMLs' process_results) ------------------------------------------

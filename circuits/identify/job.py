@@ -24,10 +24,10 @@ from circuits.models.backend import Model
 
 from circuits import distributed as D
 from circuits.config import same_config
-from circuits.beyond.edges.job import resolve_receivers
 from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs, counterfactual_stats
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
+from circuits.identify.edges import resolve_receivers
 from circuits.patching.edges import check_edges, sweep_edges
 from circuits.patching.engine import SweepResult, all_components, sweep
 from circuits.identify.result import IdentifyResult

@@ -24,6 +24,7 @@ from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.data.templates import OPERATIONS
 from circuits.data.source import PAIR_STAT_FIELDS
 from circuits.identify.config import IdentifyConfig
+from circuits.identify.edges import circuit_figure, edge_summary, receiver_effects_of
 from circuits.patching.engine import SweepResult
 from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
 from circuits.patching.ranking import KeyRule, Ranked, rank, rank_mlps
@@ -220,8 +221,6 @@ class IdentifyResult(Result):
             out["uncertain_key_heads"] = [list(h) for h in unsure_heads]
             out["uncertain_key_mlps"] = unsure_mlps
         if self.edges is not None:
-            from circuits.beyond.edges.result import edge_summary
-
             out["edges"] = edge_summary(self.edges, rule.metric)
         if self.per_task is not None:
             out["per_task"] = self.per_task
@@ -258,8 +257,6 @@ class IdentifyResult(Result):
             save_torch(self.sweep.tensors(), folder / "sweep.pt")
         write_figure(self.figure(), folder / "heads.html")
         if self.edges is not None:
-            from circuits.beyond.edges.result import circuit_figure, receiver_effects_of
-
             save_torch(self.edges.tensors(), folder / "edges.pt")
             metric = self.key_rule.metric
             write_figure(circuit_figure(self.edges, receiver_effects_of(self, self.edges.receivers, metric), metric,

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from circuits.models.backend import Model
 
-from circuits.evaluation.tasks import PRIMARY_METRIC
+from circuits.data.benchmarks import primary_metric
 from circuits.sft.data import TokenizedExample
 from circuits.sft.train import FinetuneConfig, finetune
 from circuits.config import Config, option
@@ -80,12 +80,12 @@ def run_variants(
             p.copy_(base_state[n])
     base = rows[0]["tasks"]
     for row in rows[1:]:
-        row["delta"] = {t: row["tasks"][t][PRIMARY_METRIC[t]] - base[t][PRIMARY_METRIC[t]] for t in base}
+        row["delta"] = {t: row["tasks"][t][primary_metric(t)] - base[t][primary_metric(t)] for t in base}
     return rows
 
 
 def _cell(row: dict, task: str) -> str:
-    metric = PRIMARY_METRIC.get(task, "acc")
+    metric = primary_metric(task)
     value = row["tasks"][task].get(metric)
     if value is None:
         return "-"

@@ -1,4 +1,5 @@
-"""The package's import graph has no cycle (function-local imports counted too), and the command line builds every
+"""The package's import graph has no cycle, neither between modules nor between its first-level packages
+(function-local imports counted too), and the command line builds every
 parser without importing torch or transformer_lens, so ``circuits --help`` and a bad flag answer at once."""
 
 import ast
@@ -97,8 +98,32 @@ def test_the_graph_counts_function_local_imports():
     assert "circuits.patching.ranking" in graph["circuits.identify.config"]  # inside __post_init__
 
 
+def package_of(module: str) -> str:
+    """``circuits.beyond.edges.job`` -> ``circuits.beyond``: the first-level package (or base module) it belongs to."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """first-level package -> the other first-level packages its modules import (from the module graph)."""
+    out: dict[str, set[str]] = {package_of(m): set() for m in graph}
+    for mod, targets in graph.items():
+        out[package_of(mod)] |= {package_of(t) for t in targets} - {package_of(mod)}
+    return out
+
+
+def test_the_package_graph_lifts_module_arrows():
+    g = package_graph({"circuits.a.x": {"circuits.b.y"}, "circuits.b.y": {"circuits.a.z"}, "circuits.a.z": set()})
+    assert g == {"circuits.a": {"circuits.b"}, "circuits.b": {"circuits.a"}} and cycles(g) == [["circuits.a", "circuits.b"]]
+
+
 def test_no_import_cycles():
     assert cycles(import_graph()) == []
+
+
+def test_no_package_cycles():
+    """No arrow runs back up between first-level packages (data -> viz, identify -> beyond, sft -> evaluation were
+    the last): each package sits in one place of the layer table of docs/architecture.md."""
+    assert cycles(package_graph(import_graph())) == []
 
 
 def test_viz_imports_no_step_module():
@@ -139,9 +164,20 @@ BASE = ("circuits.types", "circuits.versions", "circuits.io", "circuits.config",
         "circuits.distributed", "circuits.results")
 LAYERS = {
     "circuits.models": BASE,
-    "circuits.data": (*BASE, "circuits.models", "circuits.viz.notebook"),  # viz.notebook: a PairSet's notebook display
+    "circuits.data": (*BASE, "circuits.models"),
     "circuits.patching": (*BASE, "circuits.models", "circuits.data"),
     "circuits.viz": (*BASE, "circuits.patching.metrics"),  # a figure's metric: its name, sign and meaning
+}
+# the jobs, on the mechanism and the figures: identify first, the steps that read its result next, then those that run
+# another step's job (the neuron job runs the knockout; an evaluation applies a fine-tuned delta)
+BELOW_JOBS = (*BASE, "circuits.models", "circuits.data", "circuits.patching", "circuits.viz")
+LAYERS |= {
+    "circuits.identify": BELOW_JOBS,
+    "circuits.validate": (*BELOW_JOBS, "circuits.identify"),
+    "circuits.explain": (*BELOW_JOBS, "circuits.identify"),
+    "circuits.sft": (*BELOW_JOBS, "circuits.identify"),
+    "circuits.beyond": (*BELOW_JOBS, "circuits.identify", "circuits.validate"),
+    "circuits.evaluation": (*BELOW_JOBS, "circuits.sft"),
 }
 
 
