@@ -3,7 +3,9 @@ TransformerLens) until a name that needs them is asked for."""
 
 from __future__ import annotations
 
+import ast
 import importlib
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -28,3 +30,27 @@ def lazy_exports(package: str, exports: dict[str, str], aliases: dict[str, str] 
         return sorted(set(vars(sys.modules[package])) | set(exports))
 
     return __getattr__, __dir__
+
+
+def type_checking_exports(init_file: str | os.PathLike) -> tuple[dict[str, str], dict[str, str]]:
+    """The names a package's ``if TYPE_CHECKING:`` block imports, as :func:`lazy_exports` takes them: name -> module,
+    and name -> the name it has there (``from m import a as b``). That block is then the one list of a package's
+    names: editors and type checkers read it, and the lazy table is made from it (no second copy to keep in step).
+
+    Only ``from circuits... import name`` lines count (``import x`` alone names no export)."""
+    with open(init_file, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    exports: dict[str, str] = {}
+    aliases: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            for imp in node.body:
+                if isinstance(imp, ast.ImportFrom) and imp.module:
+                    for a in imp.names:
+                        name = a.asname or a.name
+                        if name in exports:
+                            raise ValueError(f"{init_file}: {name!r} is imported twice under TYPE_CHECKING")
+                        exports[name] = imp.module
+                        if a.asname and a.asname != a.name:
+                            aliases[name] = a.name
+    return exports, aliases

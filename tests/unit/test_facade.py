@@ -16,6 +16,34 @@ def test_facade_names_resolve_to_the_library():
             "use_threads", "replacement_values"} <= set(cc.__all__)
 
 
+def test_the_facade_names_each_name_once_and_every_name_resolves():
+    """One list (the TYPE_CHECKING imports of circuits/__init__.py) makes ``__all__``, ``dir(cc)`` and the lazy table;
+    each name is the object its module defines under that name (or the alias's target)."""
+    import importlib
+
+    from circuits.lazy import type_checking_exports
+
+    exports, aliases = type_checking_exports(cc.__file__)
+    assert exports == cc._EXPORTS and aliases == cc._ALIASES == {"report": "write_report"}
+    assert cc.__all__ == sorted(exports)
+    assert dir(cc) == sorted(set(vars(cc)) | set(cc.__all__))  # what the module holds, and every lazy name
+    for name, module in exports.items():
+        assert getattr(cc, name) is getattr(importlib.import_module(module), aliases.get(name, name)), name
+
+
+def test_the_export_reader_reads_aliases_and_refuses_a_name_twice(tmp_path):
+    import pytest
+
+    from circuits.lazy import type_checking_exports
+
+    f = tmp_path / "init.py"
+    f.write_text("if TYPE_CHECKING:\n    from a.b import x, y as z\n    from c import w\nfrom d import v\n")
+    assert type_checking_exports(f) == ({"x": "a.b", "z": "a.b", "w": "c"}, {"z": "y"})
+    f.write_text("if TYPE_CHECKING:\n    from a import x\n    from b import x\n")
+    with pytest.raises(ValueError, match="twice"):
+        type_checking_exports(f)
+
+
 def test_the_readme_example_runs_on_a_tiny_model(tiny_llama):
     pairs = cc.build_pairs(tiny_llama, "addition", n_pairs=3, filter_correct=False, few_shot="on")
     result = cc.sweep(tiny_llama, pairs, progress=False)
