@@ -8,6 +8,9 @@ made exactly as ``circuits identify`` makes it and shared through ``results/iden
 ``circuits identify`` and ``make demo`` name the same heads for the same config; a run of another identify config
 (other ``--pairs``, ``--seed``, ``--model``, ``--key-rule``, ``--mode``, ...) gets its own folder
 (:meth:`KeyHeadConfig.identify_folder`) and never overwrites another's result.
+
+A folder given as ``results/...`` (the defaults) is the repository's ``results/``, wherever a script is run from
+(:func:`repo_path`); an absolute folder, or any other relative one, is taken as given.
 """
 
 from __future__ import annotations
@@ -40,6 +43,17 @@ from circuits.models import load_model  # noqa: E402
 from circuits.results import Result, load_result  # noqa: E402
 
 
+REPO = Path(__file__).resolve().parents[1]  # the checkout these scripts belong to
+
+
+def repo_path(path: str | Path) -> Path:
+    """Where a script's folder is: ``results/...`` (the defaults) under the repository's ``results/``, so a script run
+    from another folder neither writes there nor meets another run's files there; any other path as given (a relative
+    one from the current folder)."""
+    p = Path(path)
+    return REPO / p if not p.is_absolute() and p.parts[:1] == ("results",) else p
+
+
 @functools.lru_cache(maxsize=2)
 def model_for(name: str, dtype: str = "float32"):
     """One load per model (and dtype) and process, shared by every script run in it."""
@@ -52,7 +66,8 @@ class KeyHeadConfig(IdentifyConfig):
     :class:`~circuits.identify.config.IdentifyConfig`, with the same flags: ``--model``, ``--task``, ``--pairs``,
     ``--seed``, ``--key-rule``, ``--mode``, ...), and where identify results are shared."""
 
-    identify_dir: str = option("results/identify", help="where identify results are shared (circuits identify --out)")
+    identify_dir: str = option("results/identify", help="where identify results are shared (circuits identify --out; "
+                                                        "results/...: the repository's, from any folder)")
 
     def identify_config(self, task: str | None = None) -> IdentifyConfig:
         """The identify run of ``task`` (default: this config's): this config's identify fields, less ``receivers``
@@ -69,7 +84,7 @@ class KeyHeadConfig(IdentifyConfig):
         identify config's JSON. A result is never overwritten by a run of another config. For ``all`` (the four
         operations and their pooled result, as one container) it is ``<container>/all``."""
         icfg = self.identify_config(task)
-        root = Path(self.identify_dir)
+        root = repo_path(self.identify_dir)
         name = icfg.task if icfg.prefix_policy == "keep" else f"{icfg.task}-{icfg.prefix_policy}"
         name = name if icfg.seed == 0 else f"{name}-seed{icfg.seed}"  # seeds never share
         if icfg.task == "all":

@@ -139,7 +139,8 @@ def identify_families(d: dict) -> Table:
     for form, label in FAMILIES.items():
         row = [label]
         for t in tasks:
-            ts = [v for tid, v in d["results"][t]["per_template"].items() if d["forms"].get(tid) == form]
+            ts = [v for tid, v in d["results"][t]["per_template"].items()
+                  if d["forms"].get(tid) == form and "counterfactual_accuracy" in v]
             if not ts:  # no pair of this form was kept (a small --pairs)
                 row.append("-")
                 continue

@@ -2,9 +2,9 @@
 patching at END, Section 4.1). This is ``circuits identify --task all``: one result per operation and the
 pooled one in ``all/``, shared with every other figure script.
 
-Run: ``python experiments/fig2_key_heads.py [--pairs 64]``; ``--replot`` redraws from the saved result. The results
-go under ``--identify-dir`` (``results/identify``), in a folder of their own when they were made with another config
-(other ``--pairs``, ``--seed``, ...): the script prints where."""
+Run: ``python experiments/fig2_key_heads.py [--pairs 64]`` from any folder; ``--replot`` redraws from the saved
+result. The results go under ``--identify-dir`` (the repository's ``results/identify``), in a folder of their own when
+they were made with another config (other ``--pairs``, ``--seed``, ...): the script prints where."""
 
 from __future__ import annotations
 
@@ -27,11 +27,11 @@ class Config(C.KeyHeadConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.out:  # the figure lives with its identify result, keyed by the identify config
-            object.__setattr__(self, "out", str(self.identify_folder()))
-        elif Path(self.out) != self.identify_folder():
-            raise ValueError(f"--out {self.out}: this config's result goes to {self.identify_folder()} (the identify "
-                             "cache, keyed by the config); leave --out unset")
+        folder = self.identify_folder()  # the figure lives with its identify result, keyed by the identify config
+        if self.out and C.repo_path(self.out).resolve() != folder.resolve():
+            raise ValueError(f"--out {self.out}: this config's result goes to {folder} (the identify cache, keyed by "
+                             "the config); leave --out unset")
+        object.__setattr__(self, "out", str(folder))
 
 
 def main(config: Config, model=None) -> IdentifyResult:
@@ -45,16 +45,34 @@ SUMMARY_KEYS = ("accuracy", "mean_answer_prob", "counterfactual_accuracy", "base
                 "key_heads")
 
 
+def counterfactual_per_template(result: IdentifyResult) -> dict[str, dict[str, float]]:
+    """Each template's kept pairs: how often its counterfactual prompt still yields the answer, and the answer's
+    probability there, from the result's own pairs and baseline (:func:`circuits.data.pairs.counterfactual_stats`);
+    a template none of whose pairs was kept (a small ``--pairs``) has none. A result saved without its sweep: the
+    templates its pair statistics give them for."""
+    from circuits.data.pairs import counterfactual_stats
+
+    saved = result.pair_stats.get("per_template") or {}
+    if result.sweep is None:
+        return {t: v for t, v in saved.items() if "counterfactual_accuracy" in v}
+    kept = {p.template_id for p in result.pairs}
+    per_template: dict[str, dict[str, float]] = {t: {} for t in [*saved, *(p.template_id for p in result.pairs)]
+                                                 if t in kept}
+    b = result.sweep.baseline
+    counterfactual_stats(result.pairs, b.cf_answer == b.answer, b.cf_prob, per_template)
+    return per_template
+
+
 def published(result: IdentifyResult, out: Path) -> dict:
     """The three tables of docs/results.md that the identify results beside the pooled one in ``out`` give (the
-    pooled one alone where ``out`` has no siblings): the numbers of their summaries the tables need
-    (experiments/_tables.py renders them)."""
+    pooled one alone where ``out`` has no siblings), each read back with :meth:`IdentifyResult.load`: the numbers of
+    their summaries the tables need (experiments/_tables.py renders them)."""
     from circuits.data.templates import FIGURE8
 
     root = Path(out).parent
-    summaries = {t: IdentifyResult.load(root / t).summary() for t in T.IDENTIFY_COLUMNS
-                 if t != "all" and (root / t).is_dir()}
-    summaries["all"] = result.summary()
+    results = {t: IdentifyResult.load(root / t) for t in T.IDENTIFY_COLUMNS if t != "all" and (root / t).is_dir()}
+    results["all"] = result
+    summaries = {t: r.summary() for t, r in results.items()}
     rule = next(iter(summaries.values()))["key_rule"]["rule"]
     forms = {t.id: t.form for ts in FIGURE8.values() for t in ts}
     one = summaries.get("addition") or next(iter(summaries.values()))
@@ -65,7 +83,8 @@ def published(result: IdentifyResult, out: Path) -> dict:
             "identify": {"render": "identify", "data": {
                 "key_rule": rule, "results": {t: {k: s[k] for k in SUMMARY_KEYS} for t, s in summaries.items()}}},
             "identify_families": {"render": "identify_families", "data": {
-                "forms": forms, "results": {t: {"per_template": s["per_template"]} for t, s in summaries.items()}}}}
+                "forms": forms,
+                "results": {t: {"per_template": counterfactual_per_template(r)} for t, r in results.items()}}}}
 
 
 def plot(result: IdentifyResult, out: Path) -> Path:

@@ -83,10 +83,10 @@ class PairSource(PairSpec):
 
 
 def read_saved_pairs(folder: str | Path, model: str | None = None) -> tuple[list[PromptPair], dict[str, Any]]:
-    """The pairs a saved identify result was made on (its ``pairs.jsonl``) and the model's statistics on them (its
-    ``summary.json``); ``model``: refuse a result made with another model, in one line."""
-    from circuits.data.pairs import read_pairs
-    from circuits.io import read_json
+    """The pairs a saved identify result was made on and the model's statistics on them, read back with the result's
+    own ``load`` (:func:`circuits.results.load_result`); ``model``: refuse a result made with another model, in one
+    line."""
+    from circuits.results import ResultError, load_result
 
     folder = Path(folder)
     if not (folder / "pairs.jsonl").is_file():
@@ -96,13 +96,16 @@ def read_saved_pairs(folder: str | Path, model: str | None = None) -> tuple[list
                              f"of them, e.g. {folder / tasks[0]}")
         raise ValueError(f"--pairs-from {folder} holds no pairs.jsonl; pass the output folder of `circuits identify` "
                          "(or rerun it)")
-    saved = read_json(folder / "config.json") if (folder / "config.json").is_file() else {}
-    if model is not None and saved.get("model", model) != model:
-        raise ValueError(f"--pairs-from {folder} was made with model {saved['model']!r}, not {model!r}; pass --model "
-                         f"{saved['model']} or another folder")
-    summary = read_json(folder / "summary.json") if (folder / "summary.json").is_file() else {}
-    stats = summary["pair_stats"] if "pair_stats" in summary else {k: summary[k] for k in PAIR_STAT_FIELDS if k in summary}
-    return read_pairs(folder / "pairs.jsonl"), stats
+    try:
+        result = load_result(folder)
+    except ResultError as err:
+        raise ValueError(f"--pairs-from {folder}: {err}") from None
+    made_with = getattr(result.config, "model", None)
+    if model is not None and made_with is not None and made_with != model:
+        raise ValueError(f"--pairs-from {folder} was made with model {made_with!r}, not {model!r}; pass --model "
+                         f"{made_with} or another folder")
+    stats = getattr(result, "pair_stats", None) or {}
+    return list(result.pairs), dict(stats)
 
 
 def check_metric(name: str) -> None:

@@ -53,3 +53,41 @@ def test_scripts_take_pairs_not_n_pairs(capsys):
     with pytest.raises(SystemExit):
         C.run(fig2.Config, fig2.main, fig2.plot, ["--n-pairs", "8"])
     assert "unrecognized arguments: --n-pairs" in capsys.readouterr().err
+
+
+def test_fig2_works_from_any_folder_and_with_templates_whose_pairs_were_all_dropped(tmp_path, monkeypatch):
+    """``python experiments/fig2_key_heads.py --pairs 8`` run from another folder: the default ``results/identify``
+    is the repository's (here a stand-in), never the current folder's (which holds another run's files), and the
+    tables are made from the results read back, also when a template's candidates were all filtered out (its
+    statistics then have no counterfactual rate: a ``KeyError`` in ``identify_families`` before)."""
+    import json
+
+    import _tables as T
+
+    repo, cwd = tmp_path / "repo", tmp_path / "elsewhere"
+    (cwd / "results" / "identify" / "addition").mkdir(parents=True)
+    (cwd / "results" / "identify" / "addition" / "summary.json").write_text("{}")  # another run's file
+    monkeypatch.setattr(C, "REPO", repo)
+    monkeypatch.chdir(cwd)
+    assert C.repo_path("results/x") == repo / "results" / "x" and C.repo_path("mine") == __import__("pathlib").Path("mine")
+    argv = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--bootstrap", "0",
+            "--pairs", "2"]
+    figure = C.run(fig2.Config, fig2.main, fig2.plot, argv)
+    ident = repo / "results" / "identify"
+    assert figure == ident / "all" / "heads.html" and (ident / "all" / T.PUBLISHED).is_file()
+    assert (cwd / "results" / "identify" / "addition" / "summary.json").read_text() == "{}"
+    assert sorted(p.name for p in (cwd / "results" / "identify").iterdir()) == ["addition"]
+
+    # a template none of whose candidates was kept: in the pair statistics, without a counterfactual rate
+    summary = ident / "addition" / "summary.json"
+    saved = json.loads(summary.read_text())
+    kept = {p.template_id for p in IdentifyResult.load(ident / "addition").pairs}
+    from circuits.data.templates import FIGURE8
+
+    dropped = next(t.id for ts in FIGURE8.values() for t in ts if t.id not in kept and t.id.startswith("add"))
+    saved["pair_stats"]["per_template"][dropped] = {"accuracy": 0.0, "mean_answer_prob": 0.0, "n": 3}
+    summary.write_text(json.dumps(saved))
+    assert C.run(fig2.Config, fig2.main, fig2.plot, [*argv, "--replot"]) == figure
+    tables = T.read_published(ident / "all" / T.PUBLISHED)
+    assert dropped not in tables["identify_families"]["data"]["results"]["addition"]["per_template"]
+    assert "family" in T.render(tables["identify_families"])

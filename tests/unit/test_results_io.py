@@ -200,3 +200,20 @@ def test_wrong_kind_newer_version_and_empty_folders(results, tmp_path):
 def test_every_kind_names_an_importable_class():
     for kind in RESULT_TYPES:
         assert result_type(kind).kind == kind
+
+
+def test_pairs_from_reads_an_identify_result_through_its_load(results, tmp_path):
+    """``--pairs-from``: the pairs and pair statistics of the saved result as its ``load`` reads them (no guessed
+    ``summary.json`` keys); another model's result, or a folder that holds no result, is one line."""
+    from circuits.data.source import read_saved_pairs
+
+    r = results["identify"]
+    folder = r.save(tmp_path / "identify")
+    pairs, stats = read_saved_pairs(folder, r.config.model)
+    assert [p.to_json() for p in pairs] == [p.to_json() for p in r.pairs] and len(pairs) > 0
+    assert stats == r.pair_stats
+    with pytest.raises(ValueError, match="was made with model"):
+        read_saved_pairs(folder, "another-model")
+    (folder / MARKER).unlink()
+    with pytest.raises(ValueError, match=f"--pairs-from {folder}"):
+        read_saved_pairs(folder)
