@@ -34,6 +34,7 @@ from circuits.io import read_json, read_text, write_json, write_text
 from circuits.identify.config import KeyHeadSource
 from circuits.results import Result
 from circuits.types import Head
+from circuits.viz.notebook import ShowsFigure
 
 ROLE_NAMES = ("A", "B", "operator", "answer_prefix", "few_shot", "other")
 
@@ -241,7 +242,7 @@ class RolesConfig(KeyHeadSource):
 
 
 @dataclass(eq=False, repr=False)
-class AttentionRoles(Result):
+class AttentionRoles(ShowsFigure, Result):
     """Figure 5: each key head's END-row attention by token role, per operation (means over prompts)."""
 
     kind = "attention_roles"
@@ -250,12 +251,6 @@ class AttentionRoles(Result):
     config: RolesConfig
     heads: list[Head]
     by_operation: dict[str, dict[str, Any]]  # operation -> RoleAttention.to_json()
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
-        from circuits.viz.notebook import figure_bundle
-
-        return figure_bundle(self, include, exclude, **kwargs)
 
     def figure(self):
         from circuits.viz.figures import roles_panels

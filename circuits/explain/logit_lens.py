@@ -37,6 +37,7 @@ from circuits.explain.dla import end_activations
 from circuits.io import read_json, write_json
 from circuits.identify.config import KeyHeadSource
 from circuits.results import Result
+from circuits.viz.notebook import ShowsFigure
 
 
 def number_tokens(tokenizer: Any, max_number: int = 999) -> dict[int, str]:
@@ -160,7 +161,7 @@ class LensConfig(KeyHeadSource):
 
 
 @dataclass(eq=False, repr=False)
-class LogitLens(Result):
+class LogitLens(ShowsFigure, Result):
     """Figure 6: per-layer means of the MLP logit-lens cosines (6a, 6b), the top number tokens each MLP adds for
     one example (6c), and where the MLPs start writing the answer."""
 
@@ -172,12 +173,6 @@ class LogitLens(Result):
     n_pairs: int
     example: str = ""
     top_tokens: list[list[tuple[str, float]]] = field(default_factory=list)
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
-        from circuits.viz.notebook import figure_bundle
-
-        return figure_bundle(self, include, exclude, **kwargs)
 
     @property
     def writing_start(self) -> int | None:

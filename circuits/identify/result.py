@@ -32,6 +32,7 @@ from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.identify.config import KeyHeadSource
 from circuits.results import MARKER, Result, ResultError
 from circuits.types import Head
+from circuits.viz.notebook import ShowsFigure
 
 T = TypeVar("T")
 
@@ -51,7 +52,7 @@ def _key_first(key: list[T], ranked: list[T], k: int, what: str) -> list[T]:
 
 
 @dataclass(eq=False, repr=False)
-class IdentifyResult(Result):
+class IdentifyResult(ShowsFigure, Result):
     """One task's identify result.
 
     ``config`` is the :class:`~circuits.identify.job.IdentifyConfig` (as saved); ``pair_stats`` what the model
@@ -75,12 +76,6 @@ class IdentifyResult(Result):
     _intervals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # --- the one ranking --------------------------------------------------------------------------
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
-        from circuits.viz.notebook import figure_bundle
-
-        return figure_bundle(self, include, exclude, **kwargs)
 
     @property
     def key_rule(self) -> KeyRule:

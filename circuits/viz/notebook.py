@@ -19,3 +19,11 @@ def short_repr(obj: Any) -> str:
     bits = [str(v) for v in (getattr(obj, "task", None), getattr(obj, "kind", None)) if v]
     n = getattr(obj, "n_pairs", None) or (len(obj.pairs) if hasattr(obj, "pairs") else None)
     return f"<{type(obj).__name__}{': ' + ', '.join(bits) if bits else ''}{f', {n} pairs' if n else ''}>"
+
+
+class ShowsFigure:
+    """For a result whose natural display is its ``figure()``: a notebook cell shows that figure (plotly's own mime
+    bundle, :func:`figure_bundle`), with a one-line text form. A result class lists it before ``Result``."""
+
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> dict[str, Any]:
+        return figure_bundle(self, include, exclude, **kwargs)

@@ -20,6 +20,7 @@ from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.io import load_torch, save_torch, write_json
 from circuits.patching.faithfulness import FaithfulnessCurve
 from circuits.results import Result
+from circuits.viz.notebook import ShowsFigure
 
 PARTS = "parts"  # the working folder of a run: one finished ranking per file
 
@@ -41,7 +42,7 @@ SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every positi
 
 
 @dataclass(eq=False, repr=False)
-class FaithfulnessResult(Result):
+class FaithfulnessResult(ShowsFigure, Result):
     """Each ranking's circuits scored as MIB scores them; ``curves[ranking][setting]`` (settings: ``nodes@end``,
     ``nodes@all``, ``edges@end``; each a :class:`~circuits.patching.faithfulness.FaithfulnessCurve`),
     ``scores[ranking]`` (``heads`` [layer, head], ``mlps`` [layer], ``edges`` where
@@ -115,11 +116,6 @@ class FaithfulnessResult(Result):
         from circuits.viz.analysis_figures import faithfulness_table
 
         return faithfulness_table(self.table(), f"{self.task}: CPR (higher is better), CMD (lower is better), seconds")
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):  # noqa: ANN001, ANN202
-        from circuits.viz.notebook import figure_bundle
-
-        return figure_bundle(self, include, exclude, **kwargs)
 
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
