@@ -54,3 +54,13 @@ def type_checking_exports(init_file: str | os.PathLike) -> tuple[dict[str, str],
                         if a.asname and a.asname != a.name:
                             aliases[name] = a.name
     return exports, aliases
+
+
+def lazy_package(package: str, init_file: str | os.PathLike) -> tuple[Callable[[str], Any], Callable[[], list[str]],
+                                                                      list[str]]:
+    """``__getattr__``, ``__dir__`` and ``__all__`` of a package whose names are its ``if TYPE_CHECKING:`` imports
+    (:func:`type_checking_exports`), each imported on first use (:func:`lazy_exports`).
+
+    In a package's ``__init__``: ``__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)``."""
+    exports, aliases = type_checking_exports(init_file)
+    return (*lazy_exports(package, exports, aliases), sorted(exports))

@@ -12,14 +12,13 @@ Names are imported on first use, so a config module can import :mod:`circuits.da
 
 from __future__ import annotations
 
-from circuits.lazy import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {"PairConfig": "circuits.data.pair_config"}
-_EXPORTS |= {name: "circuits.data.pairs" for name in ("PairBatch", "PairSet", "PromptError", "PromptPair",
-                                                      "as_batch", "build_pairs", "make_pair")}
-_EXPORTS |= {name: "circuits.data.templates" for name in ("OPERATIONS", "Template", "templates_for")}
+from circuits.lazy import lazy_package
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the package's names (editors read them; circuits.lazy.lazy_package makes the lazy table of them)
+    from circuits.data.pair_config import PairConfig
+    from circuits.data.pairs import PairBatch, PairSet, PromptError, PromptPair, as_batch, build_pairs, make_pair
+    from circuits.data.templates import OPERATIONS, Template, templates_for
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)

@@ -9,15 +9,13 @@ Names are imported on first use, so the config is importable without torch.
 
 from __future__ import annotations
 
-from circuits.lazy import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS: dict[str, str] = {
-    **dict.fromkeys(("ALL_TASKS", "EvalConfig"), "circuits.evaluation.config"),
-    **dict.fromkeys(("EvalResult",), "circuits.evaluation.result"),
-    **dict.fromkeys(("evaluate",), "circuits.evaluation.tasks"),
-}
+from circuits.lazy import lazy_package
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the package's names (editors read them; circuits.lazy.lazy_package makes the lazy table of them)
+    from circuits.evaluation.config import ALL_TASKS, EvalConfig
+    from circuits.evaluation.result import EvalResult
+    from circuits.evaluation.tasks import evaluate
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)

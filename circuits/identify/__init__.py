@@ -11,13 +11,13 @@ Names are imported on first use, so the config is importable without torch.
 
 from __future__ import annotations
 
-from circuits.lazy import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {"IdentifyConfig": "circuits.identify.config", "identify": "circuits.identify.job",
-            "run": "circuits.identify.job", "IdentifyResult": "circuits.identify.result",
-            "PerOperation": "circuits.identify.result", "load_identify": "circuits.identify.result"}
+from circuits.lazy import lazy_package
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the package's names (editors read them; circuits.lazy.lazy_package makes the lazy table of them)
+    from circuits.identify.config import IdentifyConfig
+    from circuits.identify.job import identify, run
+    from circuits.identify.result import IdentifyResult, PerOperation, load_identify
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)

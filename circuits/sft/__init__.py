@@ -14,19 +14,17 @@ Names are imported on first use, so the configs are importable without torch.
 
 from __future__ import annotations
 
-from circuits.lazy import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS: dict[str, str] = {
-    **dict.fromkeys(("apply_delta", "extract_delta"), "circuits.sft.delta"),
-    **dict.fromkeys(("ExportConfig", "FinetuneConfig"), "circuits.sft.config"),
-    **dict.fromkeys(("export_model",), "circuits.sft.export"),
-    **dict.fromkeys(("TuningPlan", "full_plan", "plan_tuning"), "circuits.sft.plan"),
-    **dict.fromkeys(("FinetuneResult",), "circuits.sft.result"),
-    **dict.fromkeys(("TrainingDiverged", "finetune", "plan_for"), "circuits.sft.train"),
-    **dict.fromkeys(("run",), "circuits.sft.job"),
-}
+from circuits.lazy import lazy_package
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the package's names (editors read them; circuits.lazy.lazy_package makes the lazy table of them)
+    from circuits.sft.config import ExportConfig, FinetuneConfig
+    from circuits.sft.delta import apply_delta, extract_delta
+    from circuits.sft.export import export_model
+    from circuits.sft.job import run
+    from circuits.sft.plan import TuningPlan, full_plan, plan_tuning
+    from circuits.sft.result import FinetuneResult
+    from circuits.sft.train import TrainingDiverged, finetune, plan_for
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)

@@ -51,3 +51,23 @@ def test_the_readme_example_runs_on_a_tiny_model(tiny_llama):
     assert len(heads) == 3 and all(isinstance(h, cc.Head) for h, _ in heads)
     fig = cc.head_heatmap(*result.effects("fraction"), metric="fraction")
     assert len(fig.data) == 2
+
+
+def test_every_lazy_package_names_each_name_once_and_every_name_resolves():
+    """Each package whose ``__init__`` has a TYPE_CHECKING block (its one list of names) exports exactly those names,
+    lazily, each the object its module defines."""
+    import importlib
+    from pathlib import Path
+
+    from circuits.lazy import type_checking_exports
+
+    root = Path(cc.__file__).parent
+    packages = [".".join(("circuits", *p.parent.relative_to(root).parts)) for p in sorted(root.rglob("__init__.py"))
+                if "if TYPE_CHECKING:" in p.read_text() and p.parent != root]
+    assert {"circuits.data", "circuits.identify", "circuits.sft", "circuits.beyond.neurons"} <= set(packages)
+    for package in packages:
+        mod = importlib.import_module(package)
+        exports, aliases = type_checking_exports(mod.__file__)
+        assert mod.__all__ == sorted(exports) and set(exports) <= set(dir(mod)), package
+        for name, module in exports.items():
+            assert getattr(mod, name) is getattr(importlib.import_module(module), aliases.get(name, name)), name

@@ -6,14 +6,13 @@ torch."""
 
 from __future__ import annotations
 
-from circuits.lazy import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {"FaithfulnessConfig": "circuits.beyond.faithfulness.config",
-            "FaithfulnessResult": "circuits.beyond.faithfulness.result",
-            "RANKINGS": "circuits.beyond.faithfulness.config", "run": "circuits.beyond.faithfulness.job",
-            "faithfulness": "circuits.beyond.faithfulness.job", "rank": "circuits.beyond.faithfulness.job"}
+from circuits.lazy import lazy_package
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the package's names (editors read them; circuits.lazy.lazy_package makes the lazy table of them)
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig, RANKINGS
+    from circuits.beyond.faithfulness.job import faithfulness, rank, run
+    from circuits.beyond.faithfulness.result import FaithfulnessResult
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)

@@ -5,12 +5,13 @@ without torch."""
 
 from __future__ import annotations
 
-from circuits.lazy import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {"NeuronConfig": "circuits.beyond.neurons.config", "NeuronResult": "circuits.beyond.neurons.result",
-            "run": "circuits.beyond.neurons.job"}
+from circuits.lazy import lazy_package
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the package's names (editors read them; circuits.lazy.lazy_package makes the lazy table of them)
+    from circuits.beyond.neurons.config import NeuronConfig
+    from circuits.beyond.neurons.job import run
+    from circuits.beyond.neurons.result import NeuronResult
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)

@@ -5,12 +5,13 @@ without torch."""
 
 from __future__ import annotations
 
-from circuits.lazy import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {"PositionConfig": "circuits.beyond.positions.config", "PositionResult": "circuits.beyond.positions.result",
-            "run": "circuits.beyond.positions.job"}
+from circuits.lazy import lazy_package
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the package's names (editors read them; circuits.lazy.lazy_package makes the lazy table of them)
+    from circuits.beyond.positions.config import PositionConfig
+    from circuits.beyond.positions.job import run
+    from circuits.beyond.positions.result import PositionResult
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)

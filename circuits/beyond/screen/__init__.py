@@ -5,12 +5,13 @@ without torch."""
 
 from __future__ import annotations
 
-from circuits.lazy import lazy_exports
+from typing import TYPE_CHECKING
 
-_EXPORTS = {"ScreenConfig": "circuits.beyond.screen.config", "ScreenResult": "circuits.beyond.screen.result",
-            "run": "circuits.beyond.screen.job", "screen": "circuits.beyond.screen.job"}
+from circuits.lazy import lazy_package
 
-__all__ = sorted(_EXPORTS)
+if TYPE_CHECKING:  # the package's names (editors read them; circuits.lazy.lazy_package makes the lazy table of them)
+    from circuits.beyond.screen.config import ScreenConfig
+    from circuits.beyond.screen.job import run, screen
+    from circuits.beyond.screen.result import ScreenResult
 
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)
