@@ -81,16 +81,8 @@ class SliceOptimizer:
     def attach(self) -> list:
         """Hooks that add each tuned parameter's fresh gradient (its tuned rows, in fp32) to the master's ``.grad``
         and drop the parameter's own, once per backward pass. Returns the handles; the caller removes them."""
-        handles = []
-        try:
-            for e in self.entries:
-                if not e.shared:
-                    handles.append(e.param.register_post_accumulate_grad_hook(lambda p, e=e: self._take(e)))
-        except BaseException:
-            for h in handles:
-                h.remove()
-            raise
-        return handles
+        return hm.all_or_none(e.param.register_post_accumulate_grad_hook(lambda p, e=e: self._take(e))
+                              for e in self.entries if not e.shared)
 
     @staticmethod
     def _take(e: _Entry) -> None:

@@ -32,6 +32,7 @@ applied exactly as stated either way and tested.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from torch import Tensor
@@ -220,18 +221,29 @@ def register_gradient_masks(model: Model, plan: TuningPlan) -> list[RemovableHan
     Returns the handles; the caller removes them (in a ``finally``).
     """
     params = tunable_tensors(model)
-    handles: list[RemovableHandle] = []
-    try:
+
+    def register() -> Iterator[RemovableHandle]:
         for entry in plan.tensors:
             t = params[entry.name]
             mask = gradient_mask(t, entry)
             if mask is not None:
-                handles.append(t.param.register_hook(lambda g, m=mask: g * m))
-    except BaseException:
+                yield t.param.register_hook(lambda g, m=mask: g * m)
+
+    return all_or_none(register())
+
+
+def all_or_none(handles: Iterable[RemovableHandle]) -> list[RemovableHandle]:
+    """The hooks ``handles`` registers one by one (a generator): all of them, or, when one registration fails, none
+    (those already made are removed and the error is raised)."""
+    made: list[RemovableHandle] = []
+    try:
         for h in handles:
+            made.append(h)
+    except BaseException:
+        for h in made:
             h.remove()
         raise
-    return handles
+    return made
 
 
 def count_tuned_parameters(model: Model, plan: TuningPlan) -> int:

@@ -255,3 +255,27 @@ def test_collate_masks_only_targets():
     assert model.tokenizer.decode(tokens[0, ex.n_prompt:]) == "4\n"
 
 
+
+
+def test_hooks_are_registered_all_or_none():
+    """A registration that fails midway leaves no hook behind (the gradient masks and the fp32 master's hooks)."""
+    import pytest
+    import torch
+
+    from circuits.sft.plan import all_or_none
+
+    w = torch.nn.Parameter(torch.ones(3))
+
+    def two_then_fail():
+        yield w.register_hook(lambda g: g * 2)
+        yield w.register_hook(lambda g: g * 3)
+        raise RuntimeError("third")
+
+    with pytest.raises(RuntimeError, match="third"):
+        all_or_none(two_then_fail())
+    w.sum().backward()
+    assert torch.equal(w.grad, torch.ones(3))  # neither hook left
+    handles = all_or_none(w.register_hook(lambda g, k=k: g * k) for k in (2, 3))
+    w.grad = None
+    w.sum().backward()
+    assert len(handles) == 2 and torch.equal(w.grad, torch.full((3,), 6.0))
