@@ -20,8 +20,15 @@ MODES: tuple[Mode, ...] = ("path", "activation")
 DTYPE_NAMES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 # The built-in metrics (circuits.patching.metrics defines them; configs check names against this without torch).
 METRIC_NAMES: tuple[str, ...] = ("relative_logit", "fraction", "logit_diff", "prob")
+# The default of every effects() / per_pair() / ranked() / scores() of every result type and of every job's metric
+# (declared here so configs read it without torch; circuits.patching.metrics.DEFAULT_METRIC is this name).
+DEFAULT_METRIC = "fraction"
+# The ranking engines, in order (circuits.patching.registry.ENGINES defines them; configs read the names without torch).
+ENGINE_NAMES: tuple[str, ...] = ("exact-path", "exact-activation", "positions", "screen", "graddrop", "eap-ig")
+# The jobs that follow MIB (faithfulness, EAP-IG) score with MIB's arithmetic metric, the logit difference.
+MIB_METRIC = "logit_diff"
 # The rule that picks key components unless told otherwise (circuits.patching.ranking.KeyRule parses it).
-DEFAULT_KEY_RULE = "fraction>=0.05"
+DEFAULT_KEY_RULE = f"{DEFAULT_METRIC}>=0.05"
 ComponentKind = Literal["head", "mlp"]
 Site = Literal["z", "mlp_out"]  # the TransformerLens hook a component is patched at (``get_act_name(site, layer)``)
 

@@ -324,7 +324,7 @@ class PerOperation(Result):
     operations: list[str]
     head_effects: dict[str, list[list[float]]]  # operation -> [layer][head], by ``metric``
     key_heads: dict[str, list[Head]]
-    metric: str = "fraction"
+    metric: str = DEFAULT_METRIC
     pairs: dict[str, dict[str, Any]] = field(default_factory=dict)  # operation -> accuracy, n_pairs
 
     @property

@@ -66,9 +66,10 @@ from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.patching.attribution import _prefix_cache, _readout_value, _run_body, estimated_readouts, readout_of
 from circuits.patching.end_layers import check_supported, end_logits
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import MIB_METRIC, Baseline, Metric, get_metric
 from circuits.patching.ranking import order
 from circuits.patching.readouts import Readouts, baseline_of, cat_baselines, first_difference
+from circuits.patching.scores import Scores
 from circuits.types import CHANNELS, Component, Receiver
 
 # EAP-IG's names for the two nodes that are not components: the embeddings (a sender) and the logits (a receiver).
@@ -78,7 +79,7 @@ EAPSender = Union[Component, Literal["input"]]
 EAPReceiver = Union[Receiver, Literal["logits"]]
 LEVELS = ("node", "edge")
 POSITIONS = ("all", "end")
-DEFAULT_EAP_METRIC = "logit_diff"  # MIB's arithmetic tasks attribute with the logit difference
+DEFAULT_EAP_METRIC = MIB_METRIC  # MIB's arithmetic tasks attribute with the logit difference
 DEFAULT_STEPS = 5  # MIB's run_attribution.py --ig-steps
 
 
@@ -189,6 +190,20 @@ class EAPIGScores:
         m = self.metric if metric is None else get_metric(metric)
         e = self.node_effects(m)
         return m.sign * e["head"], m.sign * e["mlp"]
+
+    def scores(self, metric: str | Metric | None = None) -> Scores:
+        """:class:`~circuits.patching.scores.Scores` of the ``input`` node ``[]``, heads ``[layer, head]``, MLPs
+        ``[layer]`` and, at edge level, edges ``[sender, receiver]`` (:func:`eap_senders` x :func:`eap_receivers`;
+        NaN where there is no edge). ``metric``: the one estimated (default) or one reading the same END quantity.
+        Its :meth:`~circuits.patching.scores.Scores.importance` (``sign * effect``) is what MIB's file holds."""
+        m = self.metric if metric is None else get_metric(metric)
+        e = self.node_effects(m)
+        parts = {"input": e["input"], "heads": e["head"], "mlps": e["mlp"]}
+        labels: dict = {}
+        if self.edge is not None:
+            parts["edges"] = self.edge_effects(m)
+            labels["edges"] = (list(self.senders), list(self.receivers))
+        return Scores(parts, m.name, m.sign, self.baseline, labels=labels, engine="eap-ig")
 
     def to_dict(self) -> dict[str, Any]:
         """Tensors and names (the metric by name; senders and receivers as text): :meth:`from_dict` reads it."""

@@ -10,7 +10,7 @@ import torch
 
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.patching.edges import EdgeSweep
-from circuits.patching.metrics import get_metric
+from circuits.patching.metrics import DEFAULT_METRIC, get_metric
 from circuits.patching.ranking import order
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.beyond.edges.config import EdgesConfig
@@ -76,7 +76,7 @@ class EdgeResult(Result):
     pairs: list[PromptPair]
     edges: EdgeSweep
     receiver_effects: dict[str, float]
-    metric: str = "fraction"
+    metric: str = DEFAULT_METRIC
 
     def figure(self, title: str | None = None):
         return circuit_figure(self.edges, self.receiver_effects, self.metric,
