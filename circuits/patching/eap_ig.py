@@ -232,10 +232,8 @@ class EAPIGScores:
         return [(nodes[i], float(flat[i])) for i in order(flat, m.sign).tolist()]
 
     def ranked_edges(self, metric: str | Metric | None = None) -> list[tuple[EAPSender, EAPReceiver, float]]:
-        m = self.metric if metric is None else get_metric(metric)
-        e = self.edge_effects(m)
-        R = e.shape[1]
-        return [(self.senders[i // R], self.receivers[i % R], float(e.flatten()[i])) for i in order(e, m.sign).tolist()]
+        """Every edge ``(sender, receiver, effect)``, most important first (:meth:`scores`' ranking)."""
+        return [(s, r, e) for (s, r), e in self.scores(metric).ranked(part="edges")]
 
 
 @contextlib.contextmanager

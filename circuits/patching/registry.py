@@ -23,7 +23,7 @@ from circuits.data.pairs import PairBatch, Pairs
 from circuits.models.backend import Model
 from circuits.patching.metrics import DEFAULT_METRIC, Metric, get_metric
 from circuits.patching.scores import Scores
-from circuits.types import ENGINE_NAMES
+from circuits.types import END_SWEEP_ENGINES, ENGINE_NAMES
 
 # Capabilities an engine may list in ``supports``.
 CAPABILITIES = ("end", "all_positions", "neurons", "edges", "gqa")
@@ -179,7 +179,7 @@ def _attribution_reference(grad_drop: bool) -> Callable[..., Scores]:
             raise ValueError("The attribution reference compares heads and MLPs (neurons=False, qk_fix=False)")
         m = get_metric(metric)
         cfg = model.cfg
-        L, H, P, K = cfg.n_layers, cfg.n_heads, len(batch), int(batch.end.max()) + 1
+        L, P, K = cfg.n_layers, len(batch), int(batch.end.max()) + 1
         ends = batch.end.cpu()
 
         def by_offset(x: torch.Tensor) -> torch.Tensor:  # [layer, pair, pos, *rest] -> [layer, *rest, offset, pair]
@@ -255,8 +255,13 @@ COLORS: dict[str, str] = {name: e.color for name, e in ENGINES.items()}
 
 
 def end_engines() -> list[str]:
-    """The engines that give exact values at END for every head and MLP (``circuits identify --engine``)."""
+    """The engines that give exact values at END for every head and MLP."""
     return [n for n, e in ENGINES.items() if e.exact and "end" in e.positions]
+
+
+# ``circuits identify --engine``: the END engines that are the END sweep (an identify result keeps its readouts).
+assert all(ENGINES[n].exact and ENGINES[n].positions == ("end",) for n in END_SWEEP_ENGINES)
+assert [n for n, e in ENGINES.items() if e.positions == ("end",)] == list(END_SWEEP_ENGINES)
 
 
 def describe(names: Sequence[str] | None = None) -> str:

@@ -94,7 +94,7 @@ class Scores:
         return self.parts["heads"]
 
     @property
-    def mlps(self) -> Float[Tensor, "layer *offset"]:
+    def mlps(self) -> Float[Tensor, " layer *offset"]:
         return self.parts["mlps"]
 
     def importance(self, part: str | None = None) -> Tensor | dict[str, Tensor]:
