@@ -35,25 +35,28 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from circuits.patching.eap_ig import (
+from circuits.types import (
     INPUT,
     LOGITS,
-    EAPIGScores,
+    Component,
     EAPReceiver,
     EAPSender,
+    Receiver,
     eap_receivers,
     eap_senders,
     eap_upstream,
     edge_mask,
 )
-from circuits.patching.scores import Scores
-from circuits.types import Component, Receiver
+
+if TYPE_CHECKING:
+    from circuits.patching.eap_ig import EAPIGScores
+    from circuits.patching.scores import Scores
 
 # MIB's task names for this project's operations (MIB has addition and subtraction; its HF datasets are
 # mib-bench/arithmetic_addition and mib-bench/arithmetic_subtraction) and its model short names.
@@ -364,7 +367,7 @@ def from_scores(scores: EAPIGScores | Scores, d_model: int, level: str | None = 
     graph) as a MIB graph: node scores always (importances: positive is important), edge scores when ``scores``
     have edges; ``top`` marks that many (or that fraction of) edges, or nodes with ``level="node"``, in the graph.
     ``d_model``: the model's width (``model.cfg.d_model``), which the file records. :meth:`Scores.to_mib` does it."""
-    if isinstance(scores, EAPIGScores):
+    if not hasattr(scores, "parts"):  # EAP-IG's own scores
         if level == "edge" and scores.edge is None:
             raise ValueError("These EAP-IG scores are node level; export them with level='node' or rerun "
                              "eap_ig(..., level='edge')")

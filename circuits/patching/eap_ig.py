@@ -49,15 +49,14 @@ equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_p
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import einops
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -70,58 +69,23 @@ from circuits.patching.metrics import MIB_METRIC, Baseline, Metric, get_metric
 from circuits.patching.ranking import order
 from circuits.patching.readouts import Readouts, baseline_of, cat_baselines, first_difference
 from circuits.patching.scores import Scores
-from circuits.types import CHANNELS, Component, Receiver
+from circuits.types import (  # EAP-IG's graph layout, declared with the vocabulary (circuits.mib reads it too)
+    CHANNELS,
+    INPUT,  # noqa: F401 (re-exported)
+    LOGITS,  # noqa: F401 (re-exported)
+    Component,  # noqa: F401 (re-exported)
+    EAPReceiver,
+    EAPSender,
+    eap_receivers,
+    eap_senders,
+    eap_upstream,  # noqa: F401 (re-exported)
+    edge_mask,
+)
 
-# EAP-IG's names for the two nodes that are not components: the embeddings (a sender) and the logits (a receiver).
-INPUT = "input"
-LOGITS = "logits"
-EAPSender = Union[Component, Literal["input"]]
-EAPReceiver = Union[Receiver, Literal["logits"]]
 LEVELS = ("node", "edge")
 POSITIONS = ("all", "end")
 DEFAULT_EAP_METRIC = MIB_METRIC  # MIB's arithmetic tasks attribute with the logit difference
 DEFAULT_STEPS = 5  # MIB's run_attribution.py --ig-steps
-
-
-def eap_senders(n_layers: int, n_heads: int) -> list[EAPSender]:
-    """EAP-IG's forward (sender) nodes in its order: ``input``, then per layer its heads, then its MLP."""
-    out: list[EAPSender] = [INPUT]
-    for l in range(n_layers):
-        out += [Component("head", l, h) for h in range(n_heads)] + [Component.mlp(l)]
-    return out
-
-
-def eap_receivers(n_layers: int, n_heads: int) -> list[EAPReceiver]:
-    """EAP-IG's backward (receiver) nodes in its order: per layer every head's q, then k, then v input, then the
-    MLP's input; ``logits`` last."""
-    out: list[EAPReceiver] = []
-    for l in range(n_layers):
-        for ch in CHANNELS:
-            out += [Receiver(Component("head", l, h), ch) for h in range(n_heads)]
-        out.append(Receiver(Component.mlp(l)))
-    return out + [LOGITS]
-
-
-def eap_upstream(sender: EAPSender, receiver: EAPReceiver) -> bool:
-    """Whether EAP-IG's graph has the edge: the input and every node feed later nodes and the logits; a head feeds
-    later layers; an MLP's input also reads the heads of its own layer."""
-    if sender == INPUT or receiver == LOGITS:
-        return True
-    assert isinstance(sender, Component) and isinstance(receiver, Receiver)
-    if receiver.channel is not None:
-        return sender.layer < receiver.layer
-    return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
-
-
-def edge_mask(n_layers: int, n_heads: int) -> Bool[Tensor, "sender receiver"]:
-    """``True`` where EAP-IG's graph has the edge, in :func:`eap_senders` x :func:`eap_receivers` order."""
-    return _edge_mask(n_layers, n_heads).clone()
-
-
-@functools.lru_cache(maxsize=8)
-def _edge_mask(n_layers: int, n_heads: int) -> Tensor:
-    s, r = eap_senders(n_layers, n_heads), eap_receivers(n_layers, n_heads)
-    return torch.tensor([[eap_upstream(a, b) for b in r] for a in s])
 
 
 @dataclass

@@ -90,8 +90,7 @@ class EdgeSweep(MetricViews):
         not upstream)."""
         m = self.metric(metric)
         return Scores({"edges": self.effects(m)}, m.name, m.sign, self.baseline,
-                      labels={"edges": (list(self.senders), list(self.receivers))}, engine="edges",
-                      per_pair={"edges": self.per_pair(m)})
+                      labels={"edges": (list(self.senders), list(self.receivers))}, engine="edges")
 
     def tensors(self) -> dict:
         return {**self.readouts.tensors("edge"), "senders": [str(s) for s in self.senders],

@@ -140,7 +140,8 @@ BASE = ("circuits.types", "circuits.versions", "circuits.io", "circuits.config",
 LAYERS = {
     "circuits.models": BASE,
     "circuits.data": (*BASE, "circuits.models", "circuits.viz.notebook"),  # viz.notebook: a PairSet's notebook display
-    "circuits.patching": (*BASE, "circuits.models", "circuits.data"),
+    # circuits.mib: MIB's graph file, which Scores.to_mib writes (mib reads only circuits.types and the one ranking)
+    "circuits.patching": (*BASE, "circuits.models", "circuits.data", "circuits.mib"),
     "circuits.viz": (*BASE, "circuits.patching.metrics"),  # a figure's metric: its name, sign and meaning
 }
 
