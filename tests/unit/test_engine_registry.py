@@ -6,27 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import FAMILIES, mixed_pairs
+from helpers import FAMILIES, check_engine_against_reference, mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.patching.registry import CAPABILITIES, ENGINES, describe, end_engines
-from circuits.patching.scores import Scores
 from circuits.types import ENGINE_NAMES
-
-
-def check_engine_against_reference(model, tokenizer, name: str, metric: str = "logit_diff", n: int = 3) -> Scores:
-    """Run ``ENGINES[name]`` and its reference on ``n`` mixed pairs and assert the two Scores agree."""
-    engine = ENGINES[name]
-    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, n), 0)
-    ours = engine.run(model, batch, metric=metric, **engine.quick)
-    ref = engine.reference(model, batch, metric=metric, **engine.quick)
-    assert isinstance(ours, Scores) and isinstance(ref, Scores)
-    assert (ours.metric, ours.sign, ours.offsets, sorted(ours.parts)) == (ref.metric, ref.sign, ref.offsets,
-                                                                          sorted(ref.parts))
-    for part, value in ours.parts.items():
-        torch.testing.assert_close(value, ref.parts[part], atol=1e-4, rtol=1e-4, equal_nan=True, msg=lambda m: f"{name} {part}: {m}")
-    assert ours.heads.nan_to_num().abs().max() > 1e-6  # not trivially 0
-    return ours
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
