@@ -31,6 +31,8 @@ ENGINE_NAMES: tuple[str, ...] = ("exact-path", "exact-activation", "positions", 
 END_SWEEP_ENGINES: dict[str, Mode] = {"exact-path": "path", "exact-activation": "activation"}
 # The jobs that follow MIB (faithfulness, EAP-IG) score with MIB's arithmetic metric, the logit difference.
 MIB_METRIC = "logit_diff"
+# The information-flow figure (circuits positions) shows effects by position in logits, as Stolfo et al. do.
+POSITION_METRIC = "logit_diff"
 # The rule that picks key components unless told otherwise (circuits.patching.ranking.KeyRule parses it).
 DEFAULT_KEY_RULE = f"{DEFAULT_METRIC}>=0.05"
 ComponentKind = Literal["head", "mlp"]

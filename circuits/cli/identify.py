@@ -39,17 +39,22 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     return p
 
 
+def config_from(args: argparse.Namespace) -> IdentifyConfig:
+    """The config of the flags; ``--engine`` is the registry's name of the END sweep ``--mode`` picks."""
+    config = from_arguments(IdentifyConfig, args)
+    if getattr(args, "engine", None) is not None:
+        mode = END_SWEEP_ENGINES[args.engine]
+        if getattr(args, "mode", mode) != mode:
+            raise ValueError(f"--engine {args.engine} is --mode {mode}, not --mode {args.mode}; give one of them")
+        config = config.replace(mode=mode)
+    return config
+
+
 def _main(args: argparse.Namespace) -> int:
     from circuits import distributed
     from circuits.identify import job
 
-    config = from_arguments(IdentifyConfig, args)
-    if args.engine is not None:
-        mode = END_SWEEP_ENGINES[args.engine]
-        if getattr(args, "mode", mode) != mode:
-            raise ValueError(f"--engine {args.engine} is --mode {mode}, not --mode {args.mode}; "
-                             "give one of them")
-        config = config.replace(mode=mode)
+    config = config_from(args)
     start = time.perf_counter()
     with writing(args.out, "identify", args.overwrite, container=config.task == "all"):
         job.run(config, args.out, n_devices=args.n_devices, progress=not args.no_progress)

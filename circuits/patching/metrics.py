@@ -163,6 +163,7 @@ DEFAULT_METRIC = _DEFAULT_METRIC
 # The metric of the jobs that follow MIB (faithfulness; EAP-IG's default): the logit difference, as MIB's arithmetic
 # tasks score. Named once; the saved faithfulness configs hold its value.
 MIB_METRIC = _MIB_METRIC
+# Jobs that deliberately use another metric name it in circuits.types (POSITION_METRIC: the information-flow figure).
 
 
 def get_metric(metric: str | Metric) -> Metric:

@@ -14,6 +14,7 @@ from jaxtyping import Float
 from plotly.subplots import make_subplots
 from torch import Tensor
 
+from circuits.types import DEFAULT_METRIC
 from circuits.viz.figures import LEGEND, _arr, colorbar_title, importance_scale, knockout_figure, metric_info, wrap
 
 ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728"}
@@ -82,7 +83,7 @@ def screen_figure(result: Any) -> go.Figure:
 
 
 def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, Sequence[int]], title: str,
-                metric: Any = "fraction", head_index: Any = None, sign: int | None = None) -> go.Figure:
+                metric: Any = DEFAULT_METRIC, head_index: Any = None, sign: int | None = None) -> go.Figure:
     """The information flow of Stolfo et al. (2023): activation-patching effect by layer (rows) and position
     (columns, the prompt's tokens up to END), for attention (the strongest head of each layer) and for the MLPs;
     the operand and operator positions (from the template roles) are marked."""
@@ -150,7 +151,7 @@ def neuron_knockout_figure(shares: Sequence[float], top: Sequence[float], random
     return fig
 
 
-def circuit_graph(edges: Sequence[tuple], layers: dict[str, float], title: str, metric: Any = "fraction",
+def circuit_graph(edges: Sequence[tuple], layers: dict[str, float], title: str, metric: Any = DEFAULT_METRIC,
                   sign: int | None = None) -> go.Figure:
     """A circuit as a layered graph: nodes placed by layer (left to right: senders -> key heads -> MLPs -> logits),
     edges ``(sender, receiver, value[, channel])`` coloured by ``metric``'s important direction (red, as in every
