@@ -12,7 +12,8 @@ Public signature (what other modules build on)::
     EAPIGScores.edge    Float[Tensor, "sender receiver pair"]  level="edge" only (NaN where not upstream)
     EAPIGScores.senders / .receivers                           INPUT, Component / Receiver, LOGITS (EAP-IG's order)
     EAPIGScores.effects(delta, metric) / node_effects(metric) / edge_effects(metric) / importance(what, metric)
-    EAPIGScores.node_importance(metric) -> (heads [layer, head], mlps [layer])   higher is more important
+    EAPIGScores.scores(metric) -> Scores (input, heads, mlps, edges)               importance(): higher is more important
+    EAPIGScores.node_importance(metric) -> (heads [layer, head], mlps [layer])   the same importances
     EAPIGScores.ranked_nodes(metric) / ranked_edges(metric) / to_dict() / from_dict(d)
 
 Each score is the estimated change of the metric's END readout (``logit_diff`` by default, as MIB's arithmetic
@@ -138,22 +139,24 @@ class EAPIGScores:
         return self.effects(self.edge, metric)
 
     def importance(self, what: Literal["node", "edge"] = "node", metric: str | Metric | None = None) -> Tensor:
-        """Effects oriented as EAP-IG/MIB scores: ``metric.sign * effect``, positive where the counterfactual value
-        moves the metric in its important direction (MIB attributes with ``-logit_diff``). Nodes: one vector in
+        """:meth:`scores`' importances (``metric.sign * effect``: positive where the counterfactual value moves the
+        metric in its important direction, as EAP-IG/MIB score with ``-logit_diff``). Nodes: one vector in
         :func:`eap_senders` order; edges: ``[sender, receiver]`` (NaN where there is no edge)."""
-        m = self.metric if metric is None else get_metric(metric)
+        s = self.scores(metric)
         if what == "edge":
-            return m.sign * self.edge_effects(m)
-        e = self.node_effects(m)
-        return m.sign * torch.cat([e["input"].reshape(1), torch.cat([e["head"], e["mlp"][:, None]], 1).flatten()])
+            if self.edge is None:
+                raise ValueError("These EAP-IG scores are node level; run eap_ig(..., level='edge') for edges")
+            return s.importance("edges")  # type: ignore[return-value]
+        imp = s.importance()
+        assert isinstance(imp, dict)
+        return torch.cat([imp["input"].reshape(1), torch.cat([imp["heads"], imp["mlps"][:, None]], 1).flatten()])
 
     def node_importance(self, metric: str | Metric | None = None) -> tuple[Float[Tensor, "layer head"],
                                                                            Float[Tensor, " layer"]]:
-        """``(heads [layer, head], mlps [layer])`` oriented so that higher is more important (``metric.sign *
-        effect``): what :func:`circuits.patching.faithfulness.faithfulness` ranks."""
-        m = self.metric if metric is None else get_metric(metric)
-        e = self.node_effects(m)
-        return m.sign * e["head"], m.sign * e["mlp"]
+        """``(heads [layer, head], mlps [layer])`` oriented so that higher is more important: :meth:`scores`'
+        importances."""
+        s = self.scores(metric)
+        return s.importance("heads"), s.importance("mlps")  # type: ignore[return-value]
 
     def scores(self, metric: str | Metric | None = None) -> Scores:
         """:class:`~circuits.patching.scores.Scores` of the ``input`` node ``[]``, heads ``[layer, head]``, MLPs
