@@ -175,12 +175,12 @@ def _attribution_reference(grad_drop: bool) -> Callable[..., Scores]:
         from circuits.patching.readouts import first_difference
         from circuits.patching.reference import baseline_plain
 
-        if neurons or qk_fix:
-            raise ValueError("The attribution reference compares heads and MLPs (neurons=False, qk_fix=False)")
-        m = get_metric(metric)
+        m = get_metric(metric)  # qk_fix changes only the query and key nodes, which Scores leave out
         cfg = model.cfg
         L, P, K = cfg.n_layers, len(batch), int(batch.end.max()) + 1
         ends = batch.end.cpu()
+        first = first_difference(batch).cpu()
+        Kn = int((ends - torch.minimum(first, ends)).max()) + 1  # offsets where any pair's prompts differ
 
         def by_offset(x: torch.Tensor) -> torch.Tensor:  # [layer, pair, pos, *rest] -> [layer, *rest, offset, pair]
             out = torch.full((L, *x.shape[3:], K, P), float("nan"))
@@ -189,16 +189,17 @@ def _attribution_reference(grad_drop: bool) -> Callable[..., Scores]:
                 out[..., : e + 1, i] = x[:, i, : e + 1].flip(1).movedim(1, -1).float().cpu()
             return out
 
+        sites = ("head", "mlp", "neuron") if neurons else ("head", "mlp")
         gd: dict[str, torch.Tensor] = {}
         if grad_drop:
             total = [attribute_plain(model, batch, m, readout_of(m), drop_layer=l) for l in range(L)]
-            for part, site in (("head", "head"), ("mlp", "mlp")):
+            for site in sites:
                 t = by_offset(sum(d[site].abs() for d in total) / (L - 1))  # type: ignore[arg-type]
-                gd[part] = t.nanmean(-1)
+                gd[site] = (t[..., :Kn, :] if site == "neuron" else t).nanmean(-1)
         plain = attribute_plain(model, batch, m, readout_of(m), "activation")
+        neuron = by_offset(plain["neuron"])[..., :Kn, :] if neurons else None  # later offsets: both prompts agree
         att = Attribution(m, "activation", readout_of(m), baseline_plain(model, batch).to("cpu"),
-                          by_offset(plain["head"]), by_offset(plain["mlp"]), None, None, None, ends,
-                          first_difference(batch).cpu(), gd)
+                          by_offset(plain["head"]), by_offset(plain["mlp"]), neuron, None, None, ends, first, gd)
         s = att.scores(graddrop=grad_drop)
         return at_end(s) if positions == "end" else s
 
@@ -231,6 +232,7 @@ def _eap_ig_reference(model, batch, *, metric, positions, steps=None, level="nod
 
 _END = frozenset({"end", "gqa"})
 _ALL = frozenset({"end", "all_positions", "gqa"})
+_ATTRIBUTION = _ALL | {"neurons"}  # with neurons=True: every MLP neuron too
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("exact-path", *_exact("path"), ("end",), _END, "#d62728",
@@ -240,11 +242,12 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("positions", _positions_run, _positions_reference, ("all", "end"), _ALL, "#8c564b",
            "activation patching of each head and MLP at every offset from END (cc.sweep_positions)",
            quick={"offsets": [0, 1, 2]}),
-    Engine("screen", _attribution_run(False), _attribution_reference(False), ("all", "end"), _ALL, "#1f77b4",
+    Engine("screen", _attribution_run(False), _attribution_reference(False), ("all", "end"), _ATTRIBUTION, "#1f77b4",
            "attribution patching (AtP, activation mode) of each head and MLP at every offset: a first-order estimate",
-           exact=False),
-    Engine("graddrop", _attribution_run(True), _attribution_reference(True), ("all", "end"), _ALL, "#17becf",
-           "AtP*'s GradDrop: mean |estimate| over the backward passes that drop one layer's gradient", exact=False),
+           exact=False, quick={"neurons": True}),
+    Engine("graddrop", _attribution_run(True), _attribution_reference(True), ("all", "end"), _ATTRIBUTION, "#17becf",
+           "AtP*'s GradDrop: mean |estimate| over the backward passes that drop one layer's gradient", exact=False,
+           quick={"neurons": True}),
     Engine("eap-ig", _eap_ig_run, _eap_ig_reference, ("all", "end"), _ALL | {"edges"}, "#2ca02c",
            "EAP-IG (inputs variant, MIB's baseline): integrated-gradient estimates summed over positions",
            exact=False, refuses={"post_norm": "level='edge' only (Gemma 2/3 normalise the attention output)"},
