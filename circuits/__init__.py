@@ -52,6 +52,8 @@ _EXPORTS: dict[str, str] = {
     "screen": "circuits.beyond.screen.job", "sweep_positions": "circuits.patching.positions",
     "sweep_neurons": "circuits.patching.neurons", "sweep_edges": "circuits.patching.edges",
     "faithfulness": "circuits.beyond.faithfulness.job", "FaithfulnessConfig": "circuits.beyond.faithfulness.config",
+    # what every engine returns, and every engine (result.scores(); cc.ENGINES["eap-ig"].run(model, pairs))
+    "Scores": "circuits.patching.scores", "ENGINES": "circuits.patching.registry",
     # validate
     "knockout": "circuits.validate.knockout", "knockout_curve": "circuits.validate.knockout",
     # explain
@@ -101,6 +103,8 @@ if TYPE_CHECKING:  # for editors and type checkers
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
     from circuits.beyond.faithfulness.job import faithfulness
     from circuits.beyond.screen.job import screen
+    from circuits.patching.registry import ENGINES
+    from circuits.patching.scores import Scores
     from circuits.patching.metrics import METRICS, Metric, logits_metric
     from circuits.identify.result import IdentifyResult
     from circuits.patching.ranking import KeyRule
