@@ -66,6 +66,9 @@ if TYPE_CHECKING:  # the façade's one list of names (editors and type checkers 
     from circuits.patching.edges import sweep_edges
     from circuits.beyond.faithfulness.job import faithfulness
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    # what every engine returns, and every engine (result.scores(); cc.ENGINES["eap-ig"].run(model, pairs))
+    from circuits.patching.scores import Scores
+    from circuits.patching.registry import ENGINES
     # validate
     from circuits.validate.knockout import knockout, knockout_curve
     # explain

@@ -7,12 +7,13 @@ JSON, figure labels); :meth:`Head.parse` and :meth:`Component.parse` also read `
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Union
 
 Mode = Literal["path", "activation"]
 MODES: tuple[Mode, ...] = ("path", "activation")
@@ -20,8 +21,20 @@ MODES: tuple[Mode, ...] = ("path", "activation")
 DTYPE_NAMES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 # The built-in metrics (circuits.patching.metrics defines them; configs check names against this without torch).
 METRIC_NAMES: tuple[str, ...] = ("relative_logit", "fraction", "logit_diff", "prob")
+# The default of every effects() / per_pair() / ranked() / scores() of every result type and of every job's metric
+# (declared here so configs read it without torch; circuits.patching.metrics.DEFAULT_METRIC is this name).
+DEFAULT_METRIC = "fraction"
+# The ranking engines, in order (circuits.patching.registry.ENGINES defines them; configs read the names without torch).
+ENGINE_NAMES: tuple[str, ...] = ("exact-path", "exact-activation", "positions", "screen", "graddrop", "eap-ig")
+# The registry's engines that sweep every head and MLP at END keeping per-pair readouts (circuits.patching.engine.sweep),
+# with the sweep's mode: ``circuits identify --engine`` offers them (``--mode`` is the same choice).
+END_SWEEP_ENGINES: dict[str, Mode] = {"exact-path": "path", "exact-activation": "activation"}
+# The jobs that follow MIB (faithfulness, EAP-IG) score with MIB's arithmetic metric, the logit difference.
+MIB_METRIC = "logit_diff"
+# The information-flow figure (circuits positions) shows effects by position in logits, as Stolfo et al. do.
+POSITION_METRIC = "logit_diff"
 # The rule that picks key components unless told otherwise (circuits.patching.ranking.KeyRule parses it).
-DEFAULT_KEY_RULE = "fraction>=0.05"
+DEFAULT_KEY_RULE = f"{DEFAULT_METRIC}>=0.05"
 ComponentKind = Literal["head", "mlp"]
 Site = Literal["z", "mlp_out"]  # the TransformerLens hook a component is patched at (``get_act_name(site, layer)``)
 
@@ -273,3 +286,55 @@ def parse_layers(text: str, what: str = "MLP") -> list[int]:
 
 def all_heads(n_layers: int, n_heads: int) -> list[Head]:
     return [Head(l, h) for l in range(n_layers) for h in range(n_heads)]
+
+
+# --- EAP-IG's (and MIB's) graph of a model: its nodes in EAP-IG's order -----------------------------------------
+# EAP-IG's names for the two nodes that are not components: the embeddings (a sender) and the logits (a receiver).
+INPUT = "input"
+LOGITS = "logits"
+EAPSender = Union[Component, Literal["input"]]
+EAPReceiver = Union[Receiver, Literal["logits"]]
+
+
+def eap_senders(n_layers: int, n_heads: int) -> list[EAPSender]:
+    """EAP-IG's forward (sender) nodes in its order: ``input``, then per layer its heads, then its MLP."""
+    out: list[EAPSender] = [INPUT]
+    for l in range(n_layers):
+        out += [Component("head", l, h) for h in range(n_heads)] + [Component.mlp(l)]
+    return out
+
+
+def eap_receivers(n_layers: int, n_heads: int) -> list[EAPReceiver]:
+    """EAP-IG's backward (receiver) nodes in its order: per layer every head's q, then k, then v input, then the
+    MLP's input; ``logits`` last."""
+    out: list[EAPReceiver] = []
+    for l in range(n_layers):
+        for ch in CHANNELS:
+            out += [Receiver(Component("head", l, h), ch) for h in range(n_heads)]
+        out.append(Receiver(Component.mlp(l)))
+    return out + [LOGITS]
+
+
+def eap_upstream(sender: EAPSender, receiver: EAPReceiver) -> bool:
+    """Whether EAP-IG's graph has the edge: the input and every node feed later nodes and the logits; a head feeds
+    later layers; an MLP's input also reads the heads of its own layer."""
+    if sender == INPUT or receiver == LOGITS:
+        return True
+    assert isinstance(sender, Component) and isinstance(receiver, Receiver)
+    if receiver.channel is not None:
+        return sender.layer < receiver.layer
+    return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
+
+
+def edge_mask(n_layers: int, n_heads: int) -> Any:
+    """``True`` where EAP-IG's graph has the edge, ``Bool[Tensor, "sender receiver"]`` in :func:`eap_senders` x
+    :func:`eap_receivers` order (torch is imported when called: this module imports none)."""
+    return _edge_mask(n_layers, n_heads).clone()
+
+
+@functools.lru_cache(maxsize=8)
+def _edge_mask(n_layers: int, n_heads: int) -> Any:
+    import torch
+
+    s, r = eap_senders(n_layers, n_heads), eap_receivers(n_layers, n_heads)
+    return torch.tensor([[eap_upstream(a, b) for b in r] for a in s])

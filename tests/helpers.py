@@ -177,3 +177,24 @@ def aligned_pairs(tokenizer, n: int = 3, few_shot: bool = False, seed: int = 1):
 
     rng = random.Random(seed)
     return [render_pair(FIGURE8["addition"][0], a, 2, tokenizer, rng, few_shot=few_shot) for a in (1, 3, 4, 5, 6)[:n]]
+
+
+def check_engine_against_reference(model, tokenizer, name: str, metric: str = "logit_diff", n: int = 3):
+    """Run ``ENGINES[name]`` and its reference on ``n`` mixed pairs and assert the two Scores agree."""
+    import torch
+
+    from circuits.data.pairs import PairBatch
+    from circuits.patching.registry import ENGINES
+    from circuits.patching.scores import Scores
+
+    engine = ENGINES[name]
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, n), 0)
+    ours = engine.run(model, batch, metric=metric, **engine.quick)
+    ref = engine.reference(model, batch, metric=metric, **engine.quick)
+    assert isinstance(ours, Scores) and isinstance(ref, Scores)
+    assert (ours.metric, ours.sign, ours.offsets, sorted(ours.parts)) == (ref.metric, ref.sign, ref.offsets,
+                                                                          sorted(ref.parts))
+    for part, value in ours.parts.items():
+        torch.testing.assert_close(value, ref.parts[part], atol=1e-4, rtol=1e-4, equal_nan=True, msg=lambda m: f"{name} {part}: {m}")
+    assert ours.heads.nan_to_num().abs().max() > 1e-6  # not trivially 0
+    return ours

@@ -19,6 +19,7 @@ import time
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.identify.config import IdentifyConfig
+from circuits.types import END_SWEEP_ENGINES
 
 
 PROGRESS = True
@@ -29,17 +30,31 @@ def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, IdentifyConfig)
     add_output_arguments(p, "output folder (a result per task inside it for --task all)")
+    p.add_argument("--engine", choices=tuple(END_SWEEP_ENGINES), default=None,
+                   help="the registry's END engine that sweeps every head and MLP (circuits.patching.registry): "
+                        "exact-path (the default; --mode path) or exact-activation (--mode activation)")
     p.add_argument("--n-devices", type=int, default=1,
                    help="spread the model's layers over this many GPUs (per process under torchrun; default 1)")
     p.set_defaults(func=_main)
     return p
 
 
+def config_from(args: argparse.Namespace) -> IdentifyConfig:
+    """The config of the flags; ``--engine`` is the registry's name of the END sweep ``--mode`` picks."""
+    config = from_arguments(IdentifyConfig, args)
+    if getattr(args, "engine", None) is not None:
+        mode = END_SWEEP_ENGINES[args.engine]
+        if getattr(args, "mode", mode) != mode:
+            raise ValueError(f"--engine {args.engine} is --mode {mode}, not --mode {args.mode}; give one of them")
+        config = config.replace(mode=mode)
+    return config
+
+
 def _main(args: argparse.Namespace) -> int:
     from circuits import distributed
     from circuits.identify import job
 
-    config = from_arguments(IdentifyConfig, args)
+    config = config_from(args)
     start = time.perf_counter()
     with writing(args.out, "identify", args.overwrite, container=config.task == "all"):
         job.run(config, args.out, n_devices=args.n_devices, progress=not args.no_progress)

@@ -27,7 +27,8 @@ from circuits.identify.config import IdentifyConfig
 from circuits.identify.edges import circuit_figure, edge_summary, receiver_effects_of
 from circuits.patching.engine import SweepResult
 from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
-from circuits.patching.ranking import KeyRule, Ranked, rank, rank_mlps
+from circuits.patching.ranking import KeyRule, Ranked
+from circuits.patching.scores import Scores
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.identify.config import KeyHeadSource
 from circuits.results import MARKER, Result, ResultError
@@ -108,10 +109,18 @@ class IdentifyResult(ShowsFigure, Result):
                               f"not {m.name}; rerun circuits identify to get every metric")
         return self.saved_effects[m.name]
 
+    def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
+        """:class:`~circuits.patching.scores.Scores` of every head and MLP by ``metric`` (the sweep's, or the
+        effects saved with the result)."""
+        if self.sweep is not None:
+            return self.sweep.scores(metric)
+        m = self.metric(metric)
+        heads, mlps = self.effects(m)
+        return Scores({"heads": heads, "mlps": mlps}, m.name, m.sign, engine=f"exact-{self.config.mode}")
+
     def ranked(self, metric: str | Metric = DEFAULT_METRIC) -> list[Ranked]:
         """Every head with its effect, most important first (default metric ``fraction``, as on every result)."""
-        m = self.metric(metric)
-        return rank(self.effects(m)[0], m.sign)
+        return self.scores(metric).ranked(part="heads")
 
     def key_heads(self, rule: str | KeyRule | None = None) -> list[Ranked]:
         """The heads ``rule`` selects (default: the rule the result was made with), most important first."""
@@ -132,9 +141,8 @@ class IdentifyResult(ShowsFigure, Result):
 
     def top_mlps(self, k: int) -> list[int]:
         """The key MLPs first, then the rest by the key rule's metric."""
-        m = self.metric()
-        return _key_first([l for l, _ in self.key_mlps()], [l for l, _ in rank_mlps(self.effects(m)[1], m.sign)], k,
-                          "MLPs")
+        ranked = [c.layer for c, _ in self.scores().ranked(part="mlps")]
+        return _key_first([l for l, _ in self.key_mlps()], ranked, k, "MLPs")
 
     def _custom(self) -> dict[str, Metric]:
         return self.sweep.custom_metrics if self.sweep is not None else {}
@@ -316,7 +324,7 @@ class PerOperation(Result):
     operations: list[str]
     head_effects: dict[str, list[list[float]]]  # operation -> [layer][head], by ``metric``
     key_heads: dict[str, list[Head]]
-    metric: str = "fraction"
+    metric: str = DEFAULT_METRIC
     pairs: dict[str, dict[str, Any]] = field(default_factory=dict)  # operation -> accuracy, n_pairs
 
     @property

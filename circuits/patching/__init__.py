@@ -13,6 +13,9 @@ these; nothing here imports a job.
   :data:`DEFAULT_METRIC` (``fraction``), the default of every ``effects()`` / ``ranked()``.
 - :mod:`~circuits.patching.ranking`: key rules (``fraction>=0.05``, ``top10``) and :func:`order`, the one ranking
   (:func:`rank` for heads, :func:`rank_mlps`).
+- :mod:`~circuits.patching.scores`: :class:`Scores`, what every engine returns (``result.scores()``): importance over
+  heads, MLPs, neurons, positions or edges with ``ranked()``, ``top()``, ``to_mib()``; larger is more important.
+- :mod:`~circuits.patching.registry`: :data:`ENGINES`, every ranking engine with its capabilities and plain reference.
 - :mod:`~circuits.patching.uncertainty`: bootstrap intervals over pairs.
 - :mod:`~circuits.patching.reference`, :mod:`~circuits.patching.plain`: the plain one-forward-per-component loops.
 """
@@ -26,9 +29,10 @@ from circuits.patching.neurons import NeuronSweep, sweep_neurons
 from circuits.patching.positions import PositionSweep, sweep_positions
 from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, order, rank, rank_mlps
 from circuits.patching.readouts import MetricViews, Readouts
+from circuits.patching.scores import Scores
 
 __all__ = ["DEFAULT_KEY_RULE", "DEFAULT_METRIC", "METRICS", "Attribution", "Baseline", "EAPIGScores", "EdgeSweep", "KeyRule",
            "Metric",
-           "MetricViews", "NeuronSweep", "PositionSweep", "PreparedRuns", "Readouts", "SweepResult", "all_components", "attribute",
+           "MetricViews", "NeuronSweep", "PositionSweep", "PreparedRuns", "Readouts", "Scores", "SweepResult", "all_components", "attribute",
            "eap_ig", "get_metric", "logits_metric", "order", "prepare", "rank", "rank_mlps", "sweep", "sweep_edges", "sweep_neurons",
            "sweep_positions"]

@@ -40,7 +40,8 @@ from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.readouts import Readouts, baseline_of, cat_baselines, first_difference
-from circuits.types import MODES, Mode
+from circuits.patching.scores import Scores
+from circuits.types import MODES, Mode, Neuron
 
 
 def readout_of(metric: Metric) -> str:
@@ -207,16 +208,46 @@ class Attribution:
         """Estimated readouts (``baseline + delta``) for the metric; the other readouts NaN."""
         return estimated_readouts(self.readout, self.baseline if baseline is None else baseline, delta)
 
-    def effect(self, delta: Tensor) -> Tensor:
-        """The metric over pairs for estimates ``delta`` ``[..., offset, pair]`` -> ``[..., offset]`` (pairs that
-        have each offset)."""
+    def effect(self, delta: Tensor, metric: Metric | None = None) -> Tensor:
+        """The metric (default: the one estimated) over pairs for estimates ``delta`` ``[..., offset, pair]`` ->
+        ``[..., offset]`` (pairs that have each offset)."""
+        m = self.metric if metric is None else metric
         out = torch.full(delta.shape[:-1], float("nan"))
         for k in range(delta.shape[-2]):
             valid = torch.nonzero(self.ends >= k).flatten()
             if len(valid):
                 base = self.baseline.select(valid)
-                out[..., k] = self.metric.effect(self.view(delta[..., k, valid], base), base)
+                out[..., k] = m.effect(self.view(delta[..., k, valid], base), base)
         return out
+
+    def scores(self, metric: str | Metric | None = None, *, graddrop: bool = False) -> Scores:
+        """:class:`~circuits.patching.scores.Scores` by offset from END: heads ``[layer, head, offset]``, MLPs
+        ``[layer, offset]``, the QK-fixed query and key nodes (``head_q``/``head_k`` are not component axes of
+        their own: left out) and, when estimated, neurons ``[layer * d_mlp, offset]``.
+
+        ``metric``: the metric the estimates were made with (default), or one reading the same END quantity.
+        ``graddrop=True``: AtP*'s GradDrop scores instead (mean ``|estimate|`` over the layer-dropped passes,
+        already over pairs: non-negative, ``sign`` ``+1``)."""
+        m = self.metric if metric is None else get_metric(metric)
+        if readout_of(m) != self.readout:
+            raise ValueError(f"These estimates are of the {self.readout!r} readout (metric {self.metric.name}); "
+                             f"metric {m.name!r} reads {readout_of(m)!r}: rerun attribute with metric={m.name!r}")
+        if graddrop:
+            if not self.graddrop:
+                raise ValueError("No GradDrop scores here: run attribute(..., grad_drop=True)")
+            parts, sign, name, engine = dict(self.graddrop), 1, f"|{m.name}|", "graddrop"
+        else:
+            parts = {"head": self.effect(self.head, m), "mlp": self.effect(self.mlp, m)}
+            if self.neuron is not None:
+                parts["neuron"] = self.effect(self.neuron, m)
+            sign, name, engine = m.sign, m.name, "screen"
+        out = {"heads": parts["head"], "mlps": parts["mlp"]}
+        labels: dict = {}
+        if "neuron" in parts:
+            L, D = parts["neuron"].shape[:2]
+            out["neurons"] = parts["neuron"].reshape(L * D, -1)
+            labels["neurons"] = [Neuron(l, i) for l in range(L) for i in range(D)]
+        return Scores(out, name, sign, self.baseline, offsets=True, labels=labels, engine=engine)
 
 
 @torch.enable_grad()

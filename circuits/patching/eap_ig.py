@@ -12,7 +12,8 @@ Public signature (what other modules build on)::
     EAPIGScores.edge    Float[Tensor, "sender receiver pair"]  level="edge" only (NaN where not upstream)
     EAPIGScores.senders / .receivers                           INPUT, Component / Receiver, LOGITS (EAP-IG's order)
     EAPIGScores.effects(delta, metric) / node_effects(metric) / edge_effects(metric) / importance(what, metric)
-    EAPIGScores.node_importance(metric) -> (heads [layer, head], mlps [layer])   higher is more important
+    EAPIGScores.scores(metric) -> Scores (input, heads, mlps, edges)               importance(): higher is more important
+    EAPIGScores.node_importance(metric) -> (heads [layer, head], mlps [layer])   the same importances
     EAPIGScores.ranked_nodes(metric) / ranked_edges(metric) / to_dict() / from_dict(d)
 
 Each score is the estimated change of the metric's END readout (``logit_diff`` by default, as MIB's arithmetic
@@ -49,15 +50,14 @@ equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_p
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 import einops
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -66,61 +66,27 @@ from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.patching.attribution import _prefix_cache, _readout_value, _run_body, estimated_readouts, readout_of
 from circuits.patching.end_layers import check_supported, end_logits
-from circuits.patching.metrics import Baseline, Metric, get_metric
+from circuits.patching.metrics import MIB_METRIC, Baseline, Metric, get_metric
 from circuits.patching.ranking import order
 from circuits.patching.readouts import Readouts, baseline_of, cat_baselines, first_difference
-from circuits.types import CHANNELS, Component, Receiver
+from circuits.patching.scores import Scores
+from circuits.types import (  # EAP-IG's graph layout, declared with the vocabulary (circuits.patching.mib reads it too)
+    CHANNELS,
+    INPUT,  # noqa: F401 (re-exported)
+    LOGITS,  # noqa: F401 (re-exported)
+    Component,  # noqa: F401 (re-exported)
+    EAPReceiver,
+    EAPSender,
+    eap_receivers,
+    eap_senders,
+    eap_upstream,  # noqa: F401 (re-exported)
+    edge_mask,
+)
 
-# EAP-IG's names for the two nodes that are not components: the embeddings (a sender) and the logits (a receiver).
-INPUT = "input"
-LOGITS = "logits"
-EAPSender = Union[Component, Literal["input"]]
-EAPReceiver = Union[Receiver, Literal["logits"]]
 LEVELS = ("node", "edge")
 POSITIONS = ("all", "end")
-DEFAULT_EAP_METRIC = "logit_diff"  # MIB's arithmetic tasks attribute with the logit difference
+DEFAULT_EAP_METRIC = MIB_METRIC  # MIB's arithmetic tasks attribute with the logit difference
 DEFAULT_STEPS = 5  # MIB's run_attribution.py --ig-steps
-
-
-def eap_senders(n_layers: int, n_heads: int) -> list[EAPSender]:
-    """EAP-IG's forward (sender) nodes in its order: ``input``, then per layer its heads, then its MLP."""
-    out: list[EAPSender] = [INPUT]
-    for l in range(n_layers):
-        out += [Component("head", l, h) for h in range(n_heads)] + [Component.mlp(l)]
-    return out
-
-
-def eap_receivers(n_layers: int, n_heads: int) -> list[EAPReceiver]:
-    """EAP-IG's backward (receiver) nodes in its order: per layer every head's q, then k, then v input, then the
-    MLP's input; ``logits`` last."""
-    out: list[EAPReceiver] = []
-    for l in range(n_layers):
-        for ch in CHANNELS:
-            out += [Receiver(Component("head", l, h), ch) for h in range(n_heads)]
-        out.append(Receiver(Component.mlp(l)))
-    return out + [LOGITS]
-
-
-def eap_upstream(sender: EAPSender, receiver: EAPReceiver) -> bool:
-    """Whether EAP-IG's graph has the edge: the input and every node feed later nodes and the logits; a head feeds
-    later layers; an MLP's input also reads the heads of its own layer."""
-    if sender == INPUT or receiver == LOGITS:
-        return True
-    assert isinstance(sender, Component) and isinstance(receiver, Receiver)
-    if receiver.channel is not None:
-        return sender.layer < receiver.layer
-    return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
-
-
-def edge_mask(n_layers: int, n_heads: int) -> Bool[Tensor, "sender receiver"]:
-    """``True`` where EAP-IG's graph has the edge, in :func:`eap_senders` x :func:`eap_receivers` order."""
-    return _edge_mask(n_layers, n_heads).clone()
-
-
-@functools.lru_cache(maxsize=8)
-def _edge_mask(n_layers: int, n_heads: int) -> Tensor:
-    s, r = eap_senders(n_layers, n_heads), eap_receivers(n_layers, n_heads)
-    return torch.tensor([[eap_upstream(a, b) for b in r] for a in s])
 
 
 @dataclass
@@ -173,22 +139,38 @@ class EAPIGScores:
         return self.effects(self.edge, metric)
 
     def importance(self, what: Literal["node", "edge"] = "node", metric: str | Metric | None = None) -> Tensor:
-        """Effects oriented as EAP-IG/MIB scores: ``metric.sign * effect``, positive where the counterfactual value
-        moves the metric in its important direction (MIB attributes with ``-logit_diff``). Nodes: one vector in
+        """:meth:`scores`' importances (``metric.sign * effect``: positive where the counterfactual value moves the
+        metric in its important direction, as EAP-IG/MIB score with ``-logit_diff``). Nodes: one vector in
         :func:`eap_senders` order; edges: ``[sender, receiver]`` (NaN where there is no edge)."""
-        m = self.metric if metric is None else get_metric(metric)
+        s = self.scores(metric)
         if what == "edge":
-            return m.sign * self.edge_effects(m)
-        e = self.node_effects(m)
-        return m.sign * torch.cat([e["input"].reshape(1), torch.cat([e["head"], e["mlp"][:, None]], 1).flatten()])
+            if self.edge is None:
+                raise ValueError("These EAP-IG scores are node level; run eap_ig(..., level='edge') for edges")
+            return s.importance("edges")  # type: ignore[return-value]
+        imp = s.importance()
+        assert isinstance(imp, dict)
+        return torch.cat([imp["input"].reshape(1), torch.cat([imp["heads"], imp["mlps"][:, None]], 1).flatten()])
 
     def node_importance(self, metric: str | Metric | None = None) -> tuple[Float[Tensor, "layer head"],
                                                                            Float[Tensor, " layer"]]:
-        """``(heads [layer, head], mlps [layer])`` oriented so that higher is more important (``metric.sign *
-        effect``): what :func:`circuits.patching.faithfulness.faithfulness` ranks."""
+        """``(heads [layer, head], mlps [layer])`` oriented so that higher is more important: :meth:`scores`'
+        importances."""
+        s = self.scores(metric)
+        return s.importance("heads"), s.importance("mlps")  # type: ignore[return-value]
+
+    def scores(self, metric: str | Metric | None = None) -> Scores:
+        """:class:`~circuits.patching.scores.Scores` of the ``input`` node ``[]``, heads ``[layer, head]``, MLPs
+        ``[layer]`` and, at edge level, edges ``[sender, receiver]`` (:func:`eap_senders` x :func:`eap_receivers`;
+        NaN where there is no edge). ``metric``: the one estimated (default) or one reading the same END quantity.
+        Its :meth:`~circuits.patching.scores.Scores.importance` (``sign * effect``) is what MIB's file holds."""
         m = self.metric if metric is None else get_metric(metric)
         e = self.node_effects(m)
-        return m.sign * e["head"], m.sign * e["mlp"]
+        parts = {"input": e["input"], "heads": e["head"], "mlps": e["mlp"]}
+        labels: dict = {}
+        if self.edge is not None:
+            parts["edges"] = self.edge_effects(m)
+            labels["edges"] = (list(self.senders), list(self.receivers))
+        return Scores(parts, m.name, m.sign, self.baseline, labels=labels, engine="eap-ig")
 
     def to_dict(self) -> dict[str, Any]:
         """Tensors and names (the metric by name; senders and receivers as text): :meth:`from_dict` reads it."""
@@ -217,10 +199,8 @@ class EAPIGScores:
         return [(nodes[i], float(flat[i])) for i in order(flat, m.sign).tolist()]
 
     def ranked_edges(self, metric: str | Metric | None = None) -> list[tuple[EAPSender, EAPReceiver, float]]:
-        m = self.metric if metric is None else get_metric(metric)
-        e = self.edge_effects(m)
-        R = e.shape[1]
-        return [(self.senders[i // R], self.receivers[i % R], float(e.flatten()[i])) for i in order(e, m.sign).tolist()]
+        """Every edge ``(sender, receiver, effect)``, most important first (:meth:`scores`' ranking)."""
+        return [(s, r, e) for (s, r), e in self.scores(metric).ranked(part="edges")]
 
 
 @contextlib.contextmanager

@@ -40,8 +40,8 @@ from circuits.patching.end_layers import (
 from circuits.patching.engine import all_components, rows_for_budget
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.neurons import answer_readout
-from circuits.patching.ranking import order
 from circuits.patching.readouts import MetricViews, Readouts, check_senders
+from circuits.patching.scores import Scores
 from circuits.types import Component, Receiver
 
 
@@ -81,10 +81,16 @@ class EdgeSweep(MetricViews):
 
     def top_senders(self, receiver: Receiver | str, k: int = 5, metric: str | Metric = DEFAULT_METRIC) -> list[tuple[Component, float]]:
         """The ``k`` senders whose edge into ``receiver`` matters most (by the metric's sign)."""
-        r = self.receivers.index(receiver if isinstance(receiver, Receiver) else Receiver.parse_many(receiver)[0])
+        r = receiver if isinstance(receiver, Receiver) else Receiver.parse_many(receiver)[0]
+        self.receivers.index(r)  # one clear error for a receiver not swept
+        return [(s, e) for (s, to), e in self.scores(metric).ranked(part="edges") if to == r][:k]
+
+    def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
+        """:class:`~circuits.patching.scores.Scores` of every edge, ``[sender, receiver]`` (NaN where the sender is
+        not upstream)."""
         m = self.metric(metric)
-        eff = self.effects(m)[:, r]
-        return [(self.senders[i], float(eff[i])) for i in order(eff, m.sign)[:k].tolist()]
+        return Scores({"edges": self.effects(m)}, m.name, m.sign, self.baseline,
+                      labels={"edges": (list(self.senders), list(self.receivers))}, engine="edges")
 
     def tensors(self) -> dict:
         return {**self.readouts.tensors("edge"), "senders": [str(s) for s in self.senders],

@@ -60,7 +60,8 @@ from circuits.patching.end_layers import (
 )
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.models.backend import Model, layer_device, output_device
-from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked, rank
+from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked
+from circuits.patching.scores import Scores
 from circuits.patching.readouts import READOUTS, MetricLookup, Readouts, cat_baselines
 from circuits.timing import timed
 from circuits.types import MODES, Component, Head, Mode, as_components
@@ -138,10 +139,18 @@ class SweepResult(MetricLookup):
         m = self.metric(metric)
         return m.effect(self.heads, self.baseline), m.effect(self.mlps, self.baseline)
 
-    def ranked(self, metric: str | Metric = DEFAULT_METRIC) -> list[Ranked]:
-        """Every head with its effect, most important first (by the metric's sign)."""
+    def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
+        """:class:`~circuits.patching.scores.Scores` of every head ``[layer, head]`` and MLP ``[layer]`` by
+        ``metric`` (with their per-pair values)."""
         m = self.metric(metric)
-        return rank(self.effects(m)[0], m.sign)
+        heads, mlps = self.effects(m)
+        per_heads, per_mlps = self.per_pair(m)
+        return Scores({"heads": heads, "mlps": mlps}, m.name, m.sign, self.baseline, engine=f"exact-{self.mode}",
+                      per_pair={"heads": per_heads, "mlps": per_mlps})
+
+    def ranked(self, metric: str | Metric = DEFAULT_METRIC) -> list[Ranked]:
+        """Every head with its effect, most important first (by the metric's sign): ``scores(metric).ranked()``."""
+        return self.scores(metric).ranked(part="heads")
 
     def key_heads(self, rule: str | KeyRule = DEFAULT_KEY_RULE) -> list[Ranked]:
         """The heads a key rule selects, most important first."""

@@ -25,7 +25,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from circuits.types import DEFAULT_METRIC as _DEFAULT_METRIC
 from circuits.types import METRIC_NAMES as TYPES_METRIC_NAMES
+from circuits.types import MIB_METRIC as _MIB_METRIC
 
 # fn(logits), fn(logits, answers) or fn(logits, answers, cf_answers): see logits_metric
 LogitsFn = Callable[..., Float[Tensor, " pair"]]
@@ -157,7 +159,11 @@ assert METRIC_NAMES == TYPES_METRIC_NAMES, "circuits.types.METRIC_NAMES lists th
 # The metric every ``effects()``, ``per_pair()``, ``ranked()``, ``key_heads()`` and ``top_heads()`` uses when none is
 # given, on every result type (sweeps, positions, neurons, edges, identify results), and the default key rule's
 # (``fraction>=0.05``): positive is important, and it compares across models. The paper's metric is relative_logit.
-DEFAULT_METRIC = "fraction"
+DEFAULT_METRIC = _DEFAULT_METRIC
+# The metric of the jobs that follow MIB (faithfulness; EAP-IG's default): the logit difference, as MIB's arithmetic
+# tasks score. Named once; the saved faithfulness configs hold its value.
+MIB_METRIC = _MIB_METRIC
+# Jobs that deliberately use another metric name it in circuits.types (POSITION_METRIC: the information-flow figure).
 
 
 def get_metric(metric: str | Metric) -> Metric:

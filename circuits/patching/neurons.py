@@ -32,6 +32,7 @@ from circuits.patching.engine import rows_for_budget
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.ranking import contributions, order
 from circuits.patching.readouts import MetricViews, Readouts
+from circuits.patching.scores import Scores
 from circuits.types import MODES, Mode, Neuron
 
 
@@ -55,6 +56,12 @@ class NeuronSweep(MetricViews):
         for n, e in zip(self.neurons, eff):
             out[n.layer][n.index] = e
         return out
+
+    def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
+        """:class:`~circuits.patching.scores.Scores` of each swept neuron, ``[neuron]`` in ``neurons``' order."""
+        m = self.metric(metric)
+        return Scores({"neurons": self.effects(m)}, m.name, m.sign, self.baseline, labels={"neurons": list(self.neurons)},
+                      engine=f"neurons-{self.mode}", per_pair={"neurons": self.per_pair(m)})
 
     def tensors(self) -> dict:
         return {**self.readouts.tensors("neuron"), "neurons": [list(n) for n in self.neurons],

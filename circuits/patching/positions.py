@@ -36,6 +36,7 @@ from circuits.models.backend import Model, act_name, frozen_cache_entry
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported, readout
 from circuits.patching.engine import all_components
+from circuits.patching.scores import Scores
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.readouts import (
     MetricLookup,
@@ -232,6 +233,18 @@ class PositionSweep(MetricLookup):
 
     def neuron_effects(self, metric: str | Metric = DEFAULT_METRIC) -> Float[Tensor, "neuron offset"]:
         return self._effect(self.neurons, self.metric(metric))
+
+    def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
+        """:class:`~circuits.patching.scores.Scores` by offset from END: heads ``[layer, head, offset]``, MLPs
+        ``[layer, offset]`` and, when swept, neurons ``[neuron, offset]`` (``neuron_list``'s order)."""
+        m = self.metric(metric)
+        heads, mlps = self.effects(m)
+        parts = {"heads": heads, "mlps": mlps}
+        labels: dict = {}
+        if self.neuron_list:
+            parts["neurons"] = self.neuron_effects(m)
+            labels["neurons"] = list(self.neuron_list)
+        return Scores(parts, m.name, m.sign, self.baseline, offsets=True, labels=labels, engine="positions")
 
     def value(self, node: Node, metric: str | Metric) -> float:
         """One (sender, offset)'s effect."""

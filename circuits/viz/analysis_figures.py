@@ -14,6 +14,7 @@ from jaxtyping import Float
 from plotly.subplots import make_subplots
 from torch import Tensor
 
+from circuits.types import DEFAULT_METRIC
 from circuits.viz.figures import LEGEND, _arr, colorbar_title, importance_scale, knockout_figure, metric_info, wrap
 
 ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728"}
@@ -82,7 +83,7 @@ def screen_figure(result: Any) -> go.Figure:
 
 
 def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, Sequence[int]], title: str,
-                metric: Any = "fraction", head_index: Any = None, sign: int | None = None) -> go.Figure:
+                metric: Any = DEFAULT_METRIC, head_index: Any = None, sign: int | None = None) -> go.Figure:
     """The information flow of Stolfo et al. (2023): activation-patching effect by layer (rows) and position
     (columns, the prompt's tokens up to END), for attention (the strongest head of each layer) and for the MLPs;
     the operand and operator positions (from the template roles) are marked."""
@@ -150,7 +151,7 @@ def neuron_knockout_figure(shares: Sequence[float], top: Sequence[float], random
     return fig
 
 
-def circuit_graph(edges: Sequence[tuple], layers: dict[str, float], title: str, metric: Any = "fraction",
+def circuit_graph(edges: Sequence[tuple], layers: dict[str, float], title: str, metric: Any = DEFAULT_METRIC,
                   sign: int | None = None) -> go.Figure:
     """A circuit as a layered graph: nodes placed by layer (left to right: senders -> key heads -> MLPs -> logits),
     edges ``(sender, receiver, value[, channel])`` coloured by ``metric``'s important direction (red, as in every
@@ -216,11 +217,6 @@ def jaccard_panels(panels: dict[str, tuple[Sequence[str], Any]], title: str) -> 
     return fig
 
 
-# One colour per ranking in every faithfulness figure (the exact engines warm, the estimates cool).
-RANKING_COLORS = {"exact-path": "#d62728", "exact-activation": "#ff7f0e", "positions": "#8c564b",
-                  "screen": "#1f77b4", "graddrop": "#17becf", "eap-ig": "#2ca02c"}
-
-
 def _rgba(hex_color: str, alpha: float) -> str:
     r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
@@ -228,16 +224,17 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor, " size"]],
                         low: dict[str, Float[Tensor, " size"]], high: dict[str, Float[Tensor, " size"]],
-                        title: str) -> go.Figure:
+                        title: str, colors: dict[str, str] | None = None) -> go.Figure:
     """Faithfulness f against circuit size (``sizes``: fractions kept, drawn as percent on a log axis; MIB's sizes), one
     line per ranking, its bootstrap
     interval as a band (``low``/``high``, where given), and the references f = 1 (the full model) and f = 0
-    (everything ablated)."""
+    (everything ablated). ``colors``: one colour per ranking (the engine registry's, which the caller passes);
+    others take the next of a spare palette."""
     x = 100 * _arr(sizes)
     fig = go.Figure()
     palette = iter(["#9467bd", "#e377c2", "#7f7f7f", "#bcbd22"])
     for name, y in f.items():
-        color = RANKING_COLORS.get(name) or next(palette, "#333333")
+        color = (colors or {}).get(name) or next(palette, "#333333")
         if name in low and name in high:
             fig.add_trace(go.Scatter(x=x, y=_arr(high[name]), mode="lines", line={"width": 0}, showlegend=False,
                                      legendgroup=name, hoverinfo="skip", name=f"{name} high"))

@@ -17,6 +17,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from circuits.io import write_text
+from circuits.types import DEFAULT_METRIC
 
 
 DIVERGING = "RdBu"
@@ -78,7 +79,7 @@ def head_heatmap(
     head_effects: Float[Tensor, "layer head"],
     mlp_effects: Float[Tensor, " layer"] | None = None,
     *,
-    metric: Any = "fraction",
+    metric: Any = DEFAULT_METRIC,
     title: str | None = None,
     metric_label: str | None = None,
     sign: int | None = None,

@@ -32,6 +32,22 @@ def test_identify_flags_are_the_config_fields():
     assert from_arguments(IdentifyConfig, args) == IdentifyConfig(n_pairs=8, mode="activation", filter_correct=False)
 
 
+def test_identify_engine_is_the_registry_name_of_the_mode(capsys):
+    from circuits.cli.identify import config_from
+    from circuits.patching.registry import ENGINES
+    from circuits.types import END_SWEEP_ENGINES
+
+    parse = build_parser().parse_args
+    assert config_from(parse(["identify", "--engine", "exact-activation", "--out", "x"])).mode == "activation"
+    assert config_from(parse(["identify", "--out", "x"])) == config_from(parse(["identify", "--engine", "exact-path",
+                                                                              "--out", "x"]))
+    assert set(END_SWEEP_ENGINES) <= set(ENGINES)
+    with pytest.raises(ValueError, match="--engine exact-path is --mode path"):
+        config_from(parse(["identify", "--engine", "exact-path", "--mode", "activation", "--out", "x"]))
+    with pytest.raises(SystemExit):
+        parse(["identify", "--engine", "screen", "--out", "x"])  # not an END sweep
+
+
 def test_identify_end_to_end_on_a_tiny_model(tmp_path, capsys):
     from helpers import tiny_dir
 

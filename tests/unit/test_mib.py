@@ -8,7 +8,7 @@ import torch
 from helpers import mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.mib import (
+from circuits.patching.mib import (
     MIBGraph,
     edge_name,
     edge_order,

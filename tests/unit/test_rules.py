@@ -102,7 +102,7 @@ def test_ties_order_alike_on_every_path(sign):
 
     senders = [Component("head", 1 + i // 4, i % 4) for i in range(len(TIED))]
     edges = EdgeSweep.__new__(EdgeSweep)
-    edges.senders, edges.receivers, edges.custom_metrics = senders, [], {}
+    edges.senders, edges.receivers, edges.custom_metrics, edges.baseline = senders, [], {}, None
     edges.effects = lambda m: torch.tensor(TIED)[:, None]  # type: ignore[method-assign]
     edges.receivers = Receiver.parse_many("9.0.q")
     got = edges.top_senders("9.0.q", k=6, metric=Metric("m", "", sign, lambda p, b: p))

@@ -10,6 +10,7 @@ from typing import Any
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.identify.edges import circuit_edges, circuit_figure, edge_summary, receiver_effects_of
 from circuits.patching.edges import EdgeSweep
+from circuits.patching.metrics import DEFAULT_METRIC
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.beyond.edges.config import EdgesConfig
 from circuits.results import Result
@@ -28,7 +29,7 @@ class EdgeResult(Result):
     pairs: list[PromptPair]
     edges: EdgeSweep
     receiver_effects: dict[str, float]
-    metric: str = "fraction"
+    metric: str = DEFAULT_METRIC
 
     def figure(self, title: str | None = None):
         return circuit_figure(self.edges, self.receiver_effects, self.metric,

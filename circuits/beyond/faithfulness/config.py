@@ -9,16 +9,16 @@ from dataclasses import dataclass
 
 from circuits.config import option
 from circuits.data.source import PairSource, check_metric
-from circuits.types import METRIC_NAMES
+from circuits.types import ENGINE_NAMES, METRIC_NAMES, MIB_METRIC
 
-# Every ranking the job can score, each computed by the library's own engine:
+# Every ranking the job can score: the engine registry's entries (circuits.patching.registry.ENGINES), each read as:
 #   exact-path        the END engine in path mode (cc.sweep, the paper's path patching), |effect| at END
 #   exact-activation  the END engine in activation mode, |effect| at END
 #   positions         exact activation patching at every position (cc.sweep_positions), max |effect| over positions
 #   screen            the attribution screen (AtP*, cc.attribute, activation mode), max |estimate| over positions
 #   graddrop          AtP*'s GradDrop scores (mean |estimate| over the layer-dropped backward passes), max over positions
 #   eap-ig            EAP-IG-inputs (cc's eap_ig): |estimate| summed over positions as EAP-IG sums; edges: |estimate|
-RANKINGS: tuple[str, ...] = ("exact-path", "exact-activation", "positions", "screen", "graddrop", "eap-ig")
+RANKINGS: tuple[str, ...] = ENGINE_NAMES
 # MIB's circuit sizes: fractions of the nodes (or edges) kept (circuits.patching.faithfulness.MIB_SIZES; here too so
 # the config imports no torch; a unit test checks they are the same).
 MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -39,7 +39,7 @@ class FaithfulnessConfig(PairSource):
                                     "eap-ig; pre-norm models)")
     ablation: str = option("counterfactual", choices=ABLATIONS, help="what an ablated node takes: its value on the "
                                                                     "counterfactual prompt (MIB's), its mean, or zero")
-    metric: str = option("logit_diff", choices=METRIC_NAMES, help="m in f = (m(C) - m(empty)) / (m(N) - m(empty)); "
+    metric: str = option(MIB_METRIC, choices=METRIC_NAMES, help="m in f = (m(C) - m(empty)) / (m(N) - m(empty)); "
                                                                   "the rankings' effects are read in it too")
     ig_steps: int = option(5, help="EAP-IG's integration steps")
     n_boot: int = option(1000, help="bootstrap resamples over pairs for the intervals (0: none)")

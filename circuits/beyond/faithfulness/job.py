@@ -44,47 +44,30 @@ def _per_node(heads: Tensor, mlps: Tensor) -> dict[str, Tensor]:
             "mlps": mlps.detach().float().cpu().abs().nan_to_num(0.0)}
 
 
-def over_positions(x: Float[Tensor, "... offset"]) -> Float[Tensor, "..."]:
-    """One score per node from its scores at every offset from END: the largest |score| (NaN offsets ignored)."""
-    return x.abs().nan_to_num(0.0).amax(-1)
+def engine_options(ranking: str, config: FaithfulnessConfig) -> dict[str, Any]:
+    """What the config sets of an engine's own options: EAP-IG's steps and level (edges with ``config.edges``)."""
+    return {"steps": config.ig_steps, "level": "edge" if config.edges else "node"} if ranking == "eap-ig" else {}
 
 
 def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: FaithfulnessConfig,
          progress: bool = False) -> dict[str, Tensor]:
     """The scores ``ranking`` orders nodes by: ``heads`` [layer, head], ``mlps`` [layer] (non-negative, larger is
     more important) and, for ``eap-ig`` with ``config.edges``, ``edges`` [sender, receiver] (EAP-IG's graph, in the
-    order of :func:`~circuits.patching.eap_ig.eap_senders` / ``eap_receivers``; 0 where there is no edge)."""
-    metric = config.metric
-    if ranking in ("exact-path", "exact-activation"):
-        from circuits.patching.engine import sweep
+    order of :func:`~circuits.patching.eap_ig.eap_senders` / ``eap_receivers``; 0 where there is no edge).
 
-        mode = "path" if ranking == "exact-path" else "activation"
-        h, m = sweep(model, pairs, mode, memory_mb=config.memory_mb, progress=progress).effects(metric)
-        return _per_node(h, m)
-    if ranking == "positions":
-        from circuits.patching.positions import sweep_positions
+    The registry's engine (:data:`~circuits.patching.registry.ENGINES`) runs at its own positions (END for the exact
+    engines; every position for the others) with ``config.metric``; scores by offset are reduced to their largest
+    |score| (:meth:`~circuits.patching.scores.Scores.over_positions`), and every score is taken as |score|."""
+    from circuits.patching.registry import ENGINES
 
-        h, m = sweep_positions(model, pairs, memory_mb=config.memory_mb, progress=progress).effects(metric)
-        return _per_node(over_positions(h), over_positions(m))
-    if ranking in ("screen", "graddrop"):
-        from circuits.patching.attribution import attribute
-
-        att = attribute(model, pairs, metric, mode="activation", neurons=False, qk_fix=False,
-                        grad_drop=ranking == "graddrop", progress=progress)
-        if ranking == "graddrop":
-            return _per_node(over_positions(att.graddrop["head"]), over_positions(att.graddrop["mlp"]))
-        return _per_node(over_positions(att.effect(att.head)), over_positions(att.effect(att.mlp)))
-    if ranking == "eap-ig":
-        from circuits.patching.eap_ig import eap_ig
-
-        level = "edge" if config.edges else "node"
-        ig = eap_ig(model, pairs, metric, steps=config.ig_steps, level=level, positions="all", progress=progress)
-        e = ig.node_effects(metric)
-        out = _per_node(e["head"], e["mlp"])
-        if config.edges:
-            out["edges"] = edge_scores(model, ig.edge_effects(metric), ig.senders, ig.receivers)
-        return out
-    raise ValueError(f"Unknown ranking {ranking!r}")
+    if ranking not in ENGINES:
+        raise ValueError(f"Unknown ranking {ranking!r}")
+    scores = ENGINES[ranking].run(model, pairs, metric=config.metric, progress=progress, memory_mb=config.memory_mb,
+                                  **engine_options(ranking, config)).over_positions()
+    out = _per_node(scores.heads, scores.mlps)
+    if "edges" in scores.parts:
+        out["edges"] = edge_scores(model, scores["edges"], *scores.labels["edges"])
+    return out
 
 
 def edge_scores(model: Model, effects: Float[Tensor, "sender receiver"], senders: Sequence[Any],

@@ -109,8 +109,10 @@ class FaithfulnessResult(ShowsFigure, Result):
                  f"({getattr(self.config, 'model', '')}, {len(self.pairs)} pairs, {self.config.metric}, "
                  f"{self.config.ablation} ablation)")
         ci = {r: c for r, c in by.items() if not c.f_low.isnan().all()}  # no bootstrap (n_boot=0): no band
+        from circuits.patching.registry import COLORS
+
         return faithfulness_figure(sizes, {r: c.f for r, c in by.items()}, {r: c.f_low for r, c in ci.items()},
-                                   {r: c.f_high for r, c in ci.items()}, title)
+                                   {r: c.f_high for r, c in ci.items()}, title, COLORS)
 
     def table_figure(self):
         from circuits.viz.analysis_figures import faithfulness_table

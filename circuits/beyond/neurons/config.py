@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from circuits.config import option
 from circuits.data.source import PairSource, check_metric
-from circuits.types import METRIC_NAMES, MODES, parse_layers
+from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES, parse_layers
 
 
 @dataclass(frozen=True)
@@ -17,7 +17,7 @@ class NeuronConfig(PairSource):
                                      "patched; default: the key MLPs of --pairs-from (at most --top-mlps)")
     top_mlps: int = option(3, help="key MLPs taken from --pairs-from when --layers is not given")
     mode: str = option("path", choices=MODES, help="path patching (the paper's) or activation patching")
-    metric: str = option("fraction", choices=METRIC_NAMES, help="what ranks the neurons")
+    metric: str = option(DEFAULT_METRIC, choices=METRIC_NAMES, help="what ranks the neurons")
     shares: tuple[float, ...] = option((0.005, 0.01, 0.02, 0.05, 0.1), help="shares of each key MLP's neurons knocked out")
     knockout_seed: int = option(0, help="seed of the random neurons")
 

@@ -6,14 +6,14 @@ from dataclasses import dataclass
 
 from circuits.config import option
 from circuits.data.source import PairSource, check_metric
-from circuits.types import METRIC_NAMES, MODES
+from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES
 
 
 @dataclass(frozen=True)
 class ScreenConfig(PairSource):
     """Everything that decides a screen (saved as its ``config.json``)."""
 
-    metric: str = option("fraction", choices=METRIC_NAMES, help="what is estimated and ranked")
+    metric: str = option(DEFAULT_METRIC, choices=METRIC_NAMES, help="what is estimated and ranked")
     mode: str = option("activation", choices=MODES, help="activation patching (every position) or the paper's path "
                                                           "patching (heads frozen; END only)")
     verify: int = option(20, help="re-measure the screen's top-N heads/MLPs and top-N neurons exactly (0: none)")

@@ -16,8 +16,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-import torch
 from torch import Tensor
+
 from circuits.models.backend import Model
 from circuits.data.pairs import PromptPair
 from circuits.models.loading import load_model
@@ -25,8 +25,8 @@ from circuits.patching.attribution import Attribution, attribute
 from circuits.patching.engine import sweep
 from circuits.patching.neurons import sweep_neurons
 from circuits.patching.positions import sweep_positions
-from circuits.patching.ranking import order
-from circuits.types import Component, Neuron
+from circuits.patching.scores import Scores
+from circuits.types import Component, Head, Neuron
 from circuits.beyond.screen.config import ScreenConfig
 from circuits.beyond.screen.result import audit_table, ScreenResult
 
@@ -37,31 +37,18 @@ def node_name(sender: Component | Neuron, offset: int) -> str:
 
 
 def ranked_nodes(heads: Tensor, mlps: Tensor, sign: int) -> list[tuple[Component, int, float]]:
-    """Every (head or MLP, offset) by the metric's important direction, NaN dropped."""
-    L, H, K = heads.shape
-    flat = torch.cat([heads.reshape(-1), mlps.reshape(-1)])
-    out = []
-    for i in order(flat, sign).tolist():
-        v = float(flat[i])
-        if i < L * H * K:
-            l, rest = divmod(i, H * K)
-            h, k = divmod(rest, K)
-            out.append((Component("head", l, h), k, v))
-        else:
-            l, k = divmod(i - L * H * K, K)
-            out.append((Component.mlp(l), k, v))
-    return out
+    """Every (head or MLP, offset) by the metric's important direction, NaN dropped: heads ``[layer, head, offset]``
+    and MLPs ``[layer, offset]`` ranked together (:meth:`~circuits.patching.scores.Scores.ranked`)."""
+    s = Scores({"heads": heads, "mlps": mlps}, "screen", sign, offsets=True)
+    return [(Component("head", *c) if isinstance(c, Head) else c, k, v) for (c, k), v in s.ranked(part=("heads", "mlps"))]
 
 
 def ranked_neurons(neurons: Tensor, sign: int, n: int) -> list[tuple[Neuron, int, float]]:
+    """The ``n`` most important (neuron, offset) of ``neurons`` ``[layer, d_mlp, offset]``."""
     L, D, K = neurons.shape
-    flat = neurons.reshape(-1)
-    out = []
-    for i in order(flat, sign)[:n].tolist():
-        l, rest = divmod(i, D * K)
-        d, k = divmod(rest, K)
-        out.append((Neuron(l, d), k, float(flat[i])))
-    return out
+    s = Scores({"neurons": neurons.reshape(L * D, K)}, "screen", sign, offsets=True,
+               labels={"neurons": [Neuron(l, d) for l in range(L) for d in range(D)]})
+    return [(c, k, v) for (c, k), v in s.ranked(n, "neurons")]
 
 
 def verify(model: Model, pairs: Sequence[PromptPair], att: Attribution, n: int,

@@ -13,7 +13,9 @@ an edge is ``parent->child`` with ``<q>``, ``<k>`` or ``<v>`` when the child is 
 and edges are listed in EAP-IG's order (``Graph.from_model``): every edge from each earlier node to each head's q,
 k and v input, to each MLP (which also reads the heads of its own layer), and to the logits. Scores are oriented as
 EAP-IG attributes with MIB's loss (``-logit_diff``): positive where the counterfactual value lowers the metric, i.e.
-important; MIB's evaluation keeps the top ``k`` by score (``--absolute`` ranks by ``|score|``). ``in_graph`` marks
+important. That is circuits' own convention (:meth:`circuits.patching.scores.Scores.importance`, ``sign * effect``,
+larger is more important for every engine and metric), so a file's score is a Scores importance, unchanged, and
+:meth:`~circuits.patching.scores.Scores.to_mib` is the one place scores become a file; MIB's evaluation keeps the top ``k`` by score (``--absolute`` ranks by ``|score|``). ``in_graph`` marks
 one circuit (:func:`from_scores`'s ``top``); MIB's evaluation recomputes it at each size from the scores.
 
 - :func:`from_scores`: an :class:`~circuits.patching.eap_ig.EAPIGScores` (or any node or edge scores in circuits'
@@ -33,24 +35,28 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
 
-from circuits.patching.eap_ig import (
+from circuits.types import (
     INPUT,
     LOGITS,
-    EAPIGScores,
+    Component,
     EAPReceiver,
     EAPSender,
+    Receiver,
     eap_receivers,
     eap_senders,
     eap_upstream,
     edge_mask,
 )
-from circuits.types import Component, Receiver
+
+if TYPE_CHECKING:
+    from circuits.patching.eap_ig import EAPIGScores
+    from circuits.patching.scores import Scores
 
 # MIB's task names for this project's operations (MIB has addition and subtraction; its HF datasets are
 # mib-bench/arithmetic_addition and mib-bench/arithmetic_subtraction) and its model short names.
@@ -355,23 +361,18 @@ def _count(top: int | float, n: int) -> int:
     return min(n, int(top) if isinstance(top, int) else int(math.floor(top * n + 0.5)))
 
 
-def from_scores(scores: EAPIGScores, d_model: int, level: str | None = None, *, top: int | float | None = None,
-                absolute: bool = False) -> MIBGraph:
-    """EAP-IG scores as a MIB graph: node scores always (``scores.importance("node")``, positive is important),
-    edge scores when ``scores`` are edge level; ``top`` marks that many (or that fraction of) edges, or nodes with
-    ``level="node"``, in the graph. ``d_model``: the model's width (``model.cfg.d_model``), which the file records."""
-    level = level or ("edge" if scores.edge is not None else "node")
-    if level == "edge" and scores.edge is None:
-        raise ValueError("These EAP-IG scores are node level; export them with level='node' or rerun "
-                         "eap_ig(..., level='edge')")
-    nodes = scores.importance("node")
-    L, H = scores.n_layers, scores.n_heads
-    per_layer = nodes[1:].reshape(L, H + 1)
-    g = MIBGraph.from_tensors(L, H, d_model, heads=per_layer[:, :-1], mlps=per_layer[:, -1],
-                              input_score=float(nodes[0]), edges=scores.importance("edge") if level == "edge" else None)
-    if top is not None:
-        g.select(top, level=level, absolute=absolute)
-    return g
+def from_scores(scores: EAPIGScores | Scores, d_model: int, level: str | None = None, *,
+                top: int | float | None = None, absolute: bool = False) -> MIBGraph:
+    """EAP-IG scores (or any :class:`~circuits.patching.scores.Scores` of heads and MLPs, and edges in EAP-IG's
+    graph) as a MIB graph: node scores always (importances: positive is important), edge scores when ``scores``
+    have edges; ``top`` marks that many (or that fraction of) edges, or nodes with ``level="node"``, in the graph.
+    ``d_model``: the model's width (``model.cfg.d_model``), which the file records. :meth:`Scores.to_mib` does it."""
+    if not hasattr(scores, "parts"):  # EAP-IG's own scores
+        if level == "edge" and scores.edge is None:
+            raise ValueError("These EAP-IG scores are node level; export them with level='node' or rerun "
+                             "eap_ig(..., level='edge')")
+        scores = scores.scores()
+    return scores.to_mib(d_model, level, top=top, absolute=absolute)
 
 
 def read(path: str | Path) -> MIBGraph:

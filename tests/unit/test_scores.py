@@ -1,0 +1,92 @@
+"""Scores, the one type every engine returns: one sign convention (importance: larger is more important), the one
+ranking (ties by flat index, NaN left out), a saved file that reads back the same, MIB's graph, and every engine
+result's ``.scores()`` agreeing with the result's own effects and rankings."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import mixed_pairs
+
+from circuits.data.pairs import PairBatch
+from circuits.patching import sweep
+from circuits.patching.metrics import DEFAULT_METRIC, MIB_METRIC, get_metric
+from circuits.patching.ranking import rank, rank_mlps
+from circuits.patching.scores import Scores
+from circuits.types import Component, Head, Neuron, Receiver
+
+
+def _scores(sign: int = -1) -> Scores:
+    heads = torch.tensor([[0.3, -0.5], [float("nan"), -0.5]])
+    mlps = torch.tensor([-0.1, 0.7])
+    return Scores({"heads": heads, "mlps": mlps}, "logit_diff", sign)
+
+
+def test_importance_is_one_convention_and_ranked_follows_it():
+    s = _scores(-1)
+    torch.testing.assert_close(s.importance("heads"), -s.heads, equal_nan=True)
+    assert s.ranked(part="heads") == [(Head(0, 1), -0.5), (Head(1, 1), -0.5), (Head(0, 0), pytest.approx(0.3))]
+    assert s.ranked(part="heads") == rank(s.heads, -1) and [c.layer for c, _ in s.ranked(part="mlps")] == [
+        l for l, _ in rank_mlps(s.mlps, -1)]
+    # every part together, in the metric's units; ties in the order of the parts, then the flat index
+    assert s.top(4) == [Head(0, 1), Head(1, 1), Component.mlp(0), Head(0, 0)]
+    assert _scores(1).top(1) == [Component.mlp(1)]
+    assert "logit_diff (sign -1)" in repr(s) and "heads [2, 2]" in repr(s)
+
+
+def test_offsets_label_and_reduce():
+    heads = torch.tensor([[[0.1, -0.9]]])  # [layer, head, offset]
+    s = Scores({"heads": heads, "mlps": torch.tensor([[0.2, float("nan")]])}, "fraction", 1, offsets=True)
+    assert s.ranked(1) == [((Component.mlp(0), 0), pytest.approx(0.2))]
+    flat = s.over_positions()
+    assert not flat.offsets and flat.sign == 1 and float(flat.heads[0, 0]) == pytest.approx(0.9)
+    assert float(flat.mlps[0]) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="expected axes"):
+        Scores({"heads": heads}, "fraction", 1)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    n = [Neuron(0, 3), Neuron(1, 7)]
+    senders, receivers = [Component("head", 0, 1), "input"], [Receiver.parse_many("1.0.q")[0], "logits"]
+    s = Scores({"neurons": torch.tensor([0.5, -0.2]), "edges": torch.tensor([[1.0, 2.0], [3.0, float("nan")]])},
+               "prob", -1, labels={"neurons": n, "edges": (senders, receivers)}, engine="test")
+    back = Scores.load(s.save(tmp_path / "s.pt"))
+    assert back.labels == s.labels and (back.metric, back.sign, back.engine) == ("prob", -1, "test")
+    for k in s.parts:
+        torch.testing.assert_close(back.parts[k], s.parts[k], equal_nan=True)
+    assert back.ranked() == s.ranked()
+    assert s.top(1, "edges") == [(Component("head", 0, 1), Receiver.parse_many("1.0.q")[0])]
+
+
+def test_one_default_metric_named_once():
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.patching.eap_ig import DEFAULT_EAP_METRIC
+    from circuits.types import DEFAULT_KEY_RULE
+
+    assert DEFAULT_METRIC == "fraction" and DEFAULT_KEY_RULE.startswith(DEFAULT_METRIC)
+    assert MIB_METRIC == "logit_diff" == DEFAULT_EAP_METRIC == FaithfulnessConfig.__dataclass_fields__["metric"].default
+
+
+def test_every_end_result_gives_scores(tiny_llama, tokenizer):
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 3), 0)
+    r = sweep(tiny_llama, batch, "path", progress=False)
+    s = r.scores()
+    h, m = r.effects()
+    assert s.metric == DEFAULT_METRIC and s.engine == "exact-path"
+    torch.testing.assert_close(s.heads, h, equal_nan=True)
+    torch.testing.assert_close(s.mlps, m, equal_nan=True)
+    assert r.ranked("relative_logit") == rank(r.effects("relative_logit")[0], get_metric("relative_logit").sign)
+    assert s.per_pair["heads"].shape[-1] == 3
+
+
+def test_eap_ig_scores_are_mibs_graph(tiny_llama, tokenizer):
+    from circuits.patching.mib import from_scores
+    from circuits.patching.eap_ig import eap_ig
+
+    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 2), 0)
+    ig = eap_ig(tiny_llama, batch, steps=1, level="edge", progress=False)
+    s = ig.scores()
+    torch.testing.assert_close(s.importance("edges"), ig.importance("edge"), equal_nan=True)
+    d = tiny_llama.cfg.d_model
+    assert s.to_mib(d) == from_scores(ig, d)
+    assert [(a, b) for a, b, _ in ig.ranked_edges()][:5] == s.top(5, "edges")
