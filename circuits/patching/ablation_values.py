@@ -313,3 +313,16 @@ def site_names(model: Model, neuron_layers: Sequence[int] = ()) -> list[str]:
     """The hook names the values cover: every layer's ``hook_z`` and ``hook_mlp_out``, and ``hook_post`` of
     ``neuron_layers``."""
     return _site_names(model, True, neuron_layers)
+
+
+def end_values(kind: ValueKind, acts: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Replacement values at END only, ``[pair, ...]`` per site, from ``acts`` read at each pair's END (the
+    counterfactual run's for ``"counterfactual"``, the reference run's otherwise): the END-aligned mean at END is
+    the mean over every pair's END (:func:`end_aligned_mean` at offset 0)."""
+    if kind == "end_mean":
+        return {n: t.float().mean(0, keepdim=True).to(t.dtype).expand_as(t) for n, t in acts.items()}
+    if kind == "zero":
+        return {n: torch.zeros_like(t) for n, t in acts.items()}
+    if kind == "counterfactual":
+        return dict(acts)
+    raise ValueError(f"Unknown END values {kind!r}; accepted: counterfactual, end_mean, zero")

@@ -74,7 +74,7 @@ from __future__ import annotations
 import math
 import time
 from functools import partial
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -87,10 +87,13 @@ from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.models.backend import apply_softcap
-from circuits.models.forward import end_residuals, prefix_cache, shared_prefix_lengths
+from circuits.models.forward import end_residuals, shared_prefix_lengths
 from circuits.patching.end_layers import SHARED_PREFIX_MIN, _end_activations, attention_output, check_supported, end_logits, mlp_at_end, rotate
+from circuits.patching.ablation import AblationMasks, ablated_residuals, site_hook
+from circuits.patching.ablation_values import AblationValues, end_values, per_pair_values, record, site_names
 from circuits.patching.metrics import Metric
 from circuits.patching.ranking import order
+from circuits.patching.readouts import first_difference
 from circuits.patching.uncertainty import percentile_interval, resample_pairs
 from circuits.types import Component, Receiver
 
@@ -356,32 +359,15 @@ def _final_end(model: Model, resid: Tensor, end: Tensor) -> Tensor:
     return end_logits(model, x)
 
 
-def end_aligned_mean(acts: Float[Tensor, "pair pos ..."], end: Int[Tensor, " pair"]) -> Float[Tensor, "pair pos ..."]:
-    """Each pair's position ``t`` gets the mean over pairs of the activation at the same offset ``end - t`` from
-    their END (over the pairs that have that position); positions after END get zeros."""
-    P, T = acts.shape[:2]
-    end = end.to(acts.device)
-    pos = torch.arange(T, device=acts.device)
-    offset = end[:, None] - pos[None, :]  # [pair, pos]
-    valid = offset >= 0
-    flat_off = offset.clamp(min=0)
-    total = acts.new_zeros((T, *acts.shape[2:]), dtype=torch.float32)
-    count = torch.zeros(T, device=acts.device)
-    total.index_add_(0, flat_off[valid], acts[valid].float())
-    count.index_add_(0, flat_off[valid], torch.ones(int(valid.sum()), device=acts.device))
-    mean = total / count.clamp(min=1).reshape(T, *[1] * (acts.ndim - 2))
-    out = mean[flat_off].to(acts.dtype)
-    return out * valid.reshape(P, T, *[1] * (acts.ndim - 2)).to(acts.dtype)
+VALUE_KIND = {"counterfactual": "counterfactual", "mean": "end_mean", "zero": "zero"}  # ablation -> values
 
 
 @dataclass
 class _Runs:
-    """What the ablated rows read: per layer replacement values ``[pair, pos, ...]`` (``None``: zero), the END
-    answers."""
+    """What the ablated rows read: the replacement values of every site at every position (one row per pair,
+    :class:`~circuits.patching.ablation_values.AblationValues`), and the END answers."""
 
-    z: list[Tensor | None]
-    mlp_out: list[Tensor | None]
-    post: dict[int, Tensor | None]
+    values: AblationValues
     answer: Tensor
     cf_answer: Tensor
 
@@ -389,27 +375,16 @@ class _Runs:
 @torch.no_grad()
 def _collect(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int]) -> _Runs:
     """Replacement values for every site at every position (whole prompts), and the counterfactual run's top token
-    at END."""
-    L = model.cfg.n_layers
-    names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")] + [act_name("post", l) for l in neuron_layers]
-    store: dict[str, Tensor] = {}
-    keep = lambda act, hook, name: store.__setitem__(name, act.detach())  # noqa: E731  (a Bridge's hook.name
-    # is the canonical name of an alias, so each hook keeps the name it was asked for)
-    resid = model.run_with_hooks(batch.counterfactual, stop_at_layer=L,
-                                 fwd_hooks=[(n, partial(keep, name=n)) for n in names] if ablation == "counterfactual" else [])
+    at END (one counterfactual forward gives both)."""
+    names = site_names(model, neuron_layers) if ablation == "counterfactual" else []
+    acts, resid = record(model, batch.counterfactual, names)
     cf_answer = _final_end(model, resid, batch.end).argmax(-1)
-    if ablation == "mean":
-        store.clear()
-        model.run_with_hooks(batch.reference, stop_at_layer=L, fwd_hooks=[(n, partial(keep, name=n)) for n in names])
-        store = {n: end_aligned_mean(store[n], batch.end) for n in names}
-    src = store if ablation != "zero" else {}
-    return _Runs(z=[src.get(act_name("z", l)) for l in range(L)],
-                 mlp_out=[src.get(act_name("mlp_out", l)) for l in range(L)],
-                 post={l: src.get(act_name("post", l)) for l in neuron_layers},
-                 answer=batch.answer.to(cf_answer.device), cf_answer=cf_answer)
+    values = per_pair_values(model, VALUE_KIND[ablation], batch.reference, batch.end,  # type: ignore[arg-type]
+                             neuron_layers, counterfactual=acts)
+    return _Runs(values, batch.answer.to(cf_answer.device), cf_answer)
 
 
-# --- the batched node engine ----------------------------------------------------------------------------
+# --- the batched node engine: the mechanism's one ablation executor -----------------------------------------
 
 
 def _rows_per_forward(model: Model, width: int, memory_mb: float) -> int:
@@ -420,123 +395,35 @@ def _rows_per_forward(model: Model, width: int, memory_mb: float) -> int:
     return max(1, int(memory_mb * 2**20 / (per_pos * width * bytes_per)))
 
 
-def _site_hook(ablate: Tensor, values: Tensor | None, pair: Tensor, end: Tensor | None) -> Callable:
-    """A hook that replaces, per row, the units ``ablate [row, unit]`` marks (heads of ``hook_z``, neurons of
-    ``hook_post``, or one unit for a whole ``hook_mlp_out``) by ``values [pair, pos, ...]`` of the row's pair (zero
-    for ``None``), at the row's END only (``end`` given) or at every position."""
-
-    def hook(act: Tensor, hook) -> Tensor:
-        R, trailing = act.shape[0], act.ndim - 3  # d_head after the head axis of hook_z
-        mask = ablate.to(act.device).reshape(R, ablate.shape[1], *[1] * trailing)
-        if end is None:
-            new = torch.zeros_like(act) if values is None else values[pair.to(values.device)].to(act)
-            return torch.where(mask[:, None], new, act)
-        rows, e = torch.arange(R, device=act.device), end.to(act.device)
-        cur = act[rows, e]
-        new = torch.zeros_like(cur) if values is None else values[pair.to(values.device), e.to(values.device)].to(act)
-        act = act.clone()
-        act[rows, e] = torch.where(mask, new, cur)
-        return act
-
-    return hook
+def shared_start(batch: PairBatch) -> Int[Tensor, " pair"]:
+    """Each pair's tokens before its prompts differ, at most END (every row keeps its END to run):
+    :func:`~circuits.patching.readouts.first_difference` capped at END."""
+    return torch.minimum(first_difference(batch), batch.end)
 
 
 @torch.no_grad()
 def ablated_metric(model: Model, batch: PairBatch, masks: NodeMasks, runs: _Runs, positions: str,
-                   metric: str | Metric, memory_mb: float = 1024) -> Float[Tensor, "circuit pair"]:
-    """m of every circuit of ``masks`` on every pair: rows ``(circuit, pair)`` folded into the batch, a keep mask
-    per row applied by one hook per site, forwards of as many rows as ``memory_mb`` allows."""
-    L = model.cfg.n_layers
+                   metric: str | Metric, memory_mb: float = 1024, *, after_difference: bool = False
+                   ) -> Float[Tensor, "circuit pair"]:
+    """m of every circuit of ``masks`` on every pair: the executor's masked forward
+    (:func:`circuits.patching.ablation.ablated_residuals`), rows ``(circuit, pair)`` folded into the batch, as many
+    as ``memory_mb`` allows, ablating what each circuit leaves out at END or at every position.
+
+    ``after_difference`` (counterfactual values at every position, exact with less work): before a pair's first
+    difference its two prompts are the same tokens, so there the counterfactual values equal the reference run's
+    and ablating them changes nothing; that start runs once per pair into a key/value cache, repeated for every
+    circuit, and only the rest runs per circuit."""
     C, P = len(masks), len(batch)
-    device = batch.reference.device
-    per = _rows_per_forward(model, batch.reference.shape[1], memory_mb)
-    circuit = torch.arange(C).repeat_interleave(P)
-    pair = torch.arange(P).repeat(C)
-    out = torch.empty(C * P, dtype=torch.float32)
-    for start in range(0, C * P, per):
-        c, p = circuit[start : start + per], pair[start : start + per]
-        pd = p.to(device)
-        end = batch.end[pd] if positions == "end" else None
-        hooks = []
-        for l in range(L):
-            ablate = ~masks.heads[c, l]  # [row, head]
-            if bool(ablate.any()):
-                hooks.append((act_name("z", l), _site_hook(ablate, runs.z[l], pd, end)))
-            if l in masks.neurons:
-                ablate = ~masks.neurons[l][c]
-                if bool(ablate.any()):
-                    hooks.append((act_name("post", l), _site_hook(ablate, runs.post[l], pd, end)))
-            else:
-                ablate = ~masks.mlps[c, l][:, None]
-                if bool(ablate.any()):
-                    hooks.append((act_name("mlp_out", l), _site_hook(ablate, runs.mlp_out[l], pd, end)))
-        resid = model.run_with_hooks(batch.reference[pd], fwd_hooks=hooks, stop_at_layer=L)
-        logits = _final_end(model, resid, batch.end[pd])
-        out[start : start + per] = metric_of(logits, runs.answer[pd], runs.cf_answer[pd], metric).cpu()
-    return einops.rearrange(out, "(c p) -> c p", c=C)
-
-
-def first_difference(batch: PairBatch) -> Int[Tensor, " pair"]:
-    """Each pair's first position where the reference and counterfactual prompts differ (at most END)."""
-    pos = torch.arange(batch.reference.shape[1], device=batch.reference.device)
-    differ = (batch.reference != batch.counterfactual) & (pos[None, :] <= batch.end[:, None])
-    first = torch.where(differ.any(1), differ.int().argmax(1), batch.end)
-    return torch.minimum(first, batch.end)
-
-
-@torch.no_grad()
-def _ablated_after_difference(model: Model, batch: PairBatch, masks: NodeMasks, runs: _Runs, metric: str | Metric,
-                              memory_mb: float) -> Float[Tensor, "circuit pair"]:
-    """:func:`ablated_metric` for counterfactual ablation at every position, exact with less work: before a pair's
-    first difference its two prompts are the same tokens, so there the counterfactual values equal the reference
-    run's and ablating them changes nothing; every circuit's run is the reference run up to that position. Pairs
-    with the same first difference run that prefix once into a key/value cache
-    (:func:`circuits.models.forward.prefix_cache`), repeated for every circuit, and only the rest runs per circuit,
-    with the keep-mask hooks on the positions from there on."""
-    L = model.cfg.n_layers
-    C, P = len(masks), len(batch)
-    device = batch.reference.device
-    first = first_difference(batch).tolist()
-    out = torch.empty(C, P, dtype=torch.float32)
-    for d in sorted(set(first)):
-        group = [i for i in range(P) if first[i] == d]
-        if d == 0:  # nothing shared: whole prompts
-            sub = _Runs([None if v is None else v[group] for v in runs.z],
-                        [None if v is None else v[group] for v in runs.mlp_out],
-                        {l: None if v is None else v[group] for l, v in runs.post.items()},
-                        runs.answer[group], runs.cf_answer[group])
-            out[:, group] = ablated_metric(model, batch.select(torch.tensor(group, device=device)), masks, sub, "all",
-                                           metric, memory_mb)
-            continue
-        g = torch.tensor(group, device=device)
-        width = int(batch.end[g].max()) + 1
-        per = max(1, _rows_per_forward(model, width, memory_mb) // len(group))  # circuits per forward
-        for c0 in range(0, C, per):
-            cs = torch.arange(c0, min(C, c0 + per))
-            n = len(cs)
-            c = cs.repeat(len(group))  # rows pair-major: (pair, circuit), as the cache repeats each prefix row
-            pd = g.repeat_interleave(n)
-            hooks = []
-
-            def add(site: str, layer: int, ablate: Tensor, values: Tensor | None) -> None:
-                if bool(ablate.any()):
-                    hooks.append((act_name(site, layer),
-                                  _site_hook(ablate, None if values is None else values[:, d:width], pd, None)))
-
-            for l in range(L):
-                add("z", l, ~masks.heads[c, l], runs.z[l])
-                if l in masks.neurons:
-                    add("post", l, ~masks.neurons[l][c], runs.post[l])
-                else:
-                    add("mlp_out", l, ~masks.mlps[c, l][:, None], runs.mlp_out[l])
-            cache = prefix_cache(model, batch.reference[g, :d], [], n)
-            body = batch.reference[pd, d:width]
-            with model.hooks(fwd_hooks=hooks):
-                resid = backend.continue_prefix(model, body, cache)
-            logits = _final_end(model, resid, batch.end[pd] - d)
-            m = metric_of(logits, runs.answer[pd], runs.cf_answer[pd], metric).cpu()
-            out[c, pd.cpu()] = m
-    return out
+    end = batch.end.tolist()
+    tokens = [batch.reference[i, : end[i] + 1].tolist() for i in range(P)]
+    ablate = AblationMasks(~masks.heads, ~masks.mlps, {l: ~v for l, v in masks.neurons.items()})
+    resid = ablated_residuals(model, tokens, ablate, runs.values, range(P),
+                              prefix_lengths=shared_start(batch).tolist() if after_difference else None,
+                              ablate_prefix=False, at_end=positions == "end",
+                              rows_per_batch=_rows_per_forward(model, batch.reference.shape[1], memory_mb))
+    logits = end_logits(model, einops.rearrange(resid, "c p d -> (c p) d"))
+    answer, cf_answer = (t.to(logits.device).repeat(C) for t in (runs.answer, runs.cf_answer))
+    return einops.rearrange(metric_of(logits, answer, cf_answer, metric).cpu(), "(c p) -> c p", c=C)
 
 
 def _full_and_empty(masks: NodeMasks) -> NodeMasks:
@@ -606,8 +493,8 @@ def faithfulness(
         m = _nodes_end_metric(model, batch, every, _end_runs(model, batch, ablation, sorted(masks.neurons)), metric,
                               memory_mb)
     elif positions == "all" and ablation == "counterfactual" and backend.prefix_sharing(model):
-        m = _ablated_after_difference(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)),
-                                      metric, memory_mb)
+        m = ablated_metric(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)), positions,
+                           metric, memory_mb, after_difference=True)
     else:
         m = ablated_metric(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)), positions,
                            metric, memory_mb)
@@ -787,13 +674,7 @@ def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequ
     final = act_name("resid_post", L - 1)
     cf = _end_activations(model, batch.counterfactual, end, [*ends, final] if ablation == "counterfactual" else [final])
     cf_answer = end_logits(model, cf[final]).argmax(-1)
-    src = cf if ablation == "counterfactual" else ref
-
-    def value(name: str) -> Tensor:
-        t = src[name]
-        if ablation == "mean":
-            return t.float().mean(0, keepdim=True).to(t.dtype).expand_as(t)
-        return torch.zeros_like(t) if ablation == "zero" else t
+    value = end_values(VALUE_KIND[ablation], cf if ablation == "counterfactual" else ref).__getitem__  # type: ignore[arg-type]
 
     return _EndRuns(
         input_ref=ref[act_name("resid_pre", 0)], input_val=value(act_name("resid_pre", 0)),
@@ -918,14 +799,10 @@ def _nodes_end_metric(model: Model, batch: PairBatch, masks: NodeMasks, runs: _E
             z = torch.where(keep_h, z, runs.z_val[l][None].to(z.dtype))
             resid = resid + attention_output(model, l, z)
             if l in masks.neurons:
-                keep_n = masks.neurons[l][c].to(device)[:, None, None, :]  # [c, 1, 1, d_mlp]: rows are [c*pair, 1]
-                val = runs.post_val[l][None, :, None]
-
-                def post_hook(act: Tensor, hook, keep_n=keep_n, val=val) -> Tensor:
-                    shaped = act.reshape(Cc, P, 1, -1)
-                    return torch.where(keep_n, shaped, val.to(act.dtype)).reshape(act.shape)
-
-                with model.hooks(fwd_hooks=[(act_name("post", l), post_hook)]):
+                # rows are [c*pair, 1]: each row's pair's END value where its circuit leaves the neuron out
+                ablate = (~masks.neurons[l][c]).repeat_interleave(P, 0)
+                hook = site_hook(ablate, runs.post_val[l][:, None], torch.arange(P).repeat(Cc), 0, pooled=False)
+                with model.hooks(fwd_hooks=[(act_name("post", l), hook)]):
                     mlp = mlp_at_end(model, l, resid)
             else:
                 mlp = torch.where(masks.mlps[c, l].to(device)[:, None, None], mlp_at_end(model, l, resid),
