@@ -10,7 +10,7 @@ of shape ``[source, pos, ...]``, and a rule that finds a pair's source row:
   sets of Figure 4, which align with no template).
 - ``"end_mean"``: the mean over the pairs' reference runs per position counted back from END
   (:func:`end_aligned_mean`): needs no template (faithfulness's mean, as MIB).
-- ``"zero"``: zero (no table).
+- ``"zero"``: zero (:func:`zero_values`).
 - ``"resample"``: another pair's counterfactual value, position by position (Chan et al. 2022): a donor of the same
   template group drawn by a seeded derangement (:func:`resample_values`).
 - ``"counterfactual"``: the pair's own counterfactual run (MIB's "patching"; :func:`per_pair_values`).
@@ -65,7 +65,7 @@ class AblationValues:
     """Replacement values of every site, and how a pair finds its row in them.
 
     ``z[layer]`` is ``[source, pos, head, d_head]``, ``mlp_out[layer]`` ``[source, pos, d_model]`` and
-    ``post[layer]`` ``[source, pos, d_mlp]`` (neuron layers only); ``None``: zero (or not taken). ``rule`` says
+    ``post[layer]`` ``[source, pos, d_mlp]`` (neuron layers only); ``None``: not taken (zero where used). ``rule`` says
     what a source row is: a template group (``index``: :func:`group_key` -> row), a pair (``index``: its token ids
     -> row), the pair's place in the list the values were taken for (``"row"``), or one row and one position used
     at every position of every pair (``"pooled"``). ``donor`` (resample) names each pair's donor."""
@@ -204,9 +204,12 @@ def compute_means(
 
 
 def zero_values(model: Model, neuron_layers: Sequence[int] = ()) -> AblationValues:
-    """Replacement values of zero ablation: every head's ``hook_z``, MLP output and neuron set to 0."""
-    L = model.cfg.n_layers
-    return AblationValues([None] * L, [None] * L, {l: None for l in neuron_layers}, rule="pooled", kind="zero")
+    """Replacement values of zero ablation: every head's ``hook_z``, MLP output and neuron of ``neuron_layers`` set
+    to 0 (pooled tables of zeros, ``[1, 1, ...]``)."""
+    L, cfg = model.cfg.n_layers, model.cfg
+    zeros = lambda *shape: torch.zeros(1, 1, *shape, dtype=cfg.dtype, device=cfg.device)  # noqa: E731
+    return AblationValues([zeros(cfg.n_heads, cfg.d_head) for _ in range(L)], [zeros(cfg.d_model) for _ in range(L)],
+                          {l: zeros(cfg.d_mlp) for l in neuron_layers}, rule="pooled", kind="zero")
 
 
 @torch.no_grad()
