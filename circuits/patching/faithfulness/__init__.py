@@ -9,9 +9,9 @@ sort: higher score first, ties by index). Everything outside the circuit is abla
 - ``ablation="counterfactual"`` (MIB's "patching"): each ablated node's output takes its value in the
   counterfactual run of the same pair;
 - ``"mean"``: its mean over the pairs' reference runs, per position counted back from END (position ``end - k``
-  takes the mean over the pairs that have it; at END, the mean over every pair's END). The knockout's means of
-  :mod:`circuits.validate` are per template and length over counterfactual prompts and live in a job, which the
-  mechanism does not import; END-aligned means need no template;
+  takes the mean over the pairs that have it; at END, the mean over every pair's END): the ``"end_mean"`` values
+  of :mod:`circuits.patching.ablation_values`, which need no template (the knockout's ``"mean"`` is per template and
+  length over counterfactual prompts);
 - ``"zero"``: zero;
 
 at ``positions="end"`` (only the END position, as the paper's patching) or ``"all"`` (every position, as MIB).
@@ -41,8 +41,10 @@ run once) and one counterfactual forward read at END, then END-only layers over 
 (attention from each new END query over the reference keys and values, per head; each head's ``z``, each MLP's
 output or each neuron's ``hook_post`` replaced where the circuit leaves it out; for edges, each receiver's input
 assembled from kept and ablated sender values). At every position (and on models the END-only layers refuse)
-the circuits are folded into the batch of whole prompts, a per-row keep mask applied by one hook per site
-(``hook_z``, ``hook_mlp_out``, ``hook_post``). Every model-specific piece (projections, QK norms, rotary, scale, soft-caps, windows, keys as attention reads
+the circuits run through the mechanism's one ablation executor (:func:`circuits.patching.ablation.ablated_residuals`,
+which knockout also calls): folded into the batch of whole prompts, a per-row mask applied by one hook per site
+(``hook_z``, ``hook_mlp_out``, ``hook_post``); counterfactual values at every position run each pair's start before
+its prompts differ once (:func:`shared_start`). Every model-specific piece (projections, QK norms, rotary, scale, soft-caps, windows, keys as attention reads
 them, the shared-prefix cache) comes from :mod:`circuits.models.backend`, so both TransformerLens lines (3.9's
 ``HookedTransformer``, 4.3's ``TransformerBridge``) run the same code; where a Bridge cannot share a prefix
 (:func:`~circuits.models.backend.prefix_sharing`), prompts run whole. Both are tested against the plain loops of
