@@ -31,8 +31,10 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from circuits.models import backend
+from circuits.data.pairs import PairBatch
 from circuits.models.backend import Model, act_name
 from circuits.patching.ablation_values import AblationValues
+from circuits.patching.readouts import first_difference
 
 
 @dataclass
@@ -117,6 +119,13 @@ def ablation_hooks(model: Model, masks: AblationMasks, row_set: Int[Tensor, " ro
             add("post", l, masks.neurons[l][row_set])
         add("mlp_out", l, masks.mlps[row_set, l][:, None])
     return hooks
+
+
+def shared_start(batch: PairBatch) -> Int[Tensor, " pair"]:
+    """Each pair's tokens before its prompts differ, at most END (every row keeps its END to run): the prefix
+    counterfactual values leave as it is (``ablate_prefix=False``), the pair's two runs being the same there
+    (:func:`~circuits.patching.readouts.first_difference` capped at END)."""
+    return torch.minimum(first_difference(batch), batch.end)
 
 
 @torch.no_grad()

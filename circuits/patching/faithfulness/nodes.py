@@ -10,17 +10,16 @@ from dataclasses import dataclass
 
 import einops
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Float
 from torch import Tensor
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models import backend
 from circuits.models.backend import Model, act_name
-from circuits.patching.ablation import AblationMasks, ablated_residuals, site_hook
+from circuits.patching.ablation import AblationMasks, ablated_residuals, shared_start, site_hook
 from circuits.patching.ablation_values import AblationValues, per_pair_values, record, site_names
 from circuits.patching.end_layers import attention_output, end_logits, mlp_at_end
 from circuits.patching.metrics import Metric
-from circuits.patching.readouts import first_difference
 from circuits.patching.faithfulness.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, VALUE_KIND, FaithfulnessCurve,
                                                   NodeMasks, check_choice, check_metric, check_sizes, circuit_masks,
                                                   curve_from, metric_of)
@@ -64,12 +63,6 @@ def _rows_per_forward(model: Model, width: int, memory_mb: float) -> int:
     per_pos = cfg.d_model * 8 + (cfg.d_mlp or 4 * cfg.d_model) * 3 + cfg.n_heads * width * 2
     bytes_per = torch.finfo(cfg.dtype).bits // 8 if cfg.dtype.is_floating_point else 4
     return max(1, int(memory_mb * 2**20 / (per_pos * width * bytes_per)))
-
-
-def shared_start(batch: PairBatch) -> Int[Tensor, " pair"]:
-    """Each pair's tokens before its prompts differ, at most END (every row keeps its END to run):
-    :func:`~circuits.patching.readouts.first_difference` capped at END."""
-    return torch.minimum(first_difference(batch), batch.end)
 
 
 @torch.no_grad()
