@@ -65,7 +65,7 @@ class AblationValues:
     """Replacement values of every site, and how a pair finds its row in them.
 
     ``z[layer]`` is ``[source, pos, head, d_head]``, ``mlp_out[layer]`` ``[source, pos, d_model]`` and
-    ``post[layer]`` ``[source, pos, d_mlp]`` (neuron layers only); ``None``: not taken (zero where used). ``rule`` says
+    ``post[layer]`` ``[source, pos, d_mlp]`` (neuron layers only); ``None``: not taken (ablating it is an error). ``rule`` says
     what a source row is: a template group (``index``: :func:`group_key` -> row), a pair (``index``: its token ids
     -> row), the pair's place in the list the values were taken for (``"row"``), or one row and one position used
     at every position of every pair (``"pooled"``). ``donor`` (resample) names each pair's donor."""
@@ -105,14 +105,17 @@ class AblationValues:
     group_of = source_of
     row_of = source_of
 
-    def table(self, site: str, layer: int) -> Tensor | None:
-        """The table of ``site`` (``"z"``, ``"mlp_out"``, ``"post"``) at ``layer``."""
-        if site == "post":
-            if layer not in self.post:
-                raise ValueError(f"No replacement values for MLP layer {layer}; take means over layers "
-                                 f"{sorted(self.post)}")
-            return self.post[layer]
-        return (self.z if site == "z" else self.mlp_out)[layer]
+    def table(self, site: str, layer: int) -> Tensor:
+        """The table of ``site`` (``"z"``, ``"mlp_out"``, ``"post"``) at ``layer``; a ValueError where these values
+        were not taken for it (never a silent zero)."""
+        table = self.post.get(layer) if site == "post" else (self.z if site == "z" else self.mlp_out)[layer]
+        if table is None:
+            what = f"MLP layer {layer}'s neurons (hook_post)" if site == "post" else f"layer {layer}'s hook_{site}"
+            parts = ["heads and MLPs"] if any(t is not None for t in self.z) else []
+            parts += [f"the neurons of MLP layers {sorted(self.post)}"] if self.post else []
+            cover = " and ".join(parts) or "nothing"
+            raise ValueError(f"No replacement values for {what}; these values cover {cover}")
+        return table
 
 
 # The values of old names: one type now.

@@ -94,3 +94,12 @@ def test_masks_of_sets_and_values_without_a_layer(tiny_llama):
     assert masks.neurons[2][0, 3] and masks.neurons[2].sum() == 1
     with pytest.raises(ValueError, match="No replacement values for MLP layer 1"):
         zero_values(tiny_llama, [2]).table("post", 1)
+
+
+def test_ablating_a_site_the_values_do_not_cover_is_an_error(tiny_llama, tokenizer):
+    pairs = aligned_pairs(tokenizer, 2, few_shot=True)
+    neurons_only = compute_means(tiny_llama, pairs, progress=False, heads_and_mlps=False, neuron_layers=[1])
+    masks = AblationMasks.of_sets(tiny_llama, [([(0, 1)], [])])
+    with pytest.raises(ValueError, match=r"No replacement values for layer 0's hook_z; these values cover the "
+                                         r"neurons of MLP layers \[1\]"):
+        ablated_residuals(tiny_llama, [p.reference_token_ids for p in pairs], masks, neurons_only, [0, 0])
