@@ -18,6 +18,10 @@ these; nothing here imports a job.
 - :mod:`~circuits.patching.registry`: :data:`ENGINES`, every ranking engine with its capabilities and plain reference.
 - :mod:`~circuits.patching.uncertainty`: bootstrap intervals over pairs.
 - :mod:`~circuits.patching.reference`, :mod:`~circuits.patching.plain`: the plain one-forward-per-component loops.
+- :mod:`~circuits.patching.ablation_values`, :mod:`~circuits.patching.ablation`: what an ablated component becomes
+  (:class:`AblationValues`: template mean, END-aligned mean, zero, resample, counterfactual) and the one ablation
+  executor (a masked forward over batched sets, prefix sharing) that knockout and faithfulness call.
+- :mod:`~circuits.patching.faithfulness`: MIB's faithfulness of node and edge circuits.
 """
 
 from circuits.patching.attribution import Attribution, attribute

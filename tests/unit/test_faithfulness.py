@@ -125,7 +125,7 @@ def test_families(family_models, tokenizer, arch, positions):
 def test_end_only_layers_equal_whole_prompts(tiny_llama, tokenizer):
     """At END the engine runs END-only layers over the reference keys and values; the whole-prompt hook engine
     (what every position uses, and END on models the END-only layers refuse) gives the same metric."""
-    from circuits.patching.faithfulness import _collect, _full_and_empty, ablated_metric
+    from circuits.patching.faithfulness.nodes import _collect, _full_and_empty, ablated_metric
 
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 5), 0)
     heads, mlps, neurons = scores(tiny_llama, seed=4, neurons=(0,))
@@ -256,10 +256,10 @@ def test_edges_bad_input_is_one_line(family_models, tokenizer):
 def test_every_position_after_the_first_difference_equals_whole_prompts(tiny_llama, tokenizer):
     """Counterfactual ablation at every position runs each pair's shared start (before its prompts differ) once:
     the same metric as whole prompts with the keep masks at every position."""
-    from circuits.patching.faithfulness import _collect, _full_and_empty, ablated_metric, first_difference
+    from circuits.patching.faithfulness.nodes import _collect, _full_and_empty, ablated_metric, shared_start
 
     batch = PairBatch.from_pairs(some_pairs(tokenizer), 0)
-    first = first_difference(batch)
+    first = shared_start(batch)
     assert (first > 0).all() and len(set(first.tolist())) > 1 and (first <= batch.end).all()
     heads, mlps, neurons = scores(tiny_llama, seed=5, neurons=(1,))
     masks = _full_and_empty(circuit_masks(heads, mlps, neurons, SIZES))

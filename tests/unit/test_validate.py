@@ -207,8 +207,7 @@ def test_an_ablation_set_outside_the_model_is_one_clear_line(tiny_llama, pairs, 
 def test_a_pair_outside_the_mean_groups_is_one_clear_error(tiny_llama, pairs):
     import re
 
-    from circuits.validate.groups import group_key
-    from circuits.validate.neurons import NeuronMeans
+    from circuits.patching.ablation_values import AblationValues, group_key
 
     means = compute_means(tiny_llama, pairs[:1])
     other = next(p for p in pairs if group_key(p) != group_key(pairs[0]))
@@ -217,7 +216,7 @@ def test_a_pair_outside_the_mean_groups_is_one_clear_error(tiny_llama, pairs):
                                                  f"{len(other.reference_token_ids)}: means were taken over")
                        + ".*or use pooled=True"):
         means.group_of(other)
-    neurons = NeuronMeans({}, {group_key(pairs[0]): 0}, pooled=False)
-    assert neurons.group_of(pairs[0]) == 0 and NeuronMeans({}, {}, pooled=True).group_of(other) == 0
+    neurons = AblationValues([], [], index={group_key(pairs[0]): 0}, rule="group", what="neuron mean")
+    assert neurons.group_of(pairs[0]) == 0 and AblationValues([], [], rule="pooled").group_of(other) == 0
     with pytest.raises(KeyError, match=re.escape(f"No neuron mean for template {other.template_id!r}")):
         neurons.group_of(other)

@@ -1,0 +1,91 @@
+"""Faithfulness of the circuits a ranking yields, as MIB scores circuit discovery (issue 24).
+
+**Nodes.** A ranking of nodes -- heads ``[layer, head]``, MLPs ``[layer]``, optionally neurons ``{layer: [d_mlp]}``
+(such a layer's MLP is then scored by its neurons instead of as one node) -- gives, at each size ``s`` (a fraction of
+the ``n`` nodes), the circuit ``C_s`` = the top ``round(s * n)`` nodes by score (halves rounded up; ``count="floor"``
+takes ``int(s * n)`` as MIB's code does; ties broken by :func:`circuits.patching.ranking.order`, the project's one
+sort: higher score first, ties by index). Everything outside the circuit is ablated:
+
+- ``ablation="counterfactual"`` (MIB's "patching"): each ablated node's output takes its value in the
+  counterfactual run of the same pair;
+- ``"mean"``: its mean over the pairs' reference runs, per position counted back from END (position ``end - k``
+  takes the mean over the pairs that have it; at END, the mean over every pair's END): the ``"end_mean"`` values
+  of :mod:`circuits.patching.ablation_values`, which need no template (the knockout's ``"mean"`` is per template and
+  length over counterfactual prompts);
+- ``"zero"``: zero;
+
+at ``positions="end"`` (only the END position, as the paper's patching) or ``"all"`` (every position, as MIB).
+
+**Edges** (:func:`edge_faithfulness`, END only): MIB's graph -- senders are the input embedding, every head and
+every MLP; receivers every head's query, key and value input (per query head, also under grouped-query attention),
+every MLP's input and the logits. An edge left out of the circuit carries its sender's ablated END value into its
+receiver, the kept edges the current one (MIB's ``evaluate_graph``, which adds the differences into each receiver's
+input). Models that normalise the sum of their heads (Gemma 2/3's ``ln1_post``) are refused at edge level (MIB
+special-cases them); MIB's pruning of edges cut off from the input or the logits is not applied.
+
+**Metric.** ``m`` is read from the END logits of each pair: by default ``logit_diff`` = logit(answer) -
+logit(counterfactual answer), the counterfactual answer being the counterfactual run's top token at END (the
+project's logit-difference readout; MIB's own arithmetic metric was not checked here); also ``"logit"``, ``"prob"``
+or a :func:`circuits.patching.metrics.logits_metric`. Faithfulness ``f(C) = (m(C) - m(empty)) / (m(N) - m(empty))``
+on means over pairs, ``N`` the model with nothing ablated and ``empty`` every node (edge) ablated, so ``f(N) = 1``
+and ``f(empty) = 0`` by construction. CPR = the area under ``f`` and CMD = the area between ``f`` and 1
+(``|1 - f|``), each by the trapezoid rule over the size axis in fractions with linear widths, as
+``MIB-circuit-track``'s ``evaluate_area_under_curve`` computes them (its ``log_scale`` flag computes log positions
+that its trapezoids do not use). MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way
+(f(1.0) = 1, every node kept) when the sizes given stop short of it. Bootstrap intervals resample pairs
+(:func:`circuits.patching.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the resampled means.
+
+**Exact and batched.** All circuits (every size, N and empty) run together. At END only END changes, so positions
+before END are the reference run's: one reference forward (keys, values and END values, a shared few-shot prefix
+run once) and one counterfactual forward read at END, then END-only layers over ``circuits x pairs`` rows
+(attention from each new END query over the reference keys and values, per head; each head's ``z``, each MLP's
+output or each neuron's ``hook_post`` replaced where the circuit leaves it out; for edges, each receiver's input
+assembled from kept and ablated sender values). At every position (and on models the END-only layers refuse)
+the circuits run through the mechanism's one ablation executor (:func:`circuits.patching.ablation.ablated_residuals`,
+which knockout also calls): folded into the batch of whole prompts, a per-row mask applied by one hook per site
+(``hook_z``, ``hook_mlp_out``, ``hook_post``); counterfactual values at every position run each pair's start before
+its prompts differ once (:func:`shared_start`). Every model-specific piece (projections, QK norms, rotary, scale, soft-caps, windows, keys as attention reads
+them, the shared-prefix cache) comes from :mod:`circuits.models.backend`, so both TransformerLens lines (3.9's
+``HookedTransformer``, 4.3's ``TransformerBridge``) run the same code; where a Bridge cannot share a prefix
+(:func:`~circuits.models.backend.prefix_sharing`), prompts run whole. Both are tested against the plain loops of
+:mod:`circuits.patching.plain` (:func:`~circuits.patching.plain.ablate_plain`,
+:func:`~circuits.patching.plain.ablate_edges_plain`): one circuit at a time with ``run_with_hooks``.
+
+Public signature::
+
+    faithfulness(model, pairs, heads, mlps=None, *, neurons=None, sizes=MIB_SIZES, ablation="counterfactual",
+                 positions="end", metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024,
+                 count="round") -> FaithfulnessCurve
+    edge_faithfulness(model, pairs, scores, *, sizes=MIB_SIZES, ablation="counterfactual", positions="end",
+                      metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024, count="round")
+        -> FaithfulnessCurve                   # scores [sender, receiver] over edge_senders x edge_receivers
+    edge_senders(model), edge_receivers(model), edge_valid(model) -> [sender, receiver] bool
+    circuit_masks(heads, mlps, neurons, sizes, count) -> NodeMasks    # which nodes each size keeps
+    edge_masks(valid, scores, sizes, count) -> (keep, n_kept, n_edges)
+    area_scores(sizes, f) -> (cpr, cmd)                               # MIB's areas of one curve (or a batch)
+    MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+
+``FaithfulnessCurve`` fields: ``sizes [size]``, ``n_kept [size]``, ``n_nodes`` (nodes or edges), ``m [size,
+pair]``, ``m_full [pair]``, ``m_empty [pair]``, ``f [size]``, ``f_per_pair [size, pair]``, ``f_low``/``f_high
+[size]``, ``cpr``, ``cmd``, ``cpr_interval``, ``cmd_interval``, ``metric``, ``ablation``, ``positions``, ``level``
+("node"/"edge"), ``ci_level``, ``n_boot``, ``seconds``; ``to_dict()``/``from_dict()`` for saving, ``table()``.
+
+The package: :mod:`~circuits.patching.faithfulness.curve` (checks, circuits of a ranking, the metric, the curve),
+:mod:`~circuits.patching.faithfulness.end` (the END-only runs), :mod:`~circuits.patching.faithfulness.nodes` and
+:mod:`~circuits.patching.faithfulness.edges` (the two levels).
+"""
+
+from circuits.patching.faithfulness.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, READOUTS, FaithfulnessCurve,
+                                                  NodeMasks, area_axis, area_scores, check_choice, check_metric,
+                                                  check_sizes, circuit_masks, curve_from, metric_of, n_kept_at)
+from circuits.patching.faithfulness.edges import (INPUT, LOGITS, EdgeReceiver, EdgeSender, check_edge_model,
+                                                  edge_faithfulness, edge_masks, edge_receivers, edge_senders,
+                                                  edge_upstream, edge_valid)
+from circuits.patching.faithfulness.end import attention_split_at_end, end_only_supported
+from circuits.patching.faithfulness.nodes import ablated_metric, faithfulness, shared_start
+
+__all__ = ["ABLATIONS", "COUNTS", "INPUT", "LOGITS", "MIB_SIZES", "POSITIONS", "READOUTS", "EdgeReceiver", "EdgeSender",
+           "FaithfulnessCurve", "NodeMasks", "ablated_metric", "area_axis", "area_scores", "attention_split_at_end",
+           "check_choice", "check_edge_model", "check_metric", "check_sizes", "circuit_masks", "curve_from",
+           "edge_faithfulness", "edge_masks", "edge_receivers", "edge_senders", "edge_upstream", "edge_valid",
+           "end_only_supported", "faithfulness", "metric_of", "n_kept_at", "shared_start"]
