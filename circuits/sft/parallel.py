@@ -248,8 +248,8 @@ class Sharded(Local):
 
         if not (dist.is_available() and dist.is_initialized()):
             # One GPU with the optimizer state on the CPU: FSDP needs a process group, of one rank.
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+            comm = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(comm, store=dist.HashStore(), rank=0, world_size=1)
             # Kept until the process ends: the sharded model needs it for every forward pass.
             atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
         device = D.device()
