@@ -43,7 +43,7 @@ from transformer_lens.utilities.activation_functions import apply_softcap
 from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
 from transformer_lens.utilities.multi_gpu import get_device_for_block_index
 
-from circuits.models.backend import Backend  # defined before backend.py imports this module
+from circuits.models.backend import Backend, register
 from circuits.models.hf_weights import TunableTensor
 from circuits.versions import backend_line
 
@@ -644,4 +644,4 @@ class BridgeBackend(Backend):
     reference_weights = staticmethod(reference_weights)
 
 
-BACKEND = BridgeBackend()
+BACKEND = register(BridgeBackend())

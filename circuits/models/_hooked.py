@@ -22,12 +22,11 @@ from torch import Tensor
 from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
-from transformer_lens.components.abstract_attention import AbstractAttention  # noqa: F401
 from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
 from transformer_lens.utilities.multi_gpu import get_device_for_block_index
 from transformer_lens.utils import get_act_name
 
-from circuits.models.backend import Backend  # defined before backend.py imports this module
+from circuits.models.backend import Backend, register
 from circuits.models.hf_weights import TunableTensor
 
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
@@ -429,4 +428,4 @@ class HookedBackend(Backend):
     reference_weights = staticmethod(reference_weights)
 
 
-BACKEND = HookedBackend()
+BACKEND = register(HookedBackend())

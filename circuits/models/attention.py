@@ -34,7 +34,7 @@ from circuits.models import backend
 from circuits.models.backend import Model, softcap_enabled
 
 if backend.NAME == "hooked":  # TransformerLens 3's attention class; a Bridge runs its own (no fused path)
-    from circuits.models._hooked import AbstractAttention
+    from transformer_lens.components.abstract_attention import AbstractAttention
 else:
     AbstractAttention = None
 

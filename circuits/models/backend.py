@@ -299,13 +299,24 @@ class Backend(ABC):
 ATTRIBUTE = "circuits_backend"
 
 
+_BACKENDS: dict[str, Backend] = {}
+
+
+def register(backend: Backend) -> Backend:
+    """Make ``backend`` the one instance of its kind (each implementation registers itself when imported;
+    :mod:`circuits.models` imports those the installed TransformerLens can run: on 3.9 both, its own
+    ``TransformerBridge`` serving fine-tuning's parity tests; on 4.x the Bridge's)."""
+    _BACKENDS[backend.name] = backend
+    return backend
+
+
 def _by_name(name: str) -> Backend:
-    """The one instance of backend ``name`` (``"hooked"``: TransformerLens 3.9 only)."""
-    if name == "hooked":
-        from circuits.models._hooked import BACKEND
-    else:
-        from circuits.models._bridge import BACKEND
-    return BACKEND
+    """The one instance of backend ``name``."""
+    try:
+        return _BACKENDS[name]
+    except KeyError:
+        raise LookupError(f"no {name!r} backend is loaded (TransformerLens {SUPPORTED}; circuits.models imports the "
+                          "installed line's)") from None
 
 
 def installed() -> Backend:
@@ -331,7 +342,11 @@ def backend_of(model: Any) -> Backend:
     return installed()
 
 
-Model = installed().model_class  # the installed line's model class (annotations, isinstance)
+# the installed line's model class (annotations, isinstance)
+if NAME == "hooked":
+    from transformer_lens import HookedTransformer as Model
+else:
+    from transformer_lens.model_bridge import TransformerBridge as Model
 
 
 # --- model-free pieces --------------------------------------------------------------------------------------
@@ -516,6 +531,6 @@ __all__ = ["ATTRIBUTE", "NAME", "POST_NORM_ARCHITECTURES", "SUPPORTED", "Activat
            "cast_unsharded_buffers", "check_dtype", "check_version", "checkpoint_blocks", "checkpoint_state",
            "continue_prefix", "decoder", "end_unsupported", "final_residual", "gather_parameters", "head_linear",
            "installed", "layer_device", "link_processed_weights", "logit_softcap", "n_kv_heads", "output_device",
-           "post_norms", "prefix_cache", "prefix_sharing", "qk_norms", "restore_checkpoint_state", "rotary",
+           "post_norms", "prefix_cache", "prefix_sharing", "qk_norms", "register", "restore_checkpoint_state", "rotary",
            "rotary_key_hook", "score_scale", "score_softcap", "sliding_window", "softcap_enabled", "split_inputs",
            "spread", "training_residual", "tunable_tensors", "unembed_weights", "untunable_parameters"]
