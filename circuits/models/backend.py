@@ -3,8 +3,9 @@
 A backend is what ``circuits`` needs of a model that the two TransformerLens lines provide differently:
 :class:`circuits.models._hooked.HookedBackend` (TransformerLens 3.9, ``HookedTransformer``) and
 :class:`circuits.models._bridge.BridgeBackend` (TransformerLens 4.3 or a later 4.x, ``TransformerBridge``, which
-wraps the Hugging Face model). :func:`circuits.models.load_model` chooses one and attaches it to the model it
-returns (``model.circuits_backend``); :func:`backend_of` gives it back, and recognises a model a test built
+wraps the Hugging Face model); each registers its one instance (:func:`register`) when :mod:`circuits.models`
+imports it, so this module imports neither. :func:`circuits.models.load_model` attaches the installed line's to the
+model it returns (``model.circuits_backend``); :func:`backend_of` gives it back, and recognises a model a test built
 directly (a ``TransformerBridge`` by its wrapped Hugging Face model, anything else by the installed line). Any
 TransformerLens version other than 3.9 or 4.3+ fails at import with one line naming what is supported
 (:func:`check_version`); :data:`NAME` says which line is installed (``"hooked"``/``"bridge"``), for
