@@ -20,10 +20,8 @@ from jaxtyping import Float, Int
 from lm_eval.api.model import LM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from torch import Tensor
-from circuits.models.backend import Model
-from circuits.models.backend import KeyValueCache as TransformerLensKeyValueCache
 from circuits.models import backend
-from circuits.models.backend import final_residual
+from circuits.models.backend import Model
 
 from circuits.models.forward import end_residuals, length_batches, pad_token_id, shared_prefix_lengths, unembed_end
 
@@ -70,7 +68,7 @@ class HookedTransformerLM(LM):
     @torch.no_grad()
     def _final_resid(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
         """Residual stream after the last block (before the final norm)."""
-        return final_residual(self.model, tokens.to(self._device))
+        return backend.final_residual(self.model, tokens.to(self._device))
 
     def _log_probs_at(self, resid: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_vocab"]:
         """Final norm + unembedding (+ final-logit soft-cap) of just the selected positions."""
@@ -169,10 +167,11 @@ class HookedTransformerLM(LM):
 
     @torch.no_grad()
     def generate_greedy(self, prompts: list[str], max_new_tokens: int, until: list[str]) -> list[str]:
-        """Greedy continuation of each prompt (batched, left-padded, KV cache), cut at the first ``until``. On 3.9
-        the cache is TransformerLens's; a TransformerBridge uses Hugging Face's ``DynamicCache`` (each row's positions
-        counted from its first real token), or reruns the grown prompts where that cache does not give the full
-        run's numbers (:func:`circuits.models.backend.prefix_sharing`: transformers 5.24)."""
+        """Greedy continuation of each prompt (batched, left-padded, KV cache), cut at the first ``until``. The
+        forward passes are the model's backend's (:func:`circuits.models.backend.decoder`): on 3.9 TransformerLens's
+        cache; on a TransformerBridge Hugging Face's ``DynamicCache`` (each row's positions counted from its first
+        real token), or the grown prompts rerun where that cache does not give the full run's numbers
+        (:func:`circuits.models.backend.prefix_sharing`: transformers 5.24)."""
         eos = self.tokenizer.eos_token_id
         encoded = [self.tok_encode(p)[-(self.max_length - max_new_tokens):] or [self.prefix_token_id] for p in prompts]
         length = max(len(e) for e in encoded)
@@ -181,28 +180,11 @@ class HookedTransformerLM(LM):
         for r, e in enumerate(encoded):
             tokens[r, length - len(e):] = torch.tensor(e)
             mask[r, length - len(e):] = 1
-        bridge = backend.NAME == "bridge"
-        if not bridge:
-            cache = TransformerLensKeyValueCache.init_cache(self.model.cfg, self.model.cfg.device, len(encoded))
-        elif backend.prefix_sharing(self.model):
-            from transformers import DynamicCache
-
-            cache = DynamicCache()
-        else:
-            cache = None
         generated: list[list[int]] = [[] for _ in encoded]
         done = [False] * len(encoded)
-        step_tokens, step_mask = tokens.to(self._device), mask.to(self._device)
-        seen_mask = step_mask  # every position so far (the Bridge's cache and reruns read the whole mask)
+        steps = backend.decoder(self.model, tokens.to(self._device), mask.to(self._device))
         for _ in range(max_new_tokens):
-            if not bridge:
-                resid = final_residual(self.model, step_tokens, attention_mask=step_mask, past_kv_cache=cache)
-            elif cache is not None:
-                positions = (seen_mask.cumsum(-1) - 1).clamp(min=0)[:, -step_tokens.shape[1]:]
-                resid = final_residual(self.model, step_tokens, attention_mask=seen_mask, past_key_values=cache,
-                                       position_ids=positions)
-            else:
-                resid = final_residual(self.model, step_tokens, attention_mask=seen_mask)
+            resid = steps.residual()
             next_tok = self._log_probs_at(resid[:, -1]).argmax(-1)
             for r, t in enumerate(next_tok.tolist()):
                 if done[r]:
@@ -213,12 +195,7 @@ class HookedTransformerLM(LM):
                     done[r] = True
             if all(done):
                 break
-            seen_mask = torch.cat([seen_mask, torch.ones_like(next_tok[:, None])], 1)
-            if bridge and cache is None:  # the whole sequence again, left padding masked
-                step_tokens = torch.cat([step_tokens, next_tok[:, None]], 1)
-            else:
-                step_tokens = next_tok[:, None]
-                step_mask = torch.ones_like(step_tokens)
+            steps.append(next_tok)
         out = []
         for g in generated:
             text = self.tokenizer.decode([t for t in g if t != eos])

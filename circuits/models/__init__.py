@@ -13,6 +13,14 @@ from circuits.versions import check_transformer_lens
 
 check_transformer_lens()  # a TransformerLens no backend supports: one line (docs/backends.md), before it is imported
 
+from circuits.versions import backend_line
+
+# The backends the installed TransformerLens runs, each registering itself with circuits.models.backend: 3.9's
+# HookedTransformer and its own TransformerBridge (fine-tuning's parity tests), or 4.x's Bridge.
+if backend_line() == 3:
+    import circuits.models._hooked  # noqa: F401
+import circuits.models._bridge  # noqa: F401
+
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
 from circuits.models.embedded import EMBEDDED, embedded_model
 from circuits.models.loading import DTYPES, ModelLoadError, accepted_inputs, load_hf_reference, load_model, resolve_dtype

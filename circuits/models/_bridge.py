@@ -1,5 +1,8 @@
-"""The TransformerBridge backend (TransformerLens >= 4.3): :mod:`circuits.models.backend` re-exports this module
-when TransformerLens 4.x is installed. The contract it implements is in :mod:`circuits.models.backend`'s docstring.
+"""The TransformerBridge backend (TransformerLens >= 4.3): :class:`BridgeBackend`, the
+:class:`circuits.models.backend.Backend` that :func:`circuits.models.load_model` attaches to the models it loads when
+TransformerLens 4.x is installed, and that :func:`circuits.models.backend.backend_of` gives any ``TransformerBridge``
+(TransformerLens 3.9's own too, which fine-tuning's parity tests hold beside a ``HookedTransformer``). Its methods are
+this module's functions (the contract: :class:`circuits.models.backend.Backend`'s docstrings).
 
 A Bridge wraps the Hugging Face model itself: hook names and shapes are TransformerLens's (``hook_k``/``hook_v``
 carry the ``n_kv_heads`` heads, as the toolkit's 3.9 models do), ``W_Q``/``W_K``/``W_V``/``W_O`` are views into the
@@ -31,22 +34,22 @@ from typing import Any, Iterator
 
 import torch
 from torch import Tensor
-from transformer_lens import ActivationCache, FactoredMatrix  # noqa: F401  (re-exported by backend)
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
 from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.model_bridge.exceptions import StopAtLayerException
 from transformer_lens.utilities import get_act_name
-from transformer_lens.utilities.activation_functions import apply_softcap, softcap_enabled  # noqa: F401
+from transformer_lens.utilities.activation_functions import apply_softcap
 from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
-from transformer_lens.utilities.attention import simple_attn_linear  # noqa: F401
 from transformer_lens.utilities.multi_gpu import get_device_for_block_index
 
-NAME = "bridge"
+from circuits.models.backend import Backend, register
+from circuits.models.hf_weights import TunableTensor
+from circuits.versions import backend_line
+
 Model = TransformerBridge
-KeyValueCache = TransformerLensKeyValueCache
+KeyValueCache = TransformerLensKeyValueCache  # transitional (backend.py's __getattr__): slice E's engines
 KeyValueCacheEntry = TransformerLensKeyValueCacheEntry
-AbstractAttention = None  # TransformerLens 3's attention class; the Bridge runs its own (no fused path)
 
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
 _PREFIX_OK = "_circuits_prefix_sharing"
@@ -356,7 +359,7 @@ def prefix_sharing(model: Model) -> bool:
     return bool(ok)
 
 
-TL_CACHE = False  # the model reads TransformerLens 3 key/value caches (past_kv_cache=, frozen_cache_entry)
+TL_CACHE = False  # transitional (backend.py's __getattr__): the model reads TransformerLens 3 key/value caches
 
 
 def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:
@@ -417,3 +420,228 @@ def split_inputs(model: Model, *, ungroup: bool = True, attn_result: bool = Fals
         model.set_use_split_qkv_input(saved_flags[0])
         model.set_use_hook_mlp_in(saved_flags[1])
         model.set_use_attn_result(saved_flags[2])
+
+
+# --- fine-tuning (circuits.sft): TransformerLens names over the Hugging Face weights -----------------------
+# (tl4sft) Precise SFT plans, masks, steps and saves tensors under TransformerLens's names and per-head layout; on a
+# TransformerBridge those are views of the Hugging Face weights (circuits.models.hf_weights.TunableTensor).
+
+
+def tunable_tensors(model: Model) -> dict[str, TunableTensor]:
+    """TransformerLens name -> :class:`~circuits.models.hf_weights.TunableTensor` of the Hugging Face weights behind
+    each name (K/V named ``_W_K``/``_W_V`` where heads share them, as on 3.9; folded norms left out)."""
+    from circuits.models.hf_weights import bridge_tunable_tensors
+
+    return bridge_tunable_tensors(model)
+
+
+def untunable_parameters(model: Model) -> list[str]:
+    """Parameters of a family :mod:`circuits.models.hf_weights` does not map (full SFT would leave them frozen)."""
+    from circuits.models.hf_weights import unmapped_parameters
+
+    return unmapped_parameters(model, tunable_tensors(model))
+
+
+class _FinalResidual(Exception):  # noqa: N818  (control flow, not an error)
+    pass
+
+
+def training_residual(model: Model, tokens: Tensor) -> Tensor:
+    """The residual stream after the last block, ``[batch, pos, d_model]``, before the final norm (with gradients):
+    :func:`final_residual`, except on TransformerLens 3.9's own ``TransformerBridge`` (which the parity tests hold
+    beside a ``HookedTransformer``), whose ``stop_at_layer=n_layers`` returns logits: that run is stopped from the
+    last block's ``hook_resid_post`` instead."""
+    if backend_line() != 3:
+        return final_residual(model, tokens)
+    seen: dict[str, Tensor] = {}
+
+    def grab(x: Tensor, hook: object) -> None:
+        seen["x"] = x
+        raise _FinalResidual
+
+    try:
+        model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.{model.cfg.n_layers - 1}.hook_resid_post", grab)])
+    except _FinalResidual:
+        pass
+    return seen["x"]
+
+
+@torch.no_grad()
+def link_processed_weights(model: Model) -> Model:
+    """Make a Bridge compute with its parameters, so that gradients reach them: TransformerLens 3.9's Bridge runs a
+    processed gated MLP through ``_processed_W_in``/``_W_gate``/``_W_out`` tensors that share the Hugging Face
+    weights' storage but are detached copies (no gradient reaches ``up_proj.weight``); each such tensor is replaced
+    by the parameter it views (same values). TransformerLens 4.3 computes with the parameters already."""
+    by_storage = {(p.untyped_storage().data_ptr(), p.storage_offset(), tuple(p.shape), p.stride()): p
+                  for p in model.parameters()}
+    for module in model.modules():
+        for attr, value in list(vars(module).items()):
+            if not attr.startswith("_processed_") or not isinstance(value, Tensor) \
+                    or isinstance(value, torch.nn.Parameter):
+                continue
+            p = by_storage.get((value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape),
+                                value.stride()))
+            if p is not None:
+                object.__setattr__(module, attr, p)  # not registered: the parameter keeps its one name
+    return model
+
+
+def _without_cache(kwargs: dict) -> dict:
+    """A Hugging Face layer's keywords with its key/value cache off (as transformers' own gradient checkpointing
+    does): the recomputation in backward would otherwise find the cache already extended by the forward pass."""
+    kwargs = dict(kwargs)
+    for name in ("past_key_values", "past_key_value", "cache"):
+        if name in kwargs:
+            kwargs[name] = None
+    if "use_cache" in kwargs:
+        kwargs["use_cache"] = False
+    return kwargs
+
+
+def checkpoint_blocks(model: Model) -> None:
+    """Each block's ``forward`` wrapped in place with activation checkpointing. A Bridge's blocks get HF's cache and
+    position objects as keywords: bound (cache off), not traversed by checkpoint; set on the block itself (a Bridge
+    component passes attributes it does not have on to the HF module)."""
+    import functools
+
+    from torch.utils.checkpoint import checkpoint
+
+    for block in model.blocks:
+        forward = block.forward
+        object.__setattr__(block, "forward", lambda *a, _f=forward, **k: checkpoint(
+            functools.partial(_f, **_without_cache(k)), *a, use_reentrant=False))
+
+
+def cast_unsharded_buffers(model: Model, device: str | torch.device, dtype: torch.dtype) -> list[tuple[Any, Tensor]]:
+    """A processed Bridge's unembedding bias (zero, TransformerLens's ``b_U``) is a buffer: FSDP casts parameters
+    only, so linear biases held as buffers are put in ``dtype`` on ``device``."""
+    saved = []
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear) and isinstance(module._buffers.get("bias"), Tensor):
+            saved.append((module, module._buffers["bias"]))
+            module._buffers["bias"] = module._buffers["bias"].to(device=device, dtype=dtype)
+    return saved
+
+
+def gather_parameters(model: Model, keys: set[str]) -> dict[str, Tensor]:
+    """The parameters named ``keys`` by their own (``named_parameters``) names, gathered whole to the CPU: a
+    Bridge's ``state_dict()`` names are TransformerLens-style aliases."""
+    return {k: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu()
+            for k, p in model.named_parameters() if k in keys}  # every rank, in the same order
+
+
+def checkpoint_state(model: Model, optimizer: torch.optim.Optimizer, init: bool = False) -> dict:
+    """A sharded Bridge's parameters and AdamW state by parameter name, as the DCP checkpoint holds them.
+
+    ``torch.distributed.checkpoint.state_dict`` names parameters from ``model.state_dict()``, which a
+    ``TransformerBridge`` overrides with TransformerLens-style aliases (``blocks.0.attn.q.weight``) while its
+    ``named_parameters()`` give the Hugging Face paths, so the optimizer state it saves cannot be matched again on
+    resume. This dict uses ``named_parameters()`` names for both; a load fills it in place. ``init``: give
+    parameters that have no AdamW state yet (a fresh run being resumed) zero state, which the load then fills."""
+    model_sd: dict[str, Any] = {}
+    optim_sd: dict[str, Any] = {}
+    for name, p in model.named_parameters():
+        model_sd[name] = p.data  # the local shard (a DTensor): DCP saves and loads it in place
+        if not p.requires_grad:
+            continue
+        if init and p not in optimizer.state:
+            optimizer.state[p] = {"step": torch.zeros((), dtype=torch.float32), "exp_avg": torch.zeros_like(p.data),
+                                  "exp_avg_sq": torch.zeros_like(p.data)}
+        if p in optimizer.state:
+            optim_sd[name] = optimizer.state[p]
+    return {"model": model_sd, "optim": optim_sd}
+
+
+def restore_checkpoint_state(model: Model, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """Nothing: :func:`checkpoint_state` holds the parameters and AdamW's state themselves (loaded in place)."""
+
+
+# --- generation and export ---------------------------------------------------------------------------------
+
+
+class HFCacheDecoder:
+    """Greedy decoding on a Bridge: Hugging Face's ``DynamicCache`` (each row's positions counted from its first
+    real token) where :func:`prefix_sharing` says it gives the full run's numbers, else the grown prompts run whole
+    (left padding masked)."""
+
+    def __init__(self, model: Model, tokens: Tensor, mask: Tensor) -> None:
+        self.model, self.tokens, self.seen_mask = model, tokens, mask
+        self.cache = None
+        if prefix_sharing(model):
+            from transformers import DynamicCache
+
+            self.cache = DynamicCache()
+
+    def residual(self) -> Tensor:
+        if self.cache is None:
+            return final_residual(self.model, self.tokens, attention_mask=self.seen_mask)
+        positions = (self.seen_mask.cumsum(-1) - 1).clamp(min=0)[:, -self.tokens.shape[1]:]
+        return final_residual(self.model, self.tokens, attention_mask=self.seen_mask, past_key_values=self.cache,
+                              position_ids=positions)
+
+    def append(self, next_tokens: Tensor) -> None:
+        self.seen_mask = torch.cat([self.seen_mask, torch.ones_like(next_tokens[:, None])], 1)
+        if self.cache is None:  # the whole sequence again
+            self.tokens = torch.cat([self.tokens, next_tokens[:, None]], 1)
+        else:
+            self.tokens = next_tokens[:, None]
+
+
+def decoder(model: Model, tokens: Tensor, mask: Tensor) -> HFCacheDecoder:
+    """A :class:`HFCacheDecoder`."""
+    return HFCacheDecoder(model, tokens, mask)
+
+
+def reference_weights(hf_model: Any) -> dict[str, Tensor]:
+    """The TransformerLens-named tensors read from the Hugging Face weights (TransformerLens 4 converts no more;
+    equal to 3.9's conversion, tested)."""
+    from circuits.models.hf_weights import tl_state_dict
+
+    return tl_state_dict(hf_model)
+
+
+class BridgeBackend(Backend):
+    """TransformerLens's ``TransformerBridge`` (this module's functions)."""
+
+    name = "bridge"
+    model_class = TransformerBridge
+    act_name = staticmethod(act_name)
+    block_devices = staticmethod(block_devices)
+    check_dtype = staticmethod(check_dtype)
+    architecture = staticmethod(architecture)
+    n_kv_heads = staticmethod(n_kv_heads)
+    post_norms = staticmethod(post_norms)
+    end_unsupported = staticmethod(end_unsupported)
+    rotary_key_hook = staticmethod(rotary_key_hook)
+    attn_qkv = staticmethod(attn_qkv)
+    attn_out = staticmethod(attn_out)
+    qk_norms = staticmethod(qk_norms)
+    rotary = staticmethod(rotary)
+    score_scale = staticmethod(score_scale)
+    score_softcap = staticmethod(score_softcap)
+    sliding_window = staticmethod(sliding_window)
+    attention_scores = staticmethod(attention_scores)
+    unembed_weights = staticmethod(unembed_weights)
+    logit_softcap = staticmethod(logit_softcap)
+    final_residual = staticmethod(final_residual)
+    prefix_sharing = staticmethod(prefix_sharing)
+    prefix_cache = staticmethod(prefix_cache)
+    continue_prefix = staticmethod(continue_prefix)
+    split_inputs = staticmethod(split_inputs)
+    spread = staticmethod(spread)
+    layer_device = staticmethod(layer_device)
+    output_device = staticmethod(output_device)
+    tunable_tensors = staticmethod(tunable_tensors)
+    untunable_parameters = staticmethod(untunable_parameters)
+    training_residual = staticmethod(training_residual)
+    link_processed_weights = staticmethod(link_processed_weights)
+    checkpoint_blocks = staticmethod(checkpoint_blocks)
+    cast_unsharded_buffers = staticmethod(cast_unsharded_buffers)
+    gather_parameters = staticmethod(gather_parameters)
+    checkpoint_state = staticmethod(checkpoint_state)
+    restore_checkpoint_state = staticmethod(restore_checkpoint_state)
+    decoder = staticmethod(decoder)
+    reference_weights = staticmethod(reference_weights)
+
+
+BACKEND = register(BridgeBackend())

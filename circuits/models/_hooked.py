@@ -1,5 +1,7 @@
-"""The HookedTransformer backend (TransformerLens 3.9): :mod:`circuits.models.backend` re-exports this module when
-TransformerLens 3.x is installed. The contract it implements is in :mod:`circuits.models.backend`'s docstring.
+"""The HookedTransformer backend (TransformerLens 3.9): :class:`HookedBackend`, the
+:class:`circuits.models.backend.Backend` that :func:`circuits.models.load_model` attaches to the models it loads when
+TransformerLens 3.x is installed (importable only there). Its methods are this module's functions (the contract:
+:class:`circuits.models.backend.Backend`'s docstrings).
 
 Device placement. TransformerLens's forward pass already follows a layer split: before block ``i`` it moves the
 residual stream to ``get_device_for_block_index(i, cfg)`` (consecutive layers on consecutive GPUs from
@@ -17,23 +19,21 @@ from typing import Any, Iterator
 
 import torch
 from torch import Tensor
-from transformer_lens import ActivationCache, FactoredMatrix, HookedTransformer  # noqa: F401  (re-exported by backend)
+from transformer_lens import HookedTransformer
 from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
 from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
-from transformer_lens.components.abstract_attention import AbstractAttention  # noqa: F401
-from transformer_lens.utilities.activation_functions import apply_softcap, softcap_enabled  # noqa: F401
 from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
-from transformer_lens.utilities.attention import simple_attn_linear  # noqa: F401
 from transformer_lens.utilities.multi_gpu import get_device_for_block_index
 from transformer_lens.utils import get_act_name
 
+from circuits.models.backend import Backend, register
+from circuits.models.hf_weights import TunableTensor
+
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
 
-NAME = "hooked"
 Model = HookedTransformer
-KeyValueCache = TransformerLensKeyValueCache
+KeyValueCache = TransformerLensKeyValueCache  # transitional (backend.py's __getattr__): slice E's engines
 KeyValueCacheEntry = TransformerLensKeyValueCacheEntry
-
 
 
 def act_name(site: str, layer: int | None = None) -> str:
@@ -262,7 +262,7 @@ def continue_prefix(model: Model, body: Tensor, cache: TransformerLensKeyValueCa
     return model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=model.cfg.n_layers)
 
 
-TL_CACHE = True  # the model reads TransformerLens 3 key/value caches (past_kv_cache=, frozen_cache_entry)
+TL_CACHE = True  # transitional (backend.py's __getattr__): the model reads TransformerLens 3 key/value caches
 
 
 def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:
@@ -292,3 +292,140 @@ def split_inputs(model: Model, *, ungroup: bool = True, attn_result: bool = Fals
         model.set_use_hook_mlp_in(saved[1])
         model.set_use_attn_result(saved[2])
         cfg.ungroup_grouped_query_attention = saved[3]
+
+
+# --- fine-tuning (circuits.sft): a HookedTransformer's own parameters --------------------------------------
+
+
+def tunable_tensors(model: Model) -> dict[str, TunableTensor]:
+    """TransformerLens name -> :class:`~circuits.models.hf_weights.TunableTensor`: the model's own parameters."""
+    return {n: TunableTensor(n, n, p) for n, p in model.named_parameters()}
+
+
+def untunable_parameters(model: Model) -> list[str]:
+    """None: every parameter of a ``HookedTransformer`` has a TransformerLens name."""
+    return []
+
+
+def training_residual(model: Model, tokens: Tensor) -> Tensor:
+    """The residual stream after the last block (:func:`final_residual`), with gradients."""
+    return final_residual(model, tokens)
+
+
+def link_processed_weights(model: Model) -> Model:
+    """``model``: a ``HookedTransformer`` computes with its parameters."""
+    return model
+
+
+def checkpoint_blocks(model: Model) -> None:
+    """Each block's ``forward`` wrapped in place with activation checkpointing."""
+    from torch.utils.checkpoint import checkpoint
+
+    for block in model.blocks:
+        forward = block.forward
+        block.forward = lambda *a, _f=forward, **k: checkpoint(_f, *a, use_reentrant=False, **k)  # type: ignore[method-assign]
+
+
+def cast_unsharded_buffers(model: Model, device: str | torch.device, dtype: torch.dtype) -> list[tuple[Any, Tensor]]:
+    """None to cast: a ``HookedTransformer``'s weights are all parameters."""
+    return []
+
+
+def gather_parameters(model: Model, keys: set[str]) -> dict[str, Tensor]:
+    """The full state dict on the CPU (``torch.distributed.checkpoint``'s full-state gather; its names are the
+    parameters' own)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+
+def checkpoint_state(model: Model, optimizer: torch.optim.Optimizer, init: bool = False) -> dict:
+    """``torch.distributed.checkpoint.state_dict``'s model and optimizer state dicts (sharded)."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    return {"model": model_sd, "optim": optim_sd}
+
+
+def restore_checkpoint_state(model: Model, optimizer: torch.optim.Optimizer, state: dict) -> None:
+    """``set_state_dict`` of the loaded state (the load resharded it when the world size changed)."""
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+# --- generation and export ---------------------------------------------------------------------------------
+
+
+class CachedDecoder:
+    """Greedy decoding with TransformerLens's own key/value cache: the prompt once, then one token per step."""
+
+    def __init__(self, model: Model, tokens: Tensor, mask: Tensor) -> None:
+        self.model, self.tokens, self.mask = model, tokens, mask
+        self.cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, len(tokens))
+
+    def residual(self) -> Tensor:
+        return final_residual(self.model, self.tokens, attention_mask=self.mask, past_kv_cache=self.cache)
+
+    def append(self, next_tokens: Tensor) -> None:
+        self.tokens = next_tokens[:, None]
+        self.mask = torch.ones_like(self.tokens)
+
+
+def decoder(model: Model, tokens: Tensor, mask: Tensor) -> CachedDecoder:
+    """A :class:`CachedDecoder` (TransformerLens's cache gives the full run's numbers)."""
+    return CachedDecoder(model, tokens, mask)
+
+
+def reference_weights(hf_model: Any) -> dict[str, Tensor]:
+    """TransformerLens 3.9's own conversion of the Hugging Face weights (unfolded, fp32, CPU)."""
+    from circuits.models.loading import convert_hf_weights, tl_config_from_hf
+
+    return convert_hf_weights(hf_model, tl_config_from_hf(hf_model.config, torch.float32, "cpu"))
+
+
+class HookedBackend(Backend):
+    """TransformerLens 3.9's ``HookedTransformer`` (this module's functions)."""
+
+    name = "hooked"
+    model_class = HookedTransformer
+    act_name = staticmethod(act_name)
+    block_devices = staticmethod(block_devices)
+    check_dtype = staticmethod(check_dtype)
+    architecture = staticmethod(architecture)
+    n_kv_heads = staticmethod(n_kv_heads)
+    post_norms = staticmethod(post_norms)
+    end_unsupported = staticmethod(end_unsupported)
+    rotary_key_hook = staticmethod(rotary_key_hook)
+    attn_qkv = staticmethod(attn_qkv)
+    attn_out = staticmethod(attn_out)
+    qk_norms = staticmethod(qk_norms)
+    rotary = staticmethod(rotary)
+    score_scale = staticmethod(score_scale)
+    score_softcap = staticmethod(score_softcap)
+    sliding_window = staticmethod(sliding_window)
+    attention_scores = staticmethod(attention_scores)
+    unembed_weights = staticmethod(unembed_weights)
+    logit_softcap = staticmethod(logit_softcap)
+    final_residual = staticmethod(final_residual)
+    prefix_sharing = staticmethod(prefix_sharing)
+    prefix_cache = staticmethod(prefix_cache)
+    continue_prefix = staticmethod(continue_prefix)
+    split_inputs = staticmethod(split_inputs)
+    spread = staticmethod(spread)
+    layer_device = staticmethod(layer_device)
+    output_device = staticmethod(output_device)
+    tunable_tensors = staticmethod(tunable_tensors)
+    untunable_parameters = staticmethod(untunable_parameters)
+    training_residual = staticmethod(training_residual)
+    link_processed_weights = staticmethod(link_processed_weights)
+    checkpoint_blocks = staticmethod(checkpoint_blocks)
+    cast_unsharded_buffers = staticmethod(cast_unsharded_buffers)
+    gather_parameters = staticmethod(gather_parameters)
+    checkpoint_state = staticmethod(checkpoint_state)
+    restore_checkpoint_state = staticmethod(restore_checkpoint_state)
+    decoder = staticmethod(decoder)
+    reference_weights = staticmethod(reference_weights)
+
+
+BACKEND = register(HookedBackend())

@@ -31,7 +31,12 @@ import einops
 import torch
 import torch.nn.functional as F
 from circuits.models import backend
-from circuits.models.backend import AbstractAttention, Model, softcap_enabled
+from circuits.models.backend import Model, softcap_enabled
+
+if backend.NAME == "hooked":  # TransformerLens 3's attention class; a Bridge runs its own (no fused path)
+    from transformer_lens.components.abstract_attention import AbstractAttention
+else:
+    AbstractAttention = None
 
 _FLAG = "_circuits_fused_attention"
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")

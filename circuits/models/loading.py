@@ -194,12 +194,13 @@ def load_model(
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if backend.NAME == "bridge":
-        return _load_bridge(str(name_or_path), torch_dtype, device, fold_ln, use_cache, n_devices)
+        return backend.attach(_load_bridge(str(name_or_path), torch_dtype, device, fold_ln, use_cache, n_devices),
+                              backend.installed())
     if n_devices > 1:
         from circuits.models.backend import spread
 
         model = load_model(name_or_path, dtype=dtype, device="cpu", fold_ln=fold_ln, use_cache=use_cache)
-        return spread(model, n_devices, first=device)
+        return backend.attach(spread(model, n_devices, first=device), backend.installed())
     name = str(name_or_path)
     path = Path(name).expanduser()
 
@@ -234,7 +235,7 @@ def load_model(
     store_as_used(model)
     fused_attention(model)
     model.eval()
-    return model
+    return backend.attach(model, backend.installed())  # the model carries its backend (backend.backend_of)
 
 
 # Matrices TransformerLens rearranges into another layout on every forward, and the permutation of each that is
@@ -600,4 +601,4 @@ def boot_bridge(source: str, dtype: torch.dtype, device: str | torch.device, fol
         bridge.cfg.default_prepend_bos = bridge.cfg.tokenizer_prepends_bos = _prepends_bos(tok)  # the setter's were its copy's
     bridge = as_circuits_bridge(bridge)
     bridge.eval()
-    return bridge
+    return backend.attach(bridge, backend.installed())

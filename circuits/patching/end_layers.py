@@ -19,7 +19,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from circuits.models import backend
-from circuits.models.backend import Model, act_name, apply_softcap, simple_attn_linear
+from circuits.models.backend import Model, act_name, apply_softcap, head_linear
 from circuits.data.pairs import PairBatch
 from circuits.patching.metrics import Baseline, Metric
 from circuits.models.forward import end_residuals, shared_prefix_lengths
@@ -206,7 +206,7 @@ def z_at_end(
     n_kv = backend.n_kv_heads(model)
     W_Q, b_Q, W_K, b_K, W_V, b_V = backend.attn_qkv(model, layer)
     normed = {}
-    q, k, v = (simple_attn_linear(normed.setdefault(id(x), ln1(x.reshape(S * P, 1, -1))), w, b).reshape(S, P, -1, cfg.d_head)
+    q, k, v = (head_linear(normed.setdefault(id(x), ln1(x.reshape(S * P, 1, -1))), w, b).reshape(S, P, -1, cfg.d_head)
                for x, w, b in ((xq, W_Q, b_Q), (xk, W_K, b_K), (xv, W_V, b_V)))
     norms = backend.qk_norms(model, layer)
     if norms is not None:

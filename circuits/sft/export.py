@@ -92,7 +92,7 @@ def export_model(delta: str | os.PathLike, out: str | os.PathLike, *, model: str
         dtype: dtype of the saved weights (``float32`` keeps the logits equal to the tuned model's within 1e-4).
     """
     from circuits.models import backend
-    from circuits.models.hf_weights import tl_state_dict, write_back
+    from circuits.models.hf_weights import write_back
     from circuits.models.loading import load_hf_reference, load_tokenizer
 
     config = ExportConfig(delta=str(delta), model=model, folded=folded, dtype=dtype)
@@ -105,12 +105,7 @@ def export_model(delta: str | os.PathLike, out: str | os.PathLike, *, model: str
         raise ValueError(f"{delta} does not name its base model; pass it with --model")
     hf = load_hf_reference(source)
     tokenizer = load_tokenizer(source)
-    if backend.NAME == "hooked":  # TransformerLens's own conversion (unfolded)
-        from circuits.models.loading import convert_hf_weights, tl_config_from_hf
-
-        reference = convert_hf_weights(hf, tl_config_from_hf(hf.config, torch.float32, "cpu"))
-    else:  # TransformerLens 4 converts no more: the same tensors read from the HF weights (equal on 3.9, tested)
-        reference = tl_state_dict(hf)
+    reference = backend.installed().reference_weights(hf)  # TransformerLens-named, unfolded (this line's route)
     _check_shapes(data, reference, str(source))
     _check_close_to_base(data, reference, folded, str(source))
     plan = TuningPlan.from_json(data["plan"])

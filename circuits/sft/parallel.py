@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import os
 import shutil
 import tempfile
@@ -34,7 +33,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from circuits.models.backend import Model, is_bridge, tunable_tensors
+from circuits.models import backend
+from circuits.models.backend import Model, tunable_tensors
 
 from circuits import distributed as D
 from circuits.config import same_config
@@ -65,34 +65,12 @@ def checkpointed_blocks(model: Model, enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    from torch.utils.checkpoint import checkpoint
-
-    bridge = is_bridge(model)
-    for block in model.blocks:
-        forward = block.forward
-        if bridge:  # its blocks get HF's cache and position objects as keywords: bound, not traversed by checkpoint;
-            # set on the block itself (a Bridge component passes attributes it does not have on to the HF module)
-            object.__setattr__(block, "forward", lambda *a, _f=forward, **k: checkpoint(
-                functools.partial(_f, **_without_cache(k)), *a, use_reentrant=False))
-        else:
-            block.forward = lambda *a, _f=forward, **k: checkpoint(_f, *a, use_reentrant=False, **k)  # type: ignore[method-assign]
+    backend.checkpoint_blocks(model)  # each block's forward wrapped in place (the backend knows its keywords)
     try:
         yield
     finally:
         for block in model.blocks:
             block.__dict__.pop("forward", None)
-
-
-def _without_cache(kwargs: dict) -> dict:
-    """A Hugging Face layer's keywords with its key/value cache off (as transformers' own gradient checkpointing
-    does): the recomputation in backward would otherwise find the cache already extended by the forward pass."""
-    kwargs = dict(kwargs)
-    for name in ("past_key_values", "past_key_value", "cache"):
-        if name in kwargs:
-            kwargs[name] = None
-    if "use_cache" in kwargs:
-        kwargs["use_cache"] = False
-    return kwargs
 
 
 class Local:
@@ -270,8 +248,8 @@ class Sharded(Local):
 
         if not (dist.is_available() and dist.is_initialized()):
             # One GPU with the optimizer state on the CPU: FSDP needs a process group, of one rank.
-            backend = "nccl" if torch.cuda.is_available() else "gloo"
-            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+            comm = "nccl" if torch.cuda.is_available() else "gloo"
+            dist.init_process_group(comm, store=dist.HashStore(), rank=0, world_size=1)
             # Kept until the process ends: the sharded model needs it for every forward pass.
             atexit.register(lambda: dist.is_initialized() and dist.destroy_process_group())
         device = D.device()
@@ -282,14 +260,9 @@ class Sharded(Local):
         # must say bf16, as for a model loaded in bf16; and it moves inputs to cfg.device.
         self._saved = {"dtype": model.cfg.dtype, "device": model.cfg.device}
         model.cfg.dtype = self.dtype
-        self._cast_buffers = []
-        if is_bridge(model):
-            # A processed Bridge's unembedding bias (zero, TransformerLens's b_U) is a buffer: FSDP casts parameters
-            # only, so it is put in the compute dtype here (and back in teardown).
-            for module in model.modules():
-                if isinstance(module, torch.nn.Linear) and isinstance(module._buffers.get("bias"), torch.Tensor):
-                    self._cast_buffers.append((module, module._buffers["bias"]))
-                    module._buffers["bias"] = module._buffers["bias"].to(device=device, dtype=self.dtype)
+        # Buffers FSDP does not cast (it casts parameters; a processed Bridge's zero b_U is one) are put in the
+        # compute dtype here (and back in teardown).
+        self._cast_buffers = backend.cast_unsharded_buffers(model, device, self.dtype)
         model.cfg.device = device
         mp = MixedPrecisionPolicy(param_dtype=self.dtype, reduce_dtype=torch.float32) if self.dtype != torch.float32 \
             else MixedPrecisionPolicy()
@@ -339,15 +312,8 @@ class Sharded(Local):
     def delta(self, model: Model, plan: hm.TuningPlan, optimizer: SliceOptimizer, meta: dict | None = None
               ) -> dict:
         """The full fp32 weights, gathered to rank 0's CPU (a collective: every rank calls it; others get {})."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
         params = tunable_tensors(model)  # TransformerLens names and layout (on a Bridge: of the HF weights)
-        if is_bridge(model):  # its state_dict() names are aliases: gather the tuned parameters by their own names
-            keys = {params[t.name].key for t in plan.tensors}
-            full = {k: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().cpu()
-                    for k, p in model.named_parameters() if k in keys}  # every rank, in the same order
-        else:
-            full = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        full = backend.gather_parameters(model, {params[t.name].key for t in plan.tensors})
         if not D.is_main():
             return {}
         tensors = {t.name: params[t.name].on(full[params[t.name].key]).read().to(torch.float32).contiguous()
@@ -369,17 +335,13 @@ class Sharded(Local):
         """A DCP folder (each rank writes its shards) built beside ``out/checkpoint`` and swapped in whole by rank 0
         once every rank has finished, with ``meta.json`` (step, losses, config, loss scale) written last."""
         import torch.distributed.checkpoint as dcp
-        from torch.distributed.checkpoint.state_dict import get_state_dict
 
         tmp = out / f".{CHECKPOINT_DIR}-tmp"
         if D.is_main():
             shutil.rmtree(tmp, ignore_errors=True)
             out.mkdir(parents=True, exist_ok=True)
         D.barrier()
-        state = _bridge_state(model, optimizer) if is_bridge(model) else None
-        if state is None:
-            model_sd, optim_sd = get_state_dict(model, optimizer.optimizer)
-            state = {"model": model_sd, "optim": optim_sd}
+        state = backend.checkpoint_state(model, optimizer.optimizer)
         dcp.save(state, checkpoint_id=str(tmp))
         D.barrier()
         if D.is_main():
@@ -396,8 +358,6 @@ class Sharded(Local):
 
     def load_checkpoint(self, out: Path, model: Model, optimizer: SliceOptimizer, scaler: LossScaler
                         ) -> tuple[int, list[float]]:
-        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-
         from circuits.sft.safe_load import dcp_load
 
         if (out / CHECKPOINT_FILE).is_file():
@@ -409,39 +369,11 @@ class Sharded(Local):
             return 0, []
         if not self.same_run(meta["config"]):
             raise ValueError(f"{path} was written with a different config; use another --out or delete it")
-        if is_bridge(model):  # loaded in place into the parameters and AdamW's state
-            dcp_load(_bridge_state(model, optimizer, init=True), path)
-        else:
-            model_sd, optim_sd = get_state_dict(model, optimizer.optimizer)
-            state = {"model": model_sd, "optim": optim_sd}
-            dcp_load(state, path)  # reshards when the world size changed; unpickles only the format's own records
-            set_state_dict(model, optimizer.optimizer, model_state_dict=state["model"],
-                           optim_state_dict=state["optim"])
+        state = backend.checkpoint_state(model, optimizer.optimizer, init=True)
+        dcp_load(state, path)  # reshards when the world size changed; unpickles only the format's own records
+        backend.restore_checkpoint_state(model, optimizer.optimizer, state)
         scaler.load_state_dict(meta["scaler"])
         return int(meta["step"]), list(meta["losses"])
-
-
-def _bridge_state(model: Model, optimizer: SliceOptimizer, init: bool = False) -> dict:
-    """A sharded Bridge's parameters and AdamW state by parameter name, as the DCP checkpoint holds them.
-
-    ``torch.distributed.checkpoint.state_dict`` names parameters from ``model.state_dict()``, which a
-    ``TransformerBridge`` overrides with TransformerLens-style aliases (``blocks.0.attn.q.weight``) while its
-    ``named_parameters()`` give the Hugging Face paths, so the optimizer state it saves cannot be matched again on
-    resume. This dict uses ``named_parameters()`` names for both. ``init``: give parameters that have no AdamW state
-    yet (a fresh run being resumed) zero state, which the load then fills in place."""
-    opt = optimizer.optimizer
-    model_sd: dict[str, Any] = {}
-    optim_sd: dict[str, Any] = {}
-    for name, p in model.named_parameters():
-        model_sd[name] = p.data  # the local shard (a DTensor): DCP saves and loads it in place
-        if not p.requires_grad:
-            continue
-        if init and p not in opt.state:
-            opt.state[p] = {"step": torch.zeros((), dtype=torch.float32), "exp_avg": torch.zeros_like(p.data),
-                            "exp_avg_sq": torch.zeros_like(p.data)}
-        if p in opt.state:
-            optim_sd[name] = opt.state[p]
-    return {"model": model_sd, "optim": optim_sd}
 
 
 def strategy_for(config: Any) -> Local:

@@ -189,7 +189,9 @@ def test_bridge_refuses_a_transformer_lens_3_cache(family_models, tokenizer):
     if backend.NAME != "bridge":
         pytest.skip("TransformerLens 3.9 reads its own cache")
     model = family_models("llama")
-    cache = backend.KeyValueCache.init_cache(model.cfg, "cpu", 1)
+    from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
+
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, "cpu", 1)
     with pytest.raises(TypeError, match="past_kv_cache"):
         model(torch.tensor([[1, 2, 3]]), past_kv_cache=cache)
 

@@ -226,7 +226,7 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
     r = load_result(out)
     assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
     model = load_model(folder, dtype="float32", device="cpu")
-    assert backend.is_bridge(model) == (backend.NAME == "bridge")
+    assert backend.backend_of(model) is backend.installed() and backend.backend_of(model).name == backend.NAME
     for name in ("exact-path", "eap-ig"):
         for positions in ("end", "all"):
             c = faithfulness(model, r.pairs, r.scores[name]["heads"], r.scores[name]["mlps"], sizes=(0.05, 0.2, 0.5),

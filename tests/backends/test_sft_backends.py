@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from circuits.models.backend import is_bridge, tunable_tensors
+from circuits.models.backend import tunable_tensors
 from circuits.sft import plan as hm
 from circuits.sft import train as ft
 from circuits.sft.data import Example, tokenize_examples
@@ -74,7 +74,7 @@ def _config(**kw):
 
 def _logits(model, ids):
     with torch.no_grad():
-        return model(ids).logits if hasattr(model, "config") and not is_bridge(model) else model(ids)
+        return model(ids).logits if hasattr(model, "config") and not hasattr(model, "adapter") else model(ids)  # HF or Bridge
 
 
 def _snapshot(model):
