@@ -7,7 +7,7 @@ transformer_lens (the command line builds its flags from it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from circuits.config import option
 from circuits.data.source import PairSpec
@@ -52,3 +52,19 @@ class IdentifyConfig(PairSpec):
 # What a result made from key heads (a knockout, attention roles, the logit lens, ...) records of the identify run
 # they came from: that run's whole config, so two results agree on their heads exactly when these are equal.
 KeyHeadSource = IdentifyConfig
+
+
+@dataclass(frozen=True)
+class FromIdentify(KeyHeadSource):
+    """The identify run a command takes its key heads and pairs from: the result saved in ``heads_from`` (its
+    config then replaces this one's identify fields), or, without it, the run these fields describe, made first (in
+    memory, not saved)."""
+
+    heads_from: str = option("", help="an identify result folder (circuits identify --out; for --task all, one task's "
+                                      "sub-folder): its key heads and pairs, its model, task and pair fields. Default: "
+                                      "run identify first with the flags given")
+    receivers: str = option("", cli=False)  # no job here reads edges: no --receivers flag
+
+    def identify_config(self) -> IdentifyConfig:
+        """The identify run these fields describe (``receivers`` left out: no job here needs edges)."""
+        return IdentifyConfig(**{f.name: getattr(self, f.name) for f in fields(IdentifyConfig)}).replace(receivers="")
