@@ -71,7 +71,7 @@ def register_job(sub: argparse._SubParsersAction, job: Any) -> argparse.Argument
         config = from_arguments(config_type, args)
         run = job.runner()
         with writing(args.out, job.kind, args.overwrite):
-            result = run(config, args.out, progress=not getattr(args, "no_progress", False))
+            result = run(config, args.out, progress=job.progress and not args.no_progress)
         if printout is not None:
             printout(args, config, result, time.perf_counter() - start)
         else:
