@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -28,3 +29,22 @@ def lazy_exports(package: str, exports: dict[str, str], aliases: dict[str, str] 
         return sorted(set(vars(sys.modules[package])) | set(exports))
 
     return __getattr__, __dir__
+
+
+class _Exports(types.ModuleType):
+    """A package whose exported names win over its submodules of the same name (``circuits.validate.knockout``, the
+    function, not the module): importing a submodule sets it on its package, which would hide a lazily exported name
+    the package imported eagerly before it was lazy. ``sys.modules`` still holds the submodule."""
+
+    _shadowing: frozenset[str] = frozenset()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in type(self)._shadowing and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+def exports_win(package: str, names: Iterable[str]) -> None:
+    """Make ``names`` of ``package`` (its lazy exports named like its submodules) never replaced by those submodules."""
+    cls = type(f"{package}.Exports", (_Exports,), {"_shadowing": frozenset(names)})
+    sys.modules[package].__class__ = cls

@@ -13,7 +13,7 @@ Names are imported on first use (:mod:`circuits.lazy`), so the configs import wi
 
 from __future__ import annotations
 
-from circuits.lazy import lazy_exports
+from circuits.lazy import exports_win, lazy_exports
 
 _EXPORTS = {
     **{n: "circuits.explain.attention" for n in ("AttentionRoles", "AttentionViews", "attention_html", "attention_roles",
@@ -28,3 +28,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+exports_win(__name__, ("logit_lens", "residual_lens", "head_circuits"))  # the functions, as when these names were imported eagerly

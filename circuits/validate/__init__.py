@@ -13,7 +13,7 @@ without torch: the command line builds ``circuits knockout`` and ``circuits tran
 
 from __future__ import annotations
 
-from circuits.lazy import lazy_exports
+from circuits.lazy import exports_win, lazy_exports
 
 _K = "circuits.validate.knockout"
 _EXPORTS = {
@@ -27,3 +27,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+exports_win(__name__, ("knockout",))  # the functions, as when these names were imported eagerly
