@@ -83,3 +83,18 @@ def test_circuits_knockout_reproduces_the_figure_script(tmp_path):
     script = fig3.main(fig3.Config(model=model, filter_correct=False, few_shot="on", n_pairs=3, bootstrap=0,
                                    identify_dir=str(ids), ks=(0, 1, 3), seeds=(0, 1), out=str(tmp_path / "fig3")))
     assert made.curve == script.curve and (made.task, made.n_pairs) == (script.task, script.n_pairs)
+
+
+def test_the_explain_commands_run_on_an_identify_result(tmp_path):
+    flags = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "3", "--bootstrap", "0"]
+    ident = tmp_path / "addition"
+    assert cli_main(["identify", *flags, "--out", str(ident)]) == 0
+    for argv, kind, files in (
+            (["attention", "--n-key-heads", "2", "--operations", "addition", "--n-prompts", "2"], "attention_roles",
+             ("figure.html",)),
+            (["attention-views", "--n-key-heads", "2", "--operations", "addition"], "attention_views", ("figure.html",)),
+            (["lens", "--top-k", "2"], "logit_lens", ("figure.html", "figure_6c.html"))):
+        out = tmp_path / argv[0]
+        assert cli_main([*argv, "--heads-from", str(ident), "--no-progress", "--out", str(out)]) == 0
+        r = load_result(out)
+        assert r.kind == kind and r.config.n_pairs == 3 and all((out / f).is_file() for f in files)
