@@ -8,6 +8,7 @@ transformer_lens (the command line builds its flags from it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import TypeVar
 
 from circuits.config import option
 from circuits.data.source import PairSpec
@@ -54,6 +55,9 @@ class IdentifyConfig(PairSpec):
 KeyHeadSource = IdentifyConfig
 
 
+F = TypeVar("F", bound="FromIdentify")
+
+
 @dataclass(frozen=True)
 class FromIdentify(KeyHeadSource):
     """The identify run a command takes its key heads and pairs from: the result saved in ``heads_from`` (its
@@ -64,6 +68,10 @@ class FromIdentify(KeyHeadSource):
                                       "sub-folder): its key heads and pairs, its model, task and pair fields. Default: "
                                       "run identify first with the flags given")
     receivers: str = option("", cli=False)  # no job here reads edges: no --receivers flag
+
+    def with_identify(self: F, made: IdentifyConfig) -> F:
+        """This config with the identify fields of ``made`` (the run its heads come from), ``receivers`` kept."""
+        return self.replace(**{f.name: getattr(made, f.name) for f in fields(IdentifyConfig) if f.name != "receivers"})
 
     def identify_config(self) -> IdentifyConfig:
         """The identify run these fields describe (``receivers`` left out: no job here needs edges)."""

@@ -8,11 +8,10 @@ them (so they equal an identify result's pairs for the same config)."""
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import TypeVar
 
 from circuits.data.pairs import PromptPair, build_pairs
-from circuits.identify.config import FromIdentify, IdentifyConfig
+from circuits.identify.config import FromIdentify
 from circuits.identify.result import IdentifyResult, load_identify
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
@@ -23,10 +22,7 @@ F = TypeVar("F", bound=FromIdentify)
 def resolved(config: F) -> F:
     """``config`` with the identify fields of the result in ``config.heads_from`` (unchanged without one): the model,
     task, pairs, seed, key rule, ... of the run the heads come from."""
-    if not config.heads_from:
-        return config
-    made = load_identify(config.heads_from).config
-    return config.replace(**{f.name: getattr(made, f.name) for f in fields(IdentifyConfig) if f.name != "receivers"})
+    return config.with_identify(load_identify(config.heads_from).config) if config.heads_from else config
 
 
 def model_for(config: FromIdentify, model: Model | None = None) -> Model:

@@ -13,9 +13,11 @@ import fig3_knockout as fig3
 from helpers import tiny_dir
 
 from circuits import jobs
+from circuits.beyond.edges.result import EdgeResult
+from circuits.identify.result import IdentifyResult
 from circuits.cli import build_parser, main as cli_main
 from circuits.config import add_arguments
-from circuits.results import CIRCUITS_FILES, RESULT_TYPES, load_result, result_type
+from circuits.results import CIRCUITS_FILES, RESULT_TYPES, load_result, result_type, same
 from circuits.viz.sections import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -85,10 +87,16 @@ def test_circuits_knockout_reproduces_the_figure_script(tmp_path):
     assert made.curve == script.curve and (made.task, made.n_pairs) == (script.task, script.n_pairs)
 
 
-def test_the_explain_commands_run_on_an_identify_result(tmp_path):
+def test_the_explain_and_edges_commands_run_on_an_identify_result(tmp_path):
     flags = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "3", "--bootstrap", "0"]
     ident = tmp_path / "addition"
-    assert cli_main(["identify", *flags, "--out", str(ident)]) == 0
+    assert cli_main(["identify", *flags, "--receivers", "2.1,MLP1", "--out", str(ident)]) == 0
+    out = tmp_path / "edges"
+    assert cli_main(["edges", "--heads-from", str(ident), "--receivers", "2.1,MLP1", "--no-progress", "--out", str(out)]) == 0
+    edges, inside = load_result(out), EdgeResult.of_identify(IdentifyResult.load(ident))
+    assert edges.kind == "edges" and (out / "circuit.html").is_file() and edges.config.heads_from == str(ident)
+    assert same(edges.edges, inside.edges) and edges.receiver_effects == inside.receiver_effects  # the same edges
+    assert load_result(out) == edges  # its config round-trips typed
     for argv, kind, files in (
             (["attention", "--n-key-heads", "2", "--operations", "addition", "--n-prompts", "2"], "attention_roles",
              ("figure.html",)),

@@ -1,17 +1,21 @@
-"""Edges as a saved result and a circuit graph: senders -> key heads -> MLPs -> logits.
+"""The edges job (``circuits edges``): path patching from every earlier head and MLP into chosen receivers at END,
+on a saved identify result's pairs, as a circuit graph: senders -> key heads -> MLPs -> logits.
 
-:class:`EdgeResult` holds an :class:`~circuits.patching.edges.EdgeSweep` (every sender into every receiver) with
-each receiver's own effect on the logits (path patching to the logits, the identify sweep), and draws the circuit:
-the strongest senders of each receiver, each receiver's edge to the logits. ``circuits identify --receivers`` keeps
-its edges inside the identify result (``edges.pt``, ``circuit.html``); experiments save an ``EdgeResult``."""
+:func:`run` saves an :class:`~circuits.beyond.edges.result.EdgeResult` (every sender into every receiver, each
+receiver's own effect on the logits from the identify sweep). ``circuits identify --receivers`` measures the same
+edges inside the identify run and keeps them in the identify result (``edges.pt``, ``circuit.html``);
+:func:`resolve_receivers` turns ``topK`` into components for both."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from circuits.beyond.edges.config import EdgesConfig
+from circuits.beyond.edges.result import EdgeResult, receiver_effects_of
 from circuits.patching.ranking import order
 from circuits.types import Component, Receiver
 
@@ -34,3 +38,33 @@ def resolve_receivers(text: str, result: Any) -> list[Receiver]:
     cands += [(Component.mlp(l), float(mlps[l])) for l in range(mlps.shape[0])]
     ranked = order(torch.tensor([e for _, e in cands]), metric.sign)[:k].tolist()
     return Receiver.parse_many([str(cands[i][0]) for i in ranked])
+
+
+def run(config: EdgesConfig, out: str | Path, *, model: Any = None, progress: bool = True) -> EdgeResult:
+    """The ``circuits edges`` job: the edges into ``config.receivers`` on the pairs of the identify result in
+    ``config.heads_from`` (whose config replaces the identify fields), saved in ``out`` (``summary.json``,
+    ``pairs.jsonl``, ``edges.pt``, ``circuit.html``). Each receiver's own effect, and ``topK``'s ranking, use the
+    identify result's key-rule metric, as ``experiments/fig_circuit.py`` does."""
+    from circuits.identify.result import load_identify
+    from circuits.models.loading import load_model
+
+    if not config.heads_from:
+        raise ValueError("circuits edges measures edges on a saved identify result: pass --heads-from DIR (or run "
+                         "circuits identify --receivers ..., which measures them in the identify run)")
+    made = load_identify(config.heads_from)
+    config = config.with_identify(made.config)
+    model = model if model is not None else load_model(config.model, dtype=config.dtype)
+    result = edges_result(model, made, config, progress=progress)
+    result.save(out)
+    return result
+
+
+def edges_result(model: Any, made: Any, config: EdgesConfig, *, progress: bool = True) -> EdgeResult:
+    """The edges into ``config.receivers`` on ``made``'s pairs (``made``: an identify result), each receiver's own
+    effect by ``made``'s key-rule metric (``experiments/fig_circuit.py`` calls it on its shared identify result)."""
+    from circuits.patching.edges import sweep_edges
+
+    receivers = resolve_receivers(config.receivers, made)
+    edges = sweep_edges(model, made.pairs, receivers, memory_mb=config.memory_mb, progress=progress)
+    metric = made.key_rule.metric
+    return EdgeResult(config, made.pairs, edges, receiver_effects_of(made, receivers, metric), metric)
