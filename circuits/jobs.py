@@ -219,6 +219,11 @@ def section_how(anchor: str) -> str:
     return ", or ".join(dict.fromkeys(own or feeding))
 
 
+def files_of(kind: str) -> frozenset[str]:
+    """The names the jobs writing ``kind`` put in its folder (beside ``config.json`` and the marker)."""
+    return frozenset(f for j in JOBS if any(o.kind == kind for o in j.results) for f in j.files)
+
+
 def job_files() -> frozenset[str]:
     """Every name a job writes into a result folder."""
     return frozenset(f for j in JOBS for f in j.files)

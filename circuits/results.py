@@ -86,19 +86,20 @@ def load_result(folder: str | Path) -> Result:
     return result_type(kind).load(folder)
 
 
-# The names circuits writes in result folders: every job's files (what a folder saved before markers listed them
-# holds; circuits.jobs lists them per job) and the figures the experiment scripts' ``plot`` adds beside a saved
-# result. A folder holding anything else beside its result is not replaced.
-CIRCUITS_FILES = frozenset({MARKER, ASSETS, "config.json", "result.json", *jobs.job_files()})
+# What every result folder may hold beside its job's files: the marker, the config, the shared scripts, and the
+# tables an experiment script's ``plot`` writes beside the result it saved (experiments/_tables.py).
+COMMON_FILES = frozenset({MARKER, ASSETS, "config.json", "published.json", "published.md"})
+# The names circuits writes in result folders: every job's files (circuits.jobs lists them per job, the figures its
+# script's ``plot`` adds included) and the common ones.
+CIRCUITS_FILES = COMMON_FILES | jobs.job_files()
 
 
 def own_files(folder: Path) -> frozenset[str]:
-    """The names a saved result in ``folder`` may hold: those its marker lists (``files``) and
-    :data:`CIRCUITS_FILES`."""
-    marker = read_marker(folder)
-    files = marker.get("files") if marker is not None else None
-    listed = frozenset(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else frozenset()
-    return listed | CIRCUITS_FILES
+    """The names the saved result in ``folder`` may hold, so a new save may replace them: the files of the jobs that
+    write its kind (:func:`circuits.jobs.files_of`) and :data:`COMMON_FILES`; :data:`CIRCUITS_FILES` for a folder
+    without a marker. A folder holding anything else beside its result is not replaced."""
+    kind = detect_kind(folder)
+    return COMMON_FILES | (jobs.files_of(kind) if kind in RESULT_TYPES else CIRCUITS_FILES)
 
 
 def _contents(folder: Path) -> list[Path]:

@@ -106,3 +106,25 @@ def test_the_explain_and_edges_commands_run_on_an_identify_result(tmp_path):
         assert cli_main([*argv, "--heads-from", str(ident), "--no-progress", "--out", str(out)]) == 0
         r = load_result(out)
         assert r.kind == kind and r.config.n_pairs == 3 and all((out / f).is_file() for f in files)
+
+
+def test_a_result_folder_is_replaced_with_its_jobs_files_only(tmp_path):
+    """What a save may replace comes from the job table: the result's own files and the tables a script writes beside
+    it (``published.json``), never a file of another kind's job or of the user."""
+    import pytest
+
+    from circuits.io import OutputError
+    from circuits.validate.config import KnockoutConfig
+    from circuits.validate.knockout import KnockoutCurve, KnockoutResult
+
+    curve = KnockoutCurve([0, 1], [(0, 1)], [1.0, 0.5], [0.5, 0.2], [[(1, 1)]], [[1.0, 0.9]], [[0.5, 0.4]])
+    r = KnockoutResult(KnockoutConfig(), curve, "addition", 3)
+    out = r.save(tmp_path / "ko")
+    (out / "published.json").write_text("{}")
+    (out / "figure.html").write_text("")
+    assert r.save(out) == out and not (out / "published.json").exists()
+    for foreign in ("sweep.pt", "notes.txt"):  # identify's file, the user's
+        (out / foreign).write_text("")
+        with pytest.raises(OutputError, match=foreign):
+            r.save(out)
+        (out / foreign).unlink()
