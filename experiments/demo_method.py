@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> Path:
 
     from circuits.explain import logit_lens
     from circuits.explain.attention_job import roles_result, views_result
-    from circuits.validate import KnockoutResult, knockout_curve
+    from circuits.validate.knockout_job import knockout_result
 
     out = Path(args.out)
     from circuits.viz.page import shared_asset
@@ -55,12 +55,10 @@ def main(argv: list[str] | None = None) -> Path:
             ids = {op: IdentifyResult.load(folder) for op, folder in found.items()}
         common = dict(model=args.model, n_pairs=len(next(iter(ids.values())).pairs), identify_dir=args.identify_dir)
         with timing.stage("knockout"):
-            for op, r in ids.items():
-                ranking = [h for h, _ in r.ranked()]
-                ks = tuple(k for k in (0, 2, 4, 8) if k <= len(ranking))
-                pairs = r.pairs[: args.pairs]
-                config = fig3_knockout.Config(**common, task=op, ks=ks, seeds=(0, 1), out=str(out / f"knockout-{op}"))
-                KnockoutResult(config, knockout_curve(model, pairs, ranking, ks, (0, 1)), op, len(pairs)).save(config.out)
+            for op, r in ids.items():  # the job of `circuits knockout`, on the first pairs
+                config = fig3_knockout.Config(**common, task=op, ks=(0, 2, 4, 8), seeds=(0, 1),
+                                              out=str(out / f"knockout-{op}"))
+                knockout_result(model, r, config, r.pairs[: args.pairs]).save(config.out)
         first = ids.get("addition") or next(iter(ids.values()))
         with timing.stage("attention"):
             # The jobs of `circuits attention` and `circuits attention-views`, on the identify results' own pairs.

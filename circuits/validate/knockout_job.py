@@ -8,7 +8,10 @@ its shared identify result); :func:`run` is the job's entry point: it takes the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+
+from circuits.data.pairs import PromptPair
 
 from circuits.identify.result import IdentifyResult
 from circuits.identify.source import model_for, resolved, source_result
@@ -18,12 +21,14 @@ from circuits.validate.config import KnockoutConfig, KnockoutJobConfig
 from circuits.validate.knockout import KnockoutResult, knockout_curve
 
 
-def knockout_result(model: Model, made: IdentifyResult, config: KnockoutConfig) -> KnockoutResult:
-    """Figure 3 on ``made``'s pairs: its ranking by the key rule's metric knocked out k heads at a time
-    (``config.ks`` no longer than the ranking), against random orders (``config.seeds``)."""
+def knockout_result(model: Model, made: IdentifyResult, config: KnockoutConfig,
+                    pairs: Sequence[PromptPair] | None = None) -> KnockoutResult:
+    """Figure 3 on ``pairs`` (default: ``made``'s): ``made``'s ranking by its key rule's metric knocked out k heads at
+    a time (``config.ks`` no longer than the ranking), against random orders (``config.seeds``)."""
+    pairs = list(made.pairs if pairs is None else pairs)
     ranking = [h for h, _ in made.ranked(made.key_rule.metric)]
-    curve = knockout_curve(model, made.pairs, ranking, [k for k in config.ks if k <= len(ranking)], config.seeds)
-    return KnockoutResult(config, curve, config.task, len(made.pairs))
+    curve = knockout_curve(model, pairs, ranking, [k for k in config.ks if k <= len(ranking)], config.seeds)
+    return KnockoutResult(config, curve, config.task, len(pairs))
 
 
 def run(config: KnockoutJobConfig, out: str | Path, *, model: Model | None = None,
