@@ -70,8 +70,18 @@ class FromIdentify(KeyHeadSource):
     receivers: str = option("", cli=False)  # no job here reads edges: no --receivers flag
 
     def with_identify(self: F, made: IdentifyConfig) -> F:
-        """This config with the identify fields of ``made`` (the run its heads come from), ``receivers`` kept."""
-        return self.replace(**{f.name: getattr(made, f.name) for f in fields(IdentifyConfig) if f.name != "receivers"})
+        """This config with the identify fields of ``made`` (the run its heads come from), ``receivers`` kept. A field
+        set here to neither its default nor ``made``'s value (``--task subtraction`` with an addition result) is an
+        error: the result would not be what was asked for."""
+        names = [f.name for f in fields(IdentifyConfig) if f.name != "receivers"]
+        default = type(self)()
+        clash = [n for n in names if getattr(self, n) != getattr(default, n) and getattr(self, n) != getattr(made, n)]
+        if clash:
+            asked = ", ".join(f"{n}={getattr(self, n)!r}" for n in clash)
+            found = ", ".join(f"{n}={getattr(made, n)!r}" for n in clash)
+            raise ValueError(f"--heads-from {self.heads_from} was made with {found}, not {asked}: its identify fields are "
+                             f"used, so leave those flags out (or pass another --heads-from)")
+        return self.replace(**{n: getattr(made, n) for n in names})
 
     def identify_config(self) -> IdentifyConfig:
         """The identify run these fields describe (``receivers`` left out: no job here needs edges)."""

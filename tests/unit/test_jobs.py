@@ -87,7 +87,7 @@ def test_circuits_knockout_reproduces_the_figure_script(tmp_path):
     assert made.curve == script.curve and (made.task, made.n_pairs) == (script.task, script.n_pairs)
 
 
-def test_the_explain_and_edges_commands_run_on_an_identify_result(tmp_path):
+def test_the_explain_and_edges_commands_run_on_an_identify_result(tmp_path, capsys):
     flags = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "3", "--bootstrap", "0"]
     ident = tmp_path / "addition"
     assert cli_main(["identify", *flags, "--receivers", "2.1,MLP1", "--out", str(ident)]) == 0
@@ -97,6 +97,9 @@ def test_the_explain_and_edges_commands_run_on_an_identify_result(tmp_path):
     assert edges.kind == "edges" and (out / "circuit.html").is_file() and edges.config.heads_from == str(ident)
     assert same(edges.edges, inside.edges) and edges.receiver_effects == inside.receiver_effects  # the same edges
     assert load_result(out) == edges  # its config round-trips typed
+    assert cli_main(["lens", "--heads-from", str(ident), "--task", "subtraction", "--out", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()  # an identify field other than the result's: one line, nothing written
+    assert "was made with task='addition', not task='subtraction'" in capsys.readouterr().err
     for argv, kind, files in (
             (["attention", "--n-key-heads", "2", "--operations", "addition", "--n-prompts", "2"], "attention_roles",
              ("figure.html",)),
