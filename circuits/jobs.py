@@ -45,8 +45,9 @@ class Job:
     (imported only when the job runs). ``results``: the kinds it writes, the first the one ``run`` returns.
     ``files``: the names it writes into its folder (beside ``config.json`` and the marker), so what a later run may
     replace is the job's to say. ``cli``: the module under :mod:`circuits.cli` giving the command's description (its
-    docstring) and optionally ``printout(args, config, result, seconds)`` or ``register(sub, job)``. ``how``: the
-    command line the report shows when the result is missing."""
+    docstring) and optionally ``printout(args, config, result, seconds)``, or ``register(sub)`` for a command with
+    flags of its own; ``printout``: that function as ``"module:function"`` where the job has no such module. ``how``:
+    the command line the report shows when the result is missing."""
 
     name: str
     help: str
@@ -58,6 +59,7 @@ class Job:
     how: str = ""
     command: bool = True
     progress: bool = True  # the command gets --no-progress
+    printout: str | None = None  # "module:function" saying what came out (else the cli module's printout)
 
     @property
     def kind(self) -> str | None:
@@ -116,7 +118,8 @@ JOBS: tuple[Job, ...] = (
         (Output("edges", "circuits.beyond.edges.result:EdgeResult", ("edges",)),),
         ("summary.json", "pairs.jsonl", "edges.pt", "circuit.html"),
         "circuits.beyond.edges.config:EdgesConfig", "circuits.beyond.edges.job:run", None,
-        "circuits edges --heads-from results/identify/addition --receivers top5 --out results/edges-addition"),
+        "circuits edges --heads-from results/identify/addition --receivers top5 --out results/edges-addition",
+        printout="circuits.cli.steps:edges"),
     Job("stability", "Jaccard overlap of key heads across seeds and template forms",
         (Output("stability", "circuits.beyond.stability.result:StabilityResult", ("uncertainty",)),),
         ("data.json", "figure.html"),
@@ -131,11 +134,13 @@ JOBS: tuple[Job, ...] = (
     Job("knockout", "accuracy after mean-ablating the top-k heads against k random heads (Figure 3)",
         (Output("knockout", "circuits.validate.knockout:KnockoutResult", ("knockout",)),), ("data.json", "figure.html"),
         "circuits.validate.config:KnockoutJobConfig", "circuits.validate.knockout_job:run", None,
-        "circuits knockout --heads-from results/identify/addition --out results/knockout-addition"),
+        "circuits knockout --heads-from results/identify/addition --out results/knockout-addition",
+        printout="circuits.cli.steps:knockout"),
     Job("transfer", "knock the key heads out on other data sets: SVAMP, sums, decimals, times, MMLU (Figure 4)",
         (Output("transfer", "circuits.validate.transfer:TransferResult", ("transfer",)),), ("data.json", "figure.html"),
         "circuits.validate.config:TransferJobConfig", "circuits.validate.transfer_job:run", None,
-        "circuits transfer --heads-from results/identify/addition --out results/transfer"),
+        "circuits transfer --heads-from results/identify/addition --out results/transfer",
+        printout="circuits.cli.steps:transfer"),
     Job("word_problems", "key heads found on word problems against the template key heads (Table 4)",
         (Output("word_problem_heads", "circuits.validate.transfer:WordProblemHeads", ("word-problems",)),),
         ("data.json", "figure.html"), how="python experiments/table4_gsm8k.py", command=False),
@@ -150,17 +155,20 @@ JOBS: tuple[Job, ...] = (
         (Output("attention_roles", "circuits.explain.attention:AttentionRoles", ("attention-roles",)),),
         ("data.json", "figure.html"),
         "circuits.explain.config:RolesJobConfig", "circuits.explain.attention_job:run_roles", None,
-        "circuits attention --heads-from results/identify/addition --out results/attention-roles"),
+        "circuits attention --heads-from results/identify/addition --out results/attention-roles",
+        printout="circuits.cli.steps:attention"),
     Job("attention-views", "circuitsvis views of the key heads' attention on a few prompts (Figures 7, 16)",
         (Output("attention_views", "circuits.explain.attention:AttentionViews", ("attention-views",)),),
         ("data.json", "figure.html"),
         "circuits.explain.config:ViewsJobConfig", "circuits.explain.attention_job:run_views", None,
-        "circuits attention-views --heads-from results/identify/addition --out results/attention-views"),
+        "circuits attention-views --heads-from results/identify/addition --out results/attention-views",
+        printout="circuits.cli.steps:views"),
     Job("lens", "the MLPs through the logit lens: operands in, answer out (Figure 6)",
         (Output("logit_lens", "circuits.explain.logit_lens:LogitLens", ("logit-lens",)),),
         ("data.json", "figure.html", "figure_6c.html"),
         "circuits.explain.config:LensJobConfig", "circuits.explain.lens_job:run", None,
-        "circuits lens --heads-from results/identify/addition --out results/logit-lens"),
+        "circuits lens --heads-from results/identify/addition --out results/logit-lens",
+        printout="circuits.cli.steps:lens"),
     # Step 3 (Section 4.3): Precise SFT, and the benchmarks it is measured on.
     Job("finetune", "Precise SFT of key heads/MLPs, or full SFT (Section 4.3, 5.3)",
         (Output("finetune", "circuits.sft.result:FinetuneResult", ("precise-sft",)),),

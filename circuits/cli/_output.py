@@ -13,6 +13,7 @@ from typing import Any
 
 from circuits.config import add_arguments, from_arguments
 from circuits.io import OutputError, output_lock
+from circuits.jobs import load
 from circuits.results import check_output
 
 
@@ -64,7 +65,7 @@ def register_job(sub: argparse._SubParsersAction, job: Any) -> argparse.Argument
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, config_type)
     add_output_arguments(p, "output folder")
-    printout = getattr(module, "printout", None)
+    printout = load(job.printout) if job.printout else getattr(module, "printout", None)
 
     def main(args: argparse.Namespace) -> int:
         start = time.perf_counter()

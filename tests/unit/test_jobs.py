@@ -30,6 +30,8 @@ def test_every_command_is_a_job_and_every_job_config_builds_a_parser():
     for j in jobs.JOBS:
         if j.config:
             add_arguments(argparse.ArgumentParser(), j.config_type())
+        if j.printout:
+            assert callable(jobs.load(j.printout)), j.name
         assert j.command or j.how.startswith(("python experiments/", "circuits ")), j.name
 
 
