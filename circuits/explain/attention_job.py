@@ -13,7 +13,7 @@ from pathlib import Path
 
 from circuits.data.pairs import PromptPair
 from circuits.explain.attention import AttentionRoles, AttentionViews, attention_html, attention_roles
-from circuits.explain.config import RolesConfig, RolesJobConfig, ViewsConfig, ViewsJobConfig
+from circuits.explain.config import RolesConfig, ViewsConfig
 from circuits.identify.result import IdentifyResult
 from circuits.identify.source import model_for, pairs_of, resolved, source_result
 from circuits.models.backend import Model
@@ -38,7 +38,7 @@ def views_result(model: Model, made: IdentifyResult, config: ViewsConfig, pairs_
     return AttentionViews(config, heads, [p.reference for p in prompts], page)
 
 
-def run_roles(config: RolesJobConfig, out: str | Path, *, model: Model | None = None,
+def run_roles(config: RolesConfig, out: str | Path, *, model: Model | None = None,
               progress: bool = True) -> AttentionRoles:
     """The ``circuits attention`` job: Figure 5 saved in ``out`` (``data.json``, ``figure.html``)."""
     from circuits.validate.knockout_job import save
@@ -51,7 +51,7 @@ def run_roles(config: RolesJobConfig, out: str | Path, *, model: Model | None = 
     return result
 
 
-def run_views(config: ViewsJobConfig, out: str | Path, *, model: Model | None = None,
+def run_views(config: ViewsConfig, out: str | Path, *, model: Model | None = None,
               progress: bool = True) -> AttentionViews:
     """The ``circuits attention-views`` job: the views saved in ``out`` (``data.json``, and the page itself as
     ``figure.html``)."""

@@ -1,6 +1,6 @@
-"""What decides the explain step's results (Figures 5, 6 and 7), and the configs of its commands (``circuits
-attention``, ``circuits attention-views``, ``circuits lens``). Imports neither torch nor transformer_lens: the command
-line builds its flags from them."""
+"""What decides the explain step's results (Figures 5, 6 and 7), which are also the configs of its commands
+(``circuits attention``, ``circuits attention-views``, ``circuits lens``). Imports neither torch nor
+transformer_lens: the command line builds its flags from them."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
-from circuits.identify.config import FromIdentify, KeyHeadSource
+from circuits.identify.config import FromIdentify
 
 
 @dataclass(frozen=True)
-class RolesConfig(KeyHeadSource):
-    """What decides Figure 5: the identify run, how many of its key heads are read, and the prompts of each
-    operation."""
+class RolesConfig(FromIdentify):
+    """What decides Figure 5 (``circuits attention``): the identify run (``heads_from``: its saved result), how many
+    of its key heads are read, and the prompts of each operation."""
 
     n_key_heads: int = option(8)
     operations: tuple[str, ...] = option(OPERATIONS)
@@ -22,9 +22,9 @@ class RolesConfig(KeyHeadSource):
 
 
 @dataclass(frozen=True)
-class ViewsConfig(KeyHeadSource):
-    """What decides Figures 7 and 16: the identify run, how many key heads are shown, on which prompts, cropped to
-    how many last tokens."""
+class ViewsConfig(FromIdentify):
+    """What decides Figures 7 and 16 (``circuits attention-views``): the identify run (``heads_from``: its saved
+    result), how many key heads are shown, on which prompts, cropped to how many last tokens."""
 
     n_key_heads: int = option(4)
     operations: tuple[str, ...] = option(OPERATIONS)
@@ -33,25 +33,10 @@ class ViewsConfig(KeyHeadSource):
 
 
 @dataclass(frozen=True)
-class LensConfig(KeyHeadSource):
-    """What decides Figure 6: the identify run's pairs, Figure 6c's example and how many tokens it lists."""
+class LensConfig(FromIdentify):
+    """What decides Figure 6 (``circuits lens``): the identify run's pairs (``heads_from``: its saved result; without
+    it the pairs are built from these fields, no identify run), Figure 6c's example and how many tokens it lists."""
 
     example: str = option("4 + 3 = ", help="Figure 6c's prompt (after the task's few-shot prefix)")
     example_answer: str = option("7")
     top_k: int = option(5)
-
-
-@dataclass(frozen=True)
-class RolesJobConfig(FromIdentify, RolesConfig):
-    """``circuits attention``: Figure 5 from an identify result (``--heads-from``) or a fresh identify run."""
-
-
-@dataclass(frozen=True)
-class ViewsJobConfig(FromIdentify, ViewsConfig):
-    """``circuits attention-views``: Figures 7 and 16 from an identify result or a fresh identify run."""
-
-
-@dataclass(frozen=True)
-class LensJobConfig(FromIdentify, LensConfig):
-    """``circuits lens``: Figure 6 on an identify result's pairs (``--heads-from``) or on pairs built from the
-    flags (no identify run: the lens needs no key heads)."""

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from circuits.data.pairs import PromptPair, make_pair
-from circuits.explain.config import LensConfig, LensJobConfig
+from circuits.explain.config import LensConfig
 from circuits.explain.logit_lens import LogitLens, logit_lens
 from circuits.identify.result import load_identify
 from circuits.identify.source import model_for, pairs_of, resolved
@@ -32,7 +32,7 @@ def lens_result(model: Model, pairs: Sequence[PromptPair], config: LensConfig) -
     return result
 
 
-def run(config: LensJobConfig, out: str | Path, *, model: Model | None = None, progress: bool = True) -> LogitLens:
+def run(config: LensConfig, out: str | Path, *, model: Model | None = None, progress: bool = True) -> LogitLens:
     """The ``circuits lens`` job: Figure 6 saved in ``out`` (``data.json``, ``figure.html``, ``figure_6c.html``)."""
     config = resolved(config)
     model = model_for(config, model)

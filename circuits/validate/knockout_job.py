@@ -17,7 +17,7 @@ from circuits.identify.result import IdentifyResult
 from circuits.identify.source import model_for, resolved, source_result
 from circuits.models.backend import Model
 from circuits.results import Result
-from circuits.validate.config import KnockoutConfig, KnockoutJobConfig
+from circuits.validate.config import KnockoutConfig
 from circuits.validate.knockout import KnockoutResult, knockout_curve
 
 
@@ -31,7 +31,7 @@ def knockout_result(model: Model, made: IdentifyResult, config: KnockoutConfig,
     return KnockoutResult(config, curve, config.task, len(pairs))
 
 
-def run(config: KnockoutJobConfig, out: str | Path, *, model: Model | None = None,
+def run(config: KnockoutConfig, out: str | Path, *, model: Model | None = None,
         progress: bool = True) -> KnockoutResult:
     """The ``circuits knockout`` job: Figure 3 saved in ``out`` (``data.json``, ``figure.html``)."""
     config = resolved(config)

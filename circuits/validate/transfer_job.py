@@ -14,7 +14,7 @@ from circuits.data.benchmarks import load_svamp_all, sample_mmlu
 from circuits.identify.result import IdentifyResult
 from circuits.identify.source import model_for, resolved, source_result
 from circuits.models.backend import Model
-from circuits.validate.config import TransferJobConfig, TransferSets
+from circuits.validate.config import TransferSets
 from circuits.validate.knockout import compute_means, random_order
 from circuits.validate.transfer import (TransferResult, mmlu_accuracy, mmlu_items, synthetic_set, transfer_knockout,
                                         word_problem_set)
@@ -42,7 +42,7 @@ def transfer_result(model: Model, made: IdentifyResult, config: TransferSets) ->
     return TransferResult(config, res, heads, control, {k: v[0].reference[-120:] for k, v in sets.items() if v})
 
 
-def run(config: TransferJobConfig, out: str | Path, *, model: Model | None = None,
+def run(config: TransferSets, out: str | Path, *, model: Model | None = None,
         progress: bool = True) -> TransferResult:
     """The ``circuits transfer`` job: Figure 4 saved in ``out`` (``data.json``, ``figure.html``)."""
     from circuits.validate.knockout_job import save

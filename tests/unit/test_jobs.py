@@ -18,6 +18,7 @@ from circuits.identify.result import IdentifyResult
 from circuits.cli import build_parser, main as cli_main
 from circuits.config import add_arguments
 from circuits.results import CIRCUITS_FILES, RESULT_TYPES, load_result, result_type, same
+from circuits.validate.config import KnockoutConfig
 from circuits.viz.sections import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,6 +85,7 @@ def test_circuits_knockout_reproduces_the_figure_script(tmp_path):
     made = load_result(out)
     assert made.kind == "knockout" and (out / "figure.html").is_file()
     assert made.config.model == model and made.config.n_pairs == 3 and made.config.bootstrap == 0
+    assert type(made.config) is KnockoutConfig and made.config.heads_from == str(ids / "addition")  # round-trips typed
     script = fig3.main(fig3.Config(model=model, filter_correct=False, few_shot="on", n_pairs=3, bootstrap=0,
                                    identify_dir=str(ids), ks=(0, 1, 3), seeds=(0, 1), out=str(tmp_path / "fig3")))
     assert made.curve == script.curve and (made.task, made.n_pairs) == (script.task, script.n_pairs)
@@ -119,7 +121,6 @@ def test_a_result_folder_is_replaced_with_its_jobs_files_only(tmp_path):
     import pytest
 
     from circuits.io import OutputError
-    from circuits.validate.config import KnockoutConfig
     from circuits.validate.knockout import KnockoutCurve, KnockoutResult
 
     curve = KnockoutCurve([0, 1], [(0, 1)], [1.0, 0.5], [0.5, 0.2], [[(1, 1)]], [[1.0, 0.9]], [[0.5, 0.4]])
