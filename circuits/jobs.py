@@ -11,8 +11,8 @@ its ``run`` and the files it writes. Everything that used to keep a parallel lis
 - the report's sections (:data:`circuits.viz.sections.SECTIONS`) take their kinds and their "how to make it" line
   from it.
 
-Every ``run`` has one signature, ``run(config, out, *, model=None, progress=True, **options) -> Result``: it returns
-its result and writes it through ``Result.save`` into ``out``. Jobs with ``command=False`` are made by a script in
+Every ``run`` has one signature, ``run(config, out, *, model=None, progress=..., **options) -> Result``
+(``tests/unit/test_jobs.py`` checks it): it returns its result and writes it through ``Result.save`` into ``out``. Jobs with ``command=False`` are made by a script in
 ``experiments/`` (named in ``how``); their results are still registered, drawn and replaced like any other.
 
 Everything here is a string (``"module:Name"``), imported only when used: this module imports nothing of the
@@ -72,9 +72,11 @@ class Job:
         return next((o.sections[0] for o in self.results if o.sections), None)
 
     def config_type(self) -> type:
-        return load(self.config) if self.config else type(None)
+        """The config class, imported now (its module imports no torch)."""
+        return load(self.config)
 
     def runner(self) -> Any:
+        """The ``run`` function, imported now (with torch)."""
         return load(self.run)
 
 
