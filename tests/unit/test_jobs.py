@@ -1,7 +1,7 @@
 """The job table (circuits.jobs) drives the command line, the result registry and the report: every job's config
 builds a parser without torch, every run has the one signature, every result kind is registered and drawn (or listed
-as drawn by no section), and ``circuits knockout`` on an identify result gives the numbers of
-``experiments/fig3_knockout.py``."""
+as drawn by no section), and ``circuits knockout`` and ``circuits transfer`` on an identify result give the
+numbers of ``experiments/fig3_knockout.py`` and ``fig4_transfer.py``."""
 
 import argparse
 import inspect
@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import fig3_knockout as fig3
+import fig4_transfer as fig4
 from helpers import tiny_dir
 
 from circuits import jobs
@@ -74,7 +75,7 @@ def test_result_types_files_and_sections_are_views_of_the_table():
     assert knockout.how.startswith("circuits knockout ")
 
 
-def test_circuits_knockout_reproduces_the_figure_script(tmp_path):
+def test_circuits_knockout_and_transfer_reproduce_the_figure_scripts(tmp_path):
     model = str(tiny_dir("llama"))
     flags = ["--model", model, "--no-filter-correct", "--few-shot", "on", "--pairs", "3", "--bootstrap", "0"]
     ids = tmp_path / "identify"
@@ -89,6 +90,15 @@ def test_circuits_knockout_reproduces_the_figure_script(tmp_path):
     script = fig3.main(fig3.Config(model=model, filter_correct=False, few_shot="on", n_pairs=3, bootstrap=0,
                                    identify_dir=str(ids), ks=(0, 1, 3), seeds=(0, 1), out=str(tmp_path / "fig3")))
     assert made.curve == script.curve and (made.task, made.n_pairs) == (script.task, script.n_pairs)
+
+    sizes = ["--n-key-heads", "2", "--n", "2", "--n-mmlu", "2", "--svamp-shots", "1"]
+    out = tmp_path / "transfer"
+    assert cli_main(["transfer", "--heads-from", str(ids / "addition"), *sizes, "--no-progress", "--out", str(out)]) == 0
+    made = load_result(out)
+    script = fig4.main(fig4.Config(model=model, filter_correct=False, few_shot="on", n_pairs=3, bootstrap=0,
+                                   identify_dir=str(ids), n_key_heads=2, n=2, n_mmlu=2, svamp_shots=1,
+                                   out=str(tmp_path / "fig4")))
+    assert made.results == script.results and made.key_heads == script.key_heads and (out / "figure.html").is_file()
 
 
 def test_the_explain_and_edges_commands_run_on_an_identify_result(tmp_path, capsys):
