@@ -7,7 +7,8 @@ import ast
 import importlib
 import os
 import sys
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterable
 from typing import Any
 
 
@@ -64,3 +65,22 @@ def lazy_package(package: str, init_file: str | os.PathLike) -> tuple[Callable[[
     In a package's ``__init__``: ``__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)``."""
     exports, aliases = type_checking_exports(init_file)
     return (*lazy_exports(package, exports, aliases), sorted(exports))
+
+
+class _Exports(types.ModuleType):
+    """A package whose exported names win over its submodules of the same name (``circuits.validate.knockout``, the
+    function, not the module): importing a submodule sets it on its package, which would hide a lazily exported name
+    the package imported eagerly before it was lazy. ``sys.modules`` still holds the submodule."""
+
+    _shadowing: frozenset[str] = frozenset()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in type(self)._shadowing and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+def exports_win(package: str, names: Iterable[str]) -> None:
+    """Make ``names`` of ``package`` (its lazy exports named like its submodules) never replaced by those submodules."""
+    cls = type(f"{package}.Exports", (_Exports,), {"_shadowing": frozenset(names)})
+    sys.modules[package].__class__ = cls

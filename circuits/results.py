@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from circuits import jobs
 from circuits.config import Config
 from circuits.io import TEMPORARY, OutputError, atomic_dir, read_json, real_path, write_json
 from circuits.timing import timed
@@ -34,28 +35,9 @@ ASSETS = "_assets"
 R = TypeVar("R", bound="Result")
 C = TypeVar("C", bound=Config)
 
-# kind -> "module:Class"; imported on first use (no registration by import side effect).
-RESULT_TYPES: dict[str, str] = {
-    "identify": "circuits.identify.result:IdentifyResult",
-    "per_operation": "circuits.identify.result:PerOperation",
-    "knockout": "circuits.validate.knockout:KnockoutResult",
-    "transfer": "circuits.validate.transfer:TransferResult",
-    "cross_model": "circuits.validate.cross_model:CrossModelResult",
-    "word_problem_heads": "circuits.validate.transfer:WordProblemHeads",
-    "attention_roles": "circuits.explain.attention:AttentionRoles",
-    "attention_views": "circuits.explain.attention:AttentionViews",
-    "logit_lens": "circuits.explain.logit_lens:LogitLens",
-    "finetune": "circuits.sft.result:FinetuneResult",
-    "sft_table": "circuits.sft.compare:SFTComparison",
-    "evaluation": "circuits.evaluation.result:EvalResult",
-    "screen": "circuits.beyond.screen.result:ScreenResult",
-    "positions": "circuits.beyond.positions.result:PositionResult",
-    "neurons": "circuits.beyond.neurons.result:NeuronResult",
-    "edges": "circuits.beyond.edges.result:EdgeResult",
-    "stability": "circuits.beyond.stability.result:StabilityResult",
-    "ablation_kinds": "circuits.validate.ablation_kinds:AblationComparison",
-    "faithfulness": "circuits.beyond.faithfulness.result:FaithfulnessResult",
-}
+# kind -> "module:Class", a view of the job table (circuits.jobs); imported on first use (no registration by import
+# side effect).
+RESULT_TYPES: dict[str, str] = {o.kind: o.type for o in jobs.outputs()}
 
 
 class ResultError(ValueError):
@@ -104,24 +86,20 @@ def load_result(folder: str | Path) -> Result:
     return result_type(kind).load(folder)
 
 
-# The names circuits writes in result folders: every result's files (what a folder saved before markers listed
-# them holds) and the figures the experiment scripts' ``plot`` adds beside a saved result. A folder holding anything
-# else beside its result is not replaced.
-CIRCUITS_FILES = frozenset({
-    MARKER, ASSETS, "config.json", "summary.json", "pairs.jsonl", "sweep.pt", "edges.pt", "heads.html", "data.json",
-    "figure.html", "result.json", "screen.pt", "screen.html", "positions.pt", "neurons.pt", "circuit.html",
-    "flow.html", "circuits_metrics.py", "figure_6c.html", "figure_overlap.html",
-    *(f"figure-{t}.html" for t in ("addition", "subtraction", "multiplication", "division", "all")),
-})
+# What every result folder may hold beside its job's files: the marker, the config, the shared scripts, and the
+# tables an experiment script's ``plot`` writes beside the result it saved (experiments/_tables.py).
+COMMON_FILES = frozenset({MARKER, ASSETS, "config.json", "published.json", "published.md"})
+# The names circuits writes in result folders: every job's files (circuits.jobs lists them per job, the figures its
+# script's ``plot`` adds included) and the common ones.
+CIRCUITS_FILES = COMMON_FILES | jobs.job_files()
 
 
 def own_files(folder: Path) -> frozenset[str]:
-    """The names a saved result in ``folder`` may hold: those its marker lists (``files``) and
-    :data:`CIRCUITS_FILES`."""
-    marker = read_marker(folder)
-    files = marker.get("files") if marker is not None else None
-    listed = frozenset(files) if isinstance(files, list) and all(isinstance(f, str) for f in files) else frozenset()
-    return listed | CIRCUITS_FILES
+    """The names the saved result in ``folder`` may hold, so a new save may replace them: the files of the jobs that
+    write its kind (:func:`circuits.jobs.files_of`) and :data:`COMMON_FILES`; :data:`CIRCUITS_FILES` for a folder
+    without a marker. A folder holding anything else beside its result is not replaced."""
+    kind = detect_kind(folder)
+    return COMMON_FILES | (jobs.files_of(kind) if kind in RESULT_TYPES else CIRCUITS_FILES)
 
 
 def _contents(folder: Path) -> list[Path]:

@@ -144,7 +144,10 @@ def run(config_cls: type[Config], main: Callable[..., Result], plot: Callable[[R
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     # identify's --receivers only where the script declares its own (fig_circuit.py): elsewhere it would do nothing
     own = "receivers" in config_cls.__dict__.get("__annotations__", {})
-    add_arguments(parser, config_cls, skip=() if own or not issubclass(config_cls, KeyHeadConfig) else ("receivers",))
+    skip = () if own or not issubclass(config_cls, KeyHeadConfig) else ("receivers",)
+    # a command's --heads-from (circuits edges): a script takes its key heads from its shared identify results instead
+    skip += ("heads_from",) if "heads_from" in {f.name for f in dataclasses.fields(config_cls)} else ()
+    add_arguments(parser, config_cls, skip=skip)
     parser.add_argument("--replot", action="store_true", help="redraw the figure from the saved result, no model")
     args = parser.parse_args(argv)
     try:

@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> Path:
     import fig6_mlp_logit_lens
     import fig7_attention_views
 
-    from circuits.explain import AttentionViews, attention_html, attention_roles, logit_lens
-    from circuits.validate import KnockoutResult, knockout_curve
+    from circuits.explain import logit_lens
+    from circuits.explain.attention_job import roles_result, views_result
+    from circuits.validate.knockout_job import knockout_result
 
     out = Path(args.out)
     from circuits.viz.page import shared_asset
@@ -54,25 +55,19 @@ def main(argv: list[str] | None = None) -> Path:
             ids = {op: IdentifyResult.load(folder) for op, folder in found.items()}
         common = dict(model=args.model, n_pairs=len(next(iter(ids.values())).pairs), identify_dir=args.identify_dir)
         with timing.stage("knockout"):
-            for op, r in ids.items():
-                ranking = [h for h, _ in r.ranked()]
-                ks = tuple(k for k in (0, 2, 4, 8) if k <= len(ranking))
-                pairs = r.pairs[: args.pairs]
-                config = fig3_knockout.Config(**common, task=op, ks=ks, seeds=(0, 1), out=str(out / f"knockout-{op}"))
-                KnockoutResult(config, knockout_curve(model, pairs, ranking, ks, (0, 1)), op, len(pairs)).save(config.out)
+            for op, r in ids.items():  # the job of `circuits knockout`, on the first pairs
+                config = fig3_knockout.Config(**common, task=op, ks=(0, 2, 4, 8), seeds=(0, 1),
+                                              out=str(out / f"knockout-{op}"))
+                knockout_result(model, r, config, r.pairs[: args.pairs]).save(config.out)
         first = ids.get("addition") or next(iter(ids.values()))
         with timing.stage("attention"):
-            heads = first.top_heads(8)
+            # The jobs of `circuits attention` and `circuits attention-views`, on the identify results' own pairs.
             config = fig5_attention_roles.Config(**common, task=first.task, n_key_heads=8, n_prompts=args.pairs,
                                                  operations=tuple(ids), out=str(out / "attention-roles"))
-            pairs = [p for r in ids.values() for p in r.pairs[: args.pairs]]
-            attention_roles(model, pairs, heads, config=config).save(config.out)
+            roles_result(model, first, config, lambda op: ids[op].pairs).save(config.out)
             config = fig7_attention_views.Config(**common, task=first.task, n_key_heads=4, operations=tuple(ids),
                                                  prompts_per_operation=1, out=str(out / "attention-views"))
-            prompts = [r.pairs[0] for r in ids.values()]
-            page = attention_html(model, prompts, heads[:4], title="Key heads (Figures 7, 16)",
-                                  last_tokens=config.last_tokens)
-            AttentionViews(config, heads[:4], [p.reference for p in prompts], page).save(config.out)
+            views_result(model, first, config, lambda op: ids[op].pairs).save(config.out)
         with timing.stage("logit lens"):
             config = fig6_mlp_logit_lens.Config(**common, task=first.task, out=str(out / "logit-lens"))
             # On the identify pairs directly (the script builds its own example prompt for Figure 6c).

@@ -1,5 +1,6 @@
 """Figure 3: accuracy and answer probability after mean-ablating the top-k heads (effect order) vs
-k random heads (several seeds). Run: ``python experiments/fig3_knockout.py``; ``--replot`` redraws."""
+k random heads (several seeds). Run: ``python experiments/fig3_knockout.py``; ``--replot`` redraws.
+The same job as ``circuits knockout --heads-from results/identify/addition`` (:mod:`circuits.validate.knockout_job`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import _common as C
 import _tables as T
 
 from circuits.config import option
-from circuits.validate import KnockoutResult, knockout_curve
-from circuits.validate.knockout import KnockoutConfig
+from circuits.validate.config import KnockoutConfig
+from circuits.validate.knockout import KnockoutResult
+from circuits.validate.knockout_job import knockout_result
 from circuits.viz.figures import write_figure
 
 
@@ -27,10 +29,8 @@ def main(config: Config, model=None) -> KnockoutResult:
     model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
     t("key heads")
-    ranking = [h for h, _ in r.ranked(r.key_rule.metric)]
-    curve = knockout_curve(model, r.pairs, ranking, [k for k in config.ks if k <= len(ranking)], config.seeds)
+    result = knockout_result(model, r, config)  # the job of `circuits knockout`
     t("curve")
-    result = KnockoutResult(config, curve, config.task, len(r.pairs))
     result.save(config.out)
     return result
 

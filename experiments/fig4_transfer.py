@@ -1,7 +1,8 @@
 """Figure 4 and the MMLU check: knock out the key heads found on the addition templates and measure
 next-token accuracy on SVAMP, multi-digit sums, decimals and time spans, and MMLU (humanities)
 letter accuracy, before and after; k random heads as a control.
-Run: ``python experiments/fig4_transfer.py [--n 48 --n-mmlu 40]``; ``--replot`` redraws."""
+Run: ``python experiments/fig4_transfer.py [--n 48 --n-mmlu 40]``; ``--replot`` redraws.
+The same job as ``circuits transfer --heads-from results/identify/addition`` (:mod:`circuits.validate.transfer_job`)."""
 
 from __future__ import annotations
 
@@ -12,20 +13,14 @@ import _common as C
 import _tables as T
 
 from circuits.config import option
-from circuits.data.benchmarks import load_svamp_all, sample_mmlu
-from circuits.validate import TransferResult, compute_means, random_order, transfer_knockout
-from circuits.validate.transfer import TransferConfig, mmlu_accuracy, mmlu_items, synthetic_set, word_problem_set
+from circuits.validate.config import TransferSets
+from circuits.validate.transfer import TransferResult
+from circuits.validate.transfer_job import transfer_result
 from circuits.viz.figures import write_figure
 
 
 @dataclass(frozen=True)
-class Config(C.KeyHeadConfig, TransferConfig):
-    n_key_heads: int = option(10)
-    n: int = option(32, help="prompts per transfer set")
-    n_mmlu: int = option(32)
-    svamp_shots: int = option(2)
-    random_seed: int = option(0)
-    data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
+class Config(C.KeyHeadConfig, TransferSets):
     out: str = option("results/fig4_transfer")
 
 
@@ -33,25 +28,8 @@ def main(config: Config, model=None) -> TransferResult:
     t = C.Timer()
     model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
-    heads = r.top_heads(config.n_key_heads)
-    control = random_order(model.cfg.n_layers, model.cfg.n_heads, config.random_seed)[: config.n_key_heads]
-    means = compute_means(model, r.pairs, pooled=True)
-    t("means")
-    tok = model.tokenizer
-    sets = {"svamp": word_problem_set(tok, load_svamp_all(config.data_dir), config.n, shots=config.svamp_shots, seed=config.seed)}
-    for task in ("multi_digit", "decimal", "time_span"):
-        sets[task] = synthetic_set(tok, task, config.n, seed=config.seed)
-    res = transfer_knockout(model, sets, means, heads)
-    ctrl = transfer_knockout(model, sets, means, control)
-    for k in res:
-        res[k]["accuracy_random_heads"] = ctrl[k]["accuracy_after"]
-    t("transfer")
-    mm = mmlu_items(tok, sample_mmlu(n=config.n_mmlu, seed=config.seed, data_dir=config.data_dir))
-    res["mmlu_humanities"] = {"n": len(mm), "accuracy_before": mmlu_accuracy(model, mm, means),
-                              "accuracy_after": mmlu_accuracy(model, mm, means, heads),
-                              "accuracy_random_heads": mmlu_accuracy(model, mm, means, control)}
-    t("mmlu")
-    result = TransferResult(config, res, heads, control, {k: v[0].reference[-120:] for k, v in sets.items() if v})
+    result = transfer_result(model, r, config)  # the job of `circuits transfer`
+    t("transfer and mmlu")
     result.save(config.out)
     return result
 

@@ -1,6 +1,7 @@
 """Figure 5: where the key heads look from END, by token role (A, B, operator, answer prefix,
 few-shot prefix, other), averaged over prompts of each operation.
-Run: ``python experiments/fig5_attention_roles.py``; ``--replot`` redraws."""
+Run: ``python experiments/fig5_attention_roles.py``; ``--replot`` redraws.
+The same job as ``circuits attention`` (:mod:`circuits.explain.attention_job`)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import _tables as T
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
-from circuits.explain import AttentionRoles, attention_roles
-from circuits.explain.attention import RolesConfig
+from circuits.explain.attention import AttentionRoles
+from circuits.explain.attention_job import roles_result
+from circuits.explain.config import RolesConfig
 from circuits.viz.figures import write_figure
 
 
@@ -28,9 +30,8 @@ class Config(C.KeyHeadConfig, RolesConfig):
 def main(config: Config, model=None) -> AttentionRoles:
     t = C.Timer()
     model = model or C.model_for(config.model, config.dtype)
-    heads = C.identify_result(config, model=model).top_heads(config.n_key_heads)
-    pairs = [p for op in config.operations for p in C.pairs_for(config, op, model)[: config.n_prompts]]
-    result = attention_roles(model, pairs, heads, config=config)
+    made = C.identify_result(config, model=model)
+    result = roles_result(model, made, config, lambda op: C.pairs_for(config, op, model))  # `circuits attention`
     t("roles")
     result.save(config.out)
     return result

@@ -1,6 +1,7 @@
 """Figure 6: cos(MLP_in, W_U[A]), cos(MLP_in, W_U[B]) per layer (6a); cos(MLP_out - MLP_in, W_U[C])
 against the other number tokens (6b); top number tokens of MLP_out - MLP_in per layer for one prompt (6c).
-Run: ``python experiments/fig6_mlp_logit_lens.py``; ``--replot`` redraws."""
+Run: ``python experiments/fig6_mlp_logit_lens.py``; ``--replot`` redraws.
+The same job as ``circuits lens`` (:mod:`circuits.explain.lens_job`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,9 @@ from pathlib import Path
 import _common as C
 
 from circuits.config import option
-from circuits.data.pairs import make_pair
-from circuits.explain import LogitLens, logit_lens
-from circuits.explain.logit_lens import LensConfig
-from circuits.viz.figures import top_tokens_figure, write_figure
+from circuits.explain.config import LensConfig
+from circuits.explain.lens_job import lens_result
+from circuits.explain.logit_lens import LogitLens
 
 
 @dataclass(frozen=True)
@@ -27,20 +27,16 @@ class Config(C.KeyHeadConfig, LensConfig):
 def main(config: Config, model=None) -> LogitLens:
     t = C.Timer()
     model = model or C.model_for(config.model, config.dtype)
-    pairs = C.pairs_for(config, config.task, model)
-    # Figure 6c on the example, after the same few-shot prefix as the first equation-form pair.
-    eq = next((p for p in pairs if p.template_id.endswith("/0")), pairs[0])
-    prefix = eq.reference[: eq.reference.rfind("\n") + 1]
-    text = prefix + config.example
-    example = make_pair(model.tokenizer, text, text, config.example_answer, allow_identical=True)  # only read, never patched
-    result = logit_lens(model, pairs, example, k=config.top_k, config=config)
-    result.example = config.example
+    result = lens_result(model, C.pairs_for(config, config.task, model), config)  # the job of `circuits lens`
     t("lens")
     result.save(config.out)
     return result
 
 
 def plot(result: LogitLens, out: Path) -> Path:
+    """``figure.html`` (6a, 6b) and ``figure_6c.html``, as ``circuits lens`` writes them, redrawn over the result."""
+    from circuits.viz.figures import top_tokens_figure, write_figure
+
     write_figure(top_tokens_figure(result.top_tokens, f"6c: top number tokens of MLP_out - MLP_in for {result.example!r}"),
                  Path(out) / "figure_6c.html")
     return write_figure(result.figure(), Path(out) / "figure.html")

@@ -1,5 +1,6 @@
 """Figures 7 and 16: circuitsvis attention views of the key heads on a few prompts, as a standalone
-offline page. Run: ``python experiments/fig7_attention_views.py``; ``--replot`` just names the page."""
+offline page. Run: ``python experiments/fig7_attention_views.py``; ``--replot`` just names the page.
+The same job as ``circuits attention-views`` (:mod:`circuits.explain.attention_job`)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import _common as C
 
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
-from circuits.explain import AttentionViews, attention_html
-from circuits.explain.attention import ViewsConfig
+from circuits.explain.attention import AttentionViews
+from circuits.explain.attention_job import views_result
+from circuits.explain.config import ViewsConfig
 
 
 @dataclass(frozen=True)
@@ -25,10 +27,8 @@ class Config(C.KeyHeadConfig, ViewsConfig):
 
 def main(config: Config, model=None) -> AttentionViews:
     model = model or C.model_for(config.model, config.dtype)
-    heads = C.identify_result(config, model=model).top_heads(config.n_key_heads)
-    prompts = [p for op in config.operations for p in C.pairs_for(config, op, model)[: config.prompts_per_operation]]
-    page = attention_html(model, prompts, heads, title="Key heads (Figures 7, 16)", last_tokens=config.last_tokens)
-    result = AttentionViews(config, heads, [p.reference for p in prompts], page)
+    made = C.identify_result(config, model=model)
+    result = views_result(model, made, config, lambda op: C.pairs_for(config, op, model))  # `circuits attention-views`
     result.save(config.out)
     return result
 

@@ -1,6 +1,7 @@
 """The circuit as a graph (which components feed the top ones, beyond the paper's head list): path patching from every
 earlier head and MLP into the most important components at END (their query, key and value inputs, or an MLP's input),
-then senders -> key heads -> MLPs -> logits. The same as ``circuits identify --receivers top5``.
+then senders -> key heads -> MLPs -> logits. The same as ``circuits identify --receivers top5`` and ``circuits edges
+--heads-from results/identify/addition``.
 
 Run: ``python experiments/fig_circuit.py [--receivers top5]``; ``--replot`` redraws."""
 
@@ -13,9 +14,8 @@ import _common as C
 
 from circuits.config import option
 from circuits.beyond.edges.config import EdgesConfig
-from circuits.beyond.edges.result import EdgeResult, receiver_effects_of
-from circuits.beyond.edges.job import resolve_receivers
-from circuits.patching.edges import sweep_edges
+from circuits.beyond.edges.job import edges_result
+from circuits.beyond.edges.result import EdgeResult
 from circuits.viz.figures import write_figure
 
 
@@ -29,12 +29,8 @@ def main(config: Config, model=None) -> EdgeResult:
     t = C.Timer()
     model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
-    receivers = resolve_receivers(config.receivers, r)
-    t(f"receivers {', '.join(map(str, receivers))}")
-    edges = sweep_edges(model, r.pairs, receivers, progress=False)
-    metric = r.key_rule.metric
-    result = EdgeResult(config, r.pairs, edges, receiver_effects_of(r, receivers, metric), metric)
-    t("edges")
+    result = edges_result(model, r, config, progress=False)  # the job of `circuits edges`
+    t(f"edges into {', '.join(result.receiver_effects)}")
     result.save(config.out)
     return result
 

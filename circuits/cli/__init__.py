@@ -1,10 +1,12 @@
-"""The ``circuits`` command line: one subcommand per job.
+"""The ``circuits`` command line: one subcommand per job of the job table (:data:`circuits.jobs.JOBS`).
 
-Each module here exposes ``register(subparsers)``, which adds its subcommand (and returns its parser) and sets
-``func`` to a callable taking the parsed arguments; flags come from the job's config
-(:func:`circuits.config.add_arguments`), which imports no torch: a subcommand's heavy modules (torch, the model, the
-job) are imported only when it runs, so ``circuits --help`` and a bad flag answer at once. A module whose job shows
-progress sets ``PROGRESS = True`` and gets ``--no-progress`` here, declared once.
+A job's subcommand takes its flags from the job's config (:func:`circuits.config.add_arguments`), which imports no
+torch, and runs the job's ``run(config, out, progress=...)`` (:func:`circuits.cli._output.register_job`); its module
+here (``Job.cli``) gives the description (its docstring) and may say what came out (``printout``). A command with
+flags of its own (identify, finetune, evaluate, export, report) has a module exposing ``register(subparsers)``, which
+adds its subcommand and sets ``func``. A subcommand's heavy modules (torch, the model, the job) are imported only when
+it runs, so ``circuits --help`` and a bad flag answer at once. A job that shows progress (``Job.progress``) gets
+``--no-progress`` here, declared once.
 
 Under ``torchrun`` (``torchrun --nproc-per-node N -m circuits identify|finetune ...``) the process group is started
 here, once, from torchrun's environment (:func:`circuits.distributed.init_from_env`) and ended on the way out; rank 0
@@ -24,10 +26,13 @@ from circuits.threads import configure_threads, prefer_passive_waiting
 
 prefer_passive_waiting()  # before the subcommands import torch, whose OpenMP runtime reads the policy once
 
-from circuits.cli import (evaluate, export, faithfulness, finetune, identify, neurons, positions, report, screen,  # noqa: E402
-                          stability)
+import importlib  # noqa: E402
 
-COMMAND_MODULES = [identify, screen, positions, neurons, stability, faithfulness, finetune, evaluate, export, report]
+from circuits.cli._output import register_job  # noqa: E402
+from circuits.jobs import COMMANDS  # noqa: E402
+
+# The command modules, in the job table's order (a view of it: circuits.jobs.COMMANDS)
+COMMAND_MODULES = list(dict.fromkeys(importlib.import_module(j.cli) for j in COMMANDS if j.cli))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,9 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="add the command's seconds per stage (load, candidates, filtering, sweep, write, report) "
                              "to FILE (JSON; summed over commands) and print the table of all it holds")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in COMMAND_MODULES:
-        p = module.register(sub)
-        if getattr(module, "PROGRESS", False):
+    for job in COMMANDS:
+        module = importlib.import_module(job.cli) if job.cli else None
+        p = module.register(sub) if hasattr(module, "register") else register_job(sub, job)
+        if job.progress:
             p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 

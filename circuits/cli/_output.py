@@ -13,6 +13,7 @@ from typing import Any
 
 from circuits.config import add_arguments, from_arguments
 from circuits.io import OutputError, output_lock
+from circuits.jobs import load
 from circuits.results import check_output
 
 
@@ -49,26 +50,33 @@ def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: b
         yield out
 
 
-def register_job(sub: argparse._SubParsersAction, name: str, config_type: type, *, help: str, description: str,
-                 job: str, printout: Callable[[argparse.Namespace, Any, Any, float], object],
-                 progress: bool) -> argparse.ArgumentParser:
-    """Add the subcommand ``name`` of a job that writes one folder: its flags come from ``config_type``, with
-    ``--out`` and ``--overwrite``. When it runs, the config is read from the flags, ``run(config, out)`` of the module
-    ``job`` (imported only then, with torch) writes into ``--out`` while :func:`writing` holds it (``progress``: the
-    job takes ``progress=``, from ``--no-progress``, which the module's ``PROGRESS = True`` declares), and
-    ``printout(args, config, result, seconds)`` says what came out (``seconds``: the whole command's, model loading
-    included)."""
-    p = sub.add_parser(name, help=help, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+def register_job(sub: argparse._SubParsersAction, job: Any) -> argparse.ArgumentParser:
+    """Add the subcommand of ``job`` (a :class:`circuits.jobs.Job` that writes one folder): its flags come from the
+    job's config, with ``--out`` and ``--overwrite`` (and ``--no-progress`` where the job shows progress). When it
+    runs, the config is read from the flags and the job's ``run(config, out, progress=...)`` (imported only then, with
+    torch) writes into ``--out`` while :func:`writing` holds it. The command's module, where the job names one
+    (``job.cli``), gives the description (its docstring; else the job's help and its config's docstring) and may say
+    what came out with ``printout(args, config, result, seconds)`` (``seconds``: the whole
+    command's, model loading included)."""
+    module = importlib.import_module(job.cli) if job.cli else None
+    config_type = job.config_type()
+    description = module.__doc__ if module is not None else f"{job.help}.\n\n{config_type.__doc__}"
+    p = sub.add_parser(job.name, help=job.help, description=description,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, config_type)
     add_output_arguments(p, "output folder")
+    printout = load(job.printout) if job.printout else getattr(module, "printout", None)
 
     def main(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         config = from_arguments(config_type, args)
-        run = importlib.import_module(job).run
-        with writing(args.out, name, args.overwrite):
-            result = run(config, args.out, progress=not args.no_progress) if progress else run(config, args.out)
-        printout(args, config, result, time.perf_counter() - start)
+        run = job.runner()
+        with writing(args.out, job.kind, args.overwrite):
+            result = run(config, args.out, progress=job.progress and not args.no_progress)
+        if printout is not None:
+            printout(args, config, result, time.perf_counter() - start)
+        else:
+            print(f"-> {args.out}")
         return 0
 
     p.set_defaults(func=main)

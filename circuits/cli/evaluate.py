@@ -14,10 +14,11 @@ import argparse
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.evaluation.config import EvalConfig
+from circuits.jobs import job
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("evaluate", help="math and generic benchmarks through lm-evaluation-harness",
+    p = subparsers.add_parser("evaluate", help=job("evaluate").help,
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, EvalConfig)
     p.add_argument("--device")

@@ -17,10 +17,11 @@ import argparse
 
 from circuits.config import add_arguments, from_arguments
 from circuits.sft.config import ExportConfig
+from circuits.jobs import job
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("export", help="write a fine-tuned model (base + delta.pt) as a Hugging Face checkpoint",
+    p = subparsers.add_parser("export", help=job("export").help,
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, ExportConfig, required=("delta",))
     p.add_argument("--out", required=True, help="a new or empty output folder")

@@ -15,23 +15,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from circuits.beyond.faithfulness.config import FaithfulnessConfig
-from circuits.cli._output import register_job
-
 if TYPE_CHECKING:
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
     from circuits.beyond.faithfulness.result import FaithfulnessResult
 
 
-PROGRESS = True
-
-
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    return register_job(sub, "faithfulness", FaithfulnessConfig, job="circuits.beyond.faithfulness.job",
-                        printout=_printout, progress=PROGRESS, description=__doc__,
-                        help="faithfulness curves (MIB's CPR and CMD) of each ranking's circuits, with seconds")
-
-
-def _printout(args: argparse.Namespace, config: FaithfulnessConfig, r: FaithfulnessResult, seconds: float) -> None:
+def printout(args: argparse.Namespace, config: FaithfulnessConfig, r: FaithfulnessResult, seconds: float) -> None:
     print(f"[{config.task}] {len(r.pairs)} pairs, {len(r.curves)} rankings in {seconds:.0f} s -> {args.out}/figure.html")
     print(f"  {'ranking':<17} {'circuit':<10} {'CPR':>7} {'CMD':>7} {'ranking s':>10} {'curve s':>8}")
     for row in r.table():

@@ -18,12 +18,11 @@ import sys
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.sft.config import FinetuneConfig
-
-PROGRESS = True
+from circuits.jobs import job
 
 
 def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("finetune", help="Precise SFT of key heads/MLPs, or full SFT (Section 4.3, 5.3)",
+    p = subparsers.add_parser("finetune", help=job("finetune").help,
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_output_arguments(p, "output folder (a run there with the same config resumes; a finished one is left as is)")
     sel = p.add_argument_group("heads from an identify result")

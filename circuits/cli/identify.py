@@ -20,13 +20,11 @@ from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.identify.config import IdentifyConfig
 from circuits.types import END_SWEEP_ENGINES
-
-
-PROGRESS = True
+from circuits.jobs import job
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("identify", help="find the key heads and MLPs by patching at END (Figure 2)",
+    p = sub.add_parser("identify", help=job("identify").help,
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, IdentifyConfig)
     add_output_arguments(p, "output folder (a result per task inside it for --task all)")

@@ -11,23 +11,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from circuits.cli._output import register_job
-from circuits.beyond.neurons.config import NeuronConfig
-
 if TYPE_CHECKING:
+    from circuits.beyond.neurons.config import NeuronConfig
     from circuits.beyond.neurons.result import NeuronResult
 
 
-PROGRESS = True
-
-
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    return register_job(sub, "neurons", NeuronConfig, job="circuits.beyond.neurons.job", printout=_printout,
-                        progress=PROGRESS, description=__doc__,
-                        help="every neuron of the key MLPs patched at END, and their knockout")
-
-
-def _printout(args: argparse.Namespace, config: NeuronConfig, r: NeuronResult, seconds: float) -> None:
+def printout(args: argparse.Namespace, config: NeuronConfig, r: NeuronResult, seconds: float) -> None:
     for layer, s in r.shares().items():
         print(f"  MLP{layer}: {100 * s['share_for_80pct']:.1f}% of neurons carry 80% of the summed neuron effect; "
               f"top 1% carry {100 * s['top1pct_of_total']:.0f}%")

@@ -12,22 +12,11 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from circuits.cli._output import register_job
-from circuits.beyond.positions.config import PositionConfig
-
 if TYPE_CHECKING:
+    from circuits.beyond.positions.config import PositionConfig
     from circuits.beyond.positions.result import PositionResult
 
 
-PROGRESS = True
-
-
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    return register_job(sub, "positions", PositionConfig, job="circuits.beyond.positions.job", printout=_printout,
-                        progress=PROGRESS, description=__doc__,
-                        help="activation patching at every position, exact (information flow)")
-
-
-def _printout(args: argparse.Namespace, config: PositionConfig, r: PositionResult, seconds: float) -> None:
+def printout(args: argparse.Namespace, config: PositionConfig, r: PositionResult, seconds: float) -> None:
     print(f"[{config.template or config.task}] {len(r.pairs)} pairs, every head and MLP at every position in "
           f"{seconds:.0f} s (the sweep {r.seconds:.0f} s) -> {args.out}/flow.html")

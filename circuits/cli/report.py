@@ -10,10 +10,11 @@ from __future__ import annotations
 import argparse
 
 from circuits.cli._output import add_output_arguments, writing
+from circuits.jobs import job
 
 
 def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    p = sub.add_parser("report", help="one shareable, offline HTML page from saved results (no model run)",
+    p = sub.add_parser("report", help=job("report").help,
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("results", nargs="+", help="result folders (searched recursively) or JSON files")
     add_output_arguments(p, "the HTML file to write", default="report.html")

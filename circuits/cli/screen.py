@@ -13,23 +13,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from circuits.cli._output import register_job
-from circuits.beyond.screen.config import ScreenConfig
-
 if TYPE_CHECKING:
+    from circuits.beyond.screen.config import ScreenConfig
     from circuits.beyond.screen.result import ScreenResult
 
 
-PROGRESS = True
-
-
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    return register_job(sub, "screen", ScreenConfig, job="circuits.beyond.screen.job", printout=_printout,
-                        progress=PROGRESS, description=__doc__,
-                        help="attribution screen of every head, MLP and neuron at every position, verified exactly")
-
-
-def _printout(args: argparse.Namespace, config: ScreenConfig, r: ScreenResult, seconds: float) -> None:
+def printout(args: argparse.Namespace, config: ScreenConfig, r: ScreenResult, seconds: float) -> None:
     s = r.summary()
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in r.seconds.items())
     print(f"[{config.task}] screen of {len(r.pairs)} pairs in {seconds:.1f} s ({parts}; the rest: "

@@ -12,20 +12,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from circuits.cli._output import register_job
-from circuits.beyond.stability.config import StabilityConfig
-
 if TYPE_CHECKING:
+    from circuits.beyond.stability.config import StabilityConfig
     from circuits.beyond.stability.result import StabilityResult
 
 
-def register(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    return register_job(sub, "stability", StabilityConfig, job="circuits.beyond.stability.job", printout=_printout,
-                        progress=False, description=__doc__,
-                        help="Jaccard overlap of key heads across seeds and template forms")
-
-
-def _printout(args: argparse.Namespace, config: StabilityConfig, r: StabilityResult, seconds: float) -> None:
+def printout(args: argparse.Namespace, config: StabilityConfig, r: StabilityResult, seconds: float) -> None:
     for op, s in r.summary()["per_operation"].items():
         print(f"  {op}: mean Jaccard across seeds {s['mean_jaccard_seeds']:.2f}, across forms {s['mean_jaccard_forms']:.2f}")
     print(f"-> {args.out}/figure.html")

@@ -15,6 +15,7 @@ from circuits import distributed
 from circuits.evaluation.config import EvalConfig
 from circuits.evaluation.result import EvalResult
 from circuits.evaluation.tasks import check_data, evaluate
+from circuits.models.backend import Model
 from circuits.models.loading import load_model
 from circuits.sft.delta import apply_delta, read_delta
 from circuits.sft.optim import check_device
@@ -33,11 +34,14 @@ def check(config: EvalConfig, device: str | None = None) -> tuple[dict | None, s
     return delta, device
 
 
-def run(config: EvalConfig, out: str | Path, device: str | None = None, n_devices: int = 1,
-        overwrite: bool = False) -> EvalResult:
-    """Score ``config.model`` (with ``config.delta`` applied) on ``config.tasks``; saved to ``out``."""
+def run(config: EvalConfig, out: str | Path, *, model: Model | None = None, progress: bool = True,
+        device: str | None = None, n_devices: int = 1, overwrite: bool = False) -> EvalResult:
+    """Score ``config.model`` (with ``config.delta`` applied) on ``config.tasks``; saved to ``out``. ``model``: the
+    base model already loaded (the delta is applied to it); ``progress`` is taken for the one job signature
+    (:mod:`circuits.jobs`): the benchmarks draw no progress bar."""
     delta, device = check(config, device)
-    model = load_model(config.model, device=device, dtype=config.dtype, n_devices=n_devices)
+    if model is None:
+        model = load_model(config.model, device=device, dtype=config.dtype, n_devices=n_devices)
     if delta is not None:
         apply_delta(model, delta)
     result = evaluate(model, config)

@@ -5,14 +5,27 @@
 - :mod:`~circuits.explain.dla`, :mod:`~circuits.explain.residual_lens`, :mod:`~circuits.explain.head_circuits`:
   direct logit attribution per head, the accumulated-residual logit lens, and the OV/QK circuits of key heads
   (docs/for-transformerlens-users.md).
+- :mod:`~circuits.explain.attention_job`, :mod:`~circuits.explain.lens_job`: the jobs ``circuits attention``,
+  ``circuits attention-views`` and ``circuits lens`` (configs in :mod:`~circuits.explain.config`, without torch).
+
+Names are imported on first use (:mod:`circuits.lazy`), so the configs import without torch.
 """
 
-from circuits.explain.attention import AttentionRoles, AttentionViews, attention_html, attention_roles, role_attention
-from circuits.explain.dla import DirectLogitAttribution, direct_logit_attribution
-from circuits.explain.head_circuits import HeadCircuits, head_circuits
-from circuits.explain.logit_lens import LogitLens, logit_lens, mlp_lens, top_number_tokens, writing_start
-from circuits.explain.residual_lens import ResidualLens, residual_lens
+from __future__ import annotations
 
-__all__ = ["AttentionRoles", "AttentionViews", "DirectLogitAttribution", "HeadCircuits", "LogitLens", "ResidualLens",
-           "attention_html", "attention_roles", "direct_logit_attribution", "head_circuits", "logit_lens", "mlp_lens",
-           "residual_lens", "role_attention", "top_number_tokens", "writing_start"]
+from circuits.lazy import exports_win, lazy_exports
+
+_EXPORTS = {
+    **{n: "circuits.explain.attention" for n in ("AttentionRoles", "AttentionViews", "attention_html", "attention_roles",
+                                                  "role_attention")},
+    **{n: "circuits.explain.dla" for n in ("DirectLogitAttribution", "direct_logit_attribution")},
+    **{n: "circuits.explain.head_circuits" for n in ("HeadCircuits", "head_circuits")},
+    **{n: "circuits.explain.logit_lens" for n in ("LogitLens", "logit_lens", "mlp_lens", "top_number_tokens",
+                                                   "writing_start")},
+    **{n: "circuits.explain.residual_lens" for n in ("ResidualLens", "residual_lens")},
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+exports_win(__name__, ("logit_lens", "residual_lens", "head_circuits"))  # the functions, as when these names were imported eagerly

@@ -28,10 +28,8 @@ from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair, as_batch
-from circuits.config import option
-from circuits.data.templates import OPERATIONS
 from circuits.io import read_json, read_text, write_json, write_text
-from circuits.identify.config import KeyHeadSource
+from circuits.explain.config import RolesConfig, ViewsConfig
 from circuits.results import Result
 from circuits.types import Head
 from circuits.viz.notebook import ShowsFigure
@@ -231,16 +229,6 @@ def attention_roles(model: Model, pairs: Sequence[PromptPair], heads: Sequence[H
                           {op: role_attention(model, ps, heads, batch_size).to_json() for op, ps in by_op.items()})
 
 
-@dataclass(frozen=True)
-class RolesConfig(KeyHeadSource):
-    """What decides Figure 5: the identify run, how many of its key heads are read, and the prompts of each
-    operation."""
-
-    n_key_heads: int = option(8)
-    operations: tuple[str, ...] = option(OPERATIONS)
-    n_prompts: int = option(32)
-
-
 @dataclass(eq=False, repr=False)
 class AttentionRoles(ShowsFigure, Result):
     """Figure 5: each key head's END-row attention by token role, per operation (means over prompts)."""
@@ -264,17 +252,6 @@ class AttentionRoles(ShowsFigure, Result):
     def _read(cls, folder: Path, config: RolesConfig) -> AttentionRoles:
         d = read_json(folder / "data.json")
         return cls(config, [Head(*h) for h in d["heads"]], d["by_operation"])
-
-
-@dataclass(frozen=True)
-class ViewsConfig(KeyHeadSource):
-    """What decides Figures 7 and 16: the identify run, how many key heads are shown, on which prompts, cropped to
-    how many last tokens."""
-
-    n_key_heads: int = option(4)
-    operations: tuple[str, ...] = option(OPERATIONS)
-    prompts_per_operation: int = option(2)
-    last_tokens: int = option(14)
 
 
 @dataclass(eq=False, repr=False)

@@ -32,10 +32,9 @@ from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair
-from circuits.config import option
 from circuits.explain.dla import end_activations
 from circuits.io import read_json, write_json
-from circuits.identify.config import KeyHeadSource
+from circuits.explain.config import LensConfig
 from circuits.results import Result
 from circuits.viz.notebook import ShowsFigure
 
@@ -149,15 +148,6 @@ def logit_lens(model: Model, pairs: Sequence[PromptPair], example: PromptPair | 
     example = example or pairs[0]
     return LogitLens(config if config is not None else LensConfig(), mlp_lens(model, pairs).means(), len(pairs),
                      example.reference[-40:], top_number_tokens(model, example, k=k))
-
-
-@dataclass(frozen=True)
-class LensConfig(KeyHeadSource):
-    """What decides Figure 6: the identify run's pairs, Figure 6c's example and how many tokens it lists."""
-
-    example: str = option("4 + 3 = ")
-    example_answer: str = option("7")
-    top_k: int = option(5)
 
 
 @dataclass(eq=False, repr=False)

@@ -7,7 +7,8 @@ transformer_lens (the command line builds its flags from it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import TypeVar
 
 from circuits.config import option
 from circuits.data.source import PairSpec
@@ -52,3 +53,36 @@ class IdentifyConfig(PairSpec):
 # What a result made from key heads (a knockout, attention roles, the logit lens, ...) records of the identify run
 # they came from: that run's whole config, so two results agree on their heads exactly when these are equal.
 KeyHeadSource = IdentifyConfig
+
+
+F = TypeVar("F", bound="FromIdentify")
+
+
+@dataclass(frozen=True)
+class FromIdentify(KeyHeadSource):
+    """The identify run a command takes its key heads and pairs from: the result saved in ``heads_from`` (its
+    config then replaces this one's identify fields), or, without it, the run these fields describe, made first (in
+    memory, not saved)."""
+
+    heads_from: str = option("", help="an identify result folder (circuits identify --out; for --task all, one task's "
+                                      "sub-folder): its key heads and pairs, its model, task and pair fields. Default: "
+                                      "run identify first with the flags given")
+    receivers: str = option("", cli=False)  # no job here reads edges: no --receivers flag
+
+    def with_identify(self: F, made: IdentifyConfig) -> F:
+        """This config with the identify fields of ``made`` (the run its heads come from), ``receivers`` kept. A field
+        set here to neither its default nor ``made``'s value (``--task subtraction`` with an addition result) is an
+        error: the result would not be what was asked for."""
+        names = [f.name for f in fields(IdentifyConfig) if f.name != "receivers"]
+        default = type(self)()
+        clash = [n for n in names if getattr(self, n) != getattr(default, n) and getattr(self, n) != getattr(made, n)]
+        if clash:
+            asked = ", ".join(f"{n}={getattr(self, n)!r}" for n in clash)
+            found = ", ".join(f"{n}={getattr(made, n)!r}" for n in clash)
+            raise ValueError(f"--heads-from {self.heads_from} was made with {found}, not {asked}: its identify fields are "
+                             f"used, so leave those flags out (or pass another --heads-from)")
+        return self.replace(**{n: getattr(made, n) for n in names})
+
+    def identify_config(self) -> IdentifyConfig:
+        """The identify run these fields describe (``receivers`` left out: no job here needs edges)."""
+        return IdentifyConfig(**{f.name: getattr(self, f.name) for f in fields(IdentifyConfig)}).replace(receivers="")

@@ -101,7 +101,7 @@ def task_folders(config: IdentifyConfig, out: str | Path) -> dict[str, Path]:
     return {**{t: out / t for t in OPERATIONS}, "all": out / "all"}
 
 
-def run(config: IdentifyConfig, out: str | Path, model: Model | None = None,
+def run(config: IdentifyConfig, out: str | Path, *, model: Model | None = None,
         progress: bool = True, n_devices: int = 1) -> IdentifyResult:
     """The ``circuits identify`` job: the result of ``config.task`` saved in ``out`` (for ``--task all`` each
     operation's in ``out/<operation>`` and the pooled one, returned, in ``out/all``; see :func:`task_folders`).

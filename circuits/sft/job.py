@@ -79,7 +79,7 @@ def training_set(config: FinetuneConfig, tokenizer: Any) -> list[TokenizedExampl
     return tokenize_examples(tokenizer, examples, config.max_length)
 
 
-def run(config: FinetuneConfig, out: str | Path, model: Model | None = None, progress: bool = True,
+def run(config: FinetuneConfig, out: str | Path, *, model: Model | None = None, progress: bool = True,
         device: str | None = None, n_devices: int = 1) -> FinetuneResult:
     """The ``circuits finetune`` job: train ``config`` into ``out`` (resuming a run of the same config there) and
     return its result; a run already finished there is returned as saved, before any model loads. ``model``: train

@@ -23,9 +23,8 @@ from jaxtyping import Float
 from torch import Tensor
 
 from circuits import distributed as D
-from circuits.config import option
 from circuits.data.pairs import PromptPair
-from circuits.identify.config import KeyHeadSource
+from circuits.validate.config import KnockoutConfig
 from circuits.io import read_json, write_json
 from circuits.models.backend import Model
 from circuits.models.forward import unembed_end
@@ -279,15 +278,6 @@ def knockout_curve(
     top = max(ks)  # the heads any k knocks out: what the curve keeps (and saves)
     return KnockoutCurve(list(ks), [Head(*h) for h in ranking[:top]], eff_acc, eff_p, [o[:top] for o in orders], rnd_acc,
                          rnd_p)
-
-
-@dataclass(frozen=True)
-class KnockoutConfig(KeyHeadSource):
-    """What decides Figure 3: the identify run whose ranking is knocked out, the numbers of heads and the seeds of
-    the random orders."""
-
-    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20))
-    seeds: tuple[int, ...] = option((0, 1, 2))
 
 
 @dataclass(eq=False, repr=False)

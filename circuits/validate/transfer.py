@@ -29,6 +29,7 @@ from circuits.data.word_problems import ANSWER_CUE
 from circuits.io import read_json, write_json
 from circuits.config import option
 from circuits.identify.config import KeyHeadSource
+from circuits.validate.config import TransferConfig
 from circuits.results import Result
 from circuits.types import Head
 from circuits.validate.knockout import MeanActivations, knockout, knockout_logits
@@ -161,14 +162,6 @@ def mmlu_accuracy(
     logits = knockout_logits(model, items, means, list(heads), batch_size=8)[:, ids]
     gold = torch.tensor([ids.index(p.answer_token_id) for p in items])
     return float((logits.argmax(-1) == gold).float().mean())
-
-
-@dataclass(frozen=True)
-class TransferConfig(KeyHeadSource):
-    """What decides a transfer result (Figure 4, Table 3): the identify run and how many of its key heads are knocked
-    out."""
-
-    n_key_heads: int = option(10)
 
 
 @dataclass(eq=False, repr=False)

@@ -14,6 +14,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from circuits import jobs
 from circuits.results import Result
 from circuits.viz import analysis_sections as A
 from circuits.viz.page import Page, _e, _pct, config_block, parse_views, table
@@ -287,43 +288,39 @@ def cross_model_section(page: Page, found: list[Found]) -> str:
 
 @dataclass(frozen=True)
 class Section:
+    """A section of the report: its anchor, heading and renderer. The kinds it draws and how to make them (shown when
+    the inputs hold none) come from the job table (:mod:`circuits.jobs`): each job lists the sections of its
+    results."""
+
     anchor: str
     heading: str
-    kinds: tuple[str, ...]
     render: Callable[[Page, list[Found]], str]
-    how: str  # how to make it, shown when the inputs hold none
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        return jobs.section_kinds(self.anchor)
+
+    @property
+    def how(self) -> str:
+        return jobs.section_how(self.anchor)
 
 
 SECTIONS = (
-    Section("key-heads", "Key heads per operation (identify)", ("identify", "per_operation"),
-            key_heads_section, "circuits identify --model smollm2 --task all --out results/identify"),
-    Section("knockout", "Knockout curves (validate)", ("knockout",), knockout_section,
-            "python experiments/fig3_knockout.py"),
-    Section("transfer", "Transfer of the knockout (validate)", ("transfer",), transfer_section,
-            "python experiments/fig4_transfer.py"),
-    Section("word-problems", "Key heads on word problems (validate)", ("word_problem_heads",), word_problems_section,
-            "python experiments/table4_gsm8k.py"),
-    Section("attention-roles", "Attention by token role (explain)", ("attention_roles",), roles_section,
-            "python experiments/fig5_attention_roles.py"),
-    Section("attention-views", "Attention views of the key heads (explain)", ("attention_views",), views_section,
-            "python experiments/fig7_attention_views.py"),
-    Section("logit-lens", "MLP logit lens (explain)", ("logit_lens",), lens_section,
-            "python experiments/fig6_mlp_logit_lens.py"),
-    Section("cross-model", "The claims on several models", ("cross_model",), cross_model_section,
-            "python experiments/cross_model.py"),
-    Section("precise-sft", "Precise SFT (fine-tune)", ("sft_table", "finetune", "evaluation"), sft_section,
-            "python experiments/table1_precise_sft.py, or circuits finetune / circuits evaluate"),
+    Section("key-heads", "Key heads per operation (identify)", key_heads_section),
+    Section("knockout", "Knockout curves (validate)", knockout_section),
+    Section("transfer", "Transfer of the knockout (validate)", transfer_section),
+    Section("word-problems", "Key heads on word problems (validate)", word_problems_section),
+    Section("attention-roles", "Attention by token role (explain)", roles_section),
+    Section("attention-views", "Attention views of the key heads (explain)", views_section),
+    Section("logit-lens", "MLP logit lens (explain)", lens_section),
+    Section("cross-model", "The claims on several models", cross_model_section),
+    Section("precise-sft", "Precise SFT (fine-tune)", sft_section),
     # Beyond heads at END (circuits.viz.analysis_sections).
-    Section("screen", "Attribution screen, audited by the exact engine (identify)", ("screen",), A.screen_section,
-            "circuits screen --model smollm2 --task addition --verify 20 --out results/screen-addition"),
-    Section("positions", "Every position: the information flow (identify)", ("positions",), A.positions_section,
-            "python experiments/fig_information_flow.py, or circuits positions"),
-    Section("neurons", "Neurons of the key MLPs (identify, validate)", ("neurons",), A.neurons_section,
-            "python experiments/fig_neurons.py, or circuits neurons"),
-    Section("edges", "Edges into the key heads and MLPs (identify)", ("edges", "identify"), A.edges_section,
-            "circuits identify --receivers top5, or python experiments/fig_circuit.py"),
-    Section("faithfulness", "Faithfulness of each ranking's circuits, as MIB scores them (identify)", ("faithfulness",),
-            A.faithfulness_section, "circuits faithfulness --model smollm2 --task addition --out results/faithfulness-addition"),
-    Section("uncertainty", "How sure is the ranking (identify, validate)", ("identify", "stability", "ablation_kinds"),
-            A.uncertainty_section, "circuits identify (intervals), circuits stability, python experiments/fig3_ablation_kinds.py"),
+    Section("screen", "Attribution screen, audited by the exact engine (identify)", A.screen_section),
+    Section("positions", "Every position: the information flow (identify)", A.positions_section),
+    Section("neurons", "Neurons of the key MLPs (identify, validate)", A.neurons_section),
+    Section("edges", "Edges into the key heads and MLPs (identify)", A.edges_section),
+    Section("faithfulness", "Faithfulness of each ranking's circuits, as MIB scores them (identify)",
+            A.faithfulness_section),
+    Section("uncertainty", "How sure is the ranking (identify, validate)", A.uncertainty_section),
 )

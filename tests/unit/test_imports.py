@@ -160,7 +160,7 @@ def test_a_bad_flag_is_one_line_without_torch():
 
 
 # The layers of docs/architecture.md, the bottom first: a module may import its own layer and those below it.
-BASE = ("circuits.types", "circuits.versions", "circuits.io", "circuits.config", "circuits.timing", "circuits.threads", "circuits.lazy",
+BASE = ("circuits.types", "circuits.versions", "circuits.io", "circuits.config", "circuits.timing", "circuits.threads", "circuits.lazy", "circuits.jobs",
         "circuits.distributed", "circuits.results")
 LAYERS = {
     "circuits.models": BASE,

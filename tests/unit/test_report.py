@@ -68,7 +68,7 @@ def test_absent_sections_get_a_note(tmp_path):
     page = build_report([tmp_path])
     # Key heads are present; the rest (no knockout, no edges or intervals in this identify result) is listed once.
     assert len(skipped(page)) == len(SECTIONS) - 1 and SECTIONS[0].heading not in skipped(page)
-    assert "experiments/fig3_knockout.py" in page
+    assert "circuits knockout --heads-from" in page
     assert "var CircuitsVis=" not in page  # no views: no bundle
     assert "made by <code>" in page and "key_rule=fraction&gt;=0.05" in page
 

@@ -1,7 +1,47 @@
-"""Which components edges go into: ``--receivers`` as given, or ``topK`` of an identify result. The edges are
-measured inside identify (``circuits identify --receivers``), so the resolution lives there
-(:mod:`circuits.identify.edges`); it is named here too, where the edge step's users look for it."""
+"""The edges job (``circuits edges``): path patching from every earlier head and MLP into chosen receivers at END,
+on a saved identify result's pairs, as a circuit graph: senders -> key heads -> MLPs -> logits.
 
-from circuits.identify.edges import resolve_receivers
+:func:`run` saves an :class:`~circuits.beyond.edges.result.EdgeResult` (every sender into every receiver, each
+receiver's own effect on the logits from the identify sweep). ``circuits identify --receivers`` measures the same
+edges inside the identify run and keeps them in the identify result (``edges.pt``, ``circuit.html``);
+:func:`~circuits.identify.edges.resolve_receivers` turns ``topK`` into components for both."""
 
-__all__ = ["resolve_receivers"]
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from circuits.beyond.edges.config import EdgesConfig
+from circuits.beyond.edges.result import EdgeResult
+from circuits.identify.edges import receiver_effects_of, resolve_receivers
+
+
+
+def run(config: EdgesConfig, out: str | Path, *, model: Any = None, progress: bool = True) -> EdgeResult:
+    """The ``circuits edges`` job: the edges into ``config.receivers`` on the pairs of the identify result in
+    ``config.heads_from`` (whose config replaces the identify fields), saved in ``out`` (``summary.json``,
+    ``pairs.jsonl``, ``edges.pt``, ``circuit.html``). Each receiver's own effect, and ``topK``'s ranking, use the
+    identify result's key-rule metric, as ``experiments/fig_circuit.py`` does."""
+    from circuits.identify.result import load_identify
+    from circuits.models.loading import load_model
+
+    if not config.heads_from:
+        raise ValueError("circuits edges measures edges on a saved identify result: pass --heads-from DIR (or run "
+                         "circuits identify --receivers ..., which measures them in the identify run)")
+    made = load_identify(config.heads_from)
+    config = config.with_identify(made.config)
+    model = model if model is not None else load_model(config.model, dtype=config.dtype)
+    result = edges_result(model, made, config, progress=progress)
+    result.save(out)
+    return result
+
+
+def edges_result(model: Any, made: Any, config: EdgesConfig, *, progress: bool = True) -> EdgeResult:
+    """The edges into ``config.receivers`` on ``made``'s pairs (``made``: an identify result), each receiver's own
+    effect by ``made``'s key-rule metric (``experiments/fig_circuit.py`` calls it on its shared identify result)."""
+    from circuits.patching.edges import sweep_edges
+
+    receivers = resolve_receivers(config.receivers, made)
+    edges = sweep_edges(model, made.pairs, receivers, memory_mb=config.memory_mb, progress=progress)
+    metric = made.key_rule.metric
+    return EdgeResult(config, made.pairs, edges, receiver_effects_of(made, receivers, metric), metric)

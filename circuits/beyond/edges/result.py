@@ -46,7 +46,7 @@ class EdgeResult(Result):
         if result.edges is None:
             return None
         metric = result.key_rule.metric
-        return cls(result.config, result.pairs, result.edges,
+        return cls(EdgesConfig.from_json(result.config.to_json()), result.pairs, result.edges,
                    receiver_effects_of(result, result.edges.receivers, metric), metric)
 
     def _write(self, folder: Path) -> None:

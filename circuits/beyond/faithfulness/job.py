@@ -188,7 +188,7 @@ def _warn_flat_pairs(curves: dict[str, dict[str, FaithfulnessCurve]], n: int) ->
                       stacklevel=3)
 
 
-def run(config: FaithfulnessConfig, out: str | Path, model: Model | None = None,
+def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = None,
         progress: bool = True) -> FaithfulnessResult:
     """The ``circuits faithfulness`` job: pairs (built or ``--pairs-from``), every ranking scored, saved to ``out``;
     a stopped run resumes from ``<out>/parts``."""

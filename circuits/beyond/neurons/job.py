@@ -52,7 +52,7 @@ def neuron_knockout(model: Model, pairs: list[PromptPair], effects: dict[int, to
     return out
 
 
-def run(config: NeuronConfig, out: str | Path, model: Model | None = None,
+def run(config: NeuronConfig, out: str | Path, *, model: Model | None = None,
                 progress: bool = True) -> NeuronResult:
     """The ``circuits neurons`` job."""
     layers = list(config.layers)

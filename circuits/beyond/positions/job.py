@@ -19,7 +19,7 @@ from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.result import PositionResult, token_strings
 
 
-def run(config: PositionConfig, out: str | Path, model: Model | None = None,
+def run(config: PositionConfig, out: str | Path, *, model: Model | None = None,
                   progress: bool = True) -> PositionResult:
     """The ``circuits positions`` job."""
     model = model or load_model(config.model, dtype=config.dtype)

@@ -120,7 +120,7 @@ def screen(model: Model, pairs: Sequence[PromptPair], config: ScreenConfig | Non
                         audit, exact_end, seconds)
 
 
-def run(config: ScreenConfig, out: str | Path, model: Model | None = None,
+def run(config: ScreenConfig, out: str | Path, *, model: Model | None = None,
                progress: bool = True) -> ScreenResult:
     """The ``circuits screen`` job: pairs (built or ``--pairs-from``), screen, verify, audit, saved to ``out``."""
     model = model or load_model(config.model, dtype=config.dtype)

@@ -40,12 +40,13 @@ def stability(results: dict[str, dict[int, IdentifyResult]], config: StabilityCo
     return StabilityResult(config if config is not None else StabilityConfig(), by_seed, by_form)
 
 
-def run(config: StabilityConfig, out: str | Path, model: Any = None) -> StabilityResult:
+def run(config: StabilityConfig, out: str | Path, *, model: Any = None, progress: bool = False) -> StabilityResult:
     """Identify results for every operation and seed (made when missing, under ``config.identify_dir`` or else
     ``<out>/identify``), then :func:`stability`, saved in ``out`` beside them.
 
     Every identify folder to be made is checked before any work (:func:`~circuits.results.check_output`: it may
-    hold only an identify result's own files) and locked while it is written."""
+    hold only an identify result's own files) and locked while it is written. ``progress``: the identify runs'
+    progress bars."""
     jobs = {(op, seed): (config.identify_config(op, seed), config.folder(op, seed, out))
             for op in config.operations for seed in config.seeds}
     todo = {key: job for key, job in jobs.items() if not identify_job.finished(job[1], job[0])}
@@ -56,7 +57,7 @@ def run(config: StabilityConfig, out: str | Path, model: Any = None) -> Stabilit
         if (op, seed) in todo:
             model = model or load_model(icfg.model, dtype=icfg.dtype)
             with output_lock(folder):
-                identify_job.run(icfg, folder, model=model, progress=False)
+                identify_job.run(icfg, folder, model=model, progress=progress)
         results[op][seed] = IdentifyResult.load(folder)
     result = stability(results, config)
     result.save(out)

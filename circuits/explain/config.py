@@ -1,0 +1,42 @@
+"""What decides the explain step's results (Figures 5, 6 and 7), which are also the configs of its commands
+(``circuits attention``, ``circuits attention-views``, ``circuits lens``). Imports neither torch nor
+transformer_lens: the command line builds its flags from them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from circuits.config import option
+from circuits.data.templates import OPERATIONS
+from circuits.identify.config import FromIdentify
+
+
+@dataclass(frozen=True)
+class RolesConfig(FromIdentify):
+    """What decides Figure 5 (``circuits attention``): the identify run (``heads_from``: its saved result), how many
+    of its key heads are read, and the prompts of each operation."""
+
+    n_key_heads: int = option(8)
+    operations: tuple[str, ...] = option(OPERATIONS)
+    n_prompts: int = option(32, help="prompts per operation (the paper: 1000)")
+
+
+@dataclass(frozen=True)
+class ViewsConfig(FromIdentify):
+    """What decides Figures 7 and 16 (``circuits attention-views``): the identify run (``heads_from``: its saved
+    result), how many key heads are shown, on which prompts, cropped to how many last tokens."""
+
+    n_key_heads: int = option(4)
+    operations: tuple[str, ...] = option(OPERATIONS)
+    prompts_per_operation: int = option(2)
+    last_tokens: int = option(14, help="crop the few-shot prefix from the views")
+
+
+@dataclass(frozen=True)
+class LensConfig(FromIdentify):
+    """What decides Figure 6 (``circuits lens``): the identify run's pairs (``heads_from``: its saved result; without
+    it the pairs are built from these fields, no identify run), Figure 6c's example and how many tokens it lists."""
+
+    example: str = option("4 + 3 = ", help="Figure 6c's prompt (after the task's few-shot prefix)")
+    example_answer: str = option("7")
+    top_k: int = option(5)

@@ -1,0 +1,48 @@
+"""Where a job's key heads come from: an identify result on disk (``--heads-from``) or an identify run made first.
+
+The step 1b and step 2 commands (``circuits knockout``, ``transfer``, ``attention``, ``attention-views``, ``lens``)
+take a :class:`~circuits.identify.config.FromIdentify` config. :func:`resolved` gives it the identify fields of the
+result it names, so the saved result records the identify run its heads came from; :func:`source_result` is that
+result (loaded, or made now in memory); :func:`pairs_of` the prompt pairs of any operation, built as identify builds
+them (so they equal an identify result's pairs for the same config)."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from circuits.data.pairs import PromptPair, build_pairs
+from circuits.identify.config import FromIdentify
+from circuits.identify.result import IdentifyResult, load_identify
+from circuits.models.backend import Model
+from circuits.models.loading import load_model
+
+F = TypeVar("F", bound=FromIdentify)
+
+
+def resolved(config: F) -> F:
+    """``config`` with the identify fields of the result in ``config.heads_from`` (unchanged without one): the model,
+    task, pairs, seed, key rule, ... of the run the heads come from."""
+    return config.with_identify(load_identify(config.heads_from).config) if config.heads_from else config
+
+
+def model_for(config: FromIdentify, model: Model | None = None) -> Model:
+    """``model``, or the config's model loaded."""
+    return model if model is not None else load_model(config.model, dtype=config.dtype)
+
+
+def source_result(config: FromIdentify, model: Model, *, progress: bool = True) -> IdentifyResult:
+    """The identify result the heads come from: the one saved in ``config.heads_from``, or made now from the config's
+    identify fields (in memory, not saved)."""
+    if config.heads_from:
+        return load_identify(config.heads_from)
+    from circuits.identify.job import identify
+
+    return identify(model, config=config.identify_config(), progress=progress)
+
+
+def pairs_of(config: FromIdentify, task: str, model: Model, made: IdentifyResult | None = None) -> list[PromptPair]:
+    """The prompt pairs of ``task``: ``made``'s when it is that task's identify result, else built from the config's
+    pair fields as identify builds them (pair building is deterministic in the config: the same pairs)."""
+    if made is not None and made.config.task == task:
+        return list(made.pairs)
+    return build_pairs(model, config.identify_config().for_task(task).pair_config(), progress=False).pairs

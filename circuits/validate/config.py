@@ -1,0 +1,45 @@
+"""What decides the validate step's results (Figures 3 and 4), which are also the configs of its commands
+(``circuits knockout``, ``circuits transfer``). Imports neither torch nor transformer_lens: the command line builds
+its flags from them.
+
+A result made from key heads records the identify run they came from (its whole identify config) and where that run's
+result lies (:class:`~circuits.identify.config.FromIdentify`: ``heads_from``, ``--heads-from``; empty when a script
+or a fresh identify run gave the heads)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from circuits.config import option
+from circuits.identify.config import FromIdentify
+
+
+@dataclass(frozen=True)
+class KnockoutConfig(FromIdentify):
+    """What decides Figure 3 (``circuits knockout``): the identify run whose ranking is knocked out (``heads_from``:
+    its saved result), the numbers of heads and the seeds of the random orders."""
+
+    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20), help="numbers of heads knocked out")
+    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random orders")
+
+
+@dataclass(frozen=True)
+class TransferConfig(FromIdentify):
+    """What decides a transfer result (Figure 4, Table 3): the identify run (``heads_from``: its saved result) and how
+    many of its key heads are knocked out."""
+
+    n_key_heads: int = option(10)
+
+
+@dataclass(frozen=True)
+class TransferSets(TransferConfig):
+    """Figure 4 (``circuits transfer``): its data sets (how many prompts of each, the MMLU questions) and the random
+    control. A result made with it is read back as a :class:`TransferConfig`, the fields Table 3 shares (as a
+    script's config is)."""
+
+    n: int = option(32, help="prompts per transfer set")
+    n_mmlu: int = option(32)
+    svamp_shots: int = option(2)
+    random_seed: int = option(0)
+    data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
+
