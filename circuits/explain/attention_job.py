@@ -41,7 +41,7 @@ def views_result(model: Model, made: IdentifyResult, config: ViewsConfig, pairs_
 def run_roles(config: RolesConfig, out: str | Path, *, model: Model | None = None,
               progress: bool = True) -> AttentionRoles:
     """The ``circuits attention`` job: Figure 5 saved in ``out`` (``data.json``, ``figure.html``)."""
-    from circuits.validate.knockout_job import save
+    from circuits.identify.source import save
 
     config = resolved(config)
     model = model_for(config, model)

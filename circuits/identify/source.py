@@ -8,6 +8,7 @@ them (so they equal an identify result's pairs for the same config)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TypeVar
 
 from circuits.data.pairs import PromptPair, build_pairs
@@ -15,6 +16,7 @@ from circuits.identify.config import FromIdentify
 from circuits.identify.result import IdentifyResult, load_identify
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
+from circuits.results import Result
 
 F = TypeVar("F", bound=FromIdentify)
 
@@ -46,3 +48,14 @@ def pairs_of(config: FromIdentify, task: str, model: Model, made: IdentifyResult
     if made is not None and made.config.task == task:
         return list(made.pairs)
     return build_pairs(model, config.identify_config().for_task(task).pair_config(), progress=False).pairs
+
+
+def save(result: Result, out: str | Path) -> Path:
+    """``result`` and its figure (``figure.html``), in ``out``: how the step 1b and step 2 jobs save."""
+    from circuits.distributed import is_main
+    from circuits.viz.figures import write_figure
+
+    folder = result.save(out)
+    if is_main():
+        write_figure(result.figure(), Path(out) / "figure.html")
+    return folder

@@ -14,9 +14,8 @@ from pathlib import Path
 from circuits.data.pairs import PromptPair
 
 from circuits.identify.result import IdentifyResult
-from circuits.identify.source import model_for, resolved, source_result
+from circuits.identify.source import model_for, resolved, save, source_result
 from circuits.models.backend import Model
-from circuits.results import Result
 from circuits.validate.config import KnockoutConfig
 from circuits.validate.knockout import KnockoutResult, knockout_curve
 
@@ -39,14 +38,3 @@ def run(config: KnockoutConfig, out: str | Path, *, model: Model | None = None,
     result = knockout_result(model, source_result(config, model, progress=progress), config)
     save(result, out)
     return result
-
-
-def save(result: Result, out: str | Path) -> Path:
-    """``result`` and its figure (``figure.html``), in ``out``."""
-    from circuits.distributed import is_main
-    from circuits.viz.figures import write_figure
-
-    folder = result.save(out)
-    if is_main():
-        write_figure(result.figure(), Path(out) / "figure.html")
-    return folder

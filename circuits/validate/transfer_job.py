@@ -45,7 +45,7 @@ def transfer_result(model: Model, made: IdentifyResult, config: TransferSets) ->
 def run(config: TransferSets, out: str | Path, *, model: Model | None = None,
         progress: bool = True) -> TransferResult:
     """The ``circuits transfer`` job: Figure 4 saved in ``out`` (``data.json``, ``figure.html``)."""
-    from circuits.validate.knockout_job import save
+    from circuits.identify.source import save
 
     config = resolved(config)
     model = model_for(config, model)
