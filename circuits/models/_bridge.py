@@ -27,6 +27,7 @@ from __future__ import annotations
 import inspect
 import sys
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -41,6 +42,8 @@ from transformer_lens.utilities.activation_functions import apply_softcap, softc
 from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
 from transformer_lens.utilities.attention import simple_attn_linear  # noqa: F401
 from transformer_lens.utilities.multi_gpu import get_device_for_block_index
+
+from circuits.models._prefix import PrefixKV, distinct_prefixes, repeat_heads
 
 NAME = "bridge"
 Model = TransformerBridge
@@ -357,6 +360,108 @@ def prefix_sharing(model: Model) -> bool:
 
 
 TL_CACHE = False  # the model reads TransformerLens 3 key/value caches (past_kv_cache=, frozen_cache_entry)
+
+
+# --- many distinct prefixes run once, their bodies continued with gradients (attribution, EAP-IG, positions) ------
+# Hugging Face's cache holds keys after rotary and any QK norm (what ``hook_rot_k`` holds), in ``[row, kv_head, pos,
+# d_head]``; a :class:`Prefix` keeps them in TransformerLens's ``[row, pos, kv_head, d_head]`` and each continuation
+# gets a fresh ``DynamicCache`` over them (a forward appends the body's keys to the cache it is given).
+
+
+@dataclass
+class Prefix:
+    """Left-padded prefixes run once (:func:`run_prefixes`, :func:`prefix_from_kv`): their keys (rotated, as
+    ``hook_rot_k`` holds them) and values, per layer, with the padding mask."""
+
+    kv: PrefixKV
+    ungrouped: bool = False
+
+
+def _cache_kv(cache: Any, layer: int) -> tuple[Tensor, Tensor]:
+    if hasattr(cache, "layers"):
+        return cache.layers[layer].keys, cache.layers[layer].values
+    return cache.key_cache[layer], cache.value_cache[layer]  # transformers before the per-layer cache objects
+
+
+def _run_bucket(model: Model, part: Tensor, pmask: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    as_circuits_bridge(model)(part, past_key_values=cache, attention_mask=pmask, stop_at_layer=model.cfg.n_layers)
+    kv = [_cache_kv(cache, l) for l in range(model.cfg.n_layers)]
+    return [k.transpose(1, 2) for k, _ in kv], [v.transpose(1, 2) for _, v in kv]
+
+
+@torch.no_grad()
+def run_prefixes(model: Model, tokens: Tensor, lengths: Tensor) -> Prefix | None:
+    """Each row's first ``lengths[i]`` tokens of ``tokens [row, pos]`` run once per distinct prefix, without
+    gradients, left-padded to one width with a mask (positions counted from each row's first real token, as the
+    Bridge derives them from the mask); ``None`` when every length is 0. Continue with :func:`continue_prefixes`.
+    Only where :func:`prefix_sharing` says Hugging Face's cache gives the full run's numbers."""
+    kv = distinct_prefixes(tokens, lengths, lambda part, pmask: _run_bucket(model, part, pmask))
+    return None if kv is None else Prefix(kv)
+
+
+def prefix_from_kv(model: Model, keys: list[Tensor], values: list[Tensor], mask: Tensor) -> Prefix:
+    """A :class:`Prefix` from per-layer keys and values ``[row, n, kv_head, d_head]`` taken from whole-prompt runs
+    at :func:`prefix_kv_hooks` (left-padded; ``mask [row, n]`` 1 where real)."""
+    return Prefix(PrefixKV(list(keys), list(values), mask))
+
+
+def ungroup_prefix(model: Model, prefix: Prefix) -> Prefix:
+    """``prefix`` with its key/value heads repeated per query head (Hugging Face's ``repeat_kv`` order), for runs
+    inside :func:`split_inputs` (``ungroup=True``, where attention reads one key/value head per query head);
+    unchanged without grouped-query attention."""
+    group = int(model.cfg.n_heads) // n_kv_heads(model)
+    if group == 1 or prefix.ungrouped:
+        return prefix
+    return Prefix(repeat_heads(prefix.kv, group), True)
+
+
+def continue_prefixes(model: Model, body: Tensor, prefix: Prefix | None, *, stop_at_layer: int | None = None) -> Tensor:
+    """The residual stream after the last block (or entering block ``stop_at_layer``) ``[row, pos, d_model]`` of
+    ``body [row, pos]`` (each row's tokens after its prefix) run after ``prefix`` (:func:`run_prefixes`; ``None``:
+    the body is the whole prompt), with whatever hooks are on the model and gradients through the body."""
+    from transformers import DynamicCache
+
+    bridge = as_circuits_bridge(model)
+    stop = model.cfg.n_layers if stop_at_layer is None else stop_at_layer
+    if prefix is None:
+        return bridge(body, stop_at_layer=stop)
+    cache = DynamicCache()
+    for layer, (k, v) in enumerate(zip(prefix.kv.keys, prefix.kv.values)):
+        cache.update(k.transpose(1, 2), v.transpose(1, 2), layer)
+    mask = torch.cat([prefix.kv.mask, torch.ones_like(body)], 1)
+    return bridge(body, past_key_values=cache, attention_mask=mask, stop_at_layer=stop)
+
+
+def prefix_keys(model: Model, prefix: Prefix, layer: int) -> Tensor:
+    """The prefix's keys ``[row, n, kv_head, d_head]`` that the key hook :func:`rotary_key_hook` leaves out while
+    :func:`continue_prefixes` runs (it fires before the cache is appended, on the body alone), so that
+    ``cat([prefix_keys, hook value], 1)`` holds every key attention reads."""
+    return prefix.kv.keys[layer]
+
+
+def prefix_kv_hooks(model: Model, layer: int) -> tuple[str, str] | None:
+    """The hooks whose values over whole prompts are a prefix's keys and values as :func:`prefix_from_kv` takes
+    them: the keys attention caches (after rotary and QK norm: :func:`rotary_key_hook`) and ``hook_v``; ``None``
+    where :func:`prefix_sharing` is off."""
+    if not prefix_sharing(model):
+        return None
+    return rotary_key_hook(model, layer), get_act_name("v", layer)
+
+
+def suffix_blocks(model: Model) -> bool:
+    """Whether :func:`run_block_after` runs one block alone on a suffix: never on the Bridge (its blocks take the
+    Hugging Face model's masks and rotary tables); :func:`continue_prefixes` runs the whole model instead."""
+    return False
+
+
+def run_block_after(model: Model, layer: int, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
+    """Refused on the Bridge (:func:`suffix_blocks` is False): continue the whole model with
+    :func:`prefix_from_kv` and :func:`continue_prefixes`."""
+    raise NotImplementedError("a TransformerBridge runs no single block after a cache; use "
+                              "backend.prefix_from_kv and backend.continue_prefixes")
 
 
 def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:

@@ -13,6 +13,7 @@ piece lives and moves its small END tensors there.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -26,6 +27,8 @@ from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
 from transformer_lens.utilities.attention import simple_attn_linear  # noqa: F401
 from transformer_lens.utilities.multi_gpu import get_device_for_block_index
 from transformer_lens.utils import get_act_name
+
+from circuits.models._prefix import PrefixKV, distinct_prefixes, repeat_heads
 
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
 
@@ -263,6 +266,108 @@ def continue_prefix(model: Model, body: Tensor, cache: TransformerLensKeyValueCa
 
 
 TL_CACHE = True  # the model reads TransformerLens 3 key/value caches (past_kv_cache=, frozen_cache_entry)
+
+
+# --- many distinct prefixes run once, their bodies continued with gradients (attribution, EAP-IG, positions) ------
+
+
+@dataclass
+class Prefix:
+    """Left-padded prefixes run once (:func:`run_prefixes`, :func:`prefix_from_kv`): their keys and values
+    (``kv``, unrotated, as ``hook_k``/``hook_v`` hold them) and TransformerLens 3's frozen cache over them;
+    ``ungrouped``: one key/value head per query head (:func:`ungroup_prefix`)."""
+
+    kv: PrefixKV
+    cache: TransformerLensKeyValueCache
+    ungrouped: bool = False
+
+
+def _frozen_cache(model: Model, kv: PrefixKV) -> TransformerLensKeyValueCache:
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, len(kv.mask))
+    for e, k, v in zip(cache.entries, kv.keys, kv.values):
+        e.past_keys, e.past_values = k, v
+    cache.previous_attention_mask = kv.mask
+    cache.freeze()
+    return cache
+
+
+def prefix_from_kv(model: Model, keys: list[Tensor], values: list[Tensor], mask: Tensor) -> Prefix:
+    """A :class:`Prefix` from per-layer keys and values ``[row, n, kv_head, d_head]`` taken from whole-prompt runs
+    at :func:`prefix_kv_hooks` (left-padded; ``mask [row, n]`` 1 where real)."""
+    kv = PrefixKV(list(keys), list(values), mask)
+    return Prefix(kv, _frozen_cache(model, kv))
+
+
+def _run_bucket(model: Model, part: Tensor, pmask: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, len(part))
+    model(part, past_kv_cache=cache, attention_mask=pmask, stop_at_layer=model.cfg.n_layers)
+    return [e.past_keys for e in cache.entries], [e.past_values for e in cache.entries]
+
+
+@torch.no_grad()
+def run_prefixes(model: Model, tokens: Tensor, lengths: Tensor) -> Prefix | None:
+    """Each row's first ``lengths[i]`` tokens of ``tokens [row, pos]`` run once per distinct prefix, without
+    gradients and without hooks' effects beyond the model's own, left-padded to one width with a mask (as
+    TransformerLens batches generation); ``None`` when every length is 0. Continue with :func:`continue_prefixes`."""
+    kv = distinct_prefixes(tokens, lengths, lambda part, pmask: _run_bucket(model, part, pmask))
+    return None if kv is None else Prefix(kv, _frozen_cache(model, kv))
+
+
+def ungroup_prefix(model: Model, prefix: Prefix) -> Prefix:
+    """``prefix`` with its key/value heads repeated per query head, for runs inside
+    :func:`split_inputs` (``ungroup=True``); unchanged without grouped-query attention."""
+    group = int(model.cfg.n_heads) // n_kv_heads(model)
+    if group == 1 or prefix.ungrouped:
+        return prefix
+    kv = repeat_heads(prefix.kv, group)
+    return Prefix(kv, _frozen_cache(model, kv), True)
+
+
+def continue_prefixes(model: Model, body: Tensor, prefix: Prefix | None, *, stop_at_layer: int | None = None) -> Tensor:
+    """The residual stream after the last block (or entering block ``stop_at_layer``) ``[row, pos, d_model]`` of
+    ``body [row, pos]`` (each row's tokens after its prefix) run after ``prefix`` (:func:`run_prefixes`; ``None``:
+    the body is the whole prompt), with whatever hooks are on the model and gradients through the body."""
+    stop = model.cfg.n_layers if stop_at_layer is None else stop_at_layer
+    if prefix is None:
+        return model(body, stop_at_layer=stop)
+    cfg = model.cfg
+    saved = cfg.n_key_value_heads
+    try:
+        if prefix.ungrouped:  # the cache's head count is checked against n_key_value_heads
+            cfg.n_key_value_heads = cfg.n_heads
+        return model(body, past_kv_cache=prefix.cache, attention_mask=torch.ones_like(body), stop_at_layer=stop)
+    finally:
+        cfg.n_key_value_heads = saved
+
+
+def prefix_keys(model: Model, prefix: Prefix, layer: int) -> Tensor:
+    """The prefix's keys ``[row, n, kv_head, d_head]`` that the key hook :func:`rotary_key_hook` leaves out while
+    :func:`continue_prefixes` runs, so that ``cat([prefix_keys, hook value], 1)`` holds every key attention reads:
+    none on 3.9's rotary models (``hook_rot_k`` rotates the cached keys with the body's), the cached keys where
+    ``hook_k`` fires before the cache is appended."""
+    keys = prefix.kv.keys[layer]
+    return keys[:, :0] if model.cfg.positional_embedding_type == "rotary" else keys
+
+
+def prefix_kv_hooks(model: Model, layer: int) -> tuple[str, str] | None:
+    """The hooks whose values over whole prompts are a prefix's keys and values as :func:`prefix_from_kv` and
+    :func:`run_block_after` take them (``hook_k``, ``hook_v``); ``None`` where they are not (a per-head QK norm,
+    applied after ``hook_k``, that 3.9's cached attention does not re-apply: Qwen3, Gemma 3)."""
+    if qk_norms(model, layer) is not None:
+        return None
+    return get_act_name("k", layer), get_act_name("v", layer)
+
+
+def suffix_blocks(model: Model) -> bool:
+    """Whether :func:`run_block_after` runs one block on a suffix after cached keys and values (3.9: wherever
+    :func:`prefix_kv_hooks` gives them)."""
+    return prefix_kv_hooks(model, 0) is not None
+
+
+def run_block_after(model: Model, layer: int, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
+    """Block ``layer`` on residual ``x [row, pos, d_model]`` (a suffix) after the keys and values ``[row, n, kv_head,
+    d_head]`` of the positions before it (left-padded, ``mask [row, n + pos]`` or ``None`` for no padding)."""
+    return model.blocks[layer](x, past_kv_cache_entry=frozen_cache_entry(keys, values), attention_mask=mask)
 
 
 def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:

@@ -32,6 +32,17 @@ What a backend provides (the contract):
 - a shared prefix run once: :func:`prefix_sharing` (whether it gives the full run's numbers on this model),
   :func:`prefix_cache` (run a prefix with hooks, rows repeated) and :func:`continue_prefix` (final residual of the
   rest); on 3.9 TransformerLens's own frozen cache, on the Bridge Hugging Face's ``DynamicCache``;
+- many distinct prefixes run once, bodies continued with gradients (attribution, EAP-IG and the per-position
+  engine ask for these, never for a backend): :func:`run_prefixes` (each row's first ``n[i]`` tokens, distinct ones
+  run once without gradients, left-padded with a mask: a :data:`Prefix`, or ``None`` where no row has one),
+  :func:`continue_prefixes` (the final residual, or the residual entering a block, of each row's body after its
+  prefix, hooks on, gradients through the body; ``None`` runs the body as a whole prompt), :func:`prefix_keys` (the
+  prefix's keys that :func:`rotary_key_hook` leaves out while continuing: none on 3.9's rotary models, all of them
+  on the Bridge), :func:`ungroup_prefix` (key/value heads repeated per query head, for runs inside
+  :func:`split_inputs`), :func:`prefix_kv_hooks` (the hooks whose whole-prompt values are a prefix's keys and values,
+  or ``None`` where they are not) and :func:`prefix_from_kv` (a :data:`Prefix` from them); one block alone after a
+  prefix's keys and values, where :func:`suffix_blocks` says so (3.9): :func:`run_block_after`. All of these apply
+  only where :func:`prefix_sharing` is true (else engines run whole prompts: the same numbers);
 - TransformerLens 3 internals some engines still use on 3.9 (:data:`TL_CACHE` says whether the model reads them;
   the engines take another route on the Bridge): :data:`KeyValueCache`, :data:`KeyValueCacheEntry`,
   :func:`frozen_cache_entry` (refused on the Bridge), :data:`AbstractAttention` (``None`` on the Bridge),
@@ -62,6 +73,8 @@ NAME = check_version()
 
 if NAME == "hooked":
     from circuits.models._hooked import (  # noqa: F401
+        Prefix, continue_prefixes, prefix_from_kv, prefix_keys, prefix_kv_hooks, run_block_after, run_prefixes,
+        suffix_blocks, ungroup_prefix,
         POST_NORM_ARCHITECTURES, AbstractAttention, ActivationCache, FactoredMatrix, KeyValueCache,
         KeyValueCacheEntry, Model, TL_CACHE, act_name, apply_softcap, architecture, attention_scores, attn_out, attn_qkv, block_devices,
         check_dtype, continue_prefix, end_unsupported, final_residual, frozen_cache_entry, layer_device,
@@ -70,6 +83,8 @@ if NAME == "hooked":
         split_inputs, unembed_weights)
 else:
     from circuits.models._bridge import (  # type: ignore[assignment]  # noqa: F401
+        Prefix, continue_prefixes, prefix_from_kv, prefix_keys, prefix_kv_hooks, run_block_after, run_prefixes,
+        suffix_blocks, ungroup_prefix,
         POST_NORM_ARCHITECTURES, AbstractAttention, ActivationCache, FactoredMatrix, KeyValueCache,
         KeyValueCacheEntry, Model, TL_CACHE, act_name, apply_softcap, architecture, attention_scores, attn_out, attn_qkv, block_devices,
         check_dtype, continue_prefix, end_unsupported, final_residual, frozen_cache_entry, layer_device,
@@ -77,7 +92,8 @@ else:
         rotary_key_hook, score_scale, score_softcap, simple_attn_linear, sliding_window, softcap_enabled, spread,
         split_inputs, unembed_weights)
 
-__all__ = ["NAME", "POST_NORM_ARCHITECTURES", "SUPPORTED", "AbstractAttention", "ActivationCache", "FactoredMatrix",
+__all__ = ["NAME", "Prefix", "continue_prefixes", "prefix_from_kv", "prefix_keys", "prefix_kv_hooks",
+           "run_block_after", "run_prefixes", "suffix_blocks", "ungroup_prefix", "POST_NORM_ARCHITECTURES", "SUPPORTED", "AbstractAttention", "ActivationCache", "FactoredMatrix",
            "KeyValueCache", "KeyValueCacheEntry", "Model", "TL_CACHE", "UnsupportedTransformerLens", "act_name",
            "apply_softcap", "architecture", "attention_scores", "attn_out", "attn_qkv", "block_devices", "check_dtype", "check_version",
            "continue_prefix", "end_unsupported", "final_residual", "frozen_cache_entry", "layer_device",
