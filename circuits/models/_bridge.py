@@ -28,7 +28,7 @@ import inspect
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -451,17 +451,58 @@ def prefix_kv_hooks(model: Model, layer: int) -> tuple[str, str] | None:
     return rotary_key_hook(model, layer), get_act_name("v", layer)
 
 
-def suffix_blocks(model: Model) -> bool:
-    """Whether :func:`run_block_after` runs one block alone on a suffix: never on the Bridge (its blocks take the
-    Hugging Face model's masks and rotary tables); :func:`continue_prefixes` runs the whole model instead."""
-    return False
+def _rows(t: Any, G: int, reps: int) -> Any:
+    """``t`` with its batch rows repeated ``reps`` times in order where it has ``G`` of them (tensors of 2 or more
+    dimensions, nested in tuples too); anything else unchanged (a batch of 1 broadcasts)."""
+    if isinstance(t, Tensor) and t.ndim >= 2 and t.shape[0] == G and reps > 1:  # not cache_position [pos]
+        return t.repeat(reps, *([1] * (t.ndim - 1)))
+    if isinstance(t, tuple):
+        return tuple(_rows(u, G, reps) for u in t)
+    return t
 
 
-def run_block_after(model: Model, layer: int, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
-    """Refused on the Bridge (:func:`suffix_blocks` is False): continue the whole model with
-    :func:`prefix_from_kv` and :func:`continue_prefixes`."""
-    raise NotImplementedError("a TransformerBridge runs no single block after a cache; use "
-                              "backend.prefix_from_kv and backend.continue_prefixes")
+def block_runner(model: Model, suffix: Tensor, keys: list[Tensor], values: list[Tensor],
+                 mask: Tensor | None) -> Callable[[int, Tensor], Tensor] | None:
+    """A function ``run(layer, x)`` that runs block ``layer`` alone on residual ``x [rows, pos, d_model]`` of the
+    ``suffix [G, pos]`` tokens (rows: ``rows / G`` copies of the ``G`` rows, in order) after the keys and values
+    ``[G, n, kv_head, d_head]`` per layer of the positions before them (taken at :func:`prefix_kv_hooks`;
+    left-padded, ``mask [G, n]`` or ``None`` for no padding); ``None`` where blocks do not run alone after a cache.
+    On the Bridge a block takes what the Hugging Face model hands its decoder layers (the attention mask, rotary
+    tables per layer type, positions): one pass of the ``G`` suffix rows after their keys and values records them
+    per block, and each call hands them on with the rows repeated and a cache holding that layer's keys alone."""
+    from transformers import DynamicCache
+
+    if prefix_kv_hooks(model, 0) is None:
+        return None
+    G = len(suffix)
+    seen: dict[int, dict[str, Any]] = {}
+
+    def record(layer: int):
+        def pre(module: Any, args: tuple, kwargs: dict) -> None:
+            seen[layer] = {k: v for k, v in kwargs.items() if k not in ("hidden_states", "past_key_values")}
+        return pre
+
+    handles = [block.register_forward_pre_hook(record(l), with_kwargs=True) for l, block in enumerate(model.blocks)]
+    try:
+        with torch.no_grad():
+            continue_prefixes(model, suffix, prefix_from_kv(model, keys, values, torch.ones_like(keys[0][:, :, 0, 0],
+                              dtype=torch.long) if mask is None else mask))
+    finally:
+        for h in handles:
+            h.remove()
+    if len(seen) != len(model.blocks):
+        return None
+
+    def run(layer: int, x: Tensor) -> Tensor:
+        reps = len(x) // G
+        cache = DynamicCache()  # this layer's keys and values alone (the block reads no other layer)
+        cache.update(keys[layer].repeat(reps, 1, 1, 1).transpose(1, 2),
+                     values[layer].repeat(reps, 1, 1, 1).transpose(1, 2), layer)
+        kwargs = {k: _rows(v, G, reps) for k, v in seen[layer].items()}
+        out = model.blocks[layer](x, past_key_values=cache, **kwargs)
+        return out[0] if isinstance(out, tuple) else out
+
+    return run
 
 
 def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -351,23 +351,31 @@ def prefix_keys(model: Model, prefix: Prefix, layer: int) -> Tensor:
 
 def prefix_kv_hooks(model: Model, layer: int) -> tuple[str, str] | None:
     """The hooks whose values over whole prompts are a prefix's keys and values as :func:`prefix_from_kv` and
-    :func:`run_block_after` take them (``hook_k``, ``hook_v``); ``None`` where they are not (a per-head QK norm,
+    :func:`block_runner` take them (``hook_k``, ``hook_v``); ``None`` where they are not (a per-head QK norm,
     applied after ``hook_k``, that 3.9's cached attention does not re-apply: Qwen3, Gemma 3)."""
     if qk_norms(model, layer) is not None:
         return None
     return get_act_name("k", layer), get_act_name("v", layer)
 
 
-def suffix_blocks(model: Model) -> bool:
-    """Whether :func:`run_block_after` runs one block on a suffix after cached keys and values (3.9: wherever
-    :func:`prefix_kv_hooks` gives them)."""
-    return prefix_kv_hooks(model, 0) is not None
+def block_runner(model: Model, suffix: Tensor, keys: list[Tensor], values: list[Tensor],
+                 mask: Tensor | None) -> Callable[[int, Tensor], Tensor] | None:
+    """A function ``run(layer, x)`` that runs block ``layer`` alone on residual ``x [rows, pos, d_model]`` of the
+    ``suffix [G, pos]`` tokens (rows: ``rows / G`` copies of the ``G`` rows, in order) after the keys and values
+    ``[G, n, kv_head, d_head]`` per layer of the positions before them (taken at :func:`prefix_kv_hooks`;
+    left-padded, ``mask [G, n]`` or ``None`` for no padding); ``None`` where blocks do not run alone after a cache.
+    On 3.9: TransformerLens's frozen one-layer cache, wherever :func:`prefix_kv_hooks` gives the keys."""
+    if prefix_kv_hooks(model, 0) is None:
+        return None
+    G = len(suffix)
+    full = None if mask is None else torch.cat([mask, torch.ones_like(suffix)], 1)
 
+    def run(layer: int, x: Tensor) -> Tensor:
+        reps = len(x) // G
+        entry = frozen_cache_entry(keys[layer].repeat(reps, 1, 1, 1), values[layer].repeat(reps, 1, 1, 1))
+        return model.blocks[layer](x, past_kv_cache_entry=entry, attention_mask=None if full is None else full.repeat(reps, 1))
 
-def run_block_after(model: Model, layer: int, x: Tensor, keys: Tensor, values: Tensor, mask: Tensor | None) -> Tensor:
-    """Block ``layer`` on residual ``x [row, pos, d_model]`` (a suffix) after the keys and values ``[row, n, kv_head,
-    d_head]`` of the positions before it (left-padded, ``mask [row, n + pos]`` or ``None`` for no padding)."""
-    return model.blocks[layer](x, past_kv_cache_entry=frozen_cache_entry(keys, values), attention_mask=mask)
+    return run
 
 
 def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:

@@ -40,8 +40,9 @@ What a backend provides (the contract):
   prefix's keys that :func:`rotary_key_hook` leaves out while continuing: none on 3.9's rotary models, all of them
   on the Bridge), :func:`ungroup_prefix` (key/value heads repeated per query head, for runs inside
   :func:`split_inputs`), :func:`prefix_kv_hooks` (the hooks whose whole-prompt values are a prefix's keys and values,
-  or ``None`` where they are not) and :func:`prefix_from_kv` (a :data:`Prefix` from them); one block alone after a
-  prefix's keys and values, where :func:`suffix_blocks` says so (3.9): :func:`run_block_after`. All of these apply
+  or ``None`` where they are not) and :func:`prefix_from_kv` (a :data:`Prefix` from them); :func:`block_runner` (one
+  block alone on a suffix after those keys and values, the per-position engine's rows joining at their sender's
+  layer; ``None`` where blocks do not run alone). All of these apply
   only where :func:`prefix_sharing` is true (else engines run whole prompts: the same numbers);
 - TransformerLens 3 internals some engines still use on 3.9 (:data:`TL_CACHE` says whether the model reads them;
   the engines take another route on the Bridge): :data:`KeyValueCache`, :data:`KeyValueCacheEntry`,
@@ -73,8 +74,8 @@ NAME = check_version()
 
 if NAME == "hooked":
     from circuits.models._hooked import (  # noqa: F401
-        Prefix, continue_prefixes, prefix_from_kv, prefix_keys, prefix_kv_hooks, run_block_after, run_prefixes,
-        suffix_blocks, ungroup_prefix,
+        Prefix, continue_prefixes, prefix_from_kv, prefix_keys, prefix_kv_hooks, block_runner, run_prefixes,
+        ungroup_prefix,
         POST_NORM_ARCHITECTURES, AbstractAttention, ActivationCache, FactoredMatrix, KeyValueCache,
         KeyValueCacheEntry, Model, TL_CACHE, act_name, apply_softcap, architecture, attention_scores, attn_out, attn_qkv, block_devices,
         check_dtype, continue_prefix, end_unsupported, final_residual, frozen_cache_entry, layer_device,
@@ -83,8 +84,8 @@ if NAME == "hooked":
         split_inputs, unembed_weights)
 else:
     from circuits.models._bridge import (  # type: ignore[assignment]  # noqa: F401
-        Prefix, continue_prefixes, prefix_from_kv, prefix_keys, prefix_kv_hooks, run_block_after, run_prefixes,
-        suffix_blocks, ungroup_prefix,
+        Prefix, continue_prefixes, prefix_from_kv, prefix_keys, prefix_kv_hooks, block_runner, run_prefixes,
+        ungroup_prefix,
         POST_NORM_ARCHITECTURES, AbstractAttention, ActivationCache, FactoredMatrix, KeyValueCache,
         KeyValueCacheEntry, Model, TL_CACHE, act_name, apply_softcap, architecture, attention_scores, attn_out, attn_qkv, block_devices,
         check_dtype, continue_prefix, end_unsupported, final_residual, frozen_cache_entry, layer_device,
@@ -93,7 +94,7 @@ else:
         split_inputs, unembed_weights)
 
 __all__ = ["NAME", "Prefix", "continue_prefixes", "prefix_from_kv", "prefix_keys", "prefix_kv_hooks",
-           "run_block_after", "run_prefixes", "suffix_blocks", "ungroup_prefix", "POST_NORM_ARCHITECTURES", "SUPPORTED", "AbstractAttention", "ActivationCache", "FactoredMatrix",
+           "block_runner", "run_prefixes", "ungroup_prefix", "POST_NORM_ARCHITECTURES", "SUPPORTED", "AbstractAttention", "ActivationCache", "FactoredMatrix",
            "KeyValueCache", "KeyValueCacheEntry", "Model", "TL_CACHE", "UnsupportedTransformerLens", "act_name",
            "apply_softcap", "architecture", "attention_scores", "attn_out", "attn_qkv", "block_devices", "check_dtype", "check_version",
            "continue_prefix", "end_unsupported", "final_residual", "frozen_cache_entry", "layer_device",

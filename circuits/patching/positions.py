@@ -140,10 +140,10 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
     """Patched END readouts ``[sender, pair]`` for ``senders`` patched at position ``pos[g]`` of each pair (``k``
     positions before its END): the suffix ``pos..END`` runs over the reference's cached keys and values of the
     positions before it. Pairs whose suffixes start at different positions share the pass: their caches are
-    left-padded to one width and masked, as TransformerLens batches generation. Where the backend runs single
-    blocks after a cache (:func:`circuits.models.backend.suffix_blocks`, 3.9) each row starts at its sender's layer
-    from the reference's residual stream; else the whole model continues the suffix
-    (:func:`circuits.models.backend.continue_prefixes`); where the backend's cache cannot hold the reference's keys
+    left-padded to one width and masked, as TransformerLens batches generation. Each row starts at its
+    sender's layer from the reference's residual stream and runs block by block
+    (:func:`circuits.models.backend.block_runner`), or, where blocks do not run alone after a cache (or the suffix
+    starts the prompt), the whole model continues the suffix (:func:`circuits.models.backend.continue_prefixes`); where the backend's cache cannot hold the reference's keys
     (no :func:`circuits.models.backend.prefix_kv_hooks`), whole prompts run (:func:`_whole_pass`)."""
     L = model.cfg.n_layers
     G = len(pairs)
@@ -158,23 +158,22 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
     keep = cols[None] >= shift  # [pair, p_max]: real cached positions (left padding before them)
     src = (cols[None] - shift).clamp_min(0)
 
-    def cached(layer: int, reps: int) -> tuple[Tensor, Tensor]:
-        keys, values = runs.keys[layer][pairs[:, None], src], runs.values[layer][pairs[:, None], src]
-        if padded:
-            keys, values = keys * keep[..., None, None], values * keep[..., None, None]
-        return keys.repeat(reps, 1, 1, 1), values.repeat(reps, 1, 1, 1)
-
-    if not backend.suffix_blocks(model):  # every row through the whole model, from the suffix's tokens
+    keys, values = [], []  # the reference's, before each pair's suffix, left-padded: [pair, p_max, kv_head, d_head]
+    for layer in range(L):
+        k_, v_ = runs.keys[layer][pairs[:, None], src], runs.values[layer][pairs[:, None], src]
+        keys.append(k_ * keep[..., None, None] if padded else k_)
+        values.append(v_ * keep[..., None, None] if padded else v_)
+    tokens = runs.tokens[pairs[:, None], suffix]  # type: ignore[index]
+    run = backend.block_runner(model, tokens, keys, values, keep.long() if padded else None) if p_max else None
+    if run is None:  # every row through the whole model, from the suffix's tokens
         S = len(senders)
-        kv = [cached(layer, S) for layer in range(L)]
-        prefix = backend.prefix_from_kv(model, [a for a, _ in kv], [b for _, b in kv],
+        prefix = backend.prefix_from_kv(model, [k_.repeat(S, 1, 1, 1) for k_ in keys],
+                                        [v_.repeat(S, 1, 1, 1) for v_ in values],
                                         keep.long().repeat(S, 1)) if p_max else None
-        tokens = runs.tokens[pairs[:, None], suffix].repeat(S, 1)  # type: ignore[index]
         with model.hooks(fwd_hooks=_patch_hooks(runs, [(i * G, s) for i, s in enumerate(senders)], pairs, pos, G)):
-            resid = backend.continue_prefixes(model, tokens, prefix)
+            resid = backend.continue_prefixes(model, tokens.repeat(S, 1), prefix)
         final = resid[:, -1].reshape(S, G, -1)
         return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
-    mask = torch.cat([keep.long(), torch.ones(G, k + 1, dtype=torch.long, device=pos.device)], 1) if padded else None
     x: Tensor | None = None
     n_rows = 0
     for layer in range(senders[0].layer, L):
@@ -187,10 +186,8 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
             x = fresh if x is None else torch.cat([x, fresh])
             n_rows += len(new) * G
         assert x is not None
-        reps = n_rows // G
-        keys, values = cached(layer, reps)
         with model.hooks(fwd_hooks=_patch_hooks(runs, starts, pairs, pos, G)):
-            x = backend.run_block_after(model, layer, x, keys, values, mask.repeat(reps, 1) if mask is not None else None)
+            x = run(layer, x)
     assert x is not None
     final = x[:, -1].reshape(len(senders), G, -1)
     return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}

@@ -1,6 +1,6 @@
 """Attribution (the screen), EAP-IG and the per-position engine share each pair's prompt prefix through the
 backend's capability (:func:`circuits.models.backend.run_prefixes` and :func:`~circuits.models.backend.continue_prefixes`,
-or :func:`~circuits.models.backend.run_block_after` where single blocks run after a cache) on whichever
+or :func:`~circuits.models.backend.block_runner` where single blocks run after a cache) on whichever
 TransformerLens line this environment has: the prefix route is taken (only the bodies run, fewer tokens than the
 prompts) and gives the whole-prompt route's numbers (``prefix_sharing`` off)."""
 
@@ -44,24 +44,27 @@ def test_engines_share_prefixes_and_equal_whole_prompts(family_models, tokenizer
         assert backend.prefix_kv_hooks(model, 0) is not None
     bodies: list[tuple[bool, int]] = []  # (after a prefix, tokens per row)
     blocks: list[int] = []
-    cont, block = backend.continue_prefixes, backend.run_block_after
+    cont, runner = backend.continue_prefixes, backend.block_runner
 
     def counting_continue(model, body, prefix, **kw):
         bodies.append((prefix is not None, body.shape[1]))
         return cont(model, body, prefix, **kw)
 
-    def counting_block(model, layer, x, *args):
-        blocks.append(x.shape[1])
-        return block(model, layer, x, *args)
+    def counting_runner(*args):
+        run = runner(*args)
+
+        def counting(layer, x):
+            blocks.append(x.shape[1])
+            return run(layer, x)
+        return None if run is None else counting
 
     monkeypatch.setattr(backend, "continue_prefixes", counting_continue)
-    monkeypatch.setattr(backend, "run_block_after", counting_block)
+    monkeypatch.setattr(backend, "block_runner", counting_runner)
     shared = _run_all(model, batch, bodies)
     width = batch.reference.shape[1]
     assert bodies and all(after for after, _ in bodies) and max(n for _, n in bodies) < width
-    if backend.prefix_kv_hooks(model, 0) is not None:  # positions continue suffixes (one block or the model)
-        suffixes = blocks if backend.suffix_blocks(model) else [n for _, n in shared["pos_calls"]]
-        assert suffixes and max(suffixes) < width
+    if backend.prefix_kv_hooks(model, 0) is not None:  # positions run suffixes block by block from the sender's layer
+        assert blocks and max(blocks) < width
 
     bodies.clear()
     monkeypatch.setattr(backend, "prefix_sharing", lambda m: False)
