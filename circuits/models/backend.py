@@ -44,8 +44,8 @@ What a backend provides (the contract):
   block alone on a suffix after those keys and values, the per-position engine's rows joining at their sender's
   layer; ``None`` where blocks do not run alone). All of these apply
   only where :func:`prefix_sharing` is true (else engines run whole prompts: the same numbers);
-- TransformerLens 3 internals some engines still use on 3.9 (:data:`TL_CACHE` says whether the model reads them;
-  the engines take another route on the Bridge): :data:`KeyValueCache`, :data:`KeyValueCacheEntry`,
+- TransformerLens 3 internals (no engine reads them any more; :mod:`circuits.evaluation.lm_eval` still builds a
+  :data:`KeyValueCache` on 3.9; :data:`TL_CACHE` says whether the model reads them): :data:`KeyValueCache`, :data:`KeyValueCacheEntry`,
   :func:`frozen_cache_entry` (refused on the Bridge), :data:`AbstractAttention` (``None`` on the Bridge),
   :func:`simple_attn_linear`;
 - receivers' own inputs (edges): :func:`split_inputs`, a context in which every head reads its own copies of the
