@@ -118,7 +118,7 @@ bench: $(STAMP)
 # attribution screen sharing prompt prefixes on the Bridge against the same engines on 3.9, on the same pairs.
 bench-bridge: $(STAMP) $(STAMP4)
 	$(BIN4)/python benchmarks/sweep_speed.py --backend bridge --hooked-python $(BIN)/python
-	$(BIN4)/python benchmarks/bridge_prefix.py --whole --hooked-python $(BIN)/python
+	$(BIN4)/python benchmarks/bridge_prefix.py --whole eap_ig,screen --hooked-python $(BIN)/python
 
 # One script per figure/table of the paper (Sections 5.1-5.3, Appendices C-F); each writes results/<name>/, all
 # taking their key heads from results/identify/<task> (what `make demo` writes). Three groups, by what they cost:

@@ -6,15 +6,15 @@ Each engine runs the part of every prompt before its pair's first difference onc
 :func:`circuits.models.backend.run_prefixes` / :func:`~circuits.models.backend.continue_prefixes`; TransformerLens
 3's key/value cache on 3.9, Hugging Face's ``DynamicCache`` on the Bridge) and only the rest per step, row or pass.
 The Bridge process writes the pairs, runs this script in the 3.9 virtualenv (``--hooked-python``, default
-``.venv/bin/python``, ``--engines-only``) first, then times its own engines; ``--whole`` also times the Bridge with
-prefix sharing off (every prompt run whole: what the engines did on the Bridge before). Timed: EAP-IG (node level,
+``.venv/bin/python``, ``--engines-only``) first, then times its own engines; ``--whole [ENGINES]`` also times the Bridge
+with prefix sharing off (every prompt run whole: what the engines did on the Bridge before). Timed: EAP-IG (node level,
 ``--steps``), the per-position engine (every head and MLP at the last ``--offsets`` offsets from END) and the screen
 (:func:`circuits.patching.attribution.attribute`: heads, MLPs and neurons at every position, AtP*'s QK fix). The
 last line reads ``eap_ig_bridge_s=<s> eap_ig_hooked_s=<s> eap_ig_ratio=<x> positions_bridge_s=<s>
 positions_hooked_s=<s> positions_ratio=<x> screen_bridge_s=<s> screen_hooked_s=<s> screen_ratio=<x>`` (``ratio``:
-Bridge seconds over 3.9 seconds; the issue's target is 1.25 or less), with ``*_whole_s`` added under ``--whole``.
+Bridge seconds over 3.9 seconds; the issue's target is 1.25 or less), with ``*_whole_s`` added for the engines ``--whole`` names.
 
-    .venv-tl4/bin/python benchmarks/bridge_prefix.py [--pairs 8] [--whole] [--hooked-python .venv/bin/python]
+    .venv-tl4/bin/python benchmarks/bridge_prefix.py [--pairs 8] [--whole [eap_ig,screen]] [--hooked-python .venv/bin/python]
     .venv/bin/python benchmarks/bridge_prefix.py --engines-only   # the 3.9 side alone
 """
 
@@ -36,8 +36,8 @@ ROOT = Path(__file__).resolve().parents[1]
 ENGINES = ("eap_ig", "positions", "screen")
 
 
-def _engines(model, batch, args) -> dict[str, float]:
-    """Seconds of each engine on ``batch`` (after a warm-up on two pairs)."""
+def _engines(model, batch, args, only: tuple[str, ...] = ENGINES) -> dict[str, float]:
+    """Seconds of each engine in ``only`` on ``batch`` (after a warm-up on two pairs)."""
     from circuits.patching.attribution import attribute
     from circuits.patching.eap_ig import eap_ig
     from circuits.patching.positions import sweep_positions
@@ -53,6 +53,8 @@ def _engines(model, batch, args) -> dict[str, float]:
     small = batch.select(slice(0, 2))
     out = {}
     for name, run in runs.items():
+        if name not in only:
+            continue
         out[name] = _bench.measure(lambda: run(batch), warmup=lambda: run(small)).seconds
         print(f"  {name}: {out[name]:.2f} s", flush=True)
     return out
@@ -85,7 +87,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=5, help="EAP-IG's integration steps")
     parser.add_argument("--offsets", type=int, default=4, help="offsets from END the per-position engine sweeps")
     parser.add_argument("--batch", type=int, default=16, help="pairs per forward/backward (EAP-IG, screen)")
-    parser.add_argument("--whole", action="store_true", help="also time the Bridge with prefix sharing off")
+    parser.add_argument("--whole", nargs="?", const=",".join(ENGINES), default="", metavar="ENGINES",
+                        help="also time the Bridge with prefix sharing off (these engines, comma-separated; default "
+                             "all three)")
     parser.add_argument("--engines-only", action="store_true", help="time this line's engines alone")
     parser.add_argument("--pairs-from", metavar="PAIRS_JSONL", help="these pairs instead of building them")
     parser.add_argument("--hooked-python", default=str(ROOT / ".venv" / "bin" / "python"),
@@ -118,7 +122,7 @@ def main() -> None:
         shared = backend.prefix_sharing(model)
         object.__setattr__(model, "_circuits_prefix_sharing", False)
         try:
-            whole = _engines(model, batch, args)
+            whole = _engines(model, batch, args, tuple(e for e in args.whole.split(",") if e))
         finally:
             object.__setattr__(model, "_circuits_prefix_sharing", shared)
     nan = float("nan")
@@ -127,9 +131,9 @@ def main() -> None:
         h = hooked[e] if hooked else nan
         values.update({f"{e}_bridge_s": bridge[e], f"{e}_hooked_s": h, f"{e}_ratio": bridge[e] / h})
         print(f"{e:>10}: Bridge {bridge[e]:7.2f} s, 3.9 {h:7.2f} s, Bridge / 3.9 {bridge[e] / h:.2f}x"
-              + (f"; Bridge with whole prompts {whole[e]:7.2f} s ({whole[e] / h:.2f}x)" if whole else ""), flush=True)
-    if whole:
-        values.update({f"{e}_whole_s": whole[e] for e in ENGINES})
+              + (f"; Bridge with whole prompts {whole[e]:7.2f} s ({whole[e] / h:.2f}x)" if e in whole else ""),
+              flush=True)
+    values.update({f"{e}_whole_s": whole[e] for e in ENGINES if e in whole})
     print(f"now {_bench.describe()}")
     _bench.finish(args, **values)
 
