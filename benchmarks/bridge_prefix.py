@@ -12,9 +12,11 @@ with prefix sharing off (every prompt run whole: what the engines did on the Bri
 (:func:`circuits.patching.attribution.attribute`: heads, MLPs and neurons at every position, AtP*'s QK fix). The
 last line reads ``eap_ig_bridge_s=<s> eap_ig_hooked_s=<s> eap_ig_ratio=<x> positions_bridge_s=<s>
 positions_hooked_s=<s> positions_ratio=<x> screen_bridge_s=<s> screen_hooked_s=<s> screen_ratio=<x>`` (``ratio``:
-Bridge seconds over 3.9 seconds; the issue's target is 1.25 or less), with ``*_whole_s`` added for the engines ``--whole`` names.
+Bridge seconds over 3.9 seconds; the issue's target is 1.25 or less), with ``*_whole_s`` added for the engines
+``--whole`` names.
 
-    .venv-tl4/bin/python benchmarks/bridge_prefix.py [--pairs 8] [--whole [eap_ig,screen]] [--hooked-python .venv/bin/python]
+    .venv-tl4/bin/python benchmarks/bridge_prefix.py [--pairs 8] [--whole [eap_ig,screen]]
+        [--hooked-python .venv/bin/python]
     .venv/bin/python benchmarks/bridge_prefix.py --engines-only   # the 3.9 side alone
 """
 
