@@ -40,9 +40,9 @@ both prompts, so every interpolated run agrees with the reference there; that pr
 the backend's key/value cache (:func:`circuits.models.backend.run_prefixes`, on either TransformerLens line) and only
 the rest runs ``steps + 1`` times (the counterfactual, then each step; the last step, ``alpha = 1``, is the reference
 run itself; at edge level on a grouped-query model the cached keys and values are repeated per query head, as EAP-IG
-ungroups them; where the backend's cache cannot give the full run's numbers, :func:`circuits.models.backend.prefix_sharing`,
-prompts run whole: the same numbers); edge products are taken only over each pair's positions from its first difference to END; only END is
-unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one
+ungroups them; where the backend's cache cannot give the full run's numbers,
+:func:`circuits.models.backend.prefix_sharing`, prompts run whole: the same numbers); edge products are taken only
+over each pair's positions from its first difference to END; only END is unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one
 product with the activation differences; pairs are batched. Tests assert
 equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_plain`.
 """
@@ -284,8 +284,8 @@ def eap_ig(
     L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
     # A shared prefix runs once into the backend's key/value cache where that gives the full run's numbers
     # (backend.prefix_sharing); else prompts run whole.
-    share = backend.prefix_sharing(model)
-    n_pre = torch.minimum(first_difference(batch), batch.end) if share else torch.zeros_like(batch.end)
+    shared = backend.prefix_sharing(model)
+    n_pre = torch.minimum(first_difference(batch), batch.end) if shared else torch.zeros_like(batch.end)
     parts: dict[str, list[Tensor]] = {"input": [], "head": [], "mlp": [], "edge": []}
     bases: list[Baseline] = []
     bar = tqdm(total=P, desc=f"EAP-IG ({steps} steps)", unit="pair", disable=not progress)

@@ -2,9 +2,10 @@
 
 Patching a component's output at position ``p`` with its value on the counterfactual prompt changes nothing
 before ``p`` (causal attention), so only positions ``p..END`` need recomputing: the engine starts every patched
-row at ``p`` from the reference run's residual stream and runs TransformerLens's own blocks on the suffix
-``p..END`` only, with the keys and values of positions ``< p`` taken from the reference run (TransformerLens's
-key/value cache, exactly as in generation). Many senders share one pass (rows are ``sender x pair``, senders
+row at ``p`` from the reference run's residual stream and runs the model's own blocks on the suffix ``p..END``
+only, with the keys and values of positions ``< p`` taken from the reference run (the backend's key/value cache,
+exactly as in generation: :func:`circuits.models.backend.block_runner`, TransformerLens 3's frozen cache on 3.9,
+Hugging Face's on a TransformerBridge with the masks and rotary tables the model hands each block). Many senders share one pass (rows are ``sender x pair``, senders
 join at their own layer), and the answer is read at END with the END engine's readout.
 
 Two more savings, both exact: positions before the first token where reference and counterfactual differ hold
@@ -12,11 +13,9 @@ identical activations in both runs, so a patch there is the unpatched run (fille
 computed); and pairs of different lengths are aligned from the end: position ``offset`` counts back from END
 (``offset 0`` is END), so the question bodies of prompts with few-shot prefixes of different lengths line up.
 
-On a TransformerBridge (TransformerLens 4), whose blocks do not run alone after a cache, the whole model continues
-each patched row's suffix after Hugging Face's cache of the reference's keys and values
-(:func:`circuits.models.backend.continue_prefixes`); where the backend's cache cannot hold them (3.9 with a QK norm,
-a Bridge under transformers 5.24) each patched row runs its whole prompt (exact, as the plain loop;
-:func:`_whole_pass`) while the rest of the engine is the same.
+Where the backend's cache cannot hold the reference's keys (3.9 with a QK norm, applied after ``hook_k``; a Bridge
+under transformers 5.24) each patched row runs its whole prompt (exact, as the plain loop; :func:`_whole_pass`)
+while the rest of the engine is the same.
 
 Path patching at a position other than END carries nothing to the logits (every head is frozen, so no
 information moves between positions), which is why this engine patches activations; at END it equals
@@ -143,8 +142,9 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
     left-padded to one width and masked, as TransformerLens batches generation. Each row starts at its
     sender's layer from the reference's residual stream and runs block by block
     (:func:`circuits.models.backend.block_runner`), or, where blocks do not run alone after a cache (or the suffix
-    starts the prompt), the whole model continues the suffix (:func:`circuits.models.backend.continue_prefixes`); where the backend's cache cannot hold the reference's keys
-    (no :func:`circuits.models.backend.prefix_kv_hooks`), whole prompts run (:func:`_whole_pass`)."""
+    starts the prompt), the whole model continues the suffix (:func:`circuits.models.backend.continue_prefixes`);
+    where the backend's cache cannot hold the reference's keys (no :func:`circuits.models.backend.prefix_kv_hooks`),
+    whole prompts run (:func:`_whole_pass`)."""
     L = model.cfg.n_layers
     G = len(pairs)
     assert all(a.layer <= b.layer for a, b in zip(senders, senders[1:])), "senders must come in layer order"
@@ -197,8 +197,7 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
 def _whole_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
                 answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
     """:func:`_suffix_pass` where the backend's cache cannot hold the reference's keys (3.9's QK norm; a Bridge under
-    transformers 5.24): each
-    patched row runs its whole reference prompt with the sender's counterfactual value written at ``pos[g]`` (rows
+    transformers 5.24): each patched row runs its whole reference prompt with the sender's counterfactual value written at ``pos[g]`` (rows
     ``sender x pair``), the answer read at END. Exact, like the plain loop; without the suffix saving."""
     G = len(pairs)
     assert runs.tokens is not None
