@@ -114,9 +114,11 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/attention_speed.py
 
 # The TransformerBridge engine against the plain TL 4 loop in .venv-tl4, and the HookedTransformer engine's seconds
-# from .venv, run just before it on the same pairs (docs/backends.md).
+# from .venv, run just before it on the same pairs (docs/backends.md); then EAP-IG, the per-position engine and the
+# attribution screen sharing prompt prefixes on the Bridge against the same engines on 3.9, on the same pairs.
 bench-bridge: $(STAMP) $(STAMP4)
 	$(BIN4)/python benchmarks/sweep_speed.py --backend bridge --hooked-python $(BIN)/python
+	$(BIN4)/python benchmarks/bridge_prefix.py --whole eap_ig,screen --hooked-python $(BIN)/python
 
 # One script per figure/table of the paper (Sections 5.1-5.3, Appendices C-F); each writes results/<name>/, all
 # taking their key heads from results/identify/<task> (what `make demo` writes). Three groups, by what they cost:

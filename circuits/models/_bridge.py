@@ -30,12 +30,11 @@ from __future__ import annotations
 import inspect
 import sys
 from contextlib import contextmanager
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import Tensor
-from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
-from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
 from transformer_lens.model_bridge import TransformerBridge
 from transformer_lens.model_bridge.exceptions import StopAtLayerException
 from transformer_lens.utilities import get_act_name
@@ -47,9 +46,10 @@ from circuits.models.backend import Backend, register
 from circuits.models.hf_weights import TunableTensor
 from circuits.versions import backend_line
 
+from circuits.models._prefix import PrefixKV, distinct_prefixes, repeat_heads
+
+NAME = "bridge"
 Model = TransformerBridge
-KeyValueCache = TransformerLensKeyValueCache  # transitional (backend.py's __getattr__): slice E's engines
-KeyValueCacheEntry = TransformerLensKeyValueCacheEntry
 
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
 _PREFIX_OK = "_circuits_prefix_sharing"
@@ -111,12 +111,6 @@ def act_name(site: str, layer: int | None = None) -> str:
     """The hook name of ``site`` in block ``layer`` (``act_name("z", 3)`` is ``"blocks.3.attn.hook_z"``)."""
     return get_act_name(site, layer)
 
-
-def frozen_cache_entry(keys: Tensor, values: Tensor) -> TransformerLensKeyValueCacheEntry:
-    """TransformerLens 3's frozen one-layer cache; a Bridge never reads it, so this refuses (callers on the
-    Bridge run attention from the pieces of :mod:`circuits.models.backend` instead)."""
-    raise NotImplementedError("a TransformerBridge does not read TransformerLens key/value cache entries; run "
-                              "attention from backend.attn_qkv/rotary/score_scale instead")
 
 
 # --- devices --------------------------------------------------------------------------------------
@@ -359,7 +353,149 @@ def prefix_sharing(model: Model) -> bool:
     return bool(ok)
 
 
-TL_CACHE = False  # transitional (backend.py's __getattr__): the model reads TransformerLens 3 key/value caches
+
+
+# --- many distinct prefixes run once, their bodies continued with gradients (attribution, EAP-IG, positions) ------
+# Hugging Face's cache holds keys after rotary and any QK norm (what ``hook_rot_k`` holds), in ``[row, kv_head, pos,
+# d_head]``; a :class:`Prefix` keeps them in TransformerLens's ``[row, pos, kv_head, d_head]`` and each continuation
+# gets a fresh ``DynamicCache`` over them (a forward appends the body's keys to the cache it is given).
+
+
+@dataclass
+class Prefix:
+    """Left-padded prefixes run once (:func:`run_prefixes`, :func:`prefix_from_kv`): their keys (rotated, as
+    ``hook_rot_k`` holds them) and values, per layer, with the padding mask."""
+
+    kv: PrefixKV
+    ungrouped: bool = False
+
+
+def _cache_kv(cache: Any, layer: int) -> tuple[Tensor, Tensor]:
+    if hasattr(cache, "layers"):
+        return cache.layers[layer].keys, cache.layers[layer].values
+    return cache.key_cache[layer], cache.value_cache[layer]  # transformers before the per-layer cache objects
+
+
+def _run_bucket(model: Model, part: Tensor, pmask: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    as_circuits_bridge(model)(part, past_key_values=cache, attention_mask=pmask, stop_at_layer=model.cfg.n_layers)
+    kv = [_cache_kv(cache, l) for l in range(model.cfg.n_layers)]
+    return [k.transpose(1, 2) for k, _ in kv], [v.transpose(1, 2) for _, v in kv]
+
+
+@torch.no_grad()
+def run_prefixes(model: Model, tokens: Tensor, lengths: Tensor) -> Prefix | None:
+    """Each row's first ``lengths[i]`` tokens of ``tokens [row, pos]`` run once per distinct prefix, without
+    gradients, left-padded to one width with a mask (positions counted from each row's first real token, as the
+    Bridge derives them from the mask); ``None`` when every length is 0. Continue with :func:`continue_prefixes`.
+    Only where :func:`prefix_sharing` says Hugging Face's cache gives the full run's numbers."""
+    kv = distinct_prefixes(tokens, lengths, lambda part, pmask: _run_bucket(model, part, pmask))
+    return None if kv is None else Prefix(kv)
+
+
+def prefix_from_kv(model: Model, keys: list[Tensor], values: list[Tensor], mask: Tensor) -> Prefix:
+    """A :class:`Prefix` from per-layer keys and values ``[row, n, kv_head, d_head]`` taken from whole-prompt runs
+    at :func:`prefix_kv_hooks` (left-padded; ``mask [row, n]`` 1 where real)."""
+    return Prefix(PrefixKV(list(keys), list(values), mask))
+
+
+def ungroup_prefix(model: Model, prefix: Prefix) -> Prefix:
+    """``prefix`` with its key/value heads repeated per query head (Hugging Face's ``repeat_kv`` order), for runs
+    inside :func:`split_inputs` (``ungroup=True``, where attention reads one key/value head per query head);
+    unchanged without grouped-query attention."""
+    group = int(model.cfg.n_heads) // n_kv_heads(model)
+    if group == 1 or prefix.ungrouped:
+        return prefix
+    return Prefix(repeat_heads(prefix.kv, group), True)
+
+
+def continue_prefixes(model: Model, body: Tensor, prefix: Prefix | None, *, stop_at_layer: int | None = None) -> Tensor:
+    """The residual stream after the last block (or entering block ``stop_at_layer``) ``[row, pos, d_model]`` of
+    ``body [row, pos]`` (each row's tokens after its prefix) run after ``prefix`` (:func:`run_prefixes`; ``None``:
+    the body is the whole prompt), with whatever hooks are on the model and gradients through the body."""
+    from transformers import DynamicCache
+
+    bridge = as_circuits_bridge(model)
+    stop = model.cfg.n_layers if stop_at_layer is None else stop_at_layer
+    if prefix is None:
+        return bridge(body, stop_at_layer=stop)
+    cache = DynamicCache()
+    for layer, (k, v) in enumerate(zip(prefix.kv.keys, prefix.kv.values)):
+        cache.update(k.transpose(1, 2), v.transpose(1, 2), layer)
+    mask = torch.cat([prefix.kv.mask, torch.ones_like(body)], 1)
+    return bridge(body, past_key_values=cache, attention_mask=mask, stop_at_layer=stop)
+
+
+def prefix_keys(model: Model, prefix: Prefix, layer: int) -> Tensor:
+    """The prefix's keys ``[row, n, kv_head, d_head]`` that the key hook :func:`rotary_key_hook` leaves out while
+    :func:`continue_prefixes` runs (it fires before the cache is appended, on the body alone), so that
+    ``cat([prefix_keys, hook value], 1)`` holds every key attention reads."""
+    return prefix.kv.keys[layer]
+
+
+def prefix_kv_hooks(model: Model, layer: int) -> tuple[str, str] | None:
+    """The hooks whose values over whole prompts are a prefix's keys and values as :func:`prefix_from_kv` takes
+    them: the keys attention caches (after rotary and QK norm: :func:`rotary_key_hook`) and ``hook_v``; ``None``
+    where :func:`prefix_sharing` is off."""
+    if not prefix_sharing(model):
+        return None
+    return rotary_key_hook(model, layer), get_act_name("v", layer)
+
+
+def _rows(t: Any, G: int, reps: int) -> Any:
+    """``t`` with its batch rows repeated ``reps`` times in order where it has ``G`` of them (tensors of 2 or more
+    dimensions, nested in tuples too); anything else unchanged (a batch of 1 broadcasts)."""
+    if isinstance(t, Tensor) and t.ndim >= 2 and t.shape[0] == G and reps > 1:  # not cache_position [pos]
+        return t.repeat(reps, *([1] * (t.ndim - 1)))
+    if isinstance(t, tuple):
+        return tuple(_rows(u, G, reps) for u in t)
+    return t
+
+
+def block_runner(model: Model, suffix: Tensor, keys: list[Tensor], values: list[Tensor],
+                 mask: Tensor | None) -> Callable[[int, Tensor], Tensor] | None:
+    """A function ``run(layer, x)`` that runs block ``layer`` alone on residual ``x [rows, pos, d_model]`` of the
+    ``suffix [G, pos]`` tokens (rows: ``rows / G`` copies of the ``G`` rows, in order) after the keys and values
+    ``[G, n, kv_head, d_head]`` per layer of the positions before them (taken at :func:`prefix_kv_hooks`;
+    left-padded, ``mask [G, n]`` or ``None`` for no padding); ``None`` where blocks do not run alone after a cache.
+    On the Bridge a block takes what the Hugging Face model hands its decoder layers (the attention mask, rotary
+    tables per layer type, positions): one pass of the ``G`` suffix rows after their keys and values records them
+    per block, and each call hands them on with the rows repeated and a cache holding that layer's keys alone."""
+    from transformers import DynamicCache
+
+    if prefix_kv_hooks(model, 0) is None:
+        return None
+    G = len(suffix)
+    seen: dict[int, dict[str, Any]] = {}
+
+    def record(layer: int):
+        def pre(module: Any, args: tuple, kwargs: dict) -> None:
+            seen[layer] = {k: v for k, v in kwargs.items() if k not in ("hidden_states", "past_key_values")}
+        return pre
+
+    handles = [block.register_forward_pre_hook(record(l), with_kwargs=True) for l, block in enumerate(model.blocks)]
+    try:
+        with torch.no_grad():
+            continue_prefixes(model, suffix, prefix_from_kv(model, keys, values, torch.ones_like(keys[0][:, :, 0, 0],
+                              dtype=torch.long) if mask is None else mask))
+    finally:
+        for h in handles:
+            h.remove()
+    if len(seen) != len(model.blocks):
+        return None
+
+    def run(layer: int, x: Tensor) -> Tensor:
+        reps = len(x) // G
+        cache = DynamicCache()  # this layer's keys and values alone (the block reads no other layer)
+        cache.update(keys[layer].repeat(reps, 1, 1, 1).transpose(1, 2),
+                     values[layer].repeat(reps, 1, 1, 1).transpose(1, 2), layer)
+        kwargs = {k: _rows(v, G, reps) for k, v in seen[layer].items()}
+        out = model.blocks[layer](x, past_key_values=cache, **kwargs)
+        return out[0] if isinstance(out, tuple) else out
+
+    return run
 
 
 def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:
@@ -627,6 +763,13 @@ class BridgeBackend(Backend):
     prefix_sharing = staticmethod(prefix_sharing)
     prefix_cache = staticmethod(prefix_cache)
     continue_prefix = staticmethod(continue_prefix)
+    run_prefixes = staticmethod(run_prefixes)
+    prefix_from_kv = staticmethod(prefix_from_kv)
+    ungroup_prefix = staticmethod(ungroup_prefix)
+    continue_prefixes = staticmethod(continue_prefixes)
+    prefix_keys = staticmethod(prefix_keys)
+    prefix_kv_hooks = staticmethod(prefix_kv_hooks)
+    block_runner = staticmethod(block_runner)
     split_inputs = staticmethod(split_inputs)
     spread = staticmethod(spread)
     layer_device = staticmethod(layer_device)

@@ -15,7 +15,8 @@ piece lives and moves its small END tensors there.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Any, Iterator
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import Tensor
@@ -28,12 +29,11 @@ from transformer_lens.utils import get_act_name
 
 from circuits.models.backend import Backend, register
 from circuits.models.hf_weights import TunableTensor
+from circuits.models._prefix import PrefixKV, distinct_prefixes, repeat_heads
 
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
 
 Model = HookedTransformer
-KeyValueCache = TransformerLensKeyValueCache  # transitional (backend.py's __getattr__): slice E's engines
-KeyValueCacheEntry = TransformerLensKeyValueCacheEntry
 
 
 def act_name(site: str, layer: int | None = None) -> str:
@@ -262,7 +262,116 @@ def continue_prefix(model: Model, body: Tensor, cache: TransformerLensKeyValueCa
     return model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=model.cfg.n_layers)
 
 
-TL_CACHE = True  # transitional (backend.py's __getattr__): the model reads TransformerLens 3 key/value caches
+
+
+# --- many distinct prefixes run once, their bodies continued with gradients (attribution, EAP-IG, positions) ------
+
+
+@dataclass
+class Prefix:
+    """Left-padded prefixes run once (:func:`run_prefixes`, :func:`prefix_from_kv`): their keys and values
+    (``kv``, unrotated, as ``hook_k``/``hook_v`` hold them) and TransformerLens 3's frozen cache over them;
+    ``ungrouped``: one key/value head per query head (:func:`ungroup_prefix`)."""
+
+    kv: PrefixKV
+    cache: TransformerLensKeyValueCache
+    ungrouped: bool = False
+
+
+def _frozen_cache(model: Model, kv: PrefixKV) -> TransformerLensKeyValueCache:
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, len(kv.mask))
+    for e, k, v in zip(cache.entries, kv.keys, kv.values):
+        e.past_keys, e.past_values = k, v
+    cache.previous_attention_mask = kv.mask
+    cache.freeze()
+    return cache
+
+
+def prefix_from_kv(model: Model, keys: list[Tensor], values: list[Tensor], mask: Tensor) -> Prefix:
+    """A :class:`Prefix` from per-layer keys and values ``[row, n, kv_head, d_head]`` taken from whole-prompt runs
+    at :func:`prefix_kv_hooks` (left-padded; ``mask [row, n]`` 1 where real)."""
+    kv = PrefixKV(list(keys), list(values), mask)
+    return Prefix(kv, _frozen_cache(model, kv))
+
+
+def _run_bucket(model: Model, part: Tensor, pmask: Tensor) -> tuple[list[Tensor], list[Tensor]]:
+    cache = TransformerLensKeyValueCache.init_cache(model.cfg, model.cfg.device, len(part))
+    model(part, past_kv_cache=cache, attention_mask=pmask, stop_at_layer=model.cfg.n_layers)
+    return [e.past_keys for e in cache.entries], [e.past_values for e in cache.entries]
+
+
+@torch.no_grad()
+def run_prefixes(model: Model, tokens: Tensor, lengths: Tensor) -> Prefix | None:
+    """Each row's first ``lengths[i]`` tokens of ``tokens [row, pos]`` run once per distinct prefix, without
+    gradients and without hooks' effects beyond the model's own, left-padded to one width with a mask (as
+    TransformerLens batches generation); ``None`` when every length is 0. Continue with :func:`continue_prefixes`."""
+    kv = distinct_prefixes(tokens, lengths, lambda part, pmask: _run_bucket(model, part, pmask))
+    return None if kv is None else Prefix(kv, _frozen_cache(model, kv))
+
+
+def ungroup_prefix(model: Model, prefix: Prefix) -> Prefix:
+    """``prefix`` with its key/value heads repeated per query head, for runs inside
+    :func:`split_inputs` (``ungroup=True``); unchanged without grouped-query attention."""
+    group = int(model.cfg.n_heads) // n_kv_heads(model)
+    if group == 1 or prefix.ungrouped:
+        return prefix
+    kv = repeat_heads(prefix.kv, group)
+    return Prefix(kv, _frozen_cache(model, kv), True)
+
+
+def continue_prefixes(model: Model, body: Tensor, prefix: Prefix | None, *, stop_at_layer: int | None = None) -> Tensor:
+    """The residual stream after the last block (or entering block ``stop_at_layer``) ``[row, pos, d_model]`` of
+    ``body [row, pos]`` (each row's tokens after its prefix) run after ``prefix`` (:func:`run_prefixes`; ``None``:
+    the body is the whole prompt), with whatever hooks are on the model and gradients through the body."""
+    stop = model.cfg.n_layers if stop_at_layer is None else stop_at_layer
+    if prefix is None:
+        return model(body, stop_at_layer=stop)
+    cfg = model.cfg
+    saved = cfg.n_key_value_heads
+    try:
+        if prefix.ungrouped:  # the cache's head count is checked against n_key_value_heads
+            cfg.n_key_value_heads = cfg.n_heads
+        return model(body, past_kv_cache=prefix.cache, attention_mask=torch.ones_like(body), stop_at_layer=stop)
+    finally:
+        cfg.n_key_value_heads = saved
+
+
+def prefix_keys(model: Model, prefix: Prefix, layer: int) -> Tensor:
+    """The prefix's keys ``[row, n, kv_head, d_head]`` that the key hook :func:`rotary_key_hook` leaves out while
+    :func:`continue_prefixes` runs, so that ``cat([prefix_keys, hook value], 1)`` holds every key attention reads:
+    none on 3.9's rotary models (``hook_rot_k`` rotates the cached keys with the body's), the cached keys where
+    ``hook_k`` fires before the cache is appended."""
+    keys = prefix.kv.keys[layer]
+    return keys[:, :0] if model.cfg.positional_embedding_type == "rotary" else keys
+
+
+def prefix_kv_hooks(model: Model, layer: int) -> tuple[str, str] | None:
+    """The hooks whose values over whole prompts are a prefix's keys and values as :func:`prefix_from_kv` and
+    :func:`block_runner` take them (``hook_k``, ``hook_v``); ``None`` where they are not (a per-head QK norm,
+    applied after ``hook_k``, that 3.9's cached attention does not re-apply: Qwen3, Gemma 3)."""
+    if qk_norms(model, layer) is not None:
+        return None
+    return get_act_name("k", layer), get_act_name("v", layer)
+
+
+def block_runner(model: Model, suffix: Tensor, keys: list[Tensor], values: list[Tensor],
+                 mask: Tensor | None) -> Callable[[int, Tensor], Tensor] | None:
+    """A function ``run(layer, x)`` that runs block ``layer`` alone on residual ``x [rows, pos, d_model]`` of the
+    ``suffix [G, pos]`` tokens (rows: ``rows / G`` copies of the ``G`` rows, in order) after the keys and values
+    ``[G, n, kv_head, d_head]`` per layer of the positions before them (taken at :func:`prefix_kv_hooks`;
+    left-padded, ``mask [G, n]`` or ``None`` for no padding); ``None`` where blocks do not run alone after a cache.
+    On 3.9: TransformerLens's frozen one-layer cache, wherever :func:`prefix_kv_hooks` gives the keys."""
+    if prefix_kv_hooks(model, 0) is None:
+        return None
+    G = len(suffix)
+    full = None if mask is None else torch.cat([mask, torch.ones_like(suffix)], 1)
+
+    def run(layer: int, x: Tensor) -> Tensor:
+        reps = len(x) // G
+        entry = frozen_cache_entry(keys[layer].repeat(reps, 1, 1, 1), values[layer].repeat(reps, 1, 1, 1))
+        return model.blocks[layer](x, past_kv_cache_entry=entry, attention_mask=None if full is None else full.repeat(reps, 1))
+
+    return run
 
 
 def attention_scores(model: Model, layer: int, q: Tensor, k: Tensor) -> Tensor:
@@ -411,6 +520,13 @@ class HookedBackend(Backend):
     prefix_sharing = staticmethod(prefix_sharing)
     prefix_cache = staticmethod(prefix_cache)
     continue_prefix = staticmethod(continue_prefix)
+    run_prefixes = staticmethod(run_prefixes)
+    prefix_from_kv = staticmethod(prefix_from_kv)
+    ungroup_prefix = staticmethod(ungroup_prefix)
+    continue_prefixes = staticmethod(continue_prefixes)
+    prefix_keys = staticmethod(prefix_keys)
+    prefix_kv_hooks = staticmethod(prefix_kv_hooks)
+    block_runner = staticmethod(block_runner)
     split_inputs = staticmethod(split_inputs)
     spread = staticmethod(spread)
     layer_device = staticmethod(layer_device)

@@ -32,6 +32,19 @@ A model, on either backend, has ``cfg`` (``n_layers``, ``n_heads``, ``d_model``,
 ``run_with_cache``, ``hooks`` and ``to_tokens``; the same hook names and shapes on both (``hook_k``/``hook_v``
 carry ``n_kv_heads`` heads), and ``model(tokens, stop_at_layer=n_layers)`` returns the residual stream after the
 last block on both (:meth:`Backend.final_residual`).
+
+Many distinct prefixes run once, bodies continued with gradients (attribution, EAP-IG and the per-position engine ask
+for these, never for a backend): :meth:`Backend.run_prefixes` (each row's first ``n[i]`` tokens, distinct ones run once
+without gradients, left-padded with a mask: a backend's prefix state, or ``None`` where no row has one),
+:meth:`Backend.continue_prefixes` (the final residual, or the residual entering a block, of each row's body after its
+prefix, hooks on, gradients through the body; ``None`` runs the body as a whole prompt), :meth:`Backend.prefix_keys`
+(the prefix's keys that :meth:`Backend.rotary_key_hook` leaves out while continuing: none on 3.9's rotary models, all
+of them on the Bridge), :meth:`Backend.ungroup_prefix` (key/value heads repeated per query head, for runs inside
+:meth:`Backend.split_inputs`), :meth:`Backend.prefix_kv_hooks` (the hooks whose whole-prompt values are a prefix's
+keys and values, or ``None`` where they are not) and :meth:`Backend.prefix_from_kv` (a prefix state from them);
+:meth:`Backend.block_runner` (one block alone on a suffix after those keys and values, the per-position engine's rows
+joining at their sender's layer; ``None`` where blocks do not run alone). All of these apply only where
+:meth:`Backend.prefix_sharing` is true (else engines run whole prompts: the same numbers).
 """
 
 from __future__ import annotations
@@ -212,6 +225,47 @@ class Backend(ABC):
     def continue_prefix(self, model: Any, body: Tensor, cache: Any) -> Float[Tensor, "row pos d_model"]:
         """The final residual of ``body`` (the tokens after the prefix) run after ``cache``
         (:meth:`prefix_cache`), with whatever hooks are on the model."""
+
+    # --- many distinct prefixes run once, bodies continued with gradients (attribution, EAP-IG, positions) ----
+
+    @abstractmethod
+    def run_prefixes(self, model: Any, tokens: Tensor, lengths: Tensor) -> Any:
+        """Each row's first ``lengths[i]`` tokens of ``tokens [row, pos]``, the distinct ones run once without
+        gradients, left-padded to one width with a mask: this backend's prefix state (``None`` when every length is
+        0). Continue with :meth:`continue_prefixes`."""
+
+    @abstractmethod
+    def prefix_from_kv(self, model: Any, keys: list[Tensor], values: list[Tensor], mask: Tensor) -> Any:
+        """A prefix state from every layer's keys and values ``[row, pos, kv_head, d_head]`` (as the hooks of
+        :meth:`prefix_kv_hooks` hold them) and the mask ``[row, pos]`` of the real positions."""
+
+    @abstractmethod
+    def ungroup_prefix(self, model: Any, prefix: Any) -> Any:
+        """``prefix`` with its key/value heads repeated per query head, for runs inside :meth:`split_inputs`
+        (``ungroup=True``)."""
+
+    @abstractmethod
+    def continue_prefixes(self, model: Any, body: Tensor, prefix: Any, *, stop_at_layer: int | None = None
+                          ) -> Float[Tensor, "row pos d_model"]:
+        """The residual (final, or entering block ``stop_at_layer``) of ``body [row, pos]`` (each row's tokens after
+        its prefix) run after ``prefix`` with whatever hooks are on the model, gradients through the body; ``prefix``
+        ``None`` runs ``body`` as whole prompts."""
+
+    @abstractmethod
+    def prefix_keys(self, model: Any, prefix: Any, layer: int) -> Tensor:
+        """The prefix's keys at ``layer`` that :meth:`rotary_key_hook` leaves out while :meth:`continue_prefixes`
+        runs (``[row, 0, kv_head, d_head]`` where it sees them all)."""
+
+    @abstractmethod
+    def prefix_kv_hooks(self, model: Any, layer: int) -> tuple[str, str] | None:
+        """The hooks whose whole-prompt values are a prefix's keys and values at ``layer`` (for
+        :meth:`prefix_from_kv`), or ``None`` where prefixes cannot be shared on this model."""
+
+    @abstractmethod
+    def block_runner(self, model: Any, suffix: Tensor, keys: list[Tensor], values: list[Tensor],
+                     mask: Tensor | None) -> Any:
+        """A ``run(layer, x)`` that runs block ``layer`` alone on ``x`` (the rows of ``suffix [G, pos]``, repeated
+        in order) after the cached ``keys``/``values`` of every layer, or ``None`` where blocks do not run alone."""
 
     # --- receivers' own inputs ----------------------------------------------------------------------------
 
@@ -454,6 +508,34 @@ def continue_prefix(model: Model, body: Tensor, cache: Any) -> Tensor:
     return backend_of(model).continue_prefix(model, body, cache)
 
 
+def run_prefixes(model: Model, tokens: Tensor, lengths: Tensor) -> Any:
+    return backend_of(model).run_prefixes(model, tokens, lengths)
+
+
+def prefix_from_kv(model: Model, keys: list[Tensor], values: list[Tensor], mask: Tensor) -> Any:
+    return backend_of(model).prefix_from_kv(model, keys, values, mask)
+
+
+def ungroup_prefix(model: Model, prefix: Any) -> Any:
+    return backend_of(model).ungroup_prefix(model, prefix)
+
+
+def continue_prefixes(model: Model, body: Tensor, prefix: Any, *, stop_at_layer: int | None = None) -> Tensor:
+    return backend_of(model).continue_prefixes(model, body, prefix, stop_at_layer=stop_at_layer)
+
+
+def prefix_keys(model: Model, prefix: Any, layer: int) -> Tensor:
+    return backend_of(model).prefix_keys(model, prefix, layer)
+
+
+def prefix_kv_hooks(model: Model, layer: int) -> tuple[str, str] | None:
+    return backend_of(model).prefix_kv_hooks(model, layer)
+
+
+def block_runner(model: Model, suffix: Tensor, keys: list[Tensor], values: list[Tensor], mask: Tensor | None) -> Any:
+    return backend_of(model).block_runner(model, suffix, keys, values, mask)
+
+
 def split_inputs(model: Model, *, ungroup: bool = True, attn_result: bool = False) -> AbstractContextManager[None]:
     return backend_of(model).split_inputs(model, ungroup=ungroup, attn_result=attn_result)
 
@@ -514,21 +596,9 @@ def decoder(model: Model, tokens: Tensor, mask: Tensor) -> Decoder:
 # by a shared-prefix capability of both backends; remove these once attribution.py, eap_ig.py and positions.py no
 # longer name them). Not part of the contract: resolved on use from the installed line's module.
 
-_TRANSITIONAL = ("TL_CACHE", "KeyValueCache", "KeyValueCacheEntry", "frozen_cache_entry")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _TRANSITIONAL:
-        import importlib
-
-        return getattr(importlib.import_module("circuits.models._hooked" if NAME == "hooked"
-                                               else "circuits.models._bridge"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = ["ATTRIBUTE", "NAME", "POST_NORM_ARCHITECTURES", "SUPPORTED", "ActivationCache", "Backend", "Decoder",
            "FactoredMatrix", "Model", "TunableTensor", "UnsupportedTransformerLens", "act_name", "apply_softcap", "architecture",
-           "attach", "attention_scores", "attn_out", "attn_qkv", "backend_of", "block_devices",
+           "attach", "block_runner", "continue_prefixes", "prefix_from_kv", "prefix_keys", "prefix_kv_hooks", "run_prefixes", "ungroup_prefix", "attention_scores", "attn_out", "attn_qkv", "backend_of", "block_devices",
            "cast_unsharded_buffers", "check_dtype", "check_version", "checkpoint_blocks", "checkpoint_state",
            "continue_prefix", "decoder", "end_unsupported", "final_residual", "gather_parameters", "head_linear",
            "installed", "layer_device", "link_processed_weights", "logit_softcap", "n_kv_heads", "output_device",

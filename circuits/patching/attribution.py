@@ -8,7 +8,8 @@ node at once, batched over pairs. Three things make it cheap and exact where it 
 
 - positions before the first token where a pair's prompts differ hold identical activations in both runs, so their
   estimate is exactly 0; that shared prefix (mostly the few-shot examples) runs once, without gradients, into
-  TransformerLens's key/value cache, and only the rest runs forward twice and backward once;
+  the backend's key/value cache (:func:`circuits.models.backend.run_prefixes`: TransformerLens 3's, or Hugging Face's
+  on a TransformerBridge), and only the rest runs forward twice and backward once;
 - only END is unembedded (the readout needs the END logits alone);
 - ``mode="path"`` gives the estimate of the paper's path patching: every ``hook_z`` becomes a leaf, so gradients
   reach the logits only through MLPs and the residual stream (the frozen heads), and only END carries an effect.
@@ -35,7 +36,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from circuits.models import backend
-from circuits.models.backend import KeyValueCache, Model, act_name
+from circuits.models.backend import Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
@@ -90,55 +91,11 @@ class _Gate(torch.autograd.Function):
         return (torch.zeros_like(grad) if ctx.state.get("drop") == ctx.layer else grad), None, None
 
 
-def _prefix_cache(model: Model, tokens: Tensor, lengths: Tensor) -> KeyValueCache | None:
-    """The reference run's keys and values of each row's first ``lengths[i]`` tokens (identical in both runs),
-    left-padded to one width with an attention mask (as TransformerLens batches generation). Each distinct prefix
-    runs once, in buckets of similar length (little padding), and the buckets' caches are padded together."""
-    n_max = int(lengths.max())
-    if n_max == 0:  # no prefix (a TransformerBridge: prompts run whole)
-        return None
-    L = model.cfg.n_layers
-    rows = [tuple(tokens[i, : int(lengths[i])].tolist()) for i in range(len(tokens))]
-    distinct = sorted(set(rows), key=len, reverse=True)
-    index = {r: i for i, r in enumerate(distinct)}
-    n_kv = model.cfg.n_key_value_heads or model.cfg.n_heads
-    keys = torch.zeros(L, len(distinct), n_max, n_kv, model.cfg.d_head, dtype=model.cfg.dtype, device=tokens.device)
-    values = torch.zeros_like(keys)
-    mask = torch.zeros(len(distinct), n_max, dtype=torch.long, device=tokens.device)
-    start = 0
-    while start < len(distinct):
-        stop, real = start + 1, len(distinct[start])
-        while stop < len(distinct) and len(distinct[start]) * (stop + 1 - start) <= 1.2 * (real + len(distinct[stop])):
-            real += len(distinct[stop])
-            stop += 1
-        width = len(distinct[start])
-        part = torch.zeros(stop - start, width, dtype=torch.long, device=tokens.device)
-        pmask = torch.zeros_like(part)
-        for j, r in enumerate(distinct[start:stop]):
-            part[j, width - len(r):] = torch.tensor(r, device=tokens.device)
-            pmask[j, width - len(r):] = 1
-        cache = KeyValueCache.init_cache(model.cfg, model.cfg.device, len(part))
-        with torch.no_grad():
-            model(part, past_kv_cache=cache, attention_mask=pmask, stop_at_layer=L)
-        for l, e in enumerate(cache.entries):
-            keys[l, start:stop, n_max - width:] = e.past_keys
-            values[l, start:stop, n_max - width:] = e.past_values
-        mask[start:stop, n_max - width:] = pmask
-        start = stop
-    pick = torch.tensor([index[r] for r in rows], device=tokens.device)
-    cache = KeyValueCache.init_cache(model.cfg, model.cfg.device, len(tokens))
-    for l, e in enumerate(cache.entries):
-        e.past_keys, e.past_values = keys[l, pick], values[l, pick]
-    cache.previous_attention_mask = mask[pick]
-    cache.freeze()
-    return cache
-
-
-def _run_body(model, body: Tensor, cache, hooks: list) -> Tensor:
+def _run_body(model, body: Tensor, prefix, hooks: list) -> Tensor:
+    """The final residual of ``body`` after ``prefix`` (:func:`circuits.models.backend.run_prefixes`; ``None``: whole
+    prompts) with ``hooks`` on."""
     with model.hooks(fwd_hooks=hooks):
-        if cache is None:
-            return backend.final_residual(model, body)
-        return model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=model.cfg.n_layers)
+        return backend.continue_prefixes(model, body, prefix)
 
 
 def _end_logits(model: Model, resid: Tensor, ends: Tensor) -> Tensor:
@@ -298,9 +255,9 @@ def attribute(
     if grad_drop and neurons:
         gd["neuron"] = torch.zeros(L, cfg.d_mlp, Kn)
     gd_count = torch.zeros(K)
-    # Prefix length per pair: everything before the first difference (both runs agree there). A TransformerBridge
-    # reads no TransformerLens key/value cache: its prompts run whole (estimates before the first difference are 0).
-    n_pre = torch.minimum(first, batch.end) if backend.TL_CACHE else torch.zeros_like(batch.end)
+    # Prefix length per pair: everything before the first difference (both runs agree there), run once where the
+    # backend's cache gives the full run's numbers; else prompts run whole (estimates before the difference are 0).
+    n_pre = torch.minimum(first, batch.end) if backend.prefix_sharing(model) else torch.zeros_like(batch.end)
     bases: list[Baseline] = []
     bar = tqdm(total=P, desc="attribution patching", unit="pair", disable=not progress)
     for b0 in range(0, P, pairs_per_batch):
@@ -348,7 +305,7 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
     cfg = model.cfg
     L = cfg.n_layers
     device = sub.end.device
-    cache = _prefix_cache(model, sub.reference, n)
+    cache = backend.run_prefixes(model, sub.reference, n)
     body_len = int((sub.end - n).max()) + 1
     j = torch.arange(body_len, device=device)
     src = (n[:, None] + j[None]).clamp_max(sub.reference.shape[1] - 1)
@@ -392,6 +349,11 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
             for s in ("attn_out", "mlp_out"):
                 ref_hooks.append((act_name(s, l), lambda act, hook, l=l: _Gate.apply(act, l, state)))
     ref_resid = _run_body(model, ref_body, cache, ref_hooks)
+    if qk and cache is not None:  # every key attention read: the prefix's where the key hook saw the body alone
+        for l in range(L):
+            pk = backend.prefix_keys(model, cache, l)
+            for store in (cf, ref):
+                store[f"k{l}"] = torch.cat([pk.to(store[f"k{l}"]), store[f"k{l}"]], 1)
     ref_logits = _end_logits(model, ref_resid, body_end)
     total = _readout_value(name, ref_logits, sub.answer, cf_answer, m).sum()
     keys = [f"{s}{l}" for s, l in sites] + ([f"A{l}" for l in range(L)] if qk else [])

@@ -38,11 +38,12 @@ of its own layer). ``positions="all"`` sums over every position (as EAP-IG); ``"
 
 What makes it cheap: positions before the first token where a pair's prompts differ have identical embeddings in
 both prompts, so every interpolated run agrees with the reference there; that prefix runs once into
-TransformerLens's key/value cache (:func:`circuits.patching.attribution._prefix_cache`) and only the rest runs
-``steps + 1`` times (the counterfactual, then each step; the last step, ``alpha = 1``, is the reference run itself;
-at edge level on a grouped-query model the cached keys and values are repeated per query head, as EAP-IG ungroups
-them; a TransformerBridge reads no TransformerLens 3 cache, so there prompts run whole: the same numbers); edge products are taken only over each pair's positions from its first difference to END; only END is
-unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one
+the backend's key/value cache (:func:`circuits.models.backend.run_prefixes`, on either TransformerLens line) and only
+the rest runs ``steps + 1`` times (the counterfactual, then each step; the last step, ``alpha = 1``, is the reference
+run itself; at edge level on a grouped-query model the cached keys and values are repeated per query head, as EAP-IG
+ungroups them; where the backend's cache cannot give the full run's numbers,
+:func:`circuits.models.backend.prefix_sharing`, prompts run whole: the same numbers); edge products are taken only
+over each pair's positions from its first difference to END; only END is unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one
 product with the activation differences; pairs are batched. Tests assert
 equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_plain`.
 """
@@ -64,7 +65,7 @@ from tqdm.auto import tqdm
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models import backend
 from circuits.models.backend import Model, act_name
-from circuits.patching.attribution import _prefix_cache, _readout_value, _run_body, estimated_readouts, readout_of
+from circuits.patching.attribution import _readout_value, _run_body, estimated_readouts, readout_of
 from circuits.patching.end_layers import check_supported, end_logits
 from circuits.patching.metrics import MIB_METRIC, Baseline, Metric, get_metric
 from circuits.patching.ranking import order
@@ -204,20 +205,12 @@ class EAPIGScores:
 
 
 @contextlib.contextmanager
-def edge_hooks(model: Model, ungrouped_cache: bool = False) -> Iterator[None]:
+def edge_hooks(model: Model) -> Iterator[None]:
     """TransformerLens's per-receiver input copies, as EAP-IG sets them: ``hook_{q,k,v}_input`` one per query head
-    (grouped key/value heads ungrouped) and ``hook_mlp_in``; restored on exit. ``ungrouped_cache``: a key/value
-    cache given to the forward passes holds one key and value per query head (its check of the cache's head count
-    reads ``n_key_value_heads``, which is then ``n_heads`` inside; attention modules keep their own grouping)."""
-    cfg = model.cfg
-    saved = cfg.n_key_value_heads
+    (grouped key/value heads ungrouped) and ``hook_mlp_in``; restored on exit. A shared prefix continued inside
+    holds one key/value head per query head (:func:`circuits.models.backend.ungroup_prefix`)."""
     with backend.split_inputs(model, ungroup=True):
-        try:
-            if ungrouped_cache:  # TransformerLens 3's cache only (the Bridge runs prompts whole here)
-                cfg.n_key_value_heads = cfg.n_heads
-            yield
-        finally:
-            cfg.n_key_value_heads = saved
+        yield
 
 
 def check_edges_supported(model: Model) -> None:
@@ -269,8 +262,10 @@ def eap_ig(
     batch = as_batch(pairs, model)
     cfg = model.cfg
     L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
-    # A shared prefix runs once into TransformerLens 3's key/value cache; a Bridge reads none: prompts run whole.
-    n_pre = torch.minimum(first_difference(batch), batch.end) if backend.TL_CACHE else torch.zeros_like(batch.end)
+    # A shared prefix runs once into the backend's key/value cache where that gives the full run's numbers
+    # (backend.prefix_sharing); else prompts run whole.
+    shared = backend.prefix_sharing(model)
+    n_pre = torch.minimum(first_difference(batch), batch.end) if shared else torch.zeros_like(batch.end)
     parts: dict[str, list[Tensor]] = {"input": [], "head": [], "mlp": [], "edge": []}
     bases: list[Baseline] = []
     bar = tqdm(total=P, desc=f"EAP-IG ({steps} steps)", unit="pair", disable=not progress)
@@ -297,16 +292,11 @@ def _eap_ig_rows(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
                  steps: int, level: str, end_only: bool) -> tuple[dict[str, Tensor], Baseline]:
     """Scores of pairs whose prompts agree before position ``n[i]`` (body positions ``n[i] + j``), summed over body
     positions: ``input [row]``, ``head [layer, head, row]``, ``mlp [layer, row]``, ``edge [sender, receiver, row]``."""
-    cfg = model.cfg
     edges = level == "edge"
-    cache = _prefix_cache(model, sub.reference, n)
-    grouped = cache is not None and cfg.n_key_value_heads not in (None, cfg.n_heads)
-    if edges and grouped:  # EAP-IG ungroups key/value heads: the prefix's keys and values, one per query head
-        group = cfg.n_heads // cfg.n_key_value_heads
-        for e in cache.entries:
-            e.past_keys = e.past_keys.repeat_interleave(group, dim=2)
-            e.past_values = e.past_values.repeat_interleave(group, dim=2)
-    with edge_hooks(model, ungrouped_cache=grouped) if edges else contextlib.nullcontext():
+    cache = backend.run_prefixes(model, sub.reference, n)
+    if edges and cache is not None:  # EAP-IG ungroups key/value heads: the prefix's keys and values, one per query head
+        cache = backend.ungroup_prefix(model, cache)
+    with edge_hooks(model) if edges else contextlib.nullcontext():
         return _eap_ig_body(model, sub, n, torch.zeros_like(n), m, name, custom, steps, edges, end_only, cache)
 
 
@@ -355,11 +345,10 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
         cf_resid = _run_body(model, cf_body, cache, [(a, store_to(cf, a)) for a in acts])
         rows = torch.arange(len(sub), device=device)
         cf_answer = end_logits(model, cf_resid[rows, body_end]).argmax(-1)
-        # The reference embeddings alone (no block runs); the reference run itself is the last step (alpha = 1).
-        if cache is not None:
-            ref[embed] = model(ref_body, past_kv_cache=cache, attention_mask=torch.ones_like(ref_body), stop_at_layer=0)
-        else:  # the first block's input, the forward stopped after it
-            model.run_with_hooks(ref_body, fwd_hooks=[(embed, store_to(ref, embed))], stop_at_layer=1)
+        # The reference embeddings (the first block's input, the forward stopped after it); the reference run itself
+        # is the last step (alpha = 1).
+        with model.hooks(fwd_hooks=[(embed, store_to(ref, embed))]):
+            backend.continue_prefixes(model, ref_body, cache, stop_at_layer=1)
     if edges:
         targets = [f"blocks.{l}.hook_{c}_input" for l in range(L) for c in CHANNELS] + \
                   [f"blocks.{l}.hook_mlp_in" for l in range(L)]

@@ -2,9 +2,10 @@
 
 Patching a component's output at position ``p`` with its value on the counterfactual prompt changes nothing
 before ``p`` (causal attention), so only positions ``p..END`` need recomputing: the engine starts every patched
-row at ``p`` from the reference run's residual stream and runs TransformerLens's own blocks on the suffix
-``p..END`` only, with the keys and values of positions ``< p`` taken from the reference run (TransformerLens's
-key/value cache, exactly as in generation). Many senders share one pass (rows are ``sender x pair``, senders
+row at ``p`` from the reference run's residual stream and runs the model's own blocks on the suffix ``p..END``
+only, with the keys and values of positions ``< p`` taken from the reference run (the backend's key/value cache,
+exactly as in generation: :func:`circuits.models.backend.block_runner`, TransformerLens 3's frozen cache on 3.9,
+Hugging Face's on a TransformerBridge with the masks and rotary tables the model hands each block). Many senders share one pass (rows are ``sender x pair``, senders
 join at their own layer), and the answer is read at END with the END engine's readout.
 
 Two more savings, both exact: positions before the first token where reference and counterfactual differ hold
@@ -12,8 +13,9 @@ identical activations in both runs, so a patch there is the unpatched run (fille
 computed); and pairs of different lengths are aligned from the end: position ``offset`` counts back from END
 (``offset 0`` is END), so the question bodies of prompts with few-shot prefixes of different lengths line up.
 
-A TransformerBridge (TransformerLens 4) reads no TransformerLens key/value cache, so there each patched row runs
-its whole prompt (exact, as the plain loop; :func:`_whole_pass`) while the rest of the engine is the same.
+Where the backend's cache cannot hold the reference's keys (3.9 with a QK norm, applied after ``hook_k``; a Bridge
+under transformers 5.24) each patched row runs its whole prompt (exact, as the plain loop; :func:`_whole_pass`)
+while the rest of the engine is the same.
 
 Path patching at a position other than END carries nothing to the logits (every head is frozen, so no
 information moves between positions), which is why this engine patches activations; at END it equals
@@ -32,7 +34,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from circuits.models import backend
-from circuits.models.backend import Model, act_name, frozen_cache_entry
+from circuits.models.backend import Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported, readout
 from circuits.patching.engine import all_components
@@ -58,8 +60,8 @@ class _Runs:
     """One chunk of pairs: what the suffix passes read (every position, per layer)."""
 
     resid_pre: list[Tensor]  # [pair, pos, d_model], reference
-    keys: list[Tensor]  # [pair, pos, kv_head, d_head], reference hook_k (unrotated, as TransformerLens caches keys)
-    values: list[Tensor]
+    keys: list[Tensor]  # [pair, pos, kv_head, d_head], reference keys as the backend caches them (backend.prefix_kv_hooks)
+    values: list[Tensor]  # (both empty where the backend's cache cannot hold them: whole-prompt passes)
     z_cf: list[Tensor]  # [pair, pos, head, d_head]
     mlp_cf: list[Tensor]  # [pair, pos, d_model]
     post_cf: dict[int, Tensor]  # layer -> [pair, pos, d_mlp] (layers with neuron senders)
@@ -81,13 +83,17 @@ def _collect(model: Model, batch: PairBatch, neuron_layers: set[int]) -> _Runs:
         return hook
 
     final = act_name("resid_post", L - 1)
-    ref_names = [act_name(s, l) for l in range(L) for s in ("resid_pre", "k", "v")] + [final]
+    kv = [backend.prefix_kv_hooks(model, l) for l in range(L)] if backend.prefix_sharing(model) else [None] * L
+    kv_names = [n for names in kv if names is not None for n in names] if all(kv) else []
+    ref_names = [act_name("resid_pre", l) for l in range(L)] + kv_names + [final]
     cf_names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")] + [final]
     cf_names += [act_name("post", l) for l in sorted(neuron_layers)]
     model.run_with_hooks(batch.reference, fwd_hooks=[(n, keep(ref, n)) for n in ref_names], stop_at_layer=L)
     model.run_with_hooks(batch.counterfactual, fwd_hooks=[(n, keep(cf, n)) for n in cf_names], stop_at_layer=L)
     per = lambda d, site: [d[act_name(site, l)] for l in range(L)]  # noqa: E731
-    return _Runs(per(ref, "resid_pre"), per(ref, "k"), per(ref, "v"), per(cf, "z"), per(cf, "mlp_out"),
+    keys = [ref[names[0]] for names in kv] if kv_names else []
+    values = [ref[names[1]] for names in kv] if kv_names else []
+    return _Runs(per(ref, "resid_pre"), keys, values, per(cf, "z"), per(cf, "mlp_out"),
                  {l: cf[act_name("post", l)] for l in neuron_layers},
                  ref[final][rows, batch.end], cf[final][rows, batch.end], batch.reference)
 
@@ -132,15 +138,18 @@ def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, pos:
 def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
                  answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
     """Patched END readouts ``[sender, pair]`` for ``senders`` patched at position ``pos[g]`` of each pair (``k``
-    positions before its END): the suffix ``pos..END`` runs through TransformerLens's blocks over the reference's
-    cached keys and values of the positions before it. Pairs whose suffixes start at different positions share the
-    pass: their caches are left-padded to one width and masked, as TransformerLens batches generation."""
+    positions before its END): the suffix ``pos..END`` runs over the reference's cached keys and values of the
+    positions before it. Pairs whose suffixes start at different positions share the pass: their caches are
+    left-padded to one width and masked, as TransformerLens batches generation. Each row starts at its
+    sender's layer from the reference's residual stream and runs block by block
+    (:func:`circuits.models.backend.block_runner`), or, where blocks do not run alone after a cache (or the suffix
+    starts the prompt), the whole model continues the suffix (:func:`circuits.models.backend.continue_prefixes`);
+    where the backend's cache cannot hold the reference's keys (no :func:`circuits.models.backend.prefix_kv_hooks`),
+    whole prompts run (:func:`_whole_pass`)."""
     L = model.cfg.n_layers
     G = len(pairs)
     assert all(a.layer <= b.layer for a, b in zip(senders, senders[1:])), "senders must come in layer order"
-    # TransformerLens 3's cache holds hook_k, taken before a per-head QK norm (Qwen3, Gemma 3) that its cached
-    # attention does not re-apply: those models, and a Bridge (no such cache), run whole prompts.
-    if not backend.TL_CACHE or backend.qk_norms(model, 0) is not None:
+    if not runs.keys:
         return _whole_pass(model, runs, pairs, pos, k, senders, answer, cf_answer, custom)
     p_max = int(pos.max())
     padded = bool((pos != p_max).any())
@@ -149,7 +158,23 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
     shift = (p_max - pos)[:, None]
     keep = cols[None] >= shift  # [pair, p_max]: real cached positions (left padding before them)
     src = (cols[None] - shift).clamp_min(0)
-    mask = torch.cat([keep.long(), torch.ones(G, k + 1, dtype=torch.long, device=pos.device)], 1) if padded else None
+
+    keys, values = [], []  # the reference's, before each pair's suffix, left-padded: [pair, p_max, kv_head, d_head]
+    for layer in range(L):
+        k_, v_ = runs.keys[layer][pairs[:, None], src], runs.values[layer][pairs[:, None], src]
+        keys.append(k_ * keep[..., None, None] if padded else k_)
+        values.append(v_ * keep[..., None, None] if padded else v_)
+    tokens = runs.tokens[pairs[:, None], suffix]  # type: ignore[index]
+    run = backend.block_runner(model, tokens, keys, values, keep.long() if padded else None) if p_max else None
+    if run is None:  # every row through the whole model, from the suffix's tokens
+        S = len(senders)
+        prefix = backend.prefix_from_kv(model, [k_.repeat(S, 1, 1, 1) for k_ in keys],
+                                        [v_.repeat(S, 1, 1, 1) for v_ in values],
+                                        keep.long().repeat(S, 1)) if p_max else None
+        with model.hooks(fwd_hooks=_patch_hooks(runs, [(i * G, s) for i, s in enumerate(senders)], pairs, pos, G)):
+            resid = backend.continue_prefixes(model, tokens.repeat(S, 1), prefix)
+        final = resid[:, -1].reshape(S, G, -1)
+        return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
     x: Tensor | None = None
     n_rows = 0
     for layer in range(senders[0].layer, L):
@@ -162,14 +187,8 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
             x = fresh if x is None else torch.cat([x, fresh])
             n_rows += len(new) * G
         assert x is not None
-        reps = n_rows // G
-        keys, values = runs.keys[layer][pairs[:, None], src], runs.values[layer][pairs[:, None], src]
-        if padded:
-            keys, values = keys * keep[..., None, None], values * keep[..., None, None]
-        entry = frozen_cache_entry(keys.repeat(reps, 1, 1, 1), values.repeat(reps, 1, 1, 1))
         with model.hooks(fwd_hooks=_patch_hooks(runs, starts, pairs, pos, G)):
-            x = model.blocks[layer](x, past_kv_cache_entry=entry,
-                                    attention_mask=mask.repeat(reps, 1) if mask is not None else None)
+            x = run(layer, x)
     assert x is not None
     final = x[:, -1].reshape(len(senders), G, -1)
     return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
@@ -178,8 +197,8 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
 @torch.no_grad()
 def _whole_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
                 answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
-    """:func:`_suffix_pass` where TransformerLens 3's key/value cache cannot be used (a TransformerBridge; QK norm): each
-    patched row runs its whole reference prompt with the sender's counterfactual value written at ``pos[g]`` (rows
+    """:func:`_suffix_pass` where the backend's cache cannot hold the reference's keys (3.9's QK norm; a Bridge under
+    transformers 5.24): each patched row runs its whole reference prompt with the sender's counterfactual value written at ``pos[g]`` (rows
     ``sender x pair``), the answer read at END. Exact, like the plain loop; without the suffix saving."""
     G = len(pairs)
     assert runs.tokens is not None

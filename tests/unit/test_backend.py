@@ -120,13 +120,12 @@ def test_the_model_carries_its_backend(tiny_llama):
     assert backend.backend_of(backend.attach(other, backend.installed())) is backend.installed()
 
 
-# Lines outside circuits/models/ that branch on a backend or name TransformerLens 3 internals. Issue 28 asks for
-# none; the three engines below are slice E's of issue 28 (a shared-prefix capability on both lines replaces their
-# backend.TL_CACHE branches and KeyValueCache/frozen_cache_entry), merged separately: remove them from KNOWN once it
-# lands (the test fails while an entry has nothing left to excuse, so the list cannot go stale).
+# Lines outside circuits/models/ that branch on a backend or name TransformerLens 3 internals: none (an engine asks the
+# model's backend for a capability). KNOWN would excuse a file (the test fails while an entry has nothing left to
+# excuse, so the list cannot go stale).
 BACKEND_NAMES = re.compile(r"\b(TL_CACHE|is_bridge|KeyValueCache|KeyValueCacheEntry|frozen_cache_entry|"
                            r"AbstractAttention|simple_attn_linear)\b|backend\.NAME\b|import[^\n]*\bNAME\b")
-KNOWN = {"circuits/patching/attribution.py", "circuits/patching/eap_ig.py", "circuits/patching/positions.py"}
+KNOWN: set[str] = set()
 
 
 def test_no_module_outside_models_names_a_backend():
