@@ -59,11 +59,11 @@ if TYPE_CHECKING:  # the façade's one list of names (editors and type checkers 
     from circuits.patching.metrics import METRICS, Metric, logits_metric
     # beyond heads at END (docs/beyond.md)
     from circuits.types import Neuron, Receiver
-    from circuits.patching.attribution import attribute
+    from circuits.patching.gradient.attribution import attribute
     from circuits.beyond.screen.job import screen
-    from circuits.patching.positions import sweep_positions
-    from circuits.patching.neurons import sweep_neurons
-    from circuits.patching.edges import sweep_edges
+    from circuits.patching.exact.positions import sweep_positions
+    from circuits.patching.exact.neurons import sweep_neurons
+    from circuits.patching.exact.edges import sweep_edges
     from circuits.beyond.faithfulness.job import faithfulness
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
     # what every engine returns, and every engine (result.scores(); cc.ENGINES["eap-ig"].run(model, pairs))

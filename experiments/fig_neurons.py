@@ -19,7 +19,7 @@ from circuits.patching.metrics import get_metric
 from circuits.beyond.neurons.config import NeuronConfig
 from circuits.beyond.neurons.result import NeuronResult
 from circuits.beyond.neurons.job import neuron_knockout
-from circuits.patching.neurons import sweep_neurons
+from circuits.patching.exact.neurons import sweep_neurons
 from circuits.types import Component
 from circuits.viz.figures import write_figure
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from circuits.patching.edges import EdgeSweep
+from circuits.patching.exact.edges import EdgeSweep
 from circuits.patching.metrics import get_metric
 from circuits.patching.ranking import order
 from circuits.types import Component, Receiver

@@ -28,7 +28,7 @@ from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs, counter
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
 from circuits.identify.edges import resolve_receivers
-from circuits.patching.edges import check_edges, sweep_edges
+from circuits.patching.exact.edges import check_edges, sweep_edges
 from circuits.patching.engine import SweepResult, all_components, sweep
 from circuits.identify.result import IdentifyResult
 from circuits.patching.ranking import KeyRule

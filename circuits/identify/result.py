@@ -283,7 +283,7 @@ class IdentifyResult(ShowsFigure, Result):
         stats = summary["pair_stats"] if "pair_stats" in summary else {k: summary[k] for k in PAIR_STAT_FIELDS if k in summary}
         edges = None
         if (folder / "edges.pt").is_file():
-            from circuits.patching.edges import EdgeSweep
+            from circuits.patching.exact.edges import EdgeSweep
 
             edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
         return cls(config, pairs, sweep, stats, float(summary.get("seconds", 0.0)), summary.get("per_task"), saved, edges)

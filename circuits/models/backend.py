@@ -592,13 +592,10 @@ def decoder(model: Model, tokens: Tensor, mask: Tensor) -> Decoder:
     return backend_of(model).decoder(model, tokens, mask)
 
 
-# --- transitional: TransformerLens 3 internals that three engines still read (slice E of issue 28 replaces them
-# by a shared-prefix capability of both backends; remove these once attribution.py, eap_ig.py and positions.py no
-# longer name them). Not part of the contract: resolved on use from the installed line's module.
-
 __all__ = ["ATTRIBUTE", "NAME", "POST_NORM_ARCHITECTURES", "SUPPORTED", "ActivationCache", "Backend", "Decoder",
-           "FactoredMatrix", "Model", "TunableTensor", "UnsupportedTransformerLens", "act_name", "apply_softcap", "architecture",
-           "attach", "block_runner", "continue_prefixes", "prefix_from_kv", "prefix_keys", "prefix_kv_hooks", "run_prefixes", "ungroup_prefix", "attention_scores", "attn_out", "attn_qkv", "backend_of", "block_devices",
+           "FactoredMatrix", "Model", "TunableTensor", "UnsupportedTransformerLens", "act_name", "apply_softcap",
+           "architecture", "attach", "block_runner", "continue_prefixes", "prefix_from_kv", "prefix_keys",
+           "prefix_kv_hooks", "run_prefixes", "ungroup_prefix", "attention_scores", "attn_out", "attn_qkv", "backend_of", "block_devices",
            "cast_unsharded_buffers", "check_dtype", "check_version", "checkpoint_blocks", "checkpoint_state",
            "continue_prefix", "decoder", "end_unsupported", "final_residual", "gather_parameters", "head_linear",
            "installed", "layer_device", "link_processed_weights", "logit_softcap", "n_kv_heads", "output_device",

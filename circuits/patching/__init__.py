@@ -4,10 +4,10 @@ these; nothing here imports a job.
 
 - :mod:`~circuits.patching.engine`: :func:`sweep`, the END-only batched engine (path and activation patching).
 - :mod:`~circuits.patching.end_layers`: the END-only pieces of a forward pass that the engines run.
-- :mod:`~circuits.patching.positions`, :mod:`~circuits.patching.neurons`, :mod:`~circuits.patching.edges`:
+- :mod:`~circuits.patching.exact.positions`, :mod:`~circuits.patching.exact.neurons`, :mod:`~circuits.patching.exact.edges`:
   exact patching at every position, of MLP neurons at END, and of sender -> receiver edges at END.
-- :mod:`~circuits.patching.attribution`: attribution patching (AtP*, GradDrop), a gradient screen.
-- :mod:`~circuits.patching.eap_ig`: EAP-IG (inputs variant; node and edge level), MIB's attribution baseline.
+- :mod:`~circuits.patching.gradient.attribution`: attribution patching (AtP*, GradDrop), a gradient screen.
+- :mod:`~circuits.patching.gradient.eap_ig`: EAP-IG (inputs variant; node and edge level), MIB's attribution baseline.
 - :mod:`~circuits.patching.readouts`: the readouts every engine returns (:class:`Readouts`, :class:`MetricViews`).
 - :mod:`~circuits.patching.metrics`: the baseline and the metrics (relative logit, fraction, ...; callables), and
   :data:`DEFAULT_METRIC` (``fraction``), the default of every ``effects()`` / ``ranked()``.
@@ -18,19 +18,19 @@ these; nothing here imports a job.
 - :mod:`~circuits.patching.registry`: :data:`ENGINES`, every ranking engine with its capabilities and plain reference.
 - :mod:`~circuits.patching.uncertainty`: bootstrap intervals over pairs.
 - :mod:`~circuits.patching.reference`, :mod:`~circuits.patching.plain`: the plain one-forward-per-component loops.
-- :mod:`~circuits.patching.ablation_values`, :mod:`~circuits.patching.ablation`: what an ablated component becomes
+- :mod:`~circuits.patching.ablation.values`, :mod:`~circuits.patching.ablation.executor`: what an ablated component becomes
   (:class:`AblationValues`: template mean, END-aligned mean, zero, resample, counterfactual) and the one ablation
   executor (a masked forward over batched sets, prefix sharing) that knockout and faithfulness call.
 - :mod:`~circuits.patching.faithfulness`: MIB's faithfulness of node and edge circuits.
 """
 
-from circuits.patching.attribution import Attribution, attribute
-from circuits.patching.eap_ig import EAPIGScores, eap_ig
-from circuits.patching.edges import EdgeSweep, sweep_edges
+from circuits.patching.gradient.attribution import Attribution, attribute
+from circuits.patching.gradient.eap_ig import EAPIGScores, eap_ig
+from circuits.patching.exact.edges import EdgeSweep, sweep_edges
 from circuits.patching.engine import PreparedRuns, SweepResult, all_components, prepare, sweep
 from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Baseline, Metric, get_metric, logits_metric
-from circuits.patching.neurons import NeuronSweep, sweep_neurons
-from circuits.patching.positions import PositionSweep, sweep_positions
+from circuits.patching.exact.neurons import NeuronSweep, sweep_neurons
+from circuits.patching.exact.positions import PositionSweep, sweep_positions
 from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, order, rank, rank_mlps
 from circuits.patching.readouts import MetricViews, Readouts
 from circuits.patching.scores import Scores

@@ -18,12 +18,12 @@ larger is more important for every engine and metric), so a file's score is a Sc
 :meth:`~circuits.patching.scores.Scores.to_mib` is the one place scores become a file; MIB's evaluation keeps the top ``k`` by score (``--absolute`` ranks by ``|score|``). ``in_graph`` marks
 one circuit (:func:`from_scores`'s ``top``); MIB's evaluation recomputes it at each size from the scores.
 
-- :func:`from_scores`: an :class:`~circuits.patching.eap_ig.EAPIGScores` (or any node or edge scores in circuits'
+- :func:`from_scores`: an :class:`~circuits.patching.gradient.eap_ig.EAPIGScores` (or any node or edge scores in circuits'
   names, :meth:`MIBGraph.from_tensors`) -> :class:`MIBGraph`; :meth:`MIBGraph.write` / :func:`write_submission`.
 - :func:`read` / :meth:`MIBGraph.from_json`: a file from EAP-IG, MIB or here -> :class:`MIBGraph`, whose
   ``heads`` ``[layer, head]`` and ``mlps`` ``[layer]`` (higher is more important) are what
   :func:`circuits.patching.faithfulness.faithfulness` ranks, and ``edges`` ``[sender, receiver]`` in
-  :func:`~circuits.patching.eap_ig.eap_senders` x :func:`~circuits.patching.eap_ig.eap_receivers` order.
+  :func:`~circuits.patching.gradient.eap_ig.eap_senders` x :func:`~circuits.patching.gradient.eap_ig.eap_receivers` order.
 
 ``export then import`` is exact (scores are written as JSON floats of the float32 values, read back to float32).
 """
@@ -55,7 +55,7 @@ from circuits.types import (
 )
 
 if TYPE_CHECKING:
-    from circuits.patching.eap_ig import EAPIGScores
+    from circuits.patching.gradient.eap_ig import EAPIGScores
     from circuits.patching.scores import Scores
 
 # MIB's task names for this project's operations (MIB has addition and subtraction; its HF datasets are

@@ -2,8 +2,8 @@
 
 Slow on purpose, written as a TransformerLens user writes them: full prompts, ``run_with_hooks`` /
 ``run_with_cache``, one patched forward per node. The tests assert that the fast engines equal them
-(:mod:`~circuits.patching.positions`, :mod:`~circuits.patching.neurons`, :mod:`~circuits.patching.edges`,
-:mod:`~circuits.patching.attribution`), and the benchmarks time them.
+(:mod:`~circuits.patching.exact.positions`, :mod:`~circuits.patching.exact.neurons`, :mod:`~circuits.patching.exact.edges`,
+:mod:`~circuits.patching.gradient.attribution`), and the benchmarks time them.
 """
 
 from __future__ import annotations
@@ -359,9 +359,9 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
     (and sender by receiver), ``(a_cf - a_ref) . mean gradient`` summed over positions up to END (or at END).
 
     Returns ``input [pair]``, ``head [layer, head, pair]``, ``mlp [layer, pair]``; with ``level="edge"`` also
-    ``edge [sender, receiver, pair]`` in :func:`circuits.patching.eap_ig.eap_senders` x ``eap_receivers`` order
+    ``edge [sender, receiver, pair]`` in :func:`circuits.patching.gradient.eap_ig.eap_senders` x ``eap_receivers`` order
     (NaN where EAP-IG's graph has no edge), sender outputs read from TransformerLens's own ``hook_result``."""
-    from circuits.patching.eap_ig import eap_receivers, eap_senders, eap_upstream
+    from circuits.patching.gradient.eap_ig import eap_receivers, eap_senders, eap_upstream
 
     cfg = model.cfg
     L, H = cfg.n_layers, cfg.n_heads

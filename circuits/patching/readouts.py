@@ -2,8 +2,8 @@
 baseline read from two END residuals, senders (heads, MLPs, neurons), and where two prompts first differ.
 
 Every engine of this step -- the END sweep (:mod:`~circuits.patching.engine`), the per-position sweep
-(:mod:`~circuits.patching.positions`), single neurons (:mod:`~circuits.patching.neurons`), edges
-(:mod:`~circuits.patching.edges`) and the attribution screen (:mod:`~circuits.patching.attribution`) -- reads the
+(:mod:`~circuits.patching.exact.positions`), single neurons (:mod:`~circuits.patching.exact.neurons`), edges
+(:mod:`~circuits.patching.exact.edges`) and the attribution screen (:mod:`~circuits.patching.gradient.attribution`) -- reads the
 same three END quantities of each patched row (answer logit, logit difference, answer probability) and hands
 them to a :class:`~circuits.patching.metrics.Metric` with the unpatched :class:`Baseline`. :class:`Readouts` is the
 one type they return (the ``Patched`` protocol those metrics take, for tensors of any leading shape ``[..., pair]``):

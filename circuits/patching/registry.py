@@ -122,7 +122,7 @@ def _exact(mode: str) -> tuple[Callable[..., Scores], Callable[..., Scores]]:
 
 
 def _positions_run(model, pairs, *, metric, positions, progress, memory_mb, offsets=None, **options) -> Scores:
-    from circuits.patching.positions import sweep_positions
+    from circuits.patching.exact.positions import sweep_positions
 
     offsets = [0] if positions == "end" else offsets
     s = sweep_positions(model, pairs, offsets=offsets, memory_mb=memory_mb, progress=progress, **options).scores(metric)
@@ -133,7 +133,7 @@ def _positions_reference(model, batch, *, metric, positions, offsets=None, **opt
     """circuits.patching.plain.patch_at_plain: one run_with_hooks per component and offset"""
     from circuits.patching.engine import all_components
     from circuits.patching.plain import cf_answer_plain, patch_at_plain
-    from circuits.patching.positions import PositionSweep
+    from circuits.patching.exact.positions import PositionSweep
     from circuits.patching.readouts import Readouts, first_difference
     from circuits.patching.reference import baseline_plain
 
@@ -157,7 +157,7 @@ def _positions_reference(model, batch, *, metric, positions, offsets=None, **opt
 
 def _attribution_run(grad_drop: bool) -> Callable[..., Scores]:
     def run(model, pairs, *, metric, positions, progress, memory_mb, neurons=False, qk_fix=False, **options) -> Scores:
-        from circuits.patching.attribution import attribute
+        from circuits.patching.gradient.attribution import attribute
 
         att = attribute(model, pairs, metric, mode="activation", neurons=neurons, qk_fix=qk_fix, grad_drop=grad_drop,
                         progress=progress, **options)
@@ -170,7 +170,7 @@ def _attribution_run(grad_drop: bool) -> Callable[..., Scores]:
 def _attribution_reference(grad_drop: bool) -> Callable[..., Scores]:
     def reference(model, batch, *, metric, positions, neurons=False, qk_fix=False, **options) -> Scores:
         """circuits.patching.plain.attribute_plain: full prompts, one forward and one backward (per dropped layer)"""
-        from circuits.patching.attribution import Attribution, readout_of
+        from circuits.patching.gradient.attribution import Attribution, readout_of
         from circuits.patching.plain import attribute_plain
         from circuits.patching.readouts import first_difference
         from circuits.patching.reference import baseline_plain
@@ -207,7 +207,7 @@ def _attribution_reference(grad_drop: bool) -> Callable[..., Scores]:
 
 
 def _eap_ig_run(model, pairs, *, metric, positions, progress, memory_mb, steps=None, level="node", **options) -> Scores:
-    from circuits.patching.eap_ig import DEFAULT_STEPS, eap_ig
+    from circuits.patching.gradient.eap_ig import DEFAULT_STEPS, eap_ig
 
     return eap_ig(model, pairs, metric, steps=steps or DEFAULT_STEPS, level=level, positions=positions,
                   progress=progress, **options).scores()
@@ -215,8 +215,8 @@ def _eap_ig_run(model, pairs, *, metric, positions, progress, memory_mb, steps=N
 
 def _eap_ig_reference(model, batch, *, metric, positions, steps=None, level="node", **options) -> Scores:
     """circuits.patching.plain.eap_ig_plain: full prompts, one forward and backward per integration step"""
-    from circuits.patching.attribution import readout_of
-    from circuits.patching.eap_ig import DEFAULT_STEPS, EAPIGScores, eap_receivers, eap_senders
+    from circuits.patching.gradient.attribution import readout_of
+    from circuits.patching.gradient.eap_ig import DEFAULT_STEPS, EAPIGScores, eap_receivers, eap_senders
     from circuits.patching.plain import eap_ig_plain
     from circuits.patching.reference import baseline_plain
 

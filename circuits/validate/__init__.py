@@ -1,7 +1,7 @@
 """Step 1b, validate (Section 4.1 "Validation", Figures 3-4, Tables 3-4): knock the key heads out.
 
 - :mod:`~circuits.validate.knockout`: knockout by mean, zero or resample ablation (run by the mechanism's ablation
-  executor, :mod:`circuits.patching.ablation`: shared-prefix caching, many ablation sets per forward pass); top-k vs
+  executor, :mod:`circuits.patching.ablation.executor`: shared-prefix caching, many ablation sets per forward pass); top-k vs
   random curves.
 - :mod:`~circuits.validate.neurons`: knockout of single MLP neurons.
 - :mod:`~circuits.validate.transfer`: the knockout on other formats (SVAMP, multi-digit, decimals, time spans, MMLU).

@@ -2,8 +2,8 @@
 the ablation sets, the scores (accuracy, answer probability), Figure 3's curves, the config and the result.
 
 What a knocked-out component's output becomes (mean over the template group, zero, resample) is
-:mod:`circuits.patching.ablation_values`; the masked forward that writes it, many ablation sets per pass with the
-shared few-shot prefix run once, is :mod:`circuits.patching.ablation`. The names knockout has always exported
+:mod:`circuits.patching.ablation.values`; the masked forward that writes it, many ablation sets per pass with the
+shared few-shot prefix run once, is :mod:`circuits.patching.ablation.executor`. The names knockout has always exported
 (:func:`compute_means`, :func:`replacement_values`, :class:`MeanActivations`, ...) are importable from here too.
 :func:`knockout_many` runs many ablation sets in the same forward passes: Figure 3's curves, every k of every order,
 are a few batched passes. Tests assert the result equals the plain full-prompt run.
@@ -28,8 +28,8 @@ from circuits.validate.config import KnockoutConfig
 from circuits.io import read_json, write_json
 from circuits.models.backend import Model
 from circuits.models.forward import unembed_end
-from circuits.patching.ablation import AblationMasks, ablated_residuals
-from circuits.patching.ablation_values import (  # noqa: F401  (the names knockout has always exported)
+from circuits.patching.ablation.executor import AblationMasks, ablated_residuals
+from circuits.patching.ablation.values import (  # noqa: F401  (the names knockout has always exported)
     AblationValues,
     GroupKey,
     MeanActivations,

@@ -2,7 +2,7 @@
 
 A knocked-out neuron's activation (``hook_post``) is replaced by its mean over the counterfactual prompts, per
 template position (the paper's mean ablation, Section 4.1), or by zero; everything else runs as usual. The values
-are :class:`~circuits.patching.ablation_values.AblationValues` and the run is the mechanism's one masked forward
+are :class:`~circuits.patching.ablation.values.AblationValues` and the run is the mechanism's one masked forward
 (:func:`circuits.patching.ablation.ablated_residuals`), few-shot prefixes shared as in knockout.
 """
 
@@ -15,8 +15,8 @@ import torch
 from circuits.data.pairs import PromptPair
 from circuits.models.backend import Model
 from circuits.models.forward import unembed_end
-from circuits.patching.ablation import AblationMasks, ablated_residuals
-from circuits.patching.ablation_values import AblationValues, NeuronMeans, compute_means, zero_values  # noqa: F401
+from circuits.patching.ablation.executor import AblationMasks, ablated_residuals
+from circuits.patching.ablation.values import AblationValues, NeuronMeans, compute_means, zero_values  # noqa: F401
 from circuits.types import Ablation
 from circuits.validate.knockout import KnockoutScore, score
 

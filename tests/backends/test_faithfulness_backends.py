@@ -150,7 +150,7 @@ def test_split_inputs_leaves_the_model_as_it_was(family_models, tokenizer):
 @pytest.mark.parametrize("positions", ["all", "end"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
 def test_eap_ig_nodes_and_edges_equal_the_plain_loop(family_models, tokenizer, arch, positions):
-    from circuits.patching.eap_ig import eap_ig, edge_mask
+    from circuits.patching.gradient.eap_ig import eap_ig, edge_mask
     from circuits.patching.metrics import get_metric
     from circuits.patching.plain import eap_ig_plain
 
@@ -176,8 +176,8 @@ def test_eap_ig_nodes_and_edges_equal_the_plain_loop(family_models, tokenizer, a
 
 @pytest.mark.parametrize("metric", ["logit_diff", "fraction"])
 def test_eap_ig_one_step_is_attribution_patching(family_models, tokenizer, metric):
-    from circuits.patching.attribution import attribute
-    from circuits.patching.eap_ig import eap_ig
+    from circuits.patching.gradient.attribution import attribute
+    from circuits.patching.gradient.eap_ig import eap_ig
     from circuits.patching.metrics import get_metric
 
     model = family_models("mistral")

@@ -16,7 +16,7 @@ from circuits.types import Component, Neuron
 @pytest.mark.parametrize("mode", ["path", "activation"])
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 def test_neurons_equal_the_plain_loop(family_models, tokenizer, arch, mode):
-    from circuits.patching.neurons import sweep_neurons
+    from circuits.patching.exact.neurons import sweep_neurons
 
     model = family_models(arch)
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4), 0)
@@ -33,7 +33,7 @@ def test_neurons_equal_the_plain_loop(family_models, tokenizer, arch, mode):
 def test_positions_equal_transformer_lens_by_position_patching(family_models, tokenizer):
     from transformer_lens import patching
 
-    from circuits.patching.positions import sweep_positions
+    from circuits.patching.exact.positions import sweep_positions
 
     model = family_models("llama")
     batch = PairBatch.from_pairs(aligned_pairs(tokenizer, 3), 0)
@@ -53,7 +53,7 @@ def test_positions_equal_transformer_lens_by_position_patching(family_models, to
 
 @pytest.mark.parametrize("arch", ["mistral_window", "qwen3", "gemma3"])
 def test_positions_equal_the_plain_loop(family_models, tokenizer, arch):
-    from circuits.patching.positions import sweep_positions
+    from circuits.patching.exact.positions import sweep_positions
 
     model = family_models(arch)
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=2), 0)
@@ -77,7 +77,7 @@ def test_positions_equal_the_plain_loop(family_models, tokenizer, arch):
 
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 def test_edges_equal_the_plain_loop(family_models, tokenizer, arch):
-    from circuits.patching.edges import sweep_edges
+    from circuits.patching.exact.edges import sweep_edges
     from circuits.patching.plain import edge_caches, edge_plain
 
     model = family_models(arch)
@@ -101,7 +101,7 @@ def test_edges_equal_the_plain_loop(family_models, tokenizer, arch):
 @pytest.mark.parametrize("mode", ["activation", "path"])
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 def test_attribution_equals_plain_attribution_patching(family_models, tokenizer, arch, mode):
-    from circuits.patching.attribution import attribute
+    from circuits.patching.gradient.attribution import attribute
     from circuits.patching.metrics import get_metric
     from circuits.patching.plain import attribute_plain
 
@@ -119,7 +119,7 @@ def test_attribution_equals_plain_attribution_patching(family_models, tokenizer,
 
 
 def test_attribution_qk_fix_equals_the_recomputed_pattern(family_models, tokenizer):
-    from circuits.patching.attribution import attribute
+    from circuits.patching.gradient.attribution import attribute
 
     model = family_models("mistral_window")
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 2, seed=3), 0)

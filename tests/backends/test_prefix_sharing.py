@@ -20,9 +20,9 @@ NODES = [(Component("head", 1, 2), 1), (Component.mlp(0), 2), (Neuron(1, 7), 1),
 
 
 def _run_all(model, batch, log: list):
-    from circuits.patching.attribution import attribute
-    from circuits.patching.eap_ig import eap_ig
-    from circuits.patching.positions import sweep_positions
+    from circuits.patching.gradient.attribution import attribute
+    from circuits.patching.gradient.eap_ig import eap_ig
+    from circuits.patching.exact.positions import sweep_positions
 
     out = {"atp": attribute(model, batch, "logit_diff", pairs_per_batch=3, progress=False),
            "eap": eap_ig(model, batch, "logit_diff", steps=2, pairs_per_batch=3, progress=False)}

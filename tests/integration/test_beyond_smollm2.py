@@ -7,12 +7,12 @@ import torch
 from helpers import aligned_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.attribution import attribute
-from circuits.patching.edges import sweep_edges
+from circuits.patching.gradient.attribution import attribute
+from circuits.patching.exact.edges import sweep_edges
 from circuits.patching.metrics import get_metric
-from circuits.patching.neurons import sweep_neurons
+from circuits.patching.exact.neurons import sweep_neurons
 from circuits.patching.plain import attribute_plain, cf_answer_plain, edge_caches, edge_plain, patch_at_plain
-from circuits.patching.positions import sweep_positions
+from circuits.patching.exact.positions import sweep_positions
 from circuits.types import Component, Neuron
 
 

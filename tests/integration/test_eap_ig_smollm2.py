@@ -7,8 +7,8 @@ from helpers import aligned_pairs
 
 from circuits import mib
 from circuits.data.pairs import PairBatch
-from circuits.patching.attribution import attribute
-from circuits.patching.eap_ig import eap_ig
+from circuits.patching.gradient.attribution import attribute
+from circuits.patching.gradient.eap_ig import eap_ig
 from circuits.patching.metrics import get_metric
 from circuits.patching.plain import eap_ig_plain
 

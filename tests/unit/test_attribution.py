@@ -9,7 +9,7 @@ from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch
 from circuits.patching import logits_metric, sweep
-from circuits.patching.attribution import attribute
+from circuits.patching.gradient.attribution import attribute
 from circuits.patching.metrics import get_metric
 from circuits.patching.plain import attribute_plain
 from circuits.beyond.screen.config import ScreenConfig

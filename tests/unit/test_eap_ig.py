@@ -7,8 +7,8 @@ import torch
 from helpers import FAMILIES, mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.attribution import attribute
-from circuits.patching.eap_ig import INPUT, LOGITS, EAPIGScores, eap_ig, eap_receivers, eap_senders, edge_mask
+from circuits.patching.gradient.attribution import attribute
+from circuits.patching.gradient.eap_ig import INPUT, LOGITS, EAPIGScores, eap_ig, eap_receivers, eap_senders, edge_mask
 from circuits.patching.metrics import get_metric
 from circuits.patching.plain import eap_ig_plain
 from circuits.types import Component, Receiver

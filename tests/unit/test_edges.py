@@ -7,7 +7,7 @@ from helpers import mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.identify import IdentifyConfig, IdentifyResult, identify
-from circuits.patching.edges import sweep_edges
+from circuits.patching.exact.edges import sweep_edges
 from circuits.patching.plain import cf_answer_plain, edge_caches, edge_plain
 from circuits.types import Component, Receiver
 

@@ -128,11 +128,11 @@ NODE_RANKINGS = "exact-path,exact-activation,positions,screen,graddrop,eap-ig"
 def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path, capsys, monkeypatch):
     from circuits.beyond.faithfulness import job
     from circuits.models.loading import load_model
-    from circuits.patching.attribution import attribute
-    from circuits.patching.eap_ig import eap_ig
+    from circuits.patching.gradient.attribution import attribute
+    from circuits.patching.gradient.eap_ig import eap_ig
     from circuits.types import Component, Receiver
     from circuits.patching.engine import sweep
-    from circuits.patching.positions import sweep_positions
+    from circuits.patching.exact.positions import sweep_positions
     from circuits.results import load_result
 
     out = tmp_path / "f"

@@ -19,7 +19,7 @@ from circuits.patching.mib import (
     submission_folder,
     write_submission,
 )
-from circuits.patching.eap_ig import INPUT, LOGITS, eap_ig, eap_receivers, eap_senders
+from circuits.patching.gradient.eap_ig import INPUT, LOGITS, eap_ig, eap_receivers, eap_senders
 from circuits.types import Component, Receiver
 
 # A minimal graph in MIB's form, written by hand for 1 layer x 2 heads after the example MIB ships

@@ -7,7 +7,7 @@ from helpers import mixed_pairs
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.neurons import effect_shares, sweep_neurons, top_neurons
+from circuits.patching.exact.neurons import effect_shares, sweep_neurons, top_neurons
 from circuits.patching.plain import cf_answer_plain, patch_at_plain
 from circuits.types import Neuron
 from circuits.validate.neurons import knockout_neurons, neuron_means

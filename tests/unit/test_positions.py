@@ -8,7 +8,7 @@ from helpers import aligned_pairs, mixed_pairs
 from circuits.data.pairs import PairBatch
 from circuits.patching import sweep
 from circuits.patching.plain import cf_answer_plain, patch_at_plain
-from circuits.patching.positions import sweep_positions
+from circuits.patching.exact.positions import sweep_positions
 from circuits.types import Component, Neuron
 
 

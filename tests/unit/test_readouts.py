@@ -103,10 +103,10 @@ def test_one_default_metric_everywhere():
     """Every effects / per_pair / ranked / top_* of every result type defaults to DEFAULT_METRIC, which is fraction
     and the default key rule's metric."""
     from circuits.identify.result import IdentifyResult
-    from circuits.patching.attribution import attribute
-    from circuits.patching.edges import EdgeSweep
-    from circuits.patching.neurons import NeuronSweep
-    from circuits.patching.positions import PositionSweep
+    from circuits.patching.gradient.attribution import attribute
+    from circuits.patching.exact.edges import EdgeSweep
+    from circuits.patching.exact.neurons import NeuronSweep
+    from circuits.patching.exact.positions import PositionSweep
     from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule
     from circuits.patching.readouts import MetricLookup, MetricViews
 

@@ -78,7 +78,7 @@ def test_ties_order_alike_on_every_path(sign):
     from circuits.beyond.edges.job import resolve_receivers
     from circuits.beyond.screen.job import ranked_neurons, ranked_nodes
     from circuits.patching.metrics import Metric
-    from circuits.patching.neurons import top_neurons
+    from circuits.patching.exact.neurons import top_neurons
     from circuits.patching.ranking import rank_mlps, ranked_entries
     from circuits.patching.uncertainty import rule_threshold
     from circuits.types import Component, Neuron, Receiver
@@ -98,7 +98,7 @@ def test_ties_order_alike_on_every_path(sign):
     assert [(c.layer, c.head) for c, _, _ in nodes] == unravel
     assert [Neuron(l, d) for l, d in unravel[:4]] == [n for n, _, _ in ranked_neurons(heads[..., None], sign, 4)]
     # Edges into a receiver: the senders in the same order.
-    from circuits.patching.edges import EdgeSweep
+    from circuits.patching.exact.edges import EdgeSweep
 
     senders = [Component("head", 1 + i // 4, i % 4) for i in range(len(TIED))]
     edges = EdgeSweep.__new__(EdgeSweep)

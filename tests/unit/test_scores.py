@@ -60,7 +60,7 @@ def test_save_and_load_round_trip(tmp_path):
 
 def test_one_default_metric_named_once():
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
-    from circuits.patching.eap_ig import DEFAULT_EAP_METRIC
+    from circuits.patching.gradient.eap_ig import DEFAULT_EAP_METRIC
     from circuits.types import DEFAULT_KEY_RULE
 
     assert DEFAULT_METRIC == "fraction" and DEFAULT_KEY_RULE.startswith(DEFAULT_METRIC)
@@ -81,7 +81,7 @@ def test_every_end_result_gives_scores(tiny_llama, tokenizer):
 
 def test_eap_ig_scores_are_mibs_graph(tiny_llama, tokenizer):
     from circuits.patching.mib import from_scores
-    from circuits.patching.eap_ig import eap_ig
+    from circuits.patching.gradient.eap_ig import eap_ig
 
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 2), 0)
     ig = eap_ig(tiny_llama, batch, steps=1, level="edge", progress=False)

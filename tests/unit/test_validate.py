@@ -207,7 +207,7 @@ def test_an_ablation_set_outside_the_model_is_one_clear_line(tiny_llama, pairs, 
 def test_a_pair_outside_the_mean_groups_is_one_clear_error(tiny_llama, pairs):
     import re
 
-    from circuits.patching.ablation_values import AblationValues, group_key
+    from circuits.patching.ablation.values import AblationValues, group_key
 
     means = compute_means(tiny_llama, pairs[:1])
     other = next(p for p in pairs if group_key(p) != group_key(pairs[0]))

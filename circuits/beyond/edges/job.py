@@ -39,7 +39,7 @@ def run(config: EdgesConfig, out: str | Path, *, model: Any = None, progress: bo
 def edges_result(model: Any, made: Any, config: EdgesConfig, *, progress: bool = True) -> EdgeResult:
     """The edges into ``config.receivers`` on ``made``'s pairs (``made``: an identify result), each receiver's own
     effect by ``made``'s key-rule metric (``experiments/fig_circuit.py`` calls it on its shared identify result)."""
-    from circuits.patching.edges import sweep_edges
+    from circuits.patching.exact.edges import sweep_edges
 
     receivers = resolve_receivers(config.receivers, made)
     edges = sweep_edges(model, made.pairs, receivers, memory_mb=config.memory_mb, progress=progress)

@@ -32,7 +32,7 @@ from circuits.data.pairs import PromptPair
 from circuits.io import load_torch, save_torch
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
-from circuits.patching.attribution import readout_of
+from circuits.patching.gradient.attribution import readout_of
 from circuits.patching.faithfulness import FaithfulnessCurve, edge_faithfulness
 from circuits.patching.faithfulness import faithfulness as faithfulness_curve
 from circuits.patching.metrics import get_metric
@@ -53,7 +53,7 @@ def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: Faithf
          progress: bool = False) -> dict[str, Tensor]:
     """The scores ``ranking`` orders nodes by: ``heads`` [layer, head], ``mlps`` [layer] (non-negative, larger is
     more important) and, for ``eap-ig`` with ``config.edges``, ``edges`` [sender, receiver] (EAP-IG's graph, in the
-    order of :func:`~circuits.patching.eap_ig.eap_senders` / ``eap_receivers``; 0 where there is no edge).
+    order of :func:`~circuits.patching.gradient.eap_ig.eap_senders` / ``eap_receivers``; 0 where there is no edge).
 
     The registry's engine (:data:`~circuits.patching.registry.ENGINES`) runs at its own positions (END for the exact
     engines; every position for the others) with ``config.metric``; scores by offset are reduced to their largest

@@ -8,7 +8,7 @@ from typing import Any
 import torch
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.patching.metrics import get_metric
-from circuits.patching.neurons import NeuronSweep, effect_shares
+from circuits.patching.exact.neurons import NeuronSweep, effect_shares
 from circuits.patching.ranking import contributions
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.results import Result

@@ -9,7 +9,7 @@ from typing import Any
 from circuits.models.backend import Model
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.patching.metrics import METRICS
-from circuits.patching.positions import PositionSweep
+from circuits.patching.exact.positions import PositionSweep
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.results import Result
 from circuits.beyond.positions.config import PositionConfig

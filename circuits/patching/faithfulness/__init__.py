@@ -10,7 +10,7 @@ sort: higher score first, ties by index). Everything outside the circuit is abla
   counterfactual run of the same pair;
 - ``"mean"``: its mean over the pairs' reference runs, per position counted back from END (position ``end - k``
   takes the mean over the pairs that have it; at END, the mean over every pair's END): the ``"end_mean"`` values
-  of :mod:`circuits.patching.ablation_values`, which need no template (the knockout's ``"mean"`` is per template and
+  of :mod:`circuits.patching.ablation.values`, which need no template (the knockout's ``"mean"`` is per template and
   length over counterfactual prompts);
 - ``"zero"``: zero;
 

@@ -16,7 +16,7 @@ from circuits.data.pairs import PairBatch
 from circuits.models import backend
 from circuits.models.backend import Model, act_name, apply_softcap
 from circuits.models.forward import end_residuals, shared_prefix_lengths
-from circuits.patching.ablation_values import end_values
+from circuits.patching.ablation.values import end_values
 from circuits.patching.end_layers import SHARED_PREFIX_MIN, _end_activations, check_supported, end_logits, rotate
 from circuits.patching.faithfulness.curve import VALUE_KIND
 

@@ -1,5 +1,5 @@
 """Node faithfulness (:func:`faithfulness`): every circuit of a node ranking run at once, by END-only layers over
-``circuits x pairs`` or by the mechanism's one ablation executor (:mod:`circuits.patching.ablation`) at every position
+``circuits x pairs`` or by the mechanism's one ablation executor (:mod:`circuits.patching.ablation.executor`) at every position
 and on models the END-only layers refuse; see :mod:`circuits.patching.faithfulness`."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from torch import Tensor
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models import backend
 from circuits.models.backend import Model, act_name
-from circuits.patching.ablation import AblationMasks, ablated_residuals, shared_start, site_hook
-from circuits.patching.ablation_values import AblationValues, per_pair_values, record, site_names
+from circuits.patching.ablation.executor import AblationMasks, ablated_residuals, shared_start, site_hook
+from circuits.patching.ablation.values import AblationValues, per_pair_values, record, site_names
 from circuits.patching.end_layers import attention_output, end_logits, mlp_at_end
 from circuits.patching.metrics import Metric
 from circuits.patching.faithfulness.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, VALUE_KIND, FaithfulnessCurve,
@@ -35,7 +35,7 @@ def _final_end(model: Model, resid: Tensor, end: Tensor) -> Tensor:
 @dataclass
 class _Runs:
     """What the ablated rows read: the replacement values of every site at every position (one row per pair,
-    :class:`~circuits.patching.ablation_values.AblationValues`), and the END answers."""
+    :class:`~circuits.patching.ablation.values.AblationValues`), and the END answers."""
 
     values: AblationValues
     answer: Tensor

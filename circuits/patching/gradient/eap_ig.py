@@ -26,7 +26,7 @@ where the gradients are taken on forward passes of the reference prompt whose in
 of block 0) are ``e_cf + alpha (e_ref - e_cf)``, everything downstream recomputing; that is EAP-IG's sign
 (``activation_difference`` = corrupted - clean) and its right-endpoint grid ``k/steps``, ``k = 1..steps``, so
 ``steps=1`` is attribution patching (gradient at the reference run) and equals
-:func:`circuits.patching.attribution.attribute` node by node. MIB attributes with ``-logit_diff`` (a loss);
+:func:`circuits.patching.gradient.attribution.attribute` node by node. MIB attributes with ``-logit_diff`` (a loss);
 :meth:`EAPIGScores.importance` gives that orientation (``metric.sign * effect``: positive is important).
 
 Nodes: a head's output is its ``hook_z`` (the same first-order estimate as EAP-IG's ``hook_result``: the result is
@@ -65,7 +65,7 @@ from tqdm.auto import tqdm
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models import backend
 from circuits.models.backend import Model, act_name
-from circuits.patching.attribution import _readout_value, _run_body, estimated_readouts, readout_of
+from circuits.patching.gradient.attribution import _readout_value, _run_body, estimated_readouts, readout_of
 from circuits.patching.end_layers import check_supported, end_logits
 from circuits.patching.metrics import MIB_METRIC, Baseline, Metric, get_metric
 from circuits.patching.ranking import order

@@ -15,7 +15,7 @@ of shape ``[source, pos, ...]``, and a rule that finds a pair's source row:
   template group drawn by a seeded derangement (:func:`resample_values`).
 - ``"counterfactual"``: the pair's own counterfactual run (MIB's "patching"; :func:`per_pair_values`).
 
-:mod:`circuits.patching.ablation` runs the masked forward that writes them.
+:mod:`circuits.patching.ablation.executor` runs the masked forward that writes them.
 """
 
 from __future__ import annotations

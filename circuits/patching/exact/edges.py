@@ -39,7 +39,7 @@ from circuits.patching.end_layers import (
 )
 from circuits.patching.engine import all_components, rows_for_budget
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
-from circuits.patching.neurons import answer_readout
+from circuits.patching.exact.neurons import answer_readout
 from circuits.patching.readouts import MetricViews, Readouts, check_senders
 from circuits.patching.scores import Scores
 from circuits.types import Component, Receiver

@@ -1,7 +1,7 @@
 """One ablation executor: a masked forward over batched sets of ablated components (knockout, faithfulness).
 
 A *set* says which components it ablates (:class:`AblationMasks`: heads ``[set, layer, head]``, MLPs ``[set,
-layer]``, neurons ``{layer: [set, d_mlp]}``); :class:`~circuits.patching.ablation_values.AblationValues` say what
+layer]``, neurons ``{layer: [set, d_mlp]}``); :class:`~circuits.patching.ablation.values.AblationValues` say what
 their outputs become. :func:`ablated_residuals` runs every (set, pair) as one row of a batch -- many sets per forward
 pass, one hook per site replacing, row by row, the units the row's set marks (a per-row mask, as the patching engine
 batches senders) -- and returns the final residual stream at each pair's last token. Ablation is at every position,
@@ -33,7 +33,7 @@ from torch import Tensor
 from circuits.models import backend
 from circuits.data.pairs import PairBatch
 from circuits.models.backend import Model, act_name
-from circuits.patching.ablation_values import AblationValues
+from circuits.patching.ablation.values import AblationValues
 from circuits.patching.readouts import first_difference
 
 
