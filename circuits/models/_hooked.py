@@ -27,7 +27,7 @@ from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
 from transformer_lens.utilities.multi_gpu import get_device_for_block_index
 from transformer_lens.utils import get_act_name
 
-from circuits.models.backend import Backend, register
+from circuits.models.backend import implementation
 from circuits.models.hf_weights import TunableTensor
 from circuits.models._prefix import PrefixKV, distinct_prefixes, repeat_heads
 
@@ -493,55 +493,5 @@ def reference_weights(hf_model: Any) -> dict[str, Tensor]:
     return convert_hf_weights(hf_model, tl_config_from_hf(hf_model.config, torch.float32, "cpu"))
 
 
-class HookedBackend(Backend):
-    """TransformerLens 3.9's ``HookedTransformer`` (this module's functions)."""
-
-    name = "hooked"
-    model_class = HookedTransformer
-    act_name = staticmethod(act_name)
-    block_devices = staticmethod(block_devices)
-    check_dtype = staticmethod(check_dtype)
-    architecture = staticmethod(architecture)
-    n_kv_heads = staticmethod(n_kv_heads)
-    post_norms = staticmethod(post_norms)
-    end_unsupported = staticmethod(end_unsupported)
-    rotary_key_hook = staticmethod(rotary_key_hook)
-    attn_qkv = staticmethod(attn_qkv)
-    attn_out = staticmethod(attn_out)
-    qk_norms = staticmethod(qk_norms)
-    rotary = staticmethod(rotary)
-    score_scale = staticmethod(score_scale)
-    score_softcap = staticmethod(score_softcap)
-    sliding_window = staticmethod(sliding_window)
-    attention_scores = staticmethod(attention_scores)
-    unembed_weights = staticmethod(unembed_weights)
-    logit_softcap = staticmethod(logit_softcap)
-    final_residual = staticmethod(final_residual)
-    prefix_sharing = staticmethod(prefix_sharing)
-    prefix_cache = staticmethod(prefix_cache)
-    continue_prefix = staticmethod(continue_prefix)
-    run_prefixes = staticmethod(run_prefixes)
-    prefix_from_kv = staticmethod(prefix_from_kv)
-    ungroup_prefix = staticmethod(ungroup_prefix)
-    continue_prefixes = staticmethod(continue_prefixes)
-    prefix_keys = staticmethod(prefix_keys)
-    prefix_kv_hooks = staticmethod(prefix_kv_hooks)
-    block_runner = staticmethod(block_runner)
-    split_inputs = staticmethod(split_inputs)
-    spread = staticmethod(spread)
-    layer_device = staticmethod(layer_device)
-    output_device = staticmethod(output_device)
-    tunable_tensors = staticmethod(tunable_tensors)
-    untunable_parameters = staticmethod(untunable_parameters)
-    training_residual = staticmethod(training_residual)
-    link_processed_weights = staticmethod(link_processed_weights)
-    checkpoint_blocks = staticmethod(checkpoint_blocks)
-    cast_unsharded_buffers = staticmethod(cast_unsharded_buffers)
-    gather_parameters = staticmethod(gather_parameters)
-    checkpoint_state = staticmethod(checkpoint_state)
-    restore_checkpoint_state = staticmethod(restore_checkpoint_state)
-    decoder = staticmethod(decoder)
-    reference_weights = staticmethod(reference_weights)
-
-
-BACKEND = register(HookedBackend())
+# This module's functions are the backend's methods (TransformerLens 3.9's ``HookedTransformer``): circuits.models.backend.implementation.
+BACKEND = implementation("hooked", HookedTransformer, globals())

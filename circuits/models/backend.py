@@ -1,8 +1,8 @@
 """The seam between ``circuits`` and TransformerLens: a :class:`Backend` object that every model carries.
 
 A backend is what ``circuits`` needs of a model that the two TransformerLens lines provide differently:
-:class:`circuits.models._hooked.HookedBackend` (TransformerLens 3.9, ``HookedTransformer``) and
-:class:`circuits.models._bridge.BridgeBackend` (TransformerLens 4.3 or a later 4.x, ``TransformerBridge``, which
+``circuits.models._hooked.BACKEND`` (TransformerLens 3.9, ``HookedTransformer``) and
+``circuits.models._bridge.BACKEND`` (TransformerLens 4.3 or a later 4.x, ``TransformerBridge``, which
 wraps the Hugging Face model); each registers its one instance (:func:`register`) when :mod:`circuits.models`
 imports it, so this module imports neither. :func:`circuits.models.load_model` attaches the installed line's to the
 model it returns (``model.circuits_backend``); :func:`backend_of` gives it back, and recognises a model a test built
@@ -48,6 +48,8 @@ joining at their sender's layer; ``None`` where blocks do not run alone). All of
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
@@ -363,6 +365,22 @@ def register(backend: Backend) -> Backend:
     ``TransformerBridge`` serving fine-tuning's parity tests; on 4.x the Bridge's)."""
     _BACKENDS[backend.name] = backend
     return backend
+
+
+def implementation(name: str, model_class: type, functions: Mapping[str, Any]) -> Backend:
+    """The backend ``name`` whose every method of the contract is the function of the same name in ``functions``
+    (an implementation module's ``globals()``: ``implementation("hooked", HookedTransformer, globals())``), for models
+    of ``model_class``; registered (:func:`register`) as the one instance of its kind. A new backend is one module of
+    functions and this call; a function missing from it is one ``TypeError`` naming it."""
+    methods = sorted(Backend.__abstractmethods__)
+    missing = [m for m in methods if not callable(functions.get(m))]
+    if missing:
+        raise TypeError(f"backend {name!r} lacks the contract's {', '.join(missing)}")
+    cls = type(f"{name.title()}Backend", (Backend,), {
+        "__doc__": f"The {name!r} backend: {functions.get('__name__', '?')}'s functions.", "__module__":
+        functions.get("__name__", __name__), "name": name, "model_class": model_class,
+        **{m: staticmethod(functions[m]) for m in methods}})
+    return register(cls())
 
 
 def _by_name(name: str) -> Backend:

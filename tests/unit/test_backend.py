@@ -61,36 +61,39 @@ def test_within_models_only_the_seam_and_loading_import_internals():
         assert not names, f"{path.name} imports {names}; take them from circuits.models.backend"
 
 
-def _class_names(path: Path, cls: str) -> set[str]:
-    """Names a class of a module defines in its body (methods and class attributes), read without importing it
-    (the 3.9 backend imports only under TransformerLens 3.9)."""
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ClassDef) and node.name == cls:
-            names = set()
-            for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    names.add(item.name)
-                elif isinstance(item, ast.Assign):
-                    names |= {t.id for t in item.targets if isinstance(t, ast.Name)}
-                elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
-                    names.add(item.target.id)
-            return names
-    raise AssertionError(f"{path.name} defines no class {cls}")
-
-
 CONTRACT = set(backend.Backend.__abstractmethods__) | {"name", "model_class"}
 
 
+def _module_functions(path: Path) -> set[str]:
+    """The names a module defines at its top level (functions, classes, assignments)."""
+    names: set[str] = set()
+    for node in ast.parse(path.read_text(), str(path)).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return names
+
+
 def test_both_backends_implement_the_whole_contract():
-    """Both implementations define every method of :class:`Backend` (and its ``name`` and ``model_class``) in their
-    own class body, so code written on one TransformerLens line finds the same capabilities on the other; the
-    installed one instantiates (no abstract method left)."""
+    """Both implementation modules define a function for every method of :class:`Backend` (read from their source,
+    so the check runs on either TransformerLens line), and become their backend by
+    :func:`~circuits.models.backend.implementation`; the installed one instantiates (no abstract method left)."""
     assert len(CONTRACT) > 30
-    for impl, cls in (("_hooked.py", "HookedBackend"), ("_bridge.py", "BridgeBackend")):
-        missing = CONTRACT - _class_names(PACKAGE / "models" / impl, cls)
-        assert not missing, f"{impl}'s {cls} lacks {sorted(missing)}"
+    for impl in ("_hooked.py", "_bridge.py"):
+        source = PACKAGE / "models" / impl
+        missing = (CONTRACT - {"name", "model_class"}) - _module_functions(source)
+        assert not missing, f"{impl} lacks {sorted(missing)}"
+        assert "BACKEND = implementation(" in source.read_text(), impl
     b = backend.installed()
     assert isinstance(b, backend.Backend) and b.name == backend.NAME and not type(b).__abstractmethods__
+
+
+def test_a_backend_missing_a_method_is_one_line():
+    import pytest
+
+    with pytest.raises(TypeError, match="lacks the contract's .*final_residual"):
+        backend.implementation("partial", object, {"act_name": lambda *a: None})
 
 
 def test_every_capability_is_a_function_of_the_model_too():
