@@ -1,4 +1,4 @@
-"""The TransformerBridge backend (TransformerLens >= 4.3): :class:`BridgeBackend`, the
+"""The TransformerBridge backend (TransformerLens >= 4.3): :data:`BACKEND`, the
 :class:`circuits.models.backend.Backend` that :func:`circuits.models.load_model` attaches to the models it loads when
 TransformerLens 4.x is installed, and that :func:`circuits.models.backend.backend_of` gives any ``TransformerBridge``
 (TransformerLens 3.9's own too, which fine-tuning's parity tests hold beside a ``HookedTransformer``). Its methods are

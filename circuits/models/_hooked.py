@@ -1,4 +1,4 @@
-"""The HookedTransformer backend (TransformerLens 3.9): :class:`HookedBackend`, the
+"""The HookedTransformer backend (TransformerLens 3.9): :data:`BACKEND`, the
 :class:`circuits.models.backend.Backend` that :func:`circuits.models.load_model` attaches to the models it loads when
 TransformerLens 3.x is installed (importable only there). Its methods are this module's functions (the contract:
 :class:`circuits.models.backend.Backend`'s docstrings).
