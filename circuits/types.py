@@ -24,11 +24,6 @@ METRIC_NAMES: tuple[str, ...] = ("relative_logit", "fraction", "logit_diff", "pr
 # The default of every effects() / per_pair() / ranked() / scores() of every result type and of every job's metric
 # (declared here so configs read it without torch; circuits.patching.metrics.DEFAULT_METRIC is this name).
 DEFAULT_METRIC = "fraction"
-# The ranking engines, in order (circuits.patching.registry.ENGINES defines them; configs read the names without torch).
-ENGINE_NAMES: tuple[str, ...] = ("exact-path", "exact-activation", "positions", "screen", "graddrop", "eap-ig")
-# The registry's engines that sweep every head and MLP at END keeping per-pair readouts (circuits.patching.engine.sweep),
-# with the sweep's mode: ``circuits identify --engine`` offers them (``--mode`` is the same choice).
-END_SWEEP_ENGINES: dict[str, Mode] = {"exact-path": "path", "exact-activation": "activation"}
 # The jobs that follow MIB (faithfulness, EAP-IG) score with MIB's arithmetic metric, the logit difference.
 MIB_METRIC = "logit_diff"
 # The information-flow figure (circuits positions) shows effects by position in logits, as Stolfo et al. do.

@@ -19,7 +19,7 @@ import time
 from circuits.cli._output import add_output_arguments, writing
 from circuits.config import add_arguments, from_arguments
 from circuits.identify.config import IdentifyConfig
-from circuits.types import END_SWEEP_ENGINES
+from circuits.patching.registry import END_SWEEP_ENGINES
 from circuits.jobs import job
 
 

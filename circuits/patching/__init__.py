@@ -23,20 +23,23 @@ these; nothing here imports a job.
   executor (a masked forward over batched sets, prefix sharing) that knockout and faithfulness call.
 - :mod:`~circuits.patching.faithfulness`: MIB's faithfulness of node and edge circuits.
 """
+from __future__ import annotations
 
-from circuits.patching.gradient.attribution import Attribution, attribute
-from circuits.patching.gradient.eap_ig import EAPIGScores, eap_ig
-from circuits.patching.exact.edges import EdgeSweep, sweep_edges
-from circuits.patching.engine import PreparedRuns, SweepResult, all_components, prepare, sweep
-from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Baseline, Metric, get_metric, logits_metric
-from circuits.patching.exact.neurons import NeuronSweep, sweep_neurons
-from circuits.patching.exact.positions import PositionSweep, sweep_positions
-from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, order, rank, rank_mlps
-from circuits.patching.readouts import MetricViews, Readouts
-from circuits.patching.scores import Scores
+from typing import TYPE_CHECKING
 
-__all__ = ["DEFAULT_KEY_RULE", "DEFAULT_METRIC", "METRICS", "Attribution", "Baseline", "EAPIGScores", "EdgeSweep", "KeyRule",
-           "Metric",
-           "MetricViews", "NeuronSweep", "PositionSweep", "PreparedRuns", "Readouts", "Scores", "SweepResult", "all_components", "attribute",
-           "eap_ig", "get_metric", "logits_metric", "order", "prepare", "rank", "rank_mlps", "sweep", "sweep_edges", "sweep_neurons",
-           "sweep_positions"]
+from circuits.lazy import lazy_package
+
+if TYPE_CHECKING:  # the package's names, imported on first use (circuits.lazy.lazy_package), so that a torch-free
+    # module of the mechanism (the engine registry, the metric names) imports without the engines
+    from circuits.patching.gradient.attribution import Attribution, attribute
+    from circuits.patching.gradient.eap_ig import EAPIGScores, eap_ig
+    from circuits.patching.exact.edges import EdgeSweep, sweep_edges
+    from circuits.patching.engine import PreparedRuns, SweepResult, all_components, prepare, sweep
+    from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Baseline, Metric, get_metric, logits_metric
+    from circuits.patching.exact.neurons import NeuronSweep, sweep_neurons
+    from circuits.patching.exact.positions import PositionSweep, sweep_positions
+    from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, order, rank, rank_mlps
+    from circuits.patching.readouts import MetricViews, Readouts
+    from circuits.patching.scores import Scores
+
+__getattr__, __dir__, __all__ = lazy_package(__name__, __file__)

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from circuits.types import DEFAULT_METRIC
 
-from circuits.data.pairs import PairBatch, Pairs
-from circuits.models.backend import Model
-from circuits.patching.metrics import DEFAULT_METRIC, Metric, get_metric
-from circuits.patching.scores import Scores
-from circuits.types import END_SWEEP_ENGINES, ENGINE_NAMES
+if TYPE_CHECKING:  # the registry itself imports no torch: configs and the command line read its names
+    from circuits.data.pairs import PairBatch, Pairs
+    from circuits.models.backend import Model
+    from circuits.patching.metrics import Metric
+    from circuits.patching.scores import Scores
 
 # Capabilities an engine may list in ``supports``.
 CAPABILITIES = ("end", "all_positions", "neurons", "edges", "gqa")
@@ -60,6 +60,7 @@ class Engine:
     exact: bool = True
     refuses: dict[str, str] = field(default_factory=dict)
     quick: dict[str, Any] = field(default_factory=dict)
+    sweep_mode: str | None = None  # the END sweep's mode, where the engine is it (``circuits identify --engine``)
 
     def _positions(self, positions: str | None) -> str:
         p = positions or self.positions[0]
@@ -131,6 +132,8 @@ def _positions_run(model, pairs, *, metric, positions, progress, memory_mb, offs
 
 def _positions_reference(model, batch, *, metric, positions, offsets=None, **options) -> Scores:
     """circuits.patching.plain.patch_at_plain: one run_with_hooks per component and offset"""
+    import torch
+
     from circuits.patching.engine import all_components
     from circuits.patching.plain import cf_answer_plain, patch_at_plain
     from circuits.patching.exact.positions import PositionSweep
@@ -170,6 +173,9 @@ def _attribution_run(grad_drop: bool) -> Callable[..., Scores]:
 def _attribution_reference(grad_drop: bool) -> Callable[..., Scores]:
     def reference(model, batch, *, metric, positions, neurons=False, qk_fix=False, **options) -> Scores:
         """circuits.patching.plain.attribute_plain: full prompts, one forward and one backward (per dropped layer)"""
+        import torch
+
+        from circuits.patching.metrics import get_metric
         from circuits.patching.gradient.attribution import Attribution, readout_of
         from circuits.patching.plain import attribute_plain
         from circuits.patching.readouts import first_difference
@@ -215,6 +221,7 @@ def _eap_ig_run(model, pairs, *, metric, positions, progress, memory_mb, steps=N
 
 def _eap_ig_reference(model, batch, *, metric, positions, steps=None, level="node", **options) -> Scores:
     """circuits.patching.plain.eap_ig_plain: full prompts, one forward and backward per integration step"""
+    from circuits.patching.metrics import get_metric
     from circuits.patching.gradient.attribution import readout_of
     from circuits.patching.gradient.eap_ig import DEFAULT_STEPS, EAPIGScores, eap_receivers, eap_senders
     from circuits.patching.plain import eap_ig_plain
@@ -236,9 +243,11 @@ _ATTRIBUTION = _ALL | {"neurons"}  # with neurons=True: every MLP neuron too
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (
     Engine("exact-path", *_exact("path"), ("end",), _END, "#d62728",
-           "path patching at END (the paper's): each head or MLP from the counterfactual run, other heads frozen"),
+           "path patching at END (the paper's): each head or MLP from the counterfactual run, other heads frozen",
+           sweep_mode="path"),
     Engine("exact-activation", *_exact("activation"), ("end",), _END, "#ff7f0e",
-           "activation patching at END: each head or MLP from the counterfactual run, everything downstream recomputed"),
+           "activation patching at END: each head or MLP from the counterfactual run, everything downstream recomputed",
+           sweep_mode="activation"),
     Engine("positions", _positions_run, _positions_reference, ("all", "end"), _ALL, "#8c564b",
            "activation patching of each head and MLP at every offset from END (cc.sweep_positions)",
            quick={"offsets": [0, 1, 2]}),
@@ -253,7 +262,7 @@ ENGINES: dict[str, Engine] = {e.name: e for e in (
            exact=False, refuses={"post_norm": "level='edge' only (Gemma 2/3 normalise the attention output)"},
            quick={"steps": 2}),
 )}
-assert tuple(ENGINES) == ENGINE_NAMES, "circuits.types.ENGINE_NAMES lists the registered engines, in order"
+ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
 COLORS: dict[str, str] = {name: e.color for name, e in ENGINES.items()}
 
 
@@ -262,9 +271,9 @@ def end_engines() -> list[str]:
     return [n for n, e in ENGINES.items() if e.exact and "end" in e.positions]
 
 
-# ``circuits identify --engine``: the END engines that are the END sweep (an identify result keeps its readouts).
-assert all(ENGINES[n].exact and ENGINES[n].positions == ("end",) for n in END_SWEEP_ENGINES)
-assert [n for n, e in ENGINES.items() if e.positions == ("end",)] == list(END_SWEEP_ENGINES)
+# ``circuits identify --engine``: the END engines that are the END sweep (an identify result keeps its readouts),
+# with the sweep's mode.
+END_SWEEP_ENGINES: dict[str, str] = {n: e.sweep_mode for n, e in ENGINES.items() if e.sweep_mode}
 
 
 def describe(names: Sequence[str] | None = None) -> str:
@@ -272,4 +281,5 @@ def describe(names: Sequence[str] | None = None) -> str:
     return "\n".join(ENGINES[n].describe() for n in (names or ENGINES))
 
 
-__all__ = ["CAPABILITIES", "COLORS", "ENGINES", "Engine", "at_end", "describe", "end_engines"]
+__all__ = ["CAPABILITIES", "COLORS", "END_SWEEP_ENGINES", "ENGINES", "ENGINE_NAMES", "Engine", "at_end", "describe",
+           "end_engines"]

@@ -10,7 +10,7 @@ from helpers import FAMILIES, check_engine_against_reference, mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.patching.registry import CAPABILITIES, ENGINES, describe, end_engines
-from circuits.types import ENGINE_NAMES
+from circuits.patching.registry import ENGINE_NAMES
 
 
 @pytest.mark.parametrize("arch", FAMILIES)

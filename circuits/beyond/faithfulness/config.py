@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from circuits.config import option
 from circuits.data.source import PairSource, check_metric
-from circuits.types import ENGINE_NAMES, METRIC_NAMES, MIB_METRIC
+from circuits.patching.registry import ENGINE_NAMES
+from circuits.types import METRIC_NAMES, MIB_METRIC
 
 # Every ranking the job can score: the engine registry's entries (circuits.patching.registry.ENGINES), each read as:
 #   exact-path        the END engine in path mode (cc.sweep, the paper's path patching), |effect| at END
