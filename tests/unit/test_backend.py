@@ -184,3 +184,28 @@ def test_seam_names_are_transformer_lens_own():
     assert backend.act_name("z", 3) == "blocks.3.attn.hook_z"
     for name in backend.__all__:
         assert hasattr(backend, name), name
+
+
+def test_a_new_backend_is_one_set_of_functions(tiny_llama, tokenizer):
+    """The worked example of "add a backend": a backend that shares no prompt prefix is the installed line's functions
+    with one capability changed, made a backend by ``implementation`` -- no other file changes. Attached to a copy of
+    the model, every registered engine asks it for the capability and runs whole prompts, with the same scores."""
+    import sys
+
+    import torch
+
+    from circuits.patching.registry import ENGINES
+    from helpers import check_engine_against_reference
+
+    installed = backend.installed()
+    functions = dict(vars(sys.modules[type(installed).__module__]))
+    functions["prefix_sharing"] = lambda model: False
+    whole = backend.implementation(f"{installed.name}-whole-prompts", installed.model_class, functions)
+    model = backend.attach(copy.copy(tiny_llama), whole)
+    assert backend.backend_of(model) is whole and not backend.prefix_sharing(model)
+    assert backend.prefix_sharing(tiny_llama)
+    for name in ("screen", "eap-ig", "positions"):
+        a = check_engine_against_reference(tiny_llama, tokenizer, name)
+        b = check_engine_against_reference(model, tokenizer, name)
+        for part, value in a.parts.items():
+            torch.testing.assert_close(value, b.parts[part], atol=1e-5, rtol=1e-5, equal_nan=True)
