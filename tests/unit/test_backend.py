@@ -194,7 +194,6 @@ def test_a_new_backend_is_one_set_of_functions(tiny_llama, tokenizer):
 
     import torch
 
-    from circuits.patching.registry import ENGINES
     from helpers import check_engine_against_reference
 
     installed = backend.installed()
