@@ -12,7 +12,7 @@ its ``run`` and the files it writes. Everything that used to keep a parallel lis
   from it.
 
 Every ``run`` has one signature, ``run(config, out, *, model=None, progress=..., **options) -> Result``
-(``tests/unit/test_jobs.py`` checks it): it returns its result and writes it through ``Result.save`` into ``out``. Jobs with ``command=False`` are made by a script in
+(``tests/unit/test_job_table.py`` checks it): it returns its result and writes it through ``Result.save`` into ``out``. Jobs with ``command=False`` are made by a script in
 ``experiments/`` (named in ``how``); their results are still registered, drawn and replaced like any other.
 
 Everything here is a string (``"module:Name"``), imported only when used: this module imports nothing of the

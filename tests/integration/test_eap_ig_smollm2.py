@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import aligned_pairs
 
-from circuits import mib
+from circuits.patching import mib
 from circuits.data.pairs import PairBatch
 from circuits.patching.gradient.attribution import attribute
 from circuits.patching.gradient.eap_ig import eap_ig
