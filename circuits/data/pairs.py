@@ -502,6 +502,10 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
         config = PairConfig(**({"task": config} if config else {}), **kwargs)
     elif kwargs:
         config = replace(config, **kwargs)
+    if config.pairs_file:  # your own pairs (circuits.data.source.read_pairs_file), not the task's templates
+        from circuits.data.source import read_pairs_file
+
+        return read_pairs_file(model, config.pairs_file, config.n_pairs, filter_correct=config.filter_correct)
     tokenizer = model.tokenizer
     rng = random.Random(config.seed)
     few_shot = use_few_shot(model, config.few_shot)

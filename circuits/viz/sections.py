@@ -38,7 +38,7 @@ class Found:
         return self.result.config_json()
 
     def config_html(self) -> str:
-        return config_block(self.path, self.config)
+        return config_block(self.path, self.config, self.result.provenance)
 
 
 def _heads(hs) -> str:
@@ -98,12 +98,23 @@ def _knockout_text(r: Any) -> str:
     c = r.curve
     k = max(c.ks)
     i = c.ks.index(k)
-    rnd = sum(row[i] for row in c.random_accuracy) / max(1, len(c.random_accuracy))
+    seeds = [row[i] for row in c.random_accuracy]
+    rnd = sum(seeds) / max(1, len(seeds))
+    key = c.effect_accuracy[i]
+    if seeds and key < min(seeds):
+        verdict = (f"The key heads' knockout is below every one of the {len(seeds)} random seeds' (lowest "
+                   f"{_pct(min(seeds))}).")
+    elif seeds:
+        verdict = (f"<b>The key heads knock out no more than random ones here</b>: {_pct(key)} lies within the random "
+                   f"seeds' range ({_pct(min(seeds))}-{_pct(max(seeds))}), so on these pairs the gap is not "
+                   f"distinguishable from chance.")
+    else:
+        verdict = ""
     return (f"<p class='what'>Mean-ablating the first k heads of the effect ranking (red) against k random heads "
             f"(grey: mean and min-max over {len(c.random_accuracy)} seeds), on {r.n_pairs or '?'} "
             f"{_e(r.task)} pairs (Figure 3). With {k} heads knocked out, accuracy is "
-            f"{_pct(c.effect_accuracy[i])} for the key heads and {_pct(rnd)} for random ones "
-            f"(from {_pct(c.effect_accuracy[0])} with none). First heads: {_e(_heads(c.ranking[:k]))}.</p>")
+            f"{_pct(key)} for the key heads and {_pct(rnd)} for random ones "
+            f"(from {_pct(c.effect_accuracy[0])} with none). {verdict} First heads: {_e(_heads(c.ranking[:k]))}.</p>")
 
 
 def transfer_section(page: Page, found: list[Found]) -> str:
@@ -163,7 +174,7 @@ def views_section(page: Page, found: list[Found]) -> str:
 
 
 def lens_section(page: Page, found: list[Found]) -> str:
-    from circuits.viz.figures import top_tokens_figure
+    from circuits.viz.figures import prompt_label, top_tokens_figure
 
     out = []
     for f in found:
@@ -178,8 +189,8 @@ def lens_section(page: Page, found: list[Found]) -> str:
                    f"lists the number tokens each MLP adds most for {_e(repr(r.example))}.</p>")
         out.append(page.figure(r.figure()))
         if r.top_tokens:
-            out.append(page.figure(top_tokens_figure(r.top_tokens, f"6c: top number tokens of MLP_out - MLP_in for "
-                                                                   f"{r.example!r}")))
+            out.append(page.figure(top_tokens_figure(r.top_tokens, "6c: top number tokens of MLP_out - MLP_in for "
+                                                                   + prompt_label(r.example))))
         out.append(f.config_html())
     return "".join(out)
 
