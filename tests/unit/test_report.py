@@ -114,7 +114,7 @@ def test_heatmap_paints_the_important_direction_red(metric, sign):
     title = trace.colorbar.title.text
     assert metric in title and "red: important" in title
     assert metric in trace.hovertemplate
-    assert ("counterfactual causes" in fig.layout.title.subtitle.text) == (metric == "fraction")  # its meaning
+    assert ("counterfactual causes" in fig.layout.title.subtitle.text.replace("<br>", " ")) == (metric == "fraction")
     assert fig.layout.shapes[0].x0 == 0.5 and fig.layout.shapes[0].y0 == 1.5  # the box sits on the red cell
 
 
