@@ -254,7 +254,8 @@ def top_tokens_figure(top: Sequence[Sequence[tuple[str, float]]], title: str) ->
                                                                     "side": "top"}},
                                hovertemplate="layer %{y}, rank %{x}<br>token %{text}<br>cosine %{z:.3f}<extra></extra>"))
     fig.update_layout(title=wrap(title, 100), xaxis_title="rank", yaxis_title="layer", height=max(400, 22 * len(top)))
-    fig.update_yaxes(autorange="reversed")
+    fig.update_yaxes(autorange="reversed", dtick=1)
+    fig.update_xaxes(dtick=1)
     return fig
 
 
@@ -303,7 +304,7 @@ def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-r
         tr.showlegend = False
         fig.add_trace(tr, 1, 2)
     fig.update_layout(title=wrap(title, 100))
-    fig.update_xaxes(title_text="k heads knocked out")
+    fig.update_xaxes(title_text="k heads knocked out", tickvals=list(curve["ks"]))
     fig.update_yaxes(range=[0, _rate_top(curve["effect_accuracy"], curve["random_accuracy"])], row=1, col=1)
     fig.update_yaxes(range=[0, _rate_top(curve["effect_prob"], curve["random_prob"])], row=1, col=2)
     return fig
@@ -407,6 +408,14 @@ def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims
         fig.add_trace(go.Scatter(x=depth, y=list(_arr(lens["delta_C"]) - _arr(lens["delta_other"])), mode="lines+markers",
                                  line={"color": c}, name=name, legendgroup=name, showlegend=False), 2, 2)
     fig.add_hline(y=0, line={"color": "black", "width": 1}, row=2, col=2)
+    rates = [v for d in models.values() for v in (
+        [d["operations"][o]["share_key_heads"] for o in d["operations"]], d["knockout"]["effect_accuracy"],
+        d["knockout"]["random_accuracy"],
+        [d["transfer"][s][k] for s in d["transfer"] for k in ("accuracy_before", "accuracy_after", "accuracy_random_heads")])]
+    for row, col in ((1, 1), (1, 2), (2, 1)):  # shares and accuracies: rates, drawn from 0
+        fig.update_yaxes(range=[0, _rate_top(*rates)], row=row, col=col)
+    fig.update_yaxes(title_text="share of heads", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy", row=2, col=1)
     fig.update_xaxes(title_text="k heads knocked out", row=1, col=2)
     fig.update_xaxes(title_text="layer / (layers - 1)", row=2, col=2)
     fig.update_yaxes(title_text="accuracy", row=1, col=2)

@@ -66,7 +66,12 @@ class Page:
         self.n_figures = 0
         self.n_views = 0
 
-    def figure(self, fig: go.Figure) -> str:
+    def figure(self, fig: go.Figure, label: str = "") -> str:
+        """A plotly figure sharing the page's plotly.js; ``label`` (what tells this run from another of its kind in
+        the inputs, :func:`~circuits.viz.sections.run_labels`) is added to its title, so titles are unique."""
+        if label:
+            title = fig.layout.title.text or ""
+            fig.update_layout(title_text=f"{title}<br><sup>run: {_e(label)}</sup>" if title else f"run: {_e(label)}")
         self.n_figures += 1
         # A figure wider than the page (the information flow of a long prompt) scrolls inside its box, never cut.
         return "<div class='fig'>" + fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{self.n_figures}",
@@ -75,7 +80,8 @@ class Page:
     def per_result(self, found: Iterable[Any], text: Callable[[Any], str]) -> str:
         """One block per found result (:class:`~circuits.viz.sections.Found`): ``text(result)``, what it shows (a
         sentence, tables), then the result's figure and the config that made it."""
-        return "".join(text(f.result) + self.figure(f.result.figure()) + f.config_html() for f in found)
+        return "".join(text(f.result) + self.figure(f.result.figure(), getattr(f, "label", "")) + f.config_html()
+                       for f in found)
 
     def view(self, component: str, props: dict[str, Any]) -> str:
         """A circuitsvis component, rendered by the bundle inlined once in the page head."""
