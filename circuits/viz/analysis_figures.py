@@ -271,11 +271,12 @@ def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name, legendgroup=name,
                                      line={"color": color}, showlegend=col == 1,
                                      hovertemplate=name + "<br>%{x:g}% kept<br>f = %{y:.3f}<extra></extra>"), 1, col)
-    for col in (1, 2):
+    for col in (1, 2):  # the references, named once (on the left)
+        named = col == 1
         fig.add_hline(y=1, line={"color": "black", "dash": "dash", "width": 1}, row=1, col=col,
-                      annotation_text="f = 1: the full model" if col == 1 else None, annotation_position="top left")
+                      **({"annotation_text": "f = 1: the full model", "annotation_position": "top left"} if named else {}))
         fig.add_hline(y=0, line={"color": "gray", "dash": "dot", "width": 1}, row=1, col=col,
-                      annotation_text="f = 0: all ablated" if col == 1 else None, annotation_position="bottom left")
+                      **({"annotation_text": "f = 0: all ablated", "annotation_position": "bottom left"} if named else {}))
     fig.update_xaxes(range=[0, 100], ticksuffix="%", title="circuit size (% kept, linear)", row=1, col=1)
     fig.update_xaxes(type="log", tickvals=list(x), ticktext=[f"{v:g}%" for v in x], title="circuit size (% kept, log)",
                      row=1, col=2)
