@@ -38,7 +38,7 @@ def test_a_bad_line_names_the_file_and_line(tmp_path):
     path = tmp_path / "pairs.jsonl"
     path.write_text(json.dumps(PAIRS[0]) + "\n" + json.dumps({"prompt": "1 + 1 = ", "answer": "2"}) + "\n")
     with pytest.raises(ValueError, match="line 2"):
-        from circuits.data.source import read_pairs_file
+        from circuits.data.pairs import read_pairs_file
         from circuits.models import load_model
 
         read_pairs_file(load_model(tiny_dir("llama"), device="cpu"), path)
