@@ -42,3 +42,17 @@ def test_a_bad_line_names_the_file_and_line(tmp_path):
         from circuits.models import load_model
 
         read_pairs_file(load_model(tiny_dir("llama"), device="cpu"), path)
+
+
+def test_the_readme_route_make_pair_to_a_saved_result_to_the_report(tmp_path):
+    """README's "Start here": cc.make_pair -> identify(model, pairs) -> save -> circuits report."""
+    import circuits as cc
+    from circuits.identify import identify
+    from circuits.models import load_model
+
+    model = load_model(tiny_dir("llama"), device="cpu")
+    pairs = [cc.make_pair(model.tokenizer, f"{a} + {b} = ", f"{a} @ {b} = ", str(a + b)) for a, b in [(3, 4), (2, 5), (1, 6)]]
+    out = identify(model, pairs, cc.IdentifyConfig(model=str(tiny_dir("llama"))), progress=False).save(tmp_path / "mine")
+    back = load_result(out)
+    assert [p.reference for p in back.pairs] == [p.reference for p in pairs] and back.provenance is not None
+    assert cli_main(["report", str(out), "--out", str(tmp_path / "report.html")]) == 0
