@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> Path:
                                                  prompts_per_operation=1, out=str(out / "attention-views"))
             views_result(model, first, config, lambda op: ids[op].pairs).save(config.out)
         with timing.stage("logit lens"):
-            config = fig6_mlp_logit_lens.Config(**common, task=first.task, out=str(out / "logit-lens"))
+            config = fig6_mlp_logit_lens.Config(**{**common, "n_pairs": min(args.pairs, len(first.pairs))},
+                                                task=first.task, out=str(out / "logit-lens"))
             # The job of `circuits lens` on the identify pairs: Figure 6c's prompt is the config's example (so the
             # made-by line names the prompt the figure shows).
             lens_save(lens_result(model, first.pairs[: args.pairs], config), config.out)
