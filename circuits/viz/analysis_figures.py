@@ -240,7 +240,7 @@ def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor
     (the full model) and f = 0 (everything ablated). ``colors``: one colour per ranking (the engine registry's, which
     the caller passes); others take the next of a spare palette."""
     x = 100 * _arr(sizes)
-    order = np.argsort(x, kind="stable")
+    order = np.array(sorted(range(len(x)), key=lambda i: x[i]), dtype=int)  # the size axis, not a ranking
     x = x[order]
     closed = not len(x) or x[-1] < 100.0
     fig = make_subplots(rows=1, cols=2, column_widths=[0.58, 0.42], horizontal_spacing=0.08, subplot_titles=(

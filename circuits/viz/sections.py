@@ -152,7 +152,7 @@ def compare_runs(identify: list[Found]) -> str:
                 ea = base.result.effects(metric) if metric else base.result.effects()
                 eb = other.result.effects(metric) if metric else other.result.effects()
                 d = (eb[0] - ea[0]).nan_to_num()
-                top = d.abs().flatten().argsort(descending=True)[:5].tolist()
+                top = d.abs().flatten().topk(min(5, d.numel())).indices.tolist()  # the largest changes, not a ranking
                 n_heads = d.shape[1]
                 moved = ", ".join(f"{i // n_heads}.{i % n_heads} {float(d.flatten()[i]):+.3f}" for i in top)
             except (RuntimeError, ValueError, KeyError, IndexError):  # different models: no common head grid
