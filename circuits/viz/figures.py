@@ -385,7 +385,7 @@ def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims
     how much more the MLPs write the answer than other numbers, by relative depth (Figure 6b)."""
     fig = make_subplots(rows=2, cols=2, subplot_titles=(
         "share of heads that are key heads", "knockout: top-k (solid) vs random (dotted)",
-        "transfer: before / key heads out / random heads out", "MLPs writing the answer: cos(C) - cos(other)"))
+        "transfer: before / key out / random out", "MLPs writing the answer: cos(C) - cos(other)"))
     colors = ("crimson", "royalblue", "seagreen", "darkorange", "purple")
     for i, (name, d) in enumerate(models.items()):
         c = colors[i % len(colors)]
