@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> Path:
             for op, r in ids.items():  # the job of `circuits knockout`, on the first pairs
                 # the config says what ran: the first --pairs pairs (its made-by line is read from it)
                 config = fig3_knockout.Config(**{**common, "n_pairs": min(args.pairs, len(r.pairs))}, task=op,
-                                              ks=(0, 2, 4, 8), seeds=(0, 1), out=str(out / f"knockout-{op}"))
+                                              ks=(0, 2, 4, 8), seeds=(0, 1, 2, 3, 4), out=str(out / f"knockout-{op}"))
                 knockout_result(model, r, config, r.pairs[: args.pairs]).save(config.out)
         first = ids.get("addition") or next(iter(ids.values()))
         with timing.stage("attention"):
