@@ -226,6 +226,10 @@ class Result:
     # A result whose folder is also a job's working folder (checkpoints, finished rows) is written file by file,
     # each atomically, the marker last; every other result replaces its folder whole.
     in_place: ClassVar[bool] = False
+    # What made the result (circuits.versions.provenance: backend, TransformerLens/transformers/torch versions, the
+    # toolkit's version and commit): set by save, read back by load; None until then. Not a field, so never part of
+    # ``==``: results made on two lines are equal when everything but their provenance is.
+    provenance: ClassVar[dict[str, Any] | None] = None
     config: Config
 
     def __post_init__(self) -> None:
@@ -265,19 +269,29 @@ class Result:
 
         if not is_main():
             return folder
+        made_by = self.made_by()
         if self.in_place:  # the job's working folder, checked when the job started; only our own files are written
             folder.mkdir(parents=True, exist_ok=True)
             self._write(folder)
             write_json(folder / "config.json", self.config_json())
-            write_json(folder / MARKER, {"kind": self.kind, "version": self.version})
+            write_json(folder / MARKER, {"kind": self.kind, "version": self.version, "provenance": made_by})
             return folder
         check_output(folder, self.kind, overwrite=overwrite)
         with atomic_dir(folder) as tmp:
             self._write(tmp)
             write_json(tmp / "config.json", self.config_json())
             files = sorted({p.name for p in tmp.iterdir()} | {MARKER})  # what a later save may replace
-            write_json(tmp / MARKER, {"kind": self.kind, "version": self.version, "files": files})
+            write_json(tmp / MARKER, {"kind": self.kind, "version": self.version, "files": files,
+                                      "provenance": made_by})
         return folder
+
+    def made_by(self) -> dict[str, Any]:
+        """The result's provenance: the one it was loaded with, else this process's (which it keeps from now on)."""
+        if self.provenance is None:
+            from circuits.versions import provenance
+
+            object.__setattr__(self, "provenance", provenance())
+        return dict(self.provenance)  # type: ignore[arg-type]
 
     @classmethod
     def load(cls: type[R], folder: str | Path) -> R:
@@ -296,8 +310,11 @@ class Result:
             raise ResultError(f"{folder} was written by a newer circuits (format {marker['version']}; this one reads "
                               f"up to {cls.version}); upgrade circuits to read it")
         config = read_config(folder, cls.config_type)
+        made_by = marker.get("provenance")
         try:
-            return cls._read(folder, config)
+            result = cls._read(folder, config)
+            object.__setattr__(result, "provenance", dict(made_by) if isinstance(made_by, dict) else None)
+            return result
         except FileNotFoundError as err:
             raise ResultError(f"{folder} holds an incomplete {cls.kind} result: {err}") from None
         except ResultError:

@@ -69,3 +69,68 @@ def backend_line(installed: str | None = None) -> int:
 def check_transformer_lens() -> int:
     """:func:`backend_line` of the installed TransformerLens (what :mod:`circuits.models` runs on import)."""
     return backend_line()
+
+
+# What made a result (written into every saved result's marker by circuits.results; the report's "made by" line reads
+# it back). Computed once per process: the git call runs at the first save only.
+_PROVENANCE: dict[str, object] | None = None
+
+
+def _git_commit(folder: str) -> tuple[str | None, bool | None]:
+    """The commit of the checkout ``folder`` lies in and whether tracked files differ from it (None, None outside a
+    checkout or without git)."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "-C", folder, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return None, None
+        dirty = subprocess.run(["git", "-C", folder, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=20)
+        return head.stdout.strip(), bool(dirty.stdout.strip()) if dirty.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None, None
+
+
+def _version_of(package: str) -> str | None:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
+def provenance() -> dict[str, object]:
+    """What this process makes results with: the backend (``"hooked"``, TransformerLens 3.9's ``HookedTransformer``;
+    ``"bridge"``, 4.3's ``TransformerBridge``), the versions of TransformerLens, transformers and torch, and the
+    toolkit's version and git commit (``dirty`` when tracked files differ from it; None outside a checkout).
+
+    Read from the installed metadata and git, never from a model, so a result records it however it was made."""
+    global _PROVENANCE
+    if _PROVENANCE is None:
+        import os
+
+        tl = installed_version()
+        try:
+            backend: str | None = {3: "hooked", 4: "bridge"}[backend_line(tl)]
+        except UnsupportedTransformerLens:
+            backend = None
+        commit, dirty = _git_commit(os.path.dirname(os.path.abspath(__file__)))
+        _PROVENANCE = {"backend": backend, "transformer_lens": tl, "transformers": _version_of("transformers"),
+                       "torch": _version_of("torch"), "circuits": _version_of("circuits"), "commit": commit,
+                       "dirty": dirty}
+    return dict(_PROVENANCE)
+
+
+def provenance_line(p: dict[str, object] | None) -> str:
+    """One line of a result's provenance (``"hooked backend, TransformerLens 3.9.1, transformers 4.57.1, torch 2.9.0,
+    circuits 0.2.0 @ c782dd1"``); ``"provenance not recorded"`` for a result saved before circuits wrote it."""
+    if not p:
+        return "provenance not recorded (saved by an older circuits)"
+    parts = [f"{p.get('backend') or '?'} backend"]
+    for key, name in (("transformer_lens", "TransformerLens"), ("transformers", "transformers"), ("torch", "torch")):
+        if p.get(key):
+            parts.append(f"{name} {p[key]}")
+    tool = f"circuits {p.get('circuits') or '?'}"
+    if p.get("commit"):
+        tool += f" @ {str(p['commit'])[:7]}" + ("+dirty" if p.get("dirty") else "")
+    return ", ".join(parts + [tool])

@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> Path:
     import fig6_mlp_logit_lens
     import fig7_attention_views
 
-    from circuits.explain import logit_lens
+    from circuits.explain.lens_job import lens_result
+    from circuits.explain.lens_job import save as lens_save
     from circuits.explain.attention_job import roles_result, views_result
     from circuits.validate.knockout_job import knockout_result
 
@@ -56,8 +57,9 @@ def main(argv: list[str] | None = None) -> Path:
         common = dict(model=args.model, n_pairs=len(next(iter(ids.values())).pairs), identify_dir=args.identify_dir)
         with timing.stage("knockout"):
             for op, r in ids.items():  # the job of `circuits knockout`, on the first pairs
-                config = fig3_knockout.Config(**common, task=op, ks=(0, 2, 4, 8), seeds=(0, 1),
-                                              out=str(out / f"knockout-{op}"))
+                # the config says what ran: the first --pairs pairs (its made-by line is read from it)
+                config = fig3_knockout.Config(**{**common, "n_pairs": min(args.pairs, len(r.pairs))}, task=op,
+                                              ks=(0, 2, 4, 8), seeds=(0, 1, 2, 3, 4), out=str(out / f"knockout-{op}"))
                 knockout_result(model, r, config, r.pairs[: args.pairs]).save(config.out)
         first = ids.get("addition") or next(iter(ids.values()))
         with timing.stage("attention"):
@@ -69,10 +71,11 @@ def main(argv: list[str] | None = None) -> Path:
                                                  prompts_per_operation=1, out=str(out / "attention-views"))
             views_result(model, first, config, lambda op: ids[op].pairs).save(config.out)
         with timing.stage("logit lens"):
-            config = fig6_mlp_logit_lens.Config(**common, task=first.task, out=str(out / "logit-lens"))
-            # On the identify pairs directly (the script builds its own example prompt for Figure 6c).
-            lens = logit_lens(model, first.pairs[: args.pairs], config=config)
-            lens.save(config.out)
+            config = fig6_mlp_logit_lens.Config(**{**common, "n_pairs": min(args.pairs, len(first.pairs))},
+                                                task=first.task, out=str(out / "logit-lens"))
+            # The job of `circuits lens` on the identify pairs: Figure 6c's prompt is the config's example (so the
+            # made-by line names the prompt the figure shows).
+            lens_save(lens_result(model, first.pairs[: args.pairs], config), config.out)
     if args.timings:
         total = timing.add_to_file(args.timings, rec.seconds)
         print(f"Time per stage ({args.timings}):\n{timing.table(total)}")

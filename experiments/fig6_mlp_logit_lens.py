@@ -35,9 +35,9 @@ def main(config: Config, model=None) -> LogitLens:
 
 def plot(result: LogitLens, out: Path) -> Path:
     """``figure.html`` (6a, 6b) and ``figure_6c.html``, as ``circuits lens`` writes them, redrawn over the result."""
-    from circuits.viz.figures import top_tokens_figure, write_figure
+    from circuits.viz.figures import prompt_label, top_tokens_figure, write_figure
 
-    write_figure(top_tokens_figure(result.top_tokens, f"6c: top number tokens of MLP_out - MLP_in for {result.example!r}"),
+    write_figure(top_tokens_figure(result.top_tokens, "6c: top number tokens of MLP_out - MLP_in for " + prompt_label(result.example)),
                  Path(out) / "figure_6c.html")
     return write_figure(result.figure(), Path(out) / "figure.html")
 

@@ -30,6 +30,9 @@ class PairConfig(Config):
                                          help="counterfactual prompts keep the reference's few-shot prefix, or get "
                                               "counterfactual examples")
     filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
+    pairs_file: str = option("", help="your own pairs instead of the task's templates: a JSONL file, one "
+                                      '{"prompt": ..., "counterfactual": ..., "answer": ...} a line (or "answers": '
+                                      "[...], the first is the answer); --pairs caps how many are read")
     operand_range: tuple[int, int] = option((1, 9), cli=False)
     max_candidates: int = option(2048, cli=False)
 

@@ -502,6 +502,8 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
         config = PairConfig(**({"task": config} if config else {}), **kwargs)
     elif kwargs:
         config = replace(config, **kwargs)
+    if config.pairs_file:  # your own pairs (read_pairs_file), not the task's templates
+        return read_pairs_file(model, config.pairs_file, config.n_pairs, filter_correct=config.filter_correct)
     tokenizer = model.tokenizer
     rng = random.Random(config.seed)
     few_shot = use_few_shot(model, config.few_shot)
@@ -626,3 +628,44 @@ def as_batch(pairs: Pairs, model: Model) -> PairBatch:
     if isinstance(pairs, PairBatch):
         return pairs.to(model.cfg.device)
     return PairBatch.from_pairs(list(pairs), pad_token_id(model), device=model.cfg.device)
+
+
+def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, *,
+                    filter_correct: bool = False) -> PairSet:
+    """Your own prompt pairs (``--pairs-file``): a JSONL file, one ``{"prompt", "counterfactual", "answer"}`` object a
+    line (``"answers": [...]`` instead of ``"answer"``: its first is the answer; ``"id"``: a name for the pair), each
+    made with :func:`~circuits.data.pairs.make_pair` (one-token answer, prompts of equal token length) and scored by
+    the model, so the result records its accuracy on them as on the templates' pairs. The first ``n_pairs`` lines are
+    read; ``filter_correct`` keeps only those the model answers. A bad line is one ``ValueError`` naming the file and
+    line."""
+    rows = read_jsonl(path)
+    if not rows:
+        raise ValueError(f"--pairs-file {path} holds no pairs (one JSON object a line: prompt, counterfactual, answer)")
+    pairs = []
+    for i, row in enumerate(rows[: n_pairs or None], 1):
+        answers = row.get("answers") if isinstance(row, dict) else None
+        answer = row.get("answer", answers[0] if isinstance(answers, list) and answers else None) \
+            if isinstance(row, dict) else None
+        if not isinstance(row, dict) or not all(isinstance(x, str) for x in (row.get("prompt"), row.get("counterfactual"),
+                                                                              answer)):
+            raise ValueError(f"--pairs-file {path}, line {i}: expected an object with string fields prompt, "
+                             f"counterfactual and answer (or answers: [...]), got {str(row)[:120]}")
+        try:
+            pairs.append(make_pair(model.tokenizer, row["prompt"], row["counterfactual"], answer,
+                                   template_id=str(row.get("id", f"file/{i}"))))
+        except (PromptError, ValueError) as err:
+            raise ValueError(f"--pairs-file {path}, line {i}: {err}") from None
+    probs = pair_logits(model, pairs).softmax(-1)
+    answer_ids = torch.tensor([p.answer_token_id for p in pairs])
+    hit = probs.argmax(-1) == answer_ids
+    p_ans = probs[torch.arange(len(pairs)), answer_ids]
+    cf = pair_logits(model, pairs, "counterfactual").softmax(-1)
+    cf_hit = cf.argmax(-1) == answer_ids
+    kept = [p for p, h in zip(pairs, hit) if h or not filter_correct]
+    if not kept:
+        raise ValueError(f"the model answers none of the {len(pairs)} pairs of {path} correctly; pass "
+                         "--no-filter-correct to patch them anyway")
+    return PairSet(pairs=kept, n_candidates=len(pairs), accuracy=float(hit.float().mean()),
+                   mean_answer_prob=float(p_ans.mean()), counterfactual_accuracy=float(cf_hit.float().mean()),
+                   counterfactual_answer_prob=float(cf[torch.arange(len(pairs)), answer_ids].mean()),
+                   per_template={}, few_shot=False)

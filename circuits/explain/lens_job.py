@@ -45,11 +45,11 @@ def run(config: LensConfig, out: str | Path, *, model: Model | None = None, prog
 def save(result: LogitLens, out: str | Path) -> Path:
     """``result`` and its figures (``figure.html``: 6a and 6b; ``figure_6c.html``), in ``out``."""
     from circuits.distributed import is_main
-    from circuits.viz.figures import top_tokens_figure, write_figure
+    from circuits.viz.figures import prompt_label, top_tokens_figure, write_figure
 
     folder = result.save(out)
     if is_main():
-        write_figure(top_tokens_figure(result.top_tokens, f"6c: top number tokens of MLP_out - MLP_in for "
-                                                          f"{result.example!r}"), Path(out) / "figure_6c.html")
+        write_figure(top_tokens_figure(result.top_tokens, "6c: top number tokens of MLP_out - MLP_in for "
+                                                          + prompt_label(result.example)), Path(out) / "figure_6c.html")
         write_figure(result.figure(), Path(out) / "figure.html")
     return folder

@@ -299,7 +299,12 @@ class KnockoutResult(Result):
         return figure_bundle(self, include, exclude, **kwargs)
 
     def figure(self):
-        return self.curve.figure()
+        """Figure 3 titled with what was knocked out: the operation and the number of pairs."""
+        from circuits.viz.figures import knockout_panels
+
+        seeds = len(self.curve.random_accuracy)
+        return knockout_panels(self.curve.to_json(), f"Knockout on {self.task or 'the task'}: key heads (effect rank) "
+                               f"vs random heads, {self.n_pairs or '?'} pairs, {seeds} random seeds (Figure 3)")
 
     def _write(self, folder: Path) -> None:
         write_json(folder / "data.json", {"curve": self.curve.to_json(), "n_pairs": self.n_pairs, "task": self.task})

@@ -15,7 +15,7 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from circuits.types import DEFAULT_METRIC
-from circuits.viz.figures import LEGEND, _arr, colorbar_title, importance_scale, knockout_figure, metric_info, wrap
+from circuits.viz.figures import LEGEND, _arr, _rate_top, colorbar_title, importance_scale, knockout_figure, metric_info, wrap
 
 ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728"}
 
@@ -37,6 +37,14 @@ def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequ
     return fig
 
 
+def _own_bar(panel: int, name: str, sign: int, x: float) -> dict[str, Any]:
+    """The colour bar of panel 1 (heads) or 2 (MLPs, on their own scale), one above the other at the right: every
+    colour scale has its bar, so the same red never stands for two values unlabelled."""
+    title = colorbar_title(name, sign) if panel == 1 else f"MLPs: {name}<br><sup>own scale</sup>"
+    return dict(title=dict(text=title, side="top"), thickness=12, x=x, xanchor="left", len=0.5 if panel == 1 else 0.36,
+                y=1 if panel == 1 else 0.42, yanchor="top")
+
+
 def screen_figure(result: Any) -> go.Figure:
     """A :class:`~circuits.beyond.screen.result.ScreenResult`: screen vs exact at END (when audited), and the screen's
     estimates by layer and offset from END (the strongest head of each layer, and each MLP)."""
@@ -56,9 +64,8 @@ def screen_figure(result: Any) -> go.Figure:
         m = float(np.nanmax(np.abs(zz))) if zz.size else 1.0
         text = [[f"head {int(which[l, k])}" for k in range(zz.shape[1])] for l in range(L)] if which is not None else None
         fig.add_trace(go.Heatmap(z=zz, x=[f"END-{k}" if k else "END" for k in range(zz.shape[1])], y=list(range(L)),
-                                 colorscale=importance_scale(sign), zmid=0, zmin=-m or -1, zmax=m or 1, showscale=c == 1,
-                                 text=text, colorbar=dict(title=dict(text=colorbar_title(name, sign), side="top"),
-                                                          thickness=12, x=1.0, xanchor="left", len=0.6, y=1, yanchor="top"),
+                                 colorscale=importance_scale(sign), zmid=0, zmin=-m or -1, zmax=m or 1,
+                                 text=text, colorbar=_own_bar(c, name, sign, x=1.0),
                                  hovertemplate="layer %{y}, %{x}<br>" + ("%{text}<br>" if text else "") +
                                  name + " estimate %{z:.4g}<extra></extra>"), 1, c)
         fig.update_yaxes(autorange="reversed", title_text="layer" if c == 1 else None, dtick=1 if L <= 40 else 4,
@@ -98,9 +105,7 @@ def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, S
         text = ([[f"head {int(head_index[l][k])}" for k in range(zz.shape[1])] for l in range(n_layers)]
                 if c == 1 and head_index is not None else None)
         fig.add_trace(go.Heatmap(z=zz, x=x, y=list(range(n_layers)), colorscale=importance_scale(sign), zmid=0,
-                                 zmin=-m, zmax=m, showscale=c == 1, text=text,
-                                 colorbar=dict(title=dict(text=colorbar_title(name, sign), side="top"), thickness=12,
-                                               x=1.01, xanchor="left", len=0.6, y=1, yanchor="top"),
+                                 zmin=-m, zmax=m, text=text, colorbar=_own_bar(c, name, sign, x=1.01),
                                  hovertemplate="layer %{y}, token %{x}<br>" + ("%{text}<br>" if text else "") +
                                  name + " %{z:.4g}<extra></extra>"), 1, c)
         for role, positions in roles.items():
@@ -202,6 +207,8 @@ def ablation_panels(curves: dict[str, dict], title: str = "Figure 3 under each a
             fig.add_trace(tr, 1, i + 1)
     fig.update_xaxes(title_text="k heads knocked out")
     fig.update_yaxes(title_text="accuracy", row=1, col=1)
+    fig.update_yaxes(range=[0, _rate_top(*[v for c in curves.values() for v in (c["effect_accuracy"],
+                                                                                c["random_accuracy"])])])
     fig.update_layout(title=title)
     return fig
 
@@ -225,36 +232,61 @@ def _rgba(hex_color: str, alpha: float) -> str:
 def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor, " size"]],
                         low: dict[str, Float[Tensor, " size"]], high: dict[str, Float[Tensor, " size"]],
                         title: str, colors: dict[str, str] | None = None) -> go.Figure:
-    """Faithfulness f against circuit size (``sizes``: fractions kept, drawn as percent on a log axis; MIB's sizes), one
-    line per ranking, its bootstrap
-    interval as a band (``low``/``high``, where given), and the references f = 1 (the full model) and f = 0
-    (everything ablated). ``colors``: one colour per ranking (the engine registry's, which the caller passes);
-    others take the next of a spare palette."""
+    """Faithfulness f against circuit size (``sizes``: fractions kept, MIB's sizes, drawn in percent) in two views:
+    left, the axis CPR and CMD are computed on -- linear, 0 to 100%, the curve closed at 100% where f = 1 by
+    construction (dashed, as :func:`circuits.patching.faithfulness.curve.area_axis` closes it) and the area under
+    each curve (its CPR) shaded; right, the same curves on a log axis, where the small circuits are told apart. One
+    line per ranking, its bootstrap interval as a band (``low``/``high``, where given), and the references f = 1
+    (the full model) and f = 0 (everything ablated). ``colors``: one colour per ranking (the engine registry's, which
+    the caller passes); others take the next of a spare palette."""
     x = 100 * _arr(sizes)
-    fig = go.Figure()
+    order = np.array(sorted(range(len(x)), key=lambda i: x[i]), dtype=int)  # the size axis, not a ranking
+    x = x[order]
+    closed = not len(x) or x[-1] < 100.0
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.58, 0.42], horizontal_spacing=0.08, subplot_titles=(
+        "linear, to 100%: what CPR and CMD integrate (area under f shaded)", "log: the small circuits"))
     palette = iter(["#9467bd", "#e377c2", "#7f7f7f", "#bcbd22"])
     for name, y in f.items():
         color = (colors or {}).get(name) or next(palette, "#333333")
-        if name in low and name in high:
-            fig.add_trace(go.Scatter(x=x, y=_arr(high[name]), mode="lines", line={"width": 0}, showlegend=False,
-                                     legendgroup=name, hoverinfo="skip", name=f"{name} high"))
-            fig.add_trace(go.Scatter(x=x, y=_arr(low[name]), mode="lines", line={"width": 0}, fill="tonexty",
-                                     fillcolor=_rgba(color, 0.18), showlegend=False, legendgroup=name,
-                                     hoverinfo="skip", name=f"{name} low"))
-        fig.add_trace(go.Scatter(x=x, y=_arr(y), mode="lines+markers", name=name, legendgroup=name,
-                                 line={"color": color},
-                                 hovertemplate=name + "<br>%{x:g}% kept<br>f = %{y:.3f}<extra></extra>"))
-    fig.add_hline(y=1, line={"color": "black", "dash": "dash", "width": 1}, annotation_text="f = 1: the full model",
-                  annotation_position="top left")
-    fig.add_hline(y=0, line={"color": "gray", "dash": "dot", "width": 1}, annotation_text="f = 0: all ablated",
-                  annotation_position="bottom left")
-    fig.update_xaxes(type="log", tickvals=list(x), ticktext=[f"{v:g}%" for v in x], title="circuit size (% kept, log)")
-    ys = np.concatenate([_arr(y) for y in f.values()]) if f else np.zeros(1)
+        y = _arr(y)[order]
+        for col in (1, 2):
+            if name in low and name in high:
+                fig.add_trace(go.Scatter(x=x, y=_arr(high[name])[order], mode="lines", line={"width": 0},
+                                         showlegend=False, legendgroup=name, hoverinfo="skip", name=f"{name} high"),
+                              1, col)
+                fig.add_trace(go.Scatter(x=x, y=_arr(low[name])[order], mode="lines", line={"width": 0},
+                                         fill="tonexty", fillcolor=_rgba(color, 0.18), showlegend=False,
+                                         legendgroup=name, hoverinfo="skip", name=f"{name} low"), 1, col)
+            if col == 1:  # the area CPR measures, over the axis it is measured on
+                xs, ys = (np.append(x, 100.0), np.append(y, 1.0)) if closed else (x, y)
+                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"width": 0}, fill="tozeroy",
+                                         fillcolor=_rgba(color, 0.10), showlegend=False, legendgroup=name,
+                                         hoverinfo="skip", name=f"{name} area"), 1, 1)
+                if closed and len(x):
+                    fig.add_trace(go.Scatter(x=[x[-1], 100.0], y=[y[-1], 1.0], mode="lines",
+                                             line={"color": color, "dash": "dash"}, showlegend=False,
+                                             legendgroup=name, name=f"{name} closed at 100%",
+                                             hovertemplate=name + ": closed at 100%, f = 1 by construction"
+                                                                  "<extra></extra>"), 1, 1)
+            fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name, legendgroup=name,
+                                     line={"color": color}, showlegend=col == 1,
+                                     hovertemplate=name + "<br>%{x:g}% kept<br>f = %{y:.3f}<extra></extra>"), 1, col)
+    for col in (1, 2):  # the references, named once (on the left)
+        named = col == 1
+        fig.add_hline(y=1, line={"color": "black", "dash": "dash", "width": 1}, row=1, col=col,
+                      **({"annotation_text": "f = 1: the full model", "annotation_position": "top left"} if named else {}))
+        fig.add_hline(y=0, line={"color": "gray", "dash": "dot", "width": 1}, row=1, col=col,
+                      **({"annotation_text": "f = 0: all ablated", "annotation_position": "bottom left"} if named else {}))
+    fig.update_xaxes(range=[0, 100], ticksuffix="%", title="circuit size (% kept, linear)", row=1, col=1)
+    fig.update_xaxes(type="log", tickvals=list(x), ticktext=[f"{v:g}%" for v in x], title="circuit size (% kept, log)",
+                     row=1, col=2)
+    ys = np.concatenate([_arr(y) for y in f.values()] + [np.ones(1)]) if f else np.zeros(1)
     ys = ys[np.isfinite(ys)] if np.isfinite(ys).any() else np.zeros(1)
     # the curves decide the range (a band as wide as a few pairs allow is clipped, not allowed to flatten them)
     fig.update_yaxes(range=[min(-0.2, float(ys.min()) - 0.2), max(1.2, float(ys.max()) + 0.2)])
-    fig.update_layout(title=wrap(title, 110), yaxis_title="faithfulness f = (m(C) - m(empty)) / (m(N) - m(empty))",
-                      legend_title="ranking (band: bootstrap interval)")
+    fig.update_yaxes(title="faithfulness f = (m(C) - m(empty)) / (m(N) - m(empty))", row=1, col=1)
+    fig.update_layout(title=wrap(title, 110), legend_title="ranking (band: bootstrap interval)", height=520,
+                      margin=dict(t=110))
     return fig
 
 

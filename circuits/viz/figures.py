@@ -111,7 +111,7 @@ def head_heatmap(
     scale = importance_scale(sign)
     cell = _cell_px(n_layers, n_heads + 1)
     heads_w, mlp_w, gap = cell * n_heads, cell * 2, max(60, cell * 2)
-    margin = dict(l=70, r=150, t=120, b=70)
+    margin = dict(l=70, r=150 if mlp_effects is None else 300, t=120, b=70)  # room for the MLP column's own bar
     plot_w = heads_w + (gap + mlp_w if mlp_effects is not None else 0)
     # The colour bar is at least 200 px tall (readable ticks) even for a 3-layer model: the bottom margin makes room.
     bar_px = int(min(420, max(200, cell * n_layers)))
@@ -154,7 +154,11 @@ def head_heatmap(
         fig.add_trace(
             go.Heatmap(
                 z=m, x=["MLP"], y=list(range(n_layers)), colorscale=scale, zmid=0, zmin=-mlp_peak, zmax=mlp_peak,
-                showscale=False, customdata=custom,
+                # its own scale, so its own bar (the same red is a different value here than among the heads)
+                colorbar=dict(title=dict(text=f"MLPs: {name}<br><sup>own scale</sup>", side="top"), tickformat=fmt,
+                              thickness=14, lenmode="pixels", len=bar_px, y=1, yanchor="top",
+                              x=1 + 150 / plot_w, xref="paper"),
+                customdata=custom,
                 hovertemplate="layer %{y}, MLP<br>" + lines + "<extra></extra>", name="MLPs",
             ),
             row=1, col=2,
@@ -197,7 +201,14 @@ def knockout_figure(ks: Sequence[int], effect: Sequence[float], random: Sequence
     fig.add_trace(go.Scatter(x=list(ks), y=r.mean(0), mode="lines+markers", name="random-rank (mean)", line={"color": "gray"}))
     fig.add_trace(go.Scatter(x=list(ks), y=list(effect), mode="lines+markers", name="effect-rank", line={"color": "crimson"}))
     fig.update_layout(title=title, xaxis_title="k heads knocked out", yaxis_title=ylabel)
+    fig.update_yaxes(range=[0, _rate_top(effect, r)])  # a rate's axis starts at 0
     return fig
+
+
+def _rate_top(*values) -> float:
+    """The top of a rate's axis: 1 (or a little above the data when it passes 1), so 0..1 rates are drawn whole."""
+    top = max([float(np.nanmax(_arr(v))) for v in values if np.size(_arr(v))] or [1.0])
+    return max(1.0, top) * 1.04
 
 
 def before_after_figure(names: Sequence[str], before: Sequence[float], after: Sequence[float], title: str,
@@ -238,10 +249,23 @@ def top_tokens_figure(top: Sequence[Sequence[tuple[str, float]]], title: str) ->
     z = _arr([[c for _, c in row] for row in top])
     text = [[repr(t) for t, _ in row] for row in top]
     m = float(np.abs(z).max()) or 1.0
-    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}", colorscale=DIVERGING, zmid=0, zmin=-m, zmax=m,
-                               colorbar={"title": "cosine"}))
-    fig.update_layout(title=title, xaxis_title="rank", yaxis_title="layer", height=max(400, 22 * len(top)))
+    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}", colorscale=importance_scale(+1), zmid=0,
+                               zmin=-m, zmax=m, colorbar={"title": {"text": colorbar_title("cosine", +1),
+                                                                    "side": "top"}},
+                               hovertemplate="layer %{y}, rank %{x}<br>token %{text}<br>cosine %{z:.3f}<extra></extra>"))
+    fig.update_layout(title=wrap(title, 100), xaxis_title="rank", yaxis_title="layer", height=max(400, 22 * len(top)))
+    fig.update_yaxes(autorange="reversed", dtick=1)
+    fig.update_xaxes(dtick=1)
     return fig
+
+
+def prompt_label(text: str, width: int = 60) -> str:
+    """A prompt as a figure title shows it: its last line quoted (the few-shot lines before it as "..."), never a
+    literal ``\\n``."""
+    lines = text.split("\n")
+    last = lines[-1] if lines[-1].strip() or len(lines) == 1 else lines[-2]
+    shown = repr(last if len(last) <= width else last[-width:])
+    return ("... " if len(lines) > 1 else "") + shown
 
 
 def overlap_figure(labels: Sequence[str], matrix, title: str) -> go.Figure:
@@ -279,8 +303,10 @@ def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-r
     for tr in p.data:
         tr.showlegend = False
         fig.add_trace(tr, 1, 2)
-    fig.update_layout(title=title)
-    fig.update_xaxes(title_text="k heads knocked out")
+    fig.update_layout(title=wrap(title, 100))
+    fig.update_xaxes(title_text="k heads knocked out", tickvals=list(curve["ks"]))
+    fig.update_yaxes(range=[0, _rate_top(curve["effect_accuracy"], curve["random_accuracy"])], row=1, col=1)
+    fig.update_yaxes(range=[0, _rate_top(curve["effect_prob"], curve["random_prob"])], row=1, col=2)
     return fig
 
 
@@ -311,10 +337,14 @@ def lens_panels(means: dict[str, Sequence[float]], title: str = "MLP logit lens 
     for tr in a.data:
         fig.add_trace(tr, 1, 1)
     for tr in b.data:
+        tr.legend = "legend2"  # each panel its own legend, beside it
         fig.add_trace(tr, 2, 1)
     fig.add_hline(y=0, line={"color": "black", "width": 1})
     fig.update_xaxes(title_text="layer")
-    fig.update_layout(title=title, height=800)
+    fig.update_yaxes(title_text="cosine")
+    fig.update_layout(title=title, height=800,
+                      legend=dict(title_text="6a", x=1.02, xanchor="left", y=1, yanchor="top"),
+                      legend2=dict(title_text="6b", x=1.02, xanchor="left", y=0.44, yanchor="top"))
     return fig
 
 
@@ -378,6 +408,14 @@ def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims
         fig.add_trace(go.Scatter(x=depth, y=list(_arr(lens["delta_C"]) - _arr(lens["delta_other"])), mode="lines+markers",
                                  line={"color": c}, name=name, legendgroup=name, showlegend=False), 2, 2)
     fig.add_hline(y=0, line={"color": "black", "width": 1}, row=2, col=2)
+    rates = [v for d in models.values() for v in (
+        [d["operations"][o]["share_key_heads"] for o in d["operations"]], d["knockout"]["effect_accuracy"],
+        d["knockout"]["random_accuracy"],
+        [d["transfer"][s][k] for s in d["transfer"] for k in ("accuracy_before", "accuracy_after", "accuracy_random_heads")])]
+    for row, col in ((1, 1), (1, 2), (2, 1)):  # shares and accuracies: rates, drawn from 0
+        fig.update_yaxes(range=[0, _rate_top(*rates)], row=row, col=col)
+    fig.update_yaxes(title_text="share of heads", row=1, col=1)
+    fig.update_yaxes(title_text="accuracy", row=2, col=1)
     fig.update_xaxes(title_text="k heads knocked out", row=1, col=2)
     fig.update_xaxes(title_text="layer / (layers - 1)", row=2, col=2)
     fig.update_yaxes(title_text="accuracy", row=1, col=2)

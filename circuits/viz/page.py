@@ -33,14 +33,22 @@ CONFIG_KEYS = ("model", "task", "mode", "n_pairs", "key_rule", "seed", "n_prompt
                "operations", "top_k", "kv_policy", "lr", "epochs", "batch_size", "limit")
 
 
-def config_block(path: Path, config: dict[str, Any]) -> str:
-    """The config that made a result: its main fields in one line, the whole of it folded."""
+def config_block(path: Path, config: dict[str, Any], provenance: dict[str, Any] | None = None) -> str:
+    """The config that made a result: its main fields in one line, then what made it (the provenance the result saved:
+    backend, library versions, the toolkit's commit; read back, never rebuilt), the whole of both folded."""
+    from circuits.versions import provenance_line
+
     c = config
     flat = {**{k: v for sub in c.values() if isinstance(sub, dict) for k, v in sub.items()}, **c}  # nested configs too
-    main = ", ".join(f"{k}={flat[k]}" for k in CONFIG_KEYS if k in flat and flat[k] not in (None, "", [], ()))
+    shown = {k: flat[k] for k in CONFIG_KEYS if k in flat and flat[k] not in (None, "", [], ())}
+    if len(shown.get("operations") or ()) > 1 and "task" in shown:  # a job over several operations: the task is
+        shown = {("key heads of task" if k == "task" else k): v for k, v in shown.items()}  # where its heads come from
+    main = ", ".join(f"{k}={v}" for k, v in shown.items())
     full = json.dumps(c, indent=1, default=str) if c else "(no config.json saved)"
+    made = json.dumps(provenance, indent=1) if provenance else ""
     return (f"<details class='config'><summary>made by <code>{_e(path)}</code>"
-            f"{': ' + _e(main) if main else ''}</summary><pre>{_e(full)}</pre></details>")
+            f"{': ' + _e(main) if main else ''}<br><span class='provenance'>{_e(provenance_line(provenance))}</span>"
+            f"</summary><pre>{_e(full)}</pre>{f'<pre>{_e(made)}</pre>' if made else ''}</details>")
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:
@@ -58,7 +66,12 @@ class Page:
         self.n_figures = 0
         self.n_views = 0
 
-    def figure(self, fig: go.Figure) -> str:
+    def figure(self, fig: go.Figure, label: str = "") -> str:
+        """A plotly figure sharing the page's plotly.js; ``label`` (what tells this run from another of its kind in
+        the inputs, :func:`~circuits.viz.sections.run_labels`) is added to its title, so titles are unique."""
+        if label:
+            title = fig.layout.title.text or ""
+            fig.update_layout(title_text=f"{title}<br><sup>run: {_e(label)}</sup>" if title else f"run: {_e(label)}")
         self.n_figures += 1
         # A figure wider than the page (the information flow of a long prompt) scrolls inside its box, never cut.
         return "<div class='fig'>" + fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{self.n_figures}",
@@ -67,7 +80,8 @@ class Page:
     def per_result(self, found: Iterable[Any], text: Callable[[Any], str]) -> str:
         """One block per found result (:class:`~circuits.viz.sections.Found`): ``text(result)``, what it shows (a
         sentence, tables), then the result's figure and the config that made it."""
-        return "".join(text(f.result) + self.figure(f.result.figure()) + f.config_html() for f in found)
+        return "".join(text(f.result) + self.figure(f.result.figure(), getattr(f, "label", "")) + f.config_html()
+                       for f in found)
 
     def view(self, component: str, props: dict[str, Any]) -> str:
         """A circuitsvis component, rendered by the bundle inlined once in the page head."""
@@ -169,7 +183,7 @@ color:#222;line-height:1.45}
 h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}h3{margin-bottom:.3em}
 .meta{color:#666;font-size:.9em}.what{font-size:1.02em}.note{background:#f6f6f2;border-left:4px solid #bbb;
 padding:.5em .8em;color:#555}details.config{font-size:.85em;color:#555;margin:.3em 0 1.2em}
-details.config pre{background:#f7f7f7;padding:.6em;max-height:20em;overflow:auto}
+details.config .provenance{color:#777}details.config pre{background:#f7f7f7;padding:.6em;max-height:20em;overflow:auto}
 table{border-collapse:collapse;margin:.6em 0;font-size:.9em}th,td{border:1px solid #ddd;padding:.25em .6em;
 text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}
 .cv-view{margin:.4em 0 1.2em}div.fig{overflow-x:auto;max-width:100%}h3.prompt{white-space:pre-wrap;font-size:.95em;background:#fafafa;padding:.3em .5em}code{background:#f3f3f3;padding:0 .2em}footer{margin-top:3em;color:#888;font-size:.85em}

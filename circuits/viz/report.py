@@ -20,7 +20,7 @@ from circuits.io import OutputError, read_json, write_text
 from circuits.results import MARKER, ResultError, check_writable, detect_kind, result_type
 from circuits.timing import timed
 from circuits.viz.page import GENERATOR, Page, _e
-from circuits.viz.sections import SECTIONS, Found
+from circuits.viz.sections import SECTIONS, Found, run_labels
 
 MAX_DEPTH = 4
 
@@ -109,6 +109,7 @@ def build_report(paths: Sequence[str | Path], title: str = "circuits report", *,
         why = "; ".join(f"{p}: {reason}" for p, reason in broken)
         raise ValueError(f"no results found under {', '.join(map(str, paths))}" + (f" (unreadable: {why})" if why else
                          " (expected folders written by circuits identify, experiments/*.py or the fine-tuning jobs)"))
+    found = run_labels(found)  # results of one kind and task are told apart by what differs in what made them
     page = Page(title)
     skipped = []
     for s in SECTIONS:

@@ -8,6 +8,8 @@ that made it.
 from __future__ import annotations
 
 from collections.abc import Callable
+import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ class Found:
 
     result: Result
     path: Path
+    label: str = ""  # what tells it from the other results of its kind and task in the inputs (run_labels)
 
     @property
     def kind(self) -> str:
@@ -38,7 +41,43 @@ class Found:
         return self.result.config_json()
 
     def config_html(self) -> str:
-        return config_block(self.path, self.config)
+        return config_block(self.path, self.config, self.result.provenance)
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = json.dumps(v, sort_keys=True, default=str) if isinstance(v, (list, tuple)) else v
+    return out
+
+
+def _task_of(f: Found) -> str:
+    return str(getattr(f.result, "task", "") or f.config.get("task", ""))
+
+
+def run_labels(found: list[Found]) -> list[Found]:
+    """``found`` with a label on each result that shares its kind and task with another: the config fields and the
+    provenance (backend, library versions, commit) that differ between them (``seed=1``, ``backend=bridge,
+    transformer_lens=4.3.0``); the folder's name when nothing recorded differs. Results alone of their kind and task
+    get no label."""
+    groups: dict[tuple[str, str], list[Found]] = {}
+    for f in found:
+        groups.setdefault((f.kind, _task_of(f)), []).append(f)
+    labels: dict[int, str] = {}
+    for group in groups.values():
+        if len(group) < 2:
+            continue
+        flats = [{**_flat(f.config), **{f"made_by.{k}": v for k, v in (f.result.provenance or {}).items()
+                                        if k != "dirty"}} for f in group]
+        keys = sorted({k for fl in flats for k in fl if len({json.dumps(x.get(k), default=str) for x in flats}) > 1})
+        keys = [k for k in keys if k.rsplit(".", 1)[-1] not in ("out", "heads_from", "identify_dir", "pairs_from")] or []
+        for f, fl in zip(group, flats):
+            shown = ", ".join(f"{k.removeprefix('made_by.')}={str(fl.get(k))[:24]}" for k in keys[:4])
+            labels[id(f)] = (shown + (", ..." if len(keys) > 4 else "")) if keys else f.path.name
+    return [dataclasses.replace(f, label=labels.get(id(f), "")) for f in found]
 
 
 def _heads(hs) -> str:
@@ -67,15 +106,16 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
         keys = r.key_heads()
         listed = ", ".join(f"{h} ({e:+.3f})" for h, e in keys[:10]) or "none"
         base = s.get("baseline", {})
-        title = r.task or f.path.name
+        title = (r.task or f.path.name) + (f" ({f.label})" if f.label else "")
         out.append(f"<h3>{_e(title)}</h3><p>{_e(s.get('model', ''))}, {s.get('n_pairs')} prompt pairs, "
                    f"{_e(s.get('mode', 'path'))} patching; accuracy before filtering {_pct(s.get('accuracy'))}; the "
                    f"counterfactual prompt keeps the answer {_pct(s.get('counterfactual_accuracy'))} of the time and "
                    f"changes the answer logit by {_pct(base.get('full_effect_relative_logit'), 1)}. "
                    f"<b>{len(keys)} key heads</b> by <code>{_e(r.key_rule)}</code>: {_e(listed)}.</p>")
-        out.append(page.figure(r.figure()) + f.config_html())
+        out.append(page.figure(r.figure(), f.label) + f.config_html())
+    out.append(compare_runs(identify))
     if len(identify) > 1:
-        ops = [f.result.task or str(f.path) for f in identify]
+        ops = [(f.result.task or str(f.path)) + (f" ({f.label})" if f.label else "") for f in identify]
         sets = [{h for h, _ in f.result.key_heads()} for f in identify]
         out.append("<h3>Shared key heads</h3><p>How many key heads each pair of tasks shares (the diagonal: each "
                    "task's own count), as in the paper's Figure 15.</p>"
@@ -90,6 +130,41 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
     return "".join(out)
 
 
+def compare_runs(identify: list[Found]) -> str:
+    """Two or more identify runs of one task side by side: for each run after the first, the key heads it gains and
+    loses against the first, and the heads whose effect moved most (in the key rule's metric)."""
+    out = []
+    by_task: dict[str, list[Found]] = {}
+    for f in identify:
+        by_task.setdefault(_task_of(f), []).append(f)
+    for task, runs in by_task.items():
+        if len(runs) < 2:
+            continue
+        base = runs[0]
+        metric = getattr(base.result.key_rule, "metric", None)  # the key rule's metric (a KeyRule)
+        rows = []
+        for other in runs[1:]:
+            a = dict(base.result.key_heads())
+            b = dict(other.result.key_heads())
+            gained = [h for h in b if h not in a]
+            lost = [h for h in a if h not in b]
+            try:
+                ea = base.result.effects(metric) if metric else base.result.effects()
+                eb = other.result.effects(metric) if metric else other.result.effects()
+                d = (eb[0] - ea[0]).nan_to_num()
+                top = d.abs().flatten().topk(min(5, d.numel())).indices.tolist()  # the largest changes, not a ranking
+                n_heads = d.shape[1]
+                moved = ", ".join(f"{i // n_heads}.{i % n_heads} {float(d.flatten()[i]):+.3f}" for i in top)
+            except (RuntimeError, ValueError, KeyError, IndexError):  # different models: no common head grid
+                moved = "n/a (different head grids)"
+            rows.append([other.label or other.path.name, _heads(gained) or "none", _heads(lost) or "none", moved])
+        out.append(f"<h3>Runs of {_e(task)} side by side</h3><p>Against <b>{_e(base.label or base.path.name)}</b>: "
+                   f"the key heads each other run gains and loses, and the five heads whose effect moved most "
+                   f"(other minus first, in {_e(metric or 'the default metric')}).</p>"
+                   + table(["run", "key heads gained", "key heads lost", "largest effect changes"], rows))
+    return "".join(out)
+
+
 def knockout_section(page: Page, found: list[Found]) -> str:
     return page.per_result(found, _knockout_text)
 
@@ -98,12 +173,23 @@ def _knockout_text(r: Any) -> str:
     c = r.curve
     k = max(c.ks)
     i = c.ks.index(k)
-    rnd = sum(row[i] for row in c.random_accuracy) / max(1, len(c.random_accuracy))
+    seeds = [row[i] for row in c.random_accuracy]
+    rnd = sum(seeds) / max(1, len(seeds))
+    key = c.effect_accuracy[i]
+    if seeds and key < min(seeds):
+        verdict = (f"The key heads' knockout is below every one of the {len(seeds)} random seeds' (lowest "
+                   f"{_pct(min(seeds))}).")
+    elif seeds:
+        verdict = (f"<b>The key heads knock out no more than random ones here</b>: {_pct(key)} lies within the random "
+                   f"seeds' range ({_pct(min(seeds))}-{_pct(max(seeds))}), so on these pairs the gap is not "
+                   f"distinguishable from chance.")
+    else:
+        verdict = ""
     return (f"<p class='what'>Mean-ablating the first k heads of the effect ranking (red) against k random heads "
             f"(grey: mean and min-max over {len(c.random_accuracy)} seeds), on {r.n_pairs or '?'} "
             f"{_e(r.task)} pairs (Figure 3). With {k} heads knocked out, accuracy is "
-            f"{_pct(c.effect_accuracy[i])} for the key heads and {_pct(rnd)} for random ones "
-            f"(from {_pct(c.effect_accuracy[0])} with none). First heads: {_e(_heads(c.ranking[:k]))}.</p>")
+            f"{_pct(key)} for the key heads and {_pct(rnd)} for random ones "
+            f"(from {_pct(c.effect_accuracy[0])} with none). {verdict} First heads: {_e(_heads(c.ranking[:k]))}.</p>")
 
 
 def transfer_section(page: Page, found: list[Found]) -> str:
@@ -117,7 +203,9 @@ def transfer_section(page: Page, found: list[Found]) -> str:
                 "each data set (Figure 4; MMLU checks that other abilities survive)")
         out.append(f"<p class='what'>Accuracy on {what} before and after knocking out the {len(r.key_heads)} key heads "
                    f"found on {_e(task)} ({_e(_heads(r.key_heads))}), and after knocking out as many random heads.</p>")
-        out.append(page.figure(r.figure()))
+        fig = r.figure()  # its title names the key heads' task (two transfers in one report are told apart)
+        fig.update_layout(title_text=f"{fig.layout.title.text or 'Transfer of the knockout'}: key heads of {task}")
+        out.append(page.figure(fig, f.label))
         out.append(table(["data set", "n", "before", "key heads out", "random heads out"],
                          [[r.examples.get(k, k) if task == "exponentiation" else k, res[k].get("n", ""),
                            _pct(res[k]["accuracy_before"], 1), _pct(res[k]["accuracy_after"], 1),
@@ -163,7 +251,7 @@ def views_section(page: Page, found: list[Found]) -> str:
 
 
 def lens_section(page: Page, found: list[Found]) -> str:
-    from circuits.viz.figures import top_tokens_figure
+    from circuits.viz.figures import prompt_label, top_tokens_figure
 
     out = []
     for f in found:
@@ -178,8 +266,8 @@ def lens_section(page: Page, found: list[Found]) -> str:
                    f"lists the number tokens each MLP adds most for {_e(repr(r.example))}.</p>")
         out.append(page.figure(r.figure()))
         if r.top_tokens:
-            out.append(page.figure(top_tokens_figure(r.top_tokens, f"6c: top number tokens of MLP_out - MLP_in for "
-                                                                   f"{r.example!r}")))
+            out.append(page.figure(top_tokens_figure(r.top_tokens, "6c: top number tokens of MLP_out - MLP_in for "
+                                                                   + prompt_label(r.example))))
         out.append(f.config_html())
     return "".join(out)
 

@@ -136,6 +136,55 @@ GEOMETRY = """() => {
 }"""
 
 
+# Each figure read as data (issue 29): an axis of a rate (accuracy, probability, a share) starts at 0 and holds its
+# data; every other axis holds its data; every colour scale has its bar (a heatmap without one shares the range and
+# scale of one that has it); titles are unique within a section.
+FIGURE_DATA = """() => {
+  const out = [];
+  const RATE = /accuracy|probability|share|attention from END/i;
+  const text = t => (t && (t.text !== undefined ? t.text : t)) || '';
+  for (const section of document.querySelectorAll('section')) {
+    const titles = {};
+    for (const gd of section.querySelectorAll('.js-plotly-plot')) {
+      const id = gd.id, L = gd._fullLayout;
+      const title = text(L.title).replace(/<[^>]+>/g, ' ').trim();
+      if (title) { if (titles[title]) out.push(`${section.id}: ${titles[title]} and ${id} share the title '${title}'`);
+                   titles[title] = id; }
+      const bars = gd._fullData.filter(t => t.type === 'heatmap' && t.showscale);
+      gd._fullData.forEach((t, k) => {
+        if (t.type === 'heatmap' && !t.showscale && !bars.some(b => b.zmin === t.zmin && b.zmax === t.zmax
+            && JSON.stringify(b.colorscale) === JSON.stringify(t.colorscale)))
+          out.push(`${id} trace ${k} (${t.name || 'heatmap'}): a colour scale without its colour bar`);
+        if (t.type !== 'scatter' || t.visible === false || t.hoverinfo === 'skip') return;  // bands may be clipped
+        const ya = L[(t.yaxis || 'y').replace('y', 'yaxis')];
+        const ys = (t.y || []).filter(v => v !== null && Number.isFinite(+v)).map(Number);
+        if (!ys.length || ya.type !== 'linear') return;
+        const [lo, hi] = ya.range, min = Math.min(...ys), max = Math.max(...ys), eps = 1e-9 + 1e-6 * (hi - lo);
+        if (min < lo - eps || max > hi + eps) out.push(`${id} trace ${k}: data ${min}..${max} outside its axis ${lo}..${hi}`);
+        if (RATE.test(text(ya.title)) && min >= 0 && Math.abs(lo) > eps)
+          out.push(`${id}: the rate axis '${text(ya.title)}' starts at ${lo.toFixed(3)}, not 0`);
+      });
+    }
+  }
+  return out;
+}"""
+
+
+def figures_as_data(page) -> list[str]:
+    """What a figure of the page says that its data does not (empty when every figure is right)."""
+    return page.evaluate(FIGURE_DATA)
+
+
+def test_every_figure_says_what_its_data_says(browser, report):
+    page, errors, _ = open_page(browser, report, width=1280, height=1400)
+    try:
+        assert errors == []
+        problems = figures_as_data(page)
+        assert problems == [], "\n".join(problems)
+    finally:
+        page.close()
+
+
 def geometry(page) -> list[str]:
     """What reads wrong in every plotly figure of the page, at its current width (empty when all is right)."""
     return page.evaluate(GEOMETRY)

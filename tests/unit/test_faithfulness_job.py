@@ -72,24 +72,33 @@ def test_defaults_are_mib_s():
     assert FaithfulnessConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
 
 
-def test_figure_draws_each_ranking_with_its_band_on_a_log_size_axis():
+def test_figure_draws_each_ranking_on_the_linear_axis_cpr_integrates_and_a_log_view():
+    """Left: linear to 100%, the curve closed at (100%, f = 1) as the areas are, the area under each curve shaded;
+    right: the same curves on a log axis. Bands where an interval is given."""
     sizes = torch.tensor(MIB_SIZES, dtype=torch.float64)
     f = {"exact-path": torch.linspace(0.1, 0.9, 9), "eap-ig": torch.linspace(0.0, 0.8, 9)}
     low = {"exact-path": f["exact-path"] - 0.05}
     high = {"exact-path": f["exact-path"] + 0.05}
     fig = faithfulness_figure(sizes, f, low, high, "addition")
     lines = [t for t in fig.data if t.mode == "lines+markers"]
-    assert [t.name for t in lines] == ["exact-path", "eap-ig"]
+    assert [t.name for t in lines] == ["exact-path", "exact-path", "eap-ig", "eap-ig"]  # one per view
+    assert [t.showlegend for t in lines] == [True, False, True, False]
     percent = [100 * s for s in MIB_SIZES]
-    assert list(lines[0].y) == pytest.approx(f["exact-path"].tolist()) and list(lines[1].x) == pytest.approx(percent)
+    assert list(lines[0].y) == pytest.approx(f["exact-path"].tolist()) and list(lines[2].x) == pytest.approx(percent)
     bands = [t for t in fig.data if t.fill == "tonexty"]
-    assert len(bands) == 1 and bands[0].legendgroup == "exact-path"  # eap-ig has no interval: no band
+    assert len(bands) == 2 and {b.legendgroup for b in bands} == {"exact-path"}  # eap-ig has no interval: no band
     assert list(bands[0].y) == pytest.approx(low["exact-path"].tolist())
-    assert fig.layout.xaxis.type == "log" and list(fig.layout.xaxis.tickvals) == pytest.approx(percent)
-    assert list(fig.layout.xaxis.ticktext) == ["0.1%", "0.2%", "0.5%", "1%", "2%", "5%", "10%", "20%", "50%"]
+    areas = [t for t in fig.data if t.fill == "tozeroy"]
+    assert [t.legendgroup for t in areas] == ["exact-path", "eap-ig"]
+    assert areas[0].x[-1] == 100 and areas[0].y[-1] == 1  # closed at 100%, where f = 1, as CPR integrates it
+    assert fig.layout.xaxis.type in (None, "linear", "-") and list(fig.layout.xaxis.range) == [0, 100]
+    assert fig.layout.xaxis2.type == "log" and list(fig.layout.xaxis2.tickvals) == pytest.approx(percent)
+    assert list(fig.layout.xaxis2.ticktext) == ["0.1%", "0.2%", "0.5%", "1%", "2%", "5%", "10%", "20%", "50%"]
     assert list(fig.layout.yaxis.range) == pytest.approx([-0.2, 1.2])
     refs = sorted(s.y0 for s in fig.layout.shapes)
-    assert refs == [0, 1]
+    assert refs == [0, 0, 1, 1]
+    assert sorted(a.text for a in fig.layout.annotations if a.text.startswith("f =")) == [
+        "f = 0: all ablated", "f = 1: the full model"]  # named once
 
 
 def hand_result() -> FaithfulnessResult:

@@ -11,6 +11,7 @@ from result_cases import build_results, main_file
 from circuits.evaluation.result import EvalResult
 from circuits.io import atomic_dir, read_json, read_jsonl, write_json
 from circuits import jobs
+from circuits.versions import provenance
 from circuits.results import (COMMON_FILES, MARKER, RESULT_TYPES, Result, ResultError, detect_kind, load_result,
                               own_files, result_type)
 from circuits.validate.knockout import KnockoutConfig, KnockoutResult
@@ -68,13 +69,14 @@ def test_every_kind_loads_back_equal_with_its_typed_config(results, kind, tmp_pa
     marker = json.loads((out / MARKER).read_text())
     # a folder replaced whole lists its files (nothing else is replaced with it); a working folder writes in place
     files = {} if cls.in_place else {"files": sorted(p.name for p in out.iterdir())}
-    assert marker == {"kind": kind, "version": cls.version, **files}
+    # and what made it (issue 29): this process's backend, library versions and commit, read back by load
+    assert marker == {"kind": kind, "version": cls.version, **files, "provenance": provenance()}
     # what it writes is what the job table says its jobs write (so a later save may replace it)
     assert {p.name for p in out.iterdir()} <= own_files(out) == COMMON_FILES | jobs.files_of(kind)
     assert r.save(out) == out  # and so it replaces its own folder
     assert json.loads((out / "config.json").read_text()) == json.loads(json.dumps(r.config.to_json()))
     for back in (cls.load(out), load_result(out)):
-        assert type(back) is cls and back == r
+        assert type(back) is cls and back == r and back.provenance == r.provenance == provenance()
         assert type(back.config) is type(r.config) and back.config == r.config
         first = dataclasses.fields(r.config)[0].name  # typed: attribute access works loaded as fresh
         assert getattr(back.config, first) == getattr(r.config, first)
