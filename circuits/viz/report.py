@@ -97,6 +97,26 @@ def collect(paths: Iterable[str | Path]) -> tuple[list[Found], list[Path], list[
     return list(unique.values()), unknown, broken
 
 
+_DRAW_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError)
+
+
+def _render(section, page: Page, mine: list[Found], broken: list[tuple[Path, str]]) -> str:  # noqa: ANN001
+    """A section's HTML; a result whose values it cannot draw (a string where a number is) is listed as
+    unreadable, with why, and the section drawn from the rest."""
+    try:
+        return section.render(page, mine)
+    except _DRAW_ERRORS:
+        pass
+    good = []
+    for f in mine:
+        try:
+            section.render(Page(page.title), [f])
+            good.append(f)
+        except _DRAW_ERRORS as err:
+            broken.append((f.path, f"its values cannot be drawn ({type(err).__name__}: {err})"))
+    return section.render(page, good) if good else ""
+
+
 def build_report(paths: Sequence[str | Path], title: str = "circuits report", *, out: str | Path | None = None,
                  inline: bool | None = None) -> str:
     """The report's HTML for the results under ``paths``; raises ValueError when none can be read.
@@ -113,7 +133,7 @@ def build_report(paths: Sequence[str | Path], title: str = "circuits report", *,
     skipped = []
     for s in SECTIONS:
         mine = [f for f in found if f.kind in s.kinds]
-        body = s.render(page, mine) if mine else ""
+        body = _render(s, page, mine, broken) if mine else ""
         if body:
             page.add(s.anchor, s.heading, body)
         else:
