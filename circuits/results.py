@@ -16,6 +16,8 @@ naming it. A folder without the ``circuits.json`` marker holds no circuits resul
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import importlib
 import math
@@ -23,6 +25,7 @@ import os
 import tempfile
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -152,6 +155,26 @@ def _refusal(out: Path, shown: str | Path, kind: str, container: bool) -> str | 
     return None
 
 
+_GRANTED: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("circuits_overwrite", default=())
+
+
+@contextlib.contextmanager
+def overwrite_granted(out: str | Path) -> Iterator[None]:
+    """While the block runs, the ``--overwrite`` a command was given for ``out`` holds for every check of ``out`` and
+    of what lies below it (the job's own :meth:`Result.save` included): the decision is made once, before the work,
+    never refused after it."""
+    token = _GRANTED.set((*_GRANTED.get(), real_path(Path(out).expanduser())))
+    try:
+        yield
+    finally:
+        _GRANTED.reset(token)
+
+
+def _granted(out: Path) -> bool:
+    target = real_path(out)
+    return any(target == g or g in target.parents for g in _GRANTED.get())
+
+
 def check_output(out: str | Path, kind: str, *, overwrite: bool = False, container: bool = False) -> Path:
     """Check, before any work, that a ``kind`` job may write its result to ``out``.
 
@@ -164,6 +187,7 @@ def check_output(out: str | Path, kind: str, *, overwrite: bool = False, contain
     """
     out = Path(out).expanduser()
     target = real_path(out)
+    overwrite = overwrite or _granted(out)
     here = Path(os.path.realpath(Path.cwd()))
     if target == here or target in here.parents or target == Path(target.anchor) \
             or out.absolute() == Path.cwd() or out.absolute() in Path.cwd().parents:

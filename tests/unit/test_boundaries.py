@@ -305,3 +305,37 @@ sys.exit(C.main([]))
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 143, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.py"], list(tmp_path.iterdir())
+
+
+# --- what a job replaces: decided before the work, from its own file list ----------------------------------------
+
+def test_overwrite_granted_up_front_holds_for_the_jobs_own_save(tmp_path):
+    from result_cases import identify_from_effects
+
+    from circuits.cli._output import writing
+    from circuits.io import OutputError
+
+    r = identify_from_effects()
+    out = tmp_path / "res"
+    (out / ".git").mkdir(parents=True)
+    with pytest.raises(OutputError, match="pass --overwrite"):
+        with writing(out, "identify", False):
+            pass
+    with writing(out, "identify", True):  # what `circuits identify --overwrite` does: checked once, then the work
+        r.save(out)  # the job's own save, which checks again without the flag: before, "pass --overwrite"
+    assert (out / "circuits.json").is_file() and not (out / ".git").exists()
+
+
+def test_a_marker_naming_a_users_file_does_not_make_it_replaceable(tmp_path):
+    from result_cases import write_identify
+
+    from circuits.io import OutputError
+    from circuits.results import check_output
+
+    folder = write_identify(tmp_path / "res", "addition")
+    marker = json.loads((folder / "circuits.json").read_text())
+    (folder / "circuits.json").write_text(json.dumps({**marker, "files": [*marker.get("files", []), "NOTES.md"]}))
+    (folder / "NOTES.md").write_text("mine")
+    with pytest.raises(OutputError, match="NOTES.md"):
+        check_output(folder, "identify")
+    assert (folder / "NOTES.md").read_text() == "mine"
