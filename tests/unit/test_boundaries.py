@@ -339,3 +339,14 @@ def test_a_marker_naming_a_users_file_does_not_make_it_replaceable(tmp_path):
     with pytest.raises(OutputError, match="NOTES.md"):
         check_output(folder, "identify")
     assert (folder / "NOTES.md").read_text() == "mine"
+
+
+def test_a_faithfulness_part_is_keyed_by_its_ranking(tokenizer):
+    from helpers import mixed_pairs
+
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.faithfulness.job import _key
+
+    config, pairs = FaithfulnessConfig(), mixed_pairs(tokenizer, 2)
+    assert _key(config, pairs, "screen") != _key(config, pairs, "exact-path")  # a copied part is computed again
+    assert _key(config, pairs, "screen") == _key(config, pairs, "screen")
