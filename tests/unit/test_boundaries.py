@@ -350,3 +350,15 @@ def test_a_faithfulness_part_is_keyed_by_its_ranking(tokenizer):
     config, pairs = FaithfulnessConfig(), mixed_pairs(tokenizer, 2)
     assert _key(config, pairs, "screen") != _key(config, pairs, "exact-path")  # a copied part is computed again
     assert _key(config, pairs, "screen") == _key(config, pairs, "screen")
+
+
+@pytest.mark.parametrize("text, says", [("not json\n", "line 1"), ('{"question": "q"}\n', "no field 'answer'"),
+                                        ("[1, 2]\n", "not an object")])
+def test_data_dir_garbage_names_the_file(tmp_path, text, says):
+    from circuits.data.benchmarks import load_gsm8k
+
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "train.jsonl").write_text(text)
+    with pytest.raises(ValueError, match=says) as info:
+        load_gsm8k("train", str(tmp_path))
+    assert "train.jsonl" in str(info.value) and "\n" not in str(info.value)
