@@ -362,3 +362,18 @@ def test_data_dir_garbage_names_the_file(tmp_path, text, says):
     with pytest.raises(ValueError, match=says) as info:
         load_gsm8k("train", str(tmp_path))
     assert "train.jsonl" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_sweep_whose_head_tensor_does_not_fit_is_refused(tmp_path):
+    from result_cases import write_identify
+
+    from circuits.identify.result import IdentifyResult
+    from circuits.results import ResultError
+
+    folder = write_identify(tmp_path / "res", "addition")
+    IdentifyResult.load(folder)  # as written (its effects in summary.json): fits
+    n_layers = len(json.loads((folder / "summary.json").read_text())["head_effects"])
+    # A sweep.pt of another model: a [2, 3, 4] head tensor beside this model's MLP layers.
+    torch.save({"head_logit": torch.zeros(2, 3, 4), "mlp_logit": torch.zeros(2, n_layers + 27)}, folder / "sweep.pt")
+    with pytest.raises(ResultError, match=r"sweep\.pt: .*does not fit"):
+        IdentifyResult.load(folder)
