@@ -292,7 +292,7 @@ class IdentifyResult(ShowsFigure, Result):
 
 
 def _check_sweep_shapes(tensors: Any, path: Path, n_pairs: int, summary: Any) -> None:
-    """A ``sweep.pt`` fits its result: per-pair head tensors ``[pair, layer, head]`` and MLP tensors ``[pair, layer]``
+    """A ``sweep.pt`` fits its result: per-pair head tensors ``[layer, head, pair]`` and MLP tensors ``[layer, pair]``
     over the same pairs and layers, as many pairs as ``pairs.jsonl`` holds, and the layers x heads of the saved
     summary's ``head_effects``; else one ResultError naming the file (a heat map of the wrong shape is never drawn)."""
     if not isinstance(tensors, dict):
@@ -302,12 +302,12 @@ def _check_sweep_shapes(tensors: Any, path: Path, n_pairs: int, summary: Any) ->
     bad = [f"{k} {list(v.shape)}" for k, v in heads.items() if v.ndim != 3] + \
         [f"{k} {list(v.shape)}" for k, v in mlps.items() if v.ndim != 2]
     shapes = {tuple(v.shape) for v in heads.values()}
-    layers = {v.shape[1] for v in (*heads.values(), *mlps.values()) if v.ndim >= 2}
-    pair_counts = {v.shape[0] for v in (*heads.values(), *mlps.values()) if v.ndim >= 1}
+    layers = {v.shape[0] for v in (*heads.values(), *mlps.values()) if v.ndim >= 2}
+    pair_counts = {v.shape[-1] for v in (*heads.values(), *mlps.values()) if v.ndim >= 1}
     grid = summary.get("head_effects") if isinstance(summary, dict) else None
     if not bad and isinstance(grid, list) and grid and isinstance(grid[0], list) and shapes:
-        if {s[1:] for s in shapes} != {(len(grid), len(grid[0]))}:
-            bad.append(f"head tensors {sorted(shapes)[0][1:]} where summary.json's head_effects is "
+        if {s[:2] for s in shapes} != {(len(grid), len(grid[0]))}:
+            bad.append(f"head tensors of {sorted(shapes)[0][0]} x {sorted(shapes)[0][1]} layers x heads where summary.json's head_effects is "
                        f"{len(grid)} x {len(grid[0])}")
     if not bad and (len(shapes) > 1 or len(layers) > 1 or len(pair_counts) > 1
                     or (n_pairs and pair_counts and pair_counts != {n_pairs})):

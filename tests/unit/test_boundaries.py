@@ -374,6 +374,6 @@ def test_a_sweep_whose_head_tensor_does_not_fit_is_refused(tmp_path):
     IdentifyResult.load(folder)  # as written (its effects in summary.json): fits
     n_layers = len(json.loads((folder / "summary.json").read_text())["head_effects"])
     # A sweep.pt of another model: a [2, 3, 4] head tensor beside this model's MLP layers.
-    torch.save({"head_logit": torch.zeros(2, 3, 4), "mlp_logit": torch.zeros(2, n_layers + 27)}, folder / "sweep.pt")
+    torch.save({"head_logit": torch.zeros(2, 3, 4), "mlp_logit": torch.zeros(n_layers + 27, 4)}, folder / "sweep.pt")
     with pytest.raises(ResultError, match=r"sweep\.pt: .*does not fit"):
         IdentifyResult.load(folder)
