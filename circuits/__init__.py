@@ -19,6 +19,12 @@ Names are imported on first use, so ``import circuits`` is fast.
 from __future__ import annotations
 
 import sys
+
+if sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "circuits":  # the console script: Ctrl-C while it imports is one line
+    from circuits._startup import quiet_interrupts
+
+    quiet_interrupts()
+
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING
 

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import socket
 import sys
 import tempfile
@@ -144,9 +145,7 @@ def load_torch(path: str | Path, what: str = "circuits", **kwargs: Any) -> Any:
     """``torch.load`` (tensors only, on the CPU); a missing, truncated or foreign file is one error naming it."""
     import torch
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found")
+    path = check_regular(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True, **kwargs)
     except Exception as err:  # torch raises several types (UnpicklingError, RuntimeError, EOFError, ...)
@@ -155,21 +154,44 @@ def load_torch(path: str | Path, what: str = "circuits", **kwargs: Any) -> Any:
                          "or written by something else") from None
 
 
-def read_json(path: str | Path) -> Any:
-    """JSON from ``path``; a missing or corrupt file is one error that names it."""
+# The largest text or JSON file a job reads back (results, markers, configs, parts, MIB graphs, timings, data files):
+# checked before reading, so a file that is not what circuits wrote cannot make a reader allocate gigabytes.
+MAX_READ_BYTES = int(os.environ.get("CIRCUITS_MAX_READ_BYTES", 2 << 30))
+
+
+def check_regular(path: str | Path, limit: int | None = None) -> Path:
+    """``path``, when it is a regular file (links followed) of at most ``limit`` bytes (:data:`MAX_READ_BYTES`);
+    a directory, FIFO, device (a link to ``/dev/zero``) or oversized file is one ValueError naming it, before any
+    read (a FIFO would block, a device never end)."""
     path = Path(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        st = os.stat(path)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    if not stat.S_ISREG(st.st_mode):
+        what = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a FIFO, device or socket)"
+        raise ValueError(f"{path} is {what}; circuits reads only regular files")
+    limit = MAX_READ_BYTES if limit is None else limit
+    if st.st_size > limit:
+        raise ValueError(f"{path} is {st.st_size} bytes, more than the {limit} a circuits file may hold")
+    return path
+
+
+def read_json(path: str | Path, limit: int | None = None) -> Any:
+    """JSON from ``path``; a missing, corrupt, too deeply nested or non-regular file is one error that names it."""
+    text = read_text(path, limit)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not valid JSON ({err}); it may be truncated or corrupt") from None
+    except RecursionError:
+        raise ValueError(f"{path} is nested too deeply to be a circuits file") from None
 
 
-def read_text(path: str | Path) -> str:
-    """UTF-8 text from ``path``; a missing or undecodable file is one error that names it."""
-    path = Path(path)
+def read_text(path: str | Path, limit: int | None = None) -> str:
+    """UTF-8 text from ``path`` (a regular file, :func:`check_regular`); a missing or undecodable file is one error
+    that names it."""
+    path = check_regular(path, limit)
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:

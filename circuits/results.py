@@ -16,11 +16,16 @@ naming it. A folder without the ``circuits.json`` marker holds no circuits resul
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import importlib
 import math
 import os
 import tempfile
+import types
+import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -150,6 +155,26 @@ def _refusal(out: Path, shown: str | Path, kind: str, container: bool) -> str | 
     return None
 
 
+_GRANTED: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("circuits_overwrite", default=())
+
+
+@contextlib.contextmanager
+def overwrite_granted(out: str | Path) -> Iterator[None]:
+    """While the block runs, the ``--overwrite`` a command was given for ``out`` holds for every check of ``out`` and
+    of what lies below it (the job's own :meth:`Result.save` included): the decision is made once, before the work,
+    never refused after it."""
+    token = _GRANTED.set((*_GRANTED.get(), real_path(Path(out).expanduser())))
+    try:
+        yield
+    finally:
+        _GRANTED.reset(token)
+
+
+def _granted(out: Path) -> bool:
+    target = real_path(out)
+    return any(target == g or g in target.parents for g in _GRANTED.get())
+
+
 def check_output(out: str | Path, kind: str, *, overwrite: bool = False, container: bool = False) -> Path:
     """Check, before any work, that a ``kind`` job may write its result to ``out``.
 
@@ -162,6 +187,7 @@ def check_output(out: str | Path, kind: str, *, overwrite: bool = False, contain
     """
     out = Path(out).expanduser()
     target = real_path(out)
+    overwrite = overwrite or _granted(out)
     here = Path(os.path.realpath(Path.cwd()))
     if target == here or target in here.parents or target == Path(target.anchor) \
             or out.absolute() == Path.cwd() or out.absolute() in Path.cwd().parents:
@@ -337,6 +363,46 @@ class Result:
     @classmethod
     def _read(cls: type[R], folder: Path, config: Any) -> R:
         raise NotImplementedError
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a value read from JSON has the type a result field declares (int, float, str, bool, list[...],
+    dict; other hints are not checked here)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if hint is list or origin is list:
+        return isinstance(value, list) and (not args or all(_fits(v, args[0]) for v in value))
+    if hint is dict or origin is dict:
+        return isinstance(value, dict)
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    return True
+
+
+def check_fields(cls: type, data: Any, path: Path) -> dict[str, Any]:
+    """The fields of dataclass ``cls`` in ``data`` (a dict read from ``path``), each of its declared type; else one
+    :class:`ResultError` line naming the file and the field."""
+    if not isinstance(data, dict):
+        raise ResultError(f"{path}: expected a JSON object, found {type(data).__name__}")
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data or f.name == "config":
+            continue
+        if not _fits(data[f.name], hints.get(f.name, Any)):
+            raise ResultError(f"{path}: field {f.name!r} is {brief(data[f.name], 40)} ({type(data[f.name]).__name__}), "
+                              f"not {getattr(hints.get(f.name), '__name__', hints.get(f.name))}")
+        out[f.name] = data[f.name]
+    return out
 
 
 def read_config(folder: Path, config_type: type[C]) -> C:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -101,24 +102,38 @@ def table(seconds: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+# What --timings writes: an object that says it is circuits' timings, so a flat JSON object of numbers somebody else
+# wrote (an editor's settings.json) is never taken for one and rewritten.
+TIMINGS_TAG = "circuits timings"
+
+
+def _seconds_ok(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+
+
 def read_file(path: str | Path) -> dict[str, float]:
-    """The stages saved in ``path`` by ``--timings`` (empty when there is no file yet). A file of anything else --
-    not JSON, or JSON that is not an object of stage names and seconds -- or a folder is one error naming it, so
-    ``circuits --timings FILE`` can refuse it before the command runs (and never writes over it)."""
+    """The stages saved in ``path`` by ``--timings`` (empty when there is no file yet). A file --timings did not
+    write -- not JSON, JSON without its ``"format": "circuits timings"`` tag, seconds that are not finite numbers
+    >= 0 -- or a folder is one error naming it, so ``circuits --timings FILE`` can refuse it before the command runs
+    (and never writes over it)."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"--timings {path} is a folder; name a JSON file that --timings writes (it is created if absent)")
     if not path.exists():
         return {}
     try:
-        saved = read_json(path)
+        saved = read_json(path, limit=1 << 20)
     except ValueError:
         saved = None
-    if not isinstance(saved, dict) or not all(isinstance(k, str) and isinstance(v, (int, float))
-                                              and not isinstance(v, bool) for k, v in saved.items()):
+    stages = saved.get("seconds") if isinstance(saved, dict) and saved.get("format") == TIMINGS_TAG else None
+    if not isinstance(stages, dict) or not all(isinstance(k, str) for k in stages):
         raise ValueError(f"--timings {path} holds something other than the stage timings --timings writes (a JSON "
-                         "object of stage names and seconds); name a new file, or one written by --timings")
-    return {k: float(v) for k, v in saved.items()}
+                         f"object tagged \"format\": \"{TIMINGS_TAG}\"); name a new file, or one written by --timings")
+    bad = [k for k, v in stages.items() if not _seconds_ok(v)]
+    if bad:
+        raise ValueError(f"--timings {path}: stage {bad[0]!r} holds {stages[bad[0]]!r}, not seconds (a finite number "
+                         ">= 0); name a new file, or fix that one")
+    return {k: float(v) for k, v in stages.items()}
 
 
 def add_to_file(path: str | Path, seconds: dict[str, float]) -> dict[str, float]:
@@ -127,5 +142,8 @@ def add_to_file(path: str | Path, seconds: dict[str, float]) -> dict[str, float]
     path = Path(os.path.realpath(path))  # a link to the file is followed, not replaced
     saved = read_file(path)
     total = {k: saved.get(k, 0.0) + seconds.get(k, 0.0) for k in {*saved, *seconds}}
-    write_json(path, total)
+    bad = [k for k, v in seconds.items() if not _seconds_ok(v)]
+    if bad:
+        raise ValueError(f"stage {bad[0]!r} took {seconds[bad[0]]!r} seconds; not written to --timings {path}")
+    write_json(path, {"format": TIMINGS_TAG, "seconds": total})
     return total

@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> Path:
     from circuits.validate.knockout_job import knockout_result
 
     out = Path(args.out)
-    from circuits.viz.page import shared_asset
+    from circuits.viz.page import asset_home, shared_asset
 
     out.mkdir(parents=True, exist_ok=True)  # one circuitsvis copy in --out that the views and the report share
     shared_asset("circuitsvis", out / "index.html", default=out)
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> Path:
     if not found:
         parser.error(f"no identify results under {args.identify_dir} (one folder per operation, as circuits identify "
                      f"--task all --out {args.identify_dir} writes)")
-    with timing.recording() as rec:
+    with timing.recording() as rec, asset_home(out):  # the pages below --out share its one circuitsvis copy
         with timing.stage("load"):
             model = C.model_for(args.model)
             ids = {op: IdentifyResult.load(folder) for op, folder in found.items()}

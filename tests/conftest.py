@@ -7,8 +7,23 @@ notebook. ``make test`` runs both; ``make test-fast`` the unit tier.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
+
+# Everything a test run writes to a temporary folder (pytest's temp roots, the tiny model folders, the experiment
+# scripts' shared run, evaluate's and torchrun's folders, torch's compile caches) goes under one folder per run,
+# made here before anything asks for a temp folder and removed at the end; a failed run keeps it and names it.
+# pytest-xdist's workers and the subprocesses of the tests inherit it through TMPDIR.
+if "CIRCUITS_TEST_ROOT" not in os.environ:
+    _root = tempfile.mkdtemp(prefix="circuits-tests-")
+    os.environ.update(CIRCUITS_TEST_ROOT=_root, CIRCUITS_TEST_ROOT_OWNER=str(os.getpid()))
+_ROOT = os.environ["CIRCUITS_TEST_ROOT"]
+os.environ["TMPDIR"] = _ROOT
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(_ROOT, "torchinductor"))
+os.environ.setdefault("TRITON_CACHE_DIR", os.path.join(_ROOT, "triton"))
+tempfile.tempdir = None  # read TMPDIR again
 
 # Idle OpenMP threads sleep rather than spin (set before torch loads): on a shared CPU two spinning threads ran the
 # forward passes 2-7x slower than one (docs/speed.md).
@@ -30,6 +45,22 @@ _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 torch.set_num_threads(int(os.environ.get("CIRCUITS_TEST_THREADS", max(1, min(2, available_cores()) // _workers))))
 # The command line and figure scripts (run in-process or as subprocesses) keep that count (circuits.threads).
 os.environ.setdefault("CIRCUITS_THREADS", str(torch.get_num_threads()))
+
+
+def pytest_unconfigure(config):
+    """The run's temp folder goes when the process that made it ends: kept, and named, when a test failed."""
+    if os.environ.get("CIRCUITS_TEST_ROOT_OWNER") != str(os.getpid()) or hasattr(config, "workerinput"):
+        return
+    session = getattr(config, "_circuits_session", None)
+    failed = session is not None and (session.testsfailed or session.shouldfail)
+    if failed:
+        print(f"\ncircuits tests: kept the run's temporary folder for the failure: {_ROOT}", file=sys.stderr)
+    else:
+        shutil.rmtree(_ROOT, ignore_errors=True)
+
+
+def pytest_sessionstart(session):
+    session.config._circuits_session = session
 
 
 @pytest.fixture(scope="session")

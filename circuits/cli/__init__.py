@@ -18,11 +18,18 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import threading
 import sys
+import threading
 from collections.abc import Sequence
 
-from circuits.threads import configure_threads, prefer_passive_waiting
+from circuits._startup import quiet_interrupts, startup_interrupt as _startup_interrupt
+
+# The `circuits` console script runs `from circuits.cli import main` before main() sets its handler: a Ctrl-C in the
+# imports below is one line (circuits/__init__.py set it already; here again for an importer of circuits.cli alone).
+if os.path.basename(sys.argv[0] if sys.argv else "") == "circuits":
+    quiet_interrupts()
+
+from circuits.threads import configure_threads, prefer_passive_waiting  # noqa: E402
 
 prefer_passive_waiting()  # before the subcommands import torch, whose OpenMP runtime reads the policy once
 
@@ -77,6 +84,8 @@ def _one_line_warnings(command: str, main_rank: bool):  # noqa: ANN202
 
 
 _INTERRUPTED = threading.Event()
+_TERMINATED = threading.Event()
+_PREVIOUS_TERM: list = []
 
 
 def _note_interrupts():  # noqa: ANN202
@@ -87,10 +96,19 @@ def _note_interrupts():  # noqa: ANN202
         _INTERRUPTED.set()
         raise KeyboardInterrupt
 
+    def terminate(signum, frame):  # noqa: ANN001, ANN202
+        _TERMINATED.set()
+        handler(signum, frame)
+
     _INTERRUPTED.clear()
+    _TERMINATED.clear()
     if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+            or signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, _startup_interrupt):
         return None  # a caller's own handler (a notebook, a test runner) stays
+    # SIGTERM (kill, a batch system's stop, torchrun ending its workers) unwinds like Ctrl-C, so the job's temporary
+    # folders and its output lock are removed on the way out (exit 143); its default would end the process at once.
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        _PREVIOUS_TERM.append(signal.signal(signal.SIGTERM, terminate))
     return signal.signal(signal.SIGINT, handler)
 
 
@@ -130,7 +148,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0") or "--debug" in (sys.argv[1:] if argv is None else argv)
     previous = _note_interrupts()
     try:
-        return _main(argv)
+        code = _main(argv)
+        return 143 if code == 130 and _TERMINATED.is_set() else code
     except KeyboardInterrupt:
         if debug:
             raise
@@ -146,6 +165,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
+        while _PREVIOUS_TERM:
+            signal.signal(signal.SIGTERM, _PREVIOUS_TERM.pop())
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

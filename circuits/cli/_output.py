@@ -14,7 +14,7 @@ from typing import Any
 from circuits.config import add_arguments, from_arguments
 from circuits.io import OutputError, output_lock
 from circuits.jobs import load
-from circuits.results import check_output
+from circuits.results import check_output, overwrite_granted
 
 
 def add_output_arguments(parser: argparse.ArgumentParser, help: str, default: str | None = None) -> None:
@@ -46,7 +46,7 @@ def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: b
     if not distributed.is_main():
         yield out
         return
-    with output_lock(out):
+    with output_lock(out), (overwrite_granted(out) if overwrite else contextlib.nullcontext()):
         yield out
 
 

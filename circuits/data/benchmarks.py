@@ -19,13 +19,12 @@ Train/test separation (Section 5.3 trains on "the four math data sets' training 
 from __future__ import annotations
 
 import csv
-import json
 import os
 import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 MathTask = Literal["gsm8k", "addsub", "singleeq", "svamp"]
 MATH_TASKS: tuple[str, ...] = ("gsm8k", "addsub", "singleeq", "svamp")
@@ -192,10 +191,32 @@ def _adapters_rationale(output: str) -> str:
     return output.strip().removeprefix("A:").strip()
 
 
+class _Row(dict):
+    """One record of a data file; a field it lacks is one ValueError naming the file and the record."""
+
+    where = ""
+
+    def __missing__(self, key: str) -> Any:
+        raise ValueError(f"{self.where}: no field {key!r}; the file is not the data set it is named for (see the "
+                         "data folder's README)")
+
+
 def _read_json(path: Path) -> list[dict]:
-    if path.suffix == ".jsonl":
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    return json.loads(path.read_text(encoding="utf-8"))
+    """The records of a data file (JSON list or JSON Lines): a regular file of JSON objects; anything else is one
+    ValueError naming the file (and the line or record)."""
+    from circuits.io import read_json, read_jsonl
+
+    data = read_jsonl(path) if path.suffix == ".jsonl" else read_json(path)
+    if not isinstance(data, list):
+        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not a list of records")
+    rows = []
+    for i, r in enumerate(data, 1):
+        if not isinstance(r, dict):
+            raise ValueError(f"{path}, record {i}: a JSON {type(r).__name__}, not an object")
+        row = _Row(r)
+        row.where = f"{path}, record {i}"
+        rows.append(row)
+    return rows
 
 
 def load_gsm8k(split: Literal["train", "test"], data_dir: str | None = None, source: Source = "local") -> list[MathItem]:

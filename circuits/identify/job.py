@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -114,11 +115,17 @@ def run(config: IdentifyConfig, out: str | Path, *, model: Model | None = None,
                               **({"device": D.use_devices(n_devices)} if D.is_distributed() else {}))
     tasks = list(OPERATIONS) if config.task == "all" else [config.task]
     folders = task_folders(config, out)
-    if config.task == "all" and D.is_main():  # one plotly.js in --out that every task's heads.html loads
-        from circuits.viz.page import shared_asset
+    from circuits.viz.page import asset_home, shared_asset
 
+    if config.task == "all" and D.is_main():  # one plotly.js in --out that every task's heads.html loads
         out.mkdir(parents=True, exist_ok=True)
         shared_asset("plotly", out / "index.html", default=out)
+    with asset_home(out):
+        return _run_tasks(config, out, tasks, folders, model, load, progress)
+
+
+def _run_tasks(config: IdentifyConfig, out: Path, tasks: list[str], folders: dict[str, Path], model: Model | None,
+               load: Callable[[], Model], progress: bool) -> IdentifyResult:
     results: dict[str, IdentifyResult] = {}
     for task in tasks:
         cfg = config.for_task(task)

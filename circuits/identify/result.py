@@ -275,6 +275,7 @@ class IdentifyResult(ShowsFigure, Result):
                 tensors = load_torch(folder / "sweep.pt", "sweep")
             except ValueError as err:
                 raise ResultError(f"{err}; rerun circuits identify") from None
+            _check_sweep_shapes(tensors, folder / "sweep.pt", len(pairs), summary)
             sweep = SweepResult.from_tensors(tensors, config.mode)  # type: ignore[arg-type]
         else:
             saved = {k: (torch.tensor(v["head_effects"]), torch.tensor(v["mlp_effects"]))
@@ -287,6 +288,33 @@ class IdentifyResult(ShowsFigure, Result):
 
             edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
         return cls(config, pairs, sweep, stats, float(summary.get("seconds", 0.0)), summary.get("per_task"), saved, edges)
+
+
+
+def _check_sweep_shapes(tensors: Any, path: Path, n_pairs: int, summary: Any) -> None:
+    """A ``sweep.pt`` fits its result: per-pair head tensors ``[layer, head, pair]`` and MLP tensors ``[layer, pair]``
+    over the same pairs and layers, as many pairs as ``pairs.jsonl`` holds, and the layers x heads of the saved
+    summary's ``head_effects``; else one ResultError naming the file (a heat map of the wrong shape is never drawn)."""
+    if not isinstance(tensors, dict):
+        raise ResultError(f"{path} holds a {type(tensors).__name__}, not the sweep's tensors; rerun circuits identify")
+    heads = {k: v for k, v in tensors.items() if isinstance(k, str) and k.startswith("head_") and torch.is_tensor(v)}
+    mlps = {k: v for k, v in tensors.items() if isinstance(k, str) and k.startswith("mlp_") and torch.is_tensor(v)}
+    bad = [f"{k} {list(v.shape)}" for k, v in heads.items() if v.ndim != 3] + \
+        [f"{k} {list(v.shape)}" for k, v in mlps.items() if v.ndim != 2]
+    shapes = {tuple(v.shape) for v in heads.values()}
+    layers = {v.shape[0] for v in (*heads.values(), *mlps.values()) if v.ndim >= 2}
+    pair_counts = {v.shape[-1] for v in (*heads.values(), *mlps.values()) if v.ndim >= 1}
+    grid = summary.get("head_effects") if isinstance(summary, dict) else None
+    if not bad and isinstance(grid, list) and grid and isinstance(grid[0], list) and shapes:
+        if {s[:2] for s in shapes} != {(len(grid), len(grid[0]))}:
+            bad.append(f"head tensors of {sorted(shapes)[0][0]} x {sorted(shapes)[0][1]} layers x heads where summary.json's head_effects is "
+                       f"{len(grid)} x {len(grid[0])}")
+    if not bad and (len(shapes) > 1 or len(layers) > 1 or len(pair_counts) > 1
+                    or (n_pairs and pair_counts and pair_counts != {n_pairs})):
+        listed = ", ".join(f"{k} {list(v.shape)}" for k, v in {**heads, **mlps}.items())
+        bad.append(f"shapes that do not fit together ({listed}; {n_pairs} pairs)")
+    if bad:
+        raise ResultError(f"{path}: {bad[0]}; it does not fit this result (rerun circuits identify)")
 
 
 def load_identify(folder: str | Path) -> IdentifyResult:

@@ -64,6 +64,9 @@ MIB_TASKS = {"addition": "arithmetic_addition", "subtraction": "arithmetic_subtr
 MIB_MODELS = {"gpt2": "gpt2-small", "qwen2.5": "Qwen/Qwen2.5-0.5B", "gemma2": "google/gemma-2-2b",
               "llama3": "meta-llama/Llama-3.1-8B"}
 CFG_KEYS = ("n_layers", "n_heads", "parallel_attn_mlp", "d_model")
+# Limits checked before allocating: a graph's senders x receivers (Llama-3.1-8B's is 3.3e6) and its file's bytes.
+MAX_EDGE_CELLS = 100_000_000
+MAX_FILE_BYTES = 4 << 30
 _NODE = re.compile(r"^(?:(input)|(logits)|a(\d+)\.h(\d+)|m(\d+))$")
 _EDGE = re.compile(r"^(.+?)->(.+?)(?:<([qkv])>)?$")
 
@@ -303,17 +306,35 @@ class MIBGraph:
     def from_json(cls, d: dict[str, Any]) -> MIBGraph:
         """A graph from EAP-IG's JSON dictionary (``cfg``, ``nodes``, ``edges``; node ``score`` optional, edges
         absent from the file unscored). One clear error for a file that is not one."""
+        if not isinstance(d, dict):
+            raise ValueError(f"Not an EAP-IG/MIB graph file: a JSON {type(d).__name__}, not an object with cfg, nodes "
+                             "and edges")
         missing = [k for k in ("cfg", "nodes", "edges") if k not in d]
         if missing:
             raise ValueError(f"Not an EAP-IG/MIB graph file: missing {', '.join(missing)} (accepted: a JSON object with "
                              "cfg, nodes and edges, as EAP-IG's Graph.to_json writes)")
         cfg = d["cfg"]
+        if not isinstance(cfg, dict):
+            raise ValueError(f"The graph's cfg is a {type(cfg).__name__}, not an object with n_layers, n_heads and "
+                             "d_model")
+        for k in ("nodes", "edges"):
+            if not isinstance(d[k], dict):
+                raise ValueError(f"The graph's {k} is a {type(d[k]).__name__}, not an object of name -> entry")
         if any(k not in cfg for k in ("n_layers", "n_heads", "d_model")):
             raise ValueError(f"The graph's cfg needs n_layers, n_heads and d_model; got {sorted(cfg)}")
+        for k in ("n_layers", "n_heads", "d_model"):
+            if isinstance(cfg[k], bool) or not isinstance(cfg[k], int) or cfg[k] < 1:
+                raise ValueError(f"The graph's cfg {k} is {cfg[k]!r}; a whole number >= 1 is expected")
+        if not isinstance(cfg.get("parallel_attn_mlp", False), bool):
+            raise ValueError(f"The graph's cfg parallel_attn_mlp is {cfg['parallel_attn_mlp']!r}; true or false")
         if cfg.get("parallel_attn_mlp", False):
             raise ValueError("Graphs of parallel attention/MLP blocks are not supported here (circuits' engines "
                              "refuse those models)")
-        L, H = int(cfg["n_layers"]), int(cfg["n_heads"])
+        L, H = cfg["n_layers"], cfg["n_heads"]
+        cells = (1 + L * (H + 1)) * (L * (3 * H + 1) + 1)  # senders x receivers, checked before anything is allocated
+        if cells > MAX_EDGE_CELLS:
+            raise ValueError(f"The graph declares {L} layers x {H} heads ({cells:.3g} edge cells), more than the "
+                             f"{MAX_EDGE_CELLS:.3g} a graph here may hold")
         senders, receivers = eap_senders(L, H), eap_receivers(L, H)
         s_index = {node_name(s): i for i, s in enumerate(senders)}
         r_index = {(node_name(r), r.channel if isinstance(r, Receiver) else None): j for j, r in enumerate(receivers)}
@@ -327,9 +348,10 @@ class MIBGraph:
                 raise ValueError(f"Node {name!r} is not in a graph of {L} layers x {H} heads")
             if isinstance(entry, bool):  # the older form: name -> in_graph
                 entry = {"in_graph": entry}
-            nodes_in[s_index[name]] = bool(entry.get("in_graph", False))
-            if entry.get("score") is not None:
-                node_scores[s_index[name]] = float(entry["score"])
+            in_graph, score = _entry(f"Node {name!r}", entry)
+            nodes_in[s_index[name]] = in_graph
+            if score is not None:
+                node_scores[s_index[name]] = score
                 scored = True
         edge_scores = torch.full((len(senders), len(receivers)), float("nan"))
         edges_in = torch.zeros(len(senders), len(receivers), dtype=torch.bool)
@@ -341,9 +363,10 @@ class MIBGraph:
             if not eap_upstream(s, r):
                 raise ValueError(f"Edge {name!r} goes backwards (its parent does not come before its child)")
             i, j = s_index[node_name(s)], r_index[key]
-            if entry.get("score") is not None:
-                edge_scores[i, j] = float(entry["score"])
-            edges_in[i, j] = bool(entry.get("in_graph", False))
+            in_graph, score = _entry(f"Edge {name!r}", entry)
+            if score is not None:
+                edge_scores[i, j] = score
+            edges_in[i, j] = in_graph
         return cls(L, H, int(cfg["d_model"]), node_scores if scored else None, nodes_in, edge_scores, edges_in)
 
     def write(self, path: str | Path) -> Path:
@@ -353,6 +376,18 @@ class MIBGraph:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         return write_text(path, json.dumps(self.to_json()))
+
+
+def _entry(what: str, entry: Any) -> tuple[bool, float | None]:
+    """A node's or edge's ``in_graph`` (a JSON true/false, never a string) and ``score`` (a number or null)."""
+    if not isinstance(entry, dict):
+        raise ValueError(f"{what} is a {type(entry).__name__}, not an object with in_graph and score")
+    in_graph, score = entry.get("in_graph", False), entry.get("score")
+    if not isinstance(in_graph, bool):
+        raise ValueError(f"{what}: in_graph is {in_graph!r}; true or false is expected")
+    if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
+        raise ValueError(f"{what}: score is {score!r}; a number or null is expected")
+    return in_graph, None if score is None else float(score)
 
 
 def _count(top: int | float, n: int) -> int:
@@ -376,15 +411,21 @@ def from_scores(scores: EAPIGScores | Scores, d_model: int, level: str | None = 
 
 
 def read(path: str | Path) -> MIBGraph:
-    """A graph file written by EAP-IG, MIB or :meth:`MIBGraph.write`."""
+    """A graph file written by EAP-IG, MIB or :meth:`MIBGraph.write`: a regular JSON file of bounded size whose
+    fields have the types EAP-IG writes; anything else is one ValueError naming the file and the field."""
+    from circuits.io import read_json
+
     path = Path(path)
     try:
-        d = json.loads(path.read_text())
+        d = read_json(path, limit=MAX_FILE_BYTES)
     except FileNotFoundError:
         raise FileNotFoundError(f"No MIB graph file at {path}") from None
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not JSON ({e.msg} at line {e.lineno}); accepted: EAP-IG's graph JSON") from None
-    return MIBGraph.from_json(d)
+    except ValueError as e:
+        raise ValueError(f"{e} (accepted: EAP-IG's graph JSON)") from None
+    try:
+        return MIBGraph.from_json(d)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
 def submission_folder(task: str, model: str) -> str:

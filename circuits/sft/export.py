@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from circuits.sft.config import SAVE_DTYPES, ExportConfig  # noqa: F401  (ExportConfig: its config, here as before)
-from circuits.io import atomic_dir, write_json
+from circuits.io import OutputError, atomic_dir, output_lock, write_json
 from circuits.sft.delta import read_delta
 from circuits.sft.plan import TuningPlan
 
@@ -91,15 +91,37 @@ def export_model(delta: str | os.PathLike, out: str | os.PathLike, *, model: str
         folded: whether training loaded the model with folded norms (``circuits finetune`` does).
         dtype: dtype of the saved weights (``float32`` keeps the logits equal to the tuned model's within 1e-4).
     """
+    config = ExportConfig(delta=str(delta), model=model, folded=folded, dtype=dtype)
+    out = Path(out)
+    _check_out(out)
+    with output_lock(out):  # a second export into the same --out is refused, not silently swapped in
+        _check_out(out)  # what the first writer left, seen once the lock is held
+        return _export(config, delta, out, model, folded, dtype)
+
+
+def _check_out(out: Path) -> None:
+    """``out`` is a new or empty folder, and not the current folder or one of its parents (which atomic_dir would
+    swap out from under the shell)."""
+    target, here = Path(os.path.realpath(out)), Path(os.path.realpath(Path.cwd()))
+    if target == here or target in here.parents:
+        raise OutputError(f"--out {out} is the current folder or one of its parents; name a new folder, e.g. "
+                          "--out my-model")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise OutputError(f"{out} already exists and is not an empty folder; export into a new folder")
+
+
+def _export(config: ExportConfig, delta: str | os.PathLike, out: Path, model: str | None, folded: bool,
+            dtype: str) -> Path:
     from circuits.models import backend
     from circuits.models.hf_weights import write_back
     from circuits.models.loading import load_hf_reference, load_tokenizer
 
-    config = ExportConfig(delta=str(delta), model=model, folded=folded, dtype=dtype)
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise ValueError(f"{out} already exists and is not an empty folder; export into a new folder")
     data = read_delta(delta)
+    bad = [name for name, t in data.get("tensors", {}).items() if isinstance(t, torch.Tensor) and
+           not bool(torch.isfinite(t).all())]
+    if bad:
+        raise ValueError(f"{delta}: tuned tensor {bad[0]} holds NaN or infinite values (a diverged run); nothing "
+                         "exported")
     source = model or data.get("meta", {}).get("model")
     if not source:
         raise ValueError(f"{delta} does not name its base model; pass it with --model")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from circuits.config import Config
 from circuits.io import read_json, write_json
-from circuits.results import Result, ResultError, lazy_type
+from circuits.results import Result, ResultError, check_fields, lazy_type
 
 
 @dataclass(eq=False, repr=False)
@@ -49,7 +49,5 @@ class FinetuneResult(Result):
         if not (folder / "result.json").is_file():
             raise ResultError(f"{folder} holds an unfinished fine-tuning run (no result.json yet); run the same "
                               "`circuits finetune` command to resume it")
-        d = read_json(folder / "result.json")
-        names = {f.name for f in dataclasses.fields(cls)} - {"config"}
-        return cls(config=config, **{k: v for k, v in d.items() if k in names})
+        return cls(config=config, **check_fields(cls, read_json(folder / "result.json"), folder / "result.json"))
 

@@ -27,7 +27,7 @@ def _screen_text(r: Any) -> str:
            f"per-position engine elsewhere).</p>"]
     if r.audit:
         a = r.audit
-        out.append(f"<p>Against the exact END engine over all {a.get('n_components')} heads and MLPs: Spearman "
+        out.append(f"<p>Against the exact END engine over all {_e(a.get('n_components'))} heads and MLPs: Spearman "
                    f"<b>{a['spearman_end']:.3f}</b> (heads {a.get('spearman_end_heads', float('nan')):.3f}, MLPs "
                    f"{a.get('spearman_end_mlps', float('nan')):.3f}).</p>")
         ns = sorted(int(k.rsplit("_", 1)[1]) for k in a if k.startswith("exact_top10_missed_at_"))
@@ -61,7 +61,7 @@ def neurons_section(page: Page, found: list) -> str:
 def _neurons_text(r: Any) -> str:
     rows = [[f"MLP{l}", _pct(s["share_for_50pct"], 1), _pct(s["share_for_80pct"], 1), _pct(s["top1pct_of_total"]),
              _f(s["sum_of_neuron_effects"]), _f(s["whole_mlp_effect"])] for l, s in r.shares().items()]
-    out = [f"<p class='what'>Every neuron of the MLPs below patched alone at END ({r.sweep.mode} patching, "
+    out = [f"<p class='what'>Every neuron of the MLPs below patched alone at END ({_e(r.sweep.mode)} patching, "
            f"{_e(r.metric)}), as Nikankin et al. ask: what share of a layer's neurons carries most of its "
            f"effect, and does knocking out only those neurons do what knocking out the whole MLP does?</p>",
            table(["MLP", "neurons for 50%", "neurons for 80%", "top 1% carry", "sum of neuron effects",

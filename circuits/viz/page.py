@@ -9,12 +9,16 @@ a CDN. The report walks past ``_``-prefixed folders, so ``_assets`` is never tak
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime
+import functools
+import hashlib
 import html
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,39 +129,69 @@ class Page:
 from circuits.results import ASSETS  # noqa: E402  (the folder name the output checks know)
 
 
-def _asset(name: str) -> tuple[str, Any]:
-    """The versioned file name of a shared script and a function giving its text."""
+@functools.lru_cache(maxsize=4)
+def _asset(name: str) -> tuple[str, str]:
+    """The file name of a shared script and its text; the name carries the text's content hash
+    (``plotly-<version>-<sha256[:16]>.min.js``), so a copy found on disk is used only when its bytes are these."""
     if name == "plotly":
         import plotly
         from plotly.offline import get_plotlyjs
 
-        return f"plotly-{plotly.__version__}.min.js", get_plotlyjs
-    if name == "circuitsvis":
+        stem, suffix, text = f"plotly-{plotly.__version__}", ".min.js", get_plotlyjs()
+    elif name == "circuitsvis":
         import circuitsvis
 
-        return f"circuitsvis-{getattr(circuitsvis, '__version__', 'x')}.js", circuitsvis_bundle
-    raise ValueError(f"unknown script {name!r}; known: plotly, circuitsvis")
+        stem, suffix, text = f"circuitsvis-{getattr(circuitsvis, '__version__', 'x')}", ".js", circuitsvis_bundle()
+    else:
+        raise ValueError(f"unknown script {name!r}; known: plotly, circuitsvis")
+    return f"{stem}-{hashlib.sha256(text.encode()).hexdigest()[:16]}{suffix}", text
 
+
+_HOME: contextvars.ContextVar[Path | None] = contextvars.ContextVar("circuits_asset_home", default=None)
+
+
+@contextlib.contextmanager
+def asset_home(folder: str | Path) -> Iterator[None]:
+    """Pages written below ``folder`` (a job's ``--out``) while this is open may share the copy in
+    ``folder/_assets`` (``identify --task all``: one plotly.js for every task's page); without it a page looks only
+    in its own folder. Never above the job's ``--out``: a page loads only what its job wrote."""
+    token = _HOME.set(Path(folder).resolve())
+    try:
+        yield
+    finally:
+        _HOME.reset(token)
+
+
+def _verified(path: Path, text: str) -> bool:
+    """Whether ``path`` is a regular file holding exactly ``text`` (a copy someone else put there is not used)."""
+    try:
+        return path.is_file() and not path.is_symlink() and path.stat().st_size == len(text.encode()) \
+            and path.read_bytes() == text.encode()
+    except OSError:
+        return False
 
 
 def shared_asset(name: str, page: str | Path, *, roots: Sequence[str | Path] = (), default: str | Path | None = None) -> Path:
     """Where the shared copy of script ``name`` (``plotly`` or ``circuitsvis``) for ``page`` lies, written there if
-    it is not yet: the first of the page's folder and its three parents, then ``roots``, that already holds
-    ``_assets/<file>`` (read, never written); else ``default``, by default the page's own folder -- a job writes only
-    under its ``--out``: ``circuits identify --task all`` puts one copy in its ``--out`` first, so that every task's
-    page shares it."""
+    it is not yet. Looked for, by its content-hashed name and checked byte for byte: in the page's folder, then in
+    its parents up to the open :func:`asset_home` (a job's ``--out``; none above it), then in ``roots`` (the report:
+    the copies its input results hold); else written into ``default``, by default the page's own folder."""
     file, text = _asset(name)
     here = Path(page).resolve().parent
-    candidates = [here, *list(here.parents)[:3], *(Path(r).resolve() for r in roots)]
+    home = _HOME.get()
+    candidates = [here]
+    if home is not None and home in here.parents:
+        candidates += [p for p in here.parents if p == home or home in p.parents]
+    candidates += [Path(r).resolve() for r in roots]
     for c in candidates:
-        if (c / ASSETS / file).is_file():
+        if _verified(c / ASSETS / file, text):
             return c / ASSETS / file
     if default is None:
         default = here
     path = Path(default).resolve() / ASSETS / file
     from circuits.io import write_text
 
-    write_text(path, text())
+    write_text(path, text)
     return path
 
 
@@ -166,7 +200,7 @@ def script_tag(name: str, page: str | Path | None, *, inline: bool = False, root
     """The ``<script>`` that loads ``name`` into ``page``: inlined, or the shared copy by a relative path. The page
     is written into a temporary sibling of its folder and renamed, so the path is taken from where it will end."""
     if inline or page is None:
-        text = _asset(name)[1]()
+        text = _asset(name)[1]
         return f"<script type='text/javascript'>{text}</script>"
     page = Path(page)
     # A page written into a temporary sibling of its folder keeps its links when renamed: a copy inside the folder moves

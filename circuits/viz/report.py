@@ -79,8 +79,8 @@ def collect(paths: Iterable[str | Path]) -> tuple[list[Found], list[Path], list[
     def _file(path: Path) -> None:
         try:
             found.append(Found(result_type("evaluation").load(path), path))
-        except (ResultError, ValueError):
-            pass  # a JSON file that is no evaluation result
+        except (ResultError, ValueError, OSError):
+            pass  # a JSON file that is no evaluation result (or no regular file at all: a FIFO, a link to a device)
 
     for p in map(Path, paths):
         if not p.exists():
@@ -95,6 +95,26 @@ def collect(paths: Iterable[str | Path]) -> tuple[list[Found], list[Path], list[
     for f in found:  # the same folder given twice, or a folder and its file
         unique.setdefault((f.kind, f.path.resolve()), f)
     return list(unique.values()), unknown, broken
+
+
+_DRAW_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError)
+
+
+def _render(section, page: Page, mine: list[Found], broken: list[tuple[Path, str]]) -> str:  # noqa: ANN001
+    """A section's HTML; a result whose values it cannot draw (a string where a number is) is listed as
+    unreadable, with why, and the section drawn from the rest."""
+    try:
+        return section.render(page, mine)
+    except _DRAW_ERRORS:
+        pass
+    good = []
+    for f in mine:
+        try:
+            section.render(Page(page.title), [f])
+            good.append(f)
+        except _DRAW_ERRORS as err:
+            broken.append((f.path, f"its values cannot be drawn ({type(err).__name__}: {err})"))
+    return section.render(page, good) if good else ""
 
 
 def build_report(paths: Sequence[str | Path], title: str = "circuits report", *, out: str | Path | None = None,
@@ -114,7 +134,7 @@ def build_report(paths: Sequence[str | Path], title: str = "circuits report", *,
     skipped = []
     for s in SECTIONS:
         mine = [f for f in found if f.kind in s.kinds]
-        body = s.render(page, mine) if mine else ""
+        body = _render(s, page, mine, broken) if mine else ""
         if body:
             page.add(s.anchor, s.heading, body)
         else:

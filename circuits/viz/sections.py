@@ -107,7 +107,7 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
         listed = ", ".join(f"{h} ({e:+.3f})" for h, e in keys[:10]) or "none"
         base = s.get("baseline", {})
         title = (r.task or f.path.name) + (f" ({f.label})" if f.label else "")
-        out.append(f"<h3>{_e(title)}</h3><p>{_e(s.get('model', ''))}, {s.get('n_pairs')} prompt pairs, "
+        out.append(f"<h3>{_e(title)}</h3><p>{_e(s.get('model', ''))}, {_e(s.get('n_pairs'))} prompt pairs, "
                    f"{_e(s.get('mode', 'path'))} patching; accuracy before filtering {_pct(s.get('accuracy'))}; the "
                    f"counterfactual prompt keeps the answer {_pct(s.get('counterfactual_accuracy'))} of the time and "
                    f"changes the answer logit by {_pct(base.get('full_effect_relative_logit'), 1)}. "
@@ -256,12 +256,12 @@ def lens_section(page: Page, found: list[Found]) -> str:
     out = []
     for f in found:
         r = f.result
-        start = (f"writing starts at layer {r.writing_start}" if r.writing_start is not None else "no layer's MLP "
+        start = (f"writing starts at layer {_e(r.writing_start)}" if r.writing_start is not None else "no layer's MLP "
                  "output points at the answer more than at other numbers by 0.02 in at least half of the later layers, "
                  "so no writing start is marked")
-        out.append(f"<p class='what'>The MLPs through the logit lens (Figure 6), averaged over {r.n_pairs or '?'} "
+        out.append(f"<p class='what'>The MLPs through the logit lens (Figure 6), averaged over {_e(r.n_pairs or '?')} "
                    f"pairs: how much each layer's MLP input points at the operands' unembeddings (6a; peaks at layers "
-                   f"{r.peak('in_A')} for A and {r.peak('in_B')} for B), and how much what the MLP adds points at "
+                   f"{_e(r.peak('in_A'))} for A and {_e(r.peak('in_B'))} for B), and how much what the MLP adds points at "
                    f"the answer rather than other numbers (6b; {start}); 6c "
                    f"lists the number tokens each MLP adds most for {_e(repr(r.example))}.</p>")
         out.append(page.figure(r.figure()))
@@ -316,8 +316,8 @@ def sft_section(page: Page, found: list[Found]) -> str:
     for f in (f for f in found if f.kind == "finetune"):
         r = f.result
         heads = f.config.get("heads")
-        out.append(f"<h3>Fine-tuning run <code>{_e(f.path.name)}</code></h3><p>{r.steps} optimizer steps over "
-                   f"{r.samples} samples at {r.samples_per_s:.2f} samples/s; "
+        out.append(f"<h3>Fine-tuning run <code>{_e(f.path.name)}</code></h3><p>{_e(r.steps)} optimizer steps over "
+                   f"{_e(r.samples)} samples at {r.samples_per_s:.2f} samples/s; "
                    f"{r.tuned_parameters / 1e6:.2f}M of {r.total_parameters / 1e6:.1f}M parameters "
                    f"tuned{'; heads ' + _e(_heads(heads)) if heads else ''}.</p>")
         if r.losses:

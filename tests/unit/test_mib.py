@@ -131,7 +131,7 @@ def test_bad_files_and_names(tmp_path):
                             "edges": {}})
     bad = tmp_path / "x.json"
     bad.write_text("{not json")
-    with pytest.raises(ValueError, match="is not JSON"):
+    with pytest.raises(ValueError, match="x.json is not valid JSON"):
         read(bad)
     with pytest.raises(ValueError, match="Unknown MIB model"):
         submission_folder("addition", "smollm2")

@@ -353,14 +353,17 @@ def test_timings_file_not_written_by_timings_is_refused_before_the_command(tmp_p
 
     monkeypatch.chdir(tmp_path)
     write_identify(tmp_path / "res", "addition")
-    for text in ('{"theme": "dark", "width": 80}', "theme = dark\n", "[1, 2]"):
+    for text in ('{"theme": "dark", "width": 80}', "theme = dark\n", "[1, 2]", '{"width": 80, "zoom": 1.5}',
+                 '{"format": "circuits timings", "seconds": {"load": NaN}}',
+                 '{"format": "circuits timings", "seconds": {"load": -1}}'):
         (tmp_path / "settings.json").write_text(text)
         assert cli_main(["--timings", "settings.json", "report", "res", "--out", "r.html"]) == 2
-        assert "--timings settings.json holds something other than the stage timings" in _one_error(capsys)
+        err = _one_error(capsys)
+        assert "--timings settings.json holds something other than the stage timings" in err or "not seconds" in err
         assert not (tmp_path / "r.html").exists() and (tmp_path / "settings.json").read_text() == text
-    (tmp_path / "t.json").write_text('{"report": 1.5}')
+    (tmp_path / "t.json").write_text('{"format": "circuits timings", "seconds": {"report": 1.5}}')
     assert cli_main(["--timings", "t.json", "report", "res", "--out", "r.html"]) == 0
-    assert json.loads((tmp_path / "t.json").read_text())["report"] > 1.5 and (tmp_path / "r.html").is_file()
+    assert json.loads((tmp_path / "t.json").read_text())["seconds"]["report"] > 1.5 and (tmp_path / "r.html").is_file()
 
 
 @pytest.mark.parametrize("answer", [7, None, 7.0, b"7", ""])
@@ -397,8 +400,8 @@ def test_a_symlinked_file_out_is_refused_and_a_timings_link_followed(tmp_path, c
     (tmp_path / "e.json").symlink_to(tmp_path / "elsewhere" / "e.json")
     assert cli_main(["evaluate", "--tasks", "arithmetic", "--out", "e.json"]) == 2
     assert "--out e.json is a symbolic link" in _one_error(capsys) and (tmp_path / "e.json").is_symlink()
-    (tmp_path / "elsewhere" / "t.json").write_text('{"report": 1.0}')
+    (tmp_path / "elsewhere" / "t.json").write_text('{"format": "circuits timings", "seconds": {"report": 1.0}}')
     (tmp_path / "t.json").symlink_to(tmp_path / "elsewhere" / "t.json")
     assert cli_main(["--timings", "t.json", "report", "res", "--out", "new.html"]) == 0
     assert (tmp_path / "t.json").is_symlink()
-    assert json.loads((tmp_path / "elsewhere" / "t.json").read_text())["report"] > 1.0
+    assert json.loads((tmp_path / "elsewhere" / "t.json").read_text())["seconds"]["report"] > 1.0

@@ -146,16 +146,17 @@ def test_heatmap_hover_names_every_metric_that_boxes_and_cells_are_square():
 def test_figures_share_one_plotly_copy_inside_their_output(tmp_path):
     """A page writes its plotly.js copy inside its own folder, never above it (a job writes only under --out); pages
     below a folder that already holds a copy (``identify --task all`` puts one in its --out first) link to that one."""
-    from circuits.viz.page import shared_asset
+    from circuits.viz.page import asset_home, shared_asset
 
     fig = head_heatmap(torch.randn(3, 2), torch.randn(3))
     root = tmp_path / "identify"
     root.mkdir()
     shared_asset("plotly", root / "index.html", default=root)  # what identify --task all does
-    for task in ("addition", "subtraction"):
-        (root / task).mkdir(parents=True)
-        (root / task / "config.json").write_text("{}")
-        write_figure(fig, root / task / "heads.html")
+    with asset_home(root):  # ... while its job runs, for the pages below its --out
+        for task in ("addition", "subtraction"):
+            (root / task).mkdir(parents=True)
+            (root / task / "config.json").write_text("{}")
+            write_figure(fig, root / task / "heads.html")
     assets = list((root / ASSETS).iterdir())
     assert [a.name.split("-")[0] for a in assets] == ["plotly"]
     assert not any((root / task / ASSETS).exists() for task in ("addition", "subtraction"))

@@ -109,13 +109,15 @@ def _settings(ranking: str, config: FaithfulnessConfig) -> list[str]:
 
 def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str) -> str:
     """What a saved part must have been made with to be reused: the config less what does not change this ranking
-    (the list of rankings; EAP-IG's steps and edges for the others), and the pairs."""
+    (the list of rankings; EAP-IG's steps and edges for the others), the ranking's own name (a part copied to another
+    ranking's file is not taken for it), and the pairs."""
     cfg = config.to_json()
     cfg.pop("rankings", None)
     if ranking != "eap-ig":
         cfg.pop("ig_steps", None)
         cfg.pop("edges", None)
-    h = hashlib.sha256(repr(sorted(cfg.items())).encode())
+    h = hashlib.sha256(repr(("ranking", ranking)).encode())
+    h.update(repr(sorted(cfg.items())).encode())
     for p in pairs:
         h.update(repr((p.reference_token_ids, p.counterfactual_token_ids, p.answer_token_id)).encode())
     return h.hexdigest()
