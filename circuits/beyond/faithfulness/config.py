@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from circuits.config import option
+from circuits.config import option, redefault
 from circuits.data.source import PairSource, check_metric
 from circuits.types import ENGINE_NAMES, METRIC_NAMES, MIB_METRIC
 
@@ -29,6 +29,10 @@ ABLATIONS: tuple[str, ...] = ("counterfactual", "mean", "zero")
 @dataclass(frozen=True)
 class FaithfulnessConfig(PairSource):
     """Which rankings are turned into circuits, at which sizes, ablated how, and scored with which metric."""
+
+    # MIB's operand counterfactual by default: with the paper's, the counterfactual often asks for no number, its top
+    # token is the answer itself, and the logit difference cannot move (division: on every pair, f undefined)
+    counterfactual: str = redefault(PairSource, "counterfactual", "operand")
 
     rankings: tuple[str, ...] = option(RANKINGS, help=f"rankings to score, comma-separated: {', '.join(RANKINGS)}")
     sizes: tuple[float, ...] = option(MIB_SIZES, help="circuit sizes, fractions of the nodes (or edges) kept (MIB's; "
