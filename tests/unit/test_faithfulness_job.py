@@ -68,6 +68,11 @@ def test_defaults_are_mib_s():
     c = FaithfulnessConfig()
     assert c.sizes == engine.MIB_SIZES == (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
     assert c.ablation == "counterfactual" and c.metric == "logit_diff"
+    # MIB's counterfactual (an operand changed), its sizes (int(s * n)) and its pinned EAP-IG's alphas
+    assert c.counterfactual == "operand" and c.count == "floor" and c.ig_grid == "left"
+    from circuits.beyond.faithfulness import config as light
+    from circuits.patching.eap_ig import GRIDS
+    assert light.IG_GRIDS == GRIDS and light.COUNTS == engine.COUNTS
     assert c.rankings == RANKINGS and c.settings() == ["nodes@end", "nodes@all"]
     assert FaithfulnessConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
 
@@ -167,12 +172,12 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
         want = effects[:, ig.receivers.index(rcv)].abs().nan_to_num(0)
         assert torch.equal(col, torch.stack([want[ig.senders.index(x)] for x in senders]))
     assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
-    c = engine.edge_faithfulness(model, pairs, edges, sizes=(0.05, 0.2, 0.5), n_boot=20)
+    c = engine.edge_faithfulness(model, pairs, edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor")
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f) and c.level == "edge"
     # each curve is the faithfulness engine's on those scores
     for setting in ("nodes@end", "nodes@all"):
         c = engine.faithfulness(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
-                                sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20)
+                                sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20, count="floor")
         got = r.curves["exact-path"][setting]
         assert torch.equal(got.f, c.f) and got.cmd == c.cmd and got.positions == setting[6:]
         assert got.f_low.le(got.f_high).all()

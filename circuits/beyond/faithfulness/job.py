@@ -45,8 +45,9 @@ def _per_node(heads: Tensor, mlps: Tensor) -> dict[str, Tensor]:
 
 
 def engine_options(ranking: str, config: FaithfulnessConfig) -> dict[str, Any]:
-    """What the config sets of an engine's own options: EAP-IG's steps and level (edges with ``config.edges``)."""
-    return {"steps": config.ig_steps, "level": "edge" if config.edges else "node"} if ranking == "eap-ig" else {}
+    """What the config sets of an engine's own options: EAP-IG's steps, grid and level (edges with ``config.edges``)."""
+    return ({"steps": config.ig_steps, "grid": config.ig_grid, "level": "edge" if config.edges else "node"}
+            if ranking == "eap-ig" else {})
 
 
 def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: FaithfulnessConfig,
@@ -96,11 +97,12 @@ def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor]
     m = readout_of(get_metric(config.metric))
     if setting == "edges@end":
         return edge_faithfulness(model, pairs, scores["edges"], sizes=config.sizes, ablation=config.ablation,
-                                 positions="end", metric=m, n_boot=config.n_boot, memory_mb=config.memory_mb)
+                                 positions="end", metric=m, n_boot=config.n_boot, memory_mb=config.memory_mb,
+                                 count=config.count)
     return faithfulness_curve(model, pairs, scores["heads"], scores["mlps"], sizes=config.sizes,
                               ablation=config.ablation, positions=setting.split("@")[1],
                               metric=m, n_boot=config.n_boot,
-                              memory_mb=config.memory_mb)
+                              memory_mb=config.memory_mb, count=config.count)
 
 
 def _settings(ranking: str, config: FaithfulnessConfig) -> list[str]:

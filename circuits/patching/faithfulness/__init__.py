@@ -3,7 +3,7 @@
 **Nodes.** A ranking of nodes -- heads ``[layer, head]``, MLPs ``[layer]``, optionally neurons ``{layer: [d_mlp]}``
 (such a layer's MLP is then scored by its neurons instead of as one node) -- gives, at each size ``s`` (a fraction of
 the ``n`` nodes), the circuit ``C_s`` = the top ``round(s * n)`` nodes by score (halves rounded up; ``count="floor"``
-takes ``int(s * n)`` as MIB's code does; ties broken by :func:`circuits.patching.ranking.order`, the project's one
+takes ``int(s * n)`` as MIB's code does, and is what the faithfulness job uses by default; ties broken by :func:`circuits.patching.ranking.order`, the project's one
 sort: higher score first, ties by index). Everything outside the circuit is ablated:
 
 - ``ablation="counterfactual"`` (MIB's "patching"): each ablated node's output takes its value in the
@@ -30,8 +30,9 @@ or a :func:`circuits.patching.metrics.logits_metric`. Faithfulness ``f(C) = (m(C
 on means over pairs, ``N`` the model with nothing ablated and ``empty`` every node (edge) ablated, so ``f(N) = 1``
 and ``f(empty) = 0`` by construction. CPR = the area under ``f`` and CMD = the area between ``f`` and 1
 (``|1 - f|``), each by the trapezoid rule over the size axis in fractions with linear widths, as
-``MIB-circuit-track``'s ``evaluate_area_under_curve`` computes them (its ``log_scale`` flag computes log positions
-that its trapezoids do not use). MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way
+``MIB-circuit-track``'s ``evaluate_area_under_curve`` computes them by default (its ``log_scale=True`` takes the
+trapezoids over log sizes instead, which gives other numbers: 1.4507 / 5.4571 for a curve whose linear-width areas are
+0.6747 / 0.3243). MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way
 (f(1.0) = 1, every node kept) when the sizes given stop short of it. Bootstrap intervals resample pairs
 (:func:`circuits.patching.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the resampled means.
 
