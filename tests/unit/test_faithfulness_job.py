@@ -6,6 +6,7 @@ agrees with the engine called directly."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -254,3 +255,23 @@ def test_pairs_whose_metric_cannot_move_are_named():
     c.m_full[:] = c.m_empty[:] = 0.0
     with pytest.warns(UserWarning, match=r"4 of 4 pairs .* f is undefined \(NaN\)"):
         _warn_flat_pairs({"exact-path": {"nodes@end": c}}, 4)
+
+
+def test_division_with_the_operand_counterfactual_gives_finite_scores_for_every_ranking(tmp_path):
+    """With the paper's counterfactual, division's logit difference could not move (the counterfactual's top token
+    was the answer); the operand counterfactual (the default here) gives every ranking finite CPR and CMD."""
+    from circuits.results import load_result
+
+    out = tmp_path / "division"
+    argv = ["faithfulness", *TINY, "--task", "division", "--pairs", "16", "--rankings", NODE_RANKINGS,
+            "--n-boot", "20", "--no-progress", "--out", str(out)]
+    assert cli_main(argv) == 0
+    r = load_result(out)
+    assert r.config.counterfactual == "operand" and len(r.pairs) == 16
+    assert all(p.counterfactual_answer != p.answer for p in r.pairs)
+    rows = r.table()
+    assert {row["ranking"] for row in rows} == set(NODE_RANKINGS.split(","))
+    for row in rows:
+        assert math.isfinite(row["cpr"]) and math.isfinite(row["cmd"]), row
+    c = r.curves["exact-path"]["nodes@end"]
+    assert (c.m_full != c.m_empty).all()  # every pair's metric can move
