@@ -231,7 +231,13 @@ def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
             "--n-boot", "10", "--out", str(tmp_path / "run")]
     path = exp.cli(argv)
     tables = T.read_published(path)
-    assert set(tables) == {"faithfulness", "faithfulness_seconds"}
+    assert set(tables) == {"faithfulness", "faithfulness_seconds", "faithfulness_counterfactuals"}
+    header, shares = T.faithfulness_counterfactuals(tables["faithfulness_counterfactuals"]["data"])
+    assert header[2:] == [f"{k} counterfactual: pairs whose metric can move" for k in ("operator", "operand")]
+    assert [r[1] for r in shares] == ["addition", "subtraction"] and all(" of 2" in c for r in shares for c in r[2:])
+    margins = tables["faithfulness"]["data"]["margins"]
+    assert all(  # paired margins: winner, runner-up, +d [lo, hi]
+        len(v) == 5 and v[3] <= v[4] for by in margins.values() for v in by.values())
     header, rows = T.faithfulness(tables["faithfulness"]["data"])
     assert [r[1:3] for r in rows] == [[op, s] for op in ("addition", "subtraction")
                                       for s in ("nodes at END", "nodes, every position", "edges at END")]

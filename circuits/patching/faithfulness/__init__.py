@@ -64,6 +64,7 @@ Public signature::
     circuit_masks(heads, mlps, neurons, sizes, count) -> NodeMasks    # which nodes each size keeps
     edge_masks(valid, scores, sizes, count) -> (keep, n_kept, n_edges)
     area_scores(sizes, f) -> (cpr, cmd)                               # MIB's areas of one curve (or a batch)
+    cmd_margin(a, b, n_boot) -> (b.cmd - a.cmd, low, high)            # paired bootstrap over the same pairs
     MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 ``FaithfulnessCurve`` fields: ``sizes [size]``, ``n_kept [size]``, ``n_nodes`` (nodes or edges), ``m [size,
@@ -77,7 +78,7 @@ The package: :mod:`~circuits.patching.faithfulness.curve` (checks, circuits of a
 """
 
 from circuits.patching.faithfulness.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, READOUTS, FaithfulnessCurve,
-                                                  NodeMasks, area_axis, area_scores, check_choice, check_metric,
+                                                  NodeMasks, area_axis, area_scores, check_choice, check_metric, cmd_margin,
                                                   check_sizes, circuit_masks, curve_from, metric_of, n_kept_at)
 from circuits.patching.faithfulness.edges import (INPUT, LOGITS, EdgeReceiver, EdgeSender, check_edge_model,
                                                   edge_faithfulness, edge_masks, edge_receivers, edge_senders,
@@ -87,6 +88,6 @@ from circuits.patching.faithfulness.nodes import ablated_metric, faithfulness, s
 
 __all__ = ["ABLATIONS", "COUNTS", "INPUT", "LOGITS", "MIB_SIZES", "POSITIONS", "READOUTS", "EdgeReceiver", "EdgeSender",
            "FaithfulnessCurve", "NodeMasks", "ablated_metric", "area_axis", "area_scores", "attention_split_at_end",
-           "check_choice", "check_edge_model", "check_metric", "check_sizes", "circuit_masks", "curve_from",
+           "check_choice", "check_edge_model", "check_metric", "check_sizes", "cmd_margin", "circuit_masks", "curve_from",
            "edge_faithfulness", "edge_masks", "edge_receivers", "edge_senders", "edge_upstream", "edge_valid",
            "end_only_supported", "faithfulness", "metric_of", "n_kept_at", "shared_start"]
