@@ -281,3 +281,19 @@ def test_division_with_the_operand_counterfactual_gives_finite_scores_for_every_
         assert math.isfinite(row["cpr"]) and math.isfinite(row["cmd"]), row
     c = r.curves["exact-path"]["nodes@end"]
     assert (c.m_full != c.m_empty).all()  # every pair's metric can move
+
+
+def test_cmd_margin_is_a_paired_bootstrap_of_the_cmd_difference():
+    from circuits.patching.faithfulness import area_scores, cmd_margin, curve_from
+
+    g = torch.Generator().manual_seed(0)
+    sizes = (0.05, 0.2, 0.5)
+    mf, me = 2.0 + torch.rand(12, generator=g), -torch.rand(12, generator=g)
+    kw = dict(metric="logit_diff", ablation="counterfactual", positions="end", level="node", n_boot=200,
+              ci_level=0.95, seed=0, seconds=0.0)
+    a = curve_from(sizes, torch.tensor([1, 2, 3]), 60, mf * torch.tensor([[0.8], [0.9], [1.0]]), mf, me, **kw)
+    b = curve_from(sizes, torch.tensor([1, 2, 3]), 60, mf * torch.tensor([[0.2], [0.5], [0.7]]), mf, me, **kw)
+    d, lo, hi = cmd_margin(a, b, 200)
+    assert d == pytest.approx(b.cmd - a.cmd) and 0 < lo <= d <= hi  # b's circuits are worse on every pair
+    assert cmd_margin(a, a, 200) == (0.0, 0.0, 0.0)  # the same pairs in both: no spread
+    assert float(area_scores(sizes, a.f.double())[1]) == pytest.approx(a.cmd, abs=1e-6)
