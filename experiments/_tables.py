@@ -308,11 +308,35 @@ def faithfulness(d: dict) -> Table:
             verdict = "undefined: m(N) = m(empty) on every pair"
         else:
             margin = f" (next: {ranked[1][1]}, +{ranked[1][0] - ranked[0][0]:.3f})" if len(ranked) > 1 else ""
+            paired = d.get("margins", {}).get(f"{model}/{op}", {}).get(setting)
+            if paired and len(ranked) > 1 and paired[3] == paired[3]:  # a paired bootstrap interval of the margin
+                _, nxt, diff, lo, hi = paired
+                margin = (f" (next: {nxt}, +{diff:.3f} [{lo:.3f}, {hi:.3f}]"
+                          + ("; the interval crosses 0)" if lo <= 0 else ")"))
             verdict = f"{ranked[0][1]}{margin}"
         rows.append([MODEL_NAMES.get(model, model), op, SETTINGS.get(setting, setting),
-                     *((f"{by[k]['cmd']:.3f} / {by[k]['cpr']:.3f}" if by[k]["cmd"] == by[k]["cmd"] else "n/a")
-                       if k in by else "-" for k in rankings), verdict])
+                     *(_faith_cell(by[k]) if k in by else "-" for k in rankings), verdict])
     return ["model", "operation", "circuit", *(f"{k} CMD / CPR" for k in rankings), "lowest CMD"], rows
+
+
+def _faith_cell(r: dict) -> str:
+    """``CMD [interval] / CPR``, or n/a where f is undefined."""
+    if r["cmd"] != r["cmd"]:
+        return "n/a"
+    ci = r.get("cmd_ci")
+    return f"{r['cmd']:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" / {r['cpr']:.3f}"
+
+
+def faithfulness_counterfactuals(d: dict) -> Table:
+    """Per model and operation, each counterfactual kind: its pairs and the share whose metric can move (the
+    counterfactual prompt's top token is not the answer, so the logit difference differs between N and empty)."""
+    kinds = d["kinds"]
+    rows = []
+    for key, by in d["shares"].items():
+        model, op = key.rsplit("/", 1)
+        rows.append([MODEL_NAMES.get(model, model), op, *(f"{_pct(by[k]['movable'])} of {by[k]['n_pairs']}"
+                                                          if k in by else "-" for k in kinds)])
+    return ["model", "operation", *(f"{k} counterfactual: pairs whose metric can move" for k in kinds)], rows
 
 
 def faithfulness_seconds(d: dict) -> Table:
@@ -341,6 +365,7 @@ RENDERERS: dict[str, Callable[[dict], Table]] = {
     "fig4_transfer": fig4_transfer, "stability": stability, "ablation_kinds": ablation_kinds,
     "table4_gsm8k": table4_gsm8k, "neurons": neurons, "neurons_knockout": neurons_knockout, "cells": cells,
     "faithfulness": faithfulness, "faithfulness_seconds": faithfulness_seconds,
+    "faithfulness_counterfactuals": faithfulness_counterfactuals,
 }
 
 

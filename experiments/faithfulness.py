@@ -26,7 +26,10 @@ from circuits.beyond.faithfulness.job import faithfulness
 from circuits.beyond.faithfulness.result import PARTS, FaithfulnessResult
 from circuits.config import Config as BaseConfig
 from circuits.config import add_arguments, from_arguments, option
+from circuits.data.pair_config import COUNTERFACTUAL_KINDS
 from circuits.data.templates import OPERATIONS
+from circuits.io import read_json, write_json
+from circuits.patching.faithfulness import cmd_margin
 from circuits.results import check_output
 from circuits.viz.figures import write_figure
 
@@ -52,6 +55,26 @@ class Config(BaseConfig):
     def folder(self, model: str, op: str) -> Path:
         return Path(self.out) / slug(model) / op
 
+    def counterfactuals_path(self) -> Path:
+        return Path(self.out) / COUNTERFACTUALS
+
+
+# Per model and operation, each counterfactual kind's pairs: how many, and the share whose metric can move (the
+# counterfactual prompt's top token is not the answer, so m(N) != m(empty) with the logit difference).
+COUNTERFACTUALS = "counterfactuals.json"
+
+
+def movable(model, cfg: FaithfulnessConfig) -> dict[str, dict[str, float]]:
+    """Each counterfactual kind's pairs (built as ``cfg`` builds them, that kind swapped in): how many, and the share
+    whose counterfactual prompt's top token is not the answer."""
+    from circuits.data.pairs import build_pairs
+
+    out = {}
+    for kind in COUNTERFACTUAL_KINDS:
+        ps = build_pairs(model, cfg.pair_config().replace(counterfactual=kind), progress=False)
+        out[kind] = {"n_pairs": len(ps), "movable": 1.0 - ps.counterfactual_accuracy}
+    return out
+
 
 def slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model).name or str(model)).strip("-") or "model"
@@ -68,6 +91,11 @@ def main(config: Config, model=None) -> dict[tuple[str, str], FaithfulnessResult
             cfg, folder = config.run_config(name, op), config.folder(name, op)
             check_output(folder, "faithfulness")
             pairs, _ = cfg.load_pairs(model)
+            shares_path = config.counterfactuals_path()
+            shares = read_json(shares_path) if shares_path.is_file() else {}
+            if f"{name}/{op}" not in shares:
+                shares[f"{name}/{op}"] = movable(model, cfg)
+                write_json(shares_path, shares)
             r = faithfulness(model, pairs, cfg, progress=False, parts=folder / PARTS)
             r.save(folder)
             out[(name, op)] = r
@@ -80,22 +108,43 @@ def load(config: Config) -> dict[tuple[str, str], FaithfulnessResult]:
             if (config.folder(m, op) / "circuits.json").is_file()}
 
 
-def published(results: dict[tuple[str, str], FaithfulnessResult]) -> dict:
-    """The tables of docs/results.md these results give (experiments/_tables.py renders them)."""
+def margins(r: FaithfulnessResult) -> dict[str, list]:
+    """Per setting: the ranking with the lowest CMD, the runner-up, and how much lower (paired bootstrap interval over
+    the same pairs, :func:`~circuits.patching.faithfulness.cmd_margin`)."""
+    out = {}
+    for setting in r.settings:
+        ranked = sorted((c.cmd, k) for k, by in r.curves.items() for s, c in by.items() if s == setting and c.cmd == c.cmd)
+        if len(ranked) > 1:
+            a, b = r.curves[ranked[0][1]][setting], r.curves[ranked[1][1]][setting]
+            out[setting] = [ranked[0][1], ranked[1][1], *cmd_margin(a, b, r.config.n_boot)]
+    return out
+
+
+def published(results: dict[tuple[str, str], FaithfulnessResult], shares: dict | None = None) -> dict:
+    """The tables of docs/results.md these results give (experiments/_tables.py renders them); ``shares``: the
+    counterfactual kinds' pairs whose metric can move (:data:`COUNTERFACTUALS`)."""
     first = next(iter(results.values()))
     rows = [{"model": m, "operation": op, "setting": row["setting"], "ranking": row["ranking"], "cpr": row["cpr"],
-             "cmd": row["cmd"], "ranking_seconds": row["ranking_seconds"], "curve_seconds": row["curve_seconds"],
+             "cmd": row["cmd"], "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None,
+             "ranking_seconds": row["ranking_seconds"], "curve_seconds": row["curve_seconds"],
              "ranking_cpu_seconds": row["ranking_cpu_seconds"], "curve_cpu_seconds": row["curve_cpu_seconds"]}
             for (m, op), r in results.items() for row in r.table()]
     data = {"n_pairs": {f"{m}/{op}": len(r.pairs) for (m, op), r in results.items()}, "metric": first.config.metric,
             "ablation": first.config.ablation, "sizes": list(first.config.sizes), "rankings": list(first.config.rankings),
-            "rows": rows}
-    return {"faithfulness": {"render": "faithfulness", "data": data},
-            "faithfulness_seconds": {"render": "faithfulness_seconds", "data": data}}
+            "counterfactual": first.config.counterfactual, "count": first.config.count, "ig_grid": first.config.ig_grid,
+            "n_boot": first.config.n_boot, "rows": rows,
+            "margins": {f"{m}/{op}": margins(r) for (m, op), r in results.items()}}
+    tables = {"faithfulness": {"render": "faithfulness", "data": data},
+              "faithfulness_seconds": {"render": "faithfulness_seconds", "data": data}}
+    if shares:
+        tables["faithfulness_counterfactuals"] = {"render": "faithfulness_counterfactuals",
+                                                  "data": {"kinds": list(COUNTERFACTUAL_KINDS), "shares": shares}}
+    return tables
 
 
 def plot(results: dict[tuple[str, str], FaithfulnessResult], out: Path) -> Path:
-    T.write_published(out, published(results))
+    shares_path = Path(out) / COUNTERFACTUALS
+    T.write_published(out, published(results, read_json(shares_path) if shares_path.is_file() else None))
     for (m, op), r in results.items():
         for setting in r.settings:
             write_figure(r.figure(setting), Path(out) / slug(m) / op / f"figure-{setting.replace('@', '-')}.html")

@@ -14,6 +14,11 @@ from circuits.data.templates import TASKS, templates_for
 
 FewShot = Literal["auto", "on", "off"]
 PrefixPolicy = Literal["keep", "counterfactual"]
+# How a counterfactual prompt differs from its reference: the paper's replaces the calculation word or symbol
+# ("operator": the counterfactual asks for no number, Section 3); MIB's arithmetic tasks change one operand so the
+# counterfactual's answer is another number ("operand": the logit difference is defined on every pair).
+CounterfactualKind = Literal["operator", "operand"]
+COUNTERFACTUAL_KINDS: tuple[str, ...] = ("operator", "operand")
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,10 @@ class PairConfig(Config):
     prefix_policy: PrefixPolicy = option("keep", choices=("keep", "counterfactual"),
                                          help="counterfactual prompts keep the reference's few-shot prefix, or get "
                                               "counterfactual examples")
+    counterfactual: CounterfactualKind = option(
+        "operator", choices=COUNTERFACTUAL_KINDS,
+        help="operator: the paper's counterfactual (the operation word or symbol replaced, no answer); operand: MIB's "
+             "(one operand changed, so the counterfactual answer is another number)")
     filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
     pairs_file: str = option("", help="your own pairs instead of the task's templates: a JSONL file, one "
                                       '{"prompt": ..., "counterfactual": ..., "answer": ...} a line (or "answers": '
@@ -44,6 +53,11 @@ class PairConfig(Config):
             raise ValueError(f"few_shot must be 'auto', 'on' or 'off', got {self.few_shot!r}")
         if self.prefix_policy not in ("keep", "counterfactual"):
             raise ValueError(f"prefix_policy must be 'keep' or 'counterfactual', got {self.prefix_policy!r}")
+        if self.counterfactual not in COUNTERFACTUAL_KINDS:
+            raise ValueError(f"counterfactual must be 'operator' or 'operand', got {self.counterfactual!r}")
+        if self.counterfactual == "operand" and self.prefix_policy == "counterfactual":
+            raise ValueError("--counterfactual operand keeps the reference's few-shot prefix (its solved examples stay "
+                             "solved); give --prefix-policy keep")
         r = self.operand_range
         if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(isinstance(x, int) for x in r) and 0 <= r[0] <= r[1]):
             raise ValueError(f"operand_range must be two integers (low, high) with 0 <= low <= high, got {self.operand_range}")

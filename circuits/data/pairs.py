@@ -36,7 +36,7 @@ from circuits.data.templates import (
     compute_answer,
     templates_for,
 )
-from circuits.data.pair_config import FewShot, PairConfig, PrefixPolicy  # noqa: F401  (declared there, light)
+from circuits.data.pair_config import CounterfactualKind, FewShot, PairConfig, PrefixPolicy  # noqa: F401  (light)
 from circuits.io import read_jsonl, write_jsonl
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
 from circuits.timing import stage
@@ -76,6 +76,8 @@ class PromptPair:
     operands: tuple[int, ...] = ()
     roles: dict[str, tuple[int, ...]] = field(default_factory=dict)
     prefix_length: int = 0  # tokens of the few-shot prefix (0 without one)
+    # The counterfactual prompt's own answer ("" where it asks for none: the paper's operator counterfactual)
+    counterfactual_answer: str = ""
 
     @property
     def end(self) -> int:
@@ -306,6 +308,21 @@ def _counterfactual_fill(template: Template, fill: dict[str, str], rng: random.R
     return cf
 
 
+def _operand_counterfactual_fill(template: Template, fill: dict[str, str], rng: random.Random,
+                                 choices: Sequence[tuple[int, int]]) -> tuple[dict[str, str], int]:
+    """MIB's counterfactual: one operand changed (``choices``: the operand pairs allowed), every other word kept; the
+    filled slots and the counterfactual's answer."""
+    a, b = rng.choice(list(choices))
+    cf = dict(fill, A=str(a), B=str(b))
+    return cf, compute_answer(template.operation, a, b)  # type: ignore[return-value]
+
+
+def operand_counterfactuals(template: Template, a: int, b: int, allowed: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The operand pairs of ``allowed`` that differ from ``(a, b)`` in one operand and give another answer."""
+    c = compute_answer(template.operation, a, b)
+    return [(x, y) for x, y in allowed if (x == a) != (y == b) and compute_answer(template.operation, x, y) not in (None, c)]
+
+
 def few_shot_prefix(template: Template, rng: random.Random, counterfactual: bool = False) -> str:
     """Three solved examples in the template's own form, one per line (the operation is shown)."""
     lines = []
@@ -346,15 +363,28 @@ def render_pair(
     few_shot: bool = True,
     prefix_policy: PrefixPolicy = "keep",
     prefixes: tuple[str, str] | None = None,
+    counterfactual: CounterfactualKind = "operator",
+    operands: Sequence[tuple[int, int]] | None = None,
     tries: int = 20,
 ) -> PromptPair:
     """One pair from a template and operands; resamples words until the token lengths match.
 
     ``prefixes``: the reference and counterfactual few-shot prefixes to use (from :func:`few_shot_prefixes`, equal
-    token lengths); without them, and with ``few_shot``, they are drawn from ``rng`` for this pair."""
+    token lengths); without them, and with ``few_shot``, they are drawn from ``rng`` for this pair.
+    ``counterfactual``: the paper's (``"operator"``: the calculation word replaced) or MIB's (``"operand"``: one
+    operand changed, drawn from ``operands``, the template's single-token operand pairs (:func:`candidate_operands`;
+    default: 1-9 for this tokenizer), so that the counterfactual answer differs)."""
     c = compute_answer(template.operation, a, b)
     if c is None:
         raise PromptError(f"{a} and {b} have no integer {template.operation} result.")
+    cf_choices: list[tuple[int, int]] = []
+    if counterfactual == "operand":
+        cf_choices = operand_counterfactuals(template, a, b, operands if operands is not None
+                                             else candidate_operands(template, tokenizer, 1, 9))
+        if not cf_choices:
+            raise PromptError(f"{template.id} ({a}, {b}): no operand can change so that the answer differs.")
+        if prefix_policy == "counterfactual":
+            raise PromptError("The operand counterfactual keeps the reference's few-shot prefix (prefix_policy 'keep').")
     if not few_shot:
         prefix = cf_prefix = ""
     else:
@@ -362,7 +392,12 @@ def render_pair(
     last: Exception | None = None
     for _ in range(tries):
         fill = _sample_fill(template, a, b, rng)
-        cf_fill = _counterfactual_fill(template, fill, rng)
+        cf_answer = ""
+        if counterfactual == "operand":
+            cf_fill, cf_c = _operand_counterfactual_fill(template, fill, rng, cf_choices)
+            cf_answer = str(cf_c)
+        else:
+            cf_fill = _counterfactual_fill(template, fill, rng)
         ref_body, spans = render(template, fill)
         cf_body, _ = render(template, cf_fill)
         # A space before the answer, or (tokenizers that glue spaces to words) a space inside it.
@@ -385,7 +420,8 @@ def render_pair(
             continue
         shifted = {r: [(s + len(prefix), e + len(prefix)) for s, e in v] for r, v in spans.items()}
         roles = token_positions(tokenizer, pair.reference, shifted)
-        return replace(pair, roles=roles, prefix_length=prefix_length_of(tokenizer, prefix, pair.reference_token_ids))
+        return replace(pair, roles=roles, prefix_length=prefix_length_of(tokenizer, prefix, pair.reference_token_ids),
+                       counterfactual_answer=cf_answer)
     raise PromptError(f"Template {template.id!r}: no counterfactual of equal token length after {tries} tries ({last}).")
 
 
@@ -509,9 +545,13 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
     few_shot = use_few_shot(model, config.few_shot)
     templates = templates_for(config.task)
     pools = {}
+    allowed: dict[str, list[tuple[int, int]]] = {}  # a template's single-token operand pairs (operand counterfactuals)
     for t in templates:
         with stage("candidates"):
             ops = candidate_operands(t, tokenizer, *config.operand_range)
+        allowed[t.id] = list(ops)
+        if config.counterfactual == "operand":  # only operands some counterfactual can change
+            ops = [o for o in ops if operand_counterfactuals(t, *o, allowed[t.id])]
         rng.shuffle(ops)
         pools[t.id] = ops
     if not any(pools.values()):
@@ -555,7 +595,8 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
         with stage("candidates"):
             for t, (a, b) in order[start : start + size]:
                 try:
-                    batch_pairs.append(render_pair(t, a, b, tokenizer, rng, few_shot=few_shot, prefixes=prefixes.get(t.id)))
+                    batch_pairs.append(render_pair(t, a, b, tokenizer, rng, few_shot=few_shot, prefixes=prefixes.get(t.id),
+                                                   counterfactual=config.counterfactual, operands=allowed[t.id]))
                 except PromptError as err:
                     skipped.append(f"{t.id} ({a}, {b}): {err}")
         start += size

@@ -352,16 +352,16 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
 
 @torch.enable_grad()
 def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, steps: int, level: str = "node",
-                 positions: str = "all") -> dict[str, Tensor]:
+                 positions: str = "all", grid: str = "left") -> dict[str, Tensor]:
     """EAP-IG (inputs variant) as its authors' code computes it: full prompts; the counterfactual and reference
-    runs cached; per step ``k = 1..steps`` one forward of the reference prompt with ``blocks.0.hook_resid_pre``
-    replaced by ``e_cf + k/steps (e_ref - e_cf)`` and ``torch.autograd.grad`` of the readout; then, node by node
+    runs cached; per step (``alpha`` in :func:`circuits.patching.gradient.eap_ig.alphas` of ``grid``) one forward of the
+    reference prompt with ``blocks.0.hook_resid_pre`` replaced by ``e_cf + alpha (e_ref - e_cf)`` and ``torch.autograd.grad`` of the readout; then, node by node
     (and sender by receiver), ``(a_cf - a_ref) . mean gradient`` summed over positions up to END (or at END).
 
     Returns ``input [pair]``, ``head [layer, head, pair]``, ``mlp [layer, pair]``; with ``level="edge"`` also
     ``edge [sender, receiver, pair]`` in :func:`circuits.patching.gradient.eap_ig.eap_senders` x ``eap_receivers`` order
     (NaN where EAP-IG's graph has no edge), sender outputs read from TransformerLens's own ``hook_result``."""
-    from circuits.patching.gradient.eap_ig import eap_receivers, eap_senders, eap_upstream
+    from circuits.patching.gradient.eap_ig import alphas, eap_receivers, eap_senders, eap_upstream
 
     cfg = model.cfg
     L, H = cfg.n_layers, cfg.n_heads
@@ -386,10 +386,10 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
         else:
             targets = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
         total: dict[str, Tensor] = {}
-        for k in range(1, steps + 1):
+        for step_alpha in alphas(steps, grid):
             store: dict[str, Tensor] = {}
 
-            def interpolate(act: Tensor, hook, alpha: float = k / steps) -> Tensor:
+            def interpolate(act: Tensor, hook, alpha: float = step_alpha) -> Tensor:
                 x = torch.lerp(cf[embed], ref[embed], alpha).detach().requires_grad_(True)
                 store[embed] = x
                 return x

@@ -219,22 +219,22 @@ def _eap_ig_run(model, pairs, *, metric, positions, progress, memory_mb, steps=N
                   progress=progress, **options).scores()
 
 
-def _eap_ig_reference(model, batch, *, metric, positions, steps=None, level="node", **options) -> Scores:
+def _eap_ig_reference(model, batch, *, metric, positions, steps=None, level="node", grid=None, **options) -> Scores:
     """circuits.patching.plain.eap_ig_plain: full prompts, one forward and backward per integration step"""
     from circuits.patching.metrics import get_metric
     from circuits.patching.gradient.attribution import readout_of
-    from circuits.patching.gradient.eap_ig import DEFAULT_STEPS, EAPIGScores, eap_receivers, eap_senders
+    from circuits.patching.gradient.eap_ig import DEFAULT_GRID, DEFAULT_STEPS, EAPIGScores, eap_receivers, eap_senders
     from circuits.patching.plain import eap_ig_plain
     from circuits.patching.reference import baseline_plain
 
     m = get_metric(metric)
-    steps = steps or DEFAULT_STEPS
+    steps, grid = steps or DEFAULT_STEPS, grid or DEFAULT_GRID
     cfg = model.cfg
-    p = eap_ig_plain(model, batch, m, readout_of(m), steps, level=level, positions=positions)
+    p = eap_ig_plain(model, batch, m, readout_of(m), steps, level=level, positions=positions, grid=grid)
     p = {k: v.float().cpu() for k, v in p.items()}
     return EAPIGScores(m, readout_of(m), baseline_plain(model, batch).to("cpu"), steps, positions, p["input"],
                        p["head"], p["mlp"], p.get("edge"), eap_senders(cfg.n_layers, cfg.n_heads),
-                       eap_receivers(cfg.n_layers, cfg.n_heads) if level == "edge" else []).scores()
+                       eap_receivers(cfg.n_layers, cfg.n_heads) if level == "edge" else [], grid=grid).scores()
 
 
 _END = frozenset({"end", "gqa"})

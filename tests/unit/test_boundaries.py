@@ -352,6 +352,25 @@ def test_a_faithfulness_part_is_keyed_by_its_ranking(tokenizer):
     assert _key(config, pairs, "screen") == _key(config, pairs, "screen")
 
 
+def test_a_faithfulness_part_is_keyed_by_the_model_weights(tokenizer):
+    """A model folder whose weights changed under the same name does not reuse the parts the old weights made."""
+    import torch
+    from helpers import mixed_pairs, tiny_model
+
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.faithfulness.job import _key, weights_digest
+
+    model = tiny_model("llama")
+    config, pairs = FaithfulnessConfig(), mixed_pairs(tokenizer, 2)
+    before = weights_digest(model)
+    assert weights_digest(model) == before
+    with torch.no_grad():
+        next(model.parameters()).add_(1e-3)
+    after = weights_digest(model)
+    assert after != before
+    assert _key(config, pairs, "screen", before) != _key(config, pairs, "screen", after)
+
+
 @pytest.mark.parametrize("text, says", [("not json\n", "line 1"), ('{"question": "q"}\n', "no field 'answer'"),
                                         ("[1, 2]\n", "not an object")])
 def test_data_dir_garbage_names_the_file(tmp_path, text, says):

@@ -8,7 +8,7 @@ from helpers import FAMILIES, mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.patching.gradient.attribution import attribute
-from circuits.patching.gradient.eap_ig import INPUT, LOGITS, EAPIGScores, eap_ig, eap_receivers, eap_senders, edge_mask
+from circuits.patching.gradient.eap_ig import GRIDS, INPUT, LOGITS, EAPIGScores, alphas, eap_ig, eap_receivers, eap_senders, edge_mask
 from circuits.patching.metrics import get_metric
 from circuits.patching.plain import eap_ig_plain
 from circuits.types import Component, Receiver
@@ -18,13 +18,15 @@ def _batch(tokenizer, n=5, seed=0):
     return PairBatch.from_pairs(mixed_pairs(tokenizer, n, seed=seed), 0)
 
 
+@pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("positions", ["all", "end"])
 @pytest.mark.parametrize("metric", ["logit_diff", "fraction"])
-def test_nodes_equal_plain(tiny_llama, tokenizer, metric, positions):
+def test_nodes_equal_plain(tiny_llama, tokenizer, metric, positions, grid):
     batch = _batch(tokenizer)
     m = get_metric(metric)
-    s = eap_ig(tiny_llama, batch, m, steps=3, positions=positions, pairs_per_batch=2, progress=False)
-    plain = eap_ig_plain(tiny_llama, batch, m, s.readout, 3, positions=positions)
+    s = eap_ig(tiny_llama, batch, m, steps=3, positions=positions, grid=grid, pairs_per_batch=2, progress=False)
+    plain = eap_ig_plain(tiny_llama, batch, m, s.readout, 3, positions=positions, grid=grid)
+    assert s.grid == grid and EAPIGScores.from_dict(s.to_dict()).grid == grid
     torch.testing.assert_close(s.head, plain["head"], atol=1e-5, rtol=0)
     torch.testing.assert_close(s.mlp, plain["mlp"], atol=1e-5, rtol=0)
     torch.testing.assert_close(s.input, plain["input"], atol=1e-5, rtol=0)
@@ -46,13 +48,16 @@ def test_nodes_equal_plain_families(family_models, tokenizer, arch):
         torch.testing.assert_close(e.edge, plain["edge"], atol=1e-5, rtol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("positions", ["all", "end"])
-def test_edges_equal_plain(tiny_llama, tokenizer, positions):
+def test_edges_equal_plain(tiny_llama, tokenizer, positions, grid):
     """Grouped-query attention (2 K/V heads for 4 query heads) ungrouped as EAP-IG does: one k and v input per head."""
     batch = _batch(tokenizer, 4, seed=1)
     m = get_metric("logit_diff")
-    s = eap_ig(tiny_llama, batch, m, steps=2, level="edge", positions=positions, pairs_per_batch=3, progress=False)
-    plain = eap_ig_plain(tiny_llama, batch, m, s.readout, 2, level="edge", positions=positions)
+    s = eap_ig(tiny_llama, batch, m, steps=2, level="edge", positions=positions, grid=grid, pairs_per_batch=3,
+               progress=False)
+    plain = eap_ig_plain(tiny_llama, batch, m, s.readout, 2, level="edge", positions=positions, grid=grid)
+    assert not s.edge.requires_grad  # scores, not a graph
     L, H = tiny_llama.cfg.n_layers, tiny_llama.cfg.n_heads
     assert s.edge is not None and s.edge.shape == (1 + L * (H + 1), L * (3 * H + 1) + 1, len(batch))
     torch.testing.assert_close(s.edge, plain["edge"], atol=1e-5, rtol=0, equal_nan=True)
@@ -78,11 +83,11 @@ def test_edges_sum_to_nodes(tiny_llama, tokenizer):
 def test_one_step_is_attribution_patching(tiny_mistral, tokenizer, metric):
     batch = _batch(tokenizer, 5, seed=4)
     m = get_metric(metric)
-    s = eap_ig(tiny_mistral, batch, m, steps=1, progress=False)
+    s = eap_ig(tiny_mistral, batch, m, steps=1, grid="right", progress=False)
     a = attribute(tiny_mistral, batch, m, neurons=False, qk_fix=False, progress=False)
     torch.testing.assert_close(s.head, a.head.nansum(2), atol=1e-5, rtol=0)
     torch.testing.assert_close(s.mlp, a.mlp.nansum(1), atol=1e-5, rtol=0)
-    end = eap_ig(tiny_mistral, batch, m, steps=1, positions="end", progress=False)
+    end = eap_ig(tiny_mistral, batch, m, steps=1, positions="end", grid="right", progress=False)
     torch.testing.assert_close(end.head, a.head[:, :, 0], atol=1e-5, rtol=0)
     torch.testing.assert_close(s.node_effects()["head"], a.effect(a.head.nansum(2, keepdim=True))[:, :, 0],
                                atol=1e-5, rtol=1e-5)
@@ -182,3 +187,11 @@ def test_to_dict_round_trip_and_node_importance(tiny_llama, tokenizer, tmp_path)
     assert back.senders == s.senders and back.receivers == s.receivers and back.metric == s.metric
     heads, mlps = s.node_importance()
     assert torch.equal(heads, -s.node_effects()["head"]) and torch.equal(mlps, -s.node_effects()["mlp"])
+
+
+def test_grids():
+    """MIB's pinned EAP-IG (7af394a) interpolates its edges at range(0, steps) / steps; the right grid ends at 1."""
+    assert alphas(5) == [0.0, 0.2, 0.4, 0.6, 0.8]
+    assert alphas(5, "right") == [0.2, 0.4, 0.6, 0.8, 1.0]
+    with pytest.raises(ValueError, match="grid"):
+        alphas(5, "middle")

@@ -6,6 +6,7 @@ agrees with the engine called directly."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -68,6 +69,11 @@ def test_defaults_are_mib_s():
     c = FaithfulnessConfig()
     assert c.sizes == engine.MIB_SIZES == (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
     assert c.ablation == "counterfactual" and c.metric == "logit_diff"
+    # MIB's counterfactual (an operand changed), its sizes (int(s * n)) and its pinned EAP-IG's alphas
+    assert c.counterfactual == "operand" and c.count == "floor" and c.ig_grid == "left"
+    from circuits.beyond.faithfulness import config as light
+    from circuits.patching.gradient.eap_ig import GRIDS
+    assert light.IG_GRIDS == GRIDS and light.COUNTS == engine.COUNTS
     assert c.rankings == RANKINGS and c.settings() == ["nodes@end", "nodes@all"]
     assert FaithfulnessConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
 
@@ -176,12 +182,12 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
         want = effects[:, ig.receivers.index(rcv)].abs().nan_to_num(0)
         assert torch.equal(col, torch.stack([want[ig.senders.index(x)] for x in senders]))
     assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
-    c = engine.edge_faithfulness(model, pairs, edges, sizes=(0.05, 0.2, 0.5), n_boot=20)
+    c = engine.edge_faithfulness(model, pairs, edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor")
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f) and c.level == "edge"
     # each curve is the faithfulness engine's on those scores
     for setting in ("nodes@end", "nodes@all"):
         c = engine.faithfulness(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
-                                sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20)
+                                sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20, count="floor")
         got = r.curves["exact-path"][setting]
         assert torch.equal(got.f, c.f) and got.cmd == c.cmd and got.positions == setting[6:]
         assert got.f_low.le(got.f_high).all()
@@ -234,7 +240,13 @@ def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
             "--n-boot", "10", "--out", str(tmp_path / "run")]
     path = exp.cli(argv)
     tables = T.read_published(path)
-    assert set(tables) == {"faithfulness", "faithfulness_seconds"}
+    assert set(tables) == {"faithfulness", "faithfulness_seconds", "faithfulness_counterfactuals"}
+    header, shares = T.faithfulness_counterfactuals(tables["faithfulness_counterfactuals"]["data"])
+    assert header[2:] == [f"{k} counterfactual: pairs whose metric can move" for k in ("operator", "operand")]
+    assert [r[1] for r in shares] == ["addition", "subtraction"] and all(" of 2" in c for r in shares for c in r[2:])
+    margins = tables["faithfulness"]["data"]["margins"]
+    assert all(  # paired margins: winner, runner-up, +d [lo, hi]
+        len(v) == 5 and v[3] <= v[4] for by in margins.values() for v in by.values())
     header, rows = T.faithfulness(tables["faithfulness"]["data"])
     assert [r[1:3] for r in rows] == [[op, s] for op in ("addition", "subtraction")
                                       for s in ("nodes at END", "nodes, every position", "edges at END")]
@@ -258,3 +270,39 @@ def test_pairs_whose_metric_cannot_move_are_named():
     c.m_full[:] = c.m_empty[:] = 0.0
     with pytest.warns(UserWarning, match=r"4 of 4 pairs .* f is undefined \(NaN\)"):
         _warn_flat_pairs({"exact-path": {"nodes@end": c}}, 4)
+
+
+def test_division_with_the_operand_counterfactual_gives_finite_scores_for_every_ranking(tmp_path):
+    """With the paper's counterfactual, division's logit difference could not move (the counterfactual's top token
+    was the answer); the operand counterfactual (the default here) gives every ranking finite CPR and CMD."""
+    from circuits.results import load_result
+
+    out = tmp_path / "division"
+    argv = ["faithfulness", *TINY, "--task", "division", "--pairs", "16", "--rankings", NODE_RANKINGS,
+            "--n-boot", "20", "--no-progress", "--out", str(out)]
+    assert cli_main(argv) == 0
+    r = load_result(out)
+    assert r.config.counterfactual == "operand" and len(r.pairs) == 16
+    assert all(p.counterfactual_answer != p.answer for p in r.pairs)
+    rows = r.table()
+    assert {row["ranking"] for row in rows} == set(NODE_RANKINGS.split(","))
+    for row in rows:
+        assert math.isfinite(row["cpr"]) and math.isfinite(row["cmd"]), row
+    c = r.curves["exact-path"]["nodes@end"]
+    assert (c.m_full != c.m_empty).all()  # every pair's metric can move
+
+
+def test_cmd_margin_is_a_paired_bootstrap_of_the_cmd_difference():
+    from circuits.patching.faithfulness import area_scores, cmd_margin, curve_from
+
+    g = torch.Generator().manual_seed(0)
+    sizes = (0.05, 0.2, 0.5)
+    mf, me = 2.0 + torch.rand(12, generator=g), -torch.rand(12, generator=g)
+    kw = dict(metric="logit_diff", ablation="counterfactual", positions="end", level="node", n_boot=200,
+              ci_level=0.95, seed=0, seconds=0.0)
+    a = curve_from(sizes, torch.tensor([1, 2, 3]), 60, mf * torch.tensor([[0.8], [0.9], [1.0]]), mf, me, **kw)
+    b = curve_from(sizes, torch.tensor([1, 2, 3]), 60, mf * torch.tensor([[0.2], [0.5], [0.7]]), mf, me, **kw)
+    d, lo, hi = cmd_margin(a, b, 200)
+    assert d == pytest.approx(b.cmd - a.cmd) and 0 < lo <= d <= hi  # b's circuits are worse on every pair
+    assert cmd_margin(a, a, 200) == (0.0, 0.0, 0.0)  # the same pairs in both: no spread
+    assert float(area_scores(sizes, a.f.double())[1]) == pytest.approx(a.cmd, abs=1e-6)

@@ -152,3 +152,39 @@ def test_counterfactual_prefixes_have_equal_token_length(tokenizer):
         assert ref != cf and len(encode(tokenizer, ref)) == len(encode(tokenizer, cf))
         kept = few_shot_prefixes(t, tokenizer, rng, "keep")
         assert kept[0] == kept[1]
+
+
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_operand_counterfactual_changes_the_answer(tiny_llama, tokenizer, operation):
+    """MIB's counterfactual: one operand changed, everything else kept, so every pair's counterfactual prompt has an
+    answer of its own, another number (the paper's operator counterfactual asks for none)."""
+    ps = build_pairs(tiny_llama, operation, n_pairs=12, filter_correct=False, few_shot="on", counterfactual="operand",
+                     progress=False)
+    assert len(ps) == 12
+    for p in ps:
+        a, b, c = p.operands
+        assert p.counterfactual_answer and p.counterfactual_answer != p.answer
+        cf_answer = answer_of(p.counterfactual, p.roles, tokenizer, p, operation)
+        assert cf_answer == int(p.counterfactual_answer) != c
+        assert encode(tokenizer, p.counterfactual + p.counterfactual_answer)[-1] != p.answer_token_id
+        assert len(p.reference_token_ids) == len(p.counterfactual_token_ids)
+    paper = build_pairs(tiny_llama, operation, n_pairs=4, filter_correct=False, few_shot="on", progress=False)
+    assert all(p.counterfactual_answer == "" for p in paper)  # the paper's stays the default
+
+
+def answer_of(text, roles, tokenizer, pair, operation):
+    """The answer the counterfactual prompt asks for, from its own operand tokens (the reference's role positions)."""
+    from circuits.data.templates import compute_answer
+
+    ids = pair.counterfactual_token_ids
+    a, b = (int(tokenizer.decode([ids[i] for i in roles[r]]).strip()) for r in ("A", "B"))
+    changed = [int(a != pair.operands[0]), int(b != pair.operands[1])]
+    assert sum(changed) == 1  # exactly one operand changed
+    return compute_answer(operation, a, b)
+
+
+def test_operand_counterfactual_keeps_the_prefix():
+    with pytest.raises(ValueError, match="--prefix-policy keep"):
+        PairConfig(task="addition", counterfactual="operand", prefix_policy="counterfactual")
+    with pytest.raises(ValueError, match="counterfactual must be 'operator' or 'operand'"):
+        PairConfig(task="addition", counterfactual="word")

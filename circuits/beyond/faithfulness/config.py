@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from circuits.config import option
+from circuits.config import option, redefault
 from circuits.data.source import PairSource, check_metric
 from circuits.patching.registry import ENGINE_NAMES
 from circuits.types import METRIC_NAMES, MIB_METRIC
@@ -25,11 +25,19 @@ RANKINGS: tuple[str, ...] = ENGINE_NAMES
 MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 POSITIONS: tuple[str, ...] = ("end", "all")
 ABLATIONS: tuple[str, ...] = ("counterfactual", "mean", "zero")
+# EAP-IG's interpolation grids (circuits.patching.gradient.eap_ig.GRIDS) and how a size counts its nodes
+# (circuits.patching.faithfulness.COUNTS): here too so the config imports no torch; a unit test checks they agree.
+IG_GRIDS: tuple[str, ...] = ("left", "right")
+COUNTS: tuple[str, ...] = ("round", "floor")
 
 
 @dataclass(frozen=True)
 class FaithfulnessConfig(PairSource):
     """Which rankings are turned into circuits, at which sizes, ablated how, and scored with which metric."""
+
+    # MIB's operand counterfactual by default: with the paper's, the counterfactual often asks for no number, its top
+    # token is the answer itself, and the logit difference cannot move (division: on every pair, f undefined)
+    counterfactual: str = redefault(PairSource, "counterfactual", "operand")
 
     rankings: tuple[str, ...] = option(RANKINGS, help=f"rankings to score, comma-separated: {', '.join(RANKINGS)}")
     sizes: tuple[float, ...] = option(MIB_SIZES, help="circuit sizes, fractions of the nodes (or edges) kept (MIB's; "
@@ -43,6 +51,11 @@ class FaithfulnessConfig(PairSource):
     metric: str = option(MIB_METRIC, choices=METRIC_NAMES, help="m in f = (m(C) - m(empty)) / (m(N) - m(empty)); "
                                                                   "the rankings' effects are read in it too")
     ig_steps: int = option(5, help="EAP-IG's integration steps")
+    ig_grid: str = option("left", choices=IG_GRIDS, help="EAP-IG's alphas: left, k/steps for k = 0..steps-1 (what MIB's "
+                                                         "circuit track runs, its pinned EAP-IG's edge code), or right, "
+                                                         "k = 1..steps (the library before Dec 2024, its node code)")
+    count: str = option("floor", choices=COUNTS, help="a size s keeps int(s * n) nodes or edges (floor, MIB's circuit "
+                                                      "track) or round(s * n) (round)")
     n_boot: int = option(1000, help="bootstrap resamples over pairs for the intervals (0: none)")
 
     def __post_init__(self) -> None:
@@ -69,6 +82,10 @@ class FaithfulnessConfig(PairSource):
             raise ValueError(f"--sizes must increase, without repeats, got {','.join(f'{s:g}' for s in self.sizes)}")
         if self.ablation not in ABLATIONS:
             raise ValueError(f"Unknown ablation {self.ablation!r}; accepted: {', '.join(ABLATIONS)}")
+        if self.ig_grid not in IG_GRIDS:
+            raise ValueError(f"Unknown --ig-grid {self.ig_grid!r}; accepted: {', '.join(IG_GRIDS)}")
+        if self.count not in COUNTS:
+            raise ValueError(f"Unknown --count {self.count!r}; accepted: {', '.join(COUNTS)}")
         if self.ig_steps < 1:
             raise ValueError(f"--ig-steps must be 1 or more, got {self.ig_steps}")
         if self.n_boot < 0:

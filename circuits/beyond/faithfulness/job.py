@@ -45,8 +45,9 @@ def _per_node(heads: Tensor, mlps: Tensor) -> dict[str, Tensor]:
 
 
 def engine_options(ranking: str, config: FaithfulnessConfig) -> dict[str, Any]:
-    """What the config sets of an engine's own options: EAP-IG's steps and level (edges with ``config.edges``)."""
-    return {"steps": config.ig_steps, "level": "edge" if config.edges else "node"} if ranking == "eap-ig" else {}
+    """What the config sets of an engine's own options: EAP-IG's steps, grid and level (edges with ``config.edges``)."""
+    return ({"steps": config.ig_steps, "grid": config.ig_grid, "level": "edge" if config.edges else "node"}
+            if ranking == "eap-ig" else {})
 
 
 def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: FaithfulnessConfig,
@@ -96,27 +97,43 @@ def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor]
     m = readout_of(get_metric(config.metric))
     if setting == "edges@end":
         return edge_faithfulness(model, pairs, scores["edges"], sizes=config.sizes, ablation=config.ablation,
-                                 positions="end", metric=m, n_boot=config.n_boot, memory_mb=config.memory_mb)
+                                 positions="end", metric=m, n_boot=config.n_boot, memory_mb=config.memory_mb,
+                                 count=config.count)
     return faithfulness_curve(model, pairs, scores["heads"], scores["mlps"], sizes=config.sizes,
                               ablation=config.ablation, positions=setting.split("@")[1],
                               metric=m, n_boot=config.n_boot,
-                              memory_mb=config.memory_mb)
+                              memory_mb=config.memory_mb, count=config.count)
 
 
 def _settings(ranking: str, config: FaithfulnessConfig) -> list[str]:
     return config.settings() + (["edges@end"] if ranking == "eap-ig" and config.edges else [])
 
 
-def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str) -> str:
+def weights_digest(model: Any) -> str:
+    """A hash of every parameter's values (their names, shapes, dtypes and bytes): a model folder whose weights
+    changed under the same name gives another digest."""
+    import torch
+
+    h = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            t = p.detach().cpu().contiguous()
+            h.update(repr((name, tuple(t.shape), str(t.dtype))).encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str, weights: str = "") -> str:
     """What a saved part must have been made with to be reused: the config less what does not change this ranking
-    (the list of rankings; EAP-IG's steps and edges for the others), the ranking's own name (a part copied to another
-    ranking's file is not taken for it), and the pairs."""
+    (the list of rankings; EAP-IG's steps, grid and edges for the others), the ranking's own name (a part copied to
+    another ranking's file is not taken for it), the model's weights (:func:`weights_digest`: a folder whose weights
+    changed is not the model that made the part) and the pairs."""
     cfg = config.to_json()
     cfg.pop("rankings", None)
     if ranking != "eap-ig":
-        cfg.pop("ig_steps", None)
-        cfg.pop("edges", None)
-    h = hashlib.sha256(repr(("ranking", ranking)).encode())
+        for field in ("ig_steps", "ig_grid", "edges"):
+            cfg.pop(field, None)
+    h = hashlib.sha256(repr(("ranking", ranking, "weights", weights)).encode())
     h.update(repr(sorted(cfg.items())).encode())
     for p in pairs:
         h.update(repr((p.reference_token_ids, p.counterfactual_token_ids, p.answer_token_id)).encode())
@@ -147,11 +164,12 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     curves: dict[str, dict[str, FaithfulnessCurve]] = {}
     seconds: dict[str, float] = {}
     cpu_seconds: dict[str, dict[str, float]] = {}
+    weights = weights_digest(model) if parts is not None else ""
     bar = tqdm(config.rankings, desc="faithfulness", unit="ranking", disable=not progress)
     for ranking in bar:
         bar.set_postfix_str(ranking)
         path = Path(parts) / f"{ranking}.pt" if parts is not None else None
-        key = _key(config, pairs, ranking)
+        key = _key(config, pairs, ranking, weights)
         part = _load_part(path, key) if path is not None else None
         if part is None:
             start, cpu = time.perf_counter(), time.process_time()

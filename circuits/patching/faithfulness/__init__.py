@@ -3,7 +3,7 @@
 **Nodes.** A ranking of nodes -- heads ``[layer, head]``, MLPs ``[layer]``, optionally neurons ``{layer: [d_mlp]}``
 (such a layer's MLP is then scored by its neurons instead of as one node) -- gives, at each size ``s`` (a fraction of
 the ``n`` nodes), the circuit ``C_s`` = the top ``round(s * n)`` nodes by score (halves rounded up; ``count="floor"``
-takes ``int(s * n)`` as MIB's code does; ties broken by :func:`circuits.patching.ranking.order`, the project's one
+takes ``int(s * n)`` as MIB's code does, and is what the faithfulness job uses by default; ties broken by :func:`circuits.patching.ranking.order`, the project's one
 sort: higher score first, ties by index). Everything outside the circuit is ablated:
 
 - ``ablation="counterfactual"`` (MIB's "patching"): each ablated node's output takes its value in the
@@ -30,8 +30,9 @@ or a :func:`circuits.patching.metrics.logits_metric`. Faithfulness ``f(C) = (m(C
 on means over pairs, ``N`` the model with nothing ablated and ``empty`` every node (edge) ablated, so ``f(N) = 1``
 and ``f(empty) = 0`` by construction. CPR = the area under ``f`` and CMD = the area between ``f`` and 1
 (``|1 - f|``), each by the trapezoid rule over the size axis in fractions with linear widths, as
-``MIB-circuit-track``'s ``evaluate_area_under_curve`` computes them (its ``log_scale`` flag computes log positions
-that its trapezoids do not use). MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way
+``MIB-circuit-track``'s ``evaluate_area_under_curve`` computes them by default (its ``log_scale=True`` takes the
+trapezoids over log sizes instead, which gives other numbers: 1.4507 / 5.4571 for a curve whose linear-width areas are
+0.6747 / 0.3243). MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way
 (f(1.0) = 1, every node kept) when the sizes given stop short of it. Bootstrap intervals resample pairs
 (:func:`circuits.patching.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the resampled means.
 
@@ -63,6 +64,7 @@ Public signature::
     circuit_masks(heads, mlps, neurons, sizes, count) -> NodeMasks    # which nodes each size keeps
     edge_masks(valid, scores, sizes, count) -> (keep, n_kept, n_edges)
     area_scores(sizes, f) -> (cpr, cmd)                               # MIB's areas of one curve (or a batch)
+    cmd_margin(a, b, n_boot) -> (b.cmd - a.cmd, low, high)            # paired bootstrap over the same pairs
     MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 ``FaithfulnessCurve`` fields: ``sizes [size]``, ``n_kept [size]``, ``n_nodes`` (nodes or edges), ``m [size,
@@ -76,7 +78,7 @@ The package: :mod:`~circuits.patching.faithfulness.curve` (checks, circuits of a
 """
 
 from circuits.patching.faithfulness.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, READOUTS, FaithfulnessCurve,
-                                                  NodeMasks, area_axis, area_scores, check_choice, check_metric,
+                                                  NodeMasks, area_axis, area_scores, check_choice, check_metric, cmd_margin,
                                                   check_sizes, circuit_masks, curve_from, metric_of, n_kept_at)
 from circuits.patching.faithfulness.edges import (INPUT, LOGITS, EdgeReceiver, EdgeSender, check_edge_model,
                                                   edge_faithfulness, edge_masks, edge_receivers, edge_senders,
@@ -86,6 +88,6 @@ from circuits.patching.faithfulness.nodes import ablated_metric, faithfulness, s
 
 __all__ = ["ABLATIONS", "COUNTS", "INPUT", "LOGITS", "MIB_SIZES", "POSITIONS", "READOUTS", "EdgeReceiver", "EdgeSender",
            "FaithfulnessCurve", "NodeMasks", "ablated_metric", "area_axis", "area_scores", "attention_split_at_end",
-           "check_choice", "check_edge_model", "check_metric", "check_sizes", "circuit_masks", "curve_from",
+           "check_choice", "check_edge_model", "check_metric", "check_sizes", "cmd_margin", "circuit_masks", "curve_from",
            "edge_faithfulness", "edge_masks", "edge_receivers", "edge_senders", "edge_upstream", "edge_valid",
            "end_only_supported", "faithfulness", "metric_of", "n_kept_at", "shared_start"]

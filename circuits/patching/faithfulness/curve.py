@@ -259,6 +259,26 @@ def curve_from(sizes: Sequence[float], n_kept: Tensor, n_nodes: int, m: Tensor, 
         seconds=seconds)
 
 
+def cmd_margin(a: FaithfulnessCurve, b: FaithfulnessCurve, n_boot: int = 1000, ci_level: float = 0.95,
+               seed: int = 0) -> tuple[float, float, float]:
+    """How much lower ``a``'s CMD is than ``b``'s (``b.cmd - a.cmd``), with a paired bootstrap interval: both curves
+    were measured on the same pairs, so each resample draws the same pairs for both (NaN interval without
+    resamples)."""
+    if a.m.shape[1] != b.m.shape[1]:
+        raise ValueError("cmd_margin compares curves measured on the same pairs")
+    diff = b.cmd - a.cmd
+    if n_boot < 1:
+        return diff, float("nan"), float("nan")
+    idx = resample_pairs(a.m.shape[1], n_boot, seed)
+
+    def cmd_of(c: FaithfulnessCurve) -> Tensor:
+        m, mf, me = c.m.double()[:, idx].mean(-1).T, c.m_full.double()[idx].mean(-1), c.m_empty.double()[idx].mean(-1)
+        return area_scores(c.sizes.tolist(), (m - me[:, None]) / (mf - me)[:, None])[1]
+
+    lo, hi = percentile_interval(cmd_of(b) - cmd_of(a), ci_level)
+    return diff, float(lo), float(hi)
+
+
 def metric_of(logits: Float[Tensor, "row d_vocab"], answer: Int[Tensor, " row"], cf_answer: Int[Tensor, " row"],
               metric: str | Metric) -> Float[Tensor, " row"]:
     """m per row from END logits (float32)."""

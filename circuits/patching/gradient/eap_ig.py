@@ -20,13 +20,15 @@ Each score is the estimated change of the metric's END readout (``logit_diff`` b
 tasks score; ``logit`` for ``fraction`` / ``relative_logit``) when the node (or edge) takes its counterfactual value,
 per pair:
 
-    score(n) = sum over positions of (a_cf(n) - a_ref(n)) . (1/steps) sum_{k=1..steps} dR/da(n) at alpha = k/steps
+    score(n) = sum over positions of (a_cf(n) - a_ref(n)) . (1/steps) sum_{alpha in grid} dR/da(n) at alpha
 
 where the gradients are taken on forward passes of the reference prompt whose input embeddings (``hook_resid_pre``
 of block 0) are ``e_cf + alpha (e_ref - e_cf)``, everything downstream recomputing; that is EAP-IG's sign
-(``activation_difference`` = corrupted - clean) and its right-endpoint grid ``k/steps``, ``k = 1..steps``, so
-``steps=1`` is attribution patching (gradient at the reference run) and equals
-:func:`circuits.patching.gradient.attribution.attribute` node by node. MIB attributes with ``-logit_diff`` (a loss);
+(``activation_difference`` = corrupted - clean). The grid is a choice (``grid``, :data:`GRIDS`, saved with the
+scores): ``"left"``, ``alpha = k/steps`` for ``k = 0..steps-1`` (0, 0.2, ..., 0.8), is what MIB's circuit track runs
+(the library's edge code at its pinned commit 7af394a) and the default; ``"right"``, ``k = 1..steps``, is the library
+before Dec 2024 and its node code, and with ``steps=1`` is attribution patching (gradient at the reference run),
+equal to :func:`circuits.patching.gradient.attribution.attribute` node by node. MIB attributes with ``-logit_diff`` (a loss);
 :meth:`EAPIGScores.importance` gives that orientation (``metric.sign * effect``: positive is important).
 
 Nodes: a head's output is its ``hook_z`` (the same first-order estimate as EAP-IG's ``hook_result``: the result is
@@ -39,8 +41,8 @@ of its own layer). ``positions="all"`` sums over every position (as EAP-IG); ``"
 What makes it cheap: positions before the first token where a pair's prompts differ have identical embeddings in
 both prompts, so every interpolated run agrees with the reference there; that prefix runs once into
 the backend's key/value cache (:func:`circuits.models.backend.run_prefixes`, on either TransformerLens line) and only
-the rest runs ``steps + 1`` times (the counterfactual, then each step; the last step, ``alpha = 1``, is the reference
-run itself; at edge level on a grouped-query model the cached keys and values are repeated per query head, as EAP-IG
+the rest runs ``steps + 2`` times (the counterfactual, the reference, then each step; on the right grid the last step,
+``alpha = 1``, is the reference run itself, ``steps + 1``; at edge level on a grouped-query model the cached keys and values are repeated per query head, as EAP-IG
 ungroups them; where the backend's cache cannot give the full run's numbers,
 :func:`circuits.models.backend.prefix_sharing`, prompts run whole: the same numbers); edge products are taken only
 over each pair's positions from its first difference to END; only END is unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one
@@ -88,6 +90,18 @@ LEVELS = ("node", "edge")
 POSITIONS = ("all", "end")
 DEFAULT_EAP_METRIC = MIB_METRIC  # MIB's arithmetic tasks attribute with the logit difference
 DEFAULT_STEPS = 5  # MIB's run_attribution.py --ig-steps
+# Where the integrated gradients are taken, alpha = k/steps: "left", k = 0..steps-1 (0, 0.2, ..., 0.8 at 5 steps:
+# the edge code of the EAP-IG library at the commit MIB's circuit track pins, 7af394a, `range(0, steps)`), or
+# "right", k = 1..steps (0.2, ..., 1.0: the library before Dec 2024, and its node code at that commit).
+GRIDS = ("left", "right")
+DEFAULT_GRID = "left"
+
+
+def alphas(steps: int, grid: str = DEFAULT_GRID) -> list[float]:
+    """The interpolation points of ``grid`` (:data:`GRIDS`) at ``steps`` steps, in the order they run."""
+    if grid not in GRIDS:
+        raise ValueError(f"Unknown grid {grid!r}; accepted: {', '.join(GRIDS)}")
+    return [k / steps for k in (range(0, steps) if grid == "left" else range(1, steps + 1))]
 
 
 @dataclass
@@ -107,6 +121,7 @@ class EAPIGScores:
     senders: list[EAPSender] = field(default_factory=list)
     receivers: list[EAPReceiver] = field(default_factory=list)
     seconds: float = 0.0
+    grid: str = DEFAULT_GRID  # the alphas the gradients were taken at (:data:`GRIDS`)
 
     @property
     def n_layers(self) -> int:
@@ -178,7 +193,7 @@ class EAPIGScores:
         return {"metric": self.metric.name, "readout": self.readout, "baseline": self.baseline.to_dict(),
                 "steps": self.steps, "positions": self.positions, "input": self.input, "head": self.head,
                 "mlp": self.mlp, "edge": self.edge, "senders": [str(s) for s in self.senders],
-                "receivers": [str(r) for r in self.receivers], "seconds": self.seconds}
+                "receivers": [str(r) for r in self.receivers], "seconds": self.seconds, "grid": self.grid}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EAPIGScores:
@@ -189,7 +204,8 @@ class EAPIGScores:
         if [str(s) for s in senders] != d["senders"] or [str(r) for r in receivers] != d["receivers"]:
             raise ValueError("Saved EAP-IG scores name senders/receivers this version does not lay out the same way")
         return cls(get_metric(d["metric"]), d["readout"], Baseline.from_dict(d["baseline"]), int(d["steps"]),
-                   d["positions"], d["input"], d["head"], d["mlp"], d["edge"], senders, receivers, float(d["seconds"]))
+                   d["positions"], d["input"], d["head"], d["mlp"], d["edge"], senders, receivers, float(d["seconds"]),
+                   d.get("grid", "right"))  # saved before the grid was a choice: the right-endpoint grid
 
     def ranked_nodes(self, metric: str | Metric | None = None) -> list[tuple[EAPSender, float]]:
         """Heads and MLPs (not the input), most important first (:func:`circuits.patching.ranking.order`)."""
@@ -231,6 +247,7 @@ def eap_ig(
     steps: int = DEFAULT_STEPS,
     level: Literal["node", "edge"] = "node",
     positions: Literal["all", "end"] = "all",
+    grid: Literal["left", "right"] = DEFAULT_GRID,
     pairs_per_batch: int = 16,
     progress: bool = True,
 ) -> EAPIGScores:
@@ -239,7 +256,10 @@ def eap_ig(
 
     Args:
         metric: the metric whose END readout is differentiated (``logit_diff`` by default, MIB's).
-        steps: integration steps (``alpha = k/steps``, ``k = 1..steps``); ``steps=1`` is attribution patching.
+        steps: integration steps.
+        grid: where the gradients are taken (:data:`GRIDS`): ``"left"``, ``alpha = k/steps`` for ``k = 0..steps-1``
+            (MIB's pinned EAP-IG at edge level; ``steps=1`` is the gradient at the counterfactual run), or ``"right"``,
+            ``k = 1..steps`` (``steps=1`` is attribution patching, the gradient at the reference run).
         level: ``"node"`` or ``"edge"``.
         positions: ``"all"`` (summed over every position, as EAP-IG) or ``"end"`` (END only).
         pairs_per_batch: pairs per forward/backward.
@@ -249,6 +269,7 @@ def eap_ig(
         raise ValueError(f"steps must be a positive integer (EAP-IG's interpolation steps), got {steps!r}")
     if level not in LEVELS:
         raise ValueError(f"Unknown level {level!r}; accepted: {', '.join(LEVELS)}")
+    grid_alphas = alphas(steps, grid)
     if positions not in POSITIONS:
         raise ValueError(f"Unknown positions {positions!r}; accepted: {', '.join(POSITIONS)}")
     if pairs_per_batch < 1:
@@ -271,7 +292,7 @@ def eap_ig(
     bar = tqdm(total=P, desc=f"EAP-IG ({steps} steps)", unit="pair", disable=not progress)
     for b0 in range(0, P, pairs_per_batch):
         rows = torch.arange(b0, min(P, b0 + pairs_per_batch), device=batch.end.device)
-        out, base = _eap_ig_rows(model, batch.select(rows), n_pre[rows], m, name, custom, steps, level,
+        out, base = _eap_ig_rows(model, batch.select(rows), n_pre[rows], m, name, custom, grid_alphas, level,
                                  positions == "end")
         bases.append(base)
         for k, v in out.items():
@@ -285,11 +306,11 @@ def eap_ig(
     if level == "edge":
         edge = cat["edge"].masked_fill(~edge_mask(L, H)[..., None], float("nan"))
     return EAPIGScores(m, name, cat_baselines(bases), steps, positions, cat["input"], cat["head"], cat["mlp"], edge,
-                       senders, receivers, time.perf_counter() - start)
+                       senders, receivers, time.perf_counter() - start, grid)
 
 
 def _eap_ig_rows(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric, name: str, custom: list[Metric],
-                 steps: int, level: str, end_only: bool) -> tuple[dict[str, Tensor], Baseline]:
+                 grid: list[float], level: str, end_only: bool) -> tuple[dict[str, Tensor], Baseline]:
     """Scores of pairs whose prompts agree before position ``n[i]`` (body positions ``n[i] + j``), summed over body
     positions: ``input [row]``, ``head [layer, head, row]``, ``mlp [layer, row]``, ``edge [sender, receiver, row]``."""
     edges = level == "edge"
@@ -297,11 +318,11 @@ def _eap_ig_rows(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
     if edges and cache is not None:  # EAP-IG ungroups key/value heads: the prefix's keys and values, one per query head
         cache = backend.ungroup_prefix(model, cache)
     with edge_hooks(model) if edges else contextlib.nullcontext():
-        return _eap_ig_body(model, sub, n, torch.zeros_like(n), m, name, custom, steps, edges, end_only, cache)
+        return _eap_ig_body(model, sub, n, torch.zeros_like(n), m, name, custom, grid, edges, end_only, cache)
 
 
 def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: Int[Tensor, " row"], m: Metric,
-                 name: str, custom: list[Metric], steps: int, edges: bool, end_only: bool,
+                 name: str, custom: list[Metric], grid: list[float], edges: bool, end_only: bool,
                  cache) -> tuple[dict[str, Tensor], Baseline]:
     """One batch from body position 0 (absolute ``n``); ``first``: each row's first body position where its prompts
     differ (before it every activation difference is exactly 0, so no product is taken there)."""
@@ -356,14 +377,20 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
         targets = acts[1:]
     gsum: dict[str, Tensor] = {}
     e_cf, e_ref = cf[embed], ref[embed]
-    for k in range(1, steps + 1):
-        x = torch.lerp(e_cf, e_ref, k / steps).detach().requires_grad_(True)  # exact endpoints (alpha = 1: e_ref)
+    steps = len(grid)
+    if grid[-1] != 1.0:  # the reference run is no step of the grid: run once for its activations and baseline
+        with torch.no_grad():
+            resid = _run_body(model, ref_body, cache, [(a, store_to(ref, a)) for a in acts[1:]])
+            base = baseline_of(model, sub.answer, resid[rows, body_end], cf_resid[rows, body_end], custom).to("cpu")
+    for k, alpha in enumerate(grid, 1):
+        x = torch.lerp(e_cf, e_ref, alpha).detach().requires_grad_(True)  # exact endpoints (alpha = 1: e_ref)
         got: dict[str, Tensor] = {}
         hooks = [(embed, lambda act, hook: x)] + [(t, own_copy(got, t)) for t in targets]
-        if k == steps:  # alpha = 1: the reference run (lerp's endpoint is e_ref exactly), its activations kept
+        last_is_ref = k == steps and alpha == 1.0
+        if last_is_ref:  # alpha = 1: the reference run (lerp's endpoint is e_ref exactly), its activations kept
             hooks += [(a, store_to(ref, a)) for a in acts[1:]]
         resid = _run_body(model, ref_body, cache, hooks)
-        if k == steps:
+        if last_is_ref:
             with torch.no_grad():
                 ref = {a: v.detach() for a, v in ref.items()}
                 base = baseline_of(model, sub.answer, resid.detach()[rows, body_end], cf_resid[rows, body_end],
@@ -394,7 +421,7 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     # Edges: every sender's output into the residual stream against every receiver's input gradient.
     sender_out = [d[embed][:, :, None]]
     for l in range(L):
-        W_O = backend.attn_out(model, l)[0].float().to(device)  # [head, d_head, d_model]
+        W_O = backend.attn_out(model, l)[0].detach().float().to(device)  # [head, d_head, d_model]; scores need no graph
         sender_out.append(torch.einsum("rphe,hed->rphd", d[act_name("z", l)], W_O))
         sender_out.append(d[act_name("mlp_out", l)][:, :, None])
     def in_window(t: Tensor) -> Tensor:  # [row, body, k, d_model] -> [row, W, k, d_model]
@@ -410,7 +437,7 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     edge = torch.cat([torch.bmm(S, einops.rearrange(in_window(R), "row pos r d -> row (pos d) r")) for R in recv], 2)
     edge = einops.rearrange(edge, "row s r -> s r row")
     del recv
-    out["edge"] = edge.cpu()
+    out["edge"] = edge.detach().cpu()
     # Nodes from the same runs: in a pre-norm residual stream the gradient at a sender's output is the sum of the
     # gradients at every receiver input downstream of it, so a node's score is the sum of its real edges' scores.
     real = edge_mask(L, cfg.n_heads).to(edge.device)[..., None]
