@@ -208,6 +208,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
         hint = "" if expected else " (this looks like a bug: rerun with --debug and report the traceback)"
         if distributed.is_main():
             print(f"circuits {args.command}: error: {one_line(err)}{hint}", file=sys.stderr)
+        elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            # Rank 0 reports; the others fail a moment later, so that torchrun's ending of the remaining workers (a
+            # SIGTERM, which unwinds as an interruption) does not reach rank 0 before it has said what was wrong.
+            import time
+
+            time.sleep(3)
         return 2
     finally:
         if previous_show is not None:

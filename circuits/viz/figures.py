@@ -383,9 +383,9 @@ def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims
     the share of key heads per operation, accuracy after knocking out the top-k heads (solid) against k random heads
     (dotted; Figure 3), accuracy on the transfer sets with the key heads and random heads knocked out (Figure 4), and
     how much more the MLPs write the answer than other numbers, by relative depth (Figure 6b)."""
-    fig = make_subplots(rows=2, cols=2, subplot_titles=(
-        "share of heads that are key heads", "knockout: top-k (solid) vs random (dotted)",
-        "transfer: before, key out, random out", "MLPs writing the answer (cos C - cos other)"))
+    fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.16, subplot_titles=(
+        "key heads (share of heads)", "knockout: top-k vs random (dotted)",
+        "transfer: before, key, random out", "MLPs writing the answer"))
     colors = ("crimson", "royalblue", "seagreen", "darkorange", "purple")
     for i, (name, d) in enumerate(models.items()):
         c = colors[i % len(colors)]

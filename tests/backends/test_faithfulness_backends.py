@@ -183,7 +183,7 @@ def test_eap_ig_one_step_is_attribution_patching(family_models, tokenizer, metri
     model = family_models("mistral")
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=4), 0)
     m = get_metric(metric)
-    s = eap_ig(model, batch, m, steps=1, progress=False)
+    s = eap_ig(model, batch, m, steps=1, grid="right", progress=False)  # alpha = 1: the gradient at the reference run
     a = attribute(model, batch, m, neurons=False, qk_fix=False, progress=False)
     torch.testing.assert_close(s.head, a.head.nansum(2), atol=1e-5, rtol=0)
     torch.testing.assert_close(s.mlp, a.mlp.nansum(1), atol=1e-5, rtol=0)

@@ -24,7 +24,7 @@ def test_nodes_equal_plain_and_one_step_is_attribution(smollm2, batch):
     plain = eap_ig_plain(smollm2, batch, m, s.readout, 3)
     torch.testing.assert_close(s.head, plain["head"], atol=1e-4, rtol=0)
     torch.testing.assert_close(s.mlp, plain["mlp"], atol=1e-4, rtol=0)
-    one = eap_ig(smollm2, batch, m, steps=1, progress=False)
+    one = eap_ig(smollm2, batch, m, steps=1, grid="right", progress=False)  # alpha = 1: at the reference run
     a = attribute(smollm2, batch, m, neurons=False, qk_fix=False, progress=False)
     torch.testing.assert_close(one.head, a.head.nansum(2), atol=1e-4, rtol=0)
     torch.testing.assert_close(one.mlp, a.mlp.nansum(1), atol=1e-4, rtol=0)
