@@ -18,7 +18,7 @@ from circuits.models.backend import Model
 from circuits.patching.end_layers import check_supported, end_logits, mlp_at_end
 from circuits.patching.metrics import Metric
 from circuits.patching.ranking import order
-from circuits.types import Component, Receiver
+from circuits.types import Component, Receiver, eap_upstream
 from circuits.patching.faithfulness.curve import (ABLATIONS, MIB_SIZES, POSITIONS, FaithfulnessCurve, check_choice,
                                                   check_metric, check_sizes, curve_from, metric_of, n_kept_at)
 from circuits.patching.faithfulness.end import _end_runs, _EndRuns, _head_outputs, attention_split_at_end
@@ -60,14 +60,8 @@ def edge_receivers(model: Model) -> list[EdgeReceiver]:
     return [*out, LOGITS]
 
 
-def edge_upstream(sender: EdgeSender, receiver: EdgeReceiver) -> bool:
-    """Whether ``sender``'s output reaches ``receiver``'s input directly (an edge of the graph)."""
-    if sender == INPUT or receiver == LOGITS:
-        return True
-    assert isinstance(sender, Component) and isinstance(receiver, Receiver)
-    if receiver.channel is not None:
-        return sender.layer < receiver.layer
-    return sender.layer < receiver.layer or (sender.layer == receiver.layer and sender.kind == "head")
+# Whether a sender's output reaches a receiver's input directly (an edge of the graph): EAP-IG's rule, MIB's graph.
+edge_upstream = eap_upstream
 
 
 def edge_valid(model: Model) -> Bool[Tensor, "sender receiver"]:
