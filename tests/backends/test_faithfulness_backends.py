@@ -230,8 +230,9 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
     for name in ("exact-path", "eap-ig"):
         for positions in ("end", "all"):
             c = faithfulness(model, r.pairs, r.scores[name]["heads"], r.scores[name]["mlps"], sizes=(0.05, 0.2, 0.5),
-                             positions=positions, n_boot=10)
+                             positions=positions, n_boot=10, count=r.config.count)  # the job counts as MIB: int(s * n)
             assert torch.equal(r.curves[name][f"nodes@{positions}"].f, c.f)
-    c = edge_faithfulness(model, r.pairs, r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10)
+    c = edge_faithfulness(model, r.pairs, r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
+                          count=r.config.count)
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f)
     assert (r.curves["eap-ig"]["nodes@end"].m_full - r.curves["eap-ig"]["nodes@end"].m_empty).abs().max() > 1e-3
