@@ -18,6 +18,8 @@ from circuits.beyond.edges.config import EdgesConfig
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
 from circuits.beyond.faithfulness.job import faithfulness
 from circuits.beyond.edges.result import EdgeResult, receiver_effects_of
+from circuits.beyond.heuristics.config import HeuristicsConfig
+from circuits.beyond.heuristics.job import run as run_heuristics
 from circuits.beyond.neurons.config import NeuronConfig
 from circuits.beyond.neurons.job import run as run_neurons
 from circuits.beyond.positions.config import PositionConfig
@@ -121,6 +123,9 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
     out["positions"] = run_positions(pc.replace(n_pairs=2), tmp / "positions", model=model, progress=False)
     nc = NeuronConfig(**SOURCE, few_shot="on", filter_correct=False, layers=(1,), shares=(0.05,))
     out["neurons"] = run_neurons(nc.replace(n_pairs=3), tmp / "neurons", model=model, progress=False)
+    hc = HeuristicsConfig(**SOURCE, few_shot="on", filter_correct=False, layers=(1,), neurons_per_mlp=4, operands=(0, 4),
+                          threshold=0.3, alpha=1.0, n_random=2, n_boot=20, knockout_classes=2)
+    out["heuristics"] = run_heuristics(hc.replace(n_pairs=2), tmp / "heuristics", model=model, progress=False)
     receivers = r.edges.receivers
     out["edges"] = EdgeResult(EdgesConfig(**SOURCE, receivers="2.1,MLP1"), pairs, r.edges,
                               receiver_effects_of(r, receivers, "fraction"), "fraction")
@@ -138,7 +143,7 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
 
 # kind -> how its files are named, for tests that break one file (the result's main tensor or JSON file)
 MAIN_FILE: dict[str, str] = {"identify": "sweep.pt", "screen": "screen.pt", "positions": "positions.pt",
-                             "neurons": "neurons.pt", "edges": "edges.pt", "finetune": "result.json",
+                             "neurons": "neurons.pt", "heuristics": "heuristics.pt", "edges": "edges.pt", "finetune": "result.json",
                              "evaluation": "result.json", "faithfulness": "faithfulness.pt"}
 
 

@@ -75,6 +75,44 @@ def _neurons_text(r: Any) -> str:
     return "".join(out)
 
 
+def heuristics_section(page: Page, found: list) -> str:
+    """Heuristic neurons: what was classified, the rule table, the grid heat maps and the class knockout."""
+    out = []
+    for f in found:
+        r = f.result
+        s = r.summary()
+        counts = ", ".join(f"{k} {v}" for k, v in s["class_counts"].items())
+        out.append(f"<p class='what'>The top {r.config.neurons_per_mlp} neurons of MLPs "
+                   f"{', '.join(map(str, s['layers']))} (by their exact END effect, {_e(r.metric)}) read over the "
+                   f"operand grid ({s['n_grid_prompts']} prompts, {_e(r.config.task)}, operands "
+                   f"{r.config.operands[0]}..{r.config.operands[1]}) and each fitted to the heuristic classes of "
+                   f"Nikankin et al. (an operand or the result in a range or residue class, a pattern, the answer's "
+                   f"identity): a rule counts when its chance-corrected top-k match reaches {r.config.threshold} and "
+                   f"is unlikely by chance. <b>{s['n_classified']} of {s['n_neurons']}</b> neurons are classified "
+                   f"({_e(counts)}); they carry <b>{_pct(s['share_carried'])}</b> of the top neurons' effect.</p>")
+        rows = [[x["neuron"], _f(x["effect"]), ", ".join(x["classes"]), x["rule"] or "-", f"{x['score']:.2f}",
+                 {1: "active", -1: "silent", 0: "-"}[x["polarity"]],
+                 "-" if x["promotion"] is None else f"{x['promotion']:+.2f}"] for x in r.table_rows()]
+        out.append(table(["neuron", "END effect", "classes", "rule (primary)", "match", "where the rule holds",
+                          "promotes its answers (z)"], rows[:30]))
+        out.append(page.figure(r.figure(), getattr(f, "label", "")))
+        k = s["knockout"]
+        if k:
+            out.append(f"<p>{_e(r.knockout['metric'])}, per prompt; a class is the neurons sharing one rule, its "
+                       f"covered prompts those its rule holds on; random: as many neurons of the same MLPs, "
+                       f"{r.knockout['n_random']} draws.</p>")
+            out.append(table(["class", "neurons", "covered drop [95%]", "uncovered drop [95%]", "random, covered",
+                              "random, uncovered"],
+                             [[n, c["n_neurons"], *[f"{_f(c[x]['mean'], 4)} [{_f(c[x]['low'], 4)}, {_f(c[x]['high'], 4)}]"
+                                                     f" (n={c[x]['n']})" for x in ("covered_drop", "uncovered_drop",
+                                                                                   "random_covered_drop",
+                                                                                   "random_uncovered_drop")]]
+                              for n, c in k.items()]))
+            out.append(page.figure(r.knockout_figure(), getattr(f, "label", "")))
+        out.append(f.config_html())
+    return "".join(out)
+
+
 def edges_section(page: Page, found: list) -> str:
     edge_result = result_type("edges")  # by kind: viz imports no step module
 

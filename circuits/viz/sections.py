@@ -407,6 +407,7 @@ SECTIONS = (
     Section("screen", "Attribution screen, audited by the exact engine (identify)", A.screen_section),
     Section("positions", "Every position: the information flow (identify)", A.positions_section),
     Section("neurons", "Neurons of the key MLPs (identify, validate)", A.neurons_section),
+    Section("heuristics", "How the key MLPs compute: heuristic neurons (explain)", A.heuristics_section),
     Section("edges", "Edges into the key heads and MLPs (identify)", A.edges_section),
     Section("faithfulness", "Faithfulness of each ranking's circuits, as MIB scores them (identify)",
             A.faithfulness_section),

@@ -176,7 +176,7 @@ LAYERS |= {
     "circuits.validate": (*BELOW_JOBS, "circuits.identify"),
     "circuits.explain": (*BELOW_JOBS, "circuits.identify"),
     "circuits.sft": (*BELOW_JOBS, "circuits.identify"),
-    "circuits.beyond": (*BELOW_JOBS, "circuits.identify", "circuits.validate"),
+    "circuits.beyond": (*BELOW_JOBS, "circuits.identify", "circuits.validate", "circuits.explain"),  # heuristics
     "circuits.evaluation": (*BELOW_JOBS, "circuits.sft"),
 }
 

@@ -1,0 +1,173 @@
+"""Heuristic neurons as a job: ``circuits heuristics`` (Nikankin et al., ICLR 2025, "Arithmetic Without Algorithms").
+
+1. The key MLPs (``--layers``; else those of ``--neurons-from``, of ``--pairs-from``'s identify result, or of an
+   identify run made first on the config's pairs) and their top neurons by the exact END effect
+   (:func:`~circuits.patching.exact.neurons.sweep_neurons` on the task's prompt pairs, or the effects a saved
+   ``circuits neurons`` result holds).
+2. Those neurons' ``hook_post`` at END over the operand grid (:func:`~circuits.data.grid.operand_grid`), averaged
+   over the grid's templates per cell, and each neuron's heuristic classes
+   (:func:`~circuits.explain.heuristics.rules.classify`) and whether its output promotes the answers its rule covers.
+3. The causal check (:func:`~circuits.explain.heuristics.knockout.class_knockout`): the neurons sharing a rule knocked
+   out together, the drop on the prompts the rule covers against the rest, and against random neurons.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from circuits.beyond.heuristics.config import HeuristicsConfig
+from circuits.beyond.heuristics.result import HeuristicsResult
+from circuits.data.grid import OperandGrid, operand_grid
+from circuits.data.pairs import PromptPair, use_few_shot
+from circuits.data.source import PairSpec
+from circuits.explain.heuristics.activations import grid_activations, output_logits, promotion
+from circuits.explain.heuristics.knockout import class_knockout
+from circuits.explain.heuristics.rules import NONE, Rule, classify
+from circuits.models.backend import Model
+from circuits.models.loading import load_model
+from circuits.patching.exact.neurons import sweep_neurons
+from circuits.patching.metrics import get_metric
+from circuits.patching.ranking import contributions, order
+from circuits.results import ResultError, load_result
+from circuits.types import Neuron
+
+
+def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
+             ) -> tuple[list[int], list[PromptPair], dict[int, torch.Tensor] | None, str]:
+    """The MLP layers, the prompt pairs, and (from ``--neurons-from``) every neuron's effect per layer with its metric;
+    ``None`` effects: the caller sweeps them."""
+    layers = list(config.layers)
+    if config.neurons_from:
+        try:
+            saved = load_result(config.neurons_from)
+        except (ResultError, FileNotFoundError) as err:
+            raise ValueError(f"--neurons-from {config.neurons_from}: {err}") from None
+        if saved.kind != "neurons":
+            raise ValueError(f"--neurons-from {config.neurons_from} holds a {saved.kind} result, not a "
+                             "`circuits neurons` one")
+        if saved.config.model != config.model:
+            raise ValueError(f"--neurons-from {config.neurons_from} was made with model {saved.config.model!r}, not "
+                             f"{config.model!r}; pass --model {saved.config.model}")
+        effects = saved.layer_effects()  # type: ignore[attr-defined]
+        layers = layers or sorted(effects)[: config.top_mlps]
+        missing = [l for l in layers if l not in effects]
+        if missing:
+            raise ValueError(f"--neurons-from {config.neurons_from} swept MLPs {sorted(effects)}, not MLP{missing[0]}")
+        return layers, list(saved.pairs), effects, saved.metric  # type: ignore[attr-defined]
+    if config.pairs_from and not layers:
+        from circuits.identify.result import load_identify
+
+        layers = load_identify(config.pairs_from).top_mlps(config.top_mlps)
+    if layers:
+        pairs, _ = config.load_pairs(model)
+        return layers, pairs, None, config.metric
+    from circuits.identify.config import IdentifyConfig
+    from circuits.identify.job import identify
+
+    made = identify(model, config=IdentifyConfig(**{f.name: getattr(config, f.name) for f in fields(PairSpec)},
+                                                 mode=config.mode), progress=progress)
+    return made.top_mlps(config.top_mlps), list(made.pairs), None, config.metric
+
+
+def top_of_layers(effects: dict[int, torch.Tensor], layers: list[int], k: int, sign: int) -> list[Neuron]:
+    """The ``k`` neurons of each layer with the most important effects (by the metric's sign; NaN never)."""
+    out = []
+    for l in layers:
+        e = effects[l]
+        ranked = [int(i) for i in order(e, sign).tolist() if not torch.isnan(e[int(i)])]
+        out += [Neuron(l, i) for i in ranked[:k]]
+    return out
+
+
+def cells_of(grid: OperandGrid) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The grid's cells that have a prompt: ``a``, ``b``, the result, and their flat index into ``[a, b]``."""
+    mask = grid.mask()
+    rows, cols = mask.nonzero(as_tuple=True)
+    a = torch.tensor(grid.values)[rows]
+    b = torch.tensor(grid.values)[cols]
+    res = {(p.operands[0], p.operands[1]): p.operands[2] for p in grid.prompts}
+    c = torch.tensor([res[(int(x), int(y))] for x, y in zip(a, b)])
+    return a, b, c, rows * len(grid.values) + cols
+
+
+def fit_classes(model: Model, grid: OperandGrid, neurons: list[Neuron], acts: torch.Tensor,
+                config: HeuristicsConfig) -> list[dict[str, Any]]:
+    """Each neuron's classes (over the grid's cells, templates averaged) with its primary rule's promotion."""
+    a, b, c, flat = cells_of(grid)
+    n = len(grid.values)
+    cell_acts = grid.to_grid(acts.T).reshape(n * n, -1)[flat].T  # [neuron, cell]
+    fitted = classify(cell_acts, a, b, c, threshold=config.threshold, min_support=config.min_support, alpha=config.alpha)
+    answers = grid.answers_grid().reshape(-1)[flat]
+    logits = output_logits(model, neurons, answers)  # [neuron, cell]
+    out = []
+    for i, f in enumerate(fitted):
+        entry: dict[str, Any] = {"classes": f.classes, "promotion": None, "best": {
+            k: {"rule": r.to_json(), "text": r.text(config.task), "score": s, "polarity": p,
+                "chance": (f.chance or {}).get(k, 1.0)} for k, (r, s, p) in f.best.items()}}
+        if f.primary is not None:
+            rule, _, pol = f.primary
+            covered = rule.holds(a, b, c)[None]
+            entry["promotion"] = float(promotion(logits[i : i + 1], covered, torch.tensor([pol]))[0])
+        out.append(entry)
+    return out
+
+
+def knockout_classes(grid: OperandGrid, neurons: list[Neuron], classes: list[dict[str, Any]], effects: torch.Tensor,
+                     sign: int, k: int, task: str) -> dict[str, tuple[dict[int, list[int]], torch.Tensor]]:
+    """The ``k`` rules shared by the most classified neurons (ties: the larger summed effect), each as its neurons
+    ``{layer: [index]}`` and the grid prompts it covers."""
+    by_rule: dict[tuple, list[int]] = {}
+    for i, c in enumerate(classes):
+        if c["classes"][0] != NONE:
+            by_rule.setdefault(tuple(map(str, c["best"][c["classes"][0]]["rule"])), []).append(i)
+    weight = (effects * sign).nan_to_num(0).clamp_min(0)
+    chosen = sorted(by_rule.items(), key=lambda kv: (-len(kv[1]), -float(weight[kv[1]].sum())))[:k]
+    a = torch.tensor([p.operands[0] for p in grid.prompts])
+    b = torch.tensor([p.operands[1] for p in grid.prompts])
+    c = torch.tensor([p.operands[2] for p in grid.prompts])
+    out = {}
+    for _, members in chosen:
+        first = classes[members[0]]
+        rule = Rule.from_json(first["best"][first["classes"][0]]["rule"])
+        sets: dict[int, list[int]] = {}
+        for i in members:
+            sets.setdefault(neurons[i].layer, []).append(neurons[i].index)
+        out[rule.text(task)] = (sets, rule.holds(a, b, c))
+    return out
+
+
+def run(config: HeuristicsConfig, out: str | Path, *, model: Model | None = None,
+        progress: bool = True) -> HeuristicsResult:
+    """The ``circuits heuristics`` job."""
+    model = model or load_model(config.model, dtype=config.dtype)
+    for l in config.layers:
+        if not 0 <= l < model.cfg.n_layers:
+            raise ValueError(f"MLP layer {l} is outside this model (layers 0..{model.cfg.n_layers - 1})")
+    start = time.perf_counter()
+    layers, pairs, effects, metric = key_mlps(config, model, progress=progress)
+    m = get_metric(metric)
+    if effects is None:
+        sweep = sweep_neurons(model, pairs, config.mode, layers=layers, memory_mb=config.memory_mb,  # type: ignore[arg-type]
+                              prob=m.name == "prob", progress=progress)
+        effects = sweep.by_layer(m)
+    totals = {l: float(contributions(effects[l], m.sign).sum()) for l in layers}
+    neurons = top_of_layers(effects, layers, config.neurons_per_mlp, m.sign)
+    top_effects = torch.tensor([float(effects[n.layer][n.index]) for n in neurons])
+    lo, hi = config.operands
+    grid = operand_grid(model.tokenizer, config.task, lo, hi, templates=config.templates,
+                        few_shot=use_few_shot(model, config.few_shot), seed=config.seed)
+    acts = grid_activations(model, grid, neurons, progress=progress)
+    classes = fit_classes(model, grid, neurons, acts, config)
+    result = HeuristicsResult(config, pairs, grid.prompts, neurons, top_effects, acts, classes, m.name, totals)
+    chosen = knockout_classes(grid, neurons, classes, top_effects, m.sign, config.knockout_classes, config.task)
+    if chosen:
+        result.knockout = class_knockout(model, grid, chosen, n_random=config.n_random, seed=config.knockout_seed,
+                                         n_boot=config.n_boot)
+    result.seconds = time.perf_counter() - start
+    result.save(out)
+    return result

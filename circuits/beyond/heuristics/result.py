@@ -1,0 +1,154 @@
+"""The saved heuristic-neuron analysis: the top neurons of the key MLPs, their activations over the operand grid,
+their fitted classes, and the class knockout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from circuits.beyond.heuristics.config import HeuristicsConfig
+from circuits.data.grid import OperandGrid
+from circuits.data.pairs import PromptPair, read_pairs, write_pairs
+from circuits.data.templates import compute_answer
+from circuits.explain.heuristics.rules import NONE, SYMBOLS, Rule
+from circuits.io import load_torch, read_json, save_torch, write_json
+from circuits.patching.metrics import get_metric
+from circuits.results import Result
+from circuits.types import Neuron
+
+
+@dataclass(eq=False, repr=False)
+class HeuristicsResult(Result):
+    """Top neurons of the key MLPs classified into heuristics over the operand grid, and the class knockout.
+
+    ``classes[i]`` describes ``neurons[i]``: ``classes`` (the passing kinds, or ``["none"]``), ``best`` (kind ->
+    ``{rule, text, score, polarity, chance}``) and ``promotion`` (how its output favours the answers its primary rule
+    covers, :func:`~circuits.explain.heuristics.activations.promotion`; None for ``none``). ``effects[i]`` is the
+    neuron's exact END effect (``metric``); ``activations[i, p]`` its ``hook_post`` at END of grid prompt ``p``.
+    ``layer_totals``: each MLP's summed important-direction neuron effect over all its neurons (NaN where only the top
+    neurons' effects were known)."""
+
+    kind = "heuristics"
+    config_type = HeuristicsConfig
+
+    config: HeuristicsConfig
+    pairs: list[PromptPair]
+    grid_prompts: list[PromptPair]
+    neurons: list[Neuron]
+    effects: torch.Tensor
+    activations: torch.Tensor
+    classes: list[dict[str, Any]]
+    metric: str
+    layer_totals: dict[int, float] = field(default_factory=dict)
+    knockout: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    @property
+    def grid(self) -> OperandGrid:
+        lo, hi = self.config.operands
+        return OperandGrid(self.config.task, tuple(range(lo, hi + 1)), self.grid_prompts)
+
+    def primary(self, i: int) -> tuple[Rule, float, int] | None:
+        """Neuron ``i``'s best passing rule, its score and polarity (None: class ``none``)."""
+        k = self.classes[i]["classes"][0]
+        if k == NONE:
+            return None
+        b = self.classes[i]["best"][k]
+        return Rule.from_json(b["rule"]), b["score"], b["polarity"]
+
+    def classified(self) -> list[int]:
+        return [i for i in range(len(self.neurons)) if self.primary(i) is not None]
+
+    def share_carried(self) -> float:
+        """The share of the top neurons' summed important-direction effect that the classified neurons carry."""
+        c = (self.effects * get_metric(self.metric).sign).nan_to_num(0).clamp_min(0)
+        total = float(c.sum())
+        return float(c[self.classified()].sum()) / total if total > 0 else float("nan")
+
+    def class_counts(self) -> dict[str, int]:
+        """How many neurons each kind holds (a neuron may hold several; ``none`` those with no class)."""
+        out: dict[str, int] = {}
+        for c in self.classes:
+            for k in c["classes"]:
+                out[k] = out.get(k, 0) + 1
+        return out
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """One row per neuron, largest effect first: its name, effect, classes, primary rule, score and promotion."""
+        sign = get_metric(self.metric).sign
+        order = sorted(range(len(self.neurons)), key=lambda i: -float(self.effects[i] * sign))
+        rows = []
+        for i in order:
+            p = self.primary(i)
+            rows.append({"neuron": str(self.neurons[i]), "effect": float(self.effects[i]),
+                         "classes": self.classes[i]["classes"], "rule": p[0].text(self.config.task) if p else "",
+                         "score": p[1] if p else max((b["score"] for b in self.classes[i]["best"].values()), default=0.0),
+                         "polarity": p[2] if p else 0, "promotion": self.classes[i].get("promotion")})
+        return rows
+
+    def summary(self) -> dict[str, Any]:
+        k = self.knockout
+        return {"model": self.config.model, "task": self.config.task, "metric": self.metric,
+                "n_pairs": len(self.pairs), "n_grid_prompts": len(self.grid_prompts),
+                "layers": sorted({n.layer for n in self.neurons}), "n_neurons": len(self.neurons),
+                "n_classified": len(self.classified()), "share_carried": self.share_carried(),
+                "class_counts": self.class_counts(),
+                "layer_totals": {str(l): v for l, v in self.layer_totals.items()},
+                "clean_accuracy": k.get("clean_accuracy"),
+                "knockout": {n: {x: c[x] for x in ("n_neurons", "accuracy", "random_accuracy", "covered_drop",
+                                                   "uncovered_drop", "random_covered_drop", "random_uncovered_drop")}
+                             for n, c in k.get("classes", {}).items()},
+                "seconds": self.seconds}
+
+    def figure(self, n_neurons: int = 4):
+        """The largest-effect classified neurons' grid heat maps beside their rules' patterns."""
+        from circuits.viz.heuristics_figures import grid_heatmaps
+
+        grid = self.grid
+        cells = grid.to_grid(self.activations.T)  # [a, b, neuron]
+        a = torch.tensor(grid.values)[:, None].expand(len(grid.values), len(grid.values))
+        b = a.T
+        c = torch.tensor([[-1 if (v := compute_answer(self.config.task, x, y)) is None else v  # type: ignore[arg-type]
+                           for y in grid.values] for x in grid.values])
+        mask = grid.mask()
+        rows = [r for r in self.table_rows() if r["rule"]][:n_neurons]
+        acts, rules, titles = [], [], []
+        for r in rows:
+            i = [str(n) for n in self.neurons].index(r["neuron"])
+            rule = self.primary(i)[0]  # type: ignore[index]
+            acts.append(cells[..., i].numpy())
+            rules.append((rule.holds(a, b, c) & mask).float().masked_fill(~mask, float("nan")).numpy())
+            titles.append(f"{r['neuron']} ({rule.text(self.config.task)}, score {r['score']:.2f})")
+        return grid_heatmaps(acts, rules, titles, grid.values, SYMBOLS.get(self.config.task, "?"))
+
+    def knockout_figure(self):
+        from circuits.viz.heuristics_figures import knockout_bars
+
+        return knockout_bars(self.knockout.get("classes", {}), "drop of p(answer)")
+
+    def _write(self, folder: Path) -> None:
+        from circuits.viz.figures import write_figure
+
+        write_json(folder / "summary.json", self.summary())
+        write_json(folder / "classes.json", {"neurons": [list(n) for n in self.neurons], "classes": self.classes,
+                                             "metric": self.metric, "knockout": self.knockout,
+                                             "layer_totals": {str(l): v for l, v in self.layer_totals.items()},
+                                             "seconds": self.seconds})
+        write_pairs(folder / "pairs.jsonl", self.pairs)
+        write_pairs(folder / "grid.jsonl", self.grid_prompts)
+        save_torch({"effects": self.effects, "activations": self.activations}, folder / "heuristics.pt")
+        write_figure(self.figure(), folder / "figure.html")
+        if self.knockout:
+            write_figure(self.knockout_figure(), folder / "knockout.html")
+
+    @classmethod
+    def _read(cls, folder: Path, config: HeuristicsConfig) -> HeuristicsResult:
+        d = read_json(folder / "classes.json")
+        t = load_torch(folder / "heuristics.pt", "heuristic neurons")
+        return cls(config, read_pairs(folder / "pairs.jsonl"), read_pairs(folder / "grid.jsonl"),
+                   [Neuron(*n) for n in d["neurons"]], t["effects"], t["activations"], d["classes"], d["metric"],
+                   {int(k): float(v) for k, v in d.get("layer_totals", {}).items()}, d.get("knockout", {}),
+                   float(d.get("seconds", 0.0)))

@@ -1,0 +1,26 @@
+"""How the key MLPs compute: heuristic neurons (Nikankin et al., ICLR 2025, "Arithmetic Without Algorithms").
+
+- :mod:`~circuits.explain.heuristics.rules`: the heuristic classes (range, modulo, pattern, identity of the answer)
+  fitted to a neuron's activation over the operand grid, with a rule and a score, or ``none``.
+- :mod:`~circuits.explain.heuristics.activations`: the neurons' ``hook_post`` over the grid, and which answers their
+  output promotes.
+- :mod:`~circuits.explain.heuristics.knockout`: the causal check, a class's neurons knocked out against covered and
+  uncovered prompts and random neurons.
+
+The job is ``circuits heuristics`` (:mod:`circuits.beyond.heuristics`).
+"""
+
+from __future__ import annotations
+
+from circuits.lazy import lazy_exports
+
+_EXPORTS = {
+    **{n: "circuits.explain.heuristics.rules" for n in ("KINDS", "NeuronClasses", "Rule", "candidate_rules", "classify",
+                                                         "match_scores")},
+    **{n: "circuits.explain.heuristics.activations" for n in ("grid_activations", "output_logits", "promotion")},
+    **{n: "circuits.explain.heuristics.knockout" for n in ("answer_probs", "class_knockout", "grid_means")},
+}
+
+__all__ = sorted(_EXPORTS)
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,74 @@
+"""Figures of heuristic neurons (Nikankin et al., ICLR 2025): a neuron's activation over the operand grid beside the
+pattern of its fitted rule, and the class knockout's drops with their intervals. Each takes tensors and labels and
+returns a ``go.Figure``; nothing global is changed."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+# drop on covered prompts (the class, the random draws), on uncovered ones: the class's own in red (what matters)
+KNOCKOUT_BARS = (("covered_drop", "class knocked out, covered prompts", "crimson"),
+                 ("uncovered_drop", "class knocked out, uncovered prompts", "#f4a582"),
+                 ("random_covered_drop", "random neurons, covered prompts", "#404040"),
+                 ("random_uncovered_drop", "random neurons, uncovered prompts", "#bababa"))
+
+
+def grid_heatmaps(acts: Sequence[Any], rules: Sequence[Any], titles: Sequence[str], values: Sequence[int],
+                  operation_symbol: str = "+") -> go.Figure:
+    """One row per neuron: its activation over the operand grid (``acts[i]``: ``[a, b]``, NaN where no prompt; a
+    diverging scale centred at 0, its own colour bar) beside its rule's pattern (``rules[i]``: ``[a, b]`` booleans,
+    red where the rule holds). ``titles[i]`` names the neuron and its rule."""
+    n = len(acts)
+    if n == 0:
+        return go.Figure().update_layout(title="No classified neurons to draw")
+    subtitles = []
+    for t in titles:
+        subtitles += [f"{t}: activation", "where its rule holds"]
+    fig = make_subplots(rows=n, cols=2, subplot_titles=subtitles, horizontal_spacing=0.16,
+                        vertical_spacing=min(0.3 / max(n - 1, 1), 0.08) if n > 1 else 0.1)
+    v = [str(x) for x in values]
+    for i, (act, rule) in enumerate(zip(acts, rules)):
+        a = np.asarray(act, dtype=float)
+        lim = float(np.nanmax(np.abs(a))) if np.isfinite(a).any() else 1.0
+        bar_y = 1 - (i + 0.5) / n
+        fig.add_trace(go.Heatmap(z=a, x=v, y=v, colorscale="RdBu", reversescale=True, zmid=0, zmin=-lim, zmax=lim,
+                                 colorbar={"title": "hook_post", "len": 0.9 / n, "y": bar_y, "x": 0.43, "thickness": 12},
+                                 hovertemplate="a=%{y}, b=%{x}<br>activation %{z:.3f}<extra></extra>"), i + 1, 1)
+        r = np.asarray(rule, dtype=float)
+        fig.add_trace(go.Heatmap(z=r, x=v, y=v, colorscale=[[0, "#f0f0f0"], [1, "crimson"]], zmin=0, zmax=1,
+                                 colorbar={"title": "rule", "tickvals": [0, 1], "ticktext": ["fails", "holds"],
+                                           "len": 0.9 / n, "y": bar_y, "thickness": 12},
+                                 hovertemplate="a=%{y}, b=%{x}<br>rule holds: %{z}<extra></extra>"), i + 1, 2)
+        for c in (1, 2):
+            fig.update_xaxes(title_text="b", row=i + 1, col=c, dtick=max(1, len(v) // 10))
+            fig.update_yaxes(title_text="a", row=i + 1, col=c, autorange="reversed", dtick=max(1, len(v) // 10))
+    fig.update_layout(title=f"Neuron activation over the operand grid (a {operation_symbol} b, at END) beside its "
+                            "fitted heuristic", height=max(420, 330 * n), width=1100)
+    return fig
+
+
+def knockout_bars(classes: Mapping[str, Mapping[str, Any]], metric: str) -> go.Figure:
+    """Per class, the mean drop of the answer's probability when its neurons are knocked out, on the prompts its rule
+    covers and on the rest, and for as many random neurons of the same MLPs, with 95% bootstrap intervals over
+    prompts (drawn from 0: a drop is positive)."""
+    names = list(classes)
+    labels = [f"{n} ({classes[n]['n_neurons']} neurons)" for n in names]
+    fig = go.Figure()
+    for key, label, color in KNOCKOUT_BARS:
+        mean = [classes[n][key]["mean"] for n in names]
+        hi = [classes[n][key]["high"] - classes[n][key]["mean"] for n in names]
+        lo = [classes[n][key]["mean"] - classes[n][key]["low"] for n in names]
+        fig.add_trace(go.Bar(x=labels, y=mean, name=label, marker_color=color,
+                             error_y={"type": "data", "array": hi, "arrayminus": lo, "visible": True},
+                             hovertemplate="%{x}<br>" + label + ": %{y:.4f}<extra></extra>"))
+    fig.add_hline(y=0, line={"color": "black", "width": 1})
+    fig.update_layout(barmode="group", title="Knocking out one heuristic class: drop of the answer's probability "
+                                             "(95% bootstrap intervals over prompts)",
+                      yaxis_title=metric, xaxis_title="class (the neurons' shared rule)", height=480, width=1100,
+                      legend={"orientation": "h", "y": -0.35})
+    return fig

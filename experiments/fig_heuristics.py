@@ -1,0 +1,65 @@
+"""Heuristic neurons of the key MLPs (Nikankin et al., ICLR 2025): the top neurons of the key MLPs read over the whole
+operand grid, classified into heuristics (range, modulo, pattern, identity of the answer, or none), and each rule's
+neurons knocked out together against the prompts the rule covers, the rest, and random neurons.
+
+Writes ``results/fig_heuristics/`` (the job's result: ``summary.json``, ``classes.json``, ``heuristics.pt``, ...,
+``figure.html``, ``knockout.html``) and ``tables.md`` (the tables docs/results.md quotes).
+
+Run: ``python experiments/fig_heuristics.py --layers 19,24,29``; ``--replot`` redraws from the saved result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import _common as C
+
+from circuits.beyond.heuristics.config import HeuristicsConfig
+from circuits.beyond.heuristics.job import run
+from circuits.beyond.heuristics.result import HeuristicsResult
+from circuits.config import option
+from circuits.viz.figures import write_figure
+
+
+@dataclass(frozen=True)
+class Config(HeuristicsConfig):
+    out: str = option("results/fig_heuristics")
+
+
+def main(config: Config, model=None) -> HeuristicsResult:
+    t = C.Timer()
+    model = model or C.model_for(config.model, config.dtype)
+    result = run(config, C.repo_path(config.out), model=model)
+    t(f"{len(result.neurons)} neurons classified, {len(result.knockout.get('classes', {}))} classes knocked out")
+    return result
+
+
+def tables(result: HeuristicsResult) -> str:
+    """The class table and the knockout table, as markdown."""
+    s = result.summary()
+    lines = [f"{s['n_classified']} of {s['n_neurons']} top neurons classified ({s['class_counts']}); share of the top "
+             f"neurons' effect they carry: {100 * s['share_carried']:.1f}%", "",
+             "| neuron | END effect | classes | primary rule | match | where the rule holds | promotes (z) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in result.table_rows():
+        lines.append(f"| {r['neuron']} | {r['effect']:+.4f} | {', '.join(r['classes'])} | {r['rule'] or '-'} | "
+                     f"{r['score']:.2f} | {({1: 'active', -1: 'silent', 0: '-'})[r['polarity']]} | "
+                     f"{'-' if r['promotion'] is None else format(r['promotion'], '+.2f')} |")
+    lines += ["", "| class (rule) | neurons | covered drop [95%] | uncovered drop [95%] | random, covered | random, uncovered |",
+              "| --- | --- | --- | --- | --- | --- |"]
+    for name, k in s["knockout"].items():
+        cells = [f"{k[x]['mean']:+.4f} [{k[x]['low']:+.4f}, {k[x]['high']:+.4f}] (n={k[x]['n']})"
+                 for x in ("covered_drop", "uncovered_drop", "random_covered_drop", "random_uncovered_drop")]
+        lines.append(f"| {name} | {k['n_neurons']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: HeuristicsResult, out: Path) -> Path:
+    out = Path(out)
+    (out / "tables.md").write_text(tables(result))
+    write_figure(result.knockout_figure(), out / "knockout.html")
+    return write_figure(result.figure(), out / "figure.html")
+
+
+if __name__ == "__main__":
+    C.run(Config, main, plot)

@@ -1,0 +1,216 @@
+"""Heuristic neurons (Nikankin et al., ICLR 2025): the classifier recovers rules planted in synthetic grids and finds
+none in noise; the grid's activations and the class knockout equal plain run_with_cache / run_with_hooks loops on a
+tiny model; the job runs end to end, saves and loads back equal; bad input is one line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformer_lens.utils import get_act_name
+
+from circuits.beyond.heuristics.config import HeuristicsConfig
+from circuits.beyond.heuristics.job import run
+from circuits.data.grid import operand_grid
+from circuits.explain.heuristics.activations import grid_activations, output_logits, promotion
+from circuits.explain.heuristics.knockout import answer_probs, class_knockout, grid_means, random_like
+from circuits.explain.heuristics.rules import Rule, classify, tail_probability
+from circuits.results import load_result
+from circuits.types import Neuron
+
+V = torch.arange(10)
+A, B = V.repeat_interleave(10), V.repeat(10)
+C = A + B
+
+
+def _planted(noise: float = 0.2, seed: int = 0) -> tuple[torch.Tensor, list[str]]:
+    g = torch.Generator().manual_seed(seed)
+    rules = [("b mod 2 == 1", (B % 2 == 1)), ("a + b in [10, 14]", (C >= 10) & (C <= 14)), ("a == b", A == B),
+             ("a in [2, 4]", (A >= 2) & (A <= 4)), ("a + b == 7", C == 7), ("(a + b) mod 10 == 3", C % 10 == 3),
+             ("a mod 3 == 0", A % 3 == 0), ("a > b", A > B)]
+    acts = torch.stack([m.float() for _, m in rules]) + noise * torch.randn(len(rules), 100, generator=g)
+    return acts, [t for t, _ in rules]
+
+
+def test_the_classifier_recovers_planted_rules():
+    acts, texts = _planted()
+    fitted = classify(acts, A, B, C)
+    kinds = ["modulo", "range", "pattern", "range", "identity", "modulo", "modulo", "pattern"]
+    for f, text, kind in zip(fitted, texts, kinds):
+        rule, score, polarity = f.primary
+        assert rule.text("addition") == text and f.classes[0] == kind and polarity == 1 and score > 0.8
+
+
+def test_a_rule_the_neuron_is_silent_on_has_polarity_minus_one():
+    acts, _ = _planted()
+    (f,) = classify(-acts[3:4], A, B, C)  # lowest where a in [2, 4]
+    rule, _, polarity = f.primary
+    assert rule.text() == "a in [2, 4]" and polarity == -1
+
+
+def test_noise_is_none():
+    noise = torch.randn(300, 100, generator=torch.Generator().manual_seed(1))
+    fitted = classify(noise, A, B, C)
+    assert all(f.classes == ["none"] and f.primary is None for f in fitted)
+    # at a lower score threshold the chance bound is what keeps small rules out: without it noise passes
+    assert all(f.classes == ["none"] for f in classify(noise, A, B, C, threshold=0.5))
+    assert any(f.classes != ["none"] for f in classify(noise, A, B, C, threshold=0.5, alpha=1.0))
+
+
+def test_the_score_is_chance_corrected_and_the_tail_exact():
+    # a rule on half the grid matched at half its cells is chance: 0
+    acts = torch.zeros(1, 100)
+    (f,) = classify(acts + torch.arange(100.0)[None], A, B, C)  # rises with a: "a in [5, 9]" perfectly
+    assert f.primary[0].text() == "a in [5, 9]" and f.primary[1] == pytest.approx(1.0)
+    assert tail_probability(10, 2, 2) == pytest.approx(1 / 45)
+    assert tail_probability(10, 2, 0) == pytest.approx(1.0)
+
+
+def test_rule_texts_and_round_trip():
+    assert Rule("modulo", "c", (10, 3)).text("subtraction") == "(a - b) mod 10 == 3"
+    assert Rule("range", "c", (10, 14)).text() == "a + b in [10, 14]"
+    r = Rule("identity", "c", (12,))
+    assert Rule.from_json(r.to_json()) == r and bool(r.holds(torch.tensor(5), torch.tensor(7), torch.tensor(12)))
+
+
+def test_bad_classifier_input_is_one_line():
+    with pytest.raises(ValueError, match=r"acts must be \[neuron, cell\]"):
+        classify(torch.zeros(3), A, B, C)
+    with pytest.raises(ValueError, match="threshold must lie"):
+        classify(torch.zeros(1, 100), A, B, C, threshold=2)
+
+
+def test_promotion_reads_the_covered_answers():
+    logits = torch.tensor([[3.0, 3.0, 0.0, 0.0], [0.0, 0.0, 3.0, 3.0]])
+    covered = torch.tensor([[True, True, False, False]] * 2)
+    p = promotion(logits, covered, torch.tensor([1, 1]))
+    assert p[0] > 0 > p[1]
+    assert promotion(logits, covered, torch.tensor([-1, -1]))[0] < 0
+
+
+def test_the_grid(tokenizer):
+    g = operand_grid(tokenizer, "addition", 0, 9)
+    assert len(g) == 100 and g.mask().all() and len({p.prefix_length for p in g.prompts}) == 1
+    assert g.prompts[0].prefix_length > 0 and g.prompts[0].reference.endswith("0 + 0 = ")
+    assert tokenizer.decode([g.prompts[-1].answer_token_id]) == "1"  # 9 + 9 = 18: the leading digit at END
+    sub = operand_grid(tokenizer, "subtraction", 1, 5, few_shot=False)
+    assert len(sub) == 15 and not sub.mask()[0, 1] and sub.prompts[0].prefix_length == 0
+    two = operand_grid(tokenizer, "addition", 1, 3, templates=("addition/0", "addition/6"))
+    assert len(two) == 18
+    grid_vals = two.to_grid(torch.arange(18.0)[:, None])[..., 0]
+    assert grid_vals[0, 0] == pytest.approx((0 + 9) / 2)  # the cell's two templates averaged
+    for bad, msg in (((tokenizer, "addition", 5, 2), "0 <= lo <= hi"), ((tokenizer, "all", 0, 9), "one operation"),
+                     ((tokenizer, "addition", 0, 200), "at most 100")):
+        with pytest.raises(ValueError, match=msg):
+            operand_grid(*bad)
+    with pytest.raises(ValueError, match="Unknown template"):
+        operand_grid(tokenizer, "addition", 0, 2, templates=("addition/42",))
+
+
+def test_grid_activations_equal_run_with_cache(tiny_llama, tokenizer):
+    g = operand_grid(tokenizer, "addition", 0, 4, templates=("addition/0", "addition/2"))
+    neurons = [Neuron(2, 5), Neuron(0, 3), Neuron(2, 1)]
+    ours = grid_activations(tiny_llama, g, neurons, batch_size=7, progress=False)
+    for j, p in enumerate(g.prompts):
+        _, cache = tiny_llama.run_with_cache(torch.tensor([p.reference_token_ids]))
+        for i, n in enumerate(neurons):
+            assert ours[i, j] == pytest.approx(float(cache[get_act_name("post", n.layer)][0, -1, n.index]), abs=1e-5)
+    with pytest.raises(ValueError, match="outside"):
+        grid_activations(tiny_llama, g, [Neuron(9, 0)], progress=False)
+
+
+def test_output_logits_are_w_out_times_w_u(tiny_llama):
+    toks = torch.tensor([5, 17])
+    ours = output_logits(tiny_llama, [Neuron(1, 4)], toks)
+    ref = tiny_llama.blocks[1].mlp.W_out[4] @ tiny_llama.W_U[:, toks]
+    torch.testing.assert_close(ours[0], ref.float(), atol=1e-5, rtol=0)
+
+
+def _plain_probs(model, grid, neurons, means):
+    """One run_with_hooks per prompt, hook_post of the knocked-out neurons replaced by the grid means there."""
+    out = []
+    for p in grid.prompts:
+        g = means.group_of(p)
+        hooks = []
+        for layer, idx in neurons.items():
+            ix = torch.tensor(idx)
+
+            def hook(post, hook, layer=layer, ix=ix, g=g):
+                post[:, :, ix] = means.post[layer][g, : post.shape[1]][:, ix].to(post)
+                return post
+
+            hooks.append((get_act_name("post", layer), hook))
+        logits = model.run_with_hooks(torch.tensor([p.reference_token_ids]), fwd_hooks=hooks)
+        out.append(logits[0, -1].float().softmax(-1)[p.answer_token_id])
+    return torch.stack(out)
+
+
+def test_class_knockout_equals_the_plain_loop(tiny_llama, tokenizer):
+    g = operand_grid(tokenizer, "addition", 0, 3, templates=("addition/0", "addition/5"))
+    means = grid_means(tiny_llama, g, [0, 2])
+    sets = [{}, {0: [3, 17, 40]}, {0: [1], 2: [7, 8]}]
+    probs, top = answer_probs(tiny_llama, g, sets, means, rows_per_batch=5)
+    for s, neurons in enumerate(sets):
+        torch.testing.assert_close(probs[s], _plain_probs(tiny_llama, g, neurons, means), atol=1e-6, rtol=1e-4)
+    assert (probs[1] - probs[0]).abs().max() > 0  # the knockout moves something
+    covered = torch.tensor([p.operands[0] == 1 for p in g.prompts])
+    k = class_knockout(tiny_llama, g, {"a in [1, 1]": ({0: [3, 17, 40]}, covered)}, n_random=2, n_boot=50, means=means)
+    c = k["classes"]["a in [1, 1]"]
+    drop = torch.tensor(c["drop"])
+    torch.testing.assert_close(drop, probs[0] - probs[1], atol=1e-6, rtol=1e-4)
+    assert c["covered_drop"]["n"] == 8 and c["uncovered_drop"]["n"] == 24
+    assert c["covered_drop"]["mean"] == pytest.approx(float(drop[covered].mean()), abs=1e-7)
+    assert c["covered_drop"]["low"] <= c["covered_drop"]["mean"] <= c["covered_drop"]["high"]
+    with pytest.raises(ValueError, match="outside d_mlp"):
+        answer_probs(tiny_llama, g, [{0: [10_000]}], means)
+    with pytest.raises(ValueError, match="No grid means for MLP layer 1"):
+        answer_probs(tiny_llama, g, [{1: [0]}], means)
+
+
+def test_random_neurons_match_the_class_per_layer():
+    import random
+
+    r = random_like({3: [1, 2, 5], 7: [0]}, 16, random.Random(0))
+    assert {l: len(v) for l, v in r.items()} == {3: 3, 7: 1} and not set(r[3]) & {1, 2, 5} and r[7] != [0]
+
+
+CFG = dict(model="tiny", task="addition", n_pairs=3, few_shot="on", filter_correct=False, layers=(1, 2),
+           neurons_per_mlp=6, operands=(0, 6), n_boot=50, n_random=2, knockout_classes=3)
+
+
+def test_the_job_end_to_end(tiny_llama, tmp_path):
+    # tiny random models have no arithmetic heuristics: a loose threshold makes classes to knock out
+    r = run(HeuristicsConfig(**CFG, threshold=0.3, alpha=1.0), tmp_path / "h", model=tiny_llama, progress=False)
+    assert len(r.neurons) == 12 and r.activations.shape == (12, 49) and len(r.grid_prompts) == 49
+    assert r.classified() and r.knockout["classes"] and 0 <= r.share_carried() <= 1
+    assert load_result(tmp_path / "h") == r
+    for name in ("figure.html", "knockout.html", "classes.json", "grid.jsonl", "heuristics.pt"):
+        assert (tmp_path / "h" / name).is_file()
+    # the top neurons are the sweep's largest effects of each layer
+    from circuits.patching.exact.neurons import sweep_neurons
+
+    e = sweep_neurons(tiny_llama, r.pairs, layers=[1], progress=False).by_layer("fraction")[1]
+    top = [n.index for n in r.neurons if n.layer == 1]
+    assert sorted(top) == sorted(e.argsort(descending=True)[:6].tolist())
+    # strict defaults on a random model: rules may or may not pass, but every neuron has a class list
+    s = run(HeuristicsConfig(**{**CFG, "knockout_classes": 0}), tmp_path / "s", model=tiny_llama, progress=False)
+    assert all(c["classes"] for c in s.classes) and s.knockout == {}
+
+
+@pytest.mark.parametrize("fields, msg", [
+    ({"task": "all"}, "takes one operation"),
+    ({"operands": (5, 2)}, "--operands must be LO,HI"),
+    ({"threshold": 0.0}, "threshold must lie"),
+    ({"neurons_per_mlp": 0}, "neurons_per_mlp must be at least 1"),
+    ({"knockout_classes": -1}, "knockout_classes must be 0 or more"),
+])
+def test_bad_config_is_one_line(fields, msg):
+    with pytest.raises(ValueError, match=msg):
+        HeuristicsConfig(**fields)
+
+
+def test_bad_sources_are_one_line(tiny_llama, tmp_path):
+    with pytest.raises(ValueError, match="outside this model"):
+        run(HeuristicsConfig(**{**CFG, "layers": (7,)}), tmp_path / "x", model=tiny_llama, progress=False)
+    with pytest.raises(ValueError, match="--neurons-from"):
+        run(HeuristicsConfig(**{**CFG, "neurons_from": str(tmp_path)}), tmp_path / "y", model=tiny_llama,
+            progress=False)
