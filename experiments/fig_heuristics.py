@@ -39,11 +39,11 @@ def tables(result: HeuristicsResult) -> str:
     s = result.summary()
     lines = [f"{s['n_classified']} of {s['n_neurons']} top neurons classified ({s['class_counts']}); share of the top "
              f"neurons' effect they carry: {100 * s['share_carried']:.1f}%", "",
-             "| neuron | END effect | classes | primary rule | match | where the rule holds | promotes (z) |",
+             "| neuron | END effect | classes | primary rule | match | activation where the rule holds | promotes (z) |",
              "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in result.table_rows():
         lines.append(f"| {r['neuron']} | {r['effect']:+.4f} | {', '.join(r['classes'])} | {r['rule'] or '-'} | "
-                     f"{r['score']:.2f} | {({1: 'active', -1: 'silent', 0: '-'})[r['polarity']]} | "
+                     f"{r['score']:.2f} | {({1: 'highest', -1: 'lowest', 0: '-'})[r['polarity']]} | "
                      f"{'-' if r['promotion'] is None else format(r['promotion'], '+.2f')} |")
     lines += ["", "| class (rule) | neurons | covered drop [95%] | uncovered drop [95%] | random, covered | random, uncovered |",
               "| --- | --- | --- | --- | --- | --- |"]

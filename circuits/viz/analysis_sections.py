@@ -91,9 +91,9 @@ def heuristics_section(page: Page, found: list) -> str:
                    f"is unlikely by chance. <b>{s['n_classified']} of {s['n_neurons']}</b> neurons are classified "
                    f"({_e(counts)}); they carry <b>{_pct(s['share_carried'])}</b> of the top neurons' effect.</p>")
         rows = [[x["neuron"], _f(x["effect"]), ", ".join(x["classes"]), x["rule"] or "-", f"{x['score']:.2f}",
-                 {1: "active", -1: "silent", 0: "-"}[x["polarity"]],
+                 {1: "highest", -1: "lowest", 0: "-"}[x["polarity"]],
                  "-" if x["promotion"] is None else f"{x['promotion']:+.2f}"] for x in r.table_rows()]
-        out.append(table(["neuron", "END effect", "classes", "rule (primary)", "match", "where the rule holds",
+        out.append(table(["neuron", "END effect", "classes", "rule (primary)", "match", "activation where the rule holds",
                           "promotes its answers (z)"], rows[:30]))
         out.append(page.figure(r.figure(), getattr(f, "label", "")))
         k = s["knockout"]

@@ -167,7 +167,7 @@ def run(config: HeuristicsConfig, out: str | Path, *, model: Model | None = None
     chosen = knockout_classes(grid, neurons, classes, top_effects, m.sign, config.knockout_classes, config.task)
     if chosen:
         result.knockout = class_knockout(model, grid, chosen, n_random=config.n_random, seed=config.knockout_seed,
-                                         n_boot=config.n_boot)
+                                         n_boot=config.n_boot, progress=progress)
     result.seconds = time.perf_counter() - start
     result.save(out)
     return result

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from jaxtyping import Bool, Float
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from circuits.data.grid import OperandGrid
 from circuits.models.backend import Model
@@ -39,7 +40,8 @@ def grid_means(model: Model, grid: OperandGrid, layers: Sequence[int]) -> Ablati
 
 @torch.no_grad()
 def answer_probs(model: Model, grid: OperandGrid, sets: Sequence[Mapping[int, Sequence[int]]], means: AblationValues,
-                 *, rows_per_batch: int = 256) -> tuple[Float[Tensor, "set prompt"], Bool[Tensor, "set prompt"]]:
+                 *, rows_per_batch: int = 256, progress: bool = False
+                 ) -> tuple[Float[Tensor, "set prompt"], Bool[Tensor, "set prompt"]]:
     """The correct answer's probability at END of every grid prompt with each set's neurons mean-ablated (an empty
     set: the clean run), and whether the answer is the top token."""
     for s in sets:
@@ -51,17 +53,25 @@ def answer_probs(model: Model, grid: OperandGrid, sets: Sequence[Mapping[int, Se
                 raise ValueError(f"Neuron index {bad[0]} of layer {layer} is outside d_mlp "
                                  f"(accepted: 0..{model.cfg.d_mlp - 1})")
     prompts = grid.prompts
-    masks = AblationMasks.of_sets(model, [((), ())] * len(sets), [dict(s) for s in sets])
-    resid = ablated_residuals(model, [p.reference_token_ids for p in prompts], masks, means,
-                              [means.source_of(p) for p in prompts], prefix_lengths=[p.prefix_length for p in prompts],
-                              rows_per_batch=rows_per_batch)
+    tokens = [p.reference_token_ids for p in prompts]
+    sources = [means.source_of(p) for p in prompts]
     answers = torch.tensor([p.answer_token_id for p in prompts])
     out = torch.empty(len(sets), len(prompts))
     top = torch.empty(len(sets), len(prompts), dtype=torch.bool)
-    for s in range(len(sets)):
-        probs = unembed_end(model, resid[s]).softmax(-1).cpu()
-        out[s] = probs[torch.arange(len(prompts)), answers]
-        top[s] = probs.argmax(-1) == answers
+    # sets in chunks of what one batch holds, only so the bar moves: each set's rows are the same either way
+    per = max(1, rows_per_batch // max(1, len(prompts)))
+    bar = tqdm(total=len(sets), desc="class knockout", unit="set", disable=not progress)
+    for s0 in range(0, len(sets), per):
+        chunk = sets[s0 : s0 + per]
+        masks = AblationMasks.of_sets(model, [((), ())] * len(chunk), [dict(s) for s in chunk])
+        resid = ablated_residuals(model, tokens, masks, means, sources, prefix_lengths=[p.prefix_length for p in prompts],
+                                  rows_per_batch=rows_per_batch)
+        for j in range(len(chunk)):
+            probs = unembed_end(model, resid[j]).softmax(-1).cpu()
+            out[s0 + j] = probs[torch.arange(len(prompts)), answers]
+            top[s0 + j] = probs.argmax(-1) == answers
+        bar.update(len(chunk))
+    bar.close()
     return out, top
 
 
@@ -85,7 +95,7 @@ def interval(values: Float[Tensor, " prompt"], n_boot: int, seed: int) -> dict[s
 
 def class_knockout(model: Model, grid: OperandGrid, classes: Mapping[str, tuple[NeuronSet, Bool[Tensor, " prompt"]]],
                    *, n_random: int = 5, seed: int = 0, n_boot: int = 1000, means: AblationValues | None = None,
-                   rows_per_batch: int = 256) -> dict[str, Any]:
+                   rows_per_batch: int = 256, progress: bool = False) -> dict[str, Any]:
     """Knock out each class's neurons (``classes[name] = (neurons, covered prompts)``) and ``n_random`` draws of as
     many random neurons of the same MLPs; per class, the answer-probability drop (mean and interval) on covered and
     uncovered prompts, for the class and for the random draws (each prompt's drop averaged over the draws), and the
@@ -102,7 +112,7 @@ def class_knockout(model: Model, grid: OperandGrid, classes: Mapping[str, tuple[
     for n in names:
         sets.append(classes[n][0])
         sets += [random_like(classes[n][0], model.cfg.d_mlp, rng) for _ in range(n_random)]
-    probs, top = answer_probs(model, grid, sets, means, rows_per_batch=rows_per_batch)
+    probs, top = answer_probs(model, grid, sets, means, rows_per_batch=rows_per_batch, progress=progress)
     clean = probs[0]
     out: dict[str, Any] = {"metric": "drop of the answer's probability at END (first answer token), p(clean) - "
                                      "p(knocked out)", "n_random": n_random, "clean": clean.tolist(),

@@ -51,7 +51,8 @@ class Rule:
         sym = SYMBOLS.get(operation, "?")
         name = {"a": "a", "b": "b", "c": f"a {sym} b"}[self.on]
         if self.kind == "range":
-            return f"{name} in [{self.args[0]}, {self.args[1]}]"
+            lo, hi = self.args
+            return f"{name} == {lo}" if lo == hi else f"{name} in [{lo}, {hi}]"
         if self.kind == "modulo":
             return f"{'(' + name + ')' if self.on == 'c' else name} mod {self.args[0]} == {self.args[1]}"
         if self.kind == "identity":
@@ -185,14 +186,17 @@ def classify(acts: Float[Tensor, "neuron cell"], a: Int[Tensor, " cell"], b: Int
     if not rules:
         return [NeuronClasses({}, threshold, {}, alpha) for _ in range(acts.shape[0])]
     score, sign = match_scores(acts, ind)
-    # Ties (a ramp matches every threshold on its operand perfectly) go to the rule the neuron is *active* on (a
-    # rule at polarity -1 scores as its complement at +1), then to the rule whose indicator correlates best with the
-    # activation (the ramp's median split), then to the rule listed first (the simplest kind), by tiny bonuses.
+    # Ties go, by tiny bonuses, to the rule on the smaller side (a rule at polarity -1 scores as its complement at +1:
+    # "b == 0, lowest there" rather than "b in [1, 9], highest there": the cells where the neuron stands out, which
+    # mean ablation changes most), then to the rule the neuron is highest on, then to the rule whose indicator
+    # correlates best with the activation (a ramp matches every threshold on its operand: its median split), then to
+    # the rule listed first (the simplest kind).
     xs = (acts - acts.mean(1, keepdim=True)) / acts.std(1, keepdim=True).clamp_min(1e-12)
     fi = ind.float()
     fi = (fi - fi.mean(1, keepdim=True)) / fi.std(1, keepdim=True).clamp_min(1e-12)
     corr = (xs @ fi.T) / (acts.shape[1] - 1) * sign
-    score_t = (score.double().round(decimals=4) + 1e-5 * (sign > 0) + 1e-7 * corr.double()
+    small = (ind.sum(1) <= ind.shape[1] / 2)[None]
+    score_t = (score.double().round(decimals=4) + 2e-5 * small + 1e-5 * (sign > 0) + 1e-7 * corr.double()
                - 1e-9 * torch.arange(len(rules), dtype=torch.float64) / len(rules))
     kinds = torch.tensor([KINDS.index(r.kind) for r in rules])
     N, support = ind.shape[1], ind.sum(1)

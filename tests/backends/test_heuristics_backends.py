@@ -1,0 +1,62 @@
+"""Heuristic neurons on whichever backend this environment has (TransformerLens 3.9 or 4.3's TransformerBridge), on
+the tiny models of every family: the grid's activations equal a plain ``run_with_cache``, the class knockout a plain
+``run_with_hooks`` loop (mean hook_post over the grid at every position), and ``circuits heuristics`` runs end to end
+through the command line."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import FAMILIES, tiny_dir
+
+from circuits.data.grid import operand_grid
+from circuits.explain.heuristics.activations import grid_activations
+from circuits.explain.heuristics.knockout import answer_probs, grid_means
+from circuits.models.backend import act_name
+from circuits.types import Neuron
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_grid_activations_and_class_knockout_equal_plain_loops(family_models, tokenizer, arch):
+    model = family_models(arch)
+    g = operand_grid(tokenizer, "addition", 0, 2, templates=("addition/0", "addition/6"))
+    neurons = [Neuron(0, 3), Neuron(2, 11)]
+    acts = grid_activations(model, g, neurons, batch_size=4, progress=False)
+    means = grid_means(model, g, [0, 2])
+    sets = [{}, {0: [3, 5], 2: [11]}]
+    probs, _ = answer_probs(model, g, sets, means, rows_per_batch=7)
+    for j, p in enumerate(g.prompts):
+        tokens = torch.tensor([p.reference_token_ids])
+        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_post"))
+        for i, n in enumerate(neurons):
+            assert acts[i, j] == pytest.approx(float(cache[act_name("post", n.layer)][0, -1, n.index]), abs=1e-4)
+        grp = means.group_of(p)
+        hooks = []
+        for layer, idx in sets[1].items():
+            ix = torch.tensor(idx)
+
+            def hook(post, hook, layer=layer, ix=ix):
+                post = post.clone()
+                post[:, :, ix] = means.post[layer][grp, : post.shape[1]][:, ix].to(post)
+                return post
+
+            hooks.append((act_name("post", layer), hook))
+        logits = model.run_with_hooks(tokens, fwd_hooks=hooks)
+        plain = logits[0, -1].float().softmax(-1)[p.answer_token_id]
+        assert float(probs[1, j]) == pytest.approx(float(plain), abs=1e-6, rel=1e-4)
+    assert (probs[1] - probs[0]).abs().max() > 0
+
+
+def test_the_command_end_to_end(tmp_path):
+    from circuits.cli import main as cli_main
+    from circuits.results import load_result
+
+    out = tmp_path / "h"
+    cli_main(["heuristics", "--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on",
+              "--no-progress", "--pairs", "2", "--layers", "1,2", "--neurons-per-mlp", "4", "--operands", "0,4",
+              "--threshold", "0.3", "--alpha", "1", "--n-random", "2", "--n-boot", "20", "--out", str(out)])
+    r = load_result(out)
+    assert r.kind == "heuristics" and len(r.neurons) == 8 and r.activations.shape == (8, 25)
+    assert r.knockout["classes"] and (out / "knockout.html").is_file()
+    with pytest.raises(SystemExit):
+        cli_main(["heuristics", "--task", "all", "--out", str(tmp_path / "x")])
