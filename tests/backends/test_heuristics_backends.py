@@ -47,7 +47,7 @@ def test_grid_activations_and_class_knockout_equal_plain_loops(family_models, to
     assert (probs[1] - probs[0]).abs().max() > 0
 
 
-def test_the_command_end_to_end(tmp_path):
+def test_the_command_end_to_end(tmp_path, capsys):
     from circuits.cli import main as cli_main
     from circuits.results import load_result
 
@@ -58,5 +58,9 @@ def test_the_command_end_to_end(tmp_path):
     r = load_result(out)
     assert r.kind == "heuristics" and len(r.neurons) == 8 and r.activations.shape == (8, 25)
     assert r.knockout["classes"] and (out / "knockout.html").is_file()
-    with pytest.raises(SystemExit):
-        cli_main(["heuristics", "--task", "all", "--out", str(tmp_path / "x")])
+    capsys.readouterr()
+    assert cli_main(["heuristics", "--task", "all", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("takes one operation (addition, subtraction, multiplication, division), got --task all")
+    assert cli_main(["heuristics", "--operands", "0,x", "--out", str(tmp_path / "x")]) == 2
+    assert "write it as LO,HI" in capsys.readouterr().err
