@@ -72,6 +72,8 @@ if TYPE_CHECKING:  # the façade's one list of names (editors and type checkers 
     from circuits.patching.exact.edges import sweep_edges
     from circuits.beyond.faithfulness.job import faithfulness
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.heuristics.job import heuristics
+    from circuits.beyond.heuristics.config import HeuristicsConfig
     # what every engine returns, and every engine (result.scores(); cc.ENGINES["eap-ig"].run(model, pairs))
     from circuits.patching.scores import Scores
     from circuits.patching.registry import ENGINES

@@ -40,7 +40,7 @@ def grid_heatmaps(acts: Sequence[Any], rules: Sequence[Any], titles: Sequence[st
                                  colorbar={"title": "hook_post", "len": 0.9 / n, "y": bar_y, "x": 0.43, "thickness": 12},
                                  hovertemplate="a=%{y}, b=%{x}<br>activation %{z:.3f}<extra></extra>"), i + 1, 1)
         r = np.asarray(rule, dtype=float)
-        fig.add_trace(go.Heatmap(z=r, x=v, y=v, colorscale=[[0, "#f0f0f0"], [1, "crimson"]], zmin=0, zmax=1,
+        fig.add_trace(go.Heatmap(z=r, x=v, y=v, colorscale=[[0, "#f0f0f0"], [0.5, "#f0f0f0"], [0.5, "crimson"], [1, "crimson"]], zmin=0, zmax=1,
                                  colorbar={"title": "rule", "tickvals": [0, 1], "ticktext": ["fails", "holds"],
                                            "len": 0.9 / n, "y": bar_y, "thickness": 12},
                                  hovertemplate="a=%{y}, b=%{x}<br>rule holds: %{z}<extra></extra>"), i + 1, 2)

@@ -183,6 +183,10 @@ def test_the_job_end_to_end(tiny_llama, tmp_path):
     assert len(r.neurons) == 12 and r.activations.shape == (12, 49) and len(r.grid_prompts) == 49
     assert r.classified() and r.knockout["classes"] and 0 <= r.share_carried() <= 1
     assert load_result(tmp_path / "h") == r
+    import circuits as cc
+
+    same = cc.heuristics(tiny_llama, HeuristicsConfig(**CFG, threshold=0.3, alpha=1.0), progress=False)
+    assert same.classes == r.classes and torch.equal(same.activations, r.activations)
     for name in ("figure.html", "knockout.html", "classes.json", "grid.jsonl", "heuristics.pt"):
         assert (tmp_path / "h" / name).is_file()
     # the top neurons are the sweep's largest effects of each layer

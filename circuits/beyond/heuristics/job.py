@@ -141,10 +141,11 @@ def knockout_classes(grid: OperandGrid, neurons: list[Neuron], classes: list[dic
     return out
 
 
-def run(config: HeuristicsConfig, out: str | Path, *, model: Model | None = None,
-        progress: bool = True) -> HeuristicsResult:
-    """The ``circuits heuristics`` job."""
-    model = model or load_model(config.model, dtype=config.dtype)
+def heuristics(model: Model, config: HeuristicsConfig | None = None, *, progress: bool = True,
+               **kwargs: Any) -> HeuristicsResult:
+    """Classify the key MLPs' top neurons into heuristics and knock the classes out (``cc.heuristics(model,
+    task="addition", layers=(19, 24, 29))``; ``config`` fields may be given as keywords), without saving."""
+    config = (config.replace(**kwargs) if kwargs else config) if config is not None else HeuristicsConfig(**kwargs)
     for l in config.layers:
         if not 0 <= l < model.cfg.n_layers:
             raise ValueError(f"MLP layer {l} is outside this model (layers 0..{model.cfg.n_layers - 1})")
@@ -169,5 +170,12 @@ def run(config: HeuristicsConfig, out: str | Path, *, model: Model | None = None
         result.knockout = class_knockout(model, grid, chosen, n_random=config.n_random, seed=config.knockout_seed,
                                          n_boot=config.n_boot, progress=progress)
     result.seconds = time.perf_counter() - start
+    return result
+
+
+def run(config: HeuristicsConfig, out: str | Path, *, model: Model | None = None,
+        progress: bool = True) -> HeuristicsResult:
+    """The ``circuits heuristics`` job."""
+    result = heuristics(model or load_model(config.model, dtype=config.dtype), config, progress=progress)
     result.save(out)
     return result

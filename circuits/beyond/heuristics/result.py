@@ -121,7 +121,8 @@ class HeuristicsResult(Result):
             rule = self.primary(i)[0]  # type: ignore[index]
             acts.append(cells[..., i].numpy())
             rules.append((rule.holds(a, b, c) & mask).float().masked_fill(~mask, float("nan")).numpy())
-            titles.append(f"{r['neuron']} ({rule.text(self.config.task)}, score {r['score']:.2f})")
+            where = "highest" if r["polarity"] > 0 else "lowest"
+            titles.append(f"{r['neuron']}: {where} where {rule.text(self.config.task)} (match {r['score']:.2f})")
         return grid_heatmaps(acts, rules, titles, grid.values, SYMBOLS.get(self.config.task, "?"))
 
     def knockout_figure(self):
