@@ -93,14 +93,19 @@ def heuristics_section(page: Page, found: list) -> str:
         rows = [[x["neuron"], _f(x["effect"]), ", ".join(x["classes"]), x["rule"] or "-", f"{x['score']:.2f}",
                  {1: "highest", -1: "lowest", 0: "-"}[x["polarity"]],
                  "-" if x["promotion"] is None else f"{x['promotion']:+.2f}"] for x in r.table_rows()]
+        out.append(f"<p>The {min(30, len(rows))} largest END effects of the {len(rows)} neurons; match: the primary rule's "
+                   "chance-corrected top-k match; promotes: how much the neuron's output (W_out @ W_U) favours the "
+                   "answers of the cells its rule covers, in standard deviations (positive: it promotes them).</p>")
         out.append(table(["neuron", "END effect", "classes", "rule (primary)", "match", "activation where the rule holds",
                           "promotes its answers (z)"], rows[:30]))
         out.append(page.figure(r.figure(), getattr(f, "label", "")))
         k = s["knockout"]
         if k:
-            out.append(f"<p>{_e(r.knockout['metric'])}, per prompt; a class is the neurons sharing one rule, its "
-                       f"covered prompts those its rule holds on; random: as many neurons of the same MLPs, "
-                       f"{r.knockout['n_random']} draws.</p>")
+            acc = r.knockout.get("clean_accuracy")
+            out.append(f"<p>Class knockout (mean hook_post over the grid). Metric: the {_e(r.knockout['metric'])}, per "
+                       f"prompt; a class is the neurons sharing one rule, its covered prompts those its rule holds on; "
+                       f"random: as many neurons of the same MLPs, {r.knockout['n_random']} draws. Accuracy on the "
+                       f"grid before knockout (first answer token): {_pct(acc, 1) if acc is not None else '-'}.</p>")
             out.append(table(["class", "neurons", "covered drop [95%]", "uncovered drop [95%]", "random, covered",
                               "random, uncovered"],
                              [[n, c["n_neurons"], *[f"{_f(c[x]['mean'], 4)} [{_f(c[x]['low'], 4)}, {_f(c[x]['high'], 4)}]"

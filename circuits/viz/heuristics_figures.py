@@ -57,7 +57,7 @@ def knockout_bars(classes: Mapping[str, Mapping[str, Any]], metric: str) -> go.F
     covers and on the rest, and for as many random neurons of the same MLPs, with 95% bootstrap intervals over
     prompts (drawn from 0: a drop is positive)."""
     names = list(classes)
-    labels = [f"{n} ({classes[n]['n_neurons']} neurons)" for n in names]
+    labels = [f"{n}<br>({classes[n]['n_neurons']} neurons)" for n in names]
     fig = go.Figure()
     for key, label, color in KNOCKOUT_BARS:
         mean = [classes[n][key]["mean"] for n in names]
@@ -69,6 +69,6 @@ def knockout_bars(classes: Mapping[str, Mapping[str, Any]], metric: str) -> go.F
     fig.add_hline(y=0, line={"color": "black", "width": 1})
     fig.update_layout(barmode="group", title="Knocking out one heuristic class: drop of the answer's probability "
                                              "(95% bootstrap intervals over prompts)",
-                      yaxis_title=metric, xaxis_title="class (the neurons' shared rule)", height=480, width=1100,
-                      legend={"orientation": "h", "y": -0.35})
+                      yaxis_title=metric, xaxis_title="class (the neurons' shared rule)", height=520, width=1100,
+                      xaxis={"tickangle": 0}, legend={"orientation": "h", "y": -0.3, "x": 0})
     return fig
