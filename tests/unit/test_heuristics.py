@@ -218,3 +218,39 @@ def test_bad_sources_are_one_line(tiny_llama, tmp_path):
     with pytest.raises(ValueError, match="--neurons-from"):
         run(HeuristicsConfig(**{**CFG, "neurons_from": str(tmp_path)}), tmp_path / "y", model=tiny_llama,
             progress=False)
+
+
+def test_key_mlps_from_a_saved_identify_result(tiny_llama, tmp_path):
+    from circuits.identify.config import IdentifyConfig
+    from circuits.identify.job import identify
+
+    made = identify(tiny_llama, config=IdentifyConfig(model="tiny", n_pairs=3, few_shot="on", filter_correct=False,
+                                                      bootstrap=0), progress=False)
+    made.save(tmp_path / "id")
+    cfg = {k: v for k, v in CFG.items() if k not in ("layers", "knockout_classes")}
+    r = run(HeuristicsConfig(**cfg, pairs_from=str(tmp_path / "id"), top_mlps=2, knockout_classes=0),
+            tmp_path / "h", model=tiny_llama, progress=False)
+    assert sorted({n.layer for n in r.neurons}) == sorted(made.top_mlps(2))
+    assert [p.reference_token_ids for p in r.pairs] == [p.reference_token_ids for p in made.pairs]
+
+
+def test_figures_geometry(tiny_llama, tmp_path):
+    from circuits.viz.heuristics_figures import grid_heatmaps, knockout_bars
+
+    acts = [torch.randn(4, 4).numpy(), torch.randn(4, 4).numpy()]
+    rules = [torch.eye(4).numpy(), torch.ones(4, 4).numpy()]
+    fig = grid_heatmaps(acts, rules, ["MLP1.2: highest where a == b", "MLP2.3: lowest where b == 0"], range(4))
+    heat = [t for t in fig.data if t.type == "heatmap"]
+    assert len(heat) == 4 and all(t.colorbar.title.text for t in heat)  # every colour scale has its bar
+    assert all("%{z" in t.hovertemplate for t in heat) and heat[0].zmid == 0  # diverging, centred, hoverable
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[0].startswith("MLP1.2") and titles[1] == "where its rule holds" and fig.layout.width <= 1280
+    ys = sorted({round(a.y, 3) for a in fig.layout.annotations})
+    assert len(ys) == 2 and ys[1] - ys[0] > 0.3  # the two rows' titles apart
+    ci = {"mean": 0.01, "low": 0.0, "high": 0.02, "n": 5}
+    bars = knockout_bars({"b == 0": {"n_neurons": 3, "covered_drop": ci, "uncovered_drop": ci,
+                                     "random_covered_drop": ci, "random_uncovered_drop": ci}}, "drop of p(answer)")
+    assert len(bars.data) == 4 and all(b.error_y.visible for b in bars.data)
+    assert bars.data[0].marker.color == "crimson" and bars.layout.yaxis.title.text == "drop of p(answer)"
+    empty = grid_heatmaps([], [], [], range(4))
+    assert "No classified neurons" in empty.layout.title.text
