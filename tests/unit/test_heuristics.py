@@ -254,3 +254,27 @@ def test_figures_geometry(tiny_llama, tmp_path):
     assert bars.data[0].marker.color == "crimson" and bars.layout.yaxis.title.text == "drop of p(answer)"
     empty = grid_heatmaps([], [], [], range(4))
     assert "No classified neurons" in empty.layout.title.text
+
+
+def test_a_stopped_run_resumes_from_its_parts(tiny_llama, tmp_path, monkeypatch):
+    import shutil
+
+    import circuits.beyond.heuristics.job as J
+
+    cfg = HeuristicsConfig(**CFG, threshold=0.3, alpha=1.0)
+    first = run(cfg, tmp_path / "h", model=tiny_llama, progress=False)
+    assert sorted(p.name for p in (tmp_path / "h" / "parts").iterdir()) == ["knockout.pt", "sweep.pt"]
+    for p in (tmp_path / "h").iterdir():  # as a run killed after its parts were written leaves the folder
+        if p.name != "parts":
+            p.unlink() if p.is_file() else shutil.rmtree(p)
+
+    def fail(*a, **k):
+        raise AssertionError("recomputed a finished part")
+
+    monkeypatch.setattr(J, "sweep_neurons", fail)
+    monkeypatch.setattr(J, "class_knockout", fail)
+    again = run(cfg, tmp_path / "h", model=tiny_llama, progress=False)
+    again.seconds = first.seconds
+    assert again == first
+    with pytest.raises(AssertionError, match="recomputed"):  # another knockout config: that part is made again
+        run(cfg.replace(n_random=3), tmp_path / "h", model=tiny_llama, progress=False)

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 import torch
 
 from circuits.beyond.heuristics.config import HeuristicsConfig
+from circuits.beyond.faithfulness.job import weights_digest
 from circuits.beyond.heuristics.result import HeuristicsResult
 from circuits.data.grid import OperandGrid, operand_grid
 from circuits.data.pairs import PromptPair, use_few_shot
@@ -29,6 +31,7 @@ from circuits.explain.heuristics.activations import grid_activations, output_log
 from circuits.explain.heuristics.knockout import class_knockout
 from circuits.explain.heuristics.rules import NONE, Rule, classify
 from circuits.models.backend import Model
+from circuits.io import load_torch, save_torch
 from circuits.models.loading import load_model
 from circuits.patching.exact.neurons import sweep_neurons
 from circuits.patching.metrics import get_metric
@@ -141,21 +144,56 @@ def knockout_classes(grid: OperandGrid, neurons: list[Neuron], classes: list[dic
     return out
 
 
+PARTS = "parts"  # the working folder of a run: the neuron sweep and the knockout once finished
+
+
+def _key(*items: Any) -> str:
+    """A digest of what a part was made from (the model's weights, the fields that decide it, its prompts)."""
+    return hashlib.sha256(repr(items).encode()).hexdigest()
+
+
+def _cached(parts: Path | None, name: str, key: str, make: Any) -> Any:
+    """``make()``, or the value a previous run kept in ``parts/<name>.pt`` for the same ``key`` (a part cut short by
+    a kill, or made from anything else, is made again)."""
+    path = parts / f"{name}.pt" if parts is not None else None
+    if path is not None and path.is_file():
+        try:
+            part = load_torch(path, f"heuristics part {name}")
+        except ValueError:
+            part = None
+        if isinstance(part, dict) and part.get("key") == key:
+            return part["value"]
+    value = make()
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_torch({"key": key, "value": value}, path)
+    return value
+
+
 def heuristics(model: Model, config: HeuristicsConfig | None = None, *, progress: bool = True,
-               **kwargs: Any) -> HeuristicsResult:
+               parts: str | Path | None = None, **kwargs: Any) -> HeuristicsResult:
     """Classify the key MLPs' top neurons into heuristics and knock the classes out (``cc.heuristics(model,
-    task="addition", layers=(19, 24, 29))``; ``config`` fields may be given as keywords), without saving."""
+    task="addition", layers=(19, 24, 29))``; ``config`` fields may be given as keywords), without saving.
+    ``parts``: a folder where the neuron sweep and the knockout are kept once finished, and reused by a later call
+    made from the same model weights, fields and prompts."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else HeuristicsConfig(**kwargs)
+    parts = Path(parts) if parts is not None else None
     for l in config.layers:
         if not 0 <= l < model.cfg.n_layers:
             raise ValueError(f"MLP layer {l} is outside this model (layers 0..{model.cfg.n_layers - 1})")
     start = time.perf_counter()
     layers, pairs, effects, metric = key_mlps(config, model, progress=progress)
     m = get_metric(metric)
+    weights = weights_digest(model) if parts is not None else ""
     if effects is None:
-        sweep = sweep_neurons(model, pairs, config.mode, layers=layers, memory_mb=config.memory_mb,  # type: ignore[arg-type]
-                              prob=m.name == "prob", progress=progress)
-        effects = sweep.by_layer(m)
+        def swept() -> dict[int, torch.Tensor]:
+            sweep = sweep_neurons(model, pairs, config.mode, layers=layers, memory_mb=config.memory_mb,  # type: ignore[arg-type]
+                                  prob=m.name == "prob", progress=progress)
+            return sweep.by_layer(m)
+
+        effects = _cached(parts, "sweep", _key("sweep", weights, config.mode, m.name, layers,
+                                               [(p.reference_token_ids, p.counterfactual_token_ids, p.answer_token_id)
+                                                for p in pairs]), swept)
     totals = {l: float(contributions(effects[l], m.sign).sum()) for l in layers}
     neurons = top_of_layers(effects, layers, config.neurons_per_mlp, m.sign)
     top_effects = torch.tensor([float(effects[n.layer][n.index]) for n in neurons])
@@ -167,15 +205,20 @@ def heuristics(model: Model, config: HeuristicsConfig | None = None, *, progress
     result = HeuristicsResult(config, pairs, grid.prompts, neurons, top_effects, acts, classes, m.name, totals)
     chosen = knockout_classes(grid, neurons, classes, top_effects, m.sign, config.knockout_classes, config.task)
     if chosen:
-        result.knockout = class_knockout(model, grid, chosen, n_random=config.n_random, seed=config.knockout_seed,
-                                         n_boot=config.n_boot, progress=progress)
+        key = _key("knockout", weights, config.n_random, config.knockout_seed, config.n_boot,
+                   [(p.reference_token_ids, p.answer_token_id) for p in grid.prompts],
+                   {n: (v[0], v[1].tolist()) for n, v in chosen.items()})
+        result.knockout = _cached(parts, "knockout", key, lambda: class_knockout(
+            model, grid, chosen, n_random=config.n_random, seed=config.knockout_seed, n_boot=config.n_boot,
+            progress=progress))
     result.seconds = time.perf_counter() - start
     return result
 
 
 def run(config: HeuristicsConfig, out: str | Path, *, model: Model | None = None,
         progress: bool = True) -> HeuristicsResult:
-    """The ``circuits heuristics`` job."""
-    result = heuristics(model or load_model(config.model, dtype=config.dtype), config, progress=progress)
+    """The ``circuits heuristics`` job; a stopped run resumes from ``<out>/parts`` (the neuron sweep, the knockout)."""
+    result = heuristics(model or load_model(config.model, dtype=config.dtype), config, progress=progress,
+                        parts=Path(out) / PARTS)
     result.save(out)
     return result

@@ -33,6 +33,7 @@ class HeuristicsResult(Result):
 
     kind = "heuristics"
     config_type = HeuristicsConfig
+    in_place = True  # its folder is also the run's working folder (parts/: the finished sweep and knockout)
 
     config: HeuristicsConfig
     pairs: list[PromptPair]
@@ -45,6 +46,12 @@ class HeuristicsResult(Result):
     layer_totals: dict[int, float] = field(default_factory=dict)
     knockout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+
+    @classmethod
+    def unfinished(cls, folder: Path) -> bool:
+        """A run stopped before its end: only the finished parts it keeps under ``parts/``."""
+        entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+        return [p.name for p in entries] == ["parts"] and entries[0].is_dir()
 
     @property
     def grid(self) -> OperandGrid:
