@@ -278,3 +278,14 @@ def test_a_stopped_run_resumes_from_its_parts(tiny_llama, tmp_path, monkeypatch)
     assert again == first
     with pytest.raises(AssertionError, match="recomputed"):  # another knockout config: that part is made again
         run(cfg.replace(n_random=3), tmp_path / "h", model=tiny_llama, progress=False)
+
+
+def test_without_a_source_identify_runs_first(tiny_llama, tmp_path):
+    from circuits.identify.config import IdentifyConfig
+    from circuits.identify.job import identify
+
+    cfg = {k: v for k, v in CFG.items() if k not in ("layers", "knockout_classes")}
+    r = run(HeuristicsConfig(**cfg, top_mlps=1, knockout_classes=0), tmp_path / "h", model=tiny_llama, progress=False)
+    made = identify(tiny_llama, config=IdentifyConfig(model="tiny", n_pairs=3, few_shot="on", filter_correct=False),
+                    progress=False)
+    assert {n.layer for n in r.neurons} == set(made.top_mlps(1))
