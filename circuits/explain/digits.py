@@ -218,5 +218,45 @@ def digit_labels(effects: Float[Tensor, "neuron digit answer problem"], floor: f
     return out
 
 
-__all__ = ["DIGITS", "DigitProblems", "LABELS", "answer_accuracy", "change_digit", "digit_effects", "digit_labels",
+@dataclass
+class DigitMap:
+    """:func:`digit_map`'s answer: the problems, whether greedy decoding got each right, and per neuron its effects
+    (:func:`digit_effects`), ``units``/``tens``/``score`` (:func:`digit_scores`) and label (:func:`digit_labels`)."""
+
+    problems: DigitProblems
+    accuracy: Float[Tensor, " problem"]
+    neurons: list[Neuron]
+    effects: Float[Tensor, "neuron digit answer problem"]
+
+    def labels(self) -> list[str]:
+        return digit_labels(self.effects)
+
+    def __repr__(self) -> str:
+        labels = self.labels()
+        counts = ", ".join(f"{lab} {labels.count(lab)}" for lab in LABELS)
+        return (f"DigitMap({len(self.problems.problems)} two-digit sums, accuracy {float(self.accuracy.mean()):.0%}; "
+                f"{len(self.neurons)} neurons: {counts})")
+
+
+def default_prefix() -> str:
+    """The addition few-shot examples as equations (``1 + 2 = 3\n...``), the prefix identify gives SmolLM2."""
+    from circuits.data.templates import FEW_SHOT_OPERANDS
+
+    return "".join(f"{a} + {b} = {a + b}\n" for a, b in FEW_SHOT_OPERANDS["addition"])
+
+
+def digit_map(model: Model, neurons: Sequence[Neuron], n_problems: int = 64, *, prefix: str | None = None,
+              seed: int = 0, progress: bool = True) -> DigitMap:
+    """``cc.digits``: ``n_problems`` two-digit sums after ``prefix`` (default :func:`default_prefix`), the model's
+    accuracy on them, and each neuron's digit effects and label. Read the labels only where the accuracy is high: a
+    model that cannot add the problems has no digit circuit to find."""
+    problems = digit_problems(model.tokenizer, sample_problems(n_problems, seed), default_prefix() if prefix is None
+                              else prefix, seed)
+    return DigitMap(problems, answer_accuracy(model, problems), list(neurons),
+                    digit_effects(model, problems, neurons, progress=progress))
+
+
+digits = digit_map  # cc.digits
+
+__all__ = ["DIGITS", "DigitMap", "digits", "DigitProblems", "default_prefix", "digit_map", "LABELS", "answer_accuracy", "change_digit", "digit_effects", "digit_labels",
            "digit_problems", "digit_scores", "sample_problems"]

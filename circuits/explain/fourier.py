@@ -175,5 +175,7 @@ def number_spectra(model: Model, pairs: Sequence[PromptPair], components: Sequen
                          fourier_spectrum(effects).mean(1))
 
 
-__all__ = ["NumberSpectra", "direct_number_effects", "energy_shares", "fourier_spectrum", "number_spectra",
+fourier = number_spectra  # cc.fourier
+
+__all__ = ["NumberSpectra", "fourier", "direct_number_effects", "energy_shares", "fourier_spectrum", "number_spectra",
            "number_tokens", "number_unembedding", "periods"]
