@@ -34,6 +34,7 @@ from circuits.data.pairs import PromptError, PromptPair, answer_token
 from circuits.explain.dla import _check_linear, end_activations
 from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
+from circuits.models.backend import post_norms
 from circuits.patching.ranking import order
 from circuits.types import Component
 
@@ -70,6 +71,10 @@ def direct_number_effects(model: Model, pairs: Sequence[PromptPair], components:
     reference prompts: its END output, centred where the final norm centres, divided by the final norm's scale of the
     whole stream, times :func:`number_unembedding`. Models that normalise each sublayer's output (Gemma 2/3) have no
     such split and are refused in one line."""
+    if post_norms(model):  # asked of the backend: a Bridge's config does not say it (dla's check reads the config)
+        raise ValueError(f"{model.cfg.model_name}: this model normalises each attention and MLP output before adding it "
+                         "to the residual stream, so the stream is not a sum of per-component parts and a direct "
+                         "effect is not defined; use patching (cc.sweep) instead")
     _check_linear(model)
     pairs, components = list(pairs), list(components)
     if not pairs or not components:
@@ -151,6 +156,38 @@ class NumberSpectra:
             idx = order(row, 1)
             n = int((row[idx].cumsum(0) < share).sum()) + 1
             out[str(c)] = [self.periods[int(i)] for i in idx[:n]]
+        return out
+
+    def pair_energy(self) -> Float[Tensor, "component pair freq"]:
+        return fourier_spectrum(self.effects)
+
+    def ramp_share(self) -> Float[Tensor, " component"]:
+        """The share of each component's energy (the mean left out) that a straight line over the number line
+        explains: on a line as short as 0..9 a monotone trend (magnitude, "larger numbers up") lands mostly on the
+        longest period, so this tells a trend from a true period-10 wave."""
+        n = len(self.numbers)
+        t = torch.arange(n, dtype=torch.float64)
+        ramp = (t - t.mean()) / (t - t.mean()).norm()
+        x = self.effects.double() - self.effects.double().mean(-1, keepdim=True)
+        along = (x @ ramp) ** 2  # [component, pair]
+        return (along.mean(1) / (x ** 2).sum(-1).mean(1).clamp_min(1e-30)).float()
+
+    def kind_share_intervals(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+                             ) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
+        """For the heads and for the MLPs: the mean over those components of each period's share, with a percentile
+        bootstrap interval over pairs (pairs resampled, spectra re-averaged): ``{kind: (share, low, high)}``, each
+        ``[period]``."""
+        from circuits.patching.uncertainty import percentile_interval, resample_pairs
+
+        e = self.pair_energy()  # [component, pair, freq]
+        idx = resample_pairs(e.shape[1], n_boot, seed)  # [boot, pair]
+        boot = energy_shares(e[:, idx].mean(2))  # [component, boot, period]
+        out = {}
+        for kind in ("head", "mlp"):
+            rows = [i for i, c in enumerate(self.components) if c.kind == kind]
+            if rows:
+                low, high = percentile_interval(boot[rows].mean(0), level)
+                out[kind] = (self.shares()[rows].mean(0), low, high)
         return out
 
     def mean_share(self) -> Float[Tensor, " component"]:

@@ -192,8 +192,17 @@ def _numbers_text(r: Any) -> str:
            f"(2024) read MLP and attention outputs: the share of the energy at each period (the mean over the numbers "
            f"left out). Zhou et al. find MLPs carrying the low frequencies (long periods) and attention the high ones "
            f"(periods 2, 5).</p>"]
-    rows = [[("heads" if k == "head" else "MLPs"), *[_pct(v[p]) for p in periods]] for k, v in s["by_kind"].items()]
-    out.append(table(["mean over the key", *[f"period {p}" for p in periods]], rows))
+    ci = s.get("by_kind_ci", {})
+
+    def cell(k: str, p: str) -> str:
+        lo_hi = ci.get(k, {}).get(p)
+        return _pct(s["by_kind"][k][p]) + (f" [{_pct(lo_hi[0])}, {_pct(lo_hi[1])}]" if lo_hi else "")
+
+    rows = [[("heads" if k == "head" else "MLPs"), *[cell(k, p) for p in periods]] for k in s["by_kind"]]
+    out.append(table(["mean share over the key", *[f"period {p}" for p in periods]], rows))
+    out.append("<p>Brackets: 95% bootstrap intervals over pairs. On a line of ten numbers the longest period also takes "
+               "a straight trend (magnitude): the share of each component's energy a straight line explains is "
+               + ", ".join(f"{_e(c)} {_pct(v['ramp_share'])}" for c, v in s["components"].items()) + ".</p>")
     out.append("<p>Dominant periods (fewest carrying half the energy): " + "; ".join(
         f"{_e(c)}: {', '.join(f'{p:g}' for p in ps)}" for c, ps in s["dominant_periods"].items()) + ".</p>")
     if "two_digit_accuracy" in s:

@@ -151,3 +151,35 @@ def test_digit_labels_on_planted_effects():
     assert digit_labels(e) == ["units", "tens", "both", "none"]
     units, tens, score = digit_scores(e)
     assert float(score[0]) == 1.0 and float(score[1]) == -1.0 and abs(float(score[2])) < 0.1
+
+
+def test_a_trend_and_a_wave_both_land_on_the_longest_period_and_the_ramp_share_tells_them_apart():
+    from circuits.explain.fourier import NumberSpectra
+
+    t = torch.arange(10, dtype=torch.float32)
+    ramp, wave = t * 0.5 + 2.0, torch.cos(2 * math.pi * (t - 4.5) / 10)  # the wave is symmetric about the middle
+    effects = torch.stack([ramp.expand(4, 10), wave.expand(4, 10)]) + 0.0
+    view = NumberSpectra([Component.mlp(0), Component("head", 0, 1)], list(range(10)), list(range(10)), effects,
+                         fourier_spectrum(effects).mean(1))
+    assert view.dominant(0.5) == {"MLP0": [10.0], "0.1": [10.0]}
+    r = view.ramp_share()
+    assert float(r[0]) == pytest.approx(1.0, abs=1e-5) and float(r[1]) == pytest.approx(0.0, abs=1e-5)
+
+
+def test_kind_intervals_hold_the_estimate(tiny_llama, tokenizer):
+    view = number_spectra(tiny_llama, mixed_pairs(tokenizer, 4), [Component.mlp(1), Component.mlp(2),
+                                                                   Component("head", 2, 0)])
+    got = view.kind_share_intervals(n_boot=200)
+    assert set(got) == {"mlp", "head"}
+    for share, low, high in got.values():
+        assert share.shape == low.shape == (5,) and bool((low <= high + 1e-6).all())
+        assert float(share.sum()) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_numbers_config_refuses_bad_values_in_one_line():
+    from circuits.explain.numbers.config import NumbersConfig
+
+    for kw, msg in (({"n_heads": 0, "n_mlps": 0}, "no component"), ({"numbers": 1}, "numbers must be"),
+                    ({"digit_floor": 1.5}, "digit_floor"), ({"top_neurons": 0}, "top_neurons must be positive")):
+        with pytest.raises(ValueError, match=msg):
+            NumbersConfig(**kw)

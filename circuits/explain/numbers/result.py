@@ -64,12 +64,17 @@ class NumbersResult(Result):
     def summary(self) -> dict[str, Any]:
         sp = self.spectra
         shares = sp.shares()
+        ramp = sp.ramp_share()
         comps = {str(c): {"shares": {f"{p:g}": float(v) for p, v in zip(sp.periods, shares[i])},
-                          "mean_share": float(sp.mean_share()[i]), "energy": float(sp.energy[i].sum())}
+                          "mean_share": float(sp.mean_share()[i]), "ramp_share": float(ramp[i]),
+                          "energy": float(sp.energy[i].sum())}
                  for i, c in enumerate(sp.components)}
+        ci = {k: {f"{p:g}": [float(lo), float(hi)] for p, lo, hi in zip(sp.periods, low, high)}
+              for k, (_, low, high) in sp.kind_share_intervals().items()}
         out: dict[str, Any] = {"model": self.config.model, "task": self.config.task, "n_pairs": int(sp.effects.shape[1]),
                                "numbers": sp.numbers, "periods": sp.periods, "components": comps,
                                "dominant_periods": sp.dominant(0.5), "by_kind": self.by_kind(),
+                               "by_kind_ci": ci,
                                "n_problems": len(self.problems), "note": self.note, "seconds": self.seconds}
         if len(self.accuracy):
             out["two_digit_accuracy"] = float(self.accuracy.mean())
