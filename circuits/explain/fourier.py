@@ -24,7 +24,7 @@ axis of the operands is not used instead.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from jaxtyping import Float
@@ -140,6 +140,7 @@ class NumberSpectra:
     tokens: list[int]
     effects: Float[Tensor, "component pair number"]
     energy: Float[Tensor, "component freq"]
+    answers: list[int] = field(default_factory=list)  # each pair's answer on the number line (-1: not on it)
 
     @property
     def periods(self) -> list[float]:
@@ -190,6 +191,16 @@ class NumberSpectra:
                 out[kind] = (self.shares()[rows].mean(0), low, high)
         return out
 
+    def aligned(self) -> Float[Tensor, "component offset"]:
+        """Each component's direct effect, centred over the numbers, at ``(number - answer) mod n`` (offset 0: the
+        pair's answer), mean over the pairs whose answer is on the number line: whether it raises the answer, and
+        the numbers a period away from it (offsets 5 for period 5, 2, 4, 6, 8 for period 2)."""
+        rows = [i for i, a in enumerate(self.answers) if a >= 0]
+        x = self.effects - self.effects.mean(-1, keepdim=True)
+        if not rows:
+            return torch.full((x.shape[0], x.shape[2]), float("nan"))
+        return torch.stack([x[:, i].roll(-self.answers[i], -1) for i in rows], 1).mean(1)
+
     def mean_share(self) -> Float[Tensor, " component"]:
         """The mean's share of each component's whole energy: how much of its effect lifts every number alike."""
         return self.energy[:, 0] / self.energy.sum(-1).clamp_min(1e-30)
@@ -208,8 +219,9 @@ def number_spectra(model: Model, pairs: Sequence[PromptPair], components: Sequen
             raise ValueError(f"numbers must lie in 2..{len(tokens)} (the single-token numbers here), got {numbers}")
         tokens = tokens[:numbers]
     effects = direct_number_effects(model, pairs, components, tokens, batch_size)
+    answers = [tokens.index(p.answer_token_id) if p.answer_token_id in tokens else -1 for p in pairs]
     return NumberSpectra(list(components), list(range(len(tokens))), tokens, effects,
-                         fourier_spectrum(effects).mean(1))
+                         fourier_spectrum(effects).mean(1), answers)
 
 
 fourier = number_spectra  # cc.fourier

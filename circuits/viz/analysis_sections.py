@@ -199,12 +199,12 @@ def _numbers_text(r: Any) -> str:
         return _pct(s["by_kind"][k][p]) + (f" [{_pct(lo_hi[0])}, {_pct(lo_hi[1])}]" if lo_hi else "")
 
     rows = [[("heads" if k == "head" else "MLPs"), *[cell(k, p) for p in periods]] for k in s["by_kind"]]
-    out.append(table(["mean share over the key", *[f"period {p}" for p in periods]], rows))
+    out.append(table(["mean share over the key", *[f"period {float(p):.3g}" for p in periods]], rows))
     out.append("<p>Brackets: 95% bootstrap intervals over pairs. On a line of ten numbers the longest period also takes "
                "a straight trend (magnitude): the share of each component's energy a straight line explains is "
                + ", ".join(f"{_e(c)} {_pct(v['ramp_share'])}" for c, v in s["components"].items()) + ".</p>")
     out.append("<p>Dominant periods (fewest carrying half the energy): " + "; ".join(
-        f"{_e(c)}: {', '.join(f'{p:g}' for p in ps)}" for c, ps in s["dominant_periods"].items()) + ".</p>")
+        f"{_e(c)}: {', '.join(f'{p:.3g}' for p in ps)}" for c, ps in s["dominant_periods"].items()) + ".</p>")
     if "two_digit_accuracy" in s:
         out.append(f"<p>Two-digit addition (A + B = with a two-digit sum, the task's few-shot prefix, greedy decoding "
                    f"of the answer's two tokens): <b>{_pct(s['two_digit_accuracy'], 1)}</b> of {s['n_problems']} "

@@ -13,31 +13,37 @@ from torch import Tensor
 
 
 def _period(p: float) -> str:
-    return f"{p:g}" if p == int(p) else f"{p:.2f}"
+    return f"{p:.3g}"
 
 
-def fourier_figure(line: Float[Tensor, "component number"], shares: Float[Tensor, "component period"],
+def fourier_figure(aligned: Float[Tensor, "component offset"], shares: Float[Tensor, "component period"],
                    components: Sequence[str], numbers: Sequence[int], periods: Sequence[float],
                    title: str) -> go.Figure:
-    """Left: each component's direct effect on each number token's logit at END, mean over pairs, centred over the
-    number line (red raises the number, blue lowers it); right: each period's share of the component's energy over
-    the number line (the mean left out), 0..1."""
+    """Left: each component's direct effect on the number tokens' logits at END, centred over the numbers and laid
+    out relative to each pair's answer (offset 0), mean over pairs; each row scaled by its own largest value (the
+    hover gives logits), red raising the number; right: each period's share of the component's energy over the
+    number line (the mean left out), 0..100%."""
     rows = list(components)
+    n = len(numbers)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.5, 0.5], horizontal_spacing=0.16,
-                        subplot_titles=("direct effect on each number's logit (centred)",
+                        subplot_titles=("direct effect around the answer (each row scaled to its largest)",
                                         "share of the energy by period"))
-    m = float(line.abs().max()) or 1.0
-    fig.add_trace(go.Heatmap(z=line.tolist(), x=[str(n) for n in numbers], y=rows, zmid=0, zmin=-m, zmax=m,
-                             colorscale="RdBu_r", colorbar=dict(x=0.42, thickness=12, len=0.9,
-                                                                title=dict(text="logit<br><sup>red: raises</sup>", side="top")),
-                             hovertemplate="%{y}, number %{x}: %{z:+.3f} logits<extra></extra>"), 1, 1)
+    scale = aligned.abs().amax(-1, keepdim=True).clamp_min(1e-12)
+    offsets = ["answer", *[f"+{k}" for k in range(1, n)]]
+    fig.add_trace(go.Heatmap(z=(aligned / scale).tolist(), x=offsets, y=rows, zmid=0, zmin=-1, zmax=1,
+                             colorscale="RdBu_r", customdata=aligned.tolist(),
+                             colorbar=dict(x=0.42, thickness=12, len=0.9,
+                                           title=dict(text="of the row's<br>largest<br><sup>red: raises</sup>",
+                                                      side="top")),
+                             hovertemplate="%{y}, answer %{x}: %{customdata:+.3f} logits (centred)<extra></extra>"),
+                  1, 1)
     labels = [_period(p) for p in periods]
     fig.add_trace(go.Heatmap(z=shares.tolist(), x=labels, y=rows, zmin=0, zmax=1, colorscale="Reds",
                              colorbar=dict(x=1.0, thickness=12, len=0.9, tickformat=".0%",
                                            title=dict(text="share of energy", side="top")),
                              text=[[f"{v:.0%}" for v in r] for r in shares.tolist()], texttemplate="%{text}",
                              hovertemplate="%{y}, period %{x}: %{z:.1%} of the energy<extra></extra>"), 1, 2)
-    fig.update_xaxes(title_text="number token", type="category", row=1, col=1)
+    fig.update_xaxes(title_text=f"number minus the pair's answer (mod {n})", type="category", row=1, col=1)
     fig.update_xaxes(title_text="period (numbers per cycle)", type="category", row=1, col=2)
     for c in (1, 2):
         fig.update_yaxes(autorange="reversed", type="category", row=1, col=c)

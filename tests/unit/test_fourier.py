@@ -160,7 +160,7 @@ def test_a_trend_and_a_wave_both_land_on_the_longest_period_and_the_ramp_share_t
     ramp, wave = t * 0.5 + 2.0, torch.cos(2 * math.pi * (t - 4.5) / 10)  # the wave is symmetric about the middle
     effects = torch.stack([ramp.expand(4, 10), wave.expand(4, 10)]) + 0.0
     view = NumberSpectra([Component.mlp(0), Component("head", 0, 1)], list(range(10)), list(range(10)), effects,
-                         fourier_spectrum(effects).mean(1))
+                         fourier_spectrum(effects).mean(1), [0, 3, -1, 9])
     assert view.dominant(0.5) == {"MLP0": [10.0], "0.1": [10.0]}
     r = view.ramp_share()
     assert float(r[0]) == pytest.approx(1.0, abs=1e-5) and float(r[1]) == pytest.approx(0.0, abs=1e-5)
@@ -183,3 +183,15 @@ def test_numbers_config_refuses_bad_values_in_one_line():
                     ({"digit_floor": 1.5}, "digit_floor"), ({"top_neurons": 0}, "top_neurons must be positive")):
         with pytest.raises(ValueError, match=msg):
             NumbersConfig(**kw)
+
+
+def test_aligned_puts_each_pairs_answer_at_offset_zero():
+    from circuits.explain.fourier import NumberSpectra
+
+    effects = torch.zeros(1, 3, 10)
+    for p, a in enumerate((2, 7, 4)):
+        effects[0, p, a] = 1.0  # each pair raises its own answer only
+    view = NumberSpectra([Component.mlp(0)], list(range(10)), list(range(10)), effects,
+                         fourier_spectrum(effects).mean(1), [2, 7, -1])
+    got = view.aligned()[0]
+    assert int(got.argmax()) == 0 and float(got[0]) == pytest.approx(0.9) and float(got[1]) == pytest.approx(-0.1)

@@ -91,8 +91,7 @@ class NumbersResult(Result):
         from circuits.viz.number_figures import fourier_figure
 
         sp = self.spectra
-        centred = sp.effects - sp.effects.mean(-1, keepdim=True)
-        return fourier_figure(centred.mean(1), sp.shares(), [str(c) for c in sp.components], sp.numbers, sp.periods,
+        return fourier_figure(sp.aligned(), sp.shares(), [str(c) for c in sp.components], sp.numbers, sp.periods,
                               f"{self.config.model}, {self.config.task}: key heads and MLPs over the number line "
                               f"0..{len(sp.numbers) - 1} and their Fourier spectrum (Zhou et al. 2024)")
 
@@ -113,7 +112,7 @@ class NumbersResult(Result):
         sp = self.spectra
         write_json(folder / "summary.json", self.summary())
         save_torch({"components": [[c.kind, c.layer, c.head] for c in sp.components], "numbers": sp.numbers,
-                    "tokens": sp.tokens, "effects": sp.effects, "energy": sp.energy,
+                    "tokens": sp.tokens, "effects": sp.effects, "energy": sp.energy, "answers": sp.answers,
                     "problems": [list(p) for p in self.problems], "accuracy": self.accuracy,
                     "neurons": [list(n) for n in self.neurons], "neuron_effects": self.neuron_effects,
                     "digit_effects": self.digit_effects, "digits": list(DIGITS)}, folder / "numbers.pt")
@@ -127,6 +126,6 @@ class NumbersResult(Result):
         s = read_json(folder / "summary.json")
         t = load_torch(folder / "numbers.pt", "numbers result")
         spectra = NumberSpectra([_component(c) for c in t["components"]], list(t["numbers"]), list(t["tokens"]),
-                                t["effects"], t["energy"])
+                                t["effects"], t["energy"], list(t["answers"]))
         return cls(config, spectra, [tuple(p) for p in t["problems"]], t["accuracy"], [Neuron(*n) for n in t["neurons"]],
                    list(t["neuron_effects"]), t["digit_effects"], s.get("note", ""), float(s.get("seconds", 0.0)))
