@@ -202,7 +202,9 @@ def _numbers_text(r: Any) -> str:
     out.append(table(["mean share over the key", *[f"period {float(p):.3g}" for p in periods]], rows))
     out.append("<p>Brackets: 95% bootstrap intervals over pairs. On a line of ten numbers the longest period also takes "
                "a straight trend (magnitude): the share of each component's energy a straight line explains is "
-               + ", ".join(f"{_e(c)} {_pct(v['ramp_share'])}" for c, v in s["components"].items()) + ".</p>")
+               + ", ".join(f"{_e(c)} {_pct(v['ramp_share'])}" for c, v in s["components"].items()) + ". The share of "
+               "all its energy that lifts every number alike (the mean, left out above): "
+               + ", ".join(f"{_e(c)} {_pct(v['mean_share'])}" for c, v in s["components"].items()) + ".</p>")
     out.append("<p>Dominant periods (fewest carrying half the energy): " + "; ".join(
         f"{_e(c)}: {', '.join(f'{p:.3g}' for p in ps)}" for c, ps in s["dominant_periods"].items()) + ".</p>")
     if "two_digit_accuracy" in s:
