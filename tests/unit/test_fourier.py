@@ -195,3 +195,23 @@ def test_aligned_puts_each_pairs_answer_at_offset_zero():
                          fourier_spectrum(effects).mean(1), [2, 7, -1])
     got = view.aligned()[0]
     assert int(got.argmax()) == 0 and float(got[0]) == pytest.approx(0.9) and float(got[1]) == pytest.approx(-0.1)
+
+
+def test_the_figures_geometry():
+    from circuits.viz.number_figures import digit_map_figure, fourier_figure
+
+    aligned = torch.tensor([[1.0, -0.5, 0.0, 0.2], [0.01, 0.02, -0.03, 0.0]])
+    shares = torch.tensor([[0.7, 0.3], [0.1, 0.9]])
+    fig = fourier_figure(aligned, shares, ["20.8", "MLP19"], [0, 1, 2, 3], [4.0, 2.0], "t")
+    line, spec = fig.data
+    assert line.zmin == -1 and line.zmax == 1 and line.zmid == 0 and line.colorbar.title.text  # each row on its scale
+    assert line.z[1][2] == pytest.approx(-1.0) and line.customdata[1][2] == pytest.approx(-0.03)  # hover: logits
+    assert list(line.x) == ["answer", "+1", "+2", "+3"] and list(spec.x) == ["4", "2"]
+    assert spec.zmin == 0 and spec.zmax == 1 and spec.colorbar.tickformat == ".0%" and "%{z:.1%}" in spec.hovertemplate
+    assert line.colorbar.x < 0.5 < spec.colorbar.x  # two colour bars, apart
+    titles = [a.text for a in fig.layout.annotations]
+    assert len(titles) == 2 and titles[0] != titles[1]
+    dm = digit_map_figure(torch.tensor([0.5, 0.0]), torch.tensor([0.1, 0.4]), ["L1 N2", "L1 N3"], ["units", "tens"], "d")
+    (h,) = dm.data
+    assert h.zmin == 0 and list(h.y) == ["L1 N2 (units)", "L1 N3 (tens)"] and h.colorbar.title.text
+    assert h.z[0] == [0.5, pytest.approx(0.1)] and "%{z:.3f}" in h.hovertemplate
