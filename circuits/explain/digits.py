@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 from circuits.data.pairs import PromptError, encode
 from circuits.models import backend
 from circuits.models.backend import Model, act_name
-from circuits.patching.end_layers import token_logits
+from circuits.patching.end_layers import end_logits, token_logits
 from circuits.types import Neuron
 
 Digit = Literal["units", "tens"]
@@ -112,20 +112,24 @@ def digit_problems(tokenizer, problems: Sequence[tuple[int, int]], prefix: str, 
 
 
 @torch.no_grad()
-def answer_accuracy(model: Model, problems: DigitProblems, batch_size: int = 32) -> Float[Tensor, " problem"]:
-    """1 where greedy decoding after the prompt writes the answer's two tokens, else 0 (the model's own output, no
-    teacher forcing)."""
+def greedy_answers(model: Model, problems: DigitProblems, batch_size: int = 32) -> Int[Tensor, "problem 2"]:
+    """The two tokens greedy decoding writes after each prompt (the model's own output, no teacher forcing)."""
     device = model.cfg.device
     out = []
     for s in range(0, len(problems.problems), batch_size):
         x = problems.reference[s : s + batch_size, :-1].to(device)
         got = []
         for _ in range(2):
-            nxt = model(x)[:, -1].argmax(-1)
+            nxt = end_logits(model, backend.final_residual(model, x)[:, -1]).argmax(-1)  # the last position only
             got.append(nxt)
             x = torch.cat([x, nxt[:, None]], 1)
-        out.append((torch.stack(got, 1).cpu() == problems.answer[s : s + batch_size]).all(1).float())
+        out.append(torch.stack(got, 1).cpu())
     return torch.cat(out)
+
+
+def answer_accuracy(model: Model, problems: DigitProblems, batch_size: int = 32) -> Float[Tensor, " problem"]:
+    """1 where greedy decoding after the prompt writes the answer's two tokens, else 0."""
+    return (greedy_answers(model, problems, batch_size) == problems.answer).all(1).float()
 
 
 def _answer_logits(model: Model, final: Tensor, problems: DigitProblems, rows: int) -> Tensor:
@@ -258,5 +262,6 @@ def digit_map(model: Model, neurons: Sequence[Neuron], n_problems: int = 64, *, 
 
 digits = digit_map  # cc.digits
 
-__all__ = ["DIGITS", "DigitMap", "digits", "DigitProblems", "default_prefix", "digit_map", "LABELS", "answer_accuracy", "change_digit", "digit_effects", "digit_labels",
-           "digit_problems", "digit_scores", "sample_problems"]
+__all__ = ["DIGITS", "LABELS", "answer_accuracy", "change_digit", "default_prefix", "digit_effects", "digit_labels",
+           "digit_map", "digit_problems", "digit_scores", "DigitMap", "DigitProblems", "digits", "greedy_answers",
+           "sample_problems"]

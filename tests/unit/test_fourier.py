@@ -215,3 +215,21 @@ def test_the_figures_geometry():
     (h,) = dm.data
     assert h.zmin == 0 and list(h.y) == ["L1 N2 (units)", "L1 N3 (tens)"] and h.colorbar.title.text
     assert h.z[0] == [0.5, pytest.approx(0.1)] and "%{z:.3f}" in h.hovertemplate
+
+
+def test_greedy_answers_equal_a_plain_generation_loop(tiny_llama, tokenizer):
+    import dataclasses
+
+    from circuits.explain.digits import greedy_answers
+
+    probs = digit_problems(tokenizer, sample_problems(5, seed=3), EQUATION_PREFIX)
+    x, got = probs.reference[:, :-1], []
+    for _ in range(2):
+        nxt = tiny_llama(x)[:, -1].argmax(-1)
+        got.append(nxt)
+        x = torch.cat([x, nxt[:, None]], 1)
+    plain = torch.stack(got, 1)
+    assert torch.equal(greedy_answers(tiny_llama, probs, batch_size=2), plain)
+    right = dataclasses.replace(probs, answer=plain.clone())
+    right.answer[0, 1] += 1  # one problem's units digit wrong
+    assert answer_accuracy(tiny_llama, right).tolist() == [0.0, 1.0, 1.0, 1.0, 1.0]
