@@ -174,8 +174,11 @@ def digit_effects(model: Model, problems: DigitProblems, neurons: Sequence[Neuro
     out = torch.zeros(len(neurons), len(DIGITS), len(DIGITS), P)
     per = max(1, rows // P)
     chunks = [(d, s) for d in range(len(DIGITS)) for s in range(0, len(neurons), per)]
+    posts: dict[int, dict[int, Tensor]] = {}
     for d, s in tqdm(chunks, desc="digit patching", disable=not progress):
-        cf = _posts(model, problems.counterfactual[DIGITS[d]].to(device), layers)
+        if d not in posts:  # one counterfactual run per changed digit, kept for its chunks
+            posts = {d: _posts(model, problems.counterfactual[DIGITS[d]].to(device), layers)}
+        cf = posts[d]
         part = neurons[s : s + per]
         k = len(part)
         row_of = torch.arange(k * P, device=device)
