@@ -102,8 +102,8 @@ def digit_problems(tokenizer, problems: Sequence[tuple[int, int]], prefix: str, 
         return ids + [full[len(ids)]], full[len(ids):]
 
     refs, answers = zip(*(row(a, b, a + b) for a, b in problems))
-    cfs = {d: [row(a2, b2, a + b)[0][:-1] + [answers[i][0]] for i, ((a, b), (a2, b2)) in enumerate(zip(problems, changed[d]))]
-           for d in DIGITS}
+    # the counterfactual prompt followed by the reference answer's tens token, so every position lines up
+    cfs = {d: [row(a2, b2, a + b)[0] for (a, b), (a2, b2) in zip(problems, changed[d])] for d in DIGITS}
     lengths = {len(r) for r in [*refs, *cfs["units"], *cfs["tens"]]}
     if len(lengths) != 1:
         raise PromptError(f"The digit problems tokenize to rows of {sorted(lengths)} tokens; they need one length")
