@@ -61,11 +61,11 @@ def digit_map_figure(units: Float[Tensor, " neuron"], tens: Float[Tensor, " neur
     fig = go.Figure(go.Heatmap(z=z, x=["units digit", "tens digit"], y=rows, zmin=0, zmax=top, colorscale="Reds",
                                colorbar=dict(thickness=12, title=dict(text="mean |change|<br>of the digit's logit",
                                                                       side="top")),
-                               text=[[f"{v:.3f}" for v in r] for r in z], texttemplate="%{text}",
+                               text=[[f"{v:.3g}" for v in r] for r in z], texttemplate="%{text}",
                                hovertemplate="%{y}: the %{x} of the answer moves by %{z:.3f} logits<extra></extra>"))
     fig.update_yaxes(autorange="reversed", type="category")
     fig.update_xaxes(title_text="the operand digit changed, and the answer digit read")
-    fig.update_layout(title=title, height=max(360, 80 + 22 * len(rows)), width=760,
+    fig.update_layout(title=title, height=max(360, 100 + 22 * len(rows)), width=760,
                       margin=dict(l=160, r=40, t=90, b=60))
     return fig
 
