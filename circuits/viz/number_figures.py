@@ -47,7 +47,7 @@ def fourier_figure(aligned: Float[Tensor, "component offset"], shares: Float[Ten
     fig.update_xaxes(title_text="period (numbers per cycle)", type="category", row=1, col=2)
     for c in (1, 2):
         fig.update_yaxes(autorange="reversed", type="category", row=1, col=c)
-    fig.update_layout(title=title, height=max(360, 60 + 26 * len(rows)), margin=dict(l=80, r=40, t=90, b=60))
+    fig.update_layout(title=title, height=max(380, 80 + 26 * len(rows)), margin=dict(l=80, r=40, t=110, b=60))
     return fig
 
 
