@@ -82,6 +82,9 @@ if TYPE_CHECKING:  # the façade's one list of names (editors and type checkers 
     # explain
     from circuits.explain.attention import attention_html, attention_roles
     from circuits.explain.logit_lens import logit_lens
+    from circuits.explain.fourier import fourier
+    from circuits.explain.digits import digits
+    from circuits.explain.numbers.job import numbers
     # for TransformerLens users (docs/for-transformerlens-users.md)
     from circuits.patching.patch import PatchResult, patch
     from circuits.explain.dla import direct_logit_attribution

@@ -176,6 +176,11 @@ JOBS: tuple[Job, ...] = (
         "circuits.explain.config:LensConfig", "circuits.explain.lens_job:run", None,
         "circuits lens --heads-from results/identify/addition --out results/logit-lens",
         printout="circuits.cli.steps:lens"),
+    Job("numbers", "the key components over the number line (Fourier periods) and the neurons of each answer digit",
+        (Output("numbers", "circuits.explain.numbers.result:NumbersResult", ("numbers",)),),
+        ("summary.json", "numbers.pt", "figure.html", "digits.html"),
+        "circuits.explain.numbers.config:NumbersConfig", "circuits.explain.numbers.job:run", "circuits.cli.numbers",
+        "circuits numbers --heads-from results/identify/addition --out results/numbers-addition"),
     # Step 3 (Section 4.3): Precise SFT, and the benchmarks it is measured on.
     Job("finetune", "Precise SFT of key heads/MLPs, or full SFT (Section 4.3, 5.3)",
         (Output("finetune", "circuits.sft.result:FinetuneResult", ("precise-sft",)),),

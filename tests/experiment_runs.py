@@ -14,7 +14,8 @@ from pathlib import Path
 SCRIPTS = ("fig2_key_heads", "fig3_knockout", "fig4_transfer", "fig5_attention_roles", "fig6_mlp_logit_lens",
            "fig7_attention_views", "fig15_per_operation", "table3_exponentiation", "table4_gsm8k",
            "table1_precise_sft", "table2_components", "cross_model", "screen_audit", "fig_information_flow",
-           "fig_neurons", "fig_circuit", "fig3_ablation_kinds", "stability", "faithfulness")
+           "fig_neurons", "fig_circuit", "fig3_ablation_kinds", "stability", "faithfulness",
+           "fig_fourier")
 
 
 def script(name: str):
@@ -43,6 +44,7 @@ def tiny_config(name: str, root: Path):
         "fig_circuit": dict(receivers="top2"),
         "fig3_ablation_kinds": dict(operations=("addition",), ks=(0, 1), seeds=(0,)),
         "stability": dict(operations=("addition",), seeds=(0, 1)),
+        "fig_fourier": dict(n_heads=2, n_mlps=2, n_problems=4, digit_floor=0.0, digit_mlps=1, top_neurons=2),
     }
     if name == "cross_model":
         # Its identify results go beside the root, so the root holds one identify result per task as before.

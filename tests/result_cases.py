@@ -33,6 +33,8 @@ from circuits.evaluation.tasks import EvalConfig
 from circuits.explain.attention import (AttentionViews, RolesConfig, ViewsConfig, attention_html, attention_roles,
                                         role_attention)
 from circuits.explain.logit_lens import LensConfig, logit_lens, mlp_lens, writing_start
+from circuits.explain.numbers.config import NumbersConfig
+from circuits.explain.numbers.job import numbers
 from circuits.data.templates import OPERATIONS
 from circuits.identify import IdentifyConfig, IdentifyResult, PerOperation, identify
 from circuits.identify.result import PerOperationConfig
@@ -135,6 +137,8 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
     out["ablation_kinds"] = AblationComparison(AblationKindsConfig(**SOURCE, operations=("addition",), ks=(0, 1, 3),
                                                                    seeds=(0,), kinds=("mean", "zero")),
                                                {"addition": curves}, {"addition": len(pairs)})
+    out["numbers"] = numbers(model, r, NumbersConfig(**SOURCE, n_heads=2, n_mlps=2, n_problems=4, digit_floor=0.0,
+                                                     digit_mlps=1, top_neurons=2), progress=False)
     fc = FaithfulnessConfig(**SOURCE, few_shot="on", filter_correct=False, rankings=("exact-path", "screen"),
                             sizes=(0.05, 0.2, 0.5), n_boot=20)
     out["faithfulness"] = faithfulness(model, pairs, fc, progress=False)
@@ -144,7 +148,8 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
 # kind -> how its files are named, for tests that break one file (the result's main tensor or JSON file)
 MAIN_FILE: dict[str, str] = {"identify": "sweep.pt", "screen": "screen.pt", "positions": "positions.pt",
                              "neurons": "neurons.pt", "heuristics": "heuristics.pt", "edges": "edges.pt", "finetune": "result.json",
-                             "evaluation": "result.json", "faithfulness": "faithfulness.pt"}
+                             "evaluation": "result.json", "faithfulness": "faithfulness.pt",
+                             "numbers": "numbers.pt"}
 
 
 def main_file(kind: str) -> str:

@@ -212,3 +212,55 @@ def _faithfulness_text(r: Any) -> str:
     out.append("<p>Lowest CMD: " + "; ".join(found) + ".</p>" if found else
                "<p>f is undefined on these pairs: m(N) = m(empty) on every pair.</p>")
     return "".join(out)
+
+
+def numbers_section(page: Page, found: list) -> str:
+    out = []
+    for f in found:
+        r = f.result
+        out.append(_numbers_text(r) + page.figure(r.figure()))
+        digits = r.digit_figure()
+        if digits is not None:
+            out.append(page.figure(digits))
+        out.append(f.config_html())
+    return "".join(out)
+
+
+def _numbers_text(r: Any) -> str:
+    s = r.summary()
+    periods = [f"{p:g}" for p in s["periods"]]
+    out = [f"<h3>{_e(s['task'])}</h3><p class='what'>Each key head's and MLP's direct effect at END on the logit of "
+           f"every single-token number (0..{len(s['numbers']) - 1}: this tokenizer writes numbers digit by digit), "
+           f"over {s['n_pairs']} pairs, and the discrete Fourier transform of it over the number line, as Zhou et al. "
+           f"(2024) read MLP and attention outputs: the share of the energy at each period (the mean over the numbers "
+           f"left out). Zhou et al. find MLPs carrying the low frequencies (long periods) and attention the high ones "
+           f"(periods 2, 5).</p>"]
+    ci = s.get("by_kind_ci", {})
+
+    def cell(k: str, p: str) -> str:
+        lo_hi = ci.get(k, {}).get(p)
+        return _pct(s["by_kind"][k][p]) + (f" [{_pct(lo_hi[0])}, {_pct(lo_hi[1])}]" if lo_hi else "")
+
+    rows = [[("heads" if k == "head" else "MLPs"), *[cell(k, p) for p in periods]] for k in s["by_kind"]]
+    out.append(table(["mean share over the key", *[f"period {float(p):.3g}" for p in periods]], rows))
+    out.append("<p>Brackets: 95% bootstrap intervals over pairs. On a line of ten numbers the longest period also takes "
+               "a straight trend (magnitude): the share of each component's energy a straight line explains is "
+               + ", ".join(f"{_e(c)} {_pct(v['ramp_share'])}" for c, v in s["components"].items()) + ". The share of "
+               "all its energy that lifts every number alike (the mean, left out above): "
+               + ", ".join(f"{_e(c)} {_pct(v['mean_share'])}" for c, v in s["components"].items()) + ".</p>")
+    out.append("<p>Dominant periods (fewest carrying half the energy): " + "; ".join(
+        f"{_e(c)}: {', '.join(f'{p:.3g}' for p in ps)}" for c, ps in s["dominant_periods"].items()) + ".</p>")
+    if "two_digit_accuracy" in s:
+        out.append(f"<p>Two-digit addition (A + B = with a two-digit sum, the task's few-shot prefix, greedy decoding "
+                   f"of the answer's two tokens): <b>{_pct(s['two_digit_accuracy'], 1)}</b> of {s['n_problems']} "
+                   f"right.</p>")
+    if s.get("neurons"):
+        out.append("<p class='what'>The key MLPs' top neurons (by exact END effect), each patched alone from a "
+                   "prompt with one operand digit changed (Baeumel et al. 2025): units when changing the operands' "
+                   "units digit moves the answer's units logit at least twice as much as changing their tens digit "
+                   "moves its tens logit, tens the reverse, both otherwise, none when under a tenth of the strongest "
+                   "neuron's effect. Counts: " + ", ".join(f"{lab} {n}" for lab, n in s["label_counts"].items())
+                   + ".</p>")
+    if s.get("note"):
+        out.append(f"<p>Digit positions: {_e(s['note'])}.</p>")
+    return "".join(out)

@@ -411,5 +411,7 @@ SECTIONS = (
     Section("edges", "Edges into the key heads and MLPs (identify)", A.edges_section),
     Section("faithfulness", "Faithfulness of each ranking's circuits, as MIB scores them (identify)",
             A.faithfulness_section),
+    Section("numbers", "How the key components compute: Fourier features and digit positions (explain)",
+            A.numbers_section),
     Section("uncertainty", "How sure is the ranking (identify, validate)", A.uncertainty_section),
 )

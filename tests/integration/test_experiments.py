@@ -21,7 +21,8 @@ EXPECTED_KIND = {"fig2_key_heads": "identify", "fig3_knockout": "knockout", "fig
                  "table3_exponentiation": "transfer", "table4_gsm8k": "word_problem_heads",
                  "table1_precise_sft": "sft_table", "table2_components": "sft_table", "cross_model": "cross_model",
                  "screen_audit": "screen", "fig_information_flow": "positions", "fig_neurons": "neurons",
-                 "fig_circuit": "edges", "fig3_ablation_kinds": "ablation_kinds", "stability": "stability"}
+                 "fig_circuit": "edges", "fig3_ablation_kinds": "ablation_kinds", "stability": "stability",
+                 "fig_fourier": "numbers"}
 
 
 # faithfulness writes one result per model and operation under its --out; tests/unit/test_faithfulness_job.py checks

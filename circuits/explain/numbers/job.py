@@ -1,0 +1,92 @@
+"""``circuits numbers``: how the key components compute the answer's number (issue 32).
+
+One job with two parts, because both read the same identify result (its key heads and MLPs, its pairs) and answer
+one question -- what number do the key components write, and how:
+
+1. the Fourier view (:mod:`circuits.explain.fourier`): the top ``n_heads`` heads and ``n_mlps`` MLPs of the identify
+   result, their direct effect at END on every single-token number's logit, and its spectrum over the number line;
+2. digit positions (:mod:`circuits.explain.digits`, addition only): the model's accuracy on ``n_problems`` two-digit
+   sums after the task's few-shot prefix (greedy decoding), and, where it reaches ``digit_floor``, the top
+   ``top_neurons`` neurons (by exact END effect on the identify pairs) of the top ``digit_mlps`` MLPs, each patched
+   with one operand digit changed and labelled units, tens, both or none.
+
+It lives in ``explain`` (beside the logit lens, also a reading of the key components through the unembedding)
+because ``beyond`` may not import ``explain`` (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from circuits.data.pairs import PromptPair
+from circuits.explain.digits import answer_accuracy, default_prefix, digit_effects, digit_problems, sample_problems
+from circuits.explain.fourier import number_spectra
+from circuits.explain.numbers.config import NumbersConfig
+from circuits.explain.numbers.result import NumbersResult
+from circuits.identify.result import IdentifyResult
+from circuits.identify.source import model_for, resolved, source_result
+from circuits.models.backend import Model
+from circuits.patching.exact.neurons import sweep_neurons
+from circuits.patching.metrics import get_metric
+from circuits.patching.ranking import order
+from circuits.types import Component, Neuron
+
+
+def few_shot_prefix(pairs: list[PromptPair]) -> str:
+    """The solved examples before an equation-form pair's question (the task's few-shot prefix), else the addition
+    examples written as equations."""
+    eq = next((p for p in pairs if p.template_id.endswith("/0") and p.prefix_length), None)
+    if eq is not None:
+        return eq.reference[: eq.reference.rfind("\n") + 1]
+    return default_prefix()
+
+
+def numbers(model: Model, made: IdentifyResult, config: NumbersConfig, *, progress: bool = True) -> NumbersResult:
+    """The result of ``config`` on ``made``'s key components and pairs (not saved)."""
+    start = time.perf_counter()
+    pairs = list(made.pairs)
+    if not pairs:
+        raise ValueError("The identify result holds no prompt pairs (saved without them?); rerun circuits identify")
+    components = [Component.of(h) for h in made.top_heads(config.n_heads)] if config.n_heads else []
+    components += [Component.mlp(l) for l in made.top_mlps(config.n_mlps)] if config.n_mlps else []
+    spectra = number_spectra(model, pairs, components, config.numbers or None)
+    result = NumbersResult(config, spectra)
+    if not config.digits:
+        result.note = "the digit-position part was not asked for (--no-digits)"
+    elif config.task != "addition":
+        result.note = f"the digit-position part reads two-digit sums: not run on {config.task}"
+    else:
+        problems = digit_problems(model.tokenizer, sample_problems(config.n_problems, config.seed),
+                                  few_shot_prefix(pairs), config.seed)
+        result.problems = problems.problems
+        result.accuracy = answer_accuracy(model, problems)
+        acc = float(result.accuracy.mean())
+        if acc < config.digit_floor:
+            result.note = (f"the model writes {acc:.0%} of {len(problems.problems)} two-digit sums right (greedy), under "
+                           f"the floor of {config.digit_floor:.0%}: no digit circuit to read, no neuron labelled")
+        else:
+            m = get_metric(config.metric)
+            layers = made.top_mlps(config.digit_mlps)
+            sweep = sweep_neurons(model, pairs, config.mode, layers=layers, memory_mb=config.memory_mb,  # type: ignore[arg-type]
+                                  prob=m.name == "prob", progress=progress)
+            neurons: list[Neuron] = []
+            effects: list[float] = []
+            for l, e in sweep.by_layer(m).items():
+                for i in order(e, m.sign)[: config.top_neurons].tolist():
+                    neurons.append(Neuron(l, i))
+                    effects.append(float(e[i]))
+            result.neurons, result.neuron_effects = neurons, effects
+            result.digit_effects = digit_effects(model, problems, neurons, progress=progress)
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def run(config: NumbersConfig, out: str | Path, *, model: Model | None = None, progress: bool = True) -> NumbersResult:
+    """The ``circuits numbers`` job: the key components of ``--heads-from`` (or of an identify run made first), saved
+    in ``out`` (``summary.json``, ``numbers.pt``, ``figure.html``, ``digits.html`` where neurons were labelled)."""
+    config = resolved(config)
+    model = model_for(config, model)
+    made = source_result(config, model, progress=progress)
+    result = numbers(model, made, config, progress=progress)
+    result.save(out)
+    return result

@@ -1,0 +1,138 @@
+"""The saved ``circuits numbers`` result: the Fourier view of the key heads and MLPs, the two-digit accuracy, and the
+digit labels of the key MLPs' top neurons."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from circuits.explain.digits import DIGITS, LABELS, digit_labels, digit_scores
+from circuits.explain.fourier import NumberSpectra
+from circuits.explain.numbers.config import NumbersConfig
+from circuits.io import load_torch, read_json, save_torch, write_json
+from circuits.results import Result
+from circuits.types import Component, Neuron
+
+
+def _e_model(model: str) -> str:
+    """A model's name as a title shows it: a folder's last part, not its whole path."""
+    return Path(model).name or model
+
+
+def _component(c: Any) -> Component:
+    kind, layer, head = c
+    return Component(kind, int(layer), None if head is None else int(head))
+
+
+@dataclass(eq=False, repr=False)
+class NumbersResult(Result):
+    """``spectra``: the key components' direct effects on the number tokens and their spectra; ``problems``,
+    ``accuracy[problem]``: the two-digit problems and whether greedy decoding got each right; ``neurons``,
+    ``neuron_effects`` (the END effect that ranked them), ``digit_effects[neuron, digit changed, answer digit,
+    problem]`` (empty where the accuracy was under the floor; ``note`` says why)."""
+
+    kind = "numbers"
+    config_type = NumbersConfig
+
+    config: NumbersConfig
+    spectra: NumberSpectra
+    problems: list[tuple[int, int]] = field(default_factory=list)
+    accuracy: Tensor = field(default_factory=lambda: torch.zeros(0))
+    neurons: list[Neuron] = field(default_factory=list)
+    neuron_effects: list[float] = field(default_factory=list)
+    digit_effects: Tensor = field(default_factory=lambda: torch.zeros(0, 2, 2, 0))
+    note: str = ""
+    seconds: float = 0.0
+
+    @property
+    def task(self) -> str:
+        return self.config.task
+
+    def labels(self) -> list[str]:
+        return digit_labels(self.digit_effects) if self.neurons else []
+
+    def by_kind(self) -> dict[str, dict[str, float]]:
+        """Mean share of the energy at each period over the heads and over the MLPs (Zhou et al.: MLPs low
+        frequencies, attention high ones)."""
+        shares = self.spectra.shares()
+        out = {}
+        for kind in ("head", "mlp"):
+            rows = [i for i, c in enumerate(self.spectra.components) if c.kind == kind]
+            if rows:
+                out[kind] = {f"{p:g}": float(v) for p, v in zip(self.spectra.periods, shares[rows].mean(0))}
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        sp = self.spectra
+        shares = sp.shares()
+        ramp = sp.ramp_share()
+        comps = {str(c): {"shares": {f"{p:g}": float(v) for p, v in zip(sp.periods, shares[i])},
+                          "mean_share": float(sp.mean_share()[i]), "ramp_share": float(ramp[i]),
+                          "energy": float(sp.energy[i].sum())}
+                 for i, c in enumerate(sp.components)}
+        ci = {k: {f"{p:g}": [float(lo), float(hi)] for p, lo, hi in zip(sp.periods, low, high)}
+              for k, (_, low, high) in sp.kind_share_intervals().items()}
+        out: dict[str, Any] = {"model": self.config.model, "task": self.config.task, "n_pairs": int(sp.effects.shape[1]),
+                               "numbers": sp.numbers, "periods": sp.periods, "components": comps,
+                               "dominant_periods": sp.dominant(0.5), "by_kind": self.by_kind(),
+                               "by_kind_ci": ci,
+                               "n_problems": len(self.problems), "note": self.note, "seconds": self.seconds}
+        if len(self.accuracy):
+            out["two_digit_accuracy"] = float(self.accuracy.mean())
+        if self.neurons:
+            units, tens, score = digit_scores(self.digit_effects)
+            labels = self.labels()
+            out["neurons"] = [{"neuron": str(n), "end_effect": e, "units": float(u), "tens": float(t), "score": float(s),
+                               "label": lab} for n, e, u, t, s, lab in zip(self.neurons, self.neuron_effects, units,
+                                                                         tens, score, labels)]
+            out["label_counts"] = {lab: labels.count(lab) for lab in LABELS}
+        return out
+
+    def figure(self):
+        from circuits.viz.number_figures import fourier_figure
+
+        sp = self.spectra
+        return fourier_figure(sp.aligned(), sp.shares(), [str(c) for c in sp.components], sp.numbers, sp.periods,
+                              f"Key heads and MLPs over the number line 0..{len(sp.numbers) - 1} and their Fourier "
+                              f"spectrum<br><sup>{_e_model(self.config.model)}, {self.config.task}, "
+                              f"{sp.effects.shape[1]} pairs; Zhou et al. 2024</sup>")
+
+    def digit_figure(self):
+        """The digit map (None where no neuron was labelled)."""
+        if not self.neurons:
+            return None
+        from circuits.viz.number_figures import digit_map_figure
+
+        units, tens, _ = digit_scores(self.digit_effects)
+        return digit_map_figure(units, tens, [f"L{n.layer} N{n.index}" for n in self.neurons], self.labels(),
+                                f"Which neurons move the answer's units and tens digit<br><sup>"
+                                f"{_e_model(self.config.model)}, {len(self.problems)} two-digit sums, accuracy "
+                                f"{float(self.accuracy.mean()):.0%}; Baeumel et al. 2025</sup>")
+
+    def _write(self, folder: Path) -> None:
+        from circuits.viz.figures import write_figure
+
+        sp = self.spectra
+        write_json(folder / "summary.json", self.summary())
+        save_torch({"components": [[c.kind, c.layer, c.head] for c in sp.components], "numbers": sp.numbers,
+                    "tokens": sp.tokens, "effects": sp.effects, "energy": sp.energy, "answers": sp.answers,
+                    "problems": [list(p) for p in self.problems], "accuracy": self.accuracy,
+                    "neurons": [list(n) for n in self.neurons], "neuron_effects": self.neuron_effects,
+                    "digit_effects": self.digit_effects, "digits": list(DIGITS)}, folder / "numbers.pt")
+        write_figure(self.figure(), folder / "figure.html")
+        digits = self.digit_figure()
+        if digits is not None:
+            write_figure(digits, folder / "digits.html")
+
+    @classmethod
+    def _read(cls, folder: Path, config: NumbersConfig) -> NumbersResult:
+        s = read_json(folder / "summary.json")
+        t = load_torch(folder / "numbers.pt", "numbers result")
+        spectra = NumberSpectra([_component(c) for c in t["components"]], list(t["numbers"]), list(t["tokens"]),
+                                t["effects"], t["energy"], list(t["answers"]))
+        return cls(config, spectra, [tuple(p) for p in t["problems"]], t["accuracy"], [Neuron(*n) for n in t["neurons"]],
+                   list(t["neuron_effects"]), t["digit_effects"], s.get("note", ""), float(s.get("seconds", 0.0)))
