@@ -23,7 +23,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
-from circuits.models.backend import attn_out
+from circuits.models.backend import attn_out, post_norms
 
 from circuits.data.pairs import PromptPair, pair_logits
 from circuits.patching.ranking import rank
@@ -71,7 +71,7 @@ def answer_directions(model: Model, pairs: Sequence[PromptPair]
 
 def _check_linear(model: Model) -> None:
     cfg = model.cfg
-    if getattr(cfg, "use_normalization_before_and_after", False):
+    if post_norms(model):  # asked of the backend: a TransformerBridge's config does not say it
         raise ValueError(f"{cfg.model_name}: this model normalises each attention and MLP output before adding it to "
                          "the residual stream, so the stream is not a sum of per-head parts and direct logit "
                          "attribution per head is not defined; use patching (cc.sweep) instead")

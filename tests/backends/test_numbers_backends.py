@@ -61,6 +61,16 @@ def test_norms_after_each_sublayer_are_refused(models, tokenizer, family):
         direct_number_effects(model, mixed_pairs(tokenizer, 1), [Component.mlp(0)], [1, 2])
 
 
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3"])
+def test_direct_logit_attribution_refuses_norms_after_each_sublayer(models, tokenizer, family):
+    """dla asks the backend, as the numbers job does: a TransformerBridge's config does not say the model has them (on
+    TransformerLens 4.3 dla read the config and gave all-zero effects instead of refusing)."""
+    from circuits.explain.dla import direct_logit_attribution
+
+    with pytest.raises(ValueError, match="normalises each attention and MLP output"):
+        direct_logit_attribution(models(family), mixed_pairs(tokenizer, 1))
+
 @pytest.mark.parametrize("family", BACKEND_FAMILIES)
 def test_digit_effects_equal_the_plain_loop(models, tokenizer, family):
     model = models(family)
