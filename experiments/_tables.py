@@ -286,6 +286,68 @@ def neurons_knockout(d: dict) -> Table:
              ["random neurons", *(f"{100 * a:.1f}" for a in k["random_accuracy"]), ""]])
 
 
+def heuristics_layers(d: dict) -> Table:
+    """Per key MLP (``d["layers"]["19"]``): the top neurons' share of the layer's summed important-direction neuron
+    effect (``top_effect / layer_total``), how many of them a heuristic class fits, and the share of the top neurons'
+    effect those carry (``classified_effect / top_effect``); the last column pools the MLPs."""
+    ls = d["layers"]
+    n_top = {v["n_top"] for v in ls.values()}
+    top = f"top-{n_top.pop()}" if len(n_top) == 1 else "top"
+    total = lambda k: sum(v[k] for v in ls.values())  # noqa: E731
+    return (["", *(f"MLP{l}" for l in ls), "all"], [
+        [f"{top} neurons' share of the layer's summed neuron effect",
+         *(_pct(v["top_effect"] / v["layer_total"]) for v in ls.values()), ""],
+        [f"classified neurons of the {top.replace('-', ' ')}", *(str(v["n_classified"]) for v in ls.values()),
+         f"{total('n_classified')} of {total('n_top')}"],
+        [f"share of the {top.replace('-', ' ')}'s effect the classified ones carry",
+         *(_pct(v["classified_effect"] / v["top_effect"]) for v in ls.values()),
+         _pct(total("classified_effect") / total("top_effect"))],
+    ])
+
+
+def _drop(x: dict, n: bool = True) -> str:
+    return f"{x['mean']:+.3f} [{x['low']:+.3f}, {x['high']:+.3f}]" + (f" ({x['n']})" if n else "")
+
+
+def heuristics_knockout(d: dict) -> Table:
+    """Each heuristic class's neurons knocked out together: the drop of the first answer token's probability on the
+    prompts its rule covers and on the rest (mean [95% bootstrap interval] (prompts)), and with as many random neurons
+    of the same MLPs. ``d["classes"][rule]``: ``n_neurons``, ``covered_drop``, ``uncovered_drop``,
+    ``random_covered_drop``, ``random_uncovered_drop`` (each ``mean``, ``low``, ``high``, ``n``)."""
+    return (["class (rule)", "neurons", "covered prompts", "uncovered prompts", "random neurons, covered",
+             "random, uncovered"],
+            [[rule, str(k["n_neurons"]), _drop(k["covered_drop"]), _drop(k["uncovered_drop"]),
+              _drop(k["random_covered_drop"], n=False), _drop(k["random_uncovered_drop"], n=False)]
+             for rule, k in d["classes"].items()])
+
+
+def _period(p: float) -> str:
+    return f"{p:.3g}"
+
+
+KEY_KINDS = {"head": "key heads", "mlp": "key MLPs"}
+
+
+def fourier_periods(d: dict) -> Table:
+    """The mean share of the energy at each period over the key heads and over the key MLPs, with its bootstrap
+    interval. ``d["by_kind"][kind]``: one share per period of ``d["periods"]``; ``d["by_kind_ci"][kind]``: one
+    [low, high] per period."""
+    return (["", *(f"period {_period(p)}" for p in d["periods"])],
+            [[KEY_KINDS.get(kind, kind), *(f"{_pct(x)} [{100 * lo:.0f}, {100 * hi:.0f}]"
+                                           for x, (lo, hi) in zip(shares, d["by_kind_ci"][kind], strict=True))]
+             for kind, shares in d["by_kind"].items()])
+
+
+def fourier_components(d: dict) -> Table:
+    """Per key component: the fewest periods that carry half its energy (largest first), the share of its (non-mean)
+    energy a straight line explains, and the mean's share of its whole energy. ``d["components"][name]``: ``kind``,
+    ``dominant`` (periods), ``ramp_share``, ``mean_share``."""
+    return (["component", "dominant periods (fewest for half the energy)", "straight-trend share",
+             "share lifting every number alike"],
+            [[f"head {name}" if c["kind"] == "head" else name, ", ".join(_period(p) for p in c["dominant"]),
+              _pct(c["ramp_share"]), _pct(c["mean_share"])] for name, c in d["components"].items()])
+
+
 SETTINGS = {"nodes@end": "nodes at END", "nodes@all": "nodes, every position", "edges@end": "edges at END"}
 
 
@@ -366,6 +428,8 @@ RENDERERS: dict[str, Callable[[dict], Table]] = {
     "table4_gsm8k": table4_gsm8k, "neurons": neurons, "neurons_knockout": neurons_knockout, "cells": cells,
     "faithfulness": faithfulness, "faithfulness_seconds": faithfulness_seconds,
     "faithfulness_counterfactuals": faithfulness_counterfactuals,
+    "heuristics_layers": heuristics_layers, "heuristics_knockout": heuristics_knockout,
+    "fourier_periods": fourier_periods, "fourier_components": fourier_components,
 }
 
 

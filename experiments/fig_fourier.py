@@ -1,7 +1,9 @@
 """How the key components compute (issue 32; kept apart from fig_heuristics.py): the key heads' and MLPs' direct
 effect at END over the number line and its Fourier spectrum (Zhou et al. 2024), the model's accuracy on two-digit
 sums, and, where it handles them, which neurons of the key MLPs move the answer's units digit and which its tens
-(Baeumel et al. 2025). The key components come from the shared identify result (results/identify/<task>).
+(Baeumel et al. 2025). The key components come from the shared identify result (results/identify/<task>). Writes
+``results/fig_fourier/`` (the result, ``figure.html``, ``digits.html`` where neurons were labelled) and
+``published.json`` (the tables of docs/results.md; experiments/_tables.py renders them, publish.py copies them).
 
 Run: ``python experiments/fig_fourier.py [--n-heads 8 --n-mlps 4]``; ``--replot`` redraws."""
 
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import _tables as T
 
 from circuits.config import option
 from circuits.explain.numbers.config import NumbersConfig
@@ -40,7 +43,22 @@ def main(config: Config, model=None) -> NumbersResult:
     return result
 
 
+def published(result: NumbersResult) -> dict:
+    """The two tables of docs/results.md this result gives: the mean share of the energy per period over the key
+    heads and over the key MLPs, and each component's dominant periods, straight-trend share and mean share."""
+    s = result.summary()
+    kinds = {str(c): c.kind for c in result.spectra.components}
+    keys = [f"{p:g}" for p in s["periods"]]  # the summary's keys, in the periods' order
+    return {"fourier_periods": {"render": "fourier_periods", "data": {
+                "periods": s["periods"], "by_kind": {k: [v[p] for p in keys] for k, v in s["by_kind"].items()},
+                "by_kind_ci": {k: [v[p] for p in keys] for k, v in s["by_kind_ci"].items()}}},
+            "fourier_components": {"render": "fourier_components", "data": {"components": {
+                name: {"kind": kinds[name], "dominant": s["dominant_periods"][name], "ramp_share": c["ramp_share"],
+                       "mean_share": c["mean_share"]} for name, c in s["components"].items()}}}}
+
+
 def plot(result: NumbersResult, out: Path) -> Path:
+    T.write_published(out, published(result))
     digits = result.digit_figure()
     if digits is not None:
         write_figure(digits, Path(out) / "digits.html")

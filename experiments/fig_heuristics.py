@@ -3,7 +3,8 @@ operand grid, classified into heuristics (range, modulo, pattern, identity of th
 neurons knocked out together against the prompts the rule covers, the rest, and random neurons.
 
 Writes ``results/fig_heuristics/`` (the job's result: ``summary.json``, ``classes.json``, ``heuristics.pt``, ...,
-``figure.html``, ``knockout.html``) and ``tables.md`` (the tables docs/results.md quotes).
+``figure.html``, ``knockout.html``), ``tables.md`` (every neuron's row) and ``published.json`` (the tables of
+docs/results.md; experiments/_tables.py renders them, publish.py copies them).
 
 Run: ``python experiments/fig_heuristics.py --layers 19,24,29``; ``--replot`` redraws from the saved result."""
 
@@ -13,11 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common as C
+import _tables as T
 
 from circuits.beyond.heuristics.config import HeuristicsConfig
 from circuits.beyond.heuristics.job import run
 from circuits.beyond.heuristics.result import HeuristicsResult
 from circuits.config import option
+from circuits.patching.metrics import get_metric
 from circuits.viz.figures import write_figure
 
 
@@ -54,8 +57,30 @@ def tables(result: HeuristicsResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def published(result: HeuristicsResult) -> dict:
+    """The two tables of docs/results.md this result gives: per key MLP, how much of its effect the top neurons carry
+    and how much of theirs the classified ones do; and the class knockout (where it ran)."""
+    effect = (result.effects * get_metric(result.metric).sign).nan_to_num(0).clamp_min(0)
+    classified = set(result.classified())
+    layers = {}
+    for layer in sorted({n.layer for n in result.neurons}):
+        idx = [i for i, n in enumerate(result.neurons) if n.layer == layer]
+        layers[str(layer)] = {"n_top": len(idx), "top_effect": float(effect[idx].sum()),
+                              "layer_total": result.layer_totals.get(layer, float("nan")),
+                              "n_classified": sum(i in classified for i in idx),
+                              "classified_effect": float(effect[[i for i in idx if i in classified]].sum())}
+    tables = {"heuristics_layers": {"render": "heuristics_layers", "data": {"layers": layers}}}
+    knockout = result.summary()["knockout"]
+    if knockout:
+        keep = ("n_neurons", "covered_drop", "uncovered_drop", "random_covered_drop", "random_uncovered_drop")
+        tables["heuristics_knockout"] = {"render": "heuristics_knockout", "data": {
+            "classes": {rule: {x: k[x] for x in keep} for rule, k in knockout.items()}}}
+    return tables
+
+
 def plot(result: HeuristicsResult, out: Path) -> Path:
     out = Path(out)
+    T.write_published(out, published(result))
     (out / "tables.md").write_text(tables(result))
     write_figure(result.knockout_figure(), out / "knockout.html")
     return write_figure(result.figure(), out / "figure.html")

@@ -156,3 +156,67 @@ def test_the_scripts_publish_what_their_results_hold():
     mean = data["curves"]["addition"]["mean"]
     assert mean["effect_accuracy"] == [d["effect_accuracy"][d["ks"].index(k)] for k in (1, 3, 5, 10, 20)]
     assert mean["random_accuracy_mean"][-1] == pytest.approx(sum(r[-1] for r in d["random_accuracy"]) / 3)
+
+
+def test_the_renderers_of_issue_32_compute_what_the_rows_say():
+    header, rows = T.heuristics_layers({"layers": {
+        "19": {"n_top": 4, "top_effect": 0.5, "layer_total": 2.0, "n_classified": 3, "classified_effect": 0.4},
+        "24": {"n_top": 4, "top_effect": 1.5, "layer_total": 2.0, "n_classified": 1, "classified_effect": 0.3}}})
+    assert header == ["", "MLP19", "MLP24", "all"]
+    assert rows == [["top-4 neurons' share of the layer's summed neuron effect", "25%", "75%", ""],
+                    ["classified neurons of the top 4", "3", "1", "4 of 8"],
+                    ["share of the top 4's effect the classified ones carry", "80%", "20%", "35%"]]  # 0.7 / 2.0 pooled
+    drop = lambda m, n: {"mean": m, "low": m - 0.01, "high": m + 0.01, "n": n}  # noqa: E731
+    _, rows = T.heuristics_knockout({"classes": {"b == 0": {
+        "n_neurons": 17, "covered_drop": drop(0.0234, 10), "uncovered_drop": drop(-0.002, 90),
+        "random_covered_drop": drop(0.0, 10), "random_uncovered_drop": drop(0.005, 90)}}})
+    assert rows == [["b == 0", "17", "+0.023 [+0.013, +0.033] (10)", "-0.002 [-0.012, +0.008] (90)",
+                     "+0.000 [-0.010, +0.010]", "+0.005 [-0.005, +0.015]"]]
+    header, rows = T.fourier_periods({"periods": [10.0, 10 / 3], "by_kind": {"head": [0.25, 0.75]},
+                                      "by_kind_ci": {"head": [[0.2, 0.3], [0.7, 0.8]]}})
+    assert header == ["", "period 10", "period 3.33"] and rows == [["key heads", "25% [20, 30]", "75% [70, 80]"]]
+    _, rows = T.fourier_components({"components": {
+        "20.8": {"kind": "head", "dominant": [10 / 3, 10.0], "ramp_share": 0.09, "mean_share": 0.91},
+        "MLP19": {"kind": "mlp", "dominant": [2.5], "ramp_share": 0.7, "mean_share": 0.666}}})
+    assert rows == [["head 20.8", "3.33, 10", "9%", "91%"], ["MLP19", "2.5", "70%", "67%"]]
+
+
+def test_the_issue_32_scripts_publish_their_tables_on_replot(tiny_llama, tmp_path):
+    """fig_heuristics.py and fig_fourier.py, run with ``--replot`` on a saved result, write published.json; its tables
+    say what the result's own summary says."""
+    import _common as C
+    import fig_fourier
+    import fig_heuristics
+
+    from circuits.beyond.heuristics.config import HeuristicsConfig
+    from circuits.beyond.heuristics.job import run as run_heuristics
+    from circuits.explain.numbers.config import NumbersConfig
+    from circuits.explain.numbers.job import numbers
+    from circuits.identify import identify
+    from result_cases import IDENTIFY, SOURCE
+
+    hc = HeuristicsConfig(**{**SOURCE, "n_pairs": 2}, few_shot="on", filter_correct=False, layers=(1,),
+                          neurons_per_mlp=4, operands=(0, 4), threshold=0.3, alpha=1.0, n_random=2, n_boot=20,
+                          knockout_classes=2)
+    heur = run_heuristics(hc, tmp_path / "heuristics", model=tiny_llama, progress=False)
+    C.run(fig_heuristics.Config, fig_heuristics.main, fig_heuristics.plot,
+          ["--out", str(tmp_path / "heuristics"), "--replot"])
+    tables = T.read_published(tmp_path / "heuristics" / T.PUBLISHED)
+    s = heur.summary()
+    _, rows = T.heuristics_layers(tables["heuristics_layers"]["data"])
+    assert rows[1][-1] == f"{s['n_classified']} of {s['n_neurons']}"
+    assert rows[2][-1] == f"{100 * s['share_carried']:.0f}%"
+    assert set(tables.get("heuristics_knockout", {"data": {"classes": {}}})["data"]["classes"]) == set(s["knockout"])
+    assert (tmp_path / "heuristics" / "published.md").read_text().count("<!-- table: ") == len(tables)
+
+    r = identify(tiny_llama, config=IDENTIFY, progress=False)
+    nums = numbers(tiny_llama, r, NumbersConfig(**SOURCE, n_heads=2, n_mlps=2, n_problems=4), progress=False)
+    nums.save(tmp_path / "numbers")
+    C.run(fig_fourier.Config, fig_fourier.main, fig_fourier.plot, ["--out", str(tmp_path / "numbers"), "--replot"])
+    tables = T.read_published(tmp_path / "numbers" / T.PUBLISHED)
+    s = nums.summary()
+    _, rows = T.fourier_components(tables["fourier_components"]["data"])
+    assert len(rows) == 4 and [r[3] for r in rows] == [f"{100 * c['mean_share']:.0f}%" for c in s["components"].values()]
+    _, rows = T.fourier_periods(tables["fourier_periods"]["data"])
+    assert [r[0] for r in rows] == ["key heads", "key MLPs"]
+    assert rows[0][1].startswith(f"{100 * s['by_kind']['head']['10']:.0f}% [")
