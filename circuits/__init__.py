@@ -21,8 +21,9 @@ from __future__ import annotations
 import sys
 
 if sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "circuits":  # the console script: Ctrl-C while it imports is one line
-    from circuits._startup import quiet_interrupts
+    from circuits._startup import mark_start, quiet_interrupts
 
+    mark_start()
     quiet_interrupts()
 
 from importlib.metadata import PackageNotFoundError, version

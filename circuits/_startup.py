@@ -9,6 +9,25 @@ import os
 import signal
 import sys
 import threading
+import time
+
+# When the command line started (time.perf_counter), before it imported torch and the toolkit: set by the console
+# script and ``python -m circuits`` (:func:`mark_start`), taken (and cleared) by the command's ``--timings``, which
+# counts the time outside every stage as "other" so its total is the command's wall-clock time.
+started: float | None = None
+
+
+def mark_start() -> None:
+    global started
+    if started is None:
+        started = time.perf_counter()
+
+
+def take_start() -> float:
+    """The command line's start (cleared, so a later command in the same process counts from its own), or now."""
+    global started
+    t, started = (started if started is not None else time.perf_counter()), None
+    return t
 
 
 def startup_interrupt(signum, frame):  # noqa: ANN001, ANN201

@@ -66,6 +66,17 @@ def write_figure(fig: go.Figure, path: str | Path, *, inline: bool = False) -> P
     return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'>{js}</head><body>{body}</body></html>")
 
 
+def write_figures(figs: Sequence[go.Figure], path: str | Path, *, inline: bool = False) -> Path:
+    """One HTML file holding every figure of ``figs`` one below the other, plotly.js loaded once (as
+    :func:`write_figure` loads it)."""
+    from circuits.viz.page import script_tag
+
+    path = Path(path)
+    js = script_tag("plotly", path, inline=inline)
+    body = "".join(f.to_html(include_plotlyjs=False, full_html=False, config={"displaylogo": False}) for f in figs)
+    return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'>{js}</head><body>{body}</body></html>")
+
+
 def _arr(x) -> np.ndarray:
     return np.asarray(x.tolist() if hasattr(x, "tolist") else x, dtype=float)
 
