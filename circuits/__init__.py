@@ -62,6 +62,7 @@ if TYPE_CHECKING:  # the façade's one list of names (editors and type checkers 
     from circuits.patching.engine import prepare, sweep
     from circuits.identify.config import IdentifyConfig
     from circuits.identify.result import IdentifyResult
+    from circuits.identify.counterfactuals import compare_counterfactuals
     from circuits.patching.ranking import KeyRule
     from circuits.patching.metrics import METRICS, Metric, logits_metric
     # beyond heads at END (docs/beyond.md)
