@@ -31,7 +31,7 @@ from circuits.patching.ranking import KeyRule, Ranked
 from circuits.patching.scores import Scores
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.identify.config import KeyHeadSource
-from circuits.results import MARKER, Result, ResultError
+from circuits.results import MARKER, Result, ResultError, number
 from circuits.types import Head
 from circuits.viz.notebook import ShowsFigure
 
@@ -328,7 +328,7 @@ class IdentifyResult(ShowsFigure, Result):
             from circuits.patching.exact.edges import EdgeSweep
 
             edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
-        return cls(config, pairs, sweep, stats, float(summary.get("seconds", 0.0)), summary.get("per_task"), saved, edges)
+        return cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges)
 
 
 
@@ -418,6 +418,9 @@ class PerOperation(Result):
     @classmethod
     def _read(cls, folder: Path, config: PerOperationConfig) -> PerOperation:
         d = read_json(folder / "data.json")
-        return cls(config, d["operations"], d["head_effects"],
-                   {op: [Head.parse(h) for h in hs] for op, hs in d["key_heads"].items()},
+        try:
+            key = {op: [Head.parse(h) for h in hs] for op, hs in d["key_heads"].items()}
+        except ValueError as err:
+            raise ResultError(f"{folder / 'data.json'}: field 'key_heads': {err}") from None
+        return cls(config, d["operations"], d["head_effects"], key,
                    d.get("metric", "relative_logit"), d.get("pairs", {}))
