@@ -176,6 +176,10 @@ def _main(argv: Sequence[str] | None = None) -> int:
     start = take_start()
     parser = build_parser()
     args = parser.parse_args(argv)
+    from circuits._startup import private_torch_caches, remove_stale_temps
+
+    remove_stale_temps()  # what killed runs left in $TMPDIR
+    private_torch_caches()  # before torch._dynamo: its cache folder inside this process's own temporary folder
     import torch  # after the flags are read: --help and a bad flag import no torch
 
     from circuits import distributed, timing
