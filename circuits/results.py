@@ -118,6 +118,18 @@ def _names(paths: list[Path], limit: int = 4) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def unfinished_run(folder: Path, kind: str, work: str) -> bool:
+    """Whether ``folder`` holds a ``kind`` job's own run stopped before its marker was written: its working folder
+    ``work`` (``parts``, ``identify``) and, besides it, only names the job writes (:func:`circuits.jobs.files_of`,
+    ``config.json``, ``_assets``) -- a SIGKILL at any step of the final save leaves that, and the same command
+    resumes it. A folder with a marker is a finished result, never an unfinished run."""
+    entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    if (folder / MARKER).exists() or not (folder / work).is_dir() or (folder / work).is_symlink():
+        return False
+    own = jobs.files_of(kind) | COMMON_FILES | {work}
+    return all(p.name in own and not p.is_symlink() for p in entries)
+
+
 def _refusal(out: Path, shown: str | Path, kind: str, container: bool) -> str | None:
     """Why a ``kind`` job may not replace the folder ``out`` (None when it may)."""
     entries = _contents(out)

@@ -19,9 +19,6 @@ import torch
 
 from circuits.results import same
 
-TINY: list[str] = []
-
-
 def _tiny() -> list[str]:
     from helpers import tiny_dir
 
@@ -141,8 +138,6 @@ def test_a_kill_at_every_write_step_resumes_to_the_straight_result(job, ident, t
     for k in range(1, steps + 1):
         out = tmp_path / f"killed-{k}"
         assert _in_child([*argv, "--out", str(out)], k) == -signal.SIGKILL, f"{job}: step {k} of {steps}"
-        import sys
-        print("DEBUG", k, sorted(os.listdir(os.environ["TMPDIR"])), sorted(os.listdir(tmp_path)), file=sys.stderr)
         assert _in_child([*argv, "--out", str(out)], None) == 0, f"{job}: the rerun after a kill at step {k}"
         assert _equal(want, _contents(out)) == [], f"{job}: killed at write step {k} of {steps}"
     assert _leftovers(tmp_path) == []
