@@ -21,8 +21,9 @@ from __future__ import annotations
 import sys
 
 if sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "circuits":  # the console script: Ctrl-C while it imports is one line
-    from circuits._startup import quiet_interrupts
+    from circuits._startup import mark_start, quiet_interrupts
 
+    mark_start()
     quiet_interrupts()
 
 from importlib.metadata import PackageNotFoundError, version
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # the façade's one list of names (editors and type checkers 
     from circuits.patching.engine import prepare, sweep
     from circuits.identify.config import IdentifyConfig
     from circuits.identify.result import IdentifyResult
+    from circuits.identify.counterfactuals import compare_counterfactuals
     from circuits.patching.ranking import KeyRule
     from circuits.patching.metrics import METRICS, Metric, logits_metric
     # beyond heads at END (docs/beyond.md)

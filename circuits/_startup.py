@@ -9,6 +9,25 @@ import os
 import signal
 import sys
 import threading
+import time
+
+# When the command line started (time.perf_counter), before it imported torch and the toolkit: set by the console
+# script and ``python -m circuits`` (:func:`mark_start`), taken (and cleared) by the command's ``--timings``, which
+# counts the time outside every stage as "other" so its total is the command's wall-clock time.
+started: float | None = None
+
+
+def mark_start() -> None:
+    global started
+    if started is None:
+        started = time.perf_counter()
+
+
+def take_start() -> float:
+    """The command line's start (cleared, so a later command in the same process counts from its own), or now."""
+    global started
+    t, started = (started if started is not None else time.perf_counter()), None
+    return t
 
 
 def startup_interrupt(signum, frame):  # noqa: ANN001, ANN201
@@ -25,3 +44,71 @@ def quiet_interrupts() -> None:
     if threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, startup_interrupt)
+
+
+# --- temporary folders: one per process, removed at its end; a killed process's removed by the next run ------------
+
+# The temporary folders circuits makes in $TMPDIR carry the process id after these prefixes, so the next run can tell
+# the leftovers of a killed process (SIGKILL runs no clean-up) from a running one's.
+TEMP_PREFIXES = ("circuits-run-", "circuits-eval-", "circuits-hf-config-")
+_private: list[str] = []
+
+
+def private_temp() -> str:
+    """This process's own temporary folder, ``$TMPDIR/circuits-run-<pid>-XXXX``, made on first use and removed when
+    the process ends (a SIGKILLed one's by the next run: :func:`remove_stale_temps`)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    if _private and os.path.isdir(_private[0]):
+        return _private[0]
+    path = tempfile.mkdtemp(prefix=f"{TEMP_PREFIXES[0]}{os.getpid()}-")
+    _private[:] = [path]
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive as far as we can tell
+        return True
+    return True
+
+
+def remove_stale_temps() -> list[str]:
+    """Remove the temporary folders of circuits processes that are gone (killed before their clean-up): those in
+    ``$TMPDIR`` named by :data:`TEMP_PREFIXES` with a process id that no longer runs, and owned by this user. The
+    folders removed."""
+    import shutil
+    import tempfile
+
+    root, gone = tempfile.gettempdir(), []
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return gone
+    for name in names:
+        prefix = next((p for p in TEMP_PREFIXES if name.startswith(p)), None)
+        pid = name[len(prefix):].split("-", 1)[0] if prefix else ""
+        path = os.path.join(root, name)
+        if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+            continue
+        try:
+            if os.path.isdir(path) and not os.path.islink(path) and os.stat(path).st_uid == os.getuid():
+                shutil.rmtree(path, ignore_errors=True)
+                gone.append(path)
+        except OSError:
+            continue
+    return gone
+
+
+def private_torch_caches() -> None:
+    """Point torch's compile caches (``torchinductor_<user>``, which ``import transformer_lens`` creates in $TMPDIR
+    through torch._dynamo) into this process's own temporary folder, unless the user chose a folder
+    (``TORCHINDUCTOR_CACHE_DIR``): a command leaves nothing in $TMPDIR. Call before torch._dynamo is imported."""
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(private_temp(), "torchinductor")

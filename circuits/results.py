@@ -118,6 +118,18 @@ def _names(paths: list[Path], limit: int = 4) -> str:
     return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
+def unfinished_run(folder: Path, kind: str, work: str) -> bool:
+    """Whether ``folder`` holds a ``kind`` job's own run stopped before its marker was written: its working folder
+    ``work`` (``parts``, ``identify``) and, besides it, only names the job writes (:func:`circuits.jobs.files_of`,
+    ``config.json``, ``_assets``) -- a SIGKILL at any step of the final save leaves that, and the same command
+    resumes it. A folder with a marker is a finished result, never an unfinished run."""
+    entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
+    if (folder / MARKER).exists() or not (folder / work).is_dir() or (folder / work).is_symlink():
+        return False
+    own = jobs.files_of(kind) | COMMON_FILES | {work}
+    return all(p.name in own and not p.is_symlink() for p in entries)
+
+
 def _refusal(out: Path, shown: str | Path, kind: str, container: bool) -> str | None:
     """Why a ``kind`` job may not replace the folder ``out`` (None when it may)."""
     entries = _contents(out)
@@ -339,6 +351,7 @@ class Result:
         made_by = marker.get("provenance")
         try:
             result = cls._read(folder, config)
+            check_result_types(result, folder)
             object.__setattr__(result, "provenance", dict(made_by) if isinstance(made_by, dict) else None)
             return result
         except FileNotFoundError as err:
@@ -388,6 +401,136 @@ def _fits(value: Any, hint: Any) -> bool:
     return True
 
 
+def _mismatch(value: Any, hint: Any, where: str, depth: int = 0) -> str | None:
+    """Where ``value`` (a loaded result's field) is not of the type its annotation ``hint`` declares: the first
+    ``where.path`` and what is there, or None. Checks int, float, str, bool, lists, tuples, dict values, unions,
+    named tuples (a :class:`~circuits.types.Head`'s layer and head) and dataclasses, recursively; ``Any``, tensors and
+    other classes are taken as they are (their own readers check them)."""
+    if hint is Any or hint is object:
+        return _named_mismatch(value, where, where.rsplit(".", 1)[-1].split("[", 1)[0], depth)
+    if depth > 12 or isinstance(hint, (str, typing.TypeVar)):
+        return None
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    here = lambda: f"{where} is {brief(value, 40)} ({type(value).__name__}), not {getattr(hint, '__name__', hint)}"  # noqa: E731
+    if hint in (bool, int, float, str):
+        return None if _fits(value, hint) else here()
+    if origin in (typing.Union, types.UnionType):
+        fits = [_mismatch(value, a, where, depth + 1) for a in args]
+        return None if any(f is None for f in fits) else here()
+    if hint is type(None):
+        return None if value is None else here()
+    if origin in (list, tuple, set, frozenset) or hint in (list, tuple):
+        if not isinstance(value, (list, tuple, set, frozenset)):
+            return here()
+        inner = [a for a in args if a is not Ellipsis]
+        items = list(value)
+        for i, v in enumerate(items):
+            a = inner[min(i, len(inner) - 1)] if origin is tuple and Ellipsis not in args and inner else \
+                (inner[0] if inner else Any)
+            bad = _mismatch(v, a, f"{where}[{i}]", depth + 1)
+            if bad:
+                return bad
+        return None
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            return here()
+        vh = args[1] if len(args) == 2 else Any
+        for k, v in value.items():
+            bad = _mismatch(v, vh, f"{where}.{k}", depth + 1)
+            if bad:
+                return bad
+        return None
+    if isinstance(hint, type) and issubclass(hint, tuple) and hasattr(hint, "_fields"):  # a NamedTuple (Head, ...)
+        if not isinstance(value, tuple):
+            return here()
+        hints = typing.get_type_hints(hint)
+        for name, v in zip(hint._fields, value):
+            bad = _mismatch(v, hints.get(name, Any), f"{where}.{name}", depth + 1)
+            if bad:
+                return bad
+        return None
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return None if not isinstance(value, hint) else _dataclass_mismatch(value, where, depth + 1)
+    return None
+
+
+# Inside a field declared loosely (``dict[str, Any]``: a table's rows, a job's statistics), the names that always hold
+# numbers (or None, or lists and dicts of them) and those that hold heads ([layer, head, ...] with integer layer and
+# head): a string there is refused as a string in a typed field is.
+NUMERIC_KEYS = ("n", "n_*", "acc", "acc_*", "accuracy", "accuracy_*", "*_accuracy", "*_prob", "*_effect", "*_effects",
+                "seconds", "*_seconds", "share", "shares", "share_*", "spearman*", "offset", "exact", "screen", "error",
+                "error_*", "*_rank", "*_size", "*_missed_at_*", "layers", "ks", "mean", "std", "delta", "delta_*",
+                "in_A", "in_B", "writing_start", "word_perplexity", "perplexity", "losses", "samples_per_s", "steps",
+                "samples", "tuned_parameters", "total_parameters", "head_counts", "digits", "words", "gsm8k", "mmlu")
+HEAD_KEYS = ("heads", "*_heads", "shared_with_templates", "ranking", "random_orders")
+
+
+def _named_mismatch(value: Any, where: str, key: str, depth: int = 0) -> str | None:
+    """:data:`NUMERIC_KEYS` and :data:`HEAD_KEYS` checked in a loosely declared value (recursively)."""
+    import fnmatch
+
+    if depth > 16:
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            bad = _named_mismatch(v, f"{where}.{k}", str(k), depth + 1)
+            if bad:
+                return bad
+        return None
+    heads = any(fnmatch.fnmatchcase(key, p) for p in HEAD_KEYS)
+    if isinstance(value, (list, tuple)):
+        if heads and value and all(isinstance(h, (list, tuple)) and len(h) >= 2 and not isinstance(h[0], (list, tuple))
+                                   for h in value):
+            for i, h in enumerate(value):
+                if not all(isinstance(x, int) and not isinstance(x, bool) for x in h[:2]) \
+                        or not all(x is None or _fits(x, float) for x in h[2:]):
+                    return f"{where}[{i}] is {brief(list(h), 40)}, not a head [layer, head(, effect)] of numbers"
+            return None
+        for i, v in enumerate(value):
+            bad = _named_mismatch(v, f"{where}[{i}]", key, depth + 1)
+            if bad:
+                return bad
+        return None
+    if any(fnmatch.fnmatchcase(key, p) for p in NUMERIC_KEYS) and value is not None and not _fits(value, float):
+        return f"{where} is {brief(value, 40)} ({type(value).__name__}), not a number"
+    return None
+
+
+def _dataclass_mismatch(obj: Any, where: str, depth: int = 0) -> str | None:
+    try:
+        hints = typing.get_type_hints(type(obj))
+    except Exception:  # noqa: BLE001 (an annotation this module cannot resolve: not checked)
+        return None
+    for f in dataclasses.fields(obj):
+        if f.name in ("config", "provenance") or not f.init:
+            continue
+        bad = _mismatch(getattr(obj, f.name), hints.get(f.name, Any), f"{where}{'.' if where else ''}{f.name}", depth)
+        if bad:
+            return bad
+    return None
+
+
+def check_result_types(result: Any, folder: Path) -> None:
+    """Every field of a loaded result of the type its class declares (nested lists, dicts, heads, dataclasses
+    included), else one :class:`ResultError` naming the folder and the field: a string read where a number was
+    written is refused here, not drawn or compared later."""
+    bad = _dataclass_mismatch(result, "")
+    if bad:
+        raise ResultError(f"{folder}: field {bad}; the result's files were changed or written by something else "
+                          "(rerun the job that made it)")
+
+
+def number(data: Any, key: str, path: Path, default: Any = None, kind: type = float) -> Any:
+    """``data[key]`` (``default`` when absent) as a ``kind`` (float or int), else one :class:`ResultError` naming
+    ``path`` and the field."""
+    v = data.get(key, default) if isinstance(data, dict) else default
+    if v is None and default is None:
+        return None
+    if not _fits(v, int if kind is int else float):
+        raise ResultError(f"{path}: field {key!r} is {brief(v, 40)} ({type(v).__name__}), not {kind.__name__}")
+    return kind(v)
+
+
 def check_fields(cls: type, data: Any, path: Path) -> dict[str, Any]:
     """The fields of dataclass ``cls`` in ``data`` (a dict read from ``path``), each of its declared type; else one
     :class:`ResultError` line naming the file and the field."""
@@ -399,8 +542,10 @@ def check_fields(cls: type, data: Any, path: Path) -> dict[str, Any]:
         if f.name not in data or f.name == "config":
             continue
         if not _fits(data[f.name], hints.get(f.name, Any)):
+            hint = hints.get(f.name)
+            want = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
             raise ResultError(f"{path}: field {f.name!r} is {brief(data[f.name], 40)} ({type(data[f.name]).__name__}), "
-                              f"not {getattr(hints.get(f.name), '__name__', hints.get(f.name))}")
+                              f"not {want}")
         out[f.name] = data[f.name]
     return out
 

@@ -92,13 +92,27 @@ def recording() -> Iterator[Stages]:
         _current.reset(token)
 
 
+# The time of a command outside every stage (imports, parsing, setting up): with it the table's total is the
+# command's wall-clock time, not the stages' sum alone.
+OTHER = "other"
+OTHER_TEXT = "other (imports, setup: outside the stages)"
+
+
+def with_other(seconds: dict[str, float], wall: float) -> dict[str, float]:
+    """``seconds`` and, as :data:`OTHER`, what of the ``wall`` seconds no stage counted."""
+    return {**seconds, OTHER: max(0.0, wall - sum(seconds.values()))}
+
+
 def table(seconds: dict[str, float]) -> str:
-    """A plain-text table: one line per stage (pipeline order), then the total."""
-    names = [s for s in STAGES if s in seconds] + sorted(k for k in seconds if k not in STAGES)
-    width = max([len(n) for n in names] + [5])
+    """A plain-text table: one line per stage (pipeline order), the time outside them, then the total (the
+    commands' wall-clock time when :func:`with_other` added it)."""
+    names = [s for s in STAGES if s in seconds] + sorted(k for k in seconds if k not in (*STAGES, OTHER))
+    names += [OTHER] if OTHER in seconds else []
+    label = {OTHER: OTHER_TEXT}
+    width = max([len(label.get(n, n)) for n in names] + [5])
     lines = [f"{'stage':<{width}}  seconds"]
-    lines += [f"{n:<{width}}  {seconds[n]:7.1f}" for n in names]
-    lines.append(f"{'total':<{width}}  {sum(seconds.values()):7.1f}")
+    lines += [f"{label.get(n, n):<{width}}  {seconds[n]:7.1f}" for n in names]
+    lines.append(f"{'total' + (' (wall clock)' if OTHER in seconds else ''):<{width}}  {sum(seconds.values()):7.1f}")
     return "\n".join(lines)
 
 

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from circuits._startup import private_torch_caches
 from circuits.threads import configure_threads, prefer_passive_waiting
 
 prefer_passive_waiting()  # before torch is imported (docs/speed.md)
+private_torch_caches()  # torch's compile cache inside this process's temporary folder, not left in $TMPDIR
 
 from circuits.config import Config, add_arguments, from_arguments, option  # noqa: E402
 from circuits.distributed import init_from_env, is_main  # noqa: E402

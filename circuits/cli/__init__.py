@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 
 from circuits._startup import quiet_interrupts, startup_interrupt as _startup_interrupt
@@ -170,8 +171,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
+    from circuits._startup import take_start
+
+    start = take_start()
     parser = build_parser()
     args = parser.parse_args(argv)
+    from circuits._startup import private_torch_caches, remove_stale_temps
+
+    remove_stale_temps()  # what killed runs left in $TMPDIR
+    private_torch_caches()  # before torch._dynamo: its cache folder inside this process's own temporary folder
     import torch  # after the flags are read: --help and a bad flag import no torch
 
     from circuits import distributed, timing
@@ -187,7 +195,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         with timing.recording() as stages:
             code = int(args.func(args) or 0)
         if args.timings and distributed.is_main():
-            total = timing.add_to_file(args.timings, stages.seconds)
+            total = timing.add_to_file(args.timings, timing.with_other(stages.seconds, time.perf_counter() - start))
             print(f"Time per stage, {torch.get_num_threads()} threads ({args.timings}):\n{timing.table(total)}")
         return code
     except KeyboardInterrupt:
@@ -211,8 +219,6 @@ def _main(argv: Sequence[str] | None = None) -> int:
         elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
             # Rank 0 reports; the others fail a moment later, so that torchrun's ending of the remaining workers (a
             # SIGTERM, which unwinds as an interruption) does not reach rank 0 before it has said what was wrong.
-            import time
-
             time.sleep(3)
         return 2
     finally:

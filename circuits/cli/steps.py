@@ -23,7 +23,17 @@ def knockout(args: argparse.Namespace, config: Any, r: Any, seconds: float) -> N
     rnd = sum(row[i] for row in c.random_accuracy) / max(1, len(c.random_accuracy))
     print(f"[{r.task}] {r.n_pairs} pairs in {seconds:.0f} s: accuracy {_pct(c.effect_accuracy[0])} with no head out; "
           f"with {c.ks[i]} heads out {_pct(c.effect_accuracy[i])} for the top heads ({_heads(c.ranking[:3])}, ...), "
-          f"{_pct(rnd)} for random ones -> {args.out}/figure.html")
+          f"{_pct(rnd)} for random ones{_gap(c)} -> {args.out}/figure.html")
+
+
+def _gap(c: Any) -> str:
+    """The key-vs-random accuracy gap at the largest k with its bootstrap interval over pairs, and whether it holds 0."""
+    g = c.gap() if c.n_pairs else None
+    if g is None:
+        return ""
+    where = "above 0" if g["low"] > 0 else "holds 0: not told apart from random heads on these pairs"
+    return (f"; gap {g['gap'] * 100:+.1f} points ({g['level']:.0%} bootstrap interval over pairs "
+            f"{g['low'] * 100:+.1f} to {g['high'] * 100:+.1f}, {where})")
 
 
 def transfer(args: argparse.Namespace, config: Any, r: Any, seconds: float) -> None:

@@ -21,6 +21,7 @@ stratified-looking sample (MMLU spans subjects) rather than the first subject.
 
 from __future__ import annotations
 
+import os
 import json
 import random
 import re
@@ -180,7 +181,7 @@ def evaluate(model: Any, config: EvalConfig | None = None, **kwargs: Any) -> Eva
     from circuits.evaluation.lm_eval import HookedTransformerLM
 
     lm = HookedTransformerLM(model, batch_size=config.batch_size, max_gen_toks=config.max_gen_toks)
-    folder = Path(tempfile.mkdtemp(prefix="circuits-eval-"))
+    folder = Path(tempfile.mkdtemp(prefix=f"circuits-eval-{os.getpid()}-"))  # a killed run's: the next one removes it
     try:
         names = write_task_dir(config, folder)
         manager = TaskManager(include_path=str(folder), include_defaults=False)

@@ -35,7 +35,7 @@ from circuits.data.pairs import PromptPair
 from circuits.explain.dla import end_activations
 from circuits.io import read_json, write_json
 from circuits.explain.config import LensConfig
-from circuits.results import Result
+from circuits.results import Result, number
 from circuits.viz.notebook import ShowsFigure
 
 
@@ -184,6 +184,7 @@ class LogitLens(ShowsFigure, Result):
 
     @classmethod
     def _read(cls, folder: Path, config: LensConfig) -> LogitLens:
-        d = read_json(folder / "data.json")
-        return cls(config, d["means"], int(d.get("n_pairs", 0)), d.get("example", ""),
-                   [[(t, float(c)) for t, c in row] for row in d.get("top_tokens", [])])
+        path = folder / "data.json"
+        d = read_json(path)
+        top = [[(t, number({"top_tokens": c}, "top_tokens", path)) for t, c in row] for row in d.get("top_tokens", [])]
+        return cls(config, d["means"], number(d, "n_pairs", path, 0, int), d.get("example", ""), top)

@@ -18,6 +18,6 @@ from circuits.lazy import lazy_package
 if TYPE_CHECKING:  # the package's names (editors read them; circuits.lazy.lazy_package makes the lazy table of them)
     from circuits.identify.config import IdentifyConfig
     from circuits.identify.job import identify, run
-    from circuits.identify.result import IdentifyResult, PerOperation, load_identify
+    from circuits.identify.result import IdentifyResult, KeyHead, PerOperation, load_identify
 
 __getattr__, __dir__, __all__ = lazy_package(__name__, __file__)

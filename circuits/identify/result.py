@@ -31,7 +31,7 @@ from circuits.patching.ranking import KeyRule, Ranked
 from circuits.patching.scores import Scores
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.identify.config import KeyHeadSource
-from circuits.results import MARKER, Result, ResultError
+from circuits.results import MARKER, Result, ResultError, number
 from circuits.types import Head
 from circuits.viz.notebook import ShowsFigure
 
@@ -50,6 +50,33 @@ def _key_first(key: list[T], ranked: list[T], k: int, what: str) -> list[T]:
     if len(chosen) < k:
         raise ResultError(f"This identify result ranks only {len(chosen)} {what}, fewer than {k}")
     return chosen
+
+
+class KeyHead(tuple):
+    """A key head as ``key_heads()`` returns it: the ``(head, effect)`` pair -- it unpacks, indexes and compares as
+    that pair -- with the effect's bootstrap interval over pairs (``low``, ``high`` at ``level``) and ``uncertain``:
+    whether the interval reaches the key rule's threshold, so that other pairs could leave the head out."""
+
+    def __new__(cls, head: Head, effect: float, low: float, high: float, uncertain: bool = False,
+                level: float = 0.95) -> KeyHead:
+        self = super().__new__(cls, (head, effect))
+        self.low, self.high, self.uncertain, self.level = low, high, uncertain, level
+        return self
+
+    def __getnewargs__(self):
+        return (self[0], self[1], self.low, self.high, self.uncertain, self.level)
+
+    @property
+    def head(self) -> Head:
+        return self[0]
+
+    @property
+    def effect(self) -> float:
+        return self[1]
+
+    def __repr__(self) -> str:
+        mark = ", uncertain" if self.uncertain else ""
+        return f"({self[0]!r}, {self[1]!r}, {self.level:.0%} CI [{self.low:.4g}, {self.high:.4g}]{mark})"
 
 
 @dataclass(eq=False, repr=False)
@@ -123,10 +150,24 @@ class IdentifyResult(ShowsFigure, Result):
         return self.scores(metric).ranked(part="heads")
 
     def key_heads(self, rule: str | KeyRule | None = None) -> list[Ranked]:
-        """The heads ``rule`` selects (default: the rule the result was made with), most important first."""
+        """The heads ``rule`` selects (default: the rule the result was made with), most important first.
+
+        Each is a ``(head, effect)`` pair, and, where the result holds per-pair values and its config a bootstrap
+        (the default), a :class:`KeyHead` that also carries the effect's bootstrap interval over pairs (``low``,
+        ``high``, the ``head_ci_low``/``head_ci_high`` of ``summary.json``) and whether it reaches the rule's
+        threshold (``uncertain``, the command's ``uncertain_key_heads``)."""
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
         m = self.metric(rule.metric)
-        return [(Head(*i), e) for i, e in rule.select(self.effects(m)[0], m.sign)]
+        selected = [(Head(*i), e) for i, e in rule.select(self.effects(m)[0], m.sign)]
+        ci = self.intervals(m)
+        if ci is None:
+            return selected
+        from circuits.patching.uncertainty import crosses, rule_threshold
+
+        th = rule_threshold(rule, self.effects(m)[0], m.sign)
+        level = getattr(ci, "level", 0.95)
+        return [KeyHead(h, e, float(ci.head_low[h]), float(ci.head_high[h]),
+                        crosses(float(ci.head_low[h]), float(ci.head_high[h]), th), level) for h, e in selected]
 
     def key_mlps(self, rule: str | KeyRule | None = None) -> list[tuple[int, float]]:
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
@@ -287,7 +328,7 @@ class IdentifyResult(ShowsFigure, Result):
             from circuits.patching.exact.edges import EdgeSweep
 
             edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
-        return cls(config, pairs, sweep, stats, float(summary.get("seconds", 0.0)), summary.get("per_task"), saved, edges)
+        return cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges)
 
 
 
@@ -377,6 +418,9 @@ class PerOperation(Result):
     @classmethod
     def _read(cls, folder: Path, config: PerOperationConfig) -> PerOperation:
         d = read_json(folder / "data.json")
-        return cls(config, d["operations"], d["head_effects"],
-                   {op: [Head.parse(h) for h in hs] for op, hs in d["key_heads"].items()},
+        try:
+            key = {op: [Head.parse(h) for h in hs] for op, hs in d["key_heads"].items()}
+        except ValueError as err:
+            raise ResultError(f"{folder / 'data.json'}: field 'key_heads': {err}") from None
+        return cls(config, d["operations"], d["head_effects"], key,
                    d.get("metric", "relative_logit"), d.get("pairs", {}))

@@ -337,7 +337,8 @@ def _neutral_folder():
     """A temporary folder whose path has no family word in it: TransformerLens picks some families by words in
     the name it is given ("llama", "gemma") and would then skip the config."""
     for parent in (None, "/tmp", os.getcwd()):
-        tmp = tempfile.TemporaryDirectory(prefix="circuits-hf-config-", dir=parent)
+        # the process id in the name: a killed run's folder is removed by the next (circuits._startup)
+        tmp = tempfile.TemporaryDirectory(prefix=f"circuits-hf-config-{os.getpid()}-", dir=parent)
         if not any(word in tmp.name.lower() for word in ("llama", "gemma")):
             return _Folder(tmp)
         tmp.cleanup()

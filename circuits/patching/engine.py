@@ -40,6 +40,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from jaxtyping import Float
@@ -192,6 +193,20 @@ class SweepResult(MetricLookup):
         out["mode"] = self.mode
         out["custom"] = {k: list(v) for k, v in self.custom.items()}
         return out
+
+    def save(self, folder: str | Path, *, overwrite: bool = False) -> Path:
+        """Write every per-pair value into ``folder`` (``sweep.pt``, ``sweep.json``), atomically; a folder holding
+        anything but a saved sweep is refused unless ``overwrite`` (:mod:`circuits.patching.sweep_files`)."""
+        from circuits.patching.sweep_files import save
+
+        return save(self, folder, overwrite=overwrite)
+
+    @classmethod
+    def load(cls, folder: str | Path, metrics: Sequence[Metric] = ()) -> SweepResult:
+        """The sweep :meth:`save` wrote, equal to it; ``metrics``: its custom metrics, to compute their effects."""
+        from circuits.patching.sweep_files import load
+
+        return load(cls, folder, metrics)
 
     @classmethod
     def from_tensors(cls, d: dict, mode: Mode = "path") -> SweepResult:

@@ -20,7 +20,7 @@ from circuits.data.templates import OPERATIONS
 from circuits.io import read_json, write_json
 from circuits.config import option
 from circuits.identify.config import KeyHeadSource
-from circuits.results import Result
+from circuits.results import Result, number
 from circuits.types import Ablation, Head
 from circuits.validate.knockout import KnockoutCurve, knockout_curve, replacement_values
 
@@ -89,5 +89,7 @@ class AblationComparison(Result):
     @classmethod
     def _read(cls, folder: Path, config: AblationKindsConfig) -> AblationComparison:
         d = read_json(folder / "data.json")
-        curves = {t: {k: KnockoutCurve.from_json(c) for k, c in by.items()} for t, by in d["curves"].items()}
-        return cls(config, curves, {k: int(v) for k, v in d.get("n_pairs", {}).items()})
+        path = folder / "data.json"
+        curves = {t: {k: KnockoutCurve.from_json(c, f"{path}, curve {t}/{k}") for k, c in by.items()}
+                  for t, by in d["curves"].items()}
+        return cls(config, curves, {k: number(d["n_pairs"], k, path, kind=int) for k in d.get("n_pairs", {})})

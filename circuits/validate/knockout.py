@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from jaxtyping import Float
 from torch import Tensor
@@ -40,7 +41,7 @@ from circuits.patching.ablation.values import (  # noqa: F401  (the names knocko
     resample_values,
     zero_values,
 )
-from circuits.results import Result
+from circuits.results import Result, ResultError, brief, check_fields
 from circuits.types import Ablation, Component, Head, all_heads
 
 
@@ -157,6 +158,7 @@ class KnockoutScore:
     accuracy: float
     answer_prob: float
     correct: list[bool] = field(default_factory=list)
+    probs: list[float] = field(default_factory=list)  # each pair's answer probability
 
     def to_json(self) -> dict[str, Any]:
         return {"accuracy": self.accuracy, "answer_prob": self.answer_prob}
@@ -167,7 +169,7 @@ def score(logits: Float[Tensor, "pair d_vocab"], answers: Sequence[int]) -> Knoc
     probs = logits.softmax(-1)
     hit = probs.argmax(-1) == ans
     p = probs[torch.arange(len(ans)), ans]
-    return KnockoutScore(float(hit.float().mean()), float(p.mean()), [bool(x) for x in hit])
+    return KnockoutScore(float(hit.float().mean()), float(p.mean()), [bool(x) for x in hit], [float(x) for x in p])
 
 
 def knockout(
@@ -202,7 +204,12 @@ def random_order(n_layers: int, n_heads: int, seed: int) -> list[Head]:
 
 @dataclass
 class KnockoutCurve:
-    """Figure 3: scores after knocking out the first k heads of the effect ranking and of random rankings."""
+    """Figure 3: scores after knocking out the first k heads of the effect ranking and of random rankings.
+
+    Besides the means over pairs (``effect_accuracy[k]``, ``random_accuracy[seed][k]``, ...), each pair's outcome is
+    kept (``effect_correct[k][pair]``, ``random_correct[seed][k][pair]``, and the answer probabilities alike), so the
+    curves carry bootstrap intervals over pairs (:meth:`interval`, :meth:`gap`). A curve saved before these were kept
+    has them empty, and its intervals are None."""
 
     ks: list[int]
     ranking: list[Head]
@@ -211,6 +218,64 @@ class KnockoutCurve:
     random_orders: list[list[Head]]
     random_accuracy: list[list[float]]  # [seed][k]
     random_prob: list[list[float]]
+    effect_correct: list[list[bool]] = field(default_factory=list)  # [k][pair]
+    effect_pair_prob: list[list[float]] = field(default_factory=list)  # [k][pair]
+    random_correct: list[list[list[bool]]] = field(default_factory=list)  # [seed][k][pair]
+    random_pair_prob: list[list[list[float]]] = field(default_factory=list)  # [seed][k][pair]
+
+    @property
+    def n_pairs(self) -> int:
+        """The pairs each point is a mean over (0 when the per-pair outcomes were not kept)."""
+        return len(self.effect_correct[0]) if self.effect_correct else 0
+
+    def per_pair(self, what: str = "accuracy") -> tuple[np.ndarray, np.ndarray] | None:
+        """Each pair's outcome, ``(key [k, pair], random [seed, k, pair])``: 0/1 for ``accuracy``, the answer
+        probability for ``answer_prob``; None without per-pair outcomes."""
+        if what not in ("accuracy", "answer_prob"):
+            raise ValueError(f"Unknown knockout score {what!r}; accepted: accuracy, answer_prob")
+        key, rnd = ((self.effect_correct, self.random_correct) if what == "accuracy"
+                    else (self.effect_pair_prob, self.random_pair_prob))
+        if not key or not self.n_pairs:
+            return None
+        return np.asarray(key, dtype=np.float64), np.asarray(rnd, dtype=np.float64).reshape(-1, len(self.ks),
+                                                                                             self.n_pairs)
+
+    def _draws(self, n_boot: int, seed: int) -> np.ndarray:
+        """Bootstrap resamples of the pairs, ``[n_boot, pair]`` (one set for every curve, so they are paired)."""
+        return np.random.default_rng(seed).integers(0, self.n_pairs, size=(n_boot, self.n_pairs))
+
+    def interval(self, what: str = "accuracy", n_boot: int = 1000, level: float = 0.95, seed: int = 0
+                 ) -> dict[str, list[list[float]]] | None:
+        """Percentile bootstrap intervals over pairs of the key heads' curve and of the random heads' mean curve (the
+        mean over seeds of each resampled pair set): ``{"key": [[low, high] per k], "random": [...]}``."""
+        pp = self.per_pair(what)
+        if pp is None:
+            return None
+        key, rnd = pp
+        idx = self._draws(n_boot, seed)
+        q = [(1 - level) / 2 * 100, (1 + level) / 2 * 100]
+        key_b = key[:, idx].mean(-1)  # [k, boot]
+        rnd_b = rnd.mean(0)[:, idx].mean(-1)
+        return {"key": np.percentile(key_b, q, axis=1).T.tolist(), "random": np.percentile(rnd_b, q, axis=1).T.tolist()}
+
+    def gap(self, k: int | None = None, what: str = "accuracy", n_boot: int = 1000, level: float = 0.95,
+            seed: int = 0) -> dict[str, float] | None:
+        """How much more knocking out the first ``k`` key heads (default: the largest k) lowers ``what`` than ``k``
+        random heads (the random seeds' mean minus the key heads', on the same pairs), with its paired bootstrap
+        interval over pairs: ``{"k", "gap", "low", "high"}``. ``low > 0``: the key heads knock out more than random
+        ones beyond the pairs' chance; an interval holding 0 means the pairs cannot tell them apart."""
+        pp = self.per_pair(what)
+        if pp is None:
+            return None
+        k = max(self.ks) if k is None else int(k)
+        if k not in self.ks:
+            raise ValueError(f"k={k} is not one of this curve's ks {self.ks}")
+        i = self.ks.index(k)
+        key, rnd = pp
+        diff = rnd[:, i].mean(0) - key[i]  # [pair]
+        boot = diff[self._draws(n_boot, seed)].mean(-1)
+        low, high = np.percentile(boot, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+        return {"k": k, "gap": float(diff.mean()), "low": float(low), "high": float(high), "level": level}
 
     def to_json(self) -> dict[str, Any]:
         d = self.__dict__.copy()
@@ -224,18 +289,49 @@ class KnockoutCurve:
 
         return figure_bundle(self, include, exclude, **kwargs)
 
-    def figure(self):
-        """Figure 3: accuracy and answer probability, effect-rank against random-rank heads."""
+    def intervals(self, n_boot: int = 1000, level: float = 0.95) -> dict[str, dict] | None:
+        """:meth:`interval` of accuracy and answer probability, as the figure draws them (None without per-pair
+        outcomes)."""
+        out = {w: self.interval(w, n_boot, level) for w in ("accuracy", "answer_prob")}
+        return None if out["accuracy"] is None else {w: {**b, "level": level} for w, b in out.items()}
+
+    def figure(self, title: str | None = None):
+        """Figure 3: accuracy and answer probability, effect-rank against random-rank heads, with bootstrap
+        intervals over pairs where the per-pair outcomes are kept."""
         from circuits.viz.figures import knockout_panels
 
-        return knockout_panels(self.to_json())
+        return knockout_panels(self.to_json(), *([title] if title else []), intervals=self.intervals())
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> KnockoutCurve:
-        d = dict(d)
-        d["ranking"] = [Head(*h) for h in d["ranking"]]
-        d["random_orders"] = [[Head(*h) for h in o] for o in d["random_orders"]]
-        return cls(**d)
+    def from_json(cls, d: dict[str, Any], path: Path | str = "knockout curve") -> KnockoutCurve:
+        """The curve :meth:`to_json` wrote; a field of another type is one :class:`ResultError` naming ``path`` and
+        the field, and so are per-pair outcomes whose shape does not fit the curve's."""
+        d = check_fields(cls, d, Path(path))
+        missing = [f for f in ("ks", "ranking", "effect_accuracy", "effect_prob", "random_orders", "random_accuracy",
+                               "random_prob") if f not in d]
+        if missing:
+            raise ResultError(f"{path}: the knockout curve lacks {', '.join(missing)}")
+        try:
+            d["ranking"] = [Head(*h) for h in d["ranking"]]
+            d["random_orders"] = [[Head(*h) for h in o] for o in d["random_orders"]]
+        except TypeError:
+            raise ResultError(f"{path}: 'ranking' and 'random_orders' hold [layer, head] pairs of integers") from None
+        curve = cls(**d)
+        n_k, n_s, n = len(curve.ks), len(curve.random_accuracy), curve.n_pairs
+        shapes = {"effect_accuracy": (np.shape(curve.effect_accuracy), (n_k,)),
+                  "random_accuracy": (np.shape(curve.random_accuracy), (n_s, n_k)),
+                  "random_prob": (np.shape(curve.random_prob), (n_s, n_k))}
+        if curve.effect_correct:
+            shapes.update({f: (np.shape(getattr(curve, f)), want) for f, want in (
+                ("effect_correct", (n_k, n)), ("effect_pair_prob", (n_k, n)), ("random_correct", (n_s, n_k, n)),
+                ("random_pair_prob", (n_s, n_k, n)))})
+        for f, (got, want) in shapes.items():
+            if n_s == 0 and f.startswith("random") and got == (0,):
+                continue
+            if tuple(got) != want:
+                raise ResultError(f"{path}: field {f!r} has shape {tuple(got)}, not {want} ({n_k} ks, {n_s} seeds"
+                                  f"{f', {n} pairs' if n else ''})")
+        return curve
 
 
 def knockout_curve(
@@ -243,7 +339,7 @@ def knockout_curve(
     pairs: Sequence[PromptPair],
     ranking: Sequence[Head],
     ks: Sequence[int],
-    seeds: Sequence[int] = (0, 1, 2),
+    seeds: Sequence[int] = (0, 1, 2, 3, 4),
     *,
     means: AblationValues | None = None,
     ablation: Ablation | str = Ablation.MEAN,
@@ -277,7 +373,9 @@ def knockout_curve(
     rnd_p = [[pick(j, k).answer_prob for k in ks] for j in range(len(orders))]
     top = max(ks)  # the heads any k knocks out: what the curve keeps (and saves)
     return KnockoutCurve(list(ks), [Head(*h) for h in ranking[:top]], eff_acc, eff_p, [o[:top] for o in orders], rnd_acc,
-                         rnd_p)
+                         rnd_p, [pick(-1, k).correct for k in ks], [pick(-1, k).probs for k in ks],
+                         [[pick(j, k).correct for k in ks] for j in range(len(orders))],
+                         [[pick(j, k).probs for k in ks] for j in range(len(orders))])
 
 
 @dataclass(eq=False, repr=False)
@@ -300,16 +398,23 @@ class KnockoutResult(Result):
 
     def figure(self):
         """Figure 3 titled with what was knocked out: the operation and the number of pairs."""
-        from circuits.viz.figures import knockout_panels
-
         seeds = len(self.curve.random_accuracy)
-        return knockout_panels(self.curve.to_json(), f"Knockout on {self.task or 'the task'}: key heads (effect rank) "
-                               f"vs random heads, {self.n_pairs or '?'} pairs, {seeds} random seeds (Figure 3)")
+        bands = " with 95% bootstrap intervals over pairs" if self.curve.n_pairs else ""
+        return self.curve.figure(f"Mean-ablation knockout on {self.task or 'the task'}: key heads (effect rank) vs "
+                                 f"random heads, {self.n_pairs or '?'} pairs, {seeds} random seeds{bands} (Figure 3)")
 
     def _write(self, folder: Path) -> None:
         write_json(folder / "data.json", {"curve": self.curve.to_json(), "n_pairs": self.n_pairs, "task": self.task})
 
     @classmethod
     def _read(cls, folder: Path, config: KnockoutConfig) -> KnockoutResult:
-        d = read_json(folder / "data.json")
-        return cls(config, KnockoutCurve.from_json(d["curve"]), d.get("task", ""), int(d.get("n_pairs", 0)))
+        path = folder / "data.json"
+        d = read_json(path)
+        if not isinstance(d, dict) or not isinstance(d.get("curve"), dict):
+            raise ResultError(f"{path}: expected a JSON object with a 'curve' object")
+        task, n_pairs = d.get("task", ""), d.get("n_pairs", 0)
+        if not isinstance(task, str):
+            raise ResultError(f"{path}: field 'task' is {brief(task, 40)} ({type(task).__name__}), not str")
+        if not isinstance(n_pairs, int) or isinstance(n_pairs, bool):
+            raise ResultError(f"{path}: field 'n_pairs' is {brief(n_pairs, 40)} ({type(n_pairs).__name__}), not int")
+        return cls(config, KnockoutCurve.from_json(d["curve"], path), task, n_pairs)

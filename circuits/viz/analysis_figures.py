@@ -301,5 +301,6 @@ def faithfulness_table(rows: Sequence[dict[str, Any]], title: str) -> go.Figure:
             [f"{r['ranking_seconds']:.1f}" for r in rows], [f"{r['curve_seconds']:.1f}" for r in rows]]
     fig = go.Figure(go.Table(header={"values": ["ranking", "circuit", "CPR (higher better)", "CMD (lower better)",
                                                 "ranking s", "curve s"]}, cells={"values": cols}))
-    fig.update_layout(title=wrap(title, 110), height=120 + 28 * len(rows))
+    # room for the title, the header and every row (at 120 + 28 per row the default margins left the header alone)
+    fig.update_layout(title=wrap(title, 110), height=150 + 32 * (len(rows) + 1), margin=dict(t=70, b=20))
     return fig

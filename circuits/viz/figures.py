@@ -66,6 +66,17 @@ def write_figure(fig: go.Figure, path: str | Path, *, inline: bool = False) -> P
     return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'>{js}</head><body>{body}</body></html>")
 
 
+def write_figures(figs: Sequence[go.Figure], path: str | Path, *, inline: bool = False) -> Path:
+    """One HTML file holding every figure of ``figs`` one below the other, plotly.js loaded once (as
+    :func:`write_figure` loads it)."""
+    from circuits.viz.page import script_tag
+
+    path = Path(path)
+    js = script_tag("plotly", path, inline=inline)
+    body = "".join(f.to_html(include_plotlyjs=False, full_html=False, config={"displaylogo": False}) for f in figs)
+    return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'>{js}</head><body>{body}</body></html>")
+
+
 def _arr(x) -> np.ndarray:
     return np.asarray(x.tolist() if hasattr(x, "tolist") else x, dtype=float)
 
@@ -191,17 +202,37 @@ def head_heatmap(
     return fig
 
 
-def knockout_figure(ks: Sequence[int], effect: Sequence[float], random: Sequence[Sequence[float]], ylabel: str, title: str) -> go.Figure:
-    """Figure 3: knocking out the top-k heads by effect vs. k random heads (mean and min-max over seeds)."""
+def knockout_figure(ks: Sequence[int], effect: Sequence[float], random: Sequence[Sequence[float]], ylabel: str, title: str,
+                    bands: dict | None = None) -> go.Figure:
+    """Figure 3: knocking out the top-k heads by effect vs. k random heads. ``bands``: bootstrap intervals over pairs
+    (``{"key": [[low, high] per k], "random": [...], "level": 0.95}``, :meth:`KnockoutCurve.interval`), drawn around
+    each curve; without them the random heads' band is the min-max over seeds and the key heads' curve has none."""
     r = _arr(random)
+    ks = list(ks)
     fig = go.Figure()
-    fig.add_trace(go.Scatter(x=list(ks), y=r.max(0), mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip"))
-    fig.add_trace(go.Scatter(x=list(ks), y=r.min(0), mode="lines", line={"width": 0}, fill="tonexty",
-                             fillcolor="rgba(120,120,120,0.25)", name="random-rank (min-max)"))
-    fig.add_trace(go.Scatter(x=list(ks), y=r.mean(0), mode="lines+markers", name="random-rank (mean)", line={"color": "gray"}))
-    fig.add_trace(go.Scatter(x=list(ks), y=list(effect), mode="lines+markers", name="effect-rank", line={"color": "crimson"}))
+
+    def band(lo, hi, color, name):
+        fig.add_trace(go.Scatter(x=ks, y=list(hi), mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=ks, y=list(lo), mode="lines", line={"width": 0}, fill="tonexty", fillcolor=color,
+                                 name=name))
+
+    seeds = f"{len(r)} seed{'s' if len(r) != 1 else ''}"
+    if bands:
+        pct = f"{bands.get('level', 0.95):.0%}"
+        band([x[0] for x in bands["random"]], [x[1] for x in bands["random"]], "rgba(120,120,120,0.25)",
+             f"random heads: {pct} bootstrap interval over pairs")
+    else:
+        band(r.min(0), r.max(0), "rgba(120,120,120,0.25)", f"random heads: min-max over {seeds}")
+    fig.add_trace(go.Scatter(x=ks, y=r.mean(0), mode="lines+markers", name=f"random heads (mean of {seeds})",
+                             line={"color": "gray"}))
+    if bands:
+        band([x[0] for x in bands["key"]], [x[1] for x in bands["key"]], "rgba(220,20,60,0.18)",
+             f"key heads: {pct} bootstrap interval over pairs")
+    fig.add_trace(go.Scatter(x=ks, y=list(effect), mode="lines+markers", name="key heads (effect rank)",
+                             line={"color": "crimson"}))
     fig.update_layout(title=title, xaxis_title="k heads knocked out", yaxis_title=ylabel)
-    fig.update_yaxes(range=[0, _rate_top(effect, r)])  # a rate's axis starts at 0
+    tops = [effect, r] + ([bands["key"], bands["random"]] if bands else [])
+    fig.update_yaxes(range=[0, _rate_top(*tops)])  # a rate's axis starts at 0
     return fig
 
 
@@ -293,10 +324,15 @@ def heatmap_grid(panels: dict[str, object], title: str, metric: Any = "relative_
     return fig
 
 
-def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-rank heads (Figure 3)") -> go.Figure:
-    """Figure 3 from a saved :class:`circuits.ablation.KnockoutCurve` (``to_json``): accuracy and answer probability."""
-    a = knockout_figure(curve["ks"], curve["effect_accuracy"], curve["random_accuracy"], "accuracy", "")
-    p = knockout_figure(curve["ks"], curve["effect_prob"], curve["random_prob"], "answer probability", "")
+def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-rank heads (Figure 3)",
+                    intervals: dict | None = None) -> go.Figure:
+    """Figure 3 from a saved :class:`circuits.ablation.KnockoutCurve` (``to_json``): accuracy and answer probability.
+    ``intervals``: ``{"accuracy": bands, "answer_prob": bands}`` (:meth:`KnockoutCurve.interval`), drawn as bands."""
+    intervals = intervals or {}
+    a = knockout_figure(curve["ks"], curve["effect_accuracy"], curve["random_accuracy"], "accuracy", "",
+                        intervals.get("accuracy"))
+    p = knockout_figure(curve["ks"], curve["effect_prob"], curve["random_prob"], "answer probability", "",
+                        intervals.get("answer_prob"))
     fig = make_subplots(rows=1, cols=2, subplot_titles=("accuracy", "answer probability"))
     for tr in a.data:
         fig.add_trace(tr, 1, 1)
@@ -305,8 +341,8 @@ def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-r
         fig.add_trace(tr, 1, 2)
     fig.update_layout(title=wrap(title, 100))
     fig.update_xaxes(title_text="k heads knocked out", tickvals=list(curve["ks"]))
-    fig.update_yaxes(range=[0, _rate_top(curve["effect_accuracy"], curve["random_accuracy"])], row=1, col=1)
-    fig.update_yaxes(range=[0, _rate_top(curve["effect_prob"], curve["random_prob"])], row=1, col=2)
+    fig.update_yaxes(range=[0, a.layout.yaxis.range[1]], title_text="accuracy", row=1, col=1)
+    fig.update_yaxes(range=[0, p.layout.yaxis.range[1]], title_text="answer probability", row=1, col=2)
     return fig
 
 

@@ -176,7 +176,20 @@ def _knockout_text(r: Any) -> str:
     seeds = [row[i] for row in c.random_accuracy]
     rnd = sum(seeds) / max(1, len(seeds))
     key = c.effect_accuracy[i]
-    if seeds and key < min(seeds):
+    gap = c.gap(k) if hasattr(c, "gap") else None
+    if gap is not None:  # the paired bootstrap over pairs of (random seeds' mean - key heads), in accuracy
+        span = (f"{gap['gap'] * 100:+.1f} accuracy points ({gap['level']:.0%} bootstrap interval over the "
+                f"{c.n_pairs} pairs: {gap['low'] * 100:+.1f} to {gap['high'] * 100:+.1f})")
+        if gap["low"] > 0:
+            verdict = (f"Knocking out {k} key heads lowers accuracy more than {k} random heads by {span}: the interval "
+                       f"lies above 0, so on these pairs the gap is outside chance.")
+        elif gap["gap"] <= 0:
+            verdict = (f"<b>The key heads knock out no more than random ones here</b>: the key-vs-random gap with "
+                       f"{k} heads out is {span}, an interval that holds 0.")
+        else:
+            verdict = (f"<b>The key-vs-random gap is not outside its interval</b>: with {k} heads out it is {span}, "
+                       f"an interval that holds 0, so these pairs do not tell the key heads from random ones.")
+    elif seeds and key < min(seeds):
         verdict = (f"The key heads' knockout is below every one of the {len(seeds)} random seeds' (lowest "
                    f"{_pct(min(seeds))}).")
     elif seeds:
@@ -185,8 +198,10 @@ def _knockout_text(r: Any) -> str:
                    f"distinguishable from chance.")
     else:
         verdict = ""
+    band = ("bands: 95% bootstrap intervals over pairs" if gap is not None
+            else "grey band: min-max over the seeds")
     return (f"<p class='what'>Mean-ablating the first k heads of the effect ranking (red) against k random heads "
-            f"(grey: mean and min-max over {len(c.random_accuracy)} seeds), on {r.n_pairs or '?'} "
+            f"(grey: mean over {len(c.random_accuracy)} seeds; {band}), on {r.n_pairs or '?'} "
             f"{_e(r.task)} pairs (Figure 3). With {k} heads knocked out, accuracy is "
             f"{_pct(key)} for the key heads and {_pct(rnd)} for random ones "
             f"(from {_pct(c.effect_accuracy[0])} with none). {verdict} First heads: {_e(_heads(c.ranking[:k]))}.</p>")

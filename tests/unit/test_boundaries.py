@@ -255,7 +255,7 @@ def _env(tmp_path) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
 
 
-@pytest.mark.parametrize("delay", [0.02, 0.05, 0.15, 0.4])
+@pytest.mark.parametrize("delay", [0.01, 0.02, 0.05, 0.15, 0.4])
 def test_ctrl_c_while_the_console_script_imports_is_one_line(tmp_path, delay):
     # What the `circuits` console script does: import circuits.cli, then call main (argv[0] is "circuits").
     # Timed from when the interpreter is up (a Ctrl-C inside Python's own start-up is Python's traceback).

@@ -37,3 +37,24 @@ def test_timings_file_sums_commands(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "Time per stage" in printed and "candidates" in printed and "filtering" in printed and "sweep" in printed
     assert {"load", "candidates", "filtering", "sweep", "write"} <= set(add_to_file(path, {}))
+
+
+def test_the_table_shows_the_time_outside_the_stages_so_its_total_is_the_wall_clock(tmp_path, capsys):
+    """Issue 29: the demo's table summed 33.4 s of a 127 s run; the time no stage counts is its own row now."""
+    from circuits.timing import OTHER, with_other
+
+    seconds = with_other({"load": 2.0, "sweep": 1.0}, 10.0)
+    assert seconds[OTHER] == 7.0 and with_other({"load": 2.0}, 1.0)[OTHER] == 0.0
+    lines = table(seconds).splitlines()
+    assert lines[-2].startswith("other (imports, setup") and lines[-1].startswith("total (wall clock)")
+    assert lines[-1].split()[-1] == "10.0"
+    from helpers import tiny_dir
+
+    path = tmp_path / "t.json"
+    began = time.perf_counter()
+    assert main(["--timings", str(path), "identify", "--model", str(tiny_dir("llama")), "--pairs", "2",
+                 "--few-shot", "on", "--no-filter-correct", "--out", str(tmp_path / "identify")]) == 0
+    wall = time.perf_counter() - began
+    saved = add_to_file(path, {})
+    assert OTHER in saved and 0.9 * wall <= sum(saved.values()) <= wall
+    assert "total (wall clock)" in capsys.readouterr().out

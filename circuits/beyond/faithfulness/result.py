@@ -63,9 +63,11 @@ class FaithfulnessResult(ShowsFigure, Result):
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
-        """A run stopped before its end: only the finished rankings it keeps under ``parts/``."""
-        entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
-        return [p.name for p in entries] == [PARTS] and entries[0].is_dir()
+        """A run stopped before its end: the finished rankings it keeps under ``parts/``, and, killed during its final
+        save, the files it writes (:func:`circuits.results.unfinished_run`)."""
+        from circuits.results import unfinished_run
+
+        return unfinished_run(folder, cls.kind, PARTS)
 
     @property
     def task(self) -> str:
@@ -91,7 +93,8 @@ class FaithfulnessResult(ShowsFigure, Result):
 
     def summary(self) -> dict[str, Any]:
         return {"model": getattr(self.config, "model", ""), "task": self.task, "n_pairs": len(self.pairs),
-                "metric": self.config.metric, "ablation": self.config.ablation, "sizes_percent": list(self.config.sizes),
+                "metric": self.config.metric, "ablation": self.config.ablation,
+                "sizes": list(self.config.sizes), "sizes_percent": [round(100 * s, 9) for s in self.config.sizes],
                 "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "table": [{**row, "cpr_ci": list(row["cpr_ci"]) if row["cpr_ci"] else None,
                                                    "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None}
                                                   for row in self.table()],
@@ -120,15 +123,15 @@ class FaithfulnessResult(ShowsFigure, Result):
         return faithfulness_table(self.table(), f"{self.task}: CPR (higher is better), CMD (lower is better), seconds")
 
     def _write(self, folder: Path) -> None:
-        from circuits.viz.figures import write_figure
+        from circuits.viz.figures import write_figures
 
         write_json(folder / "summary.json", self.summary())
         write_pairs(folder / "pairs.jsonl", self.pairs)
         save_torch({"scores": self.scores, "curves": {r: {s: c.to_dict() for s, c in by.items()}
                                                       for r, by in self.curves.items()},
                     "seconds": self.seconds, "cpu_seconds": self.cpu_seconds}, folder / "faithfulness.pt")
-        if self.curves:
-            write_figure(self.figure(), folder / "figure.html")
+        if self.curves:  # every setting's curves (nodes@end, nodes@all, edges), then the table of all of them
+            write_figures([self.figure(s) for s in self.settings] + [self.table_figure()], folder / "figure.html")
 
     @classmethod
     def _read(cls, folder: Path, config: FaithfulnessConfig) -> FaithfulnessResult:

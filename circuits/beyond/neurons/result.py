@@ -11,7 +11,7 @@ from circuits.patching.metrics import get_metric
 from circuits.patching.exact.neurons import NeuronSweep, effect_shares
 from circuits.patching.ranking import contributions
 from circuits.io import load_torch, read_json, save_torch, write_json
-from circuits.results import Result
+from circuits.results import Result, number
 from circuits.beyond.neurons.config import NeuronConfig
 
 
@@ -99,4 +99,4 @@ class NeuronResult(Result):
         pairs = read_pairs(folder / "pairs.jsonl")
         mlps = {int(k[3:]): v["whole_mlp_effect"] for k, v in s.get("shares", {}).items()}
         return cls(config, pairs, NeuronSweep.from_tensors(t), s["metric"], mlps, s.get("knockout", {}),
-                   float(s.get("seconds", 0.0)))
+                   number(s, "seconds", folder / "summary.json", 0.0))

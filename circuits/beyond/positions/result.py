@@ -11,7 +11,7 @@ from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.patching.metrics import METRICS
 from circuits.patching.exact.positions import PositionSweep
 from circuits.io import load_torch, read_json, save_torch, write_json
-from circuits.results import Result
+from circuits.results import Result, number
 from circuits.beyond.positions.config import PositionConfig
 
 
@@ -81,7 +81,8 @@ class PositionResult(Result):
         t = load_torch(folder / "positions.pt", "position sweep")
         s = read_json(folder / "summary.json")
         pairs = read_pairs(folder / "pairs.jsonl")
-        return cls(config, pairs, PositionSweep.from_tensors(t), float(s.get("seconds", 0.0)), s.get("tokens"))
+        return cls(config, pairs, PositionSweep.from_tensors(t), number(s, "seconds", folder / "summary.json", 0.0),
+                   s.get("tokens"))
 
 
 def token_strings(model: Model, pair: PromptPair) -> list[str]:

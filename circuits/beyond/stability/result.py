@@ -40,9 +40,11 @@ class StabilityResult(Result):
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
-        """A run stopped before its end: only the identify results it makes under ``<out>/identify``."""
-        entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
-        return [p.name for p in entries] == ["identify"] and entries[0].is_dir()
+        """A run stopped before its end: the identify results it makes under ``<out>/identify``, and, killed during
+        its final save, the files it writes (:func:`circuits.results.unfinished_run`)."""
+        from circuits.results import unfinished_run
+
+        return unfinished_run(folder, cls.kind, "identify")
 
     def summary(self) -> dict[str, Any]:
         per = {}
