@@ -16,7 +16,7 @@ from circuits.data.templates import compute_answer
 from circuits.explain.heuristics.rules import NONE, SYMBOLS, Rule
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.patching.metrics import get_metric
-from circuits.results import Result
+from circuits.results import Result, ResultError, number
 from circuits.types import Neuron
 
 
@@ -154,9 +154,57 @@ class HeuristicsResult(Result):
 
     @classmethod
     def _read(cls, folder: Path, config: HeuristicsConfig) -> HeuristicsResult:
-        d = read_json(folder / "classes.json")
+        path = folder / "classes.json"
+        d = read_json(path)
         t = load_torch(folder / "heuristics.pt", "heuristic neurons")
+        if not isinstance(d, dict):
+            raise ResultError(f"{path}: expected a JSON object, found {type(d).__name__}")
+        neurons = d.get("neurons")
+        if not isinstance(neurons, list) or not all(
+                isinstance(n, list) and len(n) == 2 and all(type(x) is int for x in n) for n in neurons):
+            raise ResultError(f"{path}: field 'neurons' must be a list of [layer, index] integer pairs")
+        totals = d.get("layer_totals", {})
+        if not isinstance(totals, dict) or not all(str(k).isdigit() for k in totals):
+            raise ResultError(f"{path}: field 'layer_totals' must map layer numbers to numbers")
+        _check_numbers(d.get("classes"), path, ("classes",))
+        _check_numbers(d.get("knockout", {}), path, ("knockout",))
         return cls(config, read_pairs(folder / "pairs.jsonl"), read_pairs(folder / "grid.jsonl"),
-                   [Neuron(*n) for n in d["neurons"]], t["effects"], t["activations"], d["classes"], d["metric"],
-                   {int(k): float(v) for k, v in d.get("layer_totals", {}).items()}, d.get("knockout", {}),
-                   float(d.get("seconds", 0.0)))
+                   [Neuron(*n) for n in neurons], t["effects"], t["activations"], d.get("classes"), d.get("metric"),
+                   {int(k): number(totals, k, path) for k in totals}, d.get("knockout", {}),
+                   number(d, "seconds", path, 0.0))
+
+
+def _text_at(where: tuple) -> bool:
+    """Where classes.json holds text: a neuron's class names, a rule's text, kind and variable (``rule[0]``,
+    ``rule[1]``), a pattern rule's parameters, the knockout's metric."""
+    keys = [k for k in where if isinstance(k, str)]
+    if where[-1] == "metric" and where[:1] == ("knockout",):
+        return True
+    if len(where) >= 3 and where[-2] == "classes" and isinstance(where[-1], int) and where[0] == "classes":
+        return True
+    if keys and keys[-1] == "text":
+        return True
+    if "rule" in where:
+        i = where.index("rule")
+        rest = where[i + 1:]
+        return (len(rest) == 1 and rest[0] in (0, 1)) or ("pattern" in keys and len(rest) == 2 and rest[0] == 2)
+    return False
+
+
+def _check_numbers(value: Any, path: Path, where: tuple) -> None:
+    """Every leaf of classes.json's ``classes`` and ``knockout`` is a number (or a flag, or None for a promotion)
+    except where text belongs (:func:`_text_at`); else one :class:`ResultError` naming the file and the field."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_numbers(v, path, (*where, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_numbers(v, path, (*where, i))
+    elif isinstance(value, str):
+        if not _text_at(where):
+            raise ResultError(f"{path}: field {'.'.join(map(str, where))} holds text where a number belongs")
+    elif value is None:
+        if where[-1] != "promotion":
+            raise ResultError(f"{path}: field {'.'.join(map(str, where))} is empty where a number belongs")
+    elif not isinstance(value, (int, float)):
+        raise ResultError(f"{path}: field {'.'.join(map(str, where))} holds {type(value).__name__}")

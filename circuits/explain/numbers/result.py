@@ -14,7 +14,7 @@ from circuits.explain.digits import DIGITS, LABELS, digit_labels, digit_scores
 from circuits.explain.fourier import NumberSpectra
 from circuits.explain.numbers.config import NumbersConfig
 from circuits.io import load_torch, read_json, save_torch, write_json
-from circuits.results import Result
+from circuits.results import Result, ResultError, number
 from circuits.types import Component, Neuron
 
 
@@ -130,9 +130,12 @@ class NumbersResult(Result):
 
     @classmethod
     def _read(cls, folder: Path, config: NumbersConfig) -> NumbersResult:
-        s = read_json(folder / "summary.json")
+        path = folder / "summary.json"
+        s = read_json(path)
+        if not isinstance(s, dict) or not isinstance(s.get("note", ""), str):
+            raise ResultError(f"{path}: expected a JSON object whose field 'note' is text")
         t = load_torch(folder / "numbers.pt", "numbers result")
         spectra = NumberSpectra([_component(c) for c in t["components"]], list(t["numbers"]), list(t["tokens"]),
                                 t["effects"], t["energy"], list(t["answers"]))
         return cls(config, spectra, [tuple(p) for p in t["problems"]], t["accuracy"], [Neuron(*n) for n in t["neurons"]],
-                   list(t["neuron_effects"]), t["digit_effects"], s.get("note", ""), float(s.get("seconds", 0.0)))
+                   list(t["neuron_effects"]), t["digit_effects"], s.get("note", ""), number(s, "seconds", path, 0.0))
