@@ -176,18 +176,14 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
         final = resid[:, -1].reshape(S, G, -1)
         return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
     x: Tensor | None = None
-    n_rows = 0
-    for layer in range(senders[0].layer, L):
-        new = [s for s in senders if s.layer == layer]
-        starts = []
-        if new:
-            fresh = runs.resid_pre[layer][pairs[:, None], suffix]
-            starts = [(n_rows + i * G, s) for i, s in enumerate(new)]
-            fresh = fresh.repeat(len(new), 1, 1)
-            x = fresh if x is None else torch.cat([x, fresh])
-            n_rows += len(new) * G
-        assert x is not None
-        with model.hooks(fwd_hooks=_patch_hooks(runs, starts, pairs, pos, G)):
+    # Sender i's rows are i * G .. (i + 1) * G (senders join in layer order); its hook fires in its own block only.
+    with model.hooks(fwd_hooks=_patch_hooks(runs, [(i * G, s) for i, s in enumerate(senders)], pairs, pos, G)):
+        for layer in range(senders[0].layer, L):
+            n_new = sum(1 for s in senders if s.layer == layer)
+            if n_new:
+                fresh = runs.resid_pre[layer][pairs[:, None], suffix].repeat(n_new, 1, 1)
+                x = fresh if x is None else torch.cat([x, fresh])
+            assert x is not None
             x = run(layer, x)
     assert x is not None
     final = x[:, -1].reshape(len(senders), G, -1)
