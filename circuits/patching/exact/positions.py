@@ -136,7 +136,7 @@ def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, pos:
 
 @torch.no_grad()
 def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
-                 answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
+                 answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric], prob: bool = True) -> dict[str, Tensor]:
     """Patched END readouts ``[sender, pair]`` for ``senders`` patched at position ``pos[g]`` of each pair (``k``
     positions before its END): the suffix ``pos..END`` runs over the reference's cached keys and values of the
     positions before it. Pairs whose suffixes start at different positions share the pass: their caches are
@@ -150,7 +150,7 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
     G = len(pairs)
     assert all(a.layer <= b.layer for a, b in zip(senders, senders[1:])), "senders must come in layer order"
     if not runs.keys:
-        return _whole_pass(model, runs, pairs, pos, k, senders, answer, cf_answer, custom)
+        return _whole_pass(model, runs, pairs, pos, k, senders, answer, cf_answer, custom, prob)
     p_max = int(pos.max())
     padded = bool((pos != p_max).any())
     suffix = pos[:, None] + torch.arange(k + 1, device=pos.device)[None]  # [pair, k + 1]
@@ -174,7 +174,7 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
         with model.hooks(fwd_hooks=_patch_hooks(runs, [(i * G, s) for i, s in enumerate(senders)], pairs, pos, G)):
             resid = backend.continue_prefixes(model, tokens.repeat(S, 1), prefix)
         final = resid[:, -1].reshape(S, G, -1)
-        return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
+        return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom, prob=prob).items()}
     x: Tensor | None = None
     # Sender i's rows are i * G .. (i + 1) * G (senders join in layer order); its hook fires in its own block only.
     with model.hooks(fwd_hooks=_patch_hooks(runs, [(i * G, s) for i, s in enumerate(senders)], pairs, pos, G)):
@@ -187,12 +187,12 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
             x = run(layer, x)
     assert x is not None
     final = x[:, -1].reshape(len(senders), G, -1)
-    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
+    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom, prob=prob).items()}
 
 
 @torch.no_grad()
 def _whole_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
-                answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
+                answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric], prob: bool = True) -> dict[str, Tensor]:
     """:func:`_suffix_pass` where the backend's cache cannot hold the reference's keys (3.9's QK norm; a Bridge under
     transformers 5.24): each patched row runs its whole reference prompt with the sender's counterfactual value written at ``pos[g]`` (rows
     ``sender x pair``), the answer read at END. Exact, like the plain loop; without the suffix saving."""
@@ -205,7 +205,7 @@ def _whole_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, s
         resid = backend.final_residual(model, tokens)
     final = resid[torch.arange(len(tokens), device=resid.device), ends.repeat(len(senders))]
     final = final.reshape(len(senders), G, -1)
-    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
+    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom, prob=prob).items()}
 
 
 @dataclass
@@ -314,6 +314,7 @@ def sweep_positions(
     pairs_per_chunk: int = 16,
     memory_mb: float = 1024,
     progress: bool = True,
+    prob: bool = True,
 ) -> PositionSweep:
     """Activation-patch every sender at every offset from END (or the given ``offsets``, or only ``nodes``).
 
@@ -324,6 +325,8 @@ def sweep_positions(
         nodes: explicit ``(sender, offset)`` pairs instead of ``senders x offsets`` (what ``verify`` asks for).
         metrics: custom metrics (functions of the END logits) to compute besides the built-in readouts.
         pairs_per_chunk: pairs whose activations are cached at once (memory: every layer and position).
+        prob: the patched answer probability (a log-sum-exp over the vocabulary for every patched row; without it
+            ``prob`` is NaN and the ``prob`` metric with it, the logit and logit difference unchanged).
     """
     check_supported(model)
     custom = [m for m in map(get_metric, metrics) if m.logits_fn is not None]
@@ -368,7 +371,8 @@ def sweep_positions(
             cols = torch.tensor([c0 + m for m in members])
             for s0 in range(0, len(ss), per_chunk):
                 part = ss[s0 : s0 + per_chunk]
-                values = _suffix_pass(model, runs, idx, pos, k, part, base.answer[idx], base.cf_answer[idx], custom)
+                values = _suffix_pass(model, runs, idx, pos, k, part, base.answer[idx], base.cf_answer[idx], custom,
+                                      prob)
                 for j, s in enumerate(part):
                     view, where_idx = where(s)
                     view.put(where_idx + (k, cols), {n: v[j] for n, v in values.items()})
@@ -386,4 +390,7 @@ def sweep_positions(
             for s in ss:
                 view, idx = where(s)
                 view.fill_baseline(idx + (k,), baseline, same)
+    if not prob:  # not computed: NaN everywhere, the unpatched positions too
+        for view in (heads, mlps, neurons):
+            view.prob.fill_(float("nan"))
     return PositionSweep(baseline, heads, mlps, neurons, neuron_list, ends, first, {m.name: m for m in custom})
