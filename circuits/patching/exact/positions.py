@@ -6,7 +6,10 @@ row at ``p`` from the reference run's residual stream and runs the model's own b
 only, with the keys and values of positions ``< p`` taken from the reference run (the backend's key/value cache,
 exactly as in generation: :func:`circuits.models.backend.block_runner`, TransformerLens 3's frozen cache on 3.9,
 Hugging Face's on a TransformerBridge with the masks and rotary tables the model hands each block). Many senders share one pass (rows are ``sender x pair``, senders
-join at their own layer), and the answer is read at END with the END engine's readout.
+join at their own layer), and the answer is read at END with the END engine's readout. On 3.9 the backend's block
+runner reads each pair's cached prefix once for all the rows that continue it (:class:`circuits.models.attention.
+SharedPrefix`: rotated once, never copied per row or per query head), so what a pass costs is its rows' suffixes
+through the blocks; the answer probability's log-sum-exp is skipped where the caller does not read it (``prob``).
 
 Two more savings, both exact: positions before the first token where reference and counterfactual differ hold
 identical activations in both runs, so a patch there is the unpatched run (filled from the baseline, not
