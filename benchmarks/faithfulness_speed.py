@@ -3,11 +3,15 @@ sizes, plus the full model and the empty circuit, folded into the batch, against
 circuit at a time with ``run_with_hooks`` (:func:`circuits.patching.plain.ablate_plain`,
 :func:`~circuits.patching.plain.ablate_edges_plain`), in one run, on the same pairs and ranking; the metric of every
 circuit and pair must agree. The ranking is random scores (seed 0): the work does not depend on which nodes a circuit
-keeps, only on how many circuits there are. The last line reads
-``node_end_speedup=<x> node_all_speedup=<x> edge_end_speedup=<x> max_abs_diff=<x>`` (a mode left out with
-``--modes`` is left out of it).
+keeps, only on how many circuits there are. Mode ``positions`` times the per-position ranking the study runs
+(:func:`~circuits.patching.exact.positions.sweep_positions`, every head and MLP at every offset from END, the logit
+difference only, as the faithfulness job asks for it) against its plain loop (one ``run_with_hooks`` of the whole
+prompts per sender and offset, the counterfactual run cached once), timed on ``--sample`` random (sender, offset)
+nodes and extrapolated to all of them; the END quantities must agree on the sample. The last line reads
+``node_end_speedup=<x> node_all_speedup=<x> edge_end_speedup=<x> positions_speedup=<x> positions_cpu_s_per_pair=<x>
+max_abs_diff=<x>`` (a mode left out with ``--modes`` is left out of it).
 
-    python benchmarks/faithfulness_speed.py [--pairs 32] [--modes node-end,node-all,edge-end] [--edge-circuits 11]
+    python benchmarks/faithfulness_speed.py [--pairs 32] [--modes node-end,node-all,edge-end,positions] [--edge-circuits 11]
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from circuits.patching.faithfulness import (
 )
 from circuits.patching.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
 
-MODES = ("node-end", "node-all", "edge-end")
+MODES = ("node-end", "node-all", "edge-end", "positions")
 
 
 def modes(text: str) -> list[str]:
@@ -76,6 +80,51 @@ def edge_plain_loop(model, batch, scores, ablation, n_circuits):
     return torch.stack(out)
 
 
+def position_nodes(model, batch, n: int) -> tuple[list, int]:
+    """``n`` random (sender, offset) nodes (seed 0) among those the engine computes (offsets from END back to the
+    first position where some pair's prompts differ), and how many there are."""
+    from circuits.patching.engine import all_components
+    from circuits.patching.readouts import first_difference
+
+    senders = all_components(model)
+    k_max = int((batch.end - first_difference(batch)).max())
+    g = torch.Generator().manual_seed(0)
+    picks = torch.randperm(len(senders) * (k_max + 1), generator=g)[:n].tolist()
+    return [(senders[i // (k_max + 1)], i % (k_max + 1)) for i in picks], len(senders) * (k_max + 1)
+
+
+def positions_plain(model, batch, nodes):
+    """The plain loop: per node, one ``run_with_hooks`` of the whole reference prompts with the sender's
+    counterfactual value written at ``end - offset`` (pairs whose prompts already differ there), the END logit
+    difference read; the counterfactual run cached once. ``[node, pair]`` (NaN where a pair is not patched)."""
+    from circuits.models.backend import act_name
+    from circuits.patching.readouts import first_difference
+
+    cf_answer = cf_answer_plain(model, batch)
+    _, cf = model.run_with_cache(batch.counterfactual, names_filter=lambda n: n.endswith(("hook_z", "hook_mlp_out")))
+    first = first_difference(batch)
+    out = torch.full((len(nodes), len(batch)), float("nan"))
+    for i, (s, k) in enumerate(nodes):
+        rows = torch.nonzero(batch.end - k >= first).flatten()
+        if not len(rows):
+            continue
+        pos = batch.end[rows] - k
+        name = act_name("z" if s.kind == "head" else "mlp_out", s.layer)
+
+        def patch(act, hook, rows=rows, pos=pos, name=name, s=s):
+            act = act.clone()
+            if s.kind == "head":
+                act[torch.arange(len(rows)), pos, s.head] = cf[name][rows, pos, s.head]
+            else:
+                act[torch.arange(len(rows)), pos] = cf[name][rows, pos]
+            return act
+
+        logits = model.run_with_hooks(batch.reference[rows], fwd_hooks=[(name, patch)])
+        end = logits[torch.arange(len(rows)), batch.end[rows]]
+        out[i, rows] = metric_of(end, batch.answer[rows], cf_answer[rows], "logit_diff").float().cpu()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--identify", default="results/identify/addition",
@@ -85,6 +134,8 @@ def main() -> None:
     parser.add_argument("--ablation", default="counterfactual", choices=("counterfactual", "mean", "zero"))
     parser.add_argument("--edge-circuits", type=int, default=11,
                         help="edge circuits the plain loop runs (of 11); the rest extrapolated from them")
+    parser.add_argument("--sample", type=int, default=24, help="(sender, offset) nodes the plain loop runs in mode "
+                                                                   "positions (extrapolated to every node)")
     parser.add_argument("--memory-mb", type=float, default=4096)
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda where there is one)")
     _bench.add_arguments(parser)
@@ -105,6 +156,28 @@ def main() -> None:
     numbers: dict[str, float] = {}
     worst = 0.0
     for mode in args.modes:
+        if mode == "positions":
+            from circuits.patching.exact.positions import sweep_positions
+
+            nodes, n_nodes = position_nodes(model, batch, args.sample)
+            fast = _bench.measure(lambda: sweep_positions(model, batch, progress=False, prob=False,
+                                                          memory_mb=args.memory_mb),
+                                  warmup=lambda: sweep_positions(model, batch.select(slice(0, 1)), offsets=[0, 1],
+                                                                 progress=False, prob=False), sync=sync)
+            plain = _bench.measure(lambda: positions_plain(model, batch, nodes), sync=sync)
+            ours = torch.stack([(fast.value.heads.logit_diff[s.layer, s.head, k] if s.kind == "head"
+                                 else fast.value.mlps.logit_diff[s.layer, k]) for s, k in nodes])
+            patched = ~plain.value.isnan()
+            diff = float((ours[patched] - plain.value[patched]).abs().max())
+            worst = max(worst, diff)
+            plain_s = _bench.extrapolate(plain.seconds, len(nodes), n_nodes)
+            print(f"positions: engine {fast.seconds:7.3f} s ({fast.cpu_seconds:.1f} CPU s, "
+                  f"{fast.cpu_seconds / len(batch):.2f} per pair), plain loop {plain_s:7.3f} s (extrapolated from "
+                  f"{len(nodes)} of {n_nodes} sender x offset nodes), ratio {plain_s / fast.seconds:5.1f}x, "
+                  f"max |diff| {diff:.2e}")
+            numbers["positions_speedup"] = plain_s / fast.seconds
+            numbers["positions_cpu_s_per_pair"] = fast.cpu_seconds / len(batch)
+            continue
         level, positions = mode.split("-")
         if level == "node":
             run = lambda: faithfulness(model, batch, heads, mlps, positions=positions,  # noqa: E731

@@ -27,6 +27,7 @@ from transformer_lens.utilities.architectures import POST_NORM_ARCHITECTURES
 from transformer_lens.utilities.multi_gpu import get_device_for_block_index
 from transformer_lens.utils import get_act_name
 
+from circuits.models.attention import SharedPrefix
 from circuits.models.backend import implementation
 from circuits.models.hf_weights import TunableTensor
 from circuits.models._prefix import PrefixKV, distinct_prefixes, repeat_heads
@@ -368,7 +369,7 @@ def block_runner(model: Model, suffix: Tensor, keys: list[Tensor], values: list[
 
     def run(layer: int, x: Tensor) -> Tensor:
         reps = len(x) // G
-        entry = frozen_cache_entry(keys[layer].repeat(reps, 1, 1, 1), values[layer].repeat(reps, 1, 1, 1))
+        entry = SharedPrefix(keys[layer], values[layer], mask)  # each prefix read once for its rows (fused path)
         return model.blocks[layer](x, past_kv_cache_entry=entry, attention_mask=None if full is None else full.repeat(reps, 1))
 
     return run

@@ -25,11 +25,13 @@ it on; ``fused_attention(model, False)`` turns it off for a model.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import einops
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 from circuits.models import backend
 from circuits.models.backend import Model, softcap_enabled
 
@@ -73,18 +75,97 @@ def fused_attention(model: Model, enabled: bool = True) -> bool:
 
 
 def _pattern_read(attn: AbstractAttention) -> bool:
-    for hook_point in (attn.hook_attn_scores, attn.hook_pattern):
-        if (hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks
-                or hook_point._backward_pre_hooks):
-            return True
-    return False
+    return _hooked_point(attn.hook_attn_scores) or _hooked_point(attn.hook_pattern)
+
+
+@dataclass
+class SharedPrefix:
+    """One layer's cached keys and values ``[G, n, kv_head, d_head]`` (unrotated, as ``hook_k``/``hook_v`` hold them;
+    left-padded with ``mask [G, n]``, 1 on real positions, or ``None``) read by every ``G``-th row of the batch: row
+    ``r`` of a forward continues prefix ``r % G`` (the rows are ``rows / G`` copies of the ``G`` prefixes, in order).
+
+    Passed as ``past_kv_cache_entry`` (with the rows' ``attention_mask`` as TransformerLens takes it, prefix then
+    body), the fused path reads each prefix's keys once for all its rows (rotated once, never repeated per row or
+    per query head); everywhere else (the eager path, local attention, a hook on ``hook_rot_k``) it becomes
+    TransformerLens's own frozen cache entry with the prefixes repeated per row (:meth:`materialize`): the same
+    numbers up to float rounding."""
+
+    keys: Tensor
+    values: Tensor
+    mask: Tensor | None = None
+
+    def materialize(self, rows: int) -> Any:
+        from transformer_lens.cache.key_value_cache_entry import TransformerLensKeyValueCacheEntry
+
+        reps = rows // len(self.keys)
+        return TransformerLensKeyValueCacheEntry(past_keys=self.keys.repeat(reps, 1, 1, 1),
+                                                 past_values=self.values.repeat(reps, 1, 1, 1), frozen=True)
+
+
+def _hooked_point(hook_point: Any) -> bool:
+    return bool(hook_point._forward_hooks or hook_point._forward_pre_hooks or hook_point._backward_hooks
+                or hook_point._backward_pre_hooks)
+
+
+def _shared_prefix_forward(self: AbstractAttention, query_input, key_input, value_input, prefix: SharedPrefix,
+                           attention_mask) -> Tensor:
+    """:func:`_forward` after a :class:`SharedPrefix`: the rows' queries against their prefix's keys as one batched
+    product per prefix and key/value head (``[G, kv_head, rows / G x body x group, n]``), against the body's own
+    keys causally, one softmax over both (in float32), ``hook_z`` and the output projection as :func:`_forward`."""
+    q, k, v = self.calculate_qkv_matrices(query_input, key_input, value_input)
+    R, S, H, D = q.shape
+    G, n, KV = prefix.keys.shape[0], prefix.keys.shape[1], prefix.keys.shape[2]
+    reps, grp = R // G, H // KV
+    assert reps * G == R and grp * KV == H and k.size(2) == KV, "rows must be copies of the prefixes' rows"
+    keys_p, values_p = prefix.keys.to(k.dtype), prefix.values.to(v.dtype)
+    if self.cfg.positional_embedding_type == "rotary":
+        q = self.hook_rot_q(self.apply_rotary(q, n, attention_mask))
+        k = self.hook_rot_k(self.apply_rotary(k, n, attention_mask))
+        keys_p = self.apply_rotary(keys_p, 0, prefix.mask)
+    scale = 1.0 / self.attn_scale
+    f32 = torch.float32
+    # Against the prefix: [G, KV, reps * S * grp, n]
+    qp = q.to(f32).reshape(reps, G, S, KV, grp, D).permute(1, 3, 0, 2, 4, 5).reshape(G, KV, reps * S * grp, D)
+    s_p = torch.matmul(qp, keys_p.to(f32).permute(0, 2, 3, 1)) * scale
+    if prefix.mask is not None:
+        s_p = s_p.masked_fill(~prefix.mask.bool()[:, None, None, :].to(s_p.device), float("-inf"))
+    # Against the body, causally: [R, KV, S * grp, S] -> [G, KV, reps * S * grp, S] (the prefix's layout)
+    qs = q.to(f32).reshape(R, S, KV, grp, D).permute(0, 2, 1, 3, 4).reshape(R, KV, S * grp, D)
+    s_s = torch.matmul(qs, k.to(f32).permute(0, 2, 3, 1)) * scale
+    causal = torch.arange(S, device=q.device)[None, :] <= torch.arange(S, device=q.device)[:, None]  # [query, key]
+    s_s = s_s.masked_fill(~causal.repeat_interleave(grp, 0), float("-inf"))
+    s_s = s_s.reshape(reps, G, KV, S * grp, S).permute(1, 2, 0, 3, 4).reshape(G, KV, reps * S * grp, S)
+    top = torch.maximum(s_p.amax(-1, keepdim=True), s_s.amax(-1, keepdim=True))
+    e_p, e_s = (s_p - top).exp(), (s_s - top).exp()
+    total = e_p.sum(-1, keepdim=True) + e_s.sum(-1, keepdim=True)
+    z = torch.matmul(e_p, values_p.to(f32).permute(0, 2, 1, 3))  # [G, KV, reps * S * grp, D]
+    vs = v.to(f32).reshape(reps, G, S, KV, D).permute(1, 3, 0, 2, 4)  # [G, KV, reps, S, D]
+    es = e_s.reshape(G, KV, reps, S * grp, S)
+    z = (z.reshape(G, KV, reps, S * grp, D) + torch.matmul(es, vs)) / total.reshape(G, KV, reps, S * grp, 1)
+    # [G, KV, reps, S, grp, D] -> [reps, G, S, KV, grp, D] = [R, S, H, D]
+    z = z.reshape(G, KV, reps, S, grp, D).permute(2, 0, 3, 1, 4, 5).reshape(R, S, H, D)
+    z = self.hook_z(z.to(v.dtype))
+    w = einops.rearrange(self.W_O, "head_index d_head d_model -> d_model (head_index d_head)").contiguous()
+    b_O = self.b_O
+    if w.device != z.device:
+        w, b_O = w.to(z.device), b_O.to(z.device)
+    if z.dtype != w.dtype:
+        z = z.to(w.dtype)
+    return F.linear(z.reshape(R, S, -1), w, b_O)
 
 
 def _forward(self: AbstractAttention, query_input, key_input, value_input, past_kv_cache_entry=None,
              additive_attention_mask=None, attention_mask=None, position_bias=None):
-    if (not getattr(self, _FLAG, False) or self.cfg.use_attn_result or additive_attention_mask is not None
-            or position_bias is not None
-            or getattr(self, "_attention_dir_override", None) not in (None, "causal") or _pattern_read(self)):
+    eager = (not getattr(self, _FLAG, False) or self.cfg.use_attn_result or additive_attention_mask is not None
+             or position_bias is not None
+             or getattr(self, "_attention_dir_override", None) not in (None, "causal") or _pattern_read(self))
+    if isinstance(past_kv_cache_entry, SharedPrefix):
+        if eager or self.attn_type == "local" or _hooked_point(self.hook_rot_k):
+            past_kv_cache_entry = past_kv_cache_entry.materialize(query_input.size(0))
+        else:
+            return _shared_prefix_forward(self, query_input, key_input, value_input, past_kv_cache_entry,
+                                          attention_mask)
+    if eager:
         return _eager_forward(self, query_input, key_input, value_input, past_kv_cache_entry=past_kv_cache_entry,
                               additive_attention_mask=additive_attention_mask, attention_mask=attention_mask,
                               position_bias=position_bias)

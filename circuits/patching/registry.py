@@ -124,9 +124,12 @@ def _exact(mode: str) -> tuple[Callable[..., Scores], Callable[..., Scores]]:
 
 def _positions_run(model, pairs, *, metric, positions, progress, memory_mb, offsets=None, **options) -> Scores:
     from circuits.patching.exact.positions import sweep_positions
+    from circuits.patching.metrics import get_metric
 
     offsets = [0] if positions == "end" else offsets
-    s = sweep_positions(model, pairs, offsets=offsets, memory_mb=memory_mb, progress=progress, **options).scores(metric)
+    prob = get_metric(metric).name == "prob"  # the probability's log-sum-exp only where the metric reads it
+    s = sweep_positions(model, pairs, offsets=offsets, memory_mb=memory_mb, progress=progress, prob=prob,
+                        **options).scores(metric)
     return at_end(s) if positions == "end" else s
 
 

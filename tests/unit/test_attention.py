@@ -160,3 +160,36 @@ def test_per_head_results_switch_to_the_eager_path(tokenizer, sdpa_calls):
         model(tokens)
     assert sdpa_calls.calls == calls + model.cfg.n_layers
     assert (per_head - plain).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("arch", ("llama", "llama3", "qwen2", "mistral_window"))
+@pytest.mark.parametrize("padded", [False, True])
+def test_a_shared_prefix_equals_the_repeated_cache(family_models, tokenizer, monkeypatch, arch, padded):
+    """A block after a :class:`SharedPrefix` (each prefix read once by its rows, the per-position engine's suffix
+    passes) gives TransformerLens's frozen cache's numbers with the prefixes repeated per row; local attention (a
+    sliding window) takes TransformerLens's own path."""
+    import circuits.models.attention as A
+
+    model = family_models(arch)
+    shared = _Count(A._shared_prefix_forward)
+    monkeypatch.setattr(A, "_shared_prefix_forward", shared)
+    tokens, mask = _padded(tokenizer)
+    tokens, mask = tokens[:2], mask[:2]  # G = 2 prefixes: the first unpadded, the second left-padded
+    if not padded:
+        tokens, mask = tokens[:1].repeat(2, 1), None
+    n, reps = tokens.shape[1] - 3, 3  # a body of 3 tokens after n
+    layer = 1
+    store = {}
+    names = (f"blocks.{layer}.attn.hook_k", f"blocks.{layer}.attn.hook_v", f"blocks.{layer}.hook_resid_pre")
+    with torch.no_grad():
+        model.run_with_hooks(tokens, attention_mask=mask, fwd_hooks=[
+            (name, lambda act, hook: store.__setitem__(hook.name, act)) for name in names])
+        keys, values = store[names[0]][:, :n], store[names[1]][:, :n]
+        x = store[names[2]][:, n:].repeat(reps, 1, 1)
+        x = x + 0.5 * torch.randn(x.shape, generator=torch.Generator().manual_seed(0))  # every row its own
+        prefix = A.SharedPrefix(keys, values, None if mask is None else mask[:, :n])
+        rows_mask = None if mask is None else mask.repeat(reps, 1)
+        ours = model.blocks[layer](x, past_kv_cache_entry=prefix, attention_mask=rows_mask)
+        theirs = model.blocks[layer](x, past_kv_cache_entry=prefix.materialize(len(x)), attention_mask=rows_mask)
+    assert shared.calls == (0 if arch == "mistral_window" else 1)
+    assert (ours - theirs).abs().max() < 1e-5 and theirs.std() > 0.1

@@ -6,7 +6,10 @@ row at ``p`` from the reference run's residual stream and runs the model's own b
 only, with the keys and values of positions ``< p`` taken from the reference run (the backend's key/value cache,
 exactly as in generation: :func:`circuits.models.backend.block_runner`, TransformerLens 3's frozen cache on 3.9,
 Hugging Face's on a TransformerBridge with the masks and rotary tables the model hands each block). Many senders share one pass (rows are ``sender x pair``, senders
-join at their own layer), and the answer is read at END with the END engine's readout.
+join at their own layer), and the answer is read at END with the END engine's readout. On 3.9 the backend's block
+runner reads each pair's cached prefix once for all the rows that continue it (:class:`circuits.models.attention.
+SharedPrefix`: rotated once, never copied per row or per query head), so what a pass costs is its rows' suffixes
+through the blocks; the answer probability's log-sum-exp is skipped where the caller does not read it (``prob``).
 
 Two more savings, both exact: positions before the first token where reference and counterfactual differ hold
 identical activations in both runs, so a patch there is the unpatched run (filled from the baseline, not
@@ -136,7 +139,7 @@ def _patch_hooks(runs: _Runs, new: list[tuple[int, Sender]], pairs: Tensor, pos:
 
 @torch.no_grad()
 def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
-                 answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
+                 answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric], prob: bool = True) -> dict[str, Tensor]:
     """Patched END readouts ``[sender, pair]`` for ``senders`` patched at position ``pos[g]`` of each pair (``k``
     positions before its END): the suffix ``pos..END`` runs over the reference's cached keys and values of the
     positions before it. Pairs whose suffixes start at different positions share the pass: their caches are
@@ -150,7 +153,7 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
     G = len(pairs)
     assert all(a.layer <= b.layer for a, b in zip(senders, senders[1:])), "senders must come in layer order"
     if not runs.keys:
-        return _whole_pass(model, runs, pairs, pos, k, senders, answer, cf_answer, custom)
+        return _whole_pass(model, runs, pairs, pos, k, senders, answer, cf_answer, custom, prob)
     p_max = int(pos.max())
     padded = bool((pos != p_max).any())
     suffix = pos[:, None] + torch.arange(k + 1, device=pos.device)[None]  # [pair, k + 1]
@@ -174,29 +177,25 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
         with model.hooks(fwd_hooks=_patch_hooks(runs, [(i * G, s) for i, s in enumerate(senders)], pairs, pos, G)):
             resid = backend.continue_prefixes(model, tokens.repeat(S, 1), prefix)
         final = resid[:, -1].reshape(S, G, -1)
-        return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
+        return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom, prob=prob).items()}
     x: Tensor | None = None
-    n_rows = 0
-    for layer in range(senders[0].layer, L):
-        new = [s for s in senders if s.layer == layer]
-        starts = []
-        if new:
-            fresh = runs.resid_pre[layer][pairs[:, None], suffix]
-            starts = [(n_rows + i * G, s) for i, s in enumerate(new)]
-            fresh = fresh.repeat(len(new), 1, 1)
-            x = fresh if x is None else torch.cat([x, fresh])
-            n_rows += len(new) * G
-        assert x is not None
-        with model.hooks(fwd_hooks=_patch_hooks(runs, starts, pairs, pos, G)):
+    # Sender i's rows are i * G .. (i + 1) * G (senders join in layer order); its hook fires in its own block only.
+    with model.hooks(fwd_hooks=_patch_hooks(runs, [(i * G, s) for i, s in enumerate(senders)], pairs, pos, G)):
+        for layer in range(senders[0].layer, L):
+            n_new = sum(1 for s in senders if s.layer == layer)
+            if n_new:
+                fresh = runs.resid_pre[layer][pairs[:, None], suffix].repeat(n_new, 1, 1)
+                x = fresh if x is None else torch.cat([x, fresh])
+            assert x is not None
             x = run(layer, x)
     assert x is not None
     final = x[:, -1].reshape(len(senders), G, -1)
-    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
+    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom, prob=prob).items()}
 
 
 @torch.no_grad()
 def _whole_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
-                answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric]) -> dict[str, Tensor]:
+                answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric], prob: bool = True) -> dict[str, Tensor]:
     """:func:`_suffix_pass` where the backend's cache cannot hold the reference's keys (3.9's QK norm; a Bridge under
     transformers 5.24): each patched row runs its whole reference prompt with the sender's counterfactual value written at ``pos[g]`` (rows
     ``sender x pair``), the answer read at END. Exact, like the plain loop; without the suffix saving."""
@@ -209,7 +208,7 @@ def _whole_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, s
         resid = backend.final_residual(model, tokens)
     final = resid[torch.arange(len(tokens), device=resid.device), ends.repeat(len(senders))]
     final = final.reshape(len(senders), G, -1)
-    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom).items()}
+    return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom, prob=prob).items()}
 
 
 @dataclass
@@ -318,6 +317,7 @@ def sweep_positions(
     pairs_per_chunk: int = 16,
     memory_mb: float = 1024,
     progress: bool = True,
+    prob: bool = True,
 ) -> PositionSweep:
     """Activation-patch every sender at every offset from END (or the given ``offsets``, or only ``nodes``).
 
@@ -328,6 +328,8 @@ def sweep_positions(
         nodes: explicit ``(sender, offset)`` pairs instead of ``senders x offsets`` (what ``verify`` asks for).
         metrics: custom metrics (functions of the END logits) to compute besides the built-in readouts.
         pairs_per_chunk: pairs whose activations are cached at once (memory: every layer and position).
+        prob: the patched answer probability (a log-sum-exp over the vocabulary for every patched row; without it
+            ``prob`` is NaN and the ``prob`` metric with it, the logit and logit difference unchanged).
     """
     check_supported(model)
     custom = [m for m in map(get_metric, metrics) if m.logits_fn is not None]
@@ -372,7 +374,8 @@ def sweep_positions(
             cols = torch.tensor([c0 + m for m in members])
             for s0 in range(0, len(ss), per_chunk):
                 part = ss[s0 : s0 + per_chunk]
-                values = _suffix_pass(model, runs, idx, pos, k, part, base.answer[idx], base.cf_answer[idx], custom)
+                values = _suffix_pass(model, runs, idx, pos, k, part, base.answer[idx], base.cf_answer[idx], custom,
+                                      prob)
                 for j, s in enumerate(part):
                     view, where_idx = where(s)
                     view.put(where_idx + (k, cols), {n: v[j] for n, v in values.items()})
@@ -390,4 +393,7 @@ def sweep_positions(
             for s in ss:
                 view, idx = where(s)
                 view.fill_baseline(idx + (k,), baseline, same)
+    if not prob:  # not computed: NaN everywhere, the unpatched positions too
+        for view in (heads, mlps, neurons):
+            view.prob.fill_(float("nan"))
     return PositionSweep(baseline, heads, mlps, neurons, neuron_list, ends, first, {m.name: m for m in custom})
