@@ -15,7 +15,7 @@ SCRIPTS = ("fig2_key_heads", "fig3_knockout", "fig4_transfer", "fig5_attention_r
            "fig7_attention_views", "fig15_per_operation", "table3_exponentiation", "table4_gsm8k",
            "table1_precise_sft", "table2_components", "cross_model", "screen_audit", "fig_information_flow",
            "fig_neurons", "fig_circuit", "fig3_ablation_kinds", "stability", "faithfulness",
-           "fig_fourier")
+           "fig_fourier", "fig_heuristics")
 
 
 def script(name: str):
@@ -69,6 +69,10 @@ def tiny_config(name: str, root: Path):
         if name.startswith("table2"):
             fields["mlp_counts"] = (1,)
         return script(name).Config(**fields)
+    if name == "fig_heuristics":
+        return script(name).Config(model=common["model"], n_pairs=4, filter_correct=False, layers=(1,),
+                                   neurons_per_mlp=4, operands=(0, 4), knockout_classes=1, n_random=1, n_boot=10,
+                                   out=common["out"])
     return script(name).Config(**{**common, **sizes[name]})
 
 

@@ -103,13 +103,15 @@ def _note_interrupts():  # noqa: ANN202
 
     _INTERRUPTED.clear()
     _TERMINATED.clear()
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, _startup_interrupt):
-        return None  # a caller's own handler (a notebook, a test runner) stays
+    if threading.current_thread() is not threading.main_thread():
+        return None
     # SIGTERM (kill, a batch system's stop, torchrun ending its workers) unwinds like Ctrl-C, so the job's temporary
     # folders and its output lock are removed on the way out (exit 143); its default would end the process at once.
+    # Also where SIGINT is ignored (a job started with `nohup ... &`: exactly the batch jobs SIGTERM stops).
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
         _PREVIOUS_TERM.append(signal.signal(signal.SIGTERM, terminate))
+    if signal.getsignal(signal.SIGINT) not in (signal.default_int_handler, _startup_interrupt):
+        return None  # a caller's own handler (a notebook, a test runner), or SIGINT ignored, stays
     return signal.signal(signal.SIGINT, handler)
 
 

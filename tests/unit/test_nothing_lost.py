@@ -23,6 +23,13 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on"]
 
 
+def _sigint_default() -> None:
+    """In the child: SIGINT's default disposition, so Python installs its handler even where this run's own SIGINT is
+    ignored (a suite started in the background with `&` passes SIG_IGN on, and the Ctrl-C under test would never
+    arrive)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _identify(out, *extra, pairs=3):
     return cli_main(["identify", *TINY, "--pairs", str(pairs), *extra, "--out", str(out)])
 
@@ -284,7 +291,8 @@ def test_ctrl_c_during_start_up_is_one_line(tmp_path, delay):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CIRCUITS_THREADS": "1", "OMP_NUM_THREADS": "1"}
     env.pop("CIRCUITS_DEBUG", None)
     proc = subprocess.Popen([sys.executable, "-m", "circuits", "identify", "--pairs", "2", "--out", str(tmp_path / "x")],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigint_default)
     _wait_for_sigint_handler(proc.pid)  # before Python installs it, SIGINT kills any program (nothing to test)
     time.sleep(delay)
     proc.send_signal(signal.SIGINT)

@@ -124,6 +124,7 @@ def test_no_other_sign_and_sort_in_the_package():
     allowed = {
         "patching/ranking.py": "the one ranking",
         "patching/readouts.py": "spearman's ranks of values (ascending, ties averaged), not an importance order",
+        "explain/heuristics/rules.py": "a neuron's grid cells by activation (Nikankin et al.'s top-k match), both signs",
     }
     root = Path(circuits.__file__).parent
     found = {}

@@ -16,6 +16,7 @@ from circuits.data.templates import compute_answer
 from circuits.explain.heuristics.rules import NONE, SYMBOLS, Rule
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.patching.metrics import get_metric
+from circuits.patching.ranking import order as rank_order
 from circuits.results import Result, ResultError, number
 from circuits.types import Neuron
 
@@ -86,7 +87,7 @@ class HeuristicsResult(Result):
     def table_rows(self) -> list[dict[str, Any]]:
         """One row per neuron, largest effect first: its name, effect, classes, primary rule, score and promotion."""
         sign = get_metric(self.metric).sign
-        order = sorted(range(len(self.neurons)), key=lambda i: -float(self.effects[i] * sign))
+        order = [int(i) for i in rank_order(self.effects.float(), sign, keep_nan=True)]
         rows = []
         for i in order:
             p = self.primary(i)
