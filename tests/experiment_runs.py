@@ -15,7 +15,7 @@ SCRIPTS = ("fig2_key_heads", "fig3_knockout", "fig4_transfer", "fig5_attention_r
            "fig7_attention_views", "fig15_per_operation", "table3_exponentiation", "table4_gsm8k",
            "table1_precise_sft", "table2_components", "cross_model", "screen_audit", "fig_information_flow",
            "fig_neurons", "fig_circuit", "fig3_ablation_kinds", "stability", "faithfulness",
-           "fig_fourier", "fig_heuristics")
+           "fig_fourier")
 
 
 def script(name: str):
