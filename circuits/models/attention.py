@@ -144,14 +144,18 @@ def _shared_prefix_forward(self: AbstractAttention, query_input, key_input, valu
     z = (z.reshape(G, KV, reps, S * grp, D) + torch.matmul(es, vs)) / total.reshape(G, KV, reps, S * grp, 1)
     # [G, KV, reps, S, grp, D] -> [reps, G, S, KV, grp, D] = [R, S, H, D]
     z = z.reshape(G, KV, reps, S, grp, D).permute(2, 0, 3, 1, 4, 5).reshape(R, S, H, D)
-    z = self.hook_z(z.to(v.dtype))
+    return _project_out(self, self.hook_z(z.to(v.dtype)))
+
+
+def _project_out(self: AbstractAttention, z: Tensor) -> Tensor:
+    """``z [batch pos head d_head]`` through ``W_O`` and ``b_O`` (moved to ``z``'s device, ``z`` to their dtype)."""
     w = einops.rearrange(self.W_O, "head_index d_head d_model -> d_model (head_index d_head)").contiguous()
     b_O = self.b_O
     if w.device != z.device:
         w, b_O = w.to(z.device), b_O.to(z.device)
     if z.dtype != w.dtype:
         z = z.to(w.dtype)
-    return F.linear(z.reshape(R, S, -1), w, b_O)
+    return F.linear(z.reshape(z.shape[0], z.shape[1], -1), w, b_O)
 
 
 def _forward(self: AbstractAttention, query_input, key_input, value_input, past_kv_cache_entry=None,
@@ -193,14 +197,7 @@ def _forward(self: AbstractAttention, query_input, key_input, value_input, past_
         alive = mask.any(-1, keepdim=True)
         z = F.scaled_dot_product_attention(q_, k_.to(q_.dtype), v_.to(q_.dtype), attn_mask=mask | ~alive, scale=scale)
         z = z.masked_fill(~alive, 0.0)
-    z = self.hook_z(einops.rearrange(z.to(v.dtype), "batch head pos d_head -> batch pos head d_head"))
-    w = einops.rearrange(self.W_O, "head_index d_head d_model -> d_model (head_index d_head)").contiguous()
-    b_O = self.b_O
-    if w.device != z.device:
-        w, b_O = w.to(z.device), b_O.to(z.device)
-    if z.dtype != w.dtype:
-        z = z.to(w.dtype)
-    return F.linear(z.reshape(z.shape[0], z.shape[1], -1), w, b_O)
+    return _project_out(self, self.hook_z(einops.rearrange(z.to(v.dtype), "batch head pos d_head -> batch pos head d_head")))
 
 
 def _install() -> None:
