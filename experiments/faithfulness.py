@@ -76,6 +76,18 @@ def movable(model, cfg: FaithfulnessConfig) -> dict[str, dict[str, float]]:
     return out
 
 
+def has_edges(model) -> bool:
+    """Whether EAP-IG's edges can be scored on ``model`` (asked of the edge engine: not where a norm follows the
+    attention sum, Gemma 2/3)."""
+    from circuits.patching.faithfulness import check_edge_model
+
+    try:
+        check_edge_model(model)
+    except ValueError:
+        return False
+    return True
+
+
 def slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model).name or str(model)).strip("-") or "model"
 
@@ -87,8 +99,12 @@ def main(config: Config, model=None) -> dict[tuple[str, str], FaithfulnessResult
     given = model
     for i, name in enumerate(config.models):
         model = given if i == 0 and given is not None else C.model_for(name, config.faithfulness.dtype)
+        edges = config.faithfulness.edges and "eap-ig" in config.faithfulness.rankings and has_edges(model)
+        if config.faithfulness.edges and not edges and "eap-ig" in config.faithfulness.rankings:
+            print(f"{name}: no edge level (its heads have no additive output of their own); nodes only", flush=True)
         for op in config.operations:
             cfg, folder = config.run_config(name, op), config.folder(name, op)
+            cfg = cfg if edges or not cfg.edges else cfg.replace(edges=False)
             check_output(folder, "faithfulness")
             pairs, _ = cfg.load_pairs(model)
             shares_path = config.counterfactuals_path()

@@ -306,3 +306,23 @@ def test_cmd_margin_is_a_paired_bootstrap_of_the_cmd_difference():
     assert d == pytest.approx(b.cmd - a.cmd) and 0 < lo <= d <= hi  # b's circuits are worse on every pair
     assert cmd_margin(a, a, 200) == (0.0, 0.0, 0.0)  # the same pairs in both: no spread
     assert float(area_scores(sizes, a.f.double())[1]) == pytest.approx(a.cmd, abs=1e-6)
+
+
+def test_edges_on_a_model_with_post_norms_are_refused_before_the_work(tmp_path, capsys, monkeypatch):
+    """Gemma 2/3 normalise the sum of their heads, so EAP-IG's edges cannot be scored there: the job says so in one
+    line before any ranking runs (it used to run every node ranking first, then stop at the edge level), and
+    ``--no-edges`` scores the nodes."""
+    import circuits.beyond.faithfulness.job as job
+
+    gemma = ["--model", str(tiny_dir("gemma3")), "--no-filter-correct", "--few-shot", "on"]
+    ran = []
+    real_rank = job.rank
+    monkeypatch.setattr(job, "rank", lambda *a, **k: ran.append(a[2]) or real_rank(*a, **k))
+    argv = ["faithfulness", *gemma, "--task", "addition", "--pairs", "2", "--rankings", "exact-path,eap-ig",
+            "--n-boot", "10", "--no-progress"]
+    assert cli_main([*argv, "--out", str(tmp_path / "edges")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # the lines above it: loading the model
+    assert "normalises the sum of its heads" in err and "--no-edges" in err and "Traceback" not in err, err
+    assert ran == [] and not (tmp_path / "edges").exists()
+    assert cli_main([*argv, "--no-edges", "--out", str(tmp_path / "nodes")]) == 0
+    assert ran == ["exact-path", "eap-ig"]

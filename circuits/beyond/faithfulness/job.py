@@ -33,7 +33,7 @@ from circuits.io import load_torch, save_torch
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
 from circuits.patching.gradient.attribution import readout_of
-from circuits.patching.faithfulness import FaithfulnessCurve, edge_faithfulness
+from circuits.patching.faithfulness import FaithfulnessCurve, check_edge_model, edge_faithfulness
 from circuits.patching.faithfulness import faithfulness as faithfulness_curve
 from circuits.patching.metrics import get_metric
 
@@ -160,6 +160,11 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     pairs = list(pairs)
     if not pairs:
         raise ValueError("faithfulness needs at least one prompt pair")
+    if config.edges and "eap-ig" in config.rankings:  # decided before the work, not after the node rankings
+        try:
+            check_edge_model(model)
+        except ValueError as e:
+            raise ValueError(f"{e}; pass --no-edges (edges=False) to score its nodes only") from None
     scores: dict[str, dict[str, Tensor]] = {}
     curves: dict[str, dict[str, FaithfulnessCurve]] = {}
     seconds: dict[str, float] = {}
