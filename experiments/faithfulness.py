@@ -150,6 +150,10 @@ def main(config: Config, model=None) -> dict[tuple[str, str], FaithfulnessResult
 # --- --workers: the (model, operation) runs in worker processes ---------------------------------------------------
 
 
+class WorkerError(RuntimeError):
+    """A worker process failed (its error in one line) or ended without saying why."""
+
+
 _TERMINATED: list[int] = []  # a SIGTERM arrived (the exit code says so: 143, Ctrl-C's is 130)
 
 
@@ -218,7 +222,7 @@ def main_workers(config: Config, tasks: list[tuple[str, str]]) -> dict[tuple[str
                 for w, p in enumerate(procs, 1):
                     if w not in exited and p.exitcode is not None:
                         if p.exitcode != 0:
-                            raise RuntimeError(f"faithfulness worker {w} ended with exit code {p.exitcode}")
+                            raise WorkerError(f"worker {w} ended with exit code {p.exitcode}")
                         exited.add(w)
                 continue
             kind = msg[0]
@@ -234,7 +238,7 @@ def main_workers(config: Config, tasks: list[tuple[str, str]]) -> dict[tuple[str
             elif kind == "done":
                 t(msg[4])
             elif kind == "error":
-                raise RuntimeError(f"faithfulness worker {msg[1]}: {msg[2]}")
+                raise WorkerError(f"worker {msg[1]}: {msg[2]}")
             elif kind == "stopped":
                 raise KeyboardInterrupt
             elif kind == "exit":
@@ -336,3 +340,6 @@ if __name__ == "__main__":
         print("faithfulness: interrupted; each finished ranking is kept in its run's parts/, the same command resumes",
               file=sys.stderr)
         sys.exit(143 if _TERMINATED else 130)
+    except WorkerError as err:  # a worker's error, in its one line
+        print(f"faithfulness: {err}", file=sys.stderr)
+        sys.exit(1)

@@ -307,6 +307,17 @@ def test_experiment_workers_give_one_process_s_results_and_parts(tmp_path, capsy
     assert "--workers must be 1 or more, got 0" in capsys.readouterr().err
 
 
+def test_experiment_workers_stop_on_a_worker_s_error_in_one_line(tmp_path):
+    import importlib
+
+    exp = importlib.import_module("faithfulness")
+    argv = ["--model", str(tmp_path / "no-such-model"), "--pairs", "2", "--operations", "addition,subtraction",
+            "--workers", "2", "--out", str(tmp_path / "run")]
+    with pytest.raises(exp.WorkerError, match=r"^worker \d: \w+Error: .*no-such-model") as err:
+        exp.cli(argv)
+    assert "\n" not in str(err.value)
+
+
 def test_pairs_whose_metric_cannot_move_are_named():
     from circuits.beyond.faithfulness.job import _warn_flat_pairs
 
