@@ -1,5 +1,5 @@
-"""The END-only runs both levels read: one reference forward (keys, values and END values, a shared few-shot prefix
-run once) and one counterfactual forward read at END (:func:`_end_runs`), and attention at END with split query, key
+"""The END-only runs both levels read: the reference run (keys, values and END values) and the counterfactual run read
+at END, in one batched forward whose shared prefixes run once (:func:`_end_runs`), and attention at END with split query, key
 and value inputs (:func:`attention_split_at_end`); see :mod:`circuits.patching.faithfulness`."""
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _reference_run(model: Model, batch: PairBatch, end_names: Sequence[str], ful
 
 @torch.no_grad()
 def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int] = ()) -> _EndRuns:
-    """One reference and one counterfactual forward: what :func:`_nodes_end_metric` and :func:`_edges_end_metric`
+    """The reference and counterfactual runs, one batched forward (:func:`_reference_run`): what :func:`_nodes_end_metric` and :func:`_edges_end_metric`
     read."""
     L = model.cfg.n_layers
     k_site = lambda l: backend.rotary_key_hook(model, l)  # noqa: E731  (keys as attention reads them)
