@@ -9,7 +9,9 @@ difference only, as the faithfulness job asks for it) against its plain loop (on
 prompts per sender and offset, the counterfactual run cached once), timed on ``--sample`` random (sender, offset)
 nodes and extrapolated to all of them; the END quantities must agree on the sample. The last line reads
 ``node_end_speedup=<x> node_all_speedup=<x> edge_end_speedup=<x> positions_speedup=<x> positions_cpu_s_per_pair=<x>
-max_abs_diff=<x>`` (a mode left out with ``--modes`` is left out of it).
+max_abs_diff=<x>`` (a mode left out with ``--modes`` is left out of it), with ``<level>_<positions>_cpu_speedup`` beside
+each node and edge ratio: the same ratio in process CPU seconds, which a machine shared with other work disturbs less
+than wall-clock seconds.
 
     python benchmarks/faithfulness_speed.py [--pairs 32] [--modes node-end,node-all,edge-end,positions] [--edge-circuits 11]
 """
@@ -199,6 +201,10 @@ def main() -> None:
         diff = float((ours - plain.value).abs().max())
         worst = max(worst, diff)
         r = fast.value
+        plain_cpu = plain.cpu_seconds if level == "node" else _bench.extrapolate(plain.cpu_seconds, n, 11)
+        print(f"{mode}: CPU seconds batched {fast.cpu_seconds:7.3f}, plain loop {plain_cpu:7.3f}, CPU ratio "
+              f"{plain_cpu / fast.cpu_seconds:5.1f}x")
+        numbers[f"{level}_{positions}_cpu_speedup"] = plain_cpu / fast.cpu_seconds
         print(f"{mode}: batched {fast.seconds:7.3f} s, plain loop {plain_s:7.3f} s"
               f"{'' if level == 'node' or n == 11 else f' (extrapolated from {n} of 11 circuits)'}, ratio "
               f"{plain_s / fast.seconds:5.1f}x, max |diff| {diff:.2e}; {r.n_nodes} {level}s, CPR {r.cpr:.3f} CMD "

@@ -8,13 +8,25 @@ Run: ``python experiments/faithfulness.py`` (SmolLM2, the four operations; ``--m
 3 270M where it is installed); ``--pairs 8 --operations addition`` for a quick run; ``--replot`` redraws from the
 saved results. Each model and operation is one ``circuits faithfulness`` result in ``<out>/<model>/<operation>``
 (each finished ranking kept in its ``parts/``, so a stopped run resumes). The tables of docs/results.md come from
-``published.json`` (experiments/_tables.py renders them)."""
+``published.json`` (experiments/_tables.py renders them).
+
+``--workers 2`` runs the (model, operation) runs in two worker processes side by side (fresh interpreters, one torch
+thread each, each taking the next run when it finishes one): on a 2-core machine the study's four operations take
+about half the wall time. Every run writes the folder and parts one process would (a part depends on its config,
+pairs and weights, not on which process made it), the parent alone writes ``counterfactuals.json`` and the tables,
+and prints each ranking as it finishes; Ctrl-C or SIGTERM stops the workers (each finished ranking stays in its
+``parts/``: the same command resumes)."""
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import os
+import queue
 import re
+import signal
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,8 +53,12 @@ class Config(BaseConfig):
     models: tuple[str, ...] = option(("smollm2",), help="models (gemma3-270m where installed)")
     operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
     out: str = option("results/faithfulness")
+    workers: int = option(1, help="worker processes running the (model, operation) runs side by side, one torch "
+                                  "thread each (2 on a 2-core machine); results and parts as one process makes them")
 
     def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"--workers must be 1 or more, got {self.workers}")
         for op in self.operations:
             if op not in OPERATIONS:
                 raise ValueError(f"Unknown operation {op!r}; accepted: {', '.join(OPERATIONS)}")
@@ -92,31 +108,175 @@ def slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", Path(model).name or str(model)).strip("-") or "model"
 
 
+def run_one(config: Config, name: str, op: str, model, on_shares, on_ranking=None) -> FaithfulnessResult:
+    """One model and operation: its pairs, each counterfactual kind's share whose metric can move (handed to
+    ``on_shares(key, shares)`` when ``counterfactuals.json`` has none yet), every ranking scored and saved to its
+    folder. ``on_ranking(ranking, seconds)``: called as each ranking finishes (its part written)."""
+    cfg, folder = config.run_config(name, op), config.folder(name, op)
+    if cfg.edges and "eap-ig" in cfg.rankings and not has_edges(model):
+        print(f"{name} {op}: no edge level (its heads have no additive output of their own); nodes only", flush=True)
+        cfg = cfg.replace(edges=False)
+    check_output(folder, "faithfulness")
+    pairs, _ = cfg.load_pairs(model)
+    shares_path = config.counterfactuals_path()
+    shares = read_json(shares_path) if shares_path.is_file() else {}
+    if f"{name}/{op}" not in shares:
+        on_shares(f"{name}/{op}", movable(model, cfg))
+    if on_ranking is not None:  # one ranking at a time (each its part), then the whole result from the parts
+        for ranking in cfg.rankings:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                one = faithfulness(model, pairs, cfg.replace(rankings=(ranking,)), progress=False, parts=folder / PARTS)
+            on_ranking(ranking, one.seconds[ranking])
+    r = faithfulness(model, pairs, cfg, progress=False, parts=folder / PARTS)
+    r.save(folder)
+    return r
+
+
+def _done_line(name: str, op: str, r: FaithfulnessResult) -> str:
+    return f"{name} {op}: " + ", ".join(f"{k} {v:.0f} s" for k, v in r.seconds.items())
+
+
 def main(config: Config, model=None) -> dict[tuple[str, str], FaithfulnessResult]:
-    """``model``: a loaded model for the first of ``config.models`` (the others are loaded here)."""
+    """``model``: a loaded model for the first of ``config.models`` (the others are loaded here; with ``workers``
+    above 1 each worker loads its own)."""
+    tasks = [(name, op) for name in config.models for op in config.operations]
+    if config.workers > 1 and len(tasks) > 1:
+        return main_workers(config, tasks)
     t = C.Timer()
     out: dict[tuple[str, str], FaithfulnessResult] = {}
     given = model
+
+    def keep_shares(key: str, value: dict) -> None:
+        path = config.counterfactuals_path()
+        shares = read_json(path) if path.is_file() else {}
+        shares[key] = value
+        write_json(path, shares)
+
     for i, name in enumerate(config.models):
         model = given if i == 0 and given is not None else C.model_for(name, config.faithfulness.dtype)
-        edges = config.faithfulness.edges and "eap-ig" in config.faithfulness.rankings and has_edges(model)
-        if config.faithfulness.edges and not edges and "eap-ig" in config.faithfulness.rankings:
-            print(f"{name}: no edge level (its heads have no additive output of their own); nodes only", flush=True)
         for op in config.operations:
-            cfg, folder = config.run_config(name, op), config.folder(name, op)
-            cfg = cfg if edges or not cfg.edges else cfg.replace(edges=False)
-            check_output(folder, "faithfulness")
-            pairs, _ = cfg.load_pairs(model)
-            shares_path = config.counterfactuals_path()
-            shares = read_json(shares_path) if shares_path.is_file() else {}
-            if f"{name}/{op}" not in shares:
-                shares[f"{name}/{op}"] = movable(model, cfg)
-                write_json(shares_path, shares)
-            r = faithfulness(model, pairs, cfg, progress=False, parts=folder / PARTS)
-            r.save(folder)
+            r = run_one(config, name, op, model, keep_shares)
             out[(name, op)] = r
-            t(f"{name} {op}: " + ", ".join(f"{k} {v:.0f} s" for k, v in r.seconds.items()))
+            t(_done_line(name, op, r))
     return out
+
+
+# --- --workers: the (model, operation) runs in worker processes ---------------------------------------------------
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed (its error in one line) or ended without saying why."""
+
+
+_TERMINATED: list[int] = []  # a SIGTERM arrived (the exit code says so: 143, Ctrl-C's is 130)
+
+
+def _interrupt(signum, frame):  # noqa: ANN001, ANN202
+    _TERMINATED.append(signum)
+    raise KeyboardInterrupt
+
+
+def _worker(config: Config, tasks, messages, wid: int) -> None:
+    """A worker process (spawned: a fresh interpreter): one torch thread; takes (model, operation) runs from
+    ``tasks`` until it reads ``None``, and reports on ``messages``. SIGTERM unwinds as Ctrl-C does (an atomic write
+    in progress removes its temporary file); a finished ranking's part stays."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    os.environ["CIRCUITS_THREADS"] = "1"
+    try:
+        C.configure_threads()
+        models: dict[str, object] = {}
+        while (task := tasks.get()) is not None:
+            name, op = task
+            messages.put(("start", wid, name, op))
+            if name not in models:
+                models[name] = C.model_for(name, config.faithfulness.dtype)
+            r = run_one(config, name, op, models[name], lambda k, v: messages.put(("shares", k, v)),
+                        lambda ranking, s: messages.put(("ranking", wid, name, op, ranking, s)))
+            messages.put(("done", wid, name, op, _done_line(name, op, r)))
+    except KeyboardInterrupt:
+        messages.put(("stopped", wid))
+        sys.exit(130)
+    except Exception as err:  # noqa: BLE001  (said in one line by the parent)
+        line = (str(err).strip().splitlines() or [""])[0]
+        messages.put(("error", wid, f"{type(err).__name__}: {line}"))
+        sys.exit(1)
+    messages.put(("exit", wid))
+
+
+def main_workers(config: Config, tasks: list[tuple[str, str]]) -> dict[tuple[str, str], FaithfulnessResult]:
+    """The runs of ``tasks`` in ``config.workers`` spawned worker processes (at most one per run); the parent
+    writes ``counterfactuals.json`` and prints progress; a worker's error stops the others and is raised here as
+    one line; Ctrl-C or SIGTERM stops every worker before this returns (KeyboardInterrupt)."""
+    t = C.Timer()
+    ctx = mp.get_context("spawn")  # fresh interpreters: no forked torch thread pools
+    n = min(config.workers, len(tasks))
+    todo, messages = ctx.Queue(), ctx.Queue()
+    for task in tasks:
+        todo.put(task)
+    for _ in range(n):
+        todo.put(None)
+    previous = signal.signal(signal.SIGTERM, _interrupt) if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL \
+        else None
+    procs = [ctx.Process(target=_worker, args=(config, todo, messages, w + 1), name=f"faithfulness-worker-{w + 1}")
+             for w in range(n)]
+    t(f"{len(tasks)} runs in {n} worker processes, one thread each")
+    try:
+        # The workers ignore SIGINT (inherited through exec): a Ctrl-C reaches the parent, which stops them with SIGTERM
+        interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            for p in procs:
+                p.start()
+        finally:
+            signal.signal(signal.SIGINT, interrupt)
+        exited: set[int] = set()
+        while len(exited) < n:
+            try:
+                msg = messages.get(timeout=1.0)
+            except queue.Empty:
+                for w, p in enumerate(procs, 1):
+                    if w not in exited and p.exitcode is not None:
+                        if p.exitcode != 0:
+                            raise WorkerError(f"worker {w} ended with exit code {p.exitcode}")
+                        exited.add(w)
+                continue
+            kind = msg[0]
+            if kind == "shares":
+                path = config.counterfactuals_path()
+                shares = read_json(path) if path.is_file() else {}
+                shares[msg[1]] = msg[2]
+                write_json(path, shares)
+            elif kind == "start":
+                t(f"worker {msg[1]}: {msg[2]} {msg[3]} started")
+            elif kind == "ranking":
+                t(f"worker {msg[1]}: {msg[2]} {msg[3]} {msg[4]} done ({msg[5]:.0f} s)")
+            elif kind == "done":
+                t(msg[4])
+            elif kind == "error":
+                raise WorkerError(f"worker {msg[1]}: {msg[2]}")
+            elif kind == "stopped":
+                raise KeyboardInterrupt
+            elif kind == "exit":
+                exited.add(msg[1])
+        for p in procs:
+            p.join()
+    except BaseException:
+        for p in procs:  # SIGTERM: each worker unwinds as from Ctrl-C
+            if p.is_alive():
+                p.terminate()
+        for p in procs:
+            if p.pid is not None:
+                p.join(timeout=60)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        todo.close()
+        messages.close()
+    return {task: FaithfulnessResult.load(config.folder(*task)) for task in tasks}
 
 
 def load(config: Config) -> dict[tuple[str, str], FaithfulnessResult]:
@@ -187,4 +347,14 @@ def cli(argv: list[str] | None = None) -> Path:
 
 
 if __name__ == "__main__":
-    sys.exit(0 if cli() else 1)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:  # SIGTERM unwinds as Ctrl-C (parts written atomically)
+        signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        sys.exit(0 if cli() else 1)
+    except KeyboardInterrupt:
+        print("faithfulness: interrupted; each finished ranking is kept in its run's parts/, the same command resumes",
+              file=sys.stderr)
+        sys.exit(143 if _TERMINATED else 130)
+    except WorkerError as err:  # a worker's error, in its one line
+        print(f"faithfulness: {err}", file=sys.stderr)
+        sys.exit(1)

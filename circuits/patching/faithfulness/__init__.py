@@ -45,7 +45,9 @@ assembled from kept and ablated sender values). At every position (and on models
 the circuits run through the mechanism's one ablation executor (:func:`circuits.patching.ablation.ablated_residuals`,
 which knockout also calls): folded into the batch of whole prompts, a per-row mask applied by one hook per site
 (``hook_z``, ``hook_mlp_out``, ``hook_post``); counterfactual values at every position run each pair's start before
-its prompts differ once (:func:`shared_start`). Every model-specific piece (projections, QK norms, rotary, scale, soft-caps, windows, keys as attention reads
+its prompts differ once (:func:`shared_start`), and the counterfactual run itself goes in the circuits' own passes
+(one counterfactual row per pair, whose activations the ablated sites take); at END the counterfactual prompts run
+in the reference run's batch, sharing its prefixes. Every model-specific piece (projections, QK norms, rotary, scale, soft-caps, windows, keys as attention reads
 them, the shared-prefix cache) comes from :mod:`circuits.models.backend`, so both TransformerLens lines (3.9's
 ``HookedTransformer``, 4.3's ``TransformerBridge``) run the same code; where a Bridge cannot share a prefix
 (:func:`~circuits.models.backend.prefix_sharing`), prompts run whole. Both are tested against the plain loops of

@@ -1,5 +1,5 @@
-"""The END-only runs both levels read: one reference forward (keys, values and END values, a shared few-shot prefix
-run once) and one counterfactual forward read at END (:func:`_end_runs`), and attention at END with split query, key
+"""The END-only runs both levels read: the reference run (keys, values and END values) and the counterfactual run read
+at END, in one batched forward whose shared prefixes run once (:func:`_end_runs`), and attention at END with split query, key
 and value inputs (:func:`attention_split_at_end`); see :mod:`circuits.patching.faithfulness`."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from circuits.models import backend
 from circuits.models.backend import Model, act_name, apply_softcap
 from circuits.models.forward import end_residuals, shared_prefix_lengths
 from circuits.patching.ablation.values import end_values
-from circuits.patching.end_layers import SHARED_PREFIX_MIN, _end_activations, check_supported, end_logits, rotate
+from circuits.patching.end_layers import SHARED_PREFIX_MIN, check_supported, end_logits, rotate
 from circuits.patching.faithfulness.curve import VALUE_KIND
 
 
@@ -53,22 +53,28 @@ def _head_outputs(model: Model, layer: int, z: Tensor) -> Tensor:
     return torch.einsum("...he,hed->...hd", z, W_O.to(z.dtype))
 
 
-def _reference_run(model: Model, batch: PairBatch, end_names: Sequence[str], full_names: Sequence[str]
-                   ) -> dict[str, Tensor]:
+def _reference_run(model: Model, batch: PairBatch, end_names: Sequence[str], full_names: Sequence[str],
+                   cf_names: Sequence[str] = ()) -> tuple[dict[str, Tensor], dict[str, Tensor]]:
     """The reference run's ``end_names`` at each pair's END (``[pair, ...]``) and ``full_names`` at every position up
-    to END (``[pair, pos, ...]``, zero after END), prompts sharing a few-shot prefix running it once into a key/value
-    cache (:func:`circuits.models.forward.end_residuals`; exact: attention is causal): a prefix's activations are
-    read in its own call and put before each of its rows' own."""
+    to END (``[pair, pos, ...]``, zero after END), and the counterfactual run's ``cf_names`` at END, in one batched
+    run of both prompts of every pair: prompts sharing a prefix (a template's few-shot examples, and a pair's two
+    prompts up to where they differ) run it once into a key/value cache (:func:`circuits.models.forward.end_residuals`;
+    exact: attention is causal); a prefix's activations are read in its own call and put before each of its rows'
+    own."""
     P, W = batch.reference.shape
     end = batch.end.tolist()
     rows = [batch.reference[i, : end[i] + 1].tolist() for i in range(P)]
+    if cf_names:
+        rows += [batch.counterfactual[i, : end[i] + 1].tolist() for i in range(P)]
     n_pre = shared_prefix_lengths(rows, SHARED_PREFIX_MIN)
     prefixes = [tuple(r[:n]) for r, n in zip(rows, n_pre)]
     out: dict[str, Tensor] = {}
+    cf: dict[str, Tensor] = {}
     prefix_acts: dict[tuple, dict[str, Tensor]] = {}
+    full_keys = {prefixes[i] for i in range(P)}  # prefixes some reference row continues
 
     def prefix_hooks(key: tuple, offset: int) -> list:
-        if offset or not key:
+        if offset or not key or key not in full_keys:
             return []
         # each hook keeps the name it was asked for (a Bridge's hook.name is the canonical one of an alias)
         return [(n, lambda act, hook, n=n: prefix_acts.setdefault(key, {}).__setitem__(n, act[0].detach()))
@@ -78,6 +84,12 @@ def _reference_run(model: Model, batch: PairBatch, end_names: Sequence[str], ful
         def gather(act: Tensor, hook, name: str) -> None:
             for r, i in enumerate(chunk):
                 e = int(ends[r])
+                if i >= P:  # a counterfactual row: END only
+                    if name in cf_names:
+                        if name not in cf:
+                            cf[name] = act.new_zeros((P, *act.shape[2:]))
+                        cf[name][i - P] = act[r, e]
+                    continue
                 if name in end_names:
                     if name not in out:
                         out[name] = act.new_zeros((P, *act.shape[2:]))
@@ -93,26 +105,25 @@ def _reference_run(model: Model, batch: PairBatch, end_names: Sequence[str], ful
                         assert act.shape[1] == fed + n_pre[i], (name, act.shape, fed, n_pre[i])
                         out[name][i, : end[i] + 1] = act[r, : end[i] + 1]
 
-        return [(n, partial(gather, name=n)) for n in dict.fromkeys([*end_names, *full_names])]
+        return [(n, partial(gather, name=n)) for n in dict.fromkeys([*end_names, *full_names, *cf_names])]
 
     end_residuals(model, rows, n_pre, group_keys=prefixes, hooks=prefix_hooks, row_hooks=row_hooks)
-    return out
+    return out, cf
 
 
 @torch.no_grad()
 def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int] = ()) -> _EndRuns:
-    """One reference and one counterfactual forward: what :func:`_nodes_end_metric` and :func:`_edges_end_metric`
+    """The reference and counterfactual runs, one batched forward (:func:`_reference_run`): what :func:`_nodes_end_metric` and :func:`_edges_end_metric`
     read."""
     L = model.cfg.n_layers
-    end = batch.end
     k_site = lambda l: backend.rotary_key_hook(model, l)  # noqa: E731  (keys as attention reads them)
     ends = [act_name("resid_pre", 0)] + [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
     ends += [act_name("post", l) for l in neuron_layers]
     full = [k_site(l) for l in range(L)] + [act_name("v", l) for l in range(L)]
-    ref = _reference_run(model, batch, ends, full)
-    # The counterfactual run is read at END only: prompts sharing a few-shot prefix run it once (exact: causal)
+    # The counterfactual run is read at END only, in the reference's batch: its prompts share the few-shot prefix and
+    # each pair's start before its prompts differ with the reference's, run once (exact: causal)
     final = act_name("resid_post", L - 1)
-    cf = _end_activations(model, batch.counterfactual, end, [*ends, final] if ablation == "counterfactual" else [final])
+    ref, cf = _reference_run(model, batch, ends, full, [*ends, final] if ablation == "counterfactual" else [final])
     cf_answer = end_logits(model, cf[final]).argmax(-1)
     value = end_values(VALUE_KIND[ablation], cf if ablation == "counterfactual" else ref).__getitem__  # type: ignore[arg-type]
 

@@ -90,6 +90,91 @@ def ablated_metric(model: Model, batch: PairBatch, masks: NodeMasks, runs: _Runs
     return einops.rearrange(metric_of(logits, answer, cf_answer, metric).cpu(), "(c p) -> c p", c=C)
 
 
+def _replace_from_counterfactual(ablate: Tensor, k: int):
+    """A hook replacing, in every row, the units ``ablate [row, unit]`` marks by the same activation of its pair's
+    counterfactual row (rows pair-major, ``k`` per pair, the first of each pair its counterfactual row, which
+    ``ablate`` never marks), at every position: the counterfactual run's value at this site, computed in this same
+    forward pass."""
+    def hook(act: Tensor, hook: object) -> Tensor:
+        R = act.shape[0]
+        mask = ablate.to(act.device).reshape(R, 1, ablate.shape[1], *[1] * (act.ndim - 3))
+        return torch.where(mask, act[::k].repeat_interleave(k, 0), act)
+
+    return hook
+
+
+@torch.no_grad()
+def _counterfactual_everywhere(model: Model, batch: PairBatch, masks: NodeMasks, metric: str | Metric,
+                               memory_mb: float) -> Float[Tensor, "circuit pair"]:
+    """m of every circuit with counterfactual values at every position, the counterfactual run computed in the same
+    forward passes as the circuits: before a pair's first difference its two prompts are the same tokens, so that
+    start (:func:`shared_start`) runs once per pair into a key/value cache, and after it each pair continues as one
+    counterfactual row (its own prompt, nothing ablated) and one row per circuit (the reference prompt), every site
+    a circuit leaves out taking the counterfactual row's activation at that site and position (one hook per site).
+    Exact (causal attention; the same numbers as :func:`ablated_metric` over whole prompts up to float rounding),
+    without a separate counterfactual forward over whole prompts."""
+    cfg = model.cfg
+    C, P = len(masks), len(batch)
+    end = batch.end.tolist()
+    start = shared_start(batch).tolist()
+    ref = [batch.reference[i, : end[i] + 1].tolist() for i in range(P)]
+    cf = [batch.counterfactual[i, : end[i] + 1].tolist() for i in range(P)]
+    ab_heads, ab_mlps = ~masks.heads, ~masks.mlps
+    ab_neurons = {l: ~v for l, v in masks.neurons.items()}
+    rows_per = _rows_per_forward(model, batch.reference.shape[1], memory_mb)
+    out_device = backend.output_device(model)
+    out = torch.empty(C, P, cfg.d_model, dtype=cfg.dtype, device=out_device)
+    cf_end = torch.empty(P, cfg.d_model, dtype=cfg.dtype, device=out_device)
+    groups: dict[int, list[int]] = {}
+    for i in range(P):
+        groups.setdefault(start[i], []).append(i)
+    for n_pre, members in groups.items():
+        pairs_per = max(1, rows_per // 2)  # each pair's counterfactual row and at least one circuit's
+        for b0 in range(0, len(members), pairs_per):
+            block = members[b0 : b0 + pairs_per]
+            nb = len(block)
+            per = max(1, rows_per // nb - 1)  # circuits per forward pass
+            width = max(len(ref[i]) for i in block) - n_pre
+            for s0 in range(0, C, per):
+                sets = torch.arange(s0, min(C, s0 + per))
+                k = len(sets) + 1
+                body = torch.zeros(nb * k, width, dtype=torch.long)
+                ends = torch.empty(nb * k, dtype=torch.long)
+                for j, i in enumerate(block):
+                    body[j * k, : len(cf[i]) - n_pre] = torch.as_tensor(cf[i][n_pre:])
+                    body[j * k + 1 : (j + 1) * k, : len(ref[i]) - n_pre] = torch.as_tensor(ref[i][n_pre:])
+                    ends[j * k : (j + 1) * k] = len(ref[i]) - n_pre - 1
+
+                def rows(ablate: Tensor) -> Tensor:  # [set, unit] -> [row, unit], pair-major, counterfactual rows kept
+                    units = ablate[sets]
+                    per_pair = torch.cat([torch.zeros_like(units[:1]), units])
+                    return per_pair.repeat(nb, 1)
+
+                hooks = []
+                for l in range(cfg.n_layers):
+                    for site, ablate in (("z", ab_heads[:, l]), ("post", ab_neurons.get(l)),
+                                         ("mlp_out", ab_mlps[:, l][:, None])):
+                        if ablate is not None and bool(ablate[sets].any()):
+                            hooks.append((act_name(site, l), _replace_from_counterfactual(rows(ablate), k)))
+                tokens, cache = body.to(cfg.device), None
+                if n_pre:  # the shared start, without hooks (nothing is ablated before the first difference)
+                    prefix = torch.tensor([ref[i][:n_pre] for i in block], device=cfg.device)
+                    cache = backend.prefix_cache(model, prefix, [], k)
+                with model.hooks(fwd_hooks=hooks):
+                    resid = backend.final_residual(model, tokens) if cache is None else \
+                        backend.continue_prefix(model, tokens, cache)
+                at_end = resid[torch.arange(nb * k, device=resid.device), ends.to(resid.device)].to(out)
+                at_end = at_end.reshape(nb, k, -1)
+                idx = torch.tensor(block, device=out_device)
+                cf_end[idx] = at_end[:, 0]
+                out[sets.to(out_device)[:, None], idx[None, :]] = at_end[:, 1:].transpose(0, 1)
+    cf_answer = end_logits(model, cf_end).argmax(-1)
+    logits = end_logits(model, einops.rearrange(out, "c p d -> (c p) d"))
+    answer = batch.answer.to(logits.device).repeat(C)
+    return einops.rearrange(metric_of(logits, answer, cf_answer.to(logits.device).repeat(C), metric).cpu(),
+                            "(c p) -> c p", c=C)
+
+
 def _full_and_empty(masks: NodeMasks) -> NodeMasks:
     """``masks`` with two more circuits: every node kept (N), then no node kept (empty; MLP layers that are not
     nodes stay kept)."""
@@ -157,8 +242,7 @@ def faithfulness(
         m = _nodes_end_metric(model, batch, every, _end_runs(model, batch, ablation, sorted(masks.neurons)), metric,
                               memory_mb)
     elif positions == "all" and ablation == "counterfactual" and backend.prefix_sharing(model):
-        m = ablated_metric(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)), positions,
-                           metric, memory_mb, after_difference=True)
+        m = _counterfactual_everywhere(model, batch, every, metric, memory_mb)
     else:
         m = ablated_metric(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)), positions,
                            metric, memory_mb)
