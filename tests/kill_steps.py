@@ -337,6 +337,8 @@ def contents(folder: Path) -> dict[str, object]:
             data = json.loads(p.read_text())
             if p.name == "circuits.json":
                 data.pop("provenance", None)  # the same process's: equal, but it names the run's paths nowhere
+            if isinstance(data, dict) and "resumed_from" in data:
+                data.pop("samples", None)  # a fine-tuning run's: those this process trained on (its samples/s's)
             out[rel] = _timeless(data)
         elif p.suffix == ".pt":
             out[rel] = _timeless(torch.load(p, weights_only=True))
