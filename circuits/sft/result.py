@@ -34,9 +34,14 @@ class FinetuneResult(Result):
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
-        """A run stopped before its end: its config beside a checkpoint (one file, or a sharded folder)."""
-        return (folder / "config.json").is_file() and ((folder / "checkpoint.pt").is_file()
-                                                      or (folder / "checkpoint").is_dir())
+        """A run stopped before its end: its config beside a checkpoint (one file, or a sharded folder), or its config
+        alone (killed as it started, between ``config.json`` and the marker: the rerun compares the config before it
+        writes anything, and refuses another run's in one line)."""
+        config = folder / "config.json"
+        if not config.is_file() or config.is_symlink():
+            return False
+        alone = [p.name for p in folder.iterdir() if not p.name.startswith(".")] == ["config.json"]
+        return alone or (folder / "checkpoint.pt").is_file() or (folder / "checkpoint").is_dir()
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}

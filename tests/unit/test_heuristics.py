@@ -289,3 +289,24 @@ def test_without_a_source_identify_runs_first(tiny_llama, tmp_path):
     made = identify(tiny_llama, config=IdentifyConfig(model="tiny", n_pairs=3, few_shot="on", filter_correct=False),
                     progress=False)
     assert {n.layer for n in r.neurons} == set(made.top_mlps(1))
+
+
+def test_a_run_killed_in_its_final_save_is_unfinished_not_foreign(tmp_path):
+    """A SIGKILL while the final save writes summary.json, classes.json, ... beside parts/ leaves a folder the same
+    command resumes (found by tests/integration/test_kill_every_step.py: the rerun refused "holds files circuits did
+    not write"); a user's file beside them, or a marker, is not an unfinished run."""
+    from circuits.beyond.heuristics.result import HeuristicsResult
+    from circuits.results import MARKER, check_output
+
+    out = tmp_path / "h"
+    (out / "parts").mkdir(parents=True)
+    (out / "parts" / "sweep.pt").write_bytes(b"")
+    assert HeuristicsResult.unfinished(out)
+    (out / "summary.json").write_text("{}")
+    (out / ".classes.json.circuits-tmp-abcd1234").write_text("{")
+    assert HeuristicsResult.unfinished(out) and check_output(out, "heuristics") == out
+    (out / "notes.txt").write_text("mine")
+    assert not HeuristicsResult.unfinished(out)
+    (out / "notes.txt").unlink()
+    (out / MARKER).write_text("{}")
+    assert not HeuristicsResult.unfinished(out)

@@ -279,3 +279,35 @@ def test_hooks_are_registered_all_or_none():
     w.grad = None
     w.sum().backward()
     assert len(handles) == 2 and torch.equal(w.grad, torch.full((3,), 6.0))
+
+
+def test_a_run_killed_between_its_config_and_its_marker_resumes(tmp_path, capsys):
+    """A SIGKILL right after ``config.json`` and before the marker (write step 4 of 14 in
+    tests/integration/test_kill_every_step.py) left the config alone, and the same command refused the folder ("holds
+    files circuits did not write"); now it runs, and another run's config alone is refused in one line."""
+    from circuits.cli import main as cli_main
+    from circuits.sft.result import FinetuneResult
+    from helpers import tiny_dir
+
+    argv = ["finetune", "--model", str(tiny_dir("llama")), "--heads", "1.0", "--data", "arithmetic", "--n-arithmetic",
+            "8", "--batch-size", "4", "--micro-batch-size", "4", "--epochs", "1", "--lr", "1e-3", "--no-progress",
+            "--device", "cpu"]
+    done = tmp_path / "done"
+    assert cli_main([*argv, "--out", str(done)]) == 0
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    (killed / "config.json").write_bytes((done / "config.json").read_bytes())
+    assert FinetuneResult.unfinished(killed)
+    assert cli_main([*argv, "--out", str(killed)]) == 0
+    a, b = (torch.load(f / "delta.pt", weights_only=True)["tensors"] for f in (done, killed))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((killed / "result.json").read_text())["losses"] == \
+        json.loads((done / "result.json").read_text())["losses"]
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({**json.loads((done / "config.json").read_text()), "lr": 0.5}))
+    capsys.readouterr()
+    assert cli_main([*argv, "--out", str(other)]) == 2
+    assert "holds a fine-tuning run of another config" in capsys.readouterr().err
+    (other / "notes.txt").write_text("mine")
+    assert not FinetuneResult.unfinished(other)

@@ -50,9 +50,11 @@ class HeuristicsResult(Result):
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
-        """A run stopped before its end: only the finished parts it keeps under ``parts/``."""
-        entries = [p for p in folder.iterdir() if not p.name.startswith(".")]
-        return [p.name for p in entries] == ["parts"] and entries[0].is_dir()
+        """A run stopped before its end: the finished parts it keeps under ``parts/``, and, killed during its final
+        save, the files it writes (:func:`circuits.results.unfinished_run`)."""
+        from circuits.results import unfinished_run
+
+        return unfinished_run(folder, cls.kind, "parts")
 
     @property
     def grid(self) -> OperandGrid:
