@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import sys
 
-if sys.argv and sys.argv[0].rsplit("/", 1)[-1] == "circuits":  # the console script: Ctrl-C while it imports is one line
+# The console script (argv[0] "circuits"), or ``python -m circuits`` (argv[0] is "-m" while Python imports the
+# package that holds the module it runs): Ctrl-C while the command line imports is one line.
+if sys.argv and (sys.argv[0].rsplit("/", 1)[-1] == "circuits" or sys.argv[0] == "-m"):
     from circuits._startup import mark_start, quiet_interrupts
 
     mark_start()

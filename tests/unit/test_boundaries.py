@@ -280,6 +280,23 @@ def test_ctrl_c_while_the_console_script_imports_is_one_line(tmp_path, delay):
     assert proc.returncode in (2, 130), (proc.returncode, err)
 
 
+@pytest.mark.parametrize("delay", [0.02, 0.05, 0.15])
+def test_ctrl_c_while_python_m_circuits_imports_is_one_line(tmp_path, delay):
+    # What `python -m circuits` does: argv[0] is "-m" while the package imports, then circuits.__main__ runs (runpy,
+    # as Python's -m does). The package's own imports used to end in a KeyboardInterrupt traceback.
+    code = ("import sys, runpy; print('up', flush=True); sys.argv[0] = '-m'; "
+            "runpy.run_module('circuits', run_name='__main__', alter_sys=True)")
+    proc = subprocess.Popen([sys.executable, "-c", code, "report", str(tmp_path / "none"), "--out",
+                             str(tmp_path / "r.html")], env=_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
+    assert proc.stdout.readline().strip() == "up"
+    time.sleep(delay)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    assert proc.returncode in (2, 130), (proc.returncode, err)
+
+
 def test_sigterm_removes_the_lock_and_temporaries(tmp_path):
     script = tmp_path / "job.py"
     out = tmp_path / "out"
