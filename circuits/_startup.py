@@ -30,12 +30,28 @@ def take_start() -> float:
     return t
 
 
+# Set once Ctrl-C arrived during start-up: its SystemExit can land inside a callback Python runs for the import
+# machinery, which prints it as "Exception ignored" and goes on; the unraisable hook below keeps that quiet and
+# :func:`circuits.cli.main` then ends at once with 130.
+interrupted = False
+
+
 def startup_interrupt(signum, frame):  # noqa: ANN001, ANN201
+    global interrupted
     if os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0"):
         raise KeyboardInterrupt
-    if os.environ.get("RANK", "0") == "0":
+    if not interrupted and os.environ.get("RANK", "0") == "0":
         print("circuits: interrupted", file=sys.stderr)
+    interrupted = True
     raise SystemExit(130)
+
+
+def _quiet_unraisable(hook):  # noqa: ANN001, ANN202
+    def quiet(unraisable):  # noqa: ANN001, ANN202
+        if interrupted and unraisable.exc_type in (SystemExit, KeyboardInterrupt):
+            return  # our own start-up interruption, swallowed where Python could not raise it
+        hook(unraisable)
+    return quiet
 
 
 def quiet_interrupts() -> None:
@@ -44,6 +60,7 @@ def quiet_interrupts() -> None:
     if threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, startup_interrupt)
+        sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)
 
 
 # --- temporary folders: one per process, removed at its end; a killed process's removed by the next run ------------

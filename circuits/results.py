@@ -361,6 +361,14 @@ class Result:
         except ValueError as err:  # load_torch, read_json and read_jsonl name the file
             raise ResultError(f"{folder} holds an unreadable {cls.kind} result: {err}") from None
         except (KeyError, TypeError, IndexError, AttributeError) as err:
+            for path in sorted(folder.glob("*.json")):  # a file that is not a JSON object at all: name it
+                try:
+                    top = read_json(path)
+                except ValueError:
+                    continue
+                if not isinstance(top, dict):
+                    raise ResultError(f"{path}: a JSON {type(top).__name__}, not the object the {cls.kind} result writes "
+                                      "there; rerun the job that made it") from None
             raise ResultError(f"{folder} holds a {cls.kind} result whose files lack what this version reads "
                               f"({type(err).__name__}: {err}); rerun the job that made it") from None
 
@@ -416,7 +424,11 @@ def _mismatch(value: Any, hint: Any, where: str, depth: int = 0) -> str | None:
         return None if _fits(value, hint) else here()
     if origin in (typing.Union, types.UnionType):
         fits = [_mismatch(value, a, where, depth + 1) for a in args]
-        return None if any(f is None for f in fits) else here()
+        if any(f is None for f in fits):
+            return None
+        # an arm whose kind the value has, wrong inside (a dict with a string where a number is): that field
+        deeper = [f for a, f in zip(args, fits) if a is not type(None) and not f.startswith(f"{where} is ")]
+        return deeper[0] if deeper else here()
     if hint is type(None):
         return None if value is None else here()
     if origin in (list, tuple, set, frozenset) or hint in (list, tuple):

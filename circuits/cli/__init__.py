@@ -149,6 +149,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     Ctrl-C at any other moment (start-up, imports, shutdown) is one line too. Under ``torchrun`` the process group
     is started here, and only rank 0 prints an error (one line, not one per rank)."""
     debug = os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0") or "--debug" in (sys.argv[1:] if argv is None else argv)
+    from circuits import _startup
+
+    if _startup.interrupted:  # Ctrl-C during start-up that Python swallowed inside an import callback: said already
+        return 130
     previous = _note_interrupts()
     try:
         code = _main(argv)

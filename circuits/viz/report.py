@@ -152,6 +152,9 @@ def build_report(paths: Sequence[str | Path], title: str = "circuits report", *,
                  "draw: " + ", ".join(f"<code>{_e(u)}</code>" for u in unknown) + "</p>")
     roots = [Path(p) if Path(p).is_dir() else Path(p).parent for p in paths]
     roots += [f.path.parent for f in found]
+    if out is not None:  # an input's copy only where it lies inside the page's own folder: the page moves with it
+        home = Path(out).resolve().parent
+        roots = [r for r in roots if r.resolve() == home or home in r.resolve().parents]
     return page.render([str(p) for p in paths], out, inline=out is None or bool(inline), roots=roots)
 
 

@@ -187,6 +187,10 @@ def test_report_shares_the_assets_beside_its_inputs(tmp_path):
     assert len(page) < 1_000_000
     inline = write_report([res / "identify"], out, inline=True).read_text()
     assert "src='identify/" not in inline and len(inline) > 3_000_000
+    # a page written elsewhere loads no input's copy from outside its own folder: it writes its own beside it
+    away = tmp_path / "elsewhere" / "r.html"
+    page = write_report([res / "identify"], away).read_text()
+    assert f"src='{ASSETS}/{plotly}'" in page and (away.parent / ASSETS / plotly).is_file() and ".." not in page.split("src='")[1][:3]
 
 
 

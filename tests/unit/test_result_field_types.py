@@ -79,3 +79,31 @@ def test_a_string_where_a_number_is_is_one_result_error_or_unread(saved, kind, t
             finally:
                 f.write_text(original)
     assert not silent, f"{kind}: a string read back where a number was: {silent}"
+
+
+def test_a_wrong_value_inside_an_optional_field_is_named_not_the_union():
+    """A screen summary's ``audit`` (``dict[str, Any] | None``) holding a string where a number is: the line names
+    ``audit.n_components`` and what is there, not the union the dict as a whole did not fit."""
+    from typing import Any
+
+    from circuits.results import _mismatch
+
+    msg = _mismatch({"n_components": "<script>x</script>"}, dict[str, Any] | None, "audit")
+    assert msg is not None and msg.startswith("audit.n_components is '<script>") and "not" in msg, msg
+    assert _mismatch(5, dict[str, Any] | None, "audit").startswith("audit is 5 (int), not")
+    assert _mismatch(None, dict[str, Any] | None, "audit") is None
+
+
+def test_a_result_file_that_is_a_json_list_is_named(saved, tmp_path):
+    """An identify ``summary.json`` replaced by a JSON list: one line naming that file, not a raw AttributeError."""
+    import shutil
+
+    from circuits.results import load_result
+
+    folder = tmp_path / "ident"
+    shutil.copytree(saved["identify"][1], folder)
+    (folder / "summary.json").write_text(json.dumps([1, 2, 3]))
+    with pytest.raises(ResultError) as err:
+        load_result(folder)
+    line = str(err.value)
+    assert "summary.json: a JSON list, not the object the identify result writes" in line and "\n" not in line and "AttributeError" not in line
