@@ -189,9 +189,11 @@ def shared_asset(name: str, page: str | Path, *, roots: Sequence[str | Path] = (
     if default is None:
         default = here
     path = Path(default).resolve() / ASSETS / file
-    from circuits.io import write_text
+    from circuits.io import output_lock, write_text
 
-    write_text(path, text)
+    with output_lock(path):  # what a killed write of this copy left (.<file>.circuits-tmp-*) is removed first
+        if not _verified(path, text):
+            write_text(path, text)
     return path
 
 
