@@ -262,30 +262,9 @@ def _env(tmp_path) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
 
 
-@pytest.mark.parametrize("delay", [0.02, 0.05, 0.15, 0.4])
-def test_ctrl_c_while_the_console_script_imports_is_one_line(tmp_path, delay):
-    # What the `circuits` console script does: import circuits.cli, then call main (argv[0] is "circuits").
-    # Timed from when the interpreter is up (a Ctrl-C inside Python's own start-up is Python's traceback).
-    code = ("import sys; sys.argv[0] = 'circuits'; print('up', flush=True); from circuits.cli import main; "
-            "sys.exit(main())")
-    proc = subprocess.Popen([sys.executable, "-c", code, "report", str(tmp_path / "none"), "--out",
-                             str(tmp_path / "r.html")], env=_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
-                            preexec_fn=_sigint_default)
-    assert proc.stdout.readline().strip() == "up"
-    time.sleep(delay)
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=120)
-    assert "Traceback" not in err, err
-    assert proc.returncode in (2, 130), (proc.returncode, err)
-
-
-@pytest.mark.parametrize("delay", [0.02, 0.05, 0.15])
-def test_ctrl_c_while_python_m_circuits_imports_is_one_line(tmp_path, delay):
-    # What `python -m circuits` does: argv[0] is "-m" while the package imports, then circuits.__main__ runs (runpy,
-    # as Python's -m does). The package's own imports used to end in a KeyboardInterrupt traceback.
-    code = ("import sys, runpy; print('up', flush=True); sys.argv[0] = '-m'; "
-            "runpy.run_module('circuits', run_name='__main__', alter_sys=True)")
+def _interrupted_at(tmp_path, code: str, delay: float) -> None:
+    """Run ``code`` (which prints "up" once the interpreter is up, then starts circuits), send Ctrl-C ``delay`` s
+    after "up": one line, no traceback, exit 130 (or 2 when the command ran to its error first)."""
     proc = subprocess.Popen([sys.executable, "-c", code, "report", str(tmp_path / "none"), "--out",
                              str(tmp_path / "r.html")], env=_env(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
@@ -295,6 +274,22 @@ def test_ctrl_c_while_python_m_circuits_imports_is_one_line(tmp_path, delay):
     _, err = proc.communicate(timeout=120)
     assert "Traceback" not in err, err
     assert proc.returncode in (2, 130), (proc.returncode, err)
+
+
+@pytest.mark.parametrize("delay", [0.02, 0.05, 0.15, 0.4])
+def test_ctrl_c_while_the_console_script_imports_is_one_line(tmp_path, delay):
+    # What the `circuits` console script does: import circuits.cli, then call main (argv[0] is "circuits").
+    # Timed from when the interpreter is up (a Ctrl-C inside Python's own start-up is Python's traceback).
+    _interrupted_at(tmp_path, "import sys; sys.argv[0] = 'circuits'; print('up', flush=True); "
+                              "from circuits.cli import main; sys.exit(main())", delay)
+
+
+@pytest.mark.parametrize("delay", [0.02, 0.05, 0.15])
+def test_ctrl_c_while_python_m_circuits_imports_is_one_line(tmp_path, delay):
+    # What `python -m circuits` does: argv[0] is "-m" while the package imports, then circuits.__main__ runs (runpy,
+    # as Python's -m does). The package's own imports used to end in a KeyboardInterrupt traceback.
+    _interrupted_at(tmp_path, "import sys, runpy; print('up', flush=True); sys.argv[0] = '-m'; "
+                              "runpy.run_module('circuits', run_name='__main__', alter_sys=True)", delay)
 
 
 def test_a_start_up_interrupt_python_swallowed_stays_quiet_and_ends_the_command(monkeypatch, capsys):
