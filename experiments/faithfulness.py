@@ -40,7 +40,7 @@ from circuits.config import Config as BaseConfig
 from circuits.config import add_arguments, from_arguments, option
 from circuits.data.pair_config import COUNTERFACTUAL_KINDS
 from circuits.data.templates import OPERATIONS
-from circuits.io import read_json, write_json
+from circuits.io import TEMPORARY, read_json, write_json
 from circuits.patching.faithfulness import cmd_margin
 from circuits.results import check_output
 from circuits.viz.figures import write_figure
@@ -102,6 +102,38 @@ def has_edges(model) -> bool:
     except ValueError:
         return False
     return True
+
+
+STUDY_FILES = (COUNTERFACTUALS, T.PUBLISHED, "published.md")
+
+
+def study_refusal(out: Path) -> str | None:
+    """Why ``out`` cannot hold this study (None when it can): it may be new, empty, or hold only what a study writes
+    (``counterfactuals.json``, ``published.json``/``.md``, and a folder per model holding a folder per operation,
+    each of those checked as a faithfulness result when its run starts); a folder of anything else (a repository, a
+    user's files) is refused before any work, as ``circuits``' own ``--out`` is."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        return f"--out {out} is an existing file; the study writes a folder"
+    if not out.is_dir():
+        return None
+    def leftover(p: Path) -> bool:  # what a killed write or a lock of circuits.io leaves (cleared by the next run)
+        return p.is_file() and not p.is_symlink() and bool(TEMPORARY.match(p.name) or re.match(r"^\..+\.lock$", p.name))
+
+    foreign = []
+    for p in sorted(out.iterdir()):
+        if p.is_symlink():
+            foreign.append(p.name)
+        elif leftover(p) or (p.is_file() and p.name in STUDY_FILES):
+            continue
+        elif not p.is_dir() or p.name.startswith(".") or any(not leftover(q) and (q.is_symlink() or not q.is_dir() or q.name not in OPERATIONS)
+                                   for q in p.iterdir()):
+            foreign.append(p.name + ("/" if p.is_dir() else ""))
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        return (f"--out {out} holds {shown}, which this study did not write (it writes {', '.join(STUDY_FILES)} and "
+                f"<model>/<operation>/ folders); choose a new or empty --out")
+    return None
 
 
 def slug(model: str) -> str:
@@ -336,6 +368,9 @@ def cli(argv: list[str] | None = None) -> Path:
         config = from_arguments(Config, args)
     except ValueError as e:
         parser.error(str(e))
+    why = study_refusal(Path(config.out))
+    if why is not None:
+        parser.error(why)
     if not args.replot:
         C.configure_threads()
     results = load(config) if args.replot else main(config)

@@ -271,7 +271,8 @@ def continue_prefix(model: Model, body: Tensor, cache: TransformerLensKeyValueCa
 @dataclass
 class Prefix:
     """Left-padded prefixes run once (:func:`run_prefixes`, :func:`prefix_from_kv`): their keys and values
-    (``kv``, unrotated, as ``hook_k``/``hook_v`` hold them) and TransformerLens 3's frozen cache over them;
+    (``kv``, unrotated, as TransformerLens 3's cache holds them: ``hook_v``'s values, and ``hook_k``'s after the
+    model's per-head QK norm where it has one) and TransformerLens 3's frozen cache over them;
     ``ungrouped``: one key/value head per query head (:func:`ungroup_prefix`)."""
 
     kv: PrefixKV
@@ -288,10 +289,20 @@ def _frozen_cache(model: Model, kv: PrefixKV) -> TransformerLensKeyValueCache:
     return cache
 
 
+def _cached_keys(model: Model, layer: int, keys: Tensor) -> Tensor:
+    """Keys ``[row, n, kv_head, d_head]`` as ``hook_k`` holds them, as TransformerLens 3's cache holds them: after
+    the per-head QK norm (Qwen3, Gemma 3), which 3.9 applies after ``hook_k`` and before the cache is appended
+    (``AbstractAttention.calculate_qkv_matrices``, the same call); unchanged without one."""
+    if qk_norms(model, layer) is None:
+        return keys
+    attn = model.blocks[layer].attn
+    return attn._apply_qk_norm(keys, attn.k_norm)
+
+
 def prefix_from_kv(model: Model, keys: list[Tensor], values: list[Tensor], mask: Tensor) -> Prefix:
     """A :class:`Prefix` from per-layer keys and values ``[row, n, kv_head, d_head]`` taken from whole-prompt runs
     at :func:`prefix_kv_hooks` (left-padded; ``mask [row, n]`` 1 where real)."""
-    kv = PrefixKV(list(keys), list(values), mask)
+    kv = PrefixKV([_cached_keys(model, l, k) for l, k in enumerate(keys)], list(values), mask)
     return Prefix(kv, _frozen_cache(model, kv))
 
 
@@ -348,10 +359,8 @@ def prefix_keys(model: Model, prefix: Prefix, layer: int) -> Tensor:
 
 def prefix_kv_hooks(model: Model, layer: int) -> tuple[str, str] | None:
     """The hooks whose values over whole prompts are a prefix's keys and values as :func:`prefix_from_kv` and
-    :func:`block_runner` take them (``hook_k``, ``hook_v``); ``None`` where they are not (a per-head QK norm,
-    applied after ``hook_k``, that 3.9's cached attention does not re-apply: Qwen3, Gemma 3)."""
-    if qk_norms(model, layer) is not None:
-        return None
+    :func:`block_runner` take them: ``hook_k`` and ``hook_v`` (where the model has a per-head QK norm, applied
+    after ``hook_k``, both apply it to the keys they are given, as 3.9's cache holds them: :func:`_cached_keys`)."""
     return get_act_name("k", layer), get_act_name("v", layer)
 
 
@@ -361,11 +370,10 @@ def block_runner(model: Model, suffix: Tensor, keys: list[Tensor], values: list[
     ``suffix [G, pos]`` tokens (rows: ``rows / G`` copies of the ``G`` rows, in order) after the keys and values
     ``[G, n, kv_head, d_head]`` per layer of the positions before them (taken at :func:`prefix_kv_hooks`;
     left-padded, ``mask [G, n]`` or ``None`` for no padding); ``None`` where blocks do not run alone after a cache.
-    On 3.9: TransformerLens's frozen one-layer cache, wherever :func:`prefix_kv_hooks` gives the keys."""
-    if prefix_kv_hooks(model, 0) is None:
-        return None
+    On 3.9: TransformerLens's frozen one-layer cache (the keys after the model's QK norm: :func:`_cached_keys`)."""
     G = len(suffix)
     full = None if mask is None else torch.cat([mask, torch.ones_like(suffix)], 1)
+    keys = [_cached_keys(model, l, k) for l, k in enumerate(keys)]
 
     def run(layer: int, x: Tensor) -> Tensor:
         reps = len(x) // G

@@ -86,7 +86,7 @@ class SharedPrefix:
 
     Passed as ``past_kv_cache_entry`` (with the rows' ``attention_mask`` as TransformerLens takes it, prefix then
     body), the fused path reads each prefix's keys once for all its rows (rotated once, never repeated per row or
-    per query head); everywhere else (the eager path, local attention, a hook on ``hook_rot_k``) it becomes
+    per query head); everywhere else (the eager path, a local window that hides some key, a hook on ``hook_rot_k``) it becomes
     TransformerLens's own frozen cache entry with the prefixes repeated per row (:meth:`materialize`): the same
     numbers up to float rounding."""
 
@@ -147,6 +147,13 @@ def _shared_prefix_forward(self: AbstractAttention, query_input, key_input, valu
     return _project_out(self, self.hook_z(z.to(v.dtype)))
 
 
+def _window_hides(self: AbstractAttention, prefix: SharedPrefix, query_input: Tensor) -> bool:
+    """Whether a local layer's window hides a key from a query of this pass: not when the window spans the prefix's
+    columns and the body together (Gemma 3's 512-token windows over short prompts), where the fused path, which
+    has no window, is exact."""
+    return self.attn_type == "local" and prefix.keys.size(1) + query_input.size(1) > int(self.cfg.window_size)
+
+
 def _project_out(self: AbstractAttention, z: Tensor) -> Tensor:
     """``z [batch pos head d_head]`` through ``W_O`` and ``b_O`` (moved to ``z``'s device, ``z`` to their dtype)."""
     w = einops.rearrange(self.W_O, "head_index d_head d_model -> d_model (head_index d_head)").contiguous()
@@ -164,7 +171,7 @@ def _forward(self: AbstractAttention, query_input, key_input, value_input, past_
              or position_bias is not None
              or getattr(self, "_attention_dir_override", None) not in (None, "causal") or _pattern_read(self))
     if isinstance(past_kv_cache_entry, SharedPrefix):
-        if eager or self.attn_type == "local" or _hooked_point(self.hook_rot_k):
+        if eager or _window_hides(self, past_kv_cache_entry, query_input) or _hooked_point(self.hook_rot_k):
             past_kv_cache_entry = past_kv_cache_entry.materialize(query_input.size(0))
         else:
             return _shared_prefix_forward(self, query_input, key_input, value_input, past_kv_cache_entry,

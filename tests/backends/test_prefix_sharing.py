@@ -34,14 +34,15 @@ def _run_all(model, batch, log: list):
     return out
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+@pytest.mark.parametrize("arch", ["llama", "qwen3", "gemma3"])
 def test_engines_share_prefixes_and_equal_whole_prompts(family_models, tokenizer, arch, monkeypatch):
     model = family_models(arch)
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=1), 0)
     assert (first_difference(batch) > 0).all()  # every pair has a prefix to share
     assert backend.prefix_sharing(model)  # transformers < 5.24 on the Bridge (the TL 4 environment pins it)
-    if backend.NAME == "bridge":  # Hugging Face's cache holds keys after the QK norm: the Bridge shares there too
-        assert backend.prefix_kv_hooks(model, 0) is not None
+    # Both lines' caches hold keys after the QK norm (3.9's block runner applies it to hook_k's keys): the
+    # per-position engine shares prefixes on Qwen3 and Gemma 3 too.
+    assert backend.prefix_kv_hooks(model, 0) is not None
     bodies: list[tuple[bool, int]] = []  # (after a prefix, tokens per row)
     blocks: list[int] = []
     cont, runner = backend.continue_prefixes, backend.block_runner
@@ -63,8 +64,7 @@ def test_engines_share_prefixes_and_equal_whole_prompts(family_models, tokenizer
     shared = _run_all(model, batch, bodies)
     width = batch.reference.shape[1]
     assert bodies and all(after for after, _ in bodies) and max(n for _, n in bodies) < width
-    if backend.prefix_kv_hooks(model, 0) is not None:  # positions run suffixes block by block from the sender's layer
-        assert blocks and max(blocks) < width
+    assert blocks and max(blocks) < width  # positions run suffixes block by block from the sender's layer
 
     bodies.clear()
     monkeypatch.setattr(backend, "prefix_sharing", lambda m: False)

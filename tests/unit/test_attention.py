@@ -162,15 +162,22 @@ def test_per_head_results_switch_to_the_eager_path(tokenizer, sdpa_calls):
     assert (per_head - plain).abs().max() < 1e-5
 
 
-@pytest.mark.parametrize("arch", ("llama", "llama3", "qwen2", "mistral_window"))
+@pytest.mark.parametrize("arch", ("llama", "llama3", "qwen2", "mistral_window", "mistral_window_wide", "gemma3",
+                                  "gemma3_wide"))
 @pytest.mark.parametrize("padded", [False, True])
 def test_a_shared_prefix_equals_the_repeated_cache(family_models, tokenizer, monkeypatch, arch, padded):
     """A block after a :class:`SharedPrefix` (each prefix read once by its rows, the per-position engine's suffix
-    passes) gives TransformerLens's frozen cache's numbers with the prefixes repeated per row; local attention (a
-    sliding window) takes TransformerLens's own path."""
+    passes) gives TransformerLens's frozen cache's numbers with the prefixes repeated per row; a local layer whose
+    window hides some key takes TransformerLens's own path, one whose window spans the prompt (``_wide``: Gemma 3's
+    512 tokens over short prompts) the fused one. Gemma 3: the local layer 0, with its QK norm (the keys given are
+    ``hook_k``'s, as :func:`circuits.models.backend.block_runner` takes them, normed as the cache holds them)."""
     import circuits.models.attention as A
+    from circuits.models._hooked import _cached_keys
 
-    model = family_models(arch)
+    wide = arch.endswith("_wide")
+    model = family_models(arch.removesuffix("_wide"))
+    if wide:
+        monkeypatch.setattr(model.cfg, "window_size", 1000)
     shared = _Count(A._shared_prefix_forward)
     monkeypatch.setattr(A, "_shared_prefix_forward", shared)
     tokens, mask = _padded(tokenizer)
@@ -178,18 +185,19 @@ def test_a_shared_prefix_equals_the_repeated_cache(family_models, tokenizer, mon
     if not padded:
         tokens, mask = tokens[:1].repeat(2, 1), None
     n, reps = tokens.shape[1] - 3, 3  # a body of 3 tokens after n
-    layer = 1
+    layer = 0 if arch.startswith("gemma3") else 1
+    assert model.blocks[layer].attn.attn_type == ("local" if "window" in arch or "gemma3" in arch else "global")
     store = {}
     names = (f"blocks.{layer}.attn.hook_k", f"blocks.{layer}.attn.hook_v", f"blocks.{layer}.hook_resid_pre")
     with torch.no_grad():
         model.run_with_hooks(tokens, attention_mask=mask, fwd_hooks=[
             (name, lambda act, hook: store.__setitem__(hook.name, act)) for name in names])
-        keys, values = store[names[0]][:, :n], store[names[1]][:, :n]
+        keys, values = _cached_keys(model, layer, store[names[0]][:, :n]), store[names[1]][:, :n]
         x = store[names[2]][:, n:].repeat(reps, 1, 1)
         x = x + 0.5 * torch.randn(x.shape, generator=torch.Generator().manual_seed(0))  # every row its own
         prefix = A.SharedPrefix(keys, values, None if mask is None else mask[:, :n])
         rows_mask = None if mask is None else mask.repeat(reps, 1)
         ours = model.blocks[layer](x, past_kv_cache_entry=prefix, attention_mask=rows_mask)
         theirs = model.blocks[layer](x, past_kv_cache_entry=prefix.materialize(len(x)), attention_mask=rows_mask)
-    assert shared.calls == (0 if arch == "mistral_window" else 1)
+    assert shared.calls == (0 if arch in ("mistral_window", "gemma3") else 1)
     assert (ours - theirs).abs().max() < 1e-5 and theirs.std() > 0.1

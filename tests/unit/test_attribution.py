@@ -51,11 +51,13 @@ def test_custom_metric_gradient(tiny_llama, tokenizer):
     _assert_matches_plain(a, attribute_plain(tiny_llama, batch, metric, "logprob"), batch)
 
 
-def test_qk_fix_equals_the_recomputed_pattern(tiny_mistral, tokenizer):
+@pytest.mark.parametrize("arch", ["mistral", "mistral_window", "gemma3"])
+def test_qk_fix_equals_the_recomputed_pattern(family_models, tokenizer, arch):
     """AtP* eq. 7-10: the pattern with one query (or one key) from the counterfactual run, computed exactly, then
-    linear in the pattern: sum (A' - A) * dM/dA."""
+    linear in the pattern: sum (A' - A) * dM/dA. With local layers whose window is shorter than the prompts
+    (``mistral_window``; Gemma 3's local layers, with its QK norm), the recomputed row sees only its window."""
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 2, seed=3), 0)
-    model = tiny_mistral
+    model = family_models(arch)
     a = attribute(model, batch, "logit_diff", progress=False)
     plain = attribute_plain(model, batch, get_metric("logit_diff"), "logit_diff")
     _, ref = model.run_with_cache(batch.reference)

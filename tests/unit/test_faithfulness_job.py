@@ -259,6 +259,34 @@ def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
     assert "no saved faithfulness results" in capsys.readouterr().err
 
 
+def test_experiment_script_refuses_an_out_folder_of_other_things_before_any_work(tmp_path, capsys):
+    """The study writes counterfactuals.json, published.json/.md and <model>/<operation>/ into --out: a folder of
+    anything else (a repository, a user's notes) is refused in one line before a model loads, and nothing is written
+    there; a folder a killed study left (its files, its folders, circuits.io's temporaries and locks) is taken."""
+    import importlib
+
+    exp = importlib.import_module("faithfulness")
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (repo / "notes.md").write_text("mine\n")
+    before = sorted(p.relative_to(repo) for p in repo.rglob("*"))
+    with pytest.raises(SystemExit) as err:
+        exp.cli(["--model", "no-such-model", "--pairs", "2", "--out", str(repo)])
+    assert err.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert ".git/" in line and "notes.md" in line and "did not write" in line
+    assert sorted(p.relative_to(repo) for p in repo.rglob("*")) == before
+    left = tmp_path / "left"
+    (left / "smollm2" / "addition").mkdir(parents=True)
+    (left / "smollm2" / ".addition.lock").write_text("")
+    (left / ".counterfactuals.json.circuits-tmp-abcd1234").write_text("")
+    (left / "counterfactuals.json").write_text("{}")
+    assert exp.study_refusal(left) is None and exp.study_refusal(tmp_path / "new") is None
+    (left / "smollm2" / "mine.txt").write_text("x")
+    assert "smollm2/" in exp.study_refusal(left)
+
+
 def test_experiment_workers_give_one_process_s_results_and_parts(tmp_path, capsys):
     """--workers 2 (spawned processes, one thread each) writes the results, parts and counterfactual shares one
     process writes (seconds aside), prints each ranking as it finishes, and refuses 0 workers in one line."""

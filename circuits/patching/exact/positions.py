@@ -16,9 +16,8 @@ identical activations in both runs, so a patch there is the unpatched run (fille
 computed); and pairs of different lengths are aligned from the end: position ``offset`` counts back from END
 (``offset 0`` is END), so the question bodies of prompts with few-shot prefixes of different lengths line up.
 
-Where the backend's cache cannot hold the reference's keys (3.9 with a QK norm, applied after ``hook_k``; a Bridge
-under transformers 5.24) each patched row runs its whole prompt (exact, as the plain loop; :func:`_whole_pass`)
-while the rest of the engine is the same.
+Where the backend's cache cannot hold the reference's keys (a Bridge under transformers 5.24) each patched row runs
+its whole prompt (exact, as the plain loop; :func:`_whole_pass`) while the rest of the engine is the same.
 
 Path patching at a position other than END carries nothing to the logits (every head is frozen, so no
 information moves between positions), which is why this engine patches activations; at END it equals
@@ -196,9 +195,10 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
 @torch.no_grad()
 def _whole_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, senders: list[Sender],
                 answer: Tensor, cf_answer: Tensor, custom: Sequence[Metric], prob: bool = True) -> dict[str, Tensor]:
-    """:func:`_suffix_pass` where the backend's cache cannot hold the reference's keys (3.9's QK norm; a Bridge under
-    transformers 5.24): each patched row runs its whole reference prompt with the sender's counterfactual value written at ``pos[g]`` (rows
-    ``sender x pair``), the answer read at END. Exact, like the plain loop; without the suffix saving."""
+    """:func:`_suffix_pass` where the backend's cache cannot hold the reference's keys (a Bridge under transformers
+    5.24): each patched row runs its whole reference prompt with the sender's counterfactual value written at
+    ``pos[g]`` (rows ``sender x pair``), the answer read at END. Exact, like the plain loop; without the suffix
+    saving."""
     G = len(pairs)
     assert runs.tokens is not None
     ends = pos + k

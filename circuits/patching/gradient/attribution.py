@@ -112,9 +112,15 @@ def _qk_fix(model: Model, layer: int, A: Tensor, G: Tensor, q_ref: Tensor, q_cf:
     ``A``/``G``: the attention pattern and the metric's gradient with respect to it, ``[row, head, body, T]`` with
     ``T = n_max + body`` key columns (left-padded prefixes, then the body); ``q_*`` ``[row, body, head, d_head]`` and
     ``k_*`` ``[row, T, kv_head, d_head]`` (rotated, as attention reads them); ``valid`` ``[row, body, T]``: which keys
-    each query sees (causal, not padding)."""
+    each query sees (causal, not padding); a local layer's window (:func:`~circuits.models.backend.sliding_window`)
+    is applied here: query ``j`` sits at column ``n_max + j``, and columns differ as positions do."""
     A, G = A.float(), G.float()
     n_max = A.shape[-1] - A.shape[-2]
+    window = backend.sliding_window(model, layer)
+    if window is not None:
+        cols = torch.arange(A.shape[-1], device=valid.device)
+        query = n_max + torch.arange(A.shape[-2], device=valid.device)
+        valid = valid & (cols[None, None] > query[None, :, None] - window)
     mask = ~valid[:, None]  # [row, 1, body, T]
     # Query node at j: row j recomputed with the counterfactual query against the reference keys.
     scores = lambda q, k: backend.attention_scores(model, layer, q, k)  # noqa: E731
