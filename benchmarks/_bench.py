@@ -37,6 +37,12 @@ try:  # what the command line does first, where the code under test has it
     prefer_passive_waiting()
 except ImportError:  # older code: torch's own defaults, as its command line ran
     configure_threads = thread_count = None  # type: ignore[assignment]
+try:  # torch's compile cache in this process's own temporary folder, not left in $TMPDIR (as the command line does)
+    from circuits._startup import private_torch_caches
+
+    private_torch_caches()
+except ImportError:
+    pass
 
 
 def add_arguments(parser: argparse.ArgumentParser, threads: int | None = None, json_flag: bool = True,
