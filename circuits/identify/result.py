@@ -273,7 +273,7 @@ class IdentifyResult(ShowsFigure, Result):
     def figure(self, metric: str | Metric | None = None):
         """Figure 2 for this task: every head and MLP by ``metric`` (default: the key rule's), key heads boxed; red
         is important whatever the metric's sign, and the hover also shows the key rule's metric when it differs."""
-        from circuits.viz.figures import head_heatmap
+        from circuits.viz.figures import head_heatmap, model_label
 
         heads, mlps = self.effects(metric)
         m = self.metric(metric)
@@ -282,7 +282,7 @@ class IdentifyResult(ShowsFigure, Result):
         unsure = self.uncertain()[0]
         return head_heatmap(
             heads, mlps, metric=m,
-            title=(f"{self.task}: {self.config.mode} patching at END on {self.model_name} ({len(self.pairs)} "
+            title=(f"{self.task}: {self.config.mode} patching at END on {model_label(self.model_name)} ({len(self.pairs)} "
                    f"pairs), {m.name}; boxed: key heads by {self.key_rule}"
                    + (f", dashed: uncertain (the {ci.level:.0%} interval crosses the threshold)" if unsure else "")),
             key_heads=[h for h, _ in self.key_heads()],

@@ -47,6 +47,18 @@ def colorbar_title(name: str, sign: int) -> str:
     return f"{name}<br><sup>{LEGEND}<br>({'high' if sign > 0 else 'low'} = important)</sup>"
 
 
+def model_label(model: str) -> str:
+    """A model as a figure's title or legend shows it: a local folder's or file's last part, not its whole path
+    (``/home/me/ckpt/llama-sft`` -> ``llama-sft``; a temporary folder's path once made every title three lines and
+    the legend wider than the plots); an embedded or hub name (``smollm2``, ``meta-llama/Llama-2-7b-hf``) as it is.
+    The full path stays in each result's config."""
+    text = str(model)
+    path = Path(text).expanduser()
+    if path.is_absolute() or text.startswith((".", "~")) or path.exists():
+        return path.name or text
+    return text
+
+
 def wrap(text: str, width: int = 90) -> str:
     """``text`` broken into lines of at most ``width`` characters with ``<br>`` (plotly titles do not wrap)."""
     import textwrap
@@ -426,7 +438,7 @@ def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims
     for i, (name, d) in enumerate(models.items()):
         c = colors[i % len(colors)]
         ops = list(d["operations"])
-        fig.add_trace(go.Bar(x=ops, y=[d["operations"][o]["share_key_heads"] for o in ops], name=name,
+        fig.add_trace(go.Bar(x=ops, y=[d["operations"][o]["share_key_heads"] for o in ops], name=model_label(name),
                              marker_color=c, legendgroup=name), 1, 1)
         ko = d["knockout"]
         rnd = _arr(ko["random_accuracy"]).mean(0)

@@ -239,3 +239,20 @@ def test_two_runs_of_one_task_are_labelled_by_what_differs_and_compared(tmp_path
     page = build_report([a, c])
     assert "backend=bridge" in page and "transformer_lens=4.3.0" in page
     assert "bridge backend, TransformerLens 4.3.0" in page  # c's made-by line, read from what it saved
+
+
+def test_figures_name_a_local_model_by_its_folder_not_its_whole_path(tmp_path):
+    """A model given as a folder or file path appears in titles and legends as its last part (a temporary folder's
+    path once made every title three lines, over the subplot titles, and the cross-model legend wider than its
+    plots); embedded and hub names appear as they are."""
+    from circuits.viz.figures import cross_model_figure, model_label
+
+    folder = tmp_path / "a" / "very" / "long" / "path" / "llama-sft"
+    folder.mkdir(parents=True)
+    assert model_label(str(folder)) == "llama-sft" and model_label(str(folder) + "/") == "llama-sft"
+    assert model_label("~/models/x.gguf") == "x.gguf" and model_label("./ckpt") == "ckpt"
+    assert model_label("smollm2") == "smollm2" and model_label("meta-llama/Llama-2-7b-hf") == "meta-llama/Llama-2-7b-hf"
+    one = {"operations": {"addition": {"share_key_heads": 0.1}}, "knockout": {"ks": [0, 1], "effect_accuracy": [1, 0.5],
+           "random_accuracy": [[1, 0.9]]}, "transfer": {}, "logit_lens": {"delta_C": [0.0, 1.0], "delta_other": [0.0, 0.5]}}
+    fig = cross_model_figure({str(folder): one})
+    assert {t.name for t in fig.data if t.showlegend is not False} == {"llama-sft"}

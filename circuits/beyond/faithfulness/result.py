@@ -104,12 +104,13 @@ class FaithfulnessResult(ShowsFigure, Result):
     def figure(self, setting: str | None = None):
         """f against circuit size, one line per ranking (``setting``: default the first measured)."""
         from circuits.viz.analysis_figures import faithfulness_figure
+        from circuits.viz.figures import model_label
 
         setting = setting or (self.settings[0] if self.settings else "nodes@end")
         by = {r: c[setting] for r, c in self.curves.items() if setting in c}
         sizes = next(iter(by.values())).sizes if by else torch.tensor(self.config.sizes, dtype=torch.float64)
         title = (f"{self.task}: faithfulness of each ranking's circuit, {SETTING_TEXT.get(setting, setting)} "
-                 f"({getattr(self.config, 'model', '')}, {len(self.pairs)} pairs, {self.config.metric}, "
+                 f"({model_label(getattr(self.config, 'model', ''))}, {len(self.pairs)} pairs, {self.config.metric}, "
                  f"{self.config.ablation} ablation)")
         ci = {r: c for r, c in by.items() if not c.f_low.isnan().all()}  # no bootstrap (n_boot=0): no band
         from circuits.patching.registry import COLORS

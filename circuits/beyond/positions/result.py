@@ -49,6 +49,7 @@ class PositionResult(Result):
 
     def figure(self, metric: str | None = None):
         from circuits.viz.analysis_figures import flow_figure
+        from circuits.viz.figures import model_label
 
         metric = metric or self.metric
         heads, mlps = self.sweep.effects(metric)
@@ -65,7 +66,7 @@ class PositionResult(Result):
         roles = {r: [pos.index(x) for x in v if x in pos] for r, v in p.roles.items()}
         return flow_figure(head_best[:, shown], mlps[:, shown], [tokens[x] for x in pos], roles,
                            f"{getattr(self.config, 'task', '')}: activation patching at each position on "
-                           f"{getattr(self.config, 'model', '')} ({len(self.pairs)} pairs), {metric}; positions "
+                           f"{model_label(getattr(self.config, 'model', ''))} ({len(self.pairs)} pairs), {metric}; positions "
                            f"aligned from END, labelled with one prompt", metric, best[:, shown].tolist())
 
     def _write(self, folder: Path) -> None:

@@ -18,11 +18,6 @@ from circuits.results import Result, ResultError, number
 from circuits.types import Component, Neuron
 
 
-def _e_model(model: str) -> str:
-    """A model's name as a title shows it: a folder's last part, not its whole path."""
-    return Path(model).name or model
-
-
 def _component(c: Any) -> Component:
     kind, layer, head = c
     return Component(kind, int(layer), None if head is None else int(head))
@@ -93,24 +88,26 @@ class NumbersResult(Result):
         return out
 
     def figure(self):
+        from circuits.viz.figures import model_label
         from circuits.viz.number_figures import fourier_figure
 
         sp = self.spectra
         return fourier_figure(sp.aligned(), sp.shares(), [str(c) for c in sp.components], sp.numbers, sp.periods,
                               f"Key heads and MLPs over the number line 0..{len(sp.numbers) - 1} and their Fourier "
-                              f"spectrum<br><sup>{_e_model(self.config.model)}, {self.config.task}, "
+                              f"spectrum<br><sup>{model_label(self.config.model)}, {self.config.task}, "
                               f"{sp.effects.shape[1]} pairs; Zhou et al. 2024</sup>")
 
     def digit_figure(self):
         """The digit map (None where no neuron was labelled)."""
         if not self.neurons:
             return None
+        from circuits.viz.figures import model_label
         from circuits.viz.number_figures import digit_map_figure
 
         units, tens, _ = digit_scores(self.digit_effects)
         return digit_map_figure(units, tens, [f"L{n.layer} N{n.index}" for n in self.neurons], self.labels(),
                                 f"Which neurons move the answer's units and tens digit<br><sup>"
-                                f"{_e_model(self.config.model)}, {len(self.problems)} two-digit sums, accuracy "
+                                f"{model_label(self.config.model)}, {len(self.problems)} two-digit sums, accuracy "
                                 f"{float(self.accuracy.mean()):.0%}; Baeumel et al. 2025</sup>")
 
     def _write(self, folder: Path) -> None:
