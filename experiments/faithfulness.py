@@ -20,6 +20,7 @@ and prints each ranking as it finishes; Ctrl-C or SIGTERM stops the workers (eac
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import queue
@@ -107,6 +108,28 @@ def has_edges(model) -> bool:
 STUDY_FILES = (COUNTERFACTUALS, T.PUBLISHED, "published.md")
 
 
+def read_shares(path: Path) -> dict:
+    """``counterfactuals.json`` as this script wrote it (``{"<model>/<op>": {kind: {"n_pairs": int, "movable":
+    share}}}``), checked: anything else (a number now a string, a share outside 0..1) is a ValueError naming the
+    file and the entry; {} where there is no file."""
+    if not path.is_file():
+        return {}
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not an object of <model>/<operation> entries")
+    for key, kinds in data.items():
+        if not isinstance(kinds, dict):
+            raise ValueError(f"{path}: {key!r} is not an object of counterfactual kinds")
+        for kind, v in kinds.items():
+            ok = (kind in COUNTERFACTUAL_KINDS and isinstance(v, dict)
+                  and type(v.get("n_pairs")) is int and v["n_pairs"] >= 0
+                  and type(v.get("movable")) in (int, float) and 0 <= v["movable"] <= 1)
+            if not ok:
+                raise ValueError(f"{path}: {key}/{kind} is {json.dumps(v)[:80]}, not {{\"n_pairs\": a count, "
+                                 f"\"movable\": a share from 0 to 1}}; delete the file and rerun to recount")
+    return data
+
+
 def study_refusal(out: Path) -> str | None:
     """Why ``out`` cannot hold this study (None when it can): it may be new, empty, or hold only what a study writes
     (``counterfactuals.json``, ``published.json``/``.md``, and a folder per model holding a folder per operation,
@@ -151,7 +174,7 @@ def run_one(config: Config, name: str, op: str, model, on_shares, on_ranking=Non
     check_output(folder, "faithfulness")
     pairs, _ = cfg.load_pairs(model)
     shares_path = config.counterfactuals_path()
-    shares = read_json(shares_path) if shares_path.is_file() else {}
+    shares = read_shares(shares_path)
     if f"{name}/{op}" not in shares:
         on_shares(f"{name}/{op}", movable(model, cfg))
     if on_ranking is not None:  # one ranking at a time (each its part), then the whole result from the parts
@@ -352,7 +375,7 @@ def published(results: dict[tuple[str, str], FaithfulnessResult], shares: dict |
 
 def plot(results: dict[tuple[str, str], FaithfulnessResult], out: Path) -> Path:
     shares_path = Path(out) / COUNTERFACTUALS
-    T.write_published(out, published(results, read_json(shares_path) if shares_path.is_file() else None))
+    T.write_published(out, published(results, read_shares(shares_path) or None))
     for (m, op), r in results.items():
         for setting in r.settings:
             write_figure(r.figure(setting), Path(out) / slug(m) / op / f"figure-{setting.replace('@', '-')}.html")
@@ -373,6 +396,10 @@ def cli(argv: list[str] | None = None) -> Path:
         parser.error(why)
     if not args.replot:
         C.configure_threads()
+    try:
+        read_shares(config.counterfactuals_path())  # before any work: a tampered file is named, not met later
+    except ValueError as e:
+        parser.error(str(e))
     results = load(config) if args.replot else main(config)
     if not results:
         parser.error(f"no saved faithfulness results under {config.out}; run without --replot first")

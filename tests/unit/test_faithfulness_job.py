@@ -287,6 +287,27 @@ def test_experiment_script_refuses_an_out_folder_of_other_things_before_any_work
     assert "smollm2/" in exp.study_refusal(left)
 
 
+def test_experiment_script_names_a_tampered_counterfactuals_file_in_one_line(tmp_path):
+    """counterfactuals.json read back is checked: a count now a string or a share that is a <script> is named with
+    its entry; the file the script writes reads back as it is."""
+    import importlib
+    import json
+
+    exp = importlib.import_module("faithfulness")
+    path = tmp_path / "counterfactuals.json"
+    good = {"m/addition": {"operator": {"n_pairs": 4, "movable": 0.5}, "operand": {"n_pairs": 4, "movable": 1.0}}}
+    path.write_text(json.dumps(good))
+    assert exp.read_shares(path) == good and exp.read_shares(tmp_path / "none.json") == {}
+    for bad, where in (({"n_pairs": "4", "movable": 0.5}, "m/addition/operator"),
+                       ({"n_pairs": 4, "movable": "<script>alert(1)</script>"}, "m/addition/operator")):
+        path.write_text(json.dumps({"m/addition": {"operator": bad}}))
+        with pytest.raises(ValueError, match=where):
+            exp.read_shares(path)
+    path.write_text("[1, 2]")
+    with pytest.raises(ValueError):
+        exp.read_shares(path)
+
+
 def test_experiment_workers_give_one_process_s_results_and_parts(tmp_path, capsys):
     """--workers 2 (spawned processes, one thread each) writes the results, parts and counterfactual shares one
     process writes (seconds aside), prints each ranking as it finishes, and refuses 0 workers in one line."""
