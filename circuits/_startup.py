@@ -59,8 +59,8 @@ def quiet_interrupts() -> None:
     handler stays); :func:`circuits.cli.main` replaces it with its own while a command runs."""
     if threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)  # first: it must be there once SIGINT can land
         signal.signal(signal.SIGINT, startup_interrupt)
-        sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)
 
 
 # --- temporary folders: one per process, removed at its end; a killed process's removed by the next run ------------
