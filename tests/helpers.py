@@ -27,6 +27,18 @@ def smollm2_tokenizer():
     return load_tokenizer("smollm2")
 
 
+# A prelude for a child Python (``python -c ARM_SIGINT + code``) whose Ctrl-C a test sends: it wraps signal.signal
+# before anything of circuits is imported and prints "armed" once the toolkit's start-up SIGINT handler is in place,
+# the state such a test waits for. A SIGINT before that point lands in Python's own start-up or import machinery,
+# outside any code of ours, where no handler can be yet; a test that sent it a fixed time after start failed under load
+# (issue 44).
+ARM_SIGINT = ("import signal as _s; _set = _s.signal\n"
+              "def _watch(n, h):\n"
+              "    r = _set(n, h)\n"
+              "    if n == _s.SIGINT and getattr(h, '__module__', '') == 'circuits._startup': print('armed', flush=True)\n"
+              "    return r\n"
+              "_s.signal = _watch\n")
+
 # Every family the loader and the engine are tested on (tests/unit/test_families.py), by what it adds.
 FAMILIES = ("llama", "llama3", "mistral", "mistral_window", "qwen2", "qwen3", "gemma2", "gemma3")
 WINDOW = 6  # sliding windows shorter than the tiny prompts, so local layers really mask

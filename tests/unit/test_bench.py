@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -32,19 +31,27 @@ LAST_LINES = {
 }
 
 
-def test_measure_warms_up_once_and_keeps_the_fastest_repeat():
+def test_measure_warms_up_once_and_keeps_the_fastest_repeat(monkeypatch):
+    import types
+
+    # _bench's clocks advanced only by fn's own "sleep": the fastest repeat is known exactly on any machine
+    clock = {"wall": 0.0, "cpu": 0.0}
+    monkeypatch.setattr(_bench, "time", types.SimpleNamespace(perf_counter=lambda: clock["wall"],
+                                                              process_time=lambda: clock["cpu"]))
     calls, warm = [], []
     sleeps = iter([0.03, 0.01, 0.02])
 
     def fn():
         calls.append(1)
-        time.sleep(next(sleeps))
+        step = next(sleeps)
+        clock["wall"] += step
+        clock["cpu"] += step / 2
         return len(calls)
 
     t = _bench.measure(fn, warmup=lambda: warm.append(1), repeat=3)
     assert warm == [1] and len(calls) == 3 and t.value == 3 and len(t.runs) == 3
     assert t.seconds == min(t.runs) and t.runs.index(t.seconds) == 1
-    assert 0.01 <= t.seconds < 0.02 and t.cpu_seconds >= 0
+    assert t.seconds == pytest.approx(0.01) and t.cpu_seconds >= 0
     calls.clear()
     sleeps = iter([0.0, 0.0])
     assert _bench.measure(fn, warmup=True).value == 2  # the warm-up is fn itself, untimed

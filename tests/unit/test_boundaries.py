@@ -262,24 +262,14 @@ def _env(tmp_path) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
 
 
-# Wraps signal.signal in the child before anything of circuits is imported: once the toolkit's start-up handler for
-# SIGINT is in place it prints "armed", the state the test waits for (a SIGINT before that point lands in Python's
-# own import machinery, outside any code of ours, and no handler can be in place there yet: the test used to send it
-# a fixed time after "up" and failed under load, issue 44).
-_ARM = ("import signal as _s, sys as _y; _set = _s.signal\n"
-        "def _watch(n, h):\n"
-        "    r = _set(n, h)\n"
-        "    if n == _s.SIGINT and getattr(h, '__module__', '') == 'circuits._startup': print('armed', flush=True)\n"
-        "    return r\n"
-        "_s.signal = _watch\n")
-
-
 def _interrupted_at(tmp_path, code: str, delay: float) -> None:
     """Run ``code`` (which prints "up" once the interpreter is up, then starts circuits), wait until the toolkit's
     start-up SIGINT handler is set ("armed"), then send Ctrl-C ``delay`` s later, wherever the imports then are: one
     line, no traceback, exit 130 (or 2 when the command ran to its error first). Nothing here depends on how fast the
     machine is: the signal is sent only after a state the test has seen."""
-    proc = subprocess.Popen([sys.executable, "-c", _ARM + code, "report", str(tmp_path / "none"), "--out",
+    from helpers import ARM_SIGINT
+
+    proc = subprocess.Popen([sys.executable, "-c", ARM_SIGINT + code, "report", str(tmp_path / "none"), "--out",
                              str(tmp_path / "r.html")], env=_env(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, preexec_fn=_sigint_default)
     assert proc.stdout.readline().strip() == "up"

@@ -2,25 +2,46 @@
 
 import time
 
+import pytest
+
 from circuits.cli import main
 from circuits.timing import add_to_file, recording, stage, table, timed
 
 
-def test_stages_are_exclusive_and_only_recorded_when_asked():
+class FakeClock:
+    """circuits.timing's clock, advanced only by :meth:`sleep`: the stages' seconds are exact on any machine."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_stages_are_exclusive_and_only_recorded_when_asked(monkeypatch):
+    import types
+
+    import circuits.timing
+
+    clock = FakeClock()
+    monkeypatch.setattr(circuits.timing, "time", types.SimpleNamespace(perf_counter=clock.perf_counter))
     with stage("sweep"):  # no recording: nothing happens
         pass
 
     @timed("load")
     def load():
-        time.sleep(0.02)
+        clock.sleep(0.02)
 
     with recording() as rec:
         with stage("sweep"):
-            time.sleep(0.02)
+            clock.sleep(0.02)
             load()  # counts for load, not for the sweep around it
-            time.sleep(0.02)
+            clock.sleep(0.03)
     assert set(rec.seconds) == {"sweep", "load"}
-    assert 0.035 <= rec.seconds["sweep"] < 0.2 and 0.015 <= rec.seconds["load"] < 0.1
+    assert rec.seconds["sweep"] == pytest.approx(0.05) and rec.seconds["load"] == pytest.approx(0.02)
     text = table(rec.seconds)
     assert text.splitlines()[1].startswith("load") and text.splitlines()[-1].startswith("total")
 
