@@ -42,6 +42,14 @@ def source_result(config: FromIdentify, model: Model, *, progress: bool = True) 
     return identify(model, config=config.identify_config(), progress=progress)
 
 
+def from_identify(config: F, model: Model | None = None, *, progress: bool = True) -> tuple[F, Model, IdentifyResult]:
+    """What a step 1b or step 2 job starts from: ``config`` :func:`resolved`, the model (``model``, or the config's
+    loaded) and the identify result its heads come from (:func:`source_result`)."""
+    config = resolved(config)
+    model = model_for(config, model)
+    return config, model, source_result(config, model, progress=progress)
+
+
 def pairs_of(config: FromIdentify, task: str, model: Model, made: IdentifyResult | None = None) -> list[PromptPair]:
     """The prompt pairs of ``task``: ``made``'s when it is that task's identify result, else built from the config's
     pair fields as identify builds them (pair building is deterministic in the config: the same pairs)."""
