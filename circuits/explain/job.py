@@ -22,7 +22,7 @@ from circuits.explain.attention import AttentionRoles, AttentionViews, attention
 from circuits.explain.config import LensConfig, RolesConfig, ViewsConfig
 from circuits.explain.logit_lens import LogitLens, logit_lens
 from circuits.identify.result import IdentifyResult, load_identify
-from circuits.identify.source import from_identify, model_for, pairs_of, resolved, save
+from circuits.identify.source import model_for, pairs_of, resolved, run_from_identify, save
 from circuits.models.backend import Model
 
 PairsOf = Callable[[str], Sequence[PromptPair]]  # operation -> its prompt pairs
@@ -61,20 +61,16 @@ def lens_result(model: Model, pairs: Sequence[PromptPair], config: LensConfig) -
 def run_attention(config: RolesConfig, out: str | Path, *, model: Model | None = None,
                   progress: bool = True) -> AttentionRoles:
     """The ``circuits attention`` job: Figure 5 saved in ``out`` (``data.json``, ``figure.html``)."""
-    config, model, made = from_identify(config, model, progress=progress)
-    result = roles_result(model, made, config, lambda op: pairs_of(config, op, model, made))
-    save(result, out)
-    return result
+    return run_from_identify(config, out, lambda m, made, c: roles_result(m, made, c, lambda op: pairs_of(c, op, m, made)),
+                             model=model, progress=progress)
 
 
 def run_views(config: ViewsConfig, out: str | Path, *, model: Model | None = None,
               progress: bool = True) -> AttentionViews:
     """The ``circuits attention-views`` job: the views saved in ``out`` (``data.json``, and the page itself as
     ``figure.html``)."""
-    config, model, made = from_identify(config, model, progress=progress)
-    result = views_result(model, made, config, lambda op: pairs_of(config, op, model, made))
-    result.save(out)
-    return result
+    return run_from_identify(config, out, lambda m, made, c: views_result(m, made, c, lambda op: pairs_of(c, op, m, made)),
+                             model=model, progress=progress, write=AttentionViews.save)  # the page is its figure
 
 
 def run_lens(config: LensConfig, out: str | Path, *, model: Model | None = None, progress: bool = True) -> LogitLens:

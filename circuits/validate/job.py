@@ -21,7 +21,7 @@ from typing import Any
 from circuits.data.benchmarks import load_svamp_all, sample_mmlu
 from circuits.data.pairs import PromptPair
 from circuits.identify.result import IdentifyResult
-from circuits.identify.source import from_identify, save
+from circuits.identify.source import run_from_identify
 from circuits.models.backend import Model
 from circuits.validate.config import KnockoutConfig, TransferSets
 from circuits.validate.knockout import KnockoutResult, compute_means, knockout_curve, random_order
@@ -64,19 +64,13 @@ def transfer_result(model: Model, made: IdentifyResult, config: TransferSets) ->
 def run_knockout(config: KnockoutConfig, out: str | Path, *, model: Model | None = None,
                  progress: bool = True) -> KnockoutResult:
     """The ``circuits knockout`` job: Figure 3 saved in ``out`` (``data.json``, ``figure.html``)."""
-    config, model, made = from_identify(config, model, progress=progress)
-    result = knockout_result(model, made, config)
-    save(result, out)
-    return result
+    return run_from_identify(config, out, knockout_result, model=model, progress=progress)
 
 
 def run_transfer(config: TransferSets, out: str | Path, *, model: Model | None = None,
                  progress: bool = True) -> TransferResult:
     """The ``circuits transfer`` job: Figure 4 saved in ``out`` (``data.json``, ``figure.html``)."""
-    config, model, made = from_identify(config, model, progress=progress)
-    result = transfer_result(model, made, config)
-    save(result, out)
-    return result
+    return run_from_identify(config, out, transfer_result, model=model, progress=progress)
 
 
 def _pct(x: float | None) -> str:
