@@ -12,14 +12,16 @@ its ``run`` and the files it writes. Everything that used to keep a parallel lis
 
 Every job has one shape: a torch-free config class, a job module with ``run(config, out, *, model=None,
 progress=..., **options) -> Result`` (it writes its result through ``Result.save`` into ``out``) and
-``printout(args, config, result, seconds)``, and a result class whose ``kind`` is the job's name
+``printout(args, config, result, seconds)`` (a command with flags of its own -- identify, finetune, evaluate -- prints
+in its ``register``'s command instead), and a result class whose ``kind`` is the job's name
 (``tests/unit/test_job_table.py`` checks each). Jobs with ``command=False`` are made by a script in ``experiments/``
 (named in ``how``); their results are still registered, drawn and replaced like any other.
 
-The table names its config, run, printout and result classes as the imports below: an editor's "go to definition"
-and a reader follow them to the code, and :func:`load` imports each only when it is used (:mod:`circuits.lazy` reads
-the same lines), so this module imports nothing of the package and the base layer (``results``), the report and
-``circuits --help`` read it without torch.
+The table names each job's config class, run (``run_<name>``), printout (``print_<name>``) and result classes by the
+imports below: an editor's "go to definition" and a reader follow them to the code, and :func:`load` imports each
+only when it is used (:mod:`circuits.lazy` reads the same lines), so this module imports nothing of the package and
+the base layer (``results``), the report and ``circuits --help`` read it without torch. A new job is its module(s) and
+two lines here: its import and its entry (``tests/unit/test_job_table.py`` adds a toy job so).
 """
 
 from __future__ import annotations
@@ -32,45 +34,45 @@ from circuits.lazy import type_checking_exports
 
 if TYPE_CHECKING:  # what the table names (a job's config, run, printout and result classes), imported by load()
     from circuits.beyond.edges.config import EdgesConfig
-    from circuits.beyond.edges.job import printout as edges_printout, run as edges
+    from circuits.beyond.edges.job import printout as print_edges, run as run_edges
     from circuits.beyond.edges.result import EdgeResult
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
-    from circuits.beyond.faithfulness.job import printout as faithfulness_printout, run as faithfulness
+    from circuits.beyond.faithfulness.job import printout as print_faithfulness, run as run_faithfulness
     from circuits.beyond.faithfulness.result import FaithfulnessResult
     from circuits.beyond.heuristics.config import HeuristicsConfig
-    from circuits.beyond.heuristics.job import printout as heuristics_printout, run as heuristics
+    from circuits.beyond.heuristics.job import printout as print_heuristics, run as run_heuristics
     from circuits.beyond.heuristics.result import HeuristicsResult
     from circuits.beyond.neurons.config import NeuronConfig
-    from circuits.beyond.neurons.job import printout as neurons_printout, run as neurons
+    from circuits.beyond.neurons.job import printout as print_neurons, run as run_neurons
     from circuits.beyond.neurons.result import NeuronResult
     from circuits.beyond.positions.config import PositionConfig
-    from circuits.beyond.positions.job import printout as positions_printout, run as positions
+    from circuits.beyond.positions.job import printout as print_positions, run as run_positions
     from circuits.beyond.positions.result import PositionResult
     from circuits.beyond.screen.config import ScreenConfig
-    from circuits.beyond.screen.job import printout as screen_printout, run as screen
+    from circuits.beyond.screen.job import printout as print_screen, run as run_screen
     from circuits.beyond.screen.result import ScreenResult
     from circuits.beyond.stability.config import StabilityConfig
-    from circuits.beyond.stability.job import printout as stability_printout, run as stability
+    from circuits.beyond.stability.job import printout as print_stability, run as run_stability
     from circuits.beyond.stability.result import StabilityResult
     from circuits.cli.commands import (register_evaluate, register_export, register_finetune, register_identify,
                                        register_report)
     from circuits.evaluation.config import EvalConfig
-    from circuits.evaluation.job import run as evaluate
+    from circuits.evaluation.job import run as run_evaluate
     from circuits.evaluation.result import EvalResult
     from circuits.explain.attention import AttentionRoles, AttentionViews
     from circuits.explain.config import LensConfig, RolesConfig, ViewsConfig
-    from circuits.explain.job import (print_attention, print_lens, print_views, run_attention, run_lens,
-                                      run_views)
+    from circuits.explain.job import (print_attention, print_attention_views, print_lens, run_attention,
+                                      run_attention_views, run_lens)
     from circuits.explain.logit_lens import LogitLens
     from circuits.explain.numbers.config import NumbersConfig
-    from circuits.explain.numbers.job import printout as numbers_printout, run as numbers
+    from circuits.explain.numbers.job import printout as print_numbers, run as run_numbers
     from circuits.explain.numbers.result import NumbersResult
     from circuits.identify.config import IdentifyConfig
-    from circuits.identify.job import run as identify
+    from circuits.identify.job import run as run_identify
     from circuits.identify.result import IdentifyResult, PerOperation
     from circuits.sft.compare import SFTComparison
     from circuits.sft.config import FinetuneConfig
-    from circuits.sft.job import run as finetune
+    from circuits.sft.job import run as run_finetune
     from circuits.sft.result import FinetuneResult
     from circuits.validate.ablation_kinds import AblationComparison
     from circuits.validate.config import KnockoutConfig, TransferSets
@@ -123,11 +125,6 @@ class Job:
         """The kind ``run`` returns (None for a command that writes no result: report, export)."""
         return self.results[0].kind if self.results else None
 
-    @property
-    def section(self) -> str | None:
-        """The report section its result feeds first (None when none draws it)."""
-        return next((o.sections[0] for o in self.results if o.sections), None)
-
     def config_type(self) -> type:
         """The config class, imported now (its module imports no torch)."""
         return load(self.config)
@@ -159,40 +156,40 @@ JOBS: tuple[Job, ...] = (
     Job("identify", "find the key heads and MLPs by patching at END (Figure 2)",
         (Output("identify", "IdentifyResult", ("key-heads", "edges", "uncertainty")),),
         ("summary.json", "pairs.jsonl", "sweep.pt", "heads.html", "edges.pt", "circuit.html"),
-        "IdentifyConfig", "identify", register="register_identify",
+        "IdentifyConfig", "run_identify", register="register_identify",
         how="circuits identify --model smollm2 --task all --out results/identify"),
     Job("per_operation", "the key heads of each operation on one colour scale (Figure 15)",
         (Output("per_operation", "PerOperation", ("key-heads",)),), ("data.json", "figure.html", "figure_overlap.html"),
         how="python experiments/fig15_per_operation.py", command=False),
     Job("screen", "attribution screen of every head, MLP and neuron at every position, verified exactly",
         (Output("screen", "ScreenResult", ("screen",)),), ("summary.json", "pairs.jsonl", "screen.pt", "screen.html"),
-        "ScreenConfig", "screen", "screen_printout",
+        "ScreenConfig", "run_screen", "print_screen",
         how="circuits screen --model smollm2 --task addition --verify 20 --out results/screen-addition"),
     Job("positions", "activation patching at every position, exact (information flow)",
         (Output("positions", "PositionResult", ("positions",)),),
-        ("summary.json", "pairs.jsonl", "positions.pt", "flow.html"), "PositionConfig", "positions", "positions_printout",
+        ("summary.json", "pairs.jsonl", "positions.pt", "flow.html"), "PositionConfig", "run_positions", "print_positions",
         how="circuits positions --model smollm2 --task addition --out results/positions-addition"),
     Job("neurons", "every neuron of the key MLPs patched at END, and their knockout",
         (Output("neurons", "NeuronResult", ("neurons",)),), ("summary.json", "pairs.jsonl", "neurons.pt", "figure.html"),
-        "NeuronConfig", "neurons", "neurons_printout",
+        "NeuronConfig", "run_neurons", "print_neurons",
         how="circuits neurons --model smollm2 --task addition --out results/neurons-addition"),
     Job("heuristics", "the key MLPs' top neurons classified into heuristics over the operand grid, and knocked out by class",
         (Output("heuristics", "HeuristicsResult", ("heuristics",)),),
         ("summary.json", "classes.json", "pairs.jsonl", "grid.jsonl", "heuristics.pt", "figure.html", "knockout.html"),
-        "HeuristicsConfig", "heuristics", "heuristics_printout",
+        "HeuristicsConfig", "run_heuristics", "print_heuristics",
         how="circuits heuristics --model smollm2 --task addition --out results/heuristics-addition"),
     Job("edges", "path-patch every earlier component into chosen receivers at END, on an identify result's pairs",
         (Output("edges", "EdgeResult", ("edges",)),), ("summary.json", "pairs.jsonl", "edges.pt", "circuit.html"),
-        "EdgesConfig", "edges", "edges_printout",
+        "EdgesConfig", "run_edges", "print_edges",
         how="circuits edges --heads-from results/identify/addition --receivers top5 --out results/edges-addition"),
     Job("stability", "Jaccard overlap of key heads across seeds and template forms",
         (Output("stability", "StabilityResult", ("uncertainty",)),), ("data.json", "figure.html"),
-        "StabilityConfig", "stability", "stability_printout",
+        "StabilityConfig", "run_stability", "print_stability",
         how="circuits stability --model smollm2 --out results/stability", progress=False),
     Job("faithfulness", "faithfulness curves (MIB's CPR and CMD) of each ranking's circuits, with seconds",
         (Output("faithfulness", "FaithfulnessResult", ("faithfulness",)),),
         ("summary.json", "pairs.jsonl", "faithfulness.pt", "figure.html"),
-        "FaithfulnessConfig", "faithfulness", "faithfulness_printout",
+        "FaithfulnessConfig", "run_faithfulness", "print_faithfulness",
         how="circuits faithfulness --model smollm2 --task addition --out results/faithfulness-addition"),
     # Step 1b (Figures 3-4, Tables 3-4): validate the key heads by knocking them out.
     Job("knockout", "accuracy after mean-ablating the top-k heads against k random heads (Figure 3)",
@@ -219,7 +216,7 @@ JOBS: tuple[Job, ...] = (
         how="circuits attention --heads-from results/identify/addition --out results/attention-roles"),
     Job("attention-views", "circuitsvis views of the key heads' attention on a few prompts (Figures 7, 16)",
         (Output("attention-views", "AttentionViews", ("attention-views",)),), ("data.json", "figure.html"),
-        "ViewsConfig", "run_views", "print_views",
+        "ViewsConfig", "run_attention_views", "print_attention_views",
         how="circuits attention-views --heads-from results/identify/addition --out results/attention-views"),
     Job("lens", "the MLPs through the logit lens: operands in, answer out (Figure 6)",
         (Output("lens", "LogitLens", ("logit-lens",)),), ("data.json", "figure.html", "figure_6c.html"),
@@ -227,19 +224,19 @@ JOBS: tuple[Job, ...] = (
         how="circuits lens --heads-from results/identify/addition --out results/logit-lens"),
     Job("numbers", "the key components over the number line (Fourier periods) and the neurons of each answer digit",
         (Output("numbers", "NumbersResult", ("numbers",)),), ("summary.json", "numbers.pt", "figure.html", "digits.html"),
-        "NumbersConfig", "numbers", "numbers_printout",
+        "NumbersConfig", "run_numbers", "print_numbers",
         how="circuits numbers --heads-from results/identify/addition --out results/numbers-addition"),
     # Step 3 (Section 4.3): Precise SFT, and the benchmarks it is measured on.
     Job("finetune", "Precise SFT of key heads/MLPs, or full SFT (Section 4.3, 5.3)",
         (Output("finetune", "FinetuneResult", ("precise-sft",)),),
-        ("result.json", "checkpoint.pt", "checkpoint", "delta.pt"), "FinetuneConfig", "finetune",
+        ("result.json", "checkpoint.pt", "checkpoint", "delta.pt"), "FinetuneConfig", "run_finetune",
         register="register_finetune", how="circuits finetune --heads-from results/identify/addition --out results/sft"),
     Job("sft_table", "base model, full fine-tuning and Precise SFT on math and generic benchmarks (Table 1)",
         (Output("sft_table", "SFTComparison", ("precise-sft",)),), ("data.json", "table.md", "rows", "runs"),
         how="python experiments/table1_precise_sft.py", command=False),
     Job("evaluate", "math and generic benchmarks through lm-evaluation-harness",
         (Output("evaluate", "EvalResult", ("precise-sft",)),), ("result.json", "circuits_metrics.py"),
-        "EvalConfig", "evaluate", register="register_evaluate",
+        "EvalConfig", "run_evaluate", register="register_evaluate",
         how="circuits evaluate --model smollm2 --out results/eval-base", progress=False),
     # Commands that write no result of their own.
     Job("export", "write a fine-tuned model (base + delta.pt) as a Hugging Face checkpoint", (),
@@ -266,11 +263,6 @@ def outputs() -> tuple[Output, ...]:
         for o in j.results:
             seen.setdefault(o.kind, o)
     return tuple(seen.values())
-
-
-def writer(kind: str) -> Job:
-    """The job that writes ``kind`` (the first listed)."""
-    return next(j for j in JOBS if any(o.kind == kind for o in j.results))
 
 
 def section_kinds(anchor: str) -> tuple[str, ...]:

@@ -111,7 +111,7 @@ def register_identify(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "exact-path (the default; --mode path) or exact-activation (--mode activation)")
     p.add_argument("--n-devices", type=int, default=1,
                    help="spread the model's layers over this many GPUs (per process under torchrun; default 1)")
-    p.set_defaults(func=run_identify)
+    p.set_defaults(func=command_identify)
     return p
 
 
@@ -126,7 +126,7 @@ def config_from(args: argparse.Namespace) -> IdentifyConfig:
     return config
 
 
-def run_identify(args: argparse.Namespace) -> int:
+def command_identify(args: argparse.Namespace) -> int:
     from circuits import distributed
     from circuits.identify import job as identify_job
 
@@ -166,7 +166,7 @@ def register_finetune(subparsers: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("--device", help="default: the model loader's (under torchrun: each rank's own GPU)")
     p.add_argument("--n-devices", type=int, default=1,
                    help="Precise SFT: spread the model's layers over this many GPUs (per process under torchrun)")
-    p.set_defaults(func=run_finetune)
+    p.set_defaults(func=command_finetune)
     return p
 
 
@@ -177,7 +177,7 @@ def config_from_args(args: argparse.Namespace) -> FinetuneConfig:
         args.top_k, args.top_mlps, args.heads_from, **fields))
 
 
-def run_finetune(args: argparse.Namespace) -> int:
+def command_finetune(args: argparse.Namespace) -> int:
     from circuits import distributed as D
     from circuits.sft import job as sft_job
     from circuits.sft.train import TrainingDiverged, clear_run, run_state
@@ -220,11 +220,11 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> argparse.Argume
     p.add_argument("--device")
     p.add_argument("--n-devices", type=int, default=1, help="spread the model's layers over this many GPUs")
     add_output_arguments(p, "result folder, or a .json file")
-    p.set_defaults(func=run_evaluate)
+    p.set_defaults(func=command_evaluate)
     return p
 
 
-def run_evaluate(args: argparse.Namespace) -> int:
+def command_evaluate(args: argparse.Namespace) -> int:
     from circuits.evaluation import job as evaluation_job
     from circuits.evaluation.result import check_json_output
 
@@ -257,11 +257,11 @@ def register_export(subparsers: argparse._SubParsersAction) -> argparse.Argument
                               description=inspect.cleandoc(register_export.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p, ExportConfig, required=("delta",))
     p.add_argument("--out", required=True, help="a new or empty output folder")
-    p.set_defaults(func=run_export)
+    p.set_defaults(func=command_export)
     return p
 
 
-def run_export(args: argparse.Namespace) -> int:
+def command_export(args: argparse.Namespace) -> int:
     from circuits.sft import export
 
     config = from_arguments(ExportConfig, args)
@@ -286,11 +286,11 @@ def register_report(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--inline", action="store_true",
                    help="embed plotly.js and circuitsvis in the page (one file to send alone, about 6 MB more) instead "
                         "of loading the shared copy in _assets/ beside the results")
-    p.set_defaults(func=run_report)
+    p.set_defaults(func=command_report)
     return p
 
 
-def run_report(args: argparse.Namespace) -> int:
+def command_report(args: argparse.Namespace) -> int:
     from circuits.viz.report import check_report_output, write_report
 
     with writing(args.out, "report", args.overwrite, check=check_report_output):

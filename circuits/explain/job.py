@@ -6,7 +6,7 @@ against the other number tokens (6b), and the top number tokens of MLP_out - MLP
 
 :func:`roles_result`, :func:`views_result` and :func:`lens_result` compute the results from an identify result (or,
 for the lens, a task's pairs); ``experiments/fig5_attention_roles.py``, ``fig7_attention_views.py`` and
-``fig6_mlp_logit_lens.py`` call them with their shared identify results. :func:`run_attention`, :func:`run_views` and
+``fig6_mlp_logit_lens.py`` call them with their shared identify results. :func:`run_attention`, :func:`run_attention_views` and
 :func:`run_lens` are the jobs' entry points (``--heads-from``, or identify made first; the other operations' pairs
 built as identify builds them; the lens needs no key heads, so no identify run), and ``print_*`` what the commands
 say when they finish."""
@@ -65,7 +65,7 @@ def run_attention(config: RolesConfig, out: str | Path, *, model: Model | None =
                              model=model, progress=progress)
 
 
-def run_views(config: ViewsConfig, out: str | Path, *, model: Model | None = None,
+def run_attention_views(config: ViewsConfig, out: str | Path, *, model: Model | None = None,
               progress: bool = True) -> AttentionViews:
     """The ``circuits attention-views`` job: the views saved in ``out`` (``data.json``, and the page itself as
     ``figure.html``)."""
@@ -101,7 +101,7 @@ def print_attention(args: argparse.Namespace, config: RolesConfig, r: AttentionR
     print(f"the most-attended role of each key head, {seconds:.0f} s -> {args.out}/figure.html")
 
 
-def print_views(args: argparse.Namespace, config: ViewsConfig, r: AttentionViews, seconds: float) -> None:
+def print_attention_views(args: argparse.Namespace, config: ViewsConfig, r: AttentionViews, seconds: float) -> None:
     print(f"heads {', '.join(f'{h[0]}.{h[1]}' for h in r.heads)} on {len(r.prompts)} prompts, {seconds:.0f} s "
           f"-> {args.out}/figure.html")
 

@@ -56,10 +56,12 @@ def test_every_entry_leads_to_its_code_in_the_one_shape():
     the kind a job's run returns is the job's own name; no import stands unused."""
     used = set()
     for j in jobs.JOBS:
+        word = j.name.replace("-", "_")  # the table's names for a job's code: run_<name>, print_<name>, register_<name>
         names = [j.config, j.run, j.printout, j.register, *(o.type for o in j.results)]
         used |= {n for n in names if n}
         assert (j.run is None) is (j.printout is None) or j.register, j.name
         if j.run:
+            assert (j.run, j.printout or j.register) in ((f"run_{word}", f"print_{word}"), (f"run_{word}", f"register_{word}"))
             params = inspect.signature(j.runner()).parameters
             assert list(params)[:2] == ["config", "out"], j.name
             assert params["model"].default is None and isinstance(params["progress"].default, bool), j.name
@@ -69,6 +71,7 @@ def test_every_entry_leads_to_its_code_in_the_one_shape():
             assert [p.kind for p in params.values()] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 4, j.name
             assert list(params)[::3] == ["args", "seconds"], j.name
         if j.register:
+            assert j.register == f"register_{word}", j.name
             assert list(inspect.signature(jobs.load(j.register)).parameters)[1:] == [], j.name
         if j.results:
             assert jobs.load(j.results[0].type).kind == j.kind == j.name, j.name  # the kind is named as the command
@@ -227,8 +230,8 @@ def printout(args, config, result, seconds):
     print(f"toy total {result.total} -> {args.out}")
 '''
 # What adding the toy job to circuits/jobs.py takes: one import line in its TYPE_CHECKING block and one table entry.
-TOY_IMPORT = "from toy_job import ToyConfig, ToyResult, printout as toy_printout, run as toy"
-TOY_ENTRY = 'Job("toy", "count", (Output("toy", "ToyResult", ("knockout",)),), ("data.json",), "ToyConfig", "toy", "toy_printout")'
+TOY_IMPORT = "from toy_job import ToyConfig, ToyResult, printout as print_toy, run as run_toy"
+TOY_ENTRY = 'Job("toy", "count", (Output("toy", "ToyResult", ("knockout",)),), ("data.json",), "ToyConfig", "run_toy", "print_toy")'
 
 
 def test_a_new_job_is_one_module_and_one_table_entry(tmp_path, monkeypatch, capsys):
