@@ -62,6 +62,12 @@ def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: b
         yield out
 
 
+def subcommand(sub: argparse._SubParsersAction, name: str, description: str) -> argparse.ArgumentParser:
+    """The subcommand ``name``: the job table's help line, and ``description`` as written."""
+    return sub.add_parser(name, help=job(name).help, description=inspect.cleandoc(description),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
 def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.ArgumentParser:
     """Add the subcommand of ``job`` (a job table entry that writes one folder): its flags come from the job's config,
     with ``--out`` and ``--overwrite`` (and ``--no-progress`` where the job shows progress), its description is the
@@ -70,8 +76,7 @@ def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.Argument
     holds it; then its ``printout(args, config, result, seconds)`` says what came out (``seconds``: the whole
     command's, model loading included)."""
     config_type = job.config_type()
-    p = sub.add_parser(job.name, help=job.help, description=f"{job.help}.\n\n{inspect.cleandoc(config_type.__doc__)}",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subcommand(sub, job.name, f"{job.help}.\n\n{inspect.cleandoc(config_type.__doc__)}")
     add_arguments(p, config_type)
     add_output_arguments(p, "output folder")
 
@@ -102,8 +107,7 @@ def register_identify(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     (rank 0 writes; the result equals a one-process run's exactly), and ``--n-devices K`` spreads a model too big for
     one GPU over K of them (docs/scale.md).
     """
-    p = sub.add_parser("identify", help=job("identify").help,
-                       description=inspect.cleandoc(register_identify.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subcommand(sub, "identify", register_identify.__doc__)
     add_arguments(p, IdentifyConfig)
     add_output_arguments(p, "output folder (a result per task inside it for --task all)")
     p.add_argument("--engine", choices=tuple(END_SWEEP_ENGINES), default=None,
@@ -142,7 +146,7 @@ def command_identify(args: argparse.Namespace) -> int:
 
 
 # ``circuits finetune``
-def register_finetune(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register_finetune(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """``circuits finetune``: Precise SFT (heads from an identify result or listed) or full SFT.
 
     Writes into ``--out``: ``config.json``, ``checkpoint.pt`` (resumable), ``delta.pt`` (the tuned values in
@@ -154,8 +158,7 @@ def register_finetune(subparsers: argparse._SubParsersAction) -> argparse.Argume
     sharded with FSDP2 (``--cpu-offload`` also on one GPU); the global ``--batch-size`` is split over the ranks, so the
     run equals a one-process run. See docs/scale.md.
     """
-    p = subparsers.add_parser("finetune", help=job("finetune").help,
-                              description=inspect.cleandoc(register_finetune.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subcommand(sub, "finetune", register_finetune.__doc__)
     add_output_arguments(p, "output folder (a run there with the same config resumes; a finished one is left as is)")
     sel = p.add_argument_group("heads from an identify result")
     sel.add_argument("--heads-from", help="a `circuits identify` task folder")
@@ -205,7 +208,7 @@ def command_finetune(args: argparse.Namespace) -> int:
 
 
 # ``circuits evaluate``
-def register_evaluate(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register_evaluate(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """``circuits evaluate``: score a model (optionally with a fine-tuning delta applied) on the benchmarks.
 
     Writes ``--out``, atomically: a folder, or one JSON file when it ends in ``.json``
@@ -214,8 +217,7 @@ def register_evaluate(subparsers: argparse._SubParsersAction) -> argparse.Argume
     ``--dtype bfloat16`` loads the model in bf16 (a delta's fp32 values are cast onto it, as training cast them);
     ``--n-devices K`` spreads a model too big for one GPU over K of them. Evaluation runs in one process.
     """
-    p = subparsers.add_parser("evaluate", help=job("evaluate").help,
-                              description=inspect.cleandoc(register_evaluate.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subcommand(sub, "evaluate", register_evaluate.__doc__)
     add_arguments(p, EvalConfig)
     p.add_argument("--device")
     p.add_argument("--n-devices", type=int, default=1, help="spread the model's layers over this many GPUs")
@@ -240,7 +242,7 @@ def command_evaluate(args: argparse.Namespace) -> int:
 
 
 # ``circuits export``
-def register_export(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register_export(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """``circuits export``: a tuned model out of the toolkit, as a Hugging Face checkpoint.
 
     Writes into ``--out`` (a new or empty folder, atomically): ``model.safetensors`` and ``config.json`` in the base
@@ -253,8 +255,7 @@ def register_export(subparsers: argparse._SubParsersAction) -> argparse.Argument
 
     Folded norms are divided back out of the tuned rows; see :mod:`circuits.sft.export`.
     """
-    p = subparsers.add_parser("export", help=job("export").help,
-                              description=inspect.cleandoc(register_export.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subcommand(sub, "export", register_export.__doc__)
     add_arguments(p, ExportConfig, required=("delta",))
     p.add_argument("--out", required=True, help="a new or empty output folder")
     p.set_defaults(func=command_export)
@@ -278,8 +279,7 @@ def register_report(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     wrote (folders are searched, so ``results/`` itself works) and runs no model. Sections whose results
     are absent are skipped with a note saying how to make them.
     """
-    p = sub.add_parser("report", help=job("report").help,
-                       description=inspect.cleandoc(register_report.__doc__), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subcommand(sub, "report", register_report.__doc__)
     p.add_argument("results", nargs="+", help="result folders (searched recursively) or JSON files")
     add_output_arguments(p, "the HTML file to write", default="report.html")
     p.add_argument("--title", default="circuits report")
