@@ -1,35 +1,94 @@
-"""The job table: every step that writes a result, listed once.
+"""The job table: every step that writes a result, listed once, from its command to its code.
 
 A :class:`Job` names its command, its config, the result kinds it writes (each with the report sections that draw it),
 its ``run`` and the files it writes. Everything that used to keep a parallel list reads this table instead:
 
-- the command line (:mod:`circuits.cli`) adds one subcommand per job with ``command=True``, its flags from ``config``,
-  its description from the ``cli`` module's docstring (which may add a ``printout``, or a ``register`` hook for
-  special flags);
-- :data:`circuits.results.RESULT_TYPES` (kind -> ``"module:Class"``) and :data:`circuits.results.CIRCUITS_FILES` are
-  views of it;
+- the command line (:mod:`circuits.cli`) adds one subcommand per job with ``command=True``: its flags from ``config``,
+  its description from the config's docstring, its run, and what it prints when done (``printout``); a command with
+  flags of its own names its ``register`` in :mod:`circuits.cli.commands`;
+- :data:`circuits.results.RESULT_TYPES` and :data:`circuits.results.CIRCUITS_FILES` are views of it;
 - the report's sections (:data:`circuits.viz.sections.SECTIONS`) take their kinds and their "how to make it" line
   from it.
 
-Every ``run`` has one signature, ``run(config, out, *, model=None, progress=..., **options) -> Result``
-(``tests/unit/test_job_table.py`` checks it): it returns its result and writes it through ``Result.save`` into ``out``. Jobs with ``command=False`` are made by a script in
-``experiments/`` (named in ``how``); their results are still registered, drawn and replaced like any other.
+Every job has one shape: a torch-free config class, a job module with ``run(config, out, *, model=None,
+progress=..., **options) -> Result`` (it writes its result through ``Result.save`` into ``out``) and
+``printout(args, config, result, seconds)`` (a command with flags of its own -- identify, finetune, evaluate -- prints
+in its ``register``'s command instead), and a result class whose ``kind`` is the job's name
+(``tests/unit/test_job_table.py`` checks each). Jobs with ``command=False`` are made by a script in ``experiments/``
+(named in ``how``); their results are still registered, drawn and replaced like any other.
 
-Everything here is a string (``"module:Name"``), imported only when used: this module imports nothing of the
-package, so the base layer (``results``), the report and ``circuits --help`` read it without torch.
+The table names each job's config class, run (``run_<name>``), printout (``print_<name>``) and result classes by the
+imports below: an editor's "go to definition" and a reader follow them to the code, and :func:`load` imports each
+only when it is used (:mod:`circuits.lazy` reads the same lines), so this module imports nothing of the package and
+the base layer (``results``), the report and ``circuits --help`` read it without torch. A new job is its module(s) and
+two lines here: its import and its entry (``tests/unit/test_job_table.py`` adds a toy job so).
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from circuits.lazy import type_checking_exports
+
+if TYPE_CHECKING:  # what the table names (a job's config, run, printout and result classes), imported by load()
+    from circuits.beyond.edges.config import EdgesConfig
+    from circuits.beyond.edges.job import printout as print_edges, run as run_edges
+    from circuits.beyond.edges.result import EdgeResult
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.faithfulness.job import printout as print_faithfulness, run as run_faithfulness
+    from circuits.beyond.faithfulness.result import FaithfulnessResult
+    from circuits.beyond.heuristics.config import HeuristicsConfig
+    from circuits.beyond.heuristics.job import printout as print_heuristics, run as run_heuristics
+    from circuits.beyond.heuristics.result import HeuristicsResult
+    from circuits.beyond.neurons.config import NeuronConfig
+    from circuits.beyond.neurons.job import printout as print_neurons, run as run_neurons
+    from circuits.beyond.neurons.result import NeuronResult
+    from circuits.beyond.positions.config import PositionConfig
+    from circuits.beyond.positions.job import printout as print_positions, run as run_positions
+    from circuits.beyond.positions.result import PositionResult
+    from circuits.beyond.screen.config import ScreenConfig
+    from circuits.beyond.screen.job import printout as print_screen, run as run_screen
+    from circuits.beyond.screen.result import ScreenResult
+    from circuits.beyond.stability.config import StabilityConfig
+    from circuits.beyond.stability.job import printout as print_stability, run as run_stability
+    from circuits.beyond.stability.result import StabilityResult
+    from circuits.cli.commands import (register_evaluate, register_export, register_finetune, register_identify,
+                                       register_report)
+    from circuits.evaluation.config import EvalConfig
+    from circuits.evaluation.job import run as run_evaluate
+    from circuits.evaluation.result import EvalResult
+    from circuits.explain.attention import AttentionRoles, AttentionViews
+    from circuits.explain.config import LensConfig, RolesConfig, ViewsConfig
+    from circuits.explain.job import (print_attention, print_attention_views, print_lens, run_attention,
+                                      run_attention_views, run_lens)
+    from circuits.explain.logit_lens import LogitLens
+    from circuits.explain.numbers.config import NumbersConfig
+    from circuits.explain.numbers.job import printout as print_numbers, run as run_numbers
+    from circuits.explain.numbers.result import NumbersResult
+    from circuits.identify.config import IdentifyConfig
+    from circuits.identify.job import run as run_identify
+    from circuits.identify.result import IdentifyResult, PerOperation
+    from circuits.sft.compare import SFTComparison
+    from circuits.sft.config import FinetuneConfig
+    from circuits.sft.job import run as run_finetune
+    from circuits.sft.result import FinetuneResult
+    from circuits.validate.ablation_kinds import AblationComparison
+    from circuits.validate.config import KnockoutConfig, TransferSets
+    from circuits.validate.cross_model import CrossModelResult
+    from circuits.validate.job import print_knockout, print_transfer, run_knockout, run_transfer
+    from circuits.validate.knockout import KnockoutResult
+    from circuits.validate.transfer import TransferResult, WordProblemHeads
+
+# name -> module of each import above (and the name it has there, where it is imported under another)
+REFS, ALIASES = type_checking_exports(__file__)
 
 
 @dataclass(frozen=True)
 class Output:
-    """A result kind a job writes: its ``kind`` (the ``circuits.json`` marker's), its class as ``"module:Class"``, and
-    the anchors of the report sections that draw it (the first is its own; empty: no section draws it)."""
+    """A result kind a job writes: its ``kind`` (the ``circuits.json`` marker's), its class (a name imported above),
+    and the anchors of the report sections that draw it (the first is its own; empty: no section draws it)."""
 
     kind: str
     type: str
@@ -40,14 +99,14 @@ class Output:
 class Job:
     """One step that writes results.
 
-    ``name``: the command (``circuits <name>``) or, for a script's job, the script's name. ``config``/``run``:
-    ``"module:Class"`` (a module importing no torch: the CLI builds every parser from it) and ``"module:function"``
-    (imported only when the job runs). ``results``: the kinds it writes, the first the one ``run`` returns.
-    ``files``: the names it writes into its folder (beside ``config.json`` and the marker), so what a later run may
-    replace is the job's to say. ``cli``: the module under :mod:`circuits.cli` giving the command's description (its
-    docstring) and optionally ``printout(args, config, result, seconds)``, or ``register(sub)`` for a command with
-    flags of its own; ``printout``: that function as ``"module:function"`` where the job has no such module. ``how``:
-    the command line the report shows when the result is missing."""
+    ``name``: the command (``circuits <name>``) or, for a script's job, the script's name; the kind ``run`` returns
+    is the same word. ``config``, ``run``, ``printout``, ``register``: names imported above (the config's module
+    imports no torch: the CLI builds every parser from it; the run and its printout are imported only when the job
+    runs). ``results``: the kinds it writes, the first the one ``run`` returns. ``files``: the names it writes into
+    its folder (beside ``config.json`` and the marker), so what a later run may replace is the job's to say.
+    ``register(sub)``: for a command with flags of its own, adds its subcommand (else the CLI adds it from the config,
+    and the command's description is ``help`` and the config's docstring). ``how``: the command line the report shows
+    when the result is missing."""
 
     name: str
     help: str
@@ -55,21 +114,16 @@ class Job:
     files: tuple[str, ...] = ()
     config: str | None = None
     run: str | None = None
-    cli: str | None = None
+    printout: str | None = None
+    register: str | None = None
     how: str = ""
     command: bool = True
     progress: bool = True  # the command gets --no-progress
-    printout: str | None = None  # "module:function" saying what came out (else the cli module's printout)
 
     @property
     def kind(self) -> str | None:
         """The kind ``run`` returns (None for a command that writes no result: report, export)."""
         return self.results[0].kind if self.results else None
-
-    @property
-    def section(self) -> str | None:
-        """The report section its result feeds first (None when none draws it)."""
-        return next((o.sections[0] for o in self.results if o.sections), None)
 
     def config_type(self) -> type:
         """The config class, imported now (its module imports no torch)."""
@@ -80,12 +134,19 @@ class Job:
         return load(self.run)
 
 
-def load(ref: str | None) -> Any:
-    """The object ``"module:name"`` names, imported now."""
-    if not ref:
+def where(name: str) -> str:
+    """``"module:name"`` of a name the table imports."""
+    if name not in REFS:
+        raise KeyError(f"{name!r} is not imported by the job table (circuits/jobs.py)")
+    return f"{REFS[name]}:{ALIASES.get(name, name)}"
+
+
+def load(name: str | None) -> Any:
+    """The object a name the table imports stands for, imported now."""
+    if not name:
         raise ValueError("nothing to import")
-    module, _, name = ref.partition(":")
-    return getattr(importlib.import_module(module), name)
+    module, _, attr = where(name).partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 _PLOTS = tuple(f"figure-{t}.html" for t in ("addition", "subtraction", "multiplication", "division", "all"))
@@ -93,112 +154,95 @@ _PLOTS = tuple(f"figure-{t}.html" for t in ("addition", "subtraction", "multipli
 JOBS: tuple[Job, ...] = (
     # Step 1 (Section 4.1): the key heads.
     Job("identify", "find the key heads and MLPs by patching at END (Figure 2)",
-        (Output("identify", "circuits.identify.result:IdentifyResult", ("key-heads", "edges", "uncertainty")),),
+        (Output("identify", "IdentifyResult", ("key-heads", "edges", "uncertainty")),),
         ("summary.json", "pairs.jsonl", "sweep.pt", "heads.html", "edges.pt", "circuit.html"),
-        "circuits.identify.config:IdentifyConfig", "circuits.identify.job:run", "circuits.cli.identify",
-        "circuits identify --model smollm2 --task all --out results/identify"),
+        "IdentifyConfig", "run_identify", register="register_identify",
+        how="circuits identify --model smollm2 --task all --out results/identify"),
     Job("per_operation", "the key heads of each operation on one colour scale (Figure 15)",
-        (Output("per_operation", "circuits.identify.result:PerOperation", ("key-heads",)),),
-        ("data.json", "figure.html", "figure_overlap.html"),
+        (Output("per_operation", "PerOperation", ("key-heads",)),), ("data.json", "figure.html", "figure_overlap.html"),
         how="python experiments/fig15_per_operation.py", command=False),
     Job("screen", "attribution screen of every head, MLP and neuron at every position, verified exactly",
-        (Output("screen", "circuits.beyond.screen.result:ScreenResult", ("screen",)),),
-        ("summary.json", "pairs.jsonl", "screen.pt", "screen.html"),
-        "circuits.beyond.screen.config:ScreenConfig", "circuits.beyond.screen.job:run", "circuits.cli.screen",
-        "circuits screen --model smollm2 --task addition --verify 20 --out results/screen-addition"),
+        (Output("screen", "ScreenResult", ("screen",)),), ("summary.json", "pairs.jsonl", "screen.pt", "screen.html"),
+        "ScreenConfig", "run_screen", "print_screen",
+        how="circuits screen --model smollm2 --task addition --verify 20 --out results/screen-addition"),
     Job("positions", "activation patching at every position, exact (information flow)",
-        (Output("positions", "circuits.beyond.positions.result:PositionResult", ("positions",)),),
-        ("summary.json", "pairs.jsonl", "positions.pt", "flow.html"),
-        "circuits.beyond.positions.config:PositionConfig", "circuits.beyond.positions.job:run", "circuits.cli.positions",
-        "circuits positions --model smollm2 --task addition --out results/positions-addition"),
+        (Output("positions", "PositionResult", ("positions",)),),
+        ("summary.json", "pairs.jsonl", "positions.pt", "flow.html"), "PositionConfig", "run_positions", "print_positions",
+        how="circuits positions --model smollm2 --task addition --out results/positions-addition"),
     Job("neurons", "every neuron of the key MLPs patched at END, and their knockout",
-        (Output("neurons", "circuits.beyond.neurons.result:NeuronResult", ("neurons",)),),
-        ("summary.json", "pairs.jsonl", "neurons.pt", "figure.html"),
-        "circuits.beyond.neurons.config:NeuronConfig", "circuits.beyond.neurons.job:run", "circuits.cli.neurons",
-        "circuits neurons --model smollm2 --task addition --out results/neurons-addition"),
+        (Output("neurons", "NeuronResult", ("neurons",)),), ("summary.json", "pairs.jsonl", "neurons.pt", "figure.html"),
+        "NeuronConfig", "run_neurons", "print_neurons",
+        how="circuits neurons --model smollm2 --task addition --out results/neurons-addition"),
     Job("heuristics", "the key MLPs' top neurons classified into heuristics over the operand grid, and knocked out by class",
-        (Output("heuristics", "circuits.beyond.heuristics.result:HeuristicsResult", ("heuristics",)),),
+        (Output("heuristics", "HeuristicsResult", ("heuristics",)),),
         ("summary.json", "classes.json", "pairs.jsonl", "grid.jsonl", "heuristics.pt", "figure.html", "knockout.html"),
-        "circuits.beyond.heuristics.config:HeuristicsConfig", "circuits.beyond.heuristics.job:run",
-        "circuits.cli.heuristics", "circuits heuristics --model smollm2 --task addition --out results/heuristics-addition"),
+        "HeuristicsConfig", "run_heuristics", "print_heuristics",
+        how="circuits heuristics --model smollm2 --task addition --out results/heuristics-addition"),
     Job("edges", "path-patch every earlier component into chosen receivers at END, on an identify result's pairs",
-        (Output("edges", "circuits.beyond.edges.result:EdgeResult", ("edges",)),),
-        ("summary.json", "pairs.jsonl", "edges.pt", "circuit.html"),
-        "circuits.beyond.edges.config:EdgesConfig", "circuits.beyond.edges.job:run", None,
-        "circuits edges --heads-from results/identify/addition --receivers top5 --out results/edges-addition",
-        printout="circuits.cli.steps:edges"),
+        (Output("edges", "EdgeResult", ("edges",)),), ("summary.json", "pairs.jsonl", "edges.pt", "circuit.html"),
+        "EdgesConfig", "run_edges", "print_edges",
+        how="circuits edges --heads-from results/identify/addition --receivers top5 --out results/edges-addition"),
     Job("stability", "Jaccard overlap of key heads across seeds and template forms",
-        (Output("stability", "circuits.beyond.stability.result:StabilityResult", ("uncertainty",)),),
-        ("data.json", "figure.html"),
-        "circuits.beyond.stability.config:StabilityConfig", "circuits.beyond.stability.job:run", "circuits.cli.stability",
-        "circuits stability --model smollm2 --out results/stability", progress=False),
+        (Output("stability", "StabilityResult", ("uncertainty",)),), ("data.json", "figure.html"),
+        "StabilityConfig", "run_stability", "print_stability",
+        how="circuits stability --model smollm2 --out results/stability", progress=False),
     Job("faithfulness", "faithfulness curves (MIB's CPR and CMD) of each ranking's circuits, with seconds",
-        (Output("faithfulness", "circuits.beyond.faithfulness.result:FaithfulnessResult", ("faithfulness",)),),
+        (Output("faithfulness", "FaithfulnessResult", ("faithfulness",)),),
         ("summary.json", "pairs.jsonl", "faithfulness.pt", "figure.html"),
-        "circuits.beyond.faithfulness.config:FaithfulnessConfig", "circuits.beyond.faithfulness.job:run",
-        "circuits.cli.faithfulness", "circuits faithfulness --model smollm2 --task addition --out results/faithfulness-addition"),
+        "FaithfulnessConfig", "run_faithfulness", "print_faithfulness",
+        how="circuits faithfulness --model smollm2 --task addition --out results/faithfulness-addition"),
     # Step 1b (Figures 3-4, Tables 3-4): validate the key heads by knocking them out.
     Job("knockout", "accuracy after mean-ablating the top-k heads against k random heads (Figure 3)",
-        (Output("knockout", "circuits.validate.knockout:KnockoutResult", ("knockout",)),), ("data.json", "figure.html"),
-        "circuits.validate.config:KnockoutConfig", "circuits.validate.knockout_job:run", None,
-        "circuits knockout --heads-from results/identify/addition --out results/knockout-addition",
-        printout="circuits.cli.steps:knockout"),
+        (Output("knockout", "KnockoutResult", ("knockout",)),), ("data.json", "figure.html"),
+        "KnockoutConfig", "run_knockout", "print_knockout",
+        how="circuits knockout --heads-from results/identify/addition --out results/knockout-addition"),
     Job("transfer", "knock the key heads out on other data sets: SVAMP, sums, decimals, times, MMLU (Figure 4)",
-        (Output("transfer", "circuits.validate.transfer:TransferResult", ("transfer",)),), ("data.json", "figure.html"),
-        "circuits.validate.config:TransferSets", "circuits.validate.transfer_job:run", None,
-        "circuits transfer --heads-from results/identify/addition --out results/transfer",
-        printout="circuits.cli.steps:transfer"),
+        (Output("transfer", "TransferResult", ("transfer",)),), ("data.json", "figure.html"),
+        "TransferSets", "run_transfer", "print_transfer",
+        how="circuits transfer --heads-from results/identify/addition --out results/transfer"),
     Job("word_problems", "key heads found on word problems against the template key heads (Table 4)",
-        (Output("word_problem_heads", "circuits.validate.transfer:WordProblemHeads", ("word-problems",)),),
-        ("data.json", "figure.html"), how="python experiments/table4_gsm8k.py", command=False),
+        (Output("word_problems", "WordProblemHeads", ("word-problems",)),), ("data.json", "figure.html"),
+        how="python experiments/table4_gsm8k.py", command=False),
     Job("ablation_kinds", "the knockout under each ablation kind (mean, zero, resample)",
-        (Output("ablation_kinds", "circuits.validate.ablation_kinds:AblationComparison", ("uncertainty",)),),
-        ("data.json", "figure.html", *_PLOTS), how="python experiments/fig3_ablation_kinds.py", command=False),
+        (Output("ablation_kinds", "AblationComparison", ("uncertainty",)),), ("data.json", "figure.html", *_PLOTS),
+        how="python experiments/fig3_ablation_kinds.py", command=False),
     Job("cross_model", "the paper's claims measured on several models",
-        (Output("cross_model", "circuits.validate.cross_model:CrossModelResult", ("cross-model",)),),
-        ("data.json", "figure.html"), how="python experiments/cross_model.py", command=False),
+        (Output("cross_model", "CrossModelResult", ("cross-model",)),), ("data.json", "figure.html"),
+        how="python experiments/cross_model.py", command=False),
     # Step 2 (Section 4.2): explain them.
     Job("attention", "where the key heads look from END, by token role (Figure 5)",
-        (Output("attention_roles", "circuits.explain.attention:AttentionRoles", ("attention-roles",)),),
-        ("data.json", "figure.html"),
-        "circuits.explain.config:RolesConfig", "circuits.explain.attention_job:run_roles", None,
-        "circuits attention --heads-from results/identify/addition --out results/attention-roles",
-        printout="circuits.cli.steps:attention"),
+        (Output("attention", "AttentionRoles", ("attention-roles",)),), ("data.json", "figure.html"),
+        "RolesConfig", "run_attention", "print_attention",
+        how="circuits attention --heads-from results/identify/addition --out results/attention-roles"),
     Job("attention-views", "circuitsvis views of the key heads' attention on a few prompts (Figures 7, 16)",
-        (Output("attention_views", "circuits.explain.attention:AttentionViews", ("attention-views",)),),
-        ("data.json", "figure.html"),
-        "circuits.explain.config:ViewsConfig", "circuits.explain.attention_job:run_views", None,
-        "circuits attention-views --heads-from results/identify/addition --out results/attention-views",
-        printout="circuits.cli.steps:views"),
+        (Output("attention-views", "AttentionViews", ("attention-views",)),), ("data.json", "figure.html"),
+        "ViewsConfig", "run_attention_views", "print_attention_views",
+        how="circuits attention-views --heads-from results/identify/addition --out results/attention-views"),
     Job("lens", "the MLPs through the logit lens: operands in, answer out (Figure 6)",
-        (Output("logit_lens", "circuits.explain.logit_lens:LogitLens", ("logit-lens",)),),
-        ("data.json", "figure.html", "figure_6c.html"),
-        "circuits.explain.config:LensConfig", "circuits.explain.lens_job:run", None,
-        "circuits lens --heads-from results/identify/addition --out results/logit-lens",
-        printout="circuits.cli.steps:lens"),
+        (Output("lens", "LogitLens", ("logit-lens",)),), ("data.json", "figure.html", "figure_6c.html"),
+        "LensConfig", "run_lens", "print_lens",
+        how="circuits lens --heads-from results/identify/addition --out results/logit-lens"),
     Job("numbers", "the key components over the number line (Fourier periods) and the neurons of each answer digit",
-        (Output("numbers", "circuits.explain.numbers.result:NumbersResult", ("numbers",)),),
-        ("summary.json", "numbers.pt", "figure.html", "digits.html"),
-        "circuits.explain.numbers.config:NumbersConfig", "circuits.explain.numbers.job:run", "circuits.cli.numbers",
-        "circuits numbers --heads-from results/identify/addition --out results/numbers-addition"),
+        (Output("numbers", "NumbersResult", ("numbers",)),), ("summary.json", "numbers.pt", "figure.html", "digits.html"),
+        "NumbersConfig", "run_numbers", "print_numbers",
+        how="circuits numbers --heads-from results/identify/addition --out results/numbers-addition"),
     # Step 3 (Section 4.3): Precise SFT, and the benchmarks it is measured on.
     Job("finetune", "Precise SFT of key heads/MLPs, or full SFT (Section 4.3, 5.3)",
-        (Output("finetune", "circuits.sft.result:FinetuneResult", ("precise-sft",)),),
-        ("result.json", "checkpoint.pt", "checkpoint", "delta.pt"),
-        "circuits.sft.config:FinetuneConfig", "circuits.sft.job:run", "circuits.cli.finetune",
-        "circuits finetune --heads-from results/identify/addition --out results/sft"),
+        (Output("finetune", "FinetuneResult", ("precise-sft",)),),
+        ("result.json", "checkpoint.pt", "checkpoint", "delta.pt"), "FinetuneConfig", "run_finetune",
+        register="register_finetune", how="circuits finetune --heads-from results/identify/addition --out results/sft"),
     Job("sft_table", "base model, full fine-tuning and Precise SFT on math and generic benchmarks (Table 1)",
-        (Output("sft_table", "circuits.sft.compare:SFTComparison", ("precise-sft",)),),
-        ("data.json", "table.md", "rows", "runs"), how="python experiments/table1_precise_sft.py", command=False),
+        (Output("sft_table", "SFTComparison", ("precise-sft",)),), ("data.json", "table.md", "rows", "runs"),
+        how="python experiments/table1_precise_sft.py", command=False),
     Job("evaluate", "math and generic benchmarks through lm-evaluation-harness",
-        (Output("evaluation", "circuits.evaluation.result:EvalResult", ("precise-sft",)),),
-        ("result.json", "circuits_metrics.py"),
-        "circuits.evaluation.config:EvalConfig", "circuits.evaluation.job:run", "circuits.cli.evaluate",
-        "circuits evaluate --model smollm2 --out results/eval-base", progress=False),
+        (Output("evaluate", "EvalResult", ("precise-sft",)),), ("result.json", "circuits_metrics.py"),
+        "EvalConfig", "run_evaluate", register="register_evaluate",
+        how="circuits evaluate --model smollm2 --out results/eval-base", progress=False),
     # Commands that write no result of their own.
-    Job("export", "write a fine-tuned model (base + delta.pt) as a Hugging Face checkpoint", (), cli="circuits.cli.export", progress=False),
-    Job("report", "one shareable, offline HTML page from saved results (no model run)", (), cli="circuits.cli.report",
-        progress=False),
+    Job("export", "write a fine-tuned model (base + delta.pt) as a Hugging Face checkpoint", (),
+        register="register_export", progress=False),
+    Job("report", "one shareable, offline HTML page from saved results (no model run)", (),
+        register="register_report", progress=False),
 )
 
 COMMANDS: tuple[Job, ...] = tuple(j for j in JOBS if j.command)
@@ -219,11 +263,6 @@ def outputs() -> tuple[Output, ...]:
         for o in j.results:
             seen.setdefault(o.kind, o)
     return tuple(seen.values())
-
-
-def writer(kind: str) -> Job:
-    """The job that writes ``kind`` (the first listed)."""
-    return next(j for j in JOBS if any(o.kind == kind for o in j.results))
 
 
 def section_kinds(anchor: str) -> tuple[str, ...]:

@@ -42,7 +42,16 @@ C = TypeVar("C", bound=Config)
 
 # kind -> "module:Class", a view of the job table (circuits.jobs); imported on first use (no registration by import
 # side effect).
-RESULT_TYPES: dict[str, str] = {o.kind: o.type for o in jobs.outputs()}
+RESULT_TYPES: dict[str, str] = {o.kind: jobs.where(o.type) for o in jobs.outputs()}
+# The kinds results were saved under before each kind was named as its command (issue 38): read as the new ones, so
+# folders saved earlier still load.
+OLD_KINDS = {"logit_lens": "lens", "attention_roles": "attention", "attention_views": "attention-views",
+             "word_problem_heads": "word_problems", "evaluation": "evaluate"}
+
+
+def kind_of(saved: str) -> str:
+    """The kind a saved ``kind`` field names today (an old name read as its new one, :data:`OLD_KINDS`)."""
+    return OLD_KINDS.get(saved, saved)
 
 
 class ResultError(ValueError):
@@ -70,7 +79,7 @@ def read_marker(folder: str | Path) -> dict[str, Any] | None:
         raise ResultError(f"{path} is not a circuits result marker (no 'kind')")
     if not isinstance(marker.get("version", 1), int) or isinstance(marker.get("version"), bool):
         raise ResultError(f"{path}: the format version {marker['version']!r} is not a whole number")
-    return marker
+    return {**marker, "kind": kind_of(marker["kind"])}
 
 
 def detect_kind(folder: str | Path) -> str | None:

@@ -36,10 +36,10 @@ def main(argv: list[str] | None = None) -> Path:
     import fig6_mlp_logit_lens
     import fig7_attention_views
 
-    from circuits.explain.lens_job import lens_result
-    from circuits.explain.lens_job import save as lens_save
-    from circuits.explain.attention_job import roles_result, views_result
-    from circuits.validate.knockout_job import knockout_result
+    from circuits.explain.job import lens_result
+    from circuits.explain.job import save_lens as lens_save
+    from circuits.explain.job import roles_result, views_result
+    from circuits.validate.job import knockout_result
 
     out = Path(args.out)
     from circuits.viz.page import asset_home, shared_asset

@@ -1,6 +1,6 @@
 """Figure 3: accuracy and answer probability after mean-ablating the top-k heads (effect order) vs
 k random heads (several seeds). Run: ``python experiments/fig3_knockout.py``; ``--replot`` redraws.
-The same job as ``circuits knockout --heads-from results/identify/addition`` (:mod:`circuits.validate.knockout_job`)."""
+The same job as ``circuits knockout --heads-from results/identify/addition`` (:mod:`circuits.validate.job`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import _tables as T
 from circuits.config import option
 from circuits.validate.config import KnockoutConfig
 from circuits.validate.knockout import KnockoutResult
-from circuits.validate.knockout_job import knockout_result
+from circuits.validate.job import knockout_result
 from circuits.viz.figures import write_figure
 
 

@@ -2,7 +2,7 @@
 next-token accuracy on SVAMP, multi-digit sums, decimals and time spans, and MMLU (humanities)
 letter accuracy, before and after; k random heads as a control.
 Run: ``python experiments/fig4_transfer.py [--n 48 --n-mmlu 40]``; ``--replot`` redraws.
-The same job as ``circuits transfer --heads-from results/identify/addition`` (:mod:`circuits.validate.transfer_job`)."""
+The same job as ``circuits transfer --heads-from results/identify/addition`` (:mod:`circuits.validate.job`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import _tables as T
 from circuits.config import option
 from circuits.validate.config import TransferSets
 from circuits.validate.transfer import TransferResult
-from circuits.validate.transfer_job import transfer_result
+from circuits.validate.job import transfer_result
 from circuits.viz.figures import write_figure
 
 

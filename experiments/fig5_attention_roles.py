@@ -1,7 +1,7 @@
 """Figure 5: where the key heads look from END, by token role (A, B, operator, answer prefix,
 few-shot prefix, other), averaged over prompts of each operation.
 Run: ``python experiments/fig5_attention_roles.py``; ``--replot`` redraws.
-The same job as ``circuits attention`` (:mod:`circuits.explain.attention_job`)."""
+The same job as ``circuits attention`` (:mod:`circuits.explain.job`)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import _tables as T
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
 from circuits.explain.attention import AttentionRoles
-from circuits.explain.attention_job import roles_result
+from circuits.explain.job import roles_result
 from circuits.explain.config import RolesConfig
 from circuits.viz.figures import write_figure
 

@@ -1,7 +1,7 @@
 """Figure 6: cos(MLP_in, W_U[A]), cos(MLP_in, W_U[B]) per layer (6a); cos(MLP_out - MLP_in, W_U[C])
 against the other number tokens (6b); top number tokens of MLP_out - MLP_in per layer for one prompt (6c).
 Run: ``python experiments/fig6_mlp_logit_lens.py``; ``--replot`` redraws.
-The same job as ``circuits lens`` (:mod:`circuits.explain.lens_job`)."""
+The same job as ``circuits lens`` (:mod:`circuits.explain.job`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import _common as C
 
 from circuits.config import option
 from circuits.explain.config import LensConfig
-from circuits.explain.lens_job import lens_result
+from circuits.explain.job import lens_result
 from circuits.explain.logit_lens import LogitLens
 
 

@@ -1,6 +1,6 @@
 """Figures 7 and 16: circuitsvis attention views of the key heads on a few prompts, as a standalone
 offline page. Run: ``python experiments/fig7_attention_views.py``; ``--replot`` just names the page.
-The same job as ``circuits attention-views`` (:mod:`circuits.explain.attention_job`)."""
+The same job as ``circuits attention-views`` (:mod:`circuits.explain.job`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import _common as C
 from circuits.config import option
 from circuits.data.templates import OPERATIONS
 from circuits.explain.attention import AttentionViews
-from circuits.explain.attention_job import views_result
+from circuits.explain.job import views_result
 from circuits.explain.config import ViewsConfig
 
 

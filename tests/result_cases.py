@@ -98,18 +98,18 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
                                "writing_start": writing_start(lens["delta_C"], lens["delta_other"])}}
     out["cross_model"] = CrossModelResult(CrossModelConfig(models=("tiny",), operations=("addition",), identify=IdentifyConfig(n_pairs=4), ks=(0, 1, 3),
                                                            seeds=(0, 1)), {"tiny": measured})
-    out["word_problem_heads"] = WordProblemHeads(
+    out["word_problems"] = WordProblemHeads(
         WordProblemConfig(**SOURCE, dataset="addsub", n=8, top=3), heads[:3],
         {"addsub": {"n_questions": 8, "skipped": {}, "accuracy": 0.5, "n_correct": 4,
                     "key_heads": [[1, 2, -0.25], [0, 1, -0.125]], "shared_with_templates": [[1, 2]],
                     "accuracy_knockout_own": 0.25, "accuracy_knockout_template_heads": 0.375,
                     "accuracy_knockout_shared": 0.5, "accuracy_knockout_own_only": 0.5}})
-    out["attention_roles"] = attention_roles(model, pairs, heads[:2], config=RolesConfig(**SOURCE, n_key_heads=2,
+    out["attention"] = attention_roles(model, pairs, heads[:2], config=RolesConfig(**SOURCE, n_key_heads=2,
                                                                                          operations=("addition",)))
     prompts = [p.reference for p in pairs[:2]]
-    out["attention_views"] = AttentionViews(ViewsConfig(**SOURCE, n_key_heads=2, operations=("addition",)), heads[:2],
+    out["attention-views"] = AttentionViews(ViewsConfig(**SOURCE, n_key_heads=2, operations=("addition",)), heads[:2],
                                             prompts, attention_html(model, prompts, heads[:2], last_tokens=8))
-    out["logit_lens"] = logit_lens(model, pairs, k=3, config=LensConfig(**SOURCE, top_k=3))
+    out["lens"] = logit_lens(model, pairs, k=3, config=LensConfig(**SOURCE, top_k=3))
     out["finetune"] = FinetuneResult(FinetuneConfig(model="tiny", heads=(Head(1, 2), Head(0, 1)), mlps=(1,), lr=1e-3,
                                                     epochs=1, batch_size=4, micro_batch_size=2, sources=("arithmetic",)),
                                      steps=3, samples=12, samples_per_s=12.5, train_seconds=0.96, tuned_parameters=4096,
@@ -117,7 +117,7 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
     out["sft_table"] = SFTComparison(TableConfig(model="tiny", top_k=2, lr=1e-3, eval_tasks=("gsm8k", "mmlu", "perplexity")),
                                      _sft_rows(), heads[:2], "results/identify/addition", {"head_counts": [2, 4]},
                                      notes="The paper: 7.2 -> 9.8 on GSM8K.")
-    out["evaluation"] = EvalResult(EvalConfig(model="tiny", tasks=("gsm8k", "mmlu", "perplexity"), limit=8), _tasks(0.25),
+    out["evaluate"] = EvalResult(EvalConfig(model="tiny", tasks=("gsm8k", "mmlu", "perplexity"), limit=8), _tasks(0.25),
                                    {"digits": 0.5, "words": 0.25})
     out["screen"] = screen(model, pairs, ScreenConfig(**SOURCE, few_shot="on", filter_correct=False, verify=2),
                            progress=False)
@@ -148,7 +148,7 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
 # kind -> how its files are named, for tests that break one file (the result's main tensor or JSON file)
 MAIN_FILE: dict[str, str] = {"identify": "sweep.pt", "screen": "screen.pt", "positions": "positions.pt",
                              "neurons": "neurons.pt", "heuristics": "heuristics.pt", "edges": "edges.pt", "finetune": "result.json",
-                             "evaluation": "result.json", "faithfulness": "faithfulness.pt",
+                             "evaluate": "result.json", "faithfulness": "faithfulness.pt",
                              "numbers": "numbers.pt"}
 
 

@@ -1,12 +1,11 @@
 """The ``circuits`` command line: one subcommand per job of the job table (:data:`circuits.jobs.JOBS`).
 
 A job's subcommand takes its flags from the job's config (:func:`circuits.config.add_arguments`), which imports no
-torch, and runs the job's ``run(config, out, progress=...)`` (:func:`circuits.cli._output.register_job`); its module
-here (``Job.cli``) gives the description (its docstring) and may say what came out (``printout``). A command with
-flags of its own (identify, finetune, evaluate, export, report) has a module exposing ``register(subparsers)``, which
-adds its subcommand and sets ``func``. A subcommand's heavy modules (torch, the model, the job) are imported only when
-it runs, so ``circuits --help`` and a bad flag answer at once. A job that shows progress (``Job.progress``) gets
-``--no-progress`` here, declared once.
+torch, and runs the job's ``run(config, out, progress=...)`` and then its ``printout``
+(:func:`circuits.cli.commands.register_job`); a command with flags of its own (identify, finetune, evaluate, export,
+report) names its ``register`` in :mod:`circuits.cli.commands`, which adds its subcommand and sets ``func``. A
+subcommand's heavy modules (torch, the model, the job) are imported only when it runs, so ``circuits --help`` and a
+bad flag answer at once. A job that shows progress (``Job.progress``) gets ``--no-progress`` here, declared once.
 
 Under ``torchrun`` (``torchrun --nproc-per-node N -m circuits identify|finetune ...``) the process group is started
 here, once, from torchrun's environment (:func:`circuits.distributed.init_from_env`) and ended on the way out; rank 0
@@ -34,13 +33,8 @@ from circuits.threads import configure_threads, prefer_passive_waiting  # noqa: 
 
 prefer_passive_waiting()  # before the subcommands import torch, whose OpenMP runtime reads the policy once
 
-import importlib  # noqa: E402
-
-from circuits.cli._output import register_job  # noqa: E402
-from circuits.jobs import COMMANDS  # noqa: E402
-
-# The command modules, in the job table's order (a view of it: circuits.jobs.COMMANDS)
-COMMAND_MODULES = list(dict.fromkeys(importlib.import_module(j.cli) for j in COMMANDS if j.cli))
+from circuits.cli.commands import register_job  # noqa: E402
+from circuits import jobs  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,9 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="add the command's seconds per stage (load, candidates, filtering, sweep, write, report) "
                              "to FILE (JSON; summed over commands) and print the table of all it holds")
     sub = parser.add_subparsers(dest="command", required=True)
-    for job in COMMANDS:
-        module = importlib.import_module(job.cli) if job.cli else None
-        p = module.register(sub) if hasattr(module, "register") else register_job(sub, job)
+    for job in (j for j in jobs.JOBS if j.command):
+        p = jobs.load(job.register)(sub) if job.register else register_job(sub, job)
         if job.progress:
             p.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser

@@ -12,7 +12,7 @@ from typing import Any
 
 from circuits.config import Config
 from circuits.io import OutputError, read_json, write_json
-from circuits.results import Result, ResultError, check_writable, lazy_type
+from circuits.results import Result, ResultError, check_writable, kind_of, lazy_type
 
 
 def check_json_output(path: Path, overwrite: bool = False) -> None:
@@ -32,7 +32,7 @@ def check_json_output(path: Path, overwrite: bool = False) -> None:
 class EvalResult(Result):
     """``tasks``: ``{task: {metric: value, "n": documents}}``; accuracies in [0, 1], perplexities as is."""
 
-    kind = "evaluation"
+    kind = "evaluate"
     config_type = lazy_type("circuits.evaluation.tasks:EvalConfig")  # tasks.py imports this module
 
     config: Config  # a circuits.evaluation.tasks.EvalConfig
@@ -62,7 +62,7 @@ class EvalResult(Result):
         """From the one-file form (:meth:`to_json`); anything else is one :class:`ResultError` naming ``where``."""
         if not isinstance(d, dict) or not isinstance(d.get("tasks"), dict):
             raise ResultError(f"{where} holds no evaluation result (no 'tasks')")
-        if d.get("kind", cls.kind) != cls.kind:
+        if kind_of(d.get("kind", cls.kind)) != cls.kind:
             raise ResultError(f"{where} holds a {d['kind']} result, not {cls.kind}")
         if int(d.get("version", 1)) > cls.version:
             raise ResultError(f"{where} was written by a newer circuits (format {d['version']}; this one reads up to "

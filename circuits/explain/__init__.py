@@ -5,7 +5,7 @@
 - :mod:`~circuits.explain.dla`, :mod:`~circuits.explain.residual_lens`, :mod:`~circuits.explain.head_circuits`:
   direct logit attribution per head, the accumulated-residual logit lens, and the OV/QK circuits of key heads
   (docs/for-transformerlens-users.md).
-- :mod:`~circuits.explain.attention_job`, :mod:`~circuits.explain.lens_job`: the jobs ``circuits attention``,
+- :mod:`~circuits.explain.job`: the jobs ``circuits attention``,
   ``circuits attention-views`` and ``circuits lens`` (configs in :mod:`~circuits.explain.config`, without torch).
 
 Names are imported on first use (:mod:`circuits.lazy`), so the configs import without torch.

@@ -233,7 +233,7 @@ def attention_roles(model: Model, pairs: Sequence[PromptPair], heads: Sequence[H
 class AttentionRoles(ShowsFigure, Result):
     """Figure 5: each key head's END-row attention by token role, per operation (means over prompts)."""
 
-    kind = "attention_roles"
+    kind = "attention"
     config_type = RolesConfig
 
     config: RolesConfig
@@ -258,7 +258,7 @@ class AttentionRoles(ShowsFigure, Result):
 class AttentionViews(Result):
     """Figures 7 and 16: circuitsvis views of the key heads on a few prompts, as one offline page."""
 
-    kind = "attention_views"
+    kind = "attention-views"
     config_type = ViewsConfig
 
     config: ViewsConfig

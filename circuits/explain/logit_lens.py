@@ -155,7 +155,7 @@ class LogitLens(ShowsFigure, Result):
     """Figure 6: per-layer means of the MLP logit-lens cosines (6a, 6b), the top number tokens each MLP adds for
     one example (6c), and where the MLPs start writing the answer."""
 
-    kind = "logit_lens"
+    kind = "lens"
     config_type = LensConfig
 
     config: LensConfig

@@ -9,6 +9,7 @@ them (so they equal an identify result's pairs for the same config)."""
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Callable
 from typing import TypeVar
 
 from circuits.data.pairs import PromptPair, build_pairs
@@ -19,6 +20,7 @@ from circuits.models.loading import load_model
 from circuits.results import Result
 
 F = TypeVar("F", bound=FromIdentify)
+R = TypeVar("R", bound=Result)
 
 
 def resolved(config: F) -> F:
@@ -40,6 +42,19 @@ def source_result(config: FromIdentify, model: Model, *, progress: bool = True) 
     from circuits.identify.job import identify
 
     return identify(model, config=config.identify_config(), progress=progress)
+
+
+def run_from_identify(config: F, out: str | Path, compute: Callable[[Model, IdentifyResult, F], R], *,
+                      model: Model | None = None, progress: bool = True,
+                      write: Callable[[R, str | Path], Path] | None = None) -> R:
+    """A step 1b or step 2 job: ``config`` :func:`resolved`, the model (``model``, or the config's loaded), the
+    identify result its heads come from (:func:`source_result`), and ``compute(model, made, config)`` saved in ``out``
+    by ``write`` (default: with its figure, :func:`save`)."""
+    config = resolved(config)
+    model = model_for(config, model)
+    result = compute(model, source_result(config, model, progress=progress), config)
+    (write or save)(result, out)
+    return result
 
 
 def pairs_of(config: FromIdentify, task: str, model: Model, made: IdentifyResult | None = None) -> list[PromptPair]:

@@ -6,8 +6,7 @@
 - :mod:`~circuits.validate.neurons`: knockout of single MLP neurons.
 - :mod:`~circuits.validate.transfer`: the knockout on other formats (SVAMP, multi-digit, decimals, time spans, MMLU).
 - :mod:`~circuits.validate.cross_model`: the paper's claims measured side by side on several models.
-- :mod:`~circuits.validate.knockout_job`, :mod:`~circuits.validate.transfer_job`: the jobs ``circuits knockout`` and
-  ``circuits transfer``.
+- :mod:`~circuits.validate.job`: the jobs ``circuits knockout`` and ``circuits transfer``.
 
 Names are imported on first use (:mod:`circuits.lazy`), so the configs (:mod:`~circuits.validate.config`) import
 without torch: the command line builds ``circuits knockout`` and ``circuits transfer`` from them.

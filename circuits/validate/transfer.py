@@ -215,7 +215,7 @@ class WordProblemHeads(Result):
     ``datasets[name]`` holds ``n_questions``, ``n_correct``, ``accuracy``, ``key_heads`` (``[layer, head, effect]``),
     ``shared_with_templates`` and the knockout accuracies (own heads, template heads, shared, own-only)."""
 
-    kind = "word_problem_heads"
+    kind = "word_problems"
     config_type = WordProblemConfig
 
     config: WordProblemConfig

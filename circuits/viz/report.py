@@ -78,7 +78,7 @@ def collect(paths: Iterable[str | Path]) -> tuple[list[Found], list[Path], list[
 
     def _file(path: Path) -> None:
         try:
-            found.append(Found(result_type("evaluation").load(path), path))
+            found.append(Found(result_type("evaluate").load(path), path))
         except (ResultError, ValueError, OSError):
             pass  # a JSON file that is no evaluation result (or no regular file at all: a FIFO, a link to a device)
 

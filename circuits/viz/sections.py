@@ -340,7 +340,7 @@ def sft_section(page: Page, found: list[Found]) -> str:
             fig.update_layout(title="training loss", xaxis_title="step", yaxis_title="loss", height=320)
             out.append(page.figure(fig))
         out.append(f.config_html())
-    for f in (f for f in found if f.kind == "evaluation"):
+    for f in (f for f in found if f.kind == "evaluate"):
         tasks = f.result.tasks
         delta = f.config.get("delta")
         out.append(f"<h3>Evaluation <code>{_e(f.path.name)}</code></h3><p>{_e(f.config.get('model', ''))}"

@@ -84,7 +84,7 @@ def test_evaluate_runs_the_model_through_lm_eval(tmp_path):
     assert cli_main(["evaluate", "--model", str(tiny_dir("llama")), "--tasks", "arithmetic", "--limit", "3",
                      "--out", str(out), "--device", "cpu"]) == 0
     saved = json.loads(out.read_text())
-    assert saved["kind"] == "evaluation" and saved["tasks"]["arithmetic"]["n"] == 3
+    assert saved["kind"] == "evaluate" and saved["tasks"]["arithmetic"]["n"] == 3
     assert 0.0 <= saved["tasks"]["arithmetic"]["acc"] <= 1.0 and set(saved["arithmetic_by_form"]) == {
         "decimal", "single", "word"}
 

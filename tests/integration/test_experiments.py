@@ -16,9 +16,9 @@ def results():
 
 
 EXPECTED_KIND = {"fig2_key_heads": "identify", "fig3_knockout": "knockout", "fig4_transfer": "transfer",
-                 "fig5_attention_roles": "attention_roles", "fig6_mlp_logit_lens": "logit_lens",
-                 "fig7_attention_views": "attention_views", "fig15_per_operation": "per_operation",
-                 "table3_exponentiation": "transfer", "table4_gsm8k": "word_problem_heads",
+                 "fig5_attention_roles": "attention", "fig6_mlp_logit_lens": "lens",
+                 "fig7_attention_views": "attention-views", "fig15_per_operation": "per_operation",
+                 "table3_exponentiation": "transfer", "table4_gsm8k": "word_problems",
                  "table1_precise_sft": "sft_table", "table2_components": "sft_table", "cross_model": "cross_model",
                  "screen_audit": "screen", "fig_information_flow": "positions", "fig_neurons": "neurons",
                  "fig_circuit": "edges", "fig3_ablation_kinds": "ablation_kinds", "stability": "stability",

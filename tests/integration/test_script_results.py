@@ -49,8 +49,8 @@ def test_every_section_drawn_from_real_results(real_report, real_results):
     assert broken == [] and unknown == []
     kinds = sorted(f.kind for f in found)
     assert kinds.count("identify") == 7  # four operations, the pooled 'all', exponentiation, addition's seed 1
-    assert {"knockout", "transfer", "attention_roles", "attention_views", "logit_lens", "per_operation",
-            "word_problem_heads", "sft_table", "cross_model", "screen", "positions", "neurons", "edges", "stability",
+    assert {"knockout", "transfer", "attention", "attention-views", "lens", "per_operation",
+            "word_problems", "sft_table", "cross_model", "screen", "positions", "neurons", "edges", "stability",
             "ablation_kinds"} <= set(kinds)
     assert "Shared key heads" in real_report and "Precise SFT (top-2 heads)" in real_report
 

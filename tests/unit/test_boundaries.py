@@ -353,7 +353,7 @@ sys.exit(C.main([]))
 def test_overwrite_granted_up_front_holds_for_the_jobs_own_save(tmp_path):
     from result_cases import identify_from_effects
 
-    from circuits.cli._output import writing
+    from circuits.cli.commands import writing
     from circuits.io import OutputError
 
     r = identify_from_effects()

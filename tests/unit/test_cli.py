@@ -7,7 +7,7 @@ import pytest
 
 from circuits.cli import build_parser
 from circuits.cli import main as cli_main
-from circuits.cli.finetune import config_from_args
+from circuits.cli.commands import config_from_args
 from circuits.identify import IdentifyConfig, identify
 from circuits.types import Head
 
@@ -33,7 +33,7 @@ def test_identify_flags_are_the_config_fields():
 
 
 def test_identify_engine_is_the_registry_name_of_the_mode(capsys):
-    from circuits.cli.identify import config_from
+    from circuits.cli.commands import config_from
     from circuits.patching.registry import ENGINES
     from circuits.patching.registry import END_SWEEP_ENGINES
 
@@ -99,7 +99,7 @@ def test_finetune_then_evaluate_with_delta(tmp_path):
     assert cli_main(["evaluate", "--model", str(tiny_dir("llama")), "--delta", str(out / "delta.pt"), "--tasks", "arithmetic",
                      "--limit", "3", "--out", str(eval_out), "--device", "cpu"]) == 0
     saved = json.loads(eval_out.read_text())
-    assert saved["kind"] == "evaluation" and saved["config"]["delta"] == str(out / "delta.pt")
+    assert saved["kind"] == "evaluate" and saved["config"]["delta"] == str(out / "delta.pt")
     assert saved["tasks"]["arithmetic"]["n"] == 3
 
 

@@ -94,7 +94,7 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_local_import():
 
 def test_the_graph_counts_function_local_imports():
     graph = import_graph()
-    assert "circuits.identify.job" in graph["circuits.cli.identify"]  # imported inside _main only
+    assert "circuits.identify.job" in graph["circuits.cli.commands"]  # imported inside command_identify only
     assert "circuits.patching.ranking" in graph["circuits.identify.config"]  # inside __post_init__
 
 

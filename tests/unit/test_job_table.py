@@ -50,14 +50,56 @@ def test_the_step_1b_and_2_commands_answer_help_without_torch():
     assert out.stdout.strip() == "[]"
 
 
-def test_every_run_has_the_one_signature():
+def test_every_entry_leads_to_its_code_in_the_one_shape():
+    """Each name the table uses is one of its imports and resolves; every run is ``run(config, out, *, model=None,
+    progress=...)``, every printout ``printout(args, config, result, seconds)``, every register ``register(sub)``;
+    the kind a job's run returns is the job's own name; no import stands unused."""
+    used = set()
     for j in jobs.JOBS:
-        if not j.run:
-            continue
-        params = inspect.signature(j.runner()).parameters
-        assert list(params)[:2] == ["config", "out"], j.name
-        assert params["model"].default is None and isinstance(params["progress"].default, bool), j.name
-        assert params["model"].kind is params["progress"].kind is inspect.Parameter.KEYWORD_ONLY, j.name
+        word = j.name.replace("-", "_")  # the table's names for a job's code: run_<name>, print_<name>, register_<name>
+        names = [j.config, j.run, j.printout, j.register, *(o.type for o in j.results)]
+        used |= {n for n in names if n}
+        assert (j.run is None) is (j.printout is None) or j.register, j.name
+        if j.run:
+            assert (j.run, j.printout or j.register) in ((f"run_{word}", f"print_{word}"), (f"run_{word}", f"register_{word}"))
+            params = inspect.signature(j.runner()).parameters
+            assert list(params)[:2] == ["config", "out"], j.name
+            assert params["model"].default is None and isinstance(params["progress"].default, bool), j.name
+            assert params["model"].kind is params["progress"].kind is inspect.Parameter.KEYWORD_ONLY, j.name
+        if j.printout:
+            params = inspect.signature(jobs.load(j.printout)).parameters
+            assert [p.kind for p in params.values()] == [inspect.Parameter.POSITIONAL_OR_KEYWORD] * 4, j.name
+            assert list(params)[::3] == ["args", "seconds"], j.name
+        if j.register:
+            assert j.register == f"register_{word}", j.name
+            assert list(inspect.signature(jobs.load(j.register)).parameters)[1:] == [], j.name
+        if j.results:
+            assert jobs.load(j.results[0].type).kind == j.kind == j.name, j.name  # the kind is named as the command
+    assert used == set(jobs.REFS)
+    assert jobs.where("run_lens") == "circuits.explain.job:run_lens"
+
+
+def test_results_saved_under_their_old_kind_names_still_load(tmp_path):
+    """Before the kinds were named as their commands, ``circuits lens`` saved ``logit_lens``, ... : such folders (and
+    the evaluation's one-file form) still load, as the kind of today."""
+    import json
+
+    from circuits.evaluation.config import EvalConfig
+    from circuits.evaluation.result import EvalResult
+    from circuits.results import MARKER, OLD_KINDS, detect_kind
+    from circuits.types import Head
+    from circuits.validate.transfer import WordProblemConfig, WordProblemHeads
+
+    assert set(OLD_KINDS.values()) <= set(RESULT_TYPES) and not set(OLD_KINDS) & set(RESULT_TYPES)
+    for r, old in ((WordProblemHeads(WordProblemConfig(), [Head(1, 2)], {"addsub": {"n_questions": 8}}), "word_problem_heads"),
+                   (EvalResult(EvalConfig(model="tiny"), {"gsm8k": {"acc": 0.5, "n": 8}}, {}), "evaluation")):
+        folder = r.save(tmp_path / old)
+        marker = json.loads((folder / MARKER).read_text())
+        (folder / MARKER).write_text(json.dumps({**marker, "kind": old}))
+        assert detect_kind(folder) == r.kind == OLD_KINDS[old] and load_result(folder) == r
+        assert type(r).load(folder) == r
+    (tmp_path / "eval.json").write_text(json.dumps({**r.to_json(), "kind": "evaluation"}))
+    assert EvalResult.load(tmp_path / "eval.json") == r
 
 
 def test_result_types_files_and_sections_are_views_of_the_table():
@@ -115,10 +157,10 @@ def test_the_explain_and_edges_commands_run_on_an_identify_result(tmp_path, caps
     assert not (tmp_path / "x").exists()  # an identify field other than the result's: one line, nothing written
     assert "was made with task='addition', not task='subtraction'" in capsys.readouterr().err
     for argv, kind, files in (
-            (["attention", "--n-key-heads", "2", "--operations", "addition", "--n-prompts", "2"], "attention_roles",
+            (["attention", "--n-key-heads", "2", "--operations", "addition", "--n-prompts", "2"], "attention",
              ("figure.html",)),
-            (["attention-views", "--n-key-heads", "2", "--operations", "addition"], "attention_views", ("figure.html",)),
-            (["lens", "--top-k", "2"], "logit_lens", ("figure.html", "figure_6c.html"))):
+            (["attention-views", "--n-key-heads", "2", "--operations", "addition"], "attention-views", ("figure.html",)),
+            (["lens", "--top-k", "2"], "lens", ("figure.html", "figure_6c.html"))):
         out = tmp_path / argv[0]
         assert cli_main([*argv, "--heads-from", str(ident), "--no-progress", "--out", str(out)]) == 0
         r = load_result(out)
@@ -144,3 +186,78 @@ def test_a_result_folder_is_replaced_with_its_jobs_files_only(tmp_path):
         with pytest.raises(OutputError, match=foreign):
             r.save(out)
         (out / foreign).unlink()
+
+
+TOY_JOB = '''"""A toy job, whole in one module: its config, run, printout and result."""
+
+from dataclasses import dataclass
+
+from circuits.config import Config, option
+from circuits.io import read_json, write_json
+from circuits.results import Result
+
+
+@dataclass(frozen=True)
+class ToyConfig(Config):
+    """What decides a toy count."""
+
+    n: int = option(3, help="count 0..n-1")
+
+
+@dataclass(eq=False, repr=False)
+class ToyResult(Result):
+    kind = "toy"
+    config_type = ToyConfig
+
+    config: ToyConfig
+    total: int
+
+    def _write(self, folder):
+        write_json(folder / "data.json", {"total": self.total})
+
+    @classmethod
+    def _read(cls, folder, config):
+        return cls(config, read_json(folder / "data.json")["total"])
+
+
+def run(config, out, *, model=None, progress=True):
+    result = ToyResult(config, sum(range(config.n)))
+    result.save(out)
+    return result
+
+
+def printout(args, config, result, seconds):
+    print(f"toy total {result.total} -> {args.out}")
+'''
+# What adding the toy job to circuits/jobs.py takes: one import line in its TYPE_CHECKING block and one table entry.
+TOY_IMPORT = "from toy_job import ToyConfig, ToyResult, printout as print_toy, run as run_toy"
+TOY_ENTRY = 'Job("toy", "count", (Output("toy", "ToyResult", ("knockout",)),), ("data.json",), "ToyConfig", "run_toy", "print_toy")'
+
+
+def test_a_new_job_is_one_module_and_one_table_entry(tmp_path, monkeypatch, capsys):
+    """The job contract by a toy: a module written in a temporary folder (config, run, printout, result) and, in the
+    table, one import line and one entry -- nothing else -- make a command with the config's flags that runs the job,
+    says what came out, and a result kind the registry loads."""
+    from circuits import results
+    from circuits.lazy import type_checking_exports
+
+    (tmp_path / "toy_job.py").write_text(TOY_JOB)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "block.py").write_text(f"if TYPE_CHECKING:\n    {TOY_IMPORT}\n")
+    refs, aliases = type_checking_exports(tmp_path / "block.py")
+    entry = eval(TOY_ENTRY, {"Job": jobs.Job, "Output": jobs.Output})
+    monkeypatch.setattr(jobs, "REFS", {**jobs.REFS, **refs})
+    monkeypatch.setattr(jobs, "ALIASES", {**jobs.ALIASES, **aliases})
+    monkeypatch.setattr(jobs, "JOBS", (*jobs.JOBS, entry))
+    monkeypatch.setitem(results.RESULT_TYPES, "toy", jobs.where("ToyResult"))  # results' view of the table
+
+    assert [p.name for p in tmp_path.glob("*_job.py")] == ["toy_job.py"]  # the job's one module
+    assert "toy" in build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    out = tmp_path / "out"
+    assert cli_main(["toy", "--n", "5", "--no-progress", "--out", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"toy total 10 -> {out}"
+    made = load_result(out)
+    assert made.kind == "toy" and made.total == 10 and made.config.n == 5 and made == jobs.load("ToyResult").load(out)
+    assert jobs.section_kinds("knockout")[-1] == "toy" and jobs.files_of("toy") == {"data.json"}
+    assert cli_main(["toy", "--n", "2", "--no-progress", "--out", str(out)]) == 0  # its own result is replaced
+    assert load_result(out).total == 1

@@ -102,12 +102,12 @@ def test_report_out_must_be_a_report_file(tmp_path, capsys):
 
 
 def test_errors_are_one_line_and_interrupts_say_how_to_resume(monkeypatch, capsys):
-    from circuits.cli import identify
+    from circuits.cli import commands
 
     def boom(args):
         raise RuntimeError("something\nbroke")
 
-    monkeypatch.setattr(identify, "_main", boom)
+    monkeypatch.setattr(commands, "command_identify", boom)
     assert cli_main(["identify", "--out", "x"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "RuntimeError: something broke" in err and "--debug" in err
@@ -117,7 +117,7 @@ def test_errors_are_one_line_and_interrupts_say_how_to_resume(monkeypatch, capsy
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(identify, "_main", interrupted)
+    monkeypatch.setattr(commands, "command_identify", interrupted)
     assert cli_main(["identify", "--out", "x"]) == 130
     assert "interrupted; run the same command to resume" in capsys.readouterr().err
 

@@ -25,7 +25,7 @@ def saved(tiny_llama, tmp_path_factory):
     results = build_results(tiny_llama, tmp_path_factory.mktemp("jobs"))
     for kind, r in results.items():
         r.save(root / kind)
-    results["evaluation"].save(root / "eval_precise.json")
+    results["evaluate"].save(root / "eval_precise.json")
     return root
 
 
@@ -38,8 +38,8 @@ def skipped(page: str) -> list[str]:
 
 def test_every_kind_is_collected(saved):
     found, unknown, broken = collect([saved])
-    assert sorted(f.kind for f in found) == sorted([*RESULT_TYPES, "evaluation"]) and unknown == [] and broken == []
-    assert {f.path.name for f in found if f.kind == "evaluation"} == {"evaluation", "eval_precise.json"}
+    assert sorted(f.kind for f in found) == sorted([*RESULT_TYPES, "evaluate"]) and unknown == [] and broken == []
+    assert {f.path.name for f in found if f.kind == "evaluate"} == {"evaluate", "eval_precise.json"}
 
 
 def test_report_draws_every_section(saved):

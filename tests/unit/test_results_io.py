@@ -91,9 +91,9 @@ def test_equality_compares_tensors_floats_and_configs(results):
     other.head_effects = other.head_effects.clone()
     other.head_effects[0, 0, 0] += 1e-6  # one float32 step away: not equal
     assert other != r
-    lens = copy.deepcopy(results["logit_lens"])
+    lens = copy.deepcopy(results["lens"])
     lens.means["delta_C"][0] = lens.means["delta_C"][0] + 1e-12
-    assert lens != results["logit_lens"]
+    assert lens != results["lens"]
     moved = dataclasses.replace(results["knockout"], config=results["knockout"].config.replace(seed=1))
     assert moved != results["knockout"]
     with pytest.raises(TypeError):
@@ -169,7 +169,7 @@ def test_a_truncated_tensor_file_is_one_result_error(results, tmp_path, kind):
 
 
 def test_evaluation_json_file_round_trip_and_errors(results, tmp_path):
-    r = results["evaluation"]
+    r = results["evaluate"]
     path = r.save(tmp_path / "eval.json")
     assert EvalResult.load(path) == r and type(EvalResult.load(path).config) is type(r.config)
     write_json(path, {**r.to_json(), "config": ["x"]})

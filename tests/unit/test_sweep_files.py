@@ -75,8 +75,8 @@ def test_every_result_the_readme_names_has_save_and_load():
     text = (Path(__file__).parents[2] / "README.md").read_text()
     said = re.search(r"the jobs' results\s*\((.*?)\) have `save\(folder\)`", text, re.S)
     assert said, "the README no longer lists the results that save"
-    names = {"IdentifyResult": "identify", "knockout": "knockout", "attention": "attention_roles",
-             "lens": "logit_lens", "screen": "screen", "faithfulness": "faithfulness", "fine-tuning": "finetune"}
+    names = {"IdentifyResult": "identify", "knockout": "knockout", "attention": "attention",
+             "lens": "lens", "screen": "screen", "faithfulness": "faithfulness", "fine-tuning": "finetune"}
     for word, kind in names.items():
         assert word in said.group(1) and kind in RESULT_TYPES
         cls = result_type(kind)

@@ -8,6 +8,8 @@ edges inside the identify run and keeps them in the identify result (``edges.pt`
 
 from __future__ import annotations
 
+import argparse
+
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +47,8 @@ def edges_result(model: Any, made: Any, config: EdgesConfig, *, progress: bool =
     edges = sweep_edges(model, made.pairs, receivers, memory_mb=config.memory_mb, progress=progress)
     metric = made.key_rule.metric
     return EdgeResult(config, made.pairs, edges, receiver_effects_of(made, receivers, metric), metric)
+
+
+def printout(args: argparse.Namespace, config: EdgesConfig, r: EdgeResult, seconds: float) -> None:
+    print(f"[{config.task}] edges into {', '.join(r.receiver_effects)} on {len(r.pairs)} pairs, {seconds:.0f} s "
+          f"-> {args.out}/circuit.html")

@@ -33,7 +33,19 @@ COUNTS: tuple[str, ...] = ("round", "floor")
 
 @dataclass(frozen=True)
 class FaithfulnessConfig(PairSource):
-    """Which rankings are turned into circuits, at which sizes, ablated how, and scored with which metric."""
+    """Which rankings are turned into circuits, at which sizes, ablated how, and scored with which metric.
+
+    The circuits each ranking yields, scored as MIB scores circuit discovery -- keep the
+    top s% of the nodes (or edges), ablate the rest, f = (m(C) - m(empty)) / (m(N) - m(empty)) at MIB's sizes, CPR (area
+    under f, higher is better) and CMD (area between f and 1, lower is better) with bootstrap intervals over pairs, and
+    the seconds each ranking took.
+
+    Rankings (``--rankings``, comma-separated): exact-path and exact-activation (the END engine, |effect|), positions
+    (exact patching at every position, max |effect| over positions), screen (AtP*), graddrop (AtP*'s GradDrop), eap-ig
+    (EAP-IG, nodes and, with ``--edges``, edges). Writes into ``--out``, file by file: ``summary.json`` (the table and every
+    curve), ``faithfulness.pt``, ``pairs.jsonl``, ``figure.html`` (f against circuit size, one line per ranking),
+    ``config.json``, ``circuits.json``, and ``parts/`` (each finished ranking: the same command resumes a stopped run).
+    """
 
     # MIB's operand counterfactual by default: with the paper's, the counterfactual often asks for no number, its top
     # token is the answer itself, and the logit difference cannot move (division: on every pair, f undefined)

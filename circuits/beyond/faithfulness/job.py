@@ -15,6 +15,7 @@ that made it, and a rerun of the same command (or one adding rankings) reuses th
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import time
 import warnings
@@ -222,3 +223,15 @@ def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = No
     result = faithfulness(model, pairs, config, progress=progress, parts=Path(out) / PARTS)
     result.save(out)
     return result
+
+
+def printout(args: argparse.Namespace, config: FaithfulnessConfig, r: FaithfulnessResult, seconds: float) -> None:
+    print(f"[{config.task}] {len(r.pairs)} pairs, {len(r.curves)} rankings in {seconds:.0f} s -> {args.out}/figure.html")
+    print(f"  {'ranking':<17} {'circuit':<10} {'CPR':>7} {'CMD':>7} {'ranking s':>10} {'curve s':>8}")
+    for row in r.table():
+        print(f"  {row['ranking']:<17} {row['setting']:<10} {row['cpr']:7.3f} {row['cmd']:7.3f} "
+              f"{row['ranking_seconds']:10.1f} {row['curve_seconds']:8.1f}")
+    for setting in r.settings:
+        best = r.best(setting)
+        if best is not None:
+            print(f"  lowest CMD, {setting}: {best[0]} ({best[1]:.3f})")

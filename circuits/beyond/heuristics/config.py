@@ -20,7 +20,19 @@ def _ints(text: str) -> tuple[int, ...]:
 @dataclass(frozen=True)
 class HeuristicsConfig(PairSource):
     """What decides a heuristic-neuron analysis: where the key MLPs and their top neurons come from, the operand grid,
-    the classifier's thresholds and the class knockout."""
+    the classifier's thresholds and the class knockout.
+
+    The top neurons of the key MLPs read over the whole operand grid (every a x b, the
+    template's 3-shot prefix), each classified into heuristics (an operand or the result in a range or a residue class,
+    a digit pattern, the answer's identity, or none; Nikankin et al., ICLR 2025), and the neurons of each rule knocked out
+    together: the drop of the answer's probability on the prompts the rule covers against the rest and against as many
+    random neurons of the same MLPs, with bootstrap intervals.
+
+    Writes, atomically, into ``--out``: ``summary.json`` (classes found, share of the top neurons' effect the classified
+    ones carry, the knockout's drops), ``classes.json`` (every neuron's best rule per kind with its score), ``heuristics.pt``
+    (effects and grid activations), ``grid.jsonl``, ``pairs.jsonl``, ``figure.html`` (grid heat maps beside their rules),
+    ``knockout.html``, ``config.json`` and ``circuits.json``.
+    """
 
     layers: tuple[int, ...] = option((), parse=lambda t: tuple(parse_layers(t)), help="MLP layers whose top neurons are "
                                      "classified; default: the key MLPs of --neurons-from or --pairs-from (at most "

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import time
 from dataclasses import fields
@@ -222,3 +223,15 @@ def run(config: HeuristicsConfig, out: str | Path, *, model: Model | None = None
                         parts=Path(out) / PARTS)
     result.save(out)
     return result
+
+
+def printout(args: argparse.Namespace, config: HeuristicsConfig, r: HeuristicsResult, seconds: float) -> None:
+    s = r.summary()
+    print(f"  {s['n_classified']} of {s['n_neurons']} top neurons classified ({', '.join(f'{k} {v}' for k, v in s['class_counts'].items())}); "
+          f"they carry {100 * s['share_carried']:.0f}% of the top neurons' effect")
+    for name, k in s["knockout"].items():
+        cov, unc = k["covered_drop"], k["uncovered_drop"]
+        print(f"  knock out '{name}' ({k['n_neurons']} neurons): drop {cov['mean']:+.4f} covered "
+              f"[{cov['low']:+.4f}, {cov['high']:+.4f}] vs {unc['mean']:+.4f} uncovered; random "
+              f"{k['random_covered_drop']['mean']:+.4f} / {k['random_uncovered_drop']['mean']:+.4f}")
+    print(f"-> {args.out}/figure.html")

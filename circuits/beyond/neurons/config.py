@@ -11,7 +11,12 @@ from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES, parse_layers
 
 @dataclass(frozen=True)
 class NeuronConfig(PairSource):
-    """What decides a neuron sweep."""
+    """What decides a neuron sweep.
+
+    Writes, atomically, into ``--out``: ``summary.json`` (per MLP the share of neurons that carries 50/80/90% of its
+    neurons' summed effect, the whole MLP's effect, and knockout accuracies), ``neurons.pt`` (per-neuron per-pair
+    patched values), ``pairs.jsonl``, ``figure.html``, ``config.json`` and ``circuits.json``.
+    """
 
     layers: tuple[int, ...] = option((), parse=lambda t: parse_layers(t), help="MLP layers whose every neuron is "
                                      "patched; default: the key MLPs of --pairs-from (at most --top-mlps)")

@@ -8,6 +8,7 @@ paper's Figure 3 compares key and random heads."""
 
 from __future__ import annotations
 
+import argparse
 import random
 import time
 from pathlib import Path
@@ -77,3 +78,14 @@ def run(config: NeuronConfig, out: str | Path, *, model: Model | None = None,
     result.seconds = time.perf_counter() - start
     result.save(out)
     return result
+
+
+def printout(args: argparse.Namespace, config: NeuronConfig, r: NeuronResult, seconds: float) -> None:
+    for layer, s in r.shares().items():
+        print(f"  MLP{layer}: {100 * s['share_for_80pct']:.1f}% of neurons carry 80% of the summed neuron effect; "
+              f"top 1% carry {100 * s['top1pct_of_total']:.0f}%")
+    k = r.knockout
+    if k:
+        print(f"  accuracy: none {k['none_accuracy']:.2f}, whole MLPs {k['whole_accuracy']:.2f}, top "
+              + ", ".join(f"{100 * s:g}% {a:.2f}" for s, a in zip(k['shares'], k['top_accuracy'])))
+    print(f"-> {args.out}/figure.html")

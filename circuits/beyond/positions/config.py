@@ -11,7 +11,13 @@ from circuits.types import METRIC_NAMES, POSITION_METRIC
 
 @dataclass(frozen=True)
 class PositionConfig(PairSource):
-    """What decides a per-position sweep."""
+    """What decides a per-position sweep.
+
+    Writes, atomically, into ``--out``: ``summary.json`` (effects by layer, head and offset from END in every metric),
+    ``positions.pt`` (per-pair patched values), ``pairs.jsonl``, ``flow.html`` (the information-flow figure, operand
+    and operator positions marked), ``config.json`` and ``circuits.json``. ``--template`` keeps the pairs of one
+    template so positions align token for token.
+    """
 
     template: str = option("", help="only pairs of this template (e.g. addition/0), so positions align token for "
                                     "token; default: all, aligned from END")

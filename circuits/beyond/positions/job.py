@@ -6,6 +6,7 @@ figure), ``config.json`` and ``circuits.json``."""
 
 from __future__ import annotations
 
+import argparse
 import time
 import warnings
 from dataclasses import replace
@@ -48,3 +49,8 @@ def run(config: PositionConfig, out: str | Path, *, model: Model | None = None,
     result.tokens = token_strings(model, result.representative())
     result.save(out)
     return result
+
+
+def printout(args: argparse.Namespace, config: PositionConfig, r: PositionResult, seconds: float) -> None:
+    print(f"[{config.template or config.task}] {len(r.pairs)} pairs, every head and MLP at every position in "
+          f"{seconds:.0f} s (the sweep {r.seconds:.0f} s) -> {args.out}/flow.html")

@@ -11,7 +11,14 @@ from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES
 
 @dataclass(frozen=True)
 class ScreenConfig(PairSource):
-    """Everything that decides a screen (saved as its ``config.json``)."""
+    """Everything that decides a screen (saved as its ``config.json``).
+
+    Writes, atomically, into ``--out``: ``summary.json`` (the audit numbers: ``spearman_end``,
+    ``exact_top10_missed_at_{10,20,50}``, ``exact_top5pct_missed_at_{10,20,50}``, the largest misses and why; every
+    verified node with its screen estimate and exact value; seconds per stage), ``screen.pt`` (the estimates by layer,
+    head and offset from END; neurons; QK-fixed query and key nodes; GradDrop scores; the exact END effects),
+    ``pairs.jsonl``, ``screen.html``, ``config.json`` and ``circuits.json``.
+    """
 
     metric: str = option(DEFAULT_METRIC, choices=METRIC_NAMES, help="what is estimated and ranked")
     mode: str = option("activation", choices=MODES, help="activation patching (every position) or the paper's path "

@@ -12,6 +12,7 @@ already there when every later head is frozen (MLPs and norms: path mode) and th
 
 from __future__ import annotations
 
+import argparse
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -128,3 +129,16 @@ def run(config: ScreenConfig, out: str | Path, *, model: Model | None = None,
     result = screen(model, pairs, config, progress=progress)
     result.save(out)
     return result
+
+
+def printout(args: argparse.Namespace, config: ScreenConfig, r: ScreenResult, seconds: float) -> None:
+    s = r.summary()
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in r.seconds.items())
+    print(f"[{config.task}] screen of {len(r.pairs)} pairs in {seconds:.1f} s ({parts}; the rest: "
+          "loading the model and building the pairs)"
+          + (f"; Spearman with the exact END engine {s['spearman_end']:.3f}; exact top-10 missed by the screen's "
+             f"top-20: {s['exact_top10_missed_at_20']}" if "spearman_end" in s else "") + f" -> {args.out}")
+    for v in r.verified[:10]:
+        print(f"  {v['node']:>16}  screen {v['screen']:+.4f}  exact {v['exact']:+.4f}")
+    if len(r.verified) > 10:
+        print(f"  ... and {len(r.verified) - 10} more verified nodes in {args.out}")

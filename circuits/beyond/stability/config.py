@@ -16,6 +16,17 @@ from circuits.identify.config import IdentifyConfig
 
 @dataclass(frozen=True)
 class StabilityConfig(Config):
+    """What decides a stability run.
+
+    How stable the key-head set is, per operation, across seeds (new prompt pairs) and across
+    template forms (equation, statement, question), as Jaccard overlaps.
+
+    Reads or makes identify results per operation and seed under ``--identify-dir`` (default: ``<--out>/identify``; as
+    ``circuits identify`` writes them, each checked and locked before it is written) and writes into ``--out``, file by
+    file, each atomically: ``data.json`` (key-head sets and Jaccard matrices per operation), ``figure.html``,
+    ``config.json`` and ``circuits.json``.
+    """
+
     identify: IdentifyConfig = option(IdentifyConfig(), skip=("task", "seed", "receivers"),
                                       help="the identify run made for every operation and seed")
     operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")

@@ -7,6 +7,8 @@ so no model runs -- and the key rule applied to each subset."""
 
 from __future__ import annotations
 
+import argparse
+
 from pathlib import Path
 from typing import Any
 from circuits.data.templates import OPERATIONS, templates_for
@@ -62,3 +64,9 @@ def run(config: StabilityConfig, out: str | Path, *, model: Any = None, progress
     result = stability(results, config)
     result.save(out)
     return result
+
+
+def printout(args: argparse.Namespace, config: StabilityConfig, r: StabilityResult, seconds: float) -> None:
+    for op, s in r.summary()["per_operation"].items():
+        print(f"  {op}: mean Jaccard across seeds {s['mean_jaccard_seeds']:.2f}, across forms {s['mean_jaccard_forms']:.2f}")
+    print(f"-> {args.out}/figure.html")

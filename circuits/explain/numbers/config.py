@@ -12,7 +12,19 @@ from circuits.types import DEFAULT_METRIC, METRIC_NAMES
 @dataclass(frozen=True)
 class NumbersConfig(FromIdentify):
     """The identify run whose key heads and MLPs are read (``heads_from``, or run first), how many of each, the number
-    line, and the two-digit problems of the digit-position part."""
+    line, and the two-digit problems of the digit-position part.
+
+    How the key heads and MLPs compute the answer's number (issue 32). Their direct effect at END
+    on every single-token number's logit, decomposed into Fourier components over the number line (Zhou et al. 2024:
+    energy share by period, the dominant periods); and, on addition, the model's accuracy on two-digit sums and, where
+    it handles them, which neurons of the key MLPs move the answer's units digit and which its tens digit, by patching
+    one operand digit at a time (Baeumel et al. 2025).
+
+    Writes, atomically, into ``--out``: ``summary.json`` (shares by period per component, dominant periods, heads vs MLPs,
+    two-digit accuracy, each neuron's label and score), ``numbers.pt`` (direct effects per pair, energies, digit effects
+    per problem), ``figure.html`` (number line and spectrum), ``digits.html`` (the digit map, where neurons were
+    labelled), ``config.json`` and ``circuits.json``.
+    """
 
     n_heads: int = option(8, help="key heads read through the Fourier view (the identify result's top heads)")
     n_mlps: int = option(4, help="key MLPs read through the Fourier view (the identify result's top MLPs)")

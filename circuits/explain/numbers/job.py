@@ -15,6 +15,7 @@ because ``beyond`` may not import ``explain`` (docs/architecture.md)."""
 
 from __future__ import annotations
 
+import argparse
 import time
 from pathlib import Path
 
@@ -90,3 +91,18 @@ def run(config: NumbersConfig, out: str | Path, *, model: Model | None = None, p
     result = numbers(model, made, config, progress=progress)
     result.save(out)
     return result
+
+
+def printout(args: argparse.Namespace, config: NumbersConfig, r: NumbersResult, seconds: float) -> None:
+    s = r.summary()
+    for kind, shares in s["by_kind"].items():
+        best = max(shares, key=lambda p: shares[p])
+        print(f"  {'heads' if kind == 'head' else 'MLPs'}: the largest mean share of energy is at period {best} "
+              f"({shares[best]:.0%})")
+    if "two_digit_accuracy" in s:
+        print(f"  two-digit sums: {s['two_digit_accuracy']:.0%} of {s['n_problems']} right (greedy)")
+    if s.get("label_counts"):
+        print("  neurons: " + ", ".join(f"{n} {lab}" for lab, n in s["label_counts"].items()))
+    if r.note:
+        print(f"  {r.note}")
+    print(f"-> {args.out}/figure.html")

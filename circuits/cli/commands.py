@@ -1,0 +1,300 @@
+"""The commands' shared pieces and the commands with flags of their own.
+
+:func:`writing` checks a command's output location before any work and locks it while the job runs;
+:func:`register_job` adds a job table entry's subcommand from its config (:data:`circuits.jobs.JOBS`). ``identify``,
+``finetune``, ``evaluate``, ``export`` and ``report`` add flags that are no config field (``--engine``,
+``--heads-from``, ``--device``, ...): each has its ``register_<name>(subparsers)`` here, named by its job table entry,
+whose docstring is the command's description. Nothing here imports torch at import time: a command's job is imported
+when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import inspect
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from circuits.config import add_arguments, from_arguments
+from circuits.evaluation.config import EvalConfig
+from circuits.identify.config import IdentifyConfig
+from circuits.io import OutputError, output_lock
+from circuits.jobs import Job, job, load
+from circuits.patching.registry import END_SWEEP_ENGINES
+from circuits.results import check_output, overwrite_granted
+from circuits.sft.config import ExportConfig, FinetuneConfig
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, help: str, default: str | None = None) -> None:
+    if default is None:
+        parser.add_argument("--out", required=True, help=help)
+    else:
+        parser.add_argument("--out", default=default, help=f"{help} (default: {default})")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace --out even when it holds something a circuits job of this kind did not write")
+
+
+@contextlib.contextmanager
+def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: bool = False,
+            check: Callable[[Path, bool], object] | None = None) -> Iterator[Path]:
+    """Check that a ``kind`` job may write to ``out`` (``check`` for single-file outputs), then hold its lock.
+
+    Under torchrun every rank checks (the same verdict everywhere, so no rank waits for one that stopped) and rank 0,
+    the only writer, holds the lock."""
+    from circuits import distributed
+
+    out = Path(out)
+    if check is not None:
+        if out.is_symlink():  # a file is written by renaming over it, which would replace the link, not its target
+            raise OutputError(f"--out {out} is a symbolic link (to {os.readlink(out)}); name the file itself, or a "
+                              "new one")
+        check(out, overwrite)
+    else:
+        check_output(out, kind, overwrite=overwrite, container=container)
+    if not distributed.is_main():
+        yield out
+        return
+    with output_lock(out), (overwrite_granted(out) if overwrite else contextlib.nullcontext()):
+        yield out
+
+
+def subcommand(sub: argparse._SubParsersAction, name: str, description: str) -> argparse.ArgumentParser:
+    """The subcommand ``name``: the job table's help line, and ``description`` as written."""
+    return sub.add_parser(name, help=job(name).help, description=inspect.cleandoc(description),
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.ArgumentParser:
+    """Add the subcommand of ``job`` (a job table entry that writes one folder): its flags come from the job's config,
+    with ``--out`` and ``--overwrite`` (and ``--no-progress`` where the job shows progress), its description is the
+    job's help and its config's docstring. When it runs, the config is read from the flags and the job's
+    ``run(config, out, progress=...)`` (imported only then, with torch) writes into ``--out`` while :func:`writing`
+    holds it; then its ``printout(args, config, result, seconds)`` says what came out (``seconds``: the whole
+    command's, model loading included)."""
+    config_type = job.config_type()
+    p = subcommand(sub, job.name, f"{job.help}.\n\n{inspect.cleandoc(config_type.__doc__)}")
+    add_arguments(p, config_type)
+    add_output_arguments(p, "output folder")
+
+    def main(args: argparse.Namespace) -> int:
+        start = time.perf_counter()
+        config = from_arguments(config_type, args)
+        run, printout = job.runner(), load(job.printout)
+        with writing(args.out, job.kind, args.overwrite):
+            result = run(config, args.out, progress=job.progress and not args.no_progress)
+        printout(args, config, result, time.perf_counter() - start)
+        return 0
+
+    p.set_defaults(func=main)
+    return p
+
+
+# ``circuits identify``
+def register_identify(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``circuits identify``: build prompt pairs, sweep every head and MLP, pick the key components.
+
+    Writes, atomically, one folder per task: ``summary.json``, ``pairs.jsonl``, ``sweep.pt``, ``heads.html``
+    (the paper's Figure 2 for that task), ``config.json`` and ``circuits.json``. ``--task all`` runs the four
+    operations one by one (each in its own sub-folder, skipped when already finished with the same config,
+    so an interrupted run resumes) and then, in ``all/``, pairs drawn evenly from the four with the per-pair values
+    their sweeps computed (pooled, not re-run).
+
+    Across GPUs: ``torchrun --nproc-per-node N -m circuits identify ...`` splits the sweep's work across N processes
+    (rank 0 writes; the result equals a one-process run's exactly), and ``--n-devices K`` spreads a model too big for
+    one GPU over K of them (docs/scale.md).
+    """
+    p = subcommand(sub, "identify", register_identify.__doc__)
+    add_arguments(p, IdentifyConfig)
+    add_output_arguments(p, "output folder (a result per task inside it for --task all)")
+    p.add_argument("--engine", choices=tuple(END_SWEEP_ENGINES), default=None,
+                   help="the registry's END engine that sweeps every head and MLP (circuits.patching.registry): "
+                        "exact-path (the default; --mode path) or exact-activation (--mode activation)")
+    p.add_argument("--n-devices", type=int, default=1,
+                   help="spread the model's layers over this many GPUs (per process under torchrun; default 1)")
+    p.set_defaults(func=command_identify)
+    return p
+
+
+def config_from(args: argparse.Namespace) -> IdentifyConfig:
+    """The config of the flags; ``--engine`` is the registry's name of the END sweep ``--mode`` picks."""
+    config = from_arguments(IdentifyConfig, args)
+    if getattr(args, "engine", None) is not None:
+        mode = END_SWEEP_ENGINES[args.engine]
+        if getattr(args, "mode", mode) != mode:
+            raise ValueError(f"--engine {args.engine} is --mode {mode}, not --mode {args.mode}; give one of them")
+        config = config.replace(mode=mode)
+    return config
+
+
+def command_identify(args: argparse.Namespace) -> int:
+    from circuits import distributed
+    from circuits.identify import job as identify_job
+
+    config = config_from(args)
+    start = time.perf_counter()
+    with writing(args.out, "identify", args.overwrite, container=config.task == "all"):
+        identify_job.run(config, args.out, n_devices=args.n_devices, progress=not args.no_progress)
+    if distributed.is_main():
+        print(f"Figures ({time.perf_counter() - start:.0f} s in all, the model's loading included):")
+        for task, folder in identify_job.task_folders(config, args.out).items():
+            print(f"  {task}: {folder / 'heads.html'}")
+    return 0
+
+
+# ``circuits finetune``
+def register_finetune(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``circuits finetune``: Precise SFT (heads from an identify result or listed) or full SFT.
+
+    Writes into ``--out``: ``config.json``, ``checkpoint.pt`` (resumable), ``delta.pt`` (the tuned values in
+    fp32), ``result.json`` (losses, samples/s, tuned parameters, the tuning plan) and ``circuits.json``.
+
+    ``--dtype bfloat16`` (or ``float16`` on a GPU) runs the forward and backward passes in low precision while the
+    tuned values keep fp32 masters and fp32 AdamW state. Across GPUs and machines:
+    ``torchrun --nproc-per-node N [--nnodes M ...] -m circuits finetune ...``: Precise SFT is data-parallel, full SFT is
+    sharded with FSDP2 (``--cpu-offload`` also on one GPU); the global ``--batch-size`` is split over the ranks, so the
+    run equals a one-process run. See docs/scale.md.
+    """
+    p = subcommand(sub, "finetune", register_finetune.__doc__)
+    add_output_arguments(p, "output folder (a run there with the same config resumes; a finished one is left as is)")
+    sel = p.add_argument_group("heads from an identify result")
+    sel.add_argument("--heads-from", help="a `circuits identify` task folder")
+    sel.add_argument("--top-k", type=int, default=32, help="heads taken from --heads-from: its key heads, then the rest "
+                                                            "of its ranking (default 32, the paper's)")
+    sel.add_argument("--top-mlps", type=int, default=0, help="MLPs taken from --heads-from")
+    add_arguments(p.add_argument_group("the run"), FinetuneConfig)
+    p.add_argument("--device", help="default: the model loader's (under torchrun: each rank's own GPU)")
+    p.add_argument("--n-devices", type=int, default=1,
+                   help="Precise SFT: spread the model's layers over this many GPUs (per process under torchrun)")
+    p.set_defaults(func=command_finetune)
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> FinetuneConfig:
+    from circuits.sft.job import select
+
+    return from_arguments(FinetuneConfig, args, factory=lambda **fields: select(
+        args.top_k, args.top_mlps, args.heads_from, **fields))
+
+
+def command_finetune(args: argparse.Namespace) -> int:
+    from circuits import distributed as D
+    from circuits.sft import job as sft_job
+    from circuits.sft.train import TrainingDiverged, clear_run, run_state
+
+    config = config_from_args(args)
+    sft_job.device_for(config, args.device, args.n_devices)  # bad combinations: one line, before anything is written
+    with writing(args.out, "finetune", args.overwrite):
+        if args.overwrite and D.is_main():
+            clear_run(args.out)
+        D.barrier()
+        finished = run_state(args.out, config) == "finished"  # the job says so and returns the saved result
+        try:
+            result = sft_job.run(config, args.out, progress=not args.no_progress, device=args.device,
+                             n_devices=args.n_devices)
+        except TrainingDiverged as err:
+            if D.is_main():
+                print(f"circuits finetune: {err}", file=sys.stderr)
+            return 3
+    if D.is_main() and not finished:
+        ranks = f" on {result.world_size} processes" if result.world_size > 1 else ""
+        print(f"{'full' if config.full else 'precise'} SFT ({config.dtype}{ranks}): {result.steps} steps, "
+              f"{result.samples_per_s:.2f} samples/s, {result.tuned_parameters:,} tuned parameters, final loss "
+              f"{result.losses[-1]:.4f}; wrote {args.out}")
+    return 0
+
+
+# ``circuits evaluate``
+def register_evaluate(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``circuits evaluate``: score a model (optionally with a fine-tuning delta applied) on the benchmarks.
+
+    Writes ``--out``, atomically: a folder, or one JSON file when it ends in ``.json``
+    (``{"kind": "evaluate", "config": ..., "tasks": {task: metrics}, ...}``).
+
+    ``--dtype bfloat16`` loads the model in bf16 (a delta's fp32 values are cast onto it, as training cast them);
+    ``--n-devices K`` spreads a model too big for one GPU over K of them. Evaluation runs in one process.
+    """
+    p = subcommand(sub, "evaluate", register_evaluate.__doc__)
+    add_arguments(p, EvalConfig)
+    p.add_argument("--device")
+    p.add_argument("--n-devices", type=int, default=1, help="spread the model's layers over this many GPUs")
+    add_output_arguments(p, "result folder, or a .json file")
+    p.set_defaults(func=command_evaluate)
+    return p
+
+
+def command_evaluate(args: argparse.Namespace) -> int:
+    from circuits.evaluation import job as evaluation_job
+    from circuits.evaluation.result import check_json_output
+
+    config = from_arguments(EvalConfig, args)
+    evaluation_job.check(config, args.device)  # bad input is one line before anything is written
+    file_check = check_json_output if str(args.out).endswith(".json") else None
+    with writing(args.out, "evaluate", args.overwrite, check=file_check):
+        result = evaluation_job.run(config, args.out, device=args.device, n_devices=args.n_devices, overwrite=args.overwrite)
+    for task, metrics in result.tasks.items():
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in metrics.items())
+        print(f"{task}: {shown}")
+    return 0
+
+
+# ``circuits export``
+def register_export(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``circuits export``: a tuned model out of the toolkit, as a Hugging Face checkpoint.
+
+    Writes into ``--out`` (a new or empty folder, atomically): ``model.safetensors`` and ``config.json`` in the base
+    model's own architecture and parameter names, its generation config and tokenizer, and ``circuits_export.json``
+    (base model, delta, tuned heads and MLPs). ``AutoModelForCausalLM.from_pretrained(out)``, vLLM and lm-eval's
+    ``hf`` backend load it without circuits:
+
+        circuits export --delta results/ft/precise/delta.pt --out my-model/
+        lm_eval --model hf --model_args pretrained=my-model,dtype=float32 --tasks gsm8k --limit 50
+
+    Folded norms are divided back out of the tuned rows; see :mod:`circuits.sft.export`.
+    """
+    p = subcommand(sub, "export", register_export.__doc__)
+    add_arguments(p, ExportConfig, required=("delta",))
+    p.add_argument("--out", required=True, help="a new or empty output folder")
+    p.set_defaults(func=command_export)
+    return p
+
+
+def command_export(args: argparse.Namespace) -> int:
+    from circuits.sft import export
+
+    config = from_arguments(ExportConfig, args)
+    out = export.run(config, args.out)
+    print(f"wrote {out} (load with AutoModelForCausalLM.from_pretrained({str(out)!r}))")
+    return 0
+
+
+# ``circuits report``
+def register_report(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``circuits report RESULTS_DIR... --out report.html``: one offline HTML page from saved results.
+
+    Reads what ``circuits identify``, the figure scripts in ``experiments/`` and the fine-tuning jobs
+    wrote (folders are searched, so ``results/`` itself works) and runs no model. Sections whose results
+    are absent are skipped with a note saying how to make them.
+    """
+    p = subcommand(sub, "report", register_report.__doc__)
+    p.add_argument("results", nargs="+", help="result folders (searched recursively) or JSON files")
+    add_output_arguments(p, "the HTML file to write", default="report.html")
+    p.add_argument("--title", default="circuits report")
+    p.add_argument("--inline", action="store_true",
+                   help="embed plotly.js and circuitsvis in the page (one file to send alone, about 6 MB more) instead "
+                        "of loading the shared copy in _assets/ beside the results")
+    p.set_defaults(func=command_report)
+    return p
+
+
+def command_report(args: argparse.Namespace) -> int:
+    from circuits.viz.report import check_report_output, write_report
+
+    with writing(args.out, "report", args.overwrite, check=check_report_output):
+        out = write_report(args.results, args.out, title=args.title, overwrite=args.overwrite,
+                           inline=args.inline)
+    print(f"Report: {out.resolve()} ({out.stat().st_size / 1e6:.1f} MB)")
+    return 0
