@@ -1,24 +1,31 @@
-"""The END-only runs both levels read: the reference run (keys, values and END values) and the counterfactual run read
-at END, in one batched forward whose shared prefixes run once (:func:`_end_runs`), and attention at END with split query, key
-and value inputs (:func:`attention_split_at_end`); see :mod:`circuits.patching.faithfulness`."""
+"""The executor's END-only strategy (:func:`circuits.patching.ablation.executor.run_ablation` chooses it for an ablation
+at END whose values come from the pairs' own runs, on models the END-only layers compute as TransformerLens does).
+
+Only END changes, so positions before END are the reference run's: one batched forward of both prompts of every pair
+(:func:`end_runs`: the reference run's keys, values and END values, the counterfactual run read at END; shared prefixes
+run once), then END-only layers over ``set x pair`` rows (attention from each new END query over the reference keys
+and values, :func:`attention_split_at_end`): :func:`nodes_at_end` replaces each head's ``z``, each MLP's output or
+each neuron's ``hook_post`` where a set ablates it; :func:`edges_at_end` assembles each receiver's input from kept
+and ablated sender values (MIB's graph, :mod:`circuits.patching.faithfulness.edges`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 import torch
-from jaxtyping import Float, Int
+import einops
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from circuits.data.pairs import PairBatch
 from circuits.models import backend
 from circuits.models.backend import Model, act_name, apply_softcap
 from circuits.models.forward import end_residuals, shared_prefix_lengths
-from circuits.patching.ablation.values import end_values
-from circuits.patching.end_layers import SHARED_PREFIX_MIN, check_supported, end_logits, rotate
-from circuits.patching.faithfulness.curve import VALUE_KIND
+from circuits.patching.ablation.values import ValueKind, end_values
+from circuits.patching.end_layers import (SHARED_PREFIX_MIN, attention_output, check_supported, mlp_at_end,
+                                          rotate)
 
 
 def end_only_supported(model: Model) -> bool:
@@ -32,7 +39,7 @@ def end_only_supported(model: Model) -> bool:
 
 
 @dataclass
-class _EndRuns:
+class EndRuns:
     """What END-only layers read: the reference run's END input embedding and every layer's keys and values, and the
     ablated END value of every sender (``z`` per head, MLP output, ``hook_post`` of neuron layers, the input)."""
 
@@ -43,8 +50,7 @@ class _EndRuns:
     post_val: dict[int, Tensor]  # neuron layers [pair, d_mlp]
     keys: list[Tensor]  # per layer [pair, pos, kv_head, d_head], rotated where rotary
     values: list[Tensor]
-    answer: Tensor
-    cf_answer: Tensor
+    cf_resid: Tensor  # the counterfactual run's final END residual [pair, d_model]
 
 
 def _head_outputs(model: Model, layer: int, z: Tensor) -> Tensor:
@@ -112,9 +118,10 @@ def _reference_run(model: Model, batch: PairBatch, end_names: Sequence[str], ful
 
 
 @torch.no_grad()
-def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequence[int] = ()) -> _EndRuns:
-    """The reference and counterfactual runs, one batched forward (:func:`_reference_run`): what :func:`_nodes_end_metric` and :func:`_edges_end_metric`
-    read."""
+def end_runs(model: Model, batch: PairBatch, kind: ValueKind, neuron_layers: Sequence[int] = ()) -> EndRuns:
+    """The reference and counterfactual runs, one batched forward (:func:`_reference_run`), and the ablated END value
+    of every sender for values of ``kind`` (``counterfactual``, ``end_mean``, ``zero``): what :func:`nodes_at_end`
+    and :func:`edges_at_end` read."""
     L = model.cfg.n_layers
     k_site = lambda l: backend.rotary_key_hook(model, l)  # noqa: E731  (keys as attention reads them)
     ends = [act_name("resid_pre", 0)] + [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
@@ -123,16 +130,15 @@ def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequ
     # The counterfactual run is read at END only, in the reference's batch: its prompts share the few-shot prefix and
     # each pair's start before its prompts differ with the reference's, run once (exact: causal)
     final = act_name("resid_post", L - 1)
-    ref, cf = _reference_run(model, batch, ends, full, [*ends, final] if ablation == "counterfactual" else [final])
-    cf_answer = end_logits(model, cf[final]).argmax(-1)
-    value = end_values(VALUE_KIND[ablation], cf if ablation == "counterfactual" else ref).__getitem__  # type: ignore[arg-type]
+    ref, cf = _reference_run(model, batch, ends, full, [*ends, final] if kind == "counterfactual" else [final])
+    value = end_values(kind, cf if kind == "counterfactual" else ref).__getitem__
 
-    return _EndRuns(
+    return EndRuns(
         input_ref=ref[act_name("resid_pre", 0)], input_val=value(act_name("resid_pre", 0)),
         z_val=[value(act_name("z", l)) for l in range(L)], mlp_val=[value(act_name("mlp_out", l)) for l in range(L)],
         post_val={l: value(act_name("post", l)) for l in neuron_layers},
         keys=[ref[k_site(l)] for l in range(L)], values=[ref[act_name("v", l)] for l in range(L)],
-        answer=batch.answer, cf_answer=cf_answer)
+        cf_resid=cf[final])
 
 
 def attention_split_at_end(
@@ -177,3 +183,92 @@ def attention_split_at_end(
     prefix = prefix.masked_fill(masked[None, :, None, :], float("-inf"))
     pattern = torch.cat([prefix, own], dim=-1).float().softmax(-1).to(q.dtype)
     return torch.einsum("spht,pthe->sphe", pattern[..., :-1], V) + pattern[..., -1:] * v
+
+
+def _sets_per_pass(memory_mb: float, per_row: int, dtype: torch.dtype) -> int:
+    """Sets per END-only pass so that ``per_row`` working elements of each (set, pair) row fit ``memory_mb``."""
+    return max(1, int(memory_mb * 2**20 / (per_row * (torch.finfo(dtype).bits // 8))))
+
+
+def nodes_at_end(model: Model, batch: PairBatch, heads: Tensor, mlps: Tensor, neurons: Mapping[int, Tensor],
+                 runs: EndRuns, memory_mb: float) -> Float[Tensor, "set pair d_model"]:
+    """The final END residual of every set ablating, at END only, the heads ``[set, layer, head]``, MLPs ``[set,
+    layer]`` and neurons ``{layer: [set, d_mlp]}`` it marks: each layer is END-only work over sets x pairs (attention
+    from the new END query over the reference keys and values, :func:`attention_split_at_end`; each marked head's
+    ``z``, MLP's output and neuron's ``hook_post`` replaced by its END value), sets chunked by ``memory_mb``."""
+    cfg = model.cfg
+    L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
+    C, P = heads.shape[0], len(batch)
+    device, dtype = runs.input_ref.device, runs.input_ref.dtype
+    end = batch.end.to(device)
+    per = _sets_per_pass(memory_mb, P * (8 * H * d + 4 * (cfg.d_mlp or 4 * d)), dtype)
+    out = []
+    for c0 in range(0, C, per):
+        c = slice(c0, c0 + per)
+        Cc = len(range(C)[c])
+        resid = runs.input_ref[None].repeat(Cc, 1, 1)  # [c, pair, d_model]
+        for l in range(L):
+            x = resid[:, :, None].expand(Cc, P, H, d)
+            z = attention_split_at_end(model, l, x, x, x, runs.keys[l], runs.values[l], end)
+            gone = heads[c, l].to(device)[:, None, :, None]
+            z = torch.where(gone, runs.z_val[l][None].to(z.dtype), z)
+            resid = resid + attention_output(model, l, z)
+            if l in neurons:
+                # rows are [c*pair, 1]: each row's pair's END value where its set ablates the neuron
+                gone_n, val_n = neurons[l][c].repeat_interleave(P, 0)[:, None], runs.post_val[l].repeat(Cc, 1)[:, None]
+                hook = lambda act, hook: torch.where(gone_n.to(act.device), val_n.to(act), act)  # noqa: E731
+                with model.hooks(fwd_hooks=[(act_name("post", l), hook)]):
+                    mlp = mlp_at_end(model, l, resid)
+            else:
+                mlp = torch.where(mlps[c, l].to(device)[:, None, None], runs.mlp_val[l][None].to(resid.dtype),
+                                  mlp_at_end(model, l, resid))
+            resid = resid + mlp
+        out.append(resid)
+    return torch.cat(out)
+
+
+def edges_at_end(model: Model, batch: PairBatch, edges: Bool[Tensor, "set sender receiver"], runs: EndRuns,
+                 memory_mb: float) -> Float[Tensor, "set pair d_model"]:
+    """The final END residual (the logits' input) of every set ablating the edges ``[set, sender, receiver]`` it
+    marks, over MIB's graph (senders: the input, then per layer its heads and its MLP; receivers: per layer each
+    head's q, k, v input, then its MLP's input, then the logits; :mod:`circuits.patching.faithfulness.edges`): each
+    receiver's END input is the sum over its senders of the current output (a kept edge) or the ablated value (an
+    ablated edge); END-only layers over sets x pairs (sets chunked by ``memory_mb``)."""
+    cfg = model.cfg
+    L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
+    C, P = edges.shape[0], len(batch)
+    n_s = edges.shape[1]
+    device, dtype = runs.input_ref.device, runs.input_ref.dtype
+    end = batch.end.to(device)
+    per = _sets_per_pass(memory_mb, P * (n_s + 8 * H) * d, dtype)
+    out = []
+    val = torch.zeros(P, n_s, d, device=device, dtype=dtype)  # each sender's ablated END value
+    val[:, 0] = runs.input_val
+    for l in range(L):
+        s0 = 1 + l * (H + 1)
+        val[:, s0 : s0 + H], val[:, s0 + H] = _head_outputs(model, l, runs.z_val[l]), runs.mlp_val[l]
+    for c0 in range(0, C, per):
+        kept = (~edges[c0 : c0 + per]).to(device=device, dtype=dtype)  # [c, sender, receiver]
+        Cc = kept.shape[0]
+        cur = torch.zeros(Cc, P, n_s, d, device=device, dtype=dtype)  # each sender's current END output
+        cur[:, :, 0] = runs.input_ref[None]
+        bias = torch.zeros(d, device=device, dtype=dtype)  # the attention biases so far (no sender's)
+
+        def inputs(n_senders: int, receivers: slice | int) -> Tensor:
+            # a receiver's input: kept edges carry the current output, the others the ablated value (a sum of the
+            # parts, not the residual minus the ablated parts: no cancellation when most edges are ablated)
+            k = kept[:, :n_senders, receivers]
+            sub = "csn" if k.ndim == 3 else "cs"
+            got = torch.einsum(f"cpsd,{sub}->cp{sub[2:]}d", cur[:, :, :n_senders], k)
+            got = got + torch.einsum(f"psd,{sub}->cp{sub[2:]}d", val[:, :n_senders], 1 - k)
+            return got + bias
+
+        for l in range(L):
+            s0, r0 = 1 + l * (H + 1), l * (3 * H + 1)
+            x = einops.rearrange(inputs(s0, slice(r0, r0 + 3 * H)), "c p (h k) d -> k c p h d", k=3)
+            z = attention_split_at_end(model, l, x[0], x[1], x[2], runs.keys[l], runs.values[l], end)
+            cur[:, :, s0 : s0 + H] = _head_outputs(model, l, z)  # [c, pair, head, d_model]
+            bias = bias + backend.attn_out(model, l)[1]
+            cur[:, :, s0 + H] = mlp_at_end(model, l, inputs(s0 + H, r0 + 3 * H))
+        out.append(inputs(n_s, -1))
+    return torch.cat(out)
