@@ -4,7 +4,7 @@ the ablation sets, the scores (accuracy, answer probability), Figure 3's curves,
 What a knocked-out component's output becomes (mean over the template group, zero, resample) is
 :mod:`circuits.patching.ablation.values`; the masked forward that writes it, many ablation sets per pass with the
 shared few-shot prefix run once, is :mod:`circuits.patching.ablation.executor`. The names knockout has always exported
-(:func:`compute_means`, :func:`replacement_values`, :class:`MeanActivations`, ...) are importable from here too.
+(:func:`compute_means`, :func:`replacement_values`, :class:`AblationValues`, ...) are importable from here too.
 :func:`knockout_many` runs many ablation sets in the same forward passes: Figure 3's curves, every k of every order,
 are a few batched passes. Tests assert the result equals the plain full-prompt run.
 """
@@ -33,8 +33,6 @@ from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run
 from circuits.patching.ablation.values import (  # noqa: F401  (the names knockout has always exported)
     AblationValues,
     GroupKey,
-    MeanActivations,
-    ResampledActivations,
     compute_means,
     group_key,
     replacement_values,

@@ -16,7 +16,7 @@ from circuits.data.pairs import PromptPair
 from circuits.models.backend import Model
 from circuits.models.forward import unembed_end
 from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run_ablation
-from circuits.patching.ablation.values import AblationValues, NeuronMeans, compute_means, zero_values  # noqa: F401
+from circuits.patching.ablation.values import AblationValues, compute_means, zero_values  # noqa: F401
 from circuits.types import Ablation
 from circuits.validate.knockout import KnockoutScore, score
 

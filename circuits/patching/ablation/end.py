@@ -4,9 +4,9 @@ at END whose values come from the pairs' own runs, on models the END-only layers
 Only END changes, so positions before END are the reference run's: one batched forward of both prompts of every pair
 (:func:`end_runs`: the reference run's keys, values and END values, the counterfactual run read at END; shared prefixes
 run once), then END-only layers over ``set x pair`` rows (attention from each new END query over the reference keys
-and values, :func:`attention_split_at_end`): :func:`nodes_at_end` replaces each head's ``z``, each MLP's output or
-each neuron's ``hook_post`` where a set ablates it; :func:`edges_at_end` assembles each receiver's input from kept
-and ablated sender values (MIB's graph, :mod:`circuits.patching.faithfulness.edges`)."""
+and values): :func:`nodes_at_end` replaces each head's ``z``, each MLP's output or each neuron's ``hook_post`` where a
+set ablates it; :func:`edges_at_end` assembles each receiver's input from kept and ablated sender values, each head
+with its own query, key and value inputs (:func:`~circuits.patching.end_layers.z_at_end` per query head) (MIB's graph, :mod:`circuits.patching.faithfulness.edges`)."""
 
 from __future__ import annotations
 
@@ -16,16 +16,16 @@ from functools import partial
 
 import torch
 import einops
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 from circuits.data.pairs import PairBatch
 from circuits.models import backend
-from circuits.models.backend import Model, act_name, apply_softcap
+from circuits.models.backend import Model, act_name
 from circuits.models.forward import end_residuals, shared_prefix_lengths
 from circuits.patching.ablation.values import ValueKind, end_values
 from circuits.patching.end_layers import (SHARED_PREFIX_MIN, attention_output, check_supported, mlp_at_end,
-                                          rotate)
+                                          z_at_end)
 
 
 def end_only_supported(model: Model) -> bool:
@@ -141,50 +141,6 @@ def end_runs(model: Model, batch: PairBatch, kind: ValueKind, neuron_layers: Seq
         cf_resid=cf[final])
 
 
-def attention_split_at_end(
-    model: Model,
-    layer: int,
-    xq: Float[Tensor, "s pair head d_model"],
-    xk: Float[Tensor, "s pair head d_model"],
-    xv: Float[Tensor, "s pair head d_model"],
-    keys: Float[Tensor, "pair pos kv d_head"],
-    values: Float[Tensor, "pair pos kv d_head"],
-    end: Int[Tensor, " pair"],
-) -> Float[Tensor, "s pair head d_head"]:
-    """Each head's ``z`` at END when its query, key and value inputs at END are its own (``xq``/``xk``/``xv``, one
-    per query head) and earlier positions' keys and values come from the reference cache: the steps of
-    :func:`circuits.patching.end_layers.attention_at_end` (norm, projections, QK norm, rotary at END, scale,
-    soft-cap, causal mask and sliding window, float32 softmax), per query head (key/value heads repeated under
-    grouped-query attention, as TransformerLens's ``ungroup_grouped_query_attention``)."""
-    cfg = model.cfg
-    ln1 = model.blocks[layer].ln1
-    S, P, H, d = xq.shape
-    nq = ln1(xq.reshape(-1, 1, d)).reshape(S, P, H, d)
-    nk = nq if xk is xq else ln1(xk.reshape(-1, 1, d)).reshape(S, P, H, d)  # node circuits: one input
-    nv = nq if xv is xq else ln1(xv.reshape(-1, 1, d)).reshape(S, P, H, d)
-    W_Q, b_Q, W_K, b_K, W_V, b_V = backend.attn_qkv(model, layer)
-    group = H // backend.n_kv_heads(model)  # key/value heads ungrouped: one per query head, as EAP-IG/MIB
-    W_K, b_K, W_V, b_V = (t.repeat_interleave(group, dim=0) for t in (W_K, b_K, W_V, b_V))
-    proj = lambda x, w, b: torch.einsum("sphd,hde->sphe", x, w) + b  # noqa: E731
-    q, k, v = proj(nq, W_Q, b_Q), proj(nk, W_K, b_K), proj(nv, W_V, b_V)
-    norms = backend.qk_norms(model, layer)
-    if norms is not None:
-        q, k = (n(t.reshape(-1, cfg.d_head)).reshape(t.shape) for n, t in zip(norms, (q, k)))
-    q, k = rotate(model, layer, q, end), rotate(model, layer, k, end)
-    K, V = keys.repeat_interleave(group, dim=2), values.repeat_interleave(group, dim=2)
-    scale, cap = backend.score_scale(model, layer), backend.score_softcap(model, layer)
-    prefix = apply_softcap(torch.einsum("sphe,pthe->spht", q, K) * scale, cap)
-    own = apply_softcap(torch.einsum("sphe,sphe->sph", q, k)[..., None] * scale, cap)
-    positions = torch.arange(K.shape[1], device=q.device)
-    masked = positions[None, :] >= end[:, None]
-    window = backend.sliding_window(model, layer)
-    if window is not None:  # local layers (Mistral's window, Gemma's alternating local/global layers)
-        masked = masked | (positions[None, :] <= end[:, None] - window)
-    prefix = prefix.masked_fill(masked[None, :, None, :], float("-inf"))
-    pattern = torch.cat([prefix, own], dim=-1).float().softmax(-1).to(q.dtype)
-    return torch.einsum("spht,pthe->sphe", pattern[..., :-1], V) + pattern[..., -1:] * v
-
-
 def _sets_per_pass(memory_mb: float, per_row: int, dtype: torch.dtype) -> int:
     """Sets per END-only pass so that ``per_row`` working elements of each (set, pair) row fit ``memory_mb``."""
     return max(1, int(memory_mb * 2**20 / (per_row * (torch.finfo(dtype).bits // 8))))
@@ -194,8 +150,9 @@ def nodes_at_end(model: Model, batch: PairBatch, heads: Tensor, mlps: Tensor, ne
                  runs: EndRuns, memory_mb: float) -> Float[Tensor, "set pair d_model"]:
     """The final END residual of every set ablating, at END only, the heads ``[set, layer, head]``, MLPs ``[set,
     layer]`` and neurons ``{layer: [set, d_mlp]}`` it marks: each layer is END-only work over sets x pairs (attention
-    from the new END query over the reference keys and values, :func:`attention_split_at_end`; each marked head's
-    ``z``, MLP's output and neuron's ``hook_post`` replaced by its END value), sets chunked by ``memory_mb``."""
+    from the new END query over the reference keys and values, :func:`~circuits.patching.end_layers.z_at_end`; each
+    marked head's ``z``, MLP's output and neuron's ``hook_post`` replaced by its END value), sets chunked by
+    ``memory_mb``."""
     cfg = model.cfg
     L, H, d = cfg.n_layers, cfg.n_heads, cfg.d_model
     C, P = heads.shape[0], len(batch)
@@ -208,8 +165,7 @@ def nodes_at_end(model: Model, batch: PairBatch, heads: Tensor, mlps: Tensor, ne
         Cc = len(range(C)[c])
         resid = runs.input_ref[None].repeat(Cc, 1, 1)  # [c, pair, d_model]
         for l in range(L):
-            x = resid[:, :, None].expand(Cc, P, H, d)
-            z = attention_split_at_end(model, l, x, x, x, runs.keys[l], runs.values[l], end)
+            z = z_at_end(model, l, resid, resid, resid, runs.keys[l], runs.values[l], end)
             gone = heads[c, l].to(device)[:, None, :, None]
             z = torch.where(gone, runs.z_val[l][None].to(z.dtype), z)
             resid = resid + attention_output(model, l, z)
@@ -266,7 +222,7 @@ def edges_at_end(model: Model, batch: PairBatch, edges: Bool[Tensor, "set sender
         for l in range(L):
             s0, r0 = 1 + l * (H + 1), l * (3 * H + 1)
             x = einops.rearrange(inputs(s0, slice(r0, r0 + 3 * H)), "c p (h k) d -> k c p h d", k=3)
-            z = attention_split_at_end(model, l, x[0], x[1], x[2], runs.keys[l], runs.values[l], end)
+            z = z_at_end(model, l, x[0], x[1], x[2], runs.keys[l], runs.values[l], end)
             cur[:, :, s0 : s0 + H] = _head_outputs(model, l, z)  # [c, pair, head, d_model]
             bias = bias + backend.attn_out(model, l)[1]
             cur[:, :, s0 + H] = mlp_at_end(model, l, inputs(s0 + H, r0 + 3 * H))
