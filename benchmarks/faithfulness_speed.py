@@ -29,12 +29,11 @@ from circuits.models import load_model
 from circuits.patching.faithfulness import (
     MIB_SIZES,
     circuit_masks,
-    edge_faithfulness,
     edge_masks,
     edge_receivers,
     edge_senders,
     edge_valid,
-    faithfulness,
+    circuit_curve,
     metric_of,
 )
 from circuits.patching.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
@@ -182,7 +181,7 @@ def main() -> None:
             continue
         level, positions = mode.split("-")
         if level == "node":
-            run = lambda: faithfulness(model, batch, heads, mlps, positions=positions,  # noqa: E731
+            run = lambda: circuit_curve(model, batch, heads, mlps, positions=positions,  # noqa: E731
                                        ablation=args.ablation, n_boot=0, memory_mb=args.memory_mb)
             fast = _bench.measure(run, warmup=True, sync=sync)
             plain = _bench.measure(lambda: node_plain(model, batch, heads, mlps, positions, args.ablation),
@@ -191,7 +190,7 @@ def main() -> None:
             plain_s = plain.seconds
         else:
             scores = torch.rand(edge_valid(model).shape, generator=g)
-            run = lambda: edge_faithfulness(model, batch, scores, ablation=args.ablation,  # noqa: E731
+            run = lambda: circuit_curve(model, batch, edges=scores, ablation=args.ablation,  # noqa: E731
                                             n_boot=0, memory_mb=args.memory_mb)
             fast = _bench.measure(run, warmup=True, sync=sync)
             n = max(1, min(11, args.edge_circuits))

@@ -184,16 +184,18 @@ def attention_at_end(
 def z_at_end(
     model: Model,
     layer: int,
-    xq: Float[Tensor, "sender pair d_model"],
-    xk: Float[Tensor, "sender pair d_model"],
-    xv: Float[Tensor, "sender pair d_model"],
+    xq: Float[Tensor, "sender pair d_model"] | Float[Tensor, "sender pair head d_model"],
+    xk: Float[Tensor, "sender pair d_model"] | Float[Tensor, "sender pair head d_model"],
+    xv: Float[Tensor, "sender pair d_model"] | Float[Tensor, "sender pair head d_model"],
     keys: Float[Tensor, "pair pos kv d_head"],
     values: Float[Tensor, "pair pos kv d_head"],
     end: Int[Tensor, " pair"],
 ) -> Float[Tensor, "sender pair head d_head"]:
     """Every head's END output (``hook_z``) when END's query, key and value inputs are the residuals ``xq``, ``xk``,
     ``xv`` (the same tensor for a plain forward; one of them changed for an edge into a head's q, k or v), and the
-    keys (rotated, as attention reads them) and values of earlier positions come from the reference run.
+    keys (rotated, as attention reads them) and values of earlier positions come from the reference run. Inputs
+    ``[sender, pair, head, d_model]`` give each query head its own (edge circuits); key/value heads are then
+    ungrouped, one per query head, as TransformerLens's ``ungroup_grouped_query_attention`` and EAP-IG/MIB.
 
     Follows the model's attention step by step (the pieces come from :mod:`circuits.models.backend`, so both
     TransformerLens lines compute it the same way): the pre-attention norm, the Q/K/V projections with biases, QK
@@ -201,29 +203,36 @@ def z_at_end(
     Gemma 3's local layers have their own base), scores times the layer's scale and soft-capped (Gemma 2), the causal
     mask and, on local layers only, the sliding window (Mistral, Gemma 2/3), and the softmax in float32."""
     cfg = model.cfg
-    S, P, _ = xq.shape
+    S, P = xq.shape[:2]
     ln1 = model.blocks[layer].ln1
-    n_kv = backend.n_kv_heads(model)
     W_Q, b_Q, W_K, b_K, W_V, b_V = backend.attn_qkv(model, layer)
-    normed = {}
-    q, k, v = (head_linear(normed.setdefault(id(x), ln1(x.reshape(S * P, 1, -1))), w, b).reshape(S, P, -1, cfg.d_head)
-               for x, w, b in ((xq, W_Q, b_Q), (xk, W_K, b_K), (xv, W_V, b_V)))
+    normed: dict[int, Tensor] = {}
+    ln = lambda x: normed.setdefault(id(x), ln1(x.reshape(-1, 1, x.shape[-1])).reshape(x.shape))  # noqa: E731
+    if xq.ndim == 4:  # one input per query head
+        group = cfg.n_heads // backend.n_kv_heads(model)
+        W_K, b_K, W_V, b_V = (t.repeat_interleave(group, dim=0) for t in (W_K, b_K, W_V, b_V))
+        keys, values = keys.repeat_interleave(group, dim=2), values.repeat_interleave(group, dim=2)
+        q, k, v = (torch.einsum("sphd,hde->sphe", ln(x), w) + b for x, w, b in ((xq, W_Q, b_Q), (xk, W_K, b_K),
+                                                                                  (xv, W_V, b_V)))
+    else:
+        q, k, v = (head_linear(ln(x).reshape(S * P, 1, -1), w, b).reshape(S, P, -1, cfg.d_head)
+                   for x, w, b in ((xq, W_Q, b_Q), (xk, W_K, b_K), (xv, W_V, b_V)))
     norms = backend.qk_norms(model, layer)
     if norms is not None:
         q, k = (norm(t.reshape(-1, cfg.d_head)).reshape(t.shape) for norm, t in zip(norms, (q, k)))
     q = rotate(model, layer, q, end)
     k = rotate(model, layer, k, end)
-    q = einops.rearrange(q, "s p (k g) e -> s p k g e", k=n_kv)
+    q = einops.rearrange(q, "s p (k g) e -> s p k g e", k=k.shape[2])
     scale, cap = backend.score_scale(model, layer), backend.score_softcap(model, layer)
     prefix_scores = apply_softcap(torch.einsum("spkge,ptke->spkgt", q, keys) * scale, cap)
     self_score = apply_softcap(torch.einsum("spkge,spke->spkg", q, k)[..., None] * scale, cap)
-    positions = torch.arange(keys.shape[1], device=xq.device)
+    positions = torch.arange(keys.shape[1], device=q.device)
     masked = positions[None, :] >= end[:, None]  # [pair, pos]: END itself and padding after it
     window = backend.sliding_window(model, layer)
     if window is not None:  # local layers (Mistral's window, Gemma's alternating local/global layers)
         masked = masked | (positions[None, :] <= end[:, None] - window)
     prefix_scores = prefix_scores.masked_fill(masked[None, :, None, None, :], float("-inf"))
-    pattern = torch.cat([prefix_scores, self_score], dim=-1).float().softmax(-1).to(xq.dtype)
+    pattern = torch.cat([prefix_scores, self_score], dim=-1).float().softmax(-1).to(q.dtype)
     z = torch.einsum("spkgt,ptke->spkge", pattern[..., :-1], values) + pattern[..., -1:] * v[:, :, :, None, :]
     return einops.rearrange(z, "s p k g e -> s p (k g) e")
 

@@ -277,7 +277,7 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
     (:func:`circuits.models.backend.split_inputs`, ungrouped under grouped-query attention), per-head results and MLP inputs, each receiver's END input
     written sender by sender as the sum of every upstream sender's current output (kept edge) or ablated value
     (ablated edge) and the attention biases before it. The plain loop
-    :func:`circuits.patching.faithfulness.edge_faithfulness` is tested against."""
+    :func:`circuits.patching.faithfulness.circuit_curve` (edges) is tested against."""
     L = model.cfg.n_layers
     rows, end = torch.arange(len(batch)), batch.end
     cur: dict[str, Tensor] = {}

@@ -4,7 +4,7 @@ the ablation sets, the scores (accuracy, answer probability), Figure 3's curves,
 What a knocked-out component's output becomes (mean over the template group, zero, resample) is
 :mod:`circuits.patching.ablation.values`; the masked forward that writes it, many ablation sets per pass with the
 shared few-shot prefix run once, is :mod:`circuits.patching.ablation.executor`. The names knockout has always exported
-(:func:`compute_means`, :func:`replacement_values`, :class:`MeanActivations`, ...) are importable from here too.
+(:func:`compute_means`, :func:`replacement_values`, :class:`AblationValues`, ...) are importable from here too.
 :func:`knockout_many` runs many ablation sets in the same forward passes: Figure 3's curves, every k of every order,
 are a few batched passes. Tests assert the result equals the plain full-prompt run.
 """
@@ -29,12 +29,10 @@ from circuits.validate.config import KnockoutConfig
 from circuits.io import read_json, write_json
 from circuits.models.backend import Model
 from circuits.models.forward import unembed_end
-from circuits.patching.ablation.executor import AblationMasks, ablated_residuals
+from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run_ablation
 from circuits.patching.ablation.values import (  # noqa: F401  (the names knockout has always exported)
     AblationValues,
     GroupKey,
-    MeanActivations,
-    ResampledActivations,
     compute_means,
     group_key,
     replacement_values,
@@ -73,12 +71,6 @@ def checked_set(model: Model, heads: Sequence[Any], mlps: Sequence[Any]) -> tupl
     return hs, ms
 
 
-def _shares_prefix(values: AblationValues) -> bool:
-    """Whether pairs with equal few-shot prefixes can run it once: the values at the prefix's positions must be the
-    same for every pair of the group (means and zero; a resample donor's prefix may differ)."""
-    return values.kind in ("mean", "zero")
-
-
 @torch.no_grad()
 def knockout_logits(
     model: Model,
@@ -115,20 +107,16 @@ def knockout_residuals(
     share_prefix: bool = True,
 ) -> Float[Tensor, "set pair d_model"]:
     """Final END residuals of every pair under each ablation set ``(heads, mlps)`` of ``sets``, many sets per
-    forward pass (the mechanism's one executor, :func:`circuits.patching.ablation.ablated_residuals`): a row is one
+    forward pass (the mechanism's one executor, :func:`circuits.patching.ablation.executor.run_ablation`): a row is one
     (set, pair), and its hooks replace only the heads and MLPs of its own set. Figure 3's curve (every k of the
     effect order and of each random order) is then a handful of forward passes instead of one run per (k, order).
 
     A prefix group (pairs whose few-shot prefixes are equal) runs its prefix once per set -- knocked-out heads change
     the prefix's keys and values too -- and the question bodies of all its pairs under all those sets together.
     Resample ablation runs full prompts (a donor's prefix may differ)."""
-    pairs = list(pairs)
     masks = AblationMasks.of_sets(model, [checked_set(model, h, m) for h, m in sets])
-    share = share_prefix and _shares_prefix(means)
-    return ablated_residuals(model, [p.reference_token_ids for p in pairs], masks, means,
-                             [means.source_of(p) for p in pairs],
-                             prefix_lengths=[p.prefix_length for p in pairs] if share else None,
-                             rows_per_batch=rows_per_batch)
+    return run_ablation(model, pairs, AblationSpec(means, masks), rows_per_batch=rows_per_batch,
+                        share_prefix=share_prefix).resid
 
 
 @torch.no_grad()

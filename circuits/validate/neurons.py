@@ -3,7 +3,7 @@
 A knocked-out neuron's activation (``hook_post``) is replaced by its mean over the counterfactual prompts, per
 template position (the paper's mean ablation, Section 4.1), or by zero; everything else runs as usual. The values
 are :class:`~circuits.patching.ablation.values.AblationValues` and the run is the mechanism's one masked forward
-(:func:`circuits.patching.ablation.ablated_residuals`), few-shot prefixes shared as in knockout.
+(:func:`circuits.patching.ablation.executor.run_ablation`), few-shot prefixes shared as in knockout.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 from circuits.data.pairs import PromptPair
 from circuits.models.backend import Model
 from circuits.models.forward import unembed_end
-from circuits.patching.ablation.executor import AblationMasks, ablated_residuals
-from circuits.patching.ablation.values import AblationValues, NeuronMeans, compute_means, zero_values  # noqa: F401
+from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run_ablation
+from circuits.patching.ablation.values import AblationValues, compute_means, zero_values  # noqa: F401
 from circuits.types import Ablation
 from circuits.validate.knockout import KnockoutScore, score
 
@@ -47,7 +47,5 @@ def knockout_neurons(model: Model, pairs: Sequence[PromptPair], neurons: dict[in
         if bad:
             raise ValueError(f"Neuron index {bad[0]} of layer {layer} is outside d_mlp (accepted: 0..{model.cfg.d_mlp - 1})")
     masks = AblationMasks.of_sets(model, [((), ())], [neurons])
-    resid = ablated_residuals(model, [p.reference_token_ids for p in pairs], masks, means,
-                              [means.source_of(p) for p in pairs], prefix_lengths=[p.prefix_length for p in pairs],
-                              rows_per_batch=batch_size)
+    resid = run_ablation(model, pairs, AblationSpec(means, masks), rows_per_batch=batch_size).resid
     return score(unembed_end(model, resid[0]).cpu(), [p.answer_token_id for p in pairs])

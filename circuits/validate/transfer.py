@@ -32,7 +32,7 @@ from circuits.identify.config import KeyHeadSource
 from circuits.validate.config import TransferConfig
 from circuits.results import Result
 from circuits.types import Head
-from circuits.validate.knockout import MeanActivations, knockout, knockout_logits
+from circuits.validate.knockout import AblationValues, knockout, knockout_logits
 
 
 def prompt_item(tokenizer: Any, prompt: str, answer: str, task: str, prefix: str = "") -> PromptPair:
@@ -105,7 +105,7 @@ def word_problem_set(
 
 
 def transfer_knockout(
-    model: Model, sets: dict[str, list[PromptPair]], means: MeanActivations, heads: Sequence[Head]
+    model: Model, sets: dict[str, list[PromptPair]], means: AblationValues, heads: Sequence[Head]
 ) -> dict[str, dict[str, float]]:
     """Figure 4: accuracy and answer probability on each set before and after knocking out ``heads``."""
     out = {}
@@ -153,7 +153,7 @@ def letter_ids(tokenizer: Any) -> list[int]:
 
 
 def mmlu_accuracy(
-    model: Model, items: Sequence[PromptPair], means: MeanActivations, heads: Sequence[Head] = ()
+    model: Model, items: Sequence[PromptPair], means: AblationValues, heads: Sequence[Head] = ()
 ) -> float:
     """Share of questions whose answer letter has the highest logit among A-D."""
     if not items:

@@ -127,13 +127,13 @@ def test_knockout_equals_a_plain_hook_loop(tiny_llama, pairs, ablation):
     fast = knockout_logits(tiny_llama, pairs, values, heads, mlps=mlps)
     for i, p in enumerate(pairs[:5]):
         if ablation == "resample":
-            donor = pairs[values.donor[values.row_of(p)]]
+            donor = pairs[values.donor[values.source_of(p)]]
             assert group_key(donor) == group_key(p)
             _, cache = tiny_llama.run_with_cache(torch.tensor([donor.counterfactual_token_ids]))
             z = {l: cache[act_name("z", l)][0] for l in (1, 2)}
             m = {1: cache[act_name("mlp_out", 1)][0]}
         else:
-            g = values.group_of(p)
+            g = values.source_of(p)
             n = len(p.reference_token_ids)
             z = {l: values.z[l][g, :n] for l in (1, 2)}
             m = {1: values.mlp_out[1][g, :n]}
@@ -201,7 +201,7 @@ def test_neuron_knockout_equals_a_plain_hook_loop(tiny_llama, pairs):
     got = knockout_neurons(tiny_llama, pairs, neurons, means)
     plain = []
     for p in pairs:
-        g, n = means.group_of(p), len(p.reference_token_ids)
+        g, n = means.source_of(p), len(p.reference_token_ids)
 
         def hook(post, hook, g=g, n=n):
             layer = int(hook.name.split(".")[1])
@@ -232,7 +232,7 @@ def test_other_families_end_logits_knockout_and_generation(family_models, arch):
     ko = knockout_logits(model, pairs, values, [(1, 1)], mlps=[0])
     for i, p in enumerate(pairs):
         torch.testing.assert_close(clean[i], _end_logits(model, p.reference_token_ids), atol=1e-4, rtol=1e-4)
-        g, n = values.group_of(p), len(p.reference_token_ids)
+        g, n = values.source_of(p), len(p.reference_token_ids)
 
         def z_hook(act, hook, g=g, n=n):
             act[0, :, 1] = values.z[1][g, :n, 1]

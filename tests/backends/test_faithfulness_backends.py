@@ -14,7 +14,7 @@ from helpers import aligned_pairs, mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.models import backend
-from circuits.patching.faithfulness import (edge_faithfulness, edge_receivers, edge_senders, edge_valid, faithfulness,
+from circuits.patching.faithfulness import (edge_receivers, edge_senders, edge_valid, circuit_curve,
                                             metric_of)
 from circuits.patching.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
 from circuits.patching.ranking import order
@@ -67,7 +67,7 @@ def test_nodes_equal_the_plain_loop(family_models, tokenizer, ablation, position
     model = family_models("llama")  # grouped-query attention: 4 heads, 2 key/value heads
     batch = _pairs(tokenizer)
     heads, mlps, _ = _node_scores(model)
-    ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, ablation=ablation, positions=positions, n_boot=10,
+    ours = circuit_curve(model, batch, heads, mlps, sizes=SIZES, ablation=ablation, positions=positions, n_boot=10,
                         memory_mb=0.05)
     plain = _plain_nodes(model, batch, heads, mlps, {}, ablation, positions)
     torch.testing.assert_close(ours.m, plain, atol=1e-5, rtol=0)
@@ -83,7 +83,7 @@ def test_nodes_families_with_neurons(family_models, tokenizer, arch):
     model = family_models(arch)
     batch = _pairs(tokenizer, seed=1)
     heads, mlps, neurons = _node_scores(model, seed=2, neuron_layers=(1,))
-    ours = faithfulness(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, ablation="counterfactual",
+    ours = circuit_curve(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, ablation="counterfactual",
                         n_boot=0)
     plain = _plain_nodes(model, batch, heads, mlps, neurons, "counterfactual", "end")
     torch.testing.assert_close(ours.m, plain, atol=1e-5, rtol=0)
@@ -105,7 +105,7 @@ def test_edges_equal_the_plain_loop(family_models, tokenizer, arch, ablation):
     batch = _pairs(tokenizer)
     valid = edge_valid(model)
     scores = torch.rand(valid.shape, generator=torch.Generator().manual_seed(3)).masked_fill(~valid, float("nan"))
-    ours = edge_faithfulness(model, batch, scores, sizes=SIZES, ablation=ablation, n_boot=0, memory_mb=0.05)
+    ours = circuit_curve(model, batch, edges=scores, sizes=SIZES, ablation=ablation, n_boot=0, memory_mb=0.05)
     cf_answer = cf_answer_plain(model, batch)
     plain = torch.stack([metric_of(ablate_edges_plain(model, batch, _edge_sets(model, scores, valid, s), ablation),
                                    batch.answer, cf_answer, "logit_diff") for s in SIZES])
@@ -122,7 +122,7 @@ def test_edge_faithfulness_refuses_post_norm_models_in_one_line(family_models, t
     model = family_models("gemma2")
     valid = edge_valid(model)
     with pytest.raises(ValueError, match="normalises the sum of its heads") as err:
-        edge_faithfulness(model, _pairs(tokenizer), torch.rand(valid.shape), sizes=SIZES, n_boot=0)
+        circuit_curve(model, _pairs(tokenizer), edges=torch.rand(valid.shape), sizes=SIZES, n_boot=0)
     assert "\n" not in str(err.value)
 
 
@@ -201,7 +201,7 @@ def test_nodes_without_prefix_sharing(family_models, tokenizer):
     try:
         object.__setattr__(model, "_circuits_prefix_sharing", False)
         for positions in ("end", "all"):
-            ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, positions=positions, n_boot=0)
+            ours = circuit_curve(model, batch, heads, mlps, sizes=SIZES, positions=positions, n_boot=0)
             plain = _plain_nodes(model, batch, heads, mlps, {}, "counterfactual", positions)
             torch.testing.assert_close(ours.m, plain, atol=1e-5, rtol=0)
     finally:
@@ -229,10 +229,10 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
     assert backend.backend_of(model) is backend.installed() and backend.backend_of(model).name == backend.NAME
     for name in ("exact-path", "eap-ig"):
         for positions in ("end", "all"):
-            c = faithfulness(model, r.pairs, r.scores[name]["heads"], r.scores[name]["mlps"], sizes=(0.05, 0.2, 0.5),
+            c = circuit_curve(model, r.pairs, r.scores[name]["heads"], r.scores[name]["mlps"], sizes=(0.05, 0.2, 0.5),
                              positions=positions, n_boot=10, count=r.config.count)  # the job counts as MIB: int(s * n)
             assert torch.equal(r.curves[name][f"nodes@{positions}"].f, c.f)
-    c = edge_faithfulness(model, r.pairs, r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
+    c = circuit_curve(model, r.pairs, edges=r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
                           count=r.config.count)
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f)
     assert (r.curves["eap-ig"]["nodes@end"].m_full - r.curves["eap-ig"]["nodes@end"].m_empty).abs().max() > 1e-3

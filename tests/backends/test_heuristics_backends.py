@@ -30,7 +30,7 @@ def test_grid_activations_and_class_knockout_equal_plain_loops(family_models, to
         _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith("hook_post"))
         for i, n in enumerate(neurons):
             assert acts[i, j] == pytest.approx(float(cache[act_name("post", n.layer)][0, -1, n.index]), abs=1e-4)
-        grp = means.group_of(p)
+        grp = means.source_of(p)
         hooks = []
         for layer, idx in sets[1].items():
             ix = torch.tensor(idx)

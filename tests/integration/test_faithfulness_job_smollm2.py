@@ -32,7 +32,7 @@ def test_scores_and_curves_are_the_engines(smollm2, result):
             assert c.cpr_interval[0] <= c.cpr <= c.cpr_interval[1] and c.positions == setting.split("@")[1]
     assert list(result.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
     s = result.scores["screen"]
-    again = engine.faithfulness(smollm2, pairs, s["heads"], s["mlps"], sizes=(0.01, 0.1, 0.5), positions="all", n_boot=50,
+    again = engine.circuit_curve(smollm2, pairs, s["heads"], s["mlps"], sizes=(0.01, 0.1, 0.5), positions="all", n_boot=50,
                                 count="floor")
     assert torch.equal(again.f, result.curves["screen"]["nodes@all"].f)
     assert all(v > 0 for v in result.seconds.values())

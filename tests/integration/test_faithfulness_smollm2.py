@@ -8,12 +8,11 @@ from helpers import aligned_pairs, mixed_pairs
 from circuits.data.pairs import PairBatch
 from circuits.patching.faithfulness import (
     circuit_masks,
-    edge_faithfulness,
     edge_masks,
     edge_receivers,
     edge_senders,
     edge_valid,
-    faithfulness,
+    circuit_curve,
     metric_of,
 )
 from circuits.patching.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
@@ -31,7 +30,7 @@ def test_nodes_equal_the_plain_loop(smollm2, batch, positions):
     L, H = smollm2.cfg.n_layers, smollm2.cfg.n_heads
     g = torch.Generator().manual_seed(0)
     heads, mlps = torch.rand(L, H, generator=g), torch.rand(L, generator=g)
-    ours = faithfulness(smollm2, batch, heads, mlps, sizes=SIZES, positions=positions, n_boot=0)
+    ours = circuit_curve(smollm2, batch, heads, mlps, sizes=SIZES, positions=positions, n_boot=0)
     masks = circuit_masks(heads, mlps, None, SIZES)
     cf_answer, values = cf_answer_plain(smollm2, batch), ablation_values_plain(smollm2, batch, "counterfactual")
     for i in range(len(SIZES)):
@@ -50,7 +49,7 @@ def test_nodes_equal_the_plain_loop(smollm2, batch, positions):
 def test_edges_equal_the_plain_loop(smollm2, batch):
     valid = edge_valid(smollm2)
     scores = torch.rand(valid.shape, generator=torch.Generator().manual_seed(1))
-    ours = edge_faithfulness(smollm2, batch, scores, sizes=(0.01,), n_boot=0)
+    ours = circuit_curve(smollm2, batch, edges=scores, sizes=(0.01,), n_boot=0)
     keep, _, _ = edge_masks(valid, scores, (0.01,))
     senders, receivers = [str(s) for s in edge_senders(smollm2)], [str(r) for r in edge_receivers(smollm2)]
     gone = [(senders[i], receivers[j]) for i, j in (valid & ~keep[0]).nonzero().tolist()]

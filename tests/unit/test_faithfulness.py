@@ -8,7 +8,7 @@ import torch
 from helpers import aligned_pairs, mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.faithfulness import MIB_SIZES, area_scores, circuit_masks, faithfulness, metric_of
+from circuits.patching.faithfulness import MIB_SIZES, area_scores, circuit_masks, circuit_curve, metric_of
 from circuits.patching.metrics import logits_metric
 from circuits.patching.plain import ablate_plain, ablation_values_plain, cf_answer_plain
 from circuits.patching.ranking import order
@@ -73,7 +73,7 @@ def test_nodes_equal_the_plain_loop(tiny_llama, tokenizer, ablation, positions):
     model = tiny_llama  # GQA: 4 heads, 2 key/value heads
     batch = PairBatch.from_pairs(some_pairs(tokenizer), 0)
     heads, mlps, _ = scores(model)
-    ours = faithfulness(model, batch, heads, mlps, sizes=SIZES, ablation=ablation, positions=positions,
+    ours = circuit_curve(model, batch, heads, mlps, sizes=SIZES, ablation=ablation, positions=positions,
                         n_boot=50, memory_mb=0.02)
     per_size, full, empty = plain_curve(model, batch, heads, mlps, {}, ablation, positions)
     torch.testing.assert_close(ours.m, per_size, atol=1e-5, rtol=0)
@@ -93,13 +93,13 @@ def test_neurons_and_heads_only_equal_the_plain_loop(tiny_mistral, tokenizer, po
     model = tiny_mistral
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=3), 0)
     heads, mlps, neurons = scores(model, seed=1, neurons=(1,))
-    ours = faithfulness(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, positions=positions, n_boot=0)
+    ours = circuit_curve(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, positions=positions, n_boot=0)
     per_size, full, empty = plain_curve(model, batch, heads, mlps, neurons, "counterfactual", positions)
     torch.testing.assert_close(ours.m, per_size, atol=1e-5, rtol=0)
     torch.testing.assert_close(ours.m_empty, empty, atol=1e-5, rtol=0)
     assert ours.n_nodes == 3 * 4 + 2 + model.cfg.d_mlp
     # heads only: MLPs are not nodes and stay in every circuit
-    only = faithfulness(model, batch, heads, None, sizes=SIZES, positions=positions, n_boot=0,
+    only = circuit_curve(model, batch, heads, None, sizes=SIZES, positions=positions, n_boot=0,
                         metric=logits_metric(lambda logits, a: logits.log_softmax(-1)[torch.arange(len(a)), a], "lp"))
     per_size, full, empty = plain_curve(model, batch, heads, None, {}, "counterfactual", positions, only_metric())
     torch.testing.assert_close(only.m, per_size, atol=1e-5, rtol=0)
@@ -116,24 +116,67 @@ def test_families(family_models, tokenizer, arch, positions):
     model = family_models(arch)
     batch = PairBatch.from_pairs(some_pairs(tokenizer, 2), 0)
     heads, mlps, neurons = scores(model, seed=2, neurons=(2,))
-    ours = faithfulness(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, positions=positions, ablation="mean",
+    ours = circuit_curve(model, batch, heads, mlps, neurons=neurons, sizes=SIZES, positions=positions, ablation="mean",
                         n_boot=0)
     per_size, _, _ = plain_curve(model, batch, heads, mlps, neurons, "mean", positions)
     torch.testing.assert_close(ours.m, per_size, atol=1e-5, rtol=0)
 
 
-def test_end_only_layers_equal_whole_prompts(tiny_llama, tokenizer):
-    """At END the engine runs END-only layers over the reference keys and values; the whole-prompt hook engine
-    (what every position uses, and END on models the END-only layers refuse) gives the same metric."""
-    from circuits.patching.faithfulness.nodes import _collect, _full_and_empty, ablated_metric
+@pytest.mark.parametrize("ablation,positions,strategy", [
+    ("counterfactual", "end", "end"), ("mean", "end", "end"), ("zero", "end", "masked"),
+    ("counterfactual", "end", "masked"), ("counterfactual", "all", "counterfactual"),
+    ("counterfactual", "all", "masked"), ("mean", "all", "masked")])
+def test_each_strategy_of_the_executor_equals_the_plain_loop(tiny_llama, tokenizer, monkeypatch, ablation, positions,
+                                                             strategy):
+    """Every curve goes through the one executor (run_ablation, spied on), which picks the END-only layers at END and
+    the counterfactual-in-the-same-pass route for counterfactual values at every position; each strategy, and the
+    masked forward forced where another would run, equals the plain loop (one hook per site, one circuit at a
+    time)."""
+    from circuits.patching.ablation import executor
+    from circuits.patching.faithfulness import nodes
 
-    batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 5), 0)
-    heads, mlps, neurons = scores(tiny_llama, seed=4, neurons=(0,))
-    masks = _full_and_empty(circuit_masks(heads, mlps, neurons, SIZES))
-    whole = ablated_metric(tiny_llama, batch, masks, _collect(tiny_llama, batch, "counterfactual", [0]), "end",
-                           "logit_diff", memory_mb=0.05)
-    ours = faithfulness(tiny_llama, batch, heads, mlps, neurons=neurons, sizes=SIZES, n_boot=0)
-    torch.testing.assert_close(torch.cat([ours.m, ours.m_full[None], ours.m_empty[None]]), whole, atol=1e-5, rtol=0)
+    seen = []
+
+    def spy(*args, **kwargs):
+        out = executor.run_ablation(*args, **kwargs, strategy="masked" if strategy == "masked" else None)
+        seen.append(out.strategy)
+        return out
+
+    monkeypatch.setattr(nodes, "run_ablation", spy)
+    batch = PairBatch.from_pairs(some_pairs(tokenizer), 0)
+    heads, mlps, neurons = scores(tiny_llama, seed=4, neurons=(1,))
+    ours = circuit_curve(tiny_llama, batch, heads, mlps, neurons=neurons, sizes=SIZES, ablation=ablation,
+                         positions=positions, n_boot=0, memory_mb=0.05)
+    assert seen == [strategy]
+    per_size, full, empty = plain_curve(tiny_llama, batch, heads, mlps, neurons, ablation, positions)
+    torch.testing.assert_close(ours.m, per_size, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_full, full, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m_empty, empty, atol=1e-5, rtol=0)
+    assert (full - empty).abs().max() > 1e-2  # the ablation does something
+
+
+def test_the_faithfulness_job_runs_every_curve_through_the_executor(tmp_path, monkeypatch):
+    """With the job's defaults, node curves at END and at every position and the edge curve each call the executor
+    once (END-only layers at END, the counterfactual route at every position)."""
+    from helpers import tiny_dir
+
+    from circuits.cli import main as cli_main
+    from circuits.patching.ablation import executor
+    from circuits.patching.faithfulness import nodes
+
+    seen = []
+
+    def spy(model, pairs, spec, **kwargs):
+        out = executor.run_ablation(model, pairs, spec, **kwargs)
+        seen.append((spec.positions, spec.sites.edges is not None, out.strategy))
+        return out
+
+    monkeypatch.setattr(nodes, "run_ablation", spy)
+    argv = ["faithfulness", "--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "3",
+            "--rankings", "exact-path,eap-ig", "--sizes", "0.05,0.5", "--n-boot", "0", "--ig-steps", "2",
+            "--no-progress", "--out", str(tmp_path / "f")]
+    assert cli_main(argv) == 0
+    assert seen == [("end", False, "end"), ("all", False, "counterfactual")] * 2 + [("end", True, "end")]
 
 
 def test_masks_follow_the_one_ranking():
@@ -164,7 +207,7 @@ def test_areas_are_mibs_trapezoids():
 def test_bootstrap_intervals_and_round_trip(tiny_llama, tokenizer):
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 6), 0)
     heads, mlps, _ = scores(tiny_llama)
-    r = faithfulness(tiny_llama, batch, heads, mlps, n_boot=200)
+    r = circuit_curve(tiny_llama, batch, heads, mlps, n_boot=200)
     assert r.f.shape == (9,) and r.f_per_pair.shape == (9, 6) and r.m.shape == (9, 6)
     inside = (r.f_low <= r.f + 1e-6) & (r.f <= r.f_high + 1e-6)
     assert inside.all()
@@ -187,12 +230,12 @@ def test_bootstrap_intervals_and_round_trip(tiny_llama, tokenizer):
 def test_bad_input_is_one_line(tiny_llama, tokenizer, kw, match):
     heads, mlps, _ = scores(tiny_llama)
     with pytest.raises(ValueError, match=match) as e:
-        faithfulness(tiny_llama, mixed_pairs(tokenizer, 2), heads, mlps, **kw)
+        circuit_curve(tiny_llama, mixed_pairs(tokenizer, 2), heads, mlps, **kw)
     assert "\n" not in str(e.value)
     with pytest.raises(ValueError, match=r"\[layer, head\] = \[3, 4\]"):
-        faithfulness(tiny_llama, mixed_pairs(tokenizer, 2), heads[:2], mlps)
+        circuit_curve(tiny_llama, mixed_pairs(tokenizer, 2), heads[:2], mlps)
     with pytest.raises(ValueError, match="NaN"):
-        faithfulness(tiny_llama, mixed_pairs(tokenizer, 2), heads.clone().fill_(float("nan")), mlps)
+        circuit_curve(tiny_llama, mixed_pairs(tokenizer, 2), heads.clone().fill_(float("nan")), mlps)
 
 
 def edge_scores(model, seed=0):
@@ -217,13 +260,13 @@ def plain_edge_sets(model, scores, valid, size):
 @pytest.mark.parametrize("ablation", ["counterfactual", "mean", "zero"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_edges_equal_the_plain_loop(family_models, tokenizer, ablation, arch):
-    from circuits.patching.faithfulness import edge_faithfulness
+    from circuits.patching.faithfulness import circuit_curve
     from circuits.patching.plain import ablate_edges_plain
 
     model = family_models(arch)  # GQA: 4 heads, 2 key/value heads
     batch = PairBatch.from_pairs(some_pairs(tokenizer, 2), 0)
     scores_, valid = edge_scores(model)
-    ours = edge_faithfulness(model, batch, scores_, sizes=SIZES, ablation=ablation, n_boot=20, memory_mb=0.05)
+    ours = circuit_curve(model, batch, edges=scores_, sizes=SIZES, ablation=ablation, n_boot=20, memory_mb=0.05)
     cf_answer = cf_answer_plain(model, batch)
     m = lambda ablated: metric_of(ablate_edges_plain(model, batch, ablated, ablation),  # noqa: E731
                                   batch.answer, cf_answer, "logit_diff")
@@ -240,31 +283,14 @@ def test_edges_equal_the_plain_loop(family_models, tokenizer, ablation, arch):
 
 
 def test_edges_bad_input_is_one_line(family_models, tokenizer):
-    from circuits.patching.faithfulness import edge_faithfulness
+    from circuits.patching.faithfulness import circuit_curve
 
     model = family_models("llama")
     scores_, _ = edge_scores(model)
     pairs = mixed_pairs(tokenizer, 2)
     with pytest.raises(ValueError, match="END only"):
-        edge_faithfulness(model, pairs, scores_, positions="all")
+        circuit_curve(model, pairs, edges=scores_, positions="all")
     with pytest.raises(ValueError, match=r"\[sender, receiver\] = \[16, 40\]"):
-        edge_faithfulness(model, pairs, scores_[:3])
+        circuit_curve(model, pairs, edges=scores_[:3])
     with pytest.raises(ValueError, match="ln1_post"):
-        edge_faithfulness(family_models("gemma2"), pairs, scores_)
-
-
-def test_every_position_after_the_first_difference_equals_whole_prompts(tiny_llama, tokenizer):
-    """Counterfactual ablation at every position runs each pair's shared start (before its prompts differ) once:
-    the same metric as whole prompts with the keep masks at every position."""
-    from circuits.patching.faithfulness.nodes import _collect, _full_and_empty, ablated_metric, shared_start
-
-    batch = PairBatch.from_pairs(some_pairs(tokenizer), 0)
-    first = shared_start(batch)
-    assert (first > 0).all() and len(set(first.tolist())) > 1 and (first <= batch.end).all()
-    heads, mlps, neurons = scores(tiny_llama, seed=5, neurons=(1,))
-    masks = _full_and_empty(circuit_masks(heads, mlps, neurons, SIZES))
-    whole = ablated_metric(tiny_llama, batch, masks, _collect(tiny_llama, batch, "counterfactual", [1]), "all",
-                           "logit_diff")
-    ours = faithfulness(tiny_llama, batch, heads, mlps, neurons=neurons, sizes=SIZES, positions="all", n_boot=0,
-                        memory_mb=0.05)
-    torch.testing.assert_close(torch.cat([ours.m, ours.m_full[None], ours.m_empty[None]]), whole, atol=1e-5, rtol=0)
+        circuit_curve(family_models("gemma2"), pairs, edges=scores_)

@@ -182,11 +182,11 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
         want = effects[:, ig.receivers.index(rcv)].abs().nan_to_num(0)
         assert torch.equal(col, torch.stack([want[ig.senders.index(x)] for x in senders]))
     assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
-    c = engine.edge_faithfulness(model, pairs, edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor")
+    c = engine.circuit_curve(model, pairs, edges=edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor")
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f) and c.level == "edge"
     # each curve is the faithfulness engine's on those scores
     for setting in ("nodes@end", "nodes@all"):
-        c = engine.faithfulness(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
+        c = engine.circuit_curve(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
                                 sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20, count="floor")
         got = r.curves["exact-path"][setting]
         assert torch.equal(got.f, c.f) and got.cmd == c.cmd and got.positions == setting[6:]

@@ -129,7 +129,7 @@ def _plain_probs(model, grid, neurons, means):
     """One run_with_hooks per prompt, hook_post of the knocked-out neurons replaced by the grid means there."""
     out = []
     for p in grid.prompts:
-        g = means.group_of(p)
+        g = means.source_of(p)
         hooks = []
         for layer, idx in neurons.items():
             ix = torch.tensor(idx)

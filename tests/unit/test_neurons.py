@@ -51,7 +51,7 @@ def test_neuron_knockout_equals_patching_hook_post(tiny_llama, tokenizer):
     idx = torch.tensor(chosen[1])
     probs = []
     for p in pairs:
-        g = means.group_of(p)
+        g = means.source_of(p)
 
         def hook(post, hook, g=g):
             post[:, :, idx] = means.post[1][g, : post.shape[1]][:, idx]

@@ -65,7 +65,7 @@ def test_knockout_matches_plain_hook_loop(tiny_llama, pairs):
     means = compute_means(tiny_llama, pairs)
     fast = knockout_logits(tiny_llama, pairs, means, [(2, 3)])
     for i, p in enumerate(pairs[:4]):
-        g = means.group_of(p)
+        g = means.source_of(p)
 
         def hook(z, hook):
             z[:, :, 3] = means.z[2][g, : z.shape[1], 3]
@@ -211,12 +211,12 @@ def test_a_pair_outside_the_mean_groups_is_one_clear_error(tiny_llama, pairs):
 
     means = compute_means(tiny_llama, pairs[:1])
     other = next(p for p in pairs if group_key(p) != group_key(pairs[0]))
-    assert means.group_of(pairs[0]) == 0 and compute_means(tiny_llama, pairs[:1], pooled=True).group_of(other) == 0
+    assert means.source_of(pairs[0]) == 0 and compute_means(tiny_llama, pairs[:1], pooled=True).source_of(other) == 0
     with pytest.raises(KeyError, match=re.escape(f"No mean for template {other.template_id!r} at length "
                                                  f"{len(other.reference_token_ids)}: means were taken over")
                        + ".*or use pooled=True"):
-        means.group_of(other)
+        means.source_of(other)
     neurons = AblationValues([], [], index={group_key(pairs[0]): 0}, rule="group", what="neuron mean")
-    assert neurons.group_of(pairs[0]) == 0 and AblationValues([], [], rule="pooled").group_of(other) == 0
+    assert neurons.source_of(pairs[0]) == 0 and AblationValues([], [], rule="pooled").source_of(other) == 0
     with pytest.raises(KeyError, match=re.escape(f"No neuron mean for template {other.template_id!r}")):
-        neurons.group_of(other)
+        neurons.source_of(other)

@@ -3,10 +3,10 @@
 For each ranking named in the config, :func:`rank` computes one importance score per node with the library's own
 engine (how each is read is in :data:`~circuits.beyond.faithfulness.config.RANKINGS`' comment; every score is
 non-negative, larger is more important, and the circuit of size s is the top s percent of the nodes by
-:func:`~circuits.patching.ranking.order`); :func:`~circuits.patching.faithfulness.faithfulness_curve` then keeps each
+:func:`~circuits.patching.ranking.order`); :func:`~circuits.patching.faithfulness.circuit_curve` then keeps each
 circuit, ablates everything else (``ablation``: counterfactual as MIB, or mean, or zero) at END or at every position,
 and returns f at every size with CPR, CMD and bootstrap intervals. EAP-IG's edge scores (``edges``) are scored at edge
-level at END (:func:`~circuits.patching.faithfulness.edge_faithfulness`). The seconds of each ranking are measured around its engine alone (the model is loaded and the
+level at END (the same function with ``edges=``). The seconds of each ranking are measured around its engine alone (the model is loaded and the
 pairs built before), wall-clock and as this process's CPU time (``cpu_seconds``: what the compute costs on a
 machine shared with other work), so the table reads as faithfulness per unit of compute.
 
@@ -34,8 +34,7 @@ from circuits.io import load_torch, save_torch
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
 from circuits.patching.gradient.attribution import readout_of
-from circuits.patching.faithfulness import FaithfulnessCurve, check_edge_model, edge_faithfulness
-from circuits.patching.faithfulness import faithfulness as faithfulness_curve
+from circuits.patching.faithfulness import FaithfulnessCurve, check_edge_model, circuit_curve
 from circuits.patching.metrics import get_metric
 
 
@@ -92,18 +91,14 @@ def edge_scores(model: Model, effects: Float[Tensor, "sender receiver"], senders
 def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor], setting: str,
             config: FaithfulnessConfig) -> FaithfulnessCurve:
     """The faithfulness curve of the circuits ``scores`` yield in ``setting`` (``nodes@end``, ``nodes@all``: the
-    batched engine :func:`~circuits.patching.faithfulness.faithfulness`; ``edges@end``: its
-    :func:`~circuits.patching.faithfulness.edge_faithfulness`, edges at END); m is the END quantity ``config.metric``
+    batched :func:`~circuits.patching.faithfulness.circuit_curve` over nodes; ``edges@end``: over edges, at END);
+    m is the END quantity ``config.metric``
     reads (``logit_diff``, ``prob``, or the answer's ``logit`` for ``fraction`` and ``relative_logit``)."""
     m = readout_of(get_metric(config.metric))
-    if setting == "edges@end":
-        return edge_faithfulness(model, pairs, scores["edges"], sizes=config.sizes, ablation=config.ablation,
-                                 positions="end", metric=m, n_boot=config.n_boot, memory_mb=config.memory_mb,
-                                 count=config.count)
-    return faithfulness_curve(model, pairs, scores["heads"], scores["mlps"], sizes=config.sizes,
-                              ablation=config.ablation, positions=setting.split("@")[1],
-                              metric=m, n_boot=config.n_boot,
-                              memory_mb=config.memory_mb, count=config.count)
+    nodes = {"edges": scores["edges"]} if setting == "edges@end" else {"heads": scores["heads"], "mlps": scores["mlps"]}
+    return circuit_curve(model, pairs, **nodes, sizes=config.sizes, ablation=config.ablation,
+                         positions=setting.split("@")[1], metric=m, n_boot=config.n_boot, memory_mb=config.memory_mb,
+                         count=config.count)
 
 
 def _settings(ranking: str, config: FaithfulnessConfig) -> list[str]:

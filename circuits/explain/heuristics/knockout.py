@@ -5,7 +5,7 @@ the prompts the class covers with the prompts it does not, and with as many rand
 A knocked-out neuron's ``hook_post`` becomes its mean over the grid's prompts, at each position of the template
 (:func:`~circuits.patching.ablation.values.compute_means` over the grid's reference prompts, per template and length),
 at every position, the prefix included; every set of neurons (each class, each random draw, and none) is one mask of
-the ablation executor (:func:`~circuits.patching.ablation.executor.ablated_residuals`), so many sets run per forward
+the ablation executor (:func:`~circuits.patching.ablation.executor.run_ablation`), so many sets run per forward
 pass and a shared few-shot prefix once per set. The metric is the drop of the correct answer's probability at END
 (its first token: the leading digit where numbers are split into digits), ``p(clean) - p(knocked out)``, per prompt;
 the intervals are percentile bootstraps over prompts (:mod:`circuits.patching.uncertainty`).
@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 from circuits.data.grid import OperandGrid
 from circuits.models.backend import Model
 from circuits.models.forward import unembed_end
-from circuits.patching.ablation.executor import AblationMasks, ablated_residuals
+from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run_ablation
 from circuits.patching.ablation.values import AblationValues, compute_means
 from circuits.patching.uncertainty import percentile_interval, resample_pairs
 
@@ -53,8 +53,6 @@ def answer_probs(model: Model, grid: OperandGrid, sets: Sequence[Mapping[int, Se
                 raise ValueError(f"Neuron index {bad[0]} of layer {layer} is outside d_mlp "
                                  f"(accepted: 0..{model.cfg.d_mlp - 1})")
     prompts = grid.prompts
-    tokens = [p.reference_token_ids for p in prompts]
-    sources = [means.source_of(p) for p in prompts]
     answers = torch.tensor([p.answer_token_id for p in prompts])
     out = torch.empty(len(sets), len(prompts))
     top = torch.empty(len(sets), len(prompts), dtype=torch.bool)
@@ -64,8 +62,7 @@ def answer_probs(model: Model, grid: OperandGrid, sets: Sequence[Mapping[int, Se
     for s0 in range(0, len(sets), per):
         chunk = sets[s0 : s0 + per]
         masks = AblationMasks.of_sets(model, [((), ())] * len(chunk), [dict(s) for s in chunk])
-        resid = ablated_residuals(model, tokens, masks, means, sources, prefix_lengths=[p.prefix_length for p in prompts],
-                                  rows_per_batch=rows_per_batch)
+        resid = run_ablation(model, prompts, AblationSpec(means, masks), rows_per_batch=rows_per_batch).resid
         for j in range(len(chunk)):
             probs = unembed_end(model, resid[j]).softmax(-1).cpu()
             out[s0 + j] = probs[torch.arange(len(prompts)), answers]

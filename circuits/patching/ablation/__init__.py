@@ -1,5 +1,8 @@
-"""Ablation in the mechanism: what an ablated component becomes (:mod:`~circuits.patching.ablation.values`:
-:class:`~circuits.patching.ablation.values.AblationValues`, the template mean, END-aligned mean, zero, resample and
-counterfactual values of heads, MLPs and neurons) and the one executor that runs a masked forward over batched sets
-of ablated components with prefix sharing (:mod:`~circuits.patching.ablation.executor`). Knockout
-(:mod:`circuits.validate.knockout`) and faithfulness (:mod:`circuits.patching.faithfulness`) both call it."""
+"""Ablation in the mechanism, one spec and one executor: what an ablated component becomes
+(:mod:`~circuits.patching.ablation.values`: :class:`~circuits.patching.ablation.values.AblationValues`, the template
+mean, END-aligned mean, zero, resample and counterfactual values of heads, MLPs and neurons), which sites each set
+ablates and where (:class:`~circuits.patching.ablation.executor.AblationSpec`), and the one executor that runs it
+(:func:`~circuits.patching.ablation.executor.run_ablation`: END-only layers (:mod:`~circuits.patching.ablation.end`),
+the counterfactual run in the sets' own passes, or a masked forward over batched sets with prefix sharing). Knockout
+(:mod:`circuits.validate.knockout`, :mod:`circuits.validate.neurons`), the heuristics' class knockout and faithfulness
+(:mod:`circuits.patching.faithfulness`) all call it."""

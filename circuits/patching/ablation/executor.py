@@ -1,13 +1,24 @@
-"""One ablation executor: a masked forward over batched sets of ablated components (knockout, faithfulness).
+"""One ablation: a spec (:class:`AblationSpec`: what values x which sites each set ablates x at which positions) and
+one executor (:func:`run_ablation`) that runs every set over every pair in batched forward passes and returns the
+final residual stream at each pair's END. Knockout, neuron knockout, the heuristics' class knockout and faithfulness
+(node and edge circuits) all call it; none registers a hook of its own.
 
-A *set* says which components it ablates (:class:`AblationMasks`: heads ``[set, layer, head]``, MLPs ``[set,
-layer]``, neurons ``{layer: [set, d_mlp]}``); :class:`~circuits.patching.ablation.values.AblationValues` say what
-their outputs become. :func:`ablated_residuals` runs every (set, pair) as one row of a batch -- many sets per forward
-pass, one hook per site replacing, row by row, the units the row's set marks (a per-row mask, as the patching engine
-batches senders) -- and returns the final residual stream at each pair's last token. Ablation is at every position,
-or at the last token only (``at_end``).
+The sites (:class:`AblationMasks`) are heads ``[set, layer, head]``, MLPs ``[set, layer]``, neurons ``{layer: [set,
+d_mlp]}`` and, at END, MIB's edges ``[set, sender, receiver]``; the values
+(:class:`~circuits.patching.ablation.values.AblationValues`) are either given (template means, zero, resample: knockout)
+or a kind taken from the pairs' own runs (``"counterfactual"``, ``"end_mean"``, ``"zero"``: faithfulness). The
+executor chooses the strategy from the spec and the model; each equals the plain loop of :mod:`circuits.patching.plain`
+(one hook per site, one set at a time), which the tests assert:
 
-Prefix sharing, through the backend's ``prefix_cache``/``continue_prefix`` where
+- **END-only layers** (values from the pairs' runs, ablation at END, a model the END-only layers compute,
+  :func:`~circuits.patching.ablation.end.end_only_supported`; edges always): one batched forward of both prompts, then
+  each layer as END-only work over ``set x pair`` rows (:mod:`circuits.patching.ablation.end`).
+- **Counterfactual at every position** (counterfactual values, every position, a model that shares prefixes): the
+  counterfactual run computed in the sets' own passes (:func:`_counterfactual_everywhere`).
+- **The masked forward** (everything else): every (set, pair) one row of a batch of whole prompts, one hook per site
+  replacing, row by row, the units the row's set marks (:func:`ablated_residuals`).
+
+Prefix sharing in the masked forward, through the backend's ``prefix_cache``/``continue_prefix`` where
 :func:`~circuits.models.backend.prefix_sharing` says the cache gives the full run's numbers (causal attention makes
 it exact):
 
@@ -17,37 +28,43 @@ it exact):
   template group, a pair's counterfactual run), equal across the group.
 - ``ablate_prefix=False`` (the values equal the clean run's there, e.g. counterfactual values before a pair's first
   difference, or ablation at END only): each pair's prefix runs once without hooks and is repeated for every set.
-
-Tests assert the executor equals the plain loops of :mod:`circuits.patching.plain` for every kind of values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models import backend
-from circuits.data.pairs import PairBatch
 from circuits.models.backend import Model, act_name
-from circuits.patching.ablation.values import AblationValues
+from circuits.patching.ablation.end import edges_at_end, end_only_supported, end_runs, nodes_at_end
+from circuits.patching.ablation.values import AblationValues, ValueKind, per_pair_values, record, site_names
 from circuits.patching.readouts import first_difference
+
+Positions = Literal["end", "all"]
+Strategy = Literal["end", "counterfactual", "masked"]
 
 
 @dataclass
 class AblationMasks:
-    """Which components each set ablates (``True``: replaced by its value): ``heads [set, layer, head]``,
-    ``mlps [set, layer]`` (``hook_mlp_out``), ``neurons {layer: [set, d_mlp]}`` (``hook_post``)."""
+    """Which sites each set ablates (``True``: replaced by its value): ``heads [set, layer, head]``, ``mlps [set,
+    layer]`` (``hook_mlp_out``), ``neurons {layer: [set, d_mlp]}`` (``hook_post``); or ``edges [set, sender,
+    receiver]`` over MIB's graph (:func:`circuits.patching.faithfulness.edges.edge_senders` x ``edge_receivers``; then
+    the node masks are ignored: an edge carries its sender's ablated value into one receiver)."""
 
     heads: Bool[Tensor, "set layer head"]
     mlps: Bool[Tensor, "set layer"]
     neurons: dict[int, Bool[Tensor, "set d_mlp"]] = field(default_factory=dict)
+    edges: Bool[Tensor, "set sender receiver"] | None = None
 
     def __len__(self) -> int:
-        return self.heads.shape[0]
+        return (self.heads if self.edges is None else self.edges).shape[0]
 
     @classmethod
     def of_sets(cls, model: Model, sets: Sequence[tuple[Sequence[tuple[int, int]], Sequence[int]]],
@@ -201,3 +218,172 @@ def ablated_residuals(
                 pair = torch.tensor(block)[row_pair]
                 out[row_set.to(out.device), pair.to(out.device)] = end.to(out)
     return out
+
+
+# --- the spec and the one entry -----------------------------------------------------------------------------------
+
+
+@dataclass
+class AblationSpec:
+    """One ablation: ``values`` (given :class:`AblationValues`, or a kind taken from the pairs' own runs:
+    ``"counterfactual"``, ``"end_mean"``, ``"zero"``) x ``sites`` (which heads, MLPs, neurons or edges each set
+    ablates) x ``positions`` (``"end"``: each pair's last token only; ``"all"``: every position, the prefix
+    included)."""
+
+    values: AblationValues | ValueKind
+    sites: AblationMasks
+    positions: Positions = "all"
+
+    def __post_init__(self) -> None:
+        if self.positions not in ("end", "all"):
+            raise ValueError(f"Unknown positions {self.positions!r}; accepted: end, all")
+        if isinstance(self.values, str) and self.values not in ("counterfactual", "end_mean", "zero"):
+            raise ValueError(f"Unknown values {self.values!r} from the pairs' runs; accepted: counterfactual, "
+                             "end_mean, zero (or AblationValues)")
+        if self.sites.edges is not None and (self.positions != "end" or not isinstance(self.values, str)):
+            raise ValueError("Edges are ablated at END only, with values from the pairs' runs (positions='end')")
+
+
+@dataclass
+class Ablated:
+    """What :func:`run_ablation` returns: the final residual stream at each pair's END under each set (``resid
+    [set, pair, d_model]``) and, where the values came from the pairs' runs, the counterfactual run's (``cf_resid
+    [pair, d_model]``; its top token is the counterfactual answer)."""
+
+    resid: Float[Tensor, "set pair d_model"]
+    cf_resid: Float[Tensor, "pair d_model"] | None = None
+    strategy: Strategy = "masked"  # which of the module docstring's strategies ran
+
+
+def rows_per_forward(model: Model, width: int, memory_mb: float) -> int:
+    """Rows (set x pair) per forward pass so that one layer's working tensors fit ``memory_mb``."""
+    cfg = model.cfg
+    per_pos = cfg.d_model * 8 + (cfg.d_mlp or 4 * cfg.d_model) * 3 + cfg.n_heads * width * 2
+    bytes_per = torch.finfo(cfg.dtype).bits // 8 if cfg.dtype.is_floating_point else 4
+    return max(1, int(memory_mb * 2**20 / (per_pos * width * bytes_per)))
+
+
+@torch.no_grad()
+def run_ablation(model: Model, pairs: Pairs, spec: AblationSpec, *, rows_per_batch: int | None = None,
+                 memory_mb: float = 1024, share_prefix: bool = True, strategy: Strategy | None = None) -> Ablated:
+    """Every set of ``spec`` over every pair, by the strategy the spec and the model allow (the module docstring).
+
+    Args:
+        pairs: prompt pairs (given values find each pair's row by :meth:`AblationValues.source_of`, and its few-shot
+            prefix by ``prefix_length``), or a :class:`PairBatch` where the values come from the pairs' runs.
+        rows_per_batch: rows (set x pair) per forward pass; ``None``: as many as ``memory_mb`` allows.
+        share_prefix: run a shared few-shot prefix once (given means or zeros: the values there are the same for a
+            template group; the numbers do not change).
+        strategy: ``None`` (the one the spec and the model allow), or ``"masked"`` to run the masked forward where
+            another would run (the tests compare the strategies with it and with the plain loop).
+    """
+    sites, values = spec.sites, spec.values
+    if isinstance(values, AblationValues):
+        pairs = list(pairs)  # type: ignore[arg-type]
+        tokens = [p.reference_token_ids for p in pairs]
+        rows = rows_per_batch or rows_per_forward(model, max(map(len, tokens)), memory_mb)
+        share = share_prefix and values.kind in ("mean", "zero")  # a resample donor's prefix may differ
+        resid = ablated_residuals(model, tokens, sites, values, [values.source_of(p) for p in pairs],
+                                  prefix_lengths=[p.prefix_length for p in pairs] if share else None,
+                                  at_end=spec.positions == "end", rows_per_batch=rows)
+        return Ablated(resid, None, "masked")
+    batch = as_batch(pairs, model)
+    neuron_layers = sorted(sites.neurons)
+    rows = rows_per_batch or rows_per_forward(model, batch.reference.shape[1], memory_mb)
+    if strategy not in (None, "masked"):
+        raise ValueError(f"Unknown strategy {strategy!r}; accepted: None (chosen from the spec), masked")
+    auto = strategy is None
+    if spec.positions == "end" and (sites.edges is not None or (auto and end_only_supported(model))):
+        runs = end_runs(model, batch, values, neuron_layers)
+        resid = edges_at_end(model, batch, sites.edges, runs, memory_mb) if sites.edges is not None else \
+            nodes_at_end(model, batch, sites.heads, sites.mlps, sites.neurons, runs, memory_mb)
+        return Ablated(resid, runs.cf_resid, "end")
+    if auto and spec.positions == "all" and values == "counterfactual" and backend.prefix_sharing(model):
+        return Ablated(*_counterfactual_everywhere(model, batch, sites, rows), "counterfactual")
+    names = site_names(model, neuron_layers) if values == "counterfactual" else []
+    acts, cf_full = record(model, batch.counterfactual, names)
+    table = per_pair_values(model, values, batch.reference, batch.end, neuron_layers, counterfactual=acts)
+    end = batch.end.tolist()
+    resid = ablated_residuals(model, [batch.reference[i, : end[i] + 1].tolist() for i in range(len(batch))], sites,
+                              table, range(len(batch)), ablate_prefix=False, at_end=spec.positions == "end",
+                              rows_per_batch=rows)
+    return Ablated(resid, cf_full[torch.arange(len(batch), device=cf_full.device), batch.end.to(cf_full.device)],
+                   "masked")
+
+
+def _replace_from_counterfactual(ablate: Tensor, k: int) -> Callable:
+    """A hook replacing, in every row, the units ``ablate [row, unit]`` marks by the same activation of its pair's
+    counterfactual row (rows pair-major, ``k`` per pair, the first of each pair its counterfactual row, which
+    ``ablate`` never marks), at every position: the counterfactual run's value at this site, computed in this same
+    forward pass."""
+    def hook(act: Tensor, hook: object) -> Tensor:
+        R = act.shape[0]
+        mask = ablate.to(act.device).reshape(R, 1, ablate.shape[1], *[1] * (act.ndim - 3))
+        return torch.where(mask, act[::k].repeat_interleave(k, 0), act)
+
+    return hook
+
+
+@torch.no_grad()
+def _counterfactual_everywhere(model: Model, batch: PairBatch, sites: AblationMasks, rows_per: int
+                               ) -> tuple[Tensor, Tensor]:
+    """Every set with counterfactual values at every position, the counterfactual run computed in the same forward
+    passes as the sets: before a pair's first difference its two prompts are the same tokens, so that start
+    (:func:`shared_start`) runs once per pair into a key/value cache, and after it each pair continues as one
+    counterfactual row (its own prompt, nothing ablated) and one row per set (the reference prompt), every site a set
+    ablates taking the counterfactual row's activation at that site and position (one hook per site). Exact (causal
+    attention; the masked forward's numbers over whole prompts up to float rounding), without a separate
+    counterfactual forward over whole prompts. The END residuals ``[set, pair, d_model]`` and the counterfactual
+    run's ``[pair, d_model]``."""
+    cfg = model.cfg
+    C, P = len(sites), len(batch)
+    end = batch.end.tolist()
+    start = shared_start(batch).tolist()
+    ref = [batch.reference[i, : end[i] + 1].tolist() for i in range(P)]
+    cf = [batch.counterfactual[i, : end[i] + 1].tolist() for i in range(P)]
+    out_device = backend.output_device(model)
+    out = torch.empty(C, P, cfg.d_model, dtype=cfg.dtype, device=out_device)
+    cf_end = torch.empty(P, cfg.d_model, dtype=cfg.dtype, device=out_device)
+    groups: dict[int, list[int]] = {}
+    for i in range(P):
+        groups.setdefault(start[i], []).append(i)
+    for n_pre, members in groups.items():
+        pairs_per = max(1, rows_per // 2)  # each pair's counterfactual row and at least one set's
+        for b0 in range(0, len(members), pairs_per):
+            block = members[b0 : b0 + pairs_per]
+            nb = len(block)
+            per = max(1, rows_per // nb - 1)  # sets per forward pass
+            width = max(len(ref[i]) for i in block) - n_pre
+            for s0 in range(0, C, per):
+                sets = torch.arange(s0, min(C, s0 + per))
+                k = len(sets) + 1
+                body = torch.zeros(nb * k, width, dtype=torch.long)
+                ends = torch.empty(nb * k, dtype=torch.long)
+                for j, i in enumerate(block):
+                    body[j * k, : len(cf[i]) - n_pre] = torch.as_tensor(cf[i][n_pre:])
+                    body[j * k + 1 : (j + 1) * k, : len(ref[i]) - n_pre] = torch.as_tensor(ref[i][n_pre:])
+                    ends[j * k : (j + 1) * k] = len(ref[i]) - n_pre - 1
+
+                def rows(ablate: Tensor) -> Tensor:  # [set, unit] -> [row, unit], pair-major, counterfactual rows kept
+                    units = ablate[sets]
+                    return torch.cat([torch.zeros_like(units[:1]), units]).repeat(nb, 1)
+
+                hooks = []
+                for l in range(cfg.n_layers):
+                    for site, ablate in (("z", sites.heads[:, l]), ("post", sites.neurons.get(l)),
+                                         ("mlp_out", sites.mlps[:, l][:, None])):
+                        if ablate is not None and bool(ablate[sets].any()):
+                            hooks.append((act_name(site, l), _replace_from_counterfactual(rows(ablate), k)))
+                tokens, cache = body.to(cfg.device), None
+                if n_pre:  # the shared start, without hooks (nothing is ablated before the first difference)
+                    prefix = torch.tensor([ref[i][:n_pre] for i in block], device=cfg.device)
+                    cache = backend.prefix_cache(model, prefix, [], k)
+                with model.hooks(fwd_hooks=hooks):
+                    resid = backend.final_residual(model, tokens) if cache is None else \
+                        backend.continue_prefix(model, tokens, cache)
+                at_end = resid[torch.arange(nb * k, device=resid.device), ends.to(resid.device)].to(out)
+                at_end = at_end.reshape(nb, k, -1)
+                idx = torch.tensor(block, device=out_device)
+                cf_end[idx] = at_end[:, 0]
+                out[sets.to(out_device)[:, None], idx[None, :]] = at_end[:, 1:].transpose(0, 1)
+    return out, cf_end

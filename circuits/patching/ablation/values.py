@@ -84,10 +84,6 @@ class AblationValues:
     def pooled(self) -> bool:
         return self.rule == "pooled"
 
-    @property
-    def groups(self) -> dict[Hashable, int]:
-        return self.index
-
     def source_of(self, pair: PromptPair, i: int = 0) -> int:
         """``pair``'s row in the tables (``i``: its place in the list, for ``rule="row"``)."""
         if self.rule == "row":
@@ -102,9 +98,6 @@ class AblationValues:
             else ""
         return group_index(self.index, self.pooled, pair, self.what, advice)  # type: ignore[arg-type]
 
-    group_of = source_of
-    row_of = source_of
-
     def table(self, site: str, layer: int) -> Tensor:
         """The table of ``site`` (``"z"``, ``"mlp_out"``, ``"post"``) at ``layer``; a ValueError where these values
         were not taken for it (never a silent zero)."""
@@ -116,10 +109,6 @@ class AblationValues:
             cover = " and ".join(parts) or "nothing"
             raise ValueError(f"No replacement values for {what}; these values cover {cover}")
         return table
-
-
-# The values of old names: one type now.
-MeanActivations = ResampledActivations = NeuronMeans = AblationValues
 
 
 def _site_names(model: Model, heads_and_mlps: bool, neuron_layers: Sequence[int]) -> list[str]:

@@ -36,32 +36,26 @@ trapezoids over log sizes instead, which gives other numbers: 1.4507 / 5.4571 fo
 (f(1.0) = 1, every node kept) when the sizes given stop short of it. Bootstrap intervals resample pairs
 (:func:`circuits.patching.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the resampled means.
 
-**Exact and batched.** All circuits (every size, N and empty) run together. At END only END changes, so positions
-before END are the reference run's: one reference forward (keys, values and END values, a shared few-shot prefix
-run once) and one counterfactual forward read at END, then END-only layers over ``circuits x pairs`` rows
-(attention from each new END query over the reference keys and values, per head; each head's ``z``, each MLP's
-output or each neuron's ``hook_post`` replaced where the circuit leaves it out; for edges, each receiver's input
-assembled from kept and ablated sender values). At every position (and on models the END-only layers refuse)
-the circuits run through the mechanism's one ablation executor (:func:`circuits.patching.ablation.ablated_residuals`,
-which knockout also calls): folded into the batch of whole prompts, a per-row mask applied by one hook per site
-(``hook_z``, ``hook_mlp_out``, ``hook_post``); counterfactual values at every position run each pair's start before
-its prompts differ once (:func:`shared_start`), and the counterfactual run itself goes in the circuits' own passes
-(one counterfactual row per pair, whose activations the ablated sites take); at END the counterfactual prompts run
-in the reference run's batch, sharing its prefixes. Every model-specific piece (projections, QK norms, rotary, scale, soft-caps, windows, keys as attention reads
-them, the shared-prefix cache) comes from :mod:`circuits.models.backend`, so both TransformerLens lines (3.9's
-``HookedTransformer``, 4.3's ``TransformerBridge``) run the same code; where a Bridge cannot share a prefix
-(:func:`~circuits.models.backend.prefix_sharing`), prompts run whole. Both are tested against the plain loops of
-:mod:`circuits.patching.plain` (:func:`~circuits.patching.plain.ablate_plain`,
-:func:`~circuits.patching.plain.ablate_edges_plain`): one circuit at a time with ``run_with_hooks``.
+**Exact and batched.** All circuits (every size, N and empty) are the sets of one
+:class:`~circuits.patching.ablation.executor.AblationSpec` (values: the ablation's kind from the pairs' own runs; sites:
+what each circuit leaves out; positions), run by the mechanism's one ablation executor
+(:func:`~circuits.patching.ablation.executor.run_ablation`, which knockout also calls), which chooses the strategy: at
+END, END-only layers over ``circuits x pairs`` rows after one batched reference and counterfactual forward
+(:mod:`circuits.patching.ablation.end`; edges always, nodes where the END-only layers compute the model); counterfactual
+values at every position with the counterfactual run in the circuits' own passes, each pair's start before its
+prompts differ run once; otherwise the masked forward over whole prompts. This package registers no hook of its own.
+Every model-specific piece comes from :mod:`circuits.models.backend`, so both TransformerLens lines (3.9's
+``HookedTransformer``, 4.3's ``TransformerBridge``) run the same code. Each strategy is tested against the plain loops
+of :mod:`circuits.patching.plain` (:func:`~circuits.patching.plain.ablate_plain`,
+:func:`~circuits.patching.plain.ablate_edges_plain`): one circuit at a time, one hook per site.
 
 Public signature::
 
-    faithfulness(model, pairs, heads, mlps=None, *, neurons=None, sizes=MIB_SIZES, ablation="counterfactual",
-                 positions="end", metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024,
-                 count="round") -> FaithfulnessCurve
-    edge_faithfulness(model, pairs, scores, *, sizes=MIB_SIZES, ablation="counterfactual", positions="end",
-                      metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024, count="round")
-        -> FaithfulnessCurve                   # scores [sender, receiver] over edge_senders x edge_receivers
+    circuit_curve(model, pairs, heads=None, mlps=None, *, neurons=None, edges=None, sizes=MIB_SIZES,
+                  ablation="counterfactual", positions="end", metric=MIB_METRIC, n_boot=1000, level=0.95, seed=0,
+                  memory_mb=1024, count="round") -> FaithfulnessCurve
+        # nodes: heads [layer, head], mlps [layer], neurons {layer: [d_mlp]}; or edges [sender, receiver] over
+        # edge_senders x edge_receivers (END only)
     edge_senders(model), edge_receivers(model), edge_valid(model) -> [sender, receiver] bool
     circuit_masks(heads, mlps, neurons, sizes, count) -> NodeMasks    # which nodes each size keeps
     edge_masks(valid, scores, sizes, count) -> (keep, n_kept, n_edges)
@@ -75,21 +69,18 @@ pair]``, ``m_full [pair]``, ``m_empty [pair]``, ``f [size]``, ``f_per_pair [size
 ("node"/"edge"), ``ci_level``, ``n_boot``, ``seconds``; ``to_dict()``/``from_dict()`` for saving, ``table()``.
 
 The package: :mod:`~circuits.patching.faithfulness.curve` (checks, circuits of a ranking, the metric, the curve),
-:mod:`~circuits.patching.faithfulness.end` (the END-only runs), :mod:`~circuits.patching.faithfulness.nodes` and
-:mod:`~circuits.patching.faithfulness.edges` (the two levels).
+:mod:`~circuits.patching.faithfulness.edges` (MIB's graph) and :mod:`~circuits.patching.faithfulness.nodes`
+(:func:`circuit_curve`).
 """
 
 from circuits.patching.faithfulness.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, READOUTS, FaithfulnessCurve,
                                                   NodeMasks, area_axis, area_scores, check_choice, check_metric, cmd_margin,
                                                   check_sizes, circuit_masks, curve_from, metric_of, n_kept_at)
 from circuits.patching.faithfulness.edges import (INPUT, LOGITS, EdgeReceiver, EdgeSender, check_edge_model,
-                                                  edge_faithfulness, edge_masks, edge_receivers, edge_senders,
-                                                  edge_upstream, edge_valid)
-from circuits.patching.faithfulness.end import attention_split_at_end, end_only_supported
-from circuits.patching.faithfulness.nodes import ablated_metric, faithfulness, shared_start
+                                                  edge_masks, edge_receivers, edge_senders, edge_upstream, edge_valid)
+from circuits.patching.faithfulness.nodes import circuit_curve, circuit_metric
 
 __all__ = ["ABLATIONS", "COUNTS", "INPUT", "LOGITS", "MIB_SIZES", "POSITIONS", "READOUTS", "EdgeReceiver", "EdgeSender",
-           "FaithfulnessCurve", "NodeMasks", "ablated_metric", "area_axis", "area_scores", "attention_split_at_end",
-           "check_choice", "check_edge_model", "check_metric", "check_sizes", "cmd_margin", "circuit_masks", "curve_from",
-           "edge_faithfulness", "edge_masks", "edge_receivers", "edge_senders", "edge_upstream", "edge_valid",
-           "end_only_supported", "faithfulness", "metric_of", "n_kept_at", "shared_start"]
+           "FaithfulnessCurve", "NodeMasks", "area_axis", "area_scores", "check_choice", "check_edge_model",
+           "check_metric", "check_sizes", "cmd_margin", "circuit_curve", "circuit_masks", "circuit_metric", "curve_from",
+           "edge_masks", "edge_receivers", "edge_senders", "edge_upstream", "edge_valid", "metric_of", "n_kept_at"]
