@@ -489,3 +489,16 @@ def _sweep_chunk(model: Model, mode: Mode, runs, batch: PairBatch, base: Baselin
     values = readout(model, x.to(out), base.answer.to(out), base.cf_answer.to(out), custom, prob=prob)
     return owners, {k: v.cpu() for k, v in values.items()}
 
+
+
+# --- the registry's entries (circuits.patching.registry): the END sweep as Scores, by mode ---------------------------
+def score_path(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
+               memory_mb: float, **options) -> Scores:
+    """``exact-path``: :func:`sweep` in path mode, scored by ``metric`` (positions: END only)."""
+    return sweep(model, pairs, "path", memory_mb=memory_mb, progress=progress, **options).scores(metric)
+
+
+def score_activation(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
+                     memory_mb: float, **options) -> Scores:
+    """``exact-activation``: :func:`sweep` in activation mode, scored by ``metric`` (positions: END only)."""
+    return sweep(model, pairs, "activation", memory_mb=memory_mb, progress=progress, **options).scores(metric)

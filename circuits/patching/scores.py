@@ -113,6 +113,16 @@ class Scores:
         parts = {k: v.abs().nan_to_num(0.0).amax(-1) for k, v in self.parts.items()}
         return replace(self, parts=parts, metric=f"|{self.metric}|", sign=1, offsets=False, per_pair={})
 
+    def at_end(self) -> Scores:
+        """Scores by offset reduced to END (offset 0): one value per component, no offset axis."""
+        if not self.offsets:
+            return self
+        return replace(self, parts={k: v[..., 0] for k, v in self.parts.items()}, offsets=False, per_pair={})
+
+    def at(self, positions: str) -> Scores:
+        """These scores at ``positions``: ``"end"`` (:meth:`at_end`) or ``"all"`` (as they are)."""
+        return self.at_end() if positions == "end" else self
+
     # --- rankings --------------------------------------------------------------------------------------------
     def label(self, part: str, index: tuple[int, ...]) -> Any:
         """The component at ``index`` of ``part``: a :class:`~circuits.types.Head`, an MLP

@@ -397,3 +397,13 @@ def sweep_positions(
         for view in (heads, mlps, neurons):
             view.prob.fill_(float("nan"))
     return PositionSweep(baseline, heads, mlps, neurons, neuron_list, ends, first, {m.name: m for m in custom})
+
+
+def score_positions(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
+                    memory_mb: float, offsets: Sequence[int] | None = None, **options) -> Scores:
+    """The registry's ``positions``: :func:`sweep_positions` scored by ``metric``, at every offset (``"all"``) or at
+    END alone (``"end"``)."""
+    prob = get_metric(metric).name == "prob"  # the probability's log-sum-exp only where the metric reads it
+    s = sweep_positions(model, pairs, offsets=[0] if positions == "end" else offsets, memory_mb=memory_mb,
+                        progress=progress, prob=prob, **options)
+    return s.scores(metric).at(positions)

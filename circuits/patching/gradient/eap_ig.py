@@ -445,3 +445,11 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     per_layer = einops.rearrange(node[1:], "(layer c) row -> layer c row", layer=L)
     out["input"], out["head"], out["mlp"] = node[0].cpu(), per_layer[:, :-1].cpu(), per_layer[:, -1].cpu()
     return out, base
+
+
+def score_eap_ig(model: Model, pairs: Pairs, *, metric: str | Metric, positions: Literal["all", "end"],
+                 progress: bool, memory_mb: float, steps: int | None = None, level: Literal["node", "edge"] = "node",
+                 edges: bool = False, **options) -> Scores:
+    """The registry's ``eap-ig``: :func:`eap_ig` scored by ``metric`` (``edges=True``: ``level="edge"``)."""
+    return eap_ig(model, pairs, metric, steps=steps or DEFAULT_STEPS, level="edge" if edges else level,
+                  positions=positions, progress=progress, **options).scores()
