@@ -55,7 +55,6 @@ from circuits.types import (
 )
 
 if TYPE_CHECKING:
-    from circuits.patching.gradient.eap_ig import EAPIGScores
     from circuits.patching.scores import Scores
 
 # MIB's task names for this project's operations (MIB has addition and subtraction; its HF datasets are
@@ -396,17 +395,12 @@ def _count(top: int | float, n: int) -> int:
     return min(n, int(top) if isinstance(top, int) else int(math.floor(top * n + 0.5)))
 
 
-def from_scores(scores: EAPIGScores | Scores, d_model: int, level: str | None = None, *,
+def from_scores(scores: Scores, d_model: int, level: str | None = None, *,
                 top: int | float | None = None, absolute: bool = False) -> MIBGraph:
     """EAP-IG scores (or any :class:`~circuits.patching.scores.Scores` of heads and MLPs, and edges in EAP-IG's
     graph) as a MIB graph: node scores always (importances: positive is important), edge scores when ``scores``
     have edges; ``top`` marks that many (or that fraction of) edges, or nodes with ``level="node"``, in the graph.
     ``d_model``: the model's width (``model.cfg.d_model``), which the file records. :meth:`Scores.to_mib` does it."""
-    if not hasattr(scores, "parts"):  # EAP-IG's own scores
-        if level == "edge" and scores.edge is None:
-            raise ValueError("These EAP-IG scores are node level; export them with level='node' or rerun "
-                             "eap_ig(..., level='edge')")
-        scores = scores.scores()
     return scores.to_mib(d_model, level, top=top, absolute=absolute)
 
 

@@ -526,12 +526,10 @@ def reference_eap_ig(model: Model, batch: PairBatch, *, metric: str | Metric, po
     """circuits.patching.plain.eap_ig_plain: full prompts, one forward and backward per integration step"""
     m = get_metric(metric)
     steps, grid, level = steps or DEFAULT_STEPS, grid or DEFAULT_GRID, "edge" if edges else level
-    cfg = model.cfg
     p = eap_ig_plain(model, batch, m, readout_of(m), steps, level=level, positions=positions, grid=grid)
     p = {k: v.float().cpu() for k, v in p.items()}
-    return EAPIGScores(m, readout_of(m), baseline_plain(model, batch).to("cpu"), steps, positions, p["input"],
-                       p["head"], p["mlp"], p.get("edge"), eap_senders(cfg.n_layers, cfg.n_heads),
-                       eap_receivers(cfg.n_layers, cfg.n_heads) if level == "edge" else [], grid=grid).scores()
+    return EAPIGScores.of(m, readout_of(m), baseline_plain(model, batch).to("cpu"), steps, positions, p["input"],
+                          p["head"], p["mlp"], p.get("edge"), grid=grid)
 
 
 def reference_neurons(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, mode: Mode = "path",

@@ -12,9 +12,11 @@ engine and metric; :meth:`Scores.ranked` orders by it through :func:`circuits.pa
 sort: stable ties by flat index, NaN last or left out) and :meth:`Scores.top` keeps the first ``k``.
 :meth:`Scores.to_mib` writes MIB's graph (:mod:`circuits.patching.mib`), whose scores are importances too.
 
-Every engine result gives one: ``SweepResult.scores()``, ``PositionSweep.scores()``, ``NeuronSweep.scores()``,
-``EdgeSweep.scores()``, ``Attribution.scores()`` (AtP*; ``graddrop=True`` for GradDrop), ``EAPIGScores.scores()``;
-the engine registry (:mod:`circuits.patching.registry`) runs each engine to one.
+EAP-IG returns one (:class:`~circuits.patching.gradient.eap_ig.EAPIGScores` is a Scores with its per-pair estimates);
+the other engines' results, which keep every readout per pair, give one by a metric: ``SweepResult.scores(metric)``,
+``PositionSweep.scores(metric)``, ``NeuronSweep.scores(metric)``, ``EdgeSweep.scores(metric)``,
+``Attribution.scores(metric)`` (AtP*; ``graddrop=True`` for GradDrop). Every entry of the engine registry
+(:mod:`circuits.patching.registry`) returns Scores, through a scoring function in its engine's module.
 """
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from circuits.io import load_torch, save_torch
 from circuits.patching.metrics import Baseline
+from circuits.patching.mib import MIBGraph
 from circuits.patching.ranking import ranked_entries
 from circuits.types import Component, Head, Neuron, Receiver
 
@@ -168,8 +172,6 @@ class Scores:
         more important): node scores from ``heads`` and ``mlps`` (and ``input``), edge scores from ``edges`` in
         EAP-IG's graph order; ``top`` marks that many (or that fraction of) edges, or nodes with ``level="node"``.
         Scores by offset are reduced first (:meth:`over_positions`)."""
-        from circuits.patching.mib import MIBGraph
-
         s = self.over_positions()
         level = level or ("edge" if "edges" in s.parts else "node")
         if level == "edge" and "edges" not in s.parts:
@@ -211,16 +213,12 @@ class Scores:
                    dict(d.get("per_pair", {})))
 
     def save(self, path: str | Path) -> Path:
-        from circuits.io import save_torch
-
         path = Path(path)
         save_torch(self.to_dict(), path)
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Scores:
-        from circuits.io import load_torch
-
         return cls.from_dict(load_torch(Path(path), "scores"))
 
 

@@ -57,10 +57,10 @@ them, the shared-prefix cache) comes from :mod:`circuits.models.backend`, so bot
 Public signature::
 
     faithfulness(model, pairs, heads, mlps=None, *, neurons=None, sizes=MIB_SIZES, ablation="counterfactual",
-                 positions="end", metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024,
+                 positions="end", metric=MIB_METRIC, n_boot=1000, level=0.95, seed=0, memory_mb=1024,
                  count="round") -> FaithfulnessCurve
     edge_faithfulness(model, pairs, scores, *, sizes=MIB_SIZES, ablation="counterfactual", positions="end",
-                      metric="logit_diff", n_boot=1000, level=0.95, seed=0, memory_mb=1024, count="round")
+                      metric=MIB_METRIC, n_boot=1000, level=0.95, seed=0, memory_mb=1024, count="round")
         -> FaithfulnessCurve                   # scores [sender, receiver] over edge_senders x edge_receivers
     edge_senders(model), edge_receivers(model), edge_valid(model) -> [sender, receiver] bool
     circuit_masks(heads, mlps, neurons, sizes, count) -> NodeMasks    # which nodes each size keeps

@@ -16,7 +16,7 @@ from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models import backend
 from circuits.models.backend import Model
 from circuits.patching.end_layers import check_supported, end_logits, mlp_at_end
-from circuits.patching.metrics import Metric
+from circuits.patching.metrics import MIB_METRIC, Metric
 from circuits.patching.ranking import order
 from circuits.types import Component, Receiver, eap_upstream
 from circuits.patching.faithfulness.curve import (ABLATIONS, MIB_SIZES, POSITIONS, FaithfulnessCurve, check_choice,
@@ -150,7 +150,7 @@ def edge_faithfulness(
     sizes: Sequence[float] = MIB_SIZES,
     ablation: str = "counterfactual",
     positions: str = "end",
-    metric: str | Metric = "logit_diff",
+    metric: str | Metric = MIB_METRIC,
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,

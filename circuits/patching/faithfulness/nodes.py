@@ -19,7 +19,7 @@ from circuits.models.backend import Model, act_name
 from circuits.patching.ablation.executor import AblationMasks, ablated_residuals, shared_start, site_hook
 from circuits.patching.ablation.values import AblationValues, per_pair_values, record, site_names
 from circuits.patching.end_layers import attention_output, end_logits, mlp_at_end
-from circuits.patching.metrics import Metric
+from circuits.patching.metrics import MIB_METRIC, Metric
 from circuits.patching.faithfulness.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, VALUE_KIND, FaithfulnessCurve,
                                                   NodeMasks, check_choice, check_metric, check_sizes, circuit_masks,
                                                   curve_from, metric_of)
@@ -200,7 +200,7 @@ def faithfulness(
     sizes: Sequence[float] = MIB_SIZES,
     ablation: str = "counterfactual",
     positions: str = "end",
-    metric: str | Metric = "logit_diff",
+    metric: str | Metric = MIB_METRIC,
     n_boot: int = 1000,
     level: float = 0.95,
     seed: int = 0,
