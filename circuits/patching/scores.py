@@ -33,7 +33,7 @@ from torch import Tensor
 from circuits.io import load_torch, save_torch
 from circuits.patching.metrics import Baseline
 from circuits.patching.mib import MIBGraph
-from circuits.patching.ranking import ranked_entries
+from circuits.patching.ranking import KeyRule, ranked_entries
 from circuits.types import Component, Head, Neuron, Receiver
 
 PARTS = ("input", "heads", "mlps", "neurons", "edges")  # the component axes, in the order ranked() meets them
@@ -101,6 +101,18 @@ class Scores:
     def mlps(self) -> Float[Tensor, " layer *offset"]:
         return self.parts["mlps"]
 
+    def value(self, component: Any, offset: int | None = None) -> float:
+        """The effect of one component: a :class:`~circuits.types.Head` (or head
+        :class:`~circuits.types.Component`), an MLP component or a :class:`~circuits.types.Neuron`; ``offset`` on
+        scores by offset."""
+        if isinstance(component, Neuron):
+            part, idx = "neurons", (self.labels["neurons"].index(component),)
+        elif getattr(component, "kind", "head") == "mlp":
+            part, idx = "mlps", (component.layer,)
+        else:
+            part, idx = "heads", (component.layer, component.head)
+        return float(self.parts[part][idx + (() if offset is None else (offset,))])
+
     def importance(self, part: str | None = None) -> Tensor | dict[str, Tensor]:
         """``sign * effect``: larger is more important, for every engine and metric. One part's tensor, or every
         part's (a dict) when ``part`` is ``None``."""
@@ -164,6 +176,14 @@ class Scores:
     def top(self, k: int, part: str | Sequence[str] | None = None) -> list[Any]:
         """The ``k`` most important components (see :meth:`ranked`)."""
         return [c for c, _ in self.ranked(k, part)]
+
+    def key(self, rule: str | KeyRule, part: str = "heads") -> list[tuple[Any, float]]:
+        """``[(component, effect), ...]`` of ``part`` that a key rule (:class:`~circuits.patching.ranking.KeyRule`,
+        by these scores' metric) selects, most important first."""
+        rule = KeyRule.parse(rule, (self.metric,))
+        if rule.metric != self.metric:
+            raise ValueError(f"Key rule {rule} reads {rule.metric}; these scores are {self.metric}")
+        return [(self.label(part, i), e) for i, e in rule.select(self.parts[part], self.sign)]
 
     # --- files ---------------------------------------------------------------------------------------------
     def to_mib(self, d_model: int, level: str | None = None, *, top: int | float | None = None,
