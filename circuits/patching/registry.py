@@ -45,7 +45,9 @@ class Engine:
     **options) -> Scores``: its plain loop (slow; for tests). ``supports``: capabilities (:data:`CAPABILITIES`);
     ``refuses``: model features it refuses, as data (``{feature: when}``); ``exact``: whether its values are exact
     patching effects (not first-order estimates); ``color``: its colour in the report's figures; ``quick``: options
-    that keep a test run small; ``doc``: one line."""
+    that keep a test run small; ``doc``: one line; ``parts``: the Scores parts it gives (an engine with ``heads`` can
+    rank the faithfulness job's circuits); ``job_options``: the job config's fields that set its own options
+    (``{option: field}``, EAP-IG's steps, grid and edges)."""
 
     name: str
     run_fn: str | Callable[..., Scores] = field(repr=False)  # a function, or "module:function" imported when run
