@@ -12,7 +12,6 @@ from circuits.patching.mib import (
     MIBGraph,
     edge_name,
     edge_order,
-    from_scores,
     parse_edge,
     parse_node,
     read,
@@ -73,7 +72,7 @@ def test_export_import_round_trips_exactly(tiny_llama, tokenizer, tmp_path):
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 3), 0)
     s = eap_ig(tiny_llama, batch, MIB_METRIC, steps=2, level="edge", progress=False)
     cfg = tiny_llama.cfg
-    g = from_scores(s, cfg.d_model, top=0.2)
+    g = s.to_mib(cfg.d_model, top=0.2)
     path = write_submission(g, tmp_path, "addition", "llama3")
     assert path == tmp_path / "arithmetic-addition_llama3" / "importances.json"
     back = read(path)
@@ -93,7 +92,7 @@ def test_export_import_round_trips_exactly(tiny_llama, tokenizer, tmp_path):
     assert list(d["nodes"])[-1] == "logits" and list(d["edges"])[0] == "input->a0.h0<q>"
     assert list(d["edges"])[-1] == f"m{cfg.n_layers - 1}->logits"
     # Node level: node scores, edges unscored (0) and in the graph where both ends are.
-    gn = from_scores(eap_ig(tiny_llama, batch, MIB_METRIC, steps=2, progress=False), cfg.d_model, top=3)
+    gn = eap_ig(tiny_llama, batch, MIB_METRIC, steps=2, progress=False).to_mib(cfg.d_model, top=3)
     back = read(gn.write(tmp_path / "nodes.json"))
     assert back == gn and int(back.nodes_in_graph[1:].sum()) == 3 and bool(back.nodes_in_graph[0])
 

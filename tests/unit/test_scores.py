@@ -100,7 +100,7 @@ def test_every_end_result_gives_scores(tiny_llama, tokenizer):
 
 
 def test_eap_ig_scores_are_mibs_graph(tiny_llama, tokenizer):
-    from circuits.patching.mib import from_scores
+    from circuits.patching.mib import MIBGraph
     from circuits.patching.gradient.eap_ig import eap_ig
 
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 2), 0)
@@ -108,6 +108,6 @@ def test_eap_ig_scores_are_mibs_graph(tiny_llama, tokenizer):
     assert isinstance(ig, Scores) and ig.scores() is ig and ig.engine == "eap-ig"
     d = tiny_llama.cfg.d_model
     g = ig.to_mib(d)
-    assert g == from_scores(ig, d)
+    assert isinstance(g, MIBGraph) and g == ig.to_mib(d)
     torch.testing.assert_close(g.edges, ig.importance("edges").float(), equal_nan=True)
     assert [(a, b) for (a, b), _ in ig.ranked(5, "edges")] == ig.top(5, "edges")
