@@ -11,7 +11,7 @@ The method of Zhang et al., ICML 2024, on TransformerLens, one subpackage per st
     pairs = cc.build_pairs(model, "addition", n_pairs=32)
     result = cc.sweep(model, pairs)                # path patching of every head and MLP at END
     print(result.key_heads("fraction>=0.05"))      # [(Head(layer=20, head=8), 0.18), ...]
-    cc.head_heatmap(*result.effects("fraction"), metric="fraction").show()
+    cc.head_heatmap(*result.effects()).show()      # by DEFAULT_METRIC (fraction), as effects()
 
 Names are imported on first use, so ``import circuits`` is fast.
 """

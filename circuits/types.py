@@ -24,10 +24,10 @@ METRIC_NAMES: tuple[str, ...] = ("relative_logit", "fraction", "logit_diff", "pr
 # The default of every effects() / per_pair() / ranked() / scores() of every result type and of every job's metric
 # (declared here so configs read it without torch; circuits.patching.metrics.DEFAULT_METRIC is this name).
 DEFAULT_METRIC = "fraction"
-# The jobs that follow MIB (faithfulness, EAP-IG) score with MIB's arithmetic metric, the logit difference.
+# The MIB-style default: what scoring that follows MIB names (the faithfulness job; the information-flow figure of
+# circuits positions, in logits as Stolfo et al.), MIB's arithmetic metric, the logit difference. These two are the
+# only named metric defaults; everywhere else the metric is passed.
 MIB_METRIC = "logit_diff"
-# The information-flow figure (circuits positions) shows effects by position in logits, as Stolfo et al. do.
-POSITION_METRIC = "logit_diff"
 # The rule that picks key components unless told otherwise (circuits.patching.ranking.KeyRule parses it).
 DEFAULT_KEY_RULE = f"{DEFAULT_METRIC}>=0.05"
 ComponentKind = Literal["head", "mlp"]

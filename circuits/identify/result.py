@@ -158,7 +158,7 @@ class IdentifyResult(ShowsFigure, Result):
         threshold (``uncertain``, the command's ``uncertain_key_heads``)."""
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
         m = self.metric(rule.metric)
-        selected = [(Head(*i), e) for i, e in rule.select(self.effects(m)[0], m.sign)]
+        selected = self.scores(m).key(rule)
         ci = self.intervals(m)
         if ci is None:
             return selected
@@ -171,8 +171,7 @@ class IdentifyResult(ShowsFigure, Result):
 
     def key_mlps(self, rule: str | KeyRule | None = None) -> list[tuple[int, float]]:
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
-        m = self.metric(rule.metric)
-        return [(i[0], e) for i, e in rule.select(self.effects(m)[1], m.sign)]
+        return [(c.layer, e) for c, e in self.scores(rule.metric).key(rule, "mlps")]
 
     def top_heads(self, k: int, rule: str | KeyRule | None = None) -> list[Head]:
         """``k`` heads: the key heads first, then the rest of the same metric's ranking (how fine-tuning and the

@@ -13,9 +13,11 @@ these; nothing here imports a job.
   :data:`DEFAULT_METRIC` (``fraction``), the default of every ``effects()`` / ``ranked()``.
 - :mod:`~circuits.patching.ranking`: key rules (``fraction>=0.05``, ``top10``) and :func:`order`, the one ranking
   (:func:`rank` for heads, :func:`rank_mlps`).
-- :mod:`~circuits.patching.scores`: :class:`Scores`, what every engine returns (``result.scores()``): importance over
-  heads, MLPs, neurons, positions or edges with ``ranked()``, ``top()``, ``to_mib()``; larger is more important.
-- :mod:`~circuits.patching.registry`: :data:`ENGINES`, every ranking engine with its capabilities and plain reference.
+- :mod:`~circuits.patching.scores`: :class:`Scores`, what every registered engine returns (EAP-IG's result is one;
+  the readout results give one by a metric, ``result.scores(metric)``): importance over heads, MLPs, neurons,
+  positions or edges with ``value()``, ``ranked()``, ``top()``, ``key(rule)``, ``to_mib()``; larger is more important.
+- :mod:`~circuits.patching.registry`: :data:`ENGINES`, every engine by name as data (its scoring function, in its own
+  module, and its plain reference, as ``"module:function"``), capabilities and colour; :func:`register` adds one.
 - :mod:`~circuits.patching.uncertainty`: bootstrap intervals over pairs.
 - :mod:`~circuits.patching.reference`, :mod:`~circuits.patching.plain`: the plain one-forward-per-component loops.
 - :mod:`~circuits.patching.ablation.values`, :mod:`~circuits.patching.ablation.executor`: what an ablated component becomes

@@ -65,7 +65,7 @@ from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked
 from circuits.patching.scores import Scores
 from circuits.patching.readouts import READOUTS, MetricLookup, Readouts, cat_baselines
 from circuits.timing import timed
-from circuits.types import MODES, Component, Head, Mode, as_components
+from circuits.types import MODES, Component, Mode, as_components
 
 # Work items: pairs in blocks of at most PAIR_BLOCK (bounded memory for the runs' END state and, in activation mode,
 # keys and values), senders in at least MIN_CHUNKS chunks, so up to MIN_CHUNKS ranks per pair block share a sweep.
@@ -154,15 +154,13 @@ class SweepResult(MetricLookup):
         return self.scores(metric).ranked(part="heads")
 
     def key_heads(self, rule: str | KeyRule = DEFAULT_KEY_RULE) -> list[Ranked]:
-        """The heads a key rule selects, most important first."""
+        """The heads a key rule selects, most important first (:meth:`Scores.key`)."""
         rule = KeyRule.parse(rule, tuple(self.custom_metrics))
-        m = self.metric(rule.metric)
-        return [(Head(*i), e) for i, e in rule.select(self.effects(m)[0], m.sign)]
+        return self.scores(rule.metric).key(rule)
 
     def key_mlps(self, rule: str | KeyRule = DEFAULT_KEY_RULE) -> list[tuple[int, float]]:
         rule = KeyRule.parse(rule, tuple(self.custom_metrics))
-        m = self.metric(rule.metric)
-        return [(i[0], e) for i, e in rule.select(self.effects(m)[1], m.sign)]
+        return [(c.layer, e) for c, e in self.scores(rule.metric).key(rule, "mlps")]
 
     def select(self, idx: Sequence[int] | Tensor) -> SweepResult:
         """The same sweep restricted to the pairs ``idx`` (in that order; repeats allowed, as a bootstrap draws)."""
@@ -489,3 +487,16 @@ def _sweep_chunk(model: Model, mode: Mode, runs, batch: PairBatch, base: Baselin
     values = readout(model, x.to(out), base.answer.to(out), base.cf_answer.to(out), custom, prob=prob)
     return owners, {k: v.cpu() for k, v in values.items()}
 
+
+
+# --- the registry's entries (circuits.patching.registry): the END sweep as Scores, by mode ---------------------------
+def score_path(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
+               memory_mb: float, **options) -> Scores:
+    """``exact-path``: :func:`sweep` in path mode, scored by ``metric`` (positions: END only)."""
+    return sweep(model, pairs, "path", memory_mb=memory_mb, progress=progress, **options).scores(metric)
+
+
+def score_activation(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
+                     memory_mb: float, **options) -> Scores:
+    """``exact-activation``: :func:`sweep` in activation mode, scored by ``metric`` (positions: END only)."""
+    return sweep(model, pairs, "activation", memory_mb=memory_mb, progress=progress, **options).scores(metric)

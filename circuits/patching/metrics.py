@@ -160,10 +160,10 @@ assert METRIC_NAMES == TYPES_METRIC_NAMES, "circuits.types.METRIC_NAMES lists th
 # given, on every result type (sweeps, positions, neurons, edges, identify results), and the default key rule's
 # (``fraction>=0.05``): positive is important, and it compares across models. The paper's metric is relative_logit.
 DEFAULT_METRIC = _DEFAULT_METRIC
-# The metric of the jobs that follow MIB (faithfulness; EAP-IG's default): the logit difference, as MIB's arithmetic
-# tasks score. Named once; the saved faithfulness configs hold its value.
+# The metric of the jobs that follow MIB (faithfulness, the information-flow figure): the logit difference, as MIB's
+# arithmetic tasks score. Named once; the saved configs hold its value. Every engine (EAP-IG too) defaults to
+# DEFAULT_METRIC, through the registry and called directly alike.
 MIB_METRIC = _MIB_METRIC
-# Jobs that deliberately use another metric name it in circuits.types (POSITION_METRIC: the information-flow figure).
 
 
 def get_metric(metric: str | Metric) -> Metric:

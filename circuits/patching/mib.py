@@ -16,10 +16,11 @@ EAP-IG attributes with MIB's loss (``-logit_diff``): positive where the counterf
 important. That is circuits' own convention (:meth:`circuits.patching.scores.Scores.importance`, ``sign * effect``,
 larger is more important for every engine and metric), so a file's score is a Scores importance, unchanged, and
 :meth:`~circuits.patching.scores.Scores.to_mib` is the one place scores become a file; MIB's evaluation keeps the top ``k`` by score (``--absolute`` ranks by ``|score|``). ``in_graph`` marks
-one circuit (:func:`from_scores`'s ``top``); MIB's evaluation recomputes it at each size from the scores.
+one circuit (``to_mib``'s ``top``); MIB's evaluation recomputes it at each size from the scores.
 
-- :func:`from_scores`: an :class:`~circuits.patching.gradient.eap_ig.EAPIGScores` (or any node or edge scores in circuits'
-  names, :meth:`MIBGraph.from_tensors`) -> :class:`MIBGraph`; :meth:`MIBGraph.write` / :func:`write_submission`.
+- :meth:`Scores.to_mib <circuits.patching.scores.Scores.to_mib>`: any Scores of heads and MLPs (and edges in EAP-IG's
+  graph; an :class:`~circuits.patching.gradient.eap_ig.EAPIGScores` is one), or node or edge scores in circuits'
+  names (:meth:`MIBGraph.from_tensors`) -> :class:`MIBGraph`; :meth:`MIBGraph.write` / :func:`write_submission`.
 - :func:`read` / :meth:`MIBGraph.from_json`: a file from EAP-IG, MIB or here -> :class:`MIBGraph`, whose
   ``heads`` ``[layer, head]`` and ``mlps`` ``[layer]`` (higher is more important) are what
   :func:`circuits.patching.faithfulness.faithfulness` ranks, and ``edges`` ``[sender, receiver]`` in
@@ -35,7 +36,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from jaxtyping import Bool, Float
@@ -53,10 +54,6 @@ from circuits.types import (
     eap_upstream,
     edge_mask,
 )
-
-if TYPE_CHECKING:
-    from circuits.patching.gradient.eap_ig import EAPIGScores
-    from circuits.patching.scores import Scores
 
 # MIB's task names for this project's operations (MIB has addition and subtraction; its HF datasets are
 # mib-bench/arithmetic_addition and mib-bench/arithmetic_subtraction) and its model short names.
@@ -394,20 +391,6 @@ def _count(top: int | float, n: int) -> int:
     if isinstance(top, bool) or not isinstance(top, (int, float)) or top < 0 or (isinstance(top, float) and top > 1):
         raise ValueError(f"top must be a count (int >= 0) or a fraction in [0, 1], got {top!r}")
     return min(n, int(top) if isinstance(top, int) else int(math.floor(top * n + 0.5)))
-
-
-def from_scores(scores: EAPIGScores | Scores, d_model: int, level: str | None = None, *,
-                top: int | float | None = None, absolute: bool = False) -> MIBGraph:
-    """EAP-IG scores (or any :class:`~circuits.patching.scores.Scores` of heads and MLPs, and edges in EAP-IG's
-    graph) as a MIB graph: node scores always (importances: positive is important), edge scores when ``scores``
-    have edges; ``top`` marks that many (or that fraction of) edges, or nodes with ``level="node"``, in the graph.
-    ``d_model``: the model's width (``model.cfg.d_model``), which the file records. :meth:`Scores.to_mib` does it."""
-    if not hasattr(scores, "parts"):  # EAP-IG's own scores
-        if level == "edge" and scores.edge is None:
-            raise ValueError("These EAP-IG scores are node level; export them with level='node' or rerun "
-                             "eap_ig(..., level='edge')")
-        scores = scores.scores()
-    return scores.to_mib(d_model, level, top=top, absolute=absolute)
 
 
 def read(path: str | Path) -> MIBGraph:

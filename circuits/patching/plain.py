@@ -9,6 +9,7 @@ Slow on purpose, written as a TransformerLens user writes them: full prompts, ``
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from functools import partial
 
 import torch
@@ -17,7 +18,17 @@ from torch import Tensor
 from circuits.models import backend
 from circuits.models.backend import Model, act_name, apply_softcap
 from circuits.data.pairs import PairBatch
-from circuits.patching.metrics import Metric
+from circuits.patching.engine import all_components
+from circuits.patching.exact.edges import EdgeSweep, every_receiver, upstream
+from circuits.patching.exact.neurons import NeuronSweep
+from circuits.patching.exact.positions import PositionSweep
+from circuits.patching.gradient.attribution import Attribution, readout_of
+from circuits.patching.gradient.eap_ig import (DEFAULT_GRID, DEFAULT_STEPS, EAPIGScores, alphas, eap_receivers,
+                                               eap_senders, eap_upstream)
+from circuits.patching.metrics import Metric, get_metric
+from circuits.patching.readouts import Readouts, first_difference
+from circuits.patching.reference import baseline_plain
+from circuits.patching.scores import Scores
 from circuits.types import Component, Mode, Neuron, Receiver
 
 
@@ -361,8 +372,6 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
     Returns ``input [pair]``, ``head [layer, head, pair]``, ``mlp [layer, pair]``; with ``level="edge"`` also
     ``edge [sender, receiver, pair]`` in :func:`circuits.patching.gradient.eap_ig.eap_senders` x ``eap_receivers`` order
     (NaN where EAP-IG's graph has no edge), sender outputs read from TransformerLens's own ``hook_result``."""
-    from circuits.patching.gradient.eap_ig import alphas, eap_receivers, eap_senders, eap_upstream
-
     cfg = model.cfg
     L, H = cfg.n_layers, cfg.n_heads
     rows = torch.arange(len(batch))
@@ -448,3 +457,109 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
             if eap_upstream(s, r):
                 out["edge"][i, j] = score(sender_delta(s), receiver_grad(r))
     return out
+
+
+# --- the registry's references (circuits.patching.registry): each engine's plain loop as the same Scores ------------
+def reference_positions(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str,
+                        offsets: Sequence[int] | None = None, **options) -> Scores:
+    """circuits.patching.plain.patch_at_plain: one run_with_hooks per component and offset"""
+    cfg = model.cfg
+    P, K = len(batch), int(batch.end.max()) + 1
+    ks = [0] if positions == "end" else (range(K) if offsets is None else offsets)
+    heads, mlps = Readouts.empty((cfg.n_layers, cfg.n_heads, K, P)), Readouts.empty((cfg.n_layers, K, P))
+    cf_answer = cf_answer_plain(model, batch)
+    for k in ks:
+        valid = torch.nonzero(batch.end >= k).flatten()
+        sub = batch.select(valid)
+        for c in all_components(model):
+            row = patch_at_plain(model, sub, c, k, cf_answer[valid])
+            view, idx = (heads, (c.layer, c.head)) if c.kind == "head" else (mlps, (c.layer,))
+            for r, v in row.items():
+                getattr(view, r)[idx + (k, valid.cpu())] = v.float().cpu()
+    s = PositionSweep(baseline_plain(model, batch).to("cpu"), heads, mlps, Readouts.empty((0, K, P)), [],
+                      batch.end.cpu(), first_difference(batch).cpu())
+    return s.scores(metric).at(positions)
+
+
+def _attribution_reference(model: Model, batch: PairBatch, metric: str | Metric, positions: str, grad_drop: bool,
+                           neurons: bool = False, qk_fix: bool = False, **options) -> Scores:
+    m = get_metric(metric)  # qk_fix changes only the query and key nodes, which Scores leave out
+    L, P, K = model.cfg.n_layers, len(batch), int(batch.end.max()) + 1
+    ends = batch.end.cpu()
+    first = first_difference(batch).cpu()
+    Kn = int((ends - torch.minimum(first, ends)).max()) + 1  # offsets where any pair's prompts differ
+
+    def by_offset(x: Tensor) -> Tensor:  # [layer, pair, pos, *rest] -> [layer, *rest, offset, pair]
+        out = torch.full((L, *x.shape[3:], K, P), float("nan"))
+        for i in range(P):
+            e = int(ends[i])
+            out[..., : e + 1, i] = x[:, i, : e + 1].flip(1).movedim(1, -1).float().cpu()
+        return out
+
+    sites = ("head", "mlp", "neuron") if neurons else ("head", "mlp")
+    gd: dict[str, Tensor] = {}
+    if grad_drop:
+        total = [attribute_plain(model, batch, m, readout_of(m), drop_layer=l) for l in range(L)]
+        for site in sites:
+            t = by_offset(sum(d[site].abs() for d in total) / (L - 1))  # type: ignore[arg-type]
+            gd[site] = (t[..., :Kn, :] if site == "neuron" else t).nanmean(-1)
+    plain = attribute_plain(model, batch, m, readout_of(m), "activation")
+    neuron = by_offset(plain["neuron"])[..., :Kn, :] if neurons else None  # later offsets: both prompts agree
+    att = Attribution(m, "activation", readout_of(m), baseline_plain(model, batch).to("cpu"),
+                      by_offset(plain["head"]), by_offset(plain["mlp"]), neuron, None, None, ends, first, gd)
+    return att.scores(graddrop=grad_drop).at(positions)
+
+
+def reference_screen(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, **options) -> Scores:
+    """circuits.patching.plain.attribute_plain: full prompts, one forward and one backward"""
+    return _attribution_reference(model, batch, metric, positions, False, **options)
+
+
+def reference_graddrop(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, **options) -> Scores:
+    """circuits.patching.plain.attribute_plain: full prompts, one forward and one backward per dropped layer"""
+    return _attribution_reference(model, batch, metric, positions, True, **options)
+
+
+def reference_eap_ig(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str,
+                     steps: int | None = None, level: str = "node", grid: str | None = None, edges: bool = False,
+                     **options) -> Scores:
+    """circuits.patching.plain.eap_ig_plain: full prompts, one forward and backward per integration step"""
+    m = get_metric(metric)
+    steps, grid, level = steps or DEFAULT_STEPS, grid or DEFAULT_GRID, "edge" if edges else level
+    p = eap_ig_plain(model, batch, m, readout_of(m), steps, level=level, positions=positions, grid=grid)
+    p = {k: v.float().cpu() for k, v in p.items()}
+    return EAPIGScores.of(m, readout_of(m), baseline_plain(model, batch).to("cpu"), steps, positions, p["input"],
+                          p["head"], p["mlp"], p.get("edge"), grid=grid)
+
+
+def reference_neurons(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, mode: Mode = "path",
+                      neurons: Sequence[Neuron] | None = None, layers: Sequence[int] | None = None,
+                      **options) -> Scores:
+    """circuits.patching.plain.patch_at_plain: one run_with_hooks per neuron"""
+    if neurons is None:
+        layers = range(model.cfg.n_layers) if layers is None else layers
+        neurons = [Neuron(l, i) for l in layers for i in range(model.cfg.d_mlp)]
+    neurons = sorted(set(neurons))
+    cf_answer = cf_answer_plain(model, batch)
+    out = Readouts.empty((len(neurons), len(batch)))
+    for j, n in enumerate(neurons):
+        out.put((j,), {r: v.float().cpu() for r, v in patch_at_plain(model, batch, n, 0, cf_answer, mode).items()})
+    return NeuronSweep(mode, baseline_plain(model, batch).to("cpu"), neurons, out).scores(metric)
+
+
+def reference_edges(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str,
+                    receivers: Sequence[Receiver | str] | str | None = None,
+                    senders: Sequence[Component | str] | None = None, **options) -> Scores:
+    """circuits.patching.plain.edge_plain: two run_with_hooks per edge (Wang et al.'s two steps)"""
+    recv = every_receiver(model) if receivers is None else Receiver.parse_many(receivers)
+    send = (all_components(model) if senders is None else [Component.parse(s) for s in senders])
+    send = sorted((s for s in send if senders is not None or any(upstream(s, r) for r in recv)),
+                  key=Component.sort_key)
+    cf_answer, caches = cf_answer_plain(model, batch), edge_caches(model, batch)
+    out = Readouts.empty((len(send), len(recv), len(batch)))
+    for i, s in enumerate(send):
+        for j, r in enumerate(recv):
+            if upstream(s, r):
+                out.put((i, j), {k: v.float().cpu() for k, v in edge_plain(model, batch, s, r, cf_answer,
+                                                                             caches).items()})
+    return EdgeSweep(baseline_plain(model, batch).to("cpu"), send, recv, out).scores(metric)

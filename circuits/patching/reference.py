@@ -17,7 +17,10 @@ from torch import Tensor
 
 from circuits.models.backend import ActivationCache, Model, act_name
 from circuits.data.pairs import PairBatch
-from circuits.patching.metrics import Baseline
+from circuits.patching.engine import SweepResult, all_components
+from circuits.patching.metrics import Baseline, Metric
+from circuits.patching.readouts import READOUTS, Readouts
+from circuits.patching.scores import Scores
 from circuits.types import Component, Mode
 
 
@@ -104,3 +107,28 @@ def sweep_plain(
     base = baseline_plain(model, batch)
     caches = cache_runs(model, batch)
     return base, {c: patch_component_plain(model, batch, c, mode, base, caches) for c in components}
+
+
+# --- the END sweep's references in the registry (circuits.patching.registry) ----------------------------------------
+def _sweep_reference(model: Model, batch: PairBatch, mode: Mode, metric: str | Metric) -> Scores:
+    cfg = model.cfg
+    base, values = sweep_plain(model, batch, mode, all_components(model))
+    heads, mlps = Readouts.empty((cfg.n_layers, cfg.n_heads, len(batch))), Readouts.empty((cfg.n_layers, len(batch)))
+    for c, v in values.items():
+        row = dict(zip(READOUTS, v))
+        if c.kind == "head":
+            heads.put((c.layer, c.head), row)
+        else:
+            mlps.put((c.layer,), row)
+    return SweepResult(mode, base.to("cpu"), heads, mlps).scores(metric)
+
+
+def reference_path(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, **options) -> Scores:
+    """circuits.patching.reference.sweep_plain: one run_with_hooks per component"""
+    return _sweep_reference(model, batch, "path", metric)
+
+
+def reference_activation(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str,
+                         **options) -> Scores:
+    """circuits.patching.reference.sweep_plain: one run_with_hooks per component"""
+    return _sweep_reference(model, batch, "activation", metric)

@@ -12,9 +12,11 @@ engine and metric; :meth:`Scores.ranked` orders by it through :func:`circuits.pa
 sort: stable ties by flat index, NaN last or left out) and :meth:`Scores.top` keeps the first ``k``.
 :meth:`Scores.to_mib` writes MIB's graph (:mod:`circuits.patching.mib`), whose scores are importances too.
 
-Every engine result gives one: ``SweepResult.scores()``, ``PositionSweep.scores()``, ``NeuronSweep.scores()``,
-``EdgeSweep.scores()``, ``Attribution.scores()`` (AtP*; ``graddrop=True`` for GradDrop), ``EAPIGScores.scores()``;
-the engine registry (:mod:`circuits.patching.registry`) runs each engine to one.
+EAP-IG returns one (:class:`~circuits.patching.gradient.eap_ig.EAPIGScores` is a Scores with its per-pair estimates);
+the other engines' results, which keep every readout per pair, give one by a metric: ``SweepResult.scores(metric)``,
+``PositionSweep.scores(metric)``, ``NeuronSweep.scores(metric)``, ``EdgeSweep.scores(metric)``,
+``Attribution.scores(metric)`` (AtP*; ``graddrop=True`` for GradDrop). Every entry of the engine registry
+(:mod:`circuits.patching.registry`) returns Scores, through a scoring function in its engine's module.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
+from circuits.io import load_torch, save_torch
 from circuits.patching.metrics import Baseline
-from circuits.patching.ranking import ranked_entries
+from circuits.patching.mib import MIBGraph
+from circuits.patching.ranking import KeyRule, ranked_entries
 from circuits.types import Component, Head, Neuron, Receiver
 
 PARTS = ("input", "heads", "mlps", "neurons", "edges")  # the component axes, in the order ranked() meets them
@@ -97,6 +101,18 @@ class Scores:
     def mlps(self) -> Float[Tensor, " layer *offset"]:
         return self.parts["mlps"]
 
+    def value(self, component: Any, offset: int | None = None) -> float:
+        """The effect of one component: a :class:`~circuits.types.Head` (or head
+        :class:`~circuits.types.Component`), an MLP component or a :class:`~circuits.types.Neuron`; ``offset`` on
+        scores by offset."""
+        if isinstance(component, Neuron):
+            part, idx = "neurons", (self.labels["neurons"].index(component),)
+        elif getattr(component, "kind", "head") == "mlp":
+            part, idx = "mlps", (component.layer,)
+        else:
+            part, idx = "heads", (component.layer, component.head)
+        return float(self.parts[part][idx + (() if offset is None else (offset,))])
+
     def importance(self, part: str | None = None) -> Tensor | dict[str, Tensor]:
         """``sign * effect``: larger is more important, for every engine and metric. One part's tensor, or every
         part's (a dict) when ``part`` is ``None``."""
@@ -112,6 +128,16 @@ class Scores:
             return self
         parts = {k: v.abs().nan_to_num(0.0).amax(-1) for k, v in self.parts.items()}
         return replace(self, parts=parts, metric=f"|{self.metric}|", sign=1, offsets=False, per_pair={})
+
+    def at_end(self) -> Scores:
+        """Scores by offset reduced to END (offset 0): one value per component, no offset axis."""
+        if not self.offsets:
+            return self
+        return replace(self, parts={k: v[..., 0] for k, v in self.parts.items()}, offsets=False, per_pair={})
+
+    def at(self, positions: str) -> Scores:
+        """These scores at ``positions``: ``"end"`` (:meth:`at_end`) or ``"all"`` (as they are)."""
+        return self.at_end() if positions == "end" else self
 
     # --- rankings --------------------------------------------------------------------------------------------
     def label(self, part: str, index: tuple[int, ...]) -> Any:
@@ -151,6 +177,14 @@ class Scores:
         """The ``k`` most important components (see :meth:`ranked`)."""
         return [c for c, _ in self.ranked(k, part)]
 
+    def key(self, rule: str | KeyRule, part: str = "heads") -> list[tuple[Any, float]]:
+        """``[(component, effect), ...]`` of ``part`` that a key rule (:class:`~circuits.patching.ranking.KeyRule`,
+        by these scores' metric) selects, most important first."""
+        rule = KeyRule.parse(rule, (self.metric,))
+        if rule.metric != self.metric:
+            raise ValueError(f"Key rule {rule} reads {rule.metric}; these scores are {self.metric}")
+        return [(self.label(part, i), e) for i, e in rule.select(self.parts[part], self.sign)]
+
     # --- files ---------------------------------------------------------------------------------------------
     def to_mib(self, d_model: int, level: str | None = None, *, top: int | float | None = None,
                absolute: bool = False):
@@ -158,8 +192,6 @@ class Scores:
         more important): node scores from ``heads`` and ``mlps`` (and ``input``), edge scores from ``edges`` in
         EAP-IG's graph order; ``top`` marks that many (or that fraction of) edges, or nodes with ``level="node"``.
         Scores by offset are reduced first (:meth:`over_positions`)."""
-        from circuits.patching.mib import MIBGraph
-
         s = self.over_positions()
         level = level or ("edge" if "edges" in s.parts else "node")
         if level == "edge" and "edges" not in s.parts:
@@ -201,16 +233,12 @@ class Scores:
                    dict(d.get("per_pair", {})))
 
     def save(self, path: str | Path) -> Path:
-        from circuits.io import save_torch
-
         path = Path(path)
         save_torch(self.to_dict(), path)
         return path
 
     @classmethod
     def load(cls, path: str | Path) -> Scores:
-        from circuits.io import load_torch
-
         return cls.from_dict(load_torch(Path(path), "scores"))
 
 

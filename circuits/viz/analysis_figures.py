@@ -21,7 +21,7 @@ ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728"}
 
 
 def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequence[str], kinds: Sequence[str],
-                   title: str, metric: str = "effect") -> go.Figure:
+                   title: str, metric: str) -> go.Figure:
     """Screen estimate (x) against the exact effect (y) of every head and MLP at END, with the diagonal."""
     s, e = _arr(screen), _arr(exact)
     fig = go.Figure()

@@ -320,7 +320,7 @@ def overlap_figure(labels: Sequence[str], matrix, title: str) -> go.Figure:
     return fig
 
 
-def heatmap_grid(panels: dict[str, object], title: str, metric: Any = "relative_logit", sign: int | None = None) -> go.Figure:
+def heatmap_grid(panels: dict[str, object], title: str, metric: Any, sign: int | None = None) -> go.Figure:
     """Figure 15 (left): one layer-by-head effect heatmap per task, on a shared scale centred at 0, in percent of
     ``metric`` (red: important)."""
     name, sign, _ = metric_info(metric, sign)

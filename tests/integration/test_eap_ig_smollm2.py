@@ -36,7 +36,7 @@ def test_edges_sum_to_nodes_and_export(smollm2, batch, tmp_path):
     edges = eap_ig(smollm2, batch, steps=2, level="edge", progress=False)
     torch.testing.assert_close(edges.head, nodes.head, atol=1e-4, rtol=0)
     torch.testing.assert_close(edges.mlp, nodes.mlp, atol=1e-4, rtol=0)
-    g = mib.from_scores(edges, smollm2.cfg.d_model, top=0.05)
+    g = edges.to_mib(smollm2.cfg.d_model, top=0.05)
     path = mib.write_submission(g, tmp_path, "addition", "llama3")
     back = mib.read(path)
     assert back == g and (back.n_layers, back.n_heads, back.d_model) == (30, 9, 576)

@@ -8,6 +8,7 @@ from helpers import FAMILIES, mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.patching.gradient.attribution import attribute
+from circuits.patching.scores import Scores
 from circuits.patching.gradient.eap_ig import GRIDS, INPUT, LOGITS, EAPIGScores, alphas, eap_ig, eap_receivers, eap_senders, edge_mask
 from circuits.patching.metrics import get_metric
 from circuits.patching.plain import eap_ig_plain
@@ -89,7 +90,7 @@ def test_one_step_is_attribution_patching(tiny_mistral, tokenizer, metric):
     torch.testing.assert_close(s.mlp, a.mlp.nansum(1), atol=1e-5, rtol=0)
     end = eap_ig(tiny_mistral, batch, m, steps=1, positions="end", grid="right", progress=False)
     torch.testing.assert_close(end.head, a.head[:, :, 0], atol=1e-5, rtol=0)
-    torch.testing.assert_close(s.node_effects()["head"], a.effect(a.head.nansum(2, keepdim=True))[:, :, 0],
+    torch.testing.assert_close(s.heads, a.effect(a.head.nansum(2, keepdim=True))[:, :, 0],
                                atol=1e-5, rtol=1e-5)
 
 
@@ -138,22 +139,20 @@ def test_nodes_approach_exact_patching(tiny_llama, tokenizer):
 
 def test_orientation_ranking_and_names(tiny_llama, tokenizer):
     batch = _batch(tokenizer, 3)
-    s = eap_ig(tiny_llama, batch, steps=2, level="edge", progress=False)
-    assert isinstance(s, EAPIGScores)
+    s = eap_ig(tiny_llama, batch, "logit_diff", steps=2, level="edge", progress=False)
+    assert isinstance(s, EAPIGScores) and isinstance(s, Scores) and s.metric == "logit_diff"
     L, H = tiny_llama.cfg.n_layers, tiny_llama.cfg.n_heads
     assert s.senders[0] == INPUT and s.senders[1] == Component("head", 0, 0) and s.senders[H + 1] == Component.mlp(0)
     assert s.receivers[-1] == LOGITS and s.receivers[0] == Receiver(Component("head", 0, 0), "q")
     assert s.receivers[H] == Receiver(Component("head", 0, 0), "k") and s.receivers[3 * H] == Receiver(Component.mlp(0))
     assert len(eap_senders(L, H)) == len(s.senders) and len(eap_receivers(L, H)) == len(s.receivers)
-    # logit_diff: a drop is important; MIB's orientation is -effect.
-    imp = s.importance("node")
-    e = s.node_effects()
-    assert float(imp[0]) == pytest.approx(-float(e["input"]))
-    ranked = s.ranked_nodes()
+    # logit_diff: a drop is important; MIB's orientation is -effect. Read as every Scores is read.
+    assert float(s.importance("input")) == pytest.approx(-float(s["input"]))
+    ranked = s.ranked(part=("heads", "mlps"))
     assert len(ranked) == L * (H + 1)
-    assert ranked[0][1] == pytest.approx(float(torch.cat([e["head"].flatten(), e["mlp"]]).min()))
-    top = s.ranked_edges()[0]
-    assert top[2] == pytest.approx(float(torch.nan_to_num(s.edge_effects(), nan=1e9).min()))
+    assert ranked[0][1] == pytest.approx(float(torch.cat([s.heads.flatten(), s.mlps]).min()))
+    top = s.ranked(part="edges")[0]
+    assert top[1] == pytest.approx(float(torch.nan_to_num(s["edges"], nan=1e9).min()))
 
 
 def test_bad_input(tiny_llama, tokenizer):
@@ -164,11 +163,10 @@ def test_bad_input(tiny_llama, tokenizer):
         eap_ig(tiny_llama, batch, level="neuron", progress=False)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="accepted: all, end"):
         eap_ig(tiny_llama, batch, positions="first", progress=False)  # type: ignore[arg-type]
-    s = eap_ig(tiny_llama, batch, steps=1, progress=False)
+    s = eap_ig(tiny_llama, batch, "logit_diff", steps=1, progress=False)
     with pytest.raises(ValueError, match="rerun eap_ig with metric='prob'"):
-        s.node_effects("prob")
-    with pytest.raises(ValueError, match="level='edge'"):
-        s.edge_effects()
+        s.scores("prob")
+    assert "edges" not in s.parts and s.receivers == []
 
 
 def test_gemma_edges_refused(family_models, tokenizer):
@@ -179,14 +177,15 @@ def test_gemma_edges_refused(family_models, tokenizer):
 def test_to_dict_round_trip_and_node_importance(tiny_llama, tokenizer, tmp_path):
     from circuits.io import load_torch, save_torch
 
-    s = eap_ig(tiny_llama, _batch(tokenizer, 3), steps=2, level="edge", progress=False)
+    s = eap_ig(tiny_llama, _batch(tokenizer, 3), "logit_diff", steps=2, level="edge", progress=False)
     back = EAPIGScores.from_dict(load_torch(save_torch(s.to_dict(), tmp_path / "s.pt")))
     for name in ("input", "head", "mlp"):
         assert torch.equal(getattr(back, name), getattr(s, name))
     assert torch.equal(back.edge.nan_to_num(7.0), s.edge.nan_to_num(7.0))
     assert back.senders == s.senders and back.receivers == s.receivers and back.metric == s.metric
-    heads, mlps = s.node_importance()
-    assert torch.equal(heads, -s.node_effects()["head"]) and torch.equal(mlps, -s.node_effects()["mlp"])
+    assert torch.equal(back.heads, s.heads) and back.ranked(5) == s.ranked(5)
+    assert torch.equal(s.importance("heads"), -s.heads) and torch.equal(s.importance("mlps"), -s.mlps)
+    assert torch.equal(s.scores("relative_logit" if s.readout == "logit" else "logit_diff").heads, s.heads)
 
 
 def test_grids():

@@ -173,9 +173,9 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     att = attribute(model, pairs, "logit_diff", neurons=False, qk_fix=False, grad_drop=True, progress=False)
     assert torch.allclose(r.scores["graddrop"]["mlps"], att.graddrop["mlp"].abs().amax(-1))
     ig = eap_ig(model, pairs, "logit_diff", steps=5, level="edge", progress=False)
-    assert torch.equal(r.scores["eap-ig"]["heads"], ig.node_effects()["head"].abs()) and r.config.ig_steps == 5
+    assert torch.equal(r.scores["eap-ig"]["heads"], ig.heads.abs()) and r.config.ig_steps == 5
     # EAP-IG's edges, re-ordered as the edge engine reads them (each head's q, k, v together), at edge level
-    edges, effects = r.scores["eap-ig"]["edges"], ig.edge_effects()
+    edges, effects = r.scores["eap-ig"]["edges"], ig["edges"]
     senders, receivers = engine.edge_senders(model), engine.edge_receivers(model)
     for rcv in (Receiver(Component("head", 2, 1), "k"), Receiver(Component.mlp(1)), "logits"):
         col = edges[:, receivers.index(rcv)]

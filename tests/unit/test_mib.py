@@ -12,13 +12,13 @@ from circuits.patching.mib import (
     MIBGraph,
     edge_name,
     edge_order,
-    from_scores,
     parse_edge,
     parse_node,
     read,
     submission_folder,
     write_submission,
 )
+from circuits.patching.metrics import MIB_METRIC
 from circuits.patching.gradient.eap_ig import INPUT, LOGITS, eap_ig, eap_receivers, eap_senders
 from circuits.types import Component, Receiver
 
@@ -70,17 +70,17 @@ def test_reads_a_hand_written_file_in_mibs_form(tmp_path):
 
 def test_export_import_round_trips_exactly(tiny_llama, tokenizer, tmp_path):
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 3), 0)
-    s = eap_ig(tiny_llama, batch, steps=2, level="edge", progress=False)
+    s = eap_ig(tiny_llama, batch, MIB_METRIC, steps=2, level="edge", progress=False)
     cfg = tiny_llama.cfg
-    g = from_scores(s, cfg.d_model, top=0.2)
+    g = s.to_mib(cfg.d_model, top=0.2)
     path = write_submission(g, tmp_path, "addition", "llama3")
     assert path == tmp_path / "arithmetic-addition_llama3" / "importances.json"
     back = read(path)
     assert back == g
-    assert torch.equal(back.heads, (-s.node_effects()["head"]).float())  # logit_diff: MIB's score is -effect
-    assert torch.equal(back.mlps, (-s.node_effects()["mlp"]).float())
-    real = ~torch.isnan(s.edge_effects())
-    assert torch.equal(back.edges[real], -s.edge_effects()[real]) and torch.isnan(back.edges[~real]).all()
+    assert torch.equal(back.heads, (-s.heads).float())  # logit_diff: MIB's score is -effect
+    assert torch.equal(back.mlps, (-s.mlps).float())
+    real = ~torch.isnan(s["edges"])
+    assert torch.equal(back.edges[real], -s["edges"][real]) and torch.isnan(back.edges[~real]).all()
     # The chosen size: 20% of the real edges, the best by score, and the nodes they connect.
     n_real = int(real.sum())
     assert int(back.edges_in_graph.sum()) == int(0.2 * n_real + 0.5)
@@ -92,7 +92,7 @@ def test_export_import_round_trips_exactly(tiny_llama, tokenizer, tmp_path):
     assert list(d["nodes"])[-1] == "logits" and list(d["edges"])[0] == "input->a0.h0<q>"
     assert list(d["edges"])[-1] == f"m{cfg.n_layers - 1}->logits"
     # Node level: node scores, edges unscored (0) and in the graph where both ends are.
-    gn = from_scores(eap_ig(tiny_llama, batch, steps=2, progress=False), cfg.d_model, top=3)
+    gn = eap_ig(tiny_llama, batch, MIB_METRIC, steps=2, progress=False).to_mib(cfg.d_model, top=3)
     back = read(gn.write(tmp_path / "nodes.json"))
     assert back == gn and int(back.nodes_in_graph[1:].sum()) == 3 and bool(back.nodes_in_graph[0])
 

@@ -59,12 +59,32 @@ def test_save_and_load_round_trip(tmp_path):
 
 
 def test_one_default_metric_named_once():
+    """Two named defaults, the toolkit's and MIB's; every engine defaults to the toolkit's, through the registry and
+    called directly alike; no other module declares a metric default of its own."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    import circuits
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
-    from circuits.patching.gradient.eap_ig import DEFAULT_EAP_METRIC
+    from circuits.beyond.positions.config import PositionConfig
+    from circuits.patching.exact.positions import sweep_positions
+    from circuits.patching.gradient.attribution import attribute
+    from circuits.patching.gradient.eap_ig import eap_ig
+    from circuits.patching.registry import Engine
     from circuits.types import DEFAULT_KEY_RULE
 
     assert DEFAULT_METRIC == "fraction" and DEFAULT_KEY_RULE.startswith(DEFAULT_METRIC)
-    assert MIB_METRIC == "logit_diff" == DEFAULT_EAP_METRIC == FaithfulnessConfig.__dataclass_fields__["metric"].default
+    assert MIB_METRIC == "logit_diff" == FaithfulnessConfig.__dataclass_fields__["metric"].default
+    assert PositionConfig.__dataclass_fields__["metric"].default == MIB_METRIC
+    for fn in (eap_ig, attribute, Engine.run, Engine.reference):
+        assert inspect.signature(fn).parameters["metric"].default == DEFAULT_METRIC, fn
+    assert inspect.signature(sweep_positions).parameters.get("metric") is None  # it keeps every readout
+    root = Path(circuits.__file__).parent
+    literal = re.compile(r'metric(: [^=,()\n]+)? ?= ?"|_METRIC = "')
+    found = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py") if p.name != "types.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
+    assert found == [], found
 
 
 def test_every_end_result_gives_scores(tiny_llama, tokenizer):
@@ -80,13 +100,14 @@ def test_every_end_result_gives_scores(tiny_llama, tokenizer):
 
 
 def test_eap_ig_scores_are_mibs_graph(tiny_llama, tokenizer):
-    from circuits.patching.mib import from_scores
+    from circuits.patching.mib import MIBGraph
     from circuits.patching.gradient.eap_ig import eap_ig
 
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 2), 0)
-    ig = eap_ig(tiny_llama, batch, steps=1, level="edge", progress=False)
-    s = ig.scores()
-    torch.testing.assert_close(s.importance("edges"), ig.importance("edge"), equal_nan=True)
+    ig = eap_ig(tiny_llama, batch, MIB_METRIC, steps=1, level="edge", progress=False)
+    assert isinstance(ig, Scores) and ig.scores() is ig and ig.engine == "eap-ig"
     d = tiny_llama.cfg.d_model
-    assert s.to_mib(d) == from_scores(ig, d)
-    assert [(a, b) for a, b, _ in ig.ranked_edges()][:5] == s.top(5, "edges")
+    g = ig.to_mib(d)
+    assert isinstance(g, MIBGraph) and g == ig.to_mib(d)
+    torch.testing.assert_close(g.edges, ig.importance("edges").float(), equal_nan=True)
+    assert [(a, b) for (a, b), _ in ig.ranked(5, "edges")] == ig.top(5, "edges")

@@ -9,17 +9,18 @@ from dataclasses import dataclass
 
 from circuits.config import option, redefault
 from circuits.data.source import PairSource, check_metric
-from circuits.patching.registry import ENGINE_NAMES
+from circuits.patching.registry import node_engines
 from circuits.types import METRIC_NAMES, MIB_METRIC
 
-# Every ranking the job can score: the engine registry's entries (circuits.patching.registry.ENGINES), each read as:
+# The rankings the job scores by default: the engine registry's entries that score every head and MLP
+# (circuits.patching.registry.node_engines(); an engine registered later is accepted too), each read as:
 #   exact-path        the END engine in path mode (cc.sweep, the paper's path patching), |effect| at END
 #   exact-activation  the END engine in activation mode, |effect| at END
 #   positions         exact activation patching at every position (cc.sweep_positions), max |effect| over positions
 #   screen            the attribution screen (AtP*, cc.attribute, activation mode), max |estimate| over positions
 #   graddrop          AtP*'s GradDrop scores (mean |estimate| over the layer-dropped backward passes), max over positions
 #   eap-ig            EAP-IG-inputs (cc's eap_ig): |estimate| summed over positions as EAP-IG sums; edges: |estimate|
-RANKINGS: tuple[str, ...] = ENGINE_NAMES
+RANKINGS: tuple[str, ...] = tuple(node_engines())
 # MIB's circuit sizes: fractions of the nodes (or edges) kept (circuits.patching.faithfulness.MIB_SIZES; here too so
 # the config imports no torch; a unit test checks they are the same).
 MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -76,11 +77,12 @@ class FaithfulnessConfig(PairSource):
         if self.task == "all":
             raise ValueError("--task all: a faithfulness run scores one operation; give --task addition (or another), "
                              "or run experiments/faithfulness.py for the four")
+        accepted = node_engines()
         if not self.rankings:
-            raise ValueError(f"Give at least one ranking; accepted: {', '.join(RANKINGS)}")
+            raise ValueError(f"Give at least one ranking; accepted: {', '.join(accepted)}")
         for r in self.rankings:
-            if r not in RANKINGS:
-                raise ValueError(f"Unknown ranking {r!r}; accepted: {', '.join(RANKINGS)}")
+            if r not in accepted:
+                raise ValueError(f"Unknown ranking {r!r}; accepted: {', '.join(accepted)}")
         if len(set(self.rankings)) < len(self.rankings):
             raise ValueError(f"--rankings names a ranking twice: {','.join(self.rankings)}")
         if not self.positions or any(p not in POSITIONS for p in self.positions):

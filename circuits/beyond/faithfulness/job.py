@@ -45,15 +45,24 @@ def _per_node(heads: Tensor, mlps: Tensor) -> dict[str, Tensor]:
 
 
 def engine_options(ranking: str, config: FaithfulnessConfig) -> dict[str, Any]:
-    """What the config sets of an engine's own options: EAP-IG's steps, grid and level (edges with ``config.edges``)."""
-    return ({"steps": config.ig_steps, "grid": config.ig_grid, "level": "edge" if config.edges else "node"}
-            if ranking == "eap-ig" else {})
+    """What the config sets of an engine's own options: the fields its registry entry names in ``job_options``
+    (EAP-IG's steps, grid and edges)."""
+    from circuits.patching.registry import ENGINES
+
+    return {option: getattr(config, name) for option, name in ENGINES[ranking].job_options.items()}
+
+
+def scores_edges(ranking: str, config: FaithfulnessConfig) -> bool:
+    """Whether ``ranking``'s engine scores edges in this run (it supports them and ``config.edges``)."""
+    from circuits.patching.registry import ENGINES
+
+    return config.edges and "edges" in ENGINES[ranking].supports
 
 
 def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: FaithfulnessConfig,
          progress: bool = False) -> dict[str, Tensor]:
     """The scores ``ranking`` orders nodes by: ``heads`` [layer, head], ``mlps`` [layer] (non-negative, larger is
-    more important) and, for ``eap-ig`` with ``config.edges``, ``edges`` [sender, receiver] (EAP-IG's graph, in the
+    more important) and, for an engine that scores edges (EAP-IG) with ``config.edges``, ``edges`` [sender, receiver] (EAP-IG's graph, in the
     order of :func:`~circuits.patching.gradient.eap_ig.eap_senders` / ``eap_receivers``; 0 where there is no edge).
 
     The registry's engine (:data:`~circuits.patching.registry.ENGINES`) runs at its own positions (END for the exact
@@ -102,7 +111,7 @@ def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor]
 
 
 def _settings(ranking: str, config: FaithfulnessConfig) -> list[str]:
-    return config.settings() + (["edges@end"] if ranking == "eap-ig" and config.edges else [])
+    return config.settings() + (["edges@end"] if scores_edges(ranking, config) else [])
 
 
 def weights_digest(model: Any) -> str:
@@ -125,10 +134,12 @@ def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str, 
     another ranking's file is not taken for it), the model's weights (:func:`weights_digest`: a folder whose weights
     changed is not the model that made the part) and the pairs."""
     cfg = config.to_json()
+    from circuits.patching.registry import ENGINES
+
     cfg.pop("rankings", None)
-    if ranking != "eap-ig":
-        for field in ("ig_steps", "ig_grid", "edges"):
-            cfg.pop(field, None)
+    own = set(ENGINES[ranking].job_options.values())
+    for field in {f for e in ENGINES.values() for f in e.job_options.values()} - own:
+        cfg.pop(field, None)
     h = hashlib.sha256(repr(("ranking", ranking, "weights", weights)).encode())
     h.update(repr(sorted(cfg.items())).encode())
     for p in pairs:
@@ -156,7 +167,7 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     pairs = list(pairs)
     if not pairs:
         raise ValueError("faithfulness needs at least one prompt pair")
-    if config.edges and "eap-ig" in config.rankings:  # decided before the work, not after the node rankings
+    if any(scores_edges(r, config) for r in config.rankings):  # decided before the work, not after the node rankings
         try:
             check_edge_model(model)
         except ValueError as e:

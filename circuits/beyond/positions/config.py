@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from circuits.config import option
 from circuits.data.source import PairSource, check_metric
-from circuits.types import METRIC_NAMES, POSITION_METRIC
+from circuits.types import METRIC_NAMES, MIB_METRIC
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class PositionConfig(PairSource):
     template: str = option("", help="only pairs of this template (e.g. addition/0), so positions align token for "
                                     "token; default: all, aligned from END")
     offsets: tuple[int, ...] = option((), help="offsets from END to patch (0 is END); default: every position")
-    metric: str = option(POSITION_METRIC, choices=METRIC_NAMES, help="the metric the figure shows")
+    metric: str = option(MIB_METRIC, choices=METRIC_NAMES, help="the metric the figure shows")
 
     def __post_init__(self) -> None:
         super().__post_init__()

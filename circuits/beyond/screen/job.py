@@ -63,21 +63,19 @@ def verify(model: Model, pairs: Sequence[PromptPair], att: Attribution, n: int,
     exact: dict[tuple, float] = {}
     end_comps = [s for s, k, _ in nodes if k == 0 and isinstance(s, Component)]
     if end_comps:
-        r = sweep(model, pairs, att.mode, components=end_comps, memory_mb=memory_mb, progress=progress)
-        h, ml = r.effects(m)
-        for c in end_comps:
-            exact[(c, 0)] = float(h[c.layer, c.head] if c.kind == "head" else ml[c.layer])
+        end = sweep(model, pairs, att.mode, components=end_comps, memory_mb=memory_mb, progress=progress).scores(m)
+        exact.update({(c, 0): end.value(c) for c in end_comps})
     end_neurons = [s for s, k, _ in nodes if k == 0 and isinstance(s, Neuron)]
     if end_neurons:
         ns = sweep_neurons(model, pairs, att.mode, neurons=end_neurons, prob=m.name == "prob", memory_mb=memory_mb,
                            progress=progress)
-        for s, e in zip(ns.neurons, ns.effects(m)):
-            exact[(s, 0)] = float(e)
+        by_neuron = ns.scores(m)
+        exact.update({(s, 0): by_neuron.value(s) for s in end_neurons})
     elsewhere = [(s, k) for s, k, _ in nodes if k != 0]
     if elsewhere:
         ps = sweep_positions(model, pairs, nodes=elsewhere, memory_mb=memory_mb, progress=progress)
-        for s, k in elsewhere:
-            exact[(s, k)] = ps.value((s, k), m)
+        at = ps.scores(m)
+        exact.update({(s, k): at.value(s, k) for s, k in elsewhere})
     return [{"node": node_name(s, k), "sender": str(s), "offset": k, "kind": "neuron" if isinstance(s, Neuron) else s.kind,
              "screen": v, "exact": exact[(s, k)]} for s, k, v in nodes]
 

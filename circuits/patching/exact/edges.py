@@ -207,3 +207,20 @@ def sweep_edges(
             bar.update(len(chunk))
     bar.close()
     return EdgeSweep(base.to("cpu"), comps, recv, out, {m.name: m for m in custom})
+
+
+def every_receiver(model: Model) -> list[Receiver]:
+    """Every receiver some component sends to: each head's q, k and v input after layer 0 and every MLP's input."""
+    cfg = model.cfg
+    return [r for l in range(cfg.n_layers) for r in
+            [*(Receiver(Component("head", l, h), c) for h in range(cfg.n_heads) for c in ("q", "k", "v") if l),
+             Receiver(Component.mlp(l), None)]]
+
+
+def score_edges(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
+                memory_mb: float, receivers: Sequence[Receiver | str] | str | None = None, **options) -> Scores:
+    """The registry's ``edges``: :func:`sweep_edges` into ``receivers`` (every receiver by default) scored by
+    ``metric``."""
+    prob = get_metric(metric).name == "prob"  # the probability's log-sum-exp only where the metric reads it
+    return sweep_edges(model, pairs, every_receiver(model) if receivers is None else receivers, prob=prob,
+                       memory_mb=memory_mb, progress=progress, **options).scores(metric)

@@ -219,3 +219,14 @@ def effect_shares(effects: Float[Tensor, " d_mlp"], sign: int, fractions: Sequen
         out[f"share_for_{int(f * 100)}pct"] = n / effects.numel()
     out["top1pct_of_total"] = float(cum[max(0, round(0.01 * effects.numel()) - 1)] / total) if total > 0 else 0.0
     return out
+
+
+def score_neurons(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
+                  memory_mb: float, mode: Mode = "path", neurons: Sequence[Neuron] | None = None,
+                  layers: Sequence[int] | None = None, **options) -> Scores:
+    """The registry's ``neurons``: :func:`sweep_neurons` (every neuron of ``layers``, every MLP layer by default)
+    scored by ``metric``."""
+    layers = range(model.cfg.n_layers) if neurons is None and layers is None else layers
+    prob = get_metric(metric).name == "prob"  # the probability's log-sum-exp only where the metric reads it
+    return sweep_neurons(model, pairs, mode, neurons=neurons, layers=layers, prob=prob, memory_mb=memory_mb,
+                         progress=progress, **options).scores(metric)

@@ -249,9 +249,6 @@ class PositionSweep(MetricLookup):
         m = self.metric(metric)
         return self._effect(self.heads, m), self._effect(self.mlps, m)
 
-    def neuron_effects(self, metric: str | Metric = DEFAULT_METRIC) -> Float[Tensor, "neuron offset"]:
-        return self._effect(self.neurons, self.metric(metric))
-
     def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
         """:class:`~circuits.patching.scores.Scores` by offset from END: heads ``[layer, head, offset]``, MLPs
         ``[layer, offset]`` and, when swept, neurons ``[neuron, offset]`` (``neuron_list``'s order)."""
@@ -260,21 +257,9 @@ class PositionSweep(MetricLookup):
         parts = {"heads": heads, "mlps": mlps}
         labels: dict = {}
         if self.neuron_list:
-            parts["neurons"] = self.neuron_effects(m)
+            parts["neurons"] = self._effect(self.neurons, m)
             labels["neurons"] = list(self.neuron_list)
         return Scores(parts, m.name, m.sign, self.baseline, offsets=True, labels=labels, engine="positions")
-
-    def value(self, node: Node, metric: str | Metric) -> float:
-        """One (sender, offset)'s effect."""
-        s, k = node
-        m = self.metric(metric)
-        if isinstance(s, Neuron):
-            view = self.neurons.index((self.neuron_list.index(s),))
-        elif s.kind == "head":
-            view = self.heads.index((s.layer, s.head))
-        else:
-            view = self.mlps.index((s.layer,))
-        return float(self._effect(view.index((None,)), m)[0, k])
 
     def tensors(self) -> dict:
         return {**self.heads.tensors("head"), **self.mlps.tensors("mlp"), **self.neurons.tensors("neuron"),
@@ -397,3 +382,13 @@ def sweep_positions(
         for view in (heads, mlps, neurons):
             view.prob.fill_(float("nan"))
     return PositionSweep(baseline, heads, mlps, neurons, neuron_list, ends, first, {m.name: m for m in custom})
+
+
+def score_positions(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
+                    memory_mb: float, offsets: Sequence[int] | None = None, **options) -> Scores:
+    """The registry's ``positions``: :func:`sweep_positions` scored by ``metric``, at every offset (``"all"``) or at
+    END alone (``"end"``)."""
+    prob = get_metric(metric).name == "prob"  # the probability's log-sum-exp only where the metric reads it
+    s = sweep_positions(model, pairs, offsets=[0] if positions == "end" else offsets, memory_mb=memory_mb,
+                        progress=progress, prob=prob, **options)
+    return s.scores(metric).at(positions)

@@ -403,3 +403,23 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
         out["baseline"] = baseline_of(model, sub.answer, ref_resid.detach()[rows, body_end],
                                       cf_resid[rows, body_end], custom).to("cpu")
     return out
+
+
+# --- the registry's entries (circuits.patching.registry): the screen (AtP) and AtP*'s GradDrop as Scores -------------
+def _score(model: Model, pairs: Pairs, metric: str | Metric, positions: str, progress: bool, grad_drop: bool,
+           neurons: bool = False, qk_fix: bool = False, **options) -> Scores:
+    att = attribute(model, pairs, metric, mode="activation", neurons=neurons, qk_fix=qk_fix, grad_drop=grad_drop,
+                    progress=progress, **options)
+    return att.scores(graddrop=grad_drop).at(positions)
+
+
+def score_screen(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
+                 memory_mb: float, **options) -> Scores:
+    """``screen``: :func:`attribute` (activation mode) scored by ``metric``, at every offset or at END."""
+    return _score(model, pairs, metric, positions, progress, False, **options)
+
+
+def score_graddrop(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
+                   memory_mb: float, **options) -> Scores:
+    """``graddrop``: AtP*'s GradDrop scores of :func:`attribute`, at every offset or at END."""
+    return _score(model, pairs, metric, positions, progress, True, **options)

@@ -3,22 +3,22 @@
 
 Public signature (what other modules build on)::
 
-    eap_ig(model, pairs, metric="logit_diff", *, steps=5, level="node", positions="all",
-           pairs_per_batch=16, progress=True) -> EAPIGScores
+    eap_ig(model, pairs, metric=DEFAULT_METRIC, *, steps=5, level="node", positions="all",
+           pairs_per_batch=16, progress=True) -> EAPIGScores (a Scores)
 
+    EAPIGScores: a Scores of parts input [], heads [layer, head], mlps [layer], edges [sender, receiver] (level
+        "edge"), read as every Scores (importance(part), ranked(k, part), top(k, part), to_mib: higher is more
+        important), plus EAP-IG's own per-pair estimates:
     EAPIGScores.input   Float[Tensor, " pair"]                 the embeddings' node ("input")
     EAPIGScores.head    Float[Tensor, "layer head pair"]       heads' hook_z nodes ("a{l}.h{h}")
     EAPIGScores.mlp     Float[Tensor, "layer pair"]            MLPs' hook_mlp_out nodes ("m{l}")
     EAPIGScores.edge    Float[Tensor, "sender receiver pair"]  level="edge" only (NaN where not upstream)
     EAPIGScores.senders / .receivers                           INPUT, Component / Receiver, LOGITS (EAP-IG's order)
-    EAPIGScores.effects(delta, metric) / node_effects(metric) / edge_effects(metric) / importance(what, metric)
-    EAPIGScores.scores(metric) -> Scores (input, heads, mlps, edges)               importance(): higher is more important
-    EAPIGScores.node_importance(metric) -> (heads [layer, head], mlps [layer])   the same importances
-    EAPIGScores.ranked_nodes(metric) / ranked_edges(metric) / to_dict() / from_dict(d)
+    EAPIGScores.scores(metric) / to_dict() / from_dict(d)      another metric reading the same END quantity; files
 
-Each score is the estimated change of the metric's END readout (``logit_diff`` by default, as MIB's arithmetic
-tasks score; ``logit`` for ``fraction`` / ``relative_logit``) when the node (or edge) takes its counterfactual value,
-per pair:
+Each score is the estimated change of the metric's END readout (``logit_diff`` for MIB's arithmetic tasks, as
+:data:`~circuits.patching.metrics.MIB_METRIC` names it; ``logit`` for ``fraction`` / ``relative_logit``) when the
+node (or edge) takes its counterfactual value, per pair:
 
     score(n) = sum over positions of (a_cf(n) - a_ref(n)) . (1/steps) sum_{alpha in grid} dR/da(n) at alpha
 
@@ -55,7 +55,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import einops
@@ -69,9 +69,8 @@ from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.patching.gradient.attribution import _readout_value, _run_body, estimated_readouts, readout_of
 from circuits.patching.end_layers import check_supported, end_logits
-from circuits.patching.metrics import MIB_METRIC, Baseline, Metric, get_metric
-from circuits.patching.ranking import order
-from circuits.patching.readouts import Readouts, baseline_of, cat_baselines, first_difference
+from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.readouts import baseline_of, cat_baselines, first_difference
 from circuits.patching.scores import Scores
 from circuits.types import (  # EAP-IG's graph layout, declared with the vocabulary (circuits.patching.mib reads it too)
     CHANNELS,
@@ -88,7 +87,6 @@ from circuits.types import (  # EAP-IG's graph layout, declared with the vocabul
 
 LEVELS = ("node", "edge")
 POSITIONS = ("all", "end")
-DEFAULT_EAP_METRIC = MIB_METRIC  # MIB's arithmetic tasks attribute with the logit difference
 DEFAULT_STEPS = 5  # MIB's run_attribution.py --ig-steps
 # Where the integrated gradients are taken, alpha = k/steps: "left", k = 0..steps-1 (0, 0.2, ..., 0.8 at 5 steps:
 # the edge code of the EAP-IG library at the commit MIB's circuit track pins, 7af394a, `range(0, steps)`), or
@@ -104,93 +102,70 @@ def alphas(steps: int, grid: str = DEFAULT_GRID) -> list[float]:
     return [k / steps for k in (range(0, steps) if grid == "left" else range(1, steps + 1))]
 
 
-@dataclass
-class EAPIGScores:
-    """EAP-IG estimates per pair (float32): the change of the readout ``readout`` when each node (or edge) takes its
-    counterfactual value (see the module docstring). ``edge`` is ``None`` at node level."""
+@dataclass(frozen=True, repr=False)
+class EAPIGScores(Scores):
+    """EAP-IG's scores: a :class:`~circuits.patching.scores.Scores` of the ``input`` node ``[]``, heads ``[layer,
+    head]``, MLPs ``[layer]`` and, at edge level, edges ``[sender, receiver]`` (:func:`eap_senders` x
+    :func:`eap_receivers`; NaN where there is no edge) by its metric, read as every Scores is read (``importance``,
+    ``ranked``, ``top``, ``to_mib``: ``sign * effect``, what MIB's file holds); and what is EAP-IG's own: the per-pair
+    estimates (float32) of the change of the readout ``readout`` when each node (or edge) takes its counterfactual
+    value (see the module docstring): ``input [pair]``, ``head [layer, head, pair]``, ``mlp [layer, pair]``, ``edge
+    [sender, receiver, pair]`` (``None`` at node level), and how they were made (``steps``, ``positions``,
+    ``grid``, ``seconds``). Build one with :meth:`of`."""
 
-    metric: Metric
-    readout: str
-    baseline: Baseline
-    steps: int
-    positions: str
-    input: Float[Tensor, " pair"]
-    head: Float[Tensor, "layer head pair"]
-    mlp: Float[Tensor, "layer pair"]
+    readout: str = ""
+    steps: int = 0
+    positions: str = "all"
+    input: Float[Tensor, " pair"] | None = None
+    head: Float[Tensor, "layer head pair"] | None = None
+    mlp: Float[Tensor, "layer pair"] | None = None
     edge: Float[Tensor, "sender receiver pair"] | None = None
-    senders: list[EAPSender] = field(default_factory=list)
-    receivers: list[EAPReceiver] = field(default_factory=list)
     seconds: float = 0.0
     grid: str = DEFAULT_GRID  # the alphas the gradients were taken at (:data:`GRIDS`)
 
-    @property
-    def n_layers(self) -> int:
-        return self.head.shape[0]
+    @classmethod
+    def of(cls, metric: str | Metric, readout: str, baseline: Baseline, steps: int, positions: str, input: Tensor,
+           head: Tensor, mlp: Tensor, edge: Tensor | None = None, seconds: float = 0.0,
+           grid: str = DEFAULT_GRID) -> EAPIGScores:
+        """The scores of the estimates by ``metric``: only the metric they were made with, or one that reads the
+        same END quantity, can score them."""
+        m = get_metric(metric)
+        if readout_of(m) != readout:
+            raise ValueError(f"These EAP-IG scores estimate the {readout!r} readout; metric {m.name!r} reads "
+                             f"{readout_of(m)!r}: rerun eap_ig with metric={m.name!r}")
 
-    @property
-    def n_heads(self) -> int:
-        return self.head.shape[1]
+        def effect(delta: Tensor) -> Tensor:
+            return m.effect(estimated_readouts(readout, baseline, delta), baseline)
 
-    def view(self, delta: Tensor, baseline: Baseline | None = None) -> Readouts:
-        """Estimated readouts (``baseline + delta``) for the metric; the other readouts NaN."""
-        return estimated_readouts(self.readout, self.baseline if baseline is None else baseline, delta)
-
-    def effects(self, delta: Float[Tensor, "... pair"], metric: str | Metric | None = None) -> Float[Tensor, "..."]:
-        """The metric over pairs for estimates ``delta`` (``[..., pair]``). Only the metric the scores were made with,
-        or one that reads the same END quantity, can score them."""
-        m = self.metric if metric is None else get_metric(metric)
-        if readout_of(m) != self.readout:
-            raise ValueError(f"These EAP-IG scores estimate the {self.readout!r} readout (metric {self.metric.name}); "
-                             f"metric {m.name!r} reads {readout_of(m)!r}: rerun eap_ig with metric={m.name!r}")
-        return m.effect(self.view(delta), self.baseline)
-
-    def node_effects(self, metric: str | Metric | None = None) -> dict[str, Tensor]:
-        """``{"input": [], "head": [layer, head], "mlp": [layer]}``: the metric's estimated effect of each node."""
-        return {"input": self.effects(self.input, metric), "head": self.effects(self.head, metric),
-                "mlp": self.effects(self.mlp, metric)}
-
-    def edge_effects(self, metric: str | Metric | None = None) -> Float[Tensor, "sender receiver"]:
-        if self.edge is None:
-            raise ValueError("These EAP-IG scores are node level; run eap_ig(..., level='edge') for edges")
-        return self.effects(self.edge, metric)
-
-    def importance(self, what: Literal["node", "edge"] = "node", metric: str | Metric | None = None) -> Tensor:
-        """:meth:`scores`' importances (``metric.sign * effect``: positive where the counterfactual value moves the
-        metric in its important direction, as EAP-IG/MIB score with ``-logit_diff``). Nodes: one vector in
-        :func:`eap_senders` order; edges: ``[sender, receiver]`` (NaN where there is no edge)."""
-        s = self.scores(metric)
-        if what == "edge":
-            if self.edge is None:
-                raise ValueError("These EAP-IG scores are node level; run eap_ig(..., level='edge') for edges")
-            return s.importance("edges")  # type: ignore[return-value]
-        imp = s.importance()
-        assert isinstance(imp, dict)
-        return torch.cat([imp["input"].reshape(1), torch.cat([imp["heads"], imp["mlps"][:, None]], 1).flatten()])
-
-    def node_importance(self, metric: str | Metric | None = None) -> tuple[Float[Tensor, "layer head"],
-                                                                           Float[Tensor, " layer"]]:
-        """``(heads [layer, head], mlps [layer])`` oriented so that higher is more important: :meth:`scores`'
-        importances."""
-        s = self.scores(metric)
-        return s.importance("heads"), s.importance("mlps")  # type: ignore[return-value]
-
-    def scores(self, metric: str | Metric | None = None) -> Scores:
-        """:class:`~circuits.patching.scores.Scores` of the ``input`` node ``[]``, heads ``[layer, head]``, MLPs
-        ``[layer]`` and, at edge level, edges ``[sender, receiver]`` (:func:`eap_senders` x :func:`eap_receivers`;
-        NaN where there is no edge). ``metric``: the one estimated (default) or one reading the same END quantity.
-        Its :meth:`~circuits.patching.scores.Scores.importance` (``sign * effect``) is what MIB's file holds."""
-        m = self.metric if metric is None else get_metric(metric)
-        e = self.node_effects(m)
-        parts = {"input": e["input"], "heads": e["head"], "mlps": e["mlp"]}
+        parts = {"input": effect(input), "heads": effect(head), "mlps": effect(mlp)}
         labels: dict = {}
-        if self.edge is not None:
-            parts["edges"] = self.edge_effects(m)
-            labels["edges"] = (list(self.senders), list(self.receivers))
-        return Scores(parts, m.name, m.sign, self.baseline, labels=labels, engine="eap-ig")
+        if edge is not None:
+            parts["edges"] = effect(edge)
+            L, H = head.shape[:2]
+            labels["edges"] = (eap_senders(L, H), eap_receivers(L, H))
+        return cls(parts, m.name, m.sign, baseline, labels=labels, engine="eap-ig", readout=readout, steps=steps,
+                   positions=positions, input=input, head=head, mlp=mlp, edge=edge, seconds=seconds, grid=grid)
+
+    @property
+    def senders(self) -> list[EAPSender]:
+        return eap_senders(*self.parts["heads"].shape[:2])
+
+    @property
+    def receivers(self) -> list[EAPReceiver]:
+        return eap_receivers(*self.parts["heads"].shape[:2]) if self.edge is not None else []
+
+    def scores(self, metric: str | Metric | None = None) -> EAPIGScores:
+        """These scores (``metric`` ``None``), or the same estimates by another metric reading the same END
+        quantity."""
+        if metric is None or get_metric(metric).name == self.metric:
+            return self
+        return EAPIGScores.of(metric, self.readout, self.baseline, self.steps, self.positions, self.input,  # type: ignore[arg-type]
+                              self.head, self.mlp, self.edge, self.seconds, self.grid)  # type: ignore[arg-type]
 
     def to_dict(self) -> dict[str, Any]:
-        """Tensors and names (the metric by name; senders and receivers as text): :meth:`from_dict` reads it."""
-        return {"metric": self.metric.name, "readout": self.readout, "baseline": self.baseline.to_dict(),
+        """The estimates and names (the metric by name): :meth:`from_dict` reads it."""
+        assert self.baseline is not None
+        return {"metric": self.metric, "readout": self.readout, "baseline": self.baseline.to_dict(),
                 "steps": self.steps, "positions": self.positions, "input": self.input, "head": self.head,
                 "mlp": self.mlp, "edge": self.edge, "senders": [str(s) for s in self.senders],
                 "receivers": [str(r) for r in self.receivers], "seconds": self.seconds, "grid": self.grid}
@@ -199,25 +174,12 @@ class EAPIGScores:
     def from_dict(cls, d: dict[str, Any]) -> EAPIGScores:
         """The scores :meth:`to_dict` saved (a built-in metric; a custom one cannot be rebuilt from its name)."""
         L, H = d["head"].shape[:2]
-        senders = eap_senders(L, H)
         receivers = eap_receivers(L, H) if d["edge"] is not None else []
-        if [str(s) for s in senders] != d["senders"] or [str(r) for r in receivers] != d["receivers"]:
+        if [str(s) for s in eap_senders(L, H)] != d["senders"] or [str(r) for r in receivers] != d["receivers"]:
             raise ValueError("Saved EAP-IG scores name senders/receivers this version does not lay out the same way")
-        return cls(get_metric(d["metric"]), d["readout"], Baseline.from_dict(d["baseline"]), int(d["steps"]),
-                   d["positions"], d["input"], d["head"], d["mlp"], d["edge"], senders, receivers, float(d["seconds"]),
-                   d.get("grid", "right"))  # saved before the grid was a choice: the right-endpoint grid
-
-    def ranked_nodes(self, metric: str | Metric | None = None) -> list[tuple[EAPSender, float]]:
-        """Heads and MLPs (not the input), most important first (:func:`circuits.patching.ranking.order`)."""
-        m = self.metric if metric is None else get_metric(metric)
-        e = self.node_effects(m)
-        flat = torch.cat([e["head"], e["mlp"][:, None]], 1).flatten()
-        nodes = eap_senders(self.n_layers, self.n_heads)[1:]
-        return [(nodes[i], float(flat[i])) for i in order(flat, m.sign).tolist()]
-
-    def ranked_edges(self, metric: str | Metric | None = None) -> list[tuple[EAPSender, EAPReceiver, float]]:
-        """Every edge ``(sender, receiver, effect)``, most important first (:meth:`scores`' ranking)."""
-        return [(s, r, e) for (s, r), e in self.scores(metric).ranked(part="edges")]
+        return cls.of(d["metric"], d["readout"], Baseline.from_dict(d["baseline"]), int(d["steps"]), d["positions"],
+                      d["input"], d["head"], d["mlp"], d["edge"], float(d["seconds"]),
+                      d.get("grid", "right"))  # saved before the grid was a choice: the right-endpoint grid
 
 
 @contextlib.contextmanager
@@ -242,7 +204,7 @@ def check_edges_supported(model: Model) -> None:
 def eap_ig(
     model: Model,
     pairs: Pairs,
-    metric: str | Metric = DEFAULT_EAP_METRIC,
+    metric: str | Metric = DEFAULT_METRIC,
     *,
     steps: int = DEFAULT_STEPS,
     level: Literal["node", "edge"] = "node",
@@ -255,7 +217,7 @@ def eap_ig(
     graph (see the module docstring).
 
     Args:
-        metric: the metric whose END readout is differentiated (``logit_diff`` by default, MIB's).
+        metric: the metric whose END readout is differentiated (MIB's is ``MIB_METRIC``, ``logit_diff``).
         steps: integration steps.
         grid: where the gradients are taken (:data:`GRIDS`): ``"left"``, ``alpha = k/steps`` for ``k = 0..steps-1``
             (MIB's pinned EAP-IG at edge level; ``steps=1`` is the gradient at the counterfactual run), or ``"right"``,
@@ -301,12 +263,10 @@ def eap_ig(
     bar.close()
     cat = {k: torch.cat(v, -1) for k, v in parts.items() if v}
     edge = None
-    senders: list[EAPSender] = eap_senders(L, H)
-    receivers: list[EAPReceiver] = eap_receivers(L, H) if level == "edge" else []
     if level == "edge":
         edge = cat["edge"].masked_fill(~edge_mask(L, H)[..., None], float("nan"))
-    return EAPIGScores(m, name, cat_baselines(bases), steps, positions, cat["input"], cat["head"], cat["mlp"], edge,
-                       senders, receivers, time.perf_counter() - start, grid)
+    return EAPIGScores.of(m, name, cat_baselines(bases), steps, positions, cat["input"], cat["head"], cat["mlp"], edge,
+                          time.perf_counter() - start, grid)
 
 
 def _eap_ig_rows(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric, name: str, custom: list[Metric],
@@ -445,3 +405,11 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     per_layer = einops.rearrange(node[1:], "(layer c) row -> layer c row", layer=L)
     out["input"], out["head"], out["mlp"] = node[0].cpu(), per_layer[:, :-1].cpu(), per_layer[:, -1].cpu()
     return out, base
+
+
+def score_eap_ig(model: Model, pairs: Pairs, *, metric: str | Metric, positions: Literal["all", "end"],
+                 progress: bool, memory_mb: float, steps: int | None = None, level: Literal["node", "edge"] = "node",
+                 edges: bool = False, **options) -> Scores:
+    """The registry's ``eap-ig``: :func:`eap_ig` scored by ``metric`` (``edges=True``: ``level="edge"``)."""
+    return eap_ig(model, pairs, metric, steps=steps or DEFAULT_STEPS, level="edge" if edges else level,
+                  positions=positions, progress=progress, **options)

@@ -1,0 +1,106 @@
+"""What adding an engine takes, counted on a toy one: a module of its own (written here to a temporary folder, on
+``sys.path``) that defines its scoring function and its plain reference and calls
+:func:`circuits.patching.registry.register`. Nothing in ``circuits/`` changes; the registry's own tests, the command
+line's names and the faithfulness job's ranking path take it from there."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import check_engine_against_reference, mixed_pairs, tiny_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TOY = '''
+"""A toy engine: each head and MLP scored by how far its END output moves between the two prompts (mean over
+pairs of the L2 norm of the difference). Not a patching effect: a stand-in that any new engine replaces."""
+
+import torch
+
+from circuits.data.pairs import as_batch
+from circuits.patching.metrics import get_metric
+from circuits.patching.registry import Engine, register
+from circuits.patching.scores import Scores
+
+
+def _moves(model, batch):
+    rows = torch.arange(len(batch))
+    names = lambda n: n.endswith(("hook_z", "hook_mlp_out"))
+    _, ref = model.run_with_cache(batch.reference, names_filter=names)
+    _, cf = model.run_with_cache(batch.counterfactual, names_filter=names)
+    L = model.cfg.n_layers
+    heads = torch.stack([(cf[f"blocks.{l}.attn.hook_z"] - ref[f"blocks.{l}.attn.hook_z"])[rows, batch.end].norm(dim=-1)
+                         for l in range(L)])  # [layer, pair, head]
+    mlps = torch.stack([(cf[f"blocks.{l}.hook_mlp_out"] - ref[f"blocks.{l}.hook_mlp_out"])[rows, batch.end].norm(dim=-1)
+                        for l in range(L)])  # [layer, pair]
+    return heads.mean(1).float().cpu(), mlps.mean(1).float().cpu()
+
+
+def run(model, pairs, *, metric, positions, progress, memory_mb, **options):
+    """toy: one batch of two cached runs"""
+    heads, mlps = _moves(model, as_batch(pairs, model))
+    return Scores({"heads": heads, "mlps": mlps}, get_metric(metric).name, 1, engine="toy")
+
+
+def reference(model, batch, *, metric, positions, **options):
+    """toy_engine.reference: the same, one pair at a time"""
+    per = [_moves(model, batch.select([i])) for i in range(len(batch))]
+    heads = torch.stack([h for h, _ in per]).mean(0)
+    mlps = torch.stack([m for _, m in per]).mean(0)
+    return Scores({"heads": heads, "mlps": mlps}, get_metric(metric).name, 1, engine="toy")
+
+
+register(Engine("toy", run, reference, ("end",), frozenset({"end", "gqa"}), "#000000",
+                "the toy engine of tests/unit/test_architecture.py"))
+'''
+
+
+@pytest.fixture
+def toy_engine(tmp_path, monkeypatch):
+    """The toy engine's module, imported from a temporary folder; the registry as it was afterwards."""
+    from circuits.patching import registry
+
+    (tmp_path / "toy_engine.py").write_text(textwrap.dedent(TOY))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "ENGINES", dict(registry.ENGINES))
+    importlib.import_module("toy_engine")
+    yield tmp_path
+    sys.modules.pop("toy_engine", None)
+
+
+def _circuits_changes() -> list[str]:
+    out = subprocess.run(["git", "status", "--porcelain", "--", "circuits"], cwd=ROOT, capture_output=True, text=True)
+    return out.stdout.splitlines() if out.returncode == 0 else []
+
+
+def test_a_new_engine_is_one_module(toy_engine, tiny_llama, tokenizer):
+    from circuits.patching.registry import ENGINES, node_engines
+
+    before = _circuits_changes()
+    files = sorted(p.name for p in toy_engine.iterdir() if p.suffix == ".py")
+    assert files == ["toy_engine.py"]  # one module, no edit in circuits/
+    assert "toy" in ENGINES and "toy" in node_engines()
+    assert ENGINES["toy"].reference_name.startswith("toy_engine.reference")
+    check_engine_against_reference(tiny_llama, tokenizer, "toy")  # what the registry's tests do with every entry
+    assert _circuits_changes() == before
+
+
+def test_the_faithfulness_job_ranks_with_a_new_engine(toy_engine, tiny_llama, tokenizer):
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.faithfulness.job import faithfulness
+    from circuits.patching.registry import ENGINES
+
+    pairs = mixed_pairs(tokenizer, 3)
+    config = FaithfulnessConfig(model=str(tiny_dir("llama")), rankings=("exact-path", "toy"), sizes=(0.2, 0.5),
+                                positions=("end",), n_boot=5, edges=False)
+    r = faithfulness(tiny_llama, pairs, config, progress=False)
+    assert list(r.curves) == ["exact-path", "toy"] and list(r.curves["toy"]) == ["nodes@end"]
+    toy = ENGINES["toy"].run(tiny_llama, pairs, metric=config.metric)
+    assert torch.equal(r.scores["toy"]["heads"], toy.heads.abs()) and torch.equal(r.scores["toy"]["mlps"], toy.mlps)
+    assert r.curves["toy"]["nodes@end"].f.isfinite().all()
