@@ -111,7 +111,9 @@ def provenance() -> dict[str, object]:
 
         tl = installed_version()
         try:
-            backend: str | None = {3: "hooked", 4: "bridge"}[backend_line(tl)]
+            from circuits.models.backend import installed  # the registered class of the installed line
+
+            backend: str | None = installed().name
         except UnsupportedTransformerLens:
             backend = None
         commit, dirty = _git_commit(os.path.dirname(os.path.abspath(__file__)))

@@ -8,7 +8,7 @@ batches senders) -- and returns the final residual stream at each pair's last to
 or at the last token only (``at_end``).
 
 Prefix sharing, through the backend's ``prefix_cache``/``continue_prefix`` where
-:func:`~circuits.models.backend.prefix_sharing` says the cache gives the full run's numbers (causal attention makes
+:meth:`~circuits.models.backend.Backend.prefix_sharing` says the cache gives the full run's numbers (causal attention makes
 it exact):
 
 - ``ablate_prefix=True`` (knockout: the prefix is ablated too, so its keys and values depend on the set): pairs with
@@ -30,7 +30,6 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from circuits.models import backend
 from circuits.data.pairs import PairBatch
 from circuits.models.backend import Model, act_name
 from circuits.patching.ablation.values import AblationValues
@@ -157,7 +156,7 @@ def ablated_residuals(
     cfg = model.cfg
     S, P = len(masks), len(tokens)
     ablate_prefix = ablate_prefix and not at_end
-    share = prefix_lengths is not None and backend.prefix_sharing(model)
+    share = prefix_lengths is not None and model.backend.prefix_sharing()
     groups: dict[object, list[int]] = {}
     for i, ids in enumerate(tokens):
         n_pre = min(prefix_lengths[i], len(ids) - 1) if share else 0  # type: ignore[index]
@@ -186,17 +185,17 @@ def ablated_residuals(
                 if n_pre and ablate_prefix:
                     prefix = torch.tensor(tokens[block[0]][:n_pre], device=cfg.device)[None].expand(ns, -1)
                     hooks = ablation_hooks(model, masks, sets, values, block_src[:1].expand(ns), 0)
-                    cache = backend.prefix_cache(model, prefix, hooks, nb)
+                    cache = model.backend.prefix_cache(prefix, hooks, nb)
                 elif n_pre:
                     prefix = torch.tensor([list(tokens[i][:n_pre]) for i in block], device=cfg.device)
-                    cache = backend.prefix_cache(model, prefix, [], ns)
+                    cache = model.backend.prefix_cache(prefix, [], ns)
                 ends = lengths[row_pair] - n_pre - 1
                 hooks = ablation_hooks(model, masks, row_set, values, block_src[row_pair], n_pre,
                                        ends if at_end else None)
                 rows = body[row_pair].to(cfg.device)
                 with model.hooks(fwd_hooks=hooks):
-                    resid = backend.final_residual(model, rows) if cache is None else \
-                        backend.continue_prefix(model, rows, cache)
+                    resid = model.backend.final_residual(rows) if cache is None else \
+                        model.backend.continue_prefix(rows, cache)
                 end = resid[torch.arange(len(rows), device=resid.device), ends.to(resid.device)]
                 pair = torch.tensor(block)[row_pair]
                 out[row_set.to(out.device), pair.to(out.device)] = end.to(out)

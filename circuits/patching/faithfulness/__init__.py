@@ -50,7 +50,7 @@ its prompts differ once (:func:`shared_start`), and the counterfactual run itsel
 in the reference run's batch, sharing its prefixes. Every model-specific piece (projections, QK norms, rotary, scale, soft-caps, windows, keys as attention reads
 them, the shared-prefix cache) comes from :mod:`circuits.models.backend`, so both TransformerLens lines (3.9's
 ``HookedTransformer``, 4.3's ``TransformerBridge``) run the same code; where a Bridge cannot share a prefix
-(:func:`~circuits.models.backend.prefix_sharing`), prompts run whole. Both are tested against the plain loops of
+(:meth:`~circuits.models.backend.Backend.prefix_sharing`), prompts run whole. Both are tested against the plain loops of
 :mod:`circuits.patching.plain` (:func:`~circuits.patching.plain.ablate_plain`,
 :func:`~circuits.patching.plain.ablate_edges_plain`): one circuit at a time with ``run_with_hooks``.
 

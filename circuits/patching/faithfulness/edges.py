@@ -13,7 +13,6 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.models import backend
 from circuits.models.backend import Model
 from circuits.patching.end_layers import check_supported, end_logits, mlp_at_end
 from circuits.patching.metrics import Metric
@@ -88,9 +87,9 @@ def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float], count: str
 
 def check_edge_model(model: Model) -> None:
     check_supported(model)
-    if backend.post_norms(model):
+    if model.backend.post_norms():
         raise ValueError(f"Edge faithfulness needs each head's output to add into the residual stream; "
-                         f"{backend.architecture(model)} normalises the sum of its heads (ln1_post), so a head's share "
+                         f"{model.backend.architecture()} normalises the sum of its heads (ln1_post), so a head's share "
                          "is not separable. Accepted: pre-norm models without post-sublayer norms (Llama, Mistral, "
                          "Qwen2/3, GPT-2); node faithfulness takes every model")
 
@@ -133,7 +132,7 @@ def _edges_end_metric(model: Model, batch: PairBatch, keep: Bool[Tensor, "circui
             x = einops.rearrange(inputs(s0, slice(r0, r0 + 3 * H)), "c p (h k) d -> k c p h d", k=3)
             z = attention_split_at_end(model, l, x[0], x[1], x[2], runs.keys[l], runs.values[l], end)
             cur[:, :, s0 : s0 + H] = _head_outputs(model, l, z)  # [c, pair, head, d_model]
-            bias = bias + backend.attn_out(model, l)[1]
+            bias = bias + model.backend.attn_out(l)[1]
             cur[:, :, s0 + H] = mlp_at_end(model, l, inputs(s0 + H, r0 + 3 * H))
         logits = end_logits(model, inputs(n_s, -1).reshape(Cc * P, d))
         m = metric_of(logits, runs.answer.repeat(Cc), runs.cf_answer.repeat(Cc), metric)

@@ -13,7 +13,6 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from circuits.data.pairs import PairBatch
-from circuits.models import backend
 from circuits.models.backend import Model, act_name, apply_softcap
 from circuits.models.forward import end_residuals, shared_prefix_lengths
 from circuits.patching.ablation.values import end_values
@@ -49,7 +48,7 @@ class _EndRuns:
 
 def _head_outputs(model: Model, layer: int, z: Tensor) -> Tensor:
     """Each head's write into the residual, ``z_h @ W_O[h]`` (``hook_result``), ``[..., head, d_model]``."""
-    W_O = backend.attn_out(model, layer)[0]
+    W_O = model.backend.attn_out(layer)[0]
     return torch.einsum("...he,hed->...hd", z, W_O.to(z.dtype))
 
 
@@ -116,7 +115,7 @@ def _end_runs(model: Model, batch: PairBatch, ablation: str, neuron_layers: Sequ
     """The reference and counterfactual runs, one batched forward (:func:`_reference_run`): what :func:`_nodes_end_metric` and :func:`_edges_end_metric`
     read."""
     L = model.cfg.n_layers
-    k_site = lambda l: backend.rotary_key_hook(model, l)  # noqa: E731  (keys as attention reads them)
+    k_site = lambda l: model.backend.rotary_key_hook(l)  # noqa: E731  (keys as attention reads them)
     ends = [act_name("resid_pre", 0)] + [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
     ends += [act_name("post", l) for l in neuron_layers]
     full = [k_site(l) for l in range(L)] + [act_name("v", l) for l in range(L)]
@@ -156,22 +155,22 @@ def attention_split_at_end(
     nq = ln1(xq.reshape(-1, 1, d)).reshape(S, P, H, d)
     nk = nq if xk is xq else ln1(xk.reshape(-1, 1, d)).reshape(S, P, H, d)  # node circuits: one input
     nv = nq if xv is xq else ln1(xv.reshape(-1, 1, d)).reshape(S, P, H, d)
-    W_Q, b_Q, W_K, b_K, W_V, b_V = backend.attn_qkv(model, layer)
-    group = H // backend.n_kv_heads(model)  # key/value heads ungrouped: one per query head, as EAP-IG/MIB
+    W_Q, b_Q, W_K, b_K, W_V, b_V = model.backend.attn_qkv(layer)
+    group = H // model.backend.n_kv_heads()  # key/value heads ungrouped: one per query head, as EAP-IG/MIB
     W_K, b_K, W_V, b_V = (t.repeat_interleave(group, dim=0) for t in (W_K, b_K, W_V, b_V))
     proj = lambda x, w, b: torch.einsum("sphd,hde->sphe", x, w) + b  # noqa: E731
     q, k, v = proj(nq, W_Q, b_Q), proj(nk, W_K, b_K), proj(nv, W_V, b_V)
-    norms = backend.qk_norms(model, layer)
+    norms = model.backend.qk_norms(layer)
     if norms is not None:
         q, k = (n(t.reshape(-1, cfg.d_head)).reshape(t.shape) for n, t in zip(norms, (q, k)))
     q, k = rotate(model, layer, q, end), rotate(model, layer, k, end)
     K, V = keys.repeat_interleave(group, dim=2), values.repeat_interleave(group, dim=2)
-    scale, cap = backend.score_scale(model, layer), backend.score_softcap(model, layer)
+    scale, cap = model.backend.score_scale(layer), model.backend.score_softcap(layer)
     prefix = apply_softcap(torch.einsum("sphe,pthe->spht", q, K) * scale, cap)
     own = apply_softcap(torch.einsum("sphe,sphe->sph", q, k)[..., None] * scale, cap)
     positions = torch.arange(K.shape[1], device=q.device)
     masked = positions[None, :] >= end[:, None]
-    window = backend.sliding_window(model, layer)
+    window = model.backend.sliding_window(layer)
     if window is not None:  # local layers (Mistral's window, Gemma's alternating local/global layers)
         masked = masked | (positions[None, :] <= end[:, None] - window)
     prefix = prefix.masked_fill(masked[None, :, None, :], float("-inf"))

@@ -14,7 +14,6 @@ from jaxtyping import Float
 from torch import Tensor
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.patching.ablation.executor import AblationMasks, ablated_residuals, shared_start, site_hook
 from circuits.patching.ablation.values import AblationValues, per_pair_values, record, site_names
@@ -122,7 +121,7 @@ def _counterfactual_everywhere(model: Model, batch: PairBatch, masks: NodeMasks,
     ab_heads, ab_mlps = ~masks.heads, ~masks.mlps
     ab_neurons = {l: ~v for l, v in masks.neurons.items()}
     rows_per = _rows_per_forward(model, batch.reference.shape[1], memory_mb)
-    out_device = backend.output_device(model)
+    out_device = model.backend.output_device()
     out = torch.empty(C, P, cfg.d_model, dtype=cfg.dtype, device=out_device)
     cf_end = torch.empty(P, cfg.d_model, dtype=cfg.dtype, device=out_device)
     groups: dict[int, list[int]] = {}
@@ -159,10 +158,10 @@ def _counterfactual_everywhere(model: Model, batch: PairBatch, masks: NodeMasks,
                 tokens, cache = body.to(cfg.device), None
                 if n_pre:  # the shared start, without hooks (nothing is ablated before the first difference)
                     prefix = torch.tensor([ref[i][:n_pre] for i in block], device=cfg.device)
-                    cache = backend.prefix_cache(model, prefix, [], k)
+                    cache = model.backend.prefix_cache(prefix, [], k)
                 with model.hooks(fwd_hooks=hooks):
-                    resid = backend.final_residual(model, tokens) if cache is None else \
-                        backend.continue_prefix(model, tokens, cache)
+                    resid = model.backend.final_residual(tokens) if cache is None else \
+                        model.backend.continue_prefix(tokens, cache)
                 at_end = resid[torch.arange(nb * k, device=resid.device), ends.to(resid.device)].to(out)
                 at_end = at_end.reshape(nb, k, -1)
                 idx = torch.tensor(block, device=out_device)
@@ -241,7 +240,7 @@ def faithfulness(
     if positions == "end" and end_only_supported(model):
         m = _nodes_end_metric(model, batch, every, _end_runs(model, batch, ablation, sorted(masks.neurons)), metric,
                               memory_mb)
-    elif positions == "all" and ablation == "counterfactual" and backend.prefix_sharing(model):
+    elif positions == "all" and ablation == "counterfactual" and model.backend.prefix_sharing():
         m = _counterfactual_everywhere(model, batch, every, metric, memory_mb)
     else:
         m = ablated_metric(model, batch, every, _collect(model, batch, ablation, sorted(masks.neurons)), positions,
