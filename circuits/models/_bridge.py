@@ -234,25 +234,17 @@ class BridgeBackend(Backend):
 
     @classmethod
     def official_name(cls, name: str) -> str | None:
-        """TransformerLens 4's table of supported models (names and aliases)."""
-        from transformer_lens.supported_models import get_official_model_name
+        from circuits.models.loading import bridge_official_name
 
-        try:
-            return get_official_model_name(name)
-        except ValueError:
-            return None
+        return bridge_official_name(name)
 
     def architecture(self) -> str:
-        """The Hugging Face architecture name (``"LlamaForCausalLM"``)."""
         return str(self.model.cfg.architecture)
 
     def n_kv_heads(self) -> int:
-        """Key/value heads per layer (``n_heads`` without grouped-query attention)."""
         return int(getattr(self.model.cfg, "n_key_value_heads", None) or self.model.cfg.n_heads)
 
     def post_norms(self) -> bool:
-        """Whether blocks normalise sublayer outputs before they join the residual (Gemma 2/3: ``ln1_post``,
-        ``ln2_post``)."""
         return hasattr(self.model.blocks[0], "ln1_post")
 
     def end_unsupported(self) -> list[str]:
@@ -286,7 +278,6 @@ class BridgeBackend(Backend):
         return problems
 
     def rotary_key_hook(self, layer: int) -> str:
-        """The hook holding layer ``layer``'s keys as attention reads them (rotated where the model is rotary)."""
         return f"blocks.{layer}.attn.hook_rot_k" if _rotary_module(self.model) is not None else get_act_name("k", layer)
 
     def attn_qkv(self, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -299,13 +290,10 @@ class BridgeBackend(Backend):
         return tuple(out)  # type: ignore[return-value]
 
     def attn_out(self, layer: int) -> tuple[Tensor, Tensor]:
-        """``W_O [head d_head d_model]`` and ``b_O [d_model]`` (zero where the model has none)."""
         attn = self.model.blocks[layer].attn
         return attn.W_O, _zeros(attn.b_O, (attn.W_O.shape[2],), attn.W_O)
 
     def qk_norms(self, layer: int) -> tuple[Any, Any] | None:
-        """The per-head query and key norms applied before rotary (Qwen3, Gemma 3), each callable on ``[n, d_head]``;
-        ``None`` where the model has none."""
         hfa = _hf_attn(self.model, layer)
         q, k = getattr(hfa, "q_norm", None), getattr(hfa, "k_norm", None)
         return None if q is None or k is None else (q, k)
@@ -334,7 +322,6 @@ class BridgeBackend(Backend):
         return float(_hf_attn(self.model, layer).scaling)
 
     def score_softcap(self, layer: int) -> float:
-        """Attention score soft-cap (Gemma 2); ``<= 0`` for none."""
         cap = getattr(_hf_attn(self.model, layer), "attn_logit_softcapping", None)
         return -1.0 if cap is None else float(cap)
 
@@ -346,25 +333,21 @@ class BridgeBackend(Backend):
         return None if window is None else int(window)
 
     def attention_scores(self, layer: int, q: Tensor, k: Tensor) -> Tensor:
-        """Layer ``layer``'s attention scores ``[batch, head, query, key]`` (scaled, soft-capped, not masked) of queries
-        ``q [batch, query, head, d_head]`` and keys ``k [batch, key, kv_head, d_head]`` as attention reads them."""
+        """Grouped-query keys are repeated per query head in Hugging Face's order."""
         if k.shape[2] != q.shape[2]:  # grouped-query attention: each key head serves a group of query heads (HF order)
             k = k.repeat_interleave(q.shape[2] // k.shape[2], dim=2)
         scores = torch.einsum("bqhe,bkhe->bhqk", q, k) * self.score_scale(layer)
         return apply_softcap(scores, self.score_softcap(layer))
 
     def unembed_weights(self) -> tuple[Tensor, Tensor]:
-        """``W_U [d_model d_vocab]`` and ``b_U [d_vocab]`` (zero where the model has none)."""
         W_U = self.model.unembed.W_U
         return W_U, _zeros(self.model.unembed.b_U, (W_U.shape[1],), W_U)
 
     def logit_softcap(self) -> float:
-        """Final logit soft-cap (Gemma 2); ``<= 0`` for none."""
         cap = getattr(_hf_config(self.model), "final_logit_softcapping", None)
         return -1.0 if cap is None else float(cap)
 
     def final_residual(self, tokens: Tensor, **kwargs: Any) -> Tensor:
-        """The residual stream after the last block, ``[batch, pos, d_model]`` (no final norm, no unembedding)."""
         return as_circuits_bridge(self.model)(tokens, stop_at_layer=self.model.cfg.n_layers, **kwargs)
 
     @torch.no_grad()

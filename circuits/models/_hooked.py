@@ -101,20 +101,15 @@ class HookedBackend(Backend):
     line = 3
 
     def architecture(self) -> str:
-        """The Hugging Face architecture name (``"LlamaForCausalLM"``)."""
         return str(self.model.cfg.original_architecture)
 
     def n_kv_heads(self) -> int:
-        """Key/value heads per layer (``n_heads`` without grouped-query attention)."""
         return int(self.model.cfg.n_key_value_heads or self.model.cfg.n_heads)
 
     def post_norms(self) -> bool:
-        """Whether blocks normalise sublayer outputs before they join the residual (Gemma 2/3: ``ln1_post``,
-        ``ln2_post``)."""
         return bool(self.model.cfg.use_normalization_before_and_after)
 
     def end_unsupported(self) -> list[str]:
-        """What the END-only engine (:mod:`circuits.patching.end_layers`) does not compute the way the model does."""
         cfg = self.model.cfg
         problems = []
         if cfg.parallel_attn_mlp:
@@ -141,14 +136,11 @@ class HookedBackend(Backend):
         return problems
 
     def rotary_key_hook(self, layer: int) -> str:
-        """The hook holding layer ``layer``'s keys as attention reads them (rotated where the model is rotary)."""
         if self.model.cfg.positional_embedding_type == "rotary":
             return f"blocks.{layer}.attn.hook_rot_k"
         return get_act_name("k", layer)
 
     def attn_qkv(self, layer: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """``W_Q [head d_model d_head], b_Q [head d_head], W_K, b_K, W_V, b_V`` (keys and values with their
-        ``n_kv_heads`` heads, not repeated per query head), biases zero where the model has none."""
         attn = self.model.blocks[layer].attn
         grouped = bool(self.model.cfg.n_key_value_heads)
         W_K, b_K = (attn._W_K, attn._b_K) if grouped else (attn.W_K, attn.b_K)
@@ -156,21 +148,16 @@ class HookedBackend(Backend):
         return attn.W_Q, attn.b_Q, W_K, b_K, W_V, b_V
 
     def attn_out(self, layer: int) -> tuple[Tensor, Tensor]:
-        """``W_O [head d_head d_model]`` and ``b_O [d_model]`` (zero where the model has none)."""
         attn = self.model.blocks[layer].attn
         return attn.W_O, attn.b_O
 
     def qk_norms(self, layer: int) -> tuple[Any, Any] | None:
-        """The per-head query and key norms applied before rotary (Qwen3, Gemma 3), each callable on ``[n, d_head]``;
-        ``None`` where the model has none."""
         if not self.model.cfg.use_qk_norm:
             return None
         attn = self.model.blocks[layer].attn
         return attn.q_norm, attn.k_norm
 
     def rotary(self, layer: int, x: Tensor, pos: Tensor) -> Tensor:
-        """Rotary embedding of ``x`` (``[..., pair, head, d_head]``) at each pair's own position ``pos [pair]``, with
-        layer ``layer``'s own table; ``x`` unchanged for models without rotary."""
         model = self.model
         if model.cfg.positional_embedding_type != "rotary":
             return x
@@ -187,24 +174,18 @@ class HookedBackend(Backend):
         return 1.0 / float(self.model.blocks[layer].attn.attn_scale)
 
     def score_softcap(self, layer: int) -> float:
-        """Attention score soft-cap (Gemma 2); ``<= 0`` for none."""
         return float(self.model.cfg.attn_scores_soft_cap)
 
     def sliding_window(self, layer: int) -> int | None:
-        """Layer ``layer``'s attention window (a query at ``i`` sees keys ``j > i - window``); ``None``: global."""
         return int(self.model.cfg.window_size) if self.model.blocks[layer].attn.attn_type == "local" else None
 
     def attention_scores(self, layer: int, q: Tensor, k: Tensor) -> Tensor:
-        """Layer ``layer``'s attention scores ``[batch, head, query, key]`` (scaled, soft-capped, not masked) of queries
-        ``q [batch, query, head, d_head]`` and keys ``k [batch, key, kv_head, d_head]`` as attention reads them."""
         return self.model.blocks[layer].attn.calculate_attention_scores(q, k)
 
     def unembed_weights(self) -> tuple[Tensor, Tensor]:
-        """``W_U [d_model d_vocab]`` and ``b_U [d_vocab]`` (zero where the model has none)."""
         return self.model.unembed.W_U, self.model.unembed.b_U
 
     def logit_softcap(self) -> float:
-        """Final logit soft-cap (Gemma 2); ``<= 0`` for none."""
         return float(self.model.cfg.output_logits_soft_cap)
 
     @classmethod
@@ -219,13 +200,11 @@ class HookedBackend(Backend):
 
     @classmethod
     def official_name(cls, name: str) -> str | None:
-        """TransformerLens 3.9's model table (names and aliases)."""
-        from transformer_lens.loading_from_pretrained import get_official_model_name, make_model_alias_map
+        from circuits.models.loading import hooked_official_name
 
-        return get_official_model_name(name) if name.lower() in make_model_alias_map() else None
+        return hooked_official_name(name)
 
     def final_residual(self, tokens: Tensor, **kwargs: Any) -> Tensor:
-        """The residual stream after the last block, ``[batch, pos, d_model]`` (no final norm, no unembedding)."""
         return self.model(tokens, stop_at_layer=self.model.cfg.n_layers, **kwargs)
 
     def prefix_sharing(self) -> bool:
@@ -251,8 +230,6 @@ class HookedBackend(Backend):
         return cache
 
     def continue_prefix(self, body: Tensor, cache: TransformerLensKeyValueCache) -> Tensor:
-        """The final residual ``[row, pos, d_model]`` of ``body`` (the tokens after the prefix) run after ``cache``
-        (:meth:`prefix_cache`), with whatever hooks are on the model."""
         return self.model(body, past_kv_cache=cache, attention_mask=torch.ones_like(body), stop_at_layer=self.model.cfg.n_layers)
 
     @torch.no_grad()

@@ -90,12 +90,6 @@ def shared_prefix_lengths(token_ids: Sequence[Sequence[int]], min_prefix: int = 
     return out
 
 
-def prefix_cache(model: Model, prefix: Tensor, hooks: list, repeat: int) -> Any:
-    """Run ``prefix`` (``[row, pos]`` tokens) once with ``hooks`` into the backend's key/value cache, each row
-    repeated ``repeat`` times in order, for the rows that continue it (:meth:`~circuits.models.backend.Backend.prefix_cache`)."""
-    return model.backend.prefix_cache(prefix, hooks, repeat)
-
-
 def end_residuals(
     model: Model,
     token_ids: Sequence[Sequence[int]],
@@ -148,7 +142,7 @@ def end_residuals(
                 with model.hooks(fwd_hooks=(hooks(key, 0) if hooks else []) + own):
                     resid = model.backend.final_residual(full)
             else:
-                cache = prefix_cache(model, full[:1, :n_pre], hooks(key, 0) if hooks else [], len(chunk))
+                cache = model.backend.prefix_cache(full[:1, :n_pre], hooks(key, 0) if hooks else [], len(chunk))
                 body = full[:, n_pre:]
                 ends = ends - n_pre
                 own = row_hooks(chunk, ends) if row_hooks else []

@@ -158,6 +158,23 @@ def is_official_name(name: str) -> bool:
     return backend.installed().official_name(name) is not None
 
 
+def hooked_official_name(name: str) -> str | None:
+    """The hub name of a TransformerLens 3.9 model name or alias (its model table), else ``None``."""
+    from transformer_lens.loading_from_pretrained import get_official_model_name, make_model_alias_map
+
+    return get_official_model_name(name) if name.lower() in make_model_alias_map() else None
+
+
+def bridge_official_name(name: str) -> str | None:
+    """The hub name of a model TransformerLens 4 supports (names and aliases), else ``None``."""
+    from transformer_lens.supported_models import get_official_model_name
+
+    try:
+        return get_official_model_name(name)
+    except ValueError:
+        return None
+
+
 @timed("load")
 def load_model(
     name_or_path: str | os.PathLike = "smollm2",
@@ -189,13 +206,12 @@ def load_model(
     return backend.attach(cls.load(str(name_or_path), torch_dtype, device, fold_ln, use_cache, n_devices), cls)
 
 
-def load_hooked(name: str, dtype: torch.dtype, device: str | torch.device, fold_ln: bool = True,
+def load_hooked(name: str, torch_dtype: torch.dtype, device: str | torch.device, fold_ln: bool = True,
                 use_cache: bool = True) -> HookedTransformer:
     """A ``HookedTransformer`` of ``name`` (the sources :func:`load_model` accepts) on one device (TransformerLens
     3.9: :meth:`circuits.models._hooked.HookedBackend.load`)."""
     from transformer_lens import HookedTransformer
 
-    torch_dtype = dtype
     path = Path(name).expanduser()
 
     if embedded_model(name) is not None:

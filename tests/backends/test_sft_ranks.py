@@ -8,7 +8,6 @@ replaces by its shards), so sharding that Bridge is not supported; 3.9 shards it
 
 from __future__ import annotations
 
-from circuits.models.backend import installed
 import os
 import socket
 import subprocess
@@ -21,6 +20,7 @@ import torch
 import dist_cases as cases
 from test_sft_backends import bridge
 
+from circuits.models.backend import installed
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
