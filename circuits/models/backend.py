@@ -113,7 +113,8 @@ class Backend(ABC):
         """The model this backend is bound to."""
         model = self._model()
         if model is None:
-            raise ReferenceError(f"the model this {self.name} backend was bound to no longer exists")
+            raise ReferenceError(f"the model this {self.name} backend was bound to no longer exists: keep the model "
+                                 "in a name while its backend is used (model = ...; model.backend.f(...))")
         return model
 
     # A deep copy of the model carries a backend bound to the copy; a pickled model is unpickled with its backend.
