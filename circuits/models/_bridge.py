@@ -227,10 +227,13 @@ class BridgeBackend(Backend):
     @classmethod
     def load(cls, name: str, dtype: torch.dtype, device: str | torch.device, fold_ln: bool, use_cache: bool,
              n_devices: int) -> Model:
-        """:func:`circuits.models.loading.load_bridge` (over several GPUs, accelerate's ``device_map`` places it)."""
+        """:func:`circuits.models.loading.load_bridge` (over several GPUs, accelerate's ``device_map`` places it), as
+        a :class:`CircuitsBridge` in eval mode."""
         from circuits.models.loading import load_bridge
 
-        return load_bridge(name, dtype, device, fold_ln, use_cache, n_devices)
+        bridge = as_circuits_bridge(load_bridge(name, dtype, device, fold_ln, use_cache, n_devices))
+        bridge.eval()
+        return bridge
 
     @classmethod
     def official_name(cls, name: str) -> str | None:

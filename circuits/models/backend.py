@@ -58,7 +58,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from circuits.models.hf_weights import TunableTensor
-from circuits.versions import SUPPORTED, UnsupportedTransformerLens, backend_line  # the one rule (tl4env)
+from circuits.versions import LINE_BACKENDS, SUPPORTED, UnsupportedTransformerLens, backend_line  # the one rule
 from transformer_lens import ActivationCache, FactoredMatrix  # both lines
 from transformer_lens.utilities import get_act_name  # both lines
 from transformer_lens.utilities.activation_functions import apply_softcap, softcap_enabled  # both lines
@@ -372,6 +372,8 @@ def register(cls: type[Backend]) -> type[Backend]:
     if cls.line is not None and any(o.line == cls.line and o.name != cls.name for o in BACKENDS.values()):
         raise TypeError(f"backend {cls.name!r}: TransformerLens line {cls.line} already has one")
     BACKENDS[cls.name] = cls
+    if cls.line is not None:
+        LINE_BACKENDS[cls.line] = cls.name  # what a saved result's provenance names (circuits.versions)
     return cls
 
 

@@ -589,10 +589,9 @@ def load_bridge(name: str, dtype: torch.dtype, device: str | torch.device, fold_
 def boot_bridge(source: str, dtype: torch.dtype, device: str | torch.device, fold_ln: bool = True,
                 tokenizer: Any = None, hf_model: Any = None, n_devices: int = 1) -> Any:
     """``TransformerBridge.boot_transformers`` plus the toolkit's processing, as a
-    :class:`circuits.models._bridge.CircuitsBridge` in eval mode (``hf_model``: an HF model already in memory)."""
+    ``TransformerBridge`` (``hf_model``: an HF model already in memory); the Bridge backend's ``load`` makes it a
+    :class:`circuits.models._bridge.CircuitsBridge` in eval mode."""
     from transformer_lens.model_bridge import TransformerBridge
-
-    from circuits.models._bridge import as_circuits_bridge
 
     place: dict[str, Any] = {"n_devices": n_devices} if n_devices > 1 else {"device": device}
     try:
@@ -615,6 +614,4 @@ def boot_bridge(source: str, dtype: torch.dtype, device: str | torch.device, fol
         object.__setattr__(bridge, "_tokenizer", tok)
         bridge.cfg.d_vocab, bridge.cfg.d_vocab_out = vocab
         bridge.cfg.default_prepend_bos = bridge.cfg.tokenizer_prepends_bos = _prepends_bos(tok)  # the setter's were its copy's
-    bridge = as_circuits_bridge(bridge)
-    bridge.eval()
     return bridge
