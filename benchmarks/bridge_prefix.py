@@ -3,7 +3,7 @@ on the TransformerBridge (TransformerLens 4.3, .venv-tl4) against the same engin
 (TransformerLens 3.9, .venv), on the same pairs, in one run.
 
 Each engine runs the part of every prompt before its pair's first difference once (the backend's capability:
-:func:`circuits.models.backend.run_prefixes` / :func:`~circuits.models.backend.continue_prefixes`; TransformerLens
+:meth:`~circuits.models.backend.Backend.run_prefixes` / :meth:`~circuits.models.backend.Backend.continue_prefixes`; TransformerLens
 3's key/value cache on 3.9, Hugging Face's ``DynamicCache`` on the Bridge) and only the rest per step, row or pass.
 The Bridge process writes the pairs, runs this script in the 3.9 virtualenv (``--hooked-python``, default
 ``.venv/bin/python``, ``--engines-only``) first, then times its own engines; ``--whole [ENGINES]`` also times the Bridge
@@ -106,7 +106,7 @@ def main() -> None:
                                                                             seed=args.seed).pairs
     batch = as_batch(pairs, model)
     print(f"{backend.installed().name} (TransformerLens {installed_version()}), model {args.model}: {len(batch)} pairs, up to "
-          f"{batch.reference.shape[1]} tokens; prefix sharing {backend.prefix_sharing(model)}; {_bench.describe()}",
+          f"{batch.reference.shape[1]} tokens; prefix sharing {model.backend.prefix_sharing()}; {_bench.describe()}",
           flush=True)
     if args.engines_only or backend.installed().name != "bridge":
         seconds = _engines(model, batch, args)
@@ -121,7 +121,7 @@ def main() -> None:
     whole: dict[str, float] = {}
     if args.whole:
         print("Bridge engines, prompts run whole (prefix sharing off):", flush=True)
-        shared = backend.prefix_sharing(model)
+        shared = model.backend.prefix_sharing()
         object.__setattr__(model, "_circuits_prefix_sharing", False)
         try:
             whole = _engines(model, batch, args, tuple(e for e in args.whole.split(",") if e))

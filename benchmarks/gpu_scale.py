@@ -32,6 +32,7 @@ import torch
 from circuits.data.pairs import PairBatch, PromptPair
 from circuits.patching import all_components, sweep
 from circuits.patching.reference import cache_runs, patch_component_plain
+from circuits.models import backend
 from circuits.models.loading import tl_config_from_hf
 from circuits.sft import FinetuneConfig, finetune
 from circuits.sft.data import TokenizedExample
@@ -67,7 +68,7 @@ def build_model(shape: str, dtype: torch.dtype, device: str):
     cfg.init_weights = True  # the loader leaves weights uninitialised for a state dict; here nothing overwrites them
     with torch.device(device):
         model = HookedTransformer(cfg, move_to_device=False)
-    return model.eval()
+    return backend.attach(model.eval())  # built here, not by load_model: it carries its backend too
 
 
 def random_pairs(vocab: int, n: int, tokens: int, seed: int = 0) -> list[PromptPair]:

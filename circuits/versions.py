@@ -71,6 +71,10 @@ def check_transformer_lens() -> int:
     return backend_line()
 
 
+# The name of the backend each line runs, as circuits.models.backend registers them (the registry writes it here when
+# circuits.models is imported, so this module names no backend); provenance reads it.
+LINE_BACKENDS: dict[int, str] = {}
+
 # What made a result (written into every saved result's marker by circuits.results; the report's "made by" line reads
 # it back). Computed once per process: the git call runs at the first save only.
 _PROVENANCE: dict[str, object] | None = None
@@ -104,21 +108,22 @@ def provenance() -> dict[str, object]:
     ``"bridge"``, 4.3's ``TransformerBridge``), the versions of TransformerLens, transformers and torch, and the
     toolkit's version and git commit (``dirty`` when tracked files differ from it; None outside a checkout).
 
-    Read from the installed metadata and git, never from a model, so a result records it however it was made."""
+    Read from the installed metadata, git and the backend registry (:data:`LINE_BACKENDS`; ``None`` in a process
+    that never imported :mod:`circuits.models`), never from a model."""
     global _PROVENANCE
     if _PROVENANCE is None:
         import os
 
-        tl = installed_version()
-        try:
-            backend: str | None = {3: "hooked", 4: "bridge"}[backend_line(tl)]
-        except UnsupportedTransformerLens:
-            backend = None
         commit, dirty = _git_commit(os.path.dirname(os.path.abspath(__file__)))
-        _PROVENANCE = {"backend": backend, "transformer_lens": tl, "transformers": _version_of("transformers"),
+        _PROVENANCE = {"transformer_lens": installed_version(), "transformers": _version_of("transformers"),
                        "torch": _version_of("torch"), "circuits": _version_of("circuits"), "commit": commit,
                        "dirty": dirty}
-    return dict(_PROVENANCE)
+    tl = _PROVENANCE["transformer_lens"]
+    try:
+        backend = LINE_BACKENDS.get(backend_line(str(tl))) if tl else None
+    except UnsupportedTransformerLens:
+        backend = None
+    return {"backend": backend, **_PROVENANCE}
 
 
 def provenance_line(p: dict[str, object] | None) -> str:

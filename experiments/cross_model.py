@@ -23,7 +23,6 @@ from circuits.config import option, same_config
 from circuits.explain.attention import role_attention
 from circuits.explain.logit_lens import mlp_lens, writing_start
 from circuits.io import read_json, write_json
-from circuits.models import backend
 from circuits.validate import compute_means, knockout_curve, random_order, transfer_knockout
 from circuits.validate.cross_model import CrossModelConfig, CrossModelResult
 from circuits.validate.transfer import synthetic_set
@@ -85,7 +84,7 @@ def measure(config: Config, name: str, model: Any) -> dict[str, Any]:
     lens = mlp_lens(model, add.pairs).means()
     t(f"{name}: roles and logit lens")
     return {
-        "title": getattr(model.cfg, "model_name", name), "architecture": backend.architecture(model),
+        "title": getattr(model.cfg, "model_name", name), "architecture": model.backend.architecture(),
         "n_layers": L, "n_heads": H, "n_params": int(sum(p.numel() for p in model.parameters())),
         "operations": operations,
         "shared_heads": [list(h) for h, n in counts.most_common() if n >= 2],

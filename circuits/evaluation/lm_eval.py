@@ -20,7 +20,6 @@ from jaxtyping import Float, Int
 from lm_eval.api.model import LM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 from torch import Tensor
-from circuits.models import backend
 from circuits.models.backend import Model
 
 from circuits.models.forward import end_residuals, length_batches, pad_token_id, shared_prefix_lengths, unembed_end
@@ -68,7 +67,7 @@ class HookedTransformerLM(LM):
     @torch.no_grad()
     def _final_resid(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
         """Residual stream after the last block (before the final norm)."""
-        return backend.final_residual(self.model, tokens.to(self._device))
+        return self.model.backend.final_residual(tokens.to(self._device))
 
     def _log_probs_at(self, resid: Float[Tensor, "n d_model"]) -> Float[Tensor, "n d_vocab"]:
         """Final norm + unembedding (+ final-logit soft-cap) of just the selected positions."""
@@ -168,10 +167,10 @@ class HookedTransformerLM(LM):
     @torch.no_grad()
     def generate_greedy(self, prompts: list[str], max_new_tokens: int, until: list[str]) -> list[str]:
         """Greedy continuation of each prompt (batched, left-padded, KV cache), cut at the first ``until``. The
-        forward passes are the model's backend's (:func:`circuits.models.backend.decoder`): on 3.9 TransformerLens's
+        forward passes are the model's backend's (:meth:`~circuits.models.backend.Backend.decoder`): on 3.9 TransformerLens's
         cache; on a TransformerBridge Hugging Face's ``DynamicCache`` (each row's positions counted from its first
         real token), or the grown prompts rerun where that cache does not give the full run's numbers
-        (:func:`circuits.models.backend.prefix_sharing`: transformers 5.24)."""
+        (:meth:`~circuits.models.backend.Backend.prefix_sharing`: transformers 5.24)."""
         eos = self.tokenizer.eos_token_id
         encoded = [self.tok_encode(p)[-(self.max_length - max_new_tokens):] or [self.prefix_token_id] for p in prompts]
         length = max(len(e) for e in encoded)
@@ -182,7 +181,7 @@ class HookedTransformerLM(LM):
             mask[r, length - len(e):] = 1
         generated: list[list[int]] = [[] for _ in encoded]
         done = [False] * len(encoded)
-        steps = backend.decoder(self.model, tokens.to(self._device), mask.to(self._device))
+        steps = self.model.backend.decoder(tokens.to(self._device), mask.to(self._device))
         for _ in range(max_new_tokens):
             resid = steps.residual()
             next_tok = self._log_probs_at(resid[:, -1]).argmax(-1)

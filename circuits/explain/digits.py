@@ -32,7 +32,6 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from circuits.data.pairs import PromptError, encode
-from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.patching.end_layers import end_logits, token_logits
 from circuits.types import Neuron
@@ -120,7 +119,7 @@ def greedy_answers(model: Model, problems: DigitProblems, batch_size: int = 32) 
         x = problems.reference[s : s + batch_size, :-1].to(device)
         got = []
         for _ in range(2):
-            nxt = end_logits(model, backend.final_residual(model, x)[:, -1]).argmax(-1)  # the last position only
+            nxt = end_logits(model, model.backend.final_residual(x)[:, -1]).argmax(-1)  # the last position only
             got.append(nxt)
             x = torch.cat([x, nxt[:, None]], 1)
         out.append(torch.stack(got, 1).cpu())
@@ -169,7 +168,7 @@ def digit_effects(model: Model, problems: DigitProblems, neurons: Sequence[Neuro
     device = model.cfg.device
     P = len(problems.problems)
     ref = problems.reference.to(device)
-    clean = _answer_logits(model, backend.final_residual(model, ref), problems, P)  # [problem, answer digit]
+    clean = _answer_logits(model, model.backend.final_residual(ref), problems, P)  # [problem, answer digit]
     layers = sorted({n.layer for n in neurons})
     out = torch.zeros(len(neurons), len(DIGITS), len(DIGITS), P)
     per = max(1, rows // P)
@@ -196,7 +195,7 @@ def digit_effects(model: Model, problems: DigitProblems, neurons: Sequence[Neuro
                 return act
             hooks.append((act_name("post", l), patch))
         with model.hooks(fwd_hooks=hooks):
-            final = backend.final_residual(model, ref.repeat(k, 1))
+            final = model.backend.final_residual(ref.repeat(k, 1))
         got = _answer_logits(model, final, problems, k * P) - clean.repeat(k, 1)  # [k * problem, answer digit]
         out[s : s + k, d] = got.reshape(k, P, len(DIGITS)).permute(0, 2, 1).float().cpu()
     return out

@@ -23,7 +23,6 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
-from circuits.models.backend import attn_out, post_norms
 
 from circuits.data.pairs import PromptPair, pair_logits
 from circuits.patching.ranking import rank
@@ -71,7 +70,7 @@ def answer_directions(model: Model, pairs: Sequence[PromptPair]
 
 def _check_linear(model: Model) -> None:
     cfg = model.cfg
-    if post_norms(model):  # asked of the backend: a TransformerBridge's config does not say it
+    if model.backend.post_norms():  # asked of the backend: a TransformerBridge's config does not say it
         raise ValueError(f"{cfg.model_name}: this model normalises each attention and MLP output before adding it to "
                          "the residual stream, so the stream is not a sum of per-head parts and direct logit "
                          "attribution per head is not defined; use patching (cc.sweep) instead")
@@ -139,7 +138,7 @@ def direct_logit_attribution(model: Model, pairs: Sequence[PromptPair], batch_si
     mlps = torch.stack([project(acts[get_act_name("mlp_out", l)]) for l in range(L)])
     embed = acts["hook_embed"] + acts.get("hook_pos_embed", 0)
     # [d_model]: every layer's attention output bias (zero where the model has none: a Bridge's b_O is None)
-    b_O = torch.stack([attn_out(model, l)[1].detach().float().cpu() for l in range(L)]).sum(0)
+    b_O = torch.stack([model.backend.attn_out(l)[1].detach().float().cpu() for l in range(L)]).sum(0)
     final = acts[get_act_name("resid_post", L - 1)]
     return DirectLogitAttribution(heads, mlps, project(embed), project(b_O.expand(len(pairs), -1)), unembed_bias,
                                   project(final) + unembed_bias, cf_answer)

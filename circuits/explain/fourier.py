@@ -34,7 +34,6 @@ from circuits.data.pairs import PromptError, PromptPair, answer_token
 from circuits.explain.dla import _check_linear, end_activations
 from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
-from circuits.models.backend import post_norms
 from circuits.patching.ranking import order
 from circuits.types import Component
 
@@ -71,7 +70,7 @@ def direct_number_effects(model: Model, pairs: Sequence[PromptPair], components:
     reference prompts: its END output, centred where the final norm centres, divided by the final norm's scale of the
     whole stream, times :func:`number_unembedding`. Models that normalise each sublayer's output (Gemma 2/3) have no
     such split and are refused in one line."""
-    if post_norms(model):  # asked of the backend: a Bridge's config does not say it (dla's check reads the config)
+    if model.backend.post_norms():  # asked of the backend: a Bridge's config does not say it (dla's check reads the config)
         raise ValueError(f"{model.cfg.model_name}: this model normalises each attention and MLP output before adding it "
                          "to the residual stream, so the stream is not a sum of per-component parts and a direct "
                          "effect is not defined; use patching (cc.sweep) instead")

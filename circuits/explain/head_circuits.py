@@ -24,7 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 from circuits.models.backend import Model
 
-from circuits.models.backend import FactoredMatrix, attn_qkv, score_scale
+from circuits.models.backend import FactoredMatrix
 
 from circuits.types import Head
 
@@ -110,13 +110,13 @@ def head_circuits(model: Model, heads: Sequence[Any], sources: Sequence[str] = D
     W_U = model.W_U[:, torch.tensor(tgt, device=model.W_U.device)].float()
     ovs, qks = [], []
     for h in hs:
-        _, _, W_K, _, W_V, _ = attn_qkv(model, h.layer)  # [kv_head, d_model, d_head]: query head h reads K/V head g
+        _, _, W_K, _, W_V, _ = model.backend.attn_qkv(h.layer)  # [kv_head, d_model, d_head]: query head h reads K/V head g
         g = h.head // (cfg.n_heads // W_K.shape[0])
         s = _normed(model, h.layer, src)
         ov = FactoredMatrix(W_V[g].float(), model.W_O[h.layer, h.head].float())
         ovs.append((s @ ov @ W_U).AB.cpu())  # [source, target]
         qk = FactoredMatrix(model.W_Q[h.layer, h.head].float(), W_K[g].float().T)
-        qks.append(((_normed(model, h.layer, qry) @ qk @ s.T).AB * score_scale(model, h.layer)).cpu())  # [query, source]
+        qks.append(((_normed(model, h.layer, qry) @ qk @ s.T).AB * model.backend.score_scale(h.layer)).cpu())  # [query, source]
     return HeadCircuits(hs, src_labels, tgt_labels, qry_labels, torch.stack(ovs), torch.stack(qks),
                         {"path": "direct: embeddings through ln1, no positions or biases"})
 

@@ -1,5 +1,5 @@
 """Loading models as TransformerLens ``HookedTransformer``s (TransformerLens 3.9) or ``TransformerBridge``s
-(TransformerLens 4.3+; :mod:`circuits.models.backend` picks the line at import), and forward passes that read only
+(TransformerLens 4.3+; the installed line's registered backend loads them: :mod:`circuits.models.backend`), and forward passes that read only
 the END position.
 
 :mod:`circuits.models.loading` is the only module that talks to TransformerLens's loading internals;
@@ -15,7 +15,7 @@ check_transformer_lens()  # a TransformerLens no backend supports: one line (doc
 
 from circuits.versions import backend_line
 
-# The backends the installed TransformerLens runs, each registering itself with circuits.models.backend: 3.9's
+# The backends the installed TransformerLens runs, each a class registered in circuits.models.backend.BACKENDS: 3.9's
 # HookedTransformer and its own TransformerBridge (fine-tuning's parity tests), or 4.x's Bridge.
 if backend_line() == 3:
     import circuits.models._hooked  # noqa: F401

@@ -1,4 +1,4 @@
-"""What both backends share for running many distinct prompt prefixes once (:func:`circuits.models.backend.run_prefixes`):
+"""What both backends share for running many distinct prompt prefixes once (:meth:`~circuits.models.backend.Backend.run_prefixes`):
 grouping the distinct prefixes into buckets of similar length, left-padding each bucket, and laying the per-layer
 keys and values of every bucket side by side, one row per prompt. The backends differ only in how one padded bucket
 runs (TransformerLens 3's key/value cache, or Hugging Face's ``DynamicCache`` on a TransformerBridge) and in the

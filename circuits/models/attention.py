@@ -32,17 +32,13 @@ import einops
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from circuits.models import backend
-from circuits.models.backend import Model, softcap_enabled
+from transformer_lens.components.abstract_attention import AbstractAttention  # TransformerLens 3's (a Bridge runs its own)
 
-if backend.NAME == "hooked":  # TransformerLens 3's attention class; a Bridge runs its own (no fused path)
-    from transformer_lens.components.abstract_attention import AbstractAttention
-else:
-    AbstractAttention = None
+from circuits.models.backend import softcap_enabled
 
 _FLAG = "_circuits_fused_attention"
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
-_eager_forward = AbstractAttention.forward if AbstractAttention is not None else None
+_eager_forward = AbstractAttention.forward
 
 
 def unsupported(cfg: Any) -> str | None:
@@ -61,13 +57,11 @@ def unsupported(cfg: Any) -> str | None:
     return ", ".join(reasons) or None
 
 
-def fused_attention(model: Model, enabled: bool = True) -> bool:
+def fused_attention(model: Any, enabled: bool = True) -> bool:
     """Let ``model``'s attention layers use the fused kernel when no hook reads their scores or pattern.
 
-    Returns whether the fused path is on (``False`` when the model's architecture needs the eager one, and always
-    on a TransformerBridge, whose attention is its own)."""
-    if backend.NAME != "hooked":
-        return False
+    Returns whether the fused path is on (``False`` when the model's architecture needs the eager one). Only a
+    ``HookedTransformer`` has it: this module is imported by its backend (:mod:`circuits.models._hooked`)."""
     on = bool(enabled) and unsupported(model.cfg) is None
     for block in model.blocks:
         setattr(block.attn, _FLAG, on)
@@ -208,8 +202,6 @@ def _forward(self: AbstractAttention, query_input, key_input, value_input, past_
 
 
 def _install() -> None:
-    if AbstractAttention is None:  # TransformerBridge: nothing to replace
-        return
     if getattr(AbstractAttention.forward, "_circuits", False):
         return
     _forward._circuits = True  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ most of each prompt. :func:`end_residuals` runs a shared prefix once into the ba
 key/value cache (TransformerLens 3's, or Hugging Face's on a TransformerBridge), repeats the cache along the
 batch, and runs only the rest of each prompt. Causal attention makes this exact (tests compare it with full
 forwards). Where the backend's cache does not give the full run's numbers
-(:func:`circuits.models.backend.prefix_sharing`: a Bridge under transformers 5.24), every prompt runs whole.
+(:meth:`~circuits.models.backend.Backend.prefix_sharing`: a Bridge under transformers 5.24), every prompt runs whole.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from typing import Any
 import torch
 from jaxtyping import Float
 from torch import Tensor
-from circuits.models import backend
 from circuits.models.backend import Model, apply_softcap
 
 HooksFor = Callable[[Hashable, int], list]  # (group key, position offset) -> forward hooks
@@ -91,12 +90,6 @@ def shared_prefix_lengths(token_ids: Sequence[Sequence[int]], min_prefix: int = 
     return out
 
 
-def prefix_cache(model: Model, prefix: Tensor, hooks: list, repeat: int) -> Any:
-    """Run ``prefix`` (``[row, pos]`` tokens) once with ``hooks`` into the backend's key/value cache, each row
-    repeated ``repeat`` times in order, for the rows that continue it (:func:`circuits.models.backend.prefix_cache`)."""
-    return backend.prefix_cache(model, prefix, hooks, repeat)
-
-
 def end_residuals(
     model: Model,
     token_ids: Sequence[Sequence[int]],
@@ -122,14 +115,14 @@ def end_residuals(
             that call: how a caller reads other activations at each row's last token.
     """
     device = model.cfg.device
-    share = bool(prefix_lengths) and backend.prefix_sharing(model)
+    share = bool(prefix_lengths) and model.backend.prefix_sharing()
     groups: dict[tuple, list[int]] = {}
     for i, ids in enumerate(token_ids):
         n_pre = prefix_lengths[i] if share else 0  # type: ignore[index]
         key = group_keys[i] if group_keys is not None else None
         groups.setdefault((key, tuple(ids[:n_pre])), []).append(i)
     # Final residuals live where the last block runs (another GPU than the first for a spread model).
-    out_device = backend.output_device(model)
+    out_device = model.backend.output_device()
     out = torch.empty((len(token_ids), model.cfg.d_model), dtype=model.cfg.dtype, device=out_device)
     for (key, pre), rows in groups.items():
         rows = sorted(rows, key=lambda i: len(token_ids[i]), reverse=True)
@@ -147,14 +140,14 @@ def end_residuals(
             if not n_pre or n_pre >= width:
                 own = row_hooks(chunk, ends) if row_hooks else []
                 with model.hooks(fwd_hooks=(hooks(key, 0) if hooks else []) + own):
-                    resid = backend.final_residual(model, full)
+                    resid = model.backend.final_residual(full)
             else:
-                cache = prefix_cache(model, full[:1, :n_pre], hooks(key, 0) if hooks else [], len(chunk))
+                cache = model.backend.prefix_cache(full[:1, :n_pre], hooks(key, 0) if hooks else [], len(chunk))
                 body = full[:, n_pre:]
                 ends = ends - n_pre
                 own = row_hooks(chunk, ends) if row_hooks else []
                 with model.hooks(fwd_hooks=(hooks(key, n_pre) if hooks else []) + own):
-                    resid = backend.continue_prefix(model, body, cache)
+                    resid = model.backend.continue_prefix(body, cache)
             rows_idx = torch.arange(len(chunk), device=resid.device)
             out[torch.tensor(chunk, device=out_device)] = resid[rows_idx, ends.to(resid.device)].to(out_device)
     return out
@@ -164,4 +157,4 @@ def unembed_end(model: Model, resid: Float[Tensor, "row d_model"]) -> Float[Tens
     """Logits (float32) from final residuals: the model's own final norm, unembedding and final-logit soft-cap
     (Gemma 2), as its forward pass computes them."""
     logits = model.unembed(model.ln_final(resid[:, None]))[:, 0]
-    return apply_softcap(logits, backend.logit_softcap(model)).float()
+    return apply_softcap(logits, model.backend.logit_softcap()).float()

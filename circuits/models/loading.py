@@ -32,18 +32,17 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from circuits.models import backend
 
-if backend.NAME == "hooked":
+if TYPE_CHECKING:  # TransformerLens 3.9's (the HookedTransformer steps below run only there)
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from circuits.io import atomic_dir, write_json
 from circuits.timing import timed
-from circuits.models.attention import fused_attention
 from circuits.models.embedded import EMBEDDED, embedded_model
 from circuits.models.sources import (  # noqa: F401  (load_hf_reference, load_tokenizer: importable from here too)
     ModelLoadError,
@@ -149,23 +148,31 @@ def _check_official(name: str) -> None:
 
 
 def _official_name(name: str) -> str:
-    if backend.NAME == "bridge":
-        from transformer_lens.supported_models import get_official_model_name
-    else:
-        from transformer_lens.loading_from_pretrained import get_official_model_name
-    return get_official_model_name(name)
+    official = backend.installed().official_name(name)
+    if official is None:
+        raise ValueError(f"{name!r} is not an official TransformerLens model name")
+    return official
 
 
 def is_official_name(name: str) -> bool:
-    if backend.NAME == "bridge":
-        try:
-            _official_name(name)
-            return True
-        except ValueError:
-            return False
-    from transformer_lens.loading_from_pretrained import make_model_alias_map
+    return backend.installed().official_name(name) is not None
 
-    return name.lower() in make_model_alias_map()
+
+def hooked_official_name(name: str) -> str | None:
+    """The hub name of a TransformerLens 3.9 model name or alias (its model table), else ``None``."""
+    from transformer_lens.loading_from_pretrained import get_official_model_name, make_model_alias_map
+
+    return get_official_model_name(name) if name.lower() in make_model_alias_map() else None
+
+
+def bridge_official_name(name: str) -> str | None:
+    """The hub name of a model TransformerLens 4 supports (names and aliases), else ``None``."""
+    from transformer_lens.supported_models import get_official_model_name
+
+    try:
+        return get_official_model_name(name)
+    except ValueError:
+        return None
 
 
 @timed("load")
@@ -177,9 +184,11 @@ def load_model(
     fold_ln: bool = True,
     use_cache: bool = True,
     n_devices: int = 1,
-) -> HookedTransformer:
-    """Load a model as a ``HookedTransformer`` (TransformerLens 3.9) or a ``TransformerBridge`` (TransformerLens
-    4.3+, :func:`_load_bridge`), in eval mode: :data:`circuits.models.backend.Model`.
+) -> backend.Model:
+    """Load a model as a ``HookedTransformer`` (TransformerLens 3.9, :func:`load_hooked`) or a ``TransformerBridge``
+    (TransformerLens 4.3+, :func:`load_bridge`), in eval mode: :data:`circuits.models.backend.Model`, loaded by the
+    installed line's backend class (:meth:`~circuits.models.backend.Backend.load`), which it then carries as
+    ``model.backend``.
 
     Args:
         name_or_path: see the module docstring for what is accepted.
@@ -188,20 +197,21 @@ def load_model(
         fold_ln: fold normalisation weights into the following matrices (exact up to rounding).
         use_cache: read and write the converted-weights cache for GGUF sources.
         n_devices: spread the layers over this many GPUs from ``device`` (a model too big for one GPU; built on
-            the CPU first, then placed by :func:`circuits.models.backend.spread`).
+            the CPU first, then placed by the backend's ``spread``).
     """
     torch_dtype = resolve_dtype(dtype)
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    if backend.NAME == "bridge":
-        return backend.attach(_load_bridge(str(name_or_path), torch_dtype, device, fold_ln, use_cache, n_devices),
-                              backend.installed())
-    if n_devices > 1:
-        from circuits.models.backend import spread
+    cls = backend.installed()
+    return backend.attach(cls.load(str(name_or_path), torch_dtype, device, fold_ln, use_cache, n_devices), cls)
 
-        model = load_model(name_or_path, dtype=dtype, device="cpu", fold_ln=fold_ln, use_cache=use_cache)
-        return backend.attach(spread(model, n_devices, first=device), backend.installed())
-    name = str(name_or_path)
+
+def load_hooked(name: str, torch_dtype: torch.dtype, device: str | torch.device, fold_ln: bool = True,
+                use_cache: bool = True) -> HookedTransformer:
+    """A ``HookedTransformer`` of ``name`` (the sources :func:`load_model` accepts) on one device (TransformerLens
+    3.9: :meth:`circuits.models._hooked.HookedBackend.load`)."""
+    from transformer_lens import HookedTransformer
+
     path = Path(name).expanduser()
 
     if embedded_model(name) is not None:
@@ -232,10 +242,11 @@ def load_model(
     else:
         raise ModelLoadError(f"Cannot load model {name!r}: no such file or directory, and not a known name. "
                              f"Accepted: {accepted_inputs()}.")
+    from circuits.models.attention import fused_attention
+
     store_as_used(model)
     fused_attention(model)
-    model.eval()
-    return backend.attach(model, backend.installed())  # the model carries its backend (backend.backend_of)
+    return model.eval()
 
 
 # Matrices TransformerLens rearranges into another layout on every forward, and the permutation of each that is
@@ -315,6 +326,8 @@ def tl_config_from_hf(hf_config: Any, dtype: torch.dtype, device: str | torch.de
         cfg["n_ctx"] = int(max_pos)
     cfg.update(dtype=dtype, device=str(device), model_name=name or arch,
                tokenizer_prepends_bos=None, init_weights=False)  # weights come from the state dict
+    from transformer_lens import HookedTransformerConfig
+
     return HookedTransformerConfig.from_dict(cfg)
 
 
@@ -431,6 +444,8 @@ def _attach_tokenizer(model: HookedTransformer, tokenizer: Any) -> None:
 
 
 def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor] | None, tokenizer: Any, fold_ln: bool) -> HookedTransformer:
+    from transformer_lens import HookedTransformer
+
     model = HookedTransformer(cfg, tokenizer=None, move_to_device=True)  # cfg has no tokenizer_name: nothing loads
     _attach_tokenizer(model, tokenizer)
     if state_dict is None:  # weights assigned by the caller
@@ -527,7 +542,7 @@ def _build_processed(cfg: HookedTransformerConfig, folder: Path, tokenizer: Any)
 # --- TransformerLens 4: the same sources as a TransformerBridge ----------------------------------
 
 
-def _load_bridge(name: str, dtype: torch.dtype, device: str | torch.device, fold_ln: bool, use_cache: bool,
+def load_bridge(name: str, dtype: torch.dtype, device: str | torch.device, fold_ln: bool, use_cache: bool,
                  n_devices: int = 1) -> Any:
     """A ``TransformerBridge`` over the Hugging Face model of ``name`` (the sources :func:`load_model` accepts):
     an embedded model or ``.gguf`` file boots from the Hugging Face folder its GGUF is converted to once
@@ -574,10 +589,9 @@ def _load_bridge(name: str, dtype: torch.dtype, device: str | torch.device, fold
 def boot_bridge(source: str, dtype: torch.dtype, device: str | torch.device, fold_ln: bool = True,
                 tokenizer: Any = None, hf_model: Any = None, n_devices: int = 1) -> Any:
     """``TransformerBridge.boot_transformers`` plus the toolkit's processing, as a
-    :class:`circuits.models._bridge.CircuitsBridge` in eval mode (``hf_model``: an HF model already in memory)."""
+    ``TransformerBridge`` (``hf_model``: an HF model already in memory); the Bridge backend's ``load`` makes it a
+    :class:`circuits.models._bridge.CircuitsBridge` in eval mode."""
     from transformer_lens.model_bridge import TransformerBridge
-
-    from circuits.models._bridge import as_circuits_bridge
 
     place: dict[str, Any] = {"n_devices": n_devices} if n_devices > 1 else {"device": device}
     try:
@@ -600,6 +614,4 @@ def boot_bridge(source: str, dtype: torch.dtype, device: str | torch.device, fol
         object.__setattr__(bridge, "_tokenizer", tok)
         bridge.cfg.d_vocab, bridge.cfg.d_vocab_out = vocab
         bridge.cfg.default_prepend_bos = bridge.cfg.tokenizer_prepends_bos = _prepends_bos(tok)  # the setter's were its copy's
-    bridge = as_circuits_bridge(bridge)
-    bridge.eval()
-    return backend.attach(bridge, backend.installed())
+    return bridge

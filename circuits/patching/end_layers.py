@@ -18,7 +18,6 @@ import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from circuits.models import backend
 from circuits.models.backend import Model, act_name, apply_softcap, head_linear
 from circuits.data.pairs import PairBatch
 from circuits.patching.metrics import Baseline, Metric
@@ -108,7 +107,7 @@ def collect_runs(model: Model, batch: PairBatch, need_kv: bool) -> Runs:
             name = act_name(site, l)
             ref_hooks.append((name, _gather_end(ref, name, end)))
         if need_kv:
-            k_name = backend.rotary_key_hook(model, l)
+            k_name = model.backend.rotary_key_hook(l)
             ref_hooks.append((k_name, _store_full(ref, k_name)))
             ref_hooks.append((act_name("v", l), _store_full(ref, act_name("v", l))))
     final = act_name("resid_post", L - 1)
@@ -125,7 +124,7 @@ def collect_runs(model: Model, batch: PairBatch, need_kv: bool) -> Runs:
     stack = lambda d, site: [d[act_name(site, l)] for l in range(L)]  # noqa: E731
     keys = values = []
     if need_kv:
-        keys = [ref[backend.rotary_key_hook(model, l)] for l in range(L)]
+        keys = [ref[model.backend.rotary_key_hook(l)] for l in range(L)]
         values = [ref[act_name("v", l)] for l in range(L)]
     return Runs(
         resid_pre=stack(ref, "resid_pre"),
@@ -147,7 +146,7 @@ def collect_runs(model: Model, batch: PairBatch, need_kv: bool) -> Runs:
 def _post_norm(model: Model, norm_name: str, layer: int, out: Tensor) -> Tensor:
     """The norm some families apply to a sublayer's output before it joins the residual (Gemma 2/3:
     ``ln1_post`` after attention, ``ln2_post`` after the MLP); identity elsewhere."""
-    if not backend.post_norms(model):
+    if not model.backend.post_norms():
         return out
     shape = out.shape
     return getattr(model.blocks[layer], norm_name)(out.reshape(-1, 1, shape[-1])).reshape(shape)
@@ -163,8 +162,8 @@ def mlp_at_end(model: Model, layer: int, x: Float[Tensor, "... d_model"]) -> Ten
 
 def rotate(model: Model, layer: int, x: Float[Tensor, "... n d_head"], pos: Int[Tensor, " pair"]) -> Tensor:
     """Rotary embedding of ``x`` (``[..., pair, head, d_head]``) at each pair's own position (layer ``layer``'s
-    table; unchanged for models without rotary): :func:`circuits.models.backend.rotary`."""
-    return backend.rotary(model, layer, x, pos)
+    table; unchanged for models without rotary): :meth:`~circuits.models.backend.Backend.rotary`."""
+    return model.backend.rotary(layer, x, pos)
 
 
 def attention_at_end(
@@ -205,11 +204,11 @@ def z_at_end(
     cfg = model.cfg
     S, P = xq.shape[:2]
     ln1 = model.blocks[layer].ln1
-    W_Q, b_Q, W_K, b_K, W_V, b_V = backend.attn_qkv(model, layer)
+    W_Q, b_Q, W_K, b_K, W_V, b_V = model.backend.attn_qkv(layer)
     normed: dict[int, Tensor] = {}
     ln = lambda x: normed.setdefault(id(x), ln1(x.reshape(-1, 1, x.shape[-1])).reshape(x.shape))  # noqa: E731
     if xq.ndim == 4:  # one input per query head
-        group = cfg.n_heads // backend.n_kv_heads(model)
+        group = cfg.n_heads // model.backend.n_kv_heads()
         W_K, b_K, W_V, b_V = (t.repeat_interleave(group, dim=0) for t in (W_K, b_K, W_V, b_V))
         keys, values = keys.repeat_interleave(group, dim=2), values.repeat_interleave(group, dim=2)
         q, k, v = (torch.einsum("sphd,hde->sphe", ln(x), w) + b for x, w, b in ((xq, W_Q, b_Q), (xk, W_K, b_K),
@@ -217,18 +216,18 @@ def z_at_end(
     else:
         q, k, v = (head_linear(ln(x).reshape(S * P, 1, -1), w, b).reshape(S, P, -1, cfg.d_head)
                    for x, w, b in ((xq, W_Q, b_Q), (xk, W_K, b_K), (xv, W_V, b_V)))
-    norms = backend.qk_norms(model, layer)
+    norms = model.backend.qk_norms(layer)
     if norms is not None:
         q, k = (norm(t.reshape(-1, cfg.d_head)).reshape(t.shape) for norm, t in zip(norms, (q, k)))
     q = rotate(model, layer, q, end)
     k = rotate(model, layer, k, end)
     q = einops.rearrange(q, "s p (k g) e -> s p k g e", k=k.shape[2])
-    scale, cap = backend.score_scale(model, layer), backend.score_softcap(model, layer)
+    scale, cap = model.backend.score_scale(layer), model.backend.score_softcap(layer)
     prefix_scores = apply_softcap(torch.einsum("spkge,ptke->spkgt", q, keys) * scale, cap)
     self_score = apply_softcap(torch.einsum("spkge,spke->spkg", q, k)[..., None] * scale, cap)
     positions = torch.arange(keys.shape[1], device=q.device)
     masked = positions[None, :] >= end[:, None]  # [pair, pos]: END itself and padding after it
-    window = backend.sliding_window(model, layer)
+    window = model.backend.sliding_window(layer)
     if window is not None:  # local layers (Mistral's window, Gemma's alternating local/global layers)
         masked = masked | (positions[None, :] <= end[:, None] - window)
     prefix_scores = prefix_scores.masked_fill(masked[None, :, None, None, :], float("-inf"))
@@ -241,7 +240,7 @@ def project_z(model: Model, layer: int, z: Float[Tensor, "s p head d_head"]) -> 
     """Layer ``layer``'s attention projection of ``z`` (``z @ W_O + b_O``), with the same arithmetic as
     TransformerLens's attention. What joins the residual is :func:`attention_output` (the same, then the
     post-attention norm of families that have one)."""
-    W_O, b_O = backend.attn_out(model, layer)
+    W_O, b_O = model.backend.attn_out(layer)
     w = einops.rearrange(W_O, "h e d -> d (h e)")
     return F.linear(einops.rearrange(z, "s p h e -> s p (h e)"), w, b_O)
 
@@ -256,7 +255,7 @@ def end_logits(model: Model, x: Float[Tensor, "row d_model"]) -> Float[Tensor, "
     """Logits (float32) of final END residuals: the final norm, the unembedding and the final-logit soft-cap
     (Gemma 2), as a forward pass computes them."""
     logits = model.unembed(model.ln_final(x.reshape(-1, 1, x.shape[-1])))[:, 0]
-    return apply_softcap(logits, backend.logit_softcap(model)).float()
+    return apply_softcap(logits, model.backend.logit_softcap()).float()
 
 
 def token_logits(model: Model, x: Float[Tensor, "sender pair d_model"], tokens: Int[Tensor, " pair"]
@@ -266,10 +265,10 @@ def token_logits(model: Model, x: Float[Tensor, "sender pair d_model"], tokens: 
     to indexing :func:`end_logits` up to float rounding (a dot product instead of a matrix product)."""
     S, P, d = x.shape
     xn = model.ln_final(x.reshape(S * P, 1, d)).reshape(S, P, d)
-    W_U, b_U = backend.unembed_weights(model)
+    W_U, b_U = model.backend.unembed_weights()
     w = W_U.T[tokens]  # [pair, d_model]
     logits = torch.einsum("spd,pd->sp", xn, w.to(xn.dtype)) + b_U[tokens].to(xn.dtype)
-    return apply_softcap(logits, backend.logit_softcap(model)).float()
+    return apply_softcap(logits, model.backend.logit_softcap()).float()
 
 
 def readout(
@@ -325,7 +324,7 @@ def check_supported(model: Model) -> None:
     with Q/K/V biases, Qwen3, Gemma 2/3 with norms after attention and MLP, soft-capping, QK norm and local/global
     layers, GPT-2). Everything in the list below could be done END-only too; it is refused because this engine
     does not implement it, not because it needs whole sequences."""
-    problems = backend.end_unsupported(model)
+    problems = model.backend.end_unsupported()
     if problems:
         raise ValueError(
             f"The END-only engine does not support {'; '.join(problems)} (model {getattr(model.cfg, 'model_name', '?')}). Accepted: "

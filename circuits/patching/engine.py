@@ -60,7 +60,7 @@ from circuits.patching.end_layers import (
     readout,
 )
 from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
-from circuits.models.backend import Model, layer_device, output_device
+from circuits.models.backend import Model
 from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked
 from circuits.patching.scores import Scores
 from circuits.patching.readouts import READOUTS, MetricLookup, Readouts, cat_baselines
@@ -339,7 +339,7 @@ def sweep(
 
     Args:
         model: a ``Model`` (fp32, bf16 or fp16; grouped-query attention supported; possibly spread over
-            several GPUs, :func:`circuits.models.backend.spread`).
+            several GPUs, :meth:`~circuits.models.backend.Backend.spread`).
         pairs: prompt pairs: a list of :class:`~circuits.data.pairs.PromptPair`, a ``PairSet`` or a ``PairBatch``.
         mode: ``"path"`` (other heads frozen at their reference values) or ``"activation"``.
         components: senders to patch (default: every head and MLP); others are left NaN. Heads (``cc.Head(20, 8)``,
@@ -386,7 +386,7 @@ def sweep(
     bases: dict[int, Baseline] = {}
     done: dict[int, tuple[list[Component], dict[str, Tensor]]] = {}
     kept_runs: dict[int, object] = {}  # a single block's runs, kept for the second (probability) pass
-    out_dev = output_device(model)
+    out_dev = model.backend.output_device()
     for b, block in enumerate(blocks):
         todo = [i for i in mine if items[i][0] == b]
         if not todo:
@@ -435,7 +435,7 @@ def _fill_prob(model: Model, mode: Mode, batch: PairBatch, blocks: list[slice], 
     the same computation everywhere, so every rank's result stays equal), written into ``result``."""
     if not comps:
         return
-    out_dev = output_device(model)
+    out_dev = model.backend.output_device()
     per = max(1, rows_for_budget(model, min(len(batch), PAIR_BLOCK), memory_mb))
     for b, block in enumerate(blocks):
         sub = batch if len(blocks) == 1 else batch.select(block)
@@ -458,7 +458,7 @@ def _sweep_chunk(model: Model, mode: Mode, runs, batch: PairBatch, base: Baselin
     L = model.cfg.n_layers
     x, owners = None, []
     for layer in range(chunk[0].layer, L):
-        dev = layer_device(model, layer)
+        dev = model.backend.layer_device(layer)
         if x is not None:  # rows already past their sender layer: attention at this layer
             x = x.to(dev)
             if mode == "path":
@@ -483,7 +483,7 @@ def _sweep_chunk(model: Model, mode: Mode, runs, batch: PairBatch, base: Baselin
             x = new if x is None else torch.cat([x, new])
             owners += mlps
     assert x is not None
-    out = output_device(model)
+    out = model.backend.output_device()
     values = readout(model, x.to(out), base.answer.to(out), base.cf_answer.to(out), custom, prob=prob)
     return owners, {k: v.cpu() for k, v in values.items()}
 

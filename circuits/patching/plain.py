@@ -15,7 +15,6 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from circuits.models import backend
 from circuits.models.backend import Model, act_name, apply_softcap
 from circuits.data.pairs import PairBatch
 from circuits.patching.engine import all_components
@@ -42,7 +41,7 @@ def _run_end(model: Model, tokens: Tensor, hooks: list, batch: PairBatch) -> Ten
     resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
     x = resid[torch.arange(len(batch)), batch.end]
     logits = model.unembed(model.ln_final(x[:, None]))[:, 0]
-    return apply_softcap(logits, backend.logit_softcap(model)).float()  # Gemma 2's final soft-cap, as forward applies
+    return apply_softcap(logits, model.backend.logit_softcap()).float()  # Gemma 2's final soft-cap, as forward applies
 
 
 def _keep_as(store: dict[str, Tensor], name: str, act: Tensor, hook) -> None:
@@ -285,7 +284,7 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
     receiver)`` names: senders ``input``, ``"3.1"``, ``"MLP3"``; receivers ``"4.2.q"``/``.k``/``.v``, ``"MLP4"``,
     ``logits``) carrying the sender's counterfactual END output (``ablation="counterfactual"``), its mean over the
     reference runs' END, or zero, at END: one ``run_with_hooks`` with split query/key/value inputs
-    (:func:`circuits.models.backend.split_inputs`, ungrouped under grouped-query attention), per-head results and MLP inputs, each receiver's END input
+    (:meth:`~circuits.models.backend.Backend.split_inputs`, ungrouped under grouped-query attention), per-head results and MLP inputs, each receiver's END input
     written sender by sender as the sum of every upstream sender's current output (kept edge) or ablated value
     (ablated edge) and the attention biases before it. The plain loop
     :func:`circuits.patching.faithfulness.circuit_curve` (edges) is tested against."""
@@ -306,7 +305,7 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
         return act
 
     sites = ["blocks.0.hook_resid_pre"] + [act_name(s, l) for l in range(L) for s in ("result", "mlp_out")]
-    with backend.split_inputs(model, ungroup=True, attn_result=True):
+    with model.backend.split_inputs(ungroup=True, attn_result=True):
         if ablation == "zero":
             val = None
         else:
@@ -332,7 +331,7 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
             # the receiver's END input: each upstream sender's current output, or its ablated value where the edge is
             # ablated, plus the attention output biases of the layers before it
             x = sum(value(s, (s, receiver) not in gone) for s in senders_into(layer, mlp))
-            x = x + sum(backend.attn_out(model, l)[1] for l in range(layer + mlp))
+            x = x + sum(model.backend.attn_out(l)[1] for l in range(layer + mlp))
             act = act.clone()
             if receiver_head is None:
                 act[rows, end] = x.to(act.dtype)
@@ -384,7 +383,7 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
         logits = model.run_with_hooks(tokens, fwd_hooks=[(n, partial(_keep_as, got, n)) for n in names])
         return logits, got
 
-    with backend.split_inputs(model, ungroup=True, attn_result=True) if edges else contextlib.nullcontext():
+    with model.backend.split_inputs(ungroup=True, attn_result=True) if edges else contextlib.nullcontext():
         with torch.no_grad():
             cf_logits, cf = cached(batch.counterfactual)
             _, ref = cached(batch.reference)

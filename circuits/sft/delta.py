@@ -6,7 +6,7 @@ it is exact; ``delta.pt`` of a Precise SFT run is a few MB where the model is hu
 One format for both backends: tensors are stored under TransformerLens's names in its per-head layout (``W_Q``
 ``[head, d_model, d_head]``, ``W_O`` ``[head, d_head, d_model]``, grouped K/V as ``_W_K``/``_W_V``). On a
 TransformerBridge they are read from and written into the Hugging Face weights behind those names
-(:func:`circuits.models.backend.tunable_tensors`), so a delta trained on either line applies on the other.
+(:meth:`~circuits.models.backend.Backend.tunable_tensors`), so a delta trained on either line applies on the other.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 
 import torch
-from circuits.models.backend import Model, tunable_tensors
+from circuits.models.backend import Model
 
 from circuits.io import load_torch
 from circuits.sft import plan as hm
@@ -31,7 +31,7 @@ def extract_delta(model: Model, plan: hm.TuningPlan, meta: dict | None = None,
     of a bf16/fp16 run, which is what a training run stores; by default they are read from the model. Applied onto
     a model of lower precision they are cast to it, which reproduces the trained model exactly.
     """
-    params = tunable_tensors(model) if values is None else {}
+    params = model.backend.tunable_tensors() if values is None else {}
     tensors = {}
     for entry in plan.tensors:
         if values is not None:
@@ -78,7 +78,7 @@ def apply_delta(model: Model, delta: dict | str | os.PathLike) -> Model:
     if delta.get("format") != DELTA_FORMAT:
         raise ValueError(f"Unsupported delta format {delta.get('format')!r}; expected {DELTA_FORMAT}")
     plan = hm.TuningPlan.from_json(delta["plan"])
-    params = tunable_tensors(model)
+    params = model.backend.tunable_tensors()
     for entry in plan.tensors:
         if entry.name not in params:
             raise ValueError(f"The delta tunes {entry.name}, which this model does not have: it was made for another "

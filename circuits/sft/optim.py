@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from circuits.models.backend import Model, TunableTensor, tunable_tensors
+from circuits.models.backend import Model, TunableTensor
 
 from circuits.models.backend import check_dtype as check_device  # noqa: F401  (fp16 on a CPU: one clear error)
 from circuits.sft import plan as hm
@@ -62,7 +62,7 @@ class SliceOptimizer:
     """
 
     def __init__(self, model: Model, plan: hm.TuningPlan, config) -> None:
-        params = tunable_tensors(model)
+        params = model.backend.tunable_tensors()
         self.entries: list[_Entry] = []
         for t in plan.tensors:
             tt = params[t.name]

@@ -33,8 +33,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from circuits.models import backend
-from circuits.models.backend import Model, tunable_tensors
+from circuits.models.backend import Model
 
 from circuits import distributed as D
 from circuits.config import same_config
@@ -65,7 +64,7 @@ def checkpointed_blocks(model: Model, enabled: bool) -> Iterator[None]:
     if not enabled:
         yield
         return
-    backend.checkpoint_blocks(model)  # each block's forward wrapped in place (the backend knows its keywords)
+    model.backend.checkpoint_blocks()  # each block's forward wrapped in place (the backend knows its keywords)
     try:
         yield
     finally:
@@ -262,7 +261,7 @@ class Sharded(Local):
         model.cfg.dtype = self.dtype
         # Buffers FSDP does not cast (it casts parameters; a processed Bridge's zero b_U is one) are put in the
         # compute dtype here (and back in teardown).
-        self._cast_buffers = backend.cast_unsharded_buffers(model, device, self.dtype)
+        self._cast_buffers = model.backend.cast_unsharded_buffers(device, self.dtype)
         model.cfg.device = device
         mp = MixedPrecisionPolicy(param_dtype=self.dtype, reduce_dtype=torch.float32) if self.dtype != torch.float32 \
             else MixedPrecisionPolicy()
@@ -312,8 +311,8 @@ class Sharded(Local):
     def delta(self, model: Model, plan: hm.TuningPlan, optimizer: SliceOptimizer, meta: dict | None = None
               ) -> dict:
         """The full fp32 weights, gathered to rank 0's CPU (a collective: every rank calls it; others get {})."""
-        params = tunable_tensors(model)  # TransformerLens names and layout (on a Bridge: of the HF weights)
-        full = backend.gather_parameters(model, {params[t.name].key for t in plan.tensors})
+        params = model.backend.tunable_tensors()  # TransformerLens names and layout (on a Bridge: of the HF weights)
+        full = model.backend.gather_parameters({params[t.name].key for t in plan.tensors})
         if not D.is_main():
             return {}
         tensors = {t.name: params[t.name].on(full[params[t.name].key]).read().to(torch.float32).contiguous()
@@ -341,7 +340,7 @@ class Sharded(Local):
             shutil.rmtree(tmp, ignore_errors=True)
             out.mkdir(parents=True, exist_ok=True)
         D.barrier()
-        state = backend.checkpoint_state(model, optimizer.optimizer)
+        state = model.backend.checkpoint_state(optimizer.optimizer)
         dcp.save(state, checkpoint_id=str(tmp))
         D.barrier()
         if D.is_main():
@@ -369,9 +368,9 @@ class Sharded(Local):
             return 0, []
         if not self.same_run(meta["config"]):
             raise ValueError(f"{path} was written with a different config; use another --out or delete it")
-        state = backend.checkpoint_state(model, optimizer.optimizer, init=True)
+        state = model.backend.checkpoint_state(optimizer.optimizer, init=True)
         dcp_load(state, path)  # reshards when the world size changed; unpickles only the format's own records
-        backend.restore_checkpoint_state(model, optimizer.optimizer, state)
+        model.backend.restore_checkpoint_state(optimizer.optimizer, state)
         scaler.load_state_dict(meta["scaler"])
         return int(meta["step"]), list(meta["losses"])
 

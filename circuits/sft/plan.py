@@ -17,7 +17,7 @@ A *tuning plan* lists, for every parameter tensor that is tuned at all, which ro
   neither plan tunes it (:func:`is_placeholder`), since the paper tunes the model's own parameters and a model with
   them could not be written back to its architecture (:mod:`circuits.sft.export`).
 
-On both backends a plan names TransformerLens tensors (:func:`circuits.models.backend.tunable_tensors`). On a
+On both backends a plan names TransformerLens tensors (:meth:`~circuits.models.backend.Backend.tunable_tensors`). On a
 ``TransformerBridge`` (TransformerLens 4) the ``W_Q``/``W_K``/``W_V``/``W_O`` are views with no gradient of the
 Hugging Face weights, so the masks go on those: head ``h`` is rows ``h*d_head:(h+1)*d_head`` of ``q_proj`` (of
 ``k_proj``/``v_proj`` for K/V head ``h // group``, the same ``kv_policy``) and the same columns of ``o_proj``;
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 from torch.utils.hooks import RemovableHandle
-from circuits.models.backend import Model, TunableTensor, link_processed_weights, tunable_tensors, untunable_parameters
+from circuits.models.backend import Model, TunableTensor
 
 from circuits.sft.config import DEFAULT_KV_POLICY, KV_POLICIES, KVPolicy  # noqa: F401  (declared with the config)
 from circuits.types import Head
@@ -115,7 +115,7 @@ def is_placeholder(name: str, param: Tensor) -> bool:
 
 def is_grouped(model: Model, params: dict[str, TunableTensor] | None = None) -> bool:
     """Whether K/V heads are shared (TransformerLens's grouped ``_W_K``/``_W_V``), on either backend."""
-    params = tunable_tensors(model) if params is None else params
+    params = model.backend.tunable_tensors() if params is None else params
     return "blocks.0.attn._W_K" in params
 
 
@@ -140,7 +140,7 @@ def plan_tuning(
             raise ValueError(f"MLP {m} out of range for a model with {cfg.n_layers} layers")
     if not heads and not mlps:
         raise ValueError("Precise SFT needs at least one head or MLP; use full_plan() for full SFT")
-    tunable = tunable_tensors(model)
+    tunable = model.backend.tunable_tensors()
     params = {n: t.param for n, t in tunable.items()}
     if heads and "blocks.0.attn.W_Q" not in params:
         raise ValueError("Precise SFT of heads needs the attention weights under TransformerLens's names; this model's "
@@ -182,14 +182,14 @@ def full_plan(model: Model) -> TuningPlan:
     """Full SFT: every parameter whole, gradient unscaled (TransformerLens's zero placeholder biases excepted; on a
     TransformerBridge, folded norms excepted, and a tensor tied to another, such as an unfolded tied unembedding,
     tuned once)."""
-    missing = untunable_parameters(model)
+    missing = model.backend.untunable_parameters()
     if missing:
         raise ValueError(f"full SFT would leave {len(missing)} parameters of this model untuned, having no "
                          f"TransformerLens name ({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); "
                          "supported on a TransformerBridge: Llama, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3")
     seen: set[int] = set()
     tensors = []
-    for n, t in tunable_tensors(model).items():
+    for n, t in model.backend.tunable_tensors().items():
         if is_placeholder(n, t.param) or id(t.param) in seen:
             continue
         seen.add(id(t.param))
@@ -199,8 +199,8 @@ def full_plan(model: Model) -> TuningPlan:
 
 def freeze_except(model: Model, plan: TuningPlan) -> None:
     """``requires_grad`` only on tensors in the plan, so backward stops at the lowest tuned layer."""
-    link_processed_weights(model)  # (a TL 3.9 Bridge's processed MLP: gradients reach the HF weights)
-    params = tunable_tensors(model)
+    model.backend.link_processed_weights()  # (a TL 3.9 Bridge's processed MLP: gradients reach the HF weights)
+    params = model.backend.tunable_tensors()
     tuned = {id(params[name].param) for name in plan.names}
     for p in model.parameters():
         p.requires_grad_(id(p) in tuned)
@@ -220,7 +220,7 @@ def register_gradient_masks(model: Model, plan: TuningPlan) -> list[RemovableHan
 
     Returns the handles; the caller removes them (in a ``finally``).
     """
-    params = tunable_tensors(model)
+    params = model.backend.tunable_tensors()
 
     def register() -> Iterator[RemovableHandle]:
         for entry in plan.tensors:
@@ -247,7 +247,7 @@ def all_or_none(handles: Iterable[RemovableHandle]) -> list[RemovableHandle]:
 
 
 def count_tuned_parameters(model: Model, plan: TuningPlan) -> int:
-    params = tunable_tensors(model)
+    params = model.backend.tunable_tensors()
     total = 0
     for t in plan.tensors:
         p = params[t.name].param

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
-from circuits.models.backend import Model, training_residual
+from circuits.models.backend import Model
 
 from circuits import distributed as D
 from circuits.config import same_config
@@ -82,7 +82,7 @@ def sft_loss(model: Model, tokens: Int[Tensor, "batch pos"], loss_mask: Float[Te
     Only target positions are normed and unembedded: full ``[batch pos d_vocab]`` logits of a 49k
     vocabulary cost more than a layer per token and are mostly thrown away by the mask.
     """
-    resid = training_residual(model, tokens)[:, :-1]
+    resid = model.backend.training_residual(tokens)[:, :-1]
     select = loss_mask.bool()
     # (a Bridge's norm returns fp32 under FSDP's bf16 compute; cfg.dtype is the compute dtype, a no-op elsewhere)
     normed = model.ln_final(resid[select][None]).to(model.cfg.dtype)

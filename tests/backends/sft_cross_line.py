@@ -32,7 +32,7 @@ TEXT = "12 + 31 = 43\n15 + 33 = "
 def main(model_name: str, out: str) -> int:
     out_dir = Path(out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    line = backend.NAME
+    line = backend.installed().name
     t0 = time.perf_counter()
     model = load_model(model_name, device="cpu")
     print(f"{line}: {type(model).__name__} loaded in {time.perf_counter() - t0:.1f} s")

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from circuits.data.pairs import build_pairs, pair_logits
 from circuits.models import backend
-from circuits.models.backend import act_name, attn_out, attn_qkv, final_residual, score_scale
+from circuits.models.backend import act_name
 from circuits.models.forward import unembed_end
 
 
@@ -52,7 +52,7 @@ def test_final_resid_is_the_last_blocks_output_and_unembeds_to_the_logits(tiny_l
     L = tiny_llama.cfg.n_layers
     name = act_name("resid_post", L - 1)
     logits, cache = tiny_llama.run_with_cache(tokens, names_filter=lambda n: n == name)
-    resid = final_residual(tiny_llama, tokens)
+    resid = tiny_llama.backend.final_residual(tokens)
     assert resid.shape == (2, tokens.shape[1], tiny_llama.cfg.d_model)
     torch.testing.assert_close(resid, cache[name], atol=0, rtol=0)
     torch.testing.assert_close(unembed_end(tiny_llama, resid[:, -1]), logits[:, -1].float(), atol=1e-5, rtol=1e-5)
@@ -63,7 +63,7 @@ def test_final_resid_is_the_last_blocks_output_and_unembeds_to_the_logits(tiny_l
         return z
 
     with tiny_llama.hooks(fwd_hooks=[(act_name("z", 1), zero)]):
-        hooked = final_residual(tiny_llama, tokens)
+        hooked = tiny_llama.backend.final_residual(tokens)
     full = tiny_llama.run_with_hooks(tokens, fwd_hooks=[(act_name("z", 1), zero)])
     torch.testing.assert_close(unembed_end(tiny_llama, hooked[:, -1]), full[:, -1].float(), atol=1e-5, rtol=1e-5)
     assert not torch.allclose(hooked, resid)
@@ -75,16 +75,16 @@ def test_seam_reads_the_weights_as_the_model_uses_them(tiny_llama):
     cfg = tiny_llama.cfg
     for l in range(cfg.n_layers):
         attn = tiny_llama.blocks[l].attn
-        W_Q, _, W_K, _, W_V, _ = attn_qkv(tiny_llama, l)
+        W_Q, _, W_K, _, W_V, _ = tiny_llama.backend.attn_qkv(l)
         assert W_Q.shape == (cfg.n_heads, cfg.d_model, cfg.d_head)
         assert W_K.shape == W_V.shape == (cfg.n_key_value_heads, cfg.d_model, cfg.d_head)
-        own = attn.W_K if backend.NAME == "bridge" else attn._W_K
+        own = attn.W_K if backend.installed().name == "bridge" else attn._W_K
         torch.testing.assert_close(W_K, own, atol=0, rtol=0)
-        if backend.NAME == "hooked":  # 3.9's W_K repeats each K/V head for its query heads
+        if backend.installed().name == "hooked":  # 3.9's W_K repeats each K/V head for its query heads
             group = cfg.n_heads // cfg.n_key_value_heads
             torch.testing.assert_close(attn.W_K, W_K.repeat_interleave(group, 0), atol=0, rtol=0)
-        assert score_scale(tiny_llama, l) == pytest.approx(cfg.d_head ** -0.5)  # a Llama scales by 1/sqrt(d_head)
-        W_O, b_O = attn_out(tiny_llama, l)
+        assert tiny_llama.backend.score_scale(l) == pytest.approx(cfg.d_head ** -0.5)  # a Llama scales by 1/sqrt(d_head)
+        W_O, b_O = tiny_llama.backend.attn_out(l)
         assert W_O.shape == (cfg.n_heads, cfg.d_head, cfg.d_model) and b_O.shape == (cfg.d_model,) and not b_O.any()
 
 
@@ -310,7 +310,7 @@ def test_head_circuits_equal_the_plain_weight_products(tiny_llama):
     for i, (l, h) in enumerate(c.heads):
         attn = tiny_llama.blocks[l].attn
         # the grouped K/V weights, read each line's own way
-        W_V, W_K = (attn.W_V, attn.W_K) if backend.NAME == "bridge" else (attn._W_V, attn._W_K)
+        W_V, W_K = (attn.W_V, attn.W_K) if backend.installed().name == "bridge" else (attn._W_V, attn._W_K)
         W_V, W_K = W_V[h // group], W_K[h // group]
         e = tiny_llama.blocks[l].ln1(tiny_llama.W_E[src][:, None])[:, 0]
         q = tiny_llama.blocks[l].ln1(tiny_llama.W_E[qry][:, None])[:, 0]
@@ -361,10 +361,10 @@ def test_lm_eval_scores_and_greedy_generation_equal_full_forwards(tiny_llama, hf
     and with the reruns used where that cache is broken (``hf_cache=False``; 3.9 always uses its own cache)."""
     from circuits.evaluation.lm_eval import HookedTransformerLM
 
-    if backend.NAME == "bridge":
-        assert backend.prefix_sharing(tiny_llama)  # transformers < 5.24 in this environment
+    if backend.installed().name == "bridge":
+        assert tiny_llama.backend.prefix_sharing()  # transformers < 5.24 in this environment
         if not hf_cache:
-            monkeypatch.setattr(backend, "prefix_sharing", lambda model: False)
+            monkeypatch.setattr(tiny_llama.backend, "prefix_sharing", lambda: False)
     lm = HookedTransformerLM(tiny_llama, batch_size=2)
     tok = lambda s: tiny_llama.tokenizer(s, add_special_tokens=False).input_ids  # noqa: E731
     pairs = [(tok("2 + 3 ="), tok(" 5")), (tok("The cat sat on"), tok(" the mat today"))]

@@ -34,7 +34,7 @@ def test_backend_is_the_installed_line():
     from importlib.metadata import version
 
     major = int(version("transformer_lens").split(".")[0])
-    assert backend.NAME == ("hooked" if major == 3 else "bridge")
+    assert backend.installed().name == ("hooked" if major == 3 else "bridge")
 
 
 @pytest.mark.parametrize("arch", FAMILY_NAMES)
@@ -64,7 +64,7 @@ def test_final_residual_is_the_last_blocks_output(family_models, tokenizer, arch
     name = backend.act_name("resid_post", L - 1)
     with torch.no_grad():
         _, cache = model.run_with_cache(ids, names_filter=lambda n: n == name)
-        direct = backend.final_residual(model, ids)
+        direct = model.backend.final_residual(ids)
         hooked = model.run_with_hooks(ids, fwd_hooks=[], stop_at_layer=L)
         cached, cache2 = model.run_with_cache(ids, names_filter=lambda n: n == name, stop_at_layer=L)
     assert direct.shape == (1, ids.shape[1], model.cfg.d_model)
@@ -83,15 +83,15 @@ def test_attention_pieces_rebuild_the_models_hooks(family_models, tokenizer, arc
     batch = PairBatch.from_pairs(_pairs(tokenizer, 3), pad_token_id=0)
     end = batch.end
     rows = torch.arange(len(end))
-    names = {l: (backend.rotary_key_hook(model, l), backend.act_name("v", l), backend.act_name("resid_pre", l),
+    names = {l: (model.backend.rotary_key_hook(l), backend.act_name("v", l), backend.act_name("resid_pre", l),
                  backend.act_name("attn_out", l), backend.act_name("resid_mid", l), backend.act_name("mlp_out", l))
              for l in range(model.cfg.n_layers)}
     wanted = {n for v in names.values() for n in v}
     with torch.no_grad():
         _, cache = model.run_with_cache(batch.reference, names_filter=lambda n: n in wanted)
         for l, (k_name, v_name, pre, out, mid, mlp) in names.items():
-            W_Q, b_Q, W_K, b_K, W_V, b_V = backend.attn_qkv(model, l)
-            assert W_K.shape[0] == backend.n_kv_heads(model) == cache[k_name].shape[2]
+            W_Q, b_Q, W_K, b_K, W_V, b_V = model.backend.attn_qkv(l)
+            assert W_K.shape[0] == model.backend.n_kv_heads() == cache[k_name].shape[2]
             x = cache[pre][rows, end]
             got = attention_at_end(model, l, x[None], cache[k_name], cache[v_name], end)[0]
             torch.testing.assert_close(got, cache[out][rows, end], atol=2e-5, rtol=1e-4)
@@ -168,7 +168,7 @@ def test_shared_prefixes_equal_full_forwards(family_models, tokenizer, arch):
              for a, b in ((1, 2), (3, 4), (2, 2))]
     assert all(n >= SHARED_PREFIX_MIN for n in shared_prefix_lengths([p.reference_token_ids for p in pairs],
                                                                      SHARED_PREFIX_MIN))
-    assert backend.prefix_sharing(model)  # transformers < 5.24 on the Bridge (the TL 4 environment pins it)
+    assert model.backend.prefix_sharing()  # transformers < 5.24 on the Bridge (the TL 4 environment pins it)
     batch = PairBatch.from_pairs(pairs, pad_token_id=0)
     shared, full = collect_runs(model, batch, need_kv=False), collect_runs(model, batch, need_kv=True)
     for name in ("resid_pre", "resid_mid", "attn_out", "z_ref", "z_cf", "mlp_out_cf"):
@@ -179,14 +179,14 @@ def test_shared_prefixes_equal_full_forwards(family_models, tokenizer, arch):
     ids = torch.tensor([pairs[0].reference_token_ids])
     n = ids.shape[1] - 3
     with torch.no_grad():
-        whole = backend.final_residual(model, ids)[:, n:]
-        part = backend.continue_prefix(model, ids[:, n:].repeat(2, 1), backend.prefix_cache(model, ids[:, :n], [], 2))
+        whole = model.backend.final_residual(ids)[:, n:]
+        part = model.backend.continue_prefix(ids[:, n:].repeat(2, 1), model.backend.prefix_cache(ids[:, :n], [], 2))
     torch.testing.assert_close(part, whole.repeat(2, 1, 1), atol=1e-5, rtol=1e-5)
 
 
 def test_bridge_refuses_a_transformer_lens_3_cache(family_models, tokenizer):
     """A TransformerLens 3 key/value cache would be ignored by the Bridge without a word (wrong numbers): refused."""
-    if backend.NAME != "bridge":
+    if backend.installed().name != "bridge":
         pytest.skip("TransformerLens 3.9 reads its own cache")
     model = family_models("llama")
     from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
@@ -203,7 +203,7 @@ def test_gqa_hooks_keep_kv_heads(family_models, tokenizer):
     ids = torch.tensor([tokenizer("2 + 6 = ").input_ids])
     names = [f"blocks.0.attn.hook_{s}" for s in ("q", "k", "v", "z")]
     _, cache = model.run_with_cache(ids, names_filter=lambda n: n in names)
-    n_kv, H = backend.n_kv_heads(model), model.cfg.n_heads
+    n_kv, H = model.backend.n_kv_heads(), model.cfg.n_heads
     assert n_kv < H
     assert cache["blocks.0.attn.hook_k"].shape[2] == cache["blocks.0.attn.hook_v"].shape[2] == n_kv
     assert cache["blocks.0.attn.hook_q"].shape[2] == cache["blocks.0.attn.hook_z"].shape[2] == H
@@ -223,6 +223,6 @@ def test_without_prefix_sharing_the_numbers_are_the_same(family_models, tokenize
     assert min(lengths) >= 16
     with torch.no_grad():
         shared = end_residuals(model, rows, lengths)
-        monkeypatch.setattr(backend, "prefix_sharing", lambda m: False)
+        monkeypatch.setattr(model.backend, "prefix_sharing", lambda: False)
         whole = end_residuals(model, rows, lengths)
     torch.testing.assert_close(shared, whole, atol=1e-5, rtol=1e-5)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from circuits.data.pairs import PairBatch, build_pairs
-from circuits.models import backend, load_hf_reference
+from circuits.models import load_hf_reference
 from circuits.patching import sweep
 from circuits.patching.reference import sweep_plain
 from circuits.types import Component
@@ -23,7 +23,7 @@ def test_smollm2_logits_equal_transformers(smollm2, tokenizer):
     with torch.no_grad():
         ours, theirs = smollm2(ids), hf(ids).logits
     assert (ours - theirs).abs().max().item() < 2e-4 * max(1.0, theirs.abs().max().item())
-    assert smollm2.cfg.n_layers == 30 and backend.n_kv_heads(smollm2) == 3 and smollm2.cfg.n_heads == 9
+    assert smollm2.cfg.n_layers == 30 and smollm2.backend.n_kv_heads() == 3 and smollm2.cfg.n_heads == 9
 
 
 @pytest.mark.parametrize("mode", ["path", "activation"])

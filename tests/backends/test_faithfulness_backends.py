@@ -1,7 +1,7 @@
 """Faithfulness curves and EAP-IG (issue 24) on whichever TransformerLens line this environment has (issue 23): the
 batched engines equal their plain ``run_with_hooks`` loops (:mod:`circuits.patching.plain`), node and edge level,
 on tiny random models of several families; one EAP-IG step is attribution patching; the receivers' own inputs
-(:func:`circuits.models.backend.split_inputs`) leave the model as it was. Run under ``.venv`` (3.9) and
+(:meth:`~circuits.models.backend.Backend.split_inputs`) leave the model as it was. Run under ``.venv`` (3.9) and
 ``.venv-tl4`` (4.3)."""
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def test_split_inputs_leaves_the_model_as_it_was(family_models, tokenizer):
     before = model(tokens)
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
     seen = {}
-    with backend.split_inputs(model, ungroup=True, attn_result=True):
+    with model.backend.split_inputs(ungroup=True, attn_result=True):
         inside = model.run_with_hooks(tokens, fwd_hooks=[(f"blocks.1.hook_{c}_input",
                                                           lambda a, hook, c=c: seen.__setitem__(c, a.shape))
                                                          for c in "qkv"])
@@ -141,7 +141,7 @@ def test_split_inputs_leaves_the_model_as_it_was(family_models, tokenizer):
     torch.testing.assert_close(inside, before, atol=1e-5, rtol=0)
     torch.testing.assert_close(model(tokens), before, atol=0, rtol=0)
     assert all(torch.equal(p, params[n]) for n, p in model.named_parameters())
-    assert backend.n_kv_heads(model) == 2 and not model.cfg.use_split_qkv_input
+    assert model.backend.n_kv_heads() == 2 and not model.cfg.use_split_qkv_input
 
 
 # --- EAP-IG ---------------------------------------------------------------------------------------------
@@ -190,14 +190,14 @@ def test_eap_ig_one_step_is_attribution_patching(family_models, tokenizer, metri
     assert s.head.abs().max() > 1e-4
 
 
-@pytest.mark.skipif(backend.NAME != "bridge", reason="a Bridge's prefix sharing depends on transformers' cache")
+@pytest.mark.skipif(backend.installed().name != "bridge", reason="a Bridge's prefix sharing depends on transformers' cache")
 def test_nodes_without_prefix_sharing(family_models, tokenizer):
     """Where Hugging Face's cache does not work under the Bridge (transformers 5.24), prompts run whole: the same
     numbers."""
     model = family_models("llama")
     batch = _pairs(tokenizer)
     heads, mlps, _ = _node_scores(model, seed=5)
-    shared = backend.prefix_sharing(model)
+    shared = model.backend.prefix_sharing()
     try:
         object.__setattr__(model, "_circuits_prefix_sharing", False)
         for positions in ("end", "all"):
@@ -226,7 +226,7 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
     r = load_result(out)
     assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
     model = load_model(folder, dtype="float32", device="cpu")
-    assert backend.backend_of(model) is backend.installed() and backend.backend_of(model).name == backend.NAME
+    assert type(model.backend) is backend.installed() and model.backend.model is model
     for name in ("exact-path", "eap-ig"):
         for positions in ("end", "all"):
             c = circuit_curve(model, r.pairs, r.scores[name]["heads"], r.scores[name]["mlps"], sizes=(0.05, 0.2, 0.5),

@@ -23,7 +23,7 @@ def model():
     from circuits.models import load_model
 
     m = load_model(tiny_dir("llama"), device="cpu")
-    assert type(m).__name__ == ("CircuitsBridge" if backend.NAME == "bridge" else "HookedTransformer")
+    assert type(m).__name__ == ("CircuitsBridge" if backend.installed().name == "bridge" else "HookedTransformer")
     return m.requires_grad_(False)
 
 

@@ -12,7 +12,7 @@ from kill_steps import Zygote, commands, kill_every_step, stale_temps
 
 from circuits.models import backend
 
-pytestmark = pytest.mark.skipif(backend.NAME != "bridge", reason="TransformerLens 3.9 runs every command in "
+pytestmark = pytest.mark.skipif(backend.installed().name != "bridge", reason="TransformerLens 3.9 runs every command in "
                                 "tests/integration/test_kill_every_step.py")
 
 SUBSET = ("identify", "faithfulness", "stability", "finetune")

@@ -15,7 +15,7 @@ from circuits.cli import main as cli_main
 from circuits.data.arithmetic import EQUATION_PREFIX
 from circuits.explain.digits import DIGITS, digit_effects, digit_problems, sample_problems
 from circuits.explain.fourier import direct_number_effects, number_tokens, number_unembedding
-from circuits.models.backend import act_name, attn_out, post_norms
+from circuits.models.backend import act_name
 from circuits.results import load_result
 from circuits.types import Component, Neuron
 
@@ -42,7 +42,7 @@ def test_direct_number_effects_add_up_to_the_number_logits(models, tokenizer, fa
     comps = [Component("head", l, h) for l in range(L) for h in range(H)] + [Component.mlp(l) for l in range(L)]
     eff = direct_number_effects(model, pairs, comps, toks)
     U = number_unembedding(model, toks)
-    b_O = torch.stack([attn_out(model, l)[1].detach().float() for l in range(L)]).sum(0)
+    b_O = torch.stack([model.backend.attn_out(l)[1].detach().float() for l in range(L)]).sum(0)
     for p, pair in enumerate(pairs):
         got = {}
         logits = model.run_with_hooks(torch.tensor([pair.reference_token_ids]), fwd_hooks=[
@@ -56,7 +56,7 @@ def test_direct_number_effects_add_up_to_the_number_logits(models, tokenizer, fa
 @pytest.mark.parametrize("family", ["gemma2", "gemma3"])
 def test_norms_after_each_sublayer_are_refused(models, tokenizer, family):
     model = models(family)
-    assert post_norms(model)
+    assert model.backend.post_norms()
     with pytest.raises(ValueError, match="normalises each attention and MLP output"):
         direct_number_effects(model, mixed_pairs(tokenizer, 1), [Component.mlp(0)], [1, 2])
 

@@ -1,6 +1,6 @@
 """Attribution (the screen), EAP-IG and the per-position engine share each pair's prompt prefix through the
-backend's capability (:func:`circuits.models.backend.run_prefixes` and :func:`~circuits.models.backend.continue_prefixes`,
-or :func:`~circuits.models.backend.block_runner` where single blocks run after a cache) on whichever
+backend's capability (:meth:`~circuits.models.backend.Backend.run_prefixes` and :meth:`~circuits.models.backend.Backend.continue_prefixes`,
+or :meth:`~circuits.models.backend.Backend.block_runner` where single blocks run after a cache) on whichever
 TransformerLens line this environment has: the prefix route is taken (only the bodies run, fewer tokens than the
 prompts) and gives the whole-prompt route's numbers (``prefix_sharing`` off)."""
 
@@ -11,7 +11,6 @@ import torch
 from helpers import mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.models import backend
 from circuits.patching.readouts import first_difference
 from circuits.types import Component, Neuron
 
@@ -29,7 +28,7 @@ def _run_all(model, batch, log: list):
     n = len(log)
     out["pos"] = sweep_positions(model, batch, nodes=NODES, progress=False)
     out["pos_calls"] = log[n:]
-    if not backend.post_norms(model):
+    if not model.backend.post_norms():
         out["edge"] = eap_ig(model, batch, "logit_diff", steps=2, level="edge", pairs_per_batch=3, progress=False)
     return out
 
@@ -39,35 +38,36 @@ def test_engines_share_prefixes_and_equal_whole_prompts(family_models, tokenizer
     model = family_models(arch)
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=1), 0)
     assert (first_difference(batch) > 0).all()  # every pair has a prefix to share
-    assert backend.prefix_sharing(model)  # transformers < 5.24 on the Bridge (the TL 4 environment pins it)
+    assert model.backend.prefix_sharing()  # transformers < 5.24 on the Bridge (the TL 4 environment pins it)
     # Both lines' caches hold keys after the QK norm (3.9's block runner applies it to hook_k's keys): the
     # per-position engine shares prefixes on Qwen3 and Gemma 3 too.
-    assert backend.prefix_kv_hooks(model, 0) is not None
+    assert model.backend.prefix_kv_hooks(0) is not None
     bodies: list[tuple[bool, int]] = []  # (after a prefix, tokens per row)
     blocks: list[int] = []
-    cont, runner = backend.continue_prefixes, backend.block_runner
+    cls = type(model.backend)  # the model's backend class: its methods counted
+    cont, runner = cls.continue_prefixes, cls.block_runner
 
-    def counting_continue(model, body, prefix, **kw):
+    def counting_continue(self, body, prefix, **kw):
         bodies.append((prefix is not None, body.shape[1]))
-        return cont(model, body, prefix, **kw)
+        return cont(self, body, prefix, **kw)
 
-    def counting_runner(*args):
-        run = runner(*args)
+    def counting_runner(self, *args):
+        run = runner(self, *args)
 
         def counting(layer, x):
             blocks.append(x.shape[1])
             return run(layer, x)
         return None if run is None else counting
 
-    monkeypatch.setattr(backend, "continue_prefixes", counting_continue)
-    monkeypatch.setattr(backend, "block_runner", counting_runner)
+    monkeypatch.setattr(cls, "continue_prefixes", counting_continue)
+    monkeypatch.setattr(cls, "block_runner", counting_runner)
     shared = _run_all(model, batch, bodies)
     width = batch.reference.shape[1]
     assert bodies and all(after for after, _ in bodies) and max(n for _, n in bodies) < width
     assert blocks and max(blocks) < width  # positions run suffixes block by block from the sender's layer
 
     bodies.clear()
-    monkeypatch.setattr(backend, "prefix_sharing", lambda m: False)
+    monkeypatch.setattr(cls, "prefix_sharing", lambda self: False)
     whole = _run_all(model, batch, bodies)
     assert bodies and not any(after for after, _ in bodies)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from circuits.models.backend import tunable_tensors
 from circuits.sft import plan as hm
 from circuits.sft import train as ft
 from circuits.sft.data import Example, tokenize_examples
@@ -43,7 +42,7 @@ def bridge(arch: str = "llama", dtype: torch.dtype = torch.float32, folder=None)
 
     from circuits.models import backend
 
-    if backend.NAME == "bridge":  # TransformerLens 4: the Bridge circuits loads
+    if backend.installed().name == "bridge":  # TransformerLens 4: the Bridge circuits loads
         from circuits.models import load_model
 
         return load_model(folder or tiny_dir(arch), dtype=str(dtype).removeprefix("torch."), device="cpu")
@@ -51,7 +50,7 @@ def bridge(arch: str = "llama", dtype: torch.dtype = torch.float32, folder=None)
     b.enable_compatibility_mode(disable_warnings=True, fold_ln=True, center_writing_weights=False,
                                 center_unembed=False, fold_value_biases=False)
     b.cfg.default_prepend_bos = False
-    return b
+    return backend.attach(b)  # a Bridge built here: the registry recognises it (the Bridge backend, also on 3.9)
 
 
 def hooked(arch: str = "llama"):
@@ -89,7 +88,7 @@ def test_tunable_tensors_are_the_bridges_own_weight_views(arch):
     """Each TransformerLens name reads exactly the Bridge's own ``W_Q``/``W_K``/``W_V``/``W_O`` (and biases), and a
     write through it lands in the Hugging Face weight the Bridge computes with."""
     b = bridge(arch)
-    tensors = tunable_tensors(b)
+    tensors = b.backend.tunable_tensors()
     for l in range(b.cfg.n_layers):
         attn = b.blocks[l].attn
         assert torch.equal(tensors[f"blocks.{l}.attn.W_Q"].read(), attn.W_Q)
@@ -188,7 +187,7 @@ def test_precise_sft_on_bridge_equals_hooked_transformer(tmp_path, arch, mlps):
     for layer in (1, 2):
         for w in ("W_Q", "W_O"):
             assert (getattr(b.blocks[layer].attn, w) - getattr(h.blocks[layer].attn, w)).abs().max() < 1e-5
-    tuned = {t.key for name, t in tunable_tensors(b).items() if name in dh["tensors"]}
+    tuned = {t.key for name, t in b.backend.tunable_tensors().items() if name in dh["tensors"]}
     for key, p in b.named_parameters():
         if key not in tuned:
             assert torch.equal(p, before[key]), key
@@ -280,7 +279,7 @@ def test_bridge_bf16_trains_on_fp32_masters_and_leaves_frozen_rows(tmp_path, tok
     ft.finetune(b, _examples(tokenizer), _config(dtype="bfloat16", lr=1e-3), tmp_path / "b", progress=False)
     delta = read_delta(tmp_path / "b" / "delta.pt")
     assert all(v.dtype == torch.float32 for v in delta["tensors"].values())
-    t = tunable_tensors(b)["blocks.1.attn.W_Q"]
+    t = b.backend.tunable_tensors()["blocks.1.attn.W_Q"]
     now, was = t.read(), t.on(before[t.key]).read()
     assert (now[[0, 3]].float() != was[[0, 3]].float()).float().mean() > 0.5  # most tuned entries moved
     assert torch.equal(now[[1, 2]], was[[1, 2]])  # unselected heads of a tuned layer untouched

@@ -170,7 +170,7 @@ def test_a_shared_prefix_equals_the_repeated_cache(family_models, tokenizer, mon
     passes) gives TransformerLens's frozen cache's numbers with the prefixes repeated per row; a local layer whose
     window hides some key takes TransformerLens's own path, one whose window spans the prompt (``_wide``: Gemma 3's
     512 tokens over short prompts) the fused one. Gemma 3: the local layer 0, with its QK norm (the keys given are
-    ``hook_k``'s, as :func:`circuits.models.backend.block_runner` takes them, normed as the cache holds them)."""
+    ``hook_k``'s, as :meth:`~circuits.models.backend.Backend.block_runner` takes them, normed as the cache holds them)."""
     import circuits.models.attention as A
     from circuits.models._hooked import _cached_keys
 

@@ -7,10 +7,15 @@ import ast
 import copy
 import pickle
 import re
+import sys
 from pathlib import Path
+
+import pytest
+import torch
 
 import circuits
 from circuits.models import backend
+from circuits.versions import backend_line
 
 PACKAGE = Path(circuits.__file__).parent
 # Outside circuits/models/, a module may name the model class and the cache class for annotations; nothing more.
@@ -61,66 +66,99 @@ def test_within_models_only_the_seam_and_loading_import_internals():
         assert not names, f"{path.name} imports {names}; take them from circuits.models.backend"
 
 
-CONTRACT = set(backend.Backend.__abstractmethods__) | {"name", "model_class"}
+CONTRACT = set(backend.Backend.__abstractmethods__)
+IMPLEMENTATIONS = {"_hooked.py": "HookedBackend", "_bridge.py": "BridgeBackend"}
 
 
-def _module_functions(path: Path) -> set[str]:
-    """The names a module defines at its top level (functions, classes, assignments)."""
-    names: set[str] = set()
+def _class_methods(path: Path, cls: str) -> set[str]:
+    """The names a module's class ``cls`` defines (methods, class attributes), read from its source."""
     for node in ast.parse(path.read_text(), str(path)).body:
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.Assign):
-            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-    return names
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            names = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            return names | {t.id for n in node.body if isinstance(n, ast.Assign) for t in n.targets
+                            if isinstance(t, ast.Name)}
+    raise AssertionError(f"{path.name} defines no class {cls}")
 
 
 def test_both_backends_implement_the_whole_contract():
-    """Both implementation modules define a function for every method of :class:`Backend` (read from their source,
-    so the check runs on either TransformerLens line), and become their backend by
-    :func:`~circuits.models.backend.implementation`; the installed one instantiates (no abstract method left)."""
+    """Both implementation classes define every method of :class:`Backend` and its ``name``/``model_class``/``line``
+    (read from their source, so the check runs on either TransformerLens line) and are registered (``@register``);
+    the installed one is in the registry under its name, for its line."""
     assert len(CONTRACT) > 30
-    for impl in ("_hooked.py", "_bridge.py"):
+    for impl, cls in IMPLEMENTATIONS.items():
         source = PACKAGE / "models" / impl
-        missing = (CONTRACT - {"name", "model_class"}) - _module_functions(source)
+        missing = (CONTRACT | {"name", "model_class", "line"}) - _class_methods(source, cls)
         assert not missing, f"{impl} lacks {sorted(missing)}"
-        assert "BACKEND = implementation(" in source.read_text(), impl
-    b = backend.installed()
-    assert isinstance(b, backend.Backend) and b.name == backend.NAME and not type(b).__abstractmethods__
+        assert f"@register\nclass {cls}(Backend):" in source.read_text(), impl
+    cls = backend.installed()
+    assert backend.BACKENDS[cls.name] is cls and issubclass(cls, backend.Backend) and not cls.__abstractmethods__
+    assert cls.line == backend_line()
 
 
 def test_a_backend_missing_a_method_is_one_line():
-    import pytest
+    class Partial(backend.Backend):
+        name = "partial"
 
-    with pytest.raises(TypeError, match="lacks the contract's .*final_residual"):
-        backend.implementation("partial", object, {"act_name": lambda *a: None})
+        def final_residual(self, tokens, **kwargs):
+            return tokens
+
+    with pytest.raises(TypeError, match="Partial lacks the contract's .*attn_qkv"):
+        backend.register(Partial)
+    assert "partial" not in backend.BACKENDS
 
 
-def test_every_capability_is_a_function_of_the_model_too():
-    """backend.f(model, ...) is backend_of(model).f(model, ...) for each method (the three without a model read the
-    installed line)."""
-    for name in backend.Backend.__abstractmethods__:
-        if name == "reference_weights":  # export has no TransformerLens model: backend.installed().reference_weights
-            continue
-        assert callable(getattr(backend, name, None)), name
-        assert name in backend.__all__, name
+def test_no_forwarding_functions_are_left():
+    """The seam module holds the contract and the model-free helpers, not one function per method: a capability is
+    ``model.backend.f(...)``."""
+    for name in CONTRACT - {"load", "official_name", "reference_weights"}:
+        assert not hasattr(backend, name), name
 
 
 def test_the_model_carries_its_backend(tiny_llama):
-    """load_model attaches the installed line's backend; a copy carries the same one; an object that wraps a Hugging
-    Face model is a Bridge's; anything else built directly gets the installed line's."""
-    assert backend.backend_of(tiny_llama) is backend.installed()
-    assert vars(tiny_llama)[backend.ATTRIBUTE] is backend.installed()
-    assert copy.deepcopy(backend.installed()) is backend.installed()
-    assert pickle.loads(pickle.dumps(backend.installed())) is backend.installed()
+    """load_model attaches the installed line's backend, bound to the model; a deep copy and a pickled copy carry one
+    bound to the copy; a model built directly is recognised by its class, anything else gets the installed line's."""
+    assert type(tiny_llama.backend) is backend.installed() and tiny_llama.backend.model is tiny_llama
+    assert backend.backend_of(tiny_llama) is tiny_llama.backend
+    twin = copy.deepcopy(tiny_llama)
+    assert type(twin.backend) is type(tiny_llama.backend) and twin.backend.model is twin
+    try:
+        data = pickle.dumps(tiny_llama)
+    except AttributeError:  # a TransformerBridge does not pickle (TransformerLens 4's hooks are local classes)
+        data = None
+    if data is not None:
+        again = pickle.loads(data)
+        assert again.backend.model is again
+        torch.testing.assert_close(again.backend.final_residual(torch.tensor([[1, 2, 3]])),
+                                   tiny_llama.backend.final_residual(torch.tensor([[1, 2, 3]])))
+    shallow = copy.copy(tiny_llama)  # shares the original's backend object: backend_of binds it its own
+    assert backend.backend_of(shallow).model is shallow and tiny_llama.backend.model is tiny_llama
 
-    class Wrapped:
-        original_model = adapter = None
+    class Other:
+        pass
 
-    assert backend.backend_of(Wrapped()).name == "bridge"
-    assert backend.backend_of(object()) is backend.installed()
-    other = Wrapped()
-    assert backend.backend_of(backend.attach(other, backend.installed())) is backend.installed()
+    assert type(backend.backend_of(Other())) is backend.installed()
+    for cls in backend.BACKENDS.values():  # each registered class recognises its own models
+        bare = cls.model_class.__new__(cls.model_class)
+        assert type(backend.backend_of(bare)) is cls
+
+
+def test_a_model_frees_without_the_garbage_collector():
+    """The backend holds its model weakly: a model without cycles of its own is freed as its last name goes."""
+    import gc
+    import weakref
+
+    from helpers import tiny_model
+
+    model = tiny_model("llama")
+    ref = weakref.ref(model)
+    model.backend.final_residual(torch.tensor([[1, 2]]))
+    gc.disable()
+    try:
+        del model
+        freed = ref() is None
+    finally:
+        gc.enable()
+    assert freed or backend.installed().line != 3  # a TransformerBridge has cycles of its own (TransformerLens 4)
 
 
 # Lines outside circuits/models/ that branch on a backend or name TransformerLens 3 internals: none (an engine asks the
@@ -157,11 +195,11 @@ def test_transformer_lens_3_internals_are_not_the_contract():
 
 
 def test_version_check_names_what_is_supported():
-    assert backend.check_version("3.9.0") == "hooked"
-    assert backend.check_version("4.3.0") == "bridge" and backend.check_version("4.7.1") == "bridge"
+    assert backend_line("3.9.0") == 3
+    assert backend_line("4.3.0") == 4 and backend_line("4.7.1") == 4
     for bad in ("3.8.1", "4.0.0", "4.2.0", "5.0.0"):
         try:
-            backend.check_version(bad)
+            backend_line(bad)
         except backend.UnsupportedTransformerLens as err:
             assert bad in str(err) and "3.9" in str(err) and "4.3" in str(err) and "\n" not in str(err)
         else:
@@ -169,7 +207,7 @@ def test_version_check_names_what_is_supported():
 
 
 def test_seam_names_are_transformer_lens_own():
-    if backend.NAME == "bridge":
+    if backend.installed().line == 4:
         from transformer_lens.model_bridge import TransformerBridge
         from transformer_lens.utilities import get_act_name
 
@@ -186,25 +224,62 @@ def test_seam_names_are_transformer_lens_own():
         assert hasattr(backend, name), name
 
 
-def test_a_new_backend_is_one_set_of_functions(tiny_llama, tokenizer):
-    """The worked example of "add a backend": a backend that shares no prompt prefix is the installed line's functions
-    with one capability changed, made a backend by ``implementation`` -- no other file changes. Attached to a copy of
-    the model, every registered engine asks it for the capability and runs whole prompts, with the same scores."""
-    import sys
+TOY = """
+from circuits.models.backend import installed, register
 
-    import torch
+
+@register
+class WholePrompts(installed()):
+    \"\"\"The installed line's backend, sharing no prompt prefix.\"\"\"
+
+    name = "whole-prompts"
+    line = None  # attached by hand, never the default of a line
+
+    def prefix_sharing(self):
+        return False
+"""
+
+
+def test_a_new_backend_is_one_module(tiny_llama, tokenizer, tmp_path, monkeypatch):
+    """The worked example of "add a backend": one module in a folder of its own (here the installed line's backend
+    with one capability changed) registers its class by importing it: 1 file written, none of the toolkit's edited.
+    Attached to a copy of the model, every registered engine asks it for the capability and runs whole prompts, with
+    the same scores."""
+    import importlib
+    import hashlib
 
     from helpers import check_engine_against_reference
 
-    installed = backend.installed()
-    functions = dict(vars(sys.modules[type(installed).__module__]))
-    functions["prefix_sharing"] = lambda model: False
-    whole = backend.implementation(f"{installed.name}-whole-prompts", installed.model_class, functions)
-    model = backend.attach(copy.copy(tiny_llama), whole)
-    assert backend.backend_of(model) is whole and not backend.prefix_sharing(model)
-    assert backend.prefix_sharing(tiny_llama)
-    for name in ("screen", "eap-ig", "positions"):
-        a = check_engine_against_reference(tiny_llama, tokenizer, name)
-        b = check_engine_against_reference(model, tokenizer, name)
-        for part, value in a.parts.items():
-            torch.testing.assert_close(value, b.parts[part], atol=1e-5, rtol=1e-5, equal_nan=True)
+    def digest() -> dict[str, str]:
+        return {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(PACKAGE.rglob("*.py"))}
+
+    before = digest()
+    (tmp_path / "toy_backend.py").write_text(TOY)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(backend, "BACKENDS", dict(backend.BACKENDS))  # the registration undone after the test
+    toy = importlib.import_module("toy_backend").WholePrompts
+    try:
+        written = [p for p in tmp_path.rglob("*.py")]
+        assert len(written) == 1 and digest() == before  # 1 module, 0 edits
+        assert backend.BACKENDS["whole-prompts"] is toy and backend.installed() is not toy
+        model = backend.attach(copy.deepcopy(tiny_llama), toy)
+        assert type(model.backend) is toy and not model.backend.prefix_sharing()
+        assert tiny_llama.backend.prefix_sharing()
+        for name in ("screen", "eap-ig", "positions"):
+            a = check_engine_against_reference(tiny_llama, tokenizer, name)
+            b = check_engine_against_reference(model, tokenizer, name)
+            for part, value in a.parts.items():
+                torch.testing.assert_close(value, b.parts[part], atol=1e-5, rtol=1e-5, equal_nan=True)
+    finally:
+        sys.modules.pop("toy_backend", None)
+
+
+def test_no_branch_on_a_backend_name_in_the_seam_loading_or_versions():
+    """The registry chooses the backend (by the installed line, :func:`circuits.versions.backend_line`): neither the
+    seam, nor loading, nor the version rule compares or maps a backend's name."""
+    by_name = re.compile(r"""[=!]=\s*["'](hooked|bridge)["']|["'](hooked|bridge)["']\s*[=!]=|:\s*["'](hooked|bridge)["']"""
+                         r"""\s*[,}]|\bNAME\b""")
+    for rel in ("models/__init__.py", "models/backend.py", "models/loading.py", "versions.py"):
+        lines = [f"{i}: {line.strip()}" for i, line in enumerate((PACKAGE / rel).read_text().splitlines(), 1)
+                 if by_name.search(line)]
+        assert not lines, f"{rel} chooses a backend by name: {lines}"

@@ -53,7 +53,7 @@ def test_pair_blocks_are_work_items_and_give_the_same_sweep(tiny_llama, monkeypa
 
 def test_layers_over_devices_follow_transformer_lens():
     """Where each block of a spread model goes (no GPU needed to compute it), and the one-line errors here."""
-    from circuits.models.backend import block_devices, spread
+    from circuits.models.backend import block_devices
 
     devices = block_devices(32, "cuda:0", 4)
     assert [d.index for d in devices] == [i // 8 for i in range(32)]
@@ -62,7 +62,7 @@ def test_layers_over_devices_follow_transformer_lens():
     from helpers import tiny_model
 
     model = tiny_model("llama")
-    assert spread(model, 1, "cpu") is model and model.cfg.device == "cpu"
+    assert model.backend.spread(1, "cpu") is model and model.cfg.device == "cpu"
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="spreads a model over GPUs; none is visible"):
-            spread(model, 2, "cpu")
+            model.backend.spread(2, "cpu")

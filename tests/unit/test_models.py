@@ -79,13 +79,14 @@ def test_other_transformer_lens_families_load(tmp_path, tokenizer, family):
 def test_engine_refuses_what_it_does_not_compute():
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+    from circuits.models import backend
     from circuits.patching.end_layers import check_supported
 
     cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=10, act_fn="gelu",
                                   positional_embedding_type="alibi", parallel_attn_mlp=True)
     with pytest.raises(ValueError, match="does not support parallel attention/MLP blocks.*; positional embedding "
                                          "'alibi'.*Accepted: pre-norm decoders"):
-        check_supported(HookedTransformer(cfg))
+        check_supported(backend.attach(HookedTransformer(cfg)))
 
 
 def test_embedded_model_without_its_wheels_says_how_to_install(monkeypatch):

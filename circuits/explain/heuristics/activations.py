@@ -18,7 +18,6 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from circuits.data.grid import OperandGrid
-from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.models.forward import end_residuals
 from circuits.types import Neuron
@@ -61,7 +60,7 @@ def grid_activations(model: Model, grid: OperandGrid, neurons: Sequence[Neuron],
 def output_logits(model: Model, neurons: Sequence[Neuron], tokens: Tensor) -> Float[Tensor, "neuron token"]:
     """``W_out[n] @ W_U`` at ``tokens``: the logit a unit of the neuron's activation adds to each token (direct
     path, final norm left out)."""
-    W_U, _ = backend.unembed_weights(model)
+    W_U, _ = model.backend.unembed_weights()
     rows = torch.stack([model.blocks[n.layer].mlp.W_out[n.index] for n in neurons])
     return (rows.to(W_U) @ W_U[:, tokens.to(W_U.device)]).float().cpu()
 

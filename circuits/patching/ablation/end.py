@@ -20,7 +20,6 @@ from jaxtyping import Bool, Float
 from torch import Tensor
 
 from circuits.data.pairs import PairBatch
-from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.models.forward import end_residuals, shared_prefix_lengths
 from circuits.patching.ablation.values import ValueKind, end_values
@@ -55,7 +54,7 @@ class EndRuns:
 
 def _head_outputs(model: Model, layer: int, z: Tensor) -> Tensor:
     """Each head's write into the residual, ``z_h @ W_O[h]`` (``hook_result``), ``[..., head, d_model]``."""
-    W_O = backend.attn_out(model, layer)[0]
+    W_O = model.backend.attn_out(layer)[0]
     return torch.einsum("...he,hed->...hd", z, W_O.to(z.dtype))
 
 
@@ -123,7 +122,7 @@ def end_runs(model: Model, batch: PairBatch, kind: ValueKind, neuron_layers: Seq
     of every sender for values of ``kind`` (``counterfactual``, ``end_mean``, ``zero``): what :func:`nodes_at_end`
     and :func:`edges_at_end` read."""
     L = model.cfg.n_layers
-    k_site = lambda l: backend.rotary_key_hook(model, l)  # noqa: E731  (keys as attention reads them)
+    k_site = lambda l: model.backend.rotary_key_hook(l)  # noqa: E731  (keys as attention reads them)
     ends = [act_name("resid_pre", 0)] + [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")]
     ends += [act_name("post", l) for l in neuron_layers]
     full = [k_site(l) for l in range(L)] + [act_name("v", l) for l in range(L)]
@@ -224,7 +223,7 @@ def edges_at_end(model: Model, batch: PairBatch, edges: Bool[Tensor, "set sender
             x = einops.rearrange(inputs(s0, slice(r0, r0 + 3 * H)), "c p (h k) d -> k c p h d", k=3)
             z = z_at_end(model, l, x[0], x[1], x[2], runs.keys[l], runs.values[l], end)
             cur[:, :, s0 : s0 + H] = _head_outputs(model, l, z)  # [c, pair, head, d_model]
-            bias = bias + backend.attn_out(model, l)[1]
+            bias = bias + model.backend.attn_out(l)[1]
             cur[:, :, s0 + H] = mlp_at_end(model, l, inputs(s0 + H, r0 + 3 * H))
         out.append(inputs(n_s, -1))
     return torch.cat(out)

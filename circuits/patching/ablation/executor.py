@@ -19,7 +19,7 @@ executor chooses the strategy from the spec and the model; each equals the plain
   replacing, row by row, the units the row's set marks (:func:`ablated_residuals`).
 
 Prefix sharing in the masked forward, through the backend's ``prefix_cache``/``continue_prefix`` where
-:func:`~circuits.models.backend.prefix_sharing` says the cache gives the full run's numbers (causal attention makes
+:meth:`~circuits.models.backend.Backend.prefix_sharing` says the cache gives the full run's numbers (causal attention makes
 it exact):
 
 - ``ablate_prefix=True`` (knockout: the prefix is ablated too, so its keys and values depend on the set): pairs with
@@ -41,7 +41,6 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.patching.ablation.end import edges_at_end, end_only_supported, end_runs, nodes_at_end
 from circuits.patching.ablation.values import AblationValues, ValueKind, per_pair_values, record, site_names
@@ -174,7 +173,7 @@ def ablated_residuals(
     cfg = model.cfg
     S, P = len(masks), len(tokens)
     ablate_prefix = ablate_prefix and not at_end
-    share = prefix_lengths is not None and backend.prefix_sharing(model)
+    share = prefix_lengths is not None and model.backend.prefix_sharing()
     groups: dict[object, list[int]] = {}
     for i, ids in enumerate(tokens):
         n_pre = min(prefix_lengths[i], len(ids) - 1) if share else 0  # type: ignore[index]
@@ -203,17 +202,17 @@ def ablated_residuals(
                 if n_pre and ablate_prefix:
                     prefix = torch.tensor(tokens[block[0]][:n_pre], device=cfg.device)[None].expand(ns, -1)
                     hooks = ablation_hooks(model, masks, sets, values, block_src[:1].expand(ns), 0)
-                    cache = backend.prefix_cache(model, prefix, hooks, nb)
+                    cache = model.backend.prefix_cache(prefix, hooks, nb)
                 elif n_pre:
                     prefix = torch.tensor([list(tokens[i][:n_pre]) for i in block], device=cfg.device)
-                    cache = backend.prefix_cache(model, prefix, [], ns)
+                    cache = model.backend.prefix_cache(prefix, [], ns)
                 ends = lengths[row_pair] - n_pre - 1
                 hooks = ablation_hooks(model, masks, row_set, values, block_src[row_pair], n_pre,
                                        ends if at_end else None)
                 rows = body[row_pair].to(cfg.device)
                 with model.hooks(fwd_hooks=hooks):
-                    resid = backend.final_residual(model, rows) if cache is None else \
-                        backend.continue_prefix(model, rows, cache)
+                    resid = model.backend.final_residual(rows) if cache is None else \
+                        model.backend.continue_prefix(rows, cache)
                 end = resid[torch.arange(len(rows), device=resid.device), ends.to(resid.device)]
                 pair = torch.tensor(block)[row_pair]
                 out[row_set.to(out.device), pair.to(out.device)] = end.to(out)
@@ -298,7 +297,7 @@ def run_ablation(model: Model, pairs: Pairs, spec: AblationSpec, *, rows_per_bat
         resid = edges_at_end(model, batch, sites.edges, runs, memory_mb) if sites.edges is not None else \
             nodes_at_end(model, batch, sites.heads, sites.mlps, sites.neurons, runs, memory_mb)
         return Ablated(resid, runs.cf_resid, "end")
-    if auto and spec.positions == "all" and values == "counterfactual" and backend.prefix_sharing(model):
+    if auto and spec.positions == "all" and values == "counterfactual" and model.backend.prefix_sharing():
         return Ablated(*_counterfactual_everywhere(model, batch, sites, rows), "counterfactual")
     names = site_names(model, neuron_layers) if values == "counterfactual" else []
     acts, cf_full = record(model, batch.counterfactual, names)
@@ -341,7 +340,7 @@ def _counterfactual_everywhere(model: Model, batch: PairBatch, sites: AblationMa
     start = shared_start(batch).tolist()
     ref = [batch.reference[i, : end[i] + 1].tolist() for i in range(P)]
     cf = [batch.counterfactual[i, : end[i] + 1].tolist() for i in range(P)]
-    out_device = backend.output_device(model)
+    out_device = model.backend.output_device()
     out = torch.empty(C, P, cfg.d_model, dtype=cfg.dtype, device=out_device)
     cf_end = torch.empty(P, cfg.d_model, dtype=cfg.dtype, device=out_device)
     groups: dict[int, list[int]] = {}
@@ -377,10 +376,10 @@ def _counterfactual_everywhere(model: Model, batch: PairBatch, sites: AblationMa
                 tokens, cache = body.to(cfg.device), None
                 if n_pre:  # the shared start, without hooks (nothing is ablated before the first difference)
                     prefix = torch.tensor([ref[i][:n_pre] for i in block], device=cfg.device)
-                    cache = backend.prefix_cache(model, prefix, [], k)
+                    cache = model.backend.prefix_cache(prefix, [], k)
                 with model.hooks(fwd_hooks=hooks):
-                    resid = backend.final_residual(model, tokens) if cache is None else \
-                        backend.continue_prefix(model, tokens, cache)
+                    resid = model.backend.final_residual(tokens) if cache is None else \
+                        model.backend.continue_prefix(tokens, cache)
                 at_end = resid[torch.arange(nb * k, device=resid.device), ends.to(resid.device)].to(out)
                 at_end = at_end.reshape(nb, k, -1)
                 idx = torch.tensor(block, device=out_device)

@@ -111,10 +111,10 @@ def answer_readout(model: Model, x: Float[Tensor, "sender pair d_model"], answer
     (and the final soft-cap where the model has one)."""
     S, P, d = x.shape
     normed = model.ln_final(x.reshape(-1, 1, d))[:, 0].reshape(S, P, d)
-    W_U, b_U = backend.unembed_weights(model)
+    W_U, b_U = model.backend.unembed_weights()
     logit = torch.einsum("spd,dp->sp", normed, W_U[:, answer]) + b_U[answer]
     other = torch.einsum("spd,dp->sp", normed, W_U[:, cf_answer]) + b_U[cf_answer]
-    cap = backend.logit_softcap(model)  # Gemma 2's final soft-cap, as the forward pass applies it
+    cap = model.backend.logit_softcap()  # Gemma 2's final soft-cap, as the forward pass applies it
     logit, other = backend.apply_softcap(logit, cap).float(), backend.apply_softcap(other, cap).float()
     return {"logit": logit, "logit_diff": logit - other, "prob": torch.full_like(logit, float("nan"))}
 
@@ -177,7 +177,7 @@ def sweep_neurons(
                 idx = torch.tensor([n.index for n in mine], device=device)
                 delta = (post_cf[layer][:, idx] - post_ref[layer][:, idx]).T  # [neuron, pair]
                 w_out = model.blocks[layer].mlp.W_out[idx]  # [neuron, d_model]
-                if backend.post_norms(model):  # Gemma 2/3: the MLP's output is normalised before it joins
+                if model.backend.post_norms():  # Gemma 2/3: the MLP's output is normalised before it joins
                     mlp = model.blocks[layer].mlp
                     raw = post_ref[layer] @ mlp.W_out
                     if getattr(mlp, "b_out", None) is not None:

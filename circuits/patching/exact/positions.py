@@ -4,7 +4,7 @@ Patching a component's output at position ``p`` with its value on the counterfac
 before ``p`` (causal attention), so only positions ``p..END`` need recomputing: the engine starts every patched
 row at ``p`` from the reference run's residual stream and runs the model's own blocks on the suffix ``p..END``
 only, with the keys and values of positions ``< p`` taken from the reference run (the backend's key/value cache,
-exactly as in generation: :func:`circuits.models.backend.block_runner`, TransformerLens 3's frozen cache on 3.9,
+exactly as in generation: :meth:`~circuits.models.backend.Backend.block_runner`, TransformerLens 3's frozen cache on 3.9,
 Hugging Face's on a TransformerBridge with the masks and rotary tables the model hands each block). Many senders share one pass (rows are ``sender x pair``, senders
 join at their own layer), and the answer is read at END with the END engine's readout. On 3.9 the backend's block
 runner reads each pair's cached prefix once for all the rows that continue it (:class:`circuits.models.attention.
@@ -35,7 +35,6 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.end_layers import check_supported, readout
@@ -85,7 +84,7 @@ def _collect(model: Model, batch: PairBatch, neuron_layers: set[int]) -> _Runs:
         return hook
 
     final = act_name("resid_post", L - 1)
-    kv = [backend.prefix_kv_hooks(model, l) for l in range(L)] if backend.prefix_sharing(model) else [None] * L
+    kv = [model.backend.prefix_kv_hooks(l) for l in range(L)] if model.backend.prefix_sharing() else [None] * L
     kv_names = [n for names in kv if names is not None for n in names] if all(kv) else []
     ref_names = [act_name("resid_pre", l) for l in range(L)] + kv_names + [final]
     cf_names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")] + [final]
@@ -144,9 +143,9 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
     positions before it. Pairs whose suffixes start at different positions share the pass: their caches are
     left-padded to one width and masked, as TransformerLens batches generation. Each row starts at its
     sender's layer from the reference's residual stream and runs block by block
-    (:func:`circuits.models.backend.block_runner`), or, where blocks do not run alone after a cache (or the suffix
-    starts the prompt), the whole model continues the suffix (:func:`circuits.models.backend.continue_prefixes`);
-    where the backend's cache cannot hold the reference's keys (no :func:`circuits.models.backend.prefix_kv_hooks`),
+    (:meth:`~circuits.models.backend.Backend.block_runner`), or, where blocks do not run alone after a cache (or the suffix
+    starts the prompt), the whole model continues the suffix (:meth:`~circuits.models.backend.Backend.continue_prefixes`);
+    where the backend's cache cannot hold the reference's keys (no :meth:`~circuits.models.backend.Backend.prefix_kv_hooks`),
     whole prompts run (:func:`_whole_pass`)."""
     L = model.cfg.n_layers
     G = len(pairs)
@@ -167,14 +166,14 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
         keys.append(k_ * keep[..., None, None] if padded else k_)
         values.append(v_ * keep[..., None, None] if padded else v_)
     tokens = runs.tokens[pairs[:, None], suffix]  # type: ignore[index]
-    run = backend.block_runner(model, tokens, keys, values, keep.long() if padded else None) if p_max else None
+    run = model.backend.block_runner(tokens, keys, values, keep.long() if padded else None) if p_max else None
     if run is None:  # every row through the whole model, from the suffix's tokens
         S = len(senders)
-        prefix = backend.prefix_from_kv(model, [k_.repeat(S, 1, 1, 1) for k_ in keys],
+        prefix = model.backend.prefix_from_kv([k_.repeat(S, 1, 1, 1) for k_ in keys],
                                         [v_.repeat(S, 1, 1, 1) for v_ in values],
                                         keep.long().repeat(S, 1)) if p_max else None
         with model.hooks(fwd_hooks=_patch_hooks(runs, [(i * G, s) for i, s in enumerate(senders)], pairs, pos, G)):
-            resid = backend.continue_prefixes(model, tokens.repeat(S, 1), prefix)
+            resid = model.backend.continue_prefixes(tokens.repeat(S, 1), prefix)
         final = resid[:, -1].reshape(S, G, -1)
         return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom, prob=prob).items()}
     x: Tensor | None = None
@@ -205,7 +204,7 @@ def _whole_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, s
     tokens = runs.tokens[pairs][:, : int(ends.max()) + 1].repeat(len(senders), 1)
     hooks = _patch_hooks(runs, [(i * G, s) for i, s in enumerate(senders)], pairs, pos, G, at=pos)
     with model.hooks(fwd_hooks=hooks):
-        resid = backend.final_residual(model, tokens)
+        resid = model.backend.final_residual(tokens)
     final = resid[torch.arange(len(tokens), device=resid.device), ends.repeat(len(senders))]
     final = final.reshape(len(senders), G, -1)
     return {k_: v.cpu() for k_, v in readout(model, final, answer, cf_answer, custom, prob=prob).items()}

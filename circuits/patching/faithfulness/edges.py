@@ -11,7 +11,6 @@ import torch
 from jaxtyping import Bool
 from torch import Tensor
 
-from circuits.models import backend
 from circuits.models.backend import Model
 from circuits.patching.end_layers import check_supported
 from circuits.patching.faithfulness.curve import n_kept_at
@@ -83,8 +82,8 @@ def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float], count: str
 
 def check_edge_model(model: Model) -> None:
     check_supported(model)
-    if backend.post_norms(model):
+    if model.backend.post_norms():
         raise ValueError(f"Edge faithfulness needs each head's output to add into the residual stream; "
-                         f"{backend.architecture(model)} normalises the sum of its heads (ln1_post), so a head's share "
+                         f"{model.backend.architecture()} normalises the sum of its heads (ln1_post), so a head's share "
                          "is not separable. Accepted: pre-norm models without post-sublayer norms (Llama, Mistral, "
                          "Qwen2/3, GPT-2); node faithfulness takes every model")

@@ -8,7 +8,7 @@ node at once, batched over pairs. Three things make it cheap and exact where it 
 
 - positions before the first token where a pair's prompts differ hold identical activations in both runs, so their
   estimate is exactly 0; that shared prefix (mostly the few-shot examples) runs once, without gradients, into
-  the backend's key/value cache (:func:`circuits.models.backend.run_prefixes`: TransformerLens 3's, or Hugging Face's
+  the backend's key/value cache (:meth:`~circuits.models.backend.Backend.run_prefixes`: TransformerLens 3's, or Hugging Face's
   on a TransformerBridge), and only the rest runs forward twice and backward once;
 - only END is unembedded (the readout needs the END logits alone);
 - ``mode="path"`` gives the estimate of the paper's path patching: every ``hook_z`` becomes a leaf, so gradients
@@ -92,17 +92,17 @@ class _Gate(torch.autograd.Function):
 
 
 def _run_body(model, body: Tensor, prefix, hooks: list) -> Tensor:
-    """The final residual of ``body`` after ``prefix`` (:func:`circuits.models.backend.run_prefixes`; ``None``: whole
+    """The final residual of ``body`` after ``prefix`` (:meth:`~circuits.models.backend.Backend.run_prefixes`; ``None``: whole
     prompts) with ``hooks`` on."""
     with model.hooks(fwd_hooks=hooks):
-        return backend.continue_prefixes(model, body, prefix)
+        return model.backend.continue_prefixes(body, prefix)
 
 
 def _end_logits(model: Model, resid: Tensor, ends: Tensor) -> Tensor:
     """END logits: the final norm, then the unembedding as one matmul (no per-call copy of ``W_U``)."""
     x = model.ln_final(resid[torch.arange(len(ends), device=resid.device), ends][:, None])[:, 0]
-    W_U, b_U = backend.unembed_weights(model)
-    return backend.apply_softcap(x @ W_U + b_U, backend.logit_softcap(model)).float()
+    W_U, b_U = model.backend.unembed_weights()
+    return backend.apply_softcap(x @ W_U + b_U, model.backend.logit_softcap()).float()
 
 
 def _qk_fix(model: Model, layer: int, A: Tensor, G: Tensor, q_ref: Tensor, q_cf: Tensor, k_ref: Tensor, k_cf: Tensor,
@@ -112,23 +112,23 @@ def _qk_fix(model: Model, layer: int, A: Tensor, G: Tensor, q_ref: Tensor, q_cf:
     ``A``/``G``: the attention pattern and the metric's gradient with respect to it, ``[row, head, body, T]`` with
     ``T = n_max + body`` key columns (left-padded prefixes, then the body); ``q_*`` ``[row, body, head, d_head]`` and
     ``k_*`` ``[row, T, kv_head, d_head]`` (rotated, as attention reads them); ``valid`` ``[row, body, T]``: which keys
-    each query sees (causal, not padding); a local layer's window (:func:`~circuits.models.backend.sliding_window`)
+    each query sees (causal, not padding); a local layer's window (:meth:`~circuits.models.backend.Backend.sliding_window`)
     is applied here: query ``j`` sits at column ``n_max + j``, and columns differ as positions do."""
     A, G = A.float(), G.float()
     n_max = A.shape[-1] - A.shape[-2]
-    window = backend.sliding_window(model, layer)
+    window = model.backend.sliding_window(layer)
     if window is not None:
         cols = torch.arange(A.shape[-1], device=valid.device)
         query = n_max + torch.arange(A.shape[-2], device=valid.device)
         valid = valid & (cols[None, None] > query[None, :, None] - window)
     mask = ~valid[:, None]  # [row, 1, body, T]
     # Query node at j: row j recomputed with the counterfactual query against the reference keys.
-    scores = lambda q, k: backend.attention_scores(model, layer, q, k)  # noqa: E731
+    scores = lambda q, k: model.backend.attention_scores(layer, q, k)  # noqa: E731
     s_q = scores(q_cf, k_ref).float().masked_fill(mask, float("-inf"))
     dq = ((s_q.softmax(-1) - A) * G).sum(-1)  # [row, head, body]
     # Key node at t: column t of every later row changes by delta; each row re-normalises exactly. Only body keys
     # differ between the runs, so only those columns are computed.
-    if backend.score_softcap(model, layer) > 0:
+    if model.backend.score_softcap(layer) > 0:
         delta = scores(q_ref, k_cf[:, n_max:]).float() - scores(q_ref, k_ref[:, n_max:]).float()
     else:  # scores are linear in the key
         delta = scores(q_ref, k_cf[:, n_max:] - k_ref[:, n_max:]).float()
@@ -263,7 +263,7 @@ def attribute(
     gd_count = torch.zeros(K)
     # Prefix length per pair: everything before the first difference (both runs agree there), run once where the
     # backend's cache gives the full run's numbers; else prompts run whole (estimates before the difference are 0).
-    n_pre = torch.minimum(first, batch.end) if backend.prefix_sharing(model) else torch.zeros_like(batch.end)
+    n_pre = torch.minimum(first, batch.end) if model.backend.prefix_sharing() else torch.zeros_like(batch.end)
     bases: list[Baseline] = []
     bar = tqdm(total=P, desc="attribution patching", unit="pair", disable=not progress)
     for b0 in range(0, P, pairs_per_batch):
@@ -311,7 +311,7 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
     cfg = model.cfg
     L = cfg.n_layers
     device = sub.end.device
-    cache = backend.run_prefixes(model, sub.reference, n)
+    cache = model.backend.run_prefixes(sub.reference, n)
     body_len = int((sub.end - n).max()) + 1
     j = torch.arange(body_len, device=device)
     src = (n[:, None] + j[None]).clamp_max(sub.reference.shape[1] - 1)
@@ -321,9 +321,9 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
     kcol = torch.arange(n_max + body_len, device=device)
     # Key column t of row i: padding before n_max - n[i]; query j sits at column n_max + j.
     valid = (kcol[None, None] >= (n_max - n)[:, None, None]) & (kcol[None, None] <= n_max + j[None, :, None])
-    rotary = backend.rotary_key_hook(model, 0).endswith("rot_k")
+    rotary = model.backend.rotary_key_hook(0).endswith("rot_k")
     q_name = (lambda l: f"blocks.{l}.attn.hook_rot_q") if rotary else (lambda l: act_name("q", l))
-    k_name = (lambda l: backend.rotary_key_hook(model, l))
+    k_name = (lambda l: model.backend.rotary_key_hook(l))
 
     def keep(store: dict, key: str, leaf: bool = False):
         def hook(act: Tensor, hook):
@@ -357,7 +357,7 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
     ref_resid = _run_body(model, ref_body, cache, ref_hooks)
     if qk and cache is not None:  # every key attention read: the prefix's where the key hook saw the body alone
         for l in range(L):
-            pk = backend.prefix_keys(model, cache, l)
+            pk = model.backend.prefix_keys(cache, l)
             for store in (cf, ref):
                 store[f"k{l}"] = torch.cat([pk.to(store[f"k{l}"]), store[f"k{l}"]], 1)
     ref_logits = _end_logits(model, ref_resid, body_end)

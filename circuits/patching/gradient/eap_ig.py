@@ -35,16 +35,16 @@ Nodes: a head's output is its ``hook_z`` (the same first-order estimate as EAP-I
 ``z W_O``), an MLP's is ``hook_mlp_out``, the input's the embeddings. Edges (``level="edge"``): a sender's output
 (the embeddings, a head's ``z W_O``, an MLP's output) against the gradient at a receiver's own copy of its input
 (TransformerLens's ``hook_q_input`` / ``hook_k_input`` / ``hook_v_input`` per query head, ``hook_mlp_in``, and the
-final residual for ``logits``; :func:`circuits.models.backend.split_inputs` on either TransformerLens line), exactly EAP-IG's graph (edges from every earlier node; an MLP also reads the heads
+final residual for ``logits``; :meth:`~circuits.models.backend.Backend.split_inputs` on either TransformerLens line), exactly EAP-IG's graph (edges from every earlier node; an MLP also reads the heads
 of its own layer). ``positions="all"`` sums over every position (as EAP-IG); ``"end"`` keeps END alone.
 
 What makes it cheap: positions before the first token where a pair's prompts differ have identical embeddings in
 both prompts, so every interpolated run agrees with the reference there; that prefix runs once into
-the backend's key/value cache (:func:`circuits.models.backend.run_prefixes`, on either TransformerLens line) and only
+the backend's key/value cache (:meth:`~circuits.models.backend.Backend.run_prefixes`, on either TransformerLens line) and only
 the rest runs ``steps + 2`` times (the counterfactual, the reference, then each step; on the right grid the last step,
 ``alpha = 1``, is the reference run itself, ``steps + 1``; at edge level on a grouped-query model the cached keys and values are repeated per query head, as EAP-IG
 ungroups them; where the backend's cache cannot give the full run's numbers,
-:func:`circuits.models.backend.prefix_sharing`, prompts run whole: the same numbers); edge products are taken only
+:meth:`~circuits.models.backend.Backend.prefix_sharing`, prompts run whole: the same numbers); edge products are taken only
 over each pair's positions from its first difference to END; only END is unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one
 product with the activation differences; pairs are batched. Tests assert
 equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_plain`.
@@ -65,7 +65,6 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.patching.gradient.attribution import _readout_value, _run_body, estimated_readouts, readout_of
 from circuits.patching.end_layers import check_supported, end_logits
@@ -186,17 +185,17 @@ class EAPIGScores(Scores):
 def edge_hooks(model: Model) -> Iterator[None]:
     """TransformerLens's per-receiver input copies, as EAP-IG sets them: ``hook_{q,k,v}_input`` one per query head
     (grouped key/value heads ungrouped) and ``hook_mlp_in``; restored on exit. A shared prefix continued inside
-    holds one key/value head per query head (:func:`circuits.models.backend.ungroup_prefix`)."""
-    with backend.split_inputs(model, ungroup=True):
+    holds one key/value head per query head (:meth:`~circuits.models.backend.Backend.ungroup_prefix`)."""
+    with model.backend.split_inputs(ungroup=True):
         yield
 
 
 def check_edges_supported(model: Model) -> None:
     """Edges read a head's output as ``z W_O`` added to the residual stream: refuse models that normalise the
     attention output before adding it (Gemma 2/3), where no head has its own additive output."""
-    if backend.post_norms(model):
+    if model.backend.post_norms():
         raise ValueError(f"Edge-level EAP-IG needs heads that add z W_O to the residual stream; "
-                         f"{backend.architecture(model)} normalises the attention output first (ln1_post), so a "
+                         f"{model.backend.architecture()} normalises the attention output first (ln1_post), so a "
                          "head has no additive output of its own. Use level='node' for this model.")
 
 
@@ -247,7 +246,7 @@ def eap_ig(
     L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
     # A shared prefix runs once into the backend's key/value cache where that gives the full run's numbers
     # (backend.prefix_sharing); else prompts run whole.
-    shared = backend.prefix_sharing(model)
+    shared = model.backend.prefix_sharing()
     n_pre = torch.minimum(first_difference(batch), batch.end) if shared else torch.zeros_like(batch.end)
     parts: dict[str, list[Tensor]] = {"input": [], "head": [], "mlp": [], "edge": []}
     bases: list[Baseline] = []
@@ -274,9 +273,9 @@ def _eap_ig_rows(model: Model, sub: PairBatch, n: Int[Tensor, " row"], m: Metric
     """Scores of pairs whose prompts agree before position ``n[i]`` (body positions ``n[i] + j``), summed over body
     positions: ``input [row]``, ``head [layer, head, row]``, ``mlp [layer, row]``, ``edge [sender, receiver, row]``."""
     edges = level == "edge"
-    cache = backend.run_prefixes(model, sub.reference, n)
+    cache = model.backend.run_prefixes(sub.reference, n)
     if edges and cache is not None:  # EAP-IG ungroups key/value heads: the prefix's keys and values, one per query head
-        cache = backend.ungroup_prefix(model, cache)
+        cache = model.backend.ungroup_prefix(cache)
     with edge_hooks(model) if edges else contextlib.nullcontext():
         return _eap_ig_body(model, sub, n, torch.zeros_like(n), m, name, custom, grid, edges, end_only, cache)
 
@@ -329,7 +328,7 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
         # The reference embeddings (the first block's input, the forward stopped after it); the reference run itself
         # is the last step (alpha = 1).
         with model.hooks(fwd_hooks=[(embed, store_to(ref, embed))]):
-            backend.continue_prefixes(model, ref_body, cache, stop_at_layer=1)
+            model.backend.continue_prefixes(ref_body, cache, stop_at_layer=1)
     if edges:
         targets = [f"blocks.{l}.hook_{c}_input" for l in range(L) for c in CHANNELS] + \
                   [f"blocks.{l}.hook_mlp_in" for l in range(L)]
@@ -381,7 +380,7 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     # Edges: every sender's output into the residual stream against every receiver's input gradient.
     sender_out = [d[embed][:, :, None]]
     for l in range(L):
-        W_O = backend.attn_out(model, l)[0].detach().float().to(device)  # [head, d_head, d_model]; scores need no graph
+        W_O = model.backend.attn_out(l)[0].detach().float().to(device)  # [head, d_head, d_model]; scores need no graph
         sender_out.append(torch.einsum("rphe,hed->rphd", d[act_name("z", l)], W_O))
         sender_out.append(d[act_name("mlp_out", l)][:, :, None])
     def in_window(t: Tensor) -> Tensor:  # [row, body, k, d_model] -> [row, W, k, d_model]
