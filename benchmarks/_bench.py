@@ -221,7 +221,7 @@ def sample_components(n_layers: int, n_heads: int, k: int, mlp_share: int = 5, h
 
 def sweep_values(result, component) -> tuple:
     """A sweep result's (answer logit, logit difference, answer probability) per pair for ``component``, in the
-    order :func:`circuits.patching.reference.patch_component_plain` returns them."""
+    order :func:`circuits.patching.engines.end_sweep_plain.patch_component_plain` returns them."""
     if component.kind == "head":
         i = (component.layer, component.head)
         return result.head_logit[i], result.head_logit_diff[i], result.head_prob[i]

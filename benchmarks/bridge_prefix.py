@@ -9,7 +9,7 @@ The Bridge process writes the pairs, runs this script in the 3.9 virtualenv (``-
 ``.venv/bin/python``, ``--engines-only``) first, then times its own engines; ``--whole [ENGINES]`` also times the Bridge
 with prefix sharing off (every prompt run whole: what the engines did on the Bridge before). Timed: EAP-IG (node level,
 ``--steps``), the per-position engine (every head and MLP at the last ``--offsets`` offsets from END) and the screen
-(:func:`circuits.patching.gradient.attribution.attribute`: heads, MLPs and neurons at every position, AtP*'s QK fix). The
+(:func:`circuits.patching.engines.attribution.attribute`: heads, MLPs and neurons at every position, AtP*'s QK fix). The
 last line reads ``eap_ig_bridge_s=<s> eap_ig_hooked_s=<s> eap_ig_ratio=<x> positions_bridge_s=<s>
 positions_hooked_s=<s> positions_ratio=<x> screen_bridge_s=<s> screen_hooked_s=<s> screen_ratio=<x>`` (``ratio``:
 Bridge seconds over 3.9 seconds; the issue's target is 1.25 or less), with ``*_whole_s`` added for the engines
@@ -40,9 +40,9 @@ ENGINES = ("eap_ig", "positions", "screen")
 
 def _engines(model, batch, args, only: tuple[str, ...] = ENGINES) -> dict[str, float]:
     """Seconds of each engine in ``only`` on ``batch`` (after a warm-up on two pairs)."""
-    from circuits.patching.gradient.attribution import attribute
-    from circuits.patching.gradient.eap_ig import eap_ig
-    from circuits.patching.exact.positions import sweep_positions
+    from circuits.patching.engines.attribution import attribute
+    from circuits.patching.engines.eap_ig import eap_ig
+    from circuits.patching.engines.position_sweep import sweep_positions
 
     offsets = list(range(args.offsets))
     runs = {

@@ -1,6 +1,6 @@
-"""Speed of EAP-IG (inputs variant, :func:`circuits.patching.gradient.eap_ig.eap_ig`) against attribution patching
-(:func:`circuits.patching.gradient.attribution.attribute`, heads and MLPs, no neurons or QK fix: the same nodes) and against
-the plain full-prompt EAP-IG loop (:func:`circuits.patching.plain.eap_ig_plain`), in one run on the same pairs;
+"""Speed of EAP-IG (inputs variant, :func:`circuits.patching.engines.eap_ig.eap_ig`) against attribution patching
+(:func:`circuits.patching.engines.attribution.attribute`, heads and MLPs, no neurons or QK fix: the same nodes) and against
+the plain full-prompt EAP-IG loop (:func:`circuits.patching.engines.plain.eap_ig_plain`), in one run on the same pairs;
 with one step EAP-IG is attribution patching and the two are compared node by node. The last line reads
 ``atp_seconds=<x> eap_ig1_seconds=<x> eap_ig_steps_seconds=<x> eap_ig_steps_edge_seconds=<x> speedup_vs_plain=<x>
 max_abs_diff=<x>``.
@@ -17,10 +17,10 @@ import torch
 
 from circuits.data.pairs import as_batch, build_pairs
 from circuits.models import load_model
-from circuits.patching.gradient.attribution import attribute
-from circuits.patching.gradient.eap_ig import eap_ig
-from circuits.patching.metrics import get_metric
-from circuits.patching.plain import eap_ig_plain
+from circuits.patching.engines.attribution import attribute
+from circuits.patching.engines.eap_ig import eap_ig
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.engines.plain import eap_ig_plain
 
 
 def main() -> None:

@@ -1,10 +1,10 @@
-"""Speed of the faithfulness engine (:mod:`circuits.patching.faithfulness`): every circuit of a ranking at MIB's nine
+"""Speed of the faithfulness engine (:mod:`circuits.patching.circuit_curves`): every circuit of a ranking at MIB's nine
 sizes, plus the full model and the empty circuit, folded into the batch, against the plain loop that ablates one
-circuit at a time with ``run_with_hooks`` (:func:`circuits.patching.plain.ablate_plain`,
-:func:`~circuits.patching.plain.ablate_edges_plain`), in one run, on the same pairs and ranking; the metric of every
+circuit at a time with ``run_with_hooks`` (:func:`circuits.patching.engines.plain.ablate_plain`,
+:func:`~circuits.patching.engines.plain.ablate_edges_plain`), in one run, on the same pairs and ranking; the metric of every
 circuit and pair must agree. The ranking is random scores (seed 0): the work does not depend on which nodes a circuit
 keeps, only on how many circuits there are. Mode ``positions`` times the per-position ranking the study runs
-(:func:`~circuits.patching.exact.positions.sweep_positions`, every head and MLP at every offset from END, the logit
+(:func:`~circuits.patching.engines.position_sweep.sweep_positions`, every head and MLP at every offset from END, the logit
 difference only, as the faithfulness job asks for it) against its plain loop (one ``run_with_hooks`` of the whole
 prompts per sender and offset, the counterfactual run cached once), timed on ``--sample`` random (sender, offset)
 nodes and extrapolated to all of them; the END quantities must agree on the sample. The last line reads
@@ -26,7 +26,7 @@ import torch
 
 from circuits.data.pairs import as_batch
 from circuits.models import load_model
-from circuits.patching.faithfulness import (
+from circuits.patching.circuit_curves import (
     MIB_SIZES,
     circuit_masks,
     edge_masks,
@@ -36,7 +36,7 @@ from circuits.patching.faithfulness import (
     circuit_curve,
     metric_of,
 )
-from circuits.patching.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
+from circuits.patching.engines.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
 
 MODES = ("node-end", "node-all", "edge-end", "positions")
 
@@ -84,8 +84,8 @@ def edge_plain_loop(model, batch, scores, ablation, n_circuits):
 def position_nodes(model, batch, n: int) -> tuple[list, int]:
     """``n`` random (sender, offset) nodes (seed 0) among those the engine computes (offsets from END back to the
     first position where some pair's prompts differ), and how many there are."""
-    from circuits.patching.engine import all_components
-    from circuits.patching.readouts import first_difference
+    from circuits.patching.engines.end_sweep import all_components
+    from circuits.patching.core.readouts import first_difference
 
     senders = all_components(model)
     k_max = int((batch.end - first_difference(batch)).max())
@@ -99,7 +99,7 @@ def positions_plain(model, batch, nodes):
     counterfactual value written at ``end - offset`` (pairs whose prompts already differ there), the END logit
     difference read; the counterfactual run cached once. ``[node, pair]`` (NaN where a pair is not patched)."""
     from circuits.models.backend import act_name
-    from circuits.patching.readouts import first_difference
+    from circuits.patching.core.readouts import first_difference
 
     cf_answer = cf_answer_plain(model, batch)
     _, cf = model.run_with_cache(batch.counterfactual, names_filter=lambda n: n.endswith(("hook_z", "hook_mlp_out")))
@@ -158,7 +158,7 @@ def main() -> None:
     worst = 0.0
     for mode in args.modes:
         if mode == "positions":
-            from circuits.patching.exact.positions import sweep_positions
+            from circuits.patching.engines.position_sweep import sweep_positions
 
             nodes, n_nodes = position_nodes(model, batch, args.sample)
             fast = _bench.measure(lambda: sweep_positions(model, batch, progress=False, prob=False,

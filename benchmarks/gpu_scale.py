@@ -31,7 +31,7 @@ import torch
 
 from circuits.data.pairs import PairBatch, PromptPair
 from circuits.patching import all_components, sweep
-from circuits.patching.reference import cache_runs, patch_component_plain
+from circuits.patching.engines.end_sweep_plain import cache_runs, patch_component_plain
 from circuits.models import backend
 from circuits.models.loading import tl_config_from_hf
 from circuits.sft import FinetuneConfig, finetune

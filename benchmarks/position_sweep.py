@@ -23,7 +23,7 @@ from transformer_lens import patching
 
 from circuits.data.pairs import as_batch
 from circuits.models import load_model
-from circuits.patching.exact.positions import sweep_positions
+from circuits.patching.engines.position_sweep import sweep_positions
 
 
 def aligned(pairs, n):

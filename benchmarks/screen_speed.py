@@ -15,9 +15,9 @@ import argparse
 import _bench  # first: passive OpenMP waiting before torch loads
 
 from circuits.data.pairs import as_batch
-from circuits.patching.gradient.attribution import attribute
-from circuits.patching.metrics import get_metric
-from circuits.patching.plain import attribute_plain
+from circuits.patching.engines.attribution import attribute
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.engines.plain import attribute_plain
 from circuits.models import load_model
 
 

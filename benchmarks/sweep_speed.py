@@ -38,7 +38,7 @@ import _bench  # first: passive OpenMP waiting before torch loads
 from circuits.data.pairs import as_batch, build_pairs, read_pairs, write_pairs
 from circuits.models import load_model
 from circuits.patching import all_components, sweep
-from circuits.patching.reference import cache_runs, patch_component_plain
+from circuits.patching.engines.end_sweep_plain import cache_runs, patch_component_plain
 from circuits.versions import backend_line, installed_version
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -61,26 +61,26 @@ if TYPE_CHECKING:  # the façade's one list of names (editors and type checkers 
     # data
     from circuits.data.pairs import PairConfig, PromptPair, build_pairs, make_pair
     # identify
-    from circuits.patching.engine import prepare, sweep
+    from circuits.patching.engines.end_sweep import prepare, sweep
     from circuits.identify.config import IdentifyConfig
     from circuits.identify.result import IdentifyResult
     from circuits.identify.counterfactuals import compare_counterfactuals
-    from circuits.patching.ranking import KeyRule
-    from circuits.patching.metrics import METRICS, Metric, logits_metric
+    from circuits.patching.core.ranking import KeyRule
+    from circuits.patching.core.metrics import METRICS, Metric, logits_metric
     # beyond heads at END (docs/beyond.md)
     from circuits.types import Neuron, Receiver
-    from circuits.patching.gradient.attribution import attribute
+    from circuits.patching.engines.attribution import attribute
     from circuits.beyond.screen.job import screen
-    from circuits.patching.exact.positions import sweep_positions
-    from circuits.patching.exact.neurons import sweep_neurons
-    from circuits.patching.exact.edges import sweep_edges
+    from circuits.patching.engines.position_sweep import sweep_positions
+    from circuits.patching.engines.neuron_sweep import sweep_neurons
+    from circuits.patching.engines.edge_sweep import sweep_edges
     from circuits.beyond.faithfulness.job import faithfulness
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
     from circuits.beyond.heuristics.job import heuristics
     from circuits.beyond.heuristics.config import HeuristicsConfig
     # what every engine returns, and every engine (result.scores(); cc.ENGINES["eap-ig"].run(model, pairs))
-    from circuits.patching.scores import Scores
-    from circuits.patching.registry import ENGINES
+    from circuits.patching.core.scores import Scores
+    from circuits.patching.engines.registry import ENGINES
     # validate
     from circuits.validate.knockout import knockout, knockout_curve
     # explain
@@ -90,7 +90,7 @@ if TYPE_CHECKING:  # the façade's one list of names (editors and type checkers 
     from circuits.explain.digits import digits
     from circuits.explain.numbers.job import numbers
     # for TransformerLens users (docs/for-transformerlens-users.md)
-    from circuits.patching.patch import PatchResult, patch
+    from circuits.patching.interchange.tl_patch import PatchResult, patch
     from circuits.explain.dla import direct_logit_attribution
     from circuits.explain.residual_lens import residual_lens
     from circuits.explain.head_circuits import head_circuits

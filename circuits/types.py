@@ -19,16 +19,16 @@ Mode = Literal["path", "activation"]
 MODES: tuple[Mode, ...] = ("path", "activation")
 # The dtypes a model is loaded and run in (circuits.models.loading.DTYPES maps them to torch dtypes).
 DTYPE_NAMES: tuple[str, ...] = ("float32", "bfloat16", "float16")
-# The built-in metrics (circuits.patching.metrics defines them; configs check names against this without torch).
+# The built-in metrics (circuits.patching.core.metrics defines them; configs check names against this without torch).
 METRIC_NAMES: tuple[str, ...] = ("relative_logit", "fraction", "logit_diff", "prob")
 # The default of every effects() / per_pair() / ranked() / scores() of every result type and of every job's metric
-# (declared here so configs read it without torch; circuits.patching.metrics.DEFAULT_METRIC is this name).
+# (declared here so configs read it without torch; circuits.patching.core.metrics.DEFAULT_METRIC is this name).
 DEFAULT_METRIC = "fraction"
 # The MIB-style default: what scoring that follows MIB names (the faithfulness job; the information-flow figure of
 # circuits positions, in logits as Stolfo et al.), MIB's arithmetic metric, the logit difference. These two are the
 # only named metric defaults; everywhere else the metric is passed.
 MIB_METRIC = "logit_diff"
-# The rule that picks key components unless told otherwise (circuits.patching.ranking.KeyRule parses it).
+# The rule that picks key components unless told otherwise (circuits.patching.core.ranking.KeyRule parses it).
 DEFAULT_KEY_RULE = f"{DEFAULT_METRIC}>=0.05"
 ComponentKind = Literal["head", "mlp"]
 Site = Literal["z", "mlp_out"]  # the TransformerLens hook a component is patched at (``get_act_name(site, layer)``)

@@ -42,7 +42,7 @@ from circuits.config import add_arguments, from_arguments, option
 from circuits.data.pair_config import COUNTERFACTUAL_KINDS
 from circuits.data.templates import OPERATIONS
 from circuits.io import TEMPORARY, read_json, write_json
-from circuits.patching.faithfulness import cmd_margin
+from circuits.patching.circuit_curves import cmd_margin
 from circuits.results import check_output
 from circuits.viz.figures import write_figure
 
@@ -96,7 +96,7 @@ def movable(model, cfg: FaithfulnessConfig) -> dict[str, dict[str, float]]:
 def has_edges(model) -> bool:
     """Whether EAP-IG's edges can be scored on ``model`` (asked of the edge engine: not where a norm follows the
     attention sum, Gemma 2/3)."""
-    from circuits.patching.faithfulness import check_edge_model
+    from circuits.patching.circuit_curves import check_edge_model
 
     try:
         check_edge_model(model)
@@ -341,7 +341,7 @@ def load(config: Config) -> dict[tuple[str, str], FaithfulnessResult]:
 
 def margins(r: FaithfulnessResult) -> dict[str, list]:
     """Per setting: the ranking with the lowest CMD, the runner-up, and how much lower (paired bootstrap interval over
-    the same pairs, :func:`~circuits.patching.faithfulness.cmd_margin`)."""
+    the same pairs, :func:`~circuits.patching.circuit_curves.cmd_margin`)."""
     out = {}
     for setting in r.settings:
         ranked = sorted((c.cmd, k) for k, by in r.curves.items() for s, c in by.items() if s == setting and c.cmd == c.cmd)

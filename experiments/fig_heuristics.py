@@ -20,7 +20,7 @@ from circuits.beyond.heuristics.config import HeuristicsConfig
 from circuits.beyond.heuristics.job import run
 from circuits.beyond.heuristics.result import HeuristicsResult
 from circuits.config import option
-from circuits.patching.metrics import get_metric
+from circuits.patching.core.metrics import get_metric
 from circuits.viz.figures import write_figure
 
 

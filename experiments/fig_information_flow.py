@@ -16,7 +16,7 @@ import _common as C
 from circuits.config import option
 from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.result import PositionResult, token_strings
-from circuits.patching.exact.positions import sweep_positions
+from circuits.patching.engines.position_sweep import sweep_positions
 from circuits.viz.figures import write_figure
 
 

@@ -14,12 +14,12 @@ import _common as C
 import _tables as T
 
 from circuits.config import option
-from circuits.patching.engine import sweep
-from circuits.patching.metrics import get_metric
+from circuits.patching.engines.end_sweep import sweep
+from circuits.patching.core.metrics import get_metric
 from circuits.beyond.neurons.config import NeuronConfig
 from circuits.beyond.neurons.result import NeuronResult
 from circuits.beyond.neurons.job import neuron_knockout
-from circuits.patching.exact.neurons import sweep_neurons
+from circuits.patching.engines.neuron_sweep import sweep_neurons
 from circuits.types import Component
 from circuits.viz.figures import write_figure
 

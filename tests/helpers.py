@@ -196,8 +196,8 @@ def check_engine_against_reference(model, tokenizer, name: str, metric: str = "l
     import torch
 
     from circuits.data.pairs import PairBatch
-    from circuits.patching.registry import ENGINES
-    from circuits.patching.scores import Scores
+    from circuits.patching.engines.registry import ENGINES
+    from circuits.patching.core.scores import Scores
 
     engine = ENGINES[name]
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, n), 0)

@@ -24,7 +24,7 @@ from circuits.evaluation.config import EvalConfig
 from circuits.identify.config import IdentifyConfig
 from circuits.io import OutputError, output_lock
 from circuits.jobs import Job, job, load
-from circuits.patching.registry import END_SWEEP_ENGINES
+from circuits.patching.engines.registry import END_SWEEP_ENGINES
 from circuits.results import check_output, overwrite_granted
 from circuits.sft.config import ExportConfig, FinetuneConfig
 
@@ -111,7 +111,7 @@ def register_identify(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     add_arguments(p, IdentifyConfig)
     add_output_arguments(p, "output folder (a result per task inside it for --task all)")
     p.add_argument("--engine", choices=tuple(END_SWEEP_ENGINES), default=None,
-                   help="the registry's END engine that sweeps every head and MLP (circuits.patching.registry): "
+                   help="the registry's END engine that sweeps every head and MLP (circuits.patching.engines.registry): "
                         "exact-path (the default; --mode path) or exact-activation (--mode activation)")
     p.add_argument("--n-devices", type=int, default=1,
                    help="spread the model's layers over this many GPUs (per process under torchrun; default 1)")

@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from circuits.data.pairs import PromptError, encode
 from circuits.models.backend import Model, act_name
-from circuits.patching.end_layers import end_logits, token_logits
+from circuits.patching.core.end_layers import end_logits, token_logits
 from circuits.types import Neuron
 
 Digit = Literal["units", "tens"]

@@ -5,11 +5,11 @@ attention output biases and each MLP's output. The final norm divides that sum b
 centres it), so each part's *direct* contribution to the logits is the part, centred where the model centres, divided
 by the scale of the whole stream (``ln_final.hook_scale``), projected on the unembedding. Projected on the
 answer-minus-counterfactual-answer direction ``W_U[:, answer] - W_U[:, cf_answer]`` (``cf_answer``: the
-counterfactual run's top token at END, as :class:`~circuits.patching.metrics.Baseline` takes it), the parts add up to
+counterfactual run's top token at END, as :class:`~circuits.patching.core.metrics.Baseline` takes it), the parts add up to
 the model's logit difference at END (minus the unembedding bias's difference, kept apart in ``unembed_bias``).
 
 This is the direct path only: what a head writes that later layers read and transform is not in it (patching,
-:func:`~circuits.patching.engine.sweep`, measures that). Models that normalise each sublayer's output before adding
+:func:`~circuits.patching.engines.end_sweep.sweep`, measures that). Models that normalise each sublayer's output before adding
 it (Gemma 2/3's norms after attention and MLP) have no per-head linear split, and are refused.
 """
 
@@ -25,7 +25,7 @@ from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair, pair_logits
-from circuits.patching.ranking import rank
+from circuits.patching.core.ranking import rank
 from circuits.types import Head
 
 

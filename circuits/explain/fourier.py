@@ -34,7 +34,7 @@ from circuits.data.pairs import PromptError, PromptPair, answer_token
 from circuits.explain.dla import _check_linear, end_activations
 from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
-from circuits.patching.ranking import order
+from circuits.patching.core.ranking import order
 from circuits.types import Component
 
 MAX_NUMBERS = 1000  # the number line is searched up to here (Llama-2's and GPT-2's single-token numbers stop earlier)
@@ -177,7 +177,7 @@ class NumberSpectra:
         """For the heads and for the MLPs: the mean over those components of each period's share, with a percentile
         bootstrap interval over pairs (pairs resampled, spectra re-averaged): ``{kind: (share, low, high)}``, each
         ``[period]``."""
-        from circuits.patching.uncertainty import percentile_interval, resample_pairs
+        from circuits.patching.core.uncertainty import percentile_interval, resample_pairs
 
         e = self.pair_energy()  # [component, pair, freq]
         idx = resample_pairs(e.shape[1], n_boot, seed)  # [boot, pair]

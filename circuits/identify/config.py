@@ -38,7 +38,7 @@ class IdentifyConfig(PairSpec):
         if self.prob not in ("key", "all"):
             raise ValueError(f"prob must be 'key' or 'all', got {self.prob!r}")
         if self.key_rule != DEFAULT_KEY_RULE:  # the default is valid: a default config (nested ones too) needs no torch
-            from circuits.patching.ranking import KeyRule  # torch: checked when the config is made, not with the flags
+            from circuits.patching.core.ranking import KeyRule  # torch: checked when the config is made, not with the flags
 
             KeyRule.parse(self.key_rule)
         if self.receivers and not self.receivers.strip().lower().startswith("top"):

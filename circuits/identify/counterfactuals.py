@@ -25,8 +25,8 @@ from typing import Any
 
 from circuits.data.pairs import PromptPair, build_pairs
 from circuits.models.backend import Model
-from circuits.patching.engine import sweep
-from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule
+from circuits.patching.engines.end_sweep import sweep
+from circuits.patching.core.ranking import DEFAULT_KEY_RULE, KeyRule
 from circuits.types import Head
 
 # Below this Jaccard overlap of two kinds' key heads, the key heads are said to change with the counterfactual.

@@ -5,11 +5,11 @@
 (:func:`task_folders` names them), and for ``--task all`` the four operations one by one
 (each in its own sub-folder, skipped when already finished with the same config, so an interrupted run
 resumes) and then, in ``all/``, the four pooled: pairs drawn evenly from the four with the per-pair values their
-sweeps already computed (:meth:`~circuits.patching.engine.SweepResult.pool`; no model runs).
+sweeps already computed (:meth:`~circuits.patching.engines.end_sweep.SweepResult.pool`; no model runs).
 
 Under ``torchrun`` every rank runs the job: rank 0 builds the prompt pairs and hands them to the others (the filter
 on the model's own answers must agree exactly), the sweep splits its work items across ranks and gathers them
-(:func:`circuits.patching.engine.sweep`), and rank 0 alone writes.
+(:func:`circuits.patching.engines.end_sweep.sweep`), and rank 0 alone writes.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ from circuits.config import same_config
 from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs, counterfactual_stats
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
-from circuits.identify.edges import resolve_receivers
-from circuits.patching.exact.edges import check_edges, sweep_edges
-from circuits.patching.engine import SweepResult, all_components, sweep
+from circuits.identify.circuit_graph import resolve_receivers
+from circuits.patching.engines.edge_sweep import check_edges, sweep_edges
+from circuits.patching.engines.end_sweep import SweepResult, all_components, sweep
 from circuits.identify.result import IdentifyResult
-from circuits.patching.ranking import KeyRule
+from circuits.patching.core.ranking import KeyRule
 from circuits.io import read_json
 from circuits.models.backend import check_dtype
 from circuits.models.loading import load_model
@@ -71,7 +71,7 @@ def identify(
         stats.update(counterfactual_accuracy=float((b.cf_answer == b.answer).float().mean()),
                      counterfactual_answer_prob=float(b.cf_prob.mean()))
     out = IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
-    if config.receivers:  # edges into the chosen receivers (path patching to a receiver, identify.edges)
+    if config.receivers:  # edges into the chosen receivers (path patching to a receiver, identify.circuit_graph)
         out.edges = sweep_edges(model, pairs, resolve_receivers(config.receivers, out), memory_mb=config.memory_mb,
                                 progress=progress)
         out.seconds = time.perf_counter() - start

@@ -2,7 +2,7 @@
 
 :class:`IdentifyResult` is what ``circuits identify`` writes and what everything downstream reads heads from
 (``circuits finetune --heads-from``, the figure scripts, the report). Its ranking is the sweep's one ranking
-(:func:`circuits.patching.ranking.rank`) and returns every head.
+(:func:`circuits.patching.core.ranking.rank`) and returns every head.
 
 A saved folder holds ``summary.json`` (effects in every metric, key heads and MLPs, pair statistics; for
 people and other tools), ``pairs.jsonl`` (the exact token ids), ``sweep.pt`` (per-pair patched values, from
@@ -24,11 +24,11 @@ from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.data.templates import OPERATIONS
 from circuits.data.source import PAIR_STAT_FIELDS
 from circuits.identify.config import IdentifyConfig
-from circuits.identify.edges import circuit_figure, edge_summary, receiver_effects_of
-from circuits.patching.engine import SweepResult
-from circuits.patching.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
-from circuits.patching.ranking import KeyRule, Ranked
-from circuits.patching.scores import Scores
+from circuits.identify.circuit_graph import circuit_figure, edge_summary, receiver_effects_of
+from circuits.patching.engines.end_sweep import SweepResult
+from circuits.patching.core.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
+from circuits.patching.core.ranking import KeyRule, Ranked
+from circuits.patching.core.scores import Scores
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.identify.config import KeyHeadSource
 from circuits.results import MARKER, Result, ResultError, number
@@ -100,7 +100,7 @@ class IdentifyResult(ShowsFigure, Result):
     seconds: float = 0.0
     per_task: dict[str, Any] | None = None
     saved_effects: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
-    edges: Any = None  # an identify.edges.EdgeSweep when made with --receivers
+    edges: Any = None  # an identify.circuit_graph.EdgeSweep when made with --receivers
     _intervals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # --- the one ranking --------------------------------------------------------------------------
@@ -137,7 +137,7 @@ class IdentifyResult(ShowsFigure, Result):
         return self.saved_effects[m.name]
 
     def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
-        """:class:`~circuits.patching.scores.Scores` of every head and MLP by ``metric`` (the sweep's, or the
+        """:class:`~circuits.patching.core.scores.Scores` of every head and MLP by ``metric`` (the sweep's, or the
         effects saved with the result)."""
         if self.sweep is not None:
             return self.sweep.scores(metric)
@@ -162,7 +162,7 @@ class IdentifyResult(ShowsFigure, Result):
         ci = self.intervals(m)
         if ci is None:
             return selected
-        from circuits.patching.uncertainty import crosses, rule_threshold
+        from circuits.patching.core.uncertainty import crosses, rule_threshold
 
         th = rule_threshold(rule, self.effects(m)[0], m.sign)
         level = getattr(ci, "level", 0.95)
@@ -192,7 +192,7 @@ class IdentifyResult(ShowsFigure, Result):
     def intervals(self, metric: str | Metric | None = None):
         """Bootstrap confidence intervals of every head's and MLP's effect (None without per-pair values or with
         ``bootstrap=0``)."""
-        from circuits.patching.uncertainty import bootstrap
+        from circuits.patching.core.uncertainty import bootstrap
 
         n = getattr(self.config, "bootstrap", 1000)
         if self.sweep is None or not n:
@@ -205,7 +205,7 @@ class IdentifyResult(ShowsFigure, Result):
     def uncertain(self, rule: str | KeyRule | None = None) -> tuple[list[Head], list[int]]:
         """Key heads and MLPs whose interval crosses the rule's threshold (for ``topK``: the effect of the first
         component left out)."""
-        from circuits.patching.uncertainty import crosses, rule_threshold
+        from circuits.patching.core.uncertainty import crosses, rule_threshold
 
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
         ci = self.intervals(rule.metric)
@@ -324,7 +324,7 @@ class IdentifyResult(ShowsFigure, Result):
         stats = summary["pair_stats"] if "pair_stats" in summary else {k: summary[k] for k in PAIR_STAT_FIELDS if k in summary}
         edges = None
         if (folder / "edges.pt").is_file():
-            from circuits.patching.exact.edges import EdgeSweep
+            from circuits.patching.engines.edge_sweep import EdgeSweep
 
             edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
         return cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges)

@@ -251,7 +251,7 @@ class BridgeBackend(Backend):
         return hasattr(self.model.blocks[0], "ln1_post")
 
     def end_unsupported(self) -> list[str]:
-        """What the END-only engine (:mod:`circuits.patching.end_layers`) does not compute the way the model does. A
+        """What the END-only engine (:mod:`circuits.patching.core.end_layers`) does not compute the way the model does. A
         Bridge the user booted without :func:`circuits.models.load_model` becomes a :class:`CircuitsBridge` here (the
         engines read the final residual through ``stop_at_layer=n_layers``)."""
         model = self.model

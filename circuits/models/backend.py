@@ -89,7 +89,7 @@ class Backend(ABC):
     Loading: :meth:`load`, :meth:`official_name`, :meth:`reference_weights`. Model facts the two lines keep in
     different places: :meth:`architecture`, :meth:`n_kv_heads`, :meth:`post_norms`, :meth:`end_unsupported`,
     :meth:`rotary_key_hook`. Attention at one position, piece by piece
-    (:func:`circuits.patching.end_layers.attention_at_end`): :meth:`attn_qkv`, :meth:`attn_out`, :meth:`qk_norms`,
+    (:func:`circuits.patching.core.end_layers.attention_at_end`): :meth:`attn_qkv`, :meth:`attn_out`, :meth:`qk_norms`,
     :meth:`rotary`, :meth:`score_scale`, :meth:`score_softcap`, :meth:`sliding_window`, :meth:`attention_scores`.
     Output: :meth:`unembed_weights`, :meth:`logit_softcap`, :meth:`final_residual`. A shared prefix run once:
     :meth:`prefix_sharing`, :meth:`prefix_cache`, :meth:`continue_prefix`. Receivers' own inputs (edges):
@@ -160,7 +160,7 @@ class Backend(ABC):
 
     @abstractmethod
     def end_unsupported(self) -> list[str]:
-        """What the END-only engine (:mod:`circuits.patching.end_layers`) does not compute the way the model
+        """What the END-only engine (:mod:`circuits.patching.core.end_layers`) does not compute the way the model
         does (empty: supported)."""
 
     @abstractmethod

@@ -3,7 +3,7 @@
 - :mod:`~circuits.validate.knockout`: knockout by mean, zero or resample ablation (run by the mechanism's ablation
   executor, :mod:`circuits.patching.ablation.executor`: shared-prefix caching, many ablation sets per forward pass); top-k vs
   random curves.
-- :mod:`~circuits.validate.neurons`: knockout of single MLP neurons.
+- :mod:`~circuits.validate.neuron_knockout`: knockout of single MLP neurons.
 - :mod:`~circuits.validate.transfer`: the knockout on other formats (SVAMP, multi-digit, decimals, time spans, MMLU).
 - :mod:`~circuits.validate.cross_model`: the paper's claims measured side by side on several models.
 - :mod:`~circuits.validate.job`: the jobs ``circuits knockout`` and ``circuits transfer``.

@@ -234,7 +234,7 @@ def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor
                         title: str, colors: dict[str, str] | None = None) -> go.Figure:
     """Faithfulness f against circuit size (``sizes``: fractions kept, MIB's sizes, drawn in percent) in two views:
     left, the axis CPR and CMD are computed on -- linear, 0 to 100%, the curve closed at 100% where f = 1 by
-    construction (dashed, as :func:`circuits.patching.faithfulness.curve.area_axis` closes it) and the area under
+    construction (dashed, as :func:`circuits.patching.circuit_curves.curve.area_axis` closes it) and the area under
     each curve (its CPR) shaded; right, the same curves on a log axis, where the small circuits are told apart. One
     line per ranking, its bootstrap interval as a band (``low``/``high``, where given), and the references f = 1
     (the full model) and f = 0 (everything ablated). ``colors``: one colour per ranking (the engine registry's, which

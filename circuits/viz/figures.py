@@ -33,9 +33,9 @@ def importance_scale(sign: int) -> str:
 
 
 def metric_info(metric: Any, sign: int | None = None, label: str | None = None) -> tuple[str, int, str]:
-    """(name, important sign, meaning) of ``metric`` (a name or a :class:`~circuits.patching.metrics.Metric`);
+    """(name, important sign, meaning) of ``metric`` (a name or a :class:`~circuits.patching.core.metrics.Metric`);
     ``sign``/``label`` override. An unknown name keeps ``sign`` (default +1) and says only its name."""
-    from circuits.patching.metrics import METRICS, Metric
+    from circuits.patching.core.metrics import METRICS, Metric
 
     m = metric if isinstance(metric, Metric) else METRICS.get(str(metric))
     name = m.name if m is not None else str(metric)
@@ -116,7 +116,7 @@ def head_heatmap(
     """Layer-by-head heatmap with an MLP column (the paper's Figure 2), diverging scale centred at 0.
 
     ``metric`` names what the effects are (default ``fraction``, the default of ``effects()``; a name or a
-    :class:`~circuits.patching.metrics.Metric`): its name labels the colour bar and the hover, and its sign orients
+    :class:`~circuits.patching.core.metrics.Metric`): its name labels the colour bar and the hover, and its sign orients
     the colours so that **red is important** in every figure (for ``fraction`` a large positive share, for
     ``relative_logit`` a drop of the answer logit). ``metric_label`` (the metric's meaning) is the subtitle. Cells
     are square; the MLP column has its own colour scale (MLP effects are several times larger than head effects).

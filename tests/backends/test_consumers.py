@@ -194,7 +194,7 @@ def test_transfer_scores_equal_plain_forwards(tiny_llama, pairs):
 
 def test_neuron_knockout_equals_a_plain_hook_loop(tiny_llama, pairs):
     from circuits.validate.knockout import score
-    from circuits.validate.neurons import knockout_neurons, neuron_means
+    from circuits.validate.neuron_knockout import knockout_neurons, neuron_means
 
     neurons = {1: [5, 17], 2: [40]}
     means = neuron_means(tiny_llama, pairs, [1, 2])

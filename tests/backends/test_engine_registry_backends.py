@@ -1,6 +1,6 @@
 """Every registered engine equals its plain reference loop, as Scores, on the tiny model of every family, on
 whichever TransformerLens line this environment has (``tests/backends`` runs on both; the 3.9 twin with every family
-is ``tests/unit/test_engine_registry.py``). A new entry in :data:`circuits.patching.registry.ENGINES` is tested by
+is ``tests/unit/test_engine_registry.py``). A new entry in :data:`circuits.patching.engines.registry.ENGINES` is tested by
 being added."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from helpers import BACKEND_FAMILIES, check_engine_against_reference
 
-from circuits.patching.registry import ENGINES
+from circuits.patching.engines.registry import ENGINES
 
 
 @pytest.mark.parametrize("arch", BACKEND_FAMILIES)

@@ -18,7 +18,7 @@ from circuits.data.pairs import PairBatch, few_shot_prefixes, render_pair
 from circuits.data.templates import FIGURE8, FIGURE10
 from circuits.models import backend, load_hf_reference
 from circuits.patching import all_components, sweep
-from circuits.patching.reference import sweep_plain
+from circuits.patching.engines.end_sweep_plain import sweep_plain
 
 FAMILY_NAMES = ("llama", "llama3", "mistral", "mistral_window", "qwen2", "qwen3", "gemma2", "gemma3")
 
@@ -77,7 +77,7 @@ def test_attention_pieces_rebuild_the_models_hooks(family_models, tokenizer, arc
     """The seam's per-layer pieces (projections, biases, QK norm, rotary at one position, scale, soft-cap, sliding
     window, post-attention norm) give each layer's ``hook_rot_k`` and ``hook_attn_out`` at END from ``resid_pre``
     and the cached keys and values: what the END engine computes for every patched row."""
-    from circuits.patching.end_layers import attention_at_end, mlp_at_end
+    from circuits.patching.core.end_layers import attention_at_end, mlp_at_end
 
     model = family_models(arch)
     batch = PairBatch.from_pairs(_pairs(tokenizer, 3), pad_token_id=0)
@@ -158,7 +158,7 @@ def test_shared_prefixes_equal_full_forwards(family_models, tokenizer, arch):
     """Path mode runs a template's shared few-shot prefix once (TransformerLens 3's cache, or Hugging Face's on the
     Bridge, where ``backend.prefix_sharing`` checks it works); its END activations equal full forwards'."""
     from circuits.models.forward import shared_prefix_lengths
-    from circuits.patching.end_layers import SHARED_PREFIX_MIN, collect_runs
+    from circuits.patching.core.end_layers import SHARED_PREFIX_MIN, collect_runs
 
     model = family_models(arch)
     rng = random.Random(1)

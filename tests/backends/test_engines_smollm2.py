@@ -11,7 +11,7 @@ import torch
 from circuits.data.pairs import PairBatch, build_pairs
 from circuits.models import load_hf_reference
 from circuits.patching import sweep
-from circuits.patching.reference import sweep_plain
+from circuits.patching.engines.end_sweep_plain import sweep_plain
 from circuits.types import Component
 
 

@@ -1,5 +1,5 @@
 """Faithfulness curves and EAP-IG (issue 24) on whichever TransformerLens line this environment has (issue 23): the
-batched engines equal their plain ``run_with_hooks`` loops (:mod:`circuits.patching.plain`), node and edge level,
+batched engines equal their plain ``run_with_hooks`` loops (:mod:`circuits.patching.engines.plain`), node and edge level,
 on tiny random models of several families; one EAP-IG step is attribution patching; the receivers' own inputs
 (:meth:`~circuits.models.backend.Backend.split_inputs`) leave the model as it was. Run under ``.venv`` (3.9) and
 ``.venv-tl4`` (4.3)."""
@@ -14,10 +14,10 @@ from helpers import aligned_pairs, mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.models import backend
-from circuits.patching.faithfulness import (edge_receivers, edge_senders, edge_valid, circuit_curve,
+from circuits.patching.circuit_curves import (edge_receivers, edge_senders, edge_valid, circuit_curve,
                                             metric_of)
-from circuits.patching.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
-from circuits.patching.ranking import order
+from circuits.patching.engines.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
+from circuits.patching.core.ranking import order
 
 SIZES = (0.0, 0.1, 0.3, 0.6, 1.0)
 
@@ -150,9 +150,9 @@ def test_split_inputs_leaves_the_model_as_it_was(family_models, tokenizer):
 @pytest.mark.parametrize("positions", ["all", "end"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
 def test_eap_ig_nodes_and_edges_equal_the_plain_loop(family_models, tokenizer, arch, positions):
-    from circuits.patching.gradient.eap_ig import eap_ig, edge_mask
-    from circuits.patching.metrics import get_metric
-    from circuits.patching.plain import eap_ig_plain
+    from circuits.patching.engines.eap_ig import eap_ig, edge_mask
+    from circuits.patching.core.metrics import get_metric
+    from circuits.patching.engines.plain import eap_ig_plain
 
     model = family_models(arch)
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=1), 0)
@@ -176,9 +176,9 @@ def test_eap_ig_nodes_and_edges_equal_the_plain_loop(family_models, tokenizer, a
 
 @pytest.mark.parametrize("metric", ["logit_diff", "fraction"])
 def test_eap_ig_one_step_is_attribution_patching(family_models, tokenizer, metric):
-    from circuits.patching.gradient.attribution import attribute
-    from circuits.patching.gradient.eap_ig import eap_ig
-    from circuits.patching.metrics import get_metric
+    from circuits.patching.engines.attribution import attribute
+    from circuits.patching.engines.eap_ig import eap_ig
+    from circuits.patching.core.metrics import get_metric
 
     model = family_models("mistral")
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=4), 0)

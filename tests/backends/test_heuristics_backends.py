@@ -11,7 +11,7 @@ from helpers import FAMILIES, tiny_dir
 
 from circuits.data.grid import operand_grid
 from circuits.explain.heuristics.activations import grid_activations
-from circuits.explain.heuristics.knockout import answer_probs, grid_means
+from circuits.explain.heuristics.causal_check import answer_probs, grid_means
 from circuits.models.backend import act_name
 from circuits.types import Neuron
 

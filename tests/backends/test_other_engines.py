@@ -1,5 +1,5 @@
 """Neurons, positions, edges, attribution (screen) and ``cc.patch`` on whichever backend this environment has, each
-against its plain ``run_with_hooks`` reference (:mod:`circuits.patching.plain`) or TransformerLens's own
+against its plain ``run_with_hooks`` reference (:mod:`circuits.patching.engines.plain`) or TransformerLens's own
 ``patching`` functions, on tiny random models (``tests/backends`` runs on both TransformerLens lines)."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import torch
 from helpers import aligned_pairs, mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.plain import cf_answer_plain, patch_at_plain
+from circuits.patching.engines.plain import cf_answer_plain, patch_at_plain
 from circuits.types import Component, Neuron
 
 
 @pytest.mark.parametrize("mode", ["path", "activation"])
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 def test_neurons_equal_the_plain_loop(family_models, tokenizer, arch, mode):
-    from circuits.patching.exact.neurons import sweep_neurons
+    from circuits.patching.engines.neuron_sweep import sweep_neurons
 
     model = family_models(arch)
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4), 0)
@@ -33,7 +33,7 @@ def test_neurons_equal_the_plain_loop(family_models, tokenizer, arch, mode):
 def test_positions_equal_transformer_lens_by_position_patching(family_models, tokenizer):
     from transformer_lens import patching
 
-    from circuits.patching.exact.positions import sweep_positions
+    from circuits.patching.engines.position_sweep import sweep_positions
 
     model = family_models("llama")
     batch = PairBatch.from_pairs(aligned_pairs(tokenizer, 3), 0)
@@ -53,7 +53,7 @@ def test_positions_equal_transformer_lens_by_position_patching(family_models, to
 
 @pytest.mark.parametrize("arch", ["mistral_window", "qwen3", "gemma3"])
 def test_positions_equal_the_plain_loop(family_models, tokenizer, arch):
-    from circuits.patching.exact.positions import sweep_positions
+    from circuits.patching.engines.position_sweep import sweep_positions
 
     model = family_models(arch)
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4, seed=2), 0)
@@ -77,8 +77,8 @@ def test_positions_equal_the_plain_loop(family_models, tokenizer, arch):
 
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 def test_edges_equal_the_plain_loop(family_models, tokenizer, arch):
-    from circuits.patching.exact.edges import sweep_edges
-    from circuits.patching.plain import edge_caches, edge_plain
+    from circuits.patching.engines.edge_sweep import sweep_edges
+    from circuits.patching.engines.plain import edge_caches, edge_plain
 
     model = family_models(arch)
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 4), 0)
@@ -101,9 +101,9 @@ def test_edges_equal_the_plain_loop(family_models, tokenizer, arch):
 @pytest.mark.parametrize("mode", ["activation", "path"])
 @pytest.mark.parametrize("arch", ["llama", "gemma2"])
 def test_attribution_equals_plain_attribution_patching(family_models, tokenizer, arch, mode):
-    from circuits.patching.gradient.attribution import attribute
-    from circuits.patching.metrics import get_metric
-    from circuits.patching.plain import attribute_plain
+    from circuits.patching.engines.attribution import attribute
+    from circuits.patching.core.metrics import get_metric
+    from circuits.patching.engines.plain import attribute_plain
 
     model = family_models(arch)
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 5), 0)
@@ -119,7 +119,7 @@ def test_attribution_equals_plain_attribution_patching(family_models, tokenizer,
 
 
 def test_attribution_qk_fix_equals_the_recomputed_pattern(family_models, tokenizer):
-    from circuits.patching.gradient.attribution import attribute
+    from circuits.patching.engines.attribution import attribute
 
     model = family_models("mistral_window")
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 2, seed=3), 0)
@@ -132,7 +132,7 @@ def test_patch_equals_transformer_lens_patching(family_models, tokenizer, arch):
     """``cc.patch`` (denoising) equals ``transformer_lens.patching.get_act_patch_mlp_out`` read at the last position."""
     from transformer_lens import patching
 
-    from circuits.patching.patch import patch
+    from circuits.patching.interchange.tl_patch import patch
 
     model = family_models(arch)
     batch = PairBatch.from_pairs(aligned_pairs(tokenizer, 3), 0)

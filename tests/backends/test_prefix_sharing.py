@@ -11,7 +11,7 @@ import torch
 from helpers import mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.readouts import first_difference
+from circuits.patching.core.readouts import first_difference
 from circuits.types import Component, Neuron
 
 NODES = [(Component("head", 1, 2), 1), (Component.mlp(0), 2), (Neuron(1, 7), 1), (Component("head", 2, 0), 3),
@@ -19,9 +19,9 @@ NODES = [(Component("head", 1, 2), 1), (Component.mlp(0), 2), (Neuron(1, 7), 1),
 
 
 def _run_all(model, batch, log: list):
-    from circuits.patching.gradient.attribution import attribute
-    from circuits.patching.gradient.eap_ig import eap_ig
-    from circuits.patching.exact.positions import sweep_positions
+    from circuits.patching.engines.attribution import attribute
+    from circuits.patching.engines.eap_ig import eap_ig
+    from circuits.patching.engines.position_sweep import sweep_positions
 
     out = {"atp": attribute(model, batch, "logit_diff", pairs_per_batch=3, progress=False),
            "eap": eap_ig(model, batch, "logit_diff", steps=2, pairs_per_batch=3, progress=False)}

@@ -7,12 +7,12 @@ import torch
 from helpers import aligned_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.gradient.attribution import attribute
-from circuits.patching.exact.edges import sweep_edges
-from circuits.patching.metrics import get_metric
-from circuits.patching.exact.neurons import sweep_neurons
-from circuits.patching.plain import attribute_plain, cf_answer_plain, edge_caches, edge_plain, patch_at_plain
-from circuits.patching.exact.positions import sweep_positions
+from circuits.patching.engines.attribution import attribute
+from circuits.patching.engines.edge_sweep import sweep_edges
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.engines.neuron_sweep import sweep_neurons
+from circuits.patching.engines.plain import attribute_plain, cf_answer_plain, edge_caches, edge_plain, patch_at_plain
+from circuits.patching.engines.position_sweep import sweep_positions
 from circuits.types import Component, Neuron
 
 

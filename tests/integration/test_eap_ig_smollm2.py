@@ -5,12 +5,12 @@ import pytest
 import torch
 from helpers import aligned_pairs
 
-from circuits.patching import mib
+from circuits.patching.interchange import mib
 from circuits.data.pairs import PairBatch
-from circuits.patching.gradient.attribution import attribute
-from circuits.patching.gradient.eap_ig import eap_ig
-from circuits.patching.metrics import get_metric
-from circuits.patching.plain import eap_ig_plain
+from circuits.patching.engines.attribution import attribute
+from circuits.patching.engines.eap_ig import eap_ig
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.engines.plain import eap_ig_plain
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from helpers import aligned_pairs
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
 from circuits.beyond.faithfulness.job import faithfulness
 from circuits.beyond.faithfulness.result import FaithfulnessResult
-from circuits.patching import faithfulness as engine
-from circuits.patching.engine import sweep
+from circuits.patching import circuit_curves as engine
+from circuits.patching.engines.end_sweep import sweep
 
 
 @pytest.fixture(scope="module")

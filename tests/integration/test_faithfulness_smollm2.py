@@ -6,7 +6,7 @@ import torch
 from helpers import aligned_pairs, mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.faithfulness import (
+from circuits.patching.circuit_curves import (
     circuit_masks,
     edge_masks,
     edge_receivers,
@@ -15,7 +15,7 @@ from circuits.patching.faithfulness import (
     circuit_curve,
     metric_of,
 )
-from circuits.patching.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
+from circuits.patching.engines.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
 
 SIZES = (0.02, 0.3)
 

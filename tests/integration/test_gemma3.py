@@ -8,7 +8,7 @@ import torch
 
 from circuits.data.pairs import as_batch, build_pairs
 from circuits.patching import sweep
-from circuits.patching.reference import sweep_plain
+from circuits.patching.engines.end_sweep_plain import sweep_plain
 from circuits.models import embedded_model, load_hf_reference
 from circuits.types import Component
 

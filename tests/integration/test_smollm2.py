@@ -7,7 +7,7 @@ import torch
 from circuits.data.pairs import PairBatch, as_batch, build_pairs, pair_logits
 from circuits.explain import role_attention
 from circuits.patching import sweep
-from circuits.patching.reference import sweep_plain
+from circuits.patching.engines.end_sweep_plain import sweep_plain
 from circuits.models import load_hf_reference, load_model
 from circuits.types import Component
 from circuits.validate import compute_means, knockout_logits

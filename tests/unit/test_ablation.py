@@ -1,4 +1,4 @@
-"""The one ablation executor (circuits.patching.ablation.executor) against the plain loop (patching.plain.ablate_plain: one
+"""The one ablation executor (circuits.patching.ablation.executor) against the plain loop (patching.engines.plain.ablate_plain: one
 run_with_hooks per set, one unit at a time) for every kind of replacement values, at every position and at END,
 with and without a shared prefix; and the values against their plain definitions."""
 
@@ -11,9 +11,9 @@ from circuits.models.backend import act_name
 from circuits.patching.ablation.executor import AblationMasks, ablated_residuals
 from circuits.patching.ablation.values import (AblationValues, compute_means, per_pair_values, record,
                                                resample_values, site_names, zero_values)
-from circuits.patching.end_layers import end_logits
-from circuits.patching.plain import ablate_plain, ablation_values_plain
-from circuits.patching.readouts import first_difference
+from circuits.patching.core.end_layers import end_logits
+from circuits.patching.engines.plain import ablate_plain, ablation_values_plain
+from circuits.patching.core.readouts import first_difference
 
 SETS = [([(1, 3), (2, 0)], [1], {}), ([(0, 1)], [], {2: [5, 17]}), ([], [0, 2], {}), ([], [], {})]
 KINDS = ["mean", "pooled", "zero", "resample", "counterfactual", "end_mean"]

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from circuits.data.pairs import build_pairs
-from circuits.patching.engine import sweep
-from circuits.patching.ranking import KeyRule, KeyRuleWarning
+from circuits.patching.engines.end_sweep import sweep
+from circuits.patching.core.ranking import KeyRule, KeyRuleWarning
 from circuits.types import Component, Head, as_components
 from circuits.validate import knockout, knockout_curve, replacement_values
 

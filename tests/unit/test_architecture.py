@@ -1,6 +1,6 @@
 """What adding an engine takes, counted on a toy one: a module of its own (written here to a temporary folder, on
 ``sys.path``) that defines its scoring function and its plain reference and calls
-:func:`circuits.patching.registry.register`. Nothing in ``circuits/`` changes; the registry's own tests, the command
+:func:`circuits.patching.engines.registry.register`. Nothing in ``circuits/`` changes; the registry's own tests, the command
 line's names and the faithfulness job's ranking path take it from there."""
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ pairs of the L2 norm of the difference). Not a patching effect: a stand-in that 
 import torch
 
 from circuits.data.pairs import as_batch
-from circuits.patching.metrics import get_metric
-from circuits.patching.registry import Engine, register
-from circuits.patching.scores import Scores
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.engines.registry import Engine, register
+from circuits.patching.core.scores import Scores
 
 
 def _moves(model, batch):
@@ -64,7 +64,7 @@ register(Engine("toy", run, reference, ("end",), frozenset({"end", "gqa"}), "#00
 @pytest.fixture
 def toy_engine(tmp_path, monkeypatch):
     """The toy engine's module, imported from a temporary folder; the registry as it was afterwards."""
-    from circuits.patching import registry
+    from circuits.patching.engines import registry
 
     (tmp_path / "toy_engine.py").write_text(textwrap.dedent(TOY))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -80,7 +80,7 @@ def _circuits_changes() -> list[str]:
 
 
 def test_a_new_engine_is_one_module(toy_engine, tiny_llama, tokenizer):
-    from circuits.patching.registry import ENGINES, node_engines
+    from circuits.patching.engines.registry import ENGINES, node_engines
 
     before = _circuits_changes()
     files = sorted(p.name for p in toy_engine.iterdir() if p.suffix == ".py")
@@ -94,7 +94,7 @@ def test_a_new_engine_is_one_module(toy_engine, tiny_llama, tokenizer):
 def test_the_faithfulness_job_ranks_with_a_new_engine(toy_engine, tiny_llama, tokenizer):
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
     from circuits.beyond.faithfulness.job import faithfulness
-    from circuits.patching.registry import ENGINES
+    from circuits.patching.engines.registry import ENGINES
 
     pairs = mixed_pairs(tokenizer, 3)
     config = FaithfulnessConfig(model=str(tiny_dir("llama")), rankings=("exact-path", "toy"), sizes=(0.2, 0.5),

@@ -9,9 +9,9 @@ from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch
 from circuits.patching import logits_metric, sweep
-from circuits.patching.gradient.attribution import attribute
-from circuits.patching.metrics import get_metric
-from circuits.patching.plain import attribute_plain
+from circuits.patching.engines.attribution import attribute
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.engines.plain import attribute_plain
 from circuits.beyond.screen.config import ScreenConfig
 from circuits.beyond.screen.result import ScreenResult, audit_table
 from circuits.beyond.screen.job import screen

@@ -165,7 +165,7 @@ def _graph(**over):
     (_graph(cfg={"n_layers": 100_000, "n_heads": 100_000, "d_model": 4}), "edge cells"),
 ])
 def test_mib_read_checks_types_and_sizes_before_allocating(tmp_path, data, field):
-    from circuits.patching.mib import read
+    from circuits.patching.interchange.mib import read
 
     path = tmp_path / "importances.json"
     path.write_text(json.dumps(data))
@@ -176,7 +176,7 @@ def test_mib_read_checks_types_and_sizes_before_allocating(tmp_path, data, field
 
 @pytest.mark.parametrize("kind", ["folder", "dev_zero", "binary", "deep"])
 def test_mib_read_of_what_is_no_json_file_names_it(tmp_path, kind):
-    from circuits.patching.mib import read
+    from circuits.patching.interchange.mib import read
 
     path = tmp_path / "g.json"
     if kind == "folder":
@@ -192,7 +192,7 @@ def test_mib_read_of_what_is_no_json_file_names_it(tmp_path, kind):
 
 
 def test_mib_read_keeps_a_good_graph(tmp_path):
-    from circuits.patching.mib import read
+    from circuits.patching.interchange.mib import read
 
     (tmp_path / "g.json").write_text(json.dumps(_graph()))
     g = read(tmp_path / "g.json")

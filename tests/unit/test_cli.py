@@ -34,8 +34,8 @@ def test_identify_flags_are_the_config_fields():
 
 def test_identify_engine_is_the_registry_name_of_the_mode(capsys):
     from circuits.cli.commands import config_from
-    from circuits.patching.registry import ENGINES
-    from circuits.patching.registry import END_SWEEP_ENGINES
+    from circuits.patching.engines.registry import ENGINES
+    from circuits.patching.engines.registry import END_SWEEP_ENGINES
 
     parse = build_parser().parse_args
     assert config_from(parse(["identify", "--engine", "exact-activation", "--out", "x"])).mode == "activation"

@@ -31,8 +31,8 @@ def test_bad_world_sizes(monkeypatch):
 def test_pair_blocks_are_work_items_and_give_the_same_sweep(tiny_llama, monkeypatch):
     """More pairs than PAIR_BLOCK run in blocks (each a work item's share); the result is the unblocked one, and the
     work items never depend on the number of ranks."""
-    from circuits.patching import engine
-    from circuits.patching.reference import sweep_plain
+    from circuits.patching.engines import end_sweep as engine
+    from circuits.patching.engines.end_sweep_plain import sweep_plain
 
     pairs = cases.pairs(tiny_llama)
     whole = engine.sweep(tiny_llama, pairs, "activation", progress=False)

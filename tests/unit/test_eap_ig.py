@@ -7,11 +7,11 @@ import torch
 from helpers import FAMILIES, mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.gradient.attribution import attribute
-from circuits.patching.scores import Scores
-from circuits.patching.gradient.eap_ig import GRIDS, INPUT, LOGITS, EAPIGScores, alphas, eap_ig, eap_receivers, eap_senders, edge_mask
-from circuits.patching.metrics import get_metric
-from circuits.patching.plain import eap_ig_plain
+from circuits.patching.engines.attribution import attribute
+from circuits.patching.core.scores import Scores
+from circuits.patching.engines.eap_ig import GRIDS, INPUT, LOGITS, EAPIGScores, alphas, eap_ig, eap_receivers, eap_senders, edge_mask
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.engines.plain import eap_ig_plain
 from circuits.types import Component, Receiver
 
 
@@ -112,7 +112,7 @@ def test_input_converges_to_the_exact_effect(tiny_llama, tokenizer):
 def test_nodes_approach_exact_patching(tiny_llama, tokenizer):
     """Sanity (loose): with many steps the node scores agree with exact activation patching at every position
     (patching a head's output at every position with its counterfactual value)."""
-    from circuits.patching.plain import cf_answer_plain, readouts_of, _run_end
+    from circuits.patching.engines.plain import cf_answer_plain, readouts_of, _run_end
     from circuits.models.backend import act_name
 
     batch = _batch(tokenizer, 4, seed=6)

@@ -7,8 +7,8 @@ from helpers import mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.identify import IdentifyConfig, IdentifyResult, identify
-from circuits.patching.exact.edges import sweep_edges
-from circuits.patching.plain import cf_answer_plain, edge_caches, edge_plain
+from circuits.patching.engines.edge_sweep import sweep_edges
+from circuits.patching.engines.plain import cf_answer_plain, edge_caches, edge_plain
 from circuits.types import Component, Receiver
 
 

@@ -9,7 +9,7 @@ import torch
 from circuits.data.pairs import PairBatch, render_pair
 from circuits.data.templates import FIGURE8, FIGURE10
 from circuits.patching import all_components, logits_metric, sweep
-from circuits.patching.reference import baseline_plain, sweep_plain
+from circuits.patching.engines.end_sweep_plain import baseline_plain, sweep_plain
 from circuits.types import Component
 
 
@@ -215,7 +215,7 @@ def test_probability_only_where_asked(tiny_llama, tokenizer, mode):
 def test_runs_with_shared_prefixes_equal_full_forwards(tiny_mistral, tokenizer):
     """Path mode reads END activations from runs where a template's shared few-shot prefix runs once; they equal the
     full forwards' (activation mode's runs, which keep every position)."""
-    from circuits.patching.end_layers import SHARED_PREFIX_MIN, collect_runs
+    from circuits.patching.core.end_layers import SHARED_PREFIX_MIN, collect_runs
     from circuits.models.forward import shared_prefix_lengths
 
     from circuits.data.pairs import few_shot_prefixes

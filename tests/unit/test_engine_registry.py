@@ -1,5 +1,5 @@
 """Every registered engine equals its plain reference loop, as Scores, on the tiny model of every family it supports
-(a new entry in :data:`circuits.patching.registry.ENGINES` is tested by being added). The same cases run on the
+(a new entry in :data:`circuits.patching.engines.registry.ENGINES` is tested by being added). The same cases run on the
 TransformerLens 4 Bridge from ``tests/backends/test_engine_registry_backends.py``."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from helpers import FAMILIES, check_engine_against_reference, mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.registry import CAPABILITIES, ENGINE_NAMES, ENGINES, describe, end_engines, node_engines
+from circuits.patching.engines.registry import CAPABILITIES, ENGINE_NAMES, ENGINES, describe, end_engines, node_engines
 
 
 @pytest.mark.parametrize("arch", FAMILIES)
@@ -63,7 +63,7 @@ def test_positions_a_engine_does_not_score_is_refused(tiny_llama, tokenizer):
 
 def test_the_registry_imports_no_torch():
     """The names, colours and capabilities are data: the command line reads them before any engine is imported."""
-    code = ("import sys; from circuits.patching.registry import ENGINES, COLORS; assert len(ENGINES) == len(COLORS); "
+    code = ("import sys; from circuits.patching.engines.registry import ENGINES, COLORS; assert len(ENGINES) == len(COLORS); "
             "assert 'torch' not in sys.modules, 'torch imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -8,10 +8,10 @@ import torch
 from helpers import aligned_pairs, mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.faithfulness import MIB_SIZES, area_scores, circuit_masks, circuit_curve, metric_of
-from circuits.patching.metrics import logits_metric
-from circuits.patching.plain import ablate_plain, ablation_values_plain, cf_answer_plain
-from circuits.patching.ranking import order
+from circuits.patching.circuit_curves import MIB_SIZES, area_scores, circuit_masks, circuit_curve, metric_of
+from circuits.patching.core.metrics import logits_metric
+from circuits.patching.engines.plain import ablate_plain, ablation_values_plain, cf_answer_plain
+from circuits.patching.core.ranking import order
 
 SIZES = (0.0, 0.05, 0.1, 0.25, 0.5, 0.8, 1.0)
 
@@ -133,7 +133,7 @@ def test_each_strategy_of_the_executor_equals_the_plain_loop(tiny_llama, tokeniz
     masked forward forced where another would run, equals the plain loop (one hook per site, one circuit at a
     time)."""
     from circuits.patching.ablation import executor
-    from circuits.patching.faithfulness import nodes
+    from circuits.patching.circuit_curves import node_curves as nodes
 
     seen = []
 
@@ -162,7 +162,7 @@ def test_the_faithfulness_job_runs_every_curve_through_the_executor(tmp_path, mo
 
     from circuits.cli import main as cli_main
     from circuits.patching.ablation import executor
-    from circuits.patching.faithfulness import nodes
+    from circuits.patching.circuit_curves import node_curves as nodes
 
     seen = []
 
@@ -239,7 +239,7 @@ def test_bad_input_is_one_line(tiny_llama, tokenizer, kw, match):
 
 
 def edge_scores(model, seed=0):
-    from circuits.patching.faithfulness import edge_valid
+    from circuits.patching.circuit_curves import edge_valid
 
     valid = edge_valid(model)
     s = torch.rand(valid.shape, generator=torch.Generator().manual_seed(seed))
@@ -247,7 +247,7 @@ def edge_scores(model, seed=0):
 
 
 def plain_edge_sets(model, scores, valid, size):
-    from circuits.patching.faithfulness import edge_receivers, edge_senders
+    from circuits.patching.circuit_curves import edge_receivers, edge_senders
 
     senders, receivers = edge_senders(model), edge_receivers(model)
     edges = [(str(senders[i]), str(receivers[j])) for i, j in valid.nonzero().tolist()]
@@ -260,8 +260,8 @@ def plain_edge_sets(model, scores, valid, size):
 @pytest.mark.parametrize("ablation", ["counterfactual", "mean", "zero"])
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
 def test_edges_equal_the_plain_loop(family_models, tokenizer, ablation, arch):
-    from circuits.patching.faithfulness import circuit_curve
-    from circuits.patching.plain import ablate_edges_plain
+    from circuits.patching.circuit_curves import circuit_curve
+    from circuits.patching.engines.plain import ablate_edges_plain
 
     model = family_models(arch)  # GQA: 4 heads, 2 key/value heads
     batch = PairBatch.from_pairs(some_pairs(tokenizer, 2), 0)
@@ -283,7 +283,7 @@ def test_edges_equal_the_plain_loop(family_models, tokenizer, ablation, arch):
 
 
 def test_edges_bad_input_is_one_line(family_models, tokenizer):
-    from circuits.patching.faithfulness import circuit_curve
+    from circuits.patching.circuit_curves import circuit_curve
 
     model = family_models("llama")
     scores_, _ = edge_scores(model)

@@ -16,8 +16,8 @@ from helpers import tiny_dir
 from circuits.beyond.faithfulness.config import MIB_SIZES, RANKINGS, FaithfulnessConfig
 from circuits.beyond.faithfulness.result import FaithfulnessResult
 from circuits.cli import main as cli_main
-from circuits.patching import faithfulness as engine
-from circuits.patching.faithfulness import FaithfulnessCurve
+from circuits.patching import circuit_curves as engine
+from circuits.patching.circuit_curves import FaithfulnessCurve
 from circuits.viz.analysis_figures import faithfulness_figure, faithfulness_table
 
 TINY = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on"]
@@ -72,7 +72,7 @@ def test_defaults_are_mib_s():
     # MIB's counterfactual (an operand changed), its sizes (int(s * n)) and its pinned EAP-IG's alphas
     assert c.counterfactual == "operand" and c.count == "floor" and c.ig_grid == "left"
     from circuits.beyond.faithfulness import config as light
-    from circuits.patching.gradient.eap_ig import GRIDS
+    from circuits.patching.engines.eap_ig import GRIDS
     assert light.IG_GRIDS == GRIDS and light.COUNTS == engine.COUNTS
     assert c.rankings == RANKINGS and c.settings() == ["nodes@end", "nodes@all"]
     assert FaithfulnessConfig.from_json(json.loads(json.dumps(c.to_json()))) == c
@@ -143,11 +143,11 @@ NODE_RANKINGS = "exact-path,exact-activation,positions,screen,graddrop,eap-ig"
 def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path, capsys, monkeypatch):
     from circuits.beyond.faithfulness import job
     from circuits.models.loading import load_model
-    from circuits.patching.gradient.attribution import attribute
-    from circuits.patching.gradient.eap_ig import eap_ig
+    from circuits.patching.engines.attribution import attribute
+    from circuits.patching.engines.eap_ig import eap_ig
     from circuits.types import Component, Receiver
-    from circuits.patching.engine import sweep
-    from circuits.patching.exact.positions import sweep_positions
+    from circuits.patching.engines.end_sweep import sweep
+    from circuits.patching.engines.position_sweep import sweep_positions
     from circuits.results import load_result
 
     out = tmp_path / "f"
@@ -401,7 +401,7 @@ def test_division_with_the_operand_counterfactual_gives_finite_scores_for_every_
 
 
 def test_cmd_margin_is_a_paired_bootstrap_of_the_cmd_difference():
-    from circuits.patching.faithfulness import area_scores, cmd_margin, curve_from
+    from circuits.patching.circuit_curves import area_scores, cmd_margin, curve_from
 
     g = torch.Generator().manual_seed(0)
     sizes = (0.05, 0.2, 0.5)

@@ -9,7 +9,7 @@ import torch
 
 from circuits.data.pairs import PairBatch
 from circuits.patching import all_components, sweep
-from circuits.patching.reference import sweep_plain
+from circuits.patching.engines.end_sweep_plain import sweep_plain
 from circuits.models import load_hf_reference, load_model
 
 FAMILY_NAMES = ("llama", "llama3", "mistral", "mistral_window", "qwen2", "qwen3", "gemma2", "gemma3")

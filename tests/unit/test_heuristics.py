@@ -12,7 +12,7 @@ from circuits.beyond.heuristics.config import HeuristicsConfig
 from circuits.beyond.heuristics.job import run
 from circuits.data.grid import operand_grid
 from circuits.explain.heuristics.activations import grid_activations, output_logits, promotion
-from circuits.explain.heuristics.knockout import answer_probs, class_knockout, grid_means, random_like
+from circuits.explain.heuristics.causal_check import answer_probs, class_knockout, grid_means, random_like
 from circuits.explain.heuristics.rules import Rule, classify, tail_probability
 from circuits.results import load_result
 from circuits.types import Neuron
@@ -190,7 +190,7 @@ def test_the_job_end_to_end(tiny_llama, tmp_path):
     for name in ("figure.html", "knockout.html", "classes.json", "grid.jsonl", "heuristics.pt"):
         assert (tmp_path / "h" / name).is_file()
     # the top neurons are the sweep's largest effects of each layer
-    from circuits.patching.exact.neurons import sweep_neurons
+    from circuits.patching.engines.neuron_sweep import sweep_neurons
 
     e = sweep_neurons(tiny_llama, r.pairs, layers=[1], progress=False).by_layer("fraction")[1]
     top = [n.index for n in r.neurons if n.layer == 1]

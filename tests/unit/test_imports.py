@@ -95,7 +95,7 @@ def test_the_cycle_finder_finds_a_cycle_through_a_function_local_import():
 def test_the_graph_counts_function_local_imports():
     graph = import_graph()
     assert "circuits.identify.job" in graph["circuits.cli.commands"]  # imported inside command_identify only
-    assert "circuits.patching.ranking" in graph["circuits.identify.config"]  # inside __post_init__
+    assert "circuits.patching.core.ranking" in graph["circuits.identify.config"]  # inside __post_init__
 
 
 def package_of(module: str) -> str:
@@ -131,7 +131,7 @@ def test_viz_imports_no_step_module():
              "circuits.evaluation", "circuits.patching")
     graph = import_graph()
     # the metric registry names a figure's metric and its sign (the one piece of the mechanism a figure needs)
-    bad = {m: sorted(t for t in graph[m] if t.startswith(steps) and t != "circuits.patching.metrics") for m in graph
+    bad = {m: sorted(t for t in graph[m] if t.startswith(steps) and t != "circuits.patching.core.metrics") for m in graph
            if m.startswith("circuits.viz")}
     assert {m: t for m, t in bad.items() if t} == {}
 
@@ -166,7 +166,7 @@ LAYERS = {
     "circuits.models": BASE,
     "circuits.data": (*BASE, "circuits.models"),
     "circuits.patching": (*BASE, "circuits.models", "circuits.data"),
-    "circuits.viz": (*BASE, "circuits.patching.metrics"),  # a figure's metric: its name, sign and meaning
+    "circuits.viz": (*BASE, "circuits.patching.core.metrics"),  # a figure's metric: its name, sign and meaning
 }
 # the jobs, on the mechanism and the figures: identify first, the steps that read its result next, then those that run
 # another step's job (the neuron job runs the knockout; an evaluation applies a fine-tuned delta)

@@ -6,7 +6,8 @@ from torch import Tensor
 from helpers import mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching import engine, logits_metric, prepare, sweep, sweep_neurons, sweep_positions
+from circuits.patching import logits_metric, prepare, sweep, sweep_neurons, sweep_positions
+from circuits.patching.engines import end_sweep as engine
 from circuits.types import Neuron, as_components
 
 

@@ -8,7 +8,7 @@ import torch
 from helpers import mixed_pairs
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.mib import (
+from circuits.patching.interchange.mib import (
     MIBGraph,
     edge_name,
     edge_order,
@@ -18,8 +18,8 @@ from circuits.patching.mib import (
     submission_folder,
     write_submission,
 )
-from circuits.patching.metrics import MIB_METRIC
-from circuits.patching.gradient.eap_ig import INPUT, LOGITS, eap_ig, eap_receivers, eap_senders
+from circuits.patching.core.metrics import MIB_METRIC
+from circuits.patching.engines.eap_ig import INPUT, LOGITS, eap_ig, eap_receivers, eap_senders
 from circuits.types import Component, Receiver
 
 # A minimal graph in MIB's form, written by hand for 1 layer x 2 heads after the example MIB ships

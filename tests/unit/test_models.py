@@ -80,7 +80,7 @@ def test_engine_refuses_what_it_does_not_compute():
     from transformer_lens import HookedTransformer, HookedTransformerConfig
 
     from circuits.models import backend
-    from circuits.patching.end_layers import check_supported
+    from circuits.patching.core.end_layers import check_supported
 
     cfg = HookedTransformerConfig(n_layers=1, d_model=16, n_ctx=8, d_head=4, n_heads=4, d_vocab=10, act_fn="gelu",
                                   positional_embedding_type="alibi", parallel_attn_mlp=True)

@@ -7,10 +7,10 @@ from helpers import mixed_pairs
 from transformer_lens.utils import get_act_name
 
 from circuits.data.pairs import PairBatch
-from circuits.patching.exact.neurons import effect_shares, sweep_neurons, top_neurons
-from circuits.patching.plain import cf_answer_plain, patch_at_plain
+from circuits.patching.engines.neuron_sweep import effect_shares, sweep_neurons, top_neurons
+from circuits.patching.engines.plain import cf_answer_plain, patch_at_plain
 from circuits.types import Neuron
-from circuits.validate.neurons import knockout_neurons, neuron_means
+from circuits.validate.neuron_knockout import knockout_neurons, neuron_means
 
 
 @pytest.mark.parametrize("mode", ["path", "activation"])

@@ -7,8 +7,8 @@ from helpers import aligned_pairs, mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.patching import sweep
-from circuits.patching.plain import cf_answer_plain, patch_at_plain
-from circuits.patching.exact.positions import sweep_positions
+from circuits.patching.engines.plain import cf_answer_plain, patch_at_plain
+from circuits.patching.engines.position_sweep import sweep_positions
 from circuits.types import Component, Neuron
 
 

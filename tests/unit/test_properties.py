@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from circuits.data.pairs import PromptError, make_pair
 from circuits.data.templates import Template
-from circuits.patching.metrics import METRICS
-from circuits.patching.ranking import KeyRule
+from circuits.patching.core.metrics import METRICS
+from circuits.patching.core.ranking import KeyRule
 from circuits.types import Component, Head, parse_heads
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -5,9 +5,9 @@ import inspect
 import pytest
 import torch
 
-from circuits.patching.engine import SweepResult
-from circuits.patching.metrics import DEFAULT_METRIC, Baseline, get_metric, logits_metric
-from circuits.patching.readouts import Readouts, cat_baselines
+from circuits.patching.engines.end_sweep import SweepResult
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, get_metric, logits_metric
+from circuits.patching.core.readouts import Readouts, cat_baselines
 
 L, H, P = 3, 4, 6
 
@@ -103,12 +103,12 @@ def test_one_default_metric_everywhere():
     """Every effects / per_pair / ranked / top_* of every result type defaults to DEFAULT_METRIC, which is fraction
     and the default key rule's metric."""
     from circuits.identify.result import IdentifyResult
-    from circuits.patching.gradient.attribution import attribute
-    from circuits.patching.exact.edges import EdgeSweep
-    from circuits.patching.exact.neurons import NeuronSweep
-    from circuits.patching.exact.positions import PositionSweep
-    from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule
-    from circuits.patching.readouts import MetricLookup, MetricViews
+    from circuits.patching.engines.attribution import attribute
+    from circuits.patching.engines.edge_sweep import EdgeSweep
+    from circuits.patching.engines.neuron_sweep import NeuronSweep
+    from circuits.patching.engines.position_sweep import PositionSweep
+    from circuits.patching.core.ranking import DEFAULT_KEY_RULE, KeyRule
+    from circuits.patching.core.readouts import MetricLookup, MetricViews
 
     assert DEFAULT_METRIC == "fraction" and KeyRule.parse(DEFAULT_KEY_RULE).metric == DEFAULT_METRIC
     assert KeyRule.parse("top3").metric == DEFAULT_METRIC

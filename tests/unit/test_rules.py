@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, rank
+from circuits.patching.core.ranking import DEFAULT_KEY_RULE, KeyRule, rank
 from circuits.types import Head
 
 
@@ -58,7 +58,7 @@ TIED = [0.2, float("nan"), -0.1, 0.2, 0.0, -0.1, 0.2, float("nan"), 0.0, -0.3, 0
 
 @pytest.mark.parametrize("sign", [1, -1])
 def test_order_is_stable_with_nan_last_or_dropped(sign):
-    from circuits.patching.ranking import order
+    from circuits.patching.core.ranking import order
 
     t = torch.tensor(TIED)
     assert order(t, sign).tolist() == _plain_order(TIED, sign)
@@ -77,10 +77,10 @@ def test_ties_order_alike_on_every_path(sign):
 
     from circuits.beyond.edges.job import resolve_receivers
     from circuits.beyond.screen.job import ranked_neurons, ranked_nodes
-    from circuits.patching.metrics import Metric
-    from circuits.patching.exact.neurons import top_neurons
-    from circuits.patching.ranking import rank_mlps, ranked_entries
-    from circuits.patching.uncertainty import rule_threshold
+    from circuits.patching.core.metrics import Metric
+    from circuits.patching.engines.neuron_sweep import top_neurons
+    from circuits.patching.core.ranking import rank_mlps, ranked_entries
+    from circuits.patching.core.uncertainty import rule_threshold
     from circuits.types import Component, Neuron, Receiver
 
     want = _plain_order(TIED, sign)
@@ -98,7 +98,7 @@ def test_ties_order_alike_on_every_path(sign):
     assert [(c.layer, c.head) for c, _, _ in nodes] == unravel
     assert [Neuron(l, d) for l, d in unravel[:4]] == [n for n, _, _ in ranked_neurons(heads[..., None], sign, 4)]
     # Edges into a receiver: the senders in the same order.
-    from circuits.patching.exact.edges import EdgeSweep
+    from circuits.patching.engines.edge_sweep import EdgeSweep
 
     senders = [Component("head", 1 + i // 4, i % 4) for i in range(len(TIED))]
     edges = EdgeSweep.__new__(EdgeSweep)
@@ -122,8 +122,8 @@ def test_no_other_sign_and_sort_in_the_package():
     import circuits
 
     allowed = {
-        "patching/ranking.py": "the one ranking",
-        "patching/readouts.py": "spearman's ranks of values (ascending, ties averaged), not an importance order",
+        "patching/core/ranking.py": "the one ranking",
+        "patching/core/readouts.py": "spearman's ranks of values (ascending, ties averaged), not an importance order",
         "explain/heuristics/rules.py": "a neuron's grid cells by activation (Nikankin et al.'s top-k match), both signs",
     }
     root = Path(circuits.__file__).parent
@@ -135,4 +135,4 @@ def test_no_other_sign_and_sort_in_the_package():
             if "argsort" in code or (re.search(r"\bsort(ed)?\(", code) and "sign" in code):
                 found.setdefault(rel, []).append(n)
     assert set(found) <= set(allowed), {k: v for k, v in found.items() if k not in allowed}
-    assert "patching/ranking.py" in found
+    assert "patching/core/ranking.py" in found

@@ -10,9 +10,9 @@ from helpers import mixed_pairs
 
 from circuits.data.pairs import PairBatch
 from circuits.patching import sweep
-from circuits.patching.metrics import DEFAULT_METRIC, MIB_METRIC, get_metric
-from circuits.patching.ranking import rank, rank_mlps
-from circuits.patching.scores import Scores
+from circuits.patching.core.metrics import DEFAULT_METRIC, MIB_METRIC, get_metric
+from circuits.patching.core.ranking import rank, rank_mlps
+from circuits.patching.core.scores import Scores
 from circuits.types import Component, Head, Neuron, Receiver
 
 
@@ -68,10 +68,10 @@ def test_one_default_metric_named_once():
     import circuits
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
     from circuits.beyond.positions.config import PositionConfig
-    from circuits.patching.exact.positions import sweep_positions
-    from circuits.patching.gradient.attribution import attribute
-    from circuits.patching.gradient.eap_ig import eap_ig
-    from circuits.patching.registry import Engine
+    from circuits.patching.engines.position_sweep import sweep_positions
+    from circuits.patching.engines.attribution import attribute
+    from circuits.patching.engines.eap_ig import eap_ig
+    from circuits.patching.engines.registry import Engine
     from circuits.types import DEFAULT_KEY_RULE
 
     assert DEFAULT_METRIC == "fraction" and DEFAULT_KEY_RULE.startswith(DEFAULT_METRIC)
@@ -100,8 +100,8 @@ def test_every_end_result_gives_scores(tiny_llama, tokenizer):
 
 
 def test_eap_ig_scores_are_mibs_graph(tiny_llama, tokenizer):
-    from circuits.patching.mib import MIBGraph
-    from circuits.patching.gradient.eap_ig import eap_ig
+    from circuits.patching.interchange.mib import MIBGraph
+    from circuits.patching.engines.eap_ig import eap_ig
 
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 2), 0)
     ig = eap_ig(tiny_llama, batch, MIB_METRIC, steps=1, level="edge", progress=False)

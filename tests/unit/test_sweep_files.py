@@ -14,7 +14,7 @@ import torch
 
 import circuits as cc
 from circuits.io import OutputError
-from circuits.patching.engine import SweepResult
+from circuits.patching.engines.end_sweep import SweepResult
 from circuits.results import RESULT_TYPES, ResultError, result_type, same
 
 

@@ -12,8 +12,8 @@ from circuits.data.pairs import build_pairs, pair_logits
 from circuits.explain.dla import answer_directions, direct_logit_attribution
 from circuits.explain.head_circuits import head_circuits
 from circuits.explain.residual_lens import residual_lens
-from circuits.patching.engine import sweep
-from circuits.patching.patch import patch
+from circuits.patching.engines.end_sweep import sweep
+from circuits.patching.interchange.tl_patch import patch
 from circuits.types import Head
 
 

@@ -11,8 +11,8 @@ from circuits.patching import sweep
 from circuits.beyond.stability.config import StabilityConfig
 from circuits.beyond.stability.result import StabilityResult, jaccard, jaccard_matrix
 from circuits.beyond.stability.job import form_key_heads, stability
-from circuits.patching.uncertainty import bootstrap, crosses, rule_threshold
-from circuits.patching.ranking import KeyRule
+from circuits.patching.core.uncertainty import bootstrap, crosses, rule_threshold
+from circuits.patching.core.ranking import KeyRule
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_resamples_in_chunks_equal_one_at_a_time(tiny_identify, name):
     bootstrap treats as a user's own) runs them one at a time: the intervals are the same."""
     from dataclasses import replace
 
-    from circuits.patching.metrics import METRICS
+    from circuits.patching.core.metrics import METRICS
 
     s = tiny_identify.sweep
     fast = bootstrap(s, name, n_boot=300, seed=1)  # 300: more than one chunk, and not a multiple of it

@@ -8,7 +8,7 @@ from transformer_lens.utils import get_act_name
 
 from circuits.data.benchmarks import ChoiceItem
 from circuits.data.pairs import build_pairs, pair_logits
-from circuits.patching.ranking import rank
+from circuits.patching.core.ranking import rank
 from circuits.validate import KnockoutResult, compute_means, knockout, knockout_curve, knockout_logits, replacement_values
 from circuits.models.forward import unembed_end
 from circuits.validate.knockout import KnockoutConfig, knockout_many, knockout_residuals, score

@@ -4,7 +4,7 @@ on a saved identify result's pairs, as a circuit graph: senders -> key heads -> 
 :func:`run` saves an :class:`~circuits.beyond.edges.result.EdgeResult` (every sender into every receiver, each
 receiver's own effect on the logits from the identify sweep). ``circuits identify --receivers`` measures the same
 edges inside the identify run and keeps them in the identify result (``edges.pt``, ``circuit.html``);
-:func:`~circuits.identify.edges.resolve_receivers` turns ``topK`` into components for both."""
+:func:`~circuits.identify.circuit_graph.resolve_receivers` turns ``topK`` into components for both."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from circuits.beyond.edges.config import EdgesConfig
 from circuits.beyond.edges.result import EdgeResult
-from circuits.identify.edges import receiver_effects_of, resolve_receivers
+from circuits.identify.circuit_graph import receiver_effects_of, resolve_receivers
 
 
 
@@ -41,7 +41,7 @@ def run(config: EdgesConfig, out: str | Path, *, model: Any = None, progress: bo
 def edges_result(model: Any, made: Any, config: EdgesConfig, *, progress: bool = True) -> EdgeResult:
     """The edges into ``config.receivers`` on ``made``'s pairs (``made``: an identify result), each receiver's own
     effect by ``made``'s key-rule metric (``experiments/fig_circuit.py`` calls it on its shared identify result)."""
-    from circuits.patching.exact.edges import sweep_edges
+    from circuits.patching.engines.edge_sweep import sweep_edges
 
     receivers = resolve_receivers(config.receivers, made)
     edges = sweep_edges(model, made.pairs, receivers, memory_mb=config.memory_mb, progress=progress)

@@ -8,9 +8,9 @@ from typing import Any
 
 
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.identify.edges import circuit_edges, circuit_figure, edge_summary, receiver_effects_of
-from circuits.patching.exact.edges import EdgeSweep
-from circuits.patching.metrics import DEFAULT_METRIC
+from circuits.identify.circuit_graph import circuit_edges, circuit_figure, edge_summary, receiver_effects_of
+from circuits.patching.engines.edge_sweep import EdgeSweep
+from circuits.patching.core.metrics import DEFAULT_METRIC
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.beyond.edges.config import EdgesConfig
 from circuits.results import Result

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 
 from circuits.config import option, redefault
 from circuits.data.source import PairSource, check_metric
-from circuits.patching.registry import node_engines
+from circuits.patching.engines.registry import node_engines
 from circuits.types import METRIC_NAMES, MIB_METRIC
 
 # The rankings the job scores by default: the engine registry's entries that score every head and MLP
-# (circuits.patching.registry.node_engines(); an engine registered later is accepted too), each read as:
+# (circuits.patching.engines.registry.node_engines(); an engine registered later is accepted too), each read as:
 #   exact-path        the END engine in path mode (cc.sweep, the paper's path patching), |effect| at END
 #   exact-activation  the END engine in activation mode, |effect| at END
 #   positions         exact activation patching at every position (cc.sweep_positions), max |effect| over positions
@@ -21,13 +21,13 @@ from circuits.types import METRIC_NAMES, MIB_METRIC
 #   graddrop          AtP*'s GradDrop scores (mean |estimate| over the layer-dropped backward passes), max over positions
 #   eap-ig            EAP-IG-inputs (cc's eap_ig): |estimate| summed over positions as EAP-IG sums; edges: |estimate|
 RANKINGS: tuple[str, ...] = tuple(node_engines())
-# MIB's circuit sizes: fractions of the nodes (or edges) kept (circuits.patching.faithfulness.MIB_SIZES; here too so
+# MIB's circuit sizes: fractions of the nodes (or edges) kept (circuits.patching.circuit_curves.MIB_SIZES; here too so
 # the config imports no torch; a unit test checks they are the same).
 MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 POSITIONS: tuple[str, ...] = ("end", "all")
 ABLATIONS: tuple[str, ...] = ("counterfactual", "mean", "zero")
-# EAP-IG's interpolation grids (circuits.patching.gradient.eap_ig.GRIDS) and how a size counts its nodes
-# (circuits.patching.faithfulness.COUNTS): here too so the config imports no torch; a unit test checks they agree.
+# EAP-IG's interpolation grids (circuits.patching.engines.eap_ig.GRIDS) and how a size counts its nodes
+# (circuits.patching.circuit_curves.COUNTS): here too so the config imports no torch; a unit test checks they agree.
 IG_GRIDS: tuple[str, ...] = ("left", "right")
 COUNTS: tuple[str, ...] = ("round", "floor")
 

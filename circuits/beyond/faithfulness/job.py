@@ -3,7 +3,7 @@
 For each ranking named in the config, :func:`rank` computes one importance score per node with the library's own
 engine (how each is read is in :data:`~circuits.beyond.faithfulness.config.RANKINGS`' comment; every score is
 non-negative, larger is more important, and the circuit of size s is the top s percent of the nodes by
-:func:`~circuits.patching.ranking.order`); :func:`~circuits.patching.faithfulness.circuit_curve` then keeps each
+:func:`~circuits.patching.core.ranking.order`); :func:`~circuits.patching.circuit_curves.circuit_curve` then keeps each
 circuit, ablates everything else (``ablation``: counterfactual as MIB, or mean, or zero) at END or at every position,
 and returns f at every size with CPR, CMD and bootstrap intervals. EAP-IG's edge scores (``edges``) are scored at edge
 level at END (the same function with ``edges=``). The seconds of each ranking are measured around its engine alone (the model is loaded and the
@@ -33,9 +33,9 @@ from circuits.data.pairs import PromptPair
 from circuits.io import load_torch, save_torch
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
-from circuits.patching.gradient.attribution import readout_of
-from circuits.patching.faithfulness import FaithfulnessCurve, check_edge_model, circuit_curve
-from circuits.patching.metrics import get_metric
+from circuits.patching.engines.attribution import readout_of
+from circuits.patching.circuit_curves import FaithfulnessCurve, check_edge_model, circuit_curve
+from circuits.patching.core.metrics import get_metric
 
 
 def _per_node(heads: Tensor, mlps: Tensor) -> dict[str, Tensor]:
@@ -47,14 +47,14 @@ def _per_node(heads: Tensor, mlps: Tensor) -> dict[str, Tensor]:
 def engine_options(ranking: str, config: FaithfulnessConfig) -> dict[str, Any]:
     """What the config sets of an engine's own options: the fields its registry entry names in ``job_options``
     (EAP-IG's steps, grid and edges)."""
-    from circuits.patching.registry import ENGINES
+    from circuits.patching.engines.registry import ENGINES
 
     return {option: getattr(config, name) for option, name in ENGINES[ranking].job_options.items()}
 
 
 def scores_edges(ranking: str, config: FaithfulnessConfig) -> bool:
     """Whether ``ranking``'s engine scores edges in this run (it supports them and ``config.edges``)."""
-    from circuits.patching.registry import ENGINES
+    from circuits.patching.engines.registry import ENGINES
 
     return config.edges and "edges" in ENGINES[ranking].supports
 
@@ -63,12 +63,12 @@ def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: Faithf
          progress: bool = False) -> dict[str, Tensor]:
     """The scores ``ranking`` orders nodes by: ``heads`` [layer, head], ``mlps`` [layer] (non-negative, larger is
     more important) and, for an engine that scores edges (EAP-IG) with ``config.edges``, ``edges`` [sender, receiver] (EAP-IG's graph, in the
-    order of :func:`~circuits.patching.gradient.eap_ig.eap_senders` / ``eap_receivers``; 0 where there is no edge).
+    order of :func:`~circuits.patching.engines.eap_ig.eap_senders` / ``eap_receivers``; 0 where there is no edge).
 
-    The registry's engine (:data:`~circuits.patching.registry.ENGINES`) runs at its own positions (END for the exact
+    The registry's engine (:data:`~circuits.patching.engines.registry.ENGINES`) runs at its own positions (END for the exact
     engines; every position for the others) with ``config.metric``; scores by offset are reduced to their largest
-    |score| (:meth:`~circuits.patching.scores.Scores.over_positions`), and every score is taken as |score|."""
-    from circuits.patching.registry import ENGINES
+    |score| (:meth:`~circuits.patching.core.scores.Scores.over_positions`), and every score is taken as |score|."""
+    from circuits.patching.engines.registry import ENGINES
 
     if ranking not in ENGINES:
         raise ValueError(f"Unknown ranking {ranking!r}")
@@ -83,9 +83,9 @@ def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: Faithf
 def edge_scores(model: Model, effects: Float[Tensor, "sender receiver"], senders: Sequence[Any],
                 receivers: Sequence[Any]) -> Float[Tensor, "sender receiver"]:
     """EAP-IG's edge effects (its senders x receivers order: a layer's q inputs of every head, then k, then v) as the
-    edge faithfulness engine reads them (:func:`~circuits.patching.faithfulness.edge_senders` x ``edge_receivers``:
+    edge faithfulness engine reads them (:func:`~circuits.patching.circuit_curves.edge_senders` x ``edge_receivers``:
     each head's q, k, v together), |.|, 0 where there is no edge."""
-    from circuits.patching.faithfulness import edge_receivers, edge_senders
+    from circuits.patching.circuit_curves import edge_receivers, edge_senders
 
     s_at = {s: i for i, s in enumerate(senders)}
     r_at = {r: i for i, r in enumerate(receivers)}
@@ -100,7 +100,7 @@ def edge_scores(model: Model, effects: Float[Tensor, "sender receiver"], senders
 def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor], setting: str,
             config: FaithfulnessConfig) -> FaithfulnessCurve:
     """The faithfulness curve of the circuits ``scores`` yield in ``setting`` (``nodes@end``, ``nodes@all``: the
-    batched :func:`~circuits.patching.faithfulness.circuit_curve` over nodes; ``edges@end``: over edges, at END);
+    batched :func:`~circuits.patching.circuit_curves.circuit_curve` over nodes; ``edges@end``: over edges, at END);
     m is the END quantity ``config.metric``
     reads (``logit_diff``, ``prob``, or the answer's ``logit`` for ``fraction`` and ``relative_logit``)."""
     m = readout_of(get_metric(config.metric))
@@ -134,7 +134,7 @@ def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str, 
     another ranking's file is not taken for it), the model's weights (:func:`weights_digest`: a folder whose weights
     changed is not the model that made the part) and the pairs."""
     cfg = config.to_json()
-    from circuits.patching.registry import ENGINES
+    from circuits.patching.engines.registry import ENGINES
 
     cfg.pop("rankings", None)
     own = set(ENGINES[ranking].job_options.values())

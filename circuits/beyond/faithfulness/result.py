@@ -18,7 +18,7 @@ from torch import Tensor
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.io import load_torch, save_torch, write_json
-from circuits.patching.faithfulness import FaithfulnessCurve
+from circuits.patching.circuit_curves import FaithfulnessCurve
 from circuits.results import Result
 from circuits.viz.notebook import ShowsFigure
 
@@ -44,7 +44,7 @@ SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every positi
 @dataclass(eq=False, repr=False)
 class FaithfulnessResult(ShowsFigure, Result):
     """Each ranking's circuits scored as MIB scores them; ``curves[ranking][setting]`` (settings: ``nodes@end``,
-    ``nodes@all``, ``edges@end``; each a :class:`~circuits.patching.faithfulness.FaithfulnessCurve`),
+    ``nodes@all``, ``edges@end``; each a :class:`~circuits.patching.circuit_curves.FaithfulnessCurve`),
     ``scores[ranking]`` (``heads`` [layer, head], ``mlps`` [layer], ``edges`` where
     defined: the importance each ranking orders by, larger first), ``seconds[ranking]`` (computing the ranking)."""
 
@@ -113,7 +113,7 @@ class FaithfulnessResult(ShowsFigure, Result):
                  f"({model_label(getattr(self.config, 'model', ''))}, {len(self.pairs)} pairs, {self.config.metric}, "
                  f"{self.config.ablation} ablation)")
         ci = {r: c for r, c in by.items() if not c.f_low.isnan().all()}  # no bootstrap (n_boot=0): no band
-        from circuits.patching.registry import COLORS
+        from circuits.patching.engines.registry import COLORS
 
         return faithfulness_figure(sizes, {r: c.f for r, c in by.items()}, {r: c.f_low for r, c in ci.items()},
                                    {r: c.f_high for r, c in ci.items()}, title, COLORS)

@@ -2,12 +2,12 @@
 
 1. The key MLPs (``--layers``; else those of ``--neurons-from``, of ``--pairs-from``'s identify result, or of an
    identify run made first on the config's pairs) and their top neurons by the exact END effect
-   (:func:`~circuits.patching.exact.neurons.sweep_neurons` on the task's prompt pairs, or the effects a saved
+   (:func:`~circuits.patching.engines.neuron_sweep.sweep_neurons` on the task's prompt pairs, or the effects a saved
    ``circuits neurons`` result holds).
 2. Those neurons' ``hook_post`` at END over the operand grid (:func:`~circuits.data.grid.operand_grid`), averaged
    over the grid's templates per cell, and each neuron's heuristic classes
    (:func:`~circuits.explain.heuristics.rules.classify`) and whether its output promotes the answers its rule covers.
-3. The causal check (:func:`~circuits.explain.heuristics.knockout.class_knockout`): the neurons sharing a rule knocked
+3. The causal check (:func:`~circuits.explain.heuristics.causal_check.class_knockout`): the neurons sharing a rule knocked
    out together, the drop on the prompts the rule covers against the rest, and against random neurons.
 """
 
@@ -29,14 +29,14 @@ from circuits.data.grid import OperandGrid, operand_grid
 from circuits.data.pairs import PromptPair, use_few_shot
 from circuits.data.source import PairSpec
 from circuits.explain.heuristics.activations import grid_activations, output_logits, promotion
-from circuits.explain.heuristics.knockout import class_knockout
+from circuits.explain.heuristics.causal_check import class_knockout
 from circuits.explain.heuristics.rules import NONE, Rule, classify
 from circuits.models.backend import Model
 from circuits.io import load_torch, save_torch
 from circuits.models.loading import load_model
-from circuits.patching.exact.neurons import sweep_neurons
-from circuits.patching.metrics import get_metric
-from circuits.patching.ranking import contributions, order
+from circuits.patching.engines.neuron_sweep import sweep_neurons
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.core.ranking import contributions, order
 from circuits.results import ResultError, load_result
 from circuits.types import Neuron
 

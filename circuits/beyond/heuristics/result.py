@@ -15,8 +15,8 @@ from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.data.templates import compute_answer
 from circuits.explain.heuristics.rules import NONE, SYMBOLS, Rule
 from circuits.io import load_torch, read_json, save_torch, write_json
-from circuits.patching.metrics import get_metric
-from circuits.patching.ranking import order as rank_order
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.core.ranking import order as rank_order
 from circuits.results import Result, ResultError, number
 from circuits.types import Neuron
 

@@ -1,7 +1,7 @@
 """Neurons at END as a job and a saved result: ``circuits neurons`` (the shape of Nikankin et al. 2025's finding).
 
 For each chosen MLP (by default the key MLPs of an identify result) every neuron is patched at END exactly
-(:func:`~circuits.patching.exact.neurons.sweep_neurons`); the result says what share of each layer's neurons carries
+(:func:`~circuits.patching.engines.neuron_sweep.sweep_neurons`); the result says what share of each layer's neurons carries
 most of its neurons' summed effect, and compares knocking out only the top neurons of the key MLPs (mean
 ablation, per template position) with knocking out the whole MLPs and as many random neurons -- accuracy, as the
 paper's Figure 3 compares key and random heads."""
@@ -18,12 +18,12 @@ from circuits.models.backend import Model
 from circuits.data.pairs import PromptPair
 from circuits.identify.result import load_identify
 from circuits.models.loading import load_model
-from circuits.patching.engine import sweep
-from circuits.patching.metrics import get_metric
-from circuits.patching.exact.neurons import sweep_neurons, top_neurons
+from circuits.patching.engines.end_sweep import sweep
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.engines.neuron_sweep import sweep_neurons, top_neurons
 from circuits.types import Component
 from circuits.validate.knockout import knockout, replacement_values
-from circuits.validate.neurons import knockout_neurons, neuron_means
+from circuits.validate.neuron_knockout import knockout_neurons, neuron_means
 from circuits.beyond.neurons.config import NeuronConfig
 from circuits.beyond.neurons.result import NeuronResult
 

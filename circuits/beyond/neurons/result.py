@@ -7,9 +7,9 @@ from pathlib import Path
 from typing import Any
 import torch
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.patching.metrics import get_metric
-from circuits.patching.exact.neurons import NeuronSweep, effect_shares
-from circuits.patching.ranking import contributions
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.engines.neuron_sweep import NeuronSweep, effect_shares
+from circuits.patching.core.ranking import contributions
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.results import Result, number
 from circuits.beyond.neurons.config import NeuronConfig

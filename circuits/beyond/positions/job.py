@@ -15,7 +15,7 @@ from circuits.models.backend import Model
 from circuits.models.loading import load_model
 from circuits.data.pairs import FewerPairsWarning, build_pairs
 from circuits.data.templates import templates_for
-from circuits.patching.exact.positions import sweep_positions
+from circuits.patching.engines.position_sweep import sweep_positions
 from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.result import PositionResult, token_strings
 

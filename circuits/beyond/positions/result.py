@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 from circuits.models.backend import Model
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.patching.metrics import METRICS
-from circuits.patching.exact.positions import PositionSweep
+from circuits.patching.core.metrics import METRICS
+from circuits.patching.engines.position_sweep import PositionSweep
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.results import Result, number
 from circuits.beyond.positions.config import PositionConfig

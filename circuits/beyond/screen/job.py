@@ -1,10 +1,10 @@
 """The attribution screen audited by the exact engines: rank every node by its first-order estimate, re-measure
 the top ones exactly, and say what the estimate missed.
 
-:func:`screen` runs :func:`~circuits.patching.gradient.attribution.attribute` (every head, MLP and neuron at every position),
+:func:`screen` runs :func:`~circuits.patching.engines.attribution.attribute` (every head, MLP and neuron at every position),
 then ``verify``: the top-N heads/MLPs and the top-N neurons of the screen are re-measured exactly -- at END by the
-END engine (:func:`~circuits.patching.engine.sweep`, :func:`~circuits.patching.exact.neurons.sweep_neurons`), elsewhere
-by the per-position engine (:func:`~circuits.patching.exact.positions.sweep_positions`) -- and both numbers are kept.
+END engine (:func:`~circuits.patching.engines.end_sweep.sweep`, :func:`~circuits.patching.engines.neuron_sweep.sweep_neurons`), elsewhere
+by the per-position engine (:func:`~circuits.patching.engines.position_sweep.sweep_positions`) -- and both numbers are kept.
 With ``audit`` the END engine also measures every head and MLP exactly, which gives the table no peer publishes:
 the rank correlation of screen and exact effects at END, how many of the exact top-10 and top-5% the screen's
 top-N misses (N = 10, 20, 50), and the largest misses with why -- the error of the estimate split into the part
@@ -22,11 +22,11 @@ from torch import Tensor
 from circuits.models.backend import Model
 from circuits.data.pairs import PromptPair
 from circuits.models.loading import load_model
-from circuits.patching.gradient.attribution import Attribution, attribute
-from circuits.patching.engine import sweep
-from circuits.patching.exact.neurons import sweep_neurons
-from circuits.patching.exact.positions import sweep_positions
-from circuits.patching.scores import Scores
+from circuits.patching.engines.attribution import Attribution, attribute
+from circuits.patching.engines.end_sweep import sweep
+from circuits.patching.engines.neuron_sweep import sweep_neurons
+from circuits.patching.engines.position_sweep import sweep_positions
+from circuits.patching.core.scores import Scores
 from circuits.types import Component, Head, Neuron
 from circuits.beyond.screen.config import ScreenConfig
 from circuits.beyond.screen.result import audit_table, ScreenResult
@@ -39,7 +39,7 @@ def node_name(sender: Component | Neuron, offset: int) -> str:
 
 def ranked_nodes(heads: Tensor, mlps: Tensor, sign: int) -> list[tuple[Component, int, float]]:
     """Every (head or MLP, offset) by the metric's important direction, NaN dropped: heads ``[layer, head, offset]``
-    and MLPs ``[layer, offset]`` ranked together (:meth:`~circuits.patching.scores.Scores.ranked`)."""
+    and MLPs ``[layer, offset]`` ranked together (:meth:`~circuits.patching.core.scores.Scores.ranked`)."""
     s = Scores({"heads": heads, "mlps": mlps}, "screen", sign, offsets=True)
     return [(Component("head", *c) if isinstance(c, Head) else c, k, v) for (c, k), v in s.ranked(part=("heads", "mlps"))]
 

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.patching.ranking import order
-from circuits.patching.readouts import spearman
+from circuits.patching.core.ranking import order
+from circuits.patching.core.readouts import spearman
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.results import Result
 from circuits.beyond.screen.config import ScreenConfig

@@ -17,7 +17,7 @@ from circuits.io import output_lock
 from circuits.results import check_output
 from circuits.identify.result import IdentifyResult
 from circuits.models.loading import load_model
-from circuits.patching.ranking import KeyRule
+from circuits.patching.core.ranking import KeyRule
 from circuits.types import Head
 from circuits.beyond.stability.config import StabilityConfig
 from circuits.beyond.stability.result import StabilityResult

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from circuits.patching.ranking import DEFAULT_KEY_RULE
+from circuits.patching.core.ranking import DEFAULT_KEY_RULE
 from circuits.io import read_json, write_json
 from circuits.results import Result
 from circuits.types import Head

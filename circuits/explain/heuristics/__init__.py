@@ -4,7 +4,7 @@
   fitted to a neuron's activation over the operand grid, with a rule and a score, or ``none``.
 - :mod:`~circuits.explain.heuristics.activations`: the neurons' ``hook_post`` over the grid, and which answers their
   output promotes.
-- :mod:`~circuits.explain.heuristics.knockout`: the causal check, a class's neurons knocked out against covered and
+- :mod:`~circuits.explain.heuristics.causal_check`: the causal check, a class's neurons knocked out against covered and
   uncovered prompts and random neurons.
 
 The job is ``circuits heuristics`` (:mod:`circuits.beyond.heuristics`).
@@ -18,7 +18,7 @@ _EXPORTS = {
     **{n: "circuits.explain.heuristics.rules" for n in ("KINDS", "NeuronClasses", "Rule", "candidate_rules", "classify",
                                                          "match_scores")},
     **{n: "circuits.explain.heuristics.activations" for n in ("grid_activations", "output_logits", "promotion")},
-    **{n: "circuits.explain.heuristics.knockout" for n in ("answer_probs", "class_knockout", "grid_means")},
+    **{n: "circuits.explain.heuristics.causal_check" for n in ("answer_probs", "class_knockout", "grid_means")},
 }
 
 __all__ = sorted(_EXPORTS)

@@ -27,9 +27,9 @@ from circuits.explain.numbers.result import NumbersResult
 from circuits.identify.result import IdentifyResult
 from circuits.identify.source import model_for, resolved, source_result
 from circuits.models.backend import Model
-from circuits.patching.exact.neurons import sweep_neurons
-from circuits.patching.metrics import get_metric
-from circuits.patching.ranking import order
+from circuits.patching.engines.neuron_sweep import sweep_neurons
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.core.ranking import order
 from circuits.types import Component, Neuron
 
 

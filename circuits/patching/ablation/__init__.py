@@ -4,5 +4,5 @@ mean, END-aligned mean, zero, resample and counterfactual values of heads, MLPs 
 ablates and where (:class:`~circuits.patching.ablation.executor.AblationSpec`), and the one executor that runs it
 (:func:`~circuits.patching.ablation.executor.run_ablation`: END-only layers (:mod:`~circuits.patching.ablation.end`),
 the counterfactual run in the sets' own passes, or a masked forward over batched sets with prefix sharing). Knockout
-(:mod:`circuits.validate.knockout`, :mod:`circuits.validate.neurons`), the heuristics' class knockout and faithfulness
-(:mod:`circuits.patching.faithfulness`) all call it."""
+(:mod:`circuits.validate.knockout`, :mod:`circuits.validate.neuron_knockout`), the heuristics' class knockout and faithfulness
+(:mod:`circuits.patching.circuit_curves`) all call it."""

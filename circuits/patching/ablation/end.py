@@ -6,7 +6,7 @@ Only END changes, so positions before END are the reference run's: one batched f
 run once), then END-only layers over ``set x pair`` rows (attention from each new END query over the reference keys
 and values): :func:`nodes_at_end` replaces each head's ``z``, each MLP's output or each neuron's ``hook_post`` where a
 set ablates it; :func:`edges_at_end` assembles each receiver's input from kept and ablated sender values, each head
-with its own query, key and value inputs (:func:`~circuits.patching.end_layers.z_at_end` per query head) (MIB's graph, :mod:`circuits.patching.faithfulness.edges`)."""
+with its own query, key and value inputs (:func:`~circuits.patching.core.end_layers.z_at_end` per query head) (MIB's graph, :mod:`circuits.patching.circuit_curves.edge_curves`)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,13 @@ from circuits.data.pairs import PairBatch
 from circuits.models.backend import Model, act_name
 from circuits.models.forward import end_residuals, shared_prefix_lengths
 from circuits.patching.ablation.values import ValueKind, end_values
-from circuits.patching.end_layers import (SHARED_PREFIX_MIN, attention_output, check_supported, mlp_at_end,
+from circuits.patching.core.end_layers import (SHARED_PREFIX_MIN, attention_output, check_supported, mlp_at_end,
                                           z_at_end)
 
 
 def end_only_supported(model: Model) -> bool:
     """Whether the END-only layers compute this model as TransformerLens does
-    (:func:`circuits.patching.end_layers.check_supported`); otherwise END ablation runs whole prompts."""
+    (:func:`circuits.patching.core.end_layers.check_supported`); otherwise END ablation runs whole prompts."""
     try:
         check_supported(model)
     except ValueError:
@@ -149,7 +149,7 @@ def nodes_at_end(model: Model, batch: PairBatch, heads: Tensor, mlps: Tensor, ne
                  runs: EndRuns, memory_mb: float) -> Float[Tensor, "set pair d_model"]:
     """The final END residual of every set ablating, at END only, the heads ``[set, layer, head]``, MLPs ``[set,
     layer]`` and neurons ``{layer: [set, d_mlp]}`` it marks: each layer is END-only work over sets x pairs (attention
-    from the new END query over the reference keys and values, :func:`~circuits.patching.end_layers.z_at_end`; each
+    from the new END query over the reference keys and values, :func:`~circuits.patching.core.end_layers.z_at_end`; each
     marked head's ``z``, MLP's output and neuron's ``hook_post`` replaced by its END value), sets chunked by
     ``memory_mb``."""
     cfg = model.cfg
@@ -186,7 +186,7 @@ def edges_at_end(model: Model, batch: PairBatch, edges: Bool[Tensor, "set sender
                  memory_mb: float) -> Float[Tensor, "set pair d_model"]:
     """The final END residual (the logits' input) of every set ablating the edges ``[set, sender, receiver]`` it
     marks, over MIB's graph (senders: the input, then per layer its heads and its MLP; receivers: per layer each
-    head's q, k, v input, then its MLP's input, then the logits; :mod:`circuits.patching.faithfulness.edges`): each
+    head's q, k, v input, then its MLP's input, then the logits; :mod:`circuits.patching.circuit_curves.edge_curves`): each
     receiver's END input is the sum over its senders of the current output (a kept edge) or the ablated value (an
     ablated edge); END-only layers over sets x pairs (sets chunked by ``memory_mb``)."""
     cfg = model.cfg

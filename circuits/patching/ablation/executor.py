@@ -7,7 +7,7 @@ The sites (:class:`AblationMasks`) are heads ``[set, layer, head]``, MLPs ``[set
 d_mlp]}`` and, at END, MIB's edges ``[set, sender, receiver]``; the values
 (:class:`~circuits.patching.ablation.values.AblationValues`) are either given (template means, zero, resample: knockout)
 or a kind taken from the pairs' own runs (``"counterfactual"``, ``"end_mean"``, ``"zero"``: faithfulness). The
-executor chooses the strategy from the spec and the model; each equals the plain loop of :mod:`circuits.patching.plain`
+executor chooses the strategy from the spec and the model; each equals the plain loop of :mod:`circuits.patching.engines.plain`
 (one hook per site, one set at a time), which the tests assert:
 
 - **END-only layers** (values from the pairs' runs, ablation at END, a model the END-only layers compute,
@@ -44,7 +44,7 @@ from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models.backend import Model, act_name
 from circuits.patching.ablation.end import edges_at_end, end_only_supported, end_runs, nodes_at_end
 from circuits.patching.ablation.values import AblationValues, ValueKind, per_pair_values, record, site_names
-from circuits.patching.readouts import first_difference
+from circuits.patching.core.readouts import first_difference
 
 Positions = Literal["end", "all"]
 Strategy = Literal["end", "counterfactual", "masked"]
@@ -54,7 +54,7 @@ Strategy = Literal["end", "counterfactual", "masked"]
 class AblationMasks:
     """Which sites each set ablates (``True``: replaced by its value): ``heads [set, layer, head]``, ``mlps [set,
     layer]`` (``hook_mlp_out``), ``neurons {layer: [set, d_mlp]}`` (``hook_post``); or ``edges [set, sender,
-    receiver]`` over MIB's graph (:func:`circuits.patching.faithfulness.edges.edge_senders` x ``edge_receivers``; then
+    receiver]`` over MIB's graph (:func:`circuits.patching.circuit_curves.edge_curves.edge_senders` x ``edge_receivers``; then
     the node masks are ignored: an edge carries its sender's ablated value into one receiver)."""
 
     heads: Bool[Tensor, "set layer head"]
@@ -140,7 +140,7 @@ def ablation_hooks(model: Model, masks: AblationMasks, row_set: Int[Tensor, " ro
 def shared_start(batch: PairBatch) -> Int[Tensor, " pair"]:
     """Each pair's tokens before its prompts differ, at most END (every row keeps its END to run): the prefix
     counterfactual values leave as it is (``ablate_prefix=False``), the pair's two runs being the same there
-    (:func:`~circuits.patching.readouts.first_difference` capped at END)."""
+    (:func:`~circuits.patching.core.readouts.first_difference` capped at END)."""
     return torch.minimum(first_difference(batch), batch.end)
 
 

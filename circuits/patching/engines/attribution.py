@@ -38,10 +38,10 @@ from tqdm.auto import tqdm
 from circuits.models import backend
 from circuits.models.backend import Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.patching.end_layers import check_supported
-from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
-from circuits.patching.readouts import Readouts, baseline_of, cat_baselines, first_difference
-from circuits.patching.scores import Scores
+from circuits.patching.core.end_layers import check_supported
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.core.readouts import Readouts, baseline_of, cat_baselines, first_difference
+from circuits.patching.core.scores import Scores
 from circuits.types import MODES, Mode, Neuron
 
 
@@ -184,7 +184,7 @@ class Attribution:
         return out
 
     def scores(self, metric: str | Metric | None = None, *, graddrop: bool = False) -> Scores:
-        """:class:`~circuits.patching.scores.Scores` by offset from END: heads ``[layer, head, offset]``, MLPs
+        """:class:`~circuits.patching.core.scores.Scores` by offset from END: heads ``[layer, head, offset]``, MLPs
         ``[layer, offset]``, the QK-fixed query and key nodes (``head_q``/``head_k`` are not component axes of
         their own: left out) and, when estimated, neurons ``[layer * d_mlp, offset]``.
 
@@ -405,7 +405,7 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
     return out
 
 
-# --- the registry's entries (circuits.patching.registry): the screen (AtP) and AtP*'s GradDrop as Scores -------------
+# --- the registry's entries (circuits.patching.engines.registry): the screen (AtP) and AtP*'s GradDrop as Scores -------------
 def _score(model: Model, pairs: Pairs, metric: str | Metric, positions: str, progress: bool, grad_drop: bool,
            neurons: bool = False, qk_fix: bool = False, **options) -> Scores:
     att = attribute(model, pairs, metric, mode="activation", neurons=neurons, qk_fix=qk_fix, grad_drop=grad_drop,

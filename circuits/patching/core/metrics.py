@@ -77,7 +77,7 @@ class Baseline:
 
 
 class Patched(Protocol):
-    """Patched END quantities, ``[..., pair]`` (a :class:`~circuits.patching.engine.SweepResult` view)."""
+    """Patched END quantities, ``[..., pair]`` (a :class:`~circuits.patching.engines.end_sweep.SweepResult` view)."""
 
     logit: Tensor
     logit_diff: Tensor

@@ -10,7 +10,7 @@ Two sweeps over every component -- each attention head (``hook_z`` of one head a
 
 Why this is exact and fast. Attention is causal and only the END position is changed, so every
 earlier position keeps its reference value in every layer. After a patch at layer ``l`` the work
-left is one token per layer (:mod:`circuits.patching.end_layers`):
+left is one token per layer (:mod:`circuits.patching.core.end_layers`):
 
 - path patching: the frozen heads add their reference attention output at END, and each MLP
   recomputes on the END vector alone -- no attention is computed at all (where a norm follows attention, as in
@@ -22,7 +22,7 @@ left is one token per layer (:mod:`circuits.patching.end_layers`):
 
 Many senders share one pass: the END state is a ``[sender, pair, d_model]`` tensor, senders join it
 at their own layer, and the answer logits are read from the unembedding. Chunks of senders keep memory
-within a budget. The plain one-forward-per-component loop lives in :mod:`circuits.patching.reference`;
+within a budget. The plain one-forward-per-component loop lives in :mod:`circuits.patching.engines.end_sweep_plain`;
 tests assert the two agree.
 
 Across ranks (``torchrun``). The sweep is cut into work items -- blocks of at most ``PAIR_BLOCK`` pairs times
@@ -49,7 +49,7 @@ from tqdm.auto import tqdm
 
 from circuits import distributed as D
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.patching.end_layers import (
+from circuits.patching.core.end_layers import (
     Runs,
     attention_at_end,
     attention_output,
@@ -59,11 +59,11 @@ from circuits.patching.end_layers import (
     mlp_at_end,
     readout,
 )
-from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.models.backend import Model
-from circuits.patching.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked
-from circuits.patching.scores import Scores
-from circuits.patching.readouts import READOUTS, MetricLookup, Readouts, cat_baselines
+from circuits.patching.core.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked
+from circuits.patching.core.scores import Scores
+from circuits.patching.core.readouts import READOUTS, MetricLookup, Readouts, cat_baselines
 from circuits.timing import timed
 from circuits.types import MODES, Component, Mode, as_components
 
@@ -76,7 +76,7 @@ MIN_CHUNKS = 16
 @dataclass
 class SweepResult(MetricLookup):
     """Patched END quantities for every head and MLP, per pair (float32): the readouts of heads
-    (:class:`~circuits.patching.readouts.Readouts` ``[layer, head, pair]``) and of MLPs (``[layer, pair]``).
+    (:class:`~circuits.patching.core.readouts.Readouts` ``[layer, head, pair]``) and of MLPs (``[layer, pair]``).
 
     Each holds the answer logit, the answer-minus-counterfactual-answer logit difference and the answer probability
     after patching, and each custom metric's value (``custom``). Components not swept are NaN, and so is the
@@ -141,7 +141,7 @@ class SweepResult(MetricLookup):
         return m.effect(self.heads, self.baseline), m.effect(self.mlps, self.baseline)
 
     def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
-        """:class:`~circuits.patching.scores.Scores` of every head ``[layer, head]`` and MLP ``[layer]`` by
+        """:class:`~circuits.patching.core.scores.Scores` of every head ``[layer, head]`` and MLP ``[layer]`` by
         ``metric`` (with their per-pair values)."""
         m = self.metric(metric)
         heads, mlps = self.effects(m)
@@ -194,15 +194,15 @@ class SweepResult(MetricLookup):
 
     def save(self, folder: str | Path, *, overwrite: bool = False) -> Path:
         """Write every per-pair value into ``folder`` (``sweep.pt``, ``sweep.json``), atomically; a folder holding
-        anything but a saved sweep is refused unless ``overwrite`` (:mod:`circuits.patching.sweep_files`)."""
-        from circuits.patching.sweep_files import save
+        anything but a saved sweep is refused unless ``overwrite`` (:mod:`circuits.patching.engines.end_sweep_files`)."""
+        from circuits.patching.engines.end_sweep_files import save
 
         return save(self, folder, overwrite=overwrite)
 
     @classmethod
     def load(cls, folder: str | Path, metrics: Sequence[Metric] = ()) -> SweepResult:
         """The sweep :meth:`save` wrote, equal to it; ``metrics``: its custom metrics, to compute their effects."""
-        from circuits.patching.sweep_files import load
+        from circuits.patching.engines.end_sweep_files import load
 
         return load(cls, folder, metrics)
 
@@ -263,7 +263,7 @@ def _item_cost(model: Model, blocks: list[slice], item: tuple[int, list[Componen
 class PreparedRuns:
     """The reference and counterfactual runs of a sweep (:func:`prepare`), to pass as ``sweep(runs=...)``.
 
-    Holds the END activations the engine reads, one :class:`~circuits.patching.end_layers.Runs` per block of at most
+    Holds the END activations the engine reads, one :class:`~circuits.patching.core.end_layers.Runs` per block of at most
     ``PAIR_BLOCK`` pairs (activation mode: also the reference's keys and values at every position, about
     ``2 x n_layers x pairs x positions x d_head x kv_heads`` numbers), on the model's devices. Tied to the pairs, the
     mode and the model object it was made with; weights changed in place afterwards are not detected.
@@ -345,7 +345,7 @@ def sweep(
         components: senders to patch (default: every head and MLP); others are left NaN. Heads (``cc.Head(20, 8)``,
             ``"20.8"``, the ``(Head, effect)`` pairs ``key_heads()`` returns) and MLPs (``cc.Component.mlp(19)``,
             ``"MLP19"``).
-        metrics: custom metrics (:func:`~circuits.patching.metrics.logits_metric`) to compute besides the
+        metrics: custom metrics (:func:`~circuits.patching.core.metrics.logits_metric`) to compute besides the
             built-in ones, which are always available.
         memory_mb: working-memory budget that sets how many senders share a pass.
         progress: show a progress bar over components (rank 0's share under torchrun).
@@ -489,7 +489,7 @@ def _sweep_chunk(model: Model, mode: Mode, runs, batch: PairBatch, base: Baselin
 
 
 
-# --- the registry's entries (circuits.patching.registry): the END sweep as Scores, by mode ---------------------------
+# --- the registry's entries (circuits.patching.engines.registry): the END sweep as Scores, by mode ---------------------------
 def score_path(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
                memory_mb: float, **options) -> Scores:
     """``exact-path``: :func:`sweep` in path mode, scored by ``metric`` (positions: END only)."""

@@ -17,7 +17,7 @@ Public signature (what other modules build on)::
     EAPIGScores.scores(metric) / to_dict() / from_dict(d)      another metric reading the same END quantity; files
 
 Each score is the estimated change of the metric's END readout (``logit_diff`` for MIB's arithmetic tasks, as
-:data:`~circuits.patching.metrics.MIB_METRIC` names it; ``logit`` for ``fraction`` / ``relative_logit``) when the
+:data:`~circuits.patching.core.metrics.MIB_METRIC` names it; ``logit`` for ``fraction`` / ``relative_logit``) when the
 node (or edge) takes its counterfactual value, per pair:
 
     score(n) = sum over positions of (a_cf(n) - a_ref(n)) . (1/steps) sum_{alpha in grid} dR/da(n) at alpha
@@ -28,7 +28,7 @@ of block 0) are ``e_cf + alpha (e_ref - e_cf)``, everything downstream recomputi
 scores): ``"left"``, ``alpha = k/steps`` for ``k = 0..steps-1`` (0, 0.2, ..., 0.8), is what MIB's circuit track runs
 (the library's edge code at its pinned commit 7af394a) and the default; ``"right"``, ``k = 1..steps``, is the library
 before Dec 2024 and its node code, and with ``steps=1`` is attribution patching (gradient at the reference run),
-equal to :func:`circuits.patching.gradient.attribution.attribute` node by node. MIB attributes with ``-logit_diff`` (a loss);
+equal to :func:`circuits.patching.engines.attribution.attribute` node by node. MIB attributes with ``-logit_diff`` (a loss);
 :meth:`EAPIGScores.importance` gives that orientation (``metric.sign * effect``: positive is important).
 
 Nodes: a head's output is its ``hook_z`` (the same first-order estimate as EAP-IG's ``hook_result``: the result is
@@ -47,7 +47,7 @@ ungroups them; where the backend's cache cannot give the full run's numbers,
 :meth:`~circuits.models.backend.Backend.prefix_sharing`, prompts run whole: the same numbers); edge products are taken only
 over each pair's positions from its first difference to END; only END is unembedded (with Gemma 2's final soft-cap, as a forward pass); gradients are summed over steps before the one
 product with the activation differences; pairs are batched. Tests assert
-equality with the plain full-prompt loop :func:`circuits.patching.plain.eap_ig_plain`.
+equality with the plain full-prompt loop :func:`circuits.patching.engines.plain.eap_ig_plain`.
 """
 
 from __future__ import annotations
@@ -66,12 +66,12 @@ from tqdm.auto import tqdm
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models.backend import Model, act_name
-from circuits.patching.gradient.attribution import _readout_value, _run_body, estimated_readouts, readout_of
-from circuits.patching.end_layers import check_supported, end_logits
-from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
-from circuits.patching.readouts import baseline_of, cat_baselines, first_difference
-from circuits.patching.scores import Scores
-from circuits.types import (  # EAP-IG's graph layout, declared with the vocabulary (circuits.patching.mib reads it too)
+from circuits.patching.engines.attribution import _readout_value, _run_body, estimated_readouts, readout_of
+from circuits.patching.core.end_layers import check_supported, end_logits
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.core.readouts import baseline_of, cat_baselines, first_difference
+from circuits.patching.core.scores import Scores
+from circuits.types import (  # EAP-IG's graph layout, declared with the vocabulary (circuits.patching.interchange.mib reads it too)
     CHANNELS,
     INPUT,  # noqa: F401 (re-exported)
     LOGITS,  # noqa: F401 (re-exported)
@@ -103,7 +103,7 @@ def alphas(steps: int, grid: str = DEFAULT_GRID) -> list[float]:
 
 @dataclass(frozen=True, repr=False)
 class EAPIGScores(Scores):
-    """EAP-IG's scores: a :class:`~circuits.patching.scores.Scores` of the ``input`` node ``[]``, heads ``[layer,
+    """EAP-IG's scores: a :class:`~circuits.patching.core.scores.Scores` of the ``input`` node ``[]``, heads ``[layer,
     head]``, MLPs ``[layer]`` and, at edge level, edges ``[sender, receiver]`` (:func:`eap_senders` x
     :func:`eap_receivers`; NaN where there is no edge) by its metric, read as every Scores is read (``importance``,
     ``ranked``, ``top``, ``to_mib``: ``sign * effect``, what MIB's file holds); and what is EAP-IG's own: the per-pair

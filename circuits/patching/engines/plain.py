@@ -2,8 +2,8 @@
 
 Slow on purpose, written as a TransformerLens user writes them: full prompts, ``run_with_hooks`` /
 ``run_with_cache``, one patched forward per node. The tests assert that the fast engines equal them
-(:mod:`~circuits.patching.exact.positions`, :mod:`~circuits.patching.exact.neurons`, :mod:`~circuits.patching.exact.edges`,
-:mod:`~circuits.patching.gradient.attribution`), and the benchmarks time them.
+(:mod:`~circuits.patching.engines.position_sweep`, :mod:`~circuits.patching.engines.neuron_sweep`, :mod:`~circuits.patching.engines.edge_sweep`,
+:mod:`~circuits.patching.engines.attribution`), and the benchmarks time them.
 """
 
 from __future__ import annotations
@@ -17,17 +17,17 @@ from torch import Tensor
 
 from circuits.models.backend import Model, act_name, apply_softcap
 from circuits.data.pairs import PairBatch
-from circuits.patching.engine import all_components
-from circuits.patching.exact.edges import EdgeSweep, every_receiver, upstream
-from circuits.patching.exact.neurons import NeuronSweep
-from circuits.patching.exact.positions import PositionSweep
-from circuits.patching.gradient.attribution import Attribution, readout_of
-from circuits.patching.gradient.eap_ig import (DEFAULT_GRID, DEFAULT_STEPS, EAPIGScores, alphas, eap_receivers,
+from circuits.patching.engines.end_sweep import all_components
+from circuits.patching.engines.edge_sweep import EdgeSweep, every_receiver, upstream
+from circuits.patching.engines.neuron_sweep import NeuronSweep
+from circuits.patching.engines.position_sweep import PositionSweep
+from circuits.patching.engines.attribution import Attribution, readout_of
+from circuits.patching.engines.eap_ig import (DEFAULT_GRID, DEFAULT_STEPS, EAPIGScores, alphas, eap_receivers,
                                                eap_senders, eap_upstream)
-from circuits.patching.metrics import Metric, get_metric
-from circuits.patching.readouts import Readouts, first_difference
-from circuits.patching.reference import baseline_plain
-from circuits.patching.scores import Scores
+from circuits.patching.core.metrics import Metric, get_metric
+from circuits.patching.core.readouts import Readouts, first_difference
+from circuits.patching.engines.end_sweep_plain import baseline_plain
+from circuits.patching.core.scores import Scores
 from circuits.types import Component, Mode, Neuron, Receiver
 
 
@@ -255,7 +255,7 @@ def ablate_plain(model: Model, batch: PairBatch, heads: list[tuple[int, int]], m
     """END logits ``[pair, d_vocab]`` (float32) of the reference prompts with ``heads`` (``(layer, head)``),
     ``mlps`` (layers) and ``neurons`` (``{layer: [index]}``) ablated to ``values`` (from
     :func:`ablation_values_plain`; ``None``: zero) at END (``positions="end"``) or at every position (``"all"``): one
-    ``run_with_hooks``, one unit at a time. The plain loop :mod:`circuits.patching.faithfulness` is tested against."""
+    ``run_with_hooks``, one unit at a time. The plain loop :mod:`circuits.patching.circuit_curves` is tested against."""
     rows = torch.arange(len(batch))
 
     def put(act: Tensor, hook, index: int | None) -> Tensor:
@@ -287,7 +287,7 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
     (:meth:`~circuits.models.backend.Backend.split_inputs`, ungrouped under grouped-query attention), per-head results and MLP inputs, each receiver's END input
     written sender by sender as the sum of every upstream sender's current output (kept edge) or ablated value
     (ablated edge) and the attention biases before it. The plain loop
-    :func:`circuits.patching.faithfulness.circuit_curve` (edges) is tested against."""
+    :func:`circuits.patching.circuit_curves.circuit_curve` (edges) is tested against."""
     L = model.cfg.n_layers
     rows, end = torch.arange(len(batch)), batch.end
     cur: dict[str, Tensor] = {}
@@ -364,12 +364,12 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
 def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, steps: int, level: str = "node",
                  positions: str = "all", grid: str = "left") -> dict[str, Tensor]:
     """EAP-IG (inputs variant) as its authors' code computes it: full prompts; the counterfactual and reference
-    runs cached; per step (``alpha`` in :func:`circuits.patching.gradient.eap_ig.alphas` of ``grid``) one forward of the
+    runs cached; per step (``alpha`` in :func:`circuits.patching.engines.eap_ig.alphas` of ``grid``) one forward of the
     reference prompt with ``blocks.0.hook_resid_pre`` replaced by ``e_cf + alpha (e_ref - e_cf)`` and ``torch.autograd.grad`` of the readout; then, node by node
     (and sender by receiver), ``(a_cf - a_ref) . mean gradient`` summed over positions up to END (or at END).
 
     Returns ``input [pair]``, ``head [layer, head, pair]``, ``mlp [layer, pair]``; with ``level="edge"`` also
-    ``edge [sender, receiver, pair]`` in :func:`circuits.patching.gradient.eap_ig.eap_senders` x ``eap_receivers`` order
+    ``edge [sender, receiver, pair]`` in :func:`circuits.patching.engines.eap_ig.eap_senders` x ``eap_receivers`` order
     (NaN where EAP-IG's graph has no edge), sender outputs read from TransformerLens's own ``hook_result``."""
     cfg = model.cfg
     L, H = cfg.n_layers, cfg.n_heads
@@ -458,10 +458,10 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
     return out
 
 
-# --- the registry's references (circuits.patching.registry): each engine's plain loop as the same Scores ------------
+# --- the registry's references (circuits.patching.engines.registry): each engine's plain loop as the same Scores ------------
 def reference_positions(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str,
                         offsets: Sequence[int] | None = None, **options) -> Scores:
-    """circuits.patching.plain.patch_at_plain: one run_with_hooks per component and offset"""
+    """circuits.patching.engines.plain.patch_at_plain: one run_with_hooks per component and offset"""
     cfg = model.cfg
     P, K = len(batch), int(batch.end.max()) + 1
     ks = [0] if positions == "end" else (range(K) if offsets is None else offsets)
@@ -510,19 +510,19 @@ def _attribution_reference(model: Model, batch: PairBatch, metric: str | Metric,
 
 
 def reference_screen(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, **options) -> Scores:
-    """circuits.patching.plain.attribute_plain: full prompts, one forward and one backward"""
+    """circuits.patching.engines.plain.attribute_plain: full prompts, one forward and one backward"""
     return _attribution_reference(model, batch, metric, positions, False, **options)
 
 
 def reference_graddrop(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, **options) -> Scores:
-    """circuits.patching.plain.attribute_plain: full prompts, one forward and one backward per dropped layer"""
+    """circuits.patching.engines.plain.attribute_plain: full prompts, one forward and one backward per dropped layer"""
     return _attribution_reference(model, batch, metric, positions, True, **options)
 
 
 def reference_eap_ig(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str,
                      steps: int | None = None, level: str = "node", grid: str | None = None, edges: bool = False,
                      **options) -> Scores:
-    """circuits.patching.plain.eap_ig_plain: full prompts, one forward and backward per integration step"""
+    """circuits.patching.engines.plain.eap_ig_plain: full prompts, one forward and backward per integration step"""
     m = get_metric(metric)
     steps, grid, level = steps or DEFAULT_STEPS, grid or DEFAULT_GRID, "edge" if edges else level
     p = eap_ig_plain(model, batch, m, readout_of(m), steps, level=level, positions=positions, grid=grid)
@@ -534,7 +534,7 @@ def reference_eap_ig(model: Model, batch: PairBatch, *, metric: str | Metric, po
 def reference_neurons(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, mode: Mode = "path",
                       neurons: Sequence[Neuron] | None = None, layers: Sequence[int] | None = None,
                       **options) -> Scores:
-    """circuits.patching.plain.patch_at_plain: one run_with_hooks per neuron"""
+    """circuits.patching.engines.plain.patch_at_plain: one run_with_hooks per neuron"""
     if neurons is None:
         layers = range(model.cfg.n_layers) if layers is None else layers
         neurons = [Neuron(l, i) for l in layers for i in range(model.cfg.d_mlp)]
@@ -549,7 +549,7 @@ def reference_neurons(model: Model, batch: PairBatch, *, metric: str | Metric, p
 def reference_edges(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str,
                     receivers: Sequence[Receiver | str] | str | None = None,
                     senders: Sequence[Component | str] | None = None, **options) -> Scores:
-    """circuits.patching.plain.edge_plain: two run_with_hooks per edge (Wang et al.'s two steps)"""
+    """circuits.patching.engines.plain.edge_plain: two run_with_hooks per edge (Wang et al.'s two steps)"""
     recv = every_receiver(model) if receivers is None else Receiver.parse_many(receivers)
     send = (all_components(model) if senders is None else [Component.parse(s) for s in senders])
     send = sorted((s for s in send if senders is not None or any(upstream(s, r) for r in recv)),

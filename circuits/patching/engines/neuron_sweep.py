@@ -26,13 +26,13 @@ from tqdm.auto import tqdm
 from circuits.models.backend import Model, act_name
 from circuits.data.pairs import Pairs, as_batch
 from circuits.models import backend
-from circuits.patching.end_layers import (_post_norm, attention_at_end, baseline_from, check_supported, collect_runs,
+from circuits.patching.core.end_layers import (_post_norm, attention_at_end, baseline_from, check_supported, collect_runs,
                                           mlp_at_end, readout)
-from circuits.patching.engine import rows_for_budget
-from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
-from circuits.patching.ranking import contributions, order
-from circuits.patching.readouts import MetricViews, Readouts
-from circuits.patching.scores import Scores
+from circuits.patching.engines.end_sweep import rows_for_budget
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.core.ranking import contributions, order
+from circuits.patching.core.readouts import MetricViews, Readouts
+from circuits.patching.core.scores import Scores
 from circuits.types import MODES, Mode, Neuron
 
 
@@ -58,7 +58,7 @@ class NeuronSweep(MetricViews):
         return out
 
     def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
-        """:class:`~circuits.patching.scores.Scores` of each swept neuron, ``[neuron]`` in ``neurons``' order."""
+        """:class:`~circuits.patching.core.scores.Scores` of each swept neuron, ``[neuron]`` in ``neurons``' order."""
         m = self.metric(metric)
         return Scores({"neurons": self.effects(m)}, m.name, m.sign, self.baseline, labels={"neurons": list(self.neurons)},
                       engine=f"neurons-{self.mode}", per_pair={"neurons": self.per_pair(m)})

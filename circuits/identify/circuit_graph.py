@@ -10,9 +10,9 @@ from typing import Any
 
 import torch
 
-from circuits.patching.exact.edges import EdgeSweep
-from circuits.patching.metrics import get_metric
-from circuits.patching.ranking import order
+from circuits.patching.engines.edge_sweep import EdgeSweep
+from circuits.patching.core.metrics import get_metric
+from circuits.patching.core.ranking import order
 from circuits.types import Component, Receiver
 
 

@@ -1,4 +1,4 @@
-"""END-only pieces of a forward pass: what the engine (:mod:`circuits.patching.engine`) runs after a patch.
+"""END-only pieces of a forward pass: what the engine (:mod:`circuits.patching.engines.end_sweep`) runs after a patch.
 
 Attention is causal and a patch at END changes nothing before END, so after a patch at layer ``l`` each later
 layer is one token's work: the MLP on the END vector, and (activation patching) attention from the new END
@@ -20,7 +20,7 @@ from torch import Tensor
 
 from circuits.models.backend import Model, act_name, apply_softcap, head_linear
 from circuits.data.pairs import PairBatch
-from circuits.patching.metrics import Baseline, Metric
+from circuits.patching.core.metrics import Baseline, Metric
 from circuits.models.forward import end_residuals, shared_prefix_lengths
 
 # --- the reference and counterfactual runs ----------------------------------------------------

@@ -1,7 +1,7 @@
 """Edge circuits at END: MIB's graph (:func:`edge_senders`, :func:`edge_receivers`, :func:`edge_valid`), which edges
 each circuit keeps (:func:`edge_masks`) and which models have separable edges (:func:`check_edge_model`); the curve is
-:func:`circuits.patching.faithfulness.nodes.circuit_curve` with ``edges=``, run by the ablation executor's END-only
-strategy (:func:`circuits.patching.ablation.end.edges_at_end`); see :mod:`circuits.patching.faithfulness`."""
+:func:`circuits.patching.circuit_curves.node_curves.circuit_curve` with ``edges=``, run by the ablation executor's END-only
+strategy (:func:`circuits.patching.ablation.end.edges_at_end`); see :mod:`circuits.patching.circuit_curves`."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from jaxtyping import Bool
 from torch import Tensor
 
 from circuits.models.backend import Model
-from circuits.patching.end_layers import check_supported
-from circuits.patching.faithfulness.curve import n_kept_at
-from circuits.patching.ranking import order
+from circuits.patching.core.end_layers import check_supported
+from circuits.patching.circuit_curves.curve import n_kept_at
+from circuits.patching.core.ranking import order
 from circuits.types import Component, Receiver, eap_upstream
 
 

@@ -3,7 +3,7 @@
 **Nodes.** A ranking of nodes -- heads ``[layer, head]``, MLPs ``[layer]``, optionally neurons ``{layer: [d_mlp]}``
 (such a layer's MLP is then scored by its neurons instead of as one node) -- gives, at each size ``s`` (a fraction of
 the ``n`` nodes), the circuit ``C_s`` = the top ``round(s * n)`` nodes by score (halves rounded up; ``count="floor"``
-takes ``int(s * n)`` as MIB's code does, and is what the faithfulness job uses by default; ties broken by :func:`circuits.patching.ranking.order`, the project's one
+takes ``int(s * n)`` as MIB's code does, and is what the faithfulness job uses by default; ties broken by :func:`circuits.patching.core.ranking.order`, the project's one
 sort: higher score first, ties by index). Everything outside the circuit is ablated:
 
 - ``ablation="counterfactual"`` (MIB's "patching"): each ablated node's output takes its value in the
@@ -26,7 +26,7 @@ special-cases them); MIB's pruning of edges cut off from the input or the logits
 **Metric.** ``m`` is read from the END logits of each pair: by default ``logit_diff`` = logit(answer) -
 logit(counterfactual answer), the counterfactual answer being the counterfactual run's top token at END (the
 project's logit-difference readout; MIB's own arithmetic metric was not checked here); also ``"logit"``, ``"prob"``
-or a :func:`circuits.patching.metrics.logits_metric`. Faithfulness ``f(C) = (m(C) - m(empty)) / (m(N) - m(empty))``
+or a :func:`circuits.patching.core.metrics.logits_metric`. Faithfulness ``f(C) = (m(C) - m(empty)) / (m(N) - m(empty))``
 on means over pairs, ``N`` the model with nothing ablated and ``empty`` every node (edge) ablated, so ``f(N) = 1``
 and ``f(empty) = 0`` by construction. CPR = the area under ``f`` and CMD = the area between ``f`` and 1
 (``|1 - f|``), each by the trapezoid rule over the size axis in fractions with linear widths, as
@@ -34,7 +34,7 @@ and ``f(empty) = 0`` by construction. CPR = the area under ``f`` and CMD = the a
 trapezoids over log sizes instead, which gives other numbers: 1.4507 / 5.4571 for a curve whose linear-width areas are
 0.6747 / 0.3243). MIB's axis is 0.1% ... 50% and 100%; the curve here is closed at 1.0 the same way
 (f(1.0) = 1, every node kept) when the sizes given stop short of it. Bootstrap intervals resample pairs
-(:func:`circuits.patching.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the resampled means.
+(:func:`circuits.patching.core.uncertainty.resample_pairs`) and recompute f, CPR and CMD from the resampled means.
 
 **Exact and batched.** All circuits (every size, N and empty) are the sets of one
 :class:`~circuits.patching.ablation.executor.AblationSpec` (values: the ablation's kind from the pairs' own runs; sites:
@@ -46,8 +46,8 @@ values at every position with the counterfactual run in the circuits' own passes
 prompts differ run once; otherwise the masked forward over whole prompts. This package registers no hook of its own.
 Every model-specific piece comes from :mod:`circuits.models.backend`, so both TransformerLens lines (3.9's
 ``HookedTransformer``, 4.3's ``TransformerBridge``) run the same code. Each strategy is tested against the plain loops
-of :mod:`circuits.patching.plain` (:func:`~circuits.patching.plain.ablate_plain`,
-:func:`~circuits.patching.plain.ablate_edges_plain`): one circuit at a time, one hook per site.
+of :mod:`circuits.patching.engines.plain` (:func:`~circuits.patching.engines.plain.ablate_plain`,
+:func:`~circuits.patching.engines.plain.ablate_edges_plain`): one circuit at a time, one hook per site.
 
 Public signature::
 
@@ -68,17 +68,17 @@ pair]``, ``m_full [pair]``, ``m_empty [pair]``, ``f [size]``, ``f_per_pair [size
 [size]``, ``cpr``, ``cmd``, ``cpr_interval``, ``cmd_interval``, ``metric``, ``ablation``, ``positions``, ``level``
 ("node"/"edge"), ``ci_level``, ``n_boot``, ``seconds``; ``to_dict()``/``from_dict()`` for saving, ``table()``.
 
-The package: :mod:`~circuits.patching.faithfulness.curve` (checks, circuits of a ranking, the metric, the curve),
-:mod:`~circuits.patching.faithfulness.edges` (MIB's graph) and :mod:`~circuits.patching.faithfulness.nodes`
+The package: :mod:`~circuits.patching.circuit_curves.curve` (checks, circuits of a ranking, the metric, the curve),
+:mod:`~circuits.patching.circuit_curves.edge_curves` (MIB's graph) and :mod:`~circuits.patching.circuit_curves.node_curves`
 (:func:`circuit_curve`).
 """
 
-from circuits.patching.faithfulness.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, READOUTS, FaithfulnessCurve,
+from circuits.patching.circuit_curves.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, READOUTS, FaithfulnessCurve,
                                                   NodeMasks, area_axis, area_scores, check_choice, check_metric, cmd_margin,
                                                   check_sizes, circuit_masks, curve_from, metric_of, n_kept_at)
-from circuits.patching.faithfulness.edges import (INPUT, LOGITS, EdgeReceiver, EdgeSender, check_edge_model,
+from circuits.patching.circuit_curves.edge_curves import (INPUT, LOGITS, EdgeReceiver, EdgeSender, check_edge_model,
                                                   edge_masks, edge_receivers, edge_senders, edge_upstream, edge_valid)
-from circuits.patching.faithfulness.nodes import circuit_curve, circuit_metric
+from circuits.patching.circuit_curves.node_curves import circuit_curve, circuit_metric
 
 __all__ = ["ABLATIONS", "COUNTS", "INPUT", "LOGITS", "MIB_SIZES", "POSITIONS", "READOUTS", "EdgeReceiver", "EdgeSender",
            "FaithfulnessCurve", "NodeMasks", "area_axis", "area_scores", "check_choice", "check_edge_model",

@@ -21,7 +21,7 @@ its whole prompt (exact, as the plain loop; :func:`_whole_pass`) while the rest 
 
 Path patching at a position other than END carries nothing to the logits (every head is frozen, so no
 information moves between positions), which is why this engine patches activations; at END it equals
-:func:`circuits.patching.engine.sweep` in activation mode (tests assert both, and equality with
+:func:`circuits.patching.engines.end_sweep.sweep` in activation mode (tests assert both, and equality with
 TransformerLens's ``get_act_patch_attn_head_out_by_pos`` and ``get_act_patch_mlp_out``).
 """
 
@@ -37,11 +37,11 @@ from tqdm.auto import tqdm
 
 from circuits.models.backend import Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.patching.end_layers import check_supported, readout
-from circuits.patching.engine import all_components
-from circuits.patching.scores import Scores
-from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
-from circuits.patching.readouts import (
+from circuits.patching.core.end_layers import check_supported, readout
+from circuits.patching.engines.end_sweep import all_components
+from circuits.patching.core.scores import Scores
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.core.readouts import (
     MetricLookup,
     Readouts,
     Sender,
@@ -249,7 +249,7 @@ class PositionSweep(MetricLookup):
         return self._effect(self.heads, m), self._effect(self.mlps, m)
 
     def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
-        """:class:`~circuits.patching.scores.Scores` by offset from END: heads ``[layer, head, offset]``, MLPs
+        """:class:`~circuits.patching.core.scores.Scores` by offset from END: heads ``[layer, head, offset]``, MLPs
         ``[layer, offset]`` and, when swept, neurons ``[neuron, offset]`` (``neuron_list``'s order)."""
         m = self.metric(metric)
         heads, mlps = self.effects(m)

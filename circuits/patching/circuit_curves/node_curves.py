@@ -1,7 +1,7 @@
 """The curve of a ranking's circuits (:func:`circuit_curve`): node circuits (heads, MLPs, neurons) or edge circuits,
 every circuit (and the full model and the empty circuit) one set of the mechanism's one ablation executor
 (:func:`circuits.patching.ablation.executor.run_ablation`), which chooses how to run them; see
-:mod:`circuits.patching.faithfulness`."""
+:mod:`circuits.patching.circuit_curves`."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from torch import Tensor
 from circuits.data.pairs import Pairs, as_batch
 from circuits.models.backend import Model
 from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run_ablation
-from circuits.patching.end_layers import end_logits
-from circuits.patching.faithfulness.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, VALUE_KIND, FaithfulnessCurve,
+from circuits.patching.core.end_layers import end_logits
+from circuits.patching.circuit_curves.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, VALUE_KIND, FaithfulnessCurve,
                                                   NodeMasks, check_choice, check_metric, check_sizes, circuit_masks,
                                                   curve_from, metric_of)
-from circuits.patching.faithfulness.edges import check_edge_model, edge_masks, edge_valid
-from circuits.patching.metrics import MIB_METRIC, Metric
+from circuits.patching.circuit_curves.edge_curves import check_edge_model, edge_masks, edge_valid
+from circuits.patching.core.metrics import MIB_METRIC, Metric
 
 
 def _full_and_empty(masks: NodeMasks) -> NodeMasks:
@@ -58,7 +58,7 @@ def circuit_curve(
     count: str = "round",
 ) -> FaithfulnessCurve:
     """The faithfulness curve of a node ranking (``heads``, ``mlps``, ``neurons``) or of an edge ranking
-    (``edges``), see the module docstring of :mod:`circuits.patching.faithfulness`.
+    (``edges``), see the module docstring of :mod:`circuits.patching.circuit_curves`.
 
     Args:
         heads: a score per head ``[layer, head]``, higher = more important (pass absolute values of a signed
@@ -66,13 +66,13 @@ def circuit_curve(
         mlps: a score per MLP ``[layer]``; ``None``: MLPs are not nodes (always kept, heads-only circuits).
         neurons: ``{layer: [d_mlp]}`` scores; such a layer's MLP is scored by its neurons (``hook_post``).
         edges: instead of nodes, a score per edge ``[sender, receiver]`` over
-            :func:`~circuits.patching.faithfulness.edges.edge_senders` x ``edge_receivers`` (entries that are not
-            edges, :func:`~circuits.patching.faithfulness.edges.edge_valid`, are ignored); at END only.
+            :func:`~circuits.patching.circuit_curves.edge_curves.edge_senders` x ``edge_receivers`` (entries that are not
+            edges, :func:`~circuits.patching.circuit_curves.edge_curves.edge_valid`, are ignored); at END only.
         sizes: fractions of the nodes (edges) in [0, 1] (default MIB's nine, 0.1% ... 50%).
         ablation: ``counterfactual`` (MIB), ``mean`` (over the reference runs, END-aligned) or ``zero``.
         positions: ``end`` (the END position only) or ``all`` (every position, as MIB; nodes only).
-        metric: the END quantity m: ``logit_diff`` (:data:`~circuits.patching.metrics.MIB_METRIC`, MIB's), ``logit``,
-            ``prob`` or a :func:`~circuits.patching.metrics.logits_metric`.
+        metric: the END quantity m: ``logit_diff`` (:data:`~circuits.patching.core.metrics.MIB_METRIC`, MIB's), ``logit``,
+            ``prob`` or a :func:`~circuits.patching.core.metrics.logits_metric`.
         n_boot: bootstrap resamples of the pairs for the intervals (0: none); ``level`` their coverage.
         memory_mb: the working memory one forward may take (rows per forward follow from it).
         count: ``round`` (``round(size * n)`` nodes, halves up) or ``floor`` (``int(size * n)``, MIB's count).

@@ -8,15 +8,15 @@ metric's important direction ``sign`` and the unpatched baseline. Values are the
 measured or estimated them (NaN where nothing was measured).
 
 One sign convention: :meth:`Scores.importance` is ``sign * effect``, so **larger is more important** for every
-engine and metric; :meth:`Scores.ranked` orders by it through :func:`circuits.patching.ranking.order` (the only
+engine and metric; :meth:`Scores.ranked` orders by it through :func:`circuits.patching.core.ranking.order` (the only
 sort: stable ties by flat index, NaN last or left out) and :meth:`Scores.top` keeps the first ``k``.
-:meth:`Scores.to_mib` writes MIB's graph (:mod:`circuits.patching.mib`), whose scores are importances too.
+:meth:`Scores.to_mib` writes MIB's graph (:mod:`circuits.patching.interchange.mib`), whose scores are importances too.
 
-EAP-IG returns one (:class:`~circuits.patching.gradient.eap_ig.EAPIGScores` is a Scores with its per-pair estimates);
+EAP-IG returns one (:class:`~circuits.patching.engines.eap_ig.EAPIGScores` is a Scores with its per-pair estimates);
 the other engines' results, which keep every readout per pair, give one by a metric: ``SweepResult.scores(metric)``,
 ``PositionSweep.scores(metric)``, ``NeuronSweep.scores(metric)``, ``EdgeSweep.scores(metric)``,
 ``Attribution.scores(metric)`` (AtP*; ``graddrop=True`` for GradDrop). Every entry of the engine registry
-(:mod:`circuits.patching.registry`) returns Scores, through a scoring function in its engine's module.
+(:mod:`circuits.patching.engines.registry`) returns Scores, through a scoring function in its engine's module.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from jaxtyping import Float
 from torch import Tensor
 
 from circuits.io import load_torch, save_torch
-from circuits.patching.metrics import Baseline
-from circuits.patching.mib import MIBGraph
-from circuits.patching.ranking import KeyRule, ranked_entries
+from circuits.patching.core.metrics import Baseline
+from circuits.patching.interchange.mib import MIBGraph
+from circuits.patching.core.ranking import KeyRule, ranked_entries
 from circuits.types import Component, Head, Neuron, Receiver
 
 PARTS = ("input", "heads", "mlps", "neurons", "edges")  # the component axes, in the order ranked() meets them
@@ -160,7 +160,7 @@ class Scores:
 
     def ranked(self, k: int | None = None, part: str | Sequence[str] | None = None) -> list[tuple[Any, float]]:
         """``[(component, effect), ...]``, most important first (by ``sign * effect``, through
-        :func:`~circuits.patching.ranking.order`; NaN left out), the first ``k`` (all by default). ``part``: one part
+        :func:`~circuits.patching.core.ranking.order`; NaN left out), the first ``k`` (all by default). ``part``: one part
         or several (default: every part but ``input``, ranked together: their effects share the metric's units);
         the values are the effects themselves, in the metric's units."""
         names = [p for p in PARTS if p in self.parts and p != "input"] if part is None else (
@@ -178,7 +178,7 @@ class Scores:
         return [c for c, _ in self.ranked(k, part)]
 
     def key(self, rule: str | KeyRule, part: str = "heads") -> list[tuple[Any, float]]:
-        """``[(component, effect), ...]`` of ``part`` that a key rule (:class:`~circuits.patching.ranking.KeyRule`,
+        """``[(component, effect), ...]`` of ``part`` that a key rule (:class:`~circuits.patching.core.ranking.KeyRule`,
         by these scores' metric) selects, most important first."""
         rule = KeyRule.parse(rule, (self.metric,))
         if rule.metric != self.metric:
@@ -188,7 +188,7 @@ class Scores:
     # --- files ---------------------------------------------------------------------------------------------
     def to_mib(self, d_model: int, level: str | None = None, *, top: int | float | None = None,
                absolute: bool = False):
-        """MIB's graph (:class:`circuits.patching.mib.MIBGraph`) of these scores' importances (MIB's orientation: higher is
+        """MIB's graph (:class:`circuits.patching.interchange.mib.MIBGraph`) of these scores' importances (MIB's orientation: higher is
         more important): node scores from ``heads`` and ``mlps`` (and ``input``), edge scores from ``edges`` in
         EAP-IG's graph order; ``top`` marks that many (or that fraction of) edges, or nodes with ``level="node"``.
         Scores by offset are reduced first (:meth:`over_positions`)."""

@@ -1,7 +1,7 @@
 """How sure a ranking is: bootstrap confidence intervals over prompt pairs for every effect, and which key
 components sit so close to the key rule's threshold that their interval crosses it.
 
-The sweep keeps every patched value per pair (:class:`~circuits.patching.engine.SweepResult`), so an interval is a
+The sweep keeps every patched value per pair (:class:`~circuits.patching.engines.end_sweep.SweepResult`), so an interval is a
 resampling of pairs with replacement, each resample scored by the metric's own aggregate (a mean over pairs, or
 ``fraction``'s ratio of means) -- no model is run. The percentile interval of ``n_boot`` resamples is reported.
 """
@@ -16,9 +16,9 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.patching.engine import SweepResult
-from circuits.patching.metrics import METRICS, Metric
-from circuits.patching.ranking import KeyRule, order
+from circuits.patching.engines.end_sweep import SweepResult
+from circuits.patching.core.metrics import METRICS, Metric
+from circuits.patching.core.ranking import KeyRule, order
 
 
 @dataclass
@@ -39,7 +39,7 @@ class Intervals:
 
 
 class _Resample:
-    """``view.select(idx)`` (of :class:`~circuits.patching.readouts.Readouts` or :class:`Baseline`), gathering only the fields a metric reads: a
+    """``view.select(idx)`` (of :class:`~circuits.patching.core.readouts.Readouts` or :class:`Baseline`), gathering only the fields a metric reads: a
     metric reads one or two of them, and 1,000 resamples of every field made saving an identify result take seconds."""
 
     def __init__(self, source: Any, idx: Tensor) -> None:

@@ -8,7 +8,7 @@ at every position, the prefix included; every set of neurons (each class, each r
 the ablation executor (:func:`~circuits.patching.ablation.executor.run_ablation`), so many sets run per forward
 pass and a shared few-shot prefix once per set. The metric is the drop of the correct answer's probability at END
 (its first token: the leading digit where numbers are split into digits), ``p(clean) - p(knocked out)``, per prompt;
-the intervals are percentile bootstraps over prompts (:mod:`circuits.patching.uncertainty`).
+the intervals are percentile bootstraps over prompts (:mod:`circuits.patching.core.uncertainty`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from circuits.models.backend import Model
 from circuits.models.forward import unembed_end
 from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run_ablation
 from circuits.patching.ablation.values import AblationValues, compute_means
-from circuits.patching.uncertainty import percentile_interval, resample_pairs
+from circuits.patching.core.uncertainty import percentile_interval, resample_pairs
 
 NeuronSet = dict[int, list[int]]  # {layer: [index, ...]}
 

@@ -1,8 +1,8 @@
 """The engine registry: every ranking engine by name, how to run it, what it supports and its plain reference loop.
 
-An :class:`Engine` runs on a model and prompt pairs and returns :class:`~circuits.patching.scores.Scores`; its
-``reference`` runs the plain one-forward-per-component (or full-prompt) loop of :mod:`circuits.patching.plain` /
-:mod:`circuits.patching.reference` on a :class:`~circuits.data.pairs.PairBatch` and returns the same Scores, which
+An :class:`Engine` runs on a model and prompt pairs and returns :class:`~circuits.patching.core.scores.Scores`; its
+``reference`` runs the plain one-forward-per-component (or full-prompt) loop of :mod:`circuits.patching.engines.plain` /
+:mod:`circuits.patching.engines.end_sweep_plain` on a :class:`~circuits.data.pairs.PairBatch` and returns the same Scores, which
 ``tests/unit/test_engine_registry.py`` (and its twin in ``tests/backends/``) compares on the tiny model of every
 family for every entry. :data:`ENGINES` is what the faithfulness job ranks with, what ``circuits identify --engine``
 offers (the entries that support ``"end"`` with exact values) and where the report's colours come from.
@@ -13,7 +13,7 @@ names and colours, import without torch). A new engine is one module that define
 :func:`register` (``tests/unit/test_architecture.py`` registers one from a temporary module); the built-in ones are
 listed below so the command line knows their names before importing them.
 
-``python -c "from circuits.patching.registry import ENGINES; print(*ENGINES.values(), sep='\\n')"`` lists them.
+``python -c "from circuits.patching.engines.registry import ENGINES; print(*ENGINES.values(), sep='\\n')"`` lists them.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from circuits.types import DEFAULT_METRIC
 if TYPE_CHECKING:  # the registry itself imports no torch: configs and the command line read its names
     from circuits.data.pairs import PairBatch, Pairs
     from circuits.models.backend import Model
-    from circuits.patching.metrics import Metric
-    from circuits.patching.scores import Scores
+    from circuits.patching.core.metrics import Metric
+    from circuits.patching.core.scores import Scores
 
 # Capabilities an engine may list in ``supports``.
 CAPABILITIES = ("end", "all_positions", "neurons", "edges", "gqa")
@@ -109,14 +109,14 @@ class Engine:
 _END = frozenset({"end", "gqa"})
 _ALL = frozenset({"end", "all_positions", "gqa"})
 _ATTRIBUTION = _ALL | {"neurons"}  # with neurons=True: every MLP neuron too
-_ENGINE = "circuits.patching.engine"
-_POSITIONS = "circuits.patching.exact.positions"
-_NEURONS = "circuits.patching.exact.neurons"
-_EDGES = "circuits.patching.exact.edges"
-_ATTRIBUTE = "circuits.patching.gradient.attribution"
-_EAP_IG = "circuits.patching.gradient.eap_ig"
-_PLAIN = "circuits.patching.plain"  # the plain loops
-_REFERENCE = "circuits.patching.reference"  # the END sweep's plain loop
+_ENGINE = "circuits.patching.engines.end_sweep"
+_POSITIONS = "circuits.patching.engines.position_sweep"
+_NEURONS = "circuits.patching.engines.neuron_sweep"
+_EDGES = "circuits.patching.engines.edge_sweep"
+_ATTRIBUTE = "circuits.patching.engines.attribution"
+_EAP_IG = "circuits.patching.engines.eap_ig"
+_PLAIN = "circuits.patching.engines.plain"  # the plain loops
+_REFERENCE = "circuits.patching.engines.end_sweep_plain"  # the END sweep's plain loop
 
 ENGINES: dict[str, Engine] = {}
 

@@ -1,4 +1,4 @@
-"""A :class:`~circuits.patching.engine.SweepResult` on disk: ``sweep.save(folder)`` and ``SweepResult.load(folder)``.
+"""A :class:`~circuits.patching.engines.end_sweep.SweepResult` on disk: ``sweep.save(folder)`` and ``SweepResult.load(folder)``.
 
 ``cc.sweep(...)`` returns its effects in memory; saving them keeps every per-pair value, so a loaded sweep gives the
 same effects, scores, rankings and key heads. The folder holds ``sweep.pt`` (the tensors ``sweep.pt`` of an identify
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from circuits.io import OutputError, atomic_dir, load_torch, read_json, real_path, save_torch, write_json
-from circuits.patching.metrics import Metric
+from circuits.patching.core.metrics import Metric
 from circuits.results import ResultError, check_writable
 
 TAG = "circuits sweep"
@@ -61,12 +61,12 @@ def save(sweep: Any, folder: str | Path, *, overwrite: bool = False) -> Path:
 
 
 def load(cls: Any, folder: str | Path, metrics: Sequence[Metric] = ()) -> Any:
-    """The sweep (a ``cls``, :class:`~circuits.patching.engine.SweepResult`) :func:`save` wrote in ``folder``; ``metrics``: the custom metrics it was made with (by name), so their
+    """The sweep (a ``cls``, :class:`~circuits.patching.engines.end_sweep.SweepResult`) :func:`save` wrote in ``folder``; ``metrics``: the custom metrics it was made with (by name), so their
     effects can be computed again. A folder that is not a saved sweep, or a ``sweep.pt`` whose tensors do not fit
     its ``sweep.json``, is one :class:`~circuits.results.ResultError` naming the file."""
     import torch
 
-    from circuits.patching.readouts import READOUTS
+    from circuits.patching.core.readouts import READOUTS
 
     folder = Path(folder)
     meta_path, path = folder / "sweep.json", folder / "sweep.pt"

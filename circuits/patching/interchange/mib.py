@@ -13,18 +13,18 @@ an edge is ``parent->child`` with ``<q>``, ``<k>`` or ``<v>`` when the child is 
 and edges are listed in EAP-IG's order (``Graph.from_model``): every edge from each earlier node to each head's q,
 k and v input, to each MLP (which also reads the heads of its own layer), and to the logits. Scores are oriented as
 EAP-IG attributes with MIB's loss (``-logit_diff``): positive where the counterfactual value lowers the metric, i.e.
-important. That is circuits' own convention (:meth:`circuits.patching.scores.Scores.importance`, ``sign * effect``,
+important. That is circuits' own convention (:meth:`circuits.patching.core.scores.Scores.importance`, ``sign * effect``,
 larger is more important for every engine and metric), so a file's score is a Scores importance, unchanged, and
-:meth:`~circuits.patching.scores.Scores.to_mib` is the one place scores become a file; MIB's evaluation keeps the top ``k`` by score (``--absolute`` ranks by ``|score|``). ``in_graph`` marks
+:meth:`~circuits.patching.core.scores.Scores.to_mib` is the one place scores become a file; MIB's evaluation keeps the top ``k`` by score (``--absolute`` ranks by ``|score|``). ``in_graph`` marks
 one circuit (``to_mib``'s ``top``); MIB's evaluation recomputes it at each size from the scores.
 
-- :meth:`Scores.to_mib <circuits.patching.scores.Scores.to_mib>`: any Scores of heads and MLPs (and edges in EAP-IG's
-  graph; an :class:`~circuits.patching.gradient.eap_ig.EAPIGScores` is one), or node or edge scores in circuits'
+- :meth:`Scores.to_mib <circuits.patching.core.scores.Scores.to_mib>`: any Scores of heads and MLPs (and edges in EAP-IG's
+  graph; an :class:`~circuits.patching.engines.eap_ig.EAPIGScores` is one), or node or edge scores in circuits'
   names (:meth:`MIBGraph.from_tensors`) -> :class:`MIBGraph`; :meth:`MIBGraph.write` / :func:`write_submission`.
 - :func:`read` / :meth:`MIBGraph.from_json`: a file from EAP-IG, MIB or here -> :class:`MIBGraph`, whose
   ``heads`` ``[layer, head]`` and ``mlps`` ``[layer]`` (higher is more important) are what
-  :func:`circuits.patching.faithfulness.faithfulness` ranks, and ``edges`` ``[sender, receiver]`` in
-  :func:`~circuits.patching.gradient.eap_ig.eap_senders` x :func:`~circuits.patching.gradient.eap_ig.eap_receivers` order.
+  :func:`circuits.patching.circuit_curves.faithfulness` ranks, and ``edges`` ``[sender, receiver]`` in
+  :func:`~circuits.patching.engines.eap_ig.eap_senders` x :func:`~circuits.patching.engines.eap_ig.eap_receivers` order.
 
 ``export then import`` is exact (scores are written as JSON floats of the float32 values, read back to float32).
 """
@@ -245,7 +245,7 @@ class MIBGraph:
         """Mark the ``top`` best edges (or nodes) in the graph, a count or a fraction in (0, 1] of the real ones;
         nodes follow edges (a node is in when an edge of the circuit leaves it and one reaches it, input always),
         edges follow nodes (an edge is in when both ends are; input and logits always are). In place."""
-        from circuits.patching.ranking import order
+        from circuits.patching.core.ranking import order
 
         real = edge_mask(self.n_layers, self.n_heads)
         if level == "edge":

@@ -1,6 +1,6 @@
 """What faithfulness measures: the checks of its arguments, which nodes each circuit keeps (:func:`circuit_masks`),
 the metric read from END logits (:func:`metric_of`), and the curve with MIB's areas and bootstrap intervals
-(:class:`FaithfulnessCurve`, :func:`curve_from`); see :mod:`circuits.patching.faithfulness`."""
+(:class:`FaithfulnessCurve`, :func:`curve_from`); see :mod:`circuits.patching.circuit_curves`."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
-from circuits.patching.metrics import Metric
-from circuits.patching.ranking import order
-from circuits.patching.uncertainty import percentile_interval, resample_pairs
+from circuits.patching.core.metrics import Metric
+from circuits.patching.core.ranking import order
+from circuits.patching.core.uncertainty import percentile_interval, resample_pairs
 
 
 MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)

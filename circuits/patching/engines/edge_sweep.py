@@ -12,8 +12,8 @@ effect is measured as in the original path-patching algorithm:
 Only END changes at any step, so both steps are END-only work: step 1 is the END engine's path-mode pass, run once
 for all receivers; in step 2 the receiver head's new output comes from the model's attention at END (its
 query, key and value inputs given separately, earlier positions' keys and values from the reference run:
-:func:`circuits.patching.end_layers.z_at_end`), and the layers after it are the END engine's activation-mode pieces. Many senders share each
-pass. Tests assert equality with the plain two-run loop of :func:`circuits.patching.plain.edge_plain`.
+:func:`circuits.patching.core.end_layers.z_at_end`), and the layers after it are the END engine's activation-mode pieces. Many senders share each
+pass. Tests assert equality with the plain two-run loop of :func:`circuits.patching.engines.plain.edge_plain`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 
 from circuits.models.backend import Model
 from circuits.data.pairs import Pairs, as_batch
-from circuits.patching.end_layers import (
+from circuits.patching.core.end_layers import (
     attention_at_end,
     attention_output,
     baseline_from,
@@ -37,11 +37,11 @@ from circuits.patching.end_layers import (
     readout,
     z_at_end,
 )
-from circuits.patching.engine import all_components, rows_for_budget
-from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
-from circuits.patching.exact.neurons import answer_readout
-from circuits.patching.readouts import MetricViews, Readouts, check_senders
-from circuits.patching.scores import Scores
+from circuits.patching.engines.end_sweep import all_components, rows_for_budget
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.engines.neuron_sweep import answer_readout
+from circuits.patching.core.readouts import MetricViews, Readouts, check_senders
+from circuits.patching.core.scores import Scores
 from circuits.types import Component, Receiver
 
 
@@ -86,7 +86,7 @@ class EdgeSweep(MetricViews):
         return [(s, e) for (s, to), e in self.scores(metric).ranked(part="edges") if to == r][:k]
 
     def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
-        """:class:`~circuits.patching.scores.Scores` of every edge, ``[sender, receiver]`` (NaN where the sender is
+        """:class:`~circuits.patching.core.scores.Scores` of every edge, ``[sender, receiver]`` (NaN where the sender is
         not upstream)."""
         m = self.metric(metric)
         return Scores({"edges": self.effects(m)}, m.name, m.sign, self.baseline,
@@ -106,7 +106,7 @@ def _receiver_z(model: Model, r: Receiver, x: Tensor, x_ref: Tensor, keys: Tenso
                 end: Tensor) -> Tensor:
     """The receiver head's END output ``[sender, pair, d_head]`` when its ``r.channel`` input is ``x`` ``[sender,
     pair, d_model]`` and its other inputs are the reference ``x_ref`` ``[pair, d_model]``: the model's attention on
-    one query (:func:`circuits.patching.end_layers.z_at_end`), earlier positions' keys and values from the
+    one query (:func:`circuits.patching.core.end_layers.z_at_end`), earlier positions' keys and values from the
     reference run."""
     S, P, d = x.shape
     ref = x_ref[None].expand(S, P, d)

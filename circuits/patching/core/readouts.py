@@ -1,16 +1,16 @@
 """What the engines beyond END-by-component share: patched END readouts as a view a metric can score, the
 baseline read from two END residuals, senders (heads, MLPs, neurons), and where two prompts first differ.
 
-Every engine of this step -- the END sweep (:mod:`~circuits.patching.engine`), the per-position sweep
-(:mod:`~circuits.patching.exact.positions`), single neurons (:mod:`~circuits.patching.exact.neurons`), edges
-(:mod:`~circuits.patching.exact.edges`) and the attribution screen (:mod:`~circuits.patching.gradient.attribution`) -- reads the
+Every engine of this step -- the END sweep (:mod:`~circuits.patching.engines.end_sweep`), the per-position sweep
+(:mod:`~circuits.patching.engines.position_sweep`), single neurons (:mod:`~circuits.patching.engines.neuron_sweep`), edges
+(:mod:`~circuits.patching.engines.edge_sweep`) and the attribution screen (:mod:`~circuits.patching.engines.attribution`) -- reads the
 same three END quantities of each patched row (answer logit, logit difference, answer probability) and hands
-them to a :class:`~circuits.patching.metrics.Metric` with the unpatched :class:`Baseline`. :class:`Readouts` is the
+them to a :class:`~circuits.patching.core.metrics.Metric` with the unpatched :class:`Baseline`. :class:`Readouts` is the
 one type they return (the ``Patched`` protocol those metrics take, for tensors of any leading shape ``[..., pair]``):
 the END sweep holds one for heads and one for MLPs, the position, neuron and edge sweeps theirs; a subset of pairs
 is :meth:`Readouts.select` (a bootstrap resample, a split by problem form) and pooled parts are :meth:`Readouts.cat`.
 :class:`MetricLookup` and :class:`MetricViews` give every result the same ``metric`` / ``effects`` / ``per_pair``
-with one default metric (:data:`~circuits.patching.metrics.DEFAULT_METRIC`).
+with one default metric (:data:`~circuits.patching.core.metrics.DEFAULT_METRIC`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from torch import Tensor
 
 from circuits.models.backend import Model
 from circuits.data.pairs import PairBatch
-from circuits.patching.end_layers import baseline_from
-from circuits.patching.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.core.end_layers import baseline_from
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.types import Component, Neuron
 
 READOUTS = ("logit", "logit_diff", "prob")

@@ -4,7 +4,7 @@ TransformerLens (and ARENA) call the run whose behaviour is studied *clean* and 
 *corrupted*. This toolkit's :class:`~circuits.data.pairs.PromptPair` names them *reference* (clean) and
 *counterfactual* (corrupted). Two directions (docs/for-transformerlens-users.md):
 
-- **noising** (what :func:`~circuits.patching.engine.sweep` and the paper do): run the clean prompt and patch one
+- **noising** (what :func:`~circuits.patching.engines.end_sweep.sweep` and the paper do): run the clean prompt and patch one
   component's END value from the corrupted run; a large change means the component is *necessary*.
 - **denoising** (what ``transformer_lens.patching.get_act_patch_*`` do): run the corrupted prompt and patch one
   component's END value from the clean run; a large recovery means it is *sufficient*.
@@ -28,8 +28,8 @@ from torch import Tensor
 from circuits.models.backend import Model
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.patching.engine import SweepResult, sweep
-from circuits.patching.metrics import Metric, logits_metric
+from circuits.patching.engines.end_sweep import SweepResult, sweep
+from circuits.patching.core.metrics import Metric, logits_metric
 from circuits.types import Mode
 
 Direction = Literal["noising", "denoising"]
@@ -45,7 +45,7 @@ class PatchResult:
     ``heads[layer, head]`` and ``mlps[layer]``: the metric on the patched run (the batch mean of a per-prompt metric,
     or the scalar a batch metric returns); ``clean`` and ``corrupted``: the metric on the unpatched runs. ``sweep``
     holds the per-prompt values (``sweep.custom["patch"]``: ``[layer, head, batch]`` and ``[layer, batch]``) and the
-    answer logit readouts (:class:`~circuits.patching.engine.SweepResult`)."""
+    answer logit readouts (:class:`~circuits.patching.engines.end_sweep.SweepResult`)."""
 
     direction: Direction
     mode: Mode

@@ -8,7 +8,7 @@ A rule is a threshold on one metric or the top k by one metric, written as a str
 - ``logit_diff<-0.5``, ``prob<-0.02``: thresholds on the other metrics;
 - ``top10`` or ``top10:relative_logit``: the k most important heads by a metric (default ``fraction``).
 
-"Most important" follows each metric's sign (:attr:`circuits.patching.metrics.Metric.sign`): a drop of the
+"Most important" follows each metric's sign (:attr:`circuits.patching.core.metrics.Metric.sign`): a drop of the
 answer logit, logit difference or probability; a large positive fraction.
 
 The one ranking. :func:`order` is the only sign-and-sort of effects in the package: ``effects * sign`` from the
@@ -31,7 +31,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from circuits.patching.metrics import DEFAULT_METRIC, METRICS
+from circuits.patching.core.metrics import DEFAULT_METRIC, METRICS
 from circuits.types import DEFAULT_KEY_RULE as _DEFAULT_KEY_RULE
 from circuits.types import Head
 

@@ -1,6 +1,6 @@
 """Plain patching: one ``run_with_hooks`` per component, as a TransformerLens user writes it.
 
-Slow on purpose. It is the reference the engine in :mod:`circuits.patching.engine` is tested against (its
+Slow on purpose. It is the reference the engine in :mod:`circuits.patching.engines.end_sweep` is tested against (its
 baseline too: :func:`baseline_plain` reads the unpatched quantities from two full forward passes), and the
 baseline of ``benchmarks/sweep_speed.py``. For path patching the hooks also freeze every other
 head's ``hook_z`` at its reference value (every position), so only paths through MLPs and the
@@ -17,10 +17,10 @@ from torch import Tensor
 
 from circuits.models.backend import ActivationCache, Model, act_name
 from circuits.data.pairs import PairBatch
-from circuits.patching.engine import SweepResult, all_components
-from circuits.patching.metrics import Baseline, Metric
-from circuits.patching.readouts import READOUTS, Readouts
-from circuits.patching.scores import Scores
+from circuits.patching.engines.end_sweep import SweepResult, all_components
+from circuits.patching.core.metrics import Baseline, Metric
+from circuits.patching.core.readouts import READOUTS, Readouts
+from circuits.patching.core.scores import Scores
 from circuits.types import Component, Mode
 
 
@@ -109,7 +109,7 @@ def sweep_plain(
     return base, {c: patch_component_plain(model, batch, c, mode, base, caches) for c in components}
 
 
-# --- the END sweep's references in the registry (circuits.patching.registry) ----------------------------------------
+# --- the END sweep's references in the registry (circuits.patching.engines.registry) ----------------------------------------
 def _sweep_reference(model: Model, batch: PairBatch, mode: Mode, metric: str | Metric) -> Scores:
     cfg = model.cfg
     base, values = sweep_plain(model, batch, mode, all_components(model))
@@ -124,11 +124,11 @@ def _sweep_reference(model: Model, batch: PairBatch, mode: Mode, metric: str | M
 
 
 def reference_path(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, **options) -> Scores:
-    """circuits.patching.reference.sweep_plain: one run_with_hooks per component"""
+    """circuits.patching.engines.end_sweep_plain.sweep_plain: one run_with_hooks per component"""
     return _sweep_reference(model, batch, "path", metric)
 
 
 def reference_activation(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str,
                          **options) -> Scores:
-    """circuits.patching.reference.sweep_plain: one run_with_hooks per component"""
+    """circuits.patching.engines.end_sweep_plain.sweep_plain: one run_with_hooks per component"""
     return _sweep_reference(model, batch, "activation", metric)
