@@ -16,7 +16,7 @@ sort: higher score first, ties by index). Everything outside the circuit is abla
 
 at ``positions="end"`` (only the END position, as the paper's patching) or ``"all"`` (every position, as MIB).
 
-**Edges** (:func:`edge_faithfulness`, END only): MIB's graph -- senders are the input embedding, every head and
+**Edges** (:func:`circuit_curve` with ``edges=``, END only): MIB's graph -- senders are the input embedding, every head and
 every MLP; receivers every head's query, key and value input (per query head, also under grouped-query attention),
 every MLP's input and the logits. An edge left out of the circuit carries its sender's ablated END value into its
 receiver, the kept edges the current one (MIB's ``evaluate_graph``, which adds the differences into each receiver's
