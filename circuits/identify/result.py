@@ -25,6 +25,7 @@ from circuits.data.templates import OPERATIONS
 from circuits.data.source import PAIR_STAT_FIELDS
 from circuits.identify.config import IdentifyConfig
 from circuits.identify.circuit_graph import circuit_figure, edge_summary, receiver_effects_of
+from circuits.identify.validity import Validity
 from circuits.patching.engines.end_sweep import SweepResult
 from circuits.patching.core.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
 from circuits.patching.core.ranking import KeyRule, Ranked
@@ -102,6 +103,7 @@ class IdentifyResult(ShowsFigure, Result):
     saved_effects: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
     edges: Any = None  # an identify.circuit_graph.EdgeSweep when made with --receivers
     _intervals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _validity: Validity | None = field(default=None, repr=False, compare=False)  # as saved in summary.json
 
     # --- the one ranking --------------------------------------------------------------------------
 
@@ -218,6 +220,31 @@ class IdentifyResult(ShowsFigure, Result):
         ms = [l for l, _ in self.key_mlps(rule) if crosses(float(ci.mlp_low[l]), float(ci.mlp_high[l]), th_m)]
         return hs, ms
 
+    # --- can it be trusted: identify.validity ----------------------------------------------------
+
+    def validity(self) -> Validity:
+        """:class:`~circuits.identify.validity.Validity` of this result: the record saved with it, or measured from the
+        sweep's unpatched runs, the pair statistics and the key heads' intervals."""
+        if self._validity is not None:
+            return self._validity
+        values: dict[str, Any] = {}
+        if self.sweep is not None:
+            b = self.sweep.baseline
+            if b.answer_rank is not None:
+                values["accuracy"] = float((b.answer_rank == 0).float().mean())
+            values["counterfactual_keeps_answer"] = float((b.cf_answer == b.answer).float().mean())
+            values["full_effect"] = float(-b.full_effect.mean() / b.logit.mean().abs().clamp(min=1e-6))
+        before = self.pair_stats.get("accuracy")
+        if before is not None and getattr(self.config, "filter_correct", True):
+            values["accuracy_before_filtering"] = before  # unfiltered pairs: the swept accuracy is the same number
+        keys = self.key_heads()
+        if keys and self.intervals() is not None:
+            values["uncertain_share"] = len(self.uncertain()[0]) / len(keys)
+        from circuits.identify.validity import forced
+
+        return Validity.measure(len(self.pairs), forced=forced(getattr(self.config, "force", False)),
+                                n_key_heads=len(keys), **values)
+
     # --- summary, figure, files --------------------------------------------------------------------
 
     def summary(self) -> dict[str, Any]:
@@ -267,6 +294,8 @@ class IdentifyResult(ShowsFigure, Result):
             out["edges"] = edge_summary(self.edges, rule.metric)
         if self.per_task is not None:
             out["per_task"] = self.per_task
+        out["validity"] = self.validity().to_json()
+        out["warnings"] = self.validity().lines()
         return out
 
     def figure(self, metric: str | Metric | None = None):
@@ -327,7 +356,13 @@ class IdentifyResult(ShowsFigure, Result):
             from circuits.patching.engines.edge_sweep import EdgeSweep
 
             edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
-        return cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges)
+        out = cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges)
+        if "validity" in summary:  # older results: measured again from what was saved
+            try:
+                out._validity = Validity.from_json(summary["validity"])
+            except (TypeError, ValueError) as err:
+                raise ResultError(f"{folder / 'summary.json'}: field 'validity': {err}") from None
+        return out
 
 
 

@@ -40,8 +40,11 @@ def source_result(config: FromIdentify, model: Model, *, progress: bool = True) 
     if config.heads_from:
         return load_identify(config.heads_from)
     from circuits.identify.job import identify
+    from circuits.identify.validity import refuse_untrusted
 
-    return identify(model, config=config.identify_config(), progress=progress)
+    made = identify(model, config=config.identify_config(), progress=progress)
+    refuse_untrusted(made.validity(), config.force, "the identify run behind these key heads")
+    return made
 
 
 def run_from_identify(config: F, out: str | Path, compute: Callable[[Model, IdentifyResult, F], R], *,

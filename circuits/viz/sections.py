@@ -100,11 +100,19 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
            "<code>relative_logit</code>, a drop of the answer logit). Boxed cells are the key heads chosen by the key "
            "rule, so every boxed cell is red. Hover a cell to read its layer, head and effect.</p>"]
     identify = sorted((f for f in found if f.kind == "identify"), key=_op_rank)
+    doubts = [(f, f.result.validity()) for f in identify if f.result.validity().lines()]
+    if doubts:  # above every figure: what a reader must know before trusting the key heads below
+        out.insert(0, "<div class='note validity'><b>Results that may not be trusted</b> (thresholds: docs/identify.md, "
+                      "\"Can this result be trusted?\")<ul>" + "".join(
+                          f"<li><b>{_e((f.result.task or f.path.name) + (f' ({f.label})' if f.label else ''))}</b>"
+                          f"{' (saved with --force)' if v.forced and v.refusals else ''}: "
+                          f"{_e('; '.join(v.lines()))}</li>" for f, v in doubts) + "</ul></div>")
     for f in identify:
         r = f.result
         s = r.summary()
         keys = r.key_heads()
-        listed = ", ".join(f"{h} ({e:+.3f})" for h, e in keys[:10]) or "none"
+        listed = ", ".join(f"{h} ({e:+.3f}{', uncertain' if getattr(k, 'uncertain', False) else ''})"
+                           for k in keys[:10] for h, e in [k]) or "none"
         base = s.get("baseline", {})
         title = (r.task or f.path.name) + (f" ({f.label})" if f.label else "")
         out.append(f"<h3>{_e(title)}</h3><p>{_e(s.get('model', ''))}, {_e(s.get('n_pairs'))} prompt pairs, "
@@ -112,6 +120,8 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
                    f"counterfactual prompt keeps the answer {_pct(s.get('counterfactual_accuracy'))} of the time and "
                    f"changes the answer logit by {_pct(base.get('full_effect_relative_logit'), 1)}. "
                    f"<b>{len(keys)} key heads</b> by <code>{_e(r.key_rule)}</code>: {_e(listed)}.</p>")
+        if r.validity().lines():
+            out.append("<p class='note validity'><b>Warning:</b> " + _e("; ".join(r.validity().lines())) + "</p>")
         out.append(page.figure(r.figure(), f.label) + f.config_html())
     out.append(compare_runs(identify))
     if len(identify) > 1:
