@@ -53,6 +53,12 @@ def _key_first(key: list[T], ranked: list[T], k: int, what: str) -> list[T]:
     return chosen
 
 
+def top_heads_label(k: int, key_rule: str | KeyRule) -> str:
+    """What ``top_heads(k)`` took, said as measured: "top 10 heads by fraction" (the key heads the rule selected come
+    first, then the rest of the same metric's ranking, so "key heads" would claim more than the rule chose)."""
+    return f"top {k} heads by {KeyRule.parse(key_rule).metric}"
+
+
 class KeyHead(tuple):
     """A key head as ``key_heads()`` returns it: the ``(head, effect)`` pair -- it unpacks, indexes and compares as
     that pair -- with the effect's bootstrap interval over pairs (``low``, ``high`` at ``level``) and ``uncertain``:
@@ -160,6 +166,7 @@ class IdentifyResult(ShowsFigure, Result):
         threshold (``uncertain``, the command's ``uncertain_key_heads``)."""
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
         m = self.metric(rule.metric)
+        self._check_measured(rule, m, "heads")
         selected = self.scores(m).key(rule)
         ci = self.intervals(m)
         if ci is None:
@@ -173,7 +180,25 @@ class IdentifyResult(ShowsFigure, Result):
 
     def key_mlps(self, rule: str | KeyRule | None = None) -> list[tuple[int, float]]:
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
+        self._check_measured(rule, self.metric(rule.metric), "mlps")
         return [(c.layer, e) for c, e in self.scores(rule.metric).key(rule, "mlps")]
+
+    def _check_measured(self, rule: KeyRule, m: Metric, part: str) -> None:
+        """A key rule over a metric measured for some components only (``prob`` of a result made with ``prob='key'``:
+        NaN for all but the key ones) would pick among the measured few without a word: one ResultError that says how
+        many were not measured instead. A metric unmeasured everywhere (``fraction`` where the counterfactual moves
+        nothing) selects nothing, as before."""
+        heads, mlps = self.effects(m)
+        values = heads if part == "heads" else mlps
+        missing = int(torch.isnan(values).sum())
+        if 0 < missing < values.numel():
+            what = "heads" if part == "heads" else "MLPs"
+            made = (f" (this result was made with prob={self.config.prob!r}: the answer probability of the key components "
+                    f"of {self.config.key_rule} alone)" if m.name == "prob" else "")
+            raise ResultError(f"Key rule {rule}: {m.name} was measured for {values.numel() - missing} of {values.numel()} "
+                              f"{what} only{made}, so the rule would ignore the {missing} unmeasured ones; rerun circuits "
+                              f"identify with --prob all, or use a rule over another metric (fraction, relative_logit, "
+                              f"logit_diff)")
 
     def top_heads(self, k: int, rule: str | KeyRule | None = None) -> list[Head]:
         """``k`` heads: the key heads first, then the rest of the same metric's ranking (how fine-tuning and the

@@ -149,3 +149,42 @@ def test_a_trusted_result_has_no_warning(tiny_llama):
     v = Validity.measure(64, accuracy=1.0, counterfactual_keeps_answer=0.2, full_effect=0.1, uncertain_share=0.25,
                          n_key_heads=8)
     assert v.trusted and v.lines() == [] and not v.refusals
+
+
+# --- labels say what was measured (issue 40, items 5 and 6) ----------------------------------------------------------
+
+def test_a_key_rule_over_a_metric_measured_for_a_few_heads_is_refused(tiny_llama, tmp_path):
+    from circuits.data.pairs import make_pair
+    from circuits.identify.result import load_identify
+
+    tok = tiny_llama.tokenizer
+    pairs = [make_pair(tok, f"{a} + {b} = ", f"{a} @ {b} = ", str(a + b)) for a, b in [(3, 4), (2, 5), (1, 6)]]
+    config = IdentifyConfig(model="tiny", key_rule="top2", bootstrap=0)
+    r = identify(tiny_llama, pairs, config, progress=False, warn=False)  # prob='key': measured for the 2 key heads
+    heads = r.effects("prob")[0]
+    n, measured = heads.numel(), int((~torch.isnan(heads)).sum())
+    assert 0 < measured < n
+    for result in (r, load_identify(r.save(tmp_path / "id"))):
+        with pytest.raises(ValueError, match=f"prob was measured for {measured} of {n} heads only.*ignore the "
+                                             f"{n - measured} unmeasured.*--prob all"):
+            result.key_heads("prob<-0.02")
+        assert len(result.key_heads("top2")) == 2  # the rule it was made with still reads
+    everywhere = identify(tiny_llama, pairs, config.replace(prob="all"), progress=False, warn=False)
+    picked = everywhere.key_heads("top3:prob")
+    plain = sorted(((float(v), (l, h)) for (l, h), v in
+                    ((divmod(i, heads.shape[1]), v) for i, v in enumerate(everywhere.effects("prob")[0].flatten()))))
+    assert [tuple(h) for h, _ in picked] == [lh for _, lh in plain[:3]]  # prob's important sign is negative
+
+
+def test_a_command_that_runs_identify_first_refuses_as_identify_does(tmp_path, capsys, monkeypatch):
+    from helpers import tiny_dir
+
+    monkeypatch.delenv("CIRCUITS_FORCE", raising=False)
+    args = ["knockout", "--model", str(tiny_dir("llama")), "--pairs", "4", "--no-filter-correct", "--bootstrap", "20",
+            "--ks", "0,1", "--seeds", "0", "--no-progress"]
+    assert cli_main([*args, "--out", str(tmp_path / "ko")]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("circuits knockout")]
+    assert len(err) == 1 and "the identify run behind these key heads refused" in err[0] and "--force" in err[0]
+    assert not (tmp_path / "ko").exists()
+    assert cli_main([*args, "--force", "--out", str(tmp_path / "ko")]) == 0
+    assert json.loads((tmp_path / "ko" / "config.json").read_text())["force"] is True
