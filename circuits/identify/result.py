@@ -252,21 +252,15 @@ class IdentifyResult(ShowsFigure, Result):
         sweep's unpatched runs, the pair statistics and the key heads' intervals."""
         if self._validity is not None:
             return self._validity
-        values: dict[str, Any] = {}
-        if self.sweep is not None:
-            b = self.sweep.baseline
-            if b.answer_rank is not None:
-                values["accuracy"] = float((b.answer_rank == 0).float().mean())
-            values["counterfactual_keeps_answer"] = float((b.cf_answer == b.answer).float().mean())
-            values["full_effect"] = float(-b.full_effect.mean() / b.logit.mean().abs().clamp(min=1e-6))
+        from circuits.identify.validity import baseline_checks, forced
+
+        values: dict[str, Any] = baseline_checks(self.sweep.baseline) if self.sweep is not None else {}
         before = self.pair_stats.get("accuracy")
         if before is not None and getattr(self.config, "filter_correct", True):
             values["accuracy_before_filtering"] = before  # unfiltered pairs: the swept accuracy is the same number
         keys = self.key_heads()
         if keys and self.intervals() is not None:
             values["uncertain_share"] = len(self.uncertain()[0]) / len(keys)
-        from circuits.identify.validity import forced
-
         return Validity.measure(len(self.pairs), forced=forced(getattr(self.config, "force", False)),
                                 n_key_heads=len(keys), **values)
 

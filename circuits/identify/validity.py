@@ -130,6 +130,18 @@ class Validity:
         return cls(**values)
 
 
+def baseline_checks(baseline: Any) -> dict[str, float]:
+    """The checks one sweep's unpatched runs give (:class:`~circuits.patching.core.metrics.Baseline`, per pair):
+    ``accuracy`` (where the reference run's answer rank was kept), ``counterfactual_keeps_answer`` and
+    ``full_effect`` -- for any job whose sweep keeps a baseline (identify, positions)."""
+    b = baseline
+    out = {"counterfactual_keeps_answer": float((b.cf_answer == b.answer).float().mean()),
+           "full_effect": float(-b.full_effect.mean() / b.logit.mean().abs().clamp(min=1e-6))}
+    if b.answer_rank is not None:
+        out["accuracy"] = float((b.answer_rank == 0).float().mean())
+    return out
+
+
 class Untrusted(ValueError):
     """A result past a hard threshold of :data:`THRESHOLDS`, refused by its job without ``--force``."""
 

@@ -188,3 +188,23 @@ def test_a_command_that_runs_identify_first_refuses_as_identify_does(tmp_path, c
     assert not (tmp_path / "ko").exists()
     assert cli_main([*args, "--force", "--out", str(tmp_path / "ko")]) == 0
     assert json.loads((tmp_path / "ko" / "config.json").read_text())["force"] is True
+
+
+def test_the_position_sweep_saves_the_same_checks_as_identify(tiny_llama, tmp_path):
+    """Positions sweeps the same unpatched runs: its summary.json carries identify's checks on the same pairs."""
+    from circuits.beyond.positions.config import PositionConfig
+    from circuits.beyond.positions.result import PositionResult
+    from circuits.data.pairs import make_pair
+    from circuits.patching.engines.position_sweep import sweep_positions
+
+    tok = tiny_llama.tokenizer
+    pairs = [make_pair(tok, f"{a} + {b} = ", f"{a} @ {b} = ", str(a + b)) for a, b in [(3, 4), (2, 5), (1, 6)]]
+    made = identify(tiny_llama, pairs, IdentifyConfig(model="tiny", bootstrap=0), progress=False, warn=False)
+    r = PositionResult(PositionConfig(), pairs, sweep_positions(tiny_llama, pairs, offsets=[0, 1], progress=False))
+    v, w = r.validity(), made.validity()
+    assert v.counterfactual_keeps_answer == w.counterfactual_keeps_answer
+    assert v.full_effect == pytest.approx(w.full_effect, rel=1e-4)
+    assert v.accuracy in (None, w.accuracy)
+    r.save(tmp_path / "pos")
+    s = json.loads((tmp_path / "pos" / "summary.json").read_text())
+    assert Validity.from_json(s["validity"]) == v and s["warnings"] == v.lines() and v.lines()
