@@ -169,7 +169,7 @@ def attention_html(
     prompts: Sequence[str | PromptPair],
     heads: Sequence[Head],
     path: str | Path | None = None,
-    title: str = "Attention of key heads",
+    title: str = "Attention of the heads given",
     last_tokens: int | None = None,
     *,
     inline: bool | None = None,

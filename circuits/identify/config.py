@@ -30,6 +30,9 @@ class IdentifyConfig(PairSpec):
                        help="the answer probability after patching (a log-sum-exp over the vocabulary per patched row) "
                             "for the key heads and MLPs only, in a second small pass, or for every component; "
                             "NaN elsewhere (always 'all' when the key rule's metric is prob)")
+    force: bool = option(False, help="save the result even when it is past a hard validity threshold (few pairs the "
+                                     "model answers, a counterfactual that keeps the answer or barely moves it; "
+                                     "docs/identify.md); its warning is saved with it")
 
     def __post_init__(self) -> None:
         super().__post_init__()

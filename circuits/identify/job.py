@@ -15,7 +15,9 @@ on the model's own answers must agree exactly), the sweep splits its work items 
 from __future__ import annotations
 
 import random
+import sys
 import time
+import warnings
 from pathlib import Path
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +34,7 @@ from circuits.identify.circuit_graph import resolve_receivers
 from circuits.patching.engines.edge_sweep import check_edges, sweep_edges
 from circuits.patching.engines.end_sweep import SweepResult, all_components, sweep
 from circuits.identify.result import IdentifyResult
+from circuits.identify.validity import ValidityWarning, refuse_untrusted
 from circuits.patching.core.ranking import KeyRule
 from circuits.io import read_json
 from circuits.models.backend import check_dtype
@@ -42,11 +45,14 @@ from circuits.types import Component, Receiver
 
 def identify(
     model: Model, pairs: Pairs | None = None, config: IdentifyConfig | None = None, *,
-    progress: bool = True, **kwargs: Any,
+    progress: bool = True, warn: bool = True, **kwargs: Any,
 ) -> IdentifyResult:
     """Sweep ``pairs`` (built from ``config`` when not given) and keep what picks the key components.
 
-    ``config`` fields may be given as keywords instead: ``identify(model, task="addition", n_pairs=32)``.
+    ``config`` fields may be given as keywords instead: ``identify(model, task="addition", n_pairs=32)``. A result
+    past a validity threshold (:mod:`circuits.identify.validity`) comes back with a :class:`ValidityWarning` (``warn``)
+    and its lines in ``result.validity()``; the job (:func:`run`, the command line) refuses one past a hard threshold
+    unless ``config.force``.
     """
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else IdentifyConfig(**kwargs)
     start = time.perf_counter()
@@ -75,6 +81,9 @@ def identify(
         out.edges = sweep_edges(model, pairs, resolve_receivers(config.receivers, out), memory_mb=config.memory_mb,
                                 progress=progress)
         out.seconds = time.perf_counter() - start
+    if warn and out.validity().lines():
+        warnings.warn(f"identify on {len(pairs)} pairs: " + "; ".join(out.validity().lines()), ValidityWarning,
+                      stacklevel=2)
     return out
 
 
@@ -135,7 +144,8 @@ def _run_tasks(config: IdentifyConfig, out: Path, tasks: list[str], folders: dic
             results[task] = D.on_main(lambda: IdentifyResult.load(folder))
             continue
         model = model or load()
-        results[task] = identify(model, config=cfg, progress=progress)
+        results[task] = identify(model, config=cfg, progress=progress, warn=False)
+        refuse_untrusted(results[task].validity(), cfg.force, f"[{task}] identify")  # every rank: the same verdict
         if D.is_main():
             results[task].save(folder)
             _print_summary(task, results[task], folder)
@@ -158,7 +168,7 @@ def _run_tasks(config: IdentifyConfig, out: Path, tasks: list[str], folders: dic
                 result = IdentifyResult(config, pooled, swept, {}, time.perf_counter() - start)
             else:  # an operation's result saved without per-pair values (an older version): sweep the pooled pairs
                 model = model or load()
-                result = identify(model, pooled, config, progress=progress)
+                result = identify(model, pooled, config, progress=progress, warn=False)
             result.pair_stats = {
                 "accuracy": sum(r.pair_stats.get("accuracy") or 0 for r in subs) / len(subs),
                 "mean_answer_prob": sum(r.pair_stats.get("mean_answer_prob") or 0 for r in subs) / len(subs),
@@ -181,9 +191,14 @@ def _say(text: str) -> None:
 def _print_summary(task: str, result: IdentifyResult, folder: Path) -> None:
     s = result.summary()
     key = result.key_heads()
-    heads = ", ".join(f"{h} ({e:+.3f})" for h, e in key[:8]) + (f", and {len(key) - 8} more" if len(key) > 8 else "")
+    unsure = [getattr(k, "uncertain", False) for k in key]  # KeyHead: its interval reaches the rule's threshold
+    heads = ", ".join(f"{h} ({e:+.3f}{', uncertain' if u else ''})" for (h, e), u in zip(key[:8], unsure))
+    if len(key) > 8:
+        heads += f", and {len(key) - 8} more ({sum(unsure[8:])} of them uncertain)"
     acc = s["accuracy"]
     print(f"[{task}] {s['n_pairs']} pairs, accuracy before filtering {acc:.0%}, " if acc is not None else f"[{task}] ",
           f"counterfactual keeps the answer {s['counterfactual_accuracy']:.0%}; {len(key)} key heads by "
           f"{result.key_rule}: {heads or 'none'}; pairs and sweep {result.seconds:.0f} s -> {folder / 'heads.html'}",
           sep="")
+    for line in result.validity().lines():  # the same lines as summary.json's "warnings" and the report's
+        print(f"[{task}] warning: {line}", file=sys.stderr)

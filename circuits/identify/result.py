@@ -25,6 +25,7 @@ from circuits.data.templates import OPERATIONS
 from circuits.data.source import PAIR_STAT_FIELDS
 from circuits.identify.config import IdentifyConfig
 from circuits.identify.circuit_graph import circuit_figure, edge_summary, receiver_effects_of
+from circuits.identify.validity import Validity
 from circuits.patching.engines.end_sweep import SweepResult
 from circuits.patching.core.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
 from circuits.patching.core.ranking import KeyRule, Ranked
@@ -50,6 +51,12 @@ def _key_first(key: list[T], ranked: list[T], k: int, what: str) -> list[T]:
     if len(chosen) < k:
         raise ResultError(f"This identify result ranks only {len(chosen)} {what}, fewer than {k}")
     return chosen
+
+
+def top_heads_label(k: int, key_rule: str | KeyRule) -> str:
+    """What ``top_heads(k)`` took, said as measured: "top 10 heads by fraction" (the key heads the rule selected come
+    first, then the rest of the same metric's ranking, so "key heads" would claim more than the rule chose)."""
+    return f"top {k} heads by {KeyRule.parse(key_rule).metric}"
 
 
 class KeyHead(tuple):
@@ -102,6 +109,7 @@ class IdentifyResult(ShowsFigure, Result):
     saved_effects: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
     edges: Any = None  # an identify.circuit_graph.EdgeSweep when made with --receivers
     _intervals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _validity: Validity | None = field(default=None, repr=False, compare=False)  # as saved in summary.json
 
     # --- the one ranking --------------------------------------------------------------------------
 
@@ -158,6 +166,7 @@ class IdentifyResult(ShowsFigure, Result):
         threshold (``uncertain``, the command's ``uncertain_key_heads``)."""
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
         m = self.metric(rule.metric)
+        self._check_measured(rule, m, "heads")
         selected = self.scores(m).key(rule)
         ci = self.intervals(m)
         if ci is None:
@@ -171,7 +180,25 @@ class IdentifyResult(ShowsFigure, Result):
 
     def key_mlps(self, rule: str | KeyRule | None = None) -> list[tuple[int, float]]:
         rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
+        self._check_measured(rule, self.metric(rule.metric), "mlps")
         return [(c.layer, e) for c, e in self.scores(rule.metric).key(rule, "mlps")]
+
+    def _check_measured(self, rule: KeyRule, m: Metric, part: str) -> None:
+        """A key rule over a metric measured for some components only (``prob`` of a result made with ``prob='key'``:
+        NaN for all but the key ones) would pick among the measured few without a word: one ResultError that says how
+        many were not measured instead. A metric unmeasured everywhere (``fraction`` where the counterfactual moves
+        nothing) selects nothing, as before."""
+        heads, mlps = self.effects(m)
+        values = heads if part == "heads" else mlps
+        missing = int(torch.isnan(values).sum())
+        if 0 < missing < values.numel():
+            what = "heads" if part == "heads" else "MLPs"
+            made = (f" (this result was made with prob={self.config.prob!r}: the answer probability of the key components "
+                    f"of {self.config.key_rule} alone)" if m.name == "prob" else "")
+            raise ResultError(f"Key rule {rule}: {m.name} was measured for {values.numel() - missing} of {values.numel()} "
+                              f"{what} only{made}, so the rule would ignore the {missing} unmeasured ones; rerun circuits "
+                              f"identify with --prob all, or use a rule over another metric (fraction, relative_logit, "
+                              f"logit_diff)")
 
     def top_heads(self, k: int, rule: str | KeyRule | None = None) -> list[Head]:
         """``k`` heads: the key heads first, then the rest of the same metric's ranking (how fine-tuning and the
@@ -217,6 +244,25 @@ class IdentifyResult(ShowsFigure, Result):
         hs = [h for h, _ in self.key_heads(rule) if crosses(float(ci.head_low[h]), float(ci.head_high[h]), th_h)]
         ms = [l for l, _ in self.key_mlps(rule) if crosses(float(ci.mlp_low[l]), float(ci.mlp_high[l]), th_m)]
         return hs, ms
+
+    # --- can it be trusted: identify.validity ----------------------------------------------------
+
+    def validity(self) -> Validity:
+        """:class:`~circuits.identify.validity.Validity` of this result: the record saved with it, or measured from the
+        sweep's unpatched runs, the pair statistics and the key heads' intervals."""
+        if self._validity is not None:
+            return self._validity
+        from circuits.identify.validity import baseline_checks, forced
+
+        values: dict[str, Any] = baseline_checks(self.sweep.baseline) if self.sweep is not None else {}
+        before = self.pair_stats.get("accuracy")
+        if before is not None and getattr(self.config, "filter_correct", True):
+            values["accuracy_before_filtering"] = before  # unfiltered pairs: the swept accuracy is the same number
+        keys = self.key_heads()
+        if keys and self.intervals() is not None:
+            values["uncertain_share"] = len(self.uncertain()[0]) / len(keys)
+        return Validity.measure(len(self.pairs), forced=forced(getattr(self.config, "force", False)),
+                                n_key_heads=len(keys), **values)
 
     # --- summary, figure, files --------------------------------------------------------------------
 
@@ -267,6 +313,8 @@ class IdentifyResult(ShowsFigure, Result):
             out["edges"] = edge_summary(self.edges, rule.metric)
         if self.per_task is not None:
             out["per_task"] = self.per_task
+        out["validity"] = self.validity().to_json()
+        out["warnings"] = self.validity().lines()
         return out
 
     def figure(self, metric: str | Metric | None = None):
@@ -327,7 +375,13 @@ class IdentifyResult(ShowsFigure, Result):
             from circuits.patching.engines.edge_sweep import EdgeSweep
 
             edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
-        return cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges)
+        out = cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges)
+        if "validity" in summary:  # older results: measured again from what was saved
+            try:
+                out._validity = Validity.from_json(summary["validity"])
+            except (TypeError, ValueError) as err:
+                raise ResultError(f"{folder / 'summary.json'}: field 'validity': {err}") from None
+        return out
 
 
 

@@ -39,9 +39,17 @@ def source_result(config: FromIdentify, model: Model, *, progress: bool = True) 
     identify fields (in memory, not saved)."""
     if config.heads_from:
         return load_identify(config.heads_from)
-    from circuits.identify.job import identify
+    import warnings
 
-    return identify(model, config=config.identify_config(), progress=progress)
+    from circuits.identify.job import identify
+    from circuits.identify.validity import ValidityWarning, refuse_untrusted
+
+    made = identify(model, config=config.identify_config(), progress=progress, warn=False)
+    refuse_untrusted(made.validity(), config.force, "the identify run behind these key heads")
+    if made.validity().lines():  # forced, or past a soft threshold only: said once, then the job goes on
+        warnings.warn("the identify run behind these key heads: " + "; ".join(made.validity().lines()), ValidityWarning,
+                      stacklevel=2)
+    return made
 
 
 def run_from_identify(config: F, out: str | Path, compute: Callable[[Model, IdentifyResult, F], R], *,

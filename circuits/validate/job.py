@@ -95,7 +95,9 @@ def print_knockout(args: argparse.Namespace, config: KnockoutConfig, r: Knockout
 
 
 def print_transfer(args: argparse.Namespace, config: TransferSets, r: TransferResult, seconds: float) -> None:
-    print(f"{len(r.key_heads)} key heads out ({_heads(r.key_heads)}), {seconds:.0f} s:")
+    from circuits.identify.result import top_heads_label
+
+    print(f"{top_heads_label(len(r.key_heads), r.config.key_rule)} out ({_heads(r.key_heads)}), {seconds:.0f} s:")
     for name, v in r.results.items():
         print(f"  {name:>16}: {_pct(v['accuracy_before'])} -> {_pct(v['accuracy_after'])} "
               f"(random heads {_pct(v.get('accuracy_random_heads'))}, n={v.get('n', '?')})")

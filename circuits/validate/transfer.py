@@ -181,11 +181,14 @@ class TransferResult(Result):
     def figure(self):
         from circuits.viz.figures import before_after_figure
 
+        from circuits.identify.result import top_heads_label
+
         names = list(self.results)
         r = self.results
+        heads = top_heads_label(len(self.key_heads), self.config.key_rule)
         return before_after_figure(names, [r[k]["accuracy_before"] for k in names], [r[k]["accuracy_after"] for k in names],
-                                   "Transfer of the key-head knockout (Figure 4, MMLU)",
-                                   control=[r[k].get("accuracy_random_heads") for k in names])
+                                   f"Transfer of the knockout of the {heads} (Figure 4, MMLU)",
+                                   control=[r[k].get("accuracy_random_heads") for k in names], knocked=heads)
 
     def _write(self, folder: Path) -> None:
         write_json(folder / "data.json", {"results": self.results, "key_heads": [list(h) for h in self.key_heads],

@@ -169,7 +169,7 @@ def uncertainty_section(page: Page, found: list) -> str:
                    "counterfactual prompts (the paper's), by zero, or by another prompt's counterfactual value "
                    "(resample): how much of the conclusion depends on the choice.</p>")
         summ = r.summary()
-        out.append(table(["task", "ablation", "k", "accuracy, none", "key heads out", "random heads out"],
+        out.append(table(["task", "ablation", "k", "accuracy, none", "top-k heads out", "random heads out"],
                          [[t, kind, v["k"], _pct(v["accuracy_none"], 1), _pct(v["accuracy_key_heads"], 1),
                            _pct(v["accuracy_random_heads"], 1)] for t, by in summ.items() for kind, v in by.items()]))
         for task in r.curves:

@@ -239,8 +239,8 @@ def knockout_figure(ks: Sequence[int], effect: Sequence[float], random: Sequence
                              line={"color": "gray"}))
     if bands:
         band([x[0] for x in bands["key"]], [x[1] for x in bands["key"]], "rgba(220,20,60,0.18)",
-             f"key heads: {pct} bootstrap interval over pairs")
-    fig.add_trace(go.Scatter(x=ks, y=list(effect), mode="lines+markers", name="key heads (effect rank)",
+             f"top-k heads: {pct} bootstrap interval over pairs")
+    fig.add_trace(go.Scatter(x=ks, y=list(effect), mode="lines+markers", name="top-k heads (effect rank)",
                              line={"color": "crimson"}))
     fig.update_layout(title=title, xaxis_title="k heads knocked out", yaxis_title=ylabel)
     tops = [effect, r] + ([bands["key"], bands["random"]] if bands else [])
@@ -255,10 +255,11 @@ def _rate_top(*values) -> float:
 
 
 def before_after_figure(names: Sequence[str], before: Sequence[float], after: Sequence[float], title: str,
-                        control: Sequence[float] | None = None, ylabel: str = "accuracy") -> go.Figure:
+                        control: Sequence[float] | None = None, ylabel: str = "accuracy",
+                        knocked: str = "top heads") -> go.Figure:
     """Figure 4: accuracy per data set before and after the knockout (and a random-heads control)."""
     fig = go.Figure([go.Bar(x=list(names), y=list(before), name="before knockout"),
-                     go.Bar(x=list(names), y=list(after), name="key heads knocked out")])
+                     go.Bar(x=list(names), y=list(after), name=f"{knocked} knocked out")])
     if control is not None:
         fig.add_trace(go.Bar(x=list(names), y=list(control), name="random heads knocked out"))
     fig.update_layout(title=title, barmode="group", yaxis_title=ylabel)
@@ -358,7 +359,7 @@ def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-r
     return fig
 
 
-def roles_panels(by_operation: dict[str, dict], title: str = "END-row attention of the key heads by token role (Figure 5)") -> go.Figure:
+def roles_panels(by_operation: dict[str, dict], title: str = "END-row attention of the top heads by token role (Figure 5)") -> go.Figure:
     """Figure 5 from saved :class:`circuits.attention.RoleAttention` (``to_json``) per operation, one row each."""
     ops = list(by_operation)
     fig = make_subplots(rows=len(ops), cols=1, subplot_titles=ops, shared_xaxes=True)

@@ -80,6 +80,18 @@ def run_labels(found: list[Found]) -> list[Found]:
     return [dataclasses.replace(f, label=labels.get(id(f), "")) for f in found]
 
 
+def _top_label(f: Found, k: int) -> str:
+    """"top k heads by <metric>" for a result whose heads are an identify run's top k (key heads first), read from
+    the key rule its config records; never "key heads", which only the rule's own selection is."""
+    return _top_label_of(f.config.get("key_rule"), k)
+
+
+def _top_label_of(rule: Any, k: int) -> str:
+    from circuits.identify.result import top_heads_label
+
+    return top_heads_label(k, rule) if isinstance(rule, str) and rule else f"top {k} heads"
+
+
 def _heads(hs) -> str:
     return ", ".join(f"{h[0]}.{h[1]}" for h in hs)
 
@@ -100,11 +112,19 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
            "<code>relative_logit</code>, a drop of the answer logit). Boxed cells are the key heads chosen by the key "
            "rule, so every boxed cell is red. Hover a cell to read its layer, head and effect.</p>"]
     identify = sorted((f for f in found if f.kind == "identify"), key=_op_rank)
+    doubts = [(f, f.result.validity()) for f in identify if f.result.validity().lines()]
+    if doubts:  # above every figure: what a reader must know before trusting the key heads below
+        out.insert(0, "<div class='note validity'><b>Results that may not be trusted</b> (thresholds: docs/identify.md, "
+                      "\"Can this result be trusted?\")<ul>" + "".join(
+                          f"<li><b>{_e((f.result.task or f.path.name) + (f' ({f.label})' if f.label else ''))}</b>"
+                          f"{' (saved with --force)' if v.forced and v.refusals else ''}: "
+                          f"{_e('; '.join(v.lines()))}</li>" for f, v in doubts) + "</ul></div>")
     for f in identify:
         r = f.result
         s = r.summary()
         keys = r.key_heads()
-        listed = ", ".join(f"{h} ({e:+.3f})" for h, e in keys[:10]) or "none"
+        listed = ", ".join(f"{h} ({e:+.3f}{', uncertain' if getattr(k, 'uncertain', False) else ''})"
+                           for k in keys[:10] for h, e in [k]) or "none"
         base = s.get("baseline", {})
         title = (r.task or f.path.name) + (f" ({f.label})" if f.label else "")
         out.append(f"<h3>{_e(title)}</h3><p>{_e(s.get('model', ''))}, {_e(s.get('n_pairs'))} prompt pairs, "
@@ -112,6 +132,8 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
                    f"counterfactual prompt keeps the answer {_pct(s.get('counterfactual_accuracy'))} of the time and "
                    f"changes the answer logit by {_pct(base.get('full_effect_relative_logit'), 1)}. "
                    f"<b>{len(keys)} key heads</b> by <code>{_e(r.key_rule)}</code>: {_e(listed)}.</p>")
+        if r.validity().lines():
+            out.append("<p class='note validity'><b>Warning:</b> " + _e("; ".join(r.validity().lines())) + "</p>")
         out.append(page.figure(r.figure(), f.label) + f.config_html())
     out.append(compare_runs(identify))
     if len(identify) > 1:
@@ -216,12 +238,14 @@ def transfer_section(page: Page, found: list[Found]) -> str:
         task = f.config.get("task", "the templates")
         what = ("each exponentiation template (Table 3)" if task == "exponentiation" else
                 "each data set (Figure 4; MMLU checks that other abilities survive)")
-        out.append(f"<p class='what'>Accuracy on {what} before and after knocking out the {len(r.key_heads)} key heads "
-                   f"found on {_e(task)} ({_e(_heads(r.key_heads))}), and after knocking out as many random heads.</p>")
-        fig = r.figure()  # its title names the key heads' task (two transfers in one report are told apart)
-        fig.update_layout(title_text=f"{fig.layout.title.text or 'Transfer of the knockout'}: key heads of {task}")
+        top = _top_label(f, len(r.key_heads))
+        out.append(f"<p class='what'>Accuracy on {what} before and after knocking out the {_e(top)} of the identify run "
+                   f"on {_e(task)} ({_e(_heads(r.key_heads))}; its key rule's heads first), and after knocking out as "
+                   f"many random heads.</p>")
+        fig = r.figure()  # its title names the heads' task (two transfers in one report are told apart)
+        fig.update_layout(title_text=f"{fig.layout.title.text or 'Transfer of the knockout'}: heads of {task}")
         out.append(page.figure(fig, f.label))
-        out.append(table(["data set", "n", "before", "key heads out", "random heads out"],
+        out.append(table(["data set", "n", "before", f"{top} out", "random heads out"],
                          [[r.examples.get(k, k) if task == "exponentiation" else k, res[k].get("n", ""),
                            _pct(res[k]["accuracy_before"], 1), _pct(res[k]["accuracy_after"], 1),
                            _pct(res[k].get("accuracy_random_heads"), 1)] for k in names]) + f.config_html())
@@ -242,7 +266,9 @@ def roles_section(page: Page, found: list[Found]) -> str:
 def _roles_text(r: Any) -> str:
     ops = r.by_operation
     dom = next(iter(ops.values())).get("dominant", {})
-    return (f"<p class='what'>Where each key head looks from END: its attention summed over the tokens of each "
+    rule = r.config_json().get("key_rule")
+    heads = _top_label_of(rule, len(dom)) if dom else "heads"
+    return (f"<p class='what'>Where each of the {_e(heads)} (the key rule's heads first) looks from END: its attention summed over the tokens of each "
             f"role (operands A and B, the operator, the answer prefix, the few-shot prefix, the rest), averaged "
             f"over prompts of each operation (Figure 5). Most-attended role on {_e(next(iter(ops)))}: "
             f"{_e(', '.join(f'{h} {r}' for h, r in dom.items()))}.</p>")
@@ -253,7 +279,8 @@ def views_section(page: Page, found: list[Found]) -> str:
     for f in found:
         r = f.result
         views = parse_views(r.page)
-        out.append(f"<p class='what'>The attention patterns of the key heads {_e(_heads(r.heads))} on a few "
+        out.append(f"<p class='what'>The attention patterns of the {_e(_top_label(f, len(r.heads)))} "
+                   f"{_e(_heads(r.heads))} (the key rule's heads first) on a few "
                    f"prompts of each operation (circuitsvis, Figures 7 and 16): pick a head, hover a token to see where "
                    f"it attends from the last position.</p>")
         if not views:

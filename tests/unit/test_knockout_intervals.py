@@ -113,10 +113,10 @@ def test_the_figure_draws_the_intervals_from_zero_under_a_title_naming_the_opera
     fig = r.figure()
     assert "division" in fig.layout.title.text and "bootstrap" in fig.layout.title.text
     names = [t.name for t in fig.data if t.name]
-    assert any("key heads: 95% bootstrap" in n for n in names) and any("random heads: 95%" in n for n in names)
+    assert any("top-k heads: 95% bootstrap" in n for n in names) and any("random heads: 95%" in n for n in names)
     assert fig.layout.yaxis.range[0] == 0 and fig.layout.yaxis2.range[0] == 0
     bands = curve.intervals()
-    lows = [t for t in fig.data if t.name and t.name.startswith("key heads: 95%")]
+    lows = [t for t in fig.data if t.name and t.name.startswith("top-k heads: 95%")]
     np.testing.assert_allclose(lows[0].y, [b[0] for b in bands["accuracy"]["key"]])
     top = max(max(b[1] for b in bands[w]["key"] + bands[w]["random"]) for w in bands)
     assert fig.layout.yaxis.range[1] >= min(top, 1.0)

@@ -11,6 +11,7 @@ from result_cases import attention_page, build_results, write_identify, write_id
 
 from circuits.cli import main as cli_main
 from circuits.io import write_json
+from circuits.patching.core.ranking import KeyRule
 from circuits.results import RESULT_TYPES
 from circuits.viz.figures import head_heatmap, importance_scale, write_figure
 from circuits.viz.page import ASSETS, parse_views
@@ -256,3 +257,21 @@ def test_figures_name_a_local_model_by_its_folder_not_its_whole_path(tmp_path):
            "random_accuracy": [[1, 0.9]]}, "transfer": {}, "logit_lens": {"delta_C": [0.0, 1.0], "delta_other": [0.0, 0.5]}}
     fig = cross_model_figure({str(folder): one})
     assert {t.name for t in fig.data if t.showlegend is not False} == {"llama-sft"}
+
+
+def test_heads_taken_by_rank_are_never_called_key_heads(saved):
+    """Issue 40: "key heads" only for what the key rule selected; heads taken as an identify run's top k (transfer,
+    knockout, attention) are "top k heads by <metric>", in the figures, the report's text and its tables."""
+    from circuits.results import load_result
+
+    transfer, knockout = load_result(saved / "transfer"), load_result(saved / "knockout")
+    metric = KeyRule.parse(transfer.config.key_rule).metric
+    names = [t.name for t in transfer.figure().data]
+    assert f"top {len(transfer.key_heads)} heads by {metric} knocked out" in names
+    assert not any("key heads" in (t.name or "") for t in (*transfer.figure().data, *knockout.figure().data))
+    assert "top-k heads by" in knockout.figure().layout.title.text
+    page = build_report([saved])
+    for claim in ("key heads out", "key heads knocked out", "key heads (effect rank)", "attention patterns of the key",
+                  "Where each key head", "Attention of key heads", "Key heads (Figures 7, 16)"):
+        assert claim not in page, claim
+    assert f"the top {len(transfer.key_heads)} heads by {metric} of the identify run" in page

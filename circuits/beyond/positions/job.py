@@ -7,6 +7,7 @@ figure), ``config.json`` and ``circuits.json``."""
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import warnings
 from dataclasses import replace
@@ -54,3 +55,5 @@ def run(config: PositionConfig, out: str | Path, *, model: Model | None = None,
 def printout(args: argparse.Namespace, config: PositionConfig, r: PositionResult, seconds: float) -> None:
     print(f"[{config.template or config.task}] {len(r.pairs)} pairs, every head and MLP at every position in "
           f"{seconds:.0f} s (the sweep {r.seconds:.0f} s) -> {args.out}/flow.html")
+    for line in r.validity().lines():  # identify's checks on these pairs (summary.json's "warnings")
+        print(f"[{config.template or config.task}] warning: {line}", file=sys.stderr)

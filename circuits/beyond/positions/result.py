@@ -37,6 +37,13 @@ class PositionResult(Result):
         key = Counter((p.template_id, len(p.reference_token_ids)) for p in self.pairs).most_common(1)[0][0]
         return next(p for p in self.pairs if (p.template_id, len(p.reference_token_ids)) == key)
 
+    def validity(self):
+        """The checks of :mod:`circuits.identify.validity` this sweep's unpatched runs give (no key components here, so
+        no share of uncertain ones)."""
+        from circuits.identify.validity import Validity, baseline_checks
+
+        return Validity.measure(len(self.pairs), **baseline_checks(self.sweep.baseline))
+
     def summary(self) -> dict[str, Any]:
         metrics = {}
         for name in METRICS:
@@ -45,7 +52,8 @@ class PositionResult(Result):
         return {"model": getattr(self.config, "model", ""), "task": getattr(self.config, "task", ""),
                 "n_pairs": len(self.pairs), "offsets": "counted back from END (0 is END)",
                 "ends": self.sweep.ends.tolist(), "first_difference": self.sweep.first_diff.tolist(),
-                "metrics": metrics, "seconds": self.seconds, "tokens": self.tokens}
+                "metrics": metrics, "seconds": self.seconds, "tokens": self.tokens,
+                "validity": self.validity().to_json(), "warnings": self.validity().lines()}
 
     def figure(self, metric: str | None = None):
         from circuits.viz.analysis_figures import flow_figure
