@@ -40,7 +40,7 @@ class PairSpec(PairConfig):
     model: str = option("smollm2", help="smollm2 or gemma3-270m (embedded), a .gguf file, a local Hugging Face folder "
                                         "or an official name")
     dtype: str = option("float32", choices=DTYPE_NAMES, help="dtype the model is loaded and run in")
-    memory_mb: float = option(1024, help="working-memory budget of the exact engines (MB)")
+    memory_mb: float = option(1024, minimum=1, maximum=10**8, help="working-memory budget of the exact engines (MB)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
