@@ -4,7 +4,11 @@ Every job and experiment config derives from :class:`Config`. One function, :fun
 a config's fields into ``argparse`` flags (``n_pairs`` -> ``--n-pairs``, or the field's own ``flag``), and
 :func:`from_arguments` builds the config back, so the command line of ``circuits identify`` and of every
 script in ``experiments/`` is made the same way. Field metadata (see :func:`option`) holds help texts,
-flag names and choices.
+flag names, choices and the field's range: ``count(64)`` is a whole number from 1 to :data:`MAX_COUNT`, ``option(x,
+minimum=..., maximum=...)`` bounds any number (each element of a list, which may also be ``nonempty`` and ``unique``),
+and every config checks its fields' ranges when it is built (:func:`check_ranges`), so a new job's flags are checked by
+being declared. The command line builds the config from the flags before it imports torch: a value out of range is
+one line at once (``circuits identify: error: --pairs -1: must be at least 1``).
 
 Configs compose: a field whose default is itself a :class:`Config` (``identify: IdentifyConfig =
 option(IdentifyConfig())``) is *nested*. Its fields become flags of the outer command under their own flag names
