@@ -44,7 +44,7 @@ MAX_COUNT = 1_000_000
 
 def option(default: Any = dataclasses.MISSING, *, help: str = "", flag: str | None = None,
            choices: Iterable[Any] | None = None, cli: bool = True, parse: Callable[[str], Any] | None = None,
-           skip: Iterable[str] = (), minimum: float | None = None, maximum: float | None = None,
+           skip: Iterable[str] = (), minimum: float | None = None, maximum: float | None = None, above: float | None = None,
            nonempty: bool = False, unique: bool = False, per_model: str | None = None, is_count: bool = False,
            **kwargs: Any) -> Any:
     """A config field with CLI metadata: its ``help``, its ``flag`` (default ``--field-name``), ``choices``,
@@ -53,7 +53,8 @@ def option(default: Any = dataclasses.MISSING, *, help: str = "", flag: str | No
     (the outer config sets them itself).
 
     The field's range is part of its declaration, checked whenever the config is built (from flags, JSON or Python,
-    before any model loads; :func:`check_ranges`): ``minimum`` / ``maximum`` bound a number, or each element of a
+    before any model loads; :func:`check_ranges`): ``minimum`` / ``maximum`` bound a number (``above``: a bound it
+    must exceed, e.g. 0 for a budget), or each element of a
     tuple (an integer field with a ``minimum`` and no ``maximum`` is a count, at most :data:`MAX_COUNT`; ``None`` is
     left to the field's own meaning), ``nonempty`` refuses an empty tuple, ``unique`` a tuple naming a value twice.
     ``per_model`` bounds what only the model's size tells (``"heads"``: at most its number of attention heads;
@@ -62,7 +63,7 @@ def option(default: Any = dataclasses.MISSING, *, help: str = "", flag: str | No
     if minimum is not None and maximum is None and _is_int_default(default):
         maximum = MAX_COUNT
     meta = {"help": help, "flag": flag, "choices": tuple(choices) if choices is not None else None, "cli": cli,
-            "parse": parse, "skip": tuple(skip), "minimum": minimum, "maximum": maximum, "nonempty": nonempty,
+            "parse": parse, "skip": tuple(skip), "minimum": minimum, "maximum": maximum, "above": above, "nonempty": nonempty,
             "unique": unique, "per_model": per_model, "count": is_count}
     if default is not dataclasses.MISSING and isinstance(default, (list, dict, set)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta, **kwargs)
@@ -125,9 +126,9 @@ def check_arguments(cls: type[Config], args: argparse.Namespace) -> None:
 def check_field(f: dataclasses.Field, v: Any) -> None:
     """``v`` inside the range field ``f`` declares (see :func:`option`), else a ValueError of one line."""
     meta = f.metadata
-    lo, hi, choices = meta.get("minimum"), meta.get("maximum"), meta.get("choices")
+    lo, hi, choices, gt = meta.get("minimum"), meta.get("maximum"), meta.get("choices"), meta.get("above")
     many = isinstance(v, (tuple, list))
-    if v is None or (lo is None and hi is None and not meta.get("nonempty") and not meta.get("unique")
+    if v is None or (lo is None and hi is None and gt is None and not meta.get("nonempty") and not meta.get("unique")
                      and not (many and choices)):
         return
     name = _flag(f) if meta.get("cli", True) else f.name
@@ -139,7 +140,7 @@ def check_field(f: dataclasses.Field, v: Any) -> None:
             raise ValueError(f"{name} {_shown(v)}: unknown {unknown[0]!r}; accepted: {_shown(choices)}")
     for x in (v if many else (v,)):
         if isinstance(x, bool) or not isinstance(x, (int, float)):
-            if lo is not None or hi is not None:
+            if lo is not None or hi is not None or gt is not None:
                 raise ValueError(f"{name} {_shown(v)}: {x!r} is not a number")
             continue
         what = f"{name} {_shown(v)}: " + ("each value " if many else "")
@@ -147,6 +148,8 @@ def check_field(f: dataclasses.Field, v: Any) -> None:
             raise ValueError(f"{what}must be a number, got nan")
         if lo is not None and x < lo:
             raise ValueError(f"{what}must be at least {_num(lo)}" + (f", got {_num(x)}" if many else ""))
+        if gt is not None and not x > gt:
+            raise ValueError(f"{what}must be more than {_num(gt)}" + (f", got {_num(x)}" if many else ""))
         if hi is not None and x > hi:
             raise ValueError(f"{what}must be at most {_num(hi)}" + (f", got {_num(x)}" if many else ""))
     if many and meta.get("unique") and len(set(v)) != len(v):

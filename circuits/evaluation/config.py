@@ -26,7 +26,8 @@ class EvalConfig(Config):
     batch_size: int = count(8, maximum=100_000)
     max_gen_toks: int = count(256, maximum=100_000)
     math_shots: int = count(0, minimum=0, maximum=8, help="solved examples before each math question (0: none)")
-    mmlu_shots: int = count(5, minimum=0, maximum=5, help="solved examples before each MMLU question (0: none)")
+    mmlu_shots: int = count(5, minimum=0, maximum=5, help="solved examples before each MMLU question (0: none; the dev split has 5 per "
+                                                                          "subject)")
     csqa_shots: int = count(5, minimum=0, maximum=16, help="solved examples before each CommonsenseQA question (0: none)")
     arithmetic_per_form: int = count(50)
     data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
@@ -40,12 +41,6 @@ class EvalConfig(Config):
         unknown = set(self.tasks) - set(ALL_TASKS)
         if unknown or not self.tasks:
             raise ValueError(f"Unknown or no tasks {sorted(unknown)}; accepted: {', '.join(ALL_TASKS)}")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError("limit must be >= 1")
-        if self.batch_size < 1 or self.max_gen_toks < 1:
-            raise ValueError("batch_size and max_gen_toks must be >= 1")
-        if not (0 <= self.mmlu_shots <= 5 and 0 <= self.csqa_shots <= 16 and 0 <= self.math_shots <= 8):
-            raise ValueError("mmlu_shots must be 0..5 (dev has 5 per subject), csqa_shots 0..16, math_shots 0..8")
         if self.source not in ("local", "hub"):
             raise ValueError("source must be 'local' or 'hub'")
         if self.dtype not in DTYPE_NAMES:

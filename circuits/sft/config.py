@@ -82,10 +82,6 @@ class FinetuneConfig(Config):
             raise ValueError("need lr > 0, weight_decay >= 0 and 0 <= warmup_ratio < 1")
         if self.micro_batch_size < 1 or self.batch_size < self.micro_batch_size or self.batch_size % self.micro_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a positive multiple of micro_batch_size ({self.micro_batch_size})")
-        if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
-            raise ValueError("epochs and max_steps must be >= 1")
-        if self.max_length < 8 or self.checkpoint_every < 1:
-            raise ValueError("max_length must be >= 8 and checkpoint_every >= 1")
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: {', '.join(DTYPE_NAMES)}")
         if self.cpu_offload and not self.full:

@@ -213,3 +213,23 @@ def test_an_argument_error_imports_no_torch(tmp_path):
     assert proc.stderr == "circuits identify: error: --pairs -1: must be at least 1\n", proc.stderr
     assert proc.stdout.split() == ["exit", "2", "False", "False"], proc.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_other_numbers_and_lists_declare_their_ranges_too():
+    from circuits.beyond.stability.config import StabilityConfig
+    from circuits.explain.config import RolesConfig
+    from circuits.identify.config import IdentifyConfig
+
+    cases = [(lambda: IdentifyConfig(memory_mb=0), "^--memory-mb 0: must be more than 0$"),
+             (lambda: IdentifyConfig(memory_mb=0.02), None),  # a tiny budget (the tests' chunking) is a budget
+             (lambda: IdentifyConfig(seed=-1), "^--seed -1: must be at least 0$"),
+             (lambda: RolesConfig(operations=("addition", "modulo")), "^--operations addition,modulo: unknown 'modulo'"),
+             (lambda: RolesConfig(operations=()), "^--operations is empty"),
+             (lambda: StabilityConfig(seeds=(0, 0)), "^--seeds 0,0: names 0 more than once$"),
+             (lambda: IdentifyConfig(n_pairs=float("nan")), "must be a number, got nan")]
+    for build, message in cases:
+        if message is None:
+            build()
+            continue
+        with pytest.raises(ValueError, match=message):
+            build()

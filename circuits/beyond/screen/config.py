@@ -34,5 +34,3 @@ class ScreenConfig(PairSource):
         check_metric(self.metric)
         if self.mode not in MODES:
             raise ValueError(f"Unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
-        if self.verify < 0:
-            raise ValueError(f"verify must be 0 or more, got {self.verify}")
