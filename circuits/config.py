@@ -213,6 +213,8 @@ class Config:
                 v = data[f.name]
                 if isinstance(v, list) and (isinstance(f.default, tuple) or str(f.type).startswith("tuple")):
                     v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
+                    if _element_kind(f) is int:  # a list flag with no default saved its text ("0","1") before issue 41
+                        v = tuple(int(x) if isinstance(x, str) and x.strip().lstrip("-").isdigit() else x for x in v)
                 out[f.name] = v
         return cls(**out)
 

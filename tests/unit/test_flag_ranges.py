@@ -233,3 +233,13 @@ def test_other_numbers_and_lists_declare_their_ranges_too():
             continue
         with pytest.raises(ValueError, match=message):
             build()
+
+
+def test_a_list_flag_saved_as_text_still_loads():
+    """``--offsets 0,1,2`` was kept as text ("0", "1", "2") before its elements had a declared range; a result saved
+    so is read back with the numbers it meant, not refused as out of range."""
+    from circuits.beyond.positions.config import PositionConfig
+
+    assert PositionConfig.from_json({"offsets": ["0", "1", "2"]}).offsets == (0, 1, 2)
+    with pytest.raises(ValueError, match="'x' is not a number"):
+        PositionConfig.from_json({"offsets": ["x"]})
