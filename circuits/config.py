@@ -297,7 +297,23 @@ def add_arguments(parser: argparse.ArgumentParser | Any, cls: type[Config], *, s
             kw["help"] = f"{help_text} (default: {shown})"
         elif shown not in (None, "", ()):
             kw["help"] = f"default: {shown}"
+        if _range_text(f):
+            kw["help"] = f"{kw['help']}; {_range_text(f)}" if kw.get("help") else _range_text(f)
         parser.add_argument(flag, **kw)
+
+
+def _range_text(f: dataclasses.Field) -> str:
+    """The declared range as the help shows it (``1..1000000``, ``each 0..1000000``), or ``""``."""
+    meta = f.metadata
+    lo, hi, gt = meta.get("minimum"), meta.get("maximum"), meta.get("above")
+    if lo is None and hi is None and gt is None:
+        return ""
+    low = f"> {_num(gt)}" if gt is not None else (f">= {_num(lo)}" if lo is not None else "")
+    high = f"<= {_num(hi)}" if hi is not None else ""
+    if meta.get("per_model"):
+        high = f"<= the model's {dict(heads='heads', mlps='MLPs', layer='last layer')[meta['per_model']]}"
+    each = "each " if isinstance(f.default, tuple) or str(f.type).startswith("tuple") else ""
+    return f"{each}{', '.join(x for x in (low, high) if x)}"
 
 
 def _element_kind(f: dataclasses.Field) -> type:

@@ -243,3 +243,11 @@ def test_a_list_flag_saved_as_text_still_loads():
     assert PositionConfig.from_json({"offsets": ["0", "1", "2"]}).offsets == (0, 1, 2)
     with pytest.raises(ValueError, match="'x' is not a number"):
         PositionConfig.from_json({"offsets": ["x"]})
+
+
+def test_each_flags_help_shows_its_range(capsys):
+    for argv, shown in ((["identify", "--help"], ">= 1, <= 1000000"), (["knockout", "--help"],
+                                                                       "each >= 0, <= the model's heads")):
+        with pytest.raises(SystemExit):
+            cli_main(argv)
+        assert shown in " ".join(capsys.readouterr().out.split())
