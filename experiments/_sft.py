@@ -10,7 +10,7 @@ from typing import Any
 
 import _common as C
 
-from circuits.config import option, redefault
+from circuits.config import count, option, redefault
 from circuits.evaluation import ALL_TASKS, EvalConfig, evaluate
 from circuits.identify import load_identify
 from circuits.sft import job as sft_job
@@ -31,7 +31,7 @@ class SFTTableConfig(TableConfig):
     heads_from: str = option("results/identify/addition",
                              help="a `circuits identify` task folder (made with the default config when missing)")
     # 32 of LLaMA2-7B's 1024 heads is 3.1%; 3.1% of SmolLM2's 270 heads is 8.
-    top_k: int = option(8, help="heads tuned (key heads first, then the rest of the ranking)")
+    top_k: int = count(8, help="heads tuned (key heads first, then the rest of the ranking)")
     kv_policy: str = redefault(FinetuneConfig, "kv_policy", DEFAULT_KV_POLICY)
     sources: tuple[str, ...] = redefault(FinetuneConfig, "sources", TRAIN_SOURCES)
     n_arithmetic: int = redefault(FinetuneConfig, "n_arithmetic", 128)
@@ -46,15 +46,15 @@ class SFTTableConfig(TableConfig):
     epochs: int = redefault(FinetuneConfig, "epochs", 1)
     max_length: int = redefault(FinetuneConfig, "max_length", 160)
     eval_tasks: tuple[str, ...] = option(ALL_TASKS)
-    eval_limit: int | None = option(24, help="documents of the held-out arithmetic and perplexity")
-    choice_limit: int | None = option(8, help="MMLU and CommonsenseQA questions (5-shot prompts of 300-2,300 tokens)")
-    math_limit: int | None = option(4, help="word problems generate up to max_gen_toks each: the slow part on CPU")
-    max_gen_toks: int = option(96)
-    eval_batch_size: int = option(8, help="documents per forward / generation batch (raise it on a GPU)")
-    arithmetic_per_form: int = option(25)
-    mmlu_shots: int = option(5)
-    csqa_shots: int = option(5)
-    threads: int = option(0, help="torch threads (0: the cores available to this process, as circuits.threads picks)")
+    eval_limit: int | None = count(24, help="documents of the held-out arithmetic and perplexity")
+    choice_limit: int | None = count(8, help="MMLU and CommonsenseQA questions (5-shot prompts of 300-2,300 tokens)")
+    math_limit: int | None = count(4, help="word problems generate up to max_gen_toks each: the slow part on CPU")
+    max_gen_toks: int = count(96)
+    eval_batch_size: int = count(8, help="documents per forward / generation batch (raise it on a GPU)")
+    arithmetic_per_form: int = count(25)
+    mmlu_shots: int = count(5, minimum=0, maximum=5, help="solved examples before each MMLU question (0: none)")
+    csqa_shots: int = count(5, minimum=0, maximum=16, help="solved examples before each CommonsenseQA question (0: none)")
+    threads: int = count(0, minimum=0, help="torch threads (0: the cores available to this process, as circuits.threads picks)")
     data_dir: str | None = redefault(FinetuneConfig, "data_dir", None)
     out: str = option("results/table1")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import _common as C
 
-from circuits.config import option, same_config
+from circuits.config import count, option, same_config
 from circuits.explain.attention import role_attention
 from circuits.explain.logit_lens import mlp_lens, writing_start
 from circuits.io import read_json, write_json
@@ -33,9 +33,9 @@ TRANSFER_SETS = ("multi_digit", "decimal", "time_span")
 
 @dataclass(frozen=True)
 class Config(CrossModelConfig):
-    n_transfer: int = option(32, help="prompts per transfer set (Figure 4)")
-    n_role_heads: int = option(8, help="top addition heads whose attention roles are read (Figure 5)")
-    n_role_prompts: int = option(32, help="prompts per operation for the roles")
+    n_transfer: int = count(32, help="prompts per transfer set (Figure 4)")
+    n_role_heads: int = count(8, help="top addition heads whose attention roles are read (Figure 5)")
+    n_role_prompts: int = count(32, help="prompts per operation for the roles")
     identify_dir: str = option("results/identify",
                                help="identify results of smollm2; any other model's go to <identify-dir>-<model>")
     out: str = option("results/cross_model")

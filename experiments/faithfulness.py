@@ -37,7 +37,7 @@ import _tables as T
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
 from circuits.beyond.faithfulness.job import faithfulness
 from circuits.beyond.faithfulness.result import PARTS, FaithfulnessResult
-from circuits.config import Config as BaseConfig
+from circuits.config import Config as BaseConfig, count
 from circuits.config import add_arguments, from_arguments, option
 from circuits.data.pair_config import COUNTERFACTUAL_KINDS
 from circuits.data.templates import OPERATIONS
@@ -54,7 +54,7 @@ class Config(BaseConfig):
     models: tuple[str, ...] = option(("smollm2",), help="models (gemma3-270m where installed)")
     operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
     out: str = option("results/faithfulness")
-    workers: int = option(1, help="worker processes running the (model, operation) runs side by side, one torch "
+    workers: int = count(1, help="worker processes running the (model, operation) runs side by side, one torch "
                                   "thread each (2 on a 2-core machine); results and parts as one process makes them")
 
     def __post_init__(self) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import _common as C
 import _tables as T
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.templates import OPERATIONS
 from circuits.identify import PerOperation
 from circuits.identify.result import PerOperationConfig
@@ -19,7 +19,7 @@ from circuits.viz.figures import heatmap_grid, overlap_figure, write_figure
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig, PerOperationConfig):
     operations: tuple[str, ...] = option(OPERATIONS)
-    top: int = option(10, help="key heads compared per operation")
+    top: int = count(10, help="key heads compared per operation")
     out: str = option("results/fig15_per_operation")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import _common as C
 import _tables as T
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.templates import OPERATIONS
 from circuits.validate.ablation_kinds import AblationComparison, AblationKindsConfig, compare_ablations
 from circuits.viz.figures import write_figure
@@ -21,8 +21,8 @@ from circuits.viz.figures import write_figure
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig, AblationKindsConfig):
     operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
-    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20), help="numbers of heads knocked out")
-    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random orders")
+    ks: tuple[int, ...] = count((0, 1, 2, 3, 5, 10, 20), minimum=0, nonempty=True, unique=True, help="numbers of heads knocked out (0: none, the baseline)")
+    seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, nonempty=True, unique=True, help="seeds of the random orders")
     kinds: tuple[str, ...] = option(("mean", "zero", "resample"), help="ablation kinds")
     out: str = option("results/fig3_ablation_kinds")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import _common as C
 import _tables as T
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.validate.config import KnockoutConfig
 from circuits.validate.knockout import KnockoutResult
 from circuits.validate.job import knockout_result
@@ -19,8 +19,8 @@ from circuits.viz.figures import write_figure
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig, KnockoutConfig):
-    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20), help="numbers of heads knocked out")
-    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random orders")
+    ks: tuple[int, ...] = count((0, 1, 2, 3, 5, 10, 20), minimum=0, nonempty=True, unique=True, help="numbers of heads knocked out (0: none, the baseline)")
+    seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, nonempty=True, unique=True, help="seeds of the random orders")
     out: str = option("results/fig3_knockout")
 
 

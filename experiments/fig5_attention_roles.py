@@ -11,7 +11,7 @@ from pathlib import Path
 import _common as C
 import _tables as T
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.templates import OPERATIONS
 from circuits.explain.attention import AttentionRoles
 from circuits.explain.job import roles_result
@@ -21,9 +21,9 @@ from circuits.viz.figures import write_figure
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig, RolesConfig):
-    n_key_heads: int = option(8)
+    n_key_heads: int = count(8)
     operations: tuple[str, ...] = option(OPERATIONS)
-    n_prompts: int = option(32, help="prompts per operation (the paper: 1000)")
+    n_prompts: int = count(32, help="prompts per operation (the paper: 1000)")
     out: str = option("results/fig5_attention_roles")
 
 

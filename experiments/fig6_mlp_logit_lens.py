@@ -10,7 +10,7 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.explain.config import LensConfig
 from circuits.explain.job import lens_result
 from circuits.explain.logit_lens import LogitLens
@@ -20,7 +20,7 @@ from circuits.explain.logit_lens import LogitLens
 class Config(C.KeyHeadConfig, LensConfig):
     example: str = option("4 + 3 = ", help="Figure 6c's prompt (after the task's few-shot prefix)")
     example_answer: str = option("7")
-    top_k: int = option(5)
+    top_k: int = count(5)
     out: str = option("results/fig6_mlp_logit_lens")
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.templates import OPERATIONS
 from circuits.explain.attention import AttentionViews
 from circuits.explain.job import views_result
@@ -18,10 +18,10 @@ from circuits.explain.config import ViewsConfig
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig, ViewsConfig):
-    n_key_heads: int = option(4)
+    n_key_heads: int = count(4)
     operations: tuple[str, ...] = option(OPERATIONS)
-    prompts_per_operation: int = option(2)
-    last_tokens: int = option(14, help="crop the few-shot prefix from the views")
+    prompts_per_operation: int = count(2)
+    last_tokens: int = count(14, help="crop the few-shot prefix from the views")
     out: str = option("results/fig7_attention_views")
 
 

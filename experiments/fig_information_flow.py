@@ -13,7 +13,7 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.result import PositionResult, token_strings
 from circuits.patching.engines.position_sweep import sweep_positions
@@ -23,7 +23,7 @@ from circuits.viz.figures import write_figure
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
     template: str = option("", help="the template whose pairs are swept (default: the most common in the pairs)")
-    max_pairs: int = option(16, help="pairs of that template swept")
+    max_pairs: int = count(16, help="pairs of that template swept")
     metric: str = option("logit_diff", help="the metric the figure shows")
     out: str = option("results/fig_information_flow")
 

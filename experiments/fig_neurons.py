@@ -13,7 +13,7 @@ from pathlib import Path
 import _common as C
 import _tables as T
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.patching.engines.end_sweep import sweep
 from circuits.patching.core.metrics import get_metric
 from circuits.beyond.neurons.config import NeuronConfig
@@ -26,7 +26,7 @@ from circuits.viz.figures import write_figure
 
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
-    top_mlps: int = option(3, help="key MLPs whose neurons are swept")
+    top_mlps: int = count(3, help="key MLPs whose neurons are swept")
     metric: str = option("fraction")
     shares: tuple[float, ...] = option((0.005, 0.01, 0.02, 0.05, 0.1), help="shares of neurons knocked out")
     out: str = option("results/fig_neurons")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.beyond.screen.config import ScreenConfig
 from circuits.beyond.screen.result import ScreenResult
 from circuits.beyond.screen.job import screen
@@ -23,7 +23,7 @@ from circuits.viz.figures import write_figure
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
     metric: str = option("fraction", help="what is estimated and ranked")
-    verify: int = option(20, help="top-N re-measured exactly")
+    verify: int = count(20, help="top-N re-measured exactly")
     grad_drop: bool = option(False, help="AtP*'s GradDrop scores too (n_layers extra backward passes)")
     out: str = option("results/screen_audit")
 

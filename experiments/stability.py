@@ -24,7 +24,7 @@ from circuits.viz.figures import write_figure
 @dataclass(frozen=True)
 class Config(C.KeyHeadConfig):
     operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
-    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the pairs")
+    seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, nonempty=True, unique=True, help="seeds of the pairs")
     out: str = option("results/stability")
 
 

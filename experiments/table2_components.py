@@ -16,7 +16,7 @@ import _common as C
 import _sft as S
 import torch
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.sft.compare import SFTComparison
 
 PAPER_HEAD_COUNTS = (8, 16, 32, 48, 64)  # of LLaMA2-7B's 1024 heads
@@ -49,10 +49,10 @@ class Config(S.SFTTableConfig):
     # Nine rows, eight of them trained: the CPU default trains each on 24 examples (3 steps of 8) and scores the
     # math signal on held-out arithmetic (GSM8K is 0% at this model size and n; `--eval-tasks gsm8k,arithmetic,mmlu`
     # or --full-size adds it), so the table takes under 10 minutes on 2 cores (docs/speed.md).
-    limit_per_source: int | None = option(8)
-    batch_size: int = option(8)
+    limit_per_source: int | None = count(8)
+    batch_size: int = count(8)
     eval_tasks: tuple[str, ...] = option(("arithmetic", "mmlu"))
-    mlp_counts: tuple[int, ...] = option((1, 2, 3), help="MLPs added to the top-32-equivalent heads")
+    mlp_counts: tuple[int, ...] = count((1, 2, 3), nonempty=True, unique=True, help="MLPs added to the top-32-equivalent heads")
     out: str = option("results/table2")
 
     FULL_SIZE = {**S.SFTTableConfig.FULL_SIZE, "eval_tasks": ("gsm8k", "arithmetic", "mmlu")}

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import _common as C
 
-from circuits.config import option, redefault
+from circuits.config import count, option, redefault
 from circuits.validate import TransferResult, compute_means, knockout_many, random_order
 from circuits.validate.transfer import TransferConfig
 from circuits.viz.figures import knockout_table_figure, write_figure
@@ -18,8 +18,8 @@ from circuits.viz.figures import knockout_table_figure, write_figure
 class Config(C.KeyHeadConfig, TransferConfig):
     task: str = redefault(C.KeyHeadConfig, "task", "exponentiation")
     n_pairs: int = redefault(C.KeyHeadConfig, "n_pairs", 24)
-    n_key_heads: int = option(5, help="the paper's Table 3 lists five")
-    random_seeds: tuple[int, ...] = option((0, 1, 2))
+    n_key_heads: int = count(5, help="the paper's Table 3 lists five")
+    random_seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, nonempty=True, unique=True)
     out: str = option("results/table3_exponentiation")
 
 

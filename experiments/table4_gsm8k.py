@@ -13,7 +13,7 @@ from pathlib import Path
 import _common as C
 import _tables as T
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.benchmarks import load_word_problems
 from circuits.data.word_problems import solved_prefix, word_problem_pairs
 from circuits.identify import IdentifyConfig, identify
@@ -27,10 +27,10 @@ from circuits.viz.figures import word_problem_table_figure, write_figure
 class Config(C.KeyHeadConfig, WordProblemConfig):
     dataset: str = option("gsm8k")
     fallback: str = option("addsub")
-    n: int = option(48, help="questions evaluated (after the rewrite)")
-    shots: int = option(1)
-    min_correct: int = option(8)
-    top: int = option(10)
+    n: int = count(48, help="questions evaluated (after the rewrite)")
+    shots: int = count(1, minimum=0, maximum=8, help="solved examples before each question (0: none)")
+    min_correct: int = count(8, minimum=0, help="least questions answered correctly for the result to be read (0: no floor)")
+    top: int = count(10)
     data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
     out: str = option("results/table4_gsm8k")
 

@@ -169,12 +169,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, _PREVIOUS_TERM.pop())
 
 
+def _bad_flags(args: argparse.Namespace) -> bool:
+    """Whether the command's flags are refused: its config built (or, for finetune, its flags checked) from the
+    flags, each field inside the range it declares (:func:`circuits.config.check_ranges`), before torch or the job
+    is imported, so a bad value is one line at once. Under torchrun rank 0 says it."""
+    check = getattr(args, "check", None)
+    if check is None:
+        return False
+    try:
+        check(args)
+    except ValueError as err:
+        if args.debug or os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0"):
+            raise
+        if os.environ.get("RANK", "0") == "0":
+            print(f"circuits {args.command}: error: {one_line(err)}", file=sys.stderr)
+        elif int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            time.sleep(3)  # rank 0 reports first, as for an error in the job (below)
+        return True
+    return False
+
+
 def _main(argv: Sequence[str] | None = None) -> int:
     from circuits._startup import take_start
 
     start = take_start()
     parser = build_parser()
     args = parser.parse_args(argv)
+    if _bad_flags(args):
+        return 2
     from circuits._startup import private_torch_caches, remove_stale_temps
 
     remove_stale_temps()  # what killed runs left in $TMPDIR

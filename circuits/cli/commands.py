@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from circuits.config import add_arguments, from_arguments
+from circuits.config import add_arguments, check_arguments, from_arguments
 from circuits.evaluation.config import EvalConfig
 from circuits.identify.config import IdentifyConfig
 from circuits.io import OutputError, output_lock
@@ -89,7 +89,7 @@ def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.Argument
         printout(args, config, result, time.perf_counter() - start)
         return 0
 
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, check=lambda args: from_arguments(config_type, args))
     return p
 
 
@@ -115,7 +115,7 @@ def register_identify(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "exact-path (the default; --mode path) or exact-activation (--mode activation)")
     p.add_argument("--n-devices", type=int, default=1,
                    help="spread the model's layers over this many GPUs (per process under torchrun; default 1)")
-    p.set_defaults(func=command_identify)
+    p.set_defaults(func=command_identify, check=config_from)
     return p
 
 
@@ -169,7 +169,7 @@ def register_finetune(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--device", help="default: the model loader's (under torchrun: each rank's own GPU)")
     p.add_argument("--n-devices", type=int, default=1,
                    help="Precise SFT: spread the model's layers over this many GPUs (per process under torchrun)")
-    p.set_defaults(func=command_finetune)
+    p.set_defaults(func=command_finetune, check=lambda args: check_arguments(FinetuneConfig, args))
     return p
 
 
@@ -222,7 +222,7 @@ def register_evaluate(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--device")
     p.add_argument("--n-devices", type=int, default=1, help="spread the model's layers over this many GPUs")
     add_output_arguments(p, "result folder, or a .json file")
-    p.set_defaults(func=command_evaluate)
+    p.set_defaults(func=command_evaluate, check=lambda args: from_arguments(EvalConfig, args))
     return p
 
 
@@ -258,7 +258,7 @@ def register_export(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p = subcommand(sub, "export", register_export.__doc__)
     add_arguments(p, ExportConfig, required=("delta",))
     p.add_argument("--out", required=True, help="a new or empty output folder")
-    p.set_defaults(func=command_export)
+    p.set_defaults(func=command_export, check=lambda args: from_arguments(ExportConfig, args))
     return p
 
 

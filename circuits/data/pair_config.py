@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from circuits.config import Config, option
+from circuits.config import Config, count, option
 from circuits.data.templates import TASKS, templates_for
 
 FewShot = Literal["auto", "on", "off"]
@@ -27,8 +27,8 @@ class PairConfig(Config):
 
     task: str = option("addition", help="the operation whose prompts are patched ('all': the four, pooled)",
                        choices=TASKS)
-    n_pairs: int = option(64, flag="--pairs", help="prompt pairs (per operation for --task all)")
-    seed: int = option(0, help="seed of the operands, templates and words")
+    n_pairs: int = count(64, flag="--pairs", help="prompt pairs (per operation for --task all)")
+    seed: int = option(0, minimum=0, help="seed of the operands, templates and words")
     few_shot: FewShot = option("auto", choices=("auto", "on", "off"),
                                help="a few-shot prefix of solved examples ('auto': below 1B parameters)")
     prefix_policy: PrefixPolicy = option("keep", choices=("keep", "counterfactual"),
@@ -43,12 +43,13 @@ class PairConfig(Config):
                                       '{"prompt": ..., "counterfactual": ..., "answer": ...} a line (or "answers": '
                                       "[...], the first is the answer); --pairs caps how many are read")
     operand_range: tuple[int, int] = option((1, 9), cli=False)
-    max_candidates: int = option(2048, cli=False)
+    max_candidates: int = count(2048, cli=False)
 
     def __post_init__(self) -> None:
         templates_for(self.task)  # raises on an unknown task
-        if self.n_pairs < 1:
-            raise ValueError(f"n_pairs must be at least 1, got {self.n_pairs}")
+        if self.pairs_file and self.task == "all":  # the one file would be pooled four times, as four operations
+            raise ValueError(f"--pairs-file {self.pairs_file} with --task all: the file's pairs would stand for each of "
+                             "the four operations; give the operation they ask (e.g. --task addition)")
         if self.few_shot not in ("auto", "on", "off"):
             raise ValueError(f"few_shot must be 'auto', 'on' or 'off', got {self.few_shot!r}")
         if self.prefix_policy not in ("keep", "counterfactual"):

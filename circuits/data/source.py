@@ -40,7 +40,7 @@ class PairSpec(PairConfig):
     model: str = option("smollm2", help="smollm2 or gemma3-270m (embedded), a .gguf file, a local Hugging Face folder "
                                         "or an official name")
     dtype: str = option("float32", choices=DTYPE_NAMES, help="dtype the model is loaded and run in")
-    memory_mb: float = option(1024, help="working-memory budget of the exact engines (MB)")
+    memory_mb: float = option(1024, above=0, maximum=10**8, help="working-memory budget of the exact engines (MB)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,8 +48,6 @@ class PairSpec(PairConfig):
             raise ValueError(f"Unknown task {self.task!r}; accepted: {', '.join(TASKS)}")
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: {', '.join(DTYPE_NAMES)}")
-        if not self.memory_mb > 0:
-            raise ValueError(f"memory_mb must be positive, got {self.memory_mb}")
 
     def pair_config(self, task: str | None = None) -> PairConfig:
         """How :func:`~circuits.data.pairs.build_pairs` builds this job's pairs (``task``: another operation; ``all``

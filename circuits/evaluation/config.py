@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from circuits.config import Config, option
+from circuits.config import Config, count, option
 from circuits.data.benchmarks import MATH_TASKS
 from circuits.types import DTYPE_NAMES
 
@@ -21,17 +21,18 @@ class EvalConfig(Config):
 
     model: str = option("smollm2", help="model name or path (see circuits.models.load_model)")
     delta: str | None = option(None, help="delta.pt from `circuits finetune`, applied onto the base model")
-    tasks: tuple[str, ...] = option(ALL_TASKS, help="comma-separated tasks")
-    limit: int | None = option(None, help="documents per task (quick runs)")
-    batch_size: int = option(8)
-    max_gen_toks: int = option(256)
-    math_shots: int = option(0)
-    mmlu_shots: int = option(5)
-    csqa_shots: int = option(5)
-    arithmetic_per_form: int = option(50)
+    tasks: tuple[str, ...] = option(ALL_TASKS, nonempty=True, unique=True, help="comma-separated tasks")
+    limit: int | None = count(None, help="documents per task (quick runs)")
+    batch_size: int = count(8, maximum=100_000)
+    max_gen_toks: int = count(256, maximum=100_000)
+    math_shots: int = count(0, minimum=0, maximum=8, help="solved examples before each math question (0: none)")
+    mmlu_shots: int = count(5, minimum=0, maximum=5, help="solved examples before each MMLU question (0: none; the dev split has 5 per "
+                                                                          "subject)")
+    csqa_shots: int = count(5, minimum=0, maximum=16, help="solved examples before each CommonsenseQA question (0: none)")
+    arithmetic_per_form: int = count(50)
     data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
     source: str = option("local", choices=("local", "hub"))
-    seed: int = option(0)
+    seed: int = option(0, minimum=0)
     dtype: str = option("float32", choices=DTYPE_NAMES,
                         help="dtype the model is evaluated in (a delta's fp32 values are cast to it)")
 
@@ -40,12 +41,6 @@ class EvalConfig(Config):
         unknown = set(self.tasks) - set(ALL_TASKS)
         if unknown or not self.tasks:
             raise ValueError(f"Unknown or no tasks {sorted(unknown)}; accepted: {', '.join(ALL_TASKS)}")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError("limit must be >= 1")
-        if self.batch_size < 1 or self.max_gen_toks < 1:
-            raise ValueError("batch_size and max_gen_toks must be >= 1")
-        if not (0 <= self.mmlu_shots <= 5 and 0 <= self.csqa_shots <= 16 and 0 <= self.math_shots <= 8):
-            raise ValueError("mmlu_shots must be 0..5 (dev has 5 per subject), csqa_shots 0..16, math_shots 0..8")
         if self.source not in ("local", "hub"):
             raise ValueError("source must be 'local' or 'hub'")
         if self.dtype not in DTYPE_NAMES:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import FromIdentify
 
@@ -16,9 +16,9 @@ class RolesConfig(FromIdentify):
     """What decides Figure 5 (``circuits attention``): the identify run (``heads_from``: its saved result), how many
     of its key heads are read, and the prompts of each operation."""
 
-    n_key_heads: int = option(8)
-    operations: tuple[str, ...] = option(OPERATIONS)
-    n_prompts: int = option(32, help="prompts per operation (the paper: 1000)")
+    n_key_heads: int = count(8, per_model="heads", help="key heads read (the identify ranking's top)")
+    operations: tuple[str, ...] = option(OPERATIONS, choices=OPERATIONS, nonempty=True, unique=True)
+    n_prompts: int = count(32, help="prompts per operation (the paper: 1000)")
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,10 @@ class ViewsConfig(FromIdentify):
     """What decides Figures 7 and 16 (``circuits attention-views``): the identify run (``heads_from``: its saved
     result), how many key heads are shown, on which prompts, cropped to how many last tokens."""
 
-    n_key_heads: int = option(4)
-    operations: tuple[str, ...] = option(OPERATIONS)
-    prompts_per_operation: int = option(2)
-    last_tokens: int = option(14, help="crop the few-shot prefix from the views")
+    n_key_heads: int = count(4, per_model="heads", help="key heads shown (the identify ranking's top)")
+    operations: tuple[str, ...] = option(OPERATIONS, choices=OPERATIONS, nonempty=True, unique=True)
+    prompts_per_operation: int = count(2)
+    last_tokens: int = count(14, help="crop the few-shot prefix from the views: the last tokens shown")
 
 
 @dataclass(frozen=True)
@@ -39,4 +39,4 @@ class LensConfig(FromIdentify):
 
     example: str = option("4 + 3 = ", help="Figure 6c's prompt (after the task's few-shot prefix)")
     example_answer: str = option("7")
-    top_k: int = option(5)
+    top_k: int = count(5, maximum=1000, help="tokens Figure 6c lists")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TypeVar
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.source import PairSpec
 from circuits.types import DEFAULT_KEY_RULE, MODES, Receiver
 
@@ -25,7 +25,7 @@ class IdentifyConfig(PairSpec):
     receivers: str = option("", help="also path-patch every earlier component into these receivers at END: heads (their "
                                      "q, k and v inputs), LAYER.HEAD.q/k/v, MLP<layer>, or topK (the K most important "
                                      "components), e.g. 20.8,MLP19; writes edges.pt and circuit.html")
-    bootstrap: int = option(1000, help="bootstrap resamples of the pairs for the confidence intervals (0: none)")
+    bootstrap: int = count(1000, minimum=0, help="bootstrap resamples of the pairs for the confidence intervals (0: none)")
     prob: str = option("key", choices=("key", "all"),
                        help="the answer probability after patching (a log-sum-exp over the vocabulary per patched row) "
                             "for the key heads and MLPs only, in a second small pass, or for every component; "

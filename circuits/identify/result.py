@@ -19,7 +19,7 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.data.templates import OPERATIONS
 from circuits.data.source import PAIR_STAT_FIELDS
@@ -432,7 +432,7 @@ class PerOperationConfig(KeyHeadSource):
     """What decides Figure 15: the identify runs (one per operation) and how many key heads each compares."""
 
     operations: tuple[str, ...] = option(OPERATIONS)
-    top: int = option(10)
+    top: int = count(10)
 
 
 @dataclass(eq=False, repr=False)

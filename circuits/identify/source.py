@@ -12,6 +12,7 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import TypeVar
 
+from circuits.config import check_model_ranges
 from circuits.data.pairs import PromptPair, build_pairs
 from circuits.identify.config import FromIdentify
 from circuits.identify.result import IdentifyResult, load_identify
@@ -30,8 +31,11 @@ def resolved(config: F) -> F:
 
 
 def model_for(config: FromIdentify, model: Model | None = None) -> Model:
-    """``model``, or the config's model loaded."""
-    return model if model is not None else load_model(config.model, dtype=config.dtype)
+    """``model``, or the config's model loaded; the config's bounds that depend on the model's size (``--ks`` at most
+    its heads, :func:`~circuits.config.check_model_ranges`) checked on it before any work."""
+    model = model if model is not None else load_model(config.model, dtype=config.dtype)
+    check_model_ranges(config, model.cfg.n_layers, model.cfg.n_heads)
+    return model
 
 
 def source_result(config: FromIdentify, model: Model, *, progress: bool = True) -> IdentifyResult:

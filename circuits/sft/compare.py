@@ -21,7 +21,7 @@ from circuits.models.backend import Model
 from circuits.data.benchmarks import primary_metric
 from circuits.sft.data import TokenizedExample
 from circuits.sft.train import FinetuneConfig, finetune
-from circuits.config import Config, option
+from circuits.config import Config, count, option
 from circuits.io import read_json, to_jsonable, write_json, write_text
 from circuits.results import Result
 from circuits.sft.plan import DEFAULT_KV_POLICY
@@ -121,14 +121,14 @@ class TableConfig(Config):
 
     model: str = option("smollm2")
     heads_from: str = option("results/identify/addition")
-    top_k: int = option(8)
+    top_k: int = count(8)
     kv_policy: str = option(DEFAULT_KV_POLICY)
     sources: tuple[str, ...] = option(("gsm8k", "adapters", "arithmetic"))
-    n_arithmetic: int = option(128)
-    limit_per_source: int | None = option(16)
+    n_arithmetic: int = count(128)
+    limit_per_source: int | None = count(16)
     lr: float = option(1e-4)
-    batch_size: int = option(16)
-    epochs: int = option(1)
+    batch_size: int = count(16)
+    epochs: int = count(1)
     eval_tasks: tuple[str, ...] = option(())
 
 

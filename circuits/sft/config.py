@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from circuits.config import Config, option
+from circuits.config import Config, count, option
 from circuits.types import DTYPE_NAMES, Head, parse_heads, parse_layers
 
 # What grouped-query attention does with a K/V head shared by tuned and untuned query heads (circuits.sft.plan).
@@ -31,7 +31,7 @@ class FinetuneConfig(Config):
 
     model: str = option("smollm2", help="model name or path (see circuits.models.load_model)")
     heads: tuple[Head, ...] = option((), parse=parse_heads, help="heads to tune, LAYER.HEAD,... (e.g. 21.2,20.6)")
-    mlps: tuple[int, ...] = option((), parse=parse_layers, help="MLP layers to tune, comma-separated")
+    mlps: tuple[int, ...] = option((), minimum=0, maximum=10_000, unique=True, parse=parse_layers, help="MLP layers to tune, comma-separated")
     full: bool = option(False, help="full SFT: tune every parameter")
     kv_policy: str = option(DEFAULT_KV_POLICY, choices=KV_POLICIES,
                             help="grouped-query attention: tune a shared K/V head when any of its query heads is "
@@ -40,21 +40,21 @@ class FinetuneConfig(Config):
     lr: float = option(2e-5)
     weight_decay: float = option(0.1)
     warmup_ratio: float = option(0.02)
-    batch_size: int = option(128, help="effective batch (gradient accumulation)")
+    batch_size: int = count(128, help="effective batch (gradient accumulation)")
     # Micro-batch for gradient accumulation; 8 keeps activations of a 135M model small on CPU.
-    micro_batch_size: int = option(8)
-    epochs: int = option(2)
-    max_steps: int | None = option(None, flag="--steps", help="cap on optimizer steps")
-    max_length: int = option(384)
+    micro_batch_size: int = count(8)
+    epochs: int = count(2, maximum=10_000)
+    max_steps: int | None = count(None, flag="--steps", help="cap on optimizer steps")
+    max_length: int = count(384, minimum=8)
     betas: tuple[float, float] = option((0.9, 0.999), cli=False)
     eps: float = option(1e-8, cli=False)
-    seed: int = option(0)
-    checkpoint_every: int = option(25)
+    seed: int = option(0, minimum=0)
+    checkpoint_every: int = count(25)
     sources: tuple[str, ...] = option(TRAIN_SOURCES, flag="--data",
                                       help="training sources: gsm8k (train split), adapters (LLM-Adapters math minus all "
                                            "test questions), arithmetic")
-    n_arithmetic: int = option(2000)
-    limit_per_source: int | None = option(None)
+    n_arithmetic: int = count(2000, minimum=0, help="synthetic arithmetic examples trained on (0: none)")
+    limit_per_source: int | None = count(None)
     data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
     save_delta: bool = option(True, cli=False)
     dtype: str = option("float32", choices=DTYPE_NAMES,
@@ -82,10 +82,6 @@ class FinetuneConfig(Config):
             raise ValueError("need lr > 0, weight_decay >= 0 and 0 <= warmup_ratio < 1")
         if self.micro_batch_size < 1 or self.batch_size < self.micro_batch_size or self.batch_size % self.micro_batch_size:
             raise ValueError(f"batch_size ({self.batch_size}) must be a positive multiple of micro_batch_size ({self.micro_batch_size})")
-        if self.epochs < 1 or (self.max_steps is not None and self.max_steps < 1):
-            raise ValueError("epochs and max_steps must be >= 1")
-        if self.max_length < 8 or self.checkpoint_every < 1:
-            raise ValueError("max_length must be >= 8 and checkpoint_every >= 1")
         if self.dtype not in DTYPE_NAMES:
             raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: {', '.join(DTYPE_NAMES)}")
         if self.cpu_offload and not self.full:

@@ -18,7 +18,7 @@ from circuits.models.backend import Model
 from circuits.data.pairs import PromptPair
 from circuits.data.templates import OPERATIONS
 from circuits.io import read_json, write_json
-from circuits.config import option
+from circuits.config import count, option
 from circuits.identify.config import KeyHeadSource
 from circuits.results import Result, number
 from circuits.types import Ablation, Head
@@ -43,8 +43,9 @@ class AblationKindsConfig(KeyHeadSource):
     orders and the kinds."""
 
     operations: tuple[str, ...] = option(OPERATIONS)
-    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20))
-    seeds: tuple[int, ...] = option((0, 1, 2))
+    ks: tuple[int, ...] = count((0, 1, 2, 3, 5, 10, 20), minimum=0, nonempty=True, unique=True,
+                                 help="numbers of heads knocked out (0: none, the baseline)")
+    seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, nonempty=True, unique=True)
     kinds: tuple[str, ...] = option(("mean", "zero", "resample"))
 
 

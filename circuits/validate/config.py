@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.identify.config import FromIdentify
 
 
@@ -19,8 +19,9 @@ class KnockoutConfig(FromIdentify):
     """What decides Figure 3 (``circuits knockout``): the identify run whose ranking is knocked out (``heads_from``:
     its saved result), the numbers of heads and the seeds of the random orders."""
 
-    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10, 20), help="numbers of heads knocked out")
-    seeds: tuple[int, ...] = option((0, 1, 2, 3, 4), help="seeds of the random orders (5: the random heads' mean rests on more than a few orders; the runs are batched, so each costs little)")
+    ks: tuple[int, ...] = count((0, 1, 2, 3, 5, 10, 20), minimum=0, nonempty=True, unique=True, per_model="heads",
+                               help="numbers of heads knocked out (0: none, the baseline)")
+    seeds: tuple[int, ...] = option((0, 1, 2, 3, 4), minimum=0, nonempty=True, unique=True, help="seeds of the random orders (5: the random heads' mean rests on more than a few orders; the runs are batched, so each costs little)")
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class TransferConfig(FromIdentify):
     """What decides a transfer result (Figure 4, Table 3): the identify run (``heads_from``: its saved result) and how
     many of its key heads are knocked out."""
 
-    n_key_heads: int = option(10)
+    n_key_heads: int = count(10, per_model="heads", help="key heads knocked out (the identify ranking's top)")
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,9 @@ class TransferSets(TransferConfig):
     control. A result made with it is read back as a :class:`TransferConfig`, the fields Table 3 shares (as a
     script's config is)."""
 
-    n: int = option(32, help="prompts per transfer set")
-    n_mmlu: int = option(32)
-    svamp_shots: int = option(2)
-    random_seed: int = option(0)
+    n: int = count(32, help="prompts per transfer set")
+    n_mmlu: int = count(32, minimum=0, help="MMLU questions (0: no MMLU)")
+    svamp_shots: int = count(2, minimum=0, maximum=8, help="solved SVAMP examples before each question (0: none)")
+    random_seed: int = option(0, minimum=0)
     data_dir: str | None = option(None, help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
 

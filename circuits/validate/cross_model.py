@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from circuits.config import Config, option
+from circuits.config import Config, count, option
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
 from circuits.io import read_json, write_json
@@ -55,8 +55,8 @@ class CrossModelConfig(Config):
     operations: tuple[str, ...] = option(OPERATIONS, help="operations whose key heads are counted")
     identify: IdentifyConfig = option(IdentifyConfig(), skip=("model", "task", "receivers"),
                                       help="each model's identify runs (its flags: --pairs, --seed, --key-rule, ...)")
-    ks: tuple[int, ...] = option((0, 1, 2, 3, 5, 10), help="numbers of heads knocked out (Figure 3)")
-    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the random head orders")
+    ks: tuple[int, ...] = count((0, 1, 2, 3, 5, 10), minimum=0, nonempty=True, unique=True, help="numbers of heads knocked out (Figure 3; 0: none, the baseline)")
+    seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, nonempty=True, unique=True, help="seeds of the random head orders")
 
 
 @dataclass(eq=False, repr=False)

@@ -35,7 +35,10 @@ def knockout_result(model: Model, made: IdentifyResult, config: KnockoutConfig,
     a time (``config.ks`` no longer than the ranking), against random orders (``config.seeds``)."""
     pairs = list(made.pairs if pairs is None else pairs)
     ranking = [h for h, _ in made.ranked(made.key_rule.metric)]
-    curve = knockout_curve(model, pairs, ranking, [k for k in config.ks if k <= len(ranking)], config.seeds)
+    if max(config.ks) > len(ranking):  # never dropped silently (the command checks this before any work)
+        raise ValueError(f"--ks {','.join(map(str, config.ks))}: each value must be at most {len(ranking)} (the heads "
+                         f"ranked), got {max(config.ks)}")
+    curve = knockout_curve(model, pairs, ranking, list(config.ks), config.seeds)
     return KnockoutResult(config, curve, config.task, len(pairs))
 
 

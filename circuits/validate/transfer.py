@@ -27,7 +27,7 @@ from circuits.data.benchmarks import ChoiceItem, MathItem
 from circuits.data.pairs import PromptError, PromptPair, encode, first_answer_token, make_pair, prefix_length_of
 from circuits.data.word_problems import ANSWER_CUE
 from circuits.io import read_json, write_json
-from circuits.config import option
+from circuits.config import count, option
 from circuits.identify.config import KeyHeadSource
 from circuits.validate.config import TransferConfig
 from circuits.results import Result
@@ -206,9 +206,9 @@ class WordProblemConfig(KeyHeadSource):
     """What decides Table 4: the word-problem set, its few-shot prompt, and how many key heads are compared."""
 
     dataset: str = option("gsm8k")
-    n: int = option(48)
-    shots: int = option(1)
-    top: int = option(10)
+    n: int = count(48)
+    shots: int = count(1, minimum=0, maximum=8, help="solved examples before each question (0: none)")
+    top: int = count(10)
 
 
 @dataclass(eq=False, repr=False)

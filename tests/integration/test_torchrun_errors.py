@@ -25,7 +25,7 @@ def _launch(tmp_path, launcher: list[str], *command: str) -> subprocess.Complete
 
 
 @pytest.mark.parametrize("command, line", [
-    (["identify", "--pairs", "0", "--out", "proj"], "circuits identify: error: n_pairs must be at least 1, got 0"),
+    (["identify", "--pairs", "0", "--out", "proj"], "circuits identify: error: --pairs 0: must be at least 1"),
     (["finetune", "--heads", "1.0", "--batch-size", "1", "--out", "run"],  # the case
      "circuits finetune: error: batch_size (1) must be a positive multiple of micro_batch_size"),
     (["finetune", "--heads", "1.0", "--batch-size", "3", "--micro-batch-size", "1", "--out", "run"],
@@ -42,6 +42,6 @@ def test_under_plain_torchrun_the_workers_say_it_once(tmp_path):
     proc = _launch(tmp_path, ["torch.distributed.run"], "identify", "--pairs", "0", "--out", "proj")
     assert proc.returncode != 0
     first = proc.stderr.splitlines()[0]
-    assert first == "circuits identify: error: n_pairs must be at least 1, got 0", proc.stderr
+    assert first == "circuits identify: error: --pairs 0: must be at least 1", proc.stderr
     assert proc.stderr.count("circuits identify: error") == 1  # rank 0 only; the rest is torchrun's own summary
     assert list(tmp_path.iterdir()) == []

@@ -52,7 +52,7 @@ def test_identify_receivers_and_stability(tmp_path):
     (["neurons", "--pairs", "2", "--layers", "9"], "outside this model"),
     (["identify", "--pairs", "2", "--receivers", "0.1"], "upstream of"),
     (["identify", "--pairs", "2", "--receivers", "20.x"], "Bad receiver"),
-    (["screen", "--pairs", "2", "--verify", "-1"], "verify must be"),
+    (["screen", "--pairs", "2", "--verify", "-1"], "--verify -1: must be at least 0"),
 ])
 def test_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
     out = tmp_path / "out"

@@ -42,7 +42,7 @@ def curve(f: list[float], cpr: float, cmd: float, seconds: float = 0.5, level: s
     ({"positions": ("middle",)}, "accepted: end, all"),
     ({"ablation": "resample"}, "accepted: counterfactual, mean, zero"),
     ({"task": "all"}, "scores one operation"),
-    ({"ig_steps": 0}, "--ig-steps must be 1 or more"),
+    ({"ig_steps": 0}, "--ig-steps 0: must be at least 1"),
     ({"metric": "kl"}, "Unknown metric 'kl'"),
 ])
 def test_config_refuses_bad_input_in_one_line(kw, message):

@@ -180,7 +180,8 @@ def test_numbers_config_refuses_bad_values_in_one_line():
     from circuits.explain.numbers.config import NumbersConfig
 
     for kw, msg in (({"n_heads": 0, "n_mlps": 0}, "no component"), ({"numbers": 1}, "numbers must be"),
-                    ({"digit_floor": 1.5}, "digit_floor"), ({"top_neurons": 0}, "top_neurons must be positive")):
+                    ({"digit_floor": 1.5}, "--digit-floor 1.5: must be at most 1"),
+                    ({"top_neurons": 0}, "--top-neurons 0: must be at least 1")):
         with pytest.raises(ValueError, match=msg):
             NumbersConfig(**kw)
 

@@ -204,8 +204,10 @@ def test_the_job_end_to_end(tiny_llama, tmp_path):
     ({"task": "all"}, "takes one operation"),
     ({"operands": (5, 2)}, "--operands must be LO,HI"),
     ({"threshold": 0.0}, "threshold must lie"),
-    ({"neurons_per_mlp": 0}, "neurons_per_mlp must be at least 1"),
-    ({"knockout_classes": -1}, "knockout_classes must be 0 or more"),
+    ({"neurons_per_mlp": 0}, "--neurons-per-mlp 0: must be at least 1"),
+    ({"knockout_classes": -1}, "--knockout-classes -1: must be at least 0"),
+    ({"operands": (0, 3000)}, "the grid would have 9006001 cells"),
+    ({"templates": ("nosuch/9",)}, "unknown template 'nosuch/9'"),
 ])
 def test_bad_config_is_one_line(fields, msg):
     with pytest.raises(ValueError, match=msg):

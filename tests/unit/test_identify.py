@@ -130,7 +130,7 @@ def test_per_operation_roundtrip(result, tmp_path):
 def test_config_validation():
     with pytest.raises(ValueError, match="Unknown mode"):
         IdentifyConfig(mode="causal")
-    with pytest.raises(ValueError, match="n_pairs"):
+    with pytest.raises(ValueError, match="^--pairs 0: must be at least 1$"):
         IdentifyConfig(n_pairs=0)
     with pytest.raises(ValueError, match="Unknown task"):
         IdentifyConfig(task="modulo")

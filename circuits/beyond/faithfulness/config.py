@@ -63,13 +63,13 @@ class FaithfulnessConfig(PairSource):
                                                                     "counterfactual prompt (MIB's), its mean, or zero")
     metric: str = option(MIB_METRIC, choices=METRIC_NAMES, help="m in f = (m(C) - m(empty)) / (m(N) - m(empty)); "
                                                                   "the rankings' effects are read in it too")
-    ig_steps: int = option(5, help="EAP-IG's integration steps")
+    ig_steps: int = option(5, minimum=1, help="EAP-IG's integration steps")
     ig_grid: str = option("left", choices=IG_GRIDS, help="EAP-IG's alphas: left, k/steps for k = 0..steps-1 (what MIB's "
                                                          "circuit track runs, its pinned EAP-IG's edge code), or right, "
                                                          "k = 1..steps (the library before Dec 2024, its node code)")
     count: str = option("floor", choices=COUNTS, help="a size s keeps int(s * n) nodes or edges (floor, MIB's circuit "
                                                       "track) or round(s * n) (round)")
-    n_boot: int = option(1000, help="bootstrap resamples over pairs for the intervals (0: none)")
+    n_boot: int = option(1000, minimum=0, help="bootstrap resamples over pairs for the intervals (0: none)")
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.source import PairSource, check_metric
-from circuits.data.templates import OPERATIONS
+from circuits.data.templates import OPERATIONS, templates_for
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES, parse_layers
 
 
@@ -34,27 +34,27 @@ class HeuristicsConfig(PairSource):
     ``knockout.html``, ``config.json`` and ``circuits.json``.
     """
 
-    layers: tuple[int, ...] = option((), parse=lambda t: tuple(parse_layers(t)), help="MLP layers whose top neurons are "
+    layers: tuple[int, ...] = option((), minimum=0, maximum=10_000, unique=True, parse=lambda t: tuple(parse_layers(t)), help="MLP layers whose top neurons are "
                                      "classified; default: the key MLPs of --neurons-from or --pairs-from (at most "
                                      "--top-mlps), else of an identify run made first")
-    top_mlps: int = option(3, help="key MLPs taken when --layers is not given")
+    top_mlps: int = count(3, help="key MLPs taken when --layers is not given")
     neurons_from: str = option("", help="a `circuits neurons` result folder: its MLPs and exact neuron effects rank the "
                                         "neurons (no sweep is rerun)")
-    neurons_per_mlp: int = option(20, help="top neurons of each key MLP (by their exact END effect) that are classified")
+    neurons_per_mlp: int = count(20, help="top neurons of each key MLP (by their exact END effect) that are classified")
     mode: str = option("path", choices=MODES, help="path patching (the paper's) or activation patching, for the "
                                                      "neuron effects")
     metric: str = option(DEFAULT_METRIC, choices=METRIC_NAMES, help="what ranks the neurons")
-    operands: tuple[int, ...] = option((0, 9), parse=_ints, help="LO,HI: the operand grid is every a, b in LO..HI")
+    operands: tuple[int, ...] = option((0, 9), minimum=0, maximum=10_000, parse=_ints, help="LO,HI: the operand grid is every a, b in LO..HI")
     templates: tuple[str, ...] = option((), parse=lambda t: tuple(x for x in t.split(",") if x),
                                         help="template ids of the grid's prompts, e.g. addition/0,addition/6; "
                                              "default: the operation's equation form")
-    threshold: float = option(0.6, help="least chance-corrected top-k match of a rule for its class to count")
-    min_support: int = option(5, help="least number of grid cells a rule must hold (and fail) on")
-    alpha: float = option(0.01, help="the largest chance (Bonferroni over the rules tried) of a class's match")
-    knockout_classes: int = option(6, help="classes knocked out (those with the most neurons; 0: no knockout)")
-    n_random: int = option(5, help="draws of as many random neurons of the same MLPs per class")
-    n_boot: int = option(1000, help="bootstrap resamples of the grid's prompts for the intervals")
-    knockout_seed: int = option(0, help="seed of the random neurons and the bootstrap")
+    threshold: float = option(0.6, maximum=1, help="least chance-corrected top-k match of a rule for its class to count")
+    min_support: int = count(5, help="least number of grid cells a rule must hold (and fail) on")
+    alpha: float = option(0.01, maximum=1, help="the largest chance (Bonferroni over the rules tried) of a class's match")
+    knockout_classes: int = count(6, minimum=0, help="classes knocked out (those with the most neurons; 0: no knockout)")
+    n_random: int = count(5, help="draws of as many random neurons of the same MLPs per class")
+    n_boot: int = count(1000, help="bootstrap resamples of the grid's prompts for the intervals")
+    knockout_seed: int = option(0, minimum=0, help="seed of the random neurons and the bootstrap")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -63,11 +63,13 @@ class HeuristicsConfig(PairSource):
             raise ValueError(f"circuits heuristics takes one operation ({', '.join(OPERATIONS)}), got --task {self.task}")
         if len(self.operands) != 2 or not 0 <= self.operands[0] <= self.operands[1]:
             raise ValueError(f"--operands must be LO,HI with 0 <= LO <= HI, got {self.operands}")
-        for name in ("top_mlps", "neurons_per_mlp", "n_random", "n_boot", "min_support"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.knockout_classes < 0:
-            raise ValueError(f"knockout_classes must be 0 or more, got {self.knockout_classes}")
+        if self.operands[1] - self.operands[0] + 1 > 100:  # operand_grid's limit, said before the sweep, not after
+            raise ValueError(f"--operands {self.operands[0]},{self.operands[1]}: the grid would have "
+                             f"{(self.operands[1] - self.operands[0] + 1) ** 2} cells; take at most 100 values")
+        known = [t.id for t in templates_for(self.task)]
+        unknown = [t for t in self.templates if t not in known]
+        if unknown:
+            raise ValueError(f"--templates: unknown template {unknown[0]!r} for {self.task}; accepted: {', '.join(known)}")
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold must lie in (0, 1], got {self.threshold}")
         if not 0 < self.alpha <= 1:

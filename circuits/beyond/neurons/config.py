@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.source import PairSource, check_metric
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES, parse_layers
 
@@ -18,13 +18,13 @@ class NeuronConfig(PairSource):
     patched values), ``pairs.jsonl``, ``figure.html``, ``config.json`` and ``circuits.json``.
     """
 
-    layers: tuple[int, ...] = option((), parse=lambda t: parse_layers(t), help="MLP layers whose every neuron is "
+    layers: tuple[int, ...] = option((), minimum=0, maximum=10_000, unique=True, parse=lambda t: parse_layers(t), help="MLP layers whose every neuron is "
                                      "patched; default: the key MLPs of --pairs-from (at most --top-mlps)")
-    top_mlps: int = option(3, help="key MLPs taken from --pairs-from when --layers is not given")
+    top_mlps: int = count(3, help="key MLPs taken from --pairs-from when --layers is not given")
     mode: str = option("path", choices=MODES, help="path patching (the paper's) or activation patching")
     metric: str = option(DEFAULT_METRIC, choices=METRIC_NAMES, help="what ranks the neurons")
-    shares: tuple[float, ...] = option((0.005, 0.01, 0.02, 0.05, 0.1), help="shares of each key MLP's neurons knocked out")
-    knockout_seed: int = option(0, help="seed of the random neurons")
+    shares: tuple[float, ...] = option((0.005, 0.01, 0.02, 0.05, 0.1), nonempty=True, unique=True, help="shares of each key MLP's neurons knocked out")
+    knockout_seed: int = option(0, minimum=0, help="seed of the random neurons")
 
     def __post_init__(self) -> None:
         super().__post_init__()

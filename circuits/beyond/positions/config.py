@@ -21,7 +21,7 @@ class PositionConfig(PairSource):
 
     template: str = option("", help="only pairs of this template (e.g. addition/0), so positions align token for "
                                     "token; default: all, aligned from END")
-    offsets: tuple[int, ...] = option((), help="offsets from END to patch (0 is END); default: every position")
+    offsets: tuple[int, ...] = option((), minimum=0, maximum=1_000_000, unique=True, help="offsets from END to patch (0 is END); default: every position")
     metric: str = option(MIB_METRIC, choices=METRIC_NAMES, help="the metric the figure shows")
 
     def __post_init__(self) -> None:

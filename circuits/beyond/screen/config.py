@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.data.source import PairSource, check_metric
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES
 
@@ -23,7 +23,7 @@ class ScreenConfig(PairSource):
     metric: str = option(DEFAULT_METRIC, choices=METRIC_NAMES, help="what is estimated and ranked")
     mode: str = option("activation", choices=MODES, help="activation patching (every position) or the paper's path "
                                                           "patching (heads frozen; END only)")
-    verify: int = option(20, help="re-measure the screen's top-N heads/MLPs and top-N neurons exactly (0: none)")
+    verify: int = count(20, minimum=0, help="re-measure the screen's top-N heads/MLPs and top-N neurons exactly (0: none)")
     neurons: bool = option(True, help="screen every MLP neuron (hook_post) too")
     qk_fix: bool = option(True, help="AtP*'s query and key nodes with the exact softmax")
     grad_drop: bool = option(False, help="AtP*'s GradDrop scores (n_layers extra backward passes)")
@@ -34,5 +34,3 @@ class ScreenConfig(PairSource):
         check_metric(self.metric)
         if self.mode not in MODES:
             raise ValueError(f"Unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
-        if self.verify < 0:
-            raise ValueError(f"verify must be 0 or more, got {self.verify}")

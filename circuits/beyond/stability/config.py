@@ -29,8 +29,9 @@ class StabilityConfig(Config):
 
     identify: IdentifyConfig = option(IdentifyConfig(), skip=("task", "seed", "receivers"),
                                       help="the identify run made for every operation and seed")
-    operations: tuple[str, ...] = option(tuple(OPERATIONS), help="operations")
-    seeds: tuple[int, ...] = option((0, 1, 2), help="seeds of the pairs (one identify run each)")
+    operations: tuple[str, ...] = option(tuple(OPERATIONS), choices=OPERATIONS, nonempty=True, unique=True,
+                                          help="operations")
+    seeds: tuple[int, ...] = option((0, 1, 2), minimum=0, nonempty=True, unique=True, help="seeds of the pairs (one identify run each)")
     identify_dir: str = option("", help="where identify results are read or written (seed 0: <dir>/<operation>, as "
                                         "circuits identify --task all writes); default: <--out>/identify")
 
@@ -40,6 +41,10 @@ class StabilityConfig(Config):
                 raise ValueError(f"Unknown operation {op!r}; accepted: {', '.join(OPERATIONS)}")
         if not self.seeds:
             raise ValueError("Give at least one seed")
+        if self.identify.pairs_file:  # the seeds and templates draw the pairs; a file gives every run the same ones
+            raise ValueError(f"--pairs-file {self.identify.pairs_file}: stability compares key heads across the seeds "
+                             "and template forms that draw the pairs, and a pairs file gives every run the same pairs "
+                             "(every overlap would be 1.0); leave --pairs-file out")
 
     @property
     def model(self) -> str:

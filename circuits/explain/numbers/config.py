@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from circuits.config import option
+from circuits.config import count, option
 from circuits.identify.config import FromIdentify
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES
 
@@ -26,28 +26,24 @@ class NumbersConfig(FromIdentify):
     labelled), ``config.json`` and ``circuits.json``.
     """
 
-    n_heads: int = option(8, help="key heads read through the Fourier view (the identify result's top heads)")
-    n_mlps: int = option(4, help="key MLPs read through the Fourier view (the identify result's top MLPs)")
-    numbers: int = option(0, help="length of the number line 0..n-1 (0: every number that is one token; 10 on "
+    n_heads: int = count(8, minimum=0, per_model="heads", help="key heads read through the Fourier view (the identify result's top heads; "
+                                                "0: none)")
+    n_mlps: int = count(4, minimum=0, per_model="mlps", help="key MLPs read through the Fourier view (the identify result's top MLPs; "
+                                              "0: none)")
+    numbers: int = count(0, minimum=0, help="length of the number line 0..n-1 (0: every number that is one token; 10 on "
                                   "SmolLM2 and Gemma 3, which write numbers digit by digit)")
     digits: bool = option(True, help="measure two-digit addition and, where the model handles it, label the key "
                                      "MLPs' top neurons by the answer digit they move")
-    n_problems: int = option(64, help="two-digit addition problems (A + B = with a two-digit sum)")
-    digit_floor: float = option(0.8, help="the accuracy on those problems below which no neuron is labelled "
+    n_problems: int = count(64, help="two-digit addition problems (A + B = with a two-digit sum)")
+    digit_floor: float = option(0.8, minimum=0, maximum=1, help="the accuracy on those problems below which no neuron is labelled "
                                           "(a model that cannot add them has no digit circuit to read; 0: always)")
-    digit_mlps: int = option(2, help="key MLPs whose neurons are labelled")
-    top_neurons: int = option(16, help="neurons per key MLP, the top by exact END effect on the identify pairs")
+    digit_mlps: int = count(2, per_model="mlps", help="key MLPs whose neurons are labelled")
+    top_neurons: int = count(16, help="neurons per key MLP, the top by exact END effect on the identify pairs")
     metric: str = option(DEFAULT_METRIC, choices=METRIC_NAMES, help="what ranks the neurons (patched as --mode says)")
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("n_heads", "n_mlps", "digit_mlps", "top_neurons", "n_problems"):
-            if getattr(self, name) < (0 if name in ("n_heads", "n_mlps") else 1):
-                raise ValueError(f"{name} must be {'non-negative' if name in ('n_heads', 'n_mlps') else 'positive'}, "
-                                 f"got {getattr(self, name)}")
         if self.n_heads + self.n_mlps == 0:
             raise ValueError("n_heads and n_mlps are both 0: the Fourier view has no component to read")
         if self.numbers != 0 and self.numbers < 2:
             raise ValueError(f"numbers must be 0 (every single-token number) or at least 2, got {self.numbers}")
-        if not 0 <= self.digit_floor <= 1:
-            raise ValueError(f"digit_floor must lie in [0, 1], got {self.digit_floor}")
