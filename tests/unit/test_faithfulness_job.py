@@ -44,6 +44,9 @@ def curve(f: list[float], cpr: float, cmd: float, seconds: float = 0.5, level: s
     ({"task": "all"}, "scores one operation"),
     ({"ig_steps": 0}, "--ig-steps must be 1 or more"),
     ({"metric": "kl"}, "Unknown metric 'kl'"),
+    ({"cpr_ranking": "sum"}, "accepted: signed, absolute"),
+    ({"seed": 3, "scoring_seed": 3}, "--scoring-seed 3 is --seed"),
+    ({"scoring_seed": -2}, "--scoring-seed must be 0 or more"),
 ])
 def test_config_refuses_bad_input_in_one_line(kw, message):
     with pytest.raises(ValueError) as err:
@@ -56,6 +59,7 @@ def test_config_refuses_bad_input_in_one_line(kw, message):
     (["--sizes", "0.1,20"], "fractions in (0, 1]"),
     (["--positions", "end,start"], "accepted: end, all"),
     (["--task", "all"], "scores one operation"),
+    (["--cpr-ranking", "both"], "--cpr-ranking"),
 ])
 def test_cli_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
     out = tmp_path / "out"
@@ -71,6 +75,9 @@ def test_defaults_are_mib_s():
     assert c.ablation == "counterfactual" and c.metric == "logit_diff"
     # MIB's counterfactual (an operand changed), its sizes (int(s * n)) and its pinned EAP-IG's alphas
     assert c.counterfactual == "operand" and c.count == "floor" and c.ig_grid == "left"
+    # MIB's CPR (the signed ranking's curve), scored on pairs held out from the ranking (issue 43)
+    assert c.cpr_ranking == "signed" and c.held_out and c.score_seed == c.seed + 1 == 1
+    assert FaithfulnessConfig(seed=4, held_out=False, scoring_seed=4).score_seed == 4
     from circuits.beyond.faithfulness import config as light
     from circuits.patching.engines.eap_ig import GRIDS
     assert light.IG_GRIDS == GRIDS and light.COUNTS == engine.COUNTS
@@ -137,6 +144,60 @@ def test_table_best_and_section_say_which_ranking_wins(tmp_path):
     assert "FaithfulnessResult[faithfulness]" in repr(r) and "text/plain" in r._repr_mimebundle_()
 
 
+def test_cpr_from_the_signed_ranking_is_mib_s_and_not_one_minus_cmd(tmp_path):
+    """Issue 43: a hand-made ranking of 100 nodes (heads [10, 10]) whose metric adds up per kept node (an ablated node
+    adds 0): node 0 adds +6, node 1 -4 (a negative-scored node among the top by |score|), node 2 +3, node 3 +2,
+    node 4 +1, the other 95 +0.02 each; m(N) = 9.9, m(empty) = 0. MIB's sizes, int(s * 100) nodes: 0, 0, 0, 1, 2, 5,
+    10, 20, 50 (and 100). The absolute ranking keeps node 1 second (f = 6, 2, 8, 8.1, 8.3, 8.9 / 9.9 from 1 node
+    on), the signed one last (f = 6, 9, 12.02, 12.12, 12.32, 12.92 / 9.9: above 1).
+
+    MIB's evaluate_area_under_curve (MIB_circuit_track/evaluation.py at hannamw/MIB-circuit-track; read, not run
+    here) on the same f values, over its percentages 0.001 ... 0.5, 1 with trapezoids of linear width, gives
+    area_under = 1.184020202020202 for the signed f values (its CPR, run without --absolute) and
+    area_from_1 = 0.11945454545454544 for the absolute ones (its CMD, run with --absolute); the absolute curve's own
+    area_under is 0.8795454545454546 = 0.999 - CMD, what the study's CPR column printed before."""
+    from circuits.patching.circuit_curves import circuit_masks, curve_from
+
+    contribution = torch.tensor([6.0, -4.0, 3.0, 2.0, 1.0] + [0.02] * 95, dtype=torch.float64)
+
+    def curve_of(scores: torch.Tensor) -> FaithfulnessCurve:
+        masks = circuit_masks(scores.reshape(10, 10), None, sizes=MIB_SIZES, count="floor")
+        m = (masks.heads.reshape(len(MIB_SIZES), 100).double() * contribution).sum(-1)[:, None].repeat(1, 2)
+        return curve_from(MIB_SIZES, masks.n_kept, 100, m, torch.full((2,), 9.9, dtype=torch.float64),
+                          torch.zeros(2, dtype=torch.float64), metric="logit_diff", ablation="counterfactual",
+                          positions="end", level="node", n_boot=0, ci_level=0.95, seed=0, seconds=0.0)
+
+    absolute, signed = curve_of(contribution.abs()), curve_of(contribution)
+    assert absolute.n_kept.tolist() == [0, 0, 0, 1, 2, 5, 10, 20, 50]
+    assert signed.f.tolist() == pytest.approx([0, 0, 0, 6 / 9.9, 9 / 9.9, 12.02 / 9.9, 12.12 / 9.9, 12.32 / 9.9,
+                                               12.92 / 9.9], abs=1e-6)
+    assert signed.cpr == pytest.approx(1.184020202020202, abs=1e-12)  # MIB's CPR
+    assert absolute.cmd == pytest.approx(0.11945454545454544, abs=1e-12)  # MIB's CMD
+    # with f in [0, 1] the two areas of one curve add up to the axis' width, 0.999 (MIB's axis starts at 0.1%)
+    assert absolute.cpr == pytest.approx(0.8795454545454546, abs=1e-12) == pytest.approx(0.999 - absolute.cmd)
+    assert abs(signed.cpr - (1 - absolute.cmd)) > 0.3  # the CPR column now carries information of its own
+
+    cfg = FaithfulnessConfig(model="tiny", rankings=("exact-path",), positions=("end",))
+    assert cfg.cpr_ranking == "signed"  # MIB's, the job's default
+    r = FaithfulnessResult(cfg, [], {"exact-path": {"heads": contribution.abs().reshape(10, 10)}},
+                           {"exact-path": {"nodes@end": absolute}}, signed_curves={"exact-path": {"nodes@end": signed}})
+    row = r.table()[0]
+    assert (row["cpr"], row["cmd"], row["cpr_ranking"]) == (signed.cpr, absolute.cmd, "signed")
+    assert row["cpr"] + row["cmd"] == pytest.approx(1.303474747474747, abs=1e-12)  # not 1
+    old = FaithfulnessResult(cfg.replace(cpr_ranking="absolute"), [], r.scores, r.curves, signed_curves=r.signed_curves)
+    assert old.table()[0]["cpr"] == absolute.cpr and old.table()[0]["cpr_signed"] == signed.cpr
+    back = FaithfulnessResult.load(r.save(tmp_path / "f"))
+    assert back == r and back.signed_curves["exact-path"]["nodes@end"].cpr == signed.cpr
+    s = json.loads((tmp_path / "f" / "summary.json").read_text())
+    assert s["cpr_ranking"] == "signed" and s["signed_curves"]["exact-path"]["nodes@end"]["cpr"] == signed.cpr
+    # both curves drawn, the signed one dotted in its ranking's colour
+    fig = r.figure("nodes@end")
+    names = {t.name: t for t in fig.data if t.mode == "lines+markers"}
+    assert {"exact-path, absolute", "exact-path, signed"} <= set(names)
+    assert names["exact-path, signed"].line.dash == "dot" and names["exact-path, absolute"].line.dash is None
+    assert names["exact-path, signed"].line.color == names["exact-path, absolute"].line.color
+
+
 NODE_RANKINGS = "exact-path,exact-activation,positions,screen,graddrop,eap-ig"
 
 
@@ -163,8 +224,18 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     assert sorted(p.name for p in (out / "parts").iterdir()) == sorted(f"{k}.pt" for k in r.curves)
     assert (out / "figure.html").is_file() and json.loads((out / "summary.json").read_text())["n_pairs"] == 3
 
+    # found on one set, scored on another (issue 43): read back from the saved result, the scoring pairs share no
+    # prompt with the ranking pairs; the summary records both splits with their seeds
+    summary = json.loads((out / "summary.json").read_text())
+    assert r.held_out and r.config.held_out and len(r.scoring_pairs) == 3 == summary["n_scoring_pairs"]
+    prompts = {p.reference for p in r.pairs} | {p.counterfactual for p in r.pairs}
+    assert not prompts & ({p.reference for p in r.scoring_pairs} | {p.counterfactual for p in r.scoring_pairs})
+    assert summary["splits"]["ranking"]["seed"] == 0 and summary["splits"]["scoring"]["seed"] == 1
+    assert summary["splits"]["scoring"]["references"] == [p.reference for p in r.scoring_pairs]
+    assert summary["cpr_ranking"] == "signed" and summary["table"][0]["cpr_ranking"] == "signed"
+
     model = load_model(r.config.model, dtype="float32", device="cpu")
-    pairs = r.pairs
+    pairs, scoring = r.pairs, r.scoring_pairs
     # each ranking is the library engine's own effects, |.|, over positions by the largest
     h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
     assert torch.equal(r.scores["exact-path"]["heads"], h.abs()) and torch.equal(r.scores["exact-path"]["mlps"], m.abs())
@@ -182,15 +253,27 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
         want = effects[:, ig.receivers.index(rcv)].abs().nan_to_num(0)
         assert torch.equal(col, torch.stack([want[ig.senders.index(x)] for x in senders]))
     assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
-    c = engine.circuit_curve(model, pairs, edges=edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor")
+    c = engine.circuit_curve(model, scoring, edges=edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor")
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f) and c.level == "edge"
-    # each curve is the faithfulness engine's on those scores
+    # the signed ranking: sign * effect (larger is more important), |signed| the absolute ranking's score
+    h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
+    assert torch.equal(r.scores["exact-path"]["heads_signed"], -h) and torch.equal(r.scores["exact-path"]["mlps_signed"], -m)
+    for k in ("heads", "mlps", "edges"):
+        assert torch.equal(r.scores["eap-ig"][f"{k}_signed"].abs(), r.scores["eap-ig"][k])
+    # each curve is the faithfulness engine's on those scores, measured on the scoring pairs; CPR from the signed
+    # ranking's curve, CMD from the absolute one's
     for setting in ("nodes@end", "nodes@all"):
-        c = engine.circuit_curve(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
+        c = engine.circuit_curve(model, scoring, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
                                 sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20, count="floor")
         got = r.curves["exact-path"][setting]
         assert torch.equal(got.f, c.f) and got.cmd == c.cmd and got.positions == setting[6:]
         assert got.f_low.le(got.f_high).all()
+        c = engine.circuit_curve(model, scoring, r.scores["exact-path"]["heads_signed"],
+                                r.scores["exact-path"]["mlps_signed"], sizes=(0.05, 0.2, 0.5), positions=setting[6:],
+                                n_boot=20, count="floor")
+        assert torch.equal(r.signed_curves["exact-path"][setting].f, c.f)
+        row = next(x for x in r.table() if x["ranking"] == "exact-path" and x["setting"] == setting)
+        assert row["cpr"] == c.cpr == row["cpr_signed"] and row["cmd"] == got.cmd and row["cpr_absolute"] == got.cpr
 
     # a rerun of the same command reuses every part (nothing is ranked again) and gives the same result
     def again(*a, **k):
