@@ -59,7 +59,6 @@ def test_config_refuses_bad_input_in_one_line(kw, message):
     (["--sizes", "0.1,20"], "fractions in (0, 1]"),
     (["--positions", "end,start"], "accepted: end, all"),
     (["--task", "all"], "scores one operation"),
-    (["--cpr-ranking", "both"], "--cpr-ranking"),
 ])
 def test_cli_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
     out = tmp_path / "out"
