@@ -306,6 +306,17 @@ def test_published_tables_name_the_winner_its_margin_and_the_costs():
     assert table[0] == ["SmolLM2-135M", "addition", "nodes at END", "0.250 / 0.800", "0.125 / 0.700",
                         "eap-ig (next: exact-path, +0.125)"]
     assert table[1][3:] == ["-", "0.500 / 0.500", "eap-ig"]
+    # a margin with a Holm-corrected interval (issue 43) and one saved before it (95% per comparison)
+    d["margins"] = {"smollm2/addition": {"nodes@end": ["eap-ig", "exact-path", 0.125, 0.0123, 0.2, 0.004, 0.975,
+                                                       True]}}
+    rows[0]["cmd_ci"] = [0.7485, 0.75047]
+    assert T.faithfulness(d)[1][0][3:] == ["0.250 [0.749, 0.750] / 0.800", "0.125 / 0.700",
+                                           "eap-ig (next: exact-path, +0.125 [0.012, 0.200] at 97.50%, Holm over 1: "
+                                           "apart)"]
+    d["margins"]["smollm2/addition"]["nodes@end"] = ["eap-ig", "exact-path", 0.125, -0.01, 0.2]
+    assert T.faithfulness(d)[1][0][-1] == ("eap-ig (next: exact-path, +0.125 [-0.010, 0.200], 95% uncorrected; the "
+                                           "interval crosses 0)")
+    del rows[0]["cmd_ci"], d["margins"]
     header, table = T.faithfulness_seconds(d)
     assert table == [["SmolLM2-135M", "addition", "2 + 0 (2 + 1)", "3 + 1 (4 + 2)"]]
     assert T.render({"render": "faithfulness", "data": d}).count("\n") == 4
@@ -327,8 +338,12 @@ def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
     assert header[2:] == [f"{k} counterfactual: pairs whose metric can move" for k in ("operator", "operand")]
     assert [r[1] for r in shares] == ["addition", "subtraction"] and all(" of 2" in c for r in shares for c in r[2:])
     margins = tables["faithfulness"]["data"]["margins"]
-    assert all(  # paired margins: winner, runner-up, +d [lo, hi]
-        len(v) == 5 and v[3] <= v[4] for by in margins.values() for v in by.values())
+    family = [v for by in margins.values() for v in by.values()]  # winner, runner-up, +d [lo, hi], p, level, apart
+    assert family and all(len(v) == 8 and v[3] <= v[4] and 0 < v[5] <= 1 for v in family)
+    # Holm over the table's 4 comparisons (2 operations x 2 node settings): levels 1 - 0.05 / (4 - i)
+    assert sorted(v[6] for v in family) == pytest.approx(sorted(1 - 0.05 / k for k in range(1, len(family) + 1)),
+                                                        abs=1e-4)  # published.json keeps 5 digits
+    assert all(not v[7] or v[3] > 0 for v in family)  # apart only where the corrected interval excludes 0
     header, rows = T.faithfulness(tables["faithfulness"]["data"])
     assert [r[1:3] for r in rows] == [[op, s] for op in ("addition", "subtraction")
                                       for s in ("nodes at END", "nodes, every position", "edges at END")]
@@ -496,6 +511,30 @@ def test_cmd_margin_is_a_paired_bootstrap_of_the_cmd_difference():
     assert d == pytest.approx(b.cmd - a.cmd) and 0 < lo <= d <= hi  # b's circuits are worse on every pair
     assert cmd_margin(a, a, 200) == (0.0, 0.0, 0.0)  # the same pairs in both: no spread
     assert float(area_scores(sizes, a.f.double())[1]) == pytest.approx(a.cmd, abs=1e-6)
+    from circuits.patching.circuit_curves import cmd_margin_draws
+    from circuits.patching.core.uncertainty import bootstrap_p
+
+    diff, draws = cmd_margin_draws(a, b, 200)
+    assert diff == d and draws.shape == (200,) and bootstrap_p(draws) == pytest.approx(2 / 201)  # none <= 0
+    assert cmd_margin_draws(a, b, 0) == (d, None)
+
+
+def test_bootstrap_p_and_holm_against_hand_computed_values():
+    """Holm (1979): the i-th smallest of m p-values is tested at alpha / (m - i), in order, stopping at the first
+    that fails. p = 0.01, 0.04, 0.03, 0.005 with alpha 0.05 and m = 4: sorted 0.005 (<= 0.0125, rejected), 0.01
+    (<= 0.01667, rejected), 0.03 (> 0.025: not, and every later one not), 0.04 (not, although <= 0.05)."""
+    from circuits.patching.core.uncertainty import bootstrap_p, holm
+
+    rejected, levels = holm([0.01, 0.04, 0.03, 0.005], 0.05)
+    assert rejected == [True, False, False, True]
+    assert levels == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 1, 1 - 0.05 / 2, 1 - 0.05 / 4])
+    rejected, levels = holm([0.01, float("nan")], 0.05)  # no resamples: never apart, outside the family
+    assert rejected == [True, False] and levels[0] == pytest.approx(0.95) and levels[1] != levels[1]
+    with pytest.raises(ValueError, match="alpha must lie in"):
+        holm([0.1], 1.5)
+    # 3 of 9 resamples at or below 0, 7 at or above (0 counts both sides): 2 * min(4, 8) / 10
+    assert bootstrap_p(torch.tensor([-2.0, -1.0, 0.0, 1, 2, 3, 4, 5, 6])) == pytest.approx(0.8)
+    assert bootstrap_p(torch.tensor([float("nan")])) != bootstrap_p(torch.tensor([float("nan")]))
 
 
 def test_edges_on_a_model_with_post_norms_are_refused_before_the_work(tmp_path, capsys, monkeypatch):

@@ -288,22 +288,25 @@ def _warn_flat_pairs(curves: dict[str, dict[str, FaithfulnessCurve]], n: int) ->
                       stacklevel=3)
 
 
-def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = None,
-        progress: bool = True) -> FaithfulnessResult:
-    """The ``circuits faithfulness`` job: pairs (built or ``--pairs-from``), every ranking scored, saved to ``out``;
-    a stopped run resumes from ``<out>/parts``."""
-    model = model or load_model(config.model, dtype=config.dtype)
-    scoring = None
+def split_pairs(config: FaithfulnessConfig, model: Model) -> tuple[list[PromptPair], list[PromptPair] | None]:
+    """The pairs each ranking is found on and, with ``config.held_out``, the disjoint pairs its circuits are scored
+    on (:func:`held_out_pairs`; None: scored on the ranking pairs)."""
     if config.held_out and config.pairs_from:
         from circuits.data.source import read_saved_pairs
 
         saved, _ = read_saved_pairs(config.pairs_from, config.model)
         pairs = saved[: config.n_pairs]
-        scoring = held_out_pairs(config, model, pairs, saved)
-    else:
-        pairs, _ = config.load_pairs(model)
-        if config.held_out:
-            scoring = held_out_pairs(config, model, pairs)
+        return pairs, held_out_pairs(config, model, pairs, saved)
+    pairs, _ = config.load_pairs(model)
+    return pairs, held_out_pairs(config, model, pairs) if config.held_out else None
+
+
+def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = None,
+        progress: bool = True) -> FaithfulnessResult:
+    """The ``circuits faithfulness`` job: pairs (built or ``--pairs-from``), every ranking scored, saved to ``out``;
+    a stopped run resumes from ``<out>/parts``."""
+    model = model or load_model(config.model, dtype=config.dtype)
+    pairs, scoring = split_pairs(config, model)
     result = faithfulness(model, pairs, config, progress=progress, parts=Path(out) / PARTS, scoring_pairs=scoring)
     result.save(out)
     return result
