@@ -388,11 +388,13 @@ def faithfulness(d: dict) -> Table:
 
 
 def _faith_cell(r: dict) -> str:
-    """``CMD [interval] / CPR``, the interval at the number's precision, or n/a where f is undefined."""
+    """``CMD [interval] / CPR``, the interval at the number's precision, then (held out) the in-sample minus held-out
+    CMD, or n/a where f is undefined."""
     if r["cmd"] != r["cmd"]:
         return "n/a"
     ci = r.get("cmd_ci")
-    return f"{r['cmd']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f" / {r['cpr']:.3f}"
+    gap = f" (in-sample {r['cmd_gap']:+.3f})" if r.get("cmd_gap") is not None else ""  # held out: minus in-sample
+    return f"{r['cmd']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f" / {r['cpr']:.3f}" + gap
 
 
 def faithfulness_counterfactuals(d: dict) -> Table:

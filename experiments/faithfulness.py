@@ -379,7 +379,7 @@ def published(results: dict[tuple[str, str], FaithfulnessResult], shares: dict |
     counterfactual kinds' pairs whose metric can move (:data:`COUNTERFACTUALS`)."""
     first = next(iter(results.values()))
     rows = [{"model": m, "operation": op, "setting": row["setting"], "ranking": row["ranking"], "cpr": row["cpr"],
-             "cmd": row["cmd"], "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None,
+             "cmd": row["cmd"], "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None, "cmd_gap": row["cmd_gap"],
              "ranking_seconds": row["ranking_seconds"], "curve_seconds": row["curve_seconds"],
              "ranking_cpu_seconds": row["ranking_cpu_seconds"], "curve_cpu_seconds": row["curve_cpu_seconds"]}
             for (m, op), r in results.items() for row in r.table()]

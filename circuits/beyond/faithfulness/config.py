@@ -81,6 +81,9 @@ class FaithfulnessConfig(PairSource):
     held_out: bool = option(True, help="rank on --pairs pairs (--seed) and score the circuits on as many other pairs "
                                        "(--scoring-seed), disjoint by prompt, as MIB scores on a split it did not "
                                        "rank on; --no-held-out ranks and scores on the same pairs")
+    in_sample: bool = option(True, help="with --held-out, also score each ranking's circuits (absolute ranking) on "
+                                        "the pairs it was found on: the in-sample CMD and its gap to the held-out "
+                                        "one (one more curve per ranking and circuit kind)")
     scoring_seed: int = option(-1, help="seed of the scoring pairs with --held-out (-1: --seed + 1); with "
                                         "--pairs-from, the scoring pairs are the --pairs saved pairs after the first")
 

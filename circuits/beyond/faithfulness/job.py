@@ -195,7 +195,9 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     Each ranking is found on ``pairs`` and its circuits scored on ``scoring_pairs`` (None: on ``pairs`` themselves,
     in-sample; the job passes a disjoint split, :func:`held_out_pairs`). Every curve is measured twice, by the
     absolute ranking (``curves``: CMD) and by the signed one (``signed_curves``: CPR with ``cpr_ranking="signed"``);
-    where a ranking has no negative score the two rankings are one and the curve is measured once.
+    where a ranking has no negative score the two rankings are one and the curve is measured once. Held out, with
+    ``config.in_sample``, the absolute ranking's circuits are also scored on ``pairs`` (``in_sample_curves``: the
+    in-sample CMD beside the held-out one).
     ``parts``: a folder where each finished ranking is kept, and reused by a later call with the same config and
     pairs."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else FaithfulnessConfig(**kwargs)
@@ -211,6 +213,7 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     scores: dict[str, dict[str, Tensor]] = {}
     curves: dict[str, dict[str, FaithfulnessCurve]] = {}
     signed_curves: dict[str, dict[str, FaithfulnessCurve]] = {}
+    in_sample: dict[str, dict[str, FaithfulnessCurve]] = {}
     seconds: dict[str, float] = {}
     cpu_seconds: dict[str, dict[str, float]] = {}
     weights = weights_digest(model) if parts is not None else ""
@@ -224,16 +227,19 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
             start, cpu = time.perf_counter(), time.process_time()
             s = rank(model, pairs, ranking, config, progress=False)
             took, cpus = time.perf_counter() - start, {"ranking": time.process_time() - cpu}
-            cs, signed = {}, {}
+            cs, signed, inside = {}, {}, {}
             for setting in _settings(ranking, config):
                 cpu = time.process_time()
                 cs[setting] = measure(model, scoring, s, setting, config)
                 k = "edges" if setting == "edges@end" else None
                 same = all(torch.equal(s[p], s[p + SIGNED]) for p in ([k] if k else ["heads", "mlps"]))
                 signed[setting] = cs[setting] if same else measure(model, scoring, s, setting, config, signed=True)
+                if scoring_pairs is not None and config.in_sample:  # the same circuits on the pairs that found them
+                    inside[setting] = measure(model, pairs, s, setting, config)
                 cpus[setting] = time.process_time() - cpu
             part = {"key": key, "scores": s, "curves": {k: c.to_dict() for k, c in cs.items()},
-                    "signed_curves": {k: c.to_dict() for k, c in signed.items()}, "seconds": took,
+                    "signed_curves": {k: c.to_dict() for k, c in signed.items()},
+                    "in_sample_curves": {k: c.to_dict() for k, c in inside.items()}, "seconds": took,
                     "cpu_seconds": cpus}
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -241,12 +247,14 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
         scores[ranking] = part["scores"]
         curves[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["curves"].items()}
         signed_curves[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["signed_curves"].items()}
+        if part["in_sample_curves"]:
+            in_sample[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["in_sample_curves"].items()}
         seconds[ranking] = float(part["seconds"])
         cpu_seconds[ranking] = {k: float(v) for k, v in part.get("cpu_seconds", {}).items()}
     bar.close()
     _warn_flat_pairs(curves, len(scoring))
     return FaithfulnessResult(config, pairs, scores, curves, seconds, cpu_seconds, signed_curves=signed_curves,
-                              scoring_pairs=scoring)
+                              scoring_pairs=scoring, in_sample_curves=in_sample)
 
 
 def held_out_pairs(config: FaithfulnessConfig, model: Model, ranking_pairs: Sequence[PromptPair],
@@ -314,10 +322,16 @@ def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = No
 
 def printout(args: argparse.Namespace, config: FaithfulnessConfig, r: FaithfulnessResult, seconds: float) -> None:
     print(f"[{config.task}] {len(r.pairs)} pairs, {len(r.curves)} rankings in {seconds:.0f} s -> {args.out}/figure.html")
-    print(f"  {'ranking':<17} {'circuit':<10} {'CPR':>7} {'CMD':>7} {'ranking s':>10} {'curve s':>8}")
+    split = (f"ranked on {len(r.pairs)} pairs, scored on {len(r.scoring_pairs)} held-out pairs" if r.held_out
+             else "ranked and scored on the same pairs")
+    print(f"  {split}; CPR from the {config.cpr_ranking} ranking's curve, CMD from the absolute one's")
+    print(f"  {'ranking':<17} {'circuit':<10} {'CPR':>7} {'CMD':>7} {'CMD gap':>8} {'ranking s':>10} {'curve s':>8}")
     for row in r.table():
-        print(f"  {row['ranking']:<17} {row['setting']:<10} {row['cpr']:7.3f} {row['cmd']:7.3f} "
+        gap = f"{row['cmd_gap']:+8.3f}" if row["cmd_gap"] is not None else f"{'-':>8}"
+        print(f"  {row['ranking']:<17} {row['setting']:<10} {row['cpr']:7.3f} {row['cmd']:7.3f} {gap} "
               f"{row['ranking_seconds']:10.1f} {row['curve_seconds']:8.1f}")
+    if any(row["cmd_gap"] is not None for row in r.table()):
+        print("  CMD gap: in-sample minus held-out CMD (negative: the circuit fits the pairs it was found on better)")
     for setting in r.settings:
         best = r.best(setting)
         if best is not None:

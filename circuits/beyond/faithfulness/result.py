@@ -66,6 +66,8 @@ class FaithfulnessResult(ShowsFigure, Result):
     # the pairs the circuits were scored on; ``pairs`` are the ones each ranking was found on (held out: disjoint by
     # prompt; in-sample: the same pairs)
     scoring_pairs: list[PromptPair] = field(default_factory=list)
+    # held out: the absolute ranking's circuits scored on the ranking pairs themselves (the in-sample CMD)
+    in_sample_curves: dict[str, dict[str, FaithfulnessCurve]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -100,11 +102,15 @@ class FaithfulnessResult(ShowsFigure, Result):
 
     def table(self) -> list[dict[str, Any]]:
         """One row per ranking and setting: CPR (from :meth:`cpr_curve`), CMD (from the absolute ranking's curve),
-        with intervals, the ranking's seconds, the curve's seconds; ``cpr_signed`` and ``cpr_absolute`` both."""
+        with intervals, the ranking's seconds, the curve's seconds; ``cpr_signed`` and ``cpr_absolute`` both; held
+        out, ``cmd_in_sample`` (the same circuits on the ranking pairs) and ``cmd_gap`` (in-sample minus held-out
+        CMD), None where not measured."""
         return [{"ranking": r, "setting": s, "cpr": self.cpr_curve(r, s).cpr, "cmd": c.cmd,
                  "cpr_ci": _interval(self.cpr_curve(r, s).cpr_interval), "cmd_ci": _interval(c.cmd_interval),
                  "cpr_ranking": self.config.cpr_ranking, "cpr_absolute": c.cpr,
                  "cpr_signed": self.signed_curves[r][s].cpr if s in self.signed_curves.get(r, {}) else None,
+                 "cmd_in_sample": self.in_sample_curves[r][s].cmd if s in self.in_sample_curves.get(r, {}) else None,
+                 "cmd_gap": self.in_sample_curves[r][s].cmd - c.cmd if s in self.in_sample_curves.get(r, {}) else None,
                  "ranking_seconds": self.seconds.get(r, float("nan")), "curve_seconds": c.seconds,
                  "ranking_cpu_seconds": self.cpu_seconds.get(r, {}).get("ranking", float("nan")),
                  "curve_cpu_seconds": self.cpu_seconds.get(r, {}).get(s, float("nan"))}
@@ -129,6 +135,8 @@ class FaithfulnessResult(ShowsFigure, Result):
                                                   for row in self.table()],
                 "curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.curves.items()},
                 "signed_curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.signed_curves.items()},
+                "in_sample_curves": {r: {s: _row(c) for s, c in by.items()}
+                                     for r, by in self.in_sample_curves.items()},
                 "best_cmd": {s: self.best(s) for s in self.settings}}
 
     def _split(self, pairs: list[PromptPair]) -> dict[str, Any]:
@@ -181,6 +189,8 @@ class FaithfulnessResult(ShowsFigure, Result):
                                                       for r, by in self.curves.items()},
                     "signed_curves": {r: {s: c.to_dict() for s, c in by.items()}
                                       for r, by in self.signed_curves.items()},
+                    "in_sample_curves": {r: {s: c.to_dict() for s, c in by.items()}
+                                         for r, by in self.in_sample_curves.items()},
                     "seconds": self.seconds, "cpu_seconds": self.cpu_seconds}, folder / "faithfulness.pt")
         if self.curves:  # every setting's curves (nodes@end, nodes@all, edges), then the table of all of them
             write_figures([self.figure(s) for s in self.settings] + [self.table_figure()], folder / "figure.html")
@@ -191,6 +201,8 @@ class FaithfulnessResult(ShowsFigure, Result):
         curves = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()} for r, by in t["curves"].items()}
         signed = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()}
                   for r, by in t.get("signed_curves", {}).items()}
+        inside = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()}
+                  for r, by in t.get("in_sample_curves", {}).items()}
         scoring = read_pairs(folder / SCORING_PAIRS) if (folder / SCORING_PAIRS).is_file() else []
         return cls(config, read_pairs(folder / "pairs.jsonl"), t["scores"], curves, dict(t["seconds"]),
-                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()}, signed, scoring)
+                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()}, signed, scoring, inside)
