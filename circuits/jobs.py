@@ -188,7 +188,7 @@ JOBS: tuple[Job, ...] = (
         how="circuits stability --model smollm2 --out results/stability", progress=False),
     Job("faithfulness", "faithfulness curves (MIB's CPR and CMD) of each ranking's circuits, with seconds",
         (Output("faithfulness", "FaithfulnessResult", ("faithfulness",)),),
-        ("summary.json", "pairs.jsonl", "faithfulness.pt", "figure.html"),
+        ("summary.json", "pairs.jsonl", "scoring_pairs.jsonl", "faithfulness.pt", "figure.html"),
         "FaithfulnessConfig", "run_faithfulness", "print_faithfulness",
         how="circuits faithfulness --model smollm2 --task addition --out results/faithfulness-addition"),
     # Step 1b (Figures 3-4, Tables 3-4): validate the key heads by knocking them out.

@@ -364,6 +364,7 @@ def faithfulness(d: dict) -> Table:
     it beats the next. ``d["rows"]``: one per model, operation, setting and ranking (``cpr``, ``cmd``)."""
     rankings = d["rankings"]
     rows = []
+    n_compared = sum(1 for by in d.get("margins", {}).values() for v in by.values() if len(v) >= 8 and v[5] == v[5])
     for (model, op, setting), by in _faith_groups(d).items():
         ranked = sorted((r["cmd"], name) for name, r in by.items() if r["cmd"] == r["cmd"])  # NaN: f undefined
         if not ranked:
@@ -372,9 +373,14 @@ def faithfulness(d: dict) -> Table:
             margin = f" (next: {ranked[1][1]}, +{ranked[1][0] - ranked[0][0]:.3f})" if len(ranked) > 1 else ""
             paired = d.get("margins", {}).get(f"{model}/{op}", {}).get(setting)
             if paired and len(ranked) > 1 and paired[3] == paired[3]:  # a paired bootstrap interval of the margin
-                _, nxt, diff, lo, hi = paired
-                margin = (f" (next: {nxt}, +{diff:.3f} [{lo:.3f}, {hi:.3f}]"
-                          + ("; the interval crosses 0)" if lo <= 0 else ")"))
+                nxt, diff, lo, hi = paired[1:5]
+                if len(paired) >= 8:  # Holm-corrected over the table's comparisons (issue 43)
+                    level, apart = paired[6], paired[7]
+                    margin = (f" (next: {nxt}, +{diff:.3f} [{lo:.3f}, {hi:.3f}] at {100 * level:.2f}%, Holm over "
+                              f"{n_compared}: " + ("apart)" if apart else "not apart)"))
+                else:  # saved before issue 43: a 95% interval per comparison, no correction
+                    margin = (f" (next: {nxt}, +{diff:.3f} [{lo:.3f}, {hi:.3f}], 95% uncorrected"
+                              + ("; the interval crosses 0)" if lo <= 0 else ")"))
             verdict = f"{ranked[0][1]}{margin}"
         rows.append([MODEL_NAMES.get(model, model), op, SETTINGS.get(setting, setting),
                      *(_faith_cell(by[k]) if k in by else "-" for k in rankings), verdict])
@@ -382,11 +388,13 @@ def faithfulness(d: dict) -> Table:
 
 
 def _faith_cell(r: dict) -> str:
-    """``CMD [interval] / CPR``, or n/a where f is undefined."""
+    """``CMD [interval] / CPR``, the interval at the number's precision, then (held out) the in-sample minus held-out
+    CMD, or n/a where f is undefined."""
     if r["cmd"] != r["cmd"]:
         return "n/a"
     ci = r.get("cmd_ci")
-    return f"{r['cmd']:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "") + f" / {r['cpr']:.3f}"
+    gap = f" (in-sample {r['cmd_gap']:+.3f})" if r.get("cmd_gap") is not None else ""  # held out: minus in-sample
+    return f"{r['cmd']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f" / {r['cpr']:.3f}" + gap
 
 
 def faithfulness_counterfactuals(d: dict) -> Table:

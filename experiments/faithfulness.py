@@ -35,16 +35,18 @@ import _common as C
 import _tables as T
 
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
-from circuits.beyond.faithfulness.job import faithfulness
+from circuits.beyond.faithfulness.job import faithfulness, split_pairs
 from circuits.beyond.faithfulness.result import PARTS, FaithfulnessResult
 from circuits.config import Config as BaseConfig, count
 from circuits.config import add_arguments, from_arguments, option
 from circuits.data.pair_config import COUNTERFACTUAL_KINDS
 from circuits.data.templates import OPERATIONS
 from circuits.io import TEMPORARY, read_json, write_json
-from circuits.patching.circuit_curves import cmd_margin
+from circuits.patching.circuit_curves import cmd_margin_draws
+from circuits.patching.core.uncertainty import bootstrap_p, holm, percentile_interval
 from circuits.results import check_output
 from circuits.viz.figures import write_figure
+from torch import Tensor
 
 
 @dataclass(frozen=True)
@@ -172,7 +174,7 @@ def run_one(config: Config, name: str, op: str, model, on_shares, on_ranking=Non
         print(f"{name} {op}: no edge level (its heads have no additive output of their own); nodes only", flush=True)
         cfg = cfg.replace(edges=False)
     check_output(folder, "faithfulness")
-    pairs, _ = cfg.load_pairs(model)
+    pairs, scoring = split_pairs(cfg, model)  # found on one split, scored on another (held_out, the default)
     shares_path = config.counterfactuals_path()
     shares = read_shares(shares_path)
     if f"{name}/{op}" not in shares:
@@ -181,9 +183,10 @@ def run_one(config: Config, name: str, op: str, model, on_shares, on_ranking=Non
         for ranking in cfg.rankings:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                one = faithfulness(model, pairs, cfg.replace(rankings=(ranking,)), progress=False, parts=folder / PARTS)
+                one = faithfulness(model, pairs, cfg.replace(rankings=(ranking,)), progress=False, parts=folder / PARTS,
+                                   scoring_pairs=scoring)
             on_ranking(ranking, one.seconds[ranking])
-    r = faithfulness(model, pairs, cfg, progress=False, parts=folder / PARTS)
+    r = faithfulness(model, pairs, cfg, progress=False, parts=folder / PARTS, scoring_pairs=scoring)
     r.save(folder)
     return r
 
@@ -339,15 +342,35 @@ def load(config: Config) -> dict[tuple[str, str], FaithfulnessResult]:
             if (config.folder(m, op) / "circuits.json").is_file()}
 
 
-def margins(r: FaithfulnessResult) -> dict[str, list]:
-    """Per setting: the ranking with the lowest CMD, the runner-up, and how much lower (paired bootstrap interval over
-    the same pairs, :func:`~circuits.patching.circuit_curves.cmd_margin`)."""
-    out = {}
-    for setting in r.settings:
-        ranked = sorted((c.cmd, k) for k, by in r.curves.items() for s, c in by.items() if s == setting and c.cmd == c.cmd)
-        if len(ranked) > 1:
-            a, b = r.curves[ranked[0][1]][setting], r.curves[ranked[1][1]][setting]
-            out[setting] = [ranked[0][1], ranked[1][1], *cmd_margin(a, b, r.config.n_boot)]
+ALPHA = 0.05  # the family-wise error rate of the winner-vs-runner-up comparisons a table makes (Holm)
+
+
+def margins(results: dict[tuple[str, str], FaithfulnessResult], alpha: float = ALPHA) -> dict[str, dict[str, list]]:
+    """Per run (``model/operation``) and setting: the ranking with the lowest CMD, the runner-up, how much lower (the
+    paired bootstrap over the same pairs, :func:`~circuits.patching.circuit_curves.cmd_margin_draws`), and that
+    margin's interval at the level Holm's correction gives it over every such comparison of the table
+    (:func:`~circuits.patching.core.uncertainty.holm`, family-wise ``alpha``): ``[winner, runner-up, margin, low,
+    high, p, level, apart]``; ``apart`` only where Holm rejects "no difference" and the corrected interval excludes
+    0."""
+    draws: dict[tuple[str, str], tuple[str, str, float, Tensor | None]] = {}
+    for (m, op), r in results.items():
+        for setting in r.settings:
+            ranked = sorted((c.cmd, k) for k, by in r.curves.items() for s, c in by.items()
+                            if s == setting and c.cmd == c.cmd)
+            if len(ranked) > 1:
+                a, b = r.curves[ranked[0][1]][setting], r.curves[ranked[1][1]][setting]
+                diff, d = cmd_margin_draws(a, b, r.config.n_boot)
+                draws[(f"{m}/{op}", setting)] = (ranked[0][1], ranked[1][1], diff, d)
+    keys = list(draws)
+    p = [bootstrap_p(draws[k][3]) if draws[k][3] is not None else float("nan") for k in keys]
+    rejected, levels = holm(p, alpha)
+    out: dict[str, dict[str, list]] = {}
+    for k, pk, rej, level in zip(keys, p, rejected, levels):
+        winner, nxt, diff, d = draws[k]
+        lo = hi = float("nan")
+        if d is not None:
+            lo, hi = (float(v) for v in percentile_interval(d, level))
+        out.setdefault(k[0], {})[k[1]] = [winner, nxt, diff, lo, hi, pk, level, bool(rej and (lo > 0 or hi < 0))]
     return out
 
 
@@ -356,7 +379,7 @@ def published(results: dict[tuple[str, str], FaithfulnessResult], shares: dict |
     counterfactual kinds' pairs whose metric can move (:data:`COUNTERFACTUALS`)."""
     first = next(iter(results.values()))
     rows = [{"model": m, "operation": op, "setting": row["setting"], "ranking": row["ranking"], "cpr": row["cpr"],
-             "cmd": row["cmd"], "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None,
+             "cmd": row["cmd"], "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None, "cmd_gap": row["cmd_gap"],
              "ranking_seconds": row["ranking_seconds"], "curve_seconds": row["curve_seconds"],
              "ranking_cpu_seconds": row["ranking_cpu_seconds"], "curve_cpu_seconds": row["curve_cpu_seconds"]}
             for (m, op), r in results.items() for row in r.table()]
@@ -364,7 +387,8 @@ def published(results: dict[tuple[str, str], FaithfulnessResult], shares: dict |
             "ablation": first.config.ablation, "sizes": list(first.config.sizes), "rankings": list(first.config.rankings),
             "counterfactual": first.config.counterfactual, "count": first.config.count, "ig_grid": first.config.ig_grid,
             "n_boot": first.config.n_boot, "rows": rows,
-            "margins": {f"{m}/{op}": margins(r) for (m, op), r in results.items()}}
+            "margins": margins(results), "alpha": ALPHA, "cpr_ranking": first.config.cpr_ranking,
+            "held_out": first.config.held_out}
     tables = {"faithfulness": {"render": "faithfulness", "data": data},
               "faithfulness_seconds": {"render": "faithfulness_seconds", "data": data}}
     if shares:

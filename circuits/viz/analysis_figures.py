@@ -231,14 +231,15 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor, " size"]],
                         low: dict[str, Float[Tensor, " size"]], high: dict[str, Float[Tensor, " size"]],
-                        title: str, colors: dict[str, str] | None = None) -> go.Figure:
+                        title: str, colors: dict[str, str] | None = None, dotted: Sequence[str] = ()) -> go.Figure:
     """Faithfulness f against circuit size (``sizes``: fractions kept, MIB's sizes, drawn in percent) in two views:
     left, the axis CPR and CMD are computed on -- linear, 0 to 100%, the curve closed at 100% where f = 1 by
     construction (dashed, as :func:`circuits.patching.circuit_curves.curve.area_axis` closes it) and the area under
     each curve (its CPR) shaded; right, the same curves on a log axis, where the small circuits are told apart. One
     line per ranking, its bootstrap interval as a band (``low``/``high``, where given), and the references f = 1
     (the full model) and f = 0 (everything ablated). ``colors``: one colour per ranking (the engine registry's, which
-    the caller passes); others take the next of a spare palette."""
+    the caller passes); others take the next of a spare palette. ``dotted``: the curves drawn dotted (the faithfulness
+    job's signed rankings, beside their absolute ones in the same colour)."""
     x = 100 * _arr(sizes)
     order = np.array(sorted(range(len(x)), key=lambda i: x[i]), dtype=int)  # the size axis, not a ranking
     x = x[order]
@@ -269,7 +270,8 @@ def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor
                                              hovertemplate=name + ": closed at 100%, f = 1 by construction"
                                                                   "<extra></extra>"), 1, 1)
             fig.add_trace(go.Scatter(x=x, y=y, mode="lines+markers", name=name, legendgroup=name,
-                                     line={"color": color}, showlegend=col == 1,
+                                     line={"color": color, **({"dash": "dot"} if name in dotted else {})},
+                                     showlegend=col == 1,
                                      hovertemplate=name + "<br>%{x:g}% kept<br>f = %{y:.3f}<extra></extra>"), 1, col)
     for col in (1, 2):  # the references, named once (on the left)
         named = col == 1

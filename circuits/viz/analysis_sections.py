@@ -194,9 +194,12 @@ def _faithfulness_text(r: Any) -> str:
     sizes = ", ".join(f"{100 * s:g}%" for s in c.sizes)
     out = [f"<h3>{_e(r.task)}</h3><p class='what'>The circuit of each ranking at {sizes} of the nodes (or edges) "
            f"kept, everything else ablated ({_e(c.ablation)}), scored as MIB scores circuit discovery: faithfulness "
-           f"f = (m(C) - m(empty)) / (m(N) - m(empty)) with m the {_e(c.metric)} over {len(r.pairs)} pairs; CPR is "
-           f"the area under f (higher is better), CMD the area between f and 1 (lower is better), with bootstrap "
-           f"intervals over pairs. Seconds: computing the ranking, then measuring its curve (wall-clock, and this "
+           f"f = (m(C) - m(empty)) / (m(N) - m(empty)) with m the {_e(c.metric)} over "
+           + (f"{len(r.scoring_pairs)} pairs held out from the {len(r.pairs)} each ranking was found on"
+              if getattr(r, "held_out", False) else f"{len(r.pairs)} pairs (the ones each ranking was found on)")
+           + f"; CPR is the area under f (higher is better), read from the "
+           f"{_e(getattr(c, 'cpr_ranking', 'absolute'))} ranking's curve, CMD the area between f and 1 (lower is "
+           f"better), read from the absolute ranking's curve, with bootstrap intervals over pairs. Seconds: computing the ranking, then measuring its curve (wall-clock, and this "
            f"process's CPU time in brackets).</p>"]
 
     def ci(v: Any) -> str:

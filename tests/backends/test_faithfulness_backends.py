@@ -227,12 +227,18 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
     assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
     model = load_model(folder, dtype="float32", device="cpu")
     assert type(model.backend) is backend.installed() and model.backend.model is model
+    # found on r.pairs, scored on r.scoring_pairs (held out, issue 43): the absolute and the signed ranking's curves
+    # there, the absolute one's on the ranking pairs too (in-sample)
+    assert r.held_out and not {p.reference for p in r.pairs} & {p.reference for p in r.scoring_pairs}
     for name in ("exact-path", "eap-ig"):
         for positions in ("end", "all"):
-            c = circuit_curve(model, r.pairs, r.scores[name]["heads"], r.scores[name]["mlps"], sizes=(0.05, 0.2, 0.5),
-                             positions=positions, n_boot=10, count=r.config.count)  # the job counts as MIB: int(s * n)
-            assert torch.equal(r.curves[name][f"nodes@{positions}"].f, c.f)
-    c = circuit_curve(model, r.pairs, edges=r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
+            for k, pairs, curves in (("", r.scoring_pairs, r.curves), ("_signed", r.scoring_pairs, r.signed_curves),
+                                     ("", r.pairs, r.in_sample_curves)):
+                c = circuit_curve(model, pairs, r.scores[name]["heads" + k], r.scores[name]["mlps" + k],
+                                 sizes=(0.05, 0.2, 0.5), positions=positions, n_boot=10,
+                                 count=r.config.count)  # the job counts as MIB: int(s * n)
+                assert torch.equal(curves[name][f"nodes@{positions}"].f, c.f)
+    c = circuit_curve(model, r.scoring_pairs, edges=r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
                           count=r.config.count)
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f)
     assert (r.curves["eap-ig"]["nodes@end"].m_full - r.curves["eap-ig"]["nodes@end"].m_empty).abs().max() > 1e-3

@@ -45,3 +45,32 @@ def test_saves_loads_and_reports(result, tmp_path):
     assert back == result
     page = build_report([tmp_path])
     assert "Lowest CMD: nodes@end: <b>" in page and page.count("faithfulness of each ranking") >= 1
+
+
+def test_cli_writes_both_curves_and_cpr_is_not_one_minus_cmd(tmp_path):
+    """Issue 43 on SmolLM2: `circuits faithfulness --task addition` (8 ranking pairs, 8 held-out scoring pairs, two
+    rankings, nodes at END) writes the signed and the absolute ranking's curve of each ranking; CPR is read from the
+    signed one and CMD from the absolute one, so for at least one ranking they do not add up to the axis' 0.999 (one
+    curve's two areas do wherever f stays in [0, 1]); the scoring pairs, read back, share no prompt with the ranking
+    pairs."""
+    import json
+
+    from circuits.cli import main as cli_main
+    from circuits.results import load_result
+
+    out = tmp_path / "f"
+    assert cli_main(["faithfulness", "--model", "smollm2", "--task", "addition", "--pairs", "8", "--rankings",
+                     "exact-path,screen", "--positions", "end", "--no-edges", "--n-boot", "20", "--no-progress",
+                     "--out", str(out)]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["cpr_ranking"] == "signed" and s["held_out"] and s["n_pairs"] == 8 == s["n_scoring_pairs"]
+    for ranking in ("exact-path", "screen"):
+        assert set(s["curves"][ranking]) == set(s["signed_curves"][ranking]) == {"nodes@end"}
+    rows = {row["ranking"]: row for row in s["table"]}
+    assert all(row["cpr"] == s["signed_curves"][k]["nodes@end"]["cpr"] for k, row in rows.items())
+    assert all(row["cmd"] == s["curves"][k]["nodes@end"]["cmd"] for k, row in rows.items())
+    assert any(abs(row["cpr"] + row["cmd"] - 1) > 0.01 for row in rows.values()), rows
+    r = load_result(out)
+    prompts = {p.reference for p in r.pairs} | {p.counterfactual for p in r.pairs}
+    assert not prompts & ({p.reference for p in r.scoring_pairs} | {p.counterfactual for p in r.scoring_pairs})
+    assert "exact-path, signed" in (out / "figure.html").read_text()

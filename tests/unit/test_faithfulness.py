@@ -157,7 +157,7 @@ def test_each_strategy_of_the_executor_equals_the_plain_loop(tiny_llama, tokeniz
 
 def test_the_faithfulness_job_runs_every_curve_through_the_executor(tmp_path, monkeypatch):
     """With the job's defaults, node curves at END and at every position and the edge curve each call the executor
-    once (END-only layers at END, the counterfactual route at every position)."""
+    once per curve (END-only layers at END, the counterfactual route at every position)."""
     from helpers import tiny_dir
 
     from circuits.cli import main as cli_main
@@ -176,7 +176,10 @@ def test_the_faithfulness_job_runs_every_curve_through_the_executor(tmp_path, mo
             "--rankings", "exact-path,eap-ig", "--sizes", "0.05,0.5", "--n-boot", "0", "--ig-steps", "2",
             "--no-progress", "--out", str(tmp_path / "f")]
     assert cli_main(argv) == 0
-    assert seen == [("end", False, "end"), ("all", False, "counterfactual")] * 2 + [("end", True, "end")]
+    # per ranking and circuit kind three curves (issue 43), each one executor call: the absolute and the signed
+    # ranking's on the held-out pairs, the absolute one's on the ranking pairs (in-sample)
+    assert seen == [("end", False, "end")] * 3 + [("all", False, "counterfactual")] * 3 + \
+        [("end", False, "end")] * 3 + [("all", False, "counterfactual")] * 3 + [("end", True, "end")] * 3
 
 
 def test_masks_follow_the_one_ranking():

@@ -44,6 +44,9 @@ def curve(f: list[float], cpr: float, cmd: float, seconds: float = 0.5, level: s
     ({"task": "all"}, "scores one operation"),
     ({"ig_steps": 0}, "--ig-steps 0: must be at least 1"),
     ({"metric": "kl"}, "Unknown metric 'kl'"),
+    ({"cpr_ranking": "sum"}, "accepted: signed, absolute"),
+    ({"seed": 3, "scoring_seed": 3}, "--scoring-seed 3 is --seed"),
+    ({"scoring_seed": -2}, "--scoring-seed must be 0 or more"),
 ])
 def test_config_refuses_bad_input_in_one_line(kw, message):
     with pytest.raises(ValueError) as err:
@@ -71,6 +74,9 @@ def test_defaults_are_mib_s():
     assert c.ablation == "counterfactual" and c.metric == "logit_diff"
     # MIB's counterfactual (an operand changed), its sizes (int(s * n)) and its pinned EAP-IG's alphas
     assert c.counterfactual == "operand" and c.count == "floor" and c.ig_grid == "left"
+    # MIB's CPR (the signed ranking's curve), scored on pairs held out from the ranking (issue 43)
+    assert c.cpr_ranking == "signed" and c.held_out and c.score_seed == c.seed + 1 == 1
+    assert FaithfulnessConfig(seed=4, held_out=False, scoring_seed=4).score_seed == 4
     from circuits.beyond.faithfulness import config as light
     from circuits.patching.engines.eap_ig import GRIDS
     assert light.IG_GRIDS == GRIDS and light.COUNTS == engine.COUNTS
@@ -137,6 +143,60 @@ def test_table_best_and_section_say_which_ranking_wins(tmp_path):
     assert "FaithfulnessResult[faithfulness]" in repr(r) and "text/plain" in r._repr_mimebundle_()
 
 
+def test_cpr_from_the_signed_ranking_is_mib_s_and_not_one_minus_cmd(tmp_path):
+    """Issue 43: a hand-made ranking of 100 nodes (heads [10, 10]) whose metric adds up per kept node (an ablated node
+    adds 0): node 0 adds +6, node 1 -4 (a negative-scored node among the top by |score|), node 2 +3, node 3 +2,
+    node 4 +1, the other 95 +0.02 each; m(N) = 9.9, m(empty) = 0. MIB's sizes, int(s * 100) nodes: 0, 0, 0, 1, 2, 5,
+    10, 20, 50 (and 100). The absolute ranking keeps node 1 second (f = 6, 2, 8, 8.1, 8.3, 8.9 / 9.9 from 1 node
+    on), the signed one last (f = 6, 9, 12.02, 12.12, 12.32, 12.92 / 9.9: above 1).
+
+    MIB's evaluate_area_under_curve (MIB_circuit_track/evaluation.py at hannamw/MIB-circuit-track; read, not run
+    here) on the same f values, over its percentages 0.001 ... 0.5, 1 with trapezoids of linear width, gives
+    area_under = 1.184020202020202 for the signed f values (its CPR, run without --absolute) and
+    area_from_1 = 0.11945454545454544 for the absolute ones (its CMD, run with --absolute); the absolute curve's own
+    area_under is 0.8795454545454546 = 0.999 - CMD, what the study's CPR column printed before."""
+    from circuits.patching.circuit_curves import circuit_masks, curve_from
+
+    contribution = torch.tensor([6.0, -4.0, 3.0, 2.0, 1.0] + [0.02] * 95, dtype=torch.float64)
+
+    def curve_of(scores: torch.Tensor) -> FaithfulnessCurve:
+        masks = circuit_masks(scores.reshape(10, 10), None, sizes=MIB_SIZES, count="floor")
+        m = (masks.heads.reshape(len(MIB_SIZES), 100).double() * contribution).sum(-1)[:, None].repeat(1, 2)
+        return curve_from(MIB_SIZES, masks.n_kept, 100, m, torch.full((2,), 9.9, dtype=torch.float64),
+                          torch.zeros(2, dtype=torch.float64), metric="logit_diff", ablation="counterfactual",
+                          positions="end", level="node", n_boot=0, ci_level=0.95, seed=0, seconds=0.0)
+
+    absolute, signed = curve_of(contribution.abs()), curve_of(contribution)
+    assert absolute.n_kept.tolist() == [0, 0, 0, 1, 2, 5, 10, 20, 50]
+    assert signed.f.tolist() == pytest.approx([0, 0, 0, 6 / 9.9, 9 / 9.9, 12.02 / 9.9, 12.12 / 9.9, 12.32 / 9.9,
+                                               12.92 / 9.9], abs=1e-6)
+    assert signed.cpr == pytest.approx(1.184020202020202, abs=1e-12)  # MIB's CPR
+    assert absolute.cmd == pytest.approx(0.11945454545454544, abs=1e-12)  # MIB's CMD
+    # with f in [0, 1] the two areas of one curve add up to the axis' width, 0.999 (MIB's axis starts at 0.1%)
+    assert absolute.cpr == pytest.approx(0.8795454545454546, abs=1e-12) == pytest.approx(0.999 - absolute.cmd)
+    assert abs(signed.cpr - (1 - absolute.cmd)) > 0.3  # the CPR column now carries information of its own
+
+    cfg = FaithfulnessConfig(model="tiny", rankings=("exact-path",), positions=("end",))
+    assert cfg.cpr_ranking == "signed"  # MIB's, the job's default
+    r = FaithfulnessResult(cfg, [], {"exact-path": {"heads": contribution.abs().reshape(10, 10)}},
+                           {"exact-path": {"nodes@end": absolute}}, signed_curves={"exact-path": {"nodes@end": signed}})
+    row = r.table()[0]
+    assert (row["cpr"], row["cmd"], row["cpr_ranking"]) == (signed.cpr, absolute.cmd, "signed")
+    assert row["cpr"] + row["cmd"] == pytest.approx(1.303474747474747, abs=1e-12)  # not 1
+    old = FaithfulnessResult(cfg.replace(cpr_ranking="absolute"), [], r.scores, r.curves, signed_curves=r.signed_curves)
+    assert old.table()[0]["cpr"] == absolute.cpr and old.table()[0]["cpr_signed"] == signed.cpr
+    back = FaithfulnessResult.load(r.save(tmp_path / "f"))
+    assert back == r and back.signed_curves["exact-path"]["nodes@end"].cpr == signed.cpr
+    s = json.loads((tmp_path / "f" / "summary.json").read_text())
+    assert s["cpr_ranking"] == "signed" and s["signed_curves"]["exact-path"]["nodes@end"]["cpr"] == signed.cpr
+    # both curves drawn, the signed one dotted in its ranking's colour
+    fig = r.figure("nodes@end")
+    names = {t.name: t for t in fig.data if t.mode == "lines+markers"}
+    assert {"exact-path, absolute", "exact-path, signed"} <= set(names)
+    assert names["exact-path, signed"].line.dash == "dot" and names["exact-path, absolute"].line.dash is None
+    assert names["exact-path, signed"].line.color == names["exact-path, absolute"].line.color
+
+
 NODE_RANKINGS = "exact-path,exact-activation,positions,screen,graddrop,eap-ig"
 
 
@@ -163,8 +223,18 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     assert sorted(p.name for p in (out / "parts").iterdir()) == sorted(f"{k}.pt" for k in r.curves)
     assert (out / "figure.html").is_file() and json.loads((out / "summary.json").read_text())["n_pairs"] == 3
 
+    # found on one set, scored on another (issue 43): read back from the saved result, the scoring pairs share no
+    # prompt with the ranking pairs; the summary records both splits with their seeds
+    summary = json.loads((out / "summary.json").read_text())
+    assert r.held_out and r.config.held_out and len(r.scoring_pairs) == 3 == summary["n_scoring_pairs"]
+    prompts = {p.reference for p in r.pairs} | {p.counterfactual for p in r.pairs}
+    assert not prompts & ({p.reference for p in r.scoring_pairs} | {p.counterfactual for p in r.scoring_pairs})
+    assert summary["splits"]["ranking"]["seed"] == 0 and summary["splits"]["scoring"]["seed"] == 1
+    assert summary["splits"]["scoring"]["references"] == [p.reference for p in r.scoring_pairs]
+    assert summary["cpr_ranking"] == "signed" and summary["table"][0]["cpr_ranking"] == "signed"
+
     model = load_model(r.config.model, dtype="float32", device="cpu")
-    pairs = r.pairs
+    pairs, scoring = r.pairs, r.scoring_pairs
     # each ranking is the library engine's own effects, |.|, over positions by the largest
     h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
     assert torch.equal(r.scores["exact-path"]["heads"], h.abs()) and torch.equal(r.scores["exact-path"]["mlps"], m.abs())
@@ -182,15 +252,33 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
         want = effects[:, ig.receivers.index(rcv)].abs().nan_to_num(0)
         assert torch.equal(col, torch.stack([want[ig.senders.index(x)] for x in senders]))
     assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
-    c = engine.circuit_curve(model, pairs, edges=edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor")
+    c = engine.circuit_curve(model, scoring, edges=edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor")
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f) and c.level == "edge"
-    # each curve is the faithfulness engine's on those scores
+    # the signed ranking: sign * effect (larger is more important), |signed| the absolute ranking's score
+    h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
+    assert torch.equal(r.scores["exact-path"]["heads_signed"], -h) and torch.equal(r.scores["exact-path"]["mlps_signed"], -m)
+    for k in ("heads", "mlps", "edges"):
+        assert torch.equal(r.scores["eap-ig"][f"{k}_signed"].abs(), r.scores["eap-ig"][k])
+    # each curve is the faithfulness engine's on those scores, measured on the scoring pairs; CPR from the signed
+    # ranking's curve, CMD from the absolute one's
     for setting in ("nodes@end", "nodes@all"):
-        c = engine.circuit_curve(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
+        c = engine.circuit_curve(model, scoring, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
                                 sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20, count="floor")
         got = r.curves["exact-path"][setting]
         assert torch.equal(got.f, c.f) and got.cmd == c.cmd and got.positions == setting[6:]
         assert got.f_low.le(got.f_high).all()
+        c = engine.circuit_curve(model, scoring, r.scores["exact-path"]["heads_signed"],
+                                r.scores["exact-path"]["mlps_signed"], sizes=(0.05, 0.2, 0.5), positions=setting[6:],
+                                n_boot=20, count="floor")
+        assert torch.equal(r.signed_curves["exact-path"][setting].f, c.f)
+        row = next(x for x in r.table() if x["ranking"] == "exact-path" and x["setting"] == setting)
+        assert row["cpr"] == c.cpr == row["cpr_signed"] and row["cmd"] == got.cmd and row["cpr_absolute"] == got.cpr
+        # in-sample: the absolute ranking's circuits on the pairs that found them, and the gap to the held-out CMD
+        c = engine.circuit_curve(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
+                                sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20, count="floor")
+        assert torch.equal(r.in_sample_curves["exact-path"][setting].f, c.f)
+        assert row["cmd_in_sample"] == c.cmd and row["cmd_gap"] == c.cmd - got.cmd
+    assert "CMD gap" in printed and "held-out pairs" in printed
 
     # a rerun of the same command reuses every part (nothing is ranked again) and gives the same result
     def again(*a, **k):
@@ -224,6 +312,17 @@ def test_published_tables_name_the_winner_its_margin_and_the_costs():
     assert table[0] == ["SmolLM2-135M", "addition", "nodes at END", "0.250 / 0.800", "0.125 / 0.700",
                         "eap-ig (next: exact-path, +0.125)"]
     assert table[1][3:] == ["-", "0.500 / 0.500", "eap-ig"]
+    # a margin with a Holm-corrected interval (issue 43) and one saved before it (95% per comparison)
+    d["margins"] = {"smollm2/addition": {"nodes@end": ["eap-ig", "exact-path", 0.125, 0.0123, 0.2, 0.004, 0.975,
+                                                       True]}}
+    rows[0]["cmd_ci"] = [0.7485, 0.75047]
+    assert T.faithfulness(d)[1][0][3:] == ["0.250 [0.749, 0.750] / 0.800", "0.125 / 0.700",
+                                           "eap-ig (next: exact-path, +0.125 [0.012, 0.200] at 97.50%, Holm over 1: "
+                                           "apart)"]
+    d["margins"]["smollm2/addition"]["nodes@end"] = ["eap-ig", "exact-path", 0.125, -0.01, 0.2]
+    assert T.faithfulness(d)[1][0][-1] == ("eap-ig (next: exact-path, +0.125 [-0.010, 0.200], 95% uncorrected; the "
+                                           "interval crosses 0)")
+    del rows[0]["cmd_ci"], d["margins"]
     header, table = T.faithfulness_seconds(d)
     assert table == [["SmolLM2-135M", "addition", "2 + 0 (2 + 1)", "3 + 1 (4 + 2)"]]
     assert T.render({"render": "faithfulness", "data": d}).count("\n") == 4
@@ -245,8 +344,12 @@ def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
     assert header[2:] == [f"{k} counterfactual: pairs whose metric can move" for k in ("operator", "operand")]
     assert [r[1] for r in shares] == ["addition", "subtraction"] and all(" of 2" in c for r in shares for c in r[2:])
     margins = tables["faithfulness"]["data"]["margins"]
-    assert all(  # paired margins: winner, runner-up, +d [lo, hi]
-        len(v) == 5 and v[3] <= v[4] for by in margins.values() for v in by.values())
+    family = [v for by in margins.values() for v in by.values()]  # winner, runner-up, +d [lo, hi], p, level, apart
+    assert family and all(len(v) == 8 and v[3] <= v[4] and 0 < v[5] <= 1 for v in family)
+    # Holm over the table's 4 comparisons (2 operations x 2 node settings): levels 1 - 0.05 / (4 - i)
+    assert sorted(v[6] for v in family) == pytest.approx(sorted(1 - 0.05 / k for k in range(1, len(family) + 1)),
+                                                        abs=1e-4)  # published.json keeps 5 digits
+    assert all(not v[7] or v[3] > 0 for v in family)  # apart only where the corrected interval excludes 0
     header, rows = T.faithfulness(tables["faithfulness"]["data"])
     assert [r[1:3] for r in rows] == [[op, s] for op in ("addition", "subtraction")
                                       for s in ("nodes at END", "nodes, every position", "edges at END")]
@@ -414,6 +517,30 @@ def test_cmd_margin_is_a_paired_bootstrap_of_the_cmd_difference():
     assert d == pytest.approx(b.cmd - a.cmd) and 0 < lo <= d <= hi  # b's circuits are worse on every pair
     assert cmd_margin(a, a, 200) == (0.0, 0.0, 0.0)  # the same pairs in both: no spread
     assert float(area_scores(sizes, a.f.double())[1]) == pytest.approx(a.cmd, abs=1e-6)
+    from circuits.patching.circuit_curves import cmd_margin_draws
+    from circuits.patching.core.uncertainty import bootstrap_p
+
+    diff, draws = cmd_margin_draws(a, b, 200)
+    assert diff == d and draws.shape == (200,) and bootstrap_p(draws) == pytest.approx(2 / 201)  # none <= 0
+    assert cmd_margin_draws(a, b, 0) == (d, None)
+
+
+def test_bootstrap_p_and_holm_against_hand_computed_values():
+    """Holm (1979): the i-th smallest of m p-values is tested at alpha / (m - i), in order, stopping at the first
+    that fails. p = 0.01, 0.04, 0.03, 0.005 with alpha 0.05 and m = 4: sorted 0.005 (<= 0.0125, rejected), 0.01
+    (<= 0.01667, rejected), 0.03 (> 0.025: not, and every later one not), 0.04 (not, although <= 0.05)."""
+    from circuits.patching.core.uncertainty import bootstrap_p, holm
+
+    rejected, levels = holm([0.01, 0.04, 0.03, 0.005], 0.05)
+    assert rejected == [True, False, False, True]
+    assert levels == pytest.approx([1 - 0.05 / 3, 1 - 0.05 / 1, 1 - 0.05 / 2, 1 - 0.05 / 4])
+    rejected, levels = holm([0.01, float("nan")], 0.05)  # no resamples: never apart, outside the family
+    assert rejected == [True, False] and levels[0] == pytest.approx(0.95) and levels[1] != levels[1]
+    with pytest.raises(ValueError, match="alpha must lie in"):
+        holm([0.1], 1.5)
+    # 3 of 9 resamples at or below 0, 7 at or above (0 counts both sides): 2 * min(4, 8) / 10
+    assert bootstrap_p(torch.tensor([-2.0, -1.0, 0.0, 1, 2, 3, 4, 5, 6])) == pytest.approx(0.8)
+    assert bootstrap_p(torch.tensor([float("nan")])) != bootstrap_p(torch.tensor([float("nan")]))
 
 
 def test_edges_on_a_model_with_post_norms_are_refused_before_the_work(tmp_path, capsys, monkeypatch):

@@ -30,6 +30,11 @@ ABLATIONS: tuple[str, ...] = ("counterfactual", "mean", "zero")
 # (circuits.patching.circuit_curves.COUNTS): here too so the config imports no torch; a unit test checks they agree.
 IG_GRIDS: tuple[str, ...] = ("left", "right")
 COUNTS: tuple[str, ...] = ("round", "floor")
+# Which ranking's curve CPR is read from (issue 43): MIB reads CPR from the curve of the signed ranking (a node that
+# pushes the metric the wrong way ranks last) and CMD from the absolute one (run_evaluation.py --absolute;
+# print_results.py takes CPR from the abs-False file, CMD from the abs-True one). "absolute" reads both from the
+# absolute curve, as the study published before issue 43 did (CPR = 1 - CMD wherever f stays in [0, 1]).
+CPR_RANKINGS: tuple[str, ...] = ("signed", "absolute")
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,17 @@ class FaithfulnessConfig(PairSource):
     count: str = option("floor", choices=COUNTS, help="a size s keeps int(s * n) nodes or edges (floor, MIB's circuit "
                                                       "track) or round(s * n) (round)")
     n_boot: int = option(1000, minimum=0, help="bootstrap resamples over pairs for the intervals (0: none)")
+    cpr_ranking: str = option("signed", choices=CPR_RANKINGS, help="the curve CPR is read from: signed (the signed "
+                                                                    "ranking's, MIB's) or absolute (the |score| "
+                                                                    "ranking's, which CMD is always read from)")
+    held_out: bool = option(True, help="rank on --pairs pairs (--seed) and score the circuits on as many other pairs "
+                                       "(--scoring-seed), disjoint by prompt, as MIB scores on a split it did not "
+                                       "rank on; --no-held-out ranks and scores on the same pairs")
+    in_sample: bool = option(True, help="with --held-out, also score each ranking's circuits (absolute ranking) on "
+                                        "the pairs it was found on: the in-sample CMD and its gap to the held-out "
+                                        "one (one more curve per ranking and circuit kind)")
+    scoring_seed: int = option(-1, minimum=-1, help="seed of the scoring pairs with --held-out (-1: --seed + 1); with "
+                                        "--pairs-from, the scoring pairs are the --pairs saved pairs after the first")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -104,6 +120,18 @@ class FaithfulnessConfig(PairSource):
             raise ValueError(f"--ig-steps must be 1 or more, got {self.ig_steps}")
         if self.n_boot < 0:
             raise ValueError(f"--n-boot must be 0 or more, got {self.n_boot}")
+        if self.cpr_ranking not in CPR_RANKINGS:
+            raise ValueError(f"Unknown --cpr-ranking {self.cpr_ranking!r}; accepted: {', '.join(CPR_RANKINGS)}")
+        if self.scoring_seed < -1:
+            raise ValueError(f"--scoring-seed must be 0 or more (or -1: --seed + 1), got {self.scoring_seed}")
+        if self.held_out and self.scoring_seed == self.seed:
+            raise ValueError(f"--scoring-seed {self.scoring_seed} is --seed: the scoring pairs must be drawn with "
+                             "another seed (or -1: --seed + 1)")
+
+    @property
+    def score_seed(self) -> int:
+        """The seed the scoring pairs are built with (held out): ``scoring_seed``, or ``seed + 1``."""
+        return self.scoring_seed if self.scoring_seed >= 0 else self.seed + 1
 
     def settings(self) -> list[str]:
         """The node curves measured per ranking: ``nodes@end``, ``nodes@all`` (EAP-IG with ``edges`` adds

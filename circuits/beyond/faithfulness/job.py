@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
@@ -36,12 +37,25 @@ from circuits.models.loading import load_model
 from circuits.patching.engines.attribution import readout_of
 from circuits.patching.circuit_curves import FaithfulnessCurve, check_edge_model, circuit_curve
 from circuits.patching.core.metrics import get_metric
+from circuits.patching.core.scores import Scores
 
 
-def _per_node(heads: Tensor, mlps: Tensor) -> dict[str, Tensor]:
-    """|scores| as float32 on the CPU; a NaN (a node no pair measured) counts as 0."""
-    return {"heads": heads.detach().float().cpu().abs().nan_to_num(0.0),
-            "mlps": mlps.detach().float().cpu().abs().nan_to_num(0.0)}
+SIGNED = "_signed"  # a score's key with this suffix: the signed ranking's (heads_signed, mlps_signed, edges_signed)
+
+
+def signed_importance(scores: Scores) -> dict[str, Tensor]:
+    """Each part's signed importance per component (``sign * effect``: larger is more important, a component that
+    pushes the metric the other way is negative), float32 on the CPU, NaN as 0. Scores by offset are read at the
+    offset of the largest ``|score|`` (the first such), so ``|signed|`` is exactly what
+    :meth:`~circuits.patching.core.scores.Scores.over_positions` ranks by and the signed ranking differs from the
+    absolute one by sign alone."""
+    out = {}
+    for part, v in scores.importance().items():  # type: ignore[union-attr]
+        v = v.detach().float().cpu().nan_to_num(0.0)
+        if scores.offsets:
+            v = v.gather(-1, v.abs().argmax(-1, keepdim=True)).squeeze(-1)
+        out[part] = v
+    return out
 
 
 def engine_options(ranking: str, config: FaithfulnessConfig) -> dict[str, Any]:
@@ -61,30 +75,37 @@ def scores_edges(ranking: str, config: FaithfulnessConfig) -> bool:
 
 def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: FaithfulnessConfig,
          progress: bool = False) -> dict[str, Tensor]:
-    """The scores ``ranking`` orders nodes by: ``heads`` [layer, head], ``mlps`` [layer] (non-negative, larger is
-    more important) and, for an engine that scores edges (EAP-IG) with ``config.edges``, ``edges`` [sender, receiver] (EAP-IG's graph, in the
-    order of :func:`~circuits.patching.engines.eap_ig.eap_senders` / ``eap_receivers``; 0 where there is no edge).
+    """The scores ``ranking`` orders nodes by: ``heads`` [layer, head], ``mlps`` [layer] (the absolute ranking:
+    non-negative, larger is more important) and, for an engine that scores edges (EAP-IG) with ``config.edges``,
+    ``edges`` [sender, receiver] (in the order of :func:`~circuits.patching.circuit_curves.edge_senders` x
+    ``edge_receivers``; 0 where there is no edge); each also signed, ``heads_signed``, ``mlps_signed``,
+    ``edges_signed`` (the signed ranking, MIB's for CPR: importance ``sign * effect``, so a node that pushes the
+    metric the other way ranks last; ``|signed|`` is the absolute score).
 
     The registry's engine (:data:`~circuits.patching.engines.registry.ENGINES`) runs at its own positions (END for the exact
-    engines; every position for the others) with ``config.metric``; scores by offset are reduced to their largest
-    |score| (:meth:`~circuits.patching.core.scores.Scores.over_positions`), and every score is taken as |score|."""
+    engines; every position for the others) with ``config.metric``; scores by offset are read at the offset of their
+    largest |score| (:func:`signed_importance`; the absolute ranking is
+    :meth:`~circuits.patching.core.scores.Scores.over_positions`'s)."""
     from circuits.patching.engines.registry import ENGINES
 
     if ranking not in ENGINES:
         raise ValueError(f"Unknown ranking {ranking!r}")
-    scores = ENGINES[ranking].run(model, pairs, metric=config.metric, progress=progress, memory_mb=config.memory_mb,
-                                  **engine_options(ranking, config)).over_positions()
-    out = _per_node(scores.heads, scores.mlps)
-    if "edges" in scores.parts:
-        out["edges"] = edge_scores(model, scores["edges"], *scores.labels["edges"])
+    raw = ENGINES[ranking].run(model, pairs, metric=config.metric, progress=progress, memory_mb=config.memory_mb,
+                               **engine_options(ranking, config))
+    signed = signed_importance(raw)
+    out = {"heads": signed["heads"].abs(), "mlps": signed["mlps"].abs(),
+           "heads" + SIGNED: signed["heads"], "mlps" + SIGNED: signed["mlps"]}
+    if "edges" in raw.parts:
+        out["edges" + SIGNED] = edge_scores(model, signed["edges"], *raw.labels["edges"], absolute=False)
+        out["edges"] = out["edges" + SIGNED].abs()
     return out
 
 
 def edge_scores(model: Model, effects: Float[Tensor, "sender receiver"], senders: Sequence[Any],
-                receivers: Sequence[Any]) -> Float[Tensor, "sender receiver"]:
+                receivers: Sequence[Any], absolute: bool = True) -> Float[Tensor, "sender receiver"]:
     """EAP-IG's edge effects (its senders x receivers order: a layer's q inputs of every head, then k, then v) as the
     edge faithfulness engine reads them (:func:`~circuits.patching.circuit_curves.edge_senders` x ``edge_receivers``:
-    each head's q, k, v together), |.|, 0 where there is no edge."""
+    each head's q, k, v together), |.| (``absolute=False``: as they are), 0 where there is no edge."""
     from circuits.patching.circuit_curves import edge_receivers, edge_senders
 
     s_at = {s: i for i, s in enumerate(senders)}
@@ -94,17 +115,20 @@ def edge_scores(model: Model, effects: Float[Tensor, "sender receiver"], senders
         cols = [r_at[r] for r in edge_receivers(model)]
     except KeyError as err:
         raise ValueError(f"EAP-IG's graph has no node {err.args[0]} of the faithfulness engine's graph") from None
-    return effects.float().cpu()[rows][:, cols].abs().nan_to_num(0.0)
+    out = effects.float().cpu()[rows][:, cols].nan_to_num(0.0)
+    return out.abs() if absolute else out
 
 
 def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor], setting: str,
-            config: FaithfulnessConfig) -> FaithfulnessCurve:
+            config: FaithfulnessConfig, signed: bool = False) -> FaithfulnessCurve:
     """The faithfulness curve of the circuits ``scores`` yield in ``setting`` (``nodes@end``, ``nodes@all``: the
-    batched :func:`~circuits.patching.circuit_curves.circuit_curve` over nodes; ``edges@end``: over edges, at END);
-    m is the END quantity ``config.metric``
+    batched :func:`~circuits.patching.circuit_curves.circuit_curve` over nodes; ``edges@end``: over edges, at END),
+    by the absolute ranking or (``signed``) the signed one; m is the END quantity ``config.metric``
     reads (``logit_diff``, ``prob``, or the answer's ``logit`` for ``fraction`` and ``relative_logit``)."""
     m = readout_of(get_metric(config.metric))
-    nodes = {"edges": scores["edges"]} if setting == "edges@end" else {"heads": scores["heads"], "mlps": scores["mlps"]}
+    k = SIGNED if signed else ""
+    nodes = ({"edges": scores["edges" + k]} if setting == "edges@end"
+             else {"heads": scores["heads" + k], "mlps": scores["mlps" + k]})
     return circuit_curve(model, pairs, **nodes, sizes=config.sizes, ablation=config.ablation,
                          positions=setting.split("@")[1], metric=m, n_boot=config.n_boot, memory_mb=config.memory_mb,
                          count=config.count)
@@ -128,11 +152,13 @@ def weights_digest(model: Any) -> str:
     return h.hexdigest()
 
 
-def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str, weights: str = "") -> str:
+def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str, weights: str = "",
+         scoring: Sequence[PromptPair] | None = None) -> str:
     """What a saved part must have been made with to be reused: the config less what does not change this ranking
     (the list of rankings; EAP-IG's steps, grid and edges for the others), the ranking's own name (a part copied to
     another ranking's file is not taken for it), the model's weights (:func:`weights_digest`: a folder whose weights
-    changed is not the model that made the part) and the pairs."""
+    changed is not the model that made the part) and the pairs (ranking pairs, then scoring pairs where they
+    differ)."""
     cfg = config.to_json()
     from circuits.patching.engines.registry import ENGINES
 
@@ -144,6 +170,10 @@ def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str, 
     h.update(repr(sorted(cfg.items())).encode())
     for p in pairs:
         h.update(repr((p.reference_token_ids, p.counterfactual_token_ids, p.answer_token_id)).encode())
+    if scoring is not None:
+        h.update(b"scoring")
+        for p in scoring:
+            h.update(repr((p.reference_token_ids, p.counterfactual_token_ids, p.answer_token_id)).encode())
     return h.hexdigest()
 
 
@@ -158,15 +188,23 @@ def _load_part(path: Path, key: str) -> dict[str, Any] | None:
 
 
 def faithfulness(model: Model, pairs: Sequence[PromptPair], config: FaithfulnessConfig | None = None,
-                 progress: bool = True, parts: str | Path | None = None, **kwargs: Any) -> FaithfulnessResult:
+                 progress: bool = True, parts: str | Path | None = None, *,
+                 scoring_pairs: Sequence[PromptPair] | None = None, **kwargs: Any) -> FaithfulnessResult:
     """Score each ranking of ``config.rankings`` by the faithfulness of its circuits (``config`` fields may be given
     as keywords: ``cc.faithfulness(model, pairs, rankings=("exact-path", "eap-ig"), positions=("end",))``).
+    Each ranking is found on ``pairs`` and its circuits scored on ``scoring_pairs`` (None: on ``pairs`` themselves,
+    in-sample; the job passes a disjoint split, :func:`held_out_pairs`). Every curve is measured twice, by the
+    absolute ranking (``curves``: CMD) and by the signed one (``signed_curves``: CPR with ``cpr_ranking="signed"``);
+    where a ranking has no negative score the two rankings are one and the curve is measured once. Held out, with
+    ``config.in_sample``, the absolute ranking's circuits are also scored on ``pairs`` (``in_sample_curves``: the
+    in-sample CMD beside the held-out one).
     ``parts``: a folder where each finished ranking is kept, and reused by a later call with the same config and
     pairs."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else FaithfulnessConfig(**kwargs)
     pairs = list(pairs)
-    if not pairs:
-        raise ValueError("faithfulness needs at least one prompt pair")
+    scoring = pairs if scoring_pairs is None else list(scoring_pairs)
+    if not pairs or not scoring:
+        raise ValueError("faithfulness needs at least one prompt pair to rank on and one to score on")
     if any(scores_edges(r, config) for r in config.rankings):  # decided before the work, not after the node rankings
         try:
             check_edge_model(model)
@@ -174,6 +212,8 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
             raise ValueError(f"{e}; pass --no-edges (edges=False) to score its nodes only") from None
     scores: dict[str, dict[str, Tensor]] = {}
     curves: dict[str, dict[str, FaithfulnessCurve]] = {}
+    signed_curves: dict[str, dict[str, FaithfulnessCurve]] = {}
+    in_sample: dict[str, dict[str, FaithfulnessCurve]] = {}
     seconds: dict[str, float] = {}
     cpu_seconds: dict[str, dict[str, float]] = {}
     weights = weights_digest(model) if parts is not None else ""
@@ -181,29 +221,65 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     for ranking in bar:
         bar.set_postfix_str(ranking)
         path = Path(parts) / f"{ranking}.pt" if parts is not None else None
-        key = _key(config, pairs, ranking, weights)
+        key = _key(config, pairs, ranking, weights, scoring if scoring_pairs is not None else None)
         part = _load_part(path, key) if path is not None else None
         if part is None:
             start, cpu = time.perf_counter(), time.process_time()
             s = rank(model, pairs, ranking, config, progress=False)
             took, cpus = time.perf_counter() - start, {"ranking": time.process_time() - cpu}
-            cs = {}
+            cs, signed, inside = {}, {}, {}
             for setting in _settings(ranking, config):
                 cpu = time.process_time()
-                cs[setting] = measure(model, pairs, s, setting, config)
+                cs[setting] = measure(model, scoring, s, setting, config)
+                k = "edges" if setting == "edges@end" else None
+                same = all(torch.equal(s[p], s[p + SIGNED]) for p in ([k] if k else ["heads", "mlps"]))
+                signed[setting] = cs[setting] if same else measure(model, scoring, s, setting, config, signed=True)
+                if scoring_pairs is not None and config.in_sample:  # the same circuits on the pairs that found them
+                    inside[setting] = measure(model, pairs, s, setting, config)
                 cpus[setting] = time.process_time() - cpu
-            part = {"key": key, "scores": s, "curves": {k: c.to_dict() for k, c in cs.items()}, "seconds": took,
+            part = {"key": key, "scores": s, "curves": {k: c.to_dict() for k, c in cs.items()},
+                    "signed_curves": {k: c.to_dict() for k, c in signed.items()},
+                    "in_sample_curves": {k: c.to_dict() for k, c in inside.items()}, "seconds": took,
                     "cpu_seconds": cpus}
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 save_torch(part, path)
         scores[ranking] = part["scores"]
         curves[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["curves"].items()}
+        signed_curves[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["signed_curves"].items()}
+        if part["in_sample_curves"]:
+            in_sample[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["in_sample_curves"].items()}
         seconds[ranking] = float(part["seconds"])
         cpu_seconds[ranking] = {k: float(v) for k, v in part.get("cpu_seconds", {}).items()}
     bar.close()
-    _warn_flat_pairs(curves, len(pairs))
-    return FaithfulnessResult(config, pairs, scores, curves, seconds, cpu_seconds)
+    _warn_flat_pairs(curves, len(scoring))
+    return FaithfulnessResult(config, pairs, scores, curves, seconds, cpu_seconds, signed_curves=signed_curves,
+                              scoring_pairs=scoring, in_sample_curves=in_sample)
+
+
+def held_out_pairs(config: FaithfulnessConfig, model: Model, ranking_pairs: Sequence[PromptPair],
+                   saved: Sequence[PromptPair] | None = None) -> list[PromptPair]:
+    """The scoring pairs of a held-out run: ``config.n_pairs`` pairs built from the same templates with
+    ``config.score_seed`` (or, ``saved``: the saved pairs after the ranking ones), none sharing a prompt (reference or
+    counterfactual) with ``ranking_pairs``. Fewer than asked: a warning naming how many."""
+    from circuits.data.pairs import FewerPairsWarning, build_pairs
+
+    taken = {p.reference for p in ranking_pairs} | {p.counterfactual for p in ranking_pairs}
+    n = config.n_pairs
+    if saved is None:  # twice as many candidates: the ones sharing a prompt with the ranking pairs are dropped
+        built = build_pairs(model, config.pair_config().replace(seed=config.score_seed, n_pairs=2 * n), progress=False)
+        candidates = list(built.pairs)
+    else:
+        candidates = list(saved)[len(ranking_pairs):]
+    out = [p for p in candidates if p.reference not in taken and p.counterfactual not in taken][:n]
+    if len(out) < n:
+        where = f"seed {config.score_seed}" if saved is None else f"{config.pairs_from} after the first {len(ranking_pairs)}"
+        warnings.warn(f"{len(out)} of the {n} scoring pairs asked ({where}, none sharing a prompt with the ranking "
+                      "pairs); going on with them", FewerPairsWarning, stacklevel=2)
+    if not out:
+        raise ValueError(f"No scoring pair disjoint from the ranking pairs ({where}); pass --no-held-out to score on "
+                         "the ranking pairs, or more saved pairs")
+    return out
 
 
 def _warn_flat_pairs(curves: dict[str, dict[str, FaithfulnessCurve]], n: int) -> None:
@@ -220,23 +296,42 @@ def _warn_flat_pairs(curves: dict[str, dict[str, FaithfulnessCurve]], n: int) ->
                       stacklevel=3)
 
 
+def split_pairs(config: FaithfulnessConfig, model: Model) -> tuple[list[PromptPair], list[PromptPair] | None]:
+    """The pairs each ranking is found on and, with ``config.held_out``, the disjoint pairs its circuits are scored
+    on (:func:`held_out_pairs`; None: scored on the ranking pairs)."""
+    if config.held_out and config.pairs_from:
+        from circuits.data.source import read_saved_pairs
+
+        saved, _ = read_saved_pairs(config.pairs_from, config.model)
+        pairs = saved[: config.n_pairs]
+        return pairs, held_out_pairs(config, model, pairs, saved)
+    pairs, _ = config.load_pairs(model)
+    return pairs, held_out_pairs(config, model, pairs) if config.held_out else None
+
+
 def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = None,
         progress: bool = True) -> FaithfulnessResult:
     """The ``circuits faithfulness`` job: pairs (built or ``--pairs-from``), every ranking scored, saved to ``out``;
     a stopped run resumes from ``<out>/parts``."""
     model = model or load_model(config.model, dtype=config.dtype)
-    pairs, _ = config.load_pairs(model)
-    result = faithfulness(model, pairs, config, progress=progress, parts=Path(out) / PARTS)
+    pairs, scoring = split_pairs(config, model)
+    result = faithfulness(model, pairs, config, progress=progress, parts=Path(out) / PARTS, scoring_pairs=scoring)
     result.save(out)
     return result
 
 
 def printout(args: argparse.Namespace, config: FaithfulnessConfig, r: FaithfulnessResult, seconds: float) -> None:
     print(f"[{config.task}] {len(r.pairs)} pairs, {len(r.curves)} rankings in {seconds:.0f} s -> {args.out}/figure.html")
-    print(f"  {'ranking':<17} {'circuit':<10} {'CPR':>7} {'CMD':>7} {'ranking s':>10} {'curve s':>8}")
+    split = (f"ranked on {len(r.pairs)} pairs, scored on {len(r.scoring_pairs)} held-out pairs" if r.held_out
+             else "ranked and scored on the same pairs")
+    print(f"  {split}; CPR from the {config.cpr_ranking} ranking's curve, CMD from the absolute one's")
+    print(f"  {'ranking':<17} {'circuit':<10} {'CPR':>7} {'CMD':>7} {'CMD gap':>8} {'ranking s':>10} {'curve s':>8}")
     for row in r.table():
-        print(f"  {row['ranking']:<17} {row['setting']:<10} {row['cpr']:7.3f} {row['cmd']:7.3f} "
+        gap = f"{row['cmd_gap']:+8.3f}" if row["cmd_gap"] is not None else f"{'-':>8}"
+        print(f"  {row['ranking']:<17} {row['setting']:<10} {row['cpr']:7.3f} {row['cmd']:7.3f} {gap} "
               f"{row['ranking_seconds']:10.1f} {row['curve_seconds']:8.1f}")
+    if any(row["cmd_gap"] is not None for row in r.table()):
+        print("  CMD gap: in-sample minus held-out CMD (negative: the circuit fits the pairs it was found on better)")
     for setting in r.settings:
         best = r.best(setting)
         if best is not None:

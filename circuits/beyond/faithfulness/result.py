@@ -23,6 +23,7 @@ from circuits.results import Result
 from circuits.viz.notebook import ShowsFigure
 
 PARTS = "parts"  # the working folder of a run: one finished ranking per file
+SCORING_PAIRS = "scoring_pairs.jsonl"  # the pairs the circuits were scored on (pairs.jsonl: the ones ranked on)
 
 
 def _interval(iv: tuple[float, float]) -> tuple[float, float] | None:
@@ -60,6 +61,28 @@ class FaithfulnessResult(ShowsFigure, Result):
     # ranking -> {"ranking": CPU seconds of the ranking, <setting>: CPU seconds of that curve} (this process's CPU
     # time, which other work on a shared machine does not inflate)
     cpu_seconds: dict[str, dict[str, float]] = field(default_factory=dict)
+    # the same curves by the signed ranking (a node pushing the metric the other way ranks last): MIB's CPR curve
+    signed_curves: dict[str, dict[str, FaithfulnessCurve]] = field(default_factory=dict)
+    # the pairs the circuits were scored on; ``pairs`` are the ones each ranking was found on (held out: disjoint by
+    # prompt; in-sample: the same pairs)
+    scoring_pairs: list[PromptPair] = field(default_factory=list)
+    # held out: the absolute ranking's circuits scored on the ranking pairs themselves (the in-sample CMD)
+    in_sample_curves: dict[str, dict[str, FaithfulnessCurve]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.scoring_pairs:
+            self.scoring_pairs = list(self.pairs)
+
+    @property
+    def held_out(self) -> bool:
+        """Whether the circuits were scored on pairs other than the ones they were found on."""
+        return self.scoring_pairs != self.pairs
+
+    def cpr_curve(self, ranking: str, setting: str) -> FaithfulnessCurve:
+        """The curve CPR is read from: the signed ranking's (``cpr_ranking="signed"``, MIB's) or the absolute one's."""
+        signed = self.signed_curves.get(ranking, {}).get(setting)
+        return signed if signed is not None and self.config.cpr_ranking == "signed" else self.curves[ranking][setting]
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
@@ -78,9 +101,16 @@ class FaithfulnessResult(ShowsFigure, Result):
         return list(dict.fromkeys(s for by in self.curves.values() for s in by))
 
     def table(self) -> list[dict[str, Any]]:
-        """One row per ranking and setting: CPR, CMD (with intervals), the ranking's seconds, the curve's seconds."""
-        return [{"ranking": r, "setting": s, "cpr": c.cpr, "cmd": c.cmd, "cpr_ci": _interval(c.cpr_interval),
-                 "cmd_ci": _interval(c.cmd_interval),
+        """One row per ranking and setting: CPR (from :meth:`cpr_curve`), CMD (from the absolute ranking's curve),
+        with intervals, the ranking's seconds, the curve's seconds; ``cpr_signed`` and ``cpr_absolute`` both; held
+        out, ``cmd_in_sample`` (the same circuits on the ranking pairs) and ``cmd_gap`` (in-sample minus held-out
+        CMD), None where not measured."""
+        return [{"ranking": r, "setting": s, "cpr": self.cpr_curve(r, s).cpr, "cmd": c.cmd,
+                 "cpr_ci": _interval(self.cpr_curve(r, s).cpr_interval), "cmd_ci": _interval(c.cmd_interval),
+                 "cpr_ranking": self.config.cpr_ranking, "cpr_absolute": c.cpr,
+                 "cpr_signed": self.signed_curves[r][s].cpr if s in self.signed_curves.get(r, {}) else None,
+                 "cmd_in_sample": self.in_sample_curves[r][s].cmd if s in self.in_sample_curves.get(r, {}) else None,
+                 "cmd_gap": self.in_sample_curves[r][s].cmd - c.cmd if s in self.in_sample_curves.get(r, {}) else None,
                  "ranking_seconds": self.seconds.get(r, float("nan")), "curve_seconds": c.seconds,
                  "ranking_cpu_seconds": self.cpu_seconds.get(r, {}).get("ranking", float("nan")),
                  "curve_cpu_seconds": self.cpu_seconds.get(r, {}).get(s, float("nan"))}
@@ -93,13 +123,28 @@ class FaithfulnessResult(ShowsFigure, Result):
 
     def summary(self) -> dict[str, Any]:
         return {"model": getattr(self.config, "model", ""), "task": self.task, "n_pairs": len(self.pairs),
+                "n_scoring_pairs": len(self.scoring_pairs), "held_out": self.held_out,
+                "splits": {"ranking": self._split(self.pairs), "scoring": self._split(self.scoring_pairs)},
+                "cpr_ranking": self.config.cpr_ranking,
+                "cpr_from": "the signed ranking's curve" if self.config.cpr_ranking == "signed" else
+                            "the absolute ranking's curve", "cmd_from": "the absolute ranking's curve",
                 "metric": self.config.metric, "ablation": self.config.ablation,
                 "sizes": list(self.config.sizes), "sizes_percent": [round(100 * s, 9) for s in self.config.sizes],
                 "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "table": [{**row, "cpr_ci": list(row["cpr_ci"]) if row["cpr_ci"] else None,
                                                    "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None}
                                                   for row in self.table()],
                 "curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.curves.items()},
+                "signed_curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.signed_curves.items()},
+                "in_sample_curves": {r: {s: _row(c) for s, c in by.items()}
+                                     for r, by in self.in_sample_curves.items()},
                 "best_cmd": {s: self.best(s) for s in self.settings}}
+
+    def _split(self, pairs: list[PromptPair]) -> dict[str, Any]:
+        """One split of pairs as the summary records it: how many, the seed they were built with, their prompts."""
+        c = self.config
+        seed = None if c.pairs_from else c.seed if pairs is self.pairs or not self.held_out else c.score_seed
+        return {"n": len(pairs), "seed": seed, "pairs_from": c.pairs_from or None,
+                "references": [p.reference for p in pairs]}
 
     def figure(self, setting: str | None = None):
         """f against circuit size, one line per ranking (``setting``: default the first measured)."""
@@ -115,8 +160,19 @@ class FaithfulnessResult(ShowsFigure, Result):
         ci = {r: c for r, c in by.items() if not c.f_low.isnan().all()}  # no bootstrap (n_boot=0): no band
         from circuits.patching.engines.registry import COLORS
 
-        return faithfulness_figure(sizes, {r: c.f for r, c in by.items()}, {r: c.f_low for r, c in ci.items()},
-                                   {r: c.f_high for r, c in ci.items()}, title, COLORS)
+        # each signed ranking's curve beside its absolute one (same colour, dotted) where the two differ
+        signed = {f"{r}, signed": c[setting].f for r, c in self.signed_curves.items()
+                  if setting in c and r in by and not torch.equal(c[setting].f, by[r].f)}
+        colors = {**COLORS, **{f"{r}, signed": COLORS.get(r, "#333333") for r in self.signed_curves}}
+        f = {**{(f"{r}, absolute" if f"{r}, signed" in signed else r): c.f for r, c in by.items()}, **signed}
+        name = {r: f"{r}, absolute" if f"{r}, signed" in signed else r for r in by}
+        colors.update({f"{r}, absolute": COLORS.get(r, "#333333") for r in by})
+        title += "; CPR from the " + ("signed (dotted)" if self.config.cpr_ranking == "signed" else "absolute") + \
+            " ranking's curve, CMD from the absolute one's"
+        if self.held_out:
+            title += f"; ranked on {len(self.pairs)} pairs, scored on {len(self.scoring_pairs)} others"
+        return faithfulness_figure(sizes, f, {name[r]: c.f_low for r, c in ci.items()},
+                                   {name[r]: c.f_high for r, c in ci.items()}, title, colors, dotted=list(signed))
 
     def table_figure(self):
         from circuits.viz.analysis_figures import faithfulness_table
@@ -128,8 +184,13 @@ class FaithfulnessResult(ShowsFigure, Result):
 
         write_json(folder / "summary.json", self.summary())
         write_pairs(folder / "pairs.jsonl", self.pairs)
+        write_pairs(folder / SCORING_PAIRS, self.scoring_pairs)
         save_torch({"scores": self.scores, "curves": {r: {s: c.to_dict() for s, c in by.items()}
                                                       for r, by in self.curves.items()},
+                    "signed_curves": {r: {s: c.to_dict() for s, c in by.items()}
+                                      for r, by in self.signed_curves.items()},
+                    "in_sample_curves": {r: {s: c.to_dict() for s, c in by.items()}
+                                         for r, by in self.in_sample_curves.items()},
                     "seconds": self.seconds, "cpu_seconds": self.cpu_seconds}, folder / "faithfulness.pt")
         if self.curves:  # every setting's curves (nodes@end, nodes@all, edges), then the table of all of them
             write_figures([self.figure(s) for s in self.settings] + [self.table_figure()], folder / "figure.html")
@@ -138,5 +199,10 @@ class FaithfulnessResult(ShowsFigure, Result):
     def _read(cls, folder: Path, config: FaithfulnessConfig) -> FaithfulnessResult:
         t = load_torch(folder / "faithfulness.pt", "faithfulness")
         curves = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()} for r, by in t["curves"].items()}
+        signed = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()}
+                  for r, by in t.get("signed_curves", {}).items()}
+        inside = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()}
+                  for r, by in t.get("in_sample_curves", {}).items()}
+        scoring = read_pairs(folder / SCORING_PAIRS) if (folder / SCORING_PAIRS).is_file() else []
         return cls(config, read_pairs(folder / "pairs.jsonl"), t["scores"], curves, dict(t["seconds"]),
-                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()})
+                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()}, signed, scoring, inside)

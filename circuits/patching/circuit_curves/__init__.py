@@ -61,6 +61,7 @@ Public signature::
     edge_masks(valid, scores, sizes, count) -> (keep, n_kept, n_edges)
     area_scores(sizes, f) -> (cpr, cmd)                               # MIB's areas of one curve (or a batch)
     cmd_margin(a, b, n_boot) -> (b.cmd - a.cmd, low, high)            # paired bootstrap over the same pairs
+    cmd_margin_draws(a, b, n_boot) -> (b.cmd - a.cmd, resamples)       # for a p-value and Holm's correction
     MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 ``FaithfulnessCurve`` fields: ``sizes [size]``, ``n_kept [size]``, ``n_nodes`` (nodes or edges), ``m [size,
@@ -75,6 +76,7 @@ The package: :mod:`~circuits.patching.circuit_curves.curve` (checks, circuits of
 
 from circuits.patching.circuit_curves.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, READOUTS, FaithfulnessCurve,
                                                   NodeMasks, area_axis, area_scores, check_choice, check_metric, cmd_margin,
+                                                  cmd_margin_draws,
                                                   check_sizes, circuit_masks, curve_from, metric_of, n_kept_at)
 from circuits.patching.circuit_curves.edge_curves import (INPUT, LOGITS, EdgeReceiver, EdgeSender, check_edge_model,
                                                   edge_masks, edge_receivers, edge_senders, edge_upstream, edge_valid)
@@ -82,5 +84,5 @@ from circuits.patching.circuit_curves.node_curves import circuit_curve, circuit_
 
 __all__ = ["ABLATIONS", "COUNTS", "INPUT", "LOGITS", "MIB_SIZES", "POSITIONS", "READOUTS", "EdgeReceiver", "EdgeSender",
            "FaithfulnessCurve", "NodeMasks", "area_axis", "area_scores", "check_choice", "check_edge_model",
-           "check_metric", "check_sizes", "cmd_margin", "circuit_curve", "circuit_masks", "circuit_metric", "curve_from",
+           "check_metric", "check_sizes", "cmd_margin", "cmd_margin_draws", "circuit_curve", "circuit_masks", "circuit_metric", "curve_from",
            "edge_masks", "edge_receivers", "edge_senders", "edge_upstream", "edge_valid", "metric_of", "n_kept_at"]

@@ -264,19 +264,30 @@ def cmd_margin(a: FaithfulnessCurve, b: FaithfulnessCurve, n_boot: int = 1000, c
     """How much lower ``a``'s CMD is than ``b``'s (``b.cmd - a.cmd``), with a paired bootstrap interval: both curves
     were measured on the same pairs, so each resample draws the same pairs for both (NaN interval without
     resamples)."""
+    diff, draws = cmd_margin_draws(a, b, n_boot, seed)
+    if draws is None:
+        return diff, float("nan"), float("nan")
+    lo, hi = percentile_interval(draws, ci_level)
+    return diff, float(lo), float(hi)
+
+
+def cmd_margin_draws(a: FaithfulnessCurve, b: FaithfulnessCurve, n_boot: int = 1000,
+                     seed: int = 0) -> tuple[float, Tensor | None]:
+    """``b.cmd - a.cmd`` and its paired bootstrap resamples ``[resample]`` (None without resamples): what
+    :func:`cmd_margin`'s interval, a p-value (:func:`~circuits.patching.core.uncertainty.bootstrap_p`) and an interval
+    at a corrected level (:func:`~circuits.patching.core.uncertainty.holm`) are read from."""
     if a.m.shape[1] != b.m.shape[1]:
         raise ValueError("cmd_margin compares curves measured on the same pairs")
     diff = b.cmd - a.cmd
     if n_boot < 1:
-        return diff, float("nan"), float("nan")
+        return diff, None
     idx = resample_pairs(a.m.shape[1], n_boot, seed)
 
     def cmd_of(c: FaithfulnessCurve) -> Tensor:
         m, mf, me = c.m.double()[:, idx].mean(-1).T, c.m_full.double()[idx].mean(-1), c.m_empty.double()[idx].mean(-1)
         return area_scores(c.sizes.tolist(), (m - me[:, None]) / (mf - me)[:, None])[1]
 
-    lo, hi = percentile_interval(cmd_of(b) - cmd_of(a), ci_level)
-    return diff, float(lo), float(hi)
+    return diff, cmd_of(b) - cmd_of(a)
 
 
 def metric_of(logits: Float[Tensor, "row d_vocab"], answer: Int[Tensor, " row"], cf_answer: Int[Tensor, " row"],

@@ -110,3 +110,37 @@ def percentile_interval(samples: Tensor, level: float = 0.95) -> tuple[Tensor, T
     q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64)
     out = torch.nanquantile(samples.double(), q, dim=0)
     return out[0], out[1]
+
+
+def bootstrap_p(draws: Tensor) -> float:
+    """The two-sided bootstrap p-value of "the difference is 0" from resampled differences ``[resample]``: twice the
+    smaller share of resamples on either side of 0 (each share counted as (k + 1) / (n + 1), so no p is 0), at most
+    1; NaN resamples left out, NaN without any."""
+    d = draws.double().flatten()
+    d = d[~d.isnan()]
+    n = d.numel()
+    if n == 0:
+        return float("nan")
+    below, above = (int((d <= 0).sum()) + 1) / (n + 1), (int((d >= 0).sum()) + 1) / (n + 1)
+    return min(1.0, 2 * min(below, above))
+
+
+def holm(p_values: list[float], alpha: float = 0.05) -> tuple[list[bool], list[float]]:
+    """Holm's step-down family-wise correction over ``p_values`` (one per comparison a table makes): the i-th smallest
+    p (i = 0, 1, ...) is compared with ``alpha / (m - i)``, and the comparisons are rejected ("apart") in that order
+    until the first that is not. Returns, per comparison in the order given, whether it is rejected and the coverage
+    ``1 - alpha / (m - i)`` its corrected interval is drawn at. A NaN p (no resamples) is never rejected and its level
+    is NaN; the family ``m`` counts the others."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    finite = sorted((p, i) for i, p in enumerate(p_values) if p == p)
+    m = len(finite)
+    rejected = [False] * len(p_values)
+    levels = [float("nan")] * len(p_values)
+    going = True
+    for rank, (p, i) in enumerate(finite):
+        levels[i] = 1 - alpha / (m - rank)
+        going = going and p <= alpha / (m - rank)
+        rejected[i] = going
+    return rejected, levels
+
