@@ -46,7 +46,7 @@ def curve(f: list[float], cpr: float, cmd: float, seconds: float = 0.5, level: s
     ({"metric": "kl"}, "Unknown metric 'kl'"),
     ({"cpr_ranking": "sum"}, "accepted: signed, absolute"),
     ({"seed": 3, "scoring_seed": 3}, "--scoring-seed 3 is --seed"),
-    ({"scoring_seed": -2}, "--scoring-seed must be 0 or more"),
+    ({"scoring_seed": -2}, "--scoring-seed -2: must be at least -1"),
 ])
 def test_config_refuses_bad_input_in_one_line(kw, message):
     with pytest.raises(ValueError) as err:
@@ -456,7 +456,7 @@ def test_experiment_workers_give_one_process_s_results_and_parts(tmp_path, capsy
     assert ta["faithfulness"]["data"]["margins"] == tb["faithfulness"]["data"]["margins"]
     with pytest.raises(SystemExit):
         exp.cli([*argv, "--out", str(tmp_path / "none"), "--workers", "0"])
-    assert "--workers must be 1 or more, got 0" in capsys.readouterr().err
+    assert "--workers 0: must be at least 1" in capsys.readouterr().err
 
 
 def test_experiment_workers_stop_on_a_worker_s_error_in_one_line(tmp_path):

@@ -122,8 +122,6 @@ class FaithfulnessConfig(PairSource):
             raise ValueError(f"--n-boot must be 0 or more, got {self.n_boot}")
         if self.cpr_ranking not in CPR_RANKINGS:
             raise ValueError(f"Unknown --cpr-ranking {self.cpr_ranking!r}; accepted: {', '.join(CPR_RANKINGS)}")
-        if self.scoring_seed < -1:
-            raise ValueError(f"--scoring-seed must be 0 or more (or -1: --seed + 1), got {self.scoring_seed}")
         if self.held_out and self.scoring_seed == self.seed:
             raise ValueError(f"--scoring-seed {self.scoring_seed} is --seed: the scoring pairs must be drawn with "
                              "another seed (or -1: --seed + 1)")
