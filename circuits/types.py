@@ -30,6 +30,21 @@ DEFAULT_METRIC = "fraction"
 MIB_METRIC = "logit_diff"
 # The rule that picks key components unless told otherwise (circuits.patching.core.ranking.KeyRule parses it).
 DEFAULT_KEY_RULE = f"{DEFAULT_METRIC}>=0.05"
+
+# A key rule's two forms, "<metric><op><threshold>" and "top<k>[:<metric>]" (parsed by
+# circuits.patching.core.ranking.KeyRule; here so that labels read a rule's metric without torch).
+KEY_RULE_THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*(\S+)\s*$")
+KEY_RULE_TOP = re.compile(r"^\s*top\s*:?\s*(\d+)\s*(?::\s*([A-Za-z_][A-Za-z0-9_]*))?\s*$", re.IGNORECASE)
+
+
+def top_heads_label(k: int, key_rule: Any) -> str:
+    """What ``top_heads(k)`` took, said as measured: "top 10 heads by fraction" (the key heads the rule selected come
+    first, then the rest of the same metric's ranking, so "key heads" would claim more than the rule chose)."""
+    text = getattr(key_rule, "metric", None) and f"{key_rule.metric}>=0" or str(key_rule)
+    m = KEY_RULE_THRESHOLD.match(text)
+    t = None if m else KEY_RULE_TOP.match(text)
+    metric = m.group(1) if m else (t.group(2) or DEFAULT_METRIC) if t else None
+    return f"top {k} heads by {metric}" if metric else f"top {k} heads"
 ComponentKind = Literal["head", "mlp"]
 Site = Literal["z", "mlp_out"]  # the TransformerLens hook a component is patched at (``get_act_name(site, layer)``)
 

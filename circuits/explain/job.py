@@ -41,7 +41,7 @@ def views_result(model: Model, made: IdentifyResult, config: ViewsConfig, pairs_
     ``config.prompts_per_operation`` prompts of each of ``config.operations``, cropped to ``config.last_tokens``."""
     heads = made.top_heads(config.n_key_heads)
     prompts = [p for op in config.operations for p in list(pairs_for(op))[: config.prompts_per_operation]]
-    from circuits.identify.result import top_heads_label
+    from circuits.types import top_heads_label
 
     title = f"The {top_heads_label(len(heads), made.config.key_rule)}, key rule's heads first (Figures 7, 16)"
     page = attention_html(model, prompts, heads, title=title, last_tokens=config.last_tokens)

@@ -53,12 +53,6 @@ def _key_first(key: list[T], ranked: list[T], k: int, what: str) -> list[T]:
     return chosen
 
 
-def top_heads_label(k: int, key_rule: str | KeyRule) -> str:
-    """What ``top_heads(k)`` took, said as measured: "top 10 heads by fraction" (the key heads the rule selected come
-    first, then the rest of the same metric's ranking, so "key heads" would claim more than the rule chose)."""
-    return f"top {k} heads by {KeyRule.parse(key_rule).metric}"
-
-
 class KeyHead(tuple):
     """A key head as ``key_heads()`` returns it: the ``(head, effect)`` pair -- it unpacks, indexes and compares as
     that pair -- with the effect's bootstrap interval over pairs (``low``, ``high`` at ``level``) and ``uncertain``:

@@ -98,7 +98,7 @@ def print_knockout(args: argparse.Namespace, config: KnockoutConfig, r: Knockout
 
 
 def print_transfer(args: argparse.Namespace, config: TransferSets, r: TransferResult, seconds: float) -> None:
-    from circuits.identify.result import top_heads_label
+    from circuits.types import top_heads_label
 
     print(f"{top_heads_label(len(r.key_heads), r.config.key_rule)} out ({_heads(r.key_heads)}), {seconds:.0f} s:")
     for name, v in r.results.items():

@@ -388,7 +388,7 @@ class KnockoutResult(Result):
         """Figure 3 titled with what was knocked out: the operation and the number of pairs."""
         seeds = len(self.curve.random_accuracy)
         bands = " with 95% bootstrap intervals over pairs" if self.curve.n_pairs else ""
-        from circuits.identify.result import top_heads_label
+        from circuits.types import top_heads_label
 
         ranked = top_heads_label(max(self.curve.ks), self.config.key_rule).replace(f"top {max(self.curve.ks)}", "top-k")
         return self.curve.figure(f"Mean-ablation knockout on {self.task or 'the task'}: the {ranked} vs "

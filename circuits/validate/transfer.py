@@ -181,7 +181,7 @@ class TransferResult(Result):
     def figure(self):
         from circuits.viz.figures import before_after_figure
 
-        from circuits.identify.result import top_heads_label
+        from circuits.types import top_heads_label
 
         names = list(self.results)
         r = self.results

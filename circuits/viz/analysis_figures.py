@@ -287,8 +287,10 @@ def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor
     # the curves decide the range (a band as wide as a few pairs allow is clipped, not allowed to flatten them)
     fig.update_yaxes(range=[min(-0.2, float(ys.min()) - 0.2), max(1.2, float(ys.max()) + 0.2)])
     fig.update_yaxes(title="faithfulness f = (m(C) - m(empty)) / (m(N) - m(empty))", row=1, col=1)
-    fig.update_layout(title=wrap(title, 110), legend_title="ranking (band: bootstrap interval)", height=520,
-                      margin=dict(t=110))
+    wrapped = wrap(title, 110)  # room for every line of the title above the subplot titles
+    lines = wrapped.count("<br>") + 1  # plotly puts the first line's baseline mid-margin; the others hang below it
+    fig.update_layout(title=wrapped, legend_title="ranking (band: bootstrap interval)", height=520 + 36 * (lines - 2),
+                      margin=dict(t=44 + 36 * lines))
     return fig
 
 

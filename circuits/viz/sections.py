@@ -87,7 +87,7 @@ def _top_label(f: Found, k: int) -> str:
 
 
 def _top_label_of(rule: Any, k: int) -> str:
-    from circuits.identify.result import top_heads_label
+    from circuits.types import top_heads_label
 
     return top_heads_label(k, rule) if isinstance(rule, str) and rule else f"top {k} heads"
 

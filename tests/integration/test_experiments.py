@@ -82,7 +82,7 @@ def test_table_flags_are_shared_and_full_size_changes_defaults():
     assert c2.eval_tasks == ("gsm8k", "arithmetic", "mmlu") and c2.mlp_counts == (1, 2)
     with pytest.raises(ValueError):
         t1.Config(eval_tasks=("nope",))
-    with pytest.raises(ValueError, match="--choice-limit must be 1 or more"):
+    with pytest.raises(ValueError, match="--choice-limit 0: must be at least 1"):
         t1.Config(choice_limit=0)
 
 

@@ -23,7 +23,6 @@ rules, knockout curves, fine-tuning, screens, edges, neurons and the figures all
 from __future__ import annotations
 
 import math
-import re
 import warnings
 from dataclasses import dataclass
 
@@ -33,13 +32,12 @@ from torch import Tensor
 
 from circuits.patching.core.metrics import DEFAULT_METRIC, METRICS
 from circuits.types import DEFAULT_KEY_RULE as _DEFAULT_KEY_RULE
-from circuits.types import Head
+from circuits.types import KEY_RULE_THRESHOLD, KEY_RULE_TOP, Head
 
 DEFAULT_KEY_RULE = _DEFAULT_KEY_RULE  # declared with the vocabulary: configs read it without torch
 assert DEFAULT_KEY_RULE.startswith(DEFAULT_METRIC), "the default key rule ranks by the default metric"
 Ranked = tuple[Head, float]
-_THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*(\S+)\s*$")
-_TOP = re.compile(r"^\s*top\s*:?\s*(\d+)\s*(?::\s*([A-Za-z_][A-Za-z0-9_]*))?\s*$", re.IGNORECASE)
+_THRESHOLD, _TOP = KEY_RULE_THRESHOLD, KEY_RULE_TOP
 _ACCEPTED = ("METRIC<VALUE, METRIC<=VALUE, METRIC>VALUE, METRIC>=VALUE or topK[:METRIC], with METRIC one of "
              f"{', '.join(METRICS)} (e.g. 'relative_logit<-0.05', 'fraction>=0.05', 'top10')")
 
