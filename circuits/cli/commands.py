@@ -35,7 +35,8 @@ def add_output_arguments(parser: argparse.ArgumentParser, help: str, default: st
     else:
         parser.add_argument("--out", default=default, help=f"{help} (default: {default})")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace --out even when it holds something a circuits job of this kind did not write")
+                        help="replace --out even when it holds another kind of circuits result (never a folder holding "
+                             "anything no circuits job wrote, nor an input of this command)")
 
 
 @contextlib.contextmanager
@@ -66,9 +67,10 @@ def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: b
 
 
 def reads_of(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """The files and folders a command reads that its ``--out`` must keep clear of: ``--pairs-file``, ``--heads-from``."""
-    return [(flag, getattr(args, name)) for flag, name in (("--pairs-file", "pairs_file"), ("--heads-from", "heads_from"))
-            if getattr(args, name, None)]
+    """The files and folders a command reads that its ``--out`` must keep clear of: ``--pairs-file``, ``--heads-from``,
+    ``--pairs-from``."""
+    flags = (("--pairs-file", "pairs_file"), ("--heads-from", "heads_from"), ("--pairs-from", "pairs_from"))
+    return [(flag, getattr(args, name)) for flag, name in flags if getattr(args, name, None)]
 
 
 def subcommand(sub: argparse._SubParsersAction, name: str, description: str) -> argparse.ArgumentParser:

@@ -49,6 +49,8 @@ def test_an_out_inside_the_heads_from_folder_is_refused(tmp_path, capsys):
         assert cli_main(["knockout", "--heads-from", str(ident), "--no-progress", "--out", str(out),
                          "--overwrite"]) == 2
         assert why in _one_line(capsys)
+    assert cli_main(["positions", "--pairs-from", str(ident), "--no-progress", "--out", str(ident / "pos")]) == 2
+    assert "lies inside --pairs-from" in _one_line(capsys)
     assert sorted(p.name for p in ident.iterdir()) == before
 
 
