@@ -215,11 +215,19 @@ class Config:
                     v = tuple(tuple(x) if isinstance(x, list) else x for x in v)
                     if _element_kind(f) is int:  # a list flag with no default saved its text ("0","1") before issue 41
                         v = tuple(int(x) if isinstance(x, str) and x.strip().lstrip("-").isdigit() else x for x in v)
+                want = _SCALARS.get(str(f.type).strip())
+                if want is not None and not isinstance(v, want):
+                    raise ValueError(f"field {f.name!r} is {str(v)[:40]} ({type(v).__name__}), not {f.type}")
                 out[f.name] = v
         return cls(**out)
 
     def replace(self: C, **changes: Any) -> C:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+
+# A saved value of a field declared exactly as one of these must be of that type (``"model": 5`` is refused when the
+# config is read, naming the field, not later where the model loads). Numbers are checked by their declared ranges.
+_SCALARS: dict[str, Any] = {"str": str, "bool": bool}
 
 
 def same_config(saved: dict[str, Any], config: Config) -> bool:

@@ -190,11 +190,11 @@ def read_json(path: str | Path, limit: int | None = None) -> Any:
 
 
 def read_text(path: str | Path, limit: int | None = None) -> str:
-    """UTF-8 text from ``path`` (a regular file, :func:`check_regular`); a missing or undecodable file is one error
-    that names it."""
+    """UTF-8 text from ``path`` (a regular file, :func:`check_regular`; a leading byte-order mark, as some editors
+    write, is dropped); a missing or undecodable file is one error that names it."""
     path = check_regular(path, limit)
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:
         raise FileNotFoundError(f"{path} not found") from None
     except UnicodeDecodeError as err:
@@ -202,7 +202,7 @@ def read_text(path: str | Path, limit: int | None = None) -> str:
 
 
 def read_jsonl(path: str | Path) -> list[Any]:
-    """JSON Lines; a bad line is one error naming the file and line."""
+    """JSON Lines; a bad or too deeply nested line is one error naming the file and line."""
     path = Path(path)
     out = []
     for i, line in enumerate(read_text(path).split("\n"), 1):
@@ -212,6 +212,8 @@ def read_jsonl(path: str | Path) -> list[Any]:
             out.append(json.loads(line))
         except json.JSONDecodeError as err:
             raise ValueError(f"{path}, line {i}: not valid JSON ({err}); the file may be truncated") from None
+        except RecursionError:
+            raise ValueError(f"{path}, line {i}: nested too deeply to be a circuits pair or row") from None
     return out
 
 

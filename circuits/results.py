@@ -22,10 +22,11 @@ import dataclasses
 import importlib
 import math
 import os
+import re
 import tempfile
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
@@ -176,6 +177,46 @@ def _refusal(out: Path, shown: str | Path, kind: str, container: bool) -> str | 
     return None
 
 
+# Working folders an ``in_place`` job keeps inside its result folder (a stopped run resumes from them), and the lock
+# files a job holds on a sub-folder (``identify --task all``): circuits wrote them too.
+WORK_FOLDERS = frozenset({"parts", "identify"})
+_LOCK = re.compile(r"^\..+\.lock$")
+
+
+def _foreign(folder: Path, depth: int = 0) -> list[Path]:
+    """What in ``folder`` no circuits job wrote: anything not named as a job's file (:data:`CIRCUITS_FILES`), a work
+    folder or a lock, a symbolic link, or a sub-folder that is not a circuits result holding only such things (a
+    ``.git``, a user's notes, a pairs file). ``--overwrite`` replaces a job's files, never these."""
+    found = []
+    for p in _contents(folder):
+        if p.is_symlink():
+            found.append(p)
+        elif p.name in CIRCUITS_FILES or p.name in WORK_FOLDERS or (_LOCK.match(p.name) and p.is_file()):
+            continue
+        elif p.is_dir() and depth < 4 and detect_kind(p) is not None:
+            found += _foreign(p, depth + 1)
+        else:
+            found.append(p)
+    return found
+
+
+def check_inputs(out: str | Path, reads: Iterable[tuple[str, str | Path]]) -> None:
+    """Refuse, before any work, an ``--out`` that is or holds one of the command's inputs (``reads``: flag and path,
+    e.g. ``("--pairs-file", "proj/p.jsonl")``), or lies inside one (``knockout --heads-from id --out id/ko``): a
+    result never replaces nor nests inside what it was made from."""
+    target = real_path(out)
+    for flag, path in reads:
+        if not path:
+            continue
+        src = real_path(path)
+        if src == target or target in src.parents:
+            raise OutputError(f"--out {out} would replace {flag} {path}, an input of this command; choose another "
+                              "--out")
+        if src in target.parents:
+            raise OutputError(f"--out {out} lies inside {flag} {path}, an input of this command; a result is never "
+                              "written into what it reads. Choose an --out outside it")
+
+
 _GRANTED: contextvars.ContextVar[tuple[Path, ...]] = contextvars.ContextVar("circuits_overwrite", default=())
 
 
@@ -219,6 +260,12 @@ def check_output(out: str | Path, kind: str, *, overwrite: bool = False, contain
             return out
         raise OutputError(f"--out {out} is an existing file; a {kind} result is a folder. Choose another --out, or "
                           "pass --overwrite to replace the file")
+    if target.is_dir() and overwrite:  # it replaces circuits' own files, never what no circuits job wrote
+        foreign = _foreign(target)
+        if foreign:
+            raise OutputError(f"--out {out} holds {_names(foreign)}, which no circuits job wrote; --overwrite only "
+                              "replaces circuits results, never a folder holding anything else. Move them out, or "
+                              "choose another --out")
     if target.is_dir() and not overwrite:
         why = _refusal(target, out, kind, container)
         if why is not None:

@@ -16,7 +16,7 @@ import inspect
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from circuits.config import add_arguments, check_arguments, from_arguments
@@ -25,7 +25,7 @@ from circuits.identify.config import IdentifyConfig
 from circuits.io import OutputError, output_lock
 from circuits.jobs import Job, job, load
 from circuits.patching.engines.registry import END_SWEEP_ENGINES
-from circuits.results import check_output, overwrite_granted
+from circuits.results import check_inputs, check_output, overwrite_granted
 from circuits.sft.config import ExportConfig, FinetuneConfig
 
 
@@ -35,19 +35,23 @@ def add_output_arguments(parser: argparse.ArgumentParser, help: str, default: st
     else:
         parser.add_argument("--out", default=default, help=f"{help} (default: {default})")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace --out even when it holds something a circuits job of this kind did not write")
+                        help="replace --out even when it holds another kind of circuits result (never a folder holding "
+                             "anything no circuits job wrote, nor an input of this command)")
 
 
 @contextlib.contextmanager
 def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: bool = False,
-            check: Callable[[Path, bool], object] | None = None) -> Iterator[Path]:
-    """Check that a ``kind`` job may write to ``out`` (``check`` for single-file outputs), then hold its lock.
+            check: Callable[[Path, bool], object] | None = None,
+            reads: Iterable[tuple[str, str | Path]] = ()) -> Iterator[Path]:
+    """Check that a ``kind`` job may write to ``out`` (``check`` for single-file outputs) and that ``out`` neither
+    holds nor lies inside one of the command's inputs (``reads``, :func:`reads_of`), then hold its lock.
 
     Under torchrun every rank checks (the same verdict everywhere, so no rank waits for one that stopped) and rank 0,
     the only writer, holds the lock."""
     from circuits import distributed
 
     out = Path(out)
+    check_inputs(out, reads)
     if check is not None:
         if out.is_symlink():  # a file is written by renaming over it, which would replace the link, not its target
             raise OutputError(f"--out {out} is a symbolic link (to {os.readlink(out)}); name the file itself, or a "
@@ -60,6 +64,13 @@ def writing(out: str | Path, kind: str, overwrite: bool = False, *, container: b
         return
     with output_lock(out), (overwrite_granted(out) if overwrite else contextlib.nullcontext()):
         yield out
+
+
+def reads_of(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The files and folders a command reads that its ``--out`` must keep clear of: ``--pairs-file``, ``--heads-from``,
+    ``--pairs-from``."""
+    flags = (("--pairs-file", "pairs_file"), ("--heads-from", "heads_from"), ("--pairs-from", "pairs_from"))
+    return [(flag, getattr(args, name)) for flag, name in flags if getattr(args, name, None)]
 
 
 def subcommand(sub: argparse._SubParsersAction, name: str, description: str) -> argparse.ArgumentParser:
@@ -84,7 +95,7 @@ def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.Argument
         start = time.perf_counter()
         config = from_arguments(config_type, args)
         run, printout = job.runner(), load(job.printout)
-        with writing(args.out, job.kind, args.overwrite):
+        with writing(args.out, job.kind, args.overwrite, reads=reads_of(args)):
             result = run(config, args.out, progress=job.progress and not args.no_progress)
         printout(args, config, result, time.perf_counter() - start)
         return 0
@@ -136,7 +147,8 @@ def command_identify(args: argparse.Namespace) -> int:
 
     config = config_from(args)
     start = time.perf_counter()
-    with writing(args.out, "identify", args.overwrite, container=config.task == "all"):
+    all_tasks = config.task == "all"
+    with writing(args.out, "identify", args.overwrite, container=all_tasks, reads=reads_of(args)):
         identify_job.run(config, args.out, n_devices=args.n_devices, progress=not args.no_progress)
     if distributed.is_main():
         print(f"Figures ({time.perf_counter() - start:.0f} s in all, the model's loading included):")
@@ -187,7 +199,7 @@ def command_finetune(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     sft_job.device_for(config, args.device, args.n_devices)  # bad combinations: one line, before anything is written
-    with writing(args.out, "finetune", args.overwrite):
+    with writing(args.out, "finetune", args.overwrite, reads=reads_of(args)):
         if args.overwrite and D.is_main():
             clear_run(args.out)
         D.barrier()

@@ -428,9 +428,39 @@ def render_pair(
 # --- sampling and filtering -------------------------------------------------------------------
 
 
+def _ids(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def read_pairs(path: str | Path) -> list[PromptPair]:
-    """The pairs of a ``pairs.jsonl`` file (one :meth:`PromptPair.to_json` a line), as results save them."""
-    return [PromptPair.from_json(r) for r in read_jsonl(path)]
+    """The pairs of a ``pairs.jsonl`` file (one :meth:`PromptPair.to_json` a line), as results save them; a line
+    whose token ids are not non-negative integers is one ``ValueError`` naming the file, line and field (a negative
+    id would index the vocabulary from its end, silently)."""
+    pairs = []
+    for i, row in enumerate(read_jsonl(path), 1):
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}, line {i}: expected a pair object, got {str(row)[:80]}")
+        for key in ("answer_token_id", "reference_token_ids", "counterfactual_token_ids"):
+            bad = [x for x in _ids(row.get(key)) if type(x) is not int or x < 0]
+            if key not in row or bad:
+                raise ValueError(f"{path}, line {i}: {key} must be {'a token id' if key[-1] == 'd' else 'token ids'} "
+                                 f"(integers >= 0), got {str(row.get(key))[:80]}")
+        try:
+            pairs.append(PromptPair.from_json(row))
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"{path}, line {i}: not a saved prompt pair ({err})") from None
+    return pairs
+
+
+def check_token_ids(pairs: Sequence[PromptPair], d_vocab: int, where: str | Path) -> None:
+    """Refuse, before any work, pairs read from ``where`` whose token ids the model's vocabulary (``d_vocab``) lacks:
+    one line naming the file, the pair and the field."""
+    for i, p in enumerate(pairs, 1):
+        for key in ("answer_token_id", "reference_token_ids", "counterfactual_token_ids"):
+            high = max(_ids(getattr(p, key)), default=0)
+            if high >= d_vocab:
+                raise ValueError(f"{where}, pair {i}: {key} holds token id {high}, outside this model's vocabulary of "
+                                 f"{d_vocab}; the pairs were made for another tokenizer, or edited")
 
 
 def write_pairs(path: str | Path, pairs: Sequence[PromptPair]) -> None:

@@ -67,7 +67,10 @@ class PairSource(PairSpec):
     def load_pairs(self, model: Model) -> tuple[list[PromptPair], dict[str, Any]]:
         """The pairs and what the model did on the candidates."""
         if self.pairs_from:
+            from circuits.data.pairs import check_token_ids
+
             pairs, stats = read_saved_pairs(self.pairs_from, self.model)
+            check_token_ids(pairs, model.cfg.d_vocab, Path(self.pairs_from) / "pairs.jsonl")
             if len(pairs) < self.n_pairs:
                 from circuits.data.pairs import FewerPairsWarning
 

@@ -42,7 +42,11 @@ def source_result(config: FromIdentify, model: Model, *, progress: bool = True) 
     """The identify result the heads come from: the one saved in ``config.heads_from``, or made now from the config's
     identify fields (in memory, not saved)."""
     if config.heads_from:
-        return load_identify(config.heads_from)
+        from circuits.data.pairs import check_token_ids
+
+        made = load_identify(config.heads_from)
+        check_token_ids(made.pairs, model.cfg.d_vocab, Path(config.heads_from) / "pairs.jsonl")
+        return made
     import warnings
 
     from circuits.identify.job import identify

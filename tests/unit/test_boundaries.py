@@ -358,13 +358,49 @@ def test_overwrite_granted_up_front_holds_for_the_jobs_own_save(tmp_path):
 
     r = identify_from_effects()
     out = tmp_path / "res"
-    (out / ".git").mkdir(parents=True)
+    out.mkdir()
+    (out / "summary.json").write_text("{}")  # a name circuits writes, with no marker: an interrupted job's file
     with pytest.raises(OutputError, match="pass --overwrite"):
         with writing(out, "identify", False):
             pass
     with writing(out, "identify", True):  # what `circuits identify --overwrite` does: checked once, then the work
         r.save(out)  # the job's own save, which checks again without the flag: before, "pass --overwrite"
-    assert (out / "circuits.json").is_file() and not (out / ".git").exists()
+    assert (out / "circuits.json").is_file() and (out / "summary.json").read_text() != "{}"
+
+
+def test_overwrite_never_deletes_what_no_circuits_job_wrote(tmp_path):
+    """Issue 41 (DATA-LOSS): ``--overwrite`` over a folder holding ``.git`` (or notes, a sub-folder of the user's)
+    deleted it with the result; now refused up front, with or without the flag, and nothing is touched."""
+    from result_cases import identify_from_effects
+
+    from circuits.cli.commands import writing
+    from circuits.io import OutputError
+
+    identify_from_effects().save(tmp_path / "res")
+    for name, make in ((".git", lambda p: (p / "HEAD").write_text("ref")), ("notes.txt", None),
+                       ("mine", lambda p: (p / "x.txt").write_text("x"))):
+        out = tmp_path / f"res-{name}"
+        import shutil
+
+        shutil.copytree(tmp_path / "res", out)
+        target = out / name
+        if make is None:
+            target.write_text("years of work")
+        else:
+            target.mkdir()
+            make(target)
+        for overwrite in (False, True):
+            with pytest.raises(OutputError) as err:
+                with writing(out, "identify", overwrite):
+                    pytest.fail("the job ran")
+            assert name in str(err.value) and "\n" not in str(err.value)
+        assert target.exists() and (out / "circuits.json").is_file()
+    # a stale lock file and a finished result of another kind are circuits' own: --overwrite replaces them
+    out = tmp_path / "res"
+    (out / ".sub.lock").write_text("")
+    with writing(out, "identify", True):
+        identify_from_effects().save(out)
+    assert (out / "circuits.json").is_file()
 
 
 def test_a_marker_naming_a_users_file_does_not_make_it_replaceable(tmp_path):

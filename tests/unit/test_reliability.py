@@ -29,7 +29,8 @@ def test_foreign_folders_files_and_the_current_folder_are_refused(tmp_path, monk
     assert check_output(tmp_path / "new" / "deeper", "identify")  # may be created
     (tmp_path / "empty").mkdir()
     assert check_output(tmp_path / "empty", "identify")
-    assert check_output(project, "identify", overwrite=True)
+    with pytest.raises(OutputError, match="notes/, which no circuits job wrote"):  # issue 41: --overwrite too
+        check_output(project, "identify", overwrite=True)
     assert (project / "notes" / "thesis.txt").read_text() == "years of work"
     monkeypatch.chdir(project)
     with pytest.raises(OutputError, match="current folder"):
