@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from circuits.patching.engines.edge_sweep import EdgeSweep
-from circuits.patching.core.metrics import get_metric
 from circuits.patching.core.ranking import order
 from circuits.types import Component, Receiver
 
