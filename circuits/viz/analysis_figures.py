@@ -160,11 +160,11 @@ def neuron_knockout_figure(shares: Sequence[float], top: Sequence[float], random
 _PORT = {"q": 0.22, "k": 0.0, "v": -0.22}  # where a head receiver's query, key and value inputs enter its node
 
 
-def _node_xy(name: str, last_layer: float, mid: float) -> tuple[float, float]:
-    """A node's place: x = its layer (the input at -1, the logits one past the last layer), y = its head index, the
-    layer's MLP one row below head 0 (``MLP19`` at (19, -1.5), ``20.8`` at (20, 8))."""
+def _node_xy(name: str, last_layer: float, mid: float, first_layer: float = 0.0) -> tuple[float, float]:
+    """A node's place: x = its layer (the input one before the first layer drawn, the logits one past the last), y =
+    its head index, the layer's MLP one row below head 0 (``MLP19`` at (19, -1.5), ``20.8`` at (20, 8))."""
     if name == "input":
-        return -1.0, mid
+        return first_layer - 1.0, mid
     if name == "logits":
         return last_layer + 1.0, mid
     if name.startswith("MLP"):
@@ -201,8 +201,8 @@ def circuit_graph(edges: Sequence[tuple], title: str, metric: Any = DEFAULT_METR
     nodes = list(dict.fromkeys([comp(e[0]) for e in edges] + [comp(e[1]) for e in edges]))
     layers = [_node_xy(n, 0, 0)[0] for n in nodes if n not in ("logits", "input")]
     heads_y = [_node_xy(n, 0, 0)[1] for n in nodes if n not in ("logits", "input")]
-    last, mid = max(layers, default=0.0), (max(heads_y, default=0.0) - 1.5) / 2
-    pos = {n: _node_xy(n, last, mid) for n in nodes + ["input"]}
+    first, last, mid = min(layers, default=0.0), max(layers, default=0.0), (max(heads_y, default=0.0) - 1.5) / 2
+    pos = {n: _node_xy(n, last, mid, first) for n in nodes + ["input"]}
     peak = max((abs(e[2]) for e in edges if e[2] == e[2]), default=1.0) or 1.0
     scale = plotly.colors.get_colorscale(importance_scale(sign))
     fig = go.Figure()
@@ -214,17 +214,21 @@ def circuit_graph(edges: Sequence[tuple], title: str, metric: Any = DEFAULT_METR
         channel = b.rsplit(".", 1)[1] if b != target else ""
         y1 += _PORT.get(channel, 0.0)
         k = pair_count[(a, target)] = pair_count.get((a, target), 0) + 1
-        xs, ys = _curve(x0, y0, x1, y1, 0.12 * (x1 - x0) ** 0.5 * (1 if k % 2 else -1) * (1 + k // 2))
+        side = -1 if y0 == y1 == -1.5 else (1 if k % 2 else -1)  # along the MLP row: arcs below it, nested by length
+        span = abs(x1 - x0) + 0.4 * abs(y1 - y0) * (x0 == x1)  # a head into its own layer's MLP: arcs nest by height
+        xs, ys = _curve(x0, y0, x1, y1, side * (0.25 * span ** 0.75 + 0.15 * (k // 2)))
         what = {"q": "its query", "k": "its key", "v": "its value"}.get(channel, "the MLP's input" if b.startswith("MLP") else "")
         text = (f"{a} → {b}<br>{name} {v:+.4g}" + (f"<br>95% interval [{ci[0]:+.4g}, {ci[1]:+.4g}]"
                                                    + (f" over {n_pairs} pairs" if n_pairs else "") if ci else "")
                 + (f"<br>into {target}'s {what.removeprefix('its ')}" if channel else "")
                 + ("<br>the receiver's own effect on the answer (path patching to the logits)" if b == "logits" else ""))
         frac = 0.5 + 0.5 * max(-1.0, min(1.0, v / peak)) if v == v else 0.5
+        width = 1 + 7 * abs(v) / peak if v == v else 1
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", showlegend=False, hoverinfo="skip",  # a grey rim: an edge
+                                 line={"width": width + 1.5, "color": "#8c8c8c"}))  # near 0 (white) stays visible
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{a} → {b}", showlegend=False, text=[text] * len(xs),
                                  hovertemplate="%{text}<extra></extra>", hoveron="points",
-                                 line={"width": 1 + 7 * abs(v) / peak if v == v else 1,
-                                       "color": plotly.colors.sample_colorscale(scale, [frac])[0]}))
+                                 line={"width": width, "color": plotly.colors.sample_colorscale(scale, [frac])[0]}))
     for w in (1.0, 0.5, 0.1):  # the width key
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"|{name}| = {w * peak:.3g}",
                                  line={"width": 1 + 7 * w, "color": "#555"}, legendgroup="width",
@@ -240,15 +244,19 @@ def circuit_graph(edges: Sequence[tuple], title: str, metric: Any = DEFAULT_METR
     for label, group, symbol, size, outline in kinds:
         fig.add_trace(go.Scatter(x=[pos[n][0] for n in group], y=[pos[n][1] for n in group], mode="markers+text",
                                  name=label, text=group, textposition="top center", legendgroup="nodes",
+                                 textfont={"size": 10},
                                  hovertext=[("the token embeddings (not patched as a sender here)" if n == "input" else n)
                                             for n in group], hovertemplate="%{hovertext}<extra></extra>",
                                  marker={"symbol": symbol, "size": size, "color": "#f2f2f2",
                                          "line": {"color": "#222", "width": outline}}))
     top_head = int(max(heads_y, default=0.0))
+    ticks = [first - 1] + list(range(int(first), int(last) + 1)) + [last + 1]
     fig.update_layout(title=wrap(title + f" ({name}; {LEGEND}, blue: the other way)", 110), height=620,
-                      xaxis={"title": "layer", "dtick": 1, "zeroline": False, "range": [-1.6, last + 1.6]},
+                      plot_bgcolor="white",
+                      xaxis={"title": "layer", "zeroline": False, "range": [first - 1.6, last + 1.6], "tickvals": ticks,
+                             "ticktext": ["input"] + [str(t) for t in ticks[1:-1]] + ["logits"], "gridcolor": "#eee"},
                       yaxis={"title": "head", "zeroline": False, "tickvals": [-1.5] + list(range(top_head + 1)),
-                             "ticktext": ["MLP"] + [f"h{h}" for h in range(top_head + 1)]},
+                             "ticktext": ["MLP"] + [f"h{h}" for h in range(top_head + 1)], "gridcolor": "#eee"},
                       legend={"x": 1.02, "y": 1, "yanchor": "top"}, margin={"r": 200})
     return fig
 

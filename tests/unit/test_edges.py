@@ -90,7 +90,11 @@ def test_the_circuit_graph_draws_every_summary_edge_layered_with_a_scale(tiny_ll
     import plotly.colors
     assert [list(c) for c in bars[0].marker.colorscale] == [list(c) for c in plotly.colors.get_colorscale(importance_scale(1))]
     # the strongest edge is the widest; hover shows the value and the interval a plain bootstrap gives
-    lines = [t for t in fig.data if t.mode == "lines" and "→" in t.name]
+    lines = [t for t in fig.data if t.mode == "lines" and "→" in (t.name or "")]
+    data = list(fig.data)  # each edge lies on a grey rim 1.5 px wider: an edge near 0 (white) stays visible
+    for t in lines:
+        rim = data[data.index(t) - 1]
+        assert rim.line.color == "#8c8c8c" and rim.line.width == pytest.approx(t.line.width + 1.5) and rim.x == t.x
     assert max(lines, key=lambda t: t.line.width).name == max(
         (f"{s} → {rec}" for rec, ss in summary.items() for s, _ in ss), key=lambda n: abs(dict(
             (f"{s} → {rec}", v) for rec, ss in summary.items() for s, v in ss)[n]))
