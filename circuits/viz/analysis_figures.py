@@ -238,7 +238,7 @@ def circuit_graph(edges: Sequence[tuple], title: str, metric: Any = DEFAULT_METR
                                      "showscale": True, "colorbar": {"title": {"text": colorbar_title(name, sign), "side": "top"},
                                                                      "thickness": 12, "x": 1.02, "len": 0.6, "y": 0.3,
                                                                      "yanchor": "middle"}}))
-    kinds = [("receiver (edges measured into it)", [n for n in nodes if n in receivers], "diamond", 18, 3),
+    kinds = [("receiver (edges measured into it;<br>a head's q, k, v enter high, mid, low)", [n for n in nodes if n in receivers], "diamond", 18, 3),
              ("sender", [n for n in nodes if n not in receivers and n != "logits"], "circle", 12, 1),
              ("input / logits", ["input", "logits"], "square", 14, 1)]
     for label, group, symbol, size, outline in kinds:
