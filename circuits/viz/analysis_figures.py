@@ -18,7 +18,7 @@ from torch import Tensor
 from circuits.types import DEFAULT_METRIC
 from circuits.viz.figures import LEGEND, _arr, _rate_top, colorbar_title, importance_scale, knockout_figure, metric_info, wrap
 
-ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728"}
+ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#ff7f0e"}
 
 
 def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequence[str], kinds: Sequence[str],
