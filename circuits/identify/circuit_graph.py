@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from circuits.patching.engines.edge_sweep import EdgeSweep
-from circuits.patching.core.metrics import get_metric
 from circuits.patching.core.ranking import order
 from circuits.types import Component, Receiver
 
@@ -36,37 +35,48 @@ def resolve_receivers(text: str, result: Any) -> list[Receiver]:
     return Receiver.parse_many([str(cands[i][0]) for i in ranked])
 
 
-def circuit_edges(edges: EdgeSweep, receiver_effects: dict[str, float], metric: str, top: int = 4) -> tuple[list, dict]:
-    """The edges a circuit graph draws: each receiver's ``top`` senders (the channel with the largest effect for a
-    head), and each receiver's own edge to the logits; with the x position (layer) of every node."""
-    m = get_metric(metric)
-    eff = edges.effects(m)
-    out, layers = [], {"logits": float(max((r.layer for r in edges.receivers), default=0) + 1.5)}
+def edge_intervals(edges: EdgeSweep, metric: str, n_boot: int = 200, level: float = 0.95,
+                   seed: int = 0) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """Percentile bootstrap intervals ``[sender, receiver]`` (low, high) of every edge's effect over ``n_boot``
+    resamples of the pairs (as :func:`circuits.patching.core.uncertainty.bootstrap` does for heads); None with fewer
+    than two pairs."""
+    from circuits.patching.core.uncertainty import _Resample, percentile_interval, resample_pairs
+
+    m = edges.metric(metric)
+    n_pairs = int(edges.baseline.answer.shape[-1])
+    if n_pairs < 2:
+        return None
+    idx = resample_pairs(n_pairs, n_boot, seed)
+    draws = []
+    for start in range(0, n_boot, 25):
+        rows = idx[start:start + 25]
+        draws.append(m.effect(_Resample(edges.readouts, rows), _Resample(edges.baseline, rows)).movedim(-1, 0))
+    return percentile_interval(torch.cat(draws).float(), level)
+
+
+def circuit_edges(edges: EdgeSweep, receiver_effects: dict[str, float], metric: str, top: int = 10,
+                  intervals: bool = True) -> list[tuple]:
+    """The edges a circuit graph draws: exactly those of :func:`edge_summary` (each receiver's ``top`` senders, a
+    head receiver's q, k and v inputs each on their own), as ``(sender, receiver, value, (low, high) or None)``, then
+    each receiver component's own effect on the logits ``(component, "logits", value, None)``."""
+    ci = edge_intervals(edges, metric) if intervals else None
+    out: list[tuple] = []
+    for j, r in enumerate(edges.receivers):
+        for s, v in edges.top_senders(r, top, metric):
+            i = edges.senders.index(s)
+            out.append((str(s), str(r), float(v), (float(ci[0][i, j]), float(ci[1][i, j])) if ci is not None else None))
     for comp in dict.fromkeys(r.component for r in edges.receivers):
-        cols = [j for j, r in enumerate(edges.receivers) if r.component == comp]
-        best: dict[Component, tuple[float, str]] = {}
-        for j in cols:
-            for i, s in enumerate(edges.senders):
-                v = float(eff[i, j])
-                if v == v and (s not in best or abs(v) > abs(best[s][0])):
-                    best[s] = (v, edges.receivers[j].channel or "")
-        items = list(best.items())
-        ranked = [items[i] for i in order(torch.tensor([v for _, (v, _) in items]), m.sign)[:top].tolist()]
-        name = str(comp)
-        layers[name] = comp.layer + (0.5 if comp.kind == "mlp" else 0.0)
-        for s, (v, ch) in ranked:
-            layers.setdefault(str(s), s.layer + (0.5 if s.kind == "mlp" else 0.0))
-            out.append((str(s), name, v, ch))
-        if name in receiver_effects:
-            out.append((name, "logits", receiver_effects[name], ""))
-    return out, layers
+        if str(comp) in receiver_effects:
+            out.append((str(comp), "logits", float(receiver_effects[str(comp)]), None))
+    return out
 
 
-def circuit_figure(edges: EdgeSweep, receiver_effects: dict[str, float], metric: str, title: str, top: int = 4):
+def circuit_figure(edges: EdgeSweep, receiver_effects: dict[str, float], metric: str, title: str, top: int = 10):
+    """The layered circuit graph of :func:`circuit_edges` (every edge ``summary.json`` lists, with its interval)."""
     from circuits.viz.analysis_figures import circuit_graph
 
-    e, layers = circuit_edges(edges, receiver_effects, metric, top)
-    return circuit_graph(e, layers, title, metric)
+    return circuit_graph(circuit_edges(edges, receiver_effects, metric, top), title, metric,
+                         n_pairs=int(edges.baseline.answer.shape[-1]))
 
 
 def receiver_effects_of(result: Any, receivers: list[Receiver], metric: str) -> dict[str, float]:

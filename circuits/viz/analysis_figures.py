@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import plotly.colors
 import plotly.graph_objects as go
 from jaxtyping import Float
 from plotly.subplots import make_subplots
@@ -17,7 +18,7 @@ from torch import Tensor
 from circuits.types import DEFAULT_METRIC
 from circuits.viz.figures import LEGEND, _arr, _rate_top, colorbar_title, importance_scale, knockout_figure, metric_info, wrap
 
-ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728"}
+ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#ff7f0e"}
 
 
 def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequence[str], kinds: Sequence[str],
@@ -156,41 +157,107 @@ def neuron_knockout_figure(shares: Sequence[float], top: Sequence[float], random
     return fig
 
 
-def circuit_graph(edges: Sequence[tuple], layers: dict[str, float], title: str, metric: Any = DEFAULT_METRIC,
-                  sign: int | None = None) -> go.Figure:
-    """A circuit as a layered graph: nodes placed by layer (left to right: senders -> key heads -> MLPs -> logits),
-    edges ``(sender, receiver, value[, channel])`` coloured by ``metric``'s important direction (red, as in every
-    effect figure) and sized by magnitude; hover an
-    edge's midpoint for its value and the receiver's input (q, k or v) it enters."""
+_PORT = {"q": 0.22, "k": 0.0, "v": -0.22}  # where a head receiver's query, key and value inputs enter its node
+
+
+def _node_xy(name: str, last_layer: float, mid: float, first_layer: float = 0.0) -> tuple[float, float]:
+    """A node's place: x = its layer (the input one before the first layer drawn, the logits one past the last), y =
+    its head index, the layer's MLP one row below head 0 (``MLP19`` at (19, -1.5), ``20.8`` at (20, 8))."""
+    if name == "input":
+        return first_layer - 1.0, mid
+    if name == "logits":
+        return last_layer + 1.0, mid
+    if name.startswith("MLP"):
+        return float(name[3:]), -1.5
+    layer, head = name.split(".")[:2]
+    return float(layer), float(head)
+
+
+def _curve(x0: float, y0: float, x1: float, y1: float, bend: float, n: int = 24) -> tuple[list[float], list[float]]:
+    """A quadratic Bezier from (x0, y0) to (x1, y1) whose middle lifts ``bend`` off the straight line: edges along one
+    row (MLP to MLP) or between the same two layers arc apart instead of lying on each other."""
+    dx, dy = x1 - x0, y1 - y0
+    length = max((dx * dx + dy * dy) ** 0.5, 1e-9)
+    cx, cy = (x0 + x1) / 2 - bend * dy / length, (y0 + y1) / 2 + bend * dx / length
+    t = np.linspace(0, 1, n)
+    return (list((1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t * t * x1),
+            list((1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t * t * y1))
+
+
+def circuit_graph(edges: Sequence[tuple], title: str, metric: Any = DEFAULT_METRIC, sign: int | None = None,
+                  n_pairs: int | None = None) -> go.Figure:
+    """A circuit as a layered graph: x = layer (the input on the left, the logits on the right), the heads of a layer
+    stacked by head index and its MLP below them; receivers (edges measured into them) are diamonds, senders circles.
+
+    ``edges``: ``(sender, receiver, value[, (low, high)])``; a receiver is a component, a head's input
+    (``20.8.q``: drawn into the q, k or v port of the head's node) or ``"logits"`` (a receiver's own effect). Each edge
+    is its own trace named ``"sender → receiver"``; its colour is ``value`` on the metric's diverging scale (red =
+    important, the colour bar at the right, symmetric about 0) and its width grows with ``|value|`` (the width key in
+    the legend); hover anywhere on an edge for its value and interval."""
     name, sign, _ = metric_info(metric, sign)
-    edges = [(e[0], e[1], e[2], e[3] if len(e) > 3 else "") for e in edges]
-    names = list(dict.fromkeys([e[0] for e in edges] + [e[1] for e in edges]))
-    by_x: dict[float, list[str]] = {}
-    for n in names:
-        by_x.setdefault(layers.get(n, 0.0), []).append(n)
-    pos = {}
-    for x, group in by_x.items():
-        for i, n in enumerate(sorted(group)):
-            pos[n] = (x, i - (len(group) - 1) / 2)
-    peak = max((abs(e[2]) for e in edges), default=1.0) or 1.0
+    edges = [(str(e[0]), str(e[1]), float(e[2]), e[3] if len(e) > 3 else None) for e in edges]
+    comp = lambda n: n if n == "logits" else (n.rsplit(".", 1)[0] if n.count(".") == 2 else n)  # noqa: E731
+    receivers = {comp(e[1]) for e in edges if e[1] != "logits"}
+    nodes = list(dict.fromkeys([comp(e[0]) for e in edges] + [comp(e[1]) for e in edges]))
+    layers = [_node_xy(n, 0, 0)[0] for n in nodes if n not in ("logits", "input")]
+    heads_y = [_node_xy(n, 0, 0)[1] for n in nodes if n not in ("logits", "input")]
+    first, last, mid = min(layers, default=0.0), max(layers, default=0.0), (max(heads_y, default=0.0) - 1.5) / 2
+    pos = {n: _node_xy(n, last, mid, first) for n in nodes + ["input"]}
+    peak = max((abs(e[2]) for e in edges if e[2] == e[2]), default=1.0) or 1.0
+    scale = plotly.colors.get_colorscale(importance_scale(sign))
     fig = go.Figure()
-    mids_x, mids_y, mids_t = [], [], []
-    for a, b, v, ch in edges:
-        (x0, y0), (x1, y1) = pos[a], pos[b]
-        fig.add_trace(go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines", hoverinfo="skip", showlegend=False,
-                                 line={"width": 1 + 7 * abs(v) / peak, "color": "#d62728" if v * sign > 0 else "#1f77b4"},
-                                 opacity=0.35 + 0.6 * abs(v) / peak))
-        mids_x.append((x0 + x1) / 2)
-        mids_y.append((y0 + y1) / 2)
-        mids_t.append(f"{a} → {b}{' (' + ch + ')' if ch else ''}: {v:+.4g}")
-    fig.add_trace(go.Scatter(x=mids_x, y=mids_y, mode="markers", marker={"size": 4, "color": "rgba(0,0,0,0.15)"},
-                             text=mids_t, hovertemplate="%{text}<extra></extra>", showlegend=False))
-    fig.add_trace(go.Scatter(x=[pos[n][0] for n in names], y=[pos[n][1] for n in names], mode="markers+text", text=names,
-                             textposition="top center", marker={"size": 14, "color": ["#444" if n == "logits" else
-                                                                                      "#ff7f0e" if n.startswith("MLP") else "#2ca02c" for n in names]},
-                             hovertemplate="%{text}<extra></extra>", showlegend=False))
-    fig.update_layout(title=wrap(title + f" ({name}; {LEGEND}, blue: the other way)", 110), xaxis_title="layer",
-                      yaxis={"visible": False}, height=600)
+    pair_count: dict[tuple[str, str], int] = {}
+    for a, b, v, ci in sorted(edges, key=lambda e: abs(e[2]) if e[2] == e[2] else 0):  # strongest drawn on top
+        x0, y0 = pos[a]
+        target = comp(b)
+        x1, y1 = pos[target]
+        channel = b.rsplit(".", 1)[1] if b != target else ""
+        y1 += _PORT.get(channel, 0.0)
+        k = pair_count[(a, target)] = pair_count.get((a, target), 0) + 1
+        side = -1 if y0 == y1 == -1.5 else (1 if k % 2 else -1)  # along the MLP row: arcs below it, nested by length
+        span = abs(x1 - x0) + 0.4 * abs(y1 - y0) * (x0 == x1)  # a head into its own layer's MLP: arcs nest by height
+        xs, ys = _curve(x0, y0, x1, y1, side * (0.25 * span ** 0.75 + 0.15 * (k // 2)))
+        what = {"q": "its query", "k": "its key", "v": "its value"}.get(channel, "the MLP's input" if b.startswith("MLP") else "")
+        text = (f"{a} → {b}<br>{name} {v:+.4g}" + (f"<br>95% interval [{ci[0]:+.4g}, {ci[1]:+.4g}]"
+                                                   + (f" over {n_pairs} pairs" if n_pairs else "") if ci else "")
+                + (f"<br>into {target}'s {what.removeprefix('its ')}" if channel else "")
+                + ("<br>the receiver's own effect on the answer (path patching to the logits)" if b == "logits" else ""))
+        frac = 0.5 + 0.5 * max(-1.0, min(1.0, v / peak)) if v == v else 0.5
+        width = 1 + 7 * abs(v) / peak if v == v else 1
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", showlegend=False, hoverinfo="skip",  # a grey rim: an edge
+                                 line={"width": width + 1.5, "color": "#8c8c8c"}))  # near 0 (white) stays visible
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=f"{a} → {b}", showlegend=False, text=[text] * len(xs),
+                                 hovertemplate="%{text}<extra></extra>", hoveron="points",
+                                 line={"width": width, "color": plotly.colors.sample_colorscale(scale, [frac])[0]}))
+    for w in (1.0, 0.5, 0.1):  # the width key
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=f"|{name}| = {w * peak:.3g}",
+                                 line={"width": 1 + 7 * w, "color": "#555"}, legendgroup="width",
+                                 legendgrouptitle_text="edge width" if w == 1.0 else None))
+    fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", showlegend=False, hoverinfo="skip",
+                             marker={"color": [-peak, peak], "cmin": -peak, "cmax": peak, "colorscale": scale,
+                                     "showscale": True, "colorbar": {"title": {"text": colorbar_title(name, sign), "side": "top"},
+                                                                     "thickness": 12, "x": 1.02, "len": 0.6, "y": 0.3,
+                                                                     "yanchor": "middle"}}))
+    kinds = [("receiver (edges measured into it;<br>a head's q, k, v enter high, mid, low)", [n for n in nodes if n in receivers], "diamond", 18, 3),
+             ("sender", [n for n in nodes if n not in receivers and n != "logits"], "circle", 12, 1),
+             ("input / logits", ["input", "logits"], "square", 14, 1)]
+    for label, group, symbol, size, outline in kinds:
+        fig.add_trace(go.Scatter(x=[pos[n][0] for n in group], y=[pos[n][1] for n in group], mode="markers+text",
+                                 name=label, text=group, textposition="top center", legendgroup="nodes",
+                                 textfont={"size": 10},
+                                 hovertext=[("the token embeddings (not patched as a sender here)" if n == "input" else n)
+                                            for n in group], hovertemplate="%{hovertext}<extra></extra>",
+                                 marker={"symbol": symbol, "size": size, "color": "#f2f2f2",
+                                         "line": {"color": "#222", "width": outline}}))
+    top_head = int(max(heads_y, default=0.0))
+    ticks = [first - 1] + list(range(int(first), int(last) + 1)) + [last + 1]
+    fig.update_layout(title=wrap(title + f" ({name}; {LEGEND}, blue: the other way)", 110), height=620,
+                      plot_bgcolor="white",
+                      xaxis={"title": "layer", "zeroline": False, "range": [first - 1.6, last + 1.6], "tickvals": ticks,
+                             "ticktext": ["input"] + [str(t) for t in ticks[1:-1]] + ["logits"], "gridcolor": "#eee"},
+                      yaxis={"title": "head", "zeroline": False, "tickvals": [-1.5] + list(range(top_head + 1)),
+                             "ticktext": ["MLP"] + [f"h{h}" for h in range(top_head + 1)], "gridcolor": "#eee"},
+                      legend={"x": 1.02, "y": 1, "yanchor": "top"}, margin={"r": 200})
     return fig
 
 

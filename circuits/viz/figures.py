@@ -267,7 +267,7 @@ def before_after_figure(names: Sequence[str], before: Sequence[float], after: Se
 
 
 # One colour per token role in every figure and every panel (the operands as in the information-flow figure).
-ROLE_COLOURS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#d62728", "answer_prefix": "#9467bd",
+ROLE_COLOURS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#ff7f0e", "answer_prefix": "#9467bd",
                 "few_shot": "#bcbd22", "other": "#c7c7c7"}
 
 

@@ -52,3 +52,56 @@ def test_identify_with_receivers_saves_edges_and_the_graph(tiny_llama, tokenizer
     back = IdentifyResult.load(tmp_path / "i")
     torch.testing.assert_close(back.edges.effects("fraction"), r.edges.effects("fraction"), equal_nan=True)
     assert set(back.summary()["edges"]) == {str(x) for x in r.edges.receivers}
+
+
+def test_the_circuit_graph_draws_every_summary_edge_layered_with_a_scale(tiny_llama, tokenizer, tmp_path):
+    """The saved graph (``circuit.html``'s figure) draws each edge ``summary.json`` lists as its own trace, places each
+    node at its layer (heads by head index, MLPs one row below), marks receivers with another symbol than senders,
+    and carries a colour bar on the importance scale and a hover with each edge's bootstrap interval."""
+    import json
+
+    from circuits.beyond.edges import EdgeResult
+    from circuits.patching.core.uncertainty import _Resample, resample_pairs
+    from circuits.viz.figures import importance_scale
+
+    pairs = mixed_pairs(tokenizer, 6)
+    r = identify(tiny_llama, pairs, IdentifyConfig(model="tiny", receivers="2.1,MLP2", bootstrap=50), progress=False)
+    r.save(tmp_path / "i")
+    summary = json.loads((tmp_path / "i" / "summary.json").read_text())["edges"]
+    e = EdgeResult.of_identify(r)
+    fig = e.figure()
+    names = [t.name for t in fig.data if t.mode == "lines"]
+    wanted = [f"{s} → {rec}" for rec, senders in summary.items() for s, _ in senders]
+    assert len(wanted) > 10 and set(wanted) <= set(names)
+    assert {"2.1 → logits", "MLP2 → logits"} <= set(names)
+    # where the nodes sit: x = layer, y = head index, MLPs at -1.5, receivers diamonds, senders circles
+    nodes = {t.name: t for t in fig.data if t.mode == "markers+text"}
+    recv, send = next(t for n, t in nodes.items() if n.startswith("receiver")), nodes["sender"]
+    assert recv.marker.symbol == "diamond" and send.marker.symbol == "circle"
+    assert set(recv.text) == {"2.1", "MLP2"} and "1.3" in send.text and "2.1" not in send.text
+    at = dict(zip(send.text, zip(send.x, send.y)))
+    assert at["1.3"] == (1, 3) and at["MLP0"] == (0, -1.5)
+    # the edge 1.3 -> 2.1.q ends at the q port of 2.1's node, (2, 1.22)
+    q = next(t for t in fig.data if t.name == "1.3 → 2.1.q")
+    assert (q.x[0], q.y[0]) == (1, 3) and q.x[-1] == pytest.approx(2) and q.y[-1] == pytest.approx(1.22)
+    # one colour bar, on the metric's diverging importance scale, symmetric about 0
+    bars = [t for t in fig.data if getattr(t.marker, "showscale", None)]
+    assert len(bars) == 1 and bars[0].marker.cmin == -bars[0].marker.cmax
+    import plotly.colors
+    assert [list(c) for c in bars[0].marker.colorscale] == [list(c) for c in plotly.colors.get_colorscale(importance_scale(1))]
+    # the strongest edge is the widest; hover shows the value and the interval a plain bootstrap gives
+    lines = [t for t in fig.data if t.mode == "lines" and "→" in (t.name or "")]
+    data = list(fig.data)  # each edge lies on a grey rim 1.5 px wider: an edge near 0 (white) stays visible
+    for t in lines:
+        rim = data[data.index(t) - 1]
+        assert rim.line.color == "#8c8c8c" and rim.line.width == pytest.approx(t.line.width + 1.5) and rim.x == t.x
+    assert max(lines, key=lambda t: t.line.width).name == max(
+        (f"{s} → {rec}" for rec, ss in summary.items() for s, _ in ss), key=lambda n: abs(dict(
+            (f"{s} → {rec}", v) for rec, ss in summary.items() for s, v in ss)[n]))
+    s_i, r_j = r.edges.senders.index(Component.parse("1.3")), r.edges.receivers.index(Receiver.parse_many("2.1.q")[0])
+    idx = resample_pairs(6, 200, 0)
+    m = r.edges.metric("fraction")
+    draws = torch.stack([m.effect(_Resample(r.edges.readouts, row), _Resample(r.edges.baseline, row))[s_i, r_j]
+                         for row in idx])
+    lo, hi = torch.nanquantile(draws.double(), torch.tensor([0.025, 0.975], dtype=torch.float64))
+    assert f"95% interval [{float(lo):+.4g}, {float(hi):+.4g}] over 6 pairs" in q.text[0]

@@ -275,3 +275,29 @@ def test_heads_taken_by_rank_are_never_called_key_heads(saved):
                   "Where each key head", "Attention of key heads", "Key heads (Figures 7, 16)"):
         assert claim not in page, claim
     assert f"the top {len(transfer.key_heads)} heads by {metric} of the identify run" in page
+
+
+def test_no_categorical_palette_uses_the_importance_red():
+    """Roles (attention by role, the information flow's markers) and rankings (the faithfulness curves of each engine)
+    are categories: none of their colours is the red every effect figure means "important" by (issue 40's colour
+    rule), nor the red end of the diverging scale."""
+    import plotly.colors
+
+    from circuits.patching.engines.registry import ENGINES
+    from circuits.viz.analysis_figures import ROLE_COLORS
+    from circuits.viz.figures import ROLE_COLOURS
+
+    def rgb(c: str) -> tuple[int, int, int]:
+        c = {"red": "#ff0000"}.get(c, c)
+        if c.startswith("rgb"):
+            return tuple(int(float(x)) for x in c[c.index("(") + 1:-1].split(","))[:3]
+        return tuple(int(c[i:i + 2], 16) for i in (1, 3, 5))
+
+    reds = [rgb(c) for c in ("#d62728", "red", plotly.colors.get_colorscale("RdBu")[0][1],
+                             plotly.colors.get_colorscale("RdBu")[1][1])]
+    palette = {**{f"role {k}": v for k, v in {**ROLE_COLOURS, **ROLE_COLORS}.items()},
+               **{f"engine {k}": e.color for k, e in ENGINES.items()}}
+    assert len(palette) > 8
+    for what, colour in palette.items():
+        r, g, b = rgb(colour)
+        assert all(abs(r - x) + abs(g - y) + abs(b - z) > 120 for x, y, z in reds), f"{what} uses the importance red {colour}"

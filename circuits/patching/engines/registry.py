@@ -131,7 +131,7 @@ def register(engine: Engine) -> Engine:
 
 
 for _e in (
-    Engine("exact-path", f"{_ENGINE}:score_path", f"{_REFERENCE}:reference_path", ("end",), _END, "#d62728",
+    Engine("exact-path", f"{_ENGINE}:score_path", f"{_REFERENCE}:reference_path", ("end",), _END, "#000000",
            "path patching at END (the paper's): each head or MLP from the counterfactual run, other heads frozen",
            sweep_mode="path"),
     Engine("exact-activation", f"{_ENGINE}:score_activation", f"{_REFERENCE}:reference_activation", ("end",), _END,
