@@ -187,6 +187,29 @@ class ZygoteError(AssertionError):
     pass
 
 
+class Lines:
+    """Lines from a pipe's file descriptor, read with a timeout. A buffered file object cannot be waited on with
+    ``select``: one ``readline`` may pull two replies into the object's buffer, and a ``select`` on the descriptor
+    then waits for a line already read (two children that ended together once cost a test its reply)."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buffer = fd, b""
+
+    def next(self, timeout: float) -> str | None:
+        """The next line, without its newline; None when none came within ``timeout`` seconds or the pipe closed."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+                return None
+            data = os.read(self.fd, 65536)
+            if not data:
+                return None
+            self.buffer += data
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        return line.decode()
+
+
 class Zygote:
     """A running zygote; :meth:`run` forks one command in it. ``logs`` is a folder for the children's output."""
 
@@ -200,17 +223,20 @@ class Zygote:
         self.err = open(self.logs / "zygote.err", "w")  # noqa: SIM115 -- closed in close()
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "serve"], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True)
+        self.lines = Lines(self.proc.stdout.fileno())
+        self.outstanding: set[int] = set()  # sent, not yet answered: an aborted chain's replies come later
         ready = self._reply(start_timeout)
         if not ready.get("ready"):
             raise ZygoteError(f"the zygote did not start: {ready}")
 
     def _reply(self, timeout: float) -> dict:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
+        line = self.lines.next(timeout)
+        if line is None:
             err = (self.logs / "zygote.err").read_text(errors="replace")[-2000:]
             raise ZygoteError(f"the zygote gave no answer within {timeout:.0f} s (exit {self.proc.poll()}): {err}")
-        return json.loads(line)
+        reply = json.loads(line)
+        self.outstanding.discard(reply.get("id"))
+        return reply
 
     def _send(self, argv: list[str], kill_at: int | None, timeout: float) -> int:
         self.n += 1
@@ -218,6 +244,7 @@ class Zygote:
                    "log": str(self.logs / f"run-{self.n}.log")}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
+        self.outstanding.add(self.n)
         return self.n
 
     def _check(self, reply: dict, argv: list[str], kill_at: int | None, timeout: float) -> dict:
@@ -245,8 +272,13 @@ class Zygote:
                 c = waiting.pop(0)
                 argv, kill_at = chains[c][len(replies[c])]
                 running[self._send(argv, kill_at, timeout)] = c
+            outstanding_before = set(self.outstanding)
             reply = self._reply(timeout + 60)
-            c = running.pop(reply.get("id"))
+            if reply.get("id") not in running:
+                if reply.get("id") in outstanding_before:  # a reply to a chain an earlier failure abandoned
+                    continue
+                raise ZygoteError(f"the zygote answered a request never sent: {reply}")
+            c = running.pop(reply["id"])
             argv, kill_at = chains[c][len(replies[c])]
             replies[c].append(self._check(reply, argv, kill_at, timeout))
             if len(replies[c]) < len(chains[c]):
