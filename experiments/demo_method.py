@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> Path:
     if not found:
         parser.error(f"no identify results under {args.identify_dir} (one folder per operation, as circuits identify "
                      f"--task all --out {args.identify_dir} writes)")
-    with timing.recording() as rec, asset_home(out):  # the pages below --out share its one circuitsvis copy
+    # the pages below --out share its one circuitsvis copy, and identify's plotly.js (the demo's input)
+    with timing.recording() as rec, asset_home(out, inputs=[args.identify_dir]):
         with timing.stage("load"):
             model = C.model_for(args.model)
             ids = {op: IdentifyResult.load(folder) for op, folder in found.items()}

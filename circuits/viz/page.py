@@ -147,15 +147,18 @@ def _asset(name: str) -> tuple[str, str]:
     return f"{stem}-{hashlib.sha256(text.encode()).hexdigest()[:16]}{suffix}", text
 
 
-_HOME: contextvars.ContextVar[Path | None] = contextvars.ContextVar("circuits_asset_home", default=None)
+_HOME: contextvars.ContextVar[tuple[Path, tuple[Path, ...]] | None] = \
+    contextvars.ContextVar("circuits_asset_home", default=None)
 
 
 @contextlib.contextmanager
-def asset_home(folder: str | Path) -> Iterator[None]:
+def asset_home(folder: str | Path, inputs: Sequence[str | Path] = ()) -> Iterator[None]:
     """Pages written below ``folder`` (a job's ``--out``) while this is open may share the copy in
     ``folder/_assets`` (``identify --task all``: one plotly.js for every task's page); without it a page looks only
-    in its own folder. Never above the job's ``--out``: a page loads only what its job wrote."""
-    token = _HOME.set(Path(folder).resolve())
+    in its own folder. Never above the job's ``--out``: a page loads what its job wrote, or, as the report does, a
+    copy in ``inputs/_assets``, the job's input results (``make demo``: the method's pages use identify's plotly.js,
+    not a second 4.8 MB copy)."""
+    token = _HOME.set((Path(folder).resolve(), tuple(Path(i).resolve() for i in inputs)))
     try:
         yield
     finally:
@@ -178,11 +181,11 @@ def shared_asset(name: str, page: str | Path, *, roots: Sequence[str | Path] = (
     the copies its input results hold); else written into ``default``, by default the page's own folder."""
     file, text = _asset(name)
     here = Path(page).resolve().parent
-    home = _HOME.get()
+    home, inputs = _HOME.get() or (None, ())
     candidates = [here]
     if home is not None and home in here.parents:
         candidates += [p for p in here.parents if p == home or home in p.parents]
-    candidates += [Path(r).resolve() for r in roots]
+    candidates += [*inputs, *(Path(r).resolve() for r in roots)]
     for c in candidates:
         if _verified(c / ASSETS / file, text):
             return c / ASSETS / file
