@@ -54,12 +54,30 @@ def _quiet_unraisable(hook):  # noqa: ANN001, ANN202
     return quiet
 
 
+def _quiet_excepthook(hook):  # noqa: ANN001, ANN202
+    def quiet(exc_type, exc, tb):  # noqa: ANN001, ANN202
+        if not interrupted:
+            return hook(exc_type, exc, tb)
+        # Our start-up interruption, reaching the top wrapped in another error: Python 3.11 turns an exception raised
+        # in a descriptor's __set_name__ (a dataclass field while a class body runs) into a RuntimeError, and an
+        # import the interruption cut short fails later. "circuits: interrupted" is printed already; end as at 130.
+        import atexit
+
+        atexit._run_exitfuncs()  # the exit handlers a normal exit runs (this process's temporary folder)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)
+    return quiet
+
+
 def quiet_interrupts() -> None:
     """Set :func:`startup_interrupt` for SIGINT when Python's default handler is the one in place (an importer's own
     handler stays); :func:`circuits.cli.main` replaces it with its own while a command runs."""
     if threading.current_thread() is threading.main_thread() \
             and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)  # first: it must be there once SIGINT can land
+        # first: they must be there once SIGINT can land
+        sys.unraisablehook = _quiet_unraisable(sys.unraisablehook)
+        sys.excepthook = _quiet_excepthook(sys.excepthook)
         signal.signal(signal.SIGINT, startup_interrupt)
 
 

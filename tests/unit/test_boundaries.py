@@ -296,6 +296,30 @@ def test_ctrl_c_while_python_m_circuits_imports_is_one_line(tmp_path, delay):
                               "runpy.run_module('circuits', run_name='__main__', alter_sys=True)", delay)
 
 
+def test_a_start_up_interrupt_inside_a_class_body_is_one_line_and_130(tmp_path):
+    """Ctrl-C landing while a dataclass field's ``__set_name__`` runs (a class body of the toolkit's imports): Python
+    3.11 wraps the handler's SystemExit in "RuntimeError: Error calling __set_name__", which reached the top as a
+    traceback (the suite under load, 2026-11-28). Sent here from inside ``__set_name__`` itself, so the moment is
+    certain: one line, exit 130."""
+    code = """
+import os, signal, sys
+sys.argv[0] = "circuits"  # what the console script runs as
+import circuits  # sets the start-up handler, as the console script's import does
+class Field:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10_000_000):  # the handler runs at the next bytecode boundary, here
+            pass
+        print("not interrupted", flush=True)
+class Config:
+    x = Field()
+print("after", flush=True)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=120, preexec_fn=_sigint_default)
+    assert (proc.returncode, proc.stderr, proc.stdout) == (130, "circuits: interrupted\n", ""), proc.stderr
+
+
 def test_a_start_up_interrupt_python_swallowed_stays_quiet_and_ends_the_command(monkeypatch, capsys):
     # Ctrl-C's SystemExit landing in a callback of the import machinery is printed by Python as "Exception ignored"
     # and the program goes on (seen once in the test above under load): the hook keeps it quiet, main() ends at 130.
