@@ -19,6 +19,27 @@ PrefixPolicy = Literal["keep", "counterfactual"]
 # counterfactual's answer is another number ("operand": the logit difference is defined on every pair).
 CounterfactualKind = Literal["operator", "operand"]
 COUNTERFACTUAL_KINDS: tuple[str, ...] = ("operator", "operand")
+# Where an answer of several tokens is read (issue 42): its k-th token at END + k (the earlier ones teacher-forced),
+# or the whole answer. The largest k accepted: no answer a pairs file holds needs more.
+WHOLE_ANSWER = "whole"
+MAX_ANSWER_POSITION = 63
+
+
+def answer_position(text: str | int) -> int | str:
+    """``--answer-position`` read: ``0``, ``1``, ... (the answer's token at END + k) or ``whole``; anything else is
+    one ``ValueError`` naming the flag."""
+    t = str(text).strip().lower()
+    if t == WHOLE_ANSWER:
+        return WHOLE_ANSWER
+    if not t.isdigit() or int(t) > MAX_ANSWER_POSITION:
+        raise ValueError(f"--answer-position {text!r}: accepted: 0..{MAX_ANSWER_POSITION} (the answer's token at END + "
+                         f"that many) or {WHOLE_ANSWER} (the sum of its tokens' log-probabilities)")
+    return int(t)
+
+
+def answer_position_text(text: str) -> str:
+    """The flag's value as the config keeps it (``"0"``, ``"1"``, ..., ``"whole"``), checked."""
+    return str(answer_position(text))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from circuits.config import count, option
+from circuits.data.pair_config import answer_position, answer_position_text
 from circuits.data.source import PairSpec
 from circuits.types import DEFAULT_KEY_RULE, MODES, Receiver
 
@@ -30,6 +31,12 @@ class IdentifyConfig(PairSpec):
                        help="the answer probability after patching (a log-sum-exp over the vocabulary per patched row) "
                             "for the key heads and MLPs only, in a second small pass, or for every component; "
                             "NaN elsewhere (always 'all' when the key rule's metric is prob)")
+    answer_position: str = option("0", parse=answer_position_text,
+                                  help="which answer token is read (issue 42): 0 = the first, at END; k = the answer's "
+                                       "token k at END + k, both prompts teacher-forced with the answer's first k "
+                                       "tokens; whole = the sum of its tokens' log-probabilities (metric "
+                                       "answer_logprob), one sweep per position; a pair whose answer is too short is "
+                                       "refused before the sweep")
     force: bool = option(False, help="save the result even when it is past a hard validity threshold (few pairs the "
                                      "model answers, a counterfactual that keeps the answer or barely moves it; "
                                      "docs/identify.md); its warning is saved with it")
@@ -46,6 +53,7 @@ class IdentifyConfig(PairSpec):
             KeyRule.parse(self.key_rule)
         if self.receivers and not self.receivers.strip().lower().startswith("top"):
             Receiver.parse_many(self.receivers)
+        answer_position(self.answer_position)  # one line naming the flag, from flags, JSON or Python
         if self.bootstrap < 0:
             raise ValueError(f"bootstrap must be 0 (no intervals) or more, got {self.bootstrap}")
 
