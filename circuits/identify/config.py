@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from circuits.config import count, option
-from circuits.data.pair_config import answer_position, answer_position_text
+from circuits.data.pair_config import answer_position, answer_position_option
 from circuits.data.source import PairSpec
 from circuits.types import DEFAULT_KEY_RULE, MODES, Receiver
 
@@ -30,13 +30,9 @@ class IdentifyConfig(PairSpec):
     prob: str = option("key", choices=("key", "all"),
                        help="the answer probability after patching (a log-sum-exp over the vocabulary per patched row) "
                             "for the key heads and MLPs only, in a second small pass, or for every component; "
-                            "NaN elsewhere (always 'all' when the key rule's metric is prob)")
-    answer_position: str = option("0", parse=answer_position_text,
-                                  help="which answer token is read (issue 42): 0 = the first, at END; k = the answer's "
-                                       "token k at END + k, both prompts teacher-forced with the answer's first k "
-                                       "tokens; whole = the sum of its tokens' log-probabilities (metric "
-                                       "answer_logprob), one sweep per position; a pair whose answer is too short is "
-                                       "refused before the sweep")
+                            "NaN elsewhere (always 'all' when the key rule's metric is prob or answer_logprob, "
+                            "and at --answer-position whole)")
+    answer_position: str = answer_position_option()
     force: bool = option(False, help="save the result even when it is past a hard validity threshold (few pairs the "
                                      "model answers, a counterfactual that keeps the answer or barely moves it; "
                                      "docs/identify.md); its warning is saved with it")

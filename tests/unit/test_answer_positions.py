@@ -233,3 +233,57 @@ def test_cli_refusals_are_one_line_before_the_model_loads(tmp_path, capsys):
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if "weights" not in line and "shards" not in line and line.strip()]
     assert len(lines) == 1 and "--answer-position 1: pair 5" in lines[0]
+
+
+def test_a_pairs_file_scores_every_answer_token_teacher_forced(tiny_llama, tokenizer, tmp_path):
+    """A pair is answered when the top token is the answer's at every answer position (the earlier ones written),
+    its answer probability the product over positions; a one-token answer is scored at END as before."""
+    from circuits.data.pairs import read_pairs_file
+
+    texts = [*TEXTS, ("3 + 4 = ", "3 @ 4 = ", "7")]
+    got = read_pairs_file(tiny_llama, _write(tmp_path, texts))
+    hits, probs = [], []
+    for prompt, _, ans in texts:
+        full, n = encode(tokenizer, prompt + ans), len(encode(tokenizer, prompt))
+        p = tiny_llama(torch.tensor([full]))[0].float().softmax(-1)
+        hits.append(all(int(p[j - 1].argmax()) == full[j] for j in range(n, len(full))))
+        probs.append(float(torch.stack([p[j - 1, full[j]] for j in range(n, len(full))]).prod()))
+    assert got.accuracy == pytest.approx(sum(hits) / len(hits))
+    assert got.mean_answer_prob == pytest.approx(sum(probs) / len(probs), rel=1e-4)
+    assert len(got.pairs) == len(texts)  # --no-filter-correct: every pair kept
+
+
+# --- the per-position engine (circuits positions) ------------------------------------------------------------------
+
+
+def test_the_positions_job_at_answer_position_1_equals_the_plain_loop(tiny_llama, tokenizer, tmp_path):
+    """``circuits positions --answer-position 1``: offsets count back from END + 1 (offset 1 is the forced first answer
+    token), and each node equals one ``run_with_hooks`` patching it there on the prompts with that token appended."""
+    from circuits.beyond.positions.config import PositionConfig
+    from circuits.beyond.positions.job import run
+    from circuits.patching.engines.plain import cf_answer_plain, patch_at_plain
+
+    config = PositionConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, TEXTS)), filter_correct=False,
+                            few_shot="off", answer_position="1")
+    result = run(config, tmp_path / "positions", model=tiny_llama, progress=False)
+    assert load_result(tmp_path / "positions").config.answer_position == "1"
+    batch = _appended(tokenizer, TEXTS, 1)
+    cf_answer = cf_answer_plain(tiny_llama, batch)
+    worst = 0.0
+    for s, k in [(cc.Component("head", 1, 2), 0), (cc.Component("head", 0, 1), 1), (cc.Component.mlp(0), 1),
+                 (cc.Component.mlp(1), 0), (cc.Component("head", 1, 0), 3)]:
+        plain = patch_at_plain(tiny_llama, batch, s, k, cf_answer)
+        view = result.sweep.heads.index((s.layer, s.head, k)) if s.kind == "head" else result.sweep.mlps.index((s.layer, k))
+        for r in ("logit", "logit_diff", "prob"):
+            worst = max(worst, (getattr(view, r) - plain[r]).abs().max().item())
+        assert (view.logit - result.sweep.baseline.logit).abs().max() > 1e-3 or k == 3  # the patch moves the answer
+    assert worst < 1e-4
+
+
+def test_the_positions_job_refuses_whole_and_the_templates_at_a_later_position():
+    from circuits.beyond.positions.config import PositionConfig
+
+    with pytest.raises(ValueError, match="--answer-position whole: the per-position sweep reads one answer token"):
+        PositionConfig(answer_position="whole", pairs_file="x.jsonl")
+    with pytest.raises(ValueError, match="--answer-position 1: the task's templates give one-token answers only"):
+        PositionConfig(answer_position="1")
