@@ -287,3 +287,55 @@ def test_the_positions_job_refuses_whole_and_the_templates_at_a_later_position()
         PositionConfig(answer_position="whole", pairs_file="x.jsonl")
     with pytest.raises(ValueError, match="--answer-position 1: the task's templates give one-token answers only"):
         PositionConfig(answer_position="1")
+
+
+# --- faithfulness ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("positions", ["end", "all"])
+def test_faithfulness_at_answer_position_1_equals_the_plain_loop(tiny_llama, tokenizer, tmp_path, positions):
+    """``circuits faithfulness --answer-position 1``: each circuit of the ranking (found at END + 1) scored as one
+    ``run_with_hooks`` that ablates the rest on the prompts with the first answer token appended by hand."""
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.faithfulness.job import run
+    from circuits.patching.circuit_curves.curve import metric_of
+    from circuits.patching.core.ranking import order
+    from circuits.patching.engines.plain import ablate_plain, ablation_values_plain, cf_answer_plain
+
+    sizes = (0.2, 0.4, 0.6, 1.0)  # 3, 6, 9 and 15 of the 15 nodes (12 heads, 3 MLPs), floored or rounded alike
+    config = FaithfulnessConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, TEXTS)),
+                                filter_correct=False, few_shot="off", held_out=False, rankings=("exact-path",),
+                                edges=False, positions=(positions,), sizes=sizes, n_boot=0, answer_position="1")
+    result = run(config, tmp_path / "faithfulness", model=tiny_llama, progress=False)
+    curve = result.curves["exact-path"][f"nodes@{positions}"]
+    batch = _appended(tokenizer, TEXTS, 1)
+    scores = result.scores["exact-path"]
+    # the ranking itself: the END sweep's logit_diff effects at END + 1, as the plain loop gives them
+    base, reference = sweep_plain(tiny_llama, batch, "path", [cc.Component("head", 1, 2), cc.Component.mlp(2)])
+    effect = {c: float((v[1] - base.logit_diff).mean()) for c, v in reference.items()}
+    assert abs(float(scores["heads"][1, 2])) == pytest.approx(abs(effect[cc.Component("head", 1, 2)]), abs=1e-4)
+    assert abs(float(scores["mlps"][2])) == pytest.approx(abs(effect[cc.Component.mlp(2)]), abs=1e-4)
+    cf_answer = cf_answer_plain(tiny_llama, batch)
+    values = ablation_values_plain(tiny_llama, batch, "counterfactual")
+    L, H = tiny_llama.cfg.n_layers, tiny_llama.cfg.n_heads
+    nodes = [("head", (l, h)) for l in range(L) for h in range(H)] + [("mlp", l) for l in range(L)]
+    flat = torch.cat([scores["heads"].flatten(), scores["mlps"]])
+    for i, size in enumerate(sizes):
+        kept = {nodes[j] for j in order(flat, +1)[: int(size * len(nodes) + 0.5)].tolist()}
+        hs = [x for kind, x in nodes if kind == "head" and (kind, x) not in kept]
+        ms = [x for kind, x in nodes if kind == "mlp" and (kind, x) not in kept]
+        logits = ablate_plain(tiny_llama, batch, hs, ms, {}, values, positions)
+        torch.testing.assert_close(curve.m[i], metric_of(logits, batch.answer, cf_answer, "logit_diff"), atol=1e-5,
+                                   rtol=0)
+    assert (curve.m_full - curve.m_empty).abs().max() > 1e-2  # ablating everything moves the answer
+
+
+def test_faithfulness_refusals_at_answer_positions():
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+
+    with pytest.raises(ValueError, match="--answer-position whole: a faithfulness curve reads one answer token"):
+        FaithfulnessConfig(answer_position="whole", pairs_file="x.jsonl")
+    with pytest.raises(ValueError, match="--answer-position 2: the task's templates give one-token answers only"):
+        FaithfulnessConfig(answer_position="2")
+    with pytest.raises(ValueError, match="--metric answer_logprob: faithfulness reads"):
+        FaithfulnessConfig(metric="answer_logprob")
