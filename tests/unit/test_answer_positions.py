@@ -339,3 +339,18 @@ def test_faithfulness_refusals_at_answer_positions():
         FaithfulnessConfig(answer_position="2")
     with pytest.raises(ValueError, match="--metric answer_logprob: faithfulness reads"):
         FaithfulnessConfig(metric="answer_logprob")
+
+
+def test_faithfulness_held_out_from_a_pairs_file_scores_the_later_lines_forced(tiny_llama, tokenizer, tmp_path):
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.faithfulness.job import run
+
+    texts = [*TEXTS, ("5 + 8 = ", "5 @ 8 = ", "13"), ("9 + 3 = ", "9 @ 3 = ", "12"), ("7 + 7 = ", "7 @ 7 = ", "14"),
+             ("6 + 9 = ", "6 @ 9 = ", "15")]
+    config = FaithfulnessConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, texts)), n_pairs=4,
+                                filter_correct=False, few_shot="off", rankings=("exact-path",), edges=False,
+                                positions=("end",), sizes=(0.5, 1.0), n_boot=0, answer_position="1")
+    result = run(config, tmp_path / "faithfulness", model=tiny_llama, progress=False)
+    assert [p.reference for p in result.pairs] == [p + a[0] for p, _, a in texts[:4]]
+    assert [p.reference for p in result.scoring_pairs] == [p + a[0] for p, _, a in texts[4:]]
+    assert [p.answer for p in result.scoring_pairs] == [a[1] for *_, a in texts[4:]]
