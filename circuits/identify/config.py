@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from circuits.config import count, option
-from circuits.data.pair_config import answer_position, answer_position_option
+from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSpec
 from circuits.types import DEFAULT_KEY_RULE, MODES, Receiver
 
@@ -49,7 +49,9 @@ class IdentifyConfig(PairSpec):
             KeyRule.parse(self.key_rule)
         if self.receivers and not self.receivers.strip().lower().startswith("top"):
             Receiver.parse_many(self.receivers)
-        answer_position(self.answer_position)  # one line naming the flag, from flags, JSON or Python
+        if answer_position(self.answer_position) == WHOLE_ANSWER and self.receivers:  # edges are read at one END
+            raise ValueError("--receivers with --answer-position whole: edges are measured at one answer position; "
+                             "give --answer-position 0, 1, ... (or no --receivers)")
         if self.bootstrap < 0:
             raise ValueError(f"bootstrap must be 0 (no intervals) or more, got {self.bootstrap}")
 

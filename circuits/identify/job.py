@@ -220,7 +220,10 @@ def _print_summary(task: str, result: IdentifyResult, folder: Path) -> None:
     if len(key) > 8:
         heads += f", and {len(key) - 8} more ({sum(unsure[8:])} of them uncertain)"
     acc = s["accuracy"]
-    print(f"[{task}] {s['n_pairs']} pairs, accuracy before filtering {acc:.0%}, " if acc is not None else f"[{task}] ",
+    at = result.config.answer_position
+    at = "" if at == "0" else " (the whole answer)" if at == "whole" else f" (answer token {at}, at END + {at})"
+    print(f"[{task}] {s['n_pairs']} pairs{at}, accuracy before filtering {acc:.0%}, " if acc is not None
+          else f"[{task}]{at} ",
           f"counterfactual keeps the answer {s['counterfactual_accuracy']:.0%}; {len(key)} key heads by "
           f"{result.key_rule}: {heads or 'none'}; pairs and sweep {result.seconds:.0f} s -> {folder / 'heads.html'}",
           sep="")

@@ -100,6 +100,8 @@ def test_a_position_past_an_answer_is_one_line_before_the_work(tokenizer, tiny_l
         IdentifyConfig(answer_position="last")
     with pytest.raises(ValueError, match="--answer-position '-1'"):
         IdentifyConfig(answer_position="-1")
+    with pytest.raises(ValueError, match="--receivers with --answer-position whole"):
+        IdentifyConfig(answer_position="whole", receivers="1.0")
     check_answer_position(pairs, "whole")  # any length is read whole
 
 
@@ -203,13 +205,13 @@ def _write(tmp_path, texts):
     return path
 
 
-def test_cli_identify_at_the_second_answer_token_and_the_whole_answer(tmp_path, tokenizer):
+def test_cli_identify_at_the_second_answer_token_and_the_whole_answer(tmp_path, tokenizer, capsys):
     path = _write(tmp_path, TEXTS)
     flags = ["--model", str(tiny_dir("llama")), "--pairs-file", str(path), "--no-filter-correct", "--few-shot", "off",
              "--no-progress", "--bootstrap", "0"]
     assert cli_main(["identify", *flags, "--answer-position", "1", "--out", str(tmp_path / "one")]) == 0
     r = load_result(tmp_path / "one")
-    assert r.config.answer_position == "1"
+    assert r.config.answer_position == "1" and "4 pairs (answer token 1, at END + 1)" in capsys.readouterr().out
     batch = _appended(tokenizer, TEXTS, 1)
     assert [list(p.reference_token_ids) for p in r.pairs] == [batch.reference[i, : int(batch.end[i]) + 1].tolist()
                                                              for i in range(len(TEXTS))]
