@@ -20,7 +20,7 @@ MODES: tuple[Mode, ...] = ("path", "activation")
 # The dtypes a model is loaded and run in (circuits.models.loading.DTYPES maps them to torch dtypes).
 DTYPE_NAMES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 # The built-in metrics (circuits.patching.core.metrics defines them; configs check names against this without torch).
-METRIC_NAMES: tuple[str, ...] = ("relative_logit", "fraction", "logit_diff", "prob")
+METRIC_NAMES: tuple[str, ...] = ("relative_logit", "fraction", "logit_diff", "prob", "answer_logprob")
 # The default of every effects() / per_pair() / ranked() / scores() of every result type and of every job's metric
 # (declared here so configs read it without torch; circuits.patching.core.metrics.DEFAULT_METRIC is this name).
 DEFAULT_METRIC = "fraction"

@@ -7,7 +7,7 @@ that patches pairs. Imports neither torch nor transformer_lens."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from circuits.config import Config, count, option
 from circuits.data.templates import TASKS, templates_for
@@ -19,6 +19,38 @@ PrefixPolicy = Literal["keep", "counterfactual"]
 # counterfactual's answer is another number ("operand": the logit difference is defined on every pair).
 CounterfactualKind = Literal["operator", "operand"]
 COUNTERFACTUAL_KINDS: tuple[str, ...] = ("operator", "operand")
+# Where an answer of several tokens is read (issue 42): its k-th token at END + k (the earlier ones teacher-forced),
+# or the whole answer. The largest k accepted: no answer a pairs file holds needs more.
+WHOLE_ANSWER = "whole"
+MAX_ANSWER_POSITION = 63
+
+
+def answer_position(text: str | int) -> int | str:
+    """``--answer-position`` read: ``0``, ``1``, ... (the answer's token at END + k) or ``whole``; anything else is
+    one ``ValueError`` naming the flag."""
+    t = str(text).strip().lower()
+    if t == WHOLE_ANSWER:
+        return WHOLE_ANSWER
+    if not t.isdigit() or int(t) > MAX_ANSWER_POSITION:
+        raise ValueError(f"--answer-position {text!r}: accepted: 0..{MAX_ANSWER_POSITION} (the answer's token at END + "
+                         f"that many) or {WHOLE_ANSWER} (the sum of its tokens' log-probabilities)")
+    return int(t)
+
+
+def answer_position_text(text: str) -> str:
+    """The flag's value as the config keeps it (``"0"``, ``"1"``, ..., ``"whole"``), checked."""
+    return str(answer_position(text))
+
+
+def answer_position_option(whole: bool = True) -> Any:
+    """The ``--answer-position`` field, declared once for every job config that reads a later answer token (its help
+    says whether the job reads the whole answer too); the config's ``__post_init__`` checks it
+    (:func:`answer_position`)."""
+    return option("0", parse=answer_position_text, help=(
+        "which answer token is read (answers of several tokens, from --pairs-file): 0 = the first, at END; k = the "
+        "answer's token k at END + k, both prompts teacher-forced with the answer's first k tokens" + (
+            "; whole = the sum of its tokens' log-probabilities (metric answer_logprob), one sweep per position"
+            if whole else "") + "; a pair whose answer is too short is refused before the work"))
 
 
 @dataclass(frozen=True)

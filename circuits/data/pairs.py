@@ -78,6 +78,14 @@ class PromptPair:
     prefix_length: int = 0  # tokens of the few-shot prefix (0 without one)
     # The counterfactual prompt's own answer ("" where it asks for none: the paper's operator counterfactual)
     counterfactual_answer: str = ""
+    # Every token of an answer of several (its first is ``answer_token_id``); empty for a one-token answer, so a
+    # one-token pair and its saved line are what they were before answers of several tokens (issue 42)
+    answer_token_ids: tuple[int, ...] = ()
+
+    @property
+    def answer_ids(self) -> tuple[int, ...]:
+        """The answer's token ids, one or several (``answer_token_ids``, or ``(answer_token_id,)``)."""
+        return self.answer_token_ids or (self.answer_token_id,)
 
     @property
     def end(self) -> int:
@@ -90,6 +98,10 @@ class PromptPair:
         d["counterfactual_token_ids"] = list(self.counterfactual_token_ids)
         d["operands"] = list(self.operands)
         d["roles"] = {k: list(v) for k, v in self.roles.items()}
+        if self.answer_token_ids:
+            d["answer_token_ids"] = list(self.answer_token_ids)
+        else:  # a one-token pair's line as before answers of several tokens
+            del d["answer_token_ids"]
         return d
 
     @classmethod
@@ -99,6 +111,7 @@ class PromptPair:
         d["counterfactual_token_ids"] = tuple(d["counterfactual_token_ids"])
         d["operands"] = tuple(d.get("operands", ()))
         d["roles"] = {k: tuple(v) for k, v in d.get("roles", {}).items()}
+        d["answer_token_ids"] = tuple(d.get("answer_token_ids", ()))
         return cls(**d)
 
 
@@ -182,6 +195,21 @@ def answer_token(tokenizer: Any, prompt: str, answer: str) -> int:
     )
 
 
+def answer_tokens(tokenizer: Any, prompt: str, answer: str) -> tuple[int, ...]:
+    """Every token that continues ``prompt`` with ``answer`` (one or several), or a :class:`PromptError`: the tokens
+    of ``prompt + answer`` must be the prompt's followed by at least one more, so the answer's tokens are the ones the
+    model writes after the prompt (issue 42)."""
+    base = encode(tokenizer, prompt)
+    full = encode(tokenizer, prompt + answer)
+    if len(full) > len(base) and full[: len(base)] == base:
+        return tuple(full[len(base):])
+    pieces = tokenizer.convert_ids_to_tokens(full[max(len(base) - 1, 0):])
+    raise PromptError(
+        f"The answer {answer!r} after the prompt {prompt[-40:]!r} does not continue the prompt's tokens (the prompt's "
+        f"last token merges with it: {pieces}). Accepted: a prompt that ends where the answer's first token starts "
+        "(for SmolLM2, after a space).")
+
+
 def first_answer_token(tokenizer: Any, prompt: str, answer: str) -> int:
     """The first token the model must produce after ``prompt`` to write ``answer`` (which may take several)."""
     base = encode(tokenizer, prompt)
@@ -203,9 +231,14 @@ def make_pair(
     roles: dict[str, tuple[int, ...]] | None = None,
     prefix_length: int = 0,
     allow_identical: bool = False,
+    max_answer_tokens: int | None = None,
 ) -> PromptPair:
     """A pair from your own texts, checked: neither prompt is empty, they differ (unless ``allow_identical``, for
-    prompts that are only scored, never patched), the answer is one token, and both have equal token length."""
+    prompts that are only scored, never patched), the answer continues the reference's tokens, and both have equal
+    token length. The answer may take several tokens ("12" for a tokenizer that splits digits): ``answer_token_id``
+    is its first, ``answer_token_ids`` all of them (kept only when several); the patching engines read the first
+    at END, and identify's ``--answer-position`` a later one (issue 42). ``max_answer_tokens=1`` refuses an answer
+    of several tokens, as every pair was refused before (the templates' pairs keep to it)."""
     for name, value in (("reference", reference), ("counterfactual", counterfactual), ("answer", answer)):
         if not isinstance(value, str):
             example = f" (e.g. {str(value)!r} for {value!r})" if isinstance(value, (int, float)) else ""
@@ -218,7 +251,12 @@ def make_pair(
     if reference == counterfactual and not allow_identical:
         raise PromptError(f"The counterfactual equals the reference ({reference[-60:]!r}): patching would change nothing. "
                           "Accepted: a counterfactual that removes the calculation, e.g. the operator replaced.")
-    tok = answer_token(tokenizer, reference, answer)
+    if max_answer_tokens == 1:
+        ids: tuple[int, ...] = (answer_token(tokenizer, reference, answer),)
+    else:
+        ids = answer_tokens(tokenizer, reference, answer)
+        if max_answer_tokens is not None and len(ids) > max_answer_tokens:
+            raise PromptError(f"The answer {answer!r} takes {len(ids)} tokens; accepted: at most {max_answer_tokens}.")
     ref_ids = encode(tokenizer, reference)
     cf_ids = encode(tokenizer, counterfactual)
     if len(ref_ids) != len(cf_ids):
@@ -230,7 +268,7 @@ def make_pair(
         reference=reference,
         counterfactual=counterfactual,
         answer=answer,
-        answer_token_id=tok,
+        answer_token_id=ids[0],
         reference_token_ids=tuple(ref_ids),
         counterfactual_token_ids=tuple(cf_ids),
         template_id=template_id,
@@ -238,6 +276,7 @@ def make_pair(
         operands=operands,
         roles=roles or {},
         prefix_length=prefix_length,
+        answer_token_ids=ids if len(ids) > 1 else (),
     )
 
 
@@ -409,7 +448,8 @@ def render_pair(
         for sep, answer in options:
             try:
                 pair = make_pair(tokenizer, prefix + ref_body + sep, cf_prefix + cf_body + sep, answer,
-                                 template_id=template.id, operation=template.operation, operands=(a, b, c))
+                                 template_id=template.id, operation=template.operation, operands=(a, b, c),
+                                 max_answer_tokens=1)
                 break
             except PromptError as err:
                 errors.append(err)
@@ -440,7 +480,9 @@ def read_pairs(path: str | Path) -> list[PromptPair]:
     for i, row in enumerate(read_jsonl(path), 1):
         if not isinstance(row, dict):
             raise ValueError(f"{path}, line {i}: expected a pair object, got {str(row)[:80]}")
-        for key in ("answer_token_id", "reference_token_ids", "counterfactual_token_ids"):
+        for key in ("answer_token_id", "reference_token_ids", "counterfactual_token_ids", "answer_token_ids"):
+            if key == "answer_token_ids" and key not in row:  # a one-token pair (every line before issue 42)
+                continue
             bad = [x for x in _ids(row.get(key)) if type(x) is not int or x < 0]
             if key not in row or bad:
                 raise ValueError(f"{path}, line {i}: {key} must be {'a token id' if key[-1] == 'd' else 'token ids'} "
@@ -456,7 +498,7 @@ def check_token_ids(pairs: Sequence[PromptPair], d_vocab: int, where: str | Path
     """Refuse, before any work, pairs read from ``where`` whose token ids the model's vocabulary (``d_vocab``) lacks:
     one line naming the file, the pair and the field."""
     for i, p in enumerate(pairs, 1):
-        for key in ("answer_token_id", "reference_token_ids", "counterfactual_token_ids"):
+        for key in ("answer_token_id", "reference_token_ids", "counterfactual_token_ids", "answer_token_ids"):
             high = max(_ids(getattr(p, key)), default=0)
             if high >= d_vocab:
                 raise ValueError(f"{where}, pair {i}: {key} holds token id {high}, outside this model's vocabulary of "
@@ -705,10 +747,15 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
                     filter_correct: bool = False) -> PairSet:
     """Your own prompt pairs (``--pairs-file``): a JSONL file, one ``{"prompt", "counterfactual", "answer"}`` object a
     line (``"answers": [...]`` instead of ``"answer"``: its first is the answer; ``"id"``: a name for the pair), each
-    made with :func:`~circuits.data.pairs.make_pair` (one-token answer, prompts of equal token length) and scored by
-    the model, so the result records its accuracy on them as on the templates' pairs. The first ``n_pairs`` lines are
-    read; ``filter_correct`` keeps only those the model answers. A bad line is one ``ValueError`` naming the file and
-    line."""
+    made with :func:`~circuits.data.pairs.make_pair` (an answer of one token or several, prompts of equal token
+    length) and scored by the model, so the result records its accuracy on them as on the templates' pairs. The first
+    ``n_pairs`` lines are read; ``filter_correct`` keeps only those the model answers. A bad line is one
+    ``ValueError`` naming the file and line.
+
+    An answer of several tokens is scored teacher-forced: the model answers a pair when its top token is the answer's
+    at every answer position (the earlier answer tokens written after the prompt), and the answer probability is the
+    product of those positions' probabilities; the counterfactual is forced with the same answer tokens (as
+    :func:`~circuits.data.answers.at_answer_position` forces it). A one-token answer is scored as before."""
     rows = read_jsonl(path)
     if not rows:
         raise ValueError(f"--pairs-file {path} holds no pairs (one JSON object a line: prompt, counterfactual, answer)")
@@ -726,17 +773,35 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
                                    template_id=str(row.get("id", f"file/{i}"))))
         except (PromptError, ValueError) as err:
             raise ValueError(f"--pairs-file {path}, line {i}: {err}") from None
-    probs = pair_logits(model, pairs).softmax(-1)
-    answer_ids = torch.tensor([p.answer_token_id for p in pairs])
-    hit = probs.argmax(-1) == answer_ids
-    p_ans = probs[torch.arange(len(pairs)), answer_ids]
-    cf = pair_logits(model, pairs, "counterfactual").softmax(-1)
-    cf_hit = cf.argmax(-1) == answer_ids
+    hit, p_ans = _forced_scores(model, pairs, "reference")
+    cf_hit, cf_p = _forced_scores(model, pairs, "counterfactual")
     kept = [p for p, h in zip(pairs, hit) if h or not filter_correct]
     if not kept:
         raise ValueError(f"the model answers none of the {len(pairs)} pairs of {path} correctly; pass "
                          "--no-filter-correct to patch them anyway")
     return PairSet(pairs=kept, n_candidates=len(pairs), accuracy=float(hit.float().mean()),
                    mean_answer_prob=float(p_ans.mean()), counterfactual_accuracy=float(cf_hit.float().mean()),
-                   counterfactual_answer_prob=float(cf[torch.arange(len(pairs)), answer_ids].mean()),
-                   per_template={}, few_shot=False)
+                   counterfactual_answer_prob=float(cf_p.mean()), per_template={}, few_shot=False)
+
+
+def _forced_scores(model: Model, pairs: list[PromptPair],
+                   which: Literal["reference", "counterfactual"]) -> tuple[Bool[Tensor, " pair"], Float[Tensor, " pair"]]:
+    """Per pair: whether the prompt's top token is the answer's at every answer position, teacher-forced with the
+    answer's earlier tokens, and the product of the answer tokens' probabilities (one position: END's, as before)."""
+    hit: Tensor | None = None
+    prob: Tensor | None = None
+    for k in range(max(len(p.answer_ids) for p in pairs)):
+        idx = [i for i, p in enumerate(pairs) if len(p.answer_ids) > k]
+        forced = [replace(pairs[i], reference_token_ids=pairs[i].reference_token_ids + pairs[i].answer_ids[:k],
+                          counterfactual_token_ids=pairs[i].counterfactual_token_ids + pairs[i].answer_ids[:k])
+                  for i in idx] if k else pairs
+        probs = pair_logits(model, forced, which).softmax(-1)
+        ids = torch.tensor([pairs[i].answer_ids[k] for i in idx])
+        k_hit, k_prob = probs.argmax(-1) == ids, probs[torch.arange(len(idx)), ids]
+        if hit is None or prob is None:  # the first position covers every pair
+            hit, prob = k_hit, k_prob
+        else:
+            hit[idx] &= k_hit
+            prob[idx] *= k_prob
+    assert hit is not None and prob is not None
+    return hit, prob

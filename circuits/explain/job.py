@@ -55,7 +55,8 @@ def lens_result(model: Model, pairs: Sequence[PromptPair], config: LensConfig) -
     eq = next((p for p in pairs if p.template_id.endswith("/0")), pairs[0])
     prefix = eq.reference[: eq.reference.rfind("\n") + 1]
     text = prefix + config.example
-    example = make_pair(model.tokenizer, text, text, config.example_answer, allow_identical=True)  # only read, never patched
+    example = make_pair(model.tokenizer, text, text, config.example_answer, allow_identical=True,
+                        max_answer_tokens=1)  # only read, never patched
     result = logit_lens(model, pairs, example, k=config.top_k, config=config)
     result.example = config.example
     return result

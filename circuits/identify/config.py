@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from circuits.config import count, option
+from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSpec
 from circuits.types import DEFAULT_KEY_RULE, MODES, Receiver
 
@@ -29,7 +30,9 @@ class IdentifyConfig(PairSpec):
     prob: str = option("key", choices=("key", "all"),
                        help="the answer probability after patching (a log-sum-exp over the vocabulary per patched row) "
                             "for the key heads and MLPs only, in a second small pass, or for every component; "
-                            "NaN elsewhere (always 'all' when the key rule's metric is prob)")
+                            "NaN elsewhere (always 'all' when the key rule's metric is prob or answer_logprob, "
+                            "and at --answer-position whole)")
+    answer_position: str = answer_position_option()
     force: bool = option(False, help="save the result even when it is past a hard validity threshold (few pairs the "
                                      "model answers, a counterfactual that keeps the answer or barely moves it; "
                                      "docs/identify.md); its warning is saved with it")
@@ -46,6 +49,9 @@ class IdentifyConfig(PairSpec):
             KeyRule.parse(self.key_rule)
         if self.receivers and not self.receivers.strip().lower().startswith("top"):
             Receiver.parse_many(self.receivers)
+        if answer_position(self.answer_position) == WHOLE_ANSWER and self.receivers:  # edges are read at one END
+            raise ValueError("--receivers with --answer-position whole: edges are measured at one answer position; "
+                             "give --answer-position 0, 1, ... (or no --receivers)")
         if self.bootstrap < 0:
             raise ValueError(f"bootstrap must be 0 (no intervals) or more, got {self.bootstrap}")
 

@@ -27,12 +27,16 @@ from circuits.models.backend import Model
 
 from circuits import distributed as D
 from circuits.config import same_config
+from circuits.data.answers import at_answer_position, check_answer_position
+from circuits.data.pair_config import WHOLE_ANSWER, answer_position
 from circuits.data.pairs import PairSet, Pairs, PromptPair, build_pairs, counterfactual_stats
 from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
 from circuits.identify.circuit_graph import resolve_receivers
 from circuits.patching.engines.edge_sweep import check_edges, sweep_edges
+from circuits.patching.core.metrics import PROB_METRICS
 from circuits.patching.engines.end_sweep import SweepResult, all_components, sweep
+from circuits.patching.engines.end_sweep_answers import sweep_answer
 from circuits.identify.result import IdentifyResult
 from circuits.identify.validity import ValidityWarning, refuse_untrusted
 from circuits.patching.core.ranking import KeyRule
@@ -61,16 +65,25 @@ def identify(
         receivers = Receiver.parse_many(config.receivers)  # checked before the sweep, not after it
         check_edges(model, [c for c in all_components(model) if c.layer < max(r.layer for r in receivers) + 1], receivers)
     built = pairs is None
+    position = answer_position(config.answer_position)
     if built:  # the sweep runs the counterfactual prompts itself: their statistics come from it (below)
+        check_answer_source(config)
         pairs = D.on_main(lambda: build_pairs(model, config.pair_config(), check_counterfactual=False, progress=progress))
     if isinstance(pairs, PairSet):
         stats = pairs.stats()
         pairs = pairs.pairs
     pairs = list(pairs)
+    check_answer_position(pairs, position)  # one line, before the sweep
     rule = KeyRule.parse(config.key_rule)
-    prob = True if config.prob == "all" or rule.metric == "prob" else (lambda swept: key_components(swept, rule))
-    result = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress,  # type: ignore[arg-type]
-                   prob=prob)
+    prob = True if config.prob == "all" or rule.metric in PROB_METRICS or position == WHOLE_ANSWER else (
+        lambda swept: key_components(swept, rule))
+    if position == WHOLE_ANSWER:  # one sweep per answer position, joined (end_sweep_answers); the pairs as given
+        result = sweep_answer(model, pairs, config.mode, WHOLE_ANSWER, memory_mb=config.memory_mb,  # type: ignore[arg-type]
+                              progress=progress, prob=True)
+    else:  # position k: the pairs read at END + k, saved so (a later job on them reads the same token)
+        pairs = at_answer_position(pairs, position, model.tokenizer)
+        result = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress,  # type: ignore[arg-type]
+                       prob=prob)
     if built and stats.get("per_template"):
         b = result.baseline
         counterfactual_stats(pairs, b.cf_answer == b.answer, b.cf_prob, stats["per_template"])
@@ -85,6 +98,16 @@ def identify(
         warnings.warn(f"identify on {len(pairs)} pairs: " + "; ".join(out.validity().lines()), ValidityWarning,
                       stacklevel=2)
     return out
+
+
+def check_answer_source(config: IdentifyConfig) -> None:
+    """A later answer position needs answers of several tokens, which only a pairs file gives (the templates keep
+    one-token answers): one line, before the model loads."""
+    position = answer_position(config.answer_position)
+    if position != 0 and not config.pairs_file:
+        raise ValueError(f"--answer-position {position}: the task's templates give one-token answers only; give "
+                         '--pairs-file with answers of several tokens (a line such as {"prompt": "7 + 5 = ", '
+                         '"counterfactual": "7 @ 5 = ", "answer": "12"})')
 
 
 def key_components(swept: SweepResult, rule: KeyRule) -> list[Component]:
@@ -118,6 +141,7 @@ def run(config: IdentifyConfig, out: str | Path, *, model: Model | None = None,
     Finished folders with the same config are reused (resume). ``n_devices``: spread a model too big for one GPU over
     that many (each rank's own GPUs under torchrun)."""
     out = Path(out)
+    check_answer_source(config)
     if model is None:  # before any work: a dtype this machine cannot run is one line
         check_dtype(config.dtype, "cuda" if torch.cuda.is_available() else "cpu")
     load = lambda: load_model(config.model, dtype=config.dtype, n_devices=n_devices,  # noqa: E731
@@ -196,7 +220,10 @@ def _print_summary(task: str, result: IdentifyResult, folder: Path) -> None:
     if len(key) > 8:
         heads += f", and {len(key) - 8} more ({sum(unsure[8:])} of them uncertain)"
     acc = s["accuracy"]
-    print(f"[{task}] {s['n_pairs']} pairs, accuracy before filtering {acc:.0%}, " if acc is not None else f"[{task}] ",
+    at = result.config.answer_position
+    at = "" if at == "0" else " (the whole answer)" if at == "whole" else f" (answer token {at}, at END + {at})"
+    print(f"[{task}] {s['n_pairs']} pairs{at}, accuracy before filtering {acc:.0%}, " if acc is not None
+          else f"[{task}]{at} ",
           f"counterfactual keeps the answer {s['counterfactual_accuracy']:.0%}; {len(key)} key heads by "
           f"{result.key_rule}: {heads or 'none'}; pairs and sweep {result.seconds:.0f} s -> {folder / 'heads.html'}",
           sep="")

@@ -27,7 +27,7 @@ from circuits.identify.config import IdentifyConfig
 from circuits.identify.circuit_graph import circuit_figure, edge_summary, receiver_effects_of
 from circuits.identify.validity import Validity
 from circuits.patching.engines.end_sweep import SweepResult
-from circuits.patching.core.metrics import DEFAULT_METRIC, METRICS, Metric, get_metric
+from circuits.patching.core.metrics import DEFAULT_METRIC, METRICS, PROB_METRICS, Metric, get_metric
 from circuits.patching.core.ranking import KeyRule, Ranked
 from circuits.patching.core.scores import Scores
 from circuits.io import load_torch, read_json, save_torch, write_json
@@ -188,7 +188,7 @@ class IdentifyResult(ShowsFigure, Result):
         if 0 < missing < values.numel():
             what = "heads" if part == "heads" else "MLPs"
             made = (f" (this result was made with prob={self.config.prob!r}: the answer probability of the key components "
-                    f"of {self.config.key_rule} alone)" if m.name == "prob" else "")
+                    f"of {self.config.key_rule} alone)" if m.name in PROB_METRICS else "")
             raise ResultError(f"Key rule {rule}: {m.name} was measured for {values.numel() - missing} of {values.numel()} "
                               f"{what} only{made}, so the rule would ignore the {missing} unmeasured ones; rerun circuits "
                               f"identify with --prob all, or use a rule over another metric (fraction, relative_logit, "

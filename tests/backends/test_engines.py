@@ -226,3 +226,48 @@ def test_without_prefix_sharing_the_numbers_are_the_same(family_models, tokenize
         monkeypatch.setattr(model.backend, "prefix_sharing", lambda: False)
         whole = end_residuals(model, rows, lengths)
     torch.testing.assert_close(shared, whole, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gemma3"])
+def test_a_later_answer_position_equals_the_plain_loop_and_transformer_lens(family_models, tokenizer, arch):
+    """Issue 42: the END sweep at the answer's second token (both prompts teacher-forced with its first) equals one
+    ``run_with_hooks`` per component on the prompts with the first answer token appended by hand, and
+    TransformerLens's own ``generic_activation_patch`` at END + 1."""
+    from transformer_lens import patching
+
+    from circuits.data.pairs import PairBatch, encode, make_pair
+    from circuits.patching.engines.end_sweep_answers import sweep_answer
+
+    model = family_models(arch)
+    texts = [("7 + 5 = ", "7 @ 5 = ", "12"), ("8 + 6 = ", "8 @ 6 = ", "14"), ("9 + 9 = ", "9 @ 9 = ", "18")]
+    pairs = [make_pair(tokenizer, *t) for t in texts]
+    n = len(encode(tokenizer, texts[0][0]))
+    ref = torch.tensor([encode(tokenizer, p + a)[: n + 1] for p, _, a in texts])  # prompt + the answer's first token
+    cf = torch.tensor([encode(tokenizer, c) + encode(tokenizer, p + a)[n: n + 1] for p, c, a in texts])
+    answer = torch.tensor([encode(tokenizer, p + a)[n + 1] for p, _, a in texts])
+    batch = PairBatch(ref, cf, torch.full((3,), n), answer)
+    for mode in ("path", "activation"):
+        ours = sweep_answer(model, pairs, mode, 1, progress=False)
+        _, plain = sweep_plain(model, batch, mode, all_components(model))
+        worst = 0.0
+        for c, values in plain.items():
+            view = ours.heads.index((c.layer, c.head)) if c.kind == "head" else ours.mlps.index((c.layer,))
+            worst = max(worst, *((a - b).abs().max().item() for a, b in zip((view.logit, view.logit_diff, view.prob),
+                                                                               values)))
+        assert worst <= 1e-4, f"{mode}: the sweep at END + 1 differs from the plain loop by {worst}"
+    assert (ours.head_logit - ours.baseline.logit).abs().max() > 1e-2  # the patches matter
+
+    def metric(logits):
+        return logits[torch.arange(3), n, answer].mean()
+
+    names = lambda name: name.endswith("hook_z") or name.endswith("hook_mlp_out")  # noqa: E731
+    _, cf_cache = model.run_with_cache(cf, names_filter=names)
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    heads = pd.DataFrame([(l, n, h) for l in range(L) for h in (0, H - 1)], columns=["layer", "pos", "head_index"])
+    theirs = patching.generic_activation_patch(model, ref, cf_cache, metric, patching.layer_pos_head_vector_patch_setter,
+                                               "z", index_df=heads)
+    torch.testing.assert_close(ours.head_logit[:, [0, H - 1]].mean(-1), theirs.reshape(L, 2).float(), atol=1e-4, rtol=0)
+    mlps = pd.DataFrame([(l, n) for l in range(L)], columns=["layer", "pos"])
+    theirs_mlp = patching.generic_activation_patch(model, ref, cf_cache, metric, patching.layer_pos_patch_setter,
+                                                   "mlp_out", index_df=mlps)
+    torch.testing.assert_close(ours.mlp_logit.mean(-1), theirs_mlp.float(), atol=1e-4, rtol=0)

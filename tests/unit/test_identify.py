@@ -36,7 +36,7 @@ def test_ranking_covers_every_head_and_key_heads_lead_it(result, tiny_llama):
     summary = result.summary()
     assert len(summary["ranked_heads"]) == n  # every head, not the first 20
     assert summary["key_heads"] == [[h.layer, h.head, e] for h, e in keys]
-    assert set(summary["metrics"]) == {"relative_logit", "fraction", "logit_diff", "prob"}
+    assert set(summary["metrics"]) == {"relative_logit", "fraction", "logit_diff", "prob", "answer_logprob"}
 
 
 def test_save_and_load_roundtrip(result, tmp_path):

@@ -72,8 +72,11 @@ def test_seeded_sampling_is_deterministic(tokenizer):
 
 
 def test_answer_not_a_single_token(tokenizer):
-    with pytest.raises(PromptError, match="not a single token"):
-        make_pair(tokenizer, "3 + 9 = ", "3 @ 9 = ", "12")
+    with pytest.raises(PromptError, match="not a single token"):  # where one token is asked for (the templates)
+        make_pair(tokenizer, "3 + 9 = ", "3 @ 9 = ", "12", max_answer_tokens=1)
+    assert len(make_pair(tokenizer, "3 + 9 = ", "3 @ 9 = ", "12").answer_ids) == 2  # any answer otherwise (issue 42)
+    with pytest.raises(PromptError, match="does not continue the prompt's tokens"):
+        make_pair(tokenizer, "3 + 9 = ", "3 @ 9 = ", "x")  # " x" is one token: it swallows the prompt's last space
 
 
 def test_unequal_lengths(tokenizer):

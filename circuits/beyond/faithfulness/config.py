@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from circuits.config import option, redefault
+from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSource, check_metric
 from circuits.patching.engines.registry import node_engines
 from circuits.types import METRIC_NAMES, MIB_METRIC
@@ -86,10 +87,20 @@ class FaithfulnessConfig(PairSource):
                                         "one (one more curve per ranking and circuit kind)")
     scoring_seed: int = option(-1, minimum=-1, help="seed of the scoring pairs with --held-out (-1: --seed + 1); with "
                                         "--pairs-from, the scoring pairs are the --pairs saved pairs after the first")
+    answer_position: str = answer_position_option(whole=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_metric(self.metric)
+        if self.metric == "answer_logprob":  # m(C) is read from circuits' END readouts: logit, logit_diff or prob
+            raise ValueError("--metric answer_logprob: faithfulness reads the answer logit, logit difference or "
+                             "probability of each circuit; accepted: logit_diff, prob, fraction, relative_logit")
+        position = answer_position(self.answer_position)
+        if position == WHOLE_ANSWER:
+            raise ValueError("--answer-position whole: a faithfulness curve reads one answer token; accepted: 0, 1, ...")
+        if position != 0 and not (self.pairs_file or self.pairs_from):
+            raise ValueError(f"--answer-position {position}: the task's templates give one-token answers only; give "
+                             "--pairs-file (or --pairs-from a result made from one) with answers of several tokens")
         if self.task == "all":
             raise ValueError("--task all: a faithfulness run scores one operation; give --task addition (or another), "
                              "or run experiments/faithfulness.py for the four")

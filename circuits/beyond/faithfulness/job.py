@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
 from circuits.beyond.faithfulness.result import PARTS, FaithfulnessResult
+from circuits.data.answers import at_answer_position
 from circuits.data.pairs import PromptPair
 from circuits.io import load_torch, save_torch
 from circuits.models.backend import Model
@@ -315,6 +316,10 @@ def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = No
     a stopped run resumes from ``<out>/parts``."""
     model = model or load_model(config.model, dtype=config.dtype)
     pairs, scoring = split_pairs(config, model)
+    # Answer token k (issue 42): the ranking and the scoring pairs both teacher-forced with the answer's first k tokens
+    # (circuits.data.answers), so rankings and circuits are found and scored at END + k.
+    pairs = at_answer_position(pairs, config.answer_position, model.tokenizer)
+    scoring = None if scoring is None else at_answer_position(scoring, config.answer_position, model.tokenizer)
     result = faithfulness(model, pairs, config, progress=progress, parts=Path(out) / PARTS, scoring_pairs=scoring)
     result.save(out)
     return result

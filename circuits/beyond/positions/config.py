@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from circuits.config import option
+from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSource, check_metric
 from circuits.types import METRIC_NAMES, MIB_METRIC
 
@@ -23,7 +24,15 @@ class PositionConfig(PairSource):
                                     "token; default: all, aligned from END")
     offsets: tuple[int, ...] = option((), minimum=0, maximum=1_000_000, unique=True, help="offsets from END to patch (0 is END); default: every position")
     metric: str = option(MIB_METRIC, choices=METRIC_NAMES, help="the metric the figure shows")
+    answer_position: str = answer_position_option(whole=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_metric(self.metric)
+        position = answer_position(self.answer_position)
+        if position == WHOLE_ANSWER:
+            raise ValueError("--answer-position whole: the per-position sweep reads one answer token (offsets count "
+                             "back from it); accepted: 0, 1, ...")
+        if position != 0 and not (self.pairs_file or self.pairs_from):
+            raise ValueError(f"--answer-position {position}: the task's templates give one-token answers only; give "
+                             "--pairs-file (or --pairs-from a result made from one) with answers of several tokens")

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
+from circuits.data.answers import at_answer_position
 from circuits.data.pairs import FewerPairsWarning, build_pairs
 from circuits.data.templates import templates_for
 from circuits.patching.engines.position_sweep import sweep_positions
@@ -44,6 +45,9 @@ def run(config: PositionConfig, out: str | Path, *, model: Model | None = None,
             warnings.warn(f"{len(pairs)} of the {len(every)} pairs from {config.pairs_from} are of template "
                           f"{config.template} (only those align token for token); sweeping {len(pairs)}",
                           FewerPairsWarning, stacklevel=2)
+    # Answer token k (issue 42): both prompts teacher-forced with its first k tokens, END moved to END + k, and the
+    # offsets counted back from there; a pair whose answer is too short is one line before the sweep.
+    pairs = at_answer_position(pairs, config.answer_position, model.tokenizer)
     start = time.perf_counter()
     sweep = sweep_positions(model, pairs, offsets=config.offsets or None, memory_mb=config.memory_mb, progress=progress)
     result = PositionResult(config, pairs, sweep, time.perf_counter() - start)

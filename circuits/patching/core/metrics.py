@@ -153,7 +153,22 @@ LOGIT_DIFF = Metric(
     lambda p, b: p.logit_diff - b.logit_diff)
 PROB = Metric("prob", "mean change of the answer probability", -1, lambda p, b: p.prob - b.prob)
 
-METRICS: dict[str, Metric] = {m.name: m for m in (RELATIVE_LOGIT, FRACTION, LOGIT_DIFF, PROB)}
+
+def _log(prob: Tensor) -> Tensor:
+    # A probability that underflowed float32 to 0 counts as the smallest positive float32, not as -inf.
+    return prob.clamp_min(torch.finfo(torch.float32).tiny).log()
+
+
+# The answer's log-probability (issue 42): at one answer position the answer token's; over the whole answer
+# (``--answer-position whole``, where the ``prob`` readout is the product of the answer tokens' probabilities, each
+# position teacher-forced) the sum of its tokens' log-probabilities.
+ANSWER_LOGPROB = Metric(
+    "answer_logprob", "mean change of the answer's log-probability (the whole answer: the sum of its tokens')", -1,
+    lambda p, b: _log(p.prob) - _log(b.prob))
+
+METRICS: dict[str, Metric] = {m.name: m for m in (RELATIVE_LOGIT, FRACTION, LOGIT_DIFF, PROB, ANSWER_LOGPROB)}
+# The metrics that read the patched answer probability (a log-sum-exp over the vocabulary per patched row).
+PROB_METRICS: tuple[str, ...] = ("prob", "answer_logprob")
 METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
 assert METRIC_NAMES == TYPES_METRIC_NAMES, "circuits.types.METRIC_NAMES lists the built-in metrics"
 # The metric every ``effects()``, ``per_pair()``, ``ranked()``, ``key_heads()`` and ``top_heads()`` uses when none is
@@ -167,7 +182,8 @@ MIB_METRIC = _MIB_METRIC
 
 
 def get_metric(metric: str | Metric) -> Metric:
-    """A metric by name (``relative_logit``, ``fraction``, ``logit_diff``, ``prob``) or as given."""
+    """A metric by name (``relative_logit``, ``fraction``, ``logit_diff``, ``prob``, ``answer_logprob``) or as
+    given."""
     if isinstance(metric, Metric):
         return metric
     try:

@@ -50,6 +50,9 @@ def readout_of(metric: Metric) -> str:
     metric's own name."""
     if metric.logits_fn is not None:
         return metric.name
+    if metric.name == "answer_logprob":  # a log of a linear estimate of the probability could be the log of a negative
+        raise ValueError("answer_logprob: the attribution screen estimates the answer logit, logit difference or "
+                         "probability linearly, not its log; rank by prob, logit_diff or fraction")
     return {"relative_logit": "logit", "fraction": "logit"}.get(metric.name, metric.name)
 
 

@@ -38,7 +38,7 @@ from circuits.patching.core.end_layers import (
     z_at_end,
 )
 from circuits.patching.engines.end_sweep import all_components, rows_for_budget
-from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
 from circuits.patching.engines.neuron_sweep import answer_readout
 from circuits.patching.core.readouts import MetricViews, Readouts, check_senders
 from circuits.patching.core.scores import Scores
@@ -221,6 +221,6 @@ def score_edges(model: Model, pairs: Pairs, *, metric: str | Metric, positions: 
                 memory_mb: float, receivers: Sequence[Receiver | str] | str | None = None, **options) -> Scores:
     """The registry's ``edges``: :func:`sweep_edges` into ``receivers`` (every receiver by default) scored by
     ``metric``."""
-    prob = get_metric(metric).name == "prob"  # the probability's log-sum-exp only where the metric reads it
+    prob = get_metric(metric).name in PROB_METRICS  # the probability's log-sum-exp only where the metric reads it
     return sweep_edges(model, pairs, every_receiver(model) if receivers is None else receivers, prob=prob,
                        memory_mb=memory_mb, progress=progress, **options).scores(metric)

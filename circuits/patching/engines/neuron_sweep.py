@@ -29,7 +29,7 @@ from circuits.models import backend
 from circuits.patching.core.end_layers import (_post_norm, attention_at_end, baseline_from, check_supported, collect_runs,
                                           mlp_at_end, readout)
 from circuits.patching.engines.end_sweep import rows_for_budget
-from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
 from circuits.patching.core.ranking import contributions, order
 from circuits.patching.core.readouts import MetricViews, Readouts
 from circuits.patching.core.scores import Scores
@@ -227,6 +227,6 @@ def score_neurons(model: Model, pairs: Pairs, *, metric: str | Metric, positions
     """The registry's ``neurons``: :func:`sweep_neurons` (every neuron of ``layers``, every MLP layer by default)
     scored by ``metric``."""
     layers = range(model.cfg.n_layers) if neurons is None and layers is None else layers
-    prob = get_metric(metric).name == "prob"  # the probability's log-sum-exp only where the metric reads it
+    prob = get_metric(metric).name in PROB_METRICS  # the probability's log-sum-exp only where the metric reads it
     return sweep_neurons(model, pairs, mode, neurons=neurons, layers=layers, prob=prob, memory_mb=memory_mb,
                          progress=progress, **options).scores(metric)

@@ -40,7 +40,7 @@ from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.core.end_layers import check_supported, readout
 from circuits.patching.engines.end_sweep import all_components
 from circuits.patching.core.scores import Scores
-from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
+from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
 from circuits.patching.core.readouts import (
     MetricLookup,
     Readouts,
@@ -387,7 +387,7 @@ def score_positions(model: Model, pairs: Pairs, *, metric: str | Metric, positio
                     memory_mb: float, offsets: Sequence[int] | None = None, **options) -> Scores:
     """The registry's ``positions``: :func:`sweep_positions` scored by ``metric``, at every offset (``"all"``) or at
     END alone (``"end"``)."""
-    prob = get_metric(metric).name == "prob"  # the probability's log-sum-exp only where the metric reads it
+    prob = get_metric(metric).name in PROB_METRICS  # the probability's log-sum-exp only where the metric reads it
     s = sweep_positions(model, pairs, offsets=[0] if positions == "end" else offsets, memory_mb=memory_mb,
                         progress=progress, prob=prob, **options)
     return s.scores(metric).at(positions)
