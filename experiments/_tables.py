@@ -330,12 +330,32 @@ KEY_KINDS = {"head": "key heads", "mlp": "key MLPs"}
 
 def fourier_periods(d: dict) -> Table:
     """The mean share of the energy at each period over the key heads and over the key MLPs, with its bootstrap
-    interval. ``d["by_kind"][kind]``: one share per period of ``d["periods"]``; ``d["by_kind_ci"][kind]``: one
-    [low, high] per period."""
-    return (["", *(f"period {_period(p)}" for p in d["periods"])],
-            [[KEY_KINDS.get(kind, kind), *(f"{_pct(x)} [{100 * lo:.0f}, {100 * hi:.0f}]"
-                                           for x, (lo, hi) in zip(shares, d["by_kind_ci"][kind], strict=True))]
-             for kind, shares in d["by_kind"].items()])
+    interval over pairs and (where saved) over the components; then (where saved, issue 43) the share white noise and
+    a straight trend give each period on the same number line, and the MLPs' share minus the heads' with its interval
+    over the components and whether it stays apart after Holm over the periods. ``d["by_kind"][kind]``: one share per
+    period of ``d["periods"]``; ``d["by_kind_ci"][kind]``, ``d["by_kind_component_ci"][kind]``: one [low, high] per
+    period; ``d["n_components"][kind]``; ``d["chance"]``, ``d["trend"]``: one share per period;
+    ``d["mlp_minus_head"]``: one [difference, low, high, apart] per period."""
+    comp = d.get("by_kind_component_ci", {})
+    rows = []
+    for kind, shares in d["by_kind"].items():
+        label = KEY_KINDS.get(kind, kind)
+        cells = [f"{_pct(x)} [{100 * lo:.0f}, {100 * hi:.0f}]" for x, (lo, hi) in
+                 zip(shares, d["by_kind_ci"][kind], strict=True)]
+        if kind in comp:
+            label += f" (over pairs; over the {d['n_components'][kind]} {'heads' if kind == 'head' else 'MLPs'})"
+            cells = [f"{c}; [{100 * lo:.0f}, {100 * hi:.0f}]" for c, (lo, hi) in zip(cells, comp[kind], strict=True)]
+        rows.append([label, *cells])
+    n = round(d["periods"][0]) if d["periods"] else 0  # the longest period is the number line's length
+    if "chance" in d:
+        rows.append([f"white noise on the {n} numbers (chance)", *(f"{100 * x:.1f}%" for x in d["chance"])])
+    if "trend" in d:
+        rows.append([f"a straight trend over 0..{n - 1}", *(f"{100 * x:.1f}%" for x in d["trend"])])
+    if "mlp_minus_head" in d:
+        rows.append(["key MLPs minus key heads (over the components; Holm over the periods)",
+                     *(f"{100 * x:+.0f} [{100 * lo:+.0f}, {100 * hi:+.0f}] " + ("apart" if apart else "not apart")
+                       for x, lo, hi, apart in d["mlp_minus_head"])])
+    return ["", *(f"period {_period(p)}" for p in d["periods"])], rows
 
 
 def fourier_components(d: dict) -> Table:
