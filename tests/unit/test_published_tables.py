@@ -166,7 +166,21 @@ def test_the_renderers_of_issue_32_compute_what_the_rows_say():
     assert rows == [["top-4 neurons' share of the layer's summed neuron effect", "25%", "75%", ""],
                     ["classified neurons of the top 4", "3", "1", "4 of 8"],
                     ["share of the top 4's effect the classified ones carry", "80%", "20%", "35%"]]  # 0.7 / 2.0 pooled
+    _, rows = T.heuristics_layers({"layers": {
+        "19": {"n_top": 4, "top_effect": 0.5, "layer_total": 2.0, "n_classified": 3, "classified_effect": 0.4}},
+        "nulls": {"top": {"19": {"n": 4, "n_classified": 3}}, "random": {"19": {"n": 4, "n_classified": 1}}},
+        "rates": {"top": {"n": 4, "n_classified": 3, "rate": 0.75, "low": 0.301, "high": 0.954},
+                  "random": {"n": 4, "n_classified": 1, "rate": 0.25, "low": 0.046, "high": 0.699}}})
+    assert rows[3:] == [["classified, all top neurons (95% Wilson interval)", "3 of 4", "3 of 4: 75% [30, 95]"],
+                        ["classified, as many random neurons of the same MLPs (the null)", "1 of 4",
+                         "1 of 4: 25% [5, 70]"]]
     drop = lambda m, n: {"mean": m, "low": m - 0.01, "high": m + 0.01, "n": n}  # noqa: E731
+    header, rows = T.heuristics_knockout({"classes": {"b == 0": {
+        "n_neurons": 17, "covered_drop": drop(0.0234, 10), "uncovered_drop": drop(-0.002, 90),
+        "random_covered_drop": drop(0.0, 10), "random_uncovered_drop": drop(0.005, 90),
+        "covered_vs_random": {**drop(0.02, 10), "level": 0.99375, "holm_apart": True}}}})
+    assert header[-1] == "covered, class minus random (Holm over 1)"
+    assert rows[0][-1] == "+0.020 [+0.010, +0.030] at 99.38%: apart"
     _, rows = T.heuristics_knockout({"classes": {"b == 0": {
         "n_neurons": 17, "covered_drop": drop(0.0234, 10), "uncovered_drop": drop(-0.002, 90),
         "random_covered_drop": drop(0.0, 10), "random_uncovered_drop": drop(0.005, 90)}}})
@@ -219,6 +233,8 @@ def test_the_issue_32_scripts_publish_their_tables_on_replot(tiny_llama, tmp_pat
     assert rows[1][-1] == f"{s['n_classified']} of {s['n_neurons']}"
     assert rows[2][-1] == f"{100 * s['share_carried']:.0f}%"
     assert set(tables.get("heuristics_knockout", {"data": {"classes": {}}})["data"]["classes"]) == set(s["knockout"])
+    r = s["classified_rates"]["random"]  # the null row: the default null_neurons per MLP, classified by the same test
+    assert rows[4][-1] == f"{r['n_classified']} of {r['n']}: {100 * r['rate']:.0f}% [{100 * r['low']:.0f}, {100 * r['high']:.0f}]"
     assert (tmp_path / "heuristics" / "published.md").read_text().count("<!-- table: ") == len(tables)
 
     r = identify(tiny_llama, config=IDENTIFY, progress=False)
