@@ -315,7 +315,8 @@ NULL_ROWS = {"top": "classified, all top neurons (95% Wilson interval)",
 
 
 def _rate(r: dict) -> str:
-    return f"{r['n_classified']} of {r['n']}: {_pct(r['rate'])} [{100 * r['low']:.0f}, {100 * r['high']:.0f}]"
+    p = f"; Fisher p = {r['p_vs_top']:.2g} vs the top" if "p_vs_top" in r else ""
+    return f"{r['n_classified']} of {r['n']}: {_pct(r['rate'])} [{100 * r['low']:.0f}, {100 * r['high']:.0f}]{p}"
 
 
 def _drop(x: dict, n: bool = True) -> str:

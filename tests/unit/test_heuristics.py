@@ -343,6 +343,17 @@ def test_the_wilson_interval_against_its_closed_forms():
         rate(11, 10)
 
 
+def test_fisher_exact_against_known_tables():
+    from circuits.explain.heuristics.nulls import fisher_p
+
+    assert fisher_p(3, 4, 1, 4) == pytest.approx(34 / 70)  # Fisher's tea tasting: 3 of 4 right, two-sided 0.4857
+    assert fisher_p(4, 4, 0, 4) == pytest.approx(2 / 70)
+    assert fisher_p(2, 4, 2, 4) == pytest.approx(1.0)
+    assert fisher_p(92, 150, 66, 150) < 0.01 and fisher_p(92, 150, 66, 150) == pytest.approx(fisher_p(66, 150, 92, 150))
+    with pytest.raises(ValueError, match="counts must lie"):
+        fisher_p(5, 4, 0, 4)
+
+
 def test_knockout_vs_random_is_paired_and_holm_corrected():
     from circuits.explain.heuristics.nulls import knockout_vs_random
     from circuits.patching.core.uncertainty import bootstrap_p, percentile_interval, resample_pairs
@@ -397,6 +408,9 @@ def test_the_job_classifies_null_neurons_with_the_top_neurons_test(tiny_llama, t
     rates = s["classified_rates"]
     assert rates["top"]["n_classified"] == len(r.classified()) and rates["random"]["n"] == 10
     assert rates["low_effect"]["n_classified"] == sum(r.nulls["low_effect"]["classified"])
+    from circuits.explain.heuristics.nulls import fisher_p
+
+    assert rates["random"]["p_vs_top"] == fisher_p(len(r.classified()), 12, rates["random"]["n_classified"], 10)
     assert set(s["knockout"]) and all("covered_vs_random" in k for k in s["knockout"].values())
     back = load_result(tmp_path / "h")
     assert back == r and back.nulls == r.nulls and back.summary()["classified_rates"] == rates

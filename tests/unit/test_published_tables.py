@@ -234,7 +234,8 @@ def test_the_issue_32_scripts_publish_their_tables_on_replot(tiny_llama, tmp_pat
     assert rows[2][-1] == f"{100 * s['share_carried']:.0f}%"
     assert set(tables.get("heuristics_knockout", {"data": {"classes": {}}})["data"]["classes"]) == set(s["knockout"])
     r = s["classified_rates"]["random"]  # the null row: the default null_neurons per MLP, classified by the same test
-    assert rows[4][-1] == f"{r['n_classified']} of {r['n']}: {100 * r['rate']:.0f}% [{100 * r['low']:.0f}, {100 * r['high']:.0f}]"
+    assert rows[4][-1] == (f"{r['n_classified']} of {r['n']}: {100 * r['rate']:.0f}% [{100 * r['low']:.0f}, "
+                           f"{100 * r['high']:.0f}]; Fisher p = {r['p_vs_top']:.2g} vs the top")
     assert (tmp_path / "heuristics" / "published.md").read_text().count("<!-- table: ") == len(tables)
 
     r = identify(tiny_llama, config=IDENTIFY, progress=False)

@@ -265,7 +265,8 @@ def printout(args: argparse.Namespace, config: HeuristicsConfig, r: HeuristicsRe
     rates = s.get("classified_rates", {})
     if len(rates) > 1:  # the nulls: the same test on neurons not chosen for their effect
         print("  share classified (95% Wilson interval): " + "; ".join(
-            f"{NULL_NAMES.get(g, g)} {v['n_classified']} of {v['n']} ({v['rate']:.0%} [{v['low']:.0%}, {v['high']:.0%}])"
+            f"{NULL_NAMES.get(g, g)} {v['n_classified']} of {v['n']} ({v['rate']:.0%} [{v['low']:.0%}, {v['high']:.0%}]"
+            + (f", Fisher p = {v['p_vs_top']:.2g} against the top neurons)" if "p_vs_top" in v else ")")
             for g, v in rates.items()))
     for name, k in s["knockout"].items():
         cov, unc = k["covered_drop"], k["uncovered_drop"]

@@ -102,12 +102,17 @@ class HeuristicsResult(Result):
 
     def classified_rates(self) -> dict[str, dict[str, float]]:
         """The share of the top neurons classified, and of each null group (random and lowest-effect neurons of the
-        same MLPs, where measured), each with its 95% Wilson interval."""
+        same MLPs, where measured), each with its 95% Wilson interval; a null group's ``p_vs_top``: Fisher's exact
+        two-sided p-value of its share against the top neurons'."""
         from circuits.explain.heuristics.nulls import rate
+
+        from circuits.explain.heuristics.nulls import fisher_p
 
         out = {"top": rate(len(self.classified()), len(self.neurons))}
         for name, g in self.nulls.items():
-            out[name] = rate(sum(map(bool, g["classified"])), len(g["classified"]))
+            k, n = sum(map(bool, g["classified"])), len(g["classified"])
+            out[name] = {**rate(k, n), "p_vs_top": fisher_p(out["top"]["n_classified"], out["top"]["n"], k, n)
+                         if n and out["top"]["n"] else float("nan")}
         return out
 
     def knockout_vs_random(self) -> dict[str, dict[str, Any]]:

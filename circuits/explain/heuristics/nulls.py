@@ -4,7 +4,8 @@ neurons of the same MLPs that were not chosen for their effect.
 - :func:`null_neurons`: per key MLP, ``k`` neurons drawn at random from those outside the top set, and the ``k`` with
   the smallest absolute effect (the least important: a neuron that does nothing for the answer). If the classifier
   passes as many of those as of the top neurons, the share classified says nothing about the top neurons.
-- :func:`rate`: a share classified with its 95% Wilson interval (a binomial count: the neurons are the units).
+- :func:`rate`: a share classified with its 95% Wilson interval (a binomial count: the neurons are the units), and
+  :func:`fisher_p`: whether a null group's share differs from the top neurons' (Fisher's exact test).
 - :func:`knockout_vs_random`: the causal check read against its own control with a family-wise correction: per
   knocked-out class, the covered prompts' drop minus the random neurons' drop on the same prompts (paired), a
   percentile bootstrap over those prompts, a two-sided bootstrap p-value, and Holm's correction over the classes
@@ -59,6 +60,18 @@ def rate(n_classified: int, n: int, z: float = 1.959964) -> dict[str, float]:
     return {"n": n, "n_classified": n_classified, "rate": p, "low": max(0.0, centre - half), "high": min(1.0, centre + half)}
 
 
+def fisher_p(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Fisher's exact two-sided p-value of "``k1`` of ``n1`` and ``k2`` of ``n2`` are the same share": the
+    probability, given the margins, of every table no more likely than the one seen (hypergeometric)."""
+    if not (0 <= k1 <= n1 and 0 <= k2 <= n2) or n1 + n2 == 0:
+        raise ValueError(f"counts must lie in 0..n, got {k1} of {n1} and {k2} of {n2}")
+    k, n = k1 + k2, n1 + n2
+    total = math.comb(n, k)
+    prob = [math.comb(n1, j) * math.comb(n2, k - j) / total for j in range(max(0, k - n2), min(k, n1) + 1)]
+    seen = math.comb(n1, k1) * math.comb(n2, k2) / total
+    return min(1.0, sum(p for p in prob if p <= seen * (1 + 1e-9)))
+
+
 def knockout_vs_random(classes: Mapping[str, Mapping[str, Any]], n_boot: int = 1000, seed: int = 0,
                        alpha: float = 0.05) -> dict[str, dict[str, Any]]:
     """Per knocked-out class (a :func:`~circuits.explain.heuristics.causal_check.class_knockout` entry: ``drop``,
@@ -91,4 +104,4 @@ def knockout_vs_random(classes: Mapping[str, Mapping[str, Any]], n_boot: int = 1
     return out
 
 
-__all__ = ["knockout_vs_random", "null_neurons", "rate"]
+__all__ = ["fisher_p", "knockout_vs_random", "null_neurons", "rate"]
