@@ -239,14 +239,22 @@ def _numbers_text(r: Any) -> str:
            f"left out). Zhou et al. find MLPs carrying the low frequencies (long periods) and attention the high ones "
            f"(periods 2, 5).</p>"]
     ci = s.get("by_kind_ci", {})
+    comp = s.get("by_kind_component_ci", {})
 
     def cell(k: str, p: str) -> str:
-        lo_hi = ci.get(k, {}).get(p)
-        return _pct(s["by_kind"][k][p]) + (f" [{_pct(lo_hi[0])}, {_pct(lo_hi[1])}]" if lo_hi else "")
+        lo_hi, over = ci.get(k, {}).get(p), comp.get(k, {}).get(p)
+        return (_pct(s["by_kind"][k][p]) + (f" [{_pct(lo_hi[0])}, {_pct(lo_hi[1])}]" if lo_hi else "")
+                + (f"; [{_pct(over[0])}, {_pct(over[1])}]" if over else ""))
 
     rows = [[("heads" if k == "head" else "MLPs"), *[cell(k, p) for p in periods]] for k in s["by_kind"]]
+    for key, label in (("chance_shares", "white noise (chance)"), ("trend_shares", "a straight trend")):
+        if key in s:  # the nulls on the same number line (issue 43)
+            rows.append([label, *[_pct(s[key][p], 1) for p in periods]])
     out.append(table(["mean share over the key", *[f"period {float(p):.3g}" for p in periods]], rows))
-    out.append("<p>Brackets: 95% bootstrap intervals over pairs. On a line of ten numbers the longest period also takes "
+    out.append("<p>Brackets: 95% bootstrap intervals over pairs, then (after the semicolon) over the components "
+               "(the heads, or the MLPs, resampled): a claim about the heads or the MLPs generalises across those. "
+               "A share means something against the white-noise row (each period's share of noise on the same "
+               "points, not one over the number of periods) and the straight-trend row. On a line of ten numbers the longest period also takes "
                "a straight trend (magnitude): the share of each component's energy a straight line explains is "
                + ", ".join(f"{_e(c)} {_pct(v['ramp_share'])}" for c, v in s["components"].items()) + ". The share of "
                "all its energy that lifts every number alike (the mean, left out above): "

@@ -321,3 +321,7 @@ def test_the_numbers_summary_and_table_carry_the_nulls(tiny_llama, tokenizer, tm
     assert rows[2] == ["white noise on the 10 numbers (chance)", "22.2%", "22.2%", "22.2%", "22.2%", "11.1%"]
     assert rows[3][0] == "a straight trend over 0..9" and rows[3][1] == "63.5%"
     assert rows[0][0] == "key heads (over pairs; over the 2 heads)" and rows[4][0].startswith("key MLPs minus key heads")
+    from circuits.viz.analysis_sections import _numbers_text  # the report's section shows the same nulls
+
+    html = _numbers_text(back)
+    assert "<td>white noise (chance)</td><td>22.2%</td>" in html and "<td>a straight trend</td><td>63.5%</td>" in html
