@@ -43,7 +43,7 @@ def test_threshold_counts_refuses_other_metrics_and_thresholds():
         threshold_counts(fraction, thresholds=(0.05, 5.0))
 
 
-def test_an_identify_result_saves_its_sensitivity_and_a_loaded_one_gives_the_same(tiny_llama, tmp_path):
+def test_an_identify_result_saves_its_sensitivity_and_a_loaded_one_gives_the_same(tiny_llama, tmp_path, capsys):
     from circuits.identify import identify
     from circuits.identify.result import load_identify
     from result_cases import IDENTIFY
@@ -56,3 +56,7 @@ def test_an_identify_result_saves_its_sensitivity_and_a_loaded_one_gives_the_sam
     r.save(tmp_path / "id")
     back = load_identify(tmp_path / "id")
     assert back.summary()["key_rule_sensitivity"] == s
+    from circuits.identify.job import _print_summary  # the command prints it as one line
+
+    _print_summary("addition", back, tmp_path / "id")
+    assert f"[addition] {describe(s)}\n" in capsys.readouterr().out
