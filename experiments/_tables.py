@@ -289,7 +289,9 @@ def neurons_knockout(d: dict) -> Table:
 def heuristics_layers(d: dict) -> Table:
     """Per key MLP (``d["layers"]["19"]``): the top neurons' share of the layer's summed important-direction neuron
     effect (``top_effect / layer_total``), how many of them a heuristic class fits, and the share of the top neurons'
-    effect those carry (``classified_effect / top_effect``); the last column pools the MLPs."""
+    effect those carry (``classified_effect / top_effect``); the last column pools the MLPs. Where saved (issue 43),
+    the null rows: ``d["nulls"][group][layer]`` (``n``, ``n_classified``) for the top neurons and each null group, and
+    ``d["rates"][group]`` the pooled share with its Wilson interval."""
     ls = d["layers"]
     n_top = {v["n_top"] for v in ls.values()}
     top = f"top-{n_top.pop()}" if len(n_top) == 1 else "top"
@@ -302,7 +304,19 @@ def heuristics_layers(d: dict) -> Table:
         [f"share of the {top.replace('-', ' ')}'s effect the classified ones carry",
          *(_pct(v["classified_effect"] / v["top_effect"]) for v in ls.values()),
          _pct(total("classified_effect") / total("top_effect"))],
+        *([NULL_ROWS.get(g, g), *(f"{by[l]['n_classified']} of {by[l]['n']}" if l in by else "-" for l in ls),
+           _rate(d["rates"][g])] for g, by in d.get("nulls", {}).items()),
     ])
+
+
+NULL_ROWS = {"top": "classified, all top neurons (95% Wilson interval)",
+             "random": "classified, as many random neurons of the same MLPs (the null)",
+             "low_effect": "classified, the MLPs' lowest-effect neurons (the null)"}
+
+
+def _rate(r: dict) -> str:
+    p = f"; Fisher p = {r['p_vs_top']:.2g} vs the top" if "p_vs_top" in r else ""
+    return f"{r['n_classified']} of {r['n']}: {_pct(r['rate'])} [{100 * r['low']:.0f}, {100 * r['high']:.0f}]{p}"
 
 
 def _drop(x: dict, n: bool = True) -> str:
@@ -312,12 +326,16 @@ def _drop(x: dict, n: bool = True) -> str:
 def heuristics_knockout(d: dict) -> Table:
     """Each heuristic class's neurons knocked out together: the drop of the first answer token's probability on the
     prompts its rule covers and on the rest (mean [95% bootstrap interval] (prompts)), and with as many random neurons
-    of the same MLPs. ``d["classes"][rule]``: ``n_neurons``, ``covered_drop``, ``uncovered_drop``,
+    of the same MLPs; where saved (issue 43), the covered prompts' drop minus the random neurons' (paired) at its
+    Holm-corrected level over the classes, and whether it stays apart from 0 (``covered_vs_random``). ``d["classes"][rule]``: ``n_neurons``, ``covered_drop``, ``uncovered_drop``,
     ``random_covered_drop``, ``random_uncovered_drop`` (each ``mean``, ``low``, ``high``, ``n``)."""
+    holm = all("covered_vs_random" in k for k in d["classes"].values()) and d["classes"]
     return (["class (rule)", "neurons", "covered prompts", "uncovered prompts", "random neurons, covered",
-             "random, uncovered"],
+             "random, uncovered", *([f"covered, class minus random (Holm over {len(d['classes'])})"] if holm else [])],
             [[rule, str(k["n_neurons"]), _drop(k["covered_drop"]), _drop(k["uncovered_drop"]),
-              _drop(k["random_covered_drop"], n=False), _drop(k["random_uncovered_drop"], n=False)]
+              _drop(k["random_covered_drop"], n=False), _drop(k["random_uncovered_drop"], n=False),
+              *([_drop(k["covered_vs_random"], n=False) + f" at {100 * k['covered_vs_random']['level']:.2f}%: "
+                 + ("apart" if k["covered_vs_random"]["holm_apart"] else "not apart")] if holm else [])]
              for rule, k in d["classes"].items()])
 
 
@@ -330,12 +348,32 @@ KEY_KINDS = {"head": "key heads", "mlp": "key MLPs"}
 
 def fourier_periods(d: dict) -> Table:
     """The mean share of the energy at each period over the key heads and over the key MLPs, with its bootstrap
-    interval. ``d["by_kind"][kind]``: one share per period of ``d["periods"]``; ``d["by_kind_ci"][kind]``: one
-    [low, high] per period."""
-    return (["", *(f"period {_period(p)}" for p in d["periods"])],
-            [[KEY_KINDS.get(kind, kind), *(f"{_pct(x)} [{100 * lo:.0f}, {100 * hi:.0f}]"
-                                           for x, (lo, hi) in zip(shares, d["by_kind_ci"][kind], strict=True))]
-             for kind, shares in d["by_kind"].items()])
+    interval over pairs and (where saved) over the components; then (where saved, issue 43) the share white noise and
+    a straight trend give each period on the same number line, and the MLPs' share minus the heads' with its interval
+    over the components and whether it stays apart after Holm over the periods. ``d["by_kind"][kind]``: one share per
+    period of ``d["periods"]``; ``d["by_kind_ci"][kind]``, ``d["by_kind_component_ci"][kind]``: one [low, high] per
+    period; ``d["n_components"][kind]``; ``d["chance"]``, ``d["trend"]``: one share per period;
+    ``d["mlp_minus_head"]``: one [difference, low, high, apart] per period."""
+    comp = d.get("by_kind_component_ci", {})
+    rows = []
+    for kind, shares in d["by_kind"].items():
+        label = KEY_KINDS.get(kind, kind)
+        cells = [f"{_pct(x)} [{100 * lo:.0f}, {100 * hi:.0f}]" for x, (lo, hi) in
+                 zip(shares, d["by_kind_ci"][kind], strict=True)]
+        if kind in comp:
+            label += f" (over pairs; over the {d['n_components'][kind]} {'heads' if kind == 'head' else 'MLPs'})"
+            cells = [f"{c}; [{100 * lo:.0f}, {100 * hi:.0f}]" for c, (lo, hi) in zip(cells, comp[kind], strict=True)]
+        rows.append([label, *cells])
+    n = round(d["periods"][0]) if d["periods"] else 0  # the longest period is the number line's length
+    if "chance" in d:
+        rows.append([f"white noise on the {n} numbers (chance)", *(f"{100 * x:.1f}%" for x in d["chance"])])
+    if "trend" in d:
+        rows.append([f"a straight trend over 0..{n - 1}", *(f"{100 * x:.1f}%" for x in d["trend"])])
+    if "mlp_minus_head" in d:
+        rows.append(["key MLPs minus key heads (over the components; Holm over the periods)",
+                     *(f"{100 * x:+.0f} [{100 * lo:+.0f}, {100 * hi:+.0f}] " + ("apart" if apart else "not apart")
+                       for x, lo, hi, apart in d["mlp_minus_head"])])
+    return ["", *(f"period {_period(p)}" for p in d["periods"])], rows
 
 
 def fourier_components(d: dict) -> Table:

@@ -45,13 +45,23 @@ def main(config: Config, model=None) -> NumbersResult:
 
 def published(result: NumbersResult) -> dict:
     """The two tables of docs/results.md this result gives: the mean share of the energy per period over the key
-    heads and over the key MLPs, and each component's dominant periods, straight-trend share and mean share."""
+    heads and over the key MLPs (intervals over pairs and over components, beside the white-noise and straight-trend
+    shares on the same number line, and the MLPs' minus the heads'), and each component's dominant periods,
+    straight-trend share and mean share."""
     s = result.summary()
     kinds = {str(c): c.kind for c in result.spectra.components}
     keys = [f"{p:g}" for p in s["periods"]]  # the summary's keys, in the periods' order
-    return {"fourier_periods": {"render": "fourier_periods", "data": {
-                "periods": s["periods"], "by_kind": {k: [v[p] for p in keys] for k, v in s["by_kind"].items()},
-                "by_kind_ci": {k: [v[p] for p in keys] for k, v in s["by_kind_ci"].items()}}},
+    n_of = {k: sum(c.kind == k for c in result.spectra.components) for k in s["by_kind"]}
+    periods = {"periods": s["periods"], "by_kind": {k: [v[p] for p in keys] for k, v in s["by_kind"].items()},
+               "by_kind_ci": {k: [v[p] for p in keys] for k, v in s["by_kind_ci"].items()},
+               # the nulls (issue 43): intervals over the components, chance and straight-trend shares on this line
+               "n_components": n_of,
+               "by_kind_component_ci": {k: [v[p] for p in keys] for k, v in s["by_kind_component_ci"].items()},
+               "chance": [s["chance_shares"][p] for p in keys], "trend": [s["trend_shares"][p] for p in keys]}
+    if "mlp_minus_head" in s:
+        periods["mlp_minus_head"] = [[d["difference"], d["low"], d["high"], d["holm_apart"]]
+                                     for d in (s["mlp_minus_head"][p] for p in keys)]
+    return {"fourier_periods": {"render": "fourier_periods", "data": periods},
             "fourier_components": {"render": "fourier_components", "data": {"components": {
                 name: {"kind": kinds[name], "dominant": s["dominant_periods"][name], "ramp_share": c["ramp_share"],
                        "mean_share": c["mean_share"]} for name, c in s["components"].items()}}}}

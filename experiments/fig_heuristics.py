@@ -69,10 +69,19 @@ def published(result: HeuristicsResult) -> dict:
                               "layer_total": result.layer_totals.get(layer, float("nan")),
                               "n_classified": sum(i in classified for i in idx),
                               "classified_effect": float(effect[[i for i in idx if i in classified]].sum())}
-    tables = {"heuristics_layers": {"render": "heuristics_layers", "data": {"layers": layers}}}
+    data: dict = {"layers": layers}
+    if result.nulls:  # the nulls of the share classified (issue 43), per layer and pooled
+        groups = {"top": ([[n.layer, n.index] for n in result.neurons], [i in classified for i in range(len(result.neurons))]),
+                  **{g: (v["neurons"], v["classified"]) for g, v in result.nulls.items()}}
+        data["nulls"] = {g: {str(l): {"n": sum(n[0] == l for n in ns),
+                                      "n_classified": sum(bool(c) for n, c in zip(ns, cs) if n[0] == l)}
+                             for l in sorted({n[0] for n in ns})} for g, (ns, cs) in groups.items()}
+        data["rates"] = result.classified_rates()
+    tables = {"heuristics_layers": {"render": "heuristics_layers", "data": data}}
     knockout = result.summary()["knockout"]
     if knockout:
-        keep = ("n_neurons", "covered_drop", "uncovered_drop", "random_covered_drop", "random_uncovered_drop")
+        keep = ("n_neurons", "covered_drop", "uncovered_drop", "random_covered_drop", "random_uncovered_drop",
+                "covered_vs_random")
         tables["heuristics_knockout"] = {"render": "heuristics_knockout", "data": {
             "classes": {rule: {x: k[x] for x in keep} for rule, k in knockout.items()}}}
     return tables

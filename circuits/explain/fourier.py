@@ -14,6 +14,12 @@ modulo 2, 5, 10). Here the same readout is made for single components (a head, a
 - :func:`fourier_spectrum`: the energy of a signal over the number line at each frequency ``k`` (period ``n / k``),
   Parseval-normalised so that the energies add up to the signal's sum of squares; ``k = 0`` is the mean (a
   component lifting every number alike says nothing about which number), so shares and dominant periods leave it out.
+- the nulls a share is read against: :func:`chance_shares` (white noise on the same number line: each period's
+  expected share is its degrees of freedom over the ``n - 1`` the mean leaves, so on ten points periods 10, 5, 3.33
+  and 2.5 get 2/9 each and period 2 gets 1/9, not 1/5) and :func:`trend_shares` (a straight line over the number
+  line: a monotone "larger numbers up" lands mostly on the longest period, 63.5% of it on ten points);
+  :meth:`NumberSpectra.component_share_intervals` bootstraps over the components a claim about heads or MLPs
+  generalises across, not over pairs.
 
 SmolLM2 and Gemma 3 tokenize numbers digit by digit: their single-token number line is 0..9 (:func:`number_tokens`
 finds it from the tokenizer), so the periods that can be seen are 10, 5, 10/3, 2.5 and 2 (Zhou et al.'s GPT-2-XL
@@ -128,6 +134,25 @@ def energy_shares(energy: Float[Tensor, "... freq"]) -> Float[Tensor, "... perio
     return torch.where(flat, torch.zeros_like(e), e / rest.clamp_min(1e-30))
 
 
+def chance_shares(n: int) -> Float[Tensor, " period"]:
+    """Each period's expected share (:func:`energy_shares`) of white noise on ``n`` points: the chance level of a
+    share on this number line. Computed through :func:`fourier_spectrum` itself: the expected energy of unit white
+    noise at each frequency is the sum of the unit impulses' energies there (the points are uncorrelated), and for
+    Gaussian noise the shares are Dirichlet-distributed, so their expectations are these ratios (each period's degrees
+    of freedom, 2 or 1 at the Nyquist period, over the ``n - 1`` the mean leaves)."""
+    if n < 2:
+        raise ValueError(f"A number line needs at least 2 points, got {n}")
+    return energy_shares(fourier_spectrum(torch.eye(n, dtype=torch.float64)).double().sum(0)).float()
+
+
+def trend_shares(n: int) -> Float[Tensor, " period"]:
+    """Each period's share of a straight line over ``n`` points (``0, 1, ..., n - 1``; any slope and offset give the
+    same shares): what a pure magnitude trend puts on each period, the baseline a "period-n" share is read against."""
+    if n < 2:
+        raise ValueError(f"A number line needs at least 2 points, got {n}")
+    return energy_shares(fourier_spectrum(torch.arange(n, dtype=torch.float64))).float()
+
+
 @dataclass
 class NumberSpectra:
     """The Fourier view of some components: ``effects[component, pair, number]`` (direct effect on each number token's
@@ -190,6 +215,52 @@ class NumberSpectra:
                 out[kind] = (self.shares()[rows].mean(0), low, high)
         return out
 
+    def chance(self) -> Float[Tensor, " period"]:
+        """:func:`chance_shares` on this view's number line."""
+        return chance_shares(len(self.numbers))
+
+    def trend(self) -> Float[Tensor, " period"]:
+        """:func:`trend_shares` on this view's number line."""
+        return trend_shares(len(self.numbers))
+
+    def component_share_intervals(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+                                  ) -> dict[str, tuple[Tensor, Tensor, Tensor]]:
+        """For the heads and for the MLPs: the mean over those components of each period's share, with a percentile
+        bootstrap interval over the components (the heads, or the MLPs, resampled with replacement; each component's
+        shares as measured on all pairs): how far "the key heads put X% on period p" holds across heads rather than
+        across pairs. ``{kind: (share, low, high)}``, each ``[period]``; a kind of one component gets a point
+        interval."""
+        from circuits.patching.core.uncertainty import percentile_interval, resample_pairs
+
+        shares = self.shares().double()
+        out = {}
+        for i, kind in enumerate(("head", "mlp")):
+            rows = [j for j, c in enumerate(self.components) if c.kind == kind]
+            if rows:
+                boot = shares[rows][resample_pairs(len(rows), n_boot, seed + i)].mean(1)  # [boot, period]
+                low, high = percentile_interval(boot, level)
+                out[kind] = (shares[rows].mean(0).float(), low.float(), high.float())
+        return out
+
+    def kind_difference(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+                        ) -> tuple[Tensor, Tensor, Tensor, list[float]] | None:
+        """The MLPs' mean share minus the heads' at each period, with a percentile bootstrap interval and a two-sided
+        bootstrap p-value over the components (heads and MLPs resampled apart): whether "MLPs carry more of period p
+        than heads" holds across the components. ``(difference, low, high, p)`` each per period; None without both
+        kinds."""
+        from circuits.patching.core.uncertainty import bootstrap_p, percentile_interval, resample_pairs
+
+        shares = self.shares().double()
+        heads = [j for j, c in enumerate(self.components) if c.kind == "head"]
+        mlps = [j for j, c in enumerate(self.components) if c.kind == "mlp"]
+        if not heads or not mlps:
+            return None
+        h = shares[heads][resample_pairs(len(heads), n_boot, seed)].mean(1)
+        m = shares[mlps][resample_pairs(len(mlps), n_boot, seed + 1)].mean(1)
+        low, high = percentile_interval(m - h, level)
+        diff = shares[mlps].mean(0) - shares[heads].mean(0)
+        return diff.float(), low.float(), high.float(), [bootstrap_p(d) for d in (m - h).T]
+
     def aligned(self) -> Float[Tensor, "component offset"]:
         """Each component's direct effect, centred over the numbers, at ``(number - answer) mod n`` (offset 0: the
         pair's answer), mean over the pairs whose answer is on the number line: whether it raises the answer, and
@@ -225,5 +296,5 @@ def number_spectra(model: Model, pairs: Sequence[PromptPair], components: Sequen
 
 fourier = number_spectra  # cc.fourier
 
-__all__ = ["NumberSpectra", "fourier", "direct_number_effects", "energy_shares", "fourier_spectrum", "number_spectra",
-           "number_tokens", "number_unembedding", "periods"]
+__all__ = ["NumberSpectra", "chance_shares", "fourier", "direct_number_effects", "energy_shares", "fourier_spectrum",
+           "number_spectra", "number_tokens", "number_unembedding", "periods", "trend_shares"]

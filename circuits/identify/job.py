@@ -227,5 +227,9 @@ def _print_summary(task: str, result: IdentifyResult, folder: Path) -> None:
           f"counterfactual keeps the answer {s['counterfactual_accuracy']:.0%}; {len(key)} key heads by "
           f"{result.key_rule}: {heads or 'none'}; pairs and sweep {result.seconds:.0f} s -> {folder / 'heads.html'}",
           sep="")
+    if "key_rule_sensitivity" in s:
+        from circuits.identify.sensitivity import describe
+
+        print(f"[{task}] {describe(s['key_rule_sensitivity'])}")
     for line in result.validity().lines():  # the same lines as summary.json's "warnings" and the report's
         print(f"[{task}] warning: {line}", file=sys.stderr)

@@ -299,6 +299,11 @@ class IdentifyResult(ShowsFigure, Result):
             "seconds": self.seconds,
             "config": self.config_json(),
         })
+        if "fraction" in metrics:  # how many heads the rule's threshold decides (issue 43)
+            from circuits.identify.sensitivity import threshold_counts
+
+            out["key_rule_sensitivity"] = threshold_counts(
+                self.scores("fraction"), self.scores("relative_logit") if "relative_logit" in metrics else None)
         unsure_heads, unsure_mlps = self.uncertain()
         if self.intervals() is not None:
             out["uncertain_key_heads"] = [list(h) for h in unsure_heads]

@@ -90,6 +90,16 @@ def heuristics_section(page: Page, found: list) -> str:
                    f"identity): a rule counts when its chance-corrected top-k match reaches {r.config.threshold} and "
                    f"is unlikely by chance. <b>{s['n_classified']} of {s['n_neurons']}</b> neurons are classified "
                    f"({_e(counts)}); they carry <b>{_pct(s['share_carried'])}</b> of the top neurons' effect.</p>")
+        rates = s.get("classified_rates", {})
+        if len(rates) > 1:  # the null of "classified" (issue 43): the same test on neurons not chosen for their effect
+            names = {"top": "the top neurons", "random": "as many random neurons of the same MLPs",
+                     "low_effect": "the MLPs' lowest-effect neurons"}
+            out.append("<p>The same test on neurons not chosen for their effect (the null; 95% Wilson intervals, "
+                       "Fisher's exact test against the top neurons): " + "; ".join(
+                           f"{names.get(g, _e(g))} {v['n_classified']} of {v['n']} ({_pct(v['rate'])} "
+                           f"[{_pct(v['low'])}, {_pct(v['high'])}]" + (f", p = {v['p_vs_top']:.2g}" if "p_vs_top" in v
+                                                                      else "") + ")"
+                           for g, v in rates.items()) + ".</p>")
         rows = [[x["neuron"], _f(x["effect"]), ", ".join(x["classes"]), x["rule"] or "-", f"{x['score']:.2f}",
                  {1: "highest", -1: "lowest", 0: "-"}[x["polarity"]],
                  "-" if x["promotion"] is None else f"{x['promotion']:+.2f}"] for x in r.table_rows()]
@@ -106,12 +116,17 @@ def heuristics_section(page: Page, found: list) -> str:
                        f"prompt; a class is the neurons sharing one rule, its covered prompts those its rule holds on; "
                        f"random: as many neurons of the same MLPs, {r.knockout['n_random']} draws. Accuracy on the "
                        f"grid before knockout (first answer token): {_pct(acc, 1) if acc is not None else '-'}.</p>")
+            def vs(c: dict) -> str:  # the class minus random on the covered prompts, Holm over the classes
+                v = c["covered_vs_random"]
+                return (f"{_f(v['mean'], 4)} [{_f(v['low'], 4)}, {_f(v['high'], 4)}] at {100 * v['level']:.2f}%: "
+                        + ("apart" if v["holm_apart"] else "not apart"))
+
             out.append(table(["class", "neurons", "covered drop [95%]", "uncovered drop [95%]", "random, covered",
-                              "random, uncovered"],
+                              "random, uncovered", f"covered, class minus random (Holm over {len(k)})"],
                              [[n, c["n_neurons"], *[f"{_f(c[x]['mean'], 4)} [{_f(c[x]['low'], 4)}, {_f(c[x]['high'], 4)}]"
                                                      f" (n={c[x]['n']})" for x in ("covered_drop", "uncovered_drop",
                                                                                    "random_covered_drop",
-                                                                                   "random_uncovered_drop")]]
+                                                                                   "random_uncovered_drop")], vs(c)]
                               for n, c in k.items()]))
             out.append(page.figure(r.knockout_figure(), getattr(f, "label", "")))
         out.append(f.config_html())
@@ -239,14 +254,22 @@ def _numbers_text(r: Any) -> str:
            f"left out). Zhou et al. find MLPs carrying the low frequencies (long periods) and attention the high ones "
            f"(periods 2, 5).</p>"]
     ci = s.get("by_kind_ci", {})
+    comp = s.get("by_kind_component_ci", {})
 
     def cell(k: str, p: str) -> str:
-        lo_hi = ci.get(k, {}).get(p)
-        return _pct(s["by_kind"][k][p]) + (f" [{_pct(lo_hi[0])}, {_pct(lo_hi[1])}]" if lo_hi else "")
+        lo_hi, over = ci.get(k, {}).get(p), comp.get(k, {}).get(p)
+        return (_pct(s["by_kind"][k][p]) + (f" [{_pct(lo_hi[0])}, {_pct(lo_hi[1])}]" if lo_hi else "")
+                + (f"; [{_pct(over[0])}, {_pct(over[1])}]" if over else ""))
 
     rows = [[("heads" if k == "head" else "MLPs"), *[cell(k, p) for p in periods]] for k in s["by_kind"]]
+    for key, label in (("chance_shares", "white noise (chance)"), ("trend_shares", "a straight trend")):
+        if key in s:  # the nulls on the same number line (issue 43)
+            rows.append([label, *[_pct(s[key][p], 1) for p in periods]])
     out.append(table(["mean share over the key", *[f"period {float(p):.3g}" for p in periods]], rows))
-    out.append("<p>Brackets: 95% bootstrap intervals over pairs. On a line of ten numbers the longest period also takes "
+    out.append("<p>Brackets: 95% bootstrap intervals over pairs, then (after the semicolon) over the components "
+               "(the heads, or the MLPs, resampled): a claim about the heads or the MLPs generalises across those. "
+               "A share means something against the white-noise row (each period's share of noise on the same "
+               "points, not one over the number of periods) and the straight-trend row. On a line of ten numbers the longest period also takes "
                "a straight trend (magnitude): the share of each component's energy a straight line explains is "
                + ", ".join(f"{_e(c)} {_pct(v['ramp_share'])}" for c, v in s["components"].items()) + ". The share of "
                "all its energy that lifts every number alike (the mean, left out above): "

@@ -234,3 +234,94 @@ def test_greedy_answers_equal_a_plain_generation_loop(tiny_llama, tokenizer):
     right = dataclasses.replace(probs, answer=plain.clone())
     right.answer[0, 1] += 1  # one problem's units digit wrong
     assert answer_accuracy(tiny_llama, right).tolist() == [0.0, 1.0, 1.0, 1.0, 1.0]
+
+
+# -- the nulls a share is read against (issue 43) ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [10, 7, 12])
+def test_chance_shares_equal_a_monte_carlo_of_white_noise_on_the_same_line(n):
+    from circuits.explain.fourier import chance_shares
+
+    noise = torch.randn(20000, n, generator=torch.Generator().manual_seed(n), dtype=torch.float64)
+    mc = energy_shares(fourier_spectrum(noise).double()).mean(0)  # each signal's own shares, averaged
+    got = chance_shares(n)
+    assert got.shape == (n // 2,) and float(got.sum()) == pytest.approx(1.0, abs=1e-6)
+    assert torch.allclose(got.double(), mc, atol=0.006), (got, mc)
+    if n == 10:  # the reviewer's numbers: 2/9 to periods 10, 5, 3.33, 2.5 and 1/9 to period 2 -- not 1/5 each
+        assert [round(float(x), 4) for x in got] == [0.2222, 0.2222, 0.2222, 0.2222, 0.1111]
+
+
+def _dft_energy(x: list[float]) -> list[float]:
+    """The energy of ``x`` at k = 1 .. n // 2 by the DFT's definition, written out (conjugate pairs counted twice)."""
+    n = len(x)
+    out = []
+    for k in range(1, n // 2 + 1):
+        re = sum(v * math.cos(2 * math.pi * k * t / n) for t, v in enumerate(x))
+        im = sum(v * math.sin(2 * math.pi * k * t / n) for t, v in enumerate(x))
+        out.append((re * re + im * im) / n * (1 if 2 * k == n else 2))
+    return out
+
+
+@pytest.mark.parametrize("n", [10, 9])
+def test_trend_shares_equal_a_hand_computed_dft_of_a_straight_line(n):
+    from circuits.explain.fourier import trend_shares
+
+    e = _dft_energy([3.0 - 0.7 * t for t in range(n)])  # any slope and offset: the same shares
+    want = torch.tensor([v / sum(e) for v in e])
+    got = trend_shares(n)
+    assert torch.allclose(got, want.float(), atol=1e-6)
+    if n == 10:
+        assert f"{float(got[0]):.3f}" == "0.635"  # more than the key MLPs' 52% at period 10
+
+
+def _view(shares_by_component: list[list[float]], kinds: list[str]):
+    """A NumberSpectra whose components have exactly the given period shares on ten points (energy set directly)."""
+    from circuits.explain.fourier import NumberSpectra
+
+    comps = [Component("head", 0, i) if k == "head" else Component.mlp(i) for i, k in enumerate(kinds)]
+    energy = torch.tensor([[1.0, *row] for row in shares_by_component])
+    return NumberSpectra(comps, list(range(10)), list(range(10)), torch.zeros(len(comps), 1, 10), energy, [0])
+
+
+def test_component_intervals_resample_the_components_not_the_pairs():
+    heads = [[0.6, 0.1, 0.1, 0.1, 0.1], [0.2, 0.2, 0.2, 0.2, 0.2], [0.4, 0.3, 0.1, 0.1, 0.1]]
+    mlps = [[0.7, 0.1, 0.1, 0.05, 0.05], [0.7, 0.1, 0.1, 0.05, 0.05]]
+    view = _view(heads + mlps, ["head"] * 3 + ["mlp"] * 2)
+    got = view.component_share_intervals(n_boot=2000)
+    share, low, high = got["head"]
+    assert float(share[0]) == pytest.approx(0.4) and float(low[0]) == pytest.approx(0.2, abs=1e-6)
+    assert float(high[0]) == pytest.approx(0.6, abs=1e-6)  # all three draws of one head are among 2000 resamples
+    share, low, high = got["mlp"]  # identical MLPs: no spread across them
+    assert float(low[0]) == float(high[0]) == pytest.approx(0.7)
+    diff, lo, hi, p = view.kind_difference(n_boot=2000)
+    assert float(diff[0]) == pytest.approx(0.3) and float(lo[0]) == pytest.approx(0.1, abs=1e-6) and p[0] < 0.01
+    assert float(diff[1]) == pytest.approx(-0.1) and p[1] > 0.05  # the heads' 0.1 .. 0.3 straddles the MLPs' 0.1
+    assert _view(heads, ["head"] * 3).kind_difference() is None
+
+
+def test_the_numbers_summary_and_table_carry_the_nulls(tiny_llama, tokenizer, tmp_path):
+    import _tables as T
+    import fig_fourier
+
+    from circuits.explain.fourier import chance_shares, trend_shares
+    from circuits.explain.numbers.config import NumbersConfig
+    from circuits.explain.numbers.result import NumbersResult
+
+    view = number_spectra(tiny_llama, mixed_pairs(tokenizer, 4), [Component.mlp(1), Component.mlp(2),
+                                                                   Component("head", 2, 0), Component("head", 1, 1)])
+    r = NumbersResult(NumbersConfig(model=tiny_llama.cfg.model_name, digits=False), view)
+    s = r.summary()
+    assert list(s["chance_shares"].values()) == pytest.approx(chance_shares(10).tolist())
+    assert list(s["trend_shares"].values()) == pytest.approx(trend_shares(10).tolist())
+    assert set(s["by_kind_component_ci"]) == {"head", "mlp"} and set(s["mlp_minus_head"]) == set(s["chance_shares"])
+    r.save(tmp_path / "n")
+    back = NumbersResult.load(tmp_path / "n")
+    assert back.summary()["by_kind_component_ci"] == s["by_kind_component_ci"]
+    header, rows = T.fourier_periods(fig_fourier.published(back)["fourier_periods"]["data"])
+    assert rows[2] == ["white noise on the 10 numbers (chance)", "22.2%", "22.2%", "22.2%", "22.2%", "11.1%"]
+    assert rows[3][0] == "a straight trend over 0..9" and rows[3][1] == "63.5%"
+    assert rows[0][0] == "key heads (over pairs; over the 2 heads)" and rows[4][0].startswith("key MLPs minus key heads")
+    from circuits.viz.analysis_sections import _numbers_text  # the report's section shows the same nulls
+
+    html = _numbers_text(back)
+    assert "<td>white noise (chance)</td><td>22.2%</td>" in html and "<td>a straight trend</td><td>63.5%</td>" in html

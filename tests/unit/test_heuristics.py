@@ -312,3 +312,116 @@ def test_a_run_killed_in_its_final_save_is_unfinished_not_foreign(tmp_path):
     (out / "notes.txt").unlink()
     (out / MARKER).write_text("{}")
     assert not HeuristicsResult.unfinished(out)
+
+
+# -- the nulls of "X% classified" and the corrected causal check (issue 43) -----------------------------------------
+
+def test_null_neurons_leave_out_the_top_ones_and_take_the_smallest_effects():
+    from circuits.explain.heuristics.nulls import null_neurons
+
+    e = {1: torch.tensor([0.5, -0.01, 0.2, 0.0, float("nan"), -0.3, 0.02, 0.001]), 2: torch.tensor([0.1, -0.2, 0.05])}
+    top = [Neuron(1, 0), Neuron(1, 5), Neuron(2, 1)]
+    got = null_neurons(e, [1, 2], top, 3, seed=4)
+    assert got["low_effect"] == [Neuron(1, 1), Neuron(1, 3), Neuron(1, 7), Neuron(2, 0), Neuron(2, 2)]  # |e| smallest
+    assert len(got["random"]) == 5 and not set(got["random"]) & set(top)  # layer 2 has two left: both taken
+    assert {n for n in got["random"] if n.layer == 2} == {Neuron(2, 0), Neuron(2, 2)}
+    assert null_neurons(e, [1, 2], top, 3, seed=4) == got and null_neurons(e, [1, 2], top, 3, seed=5) != got
+    with pytest.raises(ValueError, match="k must be at least 0"):
+        null_neurons(e, [1], top, -1)
+
+
+def test_the_wilson_interval_against_its_closed_forms():
+    from circuits.explain.heuristics.nulls import rate
+
+    r = rate(5, 10)  # the textbook 95% Wilson interval of 5/10
+    assert r["rate"] == 0.5 and r["low"] == pytest.approx(0.2366, abs=1e-4) and r["high"] == pytest.approx(0.7634, abs=1e-4)
+    z2 = 1.959964 ** 2
+    r = rate(0, 10)  # 0 of n: [0, z^2 / (n + z^2)]
+    assert r["low"] == 0.0 and r["high"] == pytest.approx(z2 / (10 + z2))
+    assert rate(0, 0)["rate"] != rate(0, 0)["rate"]  # NaN
+    with pytest.raises(ValueError, match="n_classified must lie"):
+        rate(11, 10)
+
+
+def test_fisher_exact_against_known_tables():
+    from circuits.explain.heuristics.nulls import fisher_p
+
+    assert fisher_p(3, 4, 1, 4) == pytest.approx(34 / 70)  # Fisher's tea tasting: 3 of 4 right, two-sided 0.4857
+    assert fisher_p(4, 4, 0, 4) == pytest.approx(2 / 70)
+    assert fisher_p(2, 4, 2, 4) == pytest.approx(1.0)
+    assert fisher_p(92, 150, 66, 150) < 0.01 and fisher_p(92, 150, 66, 150) == pytest.approx(fisher_p(66, 150, 92, 150))
+    with pytest.raises(ValueError, match="counts must lie"):
+        fisher_p(5, 4, 0, 4)
+
+
+def test_knockout_vs_random_is_paired_and_holm_corrected():
+    from circuits.explain.heuristics.nulls import knockout_vs_random
+    from circuits.patching.core.uncertainty import bootstrap_p, percentile_interval, resample_pairs
+
+    g = torch.Generator().manual_seed(0)
+    noise = (0.01 * torch.randn(40, generator=g)).tolist()
+    covered = [True] * 20 + [False] * 20
+    classes = {
+        "strong": {"drop": [0.1 + x for x in noise], "random_drop": [0.0] * 40, "covered": covered},
+        # a random draw that moves the same prompts as much: no difference, though the drop itself is large
+        "same as random": {"drop": [0.1 + x for x in noise], "random_drop": [0.1 + x for x in noise[::-1]],
+                           "covered": covered},
+        "covers nothing": {"drop": [0.0] * 40, "random_drop": [0.0] * 40, "covered": [False] * 40},
+    }
+    got = knockout_vs_random(classes, n_boot=500, seed=3)
+    assert got["strong"]["holm_apart"] and got["strong"]["level"] == pytest.approx(1 - 0.05 / 2)  # smallest p first
+    assert not got["same as random"]["holm_apart"] and got["same as random"]["level"] == pytest.approx(0.95)
+    assert got["covers nothing"]["p"] != got["covers nothing"]["p"] and not got["covers nothing"]["holm_apart"]
+    # the reference: the paired difference on the covered prompts, resampled as uncertainty's helpers do
+    d = torch.tensor(classes["same as random"]["drop"], dtype=torch.float64)[:20] - torch.tensor(
+        classes["same as random"]["random_drop"], dtype=torch.float64)[:20]
+    draws = d[resample_pairs(20, 500, 3)].mean(1)
+    low, high = percentile_interval(draws, 0.95)
+    assert got["same as random"]["p"] == bootstrap_p(draws) and got["same as random"]["mean"] == pytest.approx(float(d.mean()))
+    assert (got["same as random"]["low"], got["same as random"]["high"]) == (float(low), float(high))
+
+
+def test_the_job_classifies_null_neurons_with_the_top_neurons_test(tiny_llama, tmp_path):
+    import json
+
+    from circuits.beyond.heuristics.job import classify_nulls
+    from circuits.beyond.heuristics.result import HeuristicsResult
+    from circuits.data.pairs import use_few_shot
+
+    cfg = HeuristicsConfig(**{**CFG, "knockout_classes": 2, "null_neurons": 5}, threshold=0.3, alpha=1.0)
+    r = run(cfg, tmp_path / "h", model=tiny_llama, progress=False)
+    assert set(r.nulls) == {"random", "low_effect"}
+    top = {(n.layer, n.index) for n in r.neurons}
+    for g in r.nulls.values():
+        assert len(g["neurons"]) == 10 and not {tuple(n) for n in g["neurons"]} & top  # 5 per MLP, none of the top
+    grid = operand_grid(tiny_llama.tokenizer, "addition", 0, 6, few_shot=use_few_shot(tiny_llama, "on"), seed=cfg.seed)
+    # the null path on the top neurons themselves gives the top neurons' own classes
+    same = classify_nulls(tiny_llama, grid, {"top": r.neurons}, cfg)["top"]["classified"]
+    assert same == [c["classes"][0] != "none" for c in r.classes]
+    # and on the null neurons, each classified as the top neurons' path classifies it alone
+    low = [Neuron(*n) for n in r.nulls["low_effect"]["neurons"]]
+    from circuits.beyond.heuristics.job import fit_classes
+
+    alone = fit_classes(tiny_llama, grid, low, grid_activations(tiny_llama, grid, low, progress=False), cfg)
+    assert r.nulls["low_effect"]["classified"] == [c["classes"][0] != "none" for c in alone]
+    s = r.summary()
+    rates = s["classified_rates"]
+    assert rates["top"]["n_classified"] == len(r.classified()) and rates["random"]["n"] == 10
+    assert rates["low_effect"]["n_classified"] == sum(r.nulls["low_effect"]["classified"])
+    from circuits.explain.heuristics.nulls import fisher_p
+
+    assert rates["random"]["p_vs_top"] == fisher_p(len(r.classified()), 12, rates["random"]["n_classified"], 10)
+    assert set(s["knockout"]) and all("covered_vs_random" in k for k in s["knockout"].values())
+    back = load_result(tmp_path / "h")
+    assert back == r and back.nulls == r.nulls and back.summary()["classified_rates"] == rates
+    # a result saved before issue 43 (no nulls in classes.json) still loads, with no null groups
+    path = tmp_path / "h" / "classes.json"
+    d = json.loads(path.read_text())
+    del d["nulls"]
+    path.write_text(json.dumps(d))
+    old = HeuristicsResult.load(tmp_path / "h")
+    assert old.nulls == {} and list(old.summary()["classified_rates"]) == ["top"]
+    d["nulls"] = {"random": {"neurons": [[1, 2]], "classified": [], "class_counts": {}}}
+    path.write_text(json.dumps(d))
+    with pytest.raises(Exception, match="field 'nulls' must map"):
+        HeuristicsResult.load(tmp_path / "h")

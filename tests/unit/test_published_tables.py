@@ -166,7 +166,21 @@ def test_the_renderers_of_issue_32_compute_what_the_rows_say():
     assert rows == [["top-4 neurons' share of the layer's summed neuron effect", "25%", "75%", ""],
                     ["classified neurons of the top 4", "3", "1", "4 of 8"],
                     ["share of the top 4's effect the classified ones carry", "80%", "20%", "35%"]]  # 0.7 / 2.0 pooled
+    _, rows = T.heuristics_layers({"layers": {
+        "19": {"n_top": 4, "top_effect": 0.5, "layer_total": 2.0, "n_classified": 3, "classified_effect": 0.4}},
+        "nulls": {"top": {"19": {"n": 4, "n_classified": 3}}, "random": {"19": {"n": 4, "n_classified": 1}}},
+        "rates": {"top": {"n": 4, "n_classified": 3, "rate": 0.75, "low": 0.301, "high": 0.954},
+                  "random": {"n": 4, "n_classified": 1, "rate": 0.25, "low": 0.046, "high": 0.699}}})
+    assert rows[3:] == [["classified, all top neurons (95% Wilson interval)", "3 of 4", "3 of 4: 75% [30, 95]"],
+                        ["classified, as many random neurons of the same MLPs (the null)", "1 of 4",
+                         "1 of 4: 25% [5, 70]"]]
     drop = lambda m, n: {"mean": m, "low": m - 0.01, "high": m + 0.01, "n": n}  # noqa: E731
+    header, rows = T.heuristics_knockout({"classes": {"b == 0": {
+        "n_neurons": 17, "covered_drop": drop(0.0234, 10), "uncovered_drop": drop(-0.002, 90),
+        "random_covered_drop": drop(0.0, 10), "random_uncovered_drop": drop(0.005, 90),
+        "covered_vs_random": {**drop(0.02, 10), "level": 0.99375, "holm_apart": True}}}})
+    assert header[-1] == "covered, class minus random (Holm over 1)"
+    assert rows[0][-1] == "+0.020 [+0.010, +0.030] at 99.38%: apart"
     _, rows = T.heuristics_knockout({"classes": {"b == 0": {
         "n_neurons": 17, "covered_drop": drop(0.0234, 10), "uncovered_drop": drop(-0.002, 90),
         "random_covered_drop": drop(0.0, 10), "random_uncovered_drop": drop(0.005, 90)}}})
@@ -175,6 +189,18 @@ def test_the_renderers_of_issue_32_compute_what_the_rows_say():
     header, rows = T.fourier_periods({"periods": [10.0, 10 / 3], "by_kind": {"head": [0.25, 0.75]},
                                       "by_kind_ci": {"head": [[0.2, 0.3], [0.7, 0.8]]}})
     assert header == ["", "period 10", "period 3.33"] and rows == [["key heads", "25% [20, 30]", "75% [70, 80]"]]
+    _, rows = T.fourier_periods({"periods": [4.0, 2.0], "by_kind": {"head": [0.25, 0.75], "mlp": [0.5, 0.5]},
+                                 "by_kind_ci": {"head": [[0.2, 0.3], [0.7, 0.8]], "mlp": [[0.4, 0.6], [0.4, 0.6]]},
+                                 "n_components": {"head": 3, "mlp": 1},
+                                 "by_kind_component_ci": {"head": [[0.1, 0.4], [0.6, 0.9]], "mlp": [[0.5, 0.5], [0.5, 0.5]]},
+                                 "chance": [2 / 3, 1 / 3], "trend": [0.8, 0.2],
+                                 "mlp_minus_head": [[0.25, 0.1, 0.4, True], [-0.25, -0.4, 0.01, False]]})
+    assert rows == [["key heads (over pairs; over the 3 heads)", "25% [20, 30]; [10, 40]", "75% [70, 80]; [60, 90]"],
+                    ["key MLPs (over pairs; over the 1 MLPs)", "50% [40, 60]; [50, 50]", "50% [40, 60]; [50, 50]"],
+                    ["white noise on the 4 numbers (chance)", "66.7%", "33.3%"],
+                    ["a straight trend over 0..3", "80.0%", "20.0%"],
+                    ["key MLPs minus key heads (over the components; Holm over the periods)", "+25 [+10, +40] apart",
+                     "-25 [-40, +1] not apart"]]
     _, rows = T.fourier_components({"components": {
         "20.8": {"kind": "head", "dominant": [10 / 3, 10.0], "ramp_share": 0.09, "mean_share": 0.91},
         "MLP19": {"kind": "mlp", "dominant": [2.5], "ramp_share": 0.7, "mean_share": 0.666}}})
@@ -207,6 +233,9 @@ def test_the_issue_32_scripts_publish_their_tables_on_replot(tiny_llama, tmp_pat
     assert rows[1][-1] == f"{s['n_classified']} of {s['n_neurons']}"
     assert rows[2][-1] == f"{100 * s['share_carried']:.0f}%"
     assert set(tables.get("heuristics_knockout", {"data": {"classes": {}}})["data"]["classes"]) == set(s["knockout"])
+    r = s["classified_rates"]["random"]  # the null row: the default null_neurons per MLP, classified by the same test
+    assert rows[4][-1] == (f"{r['n_classified']} of {r['n']}: {100 * r['rate']:.0f}% [{100 * r['low']:.0f}, "
+                           f"{100 * r['high']:.0f}]; Fisher p = {r['p_vs_top']:.2g} vs the top")
     assert (tmp_path / "heuristics" / "published.md").read_text().count("<!-- table: ") == len(tables)
 
     r = identify(tiny_llama, config=IDENTIFY, progress=False)
@@ -218,5 +247,9 @@ def test_the_issue_32_scripts_publish_their_tables_on_replot(tiny_llama, tmp_pat
     _, rows = T.fourier_components(tables["fourier_components"]["data"])
     assert len(rows) == 4 and [r[3] for r in rows] == [f"{100 * c['mean_share']:.0f}%" for c in s["components"].values()]
     _, rows = T.fourier_periods(tables["fourier_periods"]["data"])
-    assert [r[0] for r in rows] == ["key heads", "key MLPs"]
+    assert [r[0] for r in rows] == ["key heads (over pairs; over the 2 heads)", "key MLPs (over pairs; over the 2 MLPs)",
+                                    "white noise on the 10 numbers (chance)", "a straight trend over 0..9",
+                                    "key MLPs minus key heads (over the components; Holm over the periods)"]
     assert rows[0][1].startswith(f"{100 * s['by_kind']['head']['10']:.0f}% [")
+    lo, hi = s["by_kind_component_ci"]["mlp"]["10"]
+    assert rows[1][1].endswith(f"; [{100 * lo:.0f}, {100 * hi:.0f}]") and rows[2][1:] == ["22.2%"] * 4 + ["11.1%"]

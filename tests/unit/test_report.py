@@ -48,6 +48,9 @@ def test_report_draws_every_section(saved):
     assert "Not in the inputs" not in page
     assert "Precise SFT (top-8 heads)" in page and "1.20M" in page
     assert "Lowest CMD: nodes@end: <b>" in page and "CMD (lower better)" in page  # the faithfulness section
+    # the explanations' nulls (issue 43): the heuristics section's null rates and Holm column, the numbers' chance row
+    assert "The same test on neurons not chosen for their effect" in page and "as many random neurons of the same MLPs" in page
+    assert "class minus random (Holm over" in page and "<td>white noise (chance)</td>" in page
 
 
 def test_a_folder_of_result_files_without_a_marker_is_no_result(tmp_path):

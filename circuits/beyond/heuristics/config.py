@@ -51,6 +51,9 @@ class HeuristicsConfig(PairSource):
     threshold: float = option(0.6, maximum=1, help="least chance-corrected top-k match of a rule for its class to count")
     min_support: int = count(5, help="least number of grid cells a rule must hold (and fail) on")
     alpha: float = option(0.01, maximum=1, help="the largest chance (Bonferroni over the rules tried) of a class's match")
+    null_neurons: int = count(20, minimum=0, help="random neurons, and lowest-effect neurons, of each key MLP (outside "
+                                                    "the top ones) classified by the same test: the null of the share "
+                                                    "classified (0: none)")
     knockout_classes: int = count(6, minimum=0, help="classes knocked out (those with the most neurons; 0: no knockout)")
     n_random: int = count(5, help="draws of as many random neurons of the same MLPs per class")
     n_boot: int = count(1000, help="bootstrap resamples of the grid's prompts for the intervals")

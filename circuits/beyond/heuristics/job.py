@@ -30,7 +30,8 @@ from circuits.data.pairs import PromptPair, use_few_shot
 from circuits.data.source import PairSpec
 from circuits.explain.heuristics.activations import grid_activations, output_logits, promotion
 from circuits.explain.heuristics.causal_check import class_knockout
-from circuits.explain.heuristics.rules import NONE, Rule, classify
+from circuits.explain.heuristics.nulls import null_neurons
+from circuits.explain.heuristics.rules import NONE, NeuronClasses, Rule, classify
 from circuits.models.backend import Model
 from circuits.io import load_torch, save_torch
 from circuits.models.loading import load_model
@@ -99,13 +100,19 @@ def cells_of(grid: OperandGrid) -> tuple[torch.Tensor, torch.Tensor, torch.Tenso
     return a, b, c, rows * len(grid.values) + cols
 
 
+def grid_classes(grid: OperandGrid, acts: torch.Tensor, config: HeuristicsConfig) -> list[NeuronClasses]:
+    """Each neuron's fitted classes over the grid's cells (templates averaged), at the config's thresholds."""
+    a, b, c, flat = cells_of(grid)
+    n = len(grid.values)
+    cell_acts = grid.to_grid(acts.T).reshape(n * n, -1)[flat].T  # [neuron, cell]
+    return classify(cell_acts, a, b, c, threshold=config.threshold, min_support=config.min_support, alpha=config.alpha)
+
+
 def fit_classes(model: Model, grid: OperandGrid, neurons: list[Neuron], acts: torch.Tensor,
                 config: HeuristicsConfig) -> list[dict[str, Any]]:
     """Each neuron's classes (over the grid's cells, templates averaged) with its primary rule's promotion."""
     a, b, c, flat = cells_of(grid)
-    n = len(grid.values)
-    cell_acts = grid.to_grid(acts.T).reshape(n * n, -1)[flat].T  # [neuron, cell]
-    fitted = classify(cell_acts, a, b, c, threshold=config.threshold, min_support=config.min_support, alpha=config.alpha)
+    fitted = grid_classes(grid, acts, config)
     answers = grid.answers_grid().reshape(-1)[flat]
     logits = output_logits(model, neurons, answers)  # [neuron, cell]
     out = []
@@ -118,6 +125,27 @@ def fit_classes(model: Model, grid: OperandGrid, neurons: list[Neuron], acts: to
             covered = rule.holds(a, b, c)[None]
             entry["promotion"] = float(promotion(logits[i : i + 1], covered, torch.tensor([pol]))[0])
         out.append(entry)
+    return out
+
+
+def classify_nulls(model: Model, grid: OperandGrid, drawn: dict[str, list[Neuron]], config: HeuristicsConfig, *,
+                   progress: bool = False) -> dict[str, dict[str, Any]]:
+    """The same classifier on each null group of :func:`~circuits.explain.heuristics.nulls.null_neurons` (one pass
+    over the grid for all of them): per group, its neurons, whether each is classified, and the class counts."""
+    everyone = [n for group in drawn.values() for n in group]
+    if not everyone:
+        return {}
+    fitted = grid_classes(grid, grid_activations(model, grid, everyone, progress=progress), config)
+    out, at = {}, 0
+    for name, group in drawn.items():
+        classes = [f.classes for f in fitted[at : at + len(group)]]
+        at += len(group)
+        counts: dict[str, int] = {}
+        for cs in classes:
+            for k in cs:
+                counts[k] = counts.get(k, 0) + 1
+        out[name] = {"neurons": [[n.layer, n.index] for n in group], "classified": [cs[0] != NONE for cs in classes],
+                     "class_counts": counts}
     return out
 
 
@@ -145,6 +173,8 @@ def knockout_classes(grid: OperandGrid, neurons: list[Neuron], classes: list[dic
     return out
 
 
+NULL_NAMES = {"top": "top neurons", "random": "random neurons of the same MLPs",
+              "low_effect": "their lowest-effect neurons"}
 PARTS = "parts"  # the working folder of a run: the neuron sweep and the knockout once finished
 
 
@@ -204,6 +234,9 @@ def heuristics(model: Model, config: HeuristicsConfig | None = None, *, progress
     acts = grid_activations(model, grid, neurons, progress=progress)
     classes = fit_classes(model, grid, neurons, acts, config)
     result = HeuristicsResult(config, pairs, grid.prompts, neurons, top_effects, acts, classes, m.name, totals)
+    if config.null_neurons:  # the null of "X% classified": random and lowest-effect neurons of the same MLPs
+        result.nulls = classify_nulls(model, grid, null_neurons(effects, layers, neurons, config.null_neurons,
+                                                                config.knockout_seed), config, progress=progress)
     chosen = knockout_classes(grid, neurons, classes, top_effects, m.sign, config.knockout_classes, config.task)
     if chosen:
         key = _key("knockout", weights, config.n_random, config.knockout_seed, config.n_boot,
@@ -229,9 +262,18 @@ def printout(args: argparse.Namespace, config: HeuristicsConfig, r: HeuristicsRe
     s = r.summary()
     print(f"  {s['n_classified']} of {s['n_neurons']} top neurons classified ({', '.join(f'{k} {v}' for k, v in s['class_counts'].items())}); "
           f"they carry {100 * s['share_carried']:.0f}% of the top neurons' effect")
+    rates = s.get("classified_rates", {})
+    if len(rates) > 1:  # the nulls: the same test on neurons not chosen for their effect
+        print("  share classified (95% Wilson interval): " + "; ".join(
+            f"{NULL_NAMES.get(g, g)} {v['n_classified']} of {v['n']} ({v['rate']:.0%} [{v['low']:.0%}, {v['high']:.0%}]"
+            + (f", Fisher p = {v['p_vs_top']:.2g} against the top neurons)" if "p_vs_top" in v else ")")
+            for g, v in rates.items()))
     for name, k in s["knockout"].items():
         cov, unc = k["covered_drop"], k["uncovered_drop"]
+        vs = k.get("covered_vs_random")
+        holm = (f"; minus random {vs['mean']:+.4f} [{vs['low']:+.4f}, {vs['high']:+.4f}] at {100 * vs['level']:.1f}%, "
+                f"Holm over {len(s['knockout'])}: {'apart' if vs['holm_apart'] else 'not apart'}") if vs else ""
         print(f"  knock out '{name}' ({k['n_neurons']} neurons): drop {cov['mean']:+.4f} covered "
               f"[{cov['low']:+.4f}, {cov['high']:+.4f}] vs {unc['mean']:+.4f} uncovered; random "
-              f"{k['random_covered_drop']['mean']:+.4f} / {k['random_uncovered_drop']['mean']:+.4f}")
+              f"{k['random_covered_drop']['mean']:+.4f} / {k['random_uncovered_drop']['mean']:+.4f}{holm}")
     print(f"-> {args.out}/figure.html")

@@ -47,6 +47,7 @@ class HeuristicsResult(Result):
     layer_totals: dict[int, float] = field(default_factory=dict)
     knockout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    nulls: dict[str, Any] = field(default_factory=dict)  # group -> neurons, classified flags, class counts (issue 43)
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
@@ -99,8 +100,32 @@ class HeuristicsResult(Result):
                          "polarity": p[2] if p else 0, "promotion": self.classes[i].get("promotion")})
         return rows
 
+    def classified_rates(self) -> dict[str, dict[str, float]]:
+        """The share of the top neurons classified, and of each null group (random and lowest-effect neurons of the
+        same MLPs, where measured), each with its 95% Wilson interval; a null group's ``p_vs_top``: Fisher's exact
+        two-sided p-value of its share against the top neurons'."""
+        from circuits.explain.heuristics.nulls import rate
+
+        from circuits.explain.heuristics.nulls import fisher_p
+
+        out = {"top": rate(len(self.classified()), len(self.neurons))}
+        for name, g in self.nulls.items():
+            k, n = sum(map(bool, g["classified"])), len(g["classified"])
+            out[name] = {**rate(k, n), "p_vs_top": fisher_p(out["top"]["n_classified"], out["top"]["n"], k, n)
+                         if n and out["top"]["n"] else float("nan")}
+        return out
+
+    def knockout_vs_random(self) -> dict[str, dict[str, Any]]:
+        """Per knocked-out class, the covered prompts' drop minus the random neurons', Holm-corrected over the classes
+        (:func:`~circuits.explain.heuristics.nulls.knockout_vs_random`)."""
+        from circuits.explain.heuristics.nulls import knockout_vs_random
+
+        classes = self.knockout.get("classes", {})
+        return knockout_vs_random(classes, self.config.n_boot, self.config.knockout_seed) if classes else {}
+
     def summary(self) -> dict[str, Any]:
         k = self.knockout
+        vs = self.knockout_vs_random()
         return {"model": self.config.model, "task": self.config.task, "metric": self.metric,
                 "n_pairs": len(self.pairs), "n_grid_prompts": len(self.grid_prompts),
                 "layers": sorted({n.layer for n in self.neurons}), "n_neurons": len(self.neurons),
@@ -108,8 +133,11 @@ class HeuristicsResult(Result):
                 "class_counts": self.class_counts(),
                 "layer_totals": {str(l): v for l, v in self.layer_totals.items()},
                 "clean_accuracy": k.get("clean_accuracy"),
-                "knockout": {n: {x: c[x] for x in ("n_neurons", "accuracy", "random_accuracy", "covered_drop",
-                                                   "uncovered_drop", "random_covered_drop", "random_uncovered_drop")}
+                "classified_rates": self.classified_rates(),
+                "null_class_counts": {g: v["class_counts"] for g, v in self.nulls.items()},
+                "knockout": {n: {**{x: c[x] for x in ("n_neurons", "accuracy", "random_accuracy", "covered_drop",
+                                                      "uncovered_drop", "random_covered_drop", "random_uncovered_drop")},
+                                 "covered_vs_random": vs[n]}
                              for n, c in k.get("classes", {}).items()},
                 "seconds": self.seconds}
 
@@ -147,7 +175,7 @@ class HeuristicsResult(Result):
         write_json(folder / "classes.json", {"neurons": [list(n) for n in self.neurons], "classes": self.classes,
                                              "metric": self.metric, "knockout": self.knockout,
                                              "layer_totals": {str(l): v for l, v in self.layer_totals.items()},
-                                             "seconds": self.seconds})
+                                             "seconds": self.seconds, "nulls": self.nulls})
         write_pairs(folder / "pairs.jsonl", self.pairs)
         write_pairs(folder / "grid.jsonl", self.grid_prompts)
         save_torch({"effects": self.effects, "activations": self.activations}, folder / "heuristics.pt")
@@ -171,10 +199,18 @@ class HeuristicsResult(Result):
             raise ResultError(f"{path}: field 'layer_totals' must map layer numbers to numbers")
         _check_numbers(d.get("classes"), path, ("classes",))
         _check_numbers(d.get("knockout", {}), path, ("knockout",))
+        nulls = d.get("nulls", {})  # absent from results saved before issue 43
+        _check_numbers(nulls, path, ("nulls",))
+        if not isinstance(nulls, dict) or not all(
+                isinstance(g, dict) and isinstance(g.get("neurons"), list) and isinstance(g.get("classified"), list)
+                and len(g["neurons"]) == len(g["classified"]) and isinstance(g.get("class_counts", {}), dict)
+                for g in nulls.values()):
+            raise ResultError(f"{path}: field 'nulls' must map each group to its neurons, as many classified flags, "
+                              "and class counts")
         return cls(config, read_pairs(folder / "pairs.jsonl"), read_pairs(folder / "grid.jsonl"),
                    [Neuron(*n) for n in neurons], t["effects"], t["activations"], d.get("classes"), d.get("metric"),
                    {int(k): number(totals, k, path) for k in totals}, d.get("knockout", {}),
-                   number(d, "seconds", path, 0.0))
+                   number(d, "seconds", path, 0.0), nulls)
 
 
 def _text_at(where: tuple) -> bool:

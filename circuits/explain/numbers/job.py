@@ -97,8 +97,17 @@ def printout(args: argparse.Namespace, config: NumbersConfig, r: NumbersResult, 
     s = r.summary()
     for kind, shares in s["by_kind"].items():
         best = max(shares, key=lambda p: shares[p])
+        lo, hi = s["by_kind_component_ci"][kind][best]
         print(f"  {'heads' if kind == 'head' else 'MLPs'}: the largest mean share of energy is at period {best} "
-              f"({shares[best]:.0%})")
+              f"({shares[best]:.0%}, [{lo:.0%}, {hi:.0%}] over the components; white noise {s['chance_shares'][best]:.0%}, "
+              f"a straight trend {s['trend_shares'][best]:.0%})")
+    print("  per period, share of white noise / of a straight trend on these "
+          f"{len(s['numbers'])} points: " + ", ".join(f"{float(p):.3g} {s['chance_shares'][p]:.1%} / {s['trend_shares'][p]:.1%}"
+                                                      for p in s["chance_shares"]))
+    for p, d in s.get("mlp_minus_head", {}).items():
+        if d["holm_apart"]:
+            print(f"  MLPs - heads at period {float(p):.3g}: {d['difference']:+.0%} [{d['low']:+.0%}, {d['high']:+.0%}] over the "
+                  "components, apart after Holm over the periods")
     if "two_digit_accuracy" in s:
         print(f"  two-digit sums: {s['two_digit_accuracy']:.0%} of {s['n_problems']} right (greedy)")
     if s.get("label_counts"):

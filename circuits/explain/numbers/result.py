@@ -71,11 +71,24 @@ class NumbersResult(Result):
                  for i, c in enumerate(sp.components)}
         ci = {k: {f"{p:g}": [float(lo), float(hi)] for p, lo, hi in zip(sp.periods, low, high)}
               for k, (_, low, high) in sp.kind_share_intervals().items()}
+        # the nulls (issue 43): chance and straight-trend shares on this number line, intervals over the components
+        comp_ci = {k: {f"{p:g}": [float(lo), float(hi)] for p, lo, hi in zip(sp.periods, low, high)}
+                   for k, (_, low, high) in sp.component_share_intervals().items()}
+        diff = sp.kind_difference()
         out: dict[str, Any] = {"model": self.config.model, "task": self.config.task, "n_pairs": int(sp.effects.shape[1]),
                                "numbers": sp.numbers, "periods": sp.periods, "components": comps,
                                "dominant_periods": sp.dominant(0.5), "by_kind": self.by_kind(),
-                               "by_kind_ci": ci,
+                               "by_kind_ci": ci, "by_kind_component_ci": comp_ci,
+                               "chance_shares": {f"{p:g}": float(v) for p, v in zip(sp.periods, sp.chance())},
+                               "trend_shares": {f"{p:g}": float(v) for p, v in zip(sp.periods, sp.trend())},
                                "n_problems": len(self.problems), "note": self.note, "seconds": self.seconds}
+        if diff is not None:
+            from circuits.patching.core.uncertainty import holm
+
+            apart, levels = holm(diff[3])
+            out["mlp_minus_head"] = {f"{p:g}": {"difference": float(d), "low": float(lo), "high": float(hi), "p": pv,
+                                                "holm_apart": a}
+                                     for p, d, lo, hi, pv, a in zip(sp.periods, *diff, apart)}
         if len(self.accuracy):
             out["two_digit_accuracy"] = float(self.accuracy.mean())
         if self.neurons:
