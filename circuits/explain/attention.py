@@ -191,11 +191,12 @@ def attention_html(
     tokens keep their position in the prompt (``27:␣+``), so they match the roles. Spaces show as '␣' and newlines as
     '↵'; each prompt's header keeps its newlines.
     """
+    from circuits.viz.colours import ATTENTION_KEY
     from circuits.viz.page import CSS, Page, script_tag
 
     heads = [Head(*h) for h in heads]
     page = Page(title)
-    parts = [f"<h1>{html.escape(title)}</h1>"]
+    parts = [f"<h1>{html.escape(title)}</h1>", ATTENTION_KEY]
     names = [f"L{l}H{h}" for l, h in heads]
     layers = sorted({l for l, _ in heads})
     filt = {get_act_name("pattern", l) for l in layers}

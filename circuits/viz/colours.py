@@ -2,6 +2,8 @@
 
 - **Importance** is a diverging scale centred at 0 whose important end is red (:func:`importance_scale`), and every
   colour scale a figure draws carries a colour bar naming what it measures.
+- **Other signed quantities** (a cosine, an OV circuit's score) use :data:`SIGNED`, a diverging scale without red,
+  so that red never stands for anything but importance.
 - **Categories** (token roles, engines' rankings, the arms of a comparison) take colours from :data:`CATEGORICAL`,
   none of them the importance red; a category is told by its name, never by "red".
 - **The arms of a knockout** read alike in every figure: nothing knocked out :data:`BEFORE`, random heads
@@ -16,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 DIVERGING = "RdBu"  # red (low) to blue (high); importance_scale orients it
+SIGNED = "BrBG"  # a signed quantity that is not importance (a cosine, an OV score): brown (low) to teal (high), no red
 IMPORTANT = "crimson"  # the heads ranked important, as the heat maps' red end marks them
 IMPORTANT_META = "importance"  # the ``meta`` of a trace that draws the important heads in IMPORTANT
 LEGEND = "red: important"
@@ -48,3 +51,12 @@ def important_trace(trace: Any) -> Any:
     """``trace`` marked as drawing the heads ranked important (the one categorical trace allowed the red)."""
     trace.meta = IMPORTANT_META
     return trace
+
+
+# The circuitsvis views' colour bar (every colour scale has one): circuitsvis paints each head in its own hue and a
+# cell's strength by its attention weight; the key says so once, above the views (the page and the report).
+ATTENTION_KEY = ("<div class='colour-key' style='display:flex;align-items:center;gap:.6em;margin:.3em 0 1em;"
+                 "font-size:.9em;color:#333'><span>attention weight: 0</span><span style='display:inline-block;"
+                 "width:220px;height:14px;border:1px solid #999;background:linear-gradient(to right,#fff,#444)'></span>"
+                 "<span>1 (each head in its own colour, at full strength at 1; rows: the query token, columns: the key "
+                 "token it attends to)</span></div>")

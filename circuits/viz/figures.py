@@ -21,7 +21,7 @@ from circuits.types import DEFAULT_METRIC
 
 
 from circuits.viz.colours import (BEFORE, DIVERGING, IMPORTANT, IMPORTANT_BAND, LEGEND, RANDOM,  # noqa: F401
-                                  RANDOM_BAND, ROLE_COLOURS, category, important_trace, importance_scale)
+                                  RANDOM_BAND, ROLE_COLOURS, SIGNED, category, important_trace, importance_scale)
 
 
 def metric_info(metric: Any, sign: int | None = None, label: str | None = None) -> tuple[str, int, str]:
@@ -170,7 +170,7 @@ def head_heatmap(
             go.Heatmap(
                 z=m, x=["MLP"], y=list(range(n_layers)), colorscale=scale, zmid=0, zmin=-mlp_peak, zmax=mlp_peak,
                 # its own scale, so its own bar (the same red is a different value here than among the heads)
-                colorbar=dict(title=dict(text=f"MLPs: {name}<br><sup>own scale</sup>", side="top"), tickformat=fmt,
+                colorbar=dict(title=dict(text=f"MLPs: {name}<br><sup>own scale;<br>{LEGEND}</sup>", side="top"), tickformat=fmt,
                               thickness=14, lenmode="pixels", len=bar_px, y=1, yanchor="top",
                               x=1 + 150 / plot_w, xref="paper"),
                 customdata=custom,
@@ -216,7 +216,8 @@ def knockout_figure(ks: Sequence[int], effect: Sequence[float], random: Sequence
     fig = go.Figure()
 
     def band(lo, hi, color, name):
-        fig.add_trace(go.Scatter(x=ks, y=list(hi), mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=ks, y=list(hi), mode="lines", line={"width": 0, "color": color}, showlegend=False,
+                                 hoverinfo="skip"))
         fig.add_trace(go.Scatter(x=ks, y=list(lo), mode="lines", line={"width": 0}, fill="tonexty", fillcolor=color,
                                  name=name))
 
@@ -329,8 +330,8 @@ def top_tokens_figure(top: Sequence[Sequence[tuple[str, float]]], title: str) ->
     z = _arr([[c for _, c in row] for row in top])
     text = [[repr(t) for t, _ in row] for row in top]
     m = float(np.abs(z).max()) or 1.0
-    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}", colorscale=importance_scale(+1), zmid=0,
-                               zmin=-m, zmax=m, colorbar={"title": {"text": colorbar_title("cosine", +1),
+    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}", colorscale=SIGNED, zmid=0,  # not importance
+                               zmin=-m, zmax=m, colorbar={"title": {"text": "cosine<br><sup>(not importance)</sup>",
                                                                     "side": "top"}},
                                hovertemplate="layer %{y}, rank %{x}<br>token %{text}<br>cosine %{z:.3f}<extra></extra>"))
     fig.update_layout(title=wrap(title, 100), xaxis_title="rank", yaxis_title="layer", height=max(400, 22 * len(top)))
@@ -490,7 +491,7 @@ def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims
     fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.16, subplot_titles=(
         "key heads (share of heads)", "knockout: top-k vs random (dotted)",
         "transfer: before, key, random out", "MLPs writing the answer"))
-    colors = ("crimson", "royalblue", "seagreen", "darkorange", "purple")
+    colors = [category(i) for i in range(len(models))]  # models are categories: no importance red
     for i, (name, d) in enumerate(models.items()):
         c = colors[i % len(colors)]
         ops = list(d["operations"])
