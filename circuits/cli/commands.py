@@ -283,6 +283,42 @@ def command_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# ``circuits mib``
+def register_mib(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``circuits mib RESULT --out importances.json``: an identify or edges result's scores as MIB's graph file.
+
+    Writes the JSON that EAP-IG's ``Graph.to_json`` writes and MIB's circuit track reads (node scores from an identify
+    result's heads and MLPs, edge scores from the edges it or an edges result measured, the edges not measured NaN;
+    higher is more important), with ``cfg``'s ``n_layers``, ``n_heads`` and ``d_model`` read from the result's model
+    (its config; nothing typed by hand). ``circuits.patching.interchange.mib.read`` reads it back:
+
+        circuits mib results/identify/addition --out submission/arithmetic-addition_llama3/importances.json
+    """
+    p = subcommand(sub, "mib", register_mib.__doc__)
+    p.add_argument("result", help="an identify or edges result folder")
+    p.add_argument("--out", required=True, help="the .json file to write")
+    p.add_argument("--metric", default=None, help="the metric the scores are read in (default: the result's key rule's)")
+    p.add_argument("--top", type=float, default=None,
+                   help="mark this many edges (nodes when no edge was measured) in the circuit, or with a value in (0, "
+                        "1) that fraction (default: none marked; MIB's evaluation recomputes the circuits)")
+    p.add_argument("--absolute", action="store_true", help="with --top, rank by |score|")
+    p.add_argument("--overwrite", action="store_true", help="replace --out when it exists")
+    p.set_defaults(func=command_mib)
+    return p
+
+
+def command_mib(args: argparse.Namespace) -> int:
+    from circuits.cli.mib import check_mib_arguments, write_mib
+
+    result = check_mib_arguments(args)  # every bad input is one line, before the model's config is read
+    graph, sizes = write_mib(result, args.out, metric=args.metric, top=args.top, absolute=args.absolute)
+    measured = int((~graph.edge_scores.isnan()).sum()) if graph.edge_scores is not None else 0
+    print(f"wrote {args.out}: {'node scores and ' if graph.node_scores is not None else ''}{measured} edge scores "
+          f"(n_layers={sizes['n_layers']}, n_heads={sizes['n_heads']}, d_model={sizes['d_model']} read from "
+          f"{result.config.model})")
+    return 0
+
+
 # ``circuits report``
 def register_report(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """``circuits report RESULTS_DIR... --out report.html``: one offline HTML page from saved results.
