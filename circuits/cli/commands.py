@@ -100,8 +100,22 @@ def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.Argument
         printout(args, config, result, time.perf_counter() - start)
         return 0
 
-    p.set_defaults(func=main, check=lambda args: from_arguments(config_type, args))
+    p.set_defaults(func=main, check=lambda args: check_heads_from(from_arguments(config_type, args)))
     return p
+
+
+def check_heads_from(config: object) -> object:
+    """``config``, after a ``--heads-from`` that holds no result at all is refused in one line, before torch is
+    imported (issue 40: the line took 15-30 s to come, after the job's imports); a folder holding a result of another
+    kind, or one identify result per task, is left to the job's reader, whose line says which."""
+    from circuits.results import MARKER
+
+    folder = getattr(config, "heads_from", None)
+    if folder:
+        path = Path(folder).expanduser()
+        if not (path / MARKER).is_file() and not any(path.glob("*/summary.json")):
+            raise ValueError(f"{folder} holds no identify result; pass the output folder of `circuits identify`")
+    return config
 
 
 # ``circuits identify``
