@@ -92,15 +92,18 @@ def screen_figure(result: Any) -> go.Figure:
 
 
 def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, Sequence[int]], title: str,
-                metric: Any = DEFAULT_METRIC, head_index: Any = None, sign: int | None = None) -> go.Figure:
+                metric: Any = DEFAULT_METRIC, head_index: Any = None, sign: int | None = None,
+                positions: Sequence[int] | None = None) -> go.Figure:
     """The information flow of Stolfo et al. (2023): activation-patching effect by layer (rows) and position
     (columns, the prompt's tokens up to END), for attention (the strongest head of each layer) and for the MLPs;
-    the operand and operator positions (from the template roles) are marked."""
+    the operand and operator positions (from the template roles, indices into ``tokens``) are marked. ``positions``:
+    each column's position in the prompt, its label's number (``29:␣``, as the attention views number tokens; default
+    the column's index)."""
     name, sign, _ = metric_info(metric, sign)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("attention (strongest head per layer)", "MLP (own scale, hover)"),
                         horizontal_spacing=0.08)
     n_layers = _arr(mlps).shape[0]
-    x = [f"{i}:{visible_token(t)}" for i, t in enumerate(tokens)]
+    x = [f"{i if positions is None else positions[i]}:{visible_token(t)}" for i, t in enumerate(tokens)]
     for c, z in enumerate((heads, mlps), 1):
         zz = _arr(z)
         m = float(np.nanmax(np.abs(zz))) or 1.0

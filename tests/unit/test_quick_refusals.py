@@ -29,3 +29,24 @@ def test_knockout_hover_names_the_point_in_words():
     assert shown and all(t.hovertemplate and "heads out" in t.hovertemplate for t in shown)
     key = next(t for t in fig.data if t.name == "top-k heads (effect rank)")
     assert key.hovertemplate.startswith("top-k heads (effect rank)<br>%{x} heads out: accuracy %{y:.1%}")
+
+
+def test_the_flow_figure_numbers_tokens_by_their_position_in_the_prompt(tiny_llama, tmp_path):
+    """Issue 40: the per-position view said "8:␣" where the attention views said "29:␣" for the same token: both now
+    number a token by its position in the prompt."""
+    from result_cases import SOURCE
+
+    from circuits.beyond.positions.config import PositionConfig
+    from circuits.beyond.positions.job import run as run_positions
+    from circuits.explain.attention import visible_tokens
+
+    pc = PositionConfig(**SOURCE, few_shot="on", filter_correct=False, offsets=(0, 1, 2))
+    r = run_positions(pc.replace(n_pairs=2), tmp_path / "positions", model=tiny_llama, progress=False)
+    fig = r.figure()
+    labels = list(fig.data[0].x)
+    p = r.representative()
+    tokens = visible_tokens(tiny_llama.to_str_tokens(__import__("torch").tensor(p.reference_token_ids)))
+    for label in labels:
+        pos, tok = label.split(":", 1)
+        assert tokens[int(pos)] == tok  # the prompt's own position of that token
+    assert labels[-1].startswith(f"{p.end}:")
