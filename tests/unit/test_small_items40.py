@@ -1,5 +1,6 @@
 """Issue 40's smaller items: a ``--heads-from`` that holds no result is refused in one line before torch is imported
-(it came after 15-30 s of imports), and a knockout point's hover says what it is in words."""
+(it came after 15-30 s of imports), a knockout point's hover says what it is in words, the per-position view numbers
+tokens as the attention views do, and the demo shows each operation with its own heads."""
 
 import subprocess
 import sys
@@ -50,3 +51,30 @@ def test_the_flow_figure_numbers_tokens_by_their_position_in_the_prompt(tiny_lla
         pos, tok = label.split(":", 1)
         assert tokens[int(pos)] == tok  # the prompt's own position of that token
     assert labels[-1].startswith(f"{p.end}:")
+
+
+def test_the_demo_shows_each_operation_with_its_own_heads(tmp_path, monkeypatch):
+    """Issue 40: the demo's attention panels for -, x and / used addition's heads (only the made-by line said so)."""
+    from helpers import tiny_dir
+
+    from circuits.cli import main as cli_main
+    from circuits.results import load_result
+
+    monkeypatch.syspath_prepend(str(ROOT / "experiments"))
+    import demo_method
+
+    model = str(tiny_dir("llama"))
+    for op in ("addition", "subtraction"):
+        assert cli_main(["identify", "--model", model, "--task", op, "--no-filter-correct", "--few-shot", "on",
+                         "--pairs", "4", "--bootstrap", "0", "--force", "--out", str(tmp_path / "id" / op)]) == 0
+    demo_method.main(["--identify-dir", str(tmp_path / "id"), "--out", str(tmp_path / "demo"), "--model", model,
+                      "--pairs", "3"])
+    heads = {}
+    for op in ("addition", "subtraction"):
+        made = load_result(tmp_path / "id" / op)
+        roles, views = load_result(tmp_path / "demo" / f"attention-roles-{op}"), load_result(
+            tmp_path / "demo" / f"attention-views-{op}")
+        assert list(roles.by_operation) == [op] and roles.config.task == op
+        assert roles.heads == made.top_heads(len(roles.heads)) and views.heads == made.top_heads(len(views.heads))
+        heads[op] = roles.heads
+    assert heads["addition"] != heads["subtraction"]  # not one operation's heads shown for both
