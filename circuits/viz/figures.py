@@ -493,11 +493,13 @@ def word_problem_table_figure(datasets: dict[str, dict], title: str = "Word-prob
     return fig
 
 
-def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims on each model") -> go.Figure:
+def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims on each model",
+                       transfer_intervals: dict[str, list] | None = None) -> go.Figure:
     """Four panels from :class:`circuits.validate.cross_model.CrossModelResult` measurements, one colour per model:
     the share of key heads per operation, accuracy after knocking out the top-k heads (solid) against k random heads
-    (dotted; Figure 3), accuracy on the transfer sets with the key heads and random heads knocked out (Figure 4), and
-    how much more the MLPs write the answer than other numbers, by relative depth (Figure 6b)."""
+    (dotted; Figure 3), accuracy on the transfer sets with the key heads and random heads knocked out (Figure 4; with
+    ``transfer_intervals[model]``, ``[low, high]`` per bar, as error bars), and how much more the MLPs write the answer
+    than other numbers, by relative depth (Figure 6b)."""
     fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.16, subplot_titles=(
         "key heads (share of heads)", "knockout: top-k vs random (dotted)",
         "transfer: before, key, random out", "MLPs writing the answer"))
@@ -516,7 +518,8 @@ def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims
         sets = list(d["transfer"])
         labels = [f"{s}<br>{w}" for s in sets for w in ("before", "key out", "random out")]
         values = [d["transfer"][s][k] for s in sets for k in ("accuracy_before", "accuracy_after", "accuracy_random_heads")]
-        fig.add_trace(go.Bar(x=labels, y=values, marker_color=c, name=name, legendgroup=name, showlegend=False), 2, 1)
+        fig.add_trace(go.Bar(x=labels, y=values, marker_color=c, name=name, legendgroup=name, showlegend=False,
+                             error_y=_error_bars(values, (transfer_intervals or {}).get(name))), 2, 1)
         lens = d["logit_lens"]
         n = len(lens["delta_C"])
         depth = [l / max(1, n - 1) for l in range(n)]

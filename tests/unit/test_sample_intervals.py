@@ -156,3 +156,17 @@ def test_attention_role_shares_carry_bootstrap_intervals_over_prompts(tiny_llama
     old = load_result(tmp_path / "att")
     assert isinstance(old, AttentionRoles) and old.figure().data[0].error_y.array is None
     assert isinstance(ra, RoleAttention)
+
+
+def test_the_cross_model_transfer_bars_carry_wilson_intervals():
+    from circuits.validate.cross_model import CrossModelConfig, CrossModelResult
+
+    models = {"tiny": {"operations": {"addition": {"share_key_heads": 0.25}},
+                       "knockout": {"ks": [0, 1], "effect_accuracy": [1, 0.5], "random_accuracy": [[1, 0.9]]},
+                       "transfer": {"svamp": {"n": 8, "accuracy_before": 5 / 8, "accuracy_after": 2 / 8,
+                                              "accuracy_random_heads": 4 / 8}},
+                       "logit_lens": {"delta_C": [0.0, 1.0], "delta_other": [0.0, 0.5]}}}
+    bar = [t for t in CrossModelResult(CrossModelConfig(models=("tiny",)), models).figure().data if t.type == "bar"][1]
+    for y, up, down, k in zip(bar.y, bar.error_y.array, bar.error_y.arrayminus, (5, 2, 4)):
+        ref = binomtest(k, 8).proportion_ci(method="wilson")
+        assert (y - down, y + up) == pytest.approx((ref.low, ref.high), abs=1e-12)
