@@ -105,16 +105,19 @@ def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.Argument
 
 
 def check_heads_from(config: object) -> object:
-    """``config``, after a ``--heads-from`` that holds no result at all is refused in one line, before torch is
+    """``config``, after a ``--heads-from`` that holds no result at all, or an identify result made with other identify
+    flags than those given (``--task subtraction`` with an addition result), is refused in one line, before torch is
     imported (issue 40: the line took 15-30 s to come, after the job's imports); a folder holding a result of another
     kind, or one identify result per task, is left to the job's reader, whose line says which."""
-    from circuits.results import MARKER
+    from circuits.results import MARKER, detect_kind, read_config
 
     folder = getattr(config, "heads_from", None)
     if folder:
         path = Path(folder).expanduser()
         if not (path / MARKER).is_file() and not any(path.glob("*/summary.json")):
             raise ValueError(f"{folder} holds no identify result; pass the output folder of `circuits identify`")
+        if detect_kind(path) == "identify" and hasattr(config, "with_identify"):
+            config.with_identify(read_config(path, IdentifyConfig))  # the job does the same: its clash, said now
     return config
 
 

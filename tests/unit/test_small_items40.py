@@ -78,3 +78,20 @@ def test_the_demo_shows_each_operation_with_its_own_heads(tmp_path, monkeypatch)
         assert roles.heads == made.top_heads(len(roles.heads)) and views.heads == made.top_heads(len(views.heads))
         heads[op] = roles.heads
     assert heads["addition"] != heads["subtraction"]  # not one operation's heads shown for both
+
+
+def test_a_heads_from_made_with_other_flags_is_one_line_without_torch(tmp_path):
+    from helpers import tiny_dir
+
+    from circuits.cli import main as cli_main
+
+    ident = tmp_path / "addition"
+    assert cli_main(["identify", "--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on",
+                     "--pairs", "3", "--bootstrap", "0", "--force", "--out", str(ident)]) == 0
+    code = ("import sys; from circuits.cli import main; "
+            f"rc = main(['lens', '--heads-from', {str(ident)!r}, '--task', 'subtraction', '--out', "
+            f"{str(tmp_path / 'x')!r}]); print('rc', rc, 'torch' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert "rc 2 False" in run.stdout, run.stdout + run.stderr
+    assert "was made with task='addition', not task='subtraction'" in run.stderr and run.stderr.count("\n") == 1
+    assert not (tmp_path / "x").exists()
