@@ -170,3 +170,14 @@ def test_the_cross_model_transfer_bars_carry_wilson_intervals():
     for y, up, down, k in zip(bar.y, bar.error_y.array, bar.error_y.arrayminus, (5, 2, 4)):
         ref = binomtest(k, 8).proportion_ci(method="wilson")
         assert (y - down, y + up) == pytest.approx((ref.low, ref.high), abs=1e-12)
+
+
+def test_the_lens_says_plainly_when_no_layer_writes_the_answer(capsys):
+    """Issue 40: the lens printed "the MLPs write the answer from no layer"."""
+    means = {"in_A": [0.1, 0.2], "in_B": [0.2, 0.1], "delta_C": [0.0, 0.01], "delta_other": [0.05, 0.05]}
+    r = LogitLens(LensConfig(), means, 4, intervals={k: [[v - 0.01, v + 0.01] for v in vs] for k, vs in means.items()})
+    assert r.writing_start is None
+    print_lens(argparse.Namespace(out="x"), r.config, r, 1.0)
+    out = capsys.readouterr().out
+    assert "no layer's MLP writes the answer above the other numbers" in out and "from no layer" not in out
+    assert "at A most at layer 1 (cos 0.200 [0.190, 0.210])" in out
