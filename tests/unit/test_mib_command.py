@@ -93,6 +93,8 @@ def test_bad_input_is_one_line_and_nothing_written(made, argv, says, capsys):
 def test_scores_of_another_model_are_refused(made):
     root, _ = made
     result = load_result(root / "id")
+    nodes_only = mib.graph_of(3, 4, 64, nodes=result.scores("fraction"), top=3)
+    assert nodes_only.edge_scores.isnan().all() and int(nodes_only.nodes_in_graph[1:].sum()) == 3
     with pytest.raises(ValueError, match="measured on another model"):
         mib.graph_of(4, 4, 64, nodes=result.scores("fraction"))
     with pytest.raises(ValueError, match="measured on another model"):

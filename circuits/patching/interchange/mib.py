@@ -465,5 +465,8 @@ def graph_of(n_layers: int, n_heads: int, d_model: int, *, nodes: Any = None, ed
             for j, r in enumerate(receivers):
                 if eap_upstream(s, r):
                     matrix[s_index[s], r_index[r]] = float(imp[i, j])
-    return MIBGraph.from_tensors(n_layers, n_heads, d_model, heads=heads, mlps=mlps, edges=matrix, top=top,
-                                 absolute=absolute)
+    g = MIBGraph.from_tensors(n_layers, n_heads, d_model, heads=heads, mlps=mlps, edges=matrix, top=top,
+                              absolute=absolute)
+    if matrix is None:  # no edge was measured: none written as a measured 0
+        g.edge_scores = torch.full_like(g.edge_scores, float("nan"))
+    return g
