@@ -55,7 +55,7 @@ if TYPE_CHECKING:  # what the table names (a job's config, run, printout and res
     from circuits.beyond.stability.job import printout as print_stability, run as run_stability
     from circuits.beyond.stability.result import StabilityResult
     from circuits.cli.commands import (register_evaluate, register_export, register_finetune, register_identify,
-                                       register_report)
+                                       register_mib, register_report)
     from circuits.evaluation.config import EvalConfig
     from circuits.evaluation.job import run as run_evaluate
     from circuits.evaluation.result import EvalResult
@@ -241,6 +241,8 @@ JOBS: tuple[Job, ...] = (
     # Commands that write no result of their own.
     Job("export", "write a fine-tuned model (base + delta.pt) as a Hugging Face checkpoint", (),
         register="register_export", progress=False),
+    Job("mib", "write an identify or edges result's scores as MIB's graph file (sizes read from the model)", (),
+        register="register_mib", progress=False),
     Job("report", "one shareable, offline HTML page from saved results (no model run)", (),
         register="register_report", progress=False),
 )

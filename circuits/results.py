@@ -529,7 +529,8 @@ NUMERIC_KEYS = ("n", "n_*", "acc", "acc_*", "accuracy", "accuracy_*", "*_accurac
                 "seconds", "*_seconds", "share", "shares", "share_*", "spearman*", "offset", "exact", "screen", "error",
                 "error_*", "*_rank", "*_size", "*_missed_at_*", "layers", "ks", "mean", "std", "delta", "delta_*",
                 "in_A", "in_B", "writing_start", "word_perplexity", "perplexity", "losses", "samples_per_s", "steps",
-                "samples", "tuned_parameters", "total_parameters", "head_counts", "digits", "words", "gsm8k", "mmlu")
+                "samples", "tuned_parameters", "total_parameters", "head_counts", "digits", "words", "gsm8k", "mmlu",
+                "ci_*")
 HEAD_KEYS = ("heads", "*_heads", "shared_with_templates", "ranking", "random_orders")
 
 

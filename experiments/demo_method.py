@@ -1,8 +1,8 @@
 """The rest of the method for ``make demo``, cheaply, on the pairs ``circuits identify --task all`` already made: the
 knockout curve of each operation (key heads against random heads, Figure 3), where the top heads look by token role
-(Figure 5) and their attention views (Figure 7), and the MLPs through the logit lens (Figure 6). One model load;
-small sizes (a few pairs, k up to 8, two random orders), so the demo's report shows every step of the method in
-about a minute on two CPU cores. The figure scripts (``make figures``) make the same results at the paper's sizes.
+(Figure 5) and their attention views (Figure 7), each operation with its own heads, and the MLPs through the logit lens
+(Figure 6). One model load; small sizes (a few pairs, k up to 8, two random orders), so the demo's report shows every
+step of the method in about a minute on two CPU cores. The figure scripts (``make figures``) make the same results at the paper's sizes.
 
 Run: ``python experiments/demo_method.py [--identify-dir results/identify] [--out results/demo]``; each result is
 written to ``OUT/<name>`` and the seconds per stage are added to ``--timings`` (what ``make demo`` prints).
@@ -64,13 +64,15 @@ def main(argv: list[str] | None = None) -> Path:
                 knockout_result(model, r, config, r.pairs[: args.pairs]).save(config.out)
         first = ids.get("addition") or next(iter(ids.values()))
         with timing.stage("attention"):
-            # The jobs of `circuits attention` and `circuits attention-views`, on the identify results' own pairs.
-            config = fig5_attention_roles.Config(**common, task=first.task, n_key_heads=8, n_prompts=args.pairs,
-                                                 operations=tuple(ids), out=str(out / "attention-roles"))
-            roles_result(model, first, config, lambda op: ids[op].pairs).save(config.out)
-            config = fig7_attention_views.Config(**common, task=first.task, n_key_heads=4, operations=tuple(ids),
-                                                 prompts_per_operation=1, out=str(out / "attention-views"))
-            views_result(model, first, config, lambda op: ids[op].pairs).save(config.out)
+            # The jobs of `circuits attention` and `circuits attention-views`, on the identify results' own pairs:
+            # each operation's panels show that operation's own top heads (issue 40: -, x and / showed addition's).
+            for op, r in ids.items():
+                config = fig5_attention_roles.Config(**common, task=op, n_key_heads=8, n_prompts=args.pairs,
+                                                     operations=(op,), out=str(out / f"attention-roles-{op}"))
+                roles_result(model, r, config, lambda o: ids[o].pairs).save(config.out)
+                config = fig7_attention_views.Config(**common, task=op, n_key_heads=4, operations=(op,),
+                                                     prompts_per_operation=1, out=str(out / f"attention-views-{op}"))
+                views_result(model, r, config, lambda o: ids[o].pairs).save(config.out)
         with timing.stage("logit lens"):
             config = fig6_mlp_logit_lens.Config(**{**common, "n_pairs": min(args.pairs, len(first.pairs))},
                                                 task=first.task, out=str(out / "logit-lens"))

@@ -46,7 +46,8 @@ from circuits.types import Head
 from circuits.validate.ablation_kinds import AblationComparison, AblationKindsConfig, compare_ablations
 from circuits.validate.cross_model import CrossModelConfig, CrossModelResult
 from circuits.validate.knockout import KnockoutConfig, KnockoutResult, knockout_curve
-from circuits.validate.transfer import TransferConfig, TransferResult, WordProblemConfig, WordProblemHeads
+from circuits.validate.transfer import (TransferConfig, TransferResult, WordProblemConfig, WordProblemHeads,
+                                        with_intervals)
 
 IDENTIFY = IdentifyConfig(model="tiny", task="addition", n_pairs=4, few_shot="on", filter_correct=False,
                           key_rule="top3", receivers="2.1,MLP1", bootstrap=20)
@@ -82,7 +83,8 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
     out["transfer"] = TransferResult(
         TransferConfig(**SOURCE, n_key_heads=2),
         {"svamp": {"n": 3, "accuracy_before": 0.5, "accuracy_after": 0.25, "accuracy_random_heads": 0.5},
-         "decimal": {"n": 4, "accuracy_before": 0.75, "accuracy_after": 0.5, "accuracy_random_heads": 0.75}},
+         "decimal": with_intervals({"n": 4, "accuracy_before": 0.75, "accuracy_after": 0.5,
+                                    "accuracy_random_heads": 0.75})},  # svamp: saved before the intervals
         heads[:2], [Head(0, 0), Head(1, 3)], {"svamp": "Q: 3 apples and 4 more? A:"})
     lens = mlp_lens(model, pairs).means()
     measured = {"title": "tiny", "architecture": model.cfg.original_architecture, "n_layers": model.cfg.n_layers,

@@ -100,8 +100,25 @@ def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.Argument
         printout(args, config, result, time.perf_counter() - start)
         return 0
 
-    p.set_defaults(func=main, check=lambda args: from_arguments(config_type, args))
+    p.set_defaults(func=main, check=lambda args: check_heads_from(from_arguments(config_type, args)))
     return p
+
+
+def check_heads_from(config: object) -> object:
+    """``config``, after a ``--heads-from`` that holds no result at all, or an identify result made with other identify
+    flags than those given (``--task subtraction`` with an addition result), is refused in one line, before torch is
+    imported (issue 40: the line took 15-30 s to come, after the job's imports); a folder holding a result of another
+    kind, or one identify result per task, is left to the job's reader, whose line says which."""
+    from circuits.results import MARKER, detect_kind, read_config
+
+    folder = getattr(config, "heads_from", None)
+    if folder:
+        path = Path(folder).expanduser()
+        if not (path / MARKER).is_file() and not any(path.glob("*/summary.json")):
+            raise ValueError(f"{folder} holds no identify result; pass the output folder of `circuits identify`")
+        if detect_kind(path) == "identify" and hasattr(config, "with_identify"):
+            config.with_identify(read_config(path, IdentifyConfig))  # the job does the same: its clash, said now
+    return config
 
 
 # ``circuits identify``
@@ -280,6 +297,42 @@ def command_export(args: argparse.Namespace) -> int:
     config = from_arguments(ExportConfig, args)
     out = export.run(config, args.out)
     print(f"wrote {out} (load with AutoModelForCausalLM.from_pretrained({str(out)!r}))")
+    return 0
+
+
+# ``circuits mib``
+def register_mib(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """``circuits mib RESULT --out importances.json``: an identify or edges result's scores as MIB's graph file.
+
+    Writes the JSON that EAP-IG's ``Graph.to_json`` writes and MIB's circuit track reads (node scores from an identify
+    result's heads and MLPs, edge scores from the edges it or an edges result measured, the edges not measured NaN;
+    higher is more important), with ``cfg``'s ``n_layers``, ``n_heads`` and ``d_model`` read from the result's model
+    (its config; nothing typed by hand). ``circuits.patching.interchange.mib.read`` reads it back:
+
+        circuits mib results/identify/addition --out submission/arithmetic-addition_llama3/importances.json
+    """
+    p = subcommand(sub, "mib", register_mib.__doc__)
+    p.add_argument("result", help="an identify or edges result folder")
+    p.add_argument("--out", required=True, help="the .json file to write")
+    p.add_argument("--metric", default=None, help="the metric the scores are read in (default: the result's key rule's)")
+    p.add_argument("--top", type=float, default=None,
+                   help="mark this many edges (nodes when no edge was measured) in the circuit, or with a value in (0, "
+                        "1) that fraction (default: none marked; MIB's evaluation recomputes the circuits)")
+    p.add_argument("--absolute", action="store_true", help="with --top, rank by |score|")
+    p.add_argument("--overwrite", action="store_true", help="replace --out when it exists")
+    p.set_defaults(func=command_mib)
+    return p
+
+
+def command_mib(args: argparse.Namespace) -> int:
+    from circuits.cli.mib import check_mib_arguments, write_mib
+
+    result = check_mib_arguments(args)  # every bad input is one line, before the model's config is read
+    graph, sizes = write_mib(result, args.out, metric=args.metric, top=args.top, absolute=args.absolute)
+    measured = int((~graph.edge_scores.isnan()).sum()) if graph.edge_scores is not None else 0
+    print(f"wrote {args.out}: {'node scores and ' if graph.node_scores is not None else ''}{measured} edge scores "
+          f"(n_layers={sizes['n_layers']}, n_heads={sizes['n_heads']}, d_model={sizes['d_model']} read from "
+          f"{result.config.model})")
     return 0
 
 

@@ -29,6 +29,7 @@ from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair, as_batch
 from circuits.io import read_json, read_text, write_json, write_text
+from circuits.patching.core.uncertainty import mean_interval
 from circuits.explain.config import RolesConfig, ViewsConfig
 from circuits.results import Result
 from circuits.types import Head
@@ -97,7 +98,13 @@ class RoleAttention:
         """The role each head attends to most, on average."""
         return {f"{l}.{h}": self.roles[int(self.mean[i].argmax())] for i, (l, h) in enumerate(self.heads)}
 
-    def to_json(self) -> dict[str, Any]:
+    def interval(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> tuple[Tensor, Tensor]:
+        """The percentile bootstrap interval over prompts of each head's mean attention to each role: low and high,
+        ``[head, role]`` (:func:`~circuits.patching.core.uncertainty.mean_interval`)."""
+        return mean_interval(self.per_prompt, n_boot, level, seed)
+
+    def to_json(self, level: float = 0.95) -> dict[str, Any]:
+        low, high = self.interval(level=level)
         return {
             "heads": [list(h) for h in self.heads],
             "dominant": self.dominant(),
@@ -105,6 +112,7 @@ class RoleAttention:
             "mean": self.mean.tolist(),
             "std": self.per_prompt.std(0).tolist() if self.per_prompt.shape[0] > 1 else None,
             "n_prompts": int(self.per_prompt.shape[0]),
+            "ci_low": low.tolist(), "ci_high": high.tolist(), "ci_level": level,  # over prompts
         }
 
 
@@ -183,11 +191,12 @@ def attention_html(
     tokens keep their position in the prompt (``27:␣+``), so they match the roles. Spaces show as '␣' and newlines as
     '↵'; each prompt's header keeps its newlines.
     """
+    from circuits.viz.colours import ATTENTION_KEY
     from circuits.viz.page import CSS, Page, script_tag
 
     heads = [Head(*h) for h in heads]
     page = Page(title)
-    parts = [f"<h1>{html.escape(title)}</h1>"]
+    parts = [f"<h1>{html.escape(title)}</h1>", ATTENTION_KEY]
     names = [f"L{l}H{h}" for l, h in heads]
     layers = sorted({l for l, _ in heads})
     filt = {get_act_name("pattern", l) for l in layers}

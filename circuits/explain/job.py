@@ -99,10 +99,23 @@ def save_lens(result: LogitLens, out: str | Path) -> Path:
     return folder
 
 
+def _share(d: dict, i: int, role: str) -> str:
+    """Head ``i``'s mean attention to ``role`` with its interval over prompts where saved: ``45% [38-52]``."""
+    j = d["roles"].index(role)
+    text = f"{100 * d['mean'][i][j]:.0f}%"
+    if "ci_low" in d:
+        text += f" [{100 * d['ci_low'][i][j]:.0f}-{100 * d['ci_high'][i][j]:.0f}]"
+    return text
+
+
 def print_attention(args: argparse.Namespace, config: RolesConfig, r: AttentionRoles, seconds: float) -> None:
+    level = next((d["ci_level"] for d in r.by_operation.values() if "ci_level" in d), None)
     for op, d in r.by_operation.items():
-        print(f"  {op}: " + ", ".join(f"{h} {role}" for h, role in d.get("dominant", {}).items()))
-    print(f"the most-attended role of each key head, {seconds:.0f} s -> {args.out}/figure.html")
+        print(f"  {op} ({d.get('n_prompts', '?')} prompts): " + ", ".join(
+            f"{h} {role} {_share(d, i, role)}" for i, (h, role) in enumerate(d.get("dominant", {}).items())))
+    ci = f" [{level:.0%} bootstrap interval over prompts]" if level is not None else ""
+    print(f"the most-attended role of each head and its share of END's attention{ci}, {seconds:.0f} s "
+          f"-> {args.out}/figure.html")
 
 
 def print_attention_views(args: argparse.Namespace, config: ViewsConfig, r: AttentionViews, seconds: float) -> None:
@@ -110,7 +123,22 @@ def print_attention_views(args: argparse.Namespace, config: ViewsConfig, r: Atte
           f"-> {args.out}/figure.html")
 
 
+def _cos(r: LogitLens, key: str, layer: int) -> str:
+    """The mean cosine of ``key`` at ``layer`` with its interval over pairs where saved: ``0.12 [0.10, 0.14]``."""
+    text = f"{r.means[key][layer]:.3f}"
+    if r.intervals.get(key):
+        low, high = r.intervals[key][layer]
+        text += f" [{low:.3f}, {high:.3f}]"
+    return text
+
+
 def print_lens(args: argparse.Namespace, config: LensConfig, r: LogitLens, seconds: float) -> None:
-    start = f"layer {r.writing_start}" if r.writing_start is not None else "no layer"
-    print(f"[{config.task}] {r.n_pairs} pairs, {seconds:.0f} s: MLP inputs point at A most at layer {r.peak('in_A')}, "
-          f"at B at layer {r.peak('in_B')}; the MLPs write the answer from {start} -> {args.out}/figure.html")
+    a, b = r.peak("in_A"), r.peak("in_B")
+    ci = f" (cosines with their {r.ci_level:.0%} bootstrap intervals over pairs)" if r.intervals else ""
+    start = r.writing_start
+    writes = (f"the MLPs write the answer from layer {start} (cos {_cos(r, 'delta_C', start)} against "
+              f"{_cos(r, 'delta_other', start)} for the other numbers)" if start is not None else
+              "no layer's MLP writes the answer above the other numbers (cos(MLP_out - MLP_in, W_U[C]) does not stay "
+              "0.02 above them)")
+    print(f"[{config.task}] {r.n_pairs} pairs, {seconds:.0f} s{ci}: MLP inputs point at A most at layer {a} "
+          f"(cos {_cos(r, 'in_A', a)}), at B at layer {b} (cos {_cos(r, 'in_B', b)}); {writes} -> {args.out}/figure.html")

@@ -34,6 +34,7 @@ from circuits.models.backend import act_name as get_act_name
 from circuits.data.pairs import PromptPair
 from circuits.explain.dla import end_activations
 from circuits.io import read_json, write_json
+from circuits.patching.core.uncertainty import mean_interval
 from circuits.explain.config import LensConfig
 from circuits.results import Result, number
 from circuits.viz.notebook import ShowsFigure
@@ -72,6 +73,15 @@ class MLPLens:
 
     def means(self) -> dict[str, list[float]]:
         return {k: v.mean(0).tolist() for k, v in self.__dict__.items()}
+
+    def intervals(self, n_boot: int = 1000, level: float = 0.95, seed: int = 0) -> dict[str, list[list[float]]]:
+        """Each series' percentile bootstrap interval over pairs, per layer: ``{series: [[low, high] per layer]}``
+        (:func:`~circuits.patching.core.uncertainty.mean_interval`, the same resamples for every series)."""
+        out = {}
+        for k, v in self.__dict__.items():
+            low, high = mean_interval(v, n_boot, level, seed)
+            out[k] = torch.stack([low, high], -1).tolist()
+        return out
 
 
 @torch.no_grad()
@@ -141,13 +151,18 @@ def writing_start(delta_C: Sequence[float], delta_other: Sequence[float], margin
     return None
 
 
+CI_LEVEL = 0.95  # the coverage of the intervals over pairs a lens result saves
+
+
 def logit_lens(model: Model, pairs: Sequence[PromptPair], example: PromptPair | None = None, *,
                k: int = 5, config: LensConfig | None = None) -> LogitLens:
     """Figure 6 on ``pairs``: the per-layer cosine means, and for ``example`` (default: the first pair) the top
     ``k`` number tokens each MLP adds."""
     example = example or pairs[0]
-    return LogitLens(config if config is not None else LensConfig(), mlp_lens(model, pairs).means(), len(pairs),
-                     example.reference[-40:], top_number_tokens(model, example, k=k))
+    lens = mlp_lens(model, pairs)
+    return LogitLens(config if config is not None else LensConfig(), lens.means(), len(pairs),
+                     example.reference[-40:], top_number_tokens(model, example, k=k),
+                     intervals=lens.intervals(level=CI_LEVEL), ci_level=CI_LEVEL)
 
 
 @dataclass(eq=False, repr=False)
@@ -163,6 +178,9 @@ class LogitLens(ShowsFigure, Result):
     n_pairs: int
     example: str = ""
     top_tokens: list[list[tuple[str, float]]] = field(default_factory=list)
+    # per series, [[low, high] per layer]: the bootstrap interval over pairs of each mean (empty: saved before them)
+    intervals: dict[str, list[list[float]]] = field(default_factory=dict)
+    ci_level: float = CI_LEVEL
 
     @property
     def writing_start(self) -> int | None:
@@ -175,16 +193,19 @@ class LogitLens(ShowsFigure, Result):
     def figure(self):
         from circuits.viz.figures import lens_panels
 
-        return lens_panels(self.means)
+        return lens_panels(self.means, f"MLP logit lens (Figure 6), {self.n_pairs} pairs", self.intervals,
+                           self.n_pairs, self.ci_level)
 
     def _write(self, folder: Path) -> None:
         write_json(folder / "data.json", {
             "means": self.means, "n_pairs": self.n_pairs, "example": self.example, "top_tokens": self.top_tokens,
-            "writing_start": self.writing_start, "peak_in_A": self.peak("in_A"), "peak_in_B": self.peak("in_B")})
+            "writing_start": self.writing_start, "peak_in_A": self.peak("in_A"), "peak_in_B": self.peak("in_B"),
+            **({"intervals": self.intervals, "ci_level": self.ci_level} if self.intervals else {})})
 
     @classmethod
     def _read(cls, folder: Path, config: LensConfig) -> LogitLens:
         path = folder / "data.json"
         d = read_json(path)
         top = [[(t, number({"top_tokens": c}, "top_tokens", path)) for t, c in row] for row in d.get("top_tokens", [])]
-        return cls(config, d["means"], number(d, "n_pairs", path, 0, int), d.get("example", ""), top)
+        return cls(config, d["means"], number(d, "n_pairs", path, 0, int), d.get("example", ""), top,
+                   d.get("intervals", {}), number(d, "ci_level", path, 0, float) if "ci_level" in d else CI_LEVEL)

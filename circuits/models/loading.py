@@ -291,6 +291,21 @@ def store_contiguous(model: HookedTransformer) -> HookedTransformer:
 # --- conversion -------------------------------------------------------------------------------
 
 
+def model_sizes(name: str, dtype: str | torch.dtype = "float32") -> dict[str, int]:
+    """``n_layers``, ``n_heads`` and ``d_model`` of a model as ``load_model`` would load it, read from its config: a
+    local Hugging Face folder's ``config.json`` (its text model's ``num_hidden_layers``, ``num_attention_heads``,
+    ``hidden_size``; no weights read, the same on either TransformerLens line), anything else (an embedded or GGUF
+    model, a hub name) loaded and its ``cfg`` read."""
+    path = Path(str(name)).expanduser()
+    if path.is_dir() and (path / "config.json").is_file():
+        hf = read_hf_config(path)
+        text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
+        return {"n_layers": int(text.num_hidden_layers), "n_heads": int(text.num_attention_heads),
+                "d_model": int(text.hidden_size)}
+    cfg = load_model(name, dtype=dtype).cfg
+    return {"n_layers": int(cfg.n_layers), "n_heads": int(cfg.n_heads), "d_model": int(cfg.d_model)}
+
+
 def architecture_of(hf_config: Any) -> str:
     """The ``...ForCausalLM`` class a Hugging Face config is for (GGUF configs name only a model type)."""
     arch = (getattr(hf_config, "architectures", None) or [None])[0]

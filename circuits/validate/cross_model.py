@@ -106,9 +106,13 @@ class CrossModelResult(Result):
         return None if layer is None else (layer, relative_depth(layer, d["n_layers"]))
 
     def figure(self):
+        from circuits.validate.transfer import ACCURACIES, accuracy_intervals
         from circuits.viz.figures import cross_model_figure
 
-        return cross_model_figure(self.models)
+        # each transfer bar's Wilson interval over its set's items (where the set's n was recorded)
+        ci = {name: [accuracy_intervals(row).get(k) for row in d["transfer"].values() for k in ACCURACIES]
+              for name, d in self.models.items()}
+        return cross_model_figure(self.models, transfer_intervals=ci)
 
     def _write(self, folder: Path) -> None:
         write_json(folder / "data.json", {"models": self.models})

@@ -25,8 +25,8 @@ from circuits.identify.source import run_from_identify
 from circuits.models.backend import Model
 from circuits.validate.config import KnockoutConfig, TransferSets
 from circuits.validate.knockout import KnockoutResult, compute_means, knockout_curve, random_order
-from circuits.validate.transfer import (TransferResult, mmlu_accuracy, mmlu_items, synthetic_set, transfer_knockout,
-                                        word_problem_set)
+from circuits.validate.transfer import (TransferResult, mmlu_accuracy, mmlu_items, synthetic_set,
+                                        transfer_knockout, with_intervals, word_problem_set)
 
 
 def knockout_result(model: Model, made: IdentifyResult, config: KnockoutConfig,
@@ -61,6 +61,7 @@ def transfer_result(model: Model, made: IdentifyResult, config: TransferSets) ->
     res["mmlu_humanities"] = {"n": len(mm), "accuracy_before": mmlu_accuracy(model, mm, means),
                               "accuracy_after": mmlu_accuracy(model, mm, means, heads),
                               "accuracy_random_heads": mmlu_accuracy(model, mm, means, control)}
+    res = {k: with_intervals(v) for k, v in res.items()}  # Wilson intervals over each set's items
     return TransferResult(config, res, heads, control, {k: v[0].reference[-120:] for k, v in sets.items() if v})
 
 
@@ -78,6 +79,13 @@ def run_transfer(config: TransferSets, out: str | Path, *, model: Model | None =
 
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _pct_ci(x: float | None, ci: tuple[float, float] | None) -> str:
+    """A share with its interval: ``62% [31-86]``."""
+    if x is None:
+        return "n/a"
+    return _pct(x) + ("" if ci is None or ci[0] != ci[0] else f" [{100 * ci[0]:.0f}-{100 * ci[1]:.0f}]")
 
 
 def _heads(heads: Any) -> str:
@@ -100,8 +108,14 @@ def print_knockout(args: argparse.Namespace, config: KnockoutConfig, r: Knockout
 def print_transfer(args: argparse.Namespace, config: TransferSets, r: TransferResult, seconds: float) -> None:
     from circuits.types import top_heads_label
 
-    print(f"{top_heads_label(len(r.key_heads), r.config.key_rule)} out ({_heads(r.key_heads)}), {seconds:.0f} s:")
+    ci = r.intervals()
+    level = next((v["ci_level"] for v in r.results.values() if "ci_level" in v), 0.95)
+    print(f"{top_heads_label(len(r.key_heads), r.config.key_rule)} out ({_heads(r.key_heads)}), {seconds:.0f} s "
+          f"(accuracy [{level:.0%} Wilson interval over the set's n items]):")
     for name, v in r.results.items():
-        print(f"  {name:>16}: {_pct(v['accuracy_before'])} -> {_pct(v['accuracy_after'])} "
-              f"(random heads {_pct(v.get('accuracy_random_heads'))}, n={v.get('n', '?')})")
+        c = ci[name]
+        print(f"  {name:>16}: {_pct_ci(v['accuracy_before'], c.get('accuracy_before'))} -> "
+              f"{_pct_ci(v['accuracy_after'], c.get('accuracy_after'))} "
+              f"(random heads {_pct_ci(v.get('accuracy_random_heads'), c.get('accuracy_random_heads'))}, "
+              f"n={v.get('n', '?')})")
     print(f"-> {args.out}/figure.html")

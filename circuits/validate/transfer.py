@@ -30,6 +30,7 @@ from circuits.io import read_json, write_json
 from circuits.config import count, option
 from circuits.identify.config import KeyHeadSource
 from circuits.validate.config import TransferConfig
+from circuits.patching.core.uncertainty import wilson_interval
 from circuits.results import Result
 from circuits.types import Head
 from circuits.validate.knockout import AblationValues, knockout, knockout_logits
@@ -123,6 +124,23 @@ def transfer_knockout(
     return out
 
 
+ACCURACIES = ("accuracy_before", "accuracy_after", "accuracy_random_heads")
+CI_LEVEL = 0.95  # the coverage of the intervals a transfer result saves, draws and prints
+
+
+def accuracy_intervals(row: dict[str, Any], level: float = CI_LEVEL) -> dict[str, tuple[float, float]]:
+    """Wilson score intervals over a set's ``n`` items (each right or wrong, a binomial count) of each accuracy in
+    ``row`` (before, after, random heads): ``{"accuracy_before": (low, high), ...}``."""
+    n = int(row.get("n") or 0)
+    return {k: wilson_interval(row[k], n, level) for k in ACCURACIES if row.get(k) is not None}
+
+
+def with_intervals(row: dict[str, Any], level: float = CI_LEVEL) -> dict[str, Any]:
+    """``row`` with ``ci_<accuracy>`` ``[low, high]`` beside each accuracy (:func:`accuracy_intervals`) and
+    ``ci_level``: what a transfer result saves (a result saved before them loads without them)."""
+    return {**row, **{f"ci_{k}": list(v) for k, v in accuracy_intervals(row, level).items()}, "ci_level": level}
+
+
 # --- MMLU -------------------------------------------------------------------------------------
 
 LETTERS = ("A", "B", "C", "D")
@@ -178,6 +196,16 @@ class TransferResult(Result):
     random_heads: list[Head] = field(default_factory=list)
     examples: dict[str, str] = field(default_factory=dict)
 
+    def intervals(self) -> dict[str, dict[str, tuple[float, float]]]:
+        """Per set, the interval of each accuracy over its items: the saved ``ci_*`` fields, or (a result saved
+        before them) the same Wilson intervals computed from ``n`` and the accuracy."""
+        out = {}
+        for name, row in self.results.items():
+            level = row.get("ci_level", CI_LEVEL)
+            computed = accuracy_intervals(row, level)
+            out[name] = {k: tuple(row[f"ci_{k}"]) if f"ci_{k}" in row else v for k, v in computed.items()}
+        return out
+
     def figure(self):
         from circuits.viz.figures import before_after_figure
 
@@ -186,9 +214,13 @@ class TransferResult(Result):
         names = list(self.results)
         r = self.results
         heads = top_heads_label(len(self.key_heads), self.config.key_rule)
+        ci = self.intervals()
+        level = next((row["ci_level"] for row in r.values() if "ci_level" in row), CI_LEVEL)
         return before_after_figure(names, [r[k]["accuracy_before"] for k in names], [r[k]["accuracy_after"] for k in names],
                                    f"Transfer of the knockout of the {heads} (Figure 4, MMLU)",
-                                   control=[r[k].get("accuracy_random_heads") for k in names], knocked=heads)
+                                   control=[r[k].get("accuracy_random_heads") for k in names], knocked=heads,
+                                   intervals=[[ci[k].get(a) for a in ACCURACIES] for k in names],
+                                   ns=[r[k].get("n") for k in names], level=level)
 
     def _write(self, folder: Path) -> None:
         write_json(folder / "data.json", {"results": self.results, "key_heads": [list(h) for h in self.key_heads],

@@ -16,9 +16,10 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 
 from circuits.types import DEFAULT_METRIC
+from circuits.viz.colours import BEFORE, CATEGORICAL, IMPORTANT, RANDOM, ROLE_COLOURS, category, important_trace
 from circuits.viz.figures import LEGEND, _arr, _rate_top, colorbar_title, importance_scale, knockout_figure, metric_info, wrap
 
-ROLE_COLORS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#ff7f0e"}
+ROLE_COLORS = {r: ROLE_COLOURS[r] for r in ("A", "B", "operator")}  # the roles the information flow marks
 
 
 def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequence[str], kinds: Sequence[str],
@@ -26,14 +27,14 @@ def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequ
     """Screen estimate (x) against the exact effect (y) of every head and MLP at END, with the diagonal."""
     s, e = _arr(screen), _arr(exact)
     fig = go.Figure()
-    for kind, color in (("head", "#2ca02c"), ("mlp", "#ff7f0e")):  # kinds, not importance: neither red nor blue
+    for kind, color in (("head", category(2)), ("mlp", category(1))):  # kinds, not importance: neither red nor blue
         idx = [i for i, k in enumerate(kinds) if k == kind]
         fig.add_trace(go.Scatter(x=s[idx], y=e[idx], mode="markers", name=kind + "s", text=[labels[i] for i in idx],
                                  marker={"color": color, "size": 6, "opacity": 0.7},
                                  hovertemplate="%{text}<br>screen %{x:.4g}<br>exact %{y:.4g}<extra></extra>"))
     lo = float(np.nanmin(np.concatenate([s, e]))) if len(s) else 0.0
     hi = float(np.nanmax(np.concatenate([s, e]))) if len(s) else 1.0
-    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line={"color": "gray", "dash": "dot"}, name="screen = exact"))
+    fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", line={"color": "black", "dash": "dot"}, name="screen = exact"))
     fig.update_layout(title=title, xaxis_title=f"screen (attribution patching), {metric}", yaxis_title=f"exact, {metric}")
     return fig
 
@@ -41,7 +42,7 @@ def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequ
 def _own_bar(panel: int, name: str, sign: int, x: float) -> dict[str, Any]:
     """The colour bar of panel 1 (heads) or 2 (MLPs, on their own scale), one above the other at the right: every
     colour scale has its bar, so the same red never stands for two values unlabelled."""
-    title = colorbar_title(name, sign) if panel == 1 else f"MLPs: {name}<br><sup>own scale</sup>"
+    title = colorbar_title(name, sign) if panel == 1 else f"MLPs: {name}<br><sup>own scale;<br>{LEGEND}</sup>"
     return dict(title=dict(text=title, side="top"), thickness=12, x=x, xanchor="left", len=0.5 if panel == 1 else 0.36,
                 y=1 if panel == 1 else 0.42, yanchor="top")
 
@@ -91,15 +92,18 @@ def screen_figure(result: Any) -> go.Figure:
 
 
 def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, Sequence[int]], title: str,
-                metric: Any = DEFAULT_METRIC, head_index: Any = None, sign: int | None = None) -> go.Figure:
+                metric: Any = DEFAULT_METRIC, head_index: Any = None, sign: int | None = None,
+                positions: Sequence[int] | None = None) -> go.Figure:
     """The information flow of Stolfo et al. (2023): activation-patching effect by layer (rows) and position
     (columns, the prompt's tokens up to END), for attention (the strongest head of each layer) and for the MLPs;
-    the operand and operator positions (from the template roles) are marked."""
+    the operand and operator positions (from the template roles, indices into ``tokens``) are marked. ``positions``:
+    each column's position in the prompt, its label's number (``29:␣``, as the attention views number tokens; default
+    the column's index)."""
     name, sign, _ = metric_info(metric, sign)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("attention (strongest head per layer)", "MLP (own scale, hover)"),
                         horizontal_spacing=0.08)
     n_layers = _arr(mlps).shape[0]
-    x = [f"{i}:{visible_token(t)}" for i, t in enumerate(tokens)]
+    x = [f"{i if positions is None else positions[i]}:{visible_token(t)}" for i, t in enumerate(tokens)]
     for c, z in enumerate((heads, mlps), 1):
         zz = _arr(z)
         m = float(np.nanmax(np.abs(zz))) or 1.0
@@ -133,9 +137,10 @@ def neuron_share_figure(curves: dict[str, Sequence[float]], title: str) -> go.Fi
     """For each MLP, the cumulative share of its neurons' important-direction effect against the share of neurons
     taken, largest first (Nikankin et al.: ~1% of neurons carry most of it)."""
     fig = go.Figure()
-    for name, cum in curves.items():
+    for i, (name, cum) in enumerate(curves.items()):
         c = _arr(cum)
-        fig.add_trace(go.Scatter(x=np.arange(1, len(c) + 1) / len(c), y=c, mode="lines", name=name))
+        fig.add_trace(go.Scatter(x=np.arange(1, len(c) + 1) / len(c), y=c, mode="lines", name=name,
+                                 line={"color": category(i)}))
     fig.add_vline(x=0.01, line={"color": "gray", "dash": "dot"})
     fig.update_layout(title=title, xaxis_title="share of the layer's neurons (largest effects first)", xaxis_type="log",
                       yaxis_title="share of the summed neuron effect")
@@ -147,11 +152,12 @@ def neuron_knockout_figure(shares: Sequence[float], top: Sequence[float], random
     """Accuracy after mean-ablating the top share of neurons of the key MLPs, as many random neurons, and the
     whole MLPs (as the paper's Figure 3 compares key and random heads)."""
     x = [100 * s for s in shares]
-    fig = go.Figure([go.Scatter(x=x, y=list(top), mode="lines+markers", name="top neurons by effect", line={"color": "crimson"}),
-                     go.Scatter(x=x, y=list(random), mode="lines+markers", name="random neurons", line={"color": "gray"})])
+    fig = go.Figure([important_trace(go.Scatter(x=x, y=list(top), mode="lines+markers", name="top neurons by effect",
+                                                line={"color": IMPORTANT})),
+                     go.Scatter(x=x, y=list(random), mode="lines+markers", name="random neurons", line={"color": RANDOM})])
     fig.add_hline(y=whole, line={"color": "black", "dash": "dash"}, annotation_text="whole MLPs knocked out",
                   annotation_position="bottom left")  # opposite ends: apart when the two accuracies are close
-    fig.add_hline(y=none, line={"color": "green", "dash": "dot"}, annotation_text="nothing knocked out",
+    fig.add_hline(y=none, line={"color": BEFORE, "dash": "dot"}, annotation_text="nothing knocked out",
                   annotation_position="top right")
     fig.update_layout(title=title, xaxis_title="% of each key MLP's neurons knocked out", yaxis_title="accuracy", xaxis_type="log")
     return fig
@@ -313,7 +319,8 @@ def faithfulness_figure(sizes: Float[Tensor, " size"], f: dict[str, Float[Tensor
     closed = not len(x) or x[-1] < 100.0
     fig = make_subplots(rows=1, cols=2, column_widths=[0.58, 0.42], horizontal_spacing=0.08, subplot_titles=(
         "linear, to 100%: what CPR and CMD integrate (area under f shaded)", "log: the small circuits"))
-    palette = iter(["#9467bd", "#e377c2", "#7f7f7f", "#bcbd22"])
+    used = set((colors or {}).values())  # a ranking the registry has no colour for: a category colour not taken, never
+    palette = iter([c for c in CATEGORICAL if c not in used and c != RANDOM])  # red nor the random heads' grey
     for name, y in f.items():
         color = (colors or {}).get(name) or next(palette, "#333333")
         y = _arr(y)[order]

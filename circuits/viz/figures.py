@@ -20,16 +20,8 @@ from circuits.io import write_text
 from circuits.types import DEFAULT_METRIC
 
 
-DIVERGING = "RdBu"
-IMPORTANT = "red"  # one colour for "important" in every effect figure, whatever the metric's sign
-LEGEND = "red: important"
-
-
-def importance_scale(sign: int) -> str:
-    """The diverging colour scale that paints a metric's important direction red: ``RdBu`` runs red (low) to blue
-    (high), so a metric where a drop is important (``sign=-1``, e.g. ``relative_logit``) keeps it and one where a
-    large value is important (``sign=+1``, e.g. ``fraction``) reverses it."""
-    return DIVERGING if sign < 0 else DIVERGING + "_r"
+from circuits.viz.colours import (BEFORE, DIVERGING, IMPORTANT, IMPORTANT_BAND, LEGEND, RANDOM,  # noqa: F401
+                                  RANDOM_BAND, ROLE_COLOURS, SIGNED, category, important_trace, importance_scale)
 
 
 def metric_info(metric: Any, sign: int | None = None, label: str | None = None) -> tuple[str, int, str]:
@@ -178,7 +170,7 @@ def head_heatmap(
             go.Heatmap(
                 z=m, x=["MLP"], y=list(range(n_layers)), colorscale=scale, zmid=0, zmin=-mlp_peak, zmax=mlp_peak,
                 # its own scale, so its own bar (the same red is a different value here than among the heads)
-                colorbar=dict(title=dict(text=f"MLPs: {name}<br><sup>own scale</sup>", side="top"), tickformat=fmt,
+                colorbar=dict(title=dict(text=f"MLPs: {name}<br><sup>own scale;<br>{LEGEND}</sup>", side="top"), tickformat=fmt,
                               thickness=14, lenmode="pixels", len=bar_px, y=1, yanchor="top",
                               x=1 + 150 / plot_w, xref="paper"),
                 customdata=custom,
@@ -224,28 +216,39 @@ def knockout_figure(ks: Sequence[int], effect: Sequence[float], random: Sequence
     fig = go.Figure()
 
     def band(lo, hi, color, name):
-        fig.add_trace(go.Scatter(x=ks, y=list(hi), mode="lines", line={"width": 0}, showlegend=False, hoverinfo="skip"))
+        fig.add_trace(go.Scatter(x=ks, y=list(hi), mode="lines", line={"width": 0, "color": color}, showlegend=False,
+                                 hoverinfo="skip"))
         fig.add_trace(go.Scatter(x=ks, y=list(lo), mode="lines", line={"width": 0}, fill="tonexty", fillcolor=color,
-                                 name=name))
+                                 name=name, customdata=list(hi),
+                                 hovertemplate=name + "<br>%{x} heads out: %{y:.1%} to %{customdata:.1%}"
+                                               "<extra></extra>"))
 
     seeds = f"{len(r)} seed{'s' if len(r) != 1 else ''}"
     if bands:
         pct = f"{bands.get('level', 0.95):.0%}"
-        band([x[0] for x in bands["random"]], [x[1] for x in bands["random"]], "rgba(120,120,120,0.25)",
+        band([x[0] for x in bands["random"]], [x[1] for x in bands["random"]], RANDOM_BAND,
              f"random heads: {pct} bootstrap interval over pairs")
     else:
-        band(r.min(0), r.max(0), "rgba(120,120,120,0.25)", f"random heads: min-max over {seeds}")
+        band(r.min(0), r.max(0), RANDOM_BAND, f"random heads: min-max over {seeds}")
     fig.add_trace(go.Scatter(x=ks, y=r.mean(0), mode="lines+markers", name=f"random heads (mean of {seeds})",
-                             line={"color": "gray"}))
+                             line={"color": RANDOM}, hovertemplate=_hover(f"random heads (mean of {seeds})", ylabel)))
     if bands:
-        band([x[0] for x in bands["key"]], [x[1] for x in bands["key"]], "rgba(220,20,60,0.18)",
+        band([x[0] for x in bands["key"]], [x[1] for x in bands["key"]], IMPORTANT_BAND,
              f"top-k heads: {pct} bootstrap interval over pairs")
-    fig.add_trace(go.Scatter(x=ks, y=list(effect), mode="lines+markers", name="top-k heads (effect rank)",
-                             line={"color": "crimson"}))
+        important_trace(fig.data[-1])
+    fig.add_trace(important_trace(go.Scatter(x=ks, y=list(effect), mode="lines+markers",
+                                             name="top-k heads (effect rank)", line={"color": IMPORTANT},
+                                             hovertemplate=_hover("top-k heads (effect rank)", ylabel))))
     fig.update_layout(title=title, xaxis_title="k heads knocked out", yaxis_title=ylabel)
     tops = [effect, r] + ([bands["key"], bands["random"]] if bands else [])
     fig.update_yaxes(range=[0, _rate_top(*tops)])  # a rate's axis starts at 0
     return fig
+
+
+def _hover(name: str, ylabel: str) -> str:
+    """A knockout point's hover, in words: ``top-k heads (effect rank)<br>16 heads out: accuracy 7.8%`` (plotly's
+    default showed ``(16, 0.078125)`` under a name cut to 15 characters)."""
+    return f"{name}<br>%{{x}} heads out: {ylabel} %{{y:.1%}}<extra></extra>"
 
 
 def _rate_top(*values) -> float:
@@ -254,35 +257,78 @@ def _rate_top(*values) -> float:
     return max(1.0, top) * 1.04
 
 
+def _error_bars(values: Sequence[float | None], intervals: Sequence[Any] | None) -> dict | None:
+    """Plotly ``error_y`` drawing ``intervals`` (``[low, high]`` or None per value) around ``values``."""
+    if intervals is None or all(iv is None for iv in intervals):
+        return None
+    up, down = [], []
+    for v, iv in zip(values, intervals):
+        ok = v is not None and iv is not None and iv[0] == iv[0]
+        up.append(max(0.0, float(iv[1]) - float(v)) if ok else 0.0)
+        down.append(max(0.0, float(v) - float(iv[0])) if ok else 0.0)
+    return dict(type="data", symmetric=False, array=up, arrayminus=down, color="#333", thickness=1.2, width=4)
+
+
+def n_label(ns: Sequence[int | None], unit: str) -> str:
+    """``n = 8 items`` when every group has the same n, ``n = 8-64 items`` otherwise (each group's own n is on its
+    tick)."""
+    known = sorted({int(n) for n in ns if n is not None})
+    if not known:
+        return f"n unknown ({unit})"
+    return f"n = {known[0]} {unit}" if len(known) == 1 else f"n = {known[0]}-{known[-1]} {unit}"
+
+
 def before_after_figure(names: Sequence[str], before: Sequence[float], after: Sequence[float], title: str,
                         control: Sequence[float] | None = None, ylabel: str = "accuracy",
-                        knocked: str = "top heads") -> go.Figure:
-    """Figure 4: accuracy per data set before and after the knockout (and a random-heads control)."""
-    fig = go.Figure([go.Bar(x=list(names), y=list(before), name="before knockout"),
-                     go.Bar(x=list(names), y=list(after), name=f"{knocked} knocked out")])
+                        knocked: str = "top heads", intervals: Sequence[Sequence[Any]] | None = None,
+                        ns: Sequence[int | None] | None = None, level: float = 0.95) -> go.Figure:
+    """Figure 4: accuracy per data set before and after the knockout (and a random-heads control), each bar with its
+    interval over the set's items where ``intervals`` gives them (``[[before, after, control] per set]``, each
+    ``[low, high]``); ``ns``: each set's item count (on the ticks and in the subtitle)."""
+    ns = list(ns) if ns is not None else [None] * len(names)
+    ticks = [f"{n}<br>(n={k})" if k is not None else str(n) for n, k in zip(names, ns)]
+    arms = [("before knockout", list(before), BEFORE), (f"{knocked} knocked out", list(after), IMPORTANT)]
     if control is not None:
-        fig.add_trace(go.Bar(x=list(names), y=list(control), name="random heads knocked out"))
-    fig.update_layout(title=title, barmode="group", yaxis_title=ylabel)
+        arms.append(("random heads knocked out", list(control), RANDOM))
+    fig = go.Figure()
+    for j, (name, ys, colour) in enumerate(arms):
+        errs = _error_bars(ys, [row[j] if j < len(row) else None for row in intervals] if intervals else None)
+        bar = go.Bar(x=ticks, y=ys, name=name, marker_color=colour, error_y=errs,
+                     hovertemplate="%{x}<br>" + name + " %{y:.0%}<extra></extra>")
+        fig.add_trace(important_trace(bar) if colour == IMPORTANT else bar)
+    sub = n_label(ns, "items per set") + (f"; error bars: {level:.0%} Wilson intervals over the items" if intervals
+                                          else "; no intervals")
+    fig.update_layout(title=dict(text=wrap(title, 100), subtitle=dict(text=sub, font=dict(size=12, color="#555"))),
+                      barmode="group", yaxis_title=ylabel, margin=dict(t=110))
+    fig.update_yaxes(range=[0, _rate_top(*[a[1] for a in arms], *(
+        [[iv[1] for row in intervals for iv in row if iv is not None]] if intervals else []))])
     return fig
 
 
-# One colour per token role in every figure and every panel (the operands as in the information-flow figure).
-ROLE_COLOURS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#ff7f0e", "answer_prefix": "#9467bd",
-                "few_shot": "#bcbd22", "other": "#c7c7c7"}
-
-
-def roles_figure(head_labels: Sequence[str], roles: Sequence[str], mean, title: str) -> go.Figure:
-    """Figure 5: END-row attention per role (stacked, sums to 1) for each head."""
+def roles_figure(head_labels: Sequence[str], roles: Sequence[str], mean, title: str,
+                 low: Any = None, high: Any = None) -> go.Figure:
+    """Figure 5: END-row attention per role for each head, one bar per role side by side (a head's roles sum to 1),
+    with each bar's interval over prompts (``low``/``high``, ``[head, role]``) as error bars where given."""
     m = _arr(mean)
-    fig = go.Figure([go.Bar(x=list(head_labels), y=m[:, j], name=r, marker_color=ROLE_COLOURS.get(r),
-                            hovertemplate="head %{x}<br>" + r + " %{y:.1%}<extra></extra>") for j, r in enumerate(roles)])
-    fig.update_layout(title=title, barmode="stack", yaxis_title="mean attention from END", xaxis_title="head")
+    lo, hi = (_arr(low), _arr(high)) if low is not None and high is not None else (None, None)
+    bars = []
+    for j, r in enumerate(roles):
+        errs = _error_bars(list(m[:, j]), None if lo is None else [[lo[i, j], hi[i, j]] for i in range(len(m))])
+        bars.append(go.Bar(x=list(head_labels), y=m[:, j], name=r, marker_color=ROLE_COLOURS.get(r), error_y=errs,
+                           hovertemplate="head %{x}<br>" + r + " %{y:.1%}<extra></extra>"))
+    fig = go.Figure(bars)
+    fig.update_layout(title=title, barmode="group", yaxis_title="mean attention from END", xaxis_title="head")
     return fig
 
 
-def lines_figure(series: dict[str, Sequence[float]], title: str, xlabel: str = "layer", ylabel: str = "cosine") -> go.Figure:
-    """Figure 6a/6b: one line per series over layers."""
-    fig = go.Figure([go.Scatter(y=list(v), mode="lines+markers", name=k) for k, v in series.items()])
+def lines_figure(series: dict[str, Sequence[float]], title: str, xlabel: str = "layer", ylabel: str = "cosine",
+                 intervals: dict[str, Any] | None = None) -> go.Figure:
+    """Figure 6a/6b: one line per series over layers; ``intervals[name]``: ``[[low, high] per layer]``, drawn as
+    error bars."""
+    intervals = intervals or {}
+    fig = go.Figure([go.Scatter(y=list(v), mode="lines+markers", name=k, line={"color": category(i)},
+                                error_y=_error_bars(list(v), intervals.get(k)))
+                     for i, (k, v) in enumerate(series.items())])
     fig.add_hline(y=0, line={"color": "black", "width": 1})
     fig.update_layout(title=title, xaxis_title=xlabel, yaxis_title=ylabel)
     return fig
@@ -293,8 +339,8 @@ def top_tokens_figure(top: Sequence[Sequence[tuple[str, float]]], title: str) ->
     z = _arr([[c for _, c in row] for row in top])
     text = [[repr(t) for t, _ in row] for row in top]
     m = float(np.abs(z).max()) or 1.0
-    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}", colorscale=importance_scale(+1), zmid=0,
-                               zmin=-m, zmax=m, colorbar={"title": {"text": colorbar_title("cosine", +1),
+    fig = go.Figure(go.Heatmap(z=z, text=text, texttemplate="%{text}", colorscale=SIGNED, zmid=0,  # not importance
+                               zmin=-m, zmax=m, colorbar={"title": {"text": "cosine<br><sup>(not importance)</sup>",
                                                                     "side": "top"}},
                                hovertemplate="layer %{y}, rank %{x}<br>token %{text}<br>cosine %{z:.3f}<extra></extra>"))
     fig.update_layout(title=wrap(title, 100), xaxis_title="rank", yaxis_title="layer", height=max(400, 22 * len(top)))
@@ -346,7 +392,8 @@ def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-r
                         intervals.get("accuracy"))
     p = knockout_figure(curve["ks"], curve["effect_prob"], curve["random_prob"], "answer probability", "",
                         intervals.get("answer_prob"))
-    fig = make_subplots(rows=1, cols=2, subplot_titles=("accuracy", "answer probability"))
+    # apart enough that the right panel's y title never lies over the left one's curve (the tour's static PNG, 700 px)
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("accuracy", "answer probability"), horizontal_spacing=0.14)
     for tr in a.data:
         fig.add_trace(tr, 1, 1)
     for tr in p.data:
@@ -360,17 +407,25 @@ def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-r
 
 
 def roles_panels(by_operation: dict[str, dict], title: str = "END-row attention of the top heads by token role (Figure 5)") -> go.Figure:
-    """Figure 5 from saved :class:`circuits.attention.RoleAttention` (``to_json``) per operation, one row each."""
+    """Figure 5 from saved :class:`circuits.attention.RoleAttention` (``to_json``) per operation, one row each; each
+    bar's error bar is its interval over the operation's prompts where the result saved one (``ci_low``/``ci_high``),
+    and each row's title says its number of prompts."""
     ops = list(by_operation)
-    fig = make_subplots(rows=len(ops), cols=1, subplot_titles=ops, shared_xaxes=True)
+    level = next((r["ci_level"] for r in by_operation.values() if "ci_level" in r), None)
+    names = [f"{op} (n = {by_operation[op].get('n_prompts', '?')} prompts)" for op in ops]
+    fig = make_subplots(rows=len(ops), cols=1, subplot_titles=names, shared_xaxes=True)
     for i, op in enumerate(ops):
         r = by_operation[op]
-        sub = roles_figure([f"{l}.{h}" for l, h in r["heads"]], r["roles"], r["mean"], op)
+        sub = roles_figure([f"{l}.{h}" for l, h in r["heads"]], r["roles"], r["mean"], op, r.get("ci_low"),
+                           r.get("ci_high"))
         for tr in sub.data:
             tr.showlegend = i == 0
             tr.legendgroup = tr.name
             fig.add_trace(tr, i + 1, 1)
-    fig.update_layout(barmode="stack", title=wrap(title, 100), height=max(480, 300 * len(ops)), margin=dict(b=140),
+    sub = (f"error bars: {level:.0%} bootstrap intervals over prompts" if level is not None
+           else "no intervals saved with this result")
+    fig.update_layout(barmode="group", height=max(480, 300 * len(ops)), margin=dict(b=140, t=110),
+                      title=dict(text=wrap(title, 100), subtitle=dict(text=sub, font=dict(size=12, color="#555"))),
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.32 if len(ops) == 1 else -0.06,
                                   yanchor="top", title_text="role"))
     fig.update_xaxes(title_text="head (layer.head)", row=len(ops), col=1)
@@ -378,10 +433,18 @@ def roles_panels(by_operation: dict[str, dict], title: str = "END-row attention 
     return fig
 
 
-def lens_panels(means: dict[str, Sequence[float]], title: str = "MLP logit lens (Figure 6)") -> go.Figure:
-    """Figures 6a and 6b from the saved per-layer means of :func:`circuits.logit_lens.mlp_lens`."""
-    a = lines_figure({"cos(MLP_in, W_U[A])": means["in_A"], "cos(MLP_in, W_U[B])": means["in_B"]}, "")
-    b = lines_figure({"cos(MLP_out - MLP_in, W_U[C])": means["delta_C"], "mean over other numbers": means["delta_other"]}, "")
+def lens_panels(means: dict[str, Sequence[float]], title: str = "MLP logit lens (Figure 6)",
+                intervals: dict[str, Any] | None = None, n: int | None = None, level: float = 0.95) -> go.Figure:
+    """Figures 6a and 6b from the saved per-layer means of :func:`circuits.logit_lens.mlp_lens`; ``intervals``
+    (``{series: [[low, high] per layer]}``, over pairs) drawn as error bars, ``n`` the pairs the means are over."""
+    iv = intervals or {}
+    a = lines_figure({"cos(MLP_in, W_U[A])": means["in_A"], "cos(MLP_in, W_U[B])": means["in_B"]}, "",
+                     intervals={"cos(MLP_in, W_U[A])": iv.get("in_A"), "cos(MLP_in, W_U[B])": iv.get("in_B")})
+    b = lines_figure({"cos(MLP_out - MLP_in, W_U[C])": means["delta_C"], "mean over other numbers": means["delta_other"]},
+                     "", intervals={"cos(MLP_out - MLP_in, W_U[C])": iv.get("delta_C"),
+                                    "mean over other numbers": iv.get("delta_other")})
+    for j, tr in enumerate(b.data):
+        tr.line.color = category(j + 2)  # 6b's series are other quantities than 6a's: other colours
     fig = make_subplots(rows=2, cols=1, subplot_titles=("6a: MLP input vs operands", "6b: MLP output vs answer"))
     for tr in a.data:
         fig.add_trace(tr, 1, 1)
@@ -389,9 +452,12 @@ def lens_panels(means: dict[str, Sequence[float]], title: str = "MLP logit lens 
         tr.legend = "legend2"  # each panel its own legend, beside it
         fig.add_trace(tr, 2, 1)
     fig.add_hline(y=0, line={"color": "black", "width": 1})
-    fig.update_xaxes(title_text="layer")
+    fig.update_xaxes(title_text="layer", dtick=1 if len(means["in_A"]) <= 40 else None)  # layers are integers
     fig.update_yaxes(title_text="cosine")
-    fig.update_layout(title=title, height=800,
+    count = f"n = {n} pairs" if n is not None else "n unknown"
+    sub = f"{count}; error bars: {level:.0%} bootstrap intervals over pairs" if iv else f"{count}; no intervals saved"
+    fig.update_layout(title=dict(text=title, subtitle=dict(text=sub, font=dict(size=12, color="#555"))), height=800,
+                      margin=dict(t=110),
                       legend=dict(title_text="6a", x=1.02, xanchor="left", y=1, yanchor="top"),
                       legend2=dict(title_text="6b", x=1.02, xanchor="left", y=0.44, yanchor="top"))
     return fig
@@ -427,15 +493,17 @@ def word_problem_table_figure(datasets: dict[str, dict], title: str = "Word-prob
     return fig
 
 
-def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims on each model") -> go.Figure:
+def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims on each model",
+                       transfer_intervals: dict[str, list] | None = None) -> go.Figure:
     """Four panels from :class:`circuits.validate.cross_model.CrossModelResult` measurements, one colour per model:
     the share of key heads per operation, accuracy after knocking out the top-k heads (solid) against k random heads
-    (dotted; Figure 3), accuracy on the transfer sets with the key heads and random heads knocked out (Figure 4), and
-    how much more the MLPs write the answer than other numbers, by relative depth (Figure 6b)."""
+    (dotted; Figure 3), accuracy on the transfer sets with the key heads and random heads knocked out (Figure 4; with
+    ``transfer_intervals[model]``, ``[low, high]`` per bar, as error bars), and how much more the MLPs write the answer
+    than other numbers, by relative depth (Figure 6b)."""
     fig = make_subplots(rows=2, cols=2, horizontal_spacing=0.16, subplot_titles=(
         "key heads (share of heads)", "knockout: top-k vs random (dotted)",
         "transfer: before, key, random out", "MLPs writing the answer"))
-    colors = ("crimson", "royalblue", "seagreen", "darkorange", "purple")
+    colors = [category(i) for i in range(len(models))]  # models are categories: no importance red
     for i, (name, d) in enumerate(models.items()):
         c = colors[i % len(colors)]
         ops = list(d["operations"])
@@ -450,7 +518,8 @@ def cross_model_figure(models: dict[str, dict], title: str = "The paper's claims
         sets = list(d["transfer"])
         labels = [f"{s}<br>{w}" for s in sets for w in ("before", "key out", "random out")]
         values = [d["transfer"][s][k] for s in sets for k in ("accuracy_before", "accuracy_after", "accuracy_random_heads")]
-        fig.add_trace(go.Bar(x=labels, y=values, marker_color=c, name=name, legendgroup=name, showlegend=False), 2, 1)
+        fig.add_trace(go.Bar(x=labels, y=values, marker_color=c, name=name, legendgroup=name, showlegend=False,
+                             error_y=_error_bars(values, (transfer_intervals or {}).get(name))), 2, 1)
         lens = d["logit_lens"]
         n = len(lens["delta_C"])
         depth = [l / max(1, n - 1) for l in range(n)]

@@ -9,14 +9,14 @@ from jaxtyping import Float
 from plotly.subplots import make_subplots
 from torch import Tensor
 
-from circuits.viz.figures import DIVERGING
+from circuits.viz.colours import SIGNED
 
 
 def ov_figure(ov: Float[Tensor, "head source target"], heads: Sequence[str], sources: Sequence[str],
               targets: Sequence[str], title: str, colorbar: str = "direct logit") -> go.Figure:
     """Heatmaps of ``ov[head, source, target]`` side by side, one diverging scale centred at 0 shared by all heads
-    (red: the head raises the target's logit when it attends to the source); hover gives head, source, target and
-    value."""
+    (teal: the head raises the target's logit when it attends to the source, brown: lowers it; a logit, not importance,
+    so not the red of the importance figures); hover gives head, source, target and value."""
     n = len(heads)
     if ov.ndim != 3 or ov.shape != (n, len(sources), len(targets)):
         raise ValueError(f"ov must be [head, source, target] = [{n}, {len(sources)}, {len(targets)}], got {tuple(ov.shape)}")
@@ -29,7 +29,7 @@ def ov_figure(ov: Float[Tensor, "head source target"], heads: Sequence[str], sou
     x, y = [show(t) for t in targets], [show(s) for s in sources]
     for i, h in enumerate(heads):
         fig.add_trace(go.Heatmap(
-            z=ov[i].tolist(), x=x, y=y, colorscale=DIVERGING, reversescale=True, zmid=0, zmin=-m, zmax=m,
+            z=ov[i].tolist(), x=x, y=y, colorscale=SIGNED, zmid=0, zmin=-m, zmax=m,
             showscale=i == 0, colorbar={"title": {"text": colorbar, "side": "right"}, "len": 0.8},
             hovertemplate=f"head {h}<br>source %{{y}} -> target %{{x}}<br>%{{z:+.3f}}<extra></extra>"),
             i // cols + 1, i % cols + 1)

@@ -242,14 +242,21 @@ def transfer_section(page: Page, found: list[Found]) -> str:
         out.append(f"<p class='what'>Accuracy on {what} before and after knocking out the {_e(top)} of the identify run "
                    f"on {_e(task)} ({_e(_heads(r.key_heads))}; its key rule's heads first), and after knocking out as "
                    f"many random heads.</p>")
+        ci = r.intervals()  # the Wilson interval of each accuracy over the set's items
         fig = r.figure()  # its title names the heads' task (two transfers in one report are told apart)
         fig.update_layout(title_text=f"{fig.layout.title.text or 'Transfer of the knockout'}: heads of {task}")
         out.append(page.figure(fig, f.label))
         out.append(table(["data set", "n", "before", f"{top} out", "random heads out"],
                          [[r.examples.get(k, k) if task == "exponentiation" else k, res[k].get("n", ""),
-                           _pct(res[k]["accuracy_before"], 1), _pct(res[k]["accuracy_after"], 1),
-                           _pct(res[k].get("accuracy_random_heads"), 1)] for k in names]) + f.config_html())
+                           *[_pct(res[k].get(a), 1) + _ci(ci[k].get(a)) for a in
+                             ("accuracy_before", "accuracy_after", "accuracy_random_heads")]] for k in names])
+                   + "<p class='note'>[low-high]: 95% Wilson interval over the set's n items.</p>" + f.config_html())
     return "".join(out)
+
+
+def _ci(iv: Any) -> str:
+    """An interval of shares as the tables show it: `` [31-86]`` (empty without one)."""
+    return "" if not iv or iv[0] != iv[0] else f" [{100 * iv[0]:.0f}-{100 * iv[1]:.0f}]"
 
 
 def word_problems_section(page: Page, found: list[Found]) -> str:
@@ -285,6 +292,10 @@ def views_section(page: Page, found: list[Found]) -> str:
                    f"it attends from the last position.</p>")
         if not views:
             out.append(f"<p class='note'>No circuitsvis view could be read from {_e(f.path / 'figure.html')}.</p>")
+        else:
+            from circuits.viz.colours import ATTENTION_KEY
+
+            out.append(ATTENTION_KEY)
         for caption, component, props in views:
             shown = caption if len(caption) <= 300 else "…" + caption[-300:]
             out.append(f"<h3 class='prompt'>{_e(shown)}</h3>" + page.view(component, props))

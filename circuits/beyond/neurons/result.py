@@ -61,6 +61,7 @@ class NeuronResult(Result):
         from plotly.subplots import make_subplots
 
         from circuits.viz.analysis_figures import neuron_knockout_figure, neuron_share_figure
+        from circuits.viz.colours import BEFORE
 
         a = neuron_share_figure(self.curves(), "")
         fig = make_subplots(rows=1, cols=2, subplot_titles=("cumulative share of each MLP's neuron effect",
@@ -76,7 +77,7 @@ class NeuronResult(Result):
                 fig.add_trace(tr, 1, 2)
             # Labels at opposite ends of their lines: they stay apart when the two accuracies are close.
             for y, text, color, at in ((k["whole_accuracy"], "whole MLPs", "black", "bottom left"),
-                                       (k["none_accuracy"], "none", "green", "top right")):
+                                       (k["none_accuracy"], "none", BEFORE, "top right")):
                 fig.add_hline(y=y, line={"dash": "dash", "color": color}, annotation_text=text, annotation_position=at,
                               row=1, col=2)
             fig.update_xaxes(type="log", title_text="% of each key MLP's neurons knocked out", row=1, col=2)

@@ -75,7 +75,8 @@ class PositionResult(Result):
         return flow_figure(head_best[:, shown], mlps[:, shown], [tokens[x] for x in pos], roles,
                            f"{getattr(self.config, 'task', '')}: activation patching at each position on "
                            f"{model_label(getattr(self.config, 'model', ''))} ({len(self.pairs)} pairs), {metric}; positions "
-                           f"aligned from END, labelled with one prompt", metric, best[:, shown].tolist())
+                           f"aligned from END, labelled with one prompt", metric, best[:, shown].tolist(),
+                           positions=pos)  # numbered by the prompt's positions, as the attention views are
 
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure

@@ -112,6 +112,34 @@ def percentile_interval(samples: Tensor, level: float = 0.95) -> tuple[Tensor, T
     return out[0], out[1]
 
 
+def mean_interval(values: Float[Tensor, "sample ..."], n_boot: int = 1000, level: float = 0.95, seed: int = 0
+                  ) -> tuple[Tensor, Tensor]:
+    """The percentile bootstrap interval of the mean over samples (axis 0: pairs, prompts) of ``values``: ``n_boot``
+    resamples of the samples with replacement (:func:`resample_pairs`), each the mean over its samples; low and high,
+    each shaped as ``values[0]``. One sample gives a zero-width interval (nothing to resample)."""
+    v = torch.as_tensor(values).double()
+    if v.shape[0] < 1:
+        raise ValueError("an interval needs at least one sample")
+    return percentile_interval(v[resample_pairs(v.shape[0], n_boot, seed)].mean(1), level)
+
+
+def wilson_interval(share: float, n: int, level: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion: ``share`` of ``n`` independent items correct (a binomial count, e.g.
+    a transfer set's accuracy), at coverage ``level``. Unlike the normal approximation it stays inside [0, 1] and is
+    not empty at 0% or 100%; ``n == 0`` gives (NaN, NaN)."""
+    from statistics import NormalDist
+
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level}")
+    if share is None or n <= 0 or share != share:
+        return float("nan"), float("nan")
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    denom = 1 + z * z / n
+    centre = (share + z * z / (2 * n)) / denom
+    half = z / denom * math.sqrt(max(0.0, share * (1 - share)) / n + z * z / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
 def bootstrap_p(draws: Tensor) -> float:
     """The two-sided bootstrap p-value of "the difference is 0" from resampled differences ``[resample]``: twice the
     smaller share of resamples on either side of 0 (each share counted as (k + 1) / (n + 1), so no p is 0), at most

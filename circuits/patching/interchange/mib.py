@@ -427,3 +427,46 @@ def write_submission(graph: MIBGraph, root: str | Path, task: str, model: str) -
     """``root/<task>_<model>/importances.json``, the layout MIB's ``run_evaluation.py`` reads and its leaderboard
     takes (one folder per task and model)."""
     return graph.write(Path(root) / submission_folder(task, model) / "importances.json")
+
+
+def graph_of(n_layers: int, n_heads: int, d_model: int, *, nodes: Any = None, edges: Any = None,
+             top: int | float | None = None, absolute: bool = False) -> MIBGraph:
+    """MIB's graph of a result's measured scores (:class:`~circuits.patching.core.scores.Scores`, importance: higher is
+    more important), for a model of ``n_layers`` x ``n_heads`` heads and width ``d_model``:
+
+    - ``nodes``: scores of every head ``[layer, head]`` and MLP ``[layer]`` (an identify result's), the node scores;
+    - ``edges``: labelled edge scores ``(sender, receiver)`` (an edge sweep's, for the receivers it measured), each put
+      at its cell of EAP-IG's graph; a cell no sweep measured stays NaN (written as ``NaN``, never as a measured 0).
+
+    ``top``: that many (or that fraction of) edges, or nodes without edge scores, marked ``in_graph``. A score whose
+    shape or component does not fit the model is one ValueError naming it."""
+    heads = mlps = matrix = None
+    if nodes is not None:
+        s = nodes.over_positions()
+        if "heads" not in s.parts or "mlps" not in s.parts:
+            raise ValueError("MIB's node scores need head and MLP scores (an identify result's)")
+        heads, mlps = s.importance("heads"), s.importance("mlps")
+        if tuple(heads.shape) != (n_layers, n_heads) or tuple(mlps.shape) != (n_layers,):
+            raise ValueError(f"the scores are of {tuple(heads.shape)[0]} layers x {tuple(heads.shape)[-1]} heads, the "
+                             f"model has {n_layers} x {n_heads}: they were measured on another model")
+    if edges is not None:
+        if "edges" not in edges.parts or "edges" not in edges.labels:
+            raise ValueError("MIB's edge scores need labelled edges (an edge sweep's senders and receivers)")
+        senders, receivers = edges.labels["edges"]
+        imp = edges.importance("edges")
+        s_index = {s: i for i, s in enumerate(eap_senders(n_layers, n_heads))}
+        r_index = {r: j for j, r in enumerate(eap_receivers(n_layers, n_heads))}
+        outside = [str(x) for x in (*senders, *receivers) if x not in s_index and x not in r_index]
+        if outside:
+            raise ValueError(f"edges of {', '.join(outside[:3])} are outside a model of {n_layers} layers x {n_heads} "
+                             "heads: they were measured on another model")
+        matrix = torch.full((len(s_index), len(r_index)), float("nan"))
+        for i, s in enumerate(senders):
+            for j, r in enumerate(receivers):
+                if eap_upstream(s, r):
+                    matrix[s_index[s], r_index[r]] = float(imp[i, j])
+    g = MIBGraph.from_tensors(n_layers, n_heads, d_model, heads=heads, mlps=mlps, edges=matrix, top=top,
+                              absolute=absolute)
+    if matrix is None:  # no edge was measured: none written as a measured 0
+        g.edge_scores = torch.full_like(g.edge_scores, float("nan"))
+    return g
