@@ -338,6 +338,7 @@ def commands(model: Path, ident: Path, delta: Path) -> dict[str, tuple[list[str]
         "evaluate": (["evaluate", "--model", str(model), "--tasks", "arithmetic", "--limit", "3", "--device", "cpu"],
                      "out"),
         "export": (["export", "--delta", str(delta)], "out"),
+        "mib": (["mib", str(ident)], "importances.json"),
         "report": (["report", str(ident)], "report.html"),
     }
 

@@ -49,5 +49,8 @@ def write_mib(result: Any, out: str | Path, *, metric: str | None = None, top: f
     count = None if top is None else (int(top) if top >= 1 else float(top))
     graph = graph_of(sizes["n_layers"], sizes["n_heads"], sizes["d_model"], nodes=nodes,
                      edges=None if sweep is None else sweep.scores(metric), top=count, absolute=absolute)
-    graph.write(out)
+    from circuits.io import output_lock
+
+    with output_lock(out):  # one writer; what a killed earlier write left (.importances.json.circuits-tmp-*) goes
+        graph.write(out)
     return graph, sizes
