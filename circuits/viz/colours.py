@@ -2,8 +2,9 @@
 
 - **Importance** is a diverging scale centred at 0 whose important end is red (:func:`importance_scale`), and every
   colour scale a figure draws carries a colour bar naming what it measures.
-- **Other signed quantities** (a cosine, an OV circuit's score) use :data:`SIGNED`, a diverging scale without red,
-  so that red never stands for anything but importance.
+- **Other signed quantities** (a cosine, an OV circuit's score, a neuron's activation, a direct effect) use
+  :data:`SIGNED`, a diverging scale without red, and shares or sizes from 0 up :data:`SHARE`, so that red never
+  stands for anything but importance.
 - **Categories** (token roles, engines' rankings, the arms of a comparison) take colours from :data:`CATEGORICAL`,
   none of them the importance red; a category is told by its name, never by "red".
 - **The arms of a knockout** read alike in every figure: nothing knocked out :data:`BEFORE`, random heads
@@ -19,6 +20,7 @@ from typing import Any
 
 DIVERGING = "RdBu"  # red (low) to blue (high); importance_scale orients it
 SIGNED = "BrBG"  # a signed quantity that is not importance (a cosine, an OV score): brown (low) to teal (high), no red
+SHARE = "Blues"  # a share or a size from 0 up that is not importance (energy by period, a digit map)
 IMPORTANT = "crimson"  # the heads ranked important, as the heat maps' red end marks them
 IMPORTANT_META = "importance"  # the ``meta`` of a trace that draws the important heads in IMPORTANT
 LEGEND = "red: important"

@@ -11,18 +11,20 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-# drop on covered prompts (the class, the random draws), on uncovered ones: the class's own in red (what matters)
-KNOCKOUT_BARS = (("covered_drop", "class knocked out, covered prompts", "crimson"),
-                 ("uncovered_drop", "class knocked out, uncovered prompts", "#f4a582"),
-                 ("random_covered_drop", "random neurons, covered prompts", "#404040"),
-                 ("random_uncovered_drop", "random neurons, uncovered prompts", "#bababa"))
+from circuits.viz import colours
+
+# drop on covered prompts (the class, the random draws), on uncovered ones: the class's own in a category colour, random neurons grey
+KNOCKOUT_BARS = (("covered_drop", "class knocked out, covered prompts", colours.category(3)),
+                 ("uncovered_drop", "class knocked out, uncovered prompts", "#c5b0d5"),
+                 ("random_covered_drop", "random neurons, covered prompts", colours.RANDOM),
+                 ("random_uncovered_drop", "random neurons, uncovered prompts", "#c7c7c7"))
 
 
 def grid_heatmaps(acts: Sequence[Any], rules: Sequence[Any], titles: Sequence[str], values: Sequence[int],
                   operation_symbol: str = "+") -> go.Figure:
     """One row per neuron: its activation over the operand grid (``acts[i]``: ``[a, b]``, NaN where no prompt; a
     diverging scale centred at 0, its own colour bar) beside its rule's pattern (``rules[i]``: ``[a, b]`` booleans,
-    red where the rule holds). ``titles[i]`` names the neuron and its rule."""
+    coloured where the rule holds). ``titles[i]`` names the neuron and its rule."""
     n = len(acts)
     if n == 0:
         return go.Figure().update_layout(title="No classified neurons to draw")
@@ -36,11 +38,11 @@ def grid_heatmaps(acts: Sequence[Any], rules: Sequence[Any], titles: Sequence[st
         a = np.asarray(act, dtype=float)
         lim = float(np.nanmax(np.abs(a))) if np.isfinite(a).any() else 1.0
         bar_y = 1 - (i + 0.5) / n
-        fig.add_trace(go.Heatmap(z=a, x=v, y=v, colorscale="RdBu", reversescale=True, zmid=0, zmin=-lim, zmax=lim,
-                                 colorbar={"title": "hook_post", "len": 0.9 / n, "y": bar_y, "x": 0.43, "thickness": 12},
+        fig.add_trace(go.Heatmap(z=a, x=v, y=v, colorscale=colours.SIGNED, zmid=0, zmin=-lim, zmax=lim,
+                                 colorbar={"title": "activation<br>(hook_post)", "len": 0.9 / n, "y": bar_y, "x": 0.43, "thickness": 12},
                                  hovertemplate="a=%{y}, b=%{x}<br>activation %{z:.3f}<extra></extra>"), i + 1, 1)
         r = np.asarray(rule, dtype=float)
-        fig.add_trace(go.Heatmap(z=r, x=v, y=v, colorscale=[[0, "#f0f0f0"], [0.5, "#f0f0f0"], [0.5, "crimson"], [1, "crimson"]], zmin=0, zmax=1,
+        fig.add_trace(go.Heatmap(z=r, x=v, y=v, colorscale=[[0, "#f0f0f0"], [0.5, "#f0f0f0"], [0.5, colours.category(0)], [1, colours.category(0)]], zmin=0, zmax=1,
                                  colorbar={"title": "rule", "tickvals": [0, 1], "ticktext": ["fails", "holds"],
                                            "len": 0.9 / n, "y": bar_y, "thickness": 12},
                                  hovertemplate="a=%{y}, b=%{x}<br>rule holds: %{z}<extra></extra>"), i + 1, 2)

@@ -11,6 +11,8 @@ from jaxtyping import Float
 from plotly.subplots import make_subplots
 from torch import Tensor
 
+from circuits.viz import colours
+
 
 def _period(p: float) -> str:
     return f"{p:.3g}"
@@ -21,7 +23,7 @@ def fourier_figure(aligned: Float[Tensor, "component offset"], shares: Float[Ten
                    title: str) -> go.Figure:
     """Left: each component's direct effect on the number tokens' logits at END, centred over the numbers and laid
     out relative to each pair's answer (offset 0), mean over pairs; each row scaled by its own largest value (the
-    hover gives logits), red raising the number; right: each period's share of the component's energy over the
+    hover gives logits), teal raising the number; right: each period's share of the component's energy over the
     number line (the mean left out), 0..100%."""
     rows = list(components)
     n = len(numbers)
@@ -31,14 +33,14 @@ def fourier_figure(aligned: Float[Tensor, "component offset"], shares: Float[Ten
     scale = aligned.abs().amax(-1, keepdim=True).clamp_min(1e-12)
     offsets = ["answer", *[f"+{k}" for k in range(1, n)]]
     fig.add_trace(go.Heatmap(z=(aligned / scale).tolist(), x=offsets, y=rows, zmid=0, zmin=-1, zmax=1,
-                             colorscale="RdBu_r", customdata=aligned.tolist(),
+                             colorscale=colours.SIGNED, customdata=aligned.tolist(),
                              colorbar=dict(x=0.42, thickness=12, len=0.9,
-                                           title=dict(text="of the row's<br>largest<br><sup>red: raises</sup>",
+                                           title=dict(text="of the row's<br>largest<br><sup>teal: raises</sup>",
                                                       side="top")),
                              hovertemplate="%{y}, answer %{x}: %{customdata:+.3f} logits (centred)<extra></extra>"),
                   1, 1)
     labels = [_period(p) for p in periods]
-    fig.add_trace(go.Heatmap(z=shares.tolist(), x=labels, y=rows, zmin=0, zmax=1, colorscale="Reds",
+    fig.add_trace(go.Heatmap(z=shares.tolist(), x=labels, y=rows, zmin=0, zmax=1, colorscale=colours.SHARE,
                              colorbar=dict(x=1.0, thickness=12, len=0.9, tickformat=".0%",
                                            title=dict(text="share of energy", side="top")),
                              text=[[f"{v:.0%}" for v in r] for r in shares.tolist()], texttemplate="%{text}",
@@ -58,7 +60,7 @@ def digit_map_figure(units: Float[Tensor, " neuron"], tens: Float[Tensor, " neur
     rows = [f"{n} ({lab})" for n, lab in zip(neurons, labels)]
     z = [[float(u), float(t)] for u, t in zip(units, tens)]
     top = max((max(r) for r in z), default=1.0) or 1.0
-    fig = go.Figure(go.Heatmap(z=z, x=["units digit", "tens digit"], y=rows, zmin=0, zmax=top, colorscale="Reds",
+    fig = go.Figure(go.Heatmap(z=z, x=["units digit", "tens digit"], y=rows, zmin=0, zmax=top, colorscale=colours.SHARE,
                                colorbar=dict(thickness=12, title=dict(text="mean |change|<br>of the digit's logit",
                                                                       side="top")),
                                text=[[f"{v:.3g}" for v in r] for r in z], texttemplate="%{text}",

@@ -16,7 +16,7 @@ from circuits.viz import colours
 
 # Issue 43 (Fourier and heuristic-neuron nulls) is being changed in another branch at the same time: its figures
 # (circuits/viz/heuristics_figures.py, circuits/viz/number_figures.py) take the rule when that branch is merged.
-PENDING = {"heuristics": "issue 43's figures", "numbers": "issue 43's figures"}
+PENDING: dict[str, str] = {}
 
 
 def rgb(colour: str) -> tuple[float, float, float] | None:

@@ -253,7 +253,10 @@ def test_figures_geometry(tiny_llama, tmp_path):
     bars = knockout_bars({"b == 0": {"n_neurons": 3, "covered_drop": ci, "uncovered_drop": ci,
                                      "random_covered_drop": ci, "random_uncovered_drop": ci}}, "drop of p(answer)")
     assert len(bars.data) == 4 and all(b.error_y.visible for b in bars.data)
-    assert bars.data[0].marker.color == "crimson" and bars.layout.yaxis.title.text == "drop of p(answer)"
+    from circuits.viz import colours
+
+    assert bars.data[0].marker.color == colours.category(3) and bars.data[2].marker.color == colours.RANDOM
+    assert bars.layout.yaxis.title.text == "drop of p(answer)"
     empty = grid_heatmaps([], [], [], range(4))
     assert "No classified neurons" in empty.layout.title.text
 
