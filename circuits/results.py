@@ -599,6 +599,18 @@ def number(data: Any, key: str, path: Path, default: Any = None, kind: type = fl
     return kind(v)
 
 
+def check_rate(values: Any, field: str, path: Path) -> None:
+    """Every number in ``values`` (nested lists) a share or probability: finite and in [0, 1]; else one
+    :class:`ResultError` naming ``path``, the field and the value (a 7.5 is no accuracy, and was drawn as 750%)."""
+    import numpy as np
+
+    flat = np.asarray(values, dtype=float).ravel() if np.size(values) else np.zeros(0)
+    bad = flat[~(np.isfinite(flat) & (flat >= 0) & (flat <= 1))]
+    if bad.size:
+        raise ResultError(f"{path}: field {field!r} holds {bad[0]:g}, not a share or probability in [0, 1]; the file "
+                          "was changed or written by something else (rerun the job that made it)")
+
+
 def check_fields(cls: type, data: Any, path: Path) -> dict[str, Any]:
     """The fields of dataclass ``cls`` in ``data`` (a dict read from ``path``), each of its declared type; else one
     :class:`ResultError` line naming the file and the field."""

@@ -380,29 +380,21 @@ class IdentifyResult(ShowsFigure, Result):
 
 
 def _check_sweep_shapes(tensors: Any, path: Path, n_pairs: int, summary: Any) -> None:
-    """A ``sweep.pt`` fits its result: per-pair head tensors ``[layer, head, pair]`` and MLP tensors ``[layer, pair]``
-    over the same pairs and layers, as many pairs as ``pairs.jsonl`` holds, and the layers x heads of the saved
-    summary's ``head_effects``; else one ResultError naming the file (a heat map of the wrong shape is never drawn)."""
-    if not isinstance(tensors, dict):
-        raise ResultError(f"{path} holds a {type(tensors).__name__}, not the sweep's tensors; rerun circuits identify")
-    heads = {k: v for k, v in tensors.items() if isinstance(k, str) and k.startswith("head_") and torch.is_tensor(v)}
-    mlps = {k: v for k, v in tensors.items() if isinstance(k, str) and k.startswith("mlp_") and torch.is_tensor(v)}
-    bad = [f"{k} {list(v.shape)}" for k, v in heads.items() if v.ndim != 3] + \
-        [f"{k} {list(v.shape)}" for k, v in mlps.items() if v.ndim != 2]
-    shapes = {tuple(v.shape) for v in heads.values()}
-    layers = {v.shape[0] for v in (*heads.values(), *mlps.values()) if v.ndim >= 2}
-    pair_counts = {v.shape[-1] for v in (*heads.values(), *mlps.values()) if v.ndim >= 1}
+    """A ``sweep.pt`` fits its result (:func:`~circuits.patching.engines.end_sweep_files.check_sweep`: per-pair head
+    tensors ``[layer, head, pair]`` and MLP tensors ``[layer, pair]`` over one set of pairs and layers, the baseline
+    over the same pairs, something measured), as many pairs as ``pairs.jsonl`` holds and the layers x heads of the
+    saved summary's ``head_effects``; else one ResultError naming the file (a heat map of the wrong shape, or an empty
+    ranking, is never drawn)."""
+    from circuits.patching.engines.end_sweep_files import check_sweep
+
+    known = {"pair": (n_pairs, "pairs.jsonl")} if n_pairs else {}
     grid = summary.get("head_effects") if isinstance(summary, dict) else None
-    if not bad and isinstance(grid, list) and grid and isinstance(grid[0], list) and shapes:
-        if {s[:2] for s in shapes} != {(len(grid), len(grid[0]))}:
-            bad.append(f"head tensors of {sorted(shapes)[0][0]} x {sorted(shapes)[0][1]} layers x heads where summary.json's head_effects is "
-                       f"{len(grid)} x {len(grid[0])}")
-    if not bad and (len(shapes) > 1 or len(layers) > 1 or len(pair_counts) > 1
-                    or (n_pairs and pair_counts and pair_counts != {n_pairs})):
-        listed = ", ".join(f"{k} {list(v.shape)}" for k, v in {**heads, **mlps}.items())
-        bad.append(f"shapes that do not fit together ({listed}; {n_pairs} pairs)")
-    if bad:
-        raise ResultError(f"{path}: {bad[0]}; it does not fit this result (rerun circuits identify)")
+    if isinstance(grid, list) and grid and isinstance(grid[0], list):
+        known |= {"layer": (len(grid), "summary.json's head_effects"), "head": (len(grid[0]), "summary.json's head_effects")}
+    try:
+        check_sweep(tensors, path, **known)
+    except ValueError as err:
+        raise ResultError(f"{err}; rerun circuits identify" if "rerun" not in str(err) else str(err)) from None
 
 
 def load_identify(folder: str | Path) -> IdentifyResult:
