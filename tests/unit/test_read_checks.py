@@ -294,3 +294,21 @@ def test_the_report_never_follows_a_link_out_of_its_input(tmp_path):
     os.symlink("/", root / "root")
     found, unknown, broken = collect([root])
     assert [f.path for f in found] == [root / "addition"] and unknown == [] and broken == []
+
+
+def test_a_config_string_reaches_a_plotly_title_as_text_not_markup(tmp_path):
+    """Plotly draws ``<a href=...>`` in a title as a link: a model name read from a config is escaped first."""
+    from dataclasses import replace
+
+    from result_cases import identify_from_effects
+
+    link = "<a href='https://example.com'>evil</a>"
+    r = identify_from_effects()
+    r = replace(r, config=replace(r.config, model=link))
+    back = load_result(r.save(tmp_path / "res"))
+    title = back.figure().layout.title.text
+    assert "&lt;a" in title and "href='https://example.com'&gt;evil&lt;/a&gt;" in title  # (wrapped at the space)
+    assert "<a" not in title and "</a>" not in title
+    numbers = numbers_result()
+    numbers = NumbersResult(replace(numbers.config, model="<b>m</b>"), numbers.spectra)
+    assert "&lt;b&gt;m&lt;/b&gt;" in numbers.figure().layout.title.text
