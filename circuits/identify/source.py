@@ -45,7 +45,7 @@ def source_result(config: FromIdentify, model: Model, *, progress: bool = True) 
         from circuits.data.pairs import check_token_ids
 
         made = load_identify(config.heads_from)
-        check_token_ids(made.pairs, model.cfg.d_vocab, Path(config.heads_from) / "pairs.jsonl")
+        check_token_ids(made.pairs, model.cfg.d_vocab, Path(config.heads_from) / "pairs.jsonl", model.cfg.n_ctx)
         return made
     import warnings
 

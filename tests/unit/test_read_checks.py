@@ -312,3 +312,22 @@ def test_a_config_string_reaches_a_plotly_title_as_text_not_markup(tmp_path):
     numbers = numbers_result()
     numbers = NumbersResult(replace(numbers.config, model="<b>m</b>"), numbers.spectra)
     assert "&lt;b&gt;m&lt;/b&gt;" in numbers.figure().layout.title.text
+
+
+def test_a_prompt_longer_than_the_models_context_is_one_line_before_the_work(tiny_llama, tmp_path):
+    from circuits.data.pairs import PromptError, as_batch, check_token_ids, make_pair, read_pairs_file
+
+    n_ctx = tiny_llama.cfg.n_ctx
+    long = "word " * (n_ctx + 10)
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "1+1=", "counterfactual": "1+2=", "answer": "2"}) + "\n"
+                    + json.dumps({"prompt": long + "1+1=", "counterfactual": long + "1+2=", "answer": "2"}) + "\n")
+    with pytest.raises(ValueError) as info:
+        read_pairs_file(tiny_llama, path)
+    text = one_line(info.value, "p.jsonl, line 2: the prompt is ")
+    assert f"tokens, longer than the model's context of {n_ctx}" in text
+    pair = make_pair(tiny_llama.tokenizer, long + "1+1=", long + "1+2=", "2")
+    with pytest.raises(PromptError, match=f"longer than the model's context of {n_ctx}"):
+        as_batch([pair], tiny_llama)
+    with pytest.raises(PromptError, match=r"res/pairs.jsonl, pair 1: the prompt is \d+ tokens, longer than"):
+        check_token_ids([pair], tiny_llama.cfg.d_vocab, "res/pairs.jsonl", n_ctx)
