@@ -102,6 +102,7 @@ class IdentifyResult(ShowsFigure, Result):
     per_task: dict[str, Any] | None = None
     saved_effects: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
     edges: Any = None  # an identify.circuit_graph.EdgeSweep when made with --receivers
+    weights: str = ""  # the model's weights_fingerprint (circuits.models.fingerprint), "" in results saved before
     _intervals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _validity: Validity | None = field(default=None, repr=False, compare=False)  # as saved in summary.json
 
@@ -336,7 +337,7 @@ class IdentifyResult(ShowsFigure, Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats})
+        write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats, "weights": self.weights})
         write_pairs(folder / "pairs.jsonl", self.pairs)
         if self.sweep is not None:
             save_torch(self.sweep.tensors(), folder / "sweep.pt")
@@ -369,7 +370,8 @@ class IdentifyResult(ShowsFigure, Result):
             from circuits.patching.engines.edge_sweep import EdgeSweep
 
             edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
-        out = cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges)
+        out = cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges,
+                  summary.get("weights", ""))
         if "validity" in summary:  # older results: measured again from what was saved
             try:
                 out._validity = Validity.from_json(summary["validity"])

@@ -331,3 +331,33 @@ def test_a_prompt_longer_than_the_models_context_is_one_line_before_the_work(tin
         as_batch([pair], tiny_llama)
     with pytest.raises(PromptError, match=r"res/pairs.jsonl, pair 1: the prompt is \d+ tokens, longer than"):
         check_token_ids([pair], tiny_llama.cfg.d_vocab, "res/pairs.jsonl", n_ctx)
+
+
+def test_heads_from_a_model_whose_weights_changed_since_identify_is_named(tiny_llama, tmp_path):
+    import warnings
+
+    from circuits.identify.job import identify
+    from circuits.identify.source import WeightsChangedWarning, source_result
+    from circuits.models.fingerprint import same_weights, weights_fingerprint
+
+    r = identify(tiny_llama, task="addition", n_pairs=2, few_shot="on", filter_correct=False, bootstrap=0,
+                 progress=False, warn=False)
+    folder = r.save(tmp_path / "res")
+    assert load_result(folder).weights == r.weights == weights_fingerprint(tiny_llama) != ""
+    config = KnockoutConfig(model="tiny", heads_from=str(folder), ks=(0, 1), seeds=(0,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", WeightsChangedWarning)
+        source_result(config, tiny_llama)  # the same weights: nothing said
+    param = next(p for n, p in sorted(tiny_llama.named_parameters()) if p.ndim >= 2 and "attn" in n)
+    before = param.detach().clone()
+    try:
+        with torch.no_grad():
+            param.add_(0.01)  # as a fine-tuning step would
+        with pytest.warns(WeightsChangedWarning, match=r"--heads-from .*res was identified on other weights than the "
+                                                       r"model loaded now \(tiny: fingerprint"):
+            source_result(config, tiny_llama)
+    finally:
+        with torch.no_grad():
+            param.copy_(before)
+    assert weights_fingerprint(tiny_llama) == r.weights
+    assert same_weights("", r.weights) is None and same_weights("bridge/float32/0", "hooked/float32/0") is None
