@@ -369,7 +369,7 @@ class IdentifyResult(ShowsFigure, Result):
         if (folder / "edges.pt").is_file():
             from circuits.patching.engines.edge_sweep import EdgeSweep
 
-            edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
+            edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"), folder / "edges.pt")
         out = cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges,
                   summary.get("weights", ""))
         if "validity" in summary:  # older results: measured again from what was saved

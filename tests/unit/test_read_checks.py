@@ -333,31 +333,78 @@ def test_a_prompt_longer_than_the_models_context_is_one_line_before_the_work(tin
         check_token_ids([pair], tiny_llama.cfg.d_vocab, "res/pairs.jsonl", n_ctx)
 
 
-def test_heads_from_a_model_whose_weights_changed_since_identify_is_named(tiny_llama, tmp_path):
+def test_heads_from_a_model_whose_weights_changed_since_identify_is_named(tmp_path):
     import warnings
+
+    from helpers import tiny_model
 
     from circuits.identify.job import identify
     from circuits.identify.source import WeightsChangedWarning, source_result
     from circuits.models.fingerprint import same_weights, weights_fingerprint
 
-    r = identify(tiny_llama, task="addition", n_pairs=2, few_shot="on", filter_correct=False, bootstrap=0,
+    model = tiny_model("llama")  # its own: this test changes a weight
+    model.requires_grad_(False)
+    r = identify(model, task="addition", n_pairs=2, few_shot="on", filter_correct=False, bootstrap=0,
                  progress=False, warn=False)
     folder = r.save(tmp_path / "res")
-    assert load_result(folder).weights == r.weights == weights_fingerprint(tiny_llama) != ""
+    assert load_result(folder).weights == r.weights == weights_fingerprint(model) != ""
     config = KnockoutConfig(model="tiny", heads_from=str(folder), ks=(0, 1), seeds=(0,))
     with warnings.catch_warnings():
         warnings.simplefilter("error", WeightsChangedWarning)
-        source_result(config, tiny_llama)  # the same weights: nothing said
-    param = next(p for n, p in sorted(tiny_llama.named_parameters()) if p.ndim >= 2 and "attn" in n)
-    before = param.detach().clone()
-    try:
-        with torch.no_grad():
-            param.add_(0.01)  # as a fine-tuning step would
-        with pytest.warns(WeightsChangedWarning, match=r"--heads-from .*res was identified on other weights than the "
-                                                       r"model loaded now \(tiny: fingerprint"):
-            source_result(config, tiny_llama)
-    finally:
-        with torch.no_grad():
-            param.copy_(before)
-    assert weights_fingerprint(tiny_llama) == r.weights
+        source_result(config, model)  # the same weights: nothing said
+    param = next(p for n, p in sorted(model.named_parameters()) if p.ndim >= 2 and "attn" in n)
+    with torch.no_grad():
+        param.add_(0.01)  # as a fine-tuning step would
+    assert weights_fingerprint(model) != r.weights
+    with pytest.warns(WeightsChangedWarning, match=r"--heads-from .*res was identified on other weights than the "
+                                                   r"model loaded now \(tiny: fingerprint"):
+        source_result(config, model)
     assert same_weights("", r.weights) is None and same_weights("bridge/float32/0", "hooked/float32/0") is None
+
+
+# --- the other engines' files: every tensor cut short along its first axis is named ----------------------------
+
+def engine_sweeps() -> dict:
+    from circuits.patching.engines.edge_sweep import EdgeSweep
+    from circuits.patching.engines.neuron_sweep import NeuronSweep
+    from circuits.patching.engines.position_sweep import PositionSweep
+    from circuits.types import Neuron, Receiver
+
+    r = lambda *shape: Readouts(*(torch.rand(*shape) for _ in range(3)))  # noqa: E731
+    senders, receivers = [Component("head", 0, 1), Component.mlp(0)], Receiver.parse_many("1.0.q,1.2.v,MLP1")
+    neurons = [Neuron(0, 3), Neuron(1, 7)]
+    return {
+        "edges": EdgeSweep(baseline(), senders, receivers, r(2, 3, N)),
+        "neurons": NeuronSweep("path", baseline(), neurons, r(2, N)),
+        "positions": PositionSweep(baseline(), r(L, H, 5, N), r(L, 5, N), r(2, 5, N), neurons,
+                                   torch.tensor([7, 8, 9]), torch.tensor([2, 3, 4])),
+    }
+
+
+def tensor_paths(obj, path=()):
+    if isinstance(obj, torch.Tensor):
+        yield path
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from tensor_paths(v, (*path, k))
+
+
+CUTS = [(kind, p) for kind, s in engine_sweeps().items() for p in tensor_paths(s.tensors())]
+
+
+@pytest.mark.parametrize("kind, where", CUTS, ids=[f"{k}:{'.'.join(p)}" for k, p in CUTS])
+def test_an_engine_file_with_a_tensor_cut_short_is_one_line_naming_it(tmp_path, kind, where):
+    sweep = engine_sweeps()[kind]
+    path = save_torch(sweep.tensors(), tmp_path / f"{kind}.pt")
+    back = type(sweep).from_tensors(load_torch(path), path)
+    assert same(back.tensors(), sweep.tensors())
+    t = load_torch(path)
+    holder = t
+    for k in where[:-1]:
+        holder = holder[k]
+    holder[where[-1]] = holder[where[-1]][:-1].clone()
+    torch.save(t, path)
+    with pytest.raises(ValueError) as info:
+        type(sweep).from_tensors(load_torch(path), path)
+    text = one_line(info.value, str(path))  # the cut tensor, or the first one met after it, named beside it
+    assert "has shape" in text and ".".join(where) in text
