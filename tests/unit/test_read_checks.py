@@ -408,3 +408,21 @@ def test_an_engine_file_with_a_tensor_cut_short_is_one_line_naming_it(tmp_path, 
         type(sweep).from_tensors(load_torch(path), path)
     text = one_line(info.value, str(path))  # the cut tensor, or the first one met after it, named beside it
     assert "has shape" in text and ".".join(where) in text
+
+
+def test_a_screen_with_graddrop_loads_back_and_a_short_tensor_in_it_is_named(tiny_llama, tmp_path):
+    from circuits.beyond.screen.config import ScreenConfig
+    from circuits.beyond.screen.job import screen
+    from circuits.data.pairs import build_pairs
+
+    pairs = build_pairs(tiny_llama, "addition", n_pairs=2, filter_correct=False, few_shot="on", progress=False).pairs
+    r = screen(tiny_llama, pairs, ScreenConfig(model="tiny", task="addition", n_pairs=2, few_shot="on",
+                                               filter_correct=False, verify=1, grad_drop=True), progress=False)
+    assert r.graddrop
+    folder = r.save(tmp_path / "sc")
+    assert load_result(folder) == r
+    t = torch.load(folder / "screen.pt", weights_only=True)
+    torch.save({**t, "head_q": t["head_q"][:, :-1]}, folder / "screen.pt")
+    with pytest.raises(ResultError) as info:
+        load_result(folder)
+    assert "head_q has shape" in one_line(info.value, "screen.pt") and "along its head axis" in str(info.value)
