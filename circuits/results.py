@@ -531,6 +531,9 @@ NUMERIC_KEYS = ("n", "n_*", "acc", "acc_*", "accuracy", "accuracy_*", "*_accurac
                 "in_A", "in_B", "writing_start", "word_perplexity", "perplexity", "losses", "samples_per_s", "steps",
                 "samples", "tuned_parameters", "total_parameters", "head_counts", "digits", "words", "gsm8k", "mmlu")
 HEAD_KEYS = ("heads", "*_heads", "shared_with_templates", "ranking", "random_orders")
+# ... and the names that always hold shares of pairs (accuracies) or of heads: a number there outside [0, 1] is
+# refused as impossible (a knockout accuracy of 7.5 was drawn as "750%"; issue 41). NaN (nothing to share) passes.
+RATE_KEYS = ("acc", "accuracy", "accuracy_*", "*_accuracy", "share", "shares", "share_*")
 
 
 def _named_mismatch(value: Any, where: str, key: str, depth: int = 0) -> str | None:
@@ -561,6 +564,9 @@ def _named_mismatch(value: Any, where: str, key: str, depth: int = 0) -> str | N
         return None
     if any(fnmatch.fnmatchcase(key, p) for p in NUMERIC_KEYS) and value is not None and not _fits(value, float):
         return f"{where} is {brief(value, 40)} ({type(value).__name__}), not a number"
+    if any(fnmatch.fnmatchcase(key, p) for p in RATE_KEYS) and _fits(value, float) and not math.isnan(value) \
+            and not 0 <= value <= 1:
+        return f"{where} is {value!r}, not a share in [0, 1]"
     return None
 
 

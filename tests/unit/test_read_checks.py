@@ -464,3 +464,18 @@ def test_every_tensor_of_every_kinds_files_cut_short_is_refused_in_one_line(ever
                 pt.write_bytes(original)
                 checked += 1
     assert loaded == [] and checked >= 150, (checked, loaded)
+
+
+def test_an_accuracy_outside_0_1_in_any_results_table_is_refused(tmp_path):
+    from circuits.validate.transfer import TransferConfig, TransferResult
+
+    r = TransferResult(TransferConfig(model="tiny", task="addition", n_pairs=4, n_key_heads=2),
+                       {"svamp": {"n": 3, "accuracy_before": 0.5, "accuracy_after": 0.25, "accuracy_random_heads": 0.5}},
+                       [Head(1, 2), Head(0, 1)], [Head(0, 0), Head(1, 3)], {"svamp": "Q: 3 apples and 4 more? A:"})
+    folder = r.save(tmp_path / "tr")
+    assert load_result(folder) == r
+    text = (folder / "data.json").read_text()
+    (folder / "data.json").write_text(text.replace('"accuracy_after": 0.25', '"accuracy_after": 1.5'))
+    with pytest.raises(ResultError) as info:
+        load_result(folder)
+    assert "svamp.accuracy_after is 1.5, not a share in [0, 1]" in one_line(info.value, "tr")
