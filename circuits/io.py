@@ -22,7 +22,7 @@ import stat
 import socket
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -135,24 +135,42 @@ def write_text(path: str | Path, text: str) -> Path:
     return atomic_write(path, lambda f: f.write(text))
 
 
+def _stored_once(obj: Any) -> Any:
+    """``obj`` with every tensor that declares more elements than it stores (an ``expand``ed view, stride 0) made
+    contiguous, so what circuits writes passes its own reader (:func:`check_loaded`)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.contiguous() if obj.numel() * obj.element_size() > obj.untyped_storage().nbytes() else obj
+    if isinstance(obj, dict):
+        return {k: _stored_once(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
+        return type(obj)(_stored_once(v) for v in obj)
+    return obj
+
+
 def save_torch(obj: Any, path: str | Path) -> Path:
     """``torch.save``, atomically."""
     import torch
 
+    obj = _stored_once(obj)
     return atomic_write(path, lambda f: torch.save(obj, f), mode="wb")
 
 
 def load_torch(path: str | Path, what: str = "circuits", **kwargs: Any) -> Any:
-    """``torch.load`` (tensors only, on the CPU); a missing, truncated or foreign file is one error naming it."""
+    """``torch.load`` (tensors only, on the CPU); a missing, truncated or foreign file, or one holding a tensor that
+    declares more than the file stores (:func:`check_loaded`), is one error naming it."""
     import torch
 
     path = check_regular(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True, **kwargs)
+        obj = torch.load(path, map_location="cpu", weights_only=True, **kwargs)
     except Exception as err:  # torch raises several types (UnpicklingError, RuntimeError, EOFError, ...)
         first = (str(err).strip().splitlines() or [""])[0][:160]
         raise ValueError(f"{path} cannot be read as a {what} file ({type(err).__name__}: {first}); it may be truncated "
                          "or written by something else") from None
+    check_loaded(obj, path)
+    return obj
 
 
 # The largest text or JSON file a job reads back (results, markers, configs, parts, MIB graphs, timings, data files):
@@ -359,3 +377,129 @@ def _remove_empty(folders: list[Path]) -> None:
             folder.rmdir()
         except OSError:
             return
+
+
+# --- Tensors read back, checked against what they claim (issue 41) ----------------------------------------------
+# (here, in the base with the readers, rather than a module of its own: the package's top folder holds its 14)
+# ``torch.load(weights_only=True)`` rebuilds a tensor from the sizes and strides the file declares over the bytes it
+# holds: a 2.8 KB file can declare a stride-0 tensor of 3e8 elements, which costs nothing until something makes it
+# contiguous (a mean, a ``torch.cat``, a figure) and then asks for gigabytes. :func:`check_loaded` (run by
+# :func:`load_torch` on everything it reads) refuses, in one line naming the file, any tensor that is not a
+# plain dense CPU tensor of numbers: a sparse, quantized or nested one, or one declaring more elements than its stored
+# bytes hold. Since a file is at most :data:`MAX_READ_BYTES`, no tensor read back implies more memory than
+# its file's size.
+#
+# :class:`Shapes` then checks each named tensor of a file against the axes its reader expects (``("layer", "head",
+# "pair")``), its kind (float, integer, bool) and, where asked, finiteness; an axis seen twice must have one size in the
+# whole file (and may be given in advance: the pairs of ``pairs.jsonl``, the layers of ``sweep.json``), so a per-pair
+# tensor of another pair count is named, not broadcast or indexed past.
+
+
+class TensorError(ValueError):
+    """A tensor read from a file is not what the file's reader expects; the message names the file and the tensor."""
+
+
+KINDS = {"float": ("float16", "bfloat16", "float32", "float64"), "int": ("int8", "int16", "int32", "int64", "uint8"),
+         "bool": ("bool",)}
+KINDS["number"] = KINDS["float"] + KINDS["int"] + KINDS["bool"]
+MAX_NESTING = 16  # nesting of dicts and lists in a result file circuits writes is at most 4
+
+
+def _dtype_name(t: Any) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _stored_bytes(t: Any) -> int:
+    return t.untyped_storage().nbytes()
+
+
+def implied_bytes(t: Any) -> int:
+    """The bytes ``t`` would take made contiguous: what a copy of it asks for."""
+    return t.numel() * t.element_size()
+
+
+def tensor_problem(t: Any) -> str | None:
+    """Why ``t`` cannot be a tensor circuits wrote (None when it can): only dense CPU tensors of numbers, each element
+    stored once or more (a view) but never declared beyond its stored bytes (stride 0, overlapping strides)."""
+    import torch
+
+    if t.layout != torch.strided:
+        return f"a {str(t.layout).removeprefix('torch.')} tensor (circuits writes dense tensors only)"
+    if _dtype_name(t) not in KINDS["number"]:
+        return f"a {_dtype_name(t)} tensor (circuits writes float, integer and bool tensors only)"
+    if t.is_quantized or getattr(t, "is_nested", False):
+        return "a quantized or nested tensor (circuits writes dense tensors only)"
+    if t.device.type != "cpu":
+        return f"a tensor on {t.device} (read onto the CPU)"
+    need, held = implied_bytes(t), _stored_bytes(t)
+    if need > held:
+        return (f"a tensor of shape {list(t.shape)} ({t.numel():,} elements, {need:,} bytes) over {held:,} stored "
+                f"bytes (strides {list(t.stride())}): it declares more than the file holds")
+    return None
+
+
+def _is_tensor(obj: Any) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def check_loaded(obj: Any, path: str | Path, where: str = "", depth: int = 0) -> None:
+    """Every tensor in ``obj`` (what ``torch.load`` gave, walked through dicts, lists and tuples) passes
+    :func:`tensor_problem`; else one :class:`TensorError` naming ``path`` and where in the file the tensor is."""
+    if depth > MAX_NESTING:
+        raise TensorError(f"{path} is nested too deeply to be a circuits file")
+    if _is_tensor(obj):
+        why = tensor_problem(obj)
+        if why:
+            raise TensorError(f"{path}: {where or 'the file'} is {why}; it was not written by circuits")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            check_loaded(v, path, f"{where}.{k}" if where else str(k), depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            check_loaded(v, path, f"{where}[{i}]", depth + 1)
+
+
+class Shapes:
+    """The tensors of one file checked by name against their expected axes, with one size per axis name.
+
+    ``Shapes(path, pair=(4, "pairs.jsonl"))`` fixes an axis in advance (its size and what said so); each
+    :meth:`tensor` call then checks one tensor and records the sizes of the axes it meets first. Every failure is a
+    :class:`TensorError` line naming the file, the tensor and what is wrong."""
+
+    def __init__(self, path: str | Path, **known: tuple[int, str]) -> None:
+        self.path = path
+        self.sizes: dict[str, tuple[int, str]] = dict(known)
+
+    def fail(self, what: str) -> TensorError:
+        return TensorError(f"{self.path}: {what}; the file does not fit its result (rerun the job that made it)")
+
+    def tensor(self, name: str, value: Any, axes: Sequence[str], kind: str = "float", *,
+               finite: bool = False, no_inf: bool = False, some_measured: bool = False) -> Any:
+        """``value``, when it is a tensor of ``kind`` whose axes are ``axes`` (sizes agreeing with every axis of that
+        name met before); ``finite``: no NaN or infinity; ``no_inf``: NaN allowed (not measured), infinity not;
+        ``some_measured``: not all NaN (a result where nothing was measured)."""
+        if not _is_tensor(value):
+            raise self.fail(f"{name} is {'missing' if value is None else 'a ' + type(value).__name__}, not a tensor "
+                            f"[{', '.join(axes)}]")
+        why = tensor_problem(value)
+        if why:
+            raise self.fail(f"{name} is {why}")
+        if _dtype_name(value) not in KINDS[kind]:
+            raise self.fail(f"{name} is a {_dtype_name(value)} tensor, not a {kind} one")
+        if value.ndim != len(axes):
+            raise self.fail(f"{name} has shape {list(value.shape)}, not the {len(axes)} axes [{', '.join(axes)}]")
+        for axis, n in zip(axes, value.shape):
+            if axis in self.sizes and self.sizes[axis][0] != n:
+                size, source = self.sizes[axis]
+                raise self.fail(f"{name} has shape {list(value.shape)}: {n} along its {axis} axis, where {source} "
+                                f"has {size}")
+            self.sizes.setdefault(axis, (int(n), name))
+        if value.is_floating_point() and value.numel():
+            if finite and not bool(value.isfinite().all()):
+                raise self.fail(f"{name} holds NaN or infinite values")
+            if no_inf and bool(value.isinf().any()):
+                raise self.fail(f"{name} holds infinite values")
+            if some_measured and bool(value.isnan().all()):
+                raise self.fail(f"{name} is NaN everywhere: nothing was measured")
+        return value

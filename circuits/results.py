@@ -532,6 +532,9 @@ NUMERIC_KEYS = ("n", "n_*", "acc", "acc_*", "accuracy", "accuracy_*", "*_accurac
                 "samples", "tuned_parameters", "total_parameters", "head_counts", "digits", "words", "gsm8k", "mmlu",
                 "ci_*")
 HEAD_KEYS = ("heads", "*_heads", "shared_with_templates", "ranking", "random_orders")
+# ... and the names that always hold shares of pairs (accuracies) or of heads: a number there outside [0, 1] is
+# refused as impossible (a knockout accuracy of 7.5 was drawn as "750%"; issue 41). NaN (nothing to share) passes.
+RATE_KEYS = ("acc", "accuracy", "accuracy_*", "*_accuracy", "share", "shares", "share_*")
 
 
 def _named_mismatch(value: Any, where: str, key: str, depth: int = 0) -> str | None:
@@ -562,6 +565,9 @@ def _named_mismatch(value: Any, where: str, key: str, depth: int = 0) -> str | N
         return None
     if any(fnmatch.fnmatchcase(key, p) for p in NUMERIC_KEYS) and value is not None and not _fits(value, float):
         return f"{where} is {brief(value, 40)} ({type(value).__name__}), not a number"
+    if any(fnmatch.fnmatchcase(key, p) for p in RATE_KEYS) and _fits(value, float) and not math.isnan(value) \
+            and not 0 <= value <= 1:
+        return f"{where} is {value!r}, not a share in [0, 1]"
     return None
 
 
@@ -598,6 +604,18 @@ def number(data: Any, key: str, path: Path, default: Any = None, kind: type = fl
     if not _fits(v, int if kind is int else float):
         raise ResultError(f"{path}: field {key!r} is {brief(v, 40)} ({type(v).__name__}), not {kind.__name__}")
     return kind(v)
+
+
+def check_rate(values: Any, field: str, path: Path) -> None:
+    """Every number in ``values`` (nested lists) a share or probability: finite and in [0, 1]; else one
+    :class:`ResultError` naming ``path``, the field and the value (a 7.5 is no accuracy, and was drawn as 750%)."""
+    import numpy as np
+
+    flat = np.asarray(values, dtype=float).ravel() if np.size(values) else np.zeros(0)
+    bad = flat[~(np.isfinite(flat) & (flat >= 0) & (flat <= 1))]
+    if bad.size:
+        raise ResultError(f"{path}: field {field!r} holds {bad[0]:g}, not a share or probability in [0, 1]; the file "
+                          "was changed or written by something else (rerun the job that made it)")
 
 
 def check_fields(cls: type, data: Any, path: Path) -> dict[str, Any]:

@@ -494,10 +494,19 @@ def read_pairs(path: str | Path) -> list[PromptPair]:
     return pairs
 
 
-def check_token_ids(pairs: Sequence[PromptPair], d_vocab: int, where: str | Path) -> None:
-    """Refuse, before any work, pairs read from ``where`` whose token ids the model's vocabulary (``d_vocab``) lacks:
-    one line naming the file, the pair and the field."""
+def check_context(n_tokens: int, n_ctx: int | None, where: str) -> None:
+    """Refuse a prompt of ``n_tokens`` longer than the model's context ``n_ctx`` (its position embeddings or rotary
+    tables end there): one line naming ``where``, before the work (it was a "bug" line from inside the forward)."""
+    if n_ctx is not None and n_tokens > n_ctx:
+        raise PromptError(f"{where}: the prompt is {n_tokens} tokens, longer than the model's context of {n_ctx}; "
+                          "shorten it (or its few-shot examples)")
+
+
+def check_token_ids(pairs: Sequence[PromptPair], d_vocab: int, where: str | Path, n_ctx: int | None = None) -> None:
+    """Refuse, before any work, pairs read from ``where`` whose token ids the model's vocabulary (``d_vocab``) lacks,
+    or whose prompts are longer than its context (``n_ctx``): one line naming the file, the pair and the field."""
     for i, p in enumerate(pairs, 1):
+        check_context(len(p.reference_token_ids), n_ctx, f"{where}, pair {i}")
         for key in ("answer_token_id", "reference_token_ids", "counterfactual_token_ids", "answer_token_ids"):
             high = max(_ids(getattr(p, key)), default=0)
             if high >= d_vocab:
@@ -739,8 +748,11 @@ Pairs = Union[Sequence[PromptPair], PairSet, PairBatch]
 def as_batch(pairs: Pairs, model: Model) -> PairBatch:
     """Pairs as a right-padded batch on the model's device (a ``PairBatch`` is moved there)."""
     if isinstance(pairs, PairBatch):
-        return pairs.to(model.cfg.device)
-    return PairBatch.from_pairs(list(pairs), pad_token_id(model), device=model.cfg.device)
+        batch = pairs.to(model.cfg.device)
+    else:
+        batch = PairBatch.from_pairs(list(pairs), pad_token_id(model), device=model.cfg.device)
+    check_context(batch.reference.shape[1], model.cfg.n_ctx, "a prompt pair")
+    return batch
 
 
 def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, *,
@@ -773,6 +785,7 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
                                    template_id=str(row.get("id", f"file/{i}"))))
         except (PromptError, ValueError) as err:
             raise ValueError(f"--pairs-file {path}, line {i}: {err}") from None
+        check_context(len(pairs[-1].reference_token_ids), model.cfg.n_ctx, f"--pairs-file {path}, line {i}")
     hit, p_ans = _forced_scores(model, pairs, "reference")
     cf_hit, cf_p = _forced_scores(model, pairs, "counterfactual")
     kept = [p for p, h in zip(pairs, hit) if h or not filter_correct]

@@ -70,7 +70,7 @@ class PairSource(PairSpec):
             from circuits.data.pairs import check_token_ids
 
             pairs, stats = read_saved_pairs(self.pairs_from, self.model)
-            check_token_ids(pairs, model.cfg.d_vocab, Path(self.pairs_from) / "pairs.jsonl")
+            check_token_ids(pairs, model.cfg.d_vocab, Path(self.pairs_from) / "pairs.jsonl", model.cfg.n_ctx)
             if len(pairs) < self.n_pairs:
                 from circuits.data.pairs import FewerPairsWarning
 

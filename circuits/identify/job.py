@@ -42,6 +42,7 @@ from circuits.identify.validity import ValidityWarning, refuse_untrusted
 from circuits.patching.core.ranking import KeyRule
 from circuits.io import read_json
 from circuits.models.backend import check_dtype
+from circuits.models.fingerprint import weights_fingerprint
 from circuits.models.loading import load_model
 from circuits.results import MARKER
 from circuits.types import Component, Receiver
@@ -89,7 +90,7 @@ def identify(
         counterfactual_stats(pairs, b.cf_answer == b.answer, b.cf_prob, stats["per_template"])
         stats.update(counterfactual_accuracy=float((b.cf_answer == b.answer).float().mean()),
                      counterfactual_answer_prob=float(b.cf_prob.mean()))
-    out = IdentifyResult(config, pairs, result, stats, time.perf_counter() - start)
+    out = IdentifyResult(config, pairs, result, stats, time.perf_counter() - start, weights=weights_fingerprint(model))
     if config.receivers:  # edges into the chosen receivers (path patching to a receiver, identify.circuit_graph)
         out.edges = sweep_edges(model, pairs, resolve_receivers(config.receivers, out), memory_mb=config.memory_mb,
                                 progress=progress)

@@ -102,6 +102,7 @@ class IdentifyResult(ShowsFigure, Result):
     per_task: dict[str, Any] | None = None
     saved_effects: dict[str, tuple[Tensor, Tensor]] = field(default_factory=dict)
     edges: Any = None  # an identify.circuit_graph.EdgeSweep when made with --receivers
+    weights: str = ""  # the model's weights_fingerprint (circuits.models.fingerprint), "" in results saved before
     _intervals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _validity: Validity | None = field(default=None, repr=False, compare=False)  # as saved in summary.json
 
@@ -341,7 +342,7 @@ class IdentifyResult(ShowsFigure, Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats})
+        write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats, "weights": self.weights})
         write_pairs(folder / "pairs.jsonl", self.pairs)
         if self.sweep is not None:
             save_torch(self.sweep.tensors(), folder / "sweep.pt")
@@ -373,8 +374,9 @@ class IdentifyResult(ShowsFigure, Result):
         if (folder / "edges.pt").is_file():
             from circuits.patching.engines.edge_sweep import EdgeSweep
 
-            edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"))
-        out = cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges)
+            edges = EdgeSweep.from_tensors(load_torch(folder / "edges.pt", "edge sweep"), folder / "edges.pt")
+        out = cls(config, pairs, sweep, stats, number(summary, "seconds", folder / "summary.json", 0.0), summary.get("per_task"), saved, edges,
+                  summary.get("weights", ""))
         if "validity" in summary:  # older results: measured again from what was saved
             try:
                 out._validity = Validity.from_json(summary["validity"])
@@ -385,29 +387,21 @@ class IdentifyResult(ShowsFigure, Result):
 
 
 def _check_sweep_shapes(tensors: Any, path: Path, n_pairs: int, summary: Any) -> None:
-    """A ``sweep.pt`` fits its result: per-pair head tensors ``[layer, head, pair]`` and MLP tensors ``[layer, pair]``
-    over the same pairs and layers, as many pairs as ``pairs.jsonl`` holds, and the layers x heads of the saved
-    summary's ``head_effects``; else one ResultError naming the file (a heat map of the wrong shape is never drawn)."""
-    if not isinstance(tensors, dict):
-        raise ResultError(f"{path} holds a {type(tensors).__name__}, not the sweep's tensors; rerun circuits identify")
-    heads = {k: v for k, v in tensors.items() if isinstance(k, str) and k.startswith("head_") and torch.is_tensor(v)}
-    mlps = {k: v for k, v in tensors.items() if isinstance(k, str) and k.startswith("mlp_") and torch.is_tensor(v)}
-    bad = [f"{k} {list(v.shape)}" for k, v in heads.items() if v.ndim != 3] + \
-        [f"{k} {list(v.shape)}" for k, v in mlps.items() if v.ndim != 2]
-    shapes = {tuple(v.shape) for v in heads.values()}
-    layers = {v.shape[0] for v in (*heads.values(), *mlps.values()) if v.ndim >= 2}
-    pair_counts = {v.shape[-1] for v in (*heads.values(), *mlps.values()) if v.ndim >= 1}
+    """A ``sweep.pt`` fits its result (:func:`~circuits.patching.engines.end_sweep_files.check_sweep`: per-pair head
+    tensors ``[layer, head, pair]`` and MLP tensors ``[layer, pair]`` over one set of pairs and layers, the baseline
+    over the same pairs, something measured), as many pairs as ``pairs.jsonl`` holds and the layers x heads of the
+    saved summary's ``head_effects``; else one ResultError naming the file (a heat map of the wrong shape, or an empty
+    ranking, is never drawn)."""
+    from circuits.patching.engines.end_sweep_files import check_sweep
+
+    known = {"pair": (n_pairs, "pairs.jsonl")} if n_pairs else {}
     grid = summary.get("head_effects") if isinstance(summary, dict) else None
-    if not bad and isinstance(grid, list) and grid and isinstance(grid[0], list) and shapes:
-        if {s[:2] for s in shapes} != {(len(grid), len(grid[0]))}:
-            bad.append(f"head tensors of {sorted(shapes)[0][0]} x {sorted(shapes)[0][1]} layers x heads where summary.json's head_effects is "
-                       f"{len(grid)} x {len(grid[0])}")
-    if not bad and (len(shapes) > 1 or len(layers) > 1 or len(pair_counts) > 1
-                    or (n_pairs and pair_counts and pair_counts != {n_pairs})):
-        listed = ", ".join(f"{k} {list(v.shape)}" for k, v in {**heads, **mlps}.items())
-        bad.append(f"shapes that do not fit together ({listed}; {n_pairs} pairs)")
-    if bad:
-        raise ResultError(f"{path}: {bad[0]}; it does not fit this result (rerun circuits identify)")
+    if isinstance(grid, list) and grid and isinstance(grid[0], list):
+        known |= {"layer": (len(grid), "summary.json's head_effects"), "head": (len(grid[0]), "summary.json's head_effects")}
+    try:
+        check_sweep(tensors, path, **known)
+    except ValueError as err:
+        raise ResultError(f"{err}; rerun circuits identify" if "rerun" not in str(err) else str(err)) from None
 
 
 def load_identify(folder: str | Path) -> IdentifyResult:

@@ -17,10 +17,16 @@ from circuits.data.pairs import PromptPair, build_pairs
 from circuits.identify.config import FromIdentify
 from circuits.identify.result import IdentifyResult, load_identify
 from circuits.models.backend import Model
+from circuits.models.fingerprint import same_weights, weights_fingerprint
 from circuits.models.loading import load_model
 from circuits.results import Result
 
 F = TypeVar("F", bound=FromIdentify)
+
+
+class WeightsChangedWarning(UserWarning):
+    """An identify result's heads taken for a model whose weights differ from those it was identified on."""
+
 R = TypeVar("R", bound=Result)
 
 
@@ -45,7 +51,15 @@ def source_result(config: FromIdentify, model: Model, *, progress: bool = True) 
         from circuits.data.pairs import check_token_ids
 
         made = load_identify(config.heads_from)
-        check_token_ids(made.pairs, model.cfg.d_vocab, Path(config.heads_from) / "pairs.jsonl")
+        check_token_ids(made.pairs, model.cfg.d_vocab, Path(config.heads_from) / "pairs.jsonl", model.cfg.n_ctx)
+        now = weights_fingerprint(model)
+        if same_weights(made.weights, now) is False:
+            import warnings
+
+            warnings.warn(f"--heads-from {config.heads_from} was identified on other weights than the model loaded now "
+                          f"({config.model}: fingerprint {now}, {made.weights} there): its weights changed since "
+                          "identify (fine-tuned, or another checkpoint saved under the same name), so its ranking may "
+                          "not hold; run circuits identify on this model again", WeightsChangedWarning, stacklevel=2)
         return made
     import warnings
 

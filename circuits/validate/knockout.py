@@ -39,7 +39,7 @@ from circuits.patching.ablation.values import (  # noqa: F401  (the names knocko
     resample_values,
     zero_values,
 )
-from circuits.results import Result, ResultError, brief, check_fields
+from circuits.results import Result, ResultError, brief, check_fields, check_rate
 from circuits.types import Ablation, Component, Head, all_heads
 
 
@@ -319,6 +319,11 @@ class KnockoutCurve:
             if tuple(got) != want:
                 raise ResultError(f"{path}: field {f!r} has shape {tuple(got)}, not {want} ({n_k} ks, {n_s} seeds"
                                   f"{f', {n} pairs' if n else ''})")
+        for f in ("effect_accuracy", "effect_prob", "random_accuracy", "random_prob", "effect_pair_prob",
+                  "random_pair_prob"):  # shares of pairs and probabilities: a 7.5 was drawn as "750%"
+            check_rate(getattr(curve, f), f, path)
+        if any(k < 0 for k in curve.ks):
+            raise ResultError(f"{path}: field 'ks' holds {min(curve.ks)}; a count of heads knocked out is >= 0")
         return curve
 
 

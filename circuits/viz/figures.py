@@ -43,12 +43,15 @@ def model_label(model: str) -> str:
     """A model as a figure's title or legend shows it: a local folder's or file's last part, not its whole path
     (``/home/me/ckpt/llama-sft`` -> ``llama-sft``; a temporary folder's path once made every title three lines and
     the legend wider than the plots); an embedded or hub name (``smollm2``, ``meta-llama/Llama-2-7b-hf``) as it is.
-    The full path stays in each result's config."""
+    The full path stays in each result's config. Escaped for plotly, which draws ``<a href=...>``, ``<b>`` and alike in
+    titles and legends as markup: a name read from a config is shown as the text it is (issue 41)."""
+    import html
+
     text = str(model)
     path = Path(text).expanduser()
     if path.is_absolute() or text.startswith((".", "~")) or path.exists():
-        return path.name or text
-    return text
+        text = path.name or text
+    return html.escape(text, quote=False)
 
 
 def wrap(text: str, width: int = 90) -> str:

@@ -28,7 +28,7 @@ MAX_DEPTH = 4
 def _load(path: Path, kind: str, found: list[Found], broken: list[tuple[Path, str]]) -> None:
     try:
         result = result_type(kind).load(path)
-    except (ResultError, ValueError, KeyError, TypeError, OSError) as err:
+    except (ResultError, ValueError, KeyError, TypeError, IndexError, AttributeError, RuntimeError, OSError) as err:
         broken.append((path, f"{type(err).__name__}: {err}" if not isinstance(err, (ResultError, ValueError)) else str(err)))
         return
     found.append(Found(result, path))
@@ -46,8 +46,8 @@ def _corrupt_json(folder: Path) -> str | None:
 
 
 def collect(paths: Iterable[str | Path]) -> tuple[list[Found], list[Path], list[tuple[Path, str]]]:
-    """Every result under ``paths`` (folders are walked; a result folder's sub-folders are not, and hidden or
-    ``_``-prefixed ones are skipped), the folders with a ``config.json`` that hold no known result, and the
+    """Every result under ``paths`` (folders are walked; a result folder's sub-folders are not, hidden or
+    ``_``-prefixed ones are skipped, and a symbolic link inside them is never followed), the folders with a ``config.json`` that hold no known result, and the
     results that could not be read, with why."""
     found: list[Found] = []
     unknown: list[Path] = []
@@ -71,6 +71,8 @@ def collect(paths: Iterable[str | Path]) -> tuple[list[Found], list[Path], list[
         if depth >= MAX_DEPTH:
             return
         for child in sorted(folder.iterdir()):
+            if child.is_symlink():  # never followed: a link to / made the report walk the whole disk (issue 41)
+                continue
             if child.is_dir() and not child.name.startswith((".", "_")):
                 walk(child, depth + 1)
             elif child.suffix == ".json" and depth == 0 and child.name not in ("config.json", MARKER):
@@ -97,7 +99,8 @@ def collect(paths: Iterable[str | Path]) -> tuple[list[Found], list[Path], list[
     return list(unique.values()), unknown, broken
 
 
-_DRAW_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError)
+# RuntimeError: torch's own shape errors (a tensor of another size met in a figure)
+_DRAW_ERRORS = (ValueError, TypeError, KeyError, IndexError, AttributeError, ZeroDivisionError, RuntimeError)
 
 
 def _render(section, page: Page, mine: list[Found], broken: list[tuple[Path, str]]) -> str:  # noqa: ANN001

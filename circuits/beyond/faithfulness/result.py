@@ -17,7 +17,7 @@ from torch import Tensor
 
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.io import load_torch, save_torch, write_json
+from circuits.io import Shapes, load_torch, save_torch, write_json
 from circuits.patching.circuit_curves import FaithfulnessCurve
 from circuits.results import Result
 from circuits.viz.notebook import ShowsFigure
@@ -197,12 +197,25 @@ class FaithfulnessResult(ShowsFigure, Result):
 
     @classmethod
     def _read(cls, folder: Path, config: FaithfulnessConfig) -> FaithfulnessResult:
-        t = load_torch(folder / "faithfulness.pt", "faithfulness")
-        curves = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()} for r, by in t["curves"].items()}
-        signed = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()}
-                  for r, by in t.get("signed_curves", {}).items()}
-        inside = {r: {s: FaithfulnessCurve.from_dict(c) for s, c in by.items()}
-                  for r, by in t.get("in_sample_curves", {}).items()}
+        path = folder / "faithfulness.pt"
+        t = load_torch(path, "faithfulness")
+        shapes = Shapes(path)
+        if not isinstance(t, dict) or not all(isinstance(t.get(k, {}), dict) for k in
+                                              ("scores", "curves", "signed_curves", "in_sample_curves")):
+            raise shapes.fail("it is not a faithfulness result's tensors")
+        for r, parts in t.get("scores", {}).items():  # every ranking over one model: one layer and head count
+            if not isinstance(parts, dict):
+                raise shapes.fail(f"scores.{r} is a {type(parts).__name__}, not a dictionary of tensors")
+            for k, v in parts.items():  # edges: as the ranking laid them out (checked for kind only)
+                axes = {"heads": ("layer", "head"), "mlps": ("layer",)}.get(k.removesuffix("_signed")) or \
+                    tuple(f"{r}.{k} axis {i}" for i in range(getattr(v, "ndim", 0)))
+                shapes.tensor(f"scores.{r}.{k}", v, axes)
+
+        def read(key: str) -> dict[str, dict[str, FaithfulnessCurve]]:
+            return {r: {s: FaithfulnessCurve.checked(c, path, f"{key}.{r}.{s}") for s, c in by.items()}
+                    for r, by in t.get(key, {}).items()}
+
+        curves, signed, inside = read("curves"), read("signed_curves"), read("in_sample_curves")
         scoring = read_pairs(folder / SCORING_PAIRS) if (folder / SCORING_PAIRS).is_file() else []
         return cls(config, read_pairs(folder / "pairs.jsonl"), t["scores"], curves, dict(t["seconds"]),
                    {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()}, signed, scoring, inside)

@@ -14,7 +14,7 @@ from circuits.data.grid import OperandGrid
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.data.templates import compute_answer
 from circuits.explain.heuristics.rules import NONE, SYMBOLS, Rule
-from circuits.io import load_torch, read_json, save_torch, write_json
+from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
 from circuits.patching.core.metrics import get_metric
 from circuits.patching.core.ranking import order as rank_order
 from circuits.results import Result, ResultError, number
@@ -207,8 +207,16 @@ class HeuristicsResult(Result):
                 for g in nulls.values()):
             raise ResultError(f"{path}: field 'nulls' must map each group to its neurons, as many classified flags, "
                               "and class counts")
-        return cls(config, read_pairs(folder / "pairs.jsonl"), read_pairs(folder / "grid.jsonl"),
-                   [Neuron(*n) for n in neurons], t["effects"], t["activations"], d.get("classes"), d.get("metric"),
+        grid = read_pairs(folder / "grid.jsonl")
+        # effects[neuron], activations[neuron, grid prompt]: one per neuron classes.json names, one per grid prompt
+        shapes = Shapes(folder / "heuristics.pt", neuron=(len(neurons), "classes.json's neurons"),
+                        prompt=(len(grid), "grid.jsonl"))
+        if not isinstance(t, dict):
+            raise shapes.fail(f"it holds a {type(t).__name__}, not the heuristics' tensors")
+        effects = shapes.tensor("effects", t.get("effects"), ("neuron",), no_inf=True)
+        activations = shapes.tensor("activations", t.get("activations"), ("neuron", "prompt"), no_inf=True)
+        return cls(config, read_pairs(folder / "pairs.jsonl"), grid,
+                   [Neuron(*n) for n in neurons], effects, activations, d.get("classes"), d.get("metric"),
                    {int(k): number(totals, k, path) for k in totals}, d.get("knockout", {}),
                    number(d, "seconds", path, 0.0), nulls)
 

@@ -99,5 +99,5 @@ class NeuronResult(Result):
         t = load_torch(folder / "neurons.pt", "neuron sweep")
         pairs = read_pairs(folder / "pairs.jsonl")
         mlps = {int(k[3:]): v["whole_mlp_effect"] for k, v in s.get("shares", {}).items()}
-        return cls(config, pairs, NeuronSweep.from_tensors(t), s["metric"], mlps, s.get("knockout", {}),
+        return cls(config, pairs, NeuronSweep.from_tensors(t, folder / "neurons.pt"), s["metric"], mlps, s.get("knockout", {}),
                    number(s, "seconds", folder / "summary.json", 0.0))

@@ -91,7 +91,7 @@ class PositionResult(Result):
         t = load_torch(folder / "positions.pt", "position sweep")
         s = read_json(folder / "summary.json")
         pairs = read_pairs(folder / "pairs.jsonl")
-        return cls(config, pairs, PositionSweep.from_tensors(t), number(s, "seconds", folder / "summary.json", 0.0),
+        return cls(config, pairs, PositionSweep.from_tensors(t, folder / "positions.pt"), number(s, "seconds", folder / "summary.json", 0.0),
                    s.get("tokens"))
 
 

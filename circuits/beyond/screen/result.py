@@ -12,7 +12,7 @@ from torch import Tensor
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.patching.core.ranking import order
 from circuits.patching.core.readouts import spearman
-from circuits.io import load_torch, read_json, save_torch, write_json
+from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
 from circuits.results import Result
 from circuits.beyond.screen.config import ScreenConfig
 
@@ -110,8 +110,34 @@ class ScreenResult(Result):
     def _read(cls, folder: Path, config: ScreenConfig) -> ScreenResult:
         s = read_json(folder / "summary.json")
         t = load_torch(folder / "screen.pt", "screen")
+        _check_screen(t, folder / "screen.pt")
         pairs = read_pairs(folder / "pairs.jsonl")
-        audit = {k: v for k, v in s.items() if k.startswith(("spearman", "exact_top", "largest", "n_components", "top5pct"))}
+        audit = {k: v for k, v in s.items() if k.startswith(("spearman", "exact_top", "largest", "n_components", "top5pct",
+                                                               "graddrop_"))}  # GradDrop's audit was lost on load
         return cls(config, pairs, s["metric"], s["mode"], t["head_effects"], t["mlp_effects"], t["head_q"], t["head_k"],
                    t["neuron_effects"], t["graddrop"], s.get("verified", []), audit or None, t["exact_end"],
                    s.get("seconds", {}))
+
+
+def _check_screen(t: Any, path: Path) -> None:
+    """A ``screen.pt`` fits itself: ``head_effects`` (and ``head_q``, ``head_k``, GradDrop's ``head``) ``[layer, head,
+    offset]``, ``mlp_effects`` (GradDrop's ``mlp``) ``[layer, offset]``, ``neuron_effects`` ``[layer, neuron, offset
+    where the prompts differ]``, the exact END values ``heads [layer, head]`` and ``mlps [layer]``; else one line
+    naming the file and the tensor."""
+    shapes = Shapes(path)
+    if not isinstance(t, dict) or not all(isinstance(t.get(k, {}), dict) for k in ("graddrop", "exact_end")):
+        raise shapes.fail("it is not a screen's tensors (graddrop and exact_end are dictionaries of tensors)")
+    head, mlp, neuron = ("layer", "head", "offset"), ("layer", "offset"), ("layer", "neuron", "differing offset")
+    shapes.tensor("head_effects", t.get("head_effects"), head, no_inf=True)
+    shapes.tensor("mlp_effects", t.get("mlp_effects"), mlp, no_inf=True)
+    for k in ("head_q", "head_k"):
+        if t.get(k) is not None:
+            shapes.tensor(k, t[k], head, no_inf=True)
+    if t.get("neuron_effects") is not None:
+        shapes.tensor("neuron_effects", t["neuron_effects"], neuron, no_inf=True)
+    for k, v in t.get("graddrop", {}).items():
+        if k not in ("head", "mlp", "neuron"):
+            raise shapes.fail(f"graddrop names {k!r}, not head, mlp or neuron")
+        shapes.tensor(f"graddrop.{k}", v, {"head": head, "mlp": mlp, "neuron": neuron}[k], no_inf=True)
+    for k, v in t.get("exact_end", {}).items():
+        shapes.tensor(f"exact_end.{k}", v, ("layer", "head") if k.endswith("heads") else ("layer",), no_inf=True)

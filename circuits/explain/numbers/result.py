@@ -13,7 +13,7 @@ from torch import Tensor
 from circuits.explain.digits import DIGITS, LABELS, digit_labels, digit_scores
 from circuits.explain.fourier import NumberSpectra
 from circuits.explain.numbers.config import NumbersConfig
-from circuits.io import load_torch, read_json, save_torch, write_json
+from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
 from circuits.results import Result, ResultError, number
 from circuits.types import Component, Neuron
 
@@ -145,7 +145,48 @@ class NumbersResult(Result):
         if not isinstance(s, dict) or not isinstance(s.get("note", ""), str):
             raise ResultError(f"{path}: expected a JSON object whose field 'note' is text")
         t = load_torch(folder / "numbers.pt", "numbers result")
+        _check_numbers(t, folder / "numbers.pt")
         spectra = NumberSpectra([_component(c) for c in t["components"]], list(t["numbers"]), list(t["tokens"]),
                                 t["effects"], t["energy"], list(t["answers"]))
         return cls(config, spectra, [tuple(p) for p in t["problems"]], t["accuracy"], [Neuron(*n) for n in t["neurons"]],
                    list(t["neuron_effects"]), t["digit_effects"], s.get("note", ""), number(s, "seconds", path, 0.0))
+
+
+def _check_numbers(t: Any, path: Path) -> None:
+    """A ``numbers.pt`` fits itself before anything is drawn from it: ``effects [component, pair, number]`` over as
+    many components, pairs and numbers as its lists name, ``energy [component, freq]`` with the number line's
+    ``n // 2 + 1`` frequencies, ``accuracy [problem]`` in [0, 1], ``digit_effects [neuron, digit, digit, problem]``;
+    else one line naming the file and the tensor (a short file failed the whole report)."""
+    shapes = Shapes(path)
+    if not isinstance(t, dict):
+        raise shapes.fail(f"it holds a {type(t).__name__}, not the numbers result's tensors")
+    lists = {k: t.get(k) for k in ("components", "numbers", "tokens", "answers", "problems", "neurons",
+                                   "neuron_effects")}
+    bad = [k for k, v in lists.items() if not isinstance(v, list)]
+    if bad:
+        raise shapes.fail(f"{bad[0]} is {type(lists[bad[0]]).__name__}, not a list")
+    n = len(lists["numbers"])
+    known = {"component": (len(lists["components"]), "components"), "number": (n, "numbers"),
+             "pair": (len(lists["answers"]), "answers"), "freq": (n // 2 + 1, f"a number line of {n}"),
+             "problem": (len(lists["problems"]), "problems"), "neuron": (len(lists["neurons"]), "neurons"),
+             "digit": (len(DIGITS), "the digits (units, tens)")}
+    shapes.sizes.update(known)
+    if len(lists["tokens"]) != n or len(lists["neuron_effects"]) != len(lists["neurons"]):
+        raise shapes.fail(f"tokens ({len(lists['tokens'])}) or neuron_effects ({len(lists['neuron_effects'])}) does "
+                          f"not match numbers ({n}) or neurons ({len(lists['neurons'])})")
+    shapes.tensor("effects", t.get("effects"), ("component", "pair", "number"), no_inf=True)
+    shapes.tensor("energy", t.get("energy"), ("component", "freq"), no_inf=True)
+    acc = t.get("accuracy")
+    if not (isinstance(acc, Tensor) and acc.numel() == 0):  # no two-digit problems asked: an empty accuracy
+        shapes.tensor("accuracy", acc, ("problem",), "number", finite=True)
+        if acc.numel() and not bool(((acc >= 0) & (acc <= 1)).all()):
+            raise shapes.fail(f"accuracy holds {float(acc.min()):g}..{float(acc.max()):g}, outside [0, 1]")
+    digits = t.get("digit_effects")
+    if isinstance(digits, Tensor) and not lists["neurons"]:  # no neuron labelled (accuracy under the floor): empty
+        shapes = Shapes(path, neuron=(0, "neurons"), digit=known["digit"])
+    shapes.tensor("digit_effects", digits, ("neuron", "digit", "answer digit", "problem"), no_inf=True)
+    if digits.shape[2] != len(DIGITS):
+        raise shapes.fail(f"digit_effects has shape {list(digits.shape)}, not {len(DIGITS)} answer digits")
+    for k in ("components", "problems", "neurons"):
+        if not all(isinstance(x, (list, tuple)) for x in lists[k]):
+            raise shapes.fail(f"{k} holds something other than lists")

@@ -13,6 +13,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from circuits.io import Shapes
 from circuits.patching.core.metrics import Metric
 from circuits.patching.core.ranking import order
 from circuits.patching.core.uncertainty import percentile_interval, resample_pairs
@@ -178,6 +179,26 @@ class FaithfulnessCurve:
     def to_dict(self) -> dict[str, Any]:
         """Tensors and numbers (for ``torch.save`` / JSON by a job)."""
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def checked(cls, d: Any, source: Any, where: str) -> FaithfulnessCurve:
+        """:meth:`from_dict` of a curve read from a file (``source``; ``where``: its place there), its tensors first
+        checked: ``sizes``, ``n_kept``, ``f``, ``f_low``, ``f_high`` one per size, ``m`` and ``f_per_pair`` ``[size,
+        pair]``, ``m_full`` and ``m_empty`` one per pair; else one :class:`~circuits.io.TensorError` line naming the
+        file and the tensor."""
+        shapes = Shapes(source)
+        if not isinstance(d, Mapping):
+            raise shapes.fail(f"{where} is a {type(d).__name__}, not a faithfulness curve")
+        for name, axes, kind in (("sizes", ("size",), "float"), ("n_kept", ("size",), "int"), ("m", ("size", "pair"), "float"),
+                                 ("m_full", ("pair",), "float"), ("m_empty", ("pair",), "float"),
+                                 ("f", ("size",), "float"), ("f_per_pair", ("size", "pair"), "float"),
+                                 ("f_low", ("size",), "float"), ("f_high", ("size",), "float")):
+            shapes.tensor(f"{where}.{name}", d.get(name), axes, kind, no_inf=name not in ("f", "f_per_pair", "f_low",
+                                                                                          "f_high"))
+        try:
+            return cls.from_dict(d)
+        except (KeyError, TypeError, ValueError) as err:
+            raise shapes.fail(f"{where} lacks what a faithfulness curve holds ({type(err).__name__}: {err})") from None
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FaithfulnessCurve:

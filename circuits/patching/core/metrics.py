@@ -70,6 +70,27 @@ class Baseline:
     def from_dict(cls, d: dict[str, Any]) -> Baseline:
         return cls(**{k: v for k, v in d.items() if k in {f.name for f in fields(cls)}})
 
+    @classmethod
+    def checked(cls, d: Any, shapes: Any, where: str = "baseline") -> Baseline:
+        """The baseline a file holds (``d``: :meth:`to_dict`'s form), each tensor checked by ``shapes`` (a
+        :class:`circuits.io.Shapes` of the file) as one value per pair, over the file's one ``pair`` axis: a baseline
+        of another pair count, or a value of another kind, is one line naming the file and the field."""
+        if not isinstance(d, dict):
+            raise shapes.fail(f"{where} is a {type(d).__name__}, not the baseline's tensors")
+        ints = ("answer", "cf_answer")
+        for f in fields(cls):
+            if f.name in ("custom", "answer_rank"):
+                continue
+            shapes.tensor(f"{where}.{f.name}", d.get(f.name), ("pair",), "int" if f.name in ints else "float")
+        if d.get("answer_rank") is not None:
+            shapes.tensor(f"{where}.answer_rank", d["answer_rank"], ("pair",), "int")
+        custom = d.get("custom", {})
+        if not isinstance(custom, dict) or not all(isinstance(k, str) for k in custom):
+            raise shapes.fail(f"{where}.custom is a {type(custom).__name__}, not the custom metrics' values by name")
+        for k, v in custom.items():
+            shapes.tensor(f"{where}.custom.{k}", v, ("pair",))
+        return cls.from_dict(d)
+
     @property
     def full_effect(self) -> Float[Tensor, " pair"]:
         """How much the whole counterfactual prompt moves the answer logit."""

@@ -24,6 +24,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from circuits.io import Shapes
 from circuits.models.backend import Model
 from circuits.data.pairs import PairBatch
 from circuits.patching.core.end_layers import baseline_from
@@ -63,6 +64,17 @@ class Readouts:
         out = {f"{prefix}_{r}": getattr(self, r) for r in READOUTS}
         out.update({f"{prefix}_custom_{k}": v for k, v in self.custom.items()})
         return out
+
+    @classmethod
+    def checked(cls, d: dict[str, Tensor], prefix: str, axes: Sequence[str], shapes: Shapes) -> Readouts:
+        """:meth:`from_tensors` of what a file holds, each readout (and custom metric) first checked by ``shapes``
+        (the file's :class:`~circuits.io.Shapes`) as a float tensor of ``axes`` without infinity."""
+        for r in READOUTS:
+            shapes.tensor(f"{prefix}_{r}", d.get(f"{prefix}_{r}"), axes, no_inf=True)
+        for k, v in d.items():
+            if isinstance(k, str) and k.startswith(f"{prefix}_custom_"):
+                shapes.tensor(k, v, axes, no_inf=True)
+        return cls.from_tensors(d, prefix)
 
     @classmethod
     def from_tensors(cls, d: dict[str, Tensor], prefix: str) -> Readouts:

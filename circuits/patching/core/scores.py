@@ -30,10 +30,11 @@ import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.io import load_torch, save_torch
+from circuits.io import Shapes, load_torch, save_torch
 from circuits.patching.core.metrics import Baseline
 from circuits.patching.interchange.mib import MIBGraph
 from circuits.patching.core.ranking import KeyRule, ranked_entries
+from circuits.results import brief
 from circuits.types import Component, Head, Neuron, Receiver
 
 PARTS = ("input", "heads", "mlps", "neurons", "edges")  # the component axes, in the order ranked() meets them
@@ -221,6 +222,50 @@ class Scores:
                 "engine": self.engine, "per_pair": dict(self.per_pair)}
 
     @classmethod
+    def checked(cls, d: Any, source: str | Path = "the scores") -> Scores:
+        """:meth:`from_dict` of what a file holds (``source``: its name), every field checked first: each part a
+        float tensor of its axes (infinity refused; NaN is "not measured"), ``metric`` and ``engine`` text, ``sign``
+        -1 or +1, ``offsets`` a bool, the labels' names, and the baseline and per-pair tensors over one pair count;
+        anything else is one :class:`~circuits.io.TensorError` line naming ``source`` and the field."""
+        shapes = Shapes(source)
+        if not isinstance(d, dict):
+            raise shapes.fail(f"it holds a {type(d).__name__}, not the dictionary Scores.save writes")
+        missing = [k for k in ("parts", "metric", "sign", "offsets", "baseline", "labels", "engine") if k not in d]
+        if missing:
+            raise shapes.fail(f"it lacks {', '.join(missing)} (Scores.save writes parts, metric, sign, offsets, "
+                              "baseline, labels, engine and per_pair)")
+        for k, kind in (("metric", str), ("engine", str), ("offsets", bool)):
+            if not isinstance(d[k], kind):
+                raise shapes.fail(f"{k} is {d[k]!r} ({type(d[k]).__name__}), not {kind.__name__}")
+        if not d["metric"]:
+            raise shapes.fail("metric is empty; it names the metric the scores are in")
+        if isinstance(d["sign"], bool) or d["sign"] not in (-1, 1):
+            raise shapes.fail(f"sign is {d['sign']!r}, not -1 (a drop is important) or +1 (a rise is)")
+        parts, per_pair = d["parts"], d.get("per_pair", {})
+        for what, value in (("parts", parts), ("per_pair", per_pair)):
+            if not isinstance(value, dict) or not value and what == "parts":
+                raise shapes.fail(f"{what} is {brief(value)}, not a dictionary of part -> tensor")
+            unknown = [k for k in value if k not in PART_AXES]
+            if unknown:
+                raise shapes.fail(f"{what} names {unknown[0]!r}, not a part ({', '.join(PARTS)})")
+        offset = ("offset",) if d["offsets"] else ()
+        for name, t in parts.items():
+            shapes.tensor(f"parts.{name}", t, PART_AXES[name] + offset, no_inf=True)
+        for name, t in per_pair.items():
+            if name not in parts:
+                raise shapes.fail(f"per_pair.{name} has no part {name!r} in parts")
+            shapes.tensor(f"per_pair.{name}", t, (*PART_AXES[name], *offset, "pair"), no_inf=True)
+        if d["baseline"] is not None:
+            Baseline.checked(d["baseline"], shapes)
+        labels = d["labels"]
+        if not isinstance(labels, dict):
+            raise shapes.fail(f"labels is {brief(labels)}, not a dictionary")
+        try:
+            return cls.from_dict(d)
+        except (KeyError, TypeError, ValueError, IndexError) as err:  # the labels' names, or their counts
+            raise shapes.fail(f"its labels cannot be read ({type(err).__name__}: {err})") from None
+
+    @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Scores:
         labels: dict[str, Any] = {}
         if "neurons" in d["labels"]:
@@ -239,7 +284,11 @@ class Scores:
 
     @classmethod
     def load(cls, path: str | Path) -> Scores:
-        return cls.from_dict(load_torch(Path(path), "scores"))
+        """The scores :meth:`save` wrote; a file of anything else (a field of another type, a tensor of another
+        shape or pair count, one declaring more than the file holds) is one ValueError line naming it
+        (:meth:`checked`)."""
+        path = Path(path)
+        return cls.checked(load_torch(path, "scores"), path)
 
 
 def _indices(shape: torch.Size) -> list[tuple[int, ...]]:

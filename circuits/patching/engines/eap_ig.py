@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -65,6 +66,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.io import Shapes
 from circuits.models.backend import Model, act_name
 from circuits.patching.engines.attribution import _readout_value, _run_body, estimated_readouts, readout_of
 from circuits.patching.core.end_layers import check_supported, end_logits
@@ -168,6 +170,31 @@ class EAPIGScores(Scores):
                 "steps": self.steps, "positions": self.positions, "input": self.input, "head": self.head,
                 "mlp": self.mlp, "edge": self.edge, "senders": [str(s) for s in self.senders],
                 "receivers": [str(r) for r in self.receivers], "seconds": self.seconds, "grid": self.grid}
+
+    @classmethod
+    def checked(cls, d: Any, source: str | Path = "the EAP-IG scores") -> EAPIGScores:
+        """:meth:`from_dict` of what a file holds, every field checked first (``Scores.load`` reads through it): the
+        estimates float tensors ``input [pair]``, ``head [layer, head, pair]``, ``mlp [layer, pair]``, ``edge [sender,
+        receiver, pair]`` over the baseline's pairs, the names text, ``steps`` a count; else one line naming
+        ``source`` and the field."""
+        shapes = Shapes(source)
+        if not isinstance(d, dict):
+            raise shapes.fail(f"it holds a {type(d).__name__}, not the dictionary EAPIGScores.save writes")
+        for k, kind in (("metric", str), ("readout", str), ("positions", str), ("steps", int), ("seconds", (int, float)),
+                        ("senders", list), ("receivers", list), ("grid", str)):
+            v = d.get(k, "right" if k == "grid" else None)
+            if not isinstance(v, kind) or isinstance(v, bool):
+                raise shapes.fail(f"{k} is {v!r} ({type(v).__name__}), not what EAPIGScores.save writes there")
+        shapes.tensor("input", d.get("input"), ("pair",), no_inf=True)
+        shapes.tensor("head", d.get("head"), ("layer", "head", "pair"), no_inf=True)
+        shapes.tensor("mlp", d.get("mlp"), ("layer", "pair"), no_inf=True)
+        if d.get("edge") is not None:
+            shapes.tensor("edge", d["edge"], ("sender", "receiver", "pair"), no_inf=True)
+        Baseline.checked(d.get("baseline"), shapes)
+        try:
+            return cls.from_dict(d)
+        except (KeyError, TypeError, ValueError) as err:
+            raise shapes.fail(f"it cannot be read as EAP-IG scores ({type(err).__name__}: {err})") from None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EAPIGScores:

@@ -19,12 +19,14 @@ pass. Tests assert equality with the plain two-run loop of :func:`circuits.patch
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from circuits.io import Shapes
 from circuits.models.backend import Model
 from circuits.data.pairs import Pairs, as_batch
 from circuits.patching.core.end_layers import (
@@ -97,9 +99,21 @@ class EdgeSweep(MetricViews):
                 "receivers": [str(r) for r in self.receivers], "baseline": self.baseline.to_dict()}
 
     @classmethod
-    def from_tensors(cls, d: dict) -> EdgeSweep:
-        return cls(Baseline.from_dict(d["baseline"]), [Component.parse(s) for s in d["senders"]],
-                   [Receiver.parse_many(r)[0] for r in d["receivers"]], Readouts.from_tensors(d, "edge"))
+    def from_tensors(cls, d: dict, source: str | Path = "the edge sweep") -> EdgeSweep:
+        """The sweep :meth:`tensors` gave (``source``: the file it was read from), checked first: ``edge_*``
+        ``[sender, receiver, pair]`` over as many senders and receivers as it names and the baseline's pairs; else one
+        :class:`~circuits.io.TensorError` line naming ``source`` and the tensor."""
+        shapes = Shapes(source)
+        if not isinstance(d, dict) or not all(isinstance(d.get(k), list) for k in ("senders", "receivers")):
+            raise shapes.fail("it is not an edge sweep's tensors with the senders' and receivers' names")
+        try:
+            senders = [Component.parse(s) for s in d["senders"]]
+            receivers = [Receiver.parse_many(r)[0] for r in d["receivers"]]
+        except (TypeError, ValueError, IndexError, AttributeError) as err:
+            raise shapes.fail(f"its senders or receivers cannot be read ({err})") from None
+        shapes.sizes.update(sender=(len(senders), "senders"), receiver=(len(receivers), "receivers"))
+        readouts = Readouts.checked(d, "edge", ("sender", "receiver", "pair"), shapes)
+        return cls(Baseline.checked(d.get("baseline"), shapes), senders, receivers, readouts)
 
 
 def _receiver_z(model: Model, r: Receiver, x: Tensor, x_ref: Tensor, keys: Tensor, values: Tensor,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from circuits.io import OutputError, atomic_dir, load_torch, read_json, real_path, save_torch, write_json
+from circuits.io import OutputError, Shapes, atomic_dir, load_torch, read_json, real_path, save_torch, write_json
 from circuits.patching.core.metrics import Metric
 from circuits.results import ResultError, check_writable
 
@@ -88,21 +88,53 @@ def load(cls: Any, folder: str | Path, metrics: Sequence[Metric] = ()) -> Any:
         t = load_torch(path, "sweep")
     except ValueError as err:
         raise ResultError(str(err)) from None
-    if not isinstance(t, dict):
-        raise ResultError(f"{path} holds a {type(t).__name__}, not a sweep's tensors")
     want = {f"head_{r}": (meta["n_layers"], meta["n_heads"], meta["n_pairs"]) for r in READOUTS}
     want |= {f"mlp_{r}": (meta["n_layers"], meta["n_pairs"]) for r in READOUTS}
     for k, shape in want.items():
-        v = t.get(k)
-        if not torch.is_tensor(v) or tuple(v.shape) != shape:
-            got = list(v.shape) if torch.is_tensor(v) else type(v).__name__
-            raise ResultError(f"{path}: {k} is {got}, not {list(shape)} as {meta_path.name} says")
+        v = t.get(k) if isinstance(t, dict) else None
+        if torch.is_tensor(v) and tuple(v.shape) != shape:
+            raise ResultError(f"{path}: {k} is {list(v.shape)}, not {list(shape)} as {meta_path.name} says")
+    try:
+        check_sweep(t, path, layer=(meta["n_layers"], meta_path.name), head=(meta["n_heads"], meta_path.name),
+                    pair=(meta["n_pairs"], meta_path.name))
+    except ValueError as err:
+        raise ResultError(str(err)) from None
     try:
         sweep = cls.from_tensors(t, meta.get("mode", "path"))
     except (KeyError, TypeError, ValueError) as err:
         raise ResultError(f"{path} lacks what a saved sweep holds ({type(err).__name__}: {err})") from None
     sweep.custom_metrics.update({m.name: m for m in metrics if getattr(m, "name", None) in sweep.custom})
     return sweep
+
+
+def check_sweep(t: Any, path: str | Path, **known: tuple[int, str]) -> None:
+    """What a ``sweep.pt`` holds (:meth:`SweepResult.tensors`), checked before anything reads it: the readouts float
+    tensors ``head_* [layer, head, pair]`` and ``mlp_* [layer, pair]``, each custom metric's ``[heads, mlps]`` of the
+    same axes, the baseline one value per pair, over one pair count (and the sizes ``known`` gives, e.g. ``pair=(4,
+    "pairs.jsonl")``), no infinity, and something measured (not NaN everywhere: a sweep with nothing in it would rank
+    nothing); else one :class:`~circuits.io.TensorError` line naming ``path`` and the tensor."""
+    from circuits.patching.core.metrics import Baseline
+    from circuits.patching.core.readouts import READOUTS
+
+    shapes = Shapes(path, **known)
+    if not isinstance(t, dict):
+        raise shapes.fail(f"it holds a {type(t).__name__}, not a sweep's tensors")
+    for r in READOUTS:
+        shapes.tensor(f"head_{r}", t.get(f"head_{r}"), ("layer", "head", "pair"), no_inf=True)
+        shapes.tensor(f"mlp_{r}", t.get(f"mlp_{r}"), ("layer", "pair"), no_inf=True)
+    if bool(t["head_logit"].isnan().all()) and bool(t["mlp_logit"].isnan().all()):
+        raise shapes.fail("head_logit and mlp_logit are NaN everywhere: nothing was measured")
+    Baseline.checked(t.get("baseline"), shapes)
+    if t.get("mode", "path") not in ("path", "activation"):
+        raise shapes.fail(f"mode is {t.get('mode')!r}, not 'path' or 'activation'")
+    custom = t.get("custom", {})
+    if not isinstance(custom, dict):
+        raise shapes.fail(f"custom is a {type(custom).__name__}, not the custom metrics' values by name")
+    for name, v in custom.items():
+        if not isinstance(v, (list, tuple)) or len(v) != 2:
+            raise shapes.fail(f"custom.{name} is {type(v).__name__}, not [heads, mlps]")
+        shapes.tensor(f"custom.{name}[0]", v[0], ("layer", "head", "pair"), no_inf=True)
+        shapes.tensor(f"custom.{name}[1]", v[1], ("layer", "pair"), no_inf=True)
 
 
 def describe(folder: str | Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ neurons that is most of the work saved.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import torch
@@ -23,6 +24,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from circuits.io import Shapes
 from circuits.models.backend import Model, act_name
 from circuits.data.pairs import Pairs, as_batch
 from circuits.models import backend
@@ -68,9 +70,20 @@ class NeuronSweep(MetricViews):
                 "baseline": self.baseline.to_dict(), "mode": self.mode}
 
     @classmethod
-    def from_tensors(cls, d: dict) -> NeuronSweep:
-        return cls(d["mode"], Baseline.from_dict(d["baseline"]), [Neuron(*n) for n in d["neurons"]],
-                   Readouts.from_tensors(d, "neuron"))
+    def from_tensors(cls, d: dict, source: str | Path = "the neuron sweep") -> NeuronSweep:
+        """The sweep :meth:`tensors` gave (``source``: the file it was read from), checked first: ``neuron_*``
+        ``[neuron, pair]`` over as many neurons as it names and the baseline's pairs; else one
+        :class:`~circuits.io.TensorError` line naming ``source`` and the tensor."""
+        shapes = Shapes(source)
+        if not isinstance(d, dict) or d.get("mode") not in ("path", "activation") or not isinstance(d.get("neurons"), list):
+            raise shapes.fail("it is not a neuron sweep's tensors (mode path or activation, the neurons' names)")
+        try:
+            neurons = [Neuron(*map(int, n)) for n in d["neurons"]]
+        except (TypeError, ValueError) as err:
+            raise shapes.fail(f"its neurons are not [layer, index] pairs ({err})") from None
+        shapes.sizes["neuron"] = (len(neurons), "neurons")
+        readouts = Readouts.checked(d, "neuron", ("neuron", "pair"), shapes)
+        return cls(d["mode"], Baseline.checked(d.get("baseline"), shapes), neurons, readouts)
 
 
 def layer_neurons(model: Model, layers: Sequence[int]) -> list[Neuron]:

@@ -28,6 +28,7 @@ TransformerLens's ``get_act_patch_attn_head_out_by_pos`` and ``get_act_patch_mlp
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import torch
@@ -35,6 +36,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from circuits.io import Shapes
 from circuits.models.backend import Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.patching.core.end_layers import check_supported, readout
@@ -266,9 +268,25 @@ class PositionSweep(MetricLookup):
                 "ends": self.ends, "first_diff": self.first_diff}
 
     @classmethod
-    def from_tensors(cls, d: dict) -> PositionSweep:
-        return cls(Baseline.from_dict(d["baseline"]), Readouts.from_tensors(d, "head"), Readouts.from_tensors(d, "mlp"),
-                   Readouts.from_tensors(d, "neuron"), [Neuron(*n) for n in d["neuron_list"]], d["ends"], d["first_diff"])
+    def from_tensors(cls, d: dict, source: str | Path = "the position sweep") -> PositionSweep:
+        """The sweep :meth:`tensors` gave (``source``: the file it was read from), checked first: heads ``[layer,
+        head, offset, pair]``, MLPs ``[layer, offset, pair]``, neurons ``[neuron, offset, pair]`` over as many neurons
+        as it names, ``ends`` and ``first_diff`` one position per pair, the baseline over the same pairs; else one
+        :class:`~circuits.io.TensorError` line naming ``source`` and the tensor."""
+        shapes = Shapes(source)
+        if not isinstance(d, dict) or not isinstance(d.get("neuron_list"), list):
+            raise shapes.fail("it is not a position sweep's tensors (no neuron_list)")
+        try:
+            neurons = [Neuron(*map(int, n)) for n in d["neuron_list"]]
+        except (TypeError, ValueError) as err:
+            raise shapes.fail(f"its neuron_list holds something other than [layer, index] pairs ({err})") from None
+        shapes.sizes["neuron"] = (len(neurons), "neuron_list")
+        heads = Readouts.checked(d, "head", ("layer", "head", "offset", "pair"), shapes)
+        mlps = Readouts.checked(d, "mlp", ("layer", "offset", "pair"), shapes)
+        neuron_views = Readouts.checked(d, "neuron", ("neuron", "offset", "pair"), shapes)
+        ends = shapes.tensor("ends", d.get("ends"), ("pair",), "int")
+        first = shapes.tensor("first_diff", d.get("first_diff"), ("pair",), "int")
+        return cls(Baseline.checked(d.get("baseline"), shapes), heads, mlps, neuron_views, neurons, ends, first)
 
 
 def _plan(senders: Sequence[Sender], offsets: Sequence[int] | None, nodes: Sequence[Node] | None,

@@ -215,6 +215,15 @@ class MIBGraph:
         """A graph from scores in circuits' layout (higher is more important): node scores ``heads [layer, head]``,
         ``mlps [layer]`` (and the input's), or ``edges [sender, receiver]``; with ``top`` (a count, or a fraction
         in (0, 1]) the best ones are marked in the graph, as MIB's ``apply_topn`` (by score, or ``|score|``)."""
+        for k, v in (("n_layers", n_layers), ("n_heads", n_heads), ("d_model", d_model)):  # what read() accepts
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"The graph's {k} is {v!r}; a whole number >= 1 is expected (MIB's cfg)")
+        for what, t in (("heads", heads), ("mlps", mlps), ("edges", edges)):
+            if t is not None and bool(t.isinf().any()):
+                raise ValueError(f"The {what} scores hold infinite values; a MIB graph's scores are finite (NaN: "
+                                 "not scored)")
+        if input_score is not None and math.isinf(float(input_score)):
+            raise ValueError("The input score is infinite; a MIB graph's scores are finite")
         S, R = 1 + n_layers * (n_heads + 1), n_layers * (3 * n_heads + 1) + 1
         real = edge_mask(n_layers, n_heads)
         node_scores = None
@@ -295,7 +304,9 @@ class MIBGraph:
         nodes[LOGITS] = {"in_graph": True}
         S, R = self.senders, self.receivers
         scores, flags = self.edge_scores.tolist(), self.edges_in_graph.tolist()
-        edges = {edge_name(S[i], R[j]): {"score": scores[i][j], "in_graph": flags[i][j]}
+        # an edge not scored (NaN) is written with score null, which read() takes as not scored: JSON has no NaN
+        edges = {edge_name(S[i], R[j]): {"score": None if math.isnan(scores[i][j]) else scores[i][j],
+                                         "in_graph": flags[i][j]}
                  for i, j in edge_order(self.n_layers, self.n_heads)}
         return {"cfg": self.cfg, "nodes": nodes, "edges": edges}
 
@@ -384,6 +395,8 @@ def _entry(what: str, entry: Any) -> tuple[bool, float | None]:
         raise ValueError(f"{what}: in_graph is {in_graph!r}; true or false is expected")
     if score is not None and (isinstance(score, bool) or not isinstance(score, (int, float))):
         raise ValueError(f"{what}: score is {score!r}; a number or null is expected")
+    if score is not None and not math.isfinite(score):  # Python's json reads NaN and Infinity, which JSON has not
+        raise ValueError(f"{what}: score is {score!r}; a finite number, or null where it is not scored, is expected")
     return in_graph, None if score is None else float(score)
 
 
