@@ -164,9 +164,12 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
         per_rank = lora_per_rank(load_hf_reference(config.model), LORA_TARGETS)
     arms = variants(config, model, heads, mlps, per_rank)
     trainer = _Trainer(config, model, data)
-    say = print if progress else (lambda *a, **k: None)
+    def say(text: str) -> None:
+        if progress:
+            print(f"[sft-study {time.perf_counter() - t_start:5.0f}s] {text}")
+
     base = trainer.score(model, test)
-    say(f"[sft-study] base model scored on {len(test)} test items", flush=True)
+    say(f"base model scored on {len(test)} test items")
     sweep, runs = [], []
     sweep_seed = config.seeds[0]
     for v in arms:
@@ -176,8 +179,8 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
             s = trainer.score(scored_model, val)
             sweep.append({"variant": v["name"], "lr": lr, "seed": sweep_seed, "val_logp": sum(s["logp"]) / len(val),
                           "val_acc": sum(s["correct"]) / len(val), "final_loss": stats["losses"][-1]})
-            say(f"[sft-study] {v['name']} lr {lr:g}: validation log-prob {sweep[-1]['val_logp']:.3f}, "
-                f"accuracy {sweep[-1]['val_acc']:.3f}", flush=True)
+            say(f"{v['name']} lr {lr:g}: validation log-prob {sweep[-1]['val_logp']:.3f}, "
+                f"accuracy {sweep[-1]['val_acc']:.3f}")
         mine = [s for s in sweep if s["variant"] == v["name"]]
         v["lr"] = max(mine, key=lambda s: (s["val_logp"], -s["lr"]))["lr"]
         v["sweep_seconds"] = time.perf_counter() - t0
@@ -186,7 +189,7 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
             s = trainer.score(scored_model, test)
             runs.append({"variant": v["name"], "seed": seed, "lr": v["lr"], **s,
                          **{k: stats[k] for k in ("tuned_parameters", "train_seconds", "steps", "samples", "losses")}})
-            say(f"[sft-study] {v['name']} seed {seed}: test accuracy {sum(s['correct']) / len(test):.3f}", flush=True)
+            say(f"{v['name']} seed {seed}: test accuracy {sum(s['correct']) / len(test):.3f}")
     trainer.restore()
     total = time.perf_counter() - t_start
     seconds = trainer.seconds

@@ -69,7 +69,7 @@ class StudyConfig(Config):
     threads: int = count(0, minimum=0, help="torch threads (0: the cores available to this process)")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "key_heads", tuple(Head(int(l), int(h)) for l, h in self.key_heads))
+        object.__setattr__(self, "key_heads", tuple(Head.parse(h) for h in self.key_heads))
         object.__setattr__(self, "key_mlps", tuple(int(m) for m in self.key_mlps))
         if self.train.dtype != "float32" and "lora" in self.arms:
             raise ValueError(f"--dtype {self.train.dtype}: the LoRA arm trains the Hugging Face model in float32; run "

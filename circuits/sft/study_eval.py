@@ -66,7 +66,7 @@ def two_digit_items(n: int, seed: int, exclude: set[str]) -> list[Item]:
 
 def _choice_items(task: str, n: int, shots: int, data_dir: str | None) -> list[Item]:
     from circuits.evaluation.config import EvalConfig
-    from circuits.evaluation.lm_eval import task_records
+    from circuits.evaluation.tasks import task_records
 
     config = EvalConfig(tasks=(task,), mmlu_shots=shots, csqa_shots=shots, data_dir=data_dir)
     return [Item(task, r["prompt"], tuple(f" {label}" for label in r["labels"]), int(r["answer"]))
