@@ -91,7 +91,7 @@ class _Trainer:
         self.config, self.model, self.data = config, model, data
         self.base = {n: p.detach().clone() for n, p in model.named_parameters()}
         self.device = next(model.parameters()).device
-        self.seconds = {"train": 0.0, "eval": 0.0}
+        self.seconds = {"train": 0.0, "eval": 0.0, "cpu_train": 0.0, "cpu_eval": 0.0}
 
     def restore(self) -> None:
         with torch.no_grad():
@@ -99,18 +99,26 @@ class _Trainer:
                 p.copy_(self.base[n])
 
     def score(self, model: Any, items: list[Item]) -> dict[str, list[float]]:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         scores = score_items(model, items, self.config.eval_batch_size)
         self.seconds["eval"] += time.perf_counter() - t0
+        self.seconds["cpu_eval"] += time.process_time() - c0
         return scores
 
     def train(self, variant: dict[str, Any], lr: float, seed: int) -> tuple[Any, dict[str, Any]]:
         """The model trained as ``variant`` at ``lr`` with ``seed`` (the base model, trained in place, or a LoRA
         arm's merged model), and the run's training numbers."""
+        self.restore()
+        c0 = time.process_time()
+        try:
+            return self._train(variant, lr, seed)
+        finally:  # (CPU seconds of the whole run: LoRA's merging and loading included)
+            self.seconds["cpu_train"] += time.process_time() - c0
+
+    def _train(self, variant: dict[str, Any], lr: float, seed: int) -> tuple[Any, dict[str, Any]]:
         from circuits.sft.train import finetune
 
         cfg = self.config
-        self.restore()
         if variant["arm"] == "lora":
             from circuits.models.forward import pad_token_id
             from circuits.models.sources import load_hf_reference
@@ -133,7 +141,7 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
     """The study of ``config``, saved in ``out`` (see the module docstring)."""
     from circuits.sft.job import check_data
 
-    t_start = time.perf_counter()
+    t_start, c_start = time.perf_counter(), time.process_time()
     heads, mlps = key_components(config)
     check_data(config.train)
     if "lora" in config.arms:
@@ -194,7 +202,9 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
     total = time.perf_counter() - t_start
     seconds = trainer.seconds
     timing = {"total": total, "train": seconds["train"], "eval": seconds["eval"],
-              "other": total - seconds["train"] - seconds["eval"], "sweep": sum(v["sweep_seconds"] for v in arms)}
+              "other": total - seconds["train"] - seconds["eval"], "sweep": sum(v["sweep_seconds"] for v in arms),
+              "cpu_total": time.process_time() - c_start, "cpu_train": seconds["cpu_train"],
+              "cpu_eval": seconds["cpu_eval"]}
     result = SFTStudyResult(config, arms, runs, sweep, [it.task for it in test], base, timing, len(val))
     result.save(out)
     return result

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from circuits.io import read_json, write_json, write_text
-from circuits.results import Result, check_fields
+from circuits.results import Result, ResultError, check_fields
 from circuits.sft.study_config import StudyConfig
 
 REFERENCE = "precise"  # the arm every other is compared with (the paper's)
@@ -45,7 +45,12 @@ class SFTStudyResult(Result):
 
     @classmethod
     def _read(cls, folder: Path, config: StudyConfig) -> SFTStudyResult:
-        return cls(config=config, **check_fields(cls, read_json(folder / "data.json"), folder / "data.json"))
+        path = folder / "data.json"
+        fields = check_fields(cls, read_json(path), path)
+        for name, numeric in _NUMERIC.items():
+            for i, row in enumerate(fields.get(name, [])):
+                _check_row(row, numeric, f"{path}: field '{name}[{i}]")
+        return cls(config=config, **fields)
 
     # --- the tables -------------------------------------------------------------------------------------------
 
@@ -127,6 +132,9 @@ class SFTStudyResult(Result):
             lines += ["", f"Wall time {t.get('total', 0):.0f} s: training {t.get('train', 0):.0f} s, evaluation "
                           f"{t.get('eval', 0):.0f} s, loading and merging {t.get('other', 0):.0f} s (the lr sweep: "
                           f"{t.get('sweep', 0):.0f} s of it)."]
+            if "cpu_total" in t:
+                lines[-1] += (f" CPU time of this process {t['cpu_total']:.0f} s: training {t['cpu_train']:.0f} s, "
+                              f"evaluation {t['cpu_eval']:.0f} s.")
         if len(self.config.seeds) < 3:
             lines += ["", f"Only {len(self.config.seeds)} seed(s): a smoke run, not the study (it needs 3 or more)."]
         return "\n".join(lines)
@@ -135,3 +143,32 @@ class SFTStudyResult(Result):
 @dataclass(frozen=True)
 class _Task:
     task: str
+
+
+# The numbers (or lists of numbers; None where marked) of each row of the loosely declared list fields.
+_NUMERIC = {"variants": {"tuned_parameters": False, "lr": False, "lora_rank": True, "draw": True, "sweep_seconds": True,
+                         "target_parameters": True, "heads": False, "mlps": False},
+            "runs": {"seed": False, "lr": False, "correct": False, "logp": False, "tuned_parameters": False,
+                     "train_seconds": False, "steps": False, "samples": False, "losses": False},
+            "sweep": {"lr": False, "seed": False, "val_logp": False, "val_acc": False, "final_loss": False}}
+
+
+def _check_row(row: Any, numeric: dict[str, bool], where: str) -> None:
+    """Every named number of ``row`` a number (or a list, or list of pairs, of them; None where allowed), else one
+    :class:`ResultError` line naming the file and the field."""
+    if not isinstance(row, dict):
+        raise ResultError(f"{where}' is a {type(row).__name__}, not an object")
+
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    for key, nullable in numeric.items():
+        if key not in row:
+            if nullable:
+                continue
+            raise ResultError(f"{where}.{key}' is missing")
+        v = row[key]
+        flat = v if isinstance(v, list) else [v]
+        flat = [y for x in flat for y in (x if isinstance(x, list) else [x])]
+        if not all(number(x) or (nullable and x is None) for x in flat):
+            raise ResultError(f"{where}.{key}' holds {str(v)[:40]!r}, not numbers")
