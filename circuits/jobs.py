@@ -59,6 +59,9 @@ if TYPE_CHECKING:  # what the table names (a job's config, run, printout and res
     from circuits.evaluation.config import EvalConfig
     from circuits.evaluation.job import run as run_evaluate
     from circuits.evaluation.result import EvalResult
+    from circuits.evaluation.study import printout as print_sft_study, run as run_sft_study
+    from circuits.evaluation.study_config import StudyConfig
+    from circuits.evaluation.study_result import SFTStudyResult
     from circuits.explain.attention import AttentionRoles, AttentionViews
     from circuits.explain.config import LensConfig, RolesConfig, ViewsConfig
     from circuits.explain.job import (print_attention, print_attention_views, print_lens, run_attention,
@@ -74,9 +77,6 @@ if TYPE_CHECKING:  # what the table names (a job's config, run, printout and res
     from circuits.sft.config import FinetuneConfig
     from circuits.sft.job import run as run_finetune
     from circuits.sft.result import FinetuneResult
-    from circuits.sft.study import printout as print_sft_study, run as run_sft_study
-    from circuits.sft.study_config import StudyConfig
-    from circuits.sft.study_result import SFTStudyResult
     from circuits.validate.ablation_kinds import AblationComparison
     from circuits.validate.config import KnockoutConfig, TransferSets
     from circuits.validate.cross_model import CrossModelResult

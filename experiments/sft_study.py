@@ -3,7 +3,7 @@ random heads (3 draws), the key heads plus the key MLPs, LoRA (peft) at a matche
 arm's lr picked on a validation split, 3 seeds per arm, 95% intervals over seeds and items and each arm's paired
 difference from Precise SFT (docs/finetune.md, "Does choosing the circuit matter?").
 
-The same as ``circuits sft-study`` (:mod:`circuits.sft.study`); writes ``data.json`` and ``table.md`` into ``--out``:
+The same as ``circuits sft-study`` (:mod:`circuits.evaluation.study`); writes ``data.json`` and ``table.md`` into ``--out``:
 
     python experiments/sft_study.py --heads-from results/identify/addition --out results/sft-study
 """
@@ -14,7 +14,7 @@ import argparse
 import sys
 
 from circuits.config import add_arguments, from_arguments
-from circuits.sft.study_config import StudyConfig
+from circuits.evaluation.study_config import StudyConfig
 
 
 def main(argv: list[str] | None = None):
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None):
         config = from_arguments(StudyConfig, args)
     except ValueError as e:  # a value the config refuses: one line, exit 2, as the command line does
         parser.error(str(e))
-    from circuits.sft.study import run
+    from circuits.evaluation.study import run
 
     result = run(config, args.out)
     print(result.markdown())

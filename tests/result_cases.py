@@ -41,8 +41,8 @@ from circuits.identify.result import PerOperationConfig
 from circuits.results import Result
 from circuits.sft.compare import SFTComparison, TableConfig
 from circuits.sft.result import FinetuneResult
-from circuits.sft.study_config import STUDY_TRAIN, StudyConfig
-from circuits.sft.study_result import SFTStudyResult
+from circuits.evaluation.study_config import STUDY_TRAIN, StudyConfig
+from circuits.evaluation.study_result import SFTStudyResult
 from circuits.sft.train import FinetuneConfig
 from circuits.types import Head
 from circuits.validate.ablation_kinds import AblationComparison, AblationKindsConfig, compare_ablations

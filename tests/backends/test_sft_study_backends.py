@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from circuits.data.arithmetic import arithmetic_train_items
-from circuits.sft import study
+from circuits.evaluation import study
 from circuits.sft.data import tokenize_examples
-from circuits.sft.study_config import STUDY_TRAIN, StudyConfig
-from circuits.sft.study_result import SFTStudyResult
+from circuits.evaluation.study_config import STUDY_TRAIN, StudyConfig
+from circuits.evaluation.study_result import SFTStudyResult
 from circuits.types import Head
 
 try:
@@ -77,7 +77,7 @@ def test_each_arm_trains_only_the_parameters_it_names():
 def test_lora_count_is_peft_own_and_matches_precise_sft_within_half_a_rank():
     from circuits.models.sources import load_hf_reference
     from circuits.sft.arms import lora_per_rank, lora_rank, wrap_lora
-    from circuits.sft.study_config import LORA_TARGETS
+    from circuits.evaluation.study_config import LORA_TARGETS
 
     hf = load_hf_reference(helpers.tiny_dir("llama"))
     per_rank = lora_per_rank(hf, LORA_TARGETS)
@@ -100,7 +100,7 @@ def test_lora_trains_only_its_adapters_and_the_merged_model_is_the_peft_model():
     from circuits.models.forward import pad_token_id
     from circuits.models.sources import load_hf_reference
     from circuits.sft.arms import merged_model, train_lora
-    from circuits.sft.study_config import LORA_TARGETS
+    from circuits.evaluation.study_config import LORA_TARGETS
 
     model = helpers.tiny_model("llama")
     tokens = torch.tensor([model.tokenizer("12 + 34 = 46\n7 + 8 = ").input_ids])

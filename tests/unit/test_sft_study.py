@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from circuits.sft.arms import lora_rank, random_heads
-from circuits.sft.study_config import StudyConfig
-from circuits.sft.study_eval import Item, check_disjoint, difference, interval, study_items, tasks_of, two_digit_items
+from circuits.evaluation.study_config import StudyConfig
+from circuits.evaluation.study_items import Item, check_disjoint, difference, interval, study_items, tasks_of, two_digit_items
 from circuits.types import Head
 
 # SmolLM2's 8 key heads for addition (docs/results_finetune.md), 9 heads per layer.

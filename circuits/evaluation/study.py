@@ -1,8 +1,8 @@
 """Does choosing the circuit matter? The Precise SFT study (issue 39; Section 5.3's claims with controls and seeds).
 
 ``run(config, out)`` (``circuits sft-study``, ``experiments/sft_study.py``): from one base model, every arm of
-:data:`~circuits.sft.study_config.ARMS` trains on the same tokenized data and steps and is scored on the same items
-(:mod:`circuits.sft.study_eval`):
+:data:`~circuits.evaluation.study_config.ARMS` trains on the same tokenized data and steps and is scored on the same items
+(:mod:`circuits.evaluation.study_items`):
 
 1. ``precise``: Precise SFT of the key heads (the paper's; :func:`circuits.sft.train.finetune`);
 2. ``random``: Precise SFT of as many heads drawn from the key heads' layer range outside the key set, one variant per
@@ -30,9 +30,9 @@ from circuits.config import check_model_ranges
 from circuits.sft import plan as hm
 from circuits.sft.arms import lora_per_rank, lora_rank, merged_model, random_heads, train_lora
 from circuits.sft.data import build_training_set, tokenize_examples
-from circuits.sft.study_config import ARM_LABELS, LORA_TARGETS, StudyConfig
-from circuits.sft.study_eval import Item, score_items, study_items
-from circuits.sft.study_result import SFTStudyResult
+from circuits.evaluation.study_config import ARM_LABELS, LORA_TARGETS, StudyConfig
+from circuits.evaluation.study_items import Item, score_items, study_items
+from circuits.evaluation.study_result import SFTStudyResult
 from circuits.types import Head
 
 

@@ -63,7 +63,7 @@ class StudyConfig(Config):
     val_per_form: int = count(15, help="validation items per form (held-out forms and two-digit addition)")
     mmlu: int = count(0, minimum=0, help="MMLU test questions (0: none)")
     commonsenseqa: int = count(0, minimum=0, help="CommonsenseQA dev questions (0: none)")
-    shots: int = count(5, minimum=0, maximum=5, help="solved examples before each MMLU/CommonsenseQA question")
+    shots: int = count(5, minimum=0, maximum=5, help="solved examples before each MMLU/CommonsenseQA question (0: none)")
     eval_batch_size: int = count(16, maximum=100_000)
     n_boot: int = count(2000, maximum=100_000, help="bootstrap resamples of seeds and items")
     threads: int = count(0, minimum=0, help="torch threads (0: the cores available to this process)")

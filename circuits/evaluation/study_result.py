@@ -11,7 +11,7 @@ from typing import Any
 
 from circuits.io import read_json, write_json, write_text
 from circuits.results import Result, ResultError, check_fields
-from circuits.sft.study_config import StudyConfig
+from circuits.evaluation.study_config import StudyConfig
 
 REFERENCE = "precise"  # the arm every other is compared with (the paper's)
 
@@ -64,7 +64,7 @@ class SFTStudyResult(Result):
         return torch.tensor(rows, dtype=torch.float64)
 
     def tasks(self) -> dict[str, list[int]]:
-        from circuits.sft.study_eval import tasks_of
+        from circuits.evaluation.study_items import tasks_of
 
         return tasks_of([_Task(t) for t in self.items])
 
@@ -75,7 +75,7 @@ class SFTStudyResult(Result):
         import torch
 
         from circuits.patching.core.uncertainty import holm
-        from circuits.sft.study_eval import difference, interval
+        from circuits.evaluation.study_items import difference, interval
 
         tasks = self.tasks()
         names = [v["name"] for v in self.variants]
