@@ -106,3 +106,14 @@ def test_tasks_pool_the_held_out_forms():
              Item("arithmetic:word", "c", ("3\n",))]
     assert tasks_of(items) == {"arithmetic": [0, 2], "arithmetic:single": [0], "arithmetic:word": [2],
                                "two_digit": [1]}
+
+
+def test_key_components_without_an_identify_result_is_one_line_before_any_model(tmp_path):
+    from circuits.evaluation.study import key_components
+
+    with pytest.raises(ValueError, match="no identify result there") as err:
+        key_components(StudyConfig(heads_from=str(tmp_path / "missing")))
+    assert "\n" not in str(err.value)
+    listed = StudyConfig(key_heads=KEY, key_mlps=(19, 24), heads_from=str(tmp_path / "missing"))
+    assert key_components(listed) == (KEY, (19, 24))  # listed components need no identify result
+    assert key_components(listed.replace(arms=("precise", "full"), key_mlps=())) == (KEY, ())
