@@ -238,7 +238,7 @@ JOBS: tuple[Job, ...] = (
         (Output("sft_table", "SFTComparison", ("precise-sft",)),), ("data.json", "table.md", "rows", "runs"),
         how="python experiments/table1_precise_sft.py", command=False),
     Job("sft-study", "does choosing the circuit matter? Precise SFT against random heads, LoRA and full SFT, with seeds",
-        (Output("sft-study", "SFTStudyResult", ("precise-sft",)),), ("data.json", "table.md"),
+        (Output("sft-study", "SFTStudyResult", ("precise-sft",)),), ("data.json", "table.md", "runs"),
         "StudyConfig", "run_sft_study", "print_sft_study",
         how="circuits sft-study --heads-from results/identify/addition --out results/sft-study"),
     Job("evaluate", "math and generic benchmarks through lm-evaluation-harness",

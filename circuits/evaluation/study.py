@@ -20,6 +20,8 @@ scored once. Training and evaluation seconds are measured apart.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from typing import Any
 import torch
 
 from circuits.config import check_model_ranges
+from circuits.io import read_json, write_json
 from circuits.sft import plan as hm
 from circuits.sft.arms import lora_per_rank, lora_rank, merged_model, random_heads, train_lora
 from circuits.sft.data import build_training_set, tokenize_examples
@@ -137,8 +140,34 @@ class _Trainer:
                             "train_seconds": result.train_seconds, "steps": result.steps, "samples": result.samples}
 
 
+def _digest(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:20]
+
+
+class _Runs:
+    """Each finished run (trained and scored) kept in ``out/runs/`` under the hash of everything that makes it (the
+    shared training config, what the variant tunes, lr, seed, and the items scored), so a stopped study resumes where
+    it stopped and a changed config recomputes only the runs it changes."""
+
+    def __init__(self, out: Path) -> None:
+        self.folder = out / "runs"
+        self.reused = 0
+
+    def get(self, key: dict[str, Any], compute: Any) -> dict[str, Any]:
+        path = self.folder / f"{_digest(key)}.json"
+        if path.is_file():
+            saved = read_json(path)
+            if isinstance(saved, dict) and saved.get("key") == json.loads(json.dumps(key, default=str)):
+                self.reused += 1
+                return saved["value"]
+        value = compute()
+        write_json(path, {"key": key, "value": value})
+        return value
+
+
 def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bool = True) -> SFTStudyResult:
-    """The study of ``config``, saved in ``out`` (see the module docstring)."""
+    """The study of ``config``, saved in ``out`` (see the module docstring); finished runs are kept in ``out/runs/``
+    and reused by a rerun (:class:`_Runs`)."""
     from circuits.sft.job import check_data
 
     t_start, c_start = time.perf_counter(), time.process_time()
@@ -172,39 +201,56 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
         per_rank = lora_per_rank(load_hf_reference(config.model), LORA_TARGETS)
     arms = variants(config, model, heads, mlps, per_rank)
     trainer = _Trainer(config, model, data)
+
     def say(text: str) -> None:
         if progress:
-            print(f"[sft-study {time.perf_counter() - t_start:5.0f}s] {text}")
+            print(f"[sft-study {time.perf_counter() - t_start:5.0f}s] {text}", flush=True)
 
-    base = trainer.score(model, test)
+    cache = _Runs(Path(out))
+    train_key = t.to_json()
+    test_key, val_key = _digest([it.context for it in test]), _digest([it.context for it in val])
+
+    def what(v: dict[str, Any]) -> dict[str, Any]:
+        return {k: v[k] for k in ("arm", "heads", "mlps", "lora_rank")}
+
+    base = cache.get({"base": True, "train": train_key, "items": test_key}, lambda: trainer.score(model, test))
     say(f"base model scored on {len(test)} test items")
     sweep, runs = [], []
     sweep_seed = config.seeds[0]
     for v in arms:
         t0 = time.perf_counter()
         for lr in config.lrs:
-            scored_model, stats = trainer.train(v, lr, sweep_seed)
-            s = trainer.score(scored_model, val)
-            sweep.append({"variant": v["name"], "lr": lr, "seed": sweep_seed, "val_logp": sum(s["logp"]) / len(val),
-                          "val_acc": sum(s["correct"]) / len(val), "final_loss": stats["losses"][-1]})
-            say(f"{v['name']} lr {lr:g}: validation log-prob {sweep[-1]['val_logp']:.3f}, "
-                f"accuracy {sweep[-1]['val_acc']:.3f}")
+            def sweep_run(lr: float = lr) -> dict[str, Any]:
+                scored_model, stats = trainer.train(v, lr, sweep_seed)
+                s = trainer.score(scored_model, val)
+                return {"val_logp": sum(s["logp"]) / len(val), "val_acc": sum(s["correct"]) / len(val),
+                        "final_loss": stats["losses"][-1]}
+
+            point = cache.get({"train": train_key, "variant": what(v), "lr": lr, "seed": sweep_seed, "items": val_key},
+                              sweep_run)
+            sweep.append({"variant": v["name"], "lr": lr, "seed": sweep_seed, **point})
+            say(f"{v['name']} lr {lr:g}: validation log-prob {point['val_logp']:.3f}, accuracy {point['val_acc']:.3f}")
         mine = [s for s in sweep if s["variant"] == v["name"]]
         v["lr"] = max(mine, key=lambda s: (s["val_logp"], -s["lr"]))["lr"]
         v["sweep_seconds"] = time.perf_counter() - t0
         for seed in config.seeds:
-            scored_model, stats = trainer.train(v, v["lr"], seed)
-            s = trainer.score(scored_model, test)
-            runs.append({"variant": v["name"], "seed": seed, "lr": v["lr"], **s,
-                         **{k: stats[k] for k in ("tuned_parameters", "train_seconds", "steps", "samples", "losses")}})
-            say(f"{v['name']} seed {seed}: test accuracy {sum(s['correct']) / len(test):.3f}")
+            def test_run(seed: int = seed) -> dict[str, Any]:
+                scored_model, stats = trainer.train(v, v["lr"], seed)
+                s = trainer.score(scored_model, test)
+                return {**s, **{k: stats[k] for k in ("tuned_parameters", "train_seconds", "steps", "samples",
+                                                      "losses")}}
+
+            done = cache.get({"train": train_key, "variant": what(v), "lr": v["lr"], "seed": seed, "items": test_key},
+                             test_run)
+            runs.append({"variant": v["name"], "seed": seed, "lr": v["lr"], **done})
+            say(f"{v['name']} seed {seed}: test accuracy {sum(done['correct']) / len(test):.3f}")
     trainer.restore()
     total = time.perf_counter() - t_start
     seconds = trainer.seconds
     timing = {"total": total, "train": seconds["train"], "eval": seconds["eval"],
               "other": total - seconds["train"] - seconds["eval"], "sweep": sum(v["sweep_seconds"] for v in arms),
               "cpu_total": time.process_time() - c_start, "cpu_train": seconds["cpu_train"],
-              "cpu_eval": seconds["cpu_eval"]}
+              "cpu_eval": seconds["cpu_eval"], "reused_runs": float(cache.reused)}
     result = SFTStudyResult(config, arms, runs, sweep, [it.task for it in test], base, timing, len(val))
     result.save(out)
     return result

@@ -26,6 +26,7 @@ class SFTStudyResult(Result):
 
     kind = "sft-study"
     config_type = StudyConfig
+    in_place = True  # its folder also holds the finished runs (runs/) a rerun resumes from
 
     config: StudyConfig
     variants: list[dict[str, Any]]
@@ -35,6 +36,11 @@ class SFTStudyResult(Result):
     base: dict[str, list[float]] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)
     n_val: int = 0
+
+    @classmethod
+    def unfinished(cls, folder: Path) -> bool:
+        """A study stopped before its end: finished runs in ``runs/``, no result yet (the same command resumes it)."""
+        return (folder / "runs").is_dir() and not (folder / "data.json").is_file()
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
@@ -131,10 +137,12 @@ class SFTStudyResult(Result):
         if t:
             lines += ["", f"Wall time {t.get('total', 0):.0f} s: training {t.get('train', 0):.0f} s, evaluation "
                           f"{t.get('eval', 0):.0f} s, loading and merging {t.get('other', 0):.0f} s (the lr sweep: "
-                          f"{t.get('sweep', 0):.0f} s of it)."]
+                          f"{t.get('sweep', 0):.0f} s of it)" + (f"; {t['reused_runs']:.0f} runs reused from an earlier "
+                                                                   "run of this study" if t.get("reused_runs") else "")
+                          + "."]
             if "cpu_total" in t:
-                lines[-1] += (f" CPU time of this process {t['cpu_total']:.0f} s: training {t['cpu_train']:.0f} s, "
-                              f"evaluation {t['cpu_eval']:.0f} s.")
+                lines[-1] += (f" CPU time of this process {t['cpu_total']:.0f} s: training {t['cpu_train']:.0f} s "
+                              f"(LoRA's merging and loading included), evaluation {t['cpu_eval']:.0f} s.")
         if len(self.config.seeds) < 3:
             lines += ["", f"Only {len(self.config.seeds)} seed(s): a smoke run, not the study (it needs 3 or more)."]
         return "\n".join(lines)

@@ -1,7 +1,7 @@
 """The Precise SFT study on a tiny Llama, on either line (issue 39): each arm trains only the parameters it names
 (counted element by element against a count by hand), LoRA's trained count is peft's own and matches Precise SFT's
 within half a rank, the merged LoRA model is the peft model, the lr sweep scores only validation items, and the
-saved result loads back equal."""
+saved result loads back equal; a rerun reuses every finished run."""
 
 from __future__ import annotations
 
@@ -158,3 +158,13 @@ def test_the_sweep_sees_only_validation_items_and_the_result_loads_back_equal(tm
         assert cell["low"] <= cell["mean"] <= cell["high"] and "vs_precise" in cell
     assert result.timing["train"] > 0 and result.timing["eval"] > 0
     assert "Precise SFT (random heads, draw 1)" in (tmp_path / "study" / "table.md").read_text()
+
+    # Run again into the same folder: every finished run is reused, nothing trains or scores again.
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished run was computed again")
+
+    monkeypatch.setattr(study._Trainer, "train", refuse)
+    monkeypatch.setattr(study._Trainer, "score", refuse)
+    again = study.run(config, tmp_path / "study", model=helpers.tiny_model("llama"), progress=False)
+    assert again.runs == result.runs and again.sweep == result.sweep and again.base == result.base
+    assert again.timing["reused_runs"] == len(calls)
