@@ -22,11 +22,13 @@ def main(argv: list[str] | None = None):
     add_arguments(parser, StudyConfig)
     parser.add_argument("--out", default="results/sft-study", help="the study's folder (default: results/sft-study)")
     args = parser.parse_args(argv)
+    from circuits.evaluation.study import key_components, run
+
     try:
         config = from_arguments(StudyConfig, args)
+        key_components(config)  # the key heads and MLPs exist, before any model loads
     except ValueError as e:  # a value the config refuses: one line, exit 2, as the command line does
         parser.error(str(e))
-    from circuits.evaluation.study import run
 
     result = run(config, args.out)
     print(result.markdown())
