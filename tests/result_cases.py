@@ -41,6 +41,8 @@ from circuits.identify.result import PerOperationConfig
 from circuits.results import Result
 from circuits.sft.compare import SFTComparison, TableConfig
 from circuits.sft.result import FinetuneResult
+from circuits.evaluation.study_config import STUDY_TRAIN, StudyConfig
+from circuits.evaluation.study_result import SFTStudyResult
 from circuits.sft.train import FinetuneConfig
 from circuits.types import Head
 from circuits.validate.ablation_kinds import AblationComparison, AblationKindsConfig, compare_ablations
@@ -68,6 +70,24 @@ def _sft_rows() -> list[dict[str, Any]]:
                      "tasks": tasks, "arithmetic_by_form": {"digits": 0.625, "words": 0.375},
                      "delta": {"gsm8k": acc - 0.1, "mmlu": 0.0, "perplexity": -10 * (acc - 0.1)}})
     return rows
+
+
+def _sft_study() -> SFTStudyResult:
+    """A Precise SFT study of two arms, two seeds, four items (by hand)."""
+    config = StudyConfig(train=STUDY_TRAIN.replace(model="tiny"), key_heads=(Head(1, 2), Head(0, 1)),
+                         arms=("precise", "full"), seeds=(0, 1), lrs=(1e-3, 1e-2), n_boot=50)
+    variants = [{"name": "Precise SFT (key heads)", "arm": "precise", "heads": [[1, 2], [0, 1]], "mlps": [], "draw": None,
+                 "lora_rank": None, "lr": 1e-2, "tuned_parameters": 4096, "sweep_seconds": 1.5},
+                {"name": "full SFT", "arm": "full", "heads": [], "mlps": [], "draw": None, "lora_rank": None, "lr": 1e-3,
+                 "tuned_parameters": 6_400_000, "sweep_seconds": 2.5}]
+    runs = [{"variant": v["name"], "seed": s, "lr": v["lr"], "correct": [1.0, float(s), 0.0, 1.0],
+             "logp": [-0.5, -1.25, -3.0, -0.25], "tuned_parameters": v["tuned_parameters"], "train_seconds": 0.75,
+             "steps": 3, "samples": 24, "losses": [2.5, 2.0, 1.75]} for v in variants for s in (0, 1)]
+    sweep = [{"variant": v["name"], "lr": lr, "seed": 0, "val_logp": -1.5, "val_acc": 0.5, "final_loss": 1.75}
+             for v in variants for lr in (1e-3, 1e-2)]
+    return SFTStudyResult(config, variants, runs, sweep, ["arithmetic:single", "arithmetic:word", "two_digit", "mmlu"],
+                          {"correct": [0.0, 1.0, 0.0, 1.0], "logp": [-1.0, -0.5, -4.0, -0.75]},
+                          {"total": 12.5, "train": 6.0, "eval": 4.0, "other": 2.5, "sweep": 8.0}, 12)
 
 
 def build_results(model: Any, tmp: Path) -> dict[str, Result]:
@@ -119,6 +139,7 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
     out["sft_table"] = SFTComparison(TableConfig(model="tiny", top_k=2, lr=1e-3, eval_tasks=("gsm8k", "mmlu", "perplexity")),
                                      _sft_rows(), heads[:2], "results/identify/addition", {"head_counts": [2, 4]},
                                      notes="The paper: 7.2 -> 9.8 on GSM8K.")
+    out["sft-study"] = _sft_study()
     out["evaluate"] = EvalResult(EvalConfig(model="tiny", tasks=("gsm8k", "mmlu", "perplexity"), limit=8), _tasks(0.25),
                                    {"digits": 0.5, "words": 0.25})
     out["screen"] = screen(model, pairs, ScreenConfig(**SOURCE, few_shot="on", filter_correct=False, verify=2),

@@ -3,6 +3,9 @@
 - :mod:`~circuits.evaluation.config`: :class:`EvalConfig` and the tasks (no torch).
 - :mod:`~circuits.evaluation.tasks`: the tasks, their documents and :func:`evaluate`.
 - :mod:`~circuits.evaluation.lm_eval`: an lm-eval ``LM`` that runs the model (either backend).
+- :mod:`~circuits.evaluation.study`: the Precise SFT study (``circuits sft-study``, issue 39): every arm trained and
+  scored per item (:mod:`~circuits.evaluation.study_items`), its config and result in ``study_config`` and
+  ``study_result``.
 
 Names are imported on first use, so the config is importable without torch.
 """

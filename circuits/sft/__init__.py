@@ -6,6 +6,8 @@
 - :mod:`~circuits.sft.train`: the training loop (AdamW on tuned rows only; resumable checkpoints).
 - :mod:`~circuits.sft.delta`: ``delta.pt``, the tuned slices that reproduce the trained model.
 - :mod:`~circuits.sft.data`: the training mixture, tokenized and batched.
+- :mod:`~circuits.sft.arms`: the Precise SFT study's random heads and LoRA (peft) arm (the study:
+  :mod:`circuits.evaluation.study`).
 - :mod:`~circuits.sft.compare`: Tables 1 and 2, variants trained from one base and evaluated.
 - :mod:`~circuits.sft.export`: a tuned model written out as a Hugging Face checkpoint (``circuits export``).
 

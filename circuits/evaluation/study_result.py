@@ -1,0 +1,182 @@
+"""The Precise SFT study's result (``circuits sft-study``): every run's per-item scores, the lr sweep, the timings,
+and the tables drawn from them (95% intervals over seeds and items; each arm's paired difference from Precise SFT,
+with Holm's correction over the arms of a task)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from circuits.io import read_json, write_json, write_text
+from circuits.results import Result, ResultError, check_fields
+from circuits.evaluation.study_config import StudyConfig
+
+REFERENCE = "precise"  # the arm every other is compared with (the paper's)
+
+
+@dataclass(eq=False, repr=False)
+class SFTStudyResult(Result):
+    """``variants``: one per arm and draw (``name``, ``arm``, ``heads``, ``mlps``, ``lr``, ``tuned_parameters``,
+    ``lora_rank``); ``base``: the untrained model's per-item scores; ``runs``: per variant and seed, the training
+    numbers and the test items' ``correct`` and ``logp``; ``sweep``: per variant and lr, the validation scores;
+    ``items``: the test items' tasks, in the order of every run's scores; ``timing``: seconds spent training and
+    evaluating (the sweep included)."""
+
+    kind = "sft-study"
+    config_type = StudyConfig
+    in_place = True  # its folder also holds the finished runs (runs/) a rerun resumes from
+
+    config: StudyConfig
+    variants: list[dict[str, Any]]
+    runs: list[dict[str, Any]]
+    sweep: list[dict[str, Any]]
+    items: list[str]
+    base: dict[str, list[float]] = field(default_factory=dict)
+    timing: dict[str, float] = field(default_factory=dict)
+    n_val: int = 0
+
+    @classmethod
+    def unfinished(cls, folder: Path) -> bool:
+        """A study stopped before its end: finished runs in ``runs/``, no result yet (the same command resumes it)."""
+        return (folder / "runs").is_dir() and not (folder / "data.json").is_file()
+
+    def to_json(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
+
+    def _write(self, folder: Path) -> None:
+        write_json(folder / "data.json", self.to_json())
+        write_text(folder / "table.md", self.markdown() + "\n")
+
+    @classmethod
+    def _read(cls, folder: Path, config: StudyConfig) -> SFTStudyResult:
+        path = folder / "data.json"
+        fields = check_fields(cls, read_json(path), path)
+        for name, numeric in _NUMERIC.items():
+            for i, row in enumerate(fields.get(name, [])):
+                _check_row(row, numeric, f"{path}: field '{name}[{i}]")
+        return cls(config=config, **fields)
+
+    # --- the tables -------------------------------------------------------------------------------------------
+
+    def scores(self, variant: str, what: str = "correct") -> Any:
+        """``[seed, item]`` scores of ``variant``'s runs (a tensor)."""
+        import torch
+
+        rows = [r[what] for r in self.runs if r["variant"] == variant]
+        if not rows:
+            raise KeyError(f"no runs of {variant!r}; variants: {', '.join(v['name'] for v in self.variants)}")
+        return torch.tensor(rows, dtype=torch.float64)
+
+    def tasks(self) -> dict[str, list[int]]:
+        from circuits.evaluation.study_items import tasks_of
+
+        return tasks_of([_Task(t) for t in self.items])
+
+    def table(self) -> list[dict[str, Any]]:
+        """Per variant and task: mean accuracy with its 95% interval over seeds and items, and (except for the
+        reference) the paired difference from Precise SFT with its interval, p and whether Holm's correction over the
+        variants of the task keeps it apart from 0."""
+        import torch
+
+        from circuits.patching.core.uncertainty import holm
+        from circuits.evaluation.study_items import difference, interval
+
+        tasks = self.tasks()
+        names = [v["name"] for v in self.variants]
+        ref = next((v["name"] for v in self.variants if v["arm"] == REFERENCE), None)
+        rows = []
+        base = torch.tensor([self.base["correct"]], dtype=torch.float64) if self.base else None
+        for name in names:
+            x = self.scores(name)
+            row: dict[str, Any] = {"name": name, "n_runs": x.shape[0], "tasks": {}}
+            for task, idx in tasks.items():
+                cell: dict[str, Any] = {"n": len(idx)}
+                cell["mean"], cell["low"], cell["high"] = interval(x[:, idx], self.config.n_boot)
+                if base is not None:
+                    cell["base"] = float(base[:, idx].mean())
+                if ref is not None and name != ref:
+                    d, lo, hi, p = difference(x[:, idx], self.scores(ref)[:, idx], self.config.n_boot)
+                    cell["vs_precise"] = {"diff": d, "low": lo, "high": hi, "p": p}
+                row["tasks"][task] = cell
+            rows.append(row)
+        for task in tasks:
+            compared = [r for r in rows if "vs_precise" in r["tasks"][task]]
+            apart, _ = holm([r["tasks"][task]["vs_precise"]["p"] for r in compared])
+            for r, a in zip(compared, apart):
+                r["tasks"][task]["vs_precise"]["apart_holm"] = a
+        return rows
+
+    def markdown(self) -> str:
+        rows = self.table()
+        tasks = list(self.tasks())
+        v = {x["name"]: x for x in self.variants}
+        lines = [f"Accuracy % (95% interval over {len(self.config.seeds)} seeds and the items); in brackets, the paired "
+                 "difference from Precise SFT (key heads) with its interval, * where Holm's correction over the arms "
+                 "keeps it apart from 0.", "",
+                 "| arm | lr | tuned params | " + " | ".join(f"{t} (n={len(i)})" for t, i in self.tasks().items()) + " |",
+                 "| " + " | ".join(["---"] * (len(tasks) + 3)) + " |"]
+        if self.base:
+            first = rows[0]["tasks"] if rows else {}
+            lines.append("| base | - | - | " + " | ".join(f"{100 * first[t]['base']:.1f}" for t in tasks) + " |")
+        for row in rows:
+            cells = []
+            for t in tasks:
+                c = row["tasks"][t]
+                text = f"{100 * c['mean']:.1f} [{100 * c['low']:.1f}, {100 * c['high']:.1f}]"
+                if "vs_precise" in c:
+                    d = c["vs_precise"]
+                    text += (f" ({100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+                             f"{'*' if d.get('apart_holm') else ''})")
+                cells.append(text)
+            var = v[row["name"]]
+            lines.append(f"| {row['name']} | {var['lr']:g} | {var['tuned_parameters'] / 1e6:.3f}M | " + " | ".join(cells)
+                         + " |")
+        t = self.timing
+        if t:
+            lines += ["", f"Wall time {t.get('total', 0):.0f} s: training {t.get('train', 0):.0f} s, evaluation "
+                          f"{t.get('eval', 0):.0f} s, loading and merging {t.get('other', 0):.0f} s (the lr sweep: "
+                          f"{t.get('sweep', 0):.0f} s of it)" + (f"; {t['reused_runs']:.0f} runs reused from an earlier "
+                                                                   "run of this study" if t.get("reused_runs") else "")
+                          + "."]
+            if "cpu_total" in t:
+                lines[-1] += (f" CPU time of this process {t['cpu_total']:.0f} s: training {t['cpu_train']:.0f} s "
+                              f"(LoRA's merging and loading included), evaluation {t['cpu_eval']:.0f} s.")
+        if len(self.config.seeds) < 3:
+            lines += ["", f"Only {len(self.config.seeds)} seed(s): a smoke run, not the study (it needs 3 or more)."]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _Task:
+    task: str
+
+
+# The numbers (or lists of numbers; None where marked) of each row of the loosely declared list fields.
+_NUMERIC = {"variants": {"tuned_parameters": False, "lr": False, "lora_rank": True, "draw": True, "sweep_seconds": True,
+                         "target_parameters": True, "heads": False, "mlps": False},
+            "runs": {"seed": False, "lr": False, "correct": False, "logp": False, "tuned_parameters": False,
+                     "train_seconds": False, "steps": False, "samples": False, "losses": False},
+            "sweep": {"lr": False, "seed": False, "val_logp": False, "val_acc": False, "final_loss": False}}
+
+
+def _check_row(row: Any, numeric: dict[str, bool], where: str) -> None:
+    """Every named number of ``row`` a number (or a list, or list of pairs, of them; None where allowed), else one
+    :class:`ResultError` line naming the file and the field."""
+    if not isinstance(row, dict):
+        raise ResultError(f"{where}' is a {type(row).__name__}, not an object")
+
+    def number(x: Any) -> bool:
+        return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+    for key, nullable in numeric.items():
+        if key not in row:
+            if nullable:
+                continue
+            raise ResultError(f"{where}.{key}' is missing")
+        v = row[key]
+        flat = v if isinstance(v, list) else [v]
+        flat = [y for x in flat for y in (x if isinstance(x, list) else [x])]
+        if not all(number(x) or (nullable and x is None) for x in flat):
+            raise ResultError(f"{where}.{key}' holds {str(v)[:40]!r}, not numbers")

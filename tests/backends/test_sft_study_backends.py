@@ -1,0 +1,170 @@
+"""The Precise SFT study on a tiny Llama, on either line (issue 39): each arm trains only the parameters it names
+(counted element by element against a count by hand), LoRA's trained count is peft's own and matches Precise SFT's
+within half a rank, the merged LoRA model is the peft model, the lr sweep scores only validation items, and the
+saved result loads back equal; a rerun reuses every finished run."""
+
+from __future__ import annotations
+
+import helpers
+import pytest
+import torch
+
+from circuits.data.arithmetic import arithmetic_train_items
+from circuits.evaluation import study
+from circuits.sft.data import tokenize_examples
+from circuits.evaluation.study_config import STUDY_TRAIN, StudyConfig
+from circuits.evaluation.study_result import SFTStudyResult
+from circuits.types import Head
+
+try:
+    import peft  # noqa: F401
+
+    HAVE_PEFT = True
+except ImportError:
+    HAVE_PEFT = False
+needs_peft = pytest.mark.skipif(not HAVE_PEFT, reason="peft is not installed (pip install -e '.[peft]'): the LoRA "
+                                                      "arm's tests need it")
+
+D, DH, GROUP, D_MLP = 64, 16, 2, 96  # the tiny Llama: d_model, d_head, query heads per K/V head, d_mlp
+KEY = (Head(1, 0), Head(2, 3))
+
+
+def _config(**kw) -> StudyConfig:
+    train = STUDY_TRAIN.replace(model=str(helpers.tiny_dir("llama")), sources=("arithmetic",), n_arithmetic=24,
+                                batch_size=8, micro_batch_size=4, max_length=32, warmup_ratio=0.0)
+    base = dict(train=train, key_heads=KEY, key_mlps=(1,), random_draws=2, seeds=(0, 1, 2), lrs=(1e-3, 1e-2),
+                per_form=4, two_digit=8, val_per_form=3, n_boot=100)
+    return StudyConfig(**{**base, **kw})
+
+
+def _by_hand(heads, mlps=()) -> int:
+    """Q and O rows of each head, K and V rows of each K/V head any of them reads, whole MLPs (no biases: Llama)."""
+    kv = {(h.layer, h.head // GROUP) for h in heads}
+    return len(heads) * 2 * D * DH + len(kv) * 2 * D * DH + len(mlps) * 3 * D * D_MLP
+
+
+def _data(model, seed=0):
+    return {seed: tokenize_examples(model.tokenizer, arithmetic_train_items(24, seed), 32)}
+
+
+def test_each_arm_trains_only_the_parameters_it_names():
+    model = helpers.tiny_model("llama")
+    config = _config(arms=("precise", "random", "precise_mlps", "full"))
+    arms = study.variants(config, model, KEY, (1,), None)
+    trainer = study._Trainer(config, model, _data(model))
+    total = sum(p.numel() for p in model.parameters())
+    for v in arms:
+        heads = tuple(Head(*h) for h in v["heads"])
+        trainer.restore()
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        _, stats = trainer.train(v, 1e-2, 0)
+        changed = sum(int((p.detach() != before[n]).sum()) for n, p in model.named_parameters())
+        assert changed == v["tuned_parameters"] == stats["tuned_parameters"], v["name"]
+        if v["arm"] == "full":
+            # every weight but the zero placeholder biases (3.9) and the norm weights, folded into the next matrices
+            # (on 4.3 still parameters: 2 per layer and the final one)
+            placeholders = sum(int((b == 0).all()) * b.numel() for n, b in before.items() if "b_" in n.split(".")[-1])
+            assert total - placeholders - 7 * D <= changed <= total
+        else:
+            assert changed == _by_hand(heads, v["mlps"]), v["name"]
+        if v["arm"] == "random":
+            assert not set(heads) & set(KEY) and all(1 <= h.layer <= 2 for h in heads)
+    draws = [tuple(map(tuple, v["heads"])) for v in arms if v["arm"] == "random"]
+    assert len(set(draws)) == 2
+
+
+@needs_peft
+def test_lora_count_is_peft_own_and_matches_precise_sft_within_half_a_rank():
+    from circuits.models.sources import load_hf_reference
+    from circuits.sft.arms import lora_per_rank, lora_rank, wrap_lora
+    from circuits.evaluation.study_config import LORA_TARGETS
+
+    hf = load_hf_reference(helpers.tiny_dir("llama"))
+    per_rank = lora_per_rank(hf, LORA_TARGETS)
+    assert per_rank == 3 * (2 * (D + D) + 2 * (D + D // GROUP))  # per layer q, o: 64 in + 64 out; k, v: 64 + 32
+    target = _by_hand(KEY)
+    r = lora_rank(target, per_rank)
+    wrapped = wrap_lora(hf, r, LORA_TARGETS, seed=0)
+    plain = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
+    trainable, _ = wrapped.get_nb_trainable_parameters()
+    assert plain == trainable == r * per_rank
+    assert abs(trainable - target) <= per_rank / 2
+    model = helpers.tiny_model("llama")
+    arm = study.variants(_config(arms=("precise", "lora")), model, KEY, (), per_rank)
+    assert arm[1]["lora_rank"] == r and arm[1]["tuned_parameters"] == trainable == r * per_rank
+    assert arm[1]["target_parameters"] == arm[0]["tuned_parameters"] == target
+
+
+@needs_peft
+def test_lora_trains_only_its_adapters_and_the_merged_model_is_the_peft_model():
+    from circuits.models.forward import pad_token_id
+    from circuits.models.sources import load_hf_reference
+    from circuits.sft.arms import merged_model, train_lora
+    from circuits.evaluation.study_config import LORA_TARGETS
+
+    model = helpers.tiny_model("llama")
+    tokens = torch.tensor([model.tokenizer("12 + 34 = 46\n7 + 8 = ").input_ids])
+    hf = load_hf_reference(helpers.tiny_dir("llama"))
+    base = {n: p.detach().clone() for n, p in hf.named_parameters()}
+    run = _config().run_config(lr=1e-2, seed=0, full=True)
+    wrapped, stats = train_lora(hf, _data(model)[0], run, 2, LORA_TARGETS, pad_token_id(model))
+    changed = {n for n, p in wrapped.named_parameters() if "lora_" not in n
+               and not torch.equal(p, base[n.removeprefix("base_model.model.").replace(".base_layer", "")])}
+    assert not changed  # the base weights are untouched; only the adapters trained
+    assert stats["tuned_parameters"] == sum(p.numel() for n, p in wrapped.named_parameters() if "lora_" in n)
+    assert any(not torch.equal(p, torch.zeros_like(p)) for n, p in wrapped.named_parameters() if "lora_B" in n)
+    with torch.no_grad():
+        expected = wrapped(input_ids=tokens).logits
+    merged = merged_model(wrapped, model.tokenizer, "float32", "cpu")
+    with torch.no_grad():
+        got = merged(tokens)
+        untrained = model(tokens)
+    assert torch.allclose(got, expected, atol=1e-4), float((got - expected).abs().max())
+    assert not torch.allclose(got, untrained, atol=1e-3)  # (and the training moved it)
+
+
+def test_the_sweep_sees_only_validation_items_and_the_result_loads_back_equal(tmp_path, monkeypatch):
+    arms = ("precise", "random", "precise_mlps", "full") + (("lora",) if HAVE_PEFT else ())
+    config = _config(arms=arms)
+    calls = []
+    real = study.score_items
+
+    def recording(model, items, batch_size=16):
+        calls.append([it.context for it in items])
+        return real(model, items, batch_size)
+
+    monkeypatch.setattr(study, "score_items", recording)
+    result = study.run(config, tmp_path / "study", model=helpers.tiny_model("llama"), progress=False)
+    assert SFTStudyResult.load(tmp_path / "study") == result
+    n_var = len(result.variants)
+    assert n_var == len(arms) + 1  # two random draws
+    test = set(calls[0])  # the base model, on the test items
+    per_variant = len(config.lrs) + len(config.seeds)
+    assert len(calls) == 1 + n_var * per_variant
+    for k in range(n_var):
+        block = calls[1 + k * per_variant: 1 + (k + 1) * per_variant]
+        sweep, final = block[: len(config.lrs)], block[len(config.lrs):]
+        assert all(not set(c) & test for c in sweep)  # the sweep never scores a test item
+        assert all(set(c) == test for c in final)
+    for v in result.variants:
+        mine = [s for s in result.sweep if s["variant"] == v["name"]]
+        assert v["lr"] == max(mine, key=lambda s: s["val_logp"])["lr"]
+        runs = [r for r in result.runs if r["variant"] == v["name"]]
+        assert [r["seed"] for r in runs] == [0, 1, 2] and all(len(r["correct"]) == len(result.items) for r in runs)
+    rows = result.table()
+    assert "vs_precise" not in rows[0]["tasks"]["arithmetic"]
+    for row in rows[1:]:
+        cell = row["tasks"]["arithmetic"]
+        assert cell["low"] <= cell["mean"] <= cell["high"] and "vs_precise" in cell
+    assert result.timing["train"] > 0 and result.timing["eval"] > 0
+    assert "Precise SFT (random heads, draw 1)" in (tmp_path / "study" / "table.md").read_text()
+
+    # Run again into the same folder: every finished run is reused, nothing trains or scores again.
+    def refuse(*args, **kwargs):
+        raise AssertionError("a finished run was computed again")
+
+    monkeypatch.setattr(study._Trainer, "train", refuse)
+    monkeypatch.setattr(study._Trainer, "score", refuse)
+    again = study.run(config, tmp_path / "study", model=helpers.tiny_model("llama"), progress=False)
+    assert again.runs == result.runs and again.sweep == result.sweep and again.base == result.base
+    assert again.timing["reused_runs"] == len(calls)
