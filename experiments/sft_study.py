@@ -32,6 +32,7 @@ def main(argv: list[str] | None = None):
 
     result = run(config, args.out)
     print(result.markdown())
+    print(result.time_line())
     return result
 
 

@@ -338,13 +338,19 @@ def commands(model: Path, ident: Path, delta: Path) -> dict[str, tuple[list[str]
         "evaluate": (["evaluate", "--model", str(model), "--tasks", "arithmetic", "--limit", "3", "--device", "cpu"],
                      "out"),
         "export": (["export", "--delta", str(delta)], "out"),
+        "sft-study": (["sft-study", "--model", str(model), "--key-heads", "1.0,2.3", "--key-mlps", "1", "--arms",
+                       "precise,random,lora,full", "--random-draws", "1", "--data", "arithmetic", "--n-arithmetic",
+                       "16", "--batch-size", "4", "--micro-batch-size", "4", "--steps", "2", "--max-length", "32",
+                       "--lrs", "1e-3", "--seeds", "0", "--per-form", "2", "--two-digit", "2", "--val-per-form", "2",
+                       "--mmlu", "0", "--commonsenseqa", "0", "--shots", "0", "--n-boot", "20", "--no-progress"],
+                      "out"),
         "mib": (["mib", str(ident)], "importances.json"),
         "report": (["report", str(ident)], "report.html"),
     }
 
 
 # What a run records of itself rather than computes: measured time and speed, and where a resumed run started.
-_OF_THE_RUN = ("seconds", "_per_s", "resumed_from")
+_OF_THE_RUN = ("seconds", "_per_s", "resumed_from", "timing")
 
 
 def _timeless(value):

@@ -112,7 +112,8 @@ def check_heads_from(config: object) -> object:
     from circuits.results import MARKER, detect_kind, read_config
 
     folder = getattr(config, "heads_from", None)
-    if folder:
+    reads = getattr(config, "reads_heads_from", None)  # a default --heads-from another flag makes unused
+    if folder and (reads is None or reads()):
         path = Path(folder).expanduser()
         if not (path / MARKER).is_file() and not any(path.glob("*/summary.json")):
             raise ValueError(f"{folder} holds no identify result; pass the output folder of `circuits identify`")

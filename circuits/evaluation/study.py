@@ -43,8 +43,7 @@ def key_components(config: StudyConfig) -> tuple[tuple[Head, ...], tuple[int, ..
     """The key heads and key MLPs: as listed, else the top ``top_k`` / ``top_mlps`` of ``heads_from`` (a missing
     folder is one line, before any model loads)."""
     heads, mlps = config.key_heads, config.key_mlps
-    need_mlps = "precise_mlps" in config.arms and not mlps
-    if not heads or need_mlps:
+    if config.reads_heads_from():
         if not (Path(config.heads_from) / "config.json").is_file():
             raise ValueError(f"--heads-from {config.heads_from}: no identify result there; run `circuits identify "
                              "--task addition --out results/identify/addition` first, or list --key-heads and "
@@ -258,4 +257,5 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
 
 def printout(args: argparse.Namespace, config: StudyConfig, result: SFTStudyResult, seconds: float) -> None:
     print(result.markdown())
+    print(result.time_line())
     print(f"-> {args.out}/table.md")

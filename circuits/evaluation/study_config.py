@@ -81,6 +81,10 @@ class StudyConfig(Config):
     def model(self) -> str:
         return self.train.model
 
+    def reads_heads_from(self) -> bool:
+        """Whether ``heads_from`` is read: for key heads not listed, or key MLPs not listed where an arm tunes them."""
+        return not self.key_heads or ("precise_mlps" in self.arms and not self.key_mlps)
+
     def run_config(self, *, lr: float, seed: int, heads: tuple[Head, ...] = (), mlps: tuple[int, ...] = (),
                    full: bool = False) -> FinetuneConfig:
         """The training config of one run: the shared run with this arm's parameters, lr and seed."""

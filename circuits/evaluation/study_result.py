@@ -39,8 +39,11 @@ class SFTStudyResult(Result):
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
-        """A study stopped before its end: finished runs in ``runs/``, no result yet (the same command resumes it)."""
-        return (folder / "runs").is_dir() and not (folder / "data.json").is_file()
+        """A study stopped before its end: finished runs in ``runs/``, and, killed during its final save, the files it
+        writes (:func:`circuits.results.unfinished_run`; the same command resumes it)."""
+        from circuits.results import unfinished_run
+
+        return unfinished_run(folder, cls.kind, "runs")
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
@@ -133,9 +136,17 @@ class SFTStudyResult(Result):
             var = v[row["name"]]
             lines.append(f"| {row['name']} | {var['lr']:g} | {var['tuned_parameters'] / 1e6:.3f}M | " + " | ".join(cells)
                          + " |")
+        if len(self.config.seeds) < 3:
+            lines += ["", f"Only {len(self.config.seeds)} seed(s): a smoke run, not the study (it needs 3 or more)."]
+        return "\n".join(lines)
+
+    def time_line(self) -> str:
+        """Where the run's time went (measured, so printed and kept in data.json's ``timing``, never in table.md:
+        a resumed run's table equals an uninterrupted one's)."""
+        lines: list[str] = []
         t = self.timing
         if t:
-            lines += ["", f"Wall time {t.get('total', 0):.0f} s: training {t.get('train', 0):.0f} s, evaluation "
+            lines += [f"Wall time {t.get('total', 0):.0f} s: training {t.get('train', 0):.0f} s, evaluation "
                           f"{t.get('eval', 0):.0f} s, loading and merging {t.get('other', 0):.0f} s (the lr sweep: "
                           f"{t.get('sweep', 0):.0f} s of it)" + (f"; {t['reused_runs']:.0f} runs reused from an earlier "
                                                                    "run of this study" if t.get("reused_runs") else "")
@@ -143,8 +154,6 @@ class SFTStudyResult(Result):
             if "cpu_total" in t:
                 lines[-1] += (f" CPU time of this process {t['cpu_total']:.0f} s: training {t['cpu_train']:.0f} s "
                               f"(LoRA's merging and loading included), evaluation {t['cpu_eval']:.0f} s.")
-        if len(self.config.seeds) < 3:
-            lines += ["", f"Only {len(self.config.seeds)} seed(s): a smoke run, not the study (it needs 3 or more)."]
         return "\n".join(lines)
 
 
