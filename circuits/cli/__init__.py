@@ -155,13 +155,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if os.environ.get("RANK", "0") == "0":  # under torchrun, one line for all ranks
             print("circuits: interrupted", file=sys.stderr)
-        return 130
+        return 143 if _TERMINATED.is_set() else 130  # SIGTERM before the command's own try (its imports): 128 + 15
     except Exception:  # an import that Ctrl-C broke half-way fails later with an error of its own (numpy: "cannot
         if debug or not _INTERRUPTED.is_set():  # load module more than once per process"): still the interruption
             raise
         if os.environ.get("RANK", "0") == "0":
             print("circuits: interrupted", file=sys.stderr)
-        return 130
+        return 143 if _TERMINATED.is_set() else 130
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)

@@ -372,6 +372,26 @@ sys.exit(C.main([]))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["job.py"], list(tmp_path.iterdir())
 
 
+def test_sigterm_while_the_command_imports_exits_143_not_130(tmp_path):
+    """SIGTERM that lands before the command's own try (while ``_main`` imports torch and the job) unwound as Ctrl-C
+    and exited 130; a batch system reads 143 (128 + SIGTERM). Sent from inside ``_main`` itself: the moment is
+    certain."""
+    code = """
+import os, signal, sys
+import circuits.cli as C
+def importing(argv):
+    os.kill(os.getpid(), signal.SIGTERM)
+    for _ in range(10_000_000):  # the handler runs at the next bytecode boundary, here
+        pass
+    return 0
+C._main = importing
+sys.exit(C.main([]))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=120)
+    assert (proc.returncode, proc.stderr) == (143, "circuits: interrupted\n"), proc.stderr
+
+
 # --- what a job replaces: decided before the work, from its own file list ----------------------------------------
 
 def test_overwrite_granted_up_front_holds_for_the_jobs_own_save(tmp_path):
