@@ -21,6 +21,16 @@ def check_mib_arguments(args: argparse.Namespace) -> Any:
         raise ValueError(f"--out {args.out}: MIB's graph is a .json file (e.g. .../importances.json)")
     if out.is_dir() or (out.exists() and not args.overwrite):
         raise ValueError(f"--out {args.out} exists; pass --overwrite to replace it")
+    if out.exists() or out.is_symlink():  # --overwrite replaces a graph file, never a file circuits mib did not write
+        from circuits.patching.interchange.mib import read
+
+        try:
+            if out.is_symlink():
+                raise ValueError("a symbolic link")
+            read(out)
+        except ValueError as err:
+            raise ValueError(f"--out {args.out} is not a MIB graph file ({str(err).splitlines()[0][:120]}); "
+                             "--overwrite replaces only a graph file: choose another --out") from None
     if args.metric is not None and args.metric not in METRIC_NAMES:
         raise ValueError(f"--metric {args.metric!r}: accepted: {', '.join(METRIC_NAMES)}")
     top = args.top

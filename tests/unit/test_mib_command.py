@@ -77,6 +77,7 @@ def test_circuits_mib_writes_what_mib_read_reads_back(made, kind, capsys):
 @pytest.mark.parametrize("argv,says", [
     (["--out", "{root}/x.txt"], "MIB's graph is a .json file"),
     (["--out", "{root}/id.json"], "exists; pass --overwrite"),
+    (["--out", "{root}/id.json", "--overwrite"], "is not a MIB graph file"),  # the user's own file: kept
     (["--out", "{root}/y.json", "--metric", "nope"], "--metric 'nope': accepted"),
     (["--out", "{root}/y.json", "--top", "2.5"], "--top 2.5: a count"),
 ])
@@ -99,3 +100,11 @@ def test_scores_of_another_model_are_refused(made):
         mib.graph_of(4, 4, 64, nodes=result.scores("fraction"))
     with pytest.raises(ValueError, match="measured on another model"):
         mib.graph_of(2, 4, 64, edges=result.edges.scores("fraction"))
+
+
+def test_overwrite_replaces_a_graph_file_it_wrote(made):
+    root, _ = made
+    out = root / "again.json"
+    assert cli_main(["mib", str(root / "id"), "--out", str(out)]) == 0
+    assert cli_main(["mib", str(root / "id"), "--out", str(out), "--top", "2", "--overwrite"]) == 0
+    assert int(mib.read(out).edges_in_graph.sum()) == 2  # the second run's graph, not the first's
