@@ -28,6 +28,12 @@ DEFAULT_METRIC = "fraction"
 # circuits positions, in logits as Stolfo et al.), MIB's arithmetic metric, the logit difference. These two are the
 # only named metric defaults; everywhere else the metric is passed.
 MIB_METRIC = "logit_diff"
+# How a circuit of size s (a fraction of n nodes or edges) counts what it keeps: the toolkit's own functions take
+# round(s * n) with halves up (DEFAULT_COUNT); the jobs that follow MIB take int(s * n) as MIB's circuit track does
+# (MIB_COUNT). The only two named count defaults (circuits.patching.circuit_curves.curve.n_kept_at applies them).
+COUNTS: tuple[str, ...] = ("round", "floor")
+DEFAULT_COUNT = "round"
+MIB_COUNT = "floor"
 # The rule that picks key components unless told otherwise (circuits.patching.core.ranking.KeyRule parses it).
 DEFAULT_KEY_RULE = f"{DEFAULT_METRIC}>=0.05"
 

@@ -111,3 +111,30 @@ def test_eap_ig_scores_are_mibs_graph(tiny_llama, tokenizer):
     assert isinstance(g, MIBGraph) and g == ig.to_mib(d)
     torch.testing.assert_close(g.edges, ig.importance("edges").float(), equal_nan=True)
     assert [(a, b) for (a, b), _ in ig.ranked(5, "edges")] == ig.top(5, "edges")
+
+
+def test_one_size_count_rule_per_setting():
+    """Issue 38: a circuit of size s counts its nodes one way per setting, named once in circuits.types: round(s * n)
+    in the toolkit's own functions (DEFAULT_COUNT), int(s * n) in the MIB-style faithfulness job (MIB_COUNT), and no
+    literal count default anywhere else."""
+    import inspect
+    import re
+    from pathlib import Path
+
+    import circuits
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.patching.circuit_curves import circuit_curve, circuit_masks
+    from circuits.patching.circuit_curves.curve import n_kept_at
+    from circuits.patching.circuit_curves.edge_curves import edge_masks
+    from circuits.types import DEFAULT_COUNT, MIB_COUNT
+
+    assert (DEFAULT_COUNT, MIB_COUNT) == ("round", "floor")
+    assert FaithfulnessConfig.__dataclass_fields__["count"].default == MIB_COUNT
+    for fn in (n_kept_at, circuit_masks, edge_masks, circuit_curve):
+        assert inspect.signature(fn).parameters["count"].default == DEFAULT_COUNT, fn
+    assert n_kept_at(0.05, 30, DEFAULT_COUNT) == 2 and n_kept_at(0.05, 30, MIB_COUNT) == 1  # 1.5 nodes: up, down
+    root = Path(circuits.__file__).parent
+    literal = re.compile(r'(?<!`)\bcount(: [^=,()\n]+)? ?= ?(option\()?"|_COUNT = "')  # code, not ``docs``
+    found = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py") if p.name != "types.py"
+             for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
+    assert found == [], found

@@ -11,7 +11,7 @@ from circuits.config import option, redefault
 from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSource, check_metric
 from circuits.patching.engines.registry import node_engines
-from circuits.types import METRIC_NAMES, MIB_METRIC
+from circuits.types import COUNTS, METRIC_NAMES, MIB_COUNT, MIB_METRIC
 
 # The rankings the job scores by default: the engine registry's entries that score every head and MLP
 # (circuits.patching.engines.registry.node_engines(); an engine registered later is accepted too), each read as:
@@ -27,10 +27,9 @@ RANKINGS: tuple[str, ...] = tuple(node_engines())
 MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 POSITIONS: tuple[str, ...] = ("end", "all")
 ABLATIONS: tuple[str, ...] = ("counterfactual", "mean", "zero")
-# EAP-IG's interpolation grids (circuits.patching.engines.eap_ig.GRIDS) and how a size counts its nodes
-# (circuits.patching.circuit_curves.COUNTS): here too so the config imports no torch; a unit test checks they agree.
+# EAP-IG's interpolation grids (circuits.patching.engines.eap_ig.GRIDS): here too so the config imports no torch; a
+# unit test checks they agree. How a size counts its nodes is circuits.types.COUNTS (MIB_COUNT by default here).
 IG_GRIDS: tuple[str, ...] = ("left", "right")
-COUNTS: tuple[str, ...] = ("round", "floor")
 # Which ranking's curve CPR is read from (issue 43): MIB reads CPR from the curve of the signed ranking (a node that
 # pushes the metric the wrong way ranks last) and CMD from the absolute one (run_evaluation.py --absolute;
 # print_results.py takes CPR from the abs-False file, CMD from the abs-True one). "absolute" reads both from the
@@ -73,7 +72,7 @@ class FaithfulnessConfig(PairSource):
     ig_grid: str = option("left", choices=IG_GRIDS, help="EAP-IG's alphas: left, k/steps for k = 0..steps-1 (what MIB's "
                                                          "circuit track runs, its pinned EAP-IG's edge code), or right, "
                                                          "k = 1..steps (the library before Dec 2024, its node code)")
-    count: str = option("floor", choices=COUNTS, help="a size s keeps int(s * n) nodes or edges (floor, MIB's circuit "
+    count: str = option(MIB_COUNT, choices=COUNTS, help="a size s keeps int(s * n) nodes or edges (floor, MIB's circuit "
                                                       "track) or round(s * n) (round)")
     n_boot: int = option(1000, minimum=0, help="bootstrap resamples over pairs for the intervals (0: none)")
     cpr_ranking: str = option("signed", choices=CPR_RANKINGS, help="the curve CPR is read from: signed (the signed "

@@ -53,7 +53,7 @@ Public signature::
 
     circuit_curve(model, pairs, heads=None, mlps=None, *, neurons=None, edges=None, sizes=MIB_SIZES,
                   ablation="counterfactual", positions="end", metric=MIB_METRIC, n_boot=1000, level=0.95, seed=0,
-                  memory_mb=1024, count="round") -> FaithfulnessCurve
+                  memory_mb=1024, count=DEFAULT_COUNT) -> FaithfulnessCurve
         # nodes: heads [layer, head], mlps [layer], neurons {layer: [d_mlp]}; or edges [sender, receiver] over
         # edge_senders x edge_receivers (END only)
     edge_senders(model), edge_receivers(model), edge_valid(model) -> [sender, receiver] bool

@@ -17,6 +17,7 @@ from circuits.io import Shapes
 from circuits.patching.core.metrics import Metric
 from circuits.patching.core.ranking import order
 from circuits.patching.core.uncertainty import percentile_interval, resample_pairs
+from circuits.types import COUNTS, DEFAULT_COUNT
 
 
 MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -61,10 +62,9 @@ def check_metric(metric: str | Metric) -> str | Metric:
     return check_choice("metric", metric, READOUTS)
 
 
-COUNTS = ("round", "floor")
 
 
-def n_kept_at(size: float, n: int, count: str = "round") -> int:
+def n_kept_at(size: float, n: int, count: str = DEFAULT_COUNT) -> int:
     """How many of ``n`` items a circuit of ``size`` (a fraction) keeps: ``round(size * n)`` with halves rounded up
     (``count="round"``), or ``int(size * n)`` as MIB's ``evaluate_area_under_curve`` counts (``"floor"``)."""
     check_choice("count", count, COUNTS)
@@ -123,7 +123,7 @@ def _node_scores(heads: Tensor, mlps: Tensor | None, neurons: Mapping[int, Tenso
 
 def circuit_masks(heads: Float[Tensor, "layer head"], mlps: Float[Tensor, " layer"] | None = None,
                   neurons: Mapping[int, Float[Tensor, " d_mlp"]] | None = None,
-                  sizes: Sequence[float] = MIB_SIZES, count: str = "round") -> NodeMasks:
+                  sizes: Sequence[float] = MIB_SIZES, count: str = DEFAULT_COUNT) -> NodeMasks:
     """The circuits of a node ranking at ``sizes`` (one row each), in the order given: the top
     ``round(size * n_nodes)`` nodes by score (higher is more important; ties by index, :func:`order`)."""
     sizes = check_sizes(sizes)

@@ -15,7 +15,7 @@ from circuits.models.backend import Model
 from circuits.patching.core.end_layers import check_supported
 from circuits.patching.circuit_curves.curve import n_kept_at
 from circuits.patching.core.ranking import order
-from circuits.types import Component, Receiver, eap_upstream
+from circuits.types import DEFAULT_COUNT, Component, Receiver, eap_upstream
 
 
 # --- edges at END -------------------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ def edge_valid(model: Model) -> Bool[Tensor, "sender receiver"]:
     return torch.tensor([[edge_upstream(s, r) for r in edge_receivers(model)] for s in edge_senders(model)])
 
 
-def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float], count: str = "round"
+def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float], count: str = DEFAULT_COUNT
                ) -> tuple[Tensor, Tensor, int]:
     """Which edges each size keeps ``[circuit, sender, receiver]`` (the top ``round(size * n_edges)`` by score, ties by
     index through :func:`order`), ``n_kept [circuit]`` and ``n_edges``."""

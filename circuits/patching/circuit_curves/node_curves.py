@@ -22,6 +22,7 @@ from circuits.patching.circuit_curves.curve import (ABLATIONS, COUNTS, MIB_SIZES
                                                   curve_from, metric_of)
 from circuits.patching.circuit_curves.edge_curves import check_edge_model, edge_masks, edge_valid
 from circuits.patching.core.metrics import MIB_METRIC, Metric
+from circuits.types import DEFAULT_COUNT
 
 
 def _full_and_empty(masks: NodeMasks) -> NodeMasks:
@@ -55,7 +56,7 @@ def circuit_curve(
     level: float = 0.95,
     seed: int = 0,
     memory_mb: float = 1024,
-    count: str = "round",
+    count: str = DEFAULT_COUNT,
 ) -> FaithfulnessCurve:
     """The faithfulness curve of a node ranking (``heads``, ``mlps``, ``neurons``) or of an edge ranking
     (``edges``), see the module docstring of :mod:`circuits.patching.circuit_curves`.
