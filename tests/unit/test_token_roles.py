@@ -122,6 +122,9 @@ def test_attention_by_role_says_no_roles_given(tiny_llama, tmp_path, capsys):
     assert not fig.data  # no bars of 100% "other"
     texts = [a.text for a in fig.layout.annotations]
     assert any(t.startswith("custom: no roles given") for t in texts) and any("no roles given" in t for t in texts[1:])
+    from circuits.viz.sections import _roles_text
+
+    assert "No roles given for custom" in _roles_text(back)  # the report's section says so too
     print_attention(type("A", (), {"out": "x"})(), back.config, back, 0.0)
     assert "custom: no roles given (1 pairs mark no operand or operator" in capsys.readouterr().out
 
@@ -165,6 +168,9 @@ def test_the_view_aligns_both_operators_in_the_operator_column(tiny_llama, token
     orange = [s.x0 for s in fig.layout.shapes if s.line.color == "#ff7f0e"]
     assert orange == [c, c]
     assert "aligned by token role across 2 templates" in fig.layout.title.text
+    from circuits.viz.analysis_sections import _columns_text
+
+    assert "the columns are token roles" in _columns_text(load_result(tmp_path / "pos"))
 
 
 def test_positions_from_pairs_of_two_templates_align_by_role(tiny_llama, tokenizer, tmp_path):
