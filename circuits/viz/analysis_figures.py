@@ -127,7 +127,7 @@ def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, S
                          dtick=1 if n_layers <= 40 else 4, row=1, col=c)
     for role, color in ROLE_COLORS.items():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line={"color": color, "dash": "dot"}, name=f"{role} position"))
-    width = max(900, 60 * len(tokens) + 300)
+    width = max(900, 50 * len(tokens) + 300)  # 18 role columns fit a 1280 px window
     fig.update_layout(title=dict(text=wrap(title, width // 9)), height=max(480, 18 * n_layers + 260), width=width,
                       margin=dict(t=100, r=140, b=160), xaxis_tickangle=-60, xaxis2_tickangle=-60,
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top"))
