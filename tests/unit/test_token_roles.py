@@ -167,7 +167,7 @@ def test_the_view_aligns_both_operators_in_the_operator_column(tiny_llama, token
     assert list(fig.data[0].x) == aligned["columns"]
     orange = [s.x0 for s in fig.layout.shapes if s.line.color == "#ff7f0e"]
     assert orange == [c, c]
-    assert "aligned by token role across 2 templates" in fig.layout.title.text
+    assert "aligned by token role across 2 templates" in fig.layout.title.text.replace("<br>", " ")
     from circuits.viz.analysis_sections import _columns_text
 
     assert "the columns are token roles" in _columns_text(load_result(tmp_path / "pos"))
