@@ -214,3 +214,22 @@ def test_pairs_without_roles_are_refused_before_the_sweep(tiny_llama, tmp_path, 
                       progress=False)
     with pytest.raises(ValueError, match="cannot be aligned"):
         check_alignable(read_pairs_file(tiny_llama, path).pairs)
+
+
+def test_the_cli_says_each_refusal_in_one_line_and_writes_nothing(tmp_path, capsys):
+    from helpers import tiny_dir
+
+    from circuits.cli import main as cli_main
+
+    flags = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "off", "--no-progress"]
+    cases = [([{"prompt": "7 + 5 = ", "counterfactual": "7 @ 5 = ", "answer": "12", "roles": {"A": [0, 40]}}],
+              "line 1: roles.A [0, 40] is not a span inside the prompt of 8 characters"),
+             ([{"prompt": "hello there", "counterfactual": "hello where", "answer": " x"}],
+              "1 of 1 pairs mark no operand, operator or '=' (pair 1, 'hello there')")]
+    for i, (rows, message) in enumerate(cases):
+        path = _write(tmp_path / f"p{i}.jsonl", rows)
+        assert cli_main(["positions", *flags, "--pairs-file", str(path), "--out", str(tmp_path / f"out{i}")]) == 2
+        lines = [line for line in capsys.readouterr().err.splitlines()
+                 if line.strip() and "weights" not in line and "shards" not in line]
+        assert len(lines) == 1 and message in lines[0], lines
+        assert not (tmp_path / f"out{i}").exists()
