@@ -37,11 +37,11 @@ from circuits.data.templates import (
     templates_for,
 )
 from circuits.data.pair_config import CounterfactualKind, FewShot, PairConfig, PrefixPolicy  # noqa: F401  (light)
+from circuits.data.roles import ROLES, check_positions, equals_span, line_spans, template_spans
 from circuits.io import read_jsonl, write_jsonl
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
 from circuits.timing import stage
 
-ROLES = ("A", "B", "operator")
 _SLOT = re.compile(r"(\{[A-Z0-9]+\})")
 # Tied slots copy their source in the reference and take another value in the counterfactual.
 _TIED = {"QOBJECT": ("OBJECT", OBJECTS), "QNAME": ("NAME", NAMES)}
@@ -300,7 +300,8 @@ def token_positions(tokenizer: Any, text: str, spans: dict[str, list[tuple[int, 
 
 
 def render(template: Template, fill: dict[str, str]) -> tuple[str, dict[str, list[tuple[int, int]]]]:
-    """Fill a template; return the text and the character spans of the role slots."""
+    """Fill a template; return the text and the character spans of the role slots (and of ``equals``, the words after
+    the last of them: :mod:`circuits.data.roles`)."""
     text = ""
     spans: dict[str, list[tuple[int, int]]] = {r: [] for r in ROLES}
     for piece in _SLOT.split(template.text):
@@ -316,6 +317,9 @@ def render(template: Template, fill: dict[str, str]) -> tuple[str, dict[str, lis
         if role:
             spans[role].append((len(text), len(text) + len(value)))
         text += value
+    eq = equals_span(text, spans)  # "=", "equals to", "? A:": what asks for the answer after the last role
+    if eq is not None:
+        spans["equals"] = [eq]
     return text, spans
 
 
@@ -487,6 +491,8 @@ def read_pairs(path: str | Path) -> list[PromptPair]:
             if key not in row or bad:
                 raise ValueError(f"{path}, line {i}: {key} must be {'a token id' if key[-1] == 'd' else 'token ids'} "
                                  f"(integers >= 0), got {str(row.get(key))[:80]}")
+        if "roles" in row:  # token positions inside the reference prompt (a bad one indexed past it, or from its end)
+            check_positions(row["roles"], len(row["reference_token_ids"]), f"{path}, line {i}")
         try:
             pairs.append(PromptPair.from_json(row))
         except (TypeError, ValueError) as err:
@@ -758,7 +764,9 @@ def as_batch(pairs: Pairs, model: Model) -> PairBatch:
 def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, *,
                     filter_correct: bool = False) -> PairSet:
     """Your own prompt pairs (``--pairs-file``): a JSONL file, one ``{"prompt", "counterfactual", "answer"}`` object a
-    line (``"answers": [...]`` instead of ``"answer"``: its first is the answer; ``"id"``: a name for the pair), each
+    line (``"answers": [...]`` instead of ``"answer"``: its first is the answer; ``"id"``: a name for the pair;
+    ``"roles"``: the character spans of its operands, operator and ``=`` in ``prompt``, :mod:`circuits.data.roles`,
+    derived from the template where the prompt's last line has a template's form and the line gives none), each
     made with :func:`~circuits.data.pairs.make_pair` (an answer of one token or several, prompts of equal token
     length) and scored by the model, so the result records its accuracy on them as on the templates' pairs. The first
     ``n_pairs`` lines are read; ``filter_correct`` keeps only those the model answers. A bad line is one
@@ -780,11 +788,24 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
                                                                               answer)):
             raise ValueError(f"--pairs-file {path}, line {i}: expected an object with string fields prompt, "
                              f"counterfactual and answer (or answers: [...]), got {str(row)[:120]}")
+        where = f"--pairs-file {path}, line {i}"
+        # Token roles (issue 40): the line's character spans, or the template its prompt's last line matches
+        if "roles" in row:
+            spans = line_spans(row["roles"], row["prompt"], where)
+        else:
+            found = template_spans(row["prompt"])
+            spans = found[1] if found else {}
         try:
-            pairs.append(make_pair(model.tokenizer, row["prompt"], row["counterfactual"], answer,
-                                   template_id=str(row.get("id", f"file/{i}"))))
+            pair = make_pair(model.tokenizer, row["prompt"], row["counterfactual"], answer,
+                             template_id=str(row.get("id", f"file/{i}")))
         except (PromptError, ValueError) as err:
-            raise ValueError(f"--pairs-file {path}, line {i}: {err}") from None
+            raise ValueError(f"{where}: {err}") from None
+        roles = token_positions(model.tokenizer, pair.reference, spans) if spans else {}
+        empty = [r for r, v in roles.items() if not v]
+        if empty:
+            raise ValueError(f"{where}: roles.{empty[0]} {list(spans[empty[0]][0])} covers no token of the prompt "
+                             f"({row['prompt'][slice(*spans[empty[0]][0])]!r}); give a span over the role's text")
+        pairs.append(replace(pair, roles=roles))
         check_context(len(pairs[-1].reference_token_ids), model.cfg.n_ctx, f"--pairs-file {path}, line {i}")
     hit, p_ans = _forced_scores(model, pairs, "reference")
     cf_hit, cf_p = _forced_scores(model, pairs, "counterfactual")

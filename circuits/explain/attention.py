@@ -38,6 +38,12 @@ from circuits.viz.notebook import ShowsFigure
 ROLE_NAMES = ("A", "B", "operator", "answer_prefix", "few_shot", "other")
 
 
+def has_roles(pair: PromptPair) -> bool:
+    """Whether the pair marks any of its operands or operator (a pairs-file line without ``roles`` whose prompt
+    matches no template marks none: every position would read as "other")."""
+    return any(pair.roles.get(r) for r in ("A", "B", "operator"))
+
+
 def role_of_positions(pair: PromptPair) -> list[str]:
     """The role of every position of the reference prompt (see the module docstring)."""
     n = len(pair.reference_token_ids)
@@ -229,13 +235,23 @@ def attention_html(
 def attention_roles(model: Model, pairs: Sequence[PromptPair], heads: Sequence[Head], *,
                     config: RolesConfig | None = None, batch_size: int = 32) -> AttentionRoles:
     """Figure 5: where each head looks from END, by token role, averaged over the prompts of each operation
-    (pairs are grouped by their ``operation``)."""
+    (pairs are grouped by their ``operation``). Pairs without roles (:func:`has_roles`) are left out and counted
+    (``n_without_roles``); an operation none of whose pairs has roles is saved as ``no_roles_given`` (no means), so
+    the figure and the command line say so instead of showing 100% "other"."""
     by_op: dict[str, list[PromptPair]] = {}
     for p in pairs:
         by_op.setdefault(p.operation, []).append(p)
     heads = [Head(*h) for h in heads]
-    return AttentionRoles(config if config is not None else RolesConfig(), heads,
-                          {op: role_attention(model, ps, heads, batch_size).to_json() for op, ps in by_op.items()})
+    out: dict[str, dict[str, Any]] = {}
+    for op, ps in by_op.items():
+        marked = [p for p in ps if has_roles(p)]
+        if marked:
+            out[op] = role_attention(model, marked, heads, batch_size).to_json()
+        else:
+            out[op] = {"heads": [list(h) for h in heads], "roles": list(ROLE_NAMES), "n_prompts": 0,
+                       "no_roles_given": True}
+        out[op]["n_without_roles"] = len(ps) - len(marked)
+    return AttentionRoles(config if config is not None else RolesConfig(), heads, out)
 
 
 @dataclass(eq=False, repr=False)

@@ -111,7 +111,12 @@ def _share(d: dict, i: int, role: str) -> str:
 def print_attention(args: argparse.Namespace, config: RolesConfig, r: AttentionRoles, seconds: float) -> None:
     level = next((d["ci_level"] for d in r.by_operation.values() if "ci_level" in d), None)
     for op, d in r.by_operation.items():
-        print(f"  {op} ({d.get('n_prompts', '?')} prompts): " + ", ".join(
+        if d.get("no_roles_given"):
+            print(f"  {op}: no roles given ({d.get('n_without_roles', '?')} pairs mark no operand or operator: give "
+                  "\"roles\" in the pairs file, docs/identify.md#token-roles)")
+            continue
+        skipped = f", {d['n_without_roles']} without roles left out" if d.get("n_without_roles") else ""
+        print(f"  {op} ({d.get('n_prompts', '?')} prompts{skipped}): " + ", ".join(
             f"{h} {role} {_share(d, i, role)}" for i, (h, role) in enumerate(d.get("dominant", {}).items())))
     ci = f" [{level:.0%} bootstrap interval over prompts]" if level is not None else ""
     print(f"the most-attended role of each head and its share of END's attention{ci}, {seconds:.0f} s "

@@ -54,7 +54,8 @@ def number_tokens(tokenizer: Any, max_number: int = 999) -> dict[int, str]:
 def operand_tokens(pair: PromptPair) -> tuple[int, int]:
     """Token ids of operands A and B in the reference prompt (the last token of each role span)."""
     if not pair.roles.get("A") or not pair.roles.get("B"):
-        raise ValueError(f"Pair {pair.reference[-60:]!r} has no A/B role positions; build it from a template.")
+        raise ValueError(f"Pair {pair.reference[-60:]!r} has no A/B role positions; build it from a template, or give "
+                         "\"roles\" in its pairs-file line (docs/identify.md#token-roles).")
     ids = pair.reference_token_ids
     return ids[pair.roles["A"][-1]], ids[pair.roles["B"][-1]]
 

@@ -19,7 +19,7 @@ from circuits.types import DEFAULT_METRIC
 from circuits.viz.colours import BEFORE, CATEGORICAL, IMPORTANT, RANDOM, ROLE_COLOURS, category, important_trace
 from circuits.viz.figures import LEGEND, _arr, _rate_top, colorbar_title, importance_scale, knockout_figure, metric_info, wrap
 
-ROLE_COLORS = {r: ROLE_COLOURS[r] for r in ("A", "B", "operator")}  # the roles the information flow marks
+ROLE_COLORS = {r: ROLE_COLOURS[r] for r in ("A", "B", "operator", "equals")}  # the roles the information flow marks
 
 
 def screen_scatter(screen: Sequence[float], exact: Sequence[float], labels: Sequence[str], kinds: Sequence[str],
@@ -93,22 +93,28 @@ def screen_figure(result: Any) -> go.Figure:
 
 def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, Sequence[int]], title: str,
                 metric: Any = DEFAULT_METRIC, head_index: Any = None, sign: int | None = None,
-                positions: Sequence[int] | None = None) -> go.Figure:
+                positions: Sequence[int] | None = None, x_labels: Sequence[str] | None = None,
+                notes: Sequence[str] | None = None) -> go.Figure:
     """The information flow of Stolfo et al. (2023): activation-patching effect by layer (rows) and position
     (columns, the prompt's tokens up to END), for attention (the strongest head of each layer) and for the MLPs;
     the operand and operator positions (from the template roles, indices into ``tokens``) are marked. ``positions``:
     each column's position in the prompt, its label's number (``29:␣``, as the attention views number tokens; default
-    the column's index)."""
+    the column's index). ``x_labels``: the columns' names instead (the view aligned by token role: ``operator``,
+    ``B+1``); ``notes``: a line per column for the hover (how many pairs it averages)."""
     name, sign, _ = metric_info(metric, sign)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("attention (strongest head per layer)", "MLP (own scale, hover)"),
                         horizontal_spacing=0.08)
     n_layers = _arr(mlps).shape[0]
-    x = [f"{i if positions is None else positions[i]}:{visible_token(t)}" for i, t in enumerate(tokens)]
+    x = list(x_labels) if x_labels is not None else [
+        f"{i if positions is None else positions[i]}:{visible_token(t)}" for i, t in enumerate(tokens)]
     for c, z in enumerate((heads, mlps), 1):
         zz = _arr(z)
         m = float(np.nanmax(np.abs(zz))) or 1.0
         text = ([[f"head {int(head_index[l][k])}" for k in range(zz.shape[1])] for l in range(n_layers)]
                 if c == 1 and head_index is not None else None)
+        if notes is not None:  # a line per column (how many pairs it averages)
+            text = [[(f"{text[l][k]}<br>" if text else "") + notes[k] for k in range(zz.shape[1])]
+                    for l in range(n_layers)]
         fig.add_trace(go.Heatmap(z=zz, x=x, y=list(range(n_layers)), colorscale=importance_scale(sign), zmid=0,
                                  zmin=-m, zmax=m, text=text, colorbar=_own_bar(c, name, sign, x=1.01),
                                  hovertemplate="layer %{y}, token %{x}<br>" + ("%{text}<br>" if text else "") +
@@ -121,7 +127,7 @@ def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, S
                          dtick=1 if n_layers <= 40 else 4, row=1, col=c)
     for role, color in ROLE_COLORS.items():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line={"color": color, "dash": "dot"}, name=f"{role} position"))
-    width = max(900, 60 * len(tokens) + 300)
+    width = max(900, 50 * len(tokens) + 300)  # 18 role columns fit a 1280 px window
     fig.update_layout(title=dict(text=wrap(title, width // 9)), height=max(480, 18 * n_layers + 260), width=width,
                       margin=dict(t=100, r=140, b=160), xaxis_tickangle=-60, xaxis2_tickangle=-60,
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top"))

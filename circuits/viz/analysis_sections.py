@@ -50,8 +50,21 @@ def positions_section(page: Page, found: list) -> str:
         f"<p class='what'>Activation patching of every head and MLP at every position ({len(r.pairs)} pairs, "
         f"exact: only positions from the patch to END recompute, from a cached prefix; {r.seconds:.0f} s), as "
         f"Stolfo et al.'s information flow: which layers at which positions carry the operands and operator "
-        f"to the answer. Dotted lines mark the operand (A, B) and operator positions of the labelling "
-        f"prompt.</p>"))
+        f"to the answer. {_columns_text(r)}</p>"))
+
+
+def _columns_text(r: Any) -> str:
+    """What the flow figure's columns are (:mod:`circuits.beyond.positions.align`)."""
+    al = r.alignment()
+    if al is None:
+        return ("No roles given: the columns are positions counted back from END, labelled with one prompt, and no "
+                "operand or operator is marked.")
+    if al.by_role:
+        return (f"The pairs come from {len({p.template_id for p in r.pairs})} templates, so the columns are token "
+                "roles (A, operator, B, equals, END, and offsets from the nearest of them), each pair read at its own "
+                "offset; dotted lines mark the role columns.")
+    return ("Every pair has the same token layout, so the columns are one prompt's positions, token for token; dotted "
+            "lines mark its operand (A, B), operator and '=' positions.")
 
 
 def neurons_section(page: Page, found: list) -> str:

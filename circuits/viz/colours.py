@@ -34,7 +34,8 @@ CATEGORICAL = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2",
 
 # One colour per token role in every figure and every panel (the operands as in the information-flow figure).
 ROLE_COLOURS = {"A": "#1f77b4", "B": "#2ca02c", "operator": "#ff7f0e", "answer_prefix": "#9467bd",
-                "few_shot": "#bcbd22", "other": "#c7c7c7"}
+                "few_shot": "#bcbd22", "other": "#c7c7c7",
+                "equals": "#9467bd"}  # "=": the answer prefix's own words (attention by role counts them there)
 
 
 def importance_scale(sign: int) -> str:

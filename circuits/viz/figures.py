@@ -415,10 +415,19 @@ def roles_panels(by_operation: dict[str, dict], title: str = "END-row attention 
     and each row's title says its number of prompts."""
     ops = list(by_operation)
     level = next((r["ci_level"] for r in by_operation.values() if "ci_level" in r), None)
-    names = [f"{op} (n = {by_operation[op].get('n_prompts', '?')} prompts)" for op in ops]
+    names = [f"{op}: no roles given ({by_operation[op].get('n_without_roles', '?')} pairs mark no operand or operator)"
+             if by_operation[op].get("no_roles_given") else
+             f"{op} (n = {by_operation[op].get('n_prompts', '?')} prompts"
+             + (f"; {by_operation[op]['n_without_roles']} without roles left out" if by_operation[op].get(
+                 "n_without_roles") else "") + ")" for op in ops]
     fig = make_subplots(rows=len(ops), cols=1, subplot_titles=names, shared_xaxes=True)
     for i, op in enumerate(ops):
         r = by_operation[op]
+        if r.get("no_roles_given"):  # nothing drawn: every position would read as "other"
+            fig.add_annotation(text="no roles given: the pairs mark no operand or operator (\"roles\" in the pairs "
+                                    "file, docs/identify.md)", showarrow=False, font=dict(size=14),
+                               xref=f"x{i + 1 if i else ''} domain", yref=f"y{i + 1 if i else ''} domain", x=0.5, y=0.5)
+            continue
         sub = roles_figure([f"{l}.{h}" for l, h in r["heads"]], r["roles"], r["mean"], op, r.get("ci_low"),
                            r.get("ci_high"))
         for tr in sub.data:

@@ -272,9 +272,20 @@ def roles_section(page: Page, found: list[Found]) -> str:
 
 def _roles_text(r: Any) -> str:
     ops = r.by_operation
-    dom = next(iter(ops.values())).get("dominant", {})
+    dom = next((d["dominant"] for d in ops.values() if d.get("dominant")), {})
     rule = r.config_json().get("key_rule")
     heads = _top_label_of(rule, len(dom)) if dom else "heads"
+    bare = [op for op, d in ops.items() if d.get("no_roles_given")]
+    if bare:  # never a page of 100% "other": the pairs mark no operand or operator
+        return (f"<p class='note'>No roles given for {_e(', '.join(bare))}: the pairs mark no operand or operator "
+                f"(a pairs file without \"roles\" whose prompts match no template; docs/identify.md), so attention by "
+                f"role is not shown for them.</p>" + ("" if len(bare) == len(ops) else _roles_text_of(ops, heads, bare)))
+    return _roles_text_of(ops, heads, [])
+
+
+def _roles_text_of(ops: dict, heads: str, bare: list[str]) -> str:
+    ops = {op: d for op, d in ops.items() if op not in bare}
+    dom = next(iter(ops.values())).get("dominant", {})
     return (f"<p class='what'>Where each of the {_e(heads)} (the key rule's heads first) looks from END: its attention summed over the tokens of each "
             f"role (operands A and B, the operator, the answer prefix, the few-shot prefix, the rest), averaged "
             f"over prompts of each operation (Figure 5). Most-attended role on {_e(next(iter(ops)))}: "

@@ -41,7 +41,8 @@ def test_the_flow_figure_numbers_tokens_by_their_position_in_the_prompt(tiny_lla
     from circuits.beyond.positions.job import run as run_positions
     from circuits.explain.attention import visible_tokens
 
-    pc = PositionConfig(**SOURCE, few_shot="on", filter_correct=False, offsets=(0, 1, 2))
+    # one template, so the view is the token view (pairs of several templates get columns by role: test_token_roles)
+    pc = PositionConfig(**SOURCE, template="addition/0", few_shot="on", filter_correct=False, offsets=(0, 1, 2))
     r = run_positions(pc.replace(n_pairs=2), tmp_path / "positions", model=tiny_llama, progress=False)
     fig = r.figure()
     labels = list(fig.data[0].x)

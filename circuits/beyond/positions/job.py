@@ -1,8 +1,10 @@
 """The per-position sweep as a job and a saved result: ``circuits positions`` (Stolfo et al. 2023's information flow).
 
 A saved folder holds ``summary.json`` (effects by layer, head and offset from END in every metric, each pair's END
-and first differing position), ``positions.pt`` (the per-pair patched values), ``pairs.jsonl``, ``flow.html`` (the
-figure), ``config.json`` and ``circuits.json``."""
+and first differing position; ``aligned``: the figure's columns by token role, each pair's offset in each and the
+effects per column, :mod:`circuits.beyond.positions.align`), ``positions.pt`` (the per-pair patched values),
+``pairs.jsonl`` (with each pair's token roles), ``flow.html`` (the figure), ``config.json`` and ``circuits.json``. Pairs
+that mark no token role are refused before the sweep (their positions cannot be aligned)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from circuits.data.answers import at_answer_position
 from circuits.data.pairs import FewerPairsWarning, build_pairs
 from circuits.data.templates import templates_for
 from circuits.patching.engines.position_sweep import sweep_positions
+from circuits.beyond.positions.align import check_alignable
 from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.result import PositionResult, token_strings
 
@@ -48,6 +51,8 @@ def run(config: PositionConfig, out: str | Path, *, model: Model | None = None,
     # Answer token k (issue 42): both prompts teacher-forced with its first k tokens, END moved to END + k, and the
     # offsets counted back from there; a pair whose answer is too short is one line before the sweep.
     pairs = at_answer_position(pairs, config.answer_position, model.tokenizer)
+    # Columns by token role (issue 40): a pair that marks no role cannot be aligned with the others; one line now
+    check_alignable(pairs, str(config.pairs_file or config.pairs_from or config.task))
     start = time.perf_counter()
     sweep = sweep_positions(model, pairs, offsets=config.offsets or None, memory_mb=config.memory_mb, progress=progress)
     result = PositionResult(config, pairs, sweep, time.perf_counter() - start)

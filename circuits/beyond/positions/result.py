@@ -12,6 +12,7 @@ from circuits.patching.core.metrics import METRICS
 from circuits.patching.engines.position_sweep import PositionSweep
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.results import Result, number
+from circuits.beyond.positions.align import Alignment, align, aligned_effects, check_alignable
 from circuits.beyond.positions.config import PositionConfig
 
 
@@ -44,24 +45,55 @@ class PositionResult(Result):
 
         return Validity.measure(len(self.pairs), **baseline_checks(self.sweep.baseline))
 
+    def alignment(self) -> Alignment | None:
+        """The view's columns by token role (:func:`~circuits.beyond.positions.align.align`), or None when some pair
+        marks no role (a result saved before pairs had roles, or made by hand: the figure then aligns from END)."""
+        try:
+            check_alignable(self.pairs)
+        except ValueError:
+            return None
+        return align(self.pairs) if self.pairs else None
+
     def summary(self) -> dict[str, Any]:
         metrics = {}
         for name in METRICS:
             h, m = self.sweep.effects(name)
             metrics[name] = {"head_effects": h.tolist(), "mlp_effects": m.tolist()}
-        return {"model": getattr(self.config, "model", ""), "task": getattr(self.config, "task", ""),
-                "n_pairs": len(self.pairs), "offsets": "counted back from END (0 is END)",
-                "ends": self.sweep.ends.tolist(), "first_difference": self.sweep.first_diff.tolist(),
-                "metrics": metrics, "seconds": self.seconds, "tokens": self.tokens,
-                "validity": self.validity().to_json(), "warnings": self.validity().lines()}
+        out = {"model": getattr(self.config, "model", ""), "task": getattr(self.config, "task", ""),
+               "n_pairs": len(self.pairs), "offsets": "counted back from END (0 is END)",
+               "ends": self.sweep.ends.tolist(), "first_difference": self.sweep.first_diff.tolist(),
+               "metrics": metrics, "seconds": self.seconds, "tokens": self.tokens,
+               "validity": self.validity().to_json(), "warnings": self.validity().lines()}
+        al = self.alignment()
+        if al is not None:  # the columns by token role, each pair's offset in each, and the effects per column
+            out["aligned"] = al.to_json()
+            out["aligned"]["metrics"] = {}
+            for name in METRICS:
+                h, m = aligned_effects(self.sweep, al, self.sweep.metric(name))
+                out["aligned"]["metrics"][name] = {"head_effects": h.tolist(), "mlp_effects": m.tolist()}
+        return out
 
     def figure(self, metric: str | None = None):
         from circuits.viz.analysis_figures import flow_figure
         from circuits.viz.figures import model_label
 
         metric = metric or self.metric
-        heads, mlps = self.sweep.effects(metric)
         sign = METRICS[metric].sign
+        al = self.alignment()
+        what = (f"{getattr(self.config, 'task', '')}: activation patching at each position on "
+                f"{model_label(getattr(self.config, 'model', ''))} ({len(self.pairs)} pairs), {metric}; ")
+        if al is not None and al.by_role:
+            heads, mlps = aligned_effects(self.sweep, al, self.sweep.metric(metric))
+            best = (heads * sign).nan_to_num(-float("inf")).argmax(1)  # [layer, column]
+            head_best = heads.gather(1, best[:, None]).squeeze(1)
+            n = len(self.pairs)
+            templates = len({p.template_id for p in self.pairs})
+            notes = [f"{k} of {n} pairs" for k in al.n_pairs()]
+            return flow_figure(head_best, mlps, al.labels, al.role_columns(),
+                               what + f"columns aligned by token role across {templates} templates (each pair read at "
+                               "its own offset; positions between roles counted from the nearest one)", metric,
+                               best.tolist(), x_labels=al.labels, notes=notes)
+        heads, mlps = self.sweep.effects(metric)
         p = self.representative()
         end = p.end
         lo = max(0, min(int(f) for f in self.sweep.first_diff) - 4) if len(self.pairs) else 0
@@ -72,11 +104,11 @@ class PositionResult(Result):
             str(t) for t in p.reference_token_ids]
         pos = [end - k for k in shown]
         roles = {r: [pos.index(x) for x in v if x in pos] for r, v in p.roles.items()}
-        return flow_figure(head_best[:, shown], mlps[:, shown], [tokens[x] for x in pos], roles,
-                           f"{getattr(self.config, 'task', '')}: activation patching at each position on "
-                           f"{model_label(getattr(self.config, 'model', ''))} ({len(self.pairs)} pairs), {metric}; positions "
-                           f"aligned from END, labelled with one prompt", metric, best[:, shown].tolist(),
-                           positions=pos)  # numbered by the prompt's positions, as the attention views are
+        how = ("every pair has the same token layout, so positions align from END token for token (labelled with "
+               "one prompt)" if al is not None else
+               "no roles given: positions aligned from END only, labelled with one prompt")
+        return flow_figure(head_best[:, shown], mlps[:, shown], [tokens[x] for x in pos], roles, what + how, metric,
+                           best[:, shown].tolist(), positions=pos)  # numbered by the prompt's positions, as the attention views are
 
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
