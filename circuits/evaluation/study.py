@@ -164,9 +164,13 @@ class _Runs:
         return value
 
 
-def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bool = True) -> SFTStudyResult:
+def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bool = True,
+        share: tuple[int, int] | None = None) -> SFTStudyResult | None:
     """The study of ``config``, saved in ``out`` (see the module docstring); finished runs are kept in ``out/runs/``
-    and reused by a rerun (:class:`_Runs`)."""
+    and reused by a rerun (:class:`_Runs`). With ``config.workers`` N > 1, N processes first run the variants dealt
+    to them (``share=(i, N)``: variants i, i + N, ...; each writes its finished runs to ``out/runs/``, and returns
+    nothing), then this process reads every run back and writes the result: the same runs, seeds and numbers as one
+    process gives."""
     from circuits.sft.job import check_data
 
     t_start, c_start = time.perf_counter(), time.process_time()
@@ -214,9 +218,12 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
 
     base = cache.get({"base": True, "train": train_key, "items": test_key}, lambda: trainer.score(model, test))
     say(f"base model scored on {len(test)} test items")
+    if share is None and config.workers > 1 and len(arms) > 1:
+        _run_workers(config, Path(out), min(config.workers, len(arms)))
+    mine_only = arms if share is None else arms[share[0]::share[1]]
     sweep, runs = [], []
     sweep_seed = config.seeds[0]
-    for v in arms:
+    for v in mine_only:
         t0 = time.perf_counter()
         for lr in config.lrs:
             def sweep_run(lr: float = lr) -> dict[str, Any]:
@@ -244,6 +251,8 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
             runs.append({"variant": v["name"], "seed": seed, "lr": v["lr"], **done})
             say(f"{v['name']} seed {seed}: test accuracy {sum(done['correct']) / len(test):.3f}")
     trainer.restore()
+    if share is not None:
+        return None
     total = time.perf_counter() - t_start
     seconds = trainer.seconds
     timing = {"total": total, "train": seconds["train"], "eval": seconds["eval"],
@@ -253,6 +262,38 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
     result = SFTStudyResult(config, arms, runs, sweep, [it.task for it in test], base, timing, len(val))
     result.save(out)
     return result
+
+
+def _worker(config: StudyConfig, out: Path, index: int, n: int) -> None:
+    run(config, out, progress=True, share=(index, n))
+
+
+def _run_workers(config: StudyConfig, out: Path, n: int) -> None:
+    """Runs :func:`run` on ``n`` shares of the variants in ``n`` spawned processes, each with ``config.threads``
+    threads or an equal share of the cores; one that fails fails the study, naming it."""
+    import multiprocessing
+    import os
+
+    threads = config.threads or max(1, len(os.sched_getaffinity(0)) // n)
+    cfg = config.replace(threads=threads, workers=1)
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_worker, args=(cfg, out, i, n), name=f"sft-study worker {i}", daemon=True)
+             for i in range(n)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            p.join()
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join()
+    failed = [p.name for p in procs if p.exitcode != 0]
+    if failed:
+        raise RuntimeError(f"{', '.join(failed)} of the study failed (exit codes "
+                           f"{', '.join(str(p.exitcode) for p in procs if p.exitcode != 0)}); its output is above; "
+                           f"finished runs are kept in {out / 'runs'} and reused by a rerun")
 
 
 def printout(args: argparse.Namespace, config: StudyConfig, result: SFTStudyResult, seconds: float) -> None:

@@ -66,7 +66,10 @@ class StudyConfig(Config):
     shots: int = count(5, minimum=0, maximum=5, help="solved examples before each MMLU/CommonsenseQA question (0: none)")
     eval_batch_size: int = count(16, maximum=100_000)
     n_boot: int = count(2000, maximum=100_000, help="bootstrap resamples of seeds and items")
-    threads: int = count(0, minimum=0, help="torch threads (0: the cores available to this process)")
+    threads: int = count(0, minimum=0, help="torch threads per process (0: the cores available, shared among the "
+                                            "workers)")
+    workers: int = count(1, maximum=64, help="processes that train and score variants at the same time (each its own "
+                                             "copy of the model; the variants dealt round-robin)")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_heads", tuple(Head.parse(h) for h in self.key_heads))

@@ -168,3 +168,21 @@ def test_the_sweep_sees_only_validation_items_and_the_result_loads_back_equal(tm
     again = study.run(config, tmp_path / "study", model=helpers.tiny_model("llama"), progress=False)
     assert again.runs == result.runs and again.sweep == result.sweep and again.base == result.base
     assert again.timing["reused_runs"] == len(calls)
+
+
+def test_workers_run_the_same_study_as_one_process(tmp_path):
+    """``--workers 2``: two spawned processes train and score the variants dealt to them, then the study reads their
+    runs back. Same variants, lrs, seeds, items and per-item scores as one process (log-probabilities within float
+    noise: the processes run one thread each)."""
+    config = _config(arms=("precise", "random"), lrs=(1e-3,), threads=1)
+    one = study.run(config, tmp_path / "one", model=helpers.tiny_model("llama"), progress=False)
+    two = study.run(config.replace(workers=2), tmp_path / "two", progress=False)
+    assert [v["name"] for v in two.variants] == [v["name"] for v in one.variants]
+    assert [(v["lr"], v["heads"]) for v in two.variants] == [(v["lr"], v["heads"]) for v in one.variants]
+    assert len(two.runs) == len(one.runs) == 3 * len(config.seeds)
+    for a, b in zip(one.runs, two.runs):
+        assert (a["variant"], a["seed"], a["correct"]) == (b["variant"], b["seed"], b["correct"])
+        assert torch.allclose(torch.tensor(a["logp"]), torch.tensor(b["logp"]), atol=1e-4)
+    # the workers wrote every run; the study itself trained nothing (all its runs were read back)
+    assert two.timing["reused_runs"] == len(two.variants) * (len(config.lrs) + len(config.seeds))
+    assert SFTStudyResult.load(tmp_path / "two") == two
