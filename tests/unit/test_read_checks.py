@@ -479,3 +479,39 @@ def test_an_accuracy_outside_0_1_in_any_results_table_is_refused(tmp_path):
     with pytest.raises(ResultError) as info:
         load_result(folder)
     assert "svamp.accuracy_after is 1.5, not a share in [0, 1]" in one_line(info.value, "tr")
+
+
+# --- faithfulness.pt: a ranking's edge scores by shape and finiteness, as its node scores -------------------------
+
+def test_faithfulness_edge_scores_are_checked_by_shape_and_finiteness(tiny_llama, tmp_path):
+    """The edge scores of an EAP-IG ranking are [sender, receiver] of the model its head scores are of (1 + L (H + 1)
+    senders, L (3H + 1) + 1 receivers) and finite; before issue 41's re-run they were checked for kind only, so a
+    table one row short, of one axis, or holding NaN loaded and failed (or ranked wrongly) later."""
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.faithfulness.job import faithfulness
+    from circuits.data.pairs import build_pairs
+
+    pairs = build_pairs(tiny_llama, "addition", n_pairs=2, filter_correct=False, few_shot="on", progress=False).pairs
+    r = faithfulness(tiny_llama, pairs, FaithfulnessConfig(model="tiny", rankings=("eap-ig",), sizes=(0.2, 0.5),
+                                                           positions=("end",), n_boot=0), progress=False)
+    folder = r.save(tmp_path / "f")
+    L, H = tiny_llama.cfg.n_layers, tiny_llama.cfg.n_heads
+    assert tuple(r.scores["eap-ig"]["edges"].shape) == (1 + L * (H + 1), L * (3 * H + 1) + 1)
+    back = load_result(folder)  # a real result loads back as it was
+    assert all(torch.equal(back.scores["eap-ig"][k], v) for k, v in r.scores["eap-ig"].items())
+    pt = folder / "faithfulness.pt"
+    original = pt.read_bytes()
+    edges = r.scores["eap-ig"]["edges"]
+    for bad, says in ((edges[:-1], f"scores.eap-ig.edges has shape [{1 + L * (H + 1) - 1}, {L * (3 * H + 1) + 1}]: "
+                                   f"{1 + L * (H + 1) - 1} along its sender axis, where scores.eap-ig.heads's {L} "
+                                   f"layers x {H} heads has {1 + L * (H + 1)}"),
+                      (edges.flatten(), "scores.eap-ig.edges has shape"),
+                      (edges.clone().fill_(float("nan")), "scores.eap-ig.edges holds NaN or infinite values"),
+                      (edges.clone().index_fill_(0, torch.tensor([1]), float("inf")), "holds NaN or infinite values")):
+        t = torch.load(pt, weights_only=True)
+        t["scores"]["eap-ig"]["edges"] = bad
+        torch.save(t, pt)
+        with pytest.raises(ResultError) as info:
+            load_result(folder)
+        assert says in one_line(info.value, "faithfulness.pt"), str(info.value)
+        pt.write_bytes(original)
