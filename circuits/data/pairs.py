@@ -57,6 +57,11 @@ class FewerPairsWarning(UserWarning):
     """Fewer pairs than asked for (the message says how many and why); the work goes on with those."""
 
 
+class RepeatedPairsWarning(UserWarning):
+    """A pairs file repeats a pair (the same prompt, counterfactual and answer tokens): each repeat counts again in
+    every mean and interval, as if it were another pair; the message names the lines. The work goes on."""
+
+
 @dataclass(frozen=True)
 class PromptPair:
     """One reference/counterfactual pair.
@@ -794,6 +799,8 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
     if not rows:
         raise ValueError(f"--pairs-file {path} holds no pairs (one JSON object a line: prompt, counterfactual, answer)")
     pairs = []
+    first_line: dict[tuple, int] = {}  # a pair's tokens -> the line it first appears on
+    repeats: list[tuple[int, int]] = []
     for i, row in enumerate(rows[: n_pairs or None], 1):
         answers = row.get("answers") if isinstance(row, dict) else None
         answer = row.get("answer", answers[0] if isinstance(answers, list) and answers else None) \
@@ -808,6 +815,16 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
         except (PromptError, ValueError) as err:
             raise ValueError(f"--pairs-file {path}, line {i}: {err}") from None
         check_context(len(pairs[-1].reference_token_ids), model.cfg.n_ctx, f"--pairs-file {path}, line {i}")
+        key = (tuple(pairs[-1].reference_token_ids), tuple(pairs[-1].counterfactual_token_ids), tuple(pairs[-1].answer_ids))
+        if key in first_line:
+            repeats.append((i, first_line[key]))
+        first_line.setdefault(key, i)
+    if repeats:
+        said = ", ".join(f"line {i} repeats line {j}" for i, j in repeats[:3]) + (
+            f" and {len(repeats) - 3} more" if len(repeats) > 3 else "")
+        warnings.warn(f"--pairs-file {path}: {said} (the same prompt, counterfactual and answer): {len(repeats)} of "
+                      f"{len(pairs)} pairs are repeats, and each counts again in every mean and interval as if it were "
+                      "another pair; remove the repeats", RepeatedPairsWarning, stacklevel=2)
     hit, p_ans = _forced_scores(model, pairs, "reference", batch_size)
     cf_hit, cf_p = _forced_scores(model, pairs, "counterfactual", batch_size)
     kept = [p for p, h in zip(pairs, hit) if h or not filter_correct]
