@@ -535,6 +535,9 @@ HEAD_KEYS = ("heads", "*_heads", "shared_with_templates", "ranking", "random_ord
 # ... and the names that always hold shares of pairs (accuracies) or of heads: a number there outside [0, 1] is
 # refused as impossible (a knockout accuracy of 7.5 was drawn as "750%"; issue 41). NaN (nothing to share) passes.
 RATE_KEYS = ("acc", "accuracy", "accuracy_*", "*_accuracy", "share", "shares", "share_*")
+# ... and the names that always hold a mean probability of the answer (identify's pair statistics, transfer's before
+# and after, the neuron knockout's): a mean answer probability of 1.5 was drawn (issue 41's re-run).
+PROB_KEYS = ("*answer_prob", "prob_before", "prob_after")
 
 
 def _named_mismatch(value: Any, where: str, key: str, depth: int = 0) -> str | None:
@@ -565,9 +568,11 @@ def _named_mismatch(value: Any, where: str, key: str, depth: int = 0) -> str | N
         return None
     if any(fnmatch.fnmatchcase(key, p) for p in NUMERIC_KEYS) and value is not None and not _fits(value, float):
         return f"{where} is {brief(value, 40)} ({type(value).__name__}), not a number"
-    if any(fnmatch.fnmatchcase(key, p) for p in RATE_KEYS) and _fits(value, float) and not math.isnan(value) \
-            and not 0 <= value <= 1:
-        return f"{where} is {value!r}, not a share in [0, 1]"
+    if _fits(value, float) and not math.isnan(value) and not 0 <= value <= 1:
+        if any(fnmatch.fnmatchcase(key, p) for p in RATE_KEYS):
+            return f"{where} is {value!r}, not a share in [0, 1]"
+        if any(fnmatch.fnmatchcase(key, p) for p in PROB_KEYS):
+            return f"{where} is {value!r}, not a probability in [0, 1]"
     return None
 
 

@@ -515,3 +515,30 @@ def test_faithfulness_edge_scores_are_checked_by_shape_and_finiteness(tiny_llama
             load_result(folder)
         assert says in one_line(info.value, "faithfulness.pt"), str(info.value)
         pt.write_bytes(original)
+
+
+def test_a_mean_answer_probability_outside_0_1_is_unreadable_and_the_rest_renders(tmp_path):
+    """Issue 41's re-run: an identify result whose pair statistics hold a mean answer probability of 1.5, or a transfer
+    table whose probability before the knockout is 1.2, was drawn; now each is listed as unreadable with its reason
+    (``circuits.results.PROB_KEYS``) and the good result beside them is drawn."""
+    from circuits.validate.transfer import TransferConfig, TransferResult
+
+    root = tmp_path / "res"
+    write_identify(root, "addition")
+    bad = write_identify(root / "bad", "subtraction")
+    s = json.loads((bad / "summary.json").read_text())
+    s["pair_stats"] = {**(s.get("pair_stats") or {}), "mean_answer_prob": 1.5}
+    (bad / "summary.json").write_text(json.dumps(s))
+    tr = TransferResult(TransferConfig(model="tiny", task="addition", n_pairs=4, n_key_heads=2),
+                        {"svamp": {"n": 3, "accuracy_before": 0.5, "accuracy_after": 0.25, "prob_before": 0.4,
+                                   "prob_after": 0.3}}, [Head(1, 2), Head(0, 1)], [Head(0, 0), Head(1, 3)],
+                        {"svamp": "Q: 3 apples and 4 more? A:"}).save(root / "tr")
+    assert load_result(tr).results["svamp"]["prob_before"] == 0.4  # in range: read as written
+    (tr / "data.json").write_text((tr / "data.json").read_text().replace('"prob_before": 0.4', '"prob_before": 1.2'))
+    found, _, broken = collect([root])
+    reasons = dict(broken)
+    assert [f.path for f in found] == [root / "addition"] and set(reasons) == {bad, tr}
+    assert "pair_stats.mean_answer_prob is 1.5, not a probability in [0, 1]" in reasons[bad]
+    assert "svamp.prob_before is 1.2, not a probability in [0, 1]" in reasons[tr]
+    page = build_report([root])
+    assert "Results that could not be read" in page and "addition: path patching at END" in page
