@@ -11,6 +11,7 @@ the pairs the model answers correctly. :func:`make_pair` builds a pair from your
 
 from __future__ import annotations
 
+import hashlib
 import html
 import random
 import re
@@ -536,6 +537,9 @@ class PairSet:
     counterfactual_answer_prob: float
     per_template: dict[str, dict[str, float]]
     few_shot: bool
+    # a --pairs-file as it was read: its absolute path, the SHA-256 of its bytes and the lines read (None: templates).
+    # The result keeps the pairs themselves (pairs.jsonl); this says which file they came from, wherever it is read.
+    pairs_file: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         """One line (never the token ids): ``<PairSet: 32 pairs of addition, accuracy before filtering 91%>``."""
@@ -572,6 +576,7 @@ class PairSet:
             "counterfactual_answer_prob": self.counterfactual_answer_prob,
             "few_shot": self.few_shot,
             "per_template": self.per_template,
+            **({"pairs_file": self.pairs_file} if self.pairs_file else {}),
         }
 
 
@@ -831,9 +836,11 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
     if not kept:
         raise ValueError(f"the model answers none of the {len(pairs)} pairs of {path} correctly; pass "
                          "--no-filter-correct to patch them anyway")
+    source = {"path": str(Path(path).expanduser().resolve()),
+              "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(), "lines_read": len(pairs)}
     return PairSet(pairs=kept, n_candidates=len(pairs), accuracy=float(hit.float().mean()),
                    mean_answer_prob=float(p_ans.mean()), counterfactual_accuracy=float(cf_hit.float().mean()),
-                   counterfactual_answer_prob=float(cf_p.mean()), per_template={}, few_shot=False)
+                   counterfactual_answer_prob=float(cf_p.mean()), per_template={}, few_shot=False, pairs_file=source)
 
 
 def _forced_scores(model: Model, pairs: list[PromptPair], which: Literal["reference", "counterfactual"],
