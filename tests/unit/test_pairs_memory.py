@@ -6,6 +6,7 @@ must not grow with the number of pairs; the scores equal the old all-pairs path'
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import replace
 
 import torch
@@ -93,3 +94,20 @@ def test_a_pairs_file_scores_as_the_old_path(tiny_llama, tmp_path):
     assert got.accuracy == float(hit.float().mean())
     assert abs(got.mean_answer_prob - float(prob.mean())) < 1e-6
     assert any(len(p.answer_ids) > 1 for p in pairs)  # the teacher-forced path was exercised
+
+
+def test_identifys_sweep_allocates_per_pair_block_not_per_pair(tiny_llama, monkeypatch):
+    """What a pairs file feeds next, identify's END sweep, works in blocks of ``PAIR_BLOCK`` pairs, so its largest
+    tensor does not grow with the number of pairs either (measured on the tiny model at the real block of 256: 256 x V
+    for 256 pairs and for 600). Here with blocks of 8, to be quick: the same largest allocation for 16 and 40 pairs."""
+    from circuits.patching.engines import end_sweep
+
+    monkeypatch.setattr(end_sweep, "PAIR_BLOCK", 8)
+    peaks = []
+    for n in (16, 40):
+        pairs = [make_pair(tiny_llama.tokenizer, f"{a % 9 + 1} + {a % 7 + 1} = ", f"{a % 9 + 1} @ {a % 7 + 1} = ",
+                           str(a % 9 + a % 7 + 2)) for a in range(n)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a random model ranks no answer high: said, and beside the point here
+            peaks.append(_largest(lambda pairs=pairs: end_sweep.sweep(tiny_llama, pairs, "path", progress=False)))
+    assert peaks[0] == peaks[1], peaks
