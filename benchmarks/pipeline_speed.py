@@ -1,7 +1,7 @@
 """Seconds per stage of ``make demo`` (identify ``--task all --pairs 64`` on SmolLM2, then the report), in-process.
 
 The stages are timed from outside the library, by wrapping the functions each stage calls (``load_model``;
-``render_pair``/``candidate_operands`` for candidates; ``pair_logits`` for filtering; ``sweep``; ``Result.save``;
+``render_pair``/``candidate_operands`` for candidates; ``pair_logits``/``pair_answer_scores`` for filtering; ``sweep``; ``Result.save``;
 ``write_report``), so the same script times older code too, for a before/after ratio measured the same way
 (docs/speed.md)::
 
@@ -94,7 +94,9 @@ def main() -> None:
     clock.wrap(loading, "load_model", "load")
     clock.wrap(pairs, "candidate_operands", "candidates")
     clock.wrap(pairs, "render_pair", "candidates")
-    clock.wrap(pairs, "pair_logits", "filtering")
+    for scoring in ("pair_logits", "pair_answer_scores"):  # the latter since issue 41 (a batch of logits at a time)
+        if hasattr(pairs, scoring):
+            clock.wrap(pairs, scoring, "filtering")
     clock.wrap(job, "sweep", "sweep")
     clock.wrap(results.Result, "save", "write")
     clock.wrap(report, "write_report", "report")

@@ -50,6 +50,12 @@ OLD_KINDS = {"logit_lens": "lens", "attention_roles": "attention", "attention_vi
              "word_problem_heads": "word_problems", "evaluation": "evaluate"}
 
 
+def a_kind(kind: object) -> str:
+    """``kind`` with its indefinite article: "an identify", "a screen" (a message read "a identify result")."""
+    word = str(kind)
+    return f"{'an' if word[:1].lower() in 'aeiou' else 'a'} {word}"
+
+
 def kind_of(saved: str) -> str:
     """The kind a saved ``kind`` field names today (an old name read as its new one, :data:`OLD_KINDS`)."""
     return OLD_KINDS.get(saved, saved)
@@ -145,7 +151,6 @@ def _refusal(out: Path, shown: str | Path, kind: str, container: bool) -> str | 
     entries = _contents(out)
     if not entries:
         return None
-    article = "an" if kind[0] in "aeiou" else "a"
     found = detect_kind(out)
     if found is None and result_type(kind).in_place and result_type(kind).unfinished(out):
         return None  # its own run, stopped before the result was saved: the same command resumes it
@@ -163,8 +168,8 @@ def _refusal(out: Path, shown: str | Path, kind: str, container: bool) -> str | 
     else:
         what = {found}
     if what != {kind}:
-        held = ", ".join(sorted(f"a {k} result" if k else "files circuits did not write" for k in what))
-        return (f"--out {shown} already holds {held}; {article} {kind} job only replaces its own results (found: "
+        held = ", ".join(sorted(f"{a_kind(k)} result" if k else "files circuits did not write" for k in what))
+        return (f"--out {shown} already holds {held}; {a_kind(kind)} job only replaces its own results (found: "
                 f"{_names(entries)}). Choose another --out, or pass --overwrite to replace it")
     if result_type(kind).in_place:  # its folder is its working folder: written file by file, nothing else touched
         return None
@@ -396,10 +401,10 @@ class Result:
             raise FileNotFoundError(f"No result folder at {folder}")
         marker = read_marker(folder)
         if marker is None:
-            raise ResultError(f"{folder} holds no circuits result (no {MARKER}); pass the folder a {cls.kind} job "
+            raise ResultError(f"{folder} holds no circuits result (no {MARKER}); pass the folder {a_kind(cls.kind)} job "
                               "or script saved")
         if marker["kind"] != cls.kind:
-            raise ResultError(f"{folder} holds a {marker['kind']} result, not {cls.kind}")
+            raise ResultError(f"{folder} holds {a_kind(marker['kind'])} result, not {cls.kind}")
         if int(marker.get("version", 1)) > cls.version:
             raise ResultError(f"{folder} was written by a newer circuits (format {marker['version']}; this one reads "
                               f"up to {cls.version}); upgrade circuits to read it")
@@ -425,7 +430,7 @@ class Result:
                 if not isinstance(top, dict):
                     raise ResultError(f"{path}: a JSON {type(top).__name__}, not the object the {cls.kind} result writes "
                                       "there; rerun the job that made it") from None
-            raise ResultError(f"{folder} holds a {cls.kind} result whose files lack what this version reads "
+            raise ResultError(f"{folder} holds {a_kind(cls.kind)} result whose files lack what this version reads "
                               f"({type(err).__name__}: {err}); rerun the job that made it") from None
 
     @classmethod
@@ -535,6 +540,9 @@ HEAD_KEYS = ("heads", "*_heads", "shared_with_templates", "ranking", "random_ord
 # ... and the names that always hold shares of pairs (accuracies) or of heads: a number there outside [0, 1] is
 # refused as impossible (a knockout accuracy of 7.5 was drawn as "750%"; issue 41). NaN (nothing to share) passes.
 RATE_KEYS = ("acc", "accuracy", "accuracy_*", "*_accuracy", "share", "shares", "share_*")
+# ... and the names that always hold a mean probability of the answer (identify's pair statistics, transfer's before
+# and after, the neuron knockout's): a mean answer probability of 1.5 was drawn (issue 41's re-run).
+PROB_KEYS = ("*answer_prob", "prob_before", "prob_after")
 
 
 def _named_mismatch(value: Any, where: str, key: str, depth: int = 0) -> str | None:
@@ -565,9 +573,11 @@ def _named_mismatch(value: Any, where: str, key: str, depth: int = 0) -> str | N
         return None
     if any(fnmatch.fnmatchcase(key, p) for p in NUMERIC_KEYS) and value is not None and not _fits(value, float):
         return f"{where} is {brief(value, 40)} ({type(value).__name__}), not a number"
-    if any(fnmatch.fnmatchcase(key, p) for p in RATE_KEYS) and _fits(value, float) and not math.isnan(value) \
-            and not 0 <= value <= 1:
-        return f"{where} is {value!r}, not a share in [0, 1]"
+    if _fits(value, float) and not math.isnan(value) and not 0 <= value <= 1:
+        if any(fnmatch.fnmatchcase(key, p) for p in RATE_KEYS):
+            return f"{where} is {value!r}, not a share in [0, 1]"
+        if any(fnmatch.fnmatchcase(key, p) for p in PROB_KEYS):
+            return f"{where} is {value!r}, not a probability in [0, 1]"
     return None
 
 

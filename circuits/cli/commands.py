@@ -26,7 +26,7 @@ from circuits.io import OutputError, output_lock
 from circuits.jobs import Job, job, load
 from circuits.patching.engines.registry import END_SWEEP_ENGINES
 from circuits.results import check_inputs, check_output, overwrite_granted
-from circuits.sft.config import ExportConfig, FinetuneConfig
+from circuits.sft.config import ExportConfig, FinetuneConfig, check_component_counts
 
 
 def add_output_arguments(parser: argparse.ArgumentParser, help: str, default: str | None = None) -> None:
@@ -94,8 +94,8 @@ def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.Argument
     def main(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         config = from_arguments(config_type, args)
-        run, printout = job.runner(), load(job.printout)
-        with writing(args.out, job.kind, args.overwrite, reads=reads_of(args)):
+        with writing(args.out, job.kind, args.overwrite, reads=reads_of(args)):  # --out checked before torch loads
+            run, printout = job.runner(), load(job.printout)
             result = run(config, args.out, progress=job.progress and not args.no_progress)
         printout(args, config, result, time.perf_counter() - start)
         return 0
@@ -199,7 +199,8 @@ def register_finetune(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("--device", help="default: the model loader's (under torchrun: each rank's own GPU)")
     p.add_argument("--n-devices", type=int, default=1,
                    help="Precise SFT: spread the model's layers over this many GPUs (per process under torchrun)")
-    p.set_defaults(func=command_finetune, check=lambda args: check_arguments(FinetuneConfig, args))
+    p.set_defaults(func=command_finetune, check=lambda args: (check_component_counts(args.top_k, args.top_mlps),
+                                                              check_arguments(FinetuneConfig, args)))
     return p
 
 

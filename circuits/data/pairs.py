@@ -11,6 +11,7 @@ the pairs the model answers correctly. :func:`make_pair` builds a pair from your
 
 from __future__ import annotations
 
+import hashlib
 import html
 import random
 import re
@@ -39,7 +40,7 @@ from circuits.data.templates import (
 from circuits.data.pair_config import CounterfactualKind, FewShot, PairConfig, PrefixPolicy  # noqa: F401  (light)
 from circuits.data.roles import ROLES, check_positions, equals_span, line_spans, template_spans
 from circuits.io import read_jsonl, write_jsonl
-from circuits.models.forward import end_residuals, pad_token_id, unembed_end
+from circuits.models.forward import end_residual_batches, end_residuals, pad_token_id, unembed_end
 from circuits.timing import stage
 
 _SLOT = re.compile(r"(\{[A-Z0-9]+\})")
@@ -55,6 +56,11 @@ class PromptError(ValueError):
 
 class FewerPairsWarning(UserWarning):
     """Fewer pairs than asked for (the message says how many and why); the work goes on with those."""
+
+
+class RepeatedPairsWarning(UserWarning):
+    """A pairs file repeats a pair (the same prompt, counterfactual and answer tokens): each repeat counts again in
+    every mean and interval, as if it were another pair; the message names the lines. The work goes on."""
 
 
 @dataclass(frozen=True)
@@ -537,6 +543,9 @@ class PairSet:
     counterfactual_answer_prob: float
     per_template: dict[str, dict[str, float]]
     few_shot: bool
+    # a --pairs-file as it was read: its absolute path, the SHA-256 of its bytes and the lines read (None: templates).
+    # The result keeps the pairs themselves (pairs.jsonl); this says which file they came from, wherever it is read.
+    pairs_file: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         """One line (never the token ids): ``<PairSet: 32 pairs of addition, accuracy before filtering 91%>``."""
@@ -573,6 +582,7 @@ class PairSet:
             "counterfactual_answer_prob": self.counterfactual_answer_prob,
             "few_shot": self.few_shot,
             "per_template": self.per_template,
+            **({"pairs_file": self.pairs_file} if self.pairs_file else {}),
         }
 
 
@@ -586,10 +596,34 @@ def use_few_shot(model: Model, few_shot: FewShot) -> bool:
 @torch.no_grad()
 def pair_logits(model: Model, pairs: list[PromptPair], which: Literal["reference", "counterfactual"] = "reference",
                 batch_size: int = 64) -> Float[Tensor, "pair d_vocab"]:
-    """END logits of each pair's reference or counterfactual prompt; a shared few-shot prefix runs once."""
+    """END logits of each pair's reference or counterfactual prompt; a shared few-shot prefix runs once. Holds
+    ``pairs x d_vocab`` numbers (100,000 pairs of a 49,152-token vocabulary: 19.7 GB): for a few pairs; what keeps only
+    the top token and the answer's probability is :func:`pair_answer_scores`, a batch of logits at a time."""
     rows = [p.reference_token_ids if which == "reference" else p.counterfactual_token_ids for p in pairs]
     prefixes = [p.prefix_length for p in pairs]
     return unembed_end(model, end_residuals(model, rows, prefixes, batch_size=batch_size)).cpu()
+
+
+@torch.no_grad()
+def pair_answer_scores(model: Model, pairs: Sequence[PromptPair],
+                       which: Literal["reference", "counterfactual"] = "reference",
+                       answers: Sequence[int] | None = None, batch_size: int = 64,
+                       ) -> tuple[Int[Tensor, " pair"], Float[Tensor, " pair"]]:
+    """Each pair's top token at END of its reference or counterfactual prompt, and the probability of its answer
+    there (``answers``: one token id a pair, default each pair's ``answer_token_id``): what :func:`pair_logits`
+    followed by a softmax gives, one forward batch of logits at a time, so memory is ``batch_size x d_vocab`` plus
+    two numbers a pair, whatever the number of pairs (a pairs file of any length)."""
+    pairs = list(pairs)
+    rows = [p.reference_token_ids if which == "reference" else p.counterfactual_token_ids for p in pairs]
+    ans = torch.tensor(list(answers) if answers is not None else [p.answer_token_id for p in pairs], dtype=torch.long)
+    top = torch.zeros(len(pairs), dtype=torch.long)
+    prob = torch.zeros(len(pairs))
+    for chunk, resid in end_residual_batches(model, rows, [p.prefix_length for p in pairs], batch_size=batch_size):
+        probs = unembed_end(model, resid).cpu().softmax(-1)
+        idx = torch.tensor(chunk, dtype=torch.long)
+        top[idx] = probs.argmax(-1)
+        prob[idx] = probs[torch.arange(len(chunk)), ans[idx]]
+    return top, prob
 
 
 def candidate_operands(template: Template, tokenizer: Any, lo: int, hi: int) -> list[tuple[int, int]]:
@@ -690,10 +724,8 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
         if not batch_pairs:
             continue
         with stage("filtering"):
-            probs = pair_logits(model, batch_pairs).softmax(-1)
-        answer = torch.tensor([p.answer_token_id for p in batch_pairs])
-        p_ans = probs[torch.arange(len(batch_pairs)), answer]
-        hit = probs.argmax(-1) == answer
+            top, p_ans = pair_answer_scores(model, batch_pairs)
+        hit = top == torch.tensor([p.answer_token_id for p in batch_pairs])
         for i, pair in enumerate(batch_pairs):
             seen += 1
             correct += int(hit[i])
@@ -719,10 +751,8 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
     cf_accuracy = cf_prob = float("nan")
     if check_counterfactual:  # on the pairs kept: does X_c still yield the answer?
         with stage("filtering"):
-            cf_probs = pair_logits(model, kept, "counterfactual").softmax(-1)
-        answer = torch.tensor([p.answer_token_id for p in kept])
-        cf_p = cf_probs[torch.arange(len(kept)), answer]
-        cf_hit = cf_probs.argmax(-1) == answer
+            cf_top, cf_p = pair_answer_scores(model, kept, "counterfactual")
+        cf_hit = cf_top == torch.tensor([p.answer_token_id for p in kept])
         counterfactual_stats(kept, cf_hit, cf_p, stats)
         cf_accuracy, cf_prob = float(cf_hit.float().mean()), float(cf_p.mean())
     return PairSet(
@@ -762,7 +792,7 @@ def as_batch(pairs: Pairs, model: Model) -> PairBatch:
 
 
 def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, *,
-                    filter_correct: bool = False) -> PairSet:
+                    filter_correct: bool = False, batch_size: int = 64) -> PairSet:
     """Your own prompt pairs (``--pairs-file``): a JSONL file, one ``{"prompt", "counterfactual", "answer"}`` object a
     line (``"answers": [...]`` instead of ``"answer"``: its first is the answer; ``"id"``: a name for the pair;
     ``"roles"``: the character spans of its operands, operator and ``=`` in ``prompt``, :mod:`circuits.data.roles`,
@@ -775,11 +805,15 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
     An answer of several tokens is scored teacher-forced: the model answers a pair when its top token is the answer's
     at every answer position (the earlier answer tokens written after the prompt), and the answer probability is the
     product of those positions' probabilities; the counterfactual is forced with the same answer tokens (as
-    :func:`~circuits.data.answers.at_answer_position` forces it). A one-token answer is scored as before."""
+    :func:`~circuits.data.answers.at_answer_position` forces it). A one-token answer is scored as before. The model's
+    logits are read ``batch_size`` pairs at a time and only each pair's top token and answer probability are kept,
+    so memory does not grow with the file's length times the vocabulary."""
     rows = read_jsonl(path)
     if not rows:
         raise ValueError(f"--pairs-file {path} holds no pairs (one JSON object a line: prompt, counterfactual, answer)")
     pairs = []
+    first_line: dict[tuple, int] = {}  # a pair's tokens -> the line it first appears on
+    repeats: list[tuple[int, int]] = []
     for i, row in enumerate(rows[: n_pairs or None], 1):
         answers = row.get("answers") if isinstance(row, dict) else None
         answer = row.get("answer", answers[0] if isinstance(answers, list) and answers else None) \
@@ -807,21 +841,34 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
                              f"({row['prompt'][slice(*spans[empty[0]][0])]!r}); give a span over the role's text")
         pairs.append(replace(pair, roles=roles))
         check_context(len(pairs[-1].reference_token_ids), model.cfg.n_ctx, f"--pairs-file {path}, line {i}")
-    hit, p_ans = _forced_scores(model, pairs, "reference")
-    cf_hit, cf_p = _forced_scores(model, pairs, "counterfactual")
+        key = (tuple(pairs[-1].reference_token_ids), tuple(pairs[-1].counterfactual_token_ids), tuple(pairs[-1].answer_ids))
+        if key in first_line:
+            repeats.append((i, first_line[key]))
+        first_line.setdefault(key, i)
+    if repeats:
+        said = ", ".join(f"line {i} repeats line {j}" for i, j in repeats[:3]) + (
+            f" and {len(repeats) - 3} more" if len(repeats) > 3 else "")
+        warnings.warn(f"--pairs-file {path}: {said} (the same prompt, counterfactual and answer): {len(repeats)} of "
+                      f"{len(pairs)} pairs are repeats, and each counts again in every mean and interval as if it were "
+                      "another pair; remove the repeats", RepeatedPairsWarning, stacklevel=2)
+    hit, p_ans = _forced_scores(model, pairs, "reference", batch_size)
+    cf_hit, cf_p = _forced_scores(model, pairs, "counterfactual", batch_size)
     kept = [p for p, h in zip(pairs, hit) if h or not filter_correct]
     if not kept:
         raise ValueError(f"the model answers none of the {len(pairs)} pairs of {path} correctly; pass "
                          "--no-filter-correct to patch them anyway")
+    source = {"path": str(Path(path).expanduser().resolve()),
+              "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest(), "lines_read": len(pairs)}
     return PairSet(pairs=kept, n_candidates=len(pairs), accuracy=float(hit.float().mean()),
                    mean_answer_prob=float(p_ans.mean()), counterfactual_accuracy=float(cf_hit.float().mean()),
-                   counterfactual_answer_prob=float(cf_p.mean()), per_template={}, few_shot=False)
+                   counterfactual_answer_prob=float(cf_p.mean()), per_template={}, few_shot=False, pairs_file=source)
 
 
-def _forced_scores(model: Model, pairs: list[PromptPair],
-                   which: Literal["reference", "counterfactual"]) -> tuple[Bool[Tensor, " pair"], Float[Tensor, " pair"]]:
+def _forced_scores(model: Model, pairs: list[PromptPair], which: Literal["reference", "counterfactual"],
+                   batch_size: int = 64) -> tuple[Bool[Tensor, " pair"], Float[Tensor, " pair"]]:
     """Per pair: whether the prompt's top token is the answer's at every answer position, teacher-forced with the
-    answer's earlier tokens, and the product of the answer tokens' probabilities (one position: END's, as before)."""
+    answer's earlier tokens, and the product of the answer tokens' probabilities (one position: END's, as before).
+    Logits a batch at a time (:func:`pair_answer_scores`): a few numbers a pair are kept, never its logits."""
     hit: Tensor | None = None
     prob: Tensor | None = None
     for k in range(max(len(p.answer_ids) for p in pairs)):
@@ -829,9 +876,9 @@ def _forced_scores(model: Model, pairs: list[PromptPair],
         forced = [replace(pairs[i], reference_token_ids=pairs[i].reference_token_ids + pairs[i].answer_ids[:k],
                           counterfactual_token_ids=pairs[i].counterfactual_token_ids + pairs[i].answer_ids[:k])
                   for i in idx] if k else pairs
-        probs = pair_logits(model, forced, which).softmax(-1)
-        ids = torch.tensor([pairs[i].answer_ids[k] for i in idx])
-        k_hit, k_prob = probs.argmax(-1) == ids, probs[torch.arange(len(idx)), ids]
+        ids = [pairs[i].answer_ids[k] for i in idx]
+        top, k_prob = pair_answer_scores(model, forced, which, ids, batch_size=batch_size)
+        k_hit = top == torch.tensor(ids)
         if hit is None or prob is None:  # the first position covers every pair
             hit, prob = k_hit, k_prob
         else:

@@ -24,7 +24,7 @@ from torch import Tensor
 from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
-from circuits.data.pairs import PromptPair, pair_logits
+from circuits.data.pairs import PromptPair, pair_answer_scores
 from circuits.patching.core.ranking import rank
 from circuits.types import Head
 
@@ -57,7 +57,7 @@ def answer_directions(model: Model, pairs: Sequence[PromptPair]
     """``W_U[:, answer] - W_U[:, cf_answer]`` per pair (times the final norm's weight where it is not folded), the
     unembedding bias's difference, and ``cf_answer`` (the counterfactual run's top token at END)."""
     answer = torch.tensor([p.answer_token_id for p in pairs])
-    cf_answer = pair_logits(model, list(pairs), "counterfactual").argmax(-1)
+    cf_answer = pair_answer_scores(model, pairs, "counterfactual")[0]  # a batch of logits at a time
     W_U = model.W_U.detach().float().cpu()
     direction = W_U[:, answer] - W_U[:, cf_answer]
     w = getattr(model.ln_final, "w", None)

@@ -18,7 +18,7 @@ For a template task, :func:`counterfactual_kinds` builds the operator and operan
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
@@ -27,6 +27,7 @@ from circuits.data.pairs import PromptPair, build_pairs
 from circuits.models.backend import Model
 from circuits.patching.engines.end_sweep import sweep
 from circuits.patching.core.ranking import DEFAULT_KEY_RULE, KeyRule
+from circuits.results import brief
 from circuits.types import Head
 
 # Below this Jaccard overlap of two kinds' key heads, the key heads are said to change with the counterfactual.
@@ -85,6 +86,15 @@ def compare_counterfactuals(model: Model, pairs_by_kind: Mapping[str, Sequence[P
 
     Each kind's pairs must hold the same reference prompts in the same order (one line says which differs), so what
     differs between the kinds is the counterfactual alone."""
+    if not isinstance(pairs_by_kind, Mapping):
+        raise ValueError("compare_counterfactuals takes {counterfactual kind: [PromptPair, ...]}, got "
+                         f"{type(pairs_by_kind).__name__} {brief(pairs_by_kind, 60)}")
+    for k, v in pairs_by_kind.items():  # a list of pairs or a PairSet; a string or a number is named, not iterated
+        many = isinstance(v, Iterable) and not isinstance(v, (str, bytes, Mapping))
+        bad = next((p for p in v if not isinstance(p, PromptPair)), None) if many else v
+        if bad is not None:
+            raise ValueError(f"compare_counterfactuals: the pairs of {k!r} must be PromptPairs (cc.make_pair, "
+                             f"cc.build_pairs), got {type(bad).__name__} {brief(bad, 60)}")
     kinds = list(pairs_by_kind)
     if len(kinds) < 2:
         raise ValueError(f"compare_counterfactuals needs pairs of at least two counterfactual kinds, got {kinds}")

@@ -13,13 +13,16 @@ from circuits.versions import check_transformer_lens
 
 check_transformer_lens()  # a TransformerLens no backend supports: one line (docs/backends.md), before it is imported
 
+from circuits._startup import no_empty_compile_cache
 from circuits.versions import backend_line
 
 # The backends the installed TransformerLens runs, each a class registered in circuits.models.backend.BACKENDS: 3.9's
-# HookedTransformer and its own TransformerBridge (fine-tuning's parity tests), or 4.x's Bridge.
-if backend_line() == 3:
-    import circuits.models._hooked  # noqa: F401
-import circuits.models._bridge  # noqa: F401
+# HookedTransformer and its own TransformerBridge (fine-tuning's parity tests), or 4.x's Bridge. Importing
+# TransformerLens leaves no empty torchinductor_<user> folder in $TMPDIR (issue 41, LITTER).
+with no_empty_compile_cache():
+    if backend_line() == 3:
+        import circuits.models._hooked  # noqa: F401
+    import circuits.models._bridge  # noqa: F401
 
 from circuits.models.forward import end_residuals, pad_token_id, unembed_end
 from circuits.models.embedded import EMBEDDED, embedded_model

@@ -10,7 +10,7 @@ forwards). Where the backend's cache does not give the full run's numbers
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -100,7 +100,31 @@ def end_residuals(
     row_hooks: RowHooksFor | None = None,
     batch_size: int = 64,
 ) -> Float[Tensor, "row d_model"]:
-    """The residual stream after the last block at each row's last token.
+    """The residual stream after the last block at each row's last token, every row's in one tensor
+    (:func:`end_residual_batches` gives them a batch at a time, for a caller that keeps only a few numbers a row).
+    Arguments as :func:`end_residual_batches`'s."""
+    # Final residuals live where the last block runs (another GPU than the first for a spread model).
+    out_device = model.backend.output_device()
+    out = torch.empty((len(token_ids), model.cfg.d_model), dtype=model.cfg.dtype, device=out_device)
+    for chunk, resid in end_residual_batches(model, token_ids, prefix_lengths, group_keys=group_keys, hooks=hooks,
+                                             row_hooks=row_hooks, batch_size=batch_size):
+        out[torch.tensor(chunk, device=out_device)] = resid.to(out_device)
+    return out
+
+
+def end_residual_batches(
+    model: Model,
+    token_ids: Sequence[Sequence[int]],
+    prefix_lengths: Sequence[int] | None = None,
+    *,
+    group_keys: Sequence[Hashable] | None = None,
+    hooks: HooksFor | None = None,
+    row_hooks: RowHooksFor | None = None,
+    batch_size: int = 64,
+) -> Iterator[tuple[list[int], Float[Tensor, "batch d_model"]]]:
+    """The residual stream after the last block at each row's last token, one forward batch at a time:
+    ``(rows, resid)`` with ``resid[r]`` row ``rows[r]``'s (``rows`` index ``token_ids``; every row comes once). Memory
+    is one batch's, whatever the number of rows.
 
     Args:
         token_ids: one token list per row (right-padded internally; pads after the last token never
@@ -121,9 +145,6 @@ def end_residuals(
         n_pre = prefix_lengths[i] if share else 0  # type: ignore[index]
         key = group_keys[i] if group_keys is not None else None
         groups.setdefault((key, tuple(ids[:n_pre])), []).append(i)
-    # Final residuals live where the last block runs (another GPU than the first for a spread model).
-    out_device = model.backend.output_device()
-    out = torch.empty((len(token_ids), model.cfg.d_model), dtype=model.cfg.dtype, device=out_device)
     for (key, pre), rows in groups.items():
         rows = sorted(rows, key=lambda i: len(token_ids[i]), reverse=True)
         n_pre = len(pre)
@@ -149,8 +170,7 @@ def end_residuals(
                 with model.hooks(fwd_hooks=(hooks(key, n_pre) if hooks else []) + own):
                     resid = model.backend.continue_prefix(body, cache)
             rows_idx = torch.arange(len(chunk), device=resid.device)
-            out[torch.tensor(chunk, device=out_device)] = resid[rows_idx, ends.to(resid.device)].to(out_device)
-    return out
+            yield chunk, resid[rows_idx, ends.to(resid.device)]
 
 
 def unembed_end(model: Model, resid: Float[Tensor, "row d_model"]) -> Float[Tensor, "row d_vocab"]:

@@ -108,3 +108,12 @@ class ExportConfig(Config):
     def __post_init__(self) -> None:
         if self.dtype not in SAVE_DTYPES:
             raise ValueError(f"Unknown dtype {self.dtype!r}; accepted: {', '.join(SAVE_DTYPES)}")
+
+
+def check_component_counts(top_k: object, top_mlps: object) -> None:
+    """``--top-k`` and ``--top-mlps`` (heads and MLPs taken from ``--heads-from``) are whole numbers >= 0: -1 would
+    slice off the last head, not mean "all". One line naming the flag; the command line checks it before torch is
+    imported, :func:`circuits.sft.job.select` again from Python."""
+    for flag, n in (("--top-k", top_k), ("--top-mlps", top_mlps)):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"{flag} {n!r}: a count of components (a whole number >= 0) is expected")

@@ -19,6 +19,7 @@ from circuits import distributed as D
 from circuits.data.benchmarks import check_data_files
 from circuits.identify.result import load_identify
 from circuits.models.loading import load_model
+from circuits.sft.config import check_component_counts
 from circuits.sft.data import TokenizedExample, build_training_set, tokenize_examples
 from circuits.sft.optim import check_device
 from circuits.sft.parallel import strategy_for
@@ -40,9 +41,7 @@ def components_from(heads_from: str | Path, top_k: int = 32, top_mlps: int = 0) 
 def select(top_k: int = 32, top_mlps: int = 0, heads_from: str | None = None, **fields: Any) -> FinetuneConfig:
     """A :class:`FinetuneConfig` whose heads and MLPs, when not listed in ``fields``, come from ``heads_from``
     (``top_k`` heads, ``top_mlps`` MLPs); what to tune left unsaid is one line saying how to say it."""
-    for flag, n in (("--top-k", top_k), ("--top-mlps", top_mlps)):
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:  # -1 would slice off the last head, not mean "all"
-            raise ValueError(f"{flag} {n!r}: a count of components (a whole number >= 0) is expected")
+    check_component_counts(top_k, top_mlps)
     if not fields.get("full"):
         if heads_from and not fields.get("heads"):
             fields["heads"] = tuple(components_from(heads_from, top_k)[0])

@@ -136,7 +136,7 @@ def knockout_many(
     means = replacement_values(model, pairs, ablation) if means is None else means
     resid = knockout_residuals(model, pairs, sets, means, rows_per_batch=rows_per_batch)
     answers = [p.answer_token_id for p in pairs]
-    return [score(unembed_end(model, resid[s]).cpu(), answers) for s in range(len(sets))]
+    return [score_residuals(model, resid[s], answers) for s in range(len(sets))]
 
 
 @dataclass
@@ -160,6 +160,20 @@ def score(logits: Float[Tensor, "pair d_vocab"], answers: Sequence[int]) -> Knoc
     return KnockoutScore(float(hit.float().mean()), float(p.mean()), [bool(x) for x in hit], [float(x) for x in p])
 
 
+def score_residuals(model: Model, resid: Float[Tensor, "pair d_model"], answers: Sequence[int],
+                    batch_size: int = 64) -> KnockoutScore:
+    """:func:`score` of the logits of final END residuals, unembedded ``batch_size`` rows at a time: memory is one
+    batch's logits, never every pair's (``pairs x d_vocab``)."""
+    ans = torch.tensor(list(answers))
+    hit = torch.zeros(len(ans), dtype=torch.bool)
+    p = torch.zeros(len(ans))
+    for s in range(0, len(ans), batch_size):
+        probs = unembed_end(model, resid[s : s + batch_size]).cpu().softmax(-1)
+        hit[s : s + batch_size] = probs.argmax(-1) == ans[s : s + batch_size]
+        p[s : s + batch_size] = probs[torch.arange(len(probs)), ans[s : s + batch_size]]
+    return KnockoutScore(float(hit.float().mean()), float(p.mean()), [bool(x) for x in hit], [float(x) for x in p])
+
+
 def knockout(
     model: Model,
     pairs: Sequence[PromptPair],
@@ -168,19 +182,22 @@ def knockout(
     *,
     means: AblationValues | None = None,
     ablation: Ablation | str = Ablation.MEAN,
-    **kwargs: Any,
+    batch_size: int = 64,
+    share_prefix: bool = True,
 ) -> KnockoutScore:
     """Accuracy and answer probability on ``pairs`` with ``heads``/``mlps`` knocked out.
 
     ``heads``: :class:`Head` s, ``"20.8"`` or the ``(Head, effect)`` pairs ``key_heads()`` returns (so
     ``knockout(model, pairs, result.key_heads())`` works); ``mlps``: layers or ``key_mlps()``'s pairs. Checked before
     any work. ``means``: the replacement values (default: :func:`replacement_values` of ``pairs`` for ``ablation``);
-    compute them once with :func:`replacement_values` and pass them to reuse them across calls."""
+    compute them once with :func:`replacement_values` and pass them to reuse them across calls. ``batch_size`` and
+    ``share_prefix`` as :func:`knockout_logits`'s; the logits are read a batch at a time (:func:`score_residuals`)."""
     heads, mlps = checked_set(model, heads, mlps)
     pairs = list(pairs)
     means = replacement_values(model, pairs, ablation) if means is None else means
-    logits = knockout_logits(model, pairs, means, heads, mlps, **kwargs)
-    return score(logits, [p.answer_token_id for p in pairs])
+    resid = knockout_residuals(model, pairs, [(heads, mlps)], means, rows_per_batch=batch_size,
+                               share_prefix=share_prefix)  # knockout_logits's residuals, unembedded a batch at a time
+    return score_residuals(model, resid[0], [p.answer_token_id for p in pairs], batch_size)
 
 
 def random_order(n_layers: int, n_heads: int, seed: int) -> list[Head]:

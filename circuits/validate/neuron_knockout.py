@@ -14,11 +14,10 @@ import torch
 
 from circuits.data.pairs import PromptPair
 from circuits.models.backend import Model
-from circuits.models.forward import unembed_end
 from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run_ablation
 from circuits.patching.ablation.values import AblationValues, compute_means, zero_values  # noqa: F401
 from circuits.types import Ablation
-from circuits.validate.knockout import KnockoutScore, score
+from circuits.validate.knockout import KnockoutScore, score_residuals
 
 
 @torch.no_grad()
@@ -48,4 +47,4 @@ def knockout_neurons(model: Model, pairs: Sequence[PromptPair], neurons: dict[in
             raise ValueError(f"Neuron index {bad[0]} of layer {layer} is outside d_mlp (accepted: 0..{model.cfg.d_mlp - 1})")
     masks = AblationMasks.of_sets(model, [((), ())], [neurons])
     resid = run_ablation(model, pairs, AblationSpec(means, masks), rows_per_batch=batch_size).resid
-    return score(unembed_end(model, resid[0]).cpu(), [p.answer_token_id for p in pairs])
+    return score_residuals(model, resid[0], [p.answer_token_id for p in pairs], batch_size)

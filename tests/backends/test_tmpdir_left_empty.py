@@ -67,3 +67,32 @@ def test_only_the_folders_of_processes_that_are_gone_are_removed(tmp_path, monke
     removed = remove_stale_temps()
     assert sorted(Path(p).name for p in removed) == sorted([*names[:2], names[-1]])
     assert sorted(os.listdir(tmp_path)) == sorted(names[2:-1])
+
+
+LOAD_FROM_PYTHON = """
+import os, sys
+from circuits.models import load_model
+model = load_model(sys.argv[1], device="cpu")
+left = sorted(os.listdir(os.environ["TMPDIR"]))
+from circuits._startup import _default_compile_cache
+from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
+assert _default_compile_cache() == default_cache_dir(), (_default_compile_cache(), default_cache_dir())
+made = os.path.isdir(cache_dir())  # torch makes its cache folder again when it needs it
+print("LEFT", left, made)
+"""
+
+
+def test_load_model_from_python_leaves_no_empty_torchinductor_folder(tmp_path):
+    """A script or notebook that only loads a model (no command line, so no private cache folder): importing
+    TransformerLens made an empty ``$TMPDIR/torchinductor_<user>`` that stayed (issue 41, LITTER); now the import
+    removes the folder it made while it is empty, and torch makes it again when it compiles something."""
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    env.update(TMPDIR=str(tmpdir), PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", LOAD_FROM_PYTHON, str(tiny_dir("llama"))], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "LEFT [] True" in done.stdout, done.stdout
+    os.rmdir(tmpdir / f"torchinductor_{__import__('getpass').getuser()}")  # the one torch made again, on request
+    assert os.listdir(tmpdir) == []

@@ -60,3 +60,15 @@ def test_identical_counterfactuals_never_warn_and_bad_input_is_one_line(tiny_lla
 def test_jaccard():
     assert jaccard([Head(0, 1), Head(1, 2)], [Head(1, 2), Head(2, 0)]) == 1 / 3
     assert jaccard([], []) == 1.0 and jaccard([Head(0, 0)], []) == 0.0
+
+
+@pytest.mark.parametrize("given, says", [
+    ({"operator": "3 + 4 = ", "operand": "3 + 5 = "}, r"the pairs of 'operator' must be PromptPairs \(cc.make_pair, "
+                                                        r"cc.build_pairs\), got str"),
+    ({"operator": ["3 + 4 = "], "operand": ["3 + 5 = "]}, "the pairs of 'operator' must be PromptPairs"),
+    ({"operator": 5, "operand": 6}, "got int 5"),
+    (["operator", "operand"], r"takes \{counterfactual kind: \[PromptPair, ...\]\}, got list")])
+def test_strings_instead_of_pairs_are_one_line(tiny_llama, given, says):
+    """Issue 41 (UNCLEAR): strings gave a raw AttributeError ('str' object has no attribute 'reference')."""
+    with pytest.raises(ValueError, match=says):
+        cc.compare_counterfactuals(tiny_llama, given, "top3")

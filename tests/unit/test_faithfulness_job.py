@@ -116,7 +116,7 @@ def test_figure_draws_each_ranking_on_the_linear_axis_cpr_integrates_and_a_log_v
 def hand_result() -> FaithfulnessResult:
     cfg = FaithfulnessConfig(model="tiny", rankings=("exact-path", "eap-ig"), positions=("end",))
     scores = {"exact-path": {"heads": torch.rand(3, 4), "mlps": torch.rand(3)},
-              "eap-ig": {"heads": torch.rand(3, 4), "mlps": torch.rand(3), "edges": torch.rand(10)}}
+              "eap-ig": {"heads": torch.rand(3, 4), "mlps": torch.rand(3), "edges": torch.rand(16, 40)}}  # 1 + 3 x 5 senders, 3 x 13 + 1 receivers
     curves = {"exact-path": {"nodes@end": curve([0.2, 0.5, 0.9], 0.6, 0.3)},
               "eap-ig": {"nodes@end": curve([0.1, 0.4, 0.8], 0.5, 0.4),
                          "edges@end": curve([0.3, 0.6, 0.95], 0.7, 0.2, level="edge")}}

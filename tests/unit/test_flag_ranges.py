@@ -196,11 +196,18 @@ def test_knockout_result_never_drops_a_k(monkeypatch):
         job.knockout_result(None, made, KnockoutConfig(ks=(0, 5)))  # type: ignore[arg-type]
 
 
-def test_an_argument_error_imports_no_torch(tmp_path):
+@pytest.mark.parametrize("argv, line", [
+    (["identify", "--pairs", "-1"], "circuits identify: error: --pairs -1: must be at least 1"),
+    # issue 41's re-run: finetune's --top-k is no config field, and was checked only after torch and the job imported
+    (["finetune", "--top-k", "-1"], "circuits finetune: error: --top-k -1: a count of components (a whole number >= 0) "
+                                    "is expected"),
+    (["finetune", "--top-mlps", "-2"], "circuits finetune: error: --top-mlps -2: a count of components (a whole "
+                                       "number >= 0) is expected")])
+def test_an_argument_error_imports_no_torch(tmp_path, argv, line):
     """Issue 44: ``circuits identify --pairs -1`` answers before torch is imported (it took ~8 s to import torch
     first). Run as ``python -m circuits``; what is in ``sys.modules`` when the command returns is printed after it."""
     script = ("import runpy, sys\n"
-              "sys.argv = ['circuits', 'identify', '--pairs', '-1', '--out', 'r']\n"
+              f"sys.argv = ['circuits', *{argv!r}, '--out', 'r']\n"
               "try:\n"
               "    runpy.run_module('circuits', run_name='__main__', alter_sys=True)\n"
               "except SystemExit as e:\n"
@@ -210,7 +217,7 @@ def test_an_argument_error_imports_no_torch(tmp_path):
     env.pop("CIRCUITS_DEBUG", None)
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
-    assert proc.stderr == "circuits identify: error: --pairs -1: must be at least 1\n", proc.stderr
+    assert proc.stderr == line + "\n", proc.stderr
     assert proc.stdout.split() == ["exit", "2", "False", "False"], proc.stdout
     assert list(tmp_path.iterdir()) == []
 

@@ -116,3 +116,19 @@ def test_a_config_field_of_the_wrong_type_names_the_config(tmp_path):
     (ident / "config.json").write_text(json.dumps({**config, "model": 5}))
     with pytest.raises(ResultError, match=r"config\.json is not a valid IdentifyConfig: field 'model' is 5 \(int\)"):
         load_result(ident)
+
+
+def test_a_result_of_another_kind_is_named_with_its_article(tmp_path):
+    """Issue 41 ("Also"): a message read "holds a identify result"."""
+    from result_cases import write_identify
+
+    from circuits.results import ResultError, a_kind, check_output
+    from circuits.validate.knockout import KnockoutResult
+
+    folder = write_identify(tmp_path, "addition")
+    with pytest.raises(ResultError, match=r"holds an identify result, not knockout"):
+        KnockoutResult.load(folder)
+    with pytest.raises(ValueError, match=r"already holds an identify result; a knockout job only replaces"):
+        check_output(folder, "knockout")
+    assert [a_kind(k) for k in ("identify", "evaluate", "screen", "attention-views")] == [
+        "an identify", "an evaluate", "a screen", "an attention-views"]

@@ -56,3 +56,48 @@ def test_the_readme_route_make_pair_to_a_saved_result_to_the_report(tmp_path):
     back = load_result(out)
     assert [p.reference for p in back.pairs] == [p.reference for p in pairs] and back.provenance is not None
     assert cli_main(["report", str(out), "--out", str(tmp_path / "report.html")]) == 0
+
+
+def test_repeated_pairs_in_a_pairs_file_are_named_not_silent(tmp_path, capsys):
+    """Issue 41 (SILENT-WRONG): three copies of one pair were three pairs, each counted in every mean and interval."""
+    path = tmp_path / "dup.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in [PAIRS[0], PAIRS[2], PAIRS[0], PAIRS[0]]))
+    from circuits.data.pairs import RepeatedPairsWarning, read_pairs_file
+    from circuits.models import load_model
+
+    model = load_model(tiny_dir("llama"), device="cpu")
+    with pytest.warns(RepeatedPairsWarning, match=r"dup.jsonl: line 3 repeats line 1, line 4 repeats line 1 \(the "
+                                                   r"same prompt, counterfactual and answer\): 2 of 4 pairs are repeats"):
+        read_pairs_file(model, path)
+    distinct = tmp_path / "distinct.jsonl"
+    distinct.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RepeatedPairsWarning)  # pairs that differ say nothing
+        read_pairs_file(model, distinct)
+    out = tmp_path / "run"  # the command line says it in one line and goes on
+    assert cli_main(["identify", "--model", str(tiny_dir("llama")), "--pairs-file", str(path),
+                     "--no-filter-correct", "--force", "--no-progress", "--out", str(out)]) == 0
+    assert "circuits identify: note: --pairs-file" in capsys.readouterr().err and (out / "summary.json").is_file()
+
+
+def test_a_relative_pairs_file_is_recorded_as_what_was_read(tmp_path, monkeypatch):
+    """Issue 41 (SILENT-WRONG): a relative ``--pairs-file`` was saved as typed, so read from another folder it named
+    another file. The result records the file's absolute path, the SHA-256 of its bytes and the lines read (its pairs
+    are in pairs.jsonl), and reading the result from another folder, beside another ``p.jsonl``, says the same."""
+    import hashlib
+
+    (tmp_path / "A").mkdir()
+    (tmp_path / "B").mkdir()
+    mine = tmp_path / "A" / "p.jsonl"
+    mine.write_text("".join(json.dumps(p) + "\n" for p in PAIRS))
+    (tmp_path / "B" / "p.jsonl").write_text(json.dumps(PAIRS[0]) + "\n")  # another file of the same name
+    monkeypatch.chdir(tmp_path / "A")
+    assert cli_main(["identify", "--model", str(tiny_dir("llama")), "--pairs-file", "p.jsonl", "--no-filter-correct",
+                     "--force", "--no-progress", "--out", "res"]) == 0
+    monkeypatch.chdir(tmp_path / "B")
+    r = load_result(tmp_path / "A" / "res")
+    assert r.pair_stats["pairs_file"] == {"path": str(mine.resolve()), "lines_read": 3,
+                                          "sha256": hashlib.sha256(mine.read_bytes()).hexdigest()}
+    assert [p.reference for p in r.pairs] == [p["prompt"] for p in PAIRS]

@@ -479,3 +479,66 @@ def test_an_accuracy_outside_0_1_in_any_results_table_is_refused(tmp_path):
     with pytest.raises(ResultError) as info:
         load_result(folder)
     assert "svamp.accuracy_after is 1.5, not a share in [0, 1]" in one_line(info.value, "tr")
+
+
+# --- faithfulness.pt: a ranking's edge scores by shape and finiteness, as its node scores -------------------------
+
+def test_faithfulness_edge_scores_are_checked_by_shape_and_finiteness(tiny_llama, tmp_path):
+    """The edge scores of an EAP-IG ranking are [sender, receiver] of the model its head scores are of (1 + L (H + 1)
+    senders, L (3H + 1) + 1 receivers) and finite; before issue 41's re-run they were checked for kind only, so a
+    table one row short, of one axis, or holding NaN loaded and failed (or ranked wrongly) later."""
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.faithfulness.job import faithfulness
+    from circuits.data.pairs import build_pairs
+
+    pairs = build_pairs(tiny_llama, "addition", n_pairs=2, filter_correct=False, few_shot="on", progress=False).pairs
+    r = faithfulness(tiny_llama, pairs, FaithfulnessConfig(model="tiny", rankings=("eap-ig",), sizes=(0.2, 0.5),
+                                                           positions=("end",), n_boot=0), progress=False)
+    folder = r.save(tmp_path / "f")
+    L, H = tiny_llama.cfg.n_layers, tiny_llama.cfg.n_heads
+    assert tuple(r.scores["eap-ig"]["edges"].shape) == (1 + L * (H + 1), L * (3 * H + 1) + 1)
+    back = load_result(folder)  # a real result loads back as it was
+    assert all(torch.equal(back.scores["eap-ig"][k], v) for k, v in r.scores["eap-ig"].items())
+    pt = folder / "faithfulness.pt"
+    original = pt.read_bytes()
+    edges = r.scores["eap-ig"]["edges"]
+    for bad, says in ((edges[:-1], f"scores.eap-ig.edges has shape [{1 + L * (H + 1) - 1}, {L * (3 * H + 1) + 1}]: "
+                                   f"{1 + L * (H + 1) - 1} along its sender axis, where scores.eap-ig.heads's {L} "
+                                   f"layers x {H} heads has {1 + L * (H + 1)}"),
+                      (edges.flatten(), "scores.eap-ig.edges has shape"),
+                      (edges.clone().fill_(float("nan")), "scores.eap-ig.edges holds NaN or infinite values"),
+                      (edges.clone().index_fill_(0, torch.tensor([1]), float("inf")), "holds NaN or infinite values")):
+        t = torch.load(pt, weights_only=True)
+        t["scores"]["eap-ig"]["edges"] = bad
+        torch.save(t, pt)
+        with pytest.raises(ResultError) as info:
+            load_result(folder)
+        assert says in one_line(info.value, "faithfulness.pt"), str(info.value)
+        pt.write_bytes(original)
+
+
+def test_a_mean_answer_probability_outside_0_1_is_unreadable_and_the_rest_renders(tmp_path):
+    """Issue 41's re-run: an identify result whose pair statistics hold a mean answer probability of 1.5, or a transfer
+    table whose probability before the knockout is 1.2, was drawn; now each is listed as unreadable with its reason
+    (``circuits.results.PROB_KEYS``) and the good result beside them is drawn."""
+    from circuits.validate.transfer import TransferConfig, TransferResult
+
+    root = tmp_path / "res"
+    write_identify(root, "addition")
+    bad = write_identify(root / "bad", "subtraction")
+    s = json.loads((bad / "summary.json").read_text())
+    s["pair_stats"] = {**(s.get("pair_stats") or {}), "mean_answer_prob": 1.5}
+    (bad / "summary.json").write_text(json.dumps(s))
+    tr = TransferResult(TransferConfig(model="tiny", task="addition", n_pairs=4, n_key_heads=2),
+                        {"svamp": {"n": 3, "accuracy_before": 0.5, "accuracy_after": 0.25, "prob_before": 0.4,
+                                   "prob_after": 0.3}}, [Head(1, 2), Head(0, 1)], [Head(0, 0), Head(1, 3)],
+                        {"svamp": "Q: 3 apples and 4 more? A:"}).save(root / "tr")
+    assert load_result(tr).results["svamp"]["prob_before"] == 0.4  # in range: read as written
+    (tr / "data.json").write_text((tr / "data.json").read_text().replace('"prob_before": 0.4', '"prob_before": 1.2'))
+    found, _, broken = collect([root])
+    reasons = dict(broken)
+    assert [f.path for f in found] == [root / "addition"] and set(reasons) == {bad, tr}
+    assert "pair_stats.mean_answer_prob is 1.5, not a probability in [0, 1]" in reasons[bad]
+    assert "svamp.prob_before is 1.2, not a probability in [0, 1]" in reasons[tr]
+    page = build_report([root])
+    assert "Results that could not be read" in page and "addition: path patching at END" in page

@@ -39,6 +39,18 @@ def _row(c: FaithfulnessCurve) -> dict[str, Any]:
             "seconds": c.seconds, "sizes": c.table()}
 
 
+def _expect_edge_axes(shapes: Shapes) -> None:
+    """Fix the ``sender`` and ``receiver`` axes' sizes from the layer and head counts met so far: the faithfulness
+    engine's senders are the input and each layer's heads and MLP (``1 + L (H + 1)``), its receivers each head's q, k
+    and v and each MLP, then the logits (``L (3H + 1) + 1``;
+    :func:`~circuits.patching.circuit_curves.edge_senders`, ``edge_receivers``)."""
+    if "layer" in shapes.sizes and "head" in shapes.sizes:
+        (L, said), (H, _) = shapes.sizes["layer"], shapes.sizes["head"]
+        source = f"{said}'s {L} layers x {H} heads"
+        shapes.sizes.setdefault("sender", (1 + L * (H + 1), source))
+        shapes.sizes.setdefault("receiver", (L * (3 * H + 1) + 1, source))
+
+
 SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every position", "edges@end": "edges at END"}
 
 
@@ -206,8 +218,13 @@ class FaithfulnessResult(ShowsFigure, Result):
         for r, parts in t.get("scores", {}).items():  # every ranking over one model: one layer and head count
             if not isinstance(parts, dict):
                 raise shapes.fail(f"scores.{r} is a {type(parts).__name__}, not a dictionary of tensors")
-            for k, v in parts.items():  # edges: as the ranking laid them out (checked for kind only)
-                axes = {"heads": ("layer", "head"), "mlps": ("layer",)}.get(k.removesuffix("_signed")) or \
+            for k, v in parts.items():
+                part = k.removesuffix("_signed")
+                if part == "edges":  # edge_senders x edge_receivers of the model the heads' scores are of
+                    _expect_edge_axes(shapes)
+                    shapes.tensor(f"scores.{r}.{k}", v, ("sender", "receiver"), finite=True)
+                    continue
+                axes = {"heads": ("layer", "head"), "mlps": ("layer",)}.get(part) or \
                     tuple(f"{r}.{k} axis {i}" for i in range(getattr(v, "ndim", 0)))
                 shapes.tensor(f"scores.{r}.{k}", v, axes)
 

@@ -38,7 +38,7 @@ from circuits.models.loading import load_model
 from circuits.patching.engines.neuron_sweep import sweep_neurons
 from circuits.patching.core.metrics import get_metric
 from circuits.patching.core.ranking import contributions, order
-from circuits.results import ResultError, load_result
+from circuits.results import ResultError, a_kind, load_result
 from circuits.types import Neuron
 
 
@@ -53,7 +53,7 @@ def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
         except (ResultError, FileNotFoundError) as err:
             raise ValueError(f"--neurons-from {config.neurons_from}: {err}") from None
         if saved.kind != "neurons":
-            raise ValueError(f"--neurons-from {config.neurons_from} holds a {saved.kind} result, not a "
+            raise ValueError(f"--neurons-from {config.neurons_from} holds {a_kind(saved.kind)} result, not a "
                              "`circuits neurons` one")
         if saved.config.model != config.model:
             raise ValueError(f"--neurons-from {config.neurons_from} was made with model {saved.config.model!r}, not "
