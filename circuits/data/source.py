@@ -70,6 +70,7 @@ class PairSource(PairSpec):
             from circuits.data.pairs import check_token_ids
 
             pairs, stats = read_saved_pairs(self.pairs_from, self.model)
+            pairs = with_second_logit(pairs, self.second_logit, self.pairs_from)
             check_token_ids(pairs, model.cfg.d_vocab, Path(self.pairs_from) / "pairs.jsonl", model.cfg.n_ctx)
             if len(pairs) < self.n_pairs:
                 from circuits.data.pairs import FewerPairsWarning
@@ -107,6 +108,22 @@ def read_saved_pairs(folder: str | Path, model: str | None = None) -> tuple[list
                          f"{made_with} or another folder")
     stats = getattr(result, "pair_stats", None) or {}
     return list(result.pairs), dict(stats)
+
+
+def with_second_logit(pairs: list[PromptPair], second_logit: str, where: str | Path) -> list[PromptPair]:
+    """Saved pairs read with ``--second-logit``: ``top`` drops their labels (the counterfactual run's top token is
+    the second token); ``label`` keeps them and refuses, in one line naming ``where``, pairs saved without one (built
+    with ``--second-logit top`` or the operator counterfactual)."""
+    from dataclasses import replace
+
+    if second_logit == "top":
+        return [p if p.counterfactual_answer_token_id < 0 else replace(p, counterfactual_answer_token_id=-1) for p in pairs]
+    missing = sum(p.counterfactual_answer_token_id < 0 for p in pairs)
+    if missing:
+        raise ValueError(f"--pairs-from {where}: {missing} of its {len(pairs)} pairs carry no counterfactual label "
+                         "(built with --second-logit top or --counterfactual operator), so --second-logit label has "
+                         "no second token for them; pass --second-logit top, or pairs built with --second-logit label")
+    return pairs
 
 
 def check_metric(name: str) -> None:
