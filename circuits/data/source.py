@@ -16,7 +16,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from circuits.config import option
 from circuits.data.pair_config import PairConfig
@@ -42,8 +42,17 @@ class PairSpec(PairConfig):
     dtype: str = option("float32", choices=DTYPE_NAMES, help="dtype the model is loaded and run in")
     memory_mb: float = option(1024, above=0, maximum=10**8, help="working-memory budget of the exact engines (MB)")
 
+    # Whether the job reads logit_diff's second token from the pairs' labels (--second-logit label): the faithfulness
+    # job does; the others' validity checks read "the counterfactual keeps the answer" from the baseline's second
+    # token, which with a label would always be another number, so they refuse it in one line.
+    reads_label: ClassVar[bool] = False
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.second_logit == "label" and not self.reads_label:
+            raise ValueError("--second-logit label is read by `circuits faithfulness` only: this job's checks of "
+                             "whether the counterfactual keeps the answer read the counterfactual run's top token; "
+                             "give --second-logit top (the default)")
         if self.task not in TASKS:
             raise ValueError(f"Unknown task {self.task!r}; accepted: {', '.join(TASKS)}")
         if self.dtype not in DTYPE_NAMES:

@@ -169,3 +169,15 @@ def _tiny():
     from helpers import tiny_model
 
     return tiny_model("llama")
+
+
+def test_jobs_other_than_faithfulness_refuse_the_label():
+    """Identify's validity checks read the counterfactual run's top token as "the counterfactual keeps the answer":
+    --second-logit label is refused there in one line, accepted by faithfulness."""
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.identify.config import IdentifyConfig
+
+    with pytest.raises(ValueError, match="--second-logit label is read by `circuits faithfulness` only"):
+        IdentifyConfig(counterfactual="random", second_logit="label")
+    assert IdentifyConfig(counterfactual="random").second_logit == "top"
+    assert FaithfulnessConfig(counterfactual="operand", second_logit="label").second_logit == "label"

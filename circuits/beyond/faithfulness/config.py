@@ -6,6 +6,7 @@ The model and its pairs are :class:`~circuits.data.source.PairSource`'s fields (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from circuits.config import option, redefault
 from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
@@ -79,6 +80,7 @@ class FaithfulnessConfig(PairSource):
     # the logit difference cannot move (division: on every pair, f undefined).
     counterfactual: str = redefault(PairSource, "counterfactual", "random")
     second_logit: str = redefault(PairSource, "second_logit", "label")
+    reads_label: ClassVar[bool] = True  # its curves and rankings take the label as logit_diff's second token
 
     rankings: tuple[str, ...] = option(RANKINGS, help=f"rankings to score, comma-separated: {', '.join(RANKINGS)}")
     sizes: tuple[float, ...] = option(MIB_SIZES, help="circuit sizes, fractions of the nodes (or edges) kept (MIB's; "
