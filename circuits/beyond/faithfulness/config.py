@@ -129,6 +129,9 @@ class FaithfulnessConfig(PairSource):
         if position != 0 and not (self.pairs_file or self.pairs_from):
             raise ValueError(f"--answer-position {position}: the task's templates give one-token answers only; give "
                              "--pairs-file (or --pairs-from a result made from one) with answers of several tokens")
+        if position != 0 and self.second_logit == "label":
+            raise ValueError(f"--answer-position {position} with --second-logit label: the counterfactual's label is "
+                             "its answer's first token, read at END; give --second-logit top")
         if self.task == "all":
             raise ValueError("--task all: a faithfulness run scores one operation; give --task addition (or another), "
                              "or run experiments/faithfulness.py for the four")
