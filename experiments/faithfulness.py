@@ -85,12 +85,14 @@ COUNTERFACTUALS = "counterfactuals.json"
 
 def movable(model, cfg: FaithfulnessConfig) -> dict[str, dict[str, float]]:
     """Each counterfactual kind's pairs (built as ``cfg`` builds them, that kind swapped in): how many, and the share
-    whose counterfactual prompt's top token is not the answer."""
+    whose counterfactual prompt's top token is not the answer (what the metric's second logit is with
+    ``--second-logit top``; with ``label`` every operand and random pair's metric can move, its label being another
+    number)."""
     from circuits.data.pairs import build_pairs
 
     out = {}
     for kind in COUNTERFACTUAL_KINDS:
-        ps = build_pairs(model, cfg.pair_config().replace(counterfactual=kind), progress=False)
+        ps = build_pairs(model, cfg.pair_config().replace(counterfactual=kind, second_logit="top"), progress=False)
         out[kind] = {"n_pairs": len(ps), "movable": 1.0 - ps.counterfactual_accuracy}
     return out
 

@@ -14,11 +14,19 @@ from circuits.data.templates import TASKS, templates_for
 
 FewShot = Literal["auto", "on", "off"]
 PrefixPolicy = Literal["keep", "counterfactual"]
-# How a counterfactual prompt differs from its reference: the paper's replaces the calculation word or symbol
-# ("operator": the counterfactual asks for no number, Section 3); MIB's arithmetic tasks change one operand so the
-# counterfactual's answer is another number ("operand": the logit difference is defined on every pair).
-CounterfactualKind = Literal["operator", "operand"]
-COUNTERFACTUAL_KINDS: tuple[str, ...] = ("operator", "operand")
+# How a counterfactual prompt differs from its reference, each kind named for what it is: the paper's replaces the
+# calculation word or symbol ("operator": the counterfactual asks for no number, Section 3); "operand" changes one
+# operand, every word kept, so the counterfactual's answer is another number; "random" is another problem of the same
+# operation in the same template (both operands and the words drawn anew, its answer another number), what MIB's
+# arithmetic tasks use (MIB_circuit_track/dataset.py: the row's random_counterfactual).
+CounterfactualKind = Literal["operator", "operand", "random"]
+COUNTERFACTUAL_KINDS: tuple[str, ...] = ("operator", "operand", "random")
+# The second token of the logit difference logit(answer) - logit(second): the counterfactual run's top token at END
+# ("top", the toolkit's since the paper's counterfactual has no answer of its own) or the counterfactual's own answer
+# ("label", MIB's: dataset.py takes random_counterfactual's label as the incorrect index). "label" needs a
+# counterfactual with an answer (operand or random; a --pairs-file line's "counterfactual_answer").
+SecondLogit = Literal["top", "label"]
+SECOND_LOGITS: tuple[str, ...] = ("top", "label")
 # Where an answer of several tokens is read (issue 42): its k-th token at END + k (the earlier ones teacher-forced),
 # or the whole answer. The largest k accepted: no answer a pairs file holds needs more.
 WHOLE_ANSWER = "whole"
@@ -68,8 +76,14 @@ class PairConfig(Config):
                                               "counterfactual examples")
     counterfactual: CounterfactualKind = option(
         "operator", choices=COUNTERFACTUAL_KINDS,
-        help="operator: the paper's counterfactual (the operation word or symbol replaced, no answer); operand: MIB's "
-             "(one operand changed, so the counterfactual answer is another number)")
+        help="operator: the paper's counterfactual (the operation word or symbol replaced, no answer); operand: one "
+             "operand changed, every word kept; random: another problem of the same template, both operands and the "
+             "words drawn anew (MIB's random_counterfactual); operand and random answer another number")
+    second_logit: SecondLogit = option(
+        "top", choices=SECOND_LOGITS,
+        help="the second token of logit_diff: top (the counterfactual run's top token at END) or label (the "
+             "counterfactual's own answer, MIB's; --counterfactual operand or random, or a --pairs-file line's "
+             "counterfactual_answer)")
     filter_correct: bool = option(True, help="keep only pairs the model answers correctly")
     pairs_file: str = option("", help="your own pairs instead of the task's templates: a JSONL file, one "
                                       '{"prompt": ..., "counterfactual": ..., "answer": ...} a line (or "answers": '
@@ -87,10 +101,16 @@ class PairConfig(Config):
         if self.prefix_policy not in ("keep", "counterfactual"):
             raise ValueError(f"prefix_policy must be 'keep' or 'counterfactual', got {self.prefix_policy!r}")
         if self.counterfactual not in COUNTERFACTUAL_KINDS:
-            raise ValueError(f"counterfactual must be 'operator' or 'operand', got {self.counterfactual!r}")
-        if self.counterfactual == "operand" and self.prefix_policy == "counterfactual":
-            raise ValueError("--counterfactual operand keeps the reference's few-shot prefix (its solved examples stay "
-                             "solved); give --prefix-policy keep")
+            raise ValueError(f"counterfactual must be one of {', '.join(COUNTERFACTUAL_KINDS)}, got {self.counterfactual!r}")
+        if self.second_logit not in SECOND_LOGITS:
+            raise ValueError(f"second_logit must be one of {', '.join(SECOND_LOGITS)}, got {self.second_logit!r}")
+        if self.counterfactual != "operator" and self.prefix_policy == "counterfactual":
+            raise ValueError(f"--counterfactual {self.counterfactual} keeps the reference's few-shot prefix (its solved "
+                             "examples stay solved); give --prefix-policy keep")
+        if self.second_logit == "label" and self.counterfactual == "operator" and not self.pairs_file:
+            raise ValueError("--second-logit label with --counterfactual operator: the operator counterfactual asks for "
+                             "no number, so it has no answer to take; give --counterfactual random (MIB's) or operand, "
+                             "or --second-logit top")
         r = self.operand_range
         if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(isinstance(x, int) for x in r) and 0 <= r[0] <= r[1]):
             raise ValueError(f"operand_range must be two integers (low, high) with 0 <= low <= high, got {self.operand_range}")

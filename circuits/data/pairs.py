@@ -87,6 +87,10 @@ class PromptPair:
     # Every token of an answer of several (its first is ``answer_token_id``); empty for a one-token answer, so a
     # one-token pair and its saved line are what they were before answers of several tokens (issue 42)
     answer_token_ids: tuple[int, ...] = ()
+    # The counterfactual's own answer token (its label), the second token of the logit difference when the pairs are
+    # built with ``second_logit="label"`` (MIB's arithmetic metric); -1: none, the counterfactual run's top token is
+    # taken instead (:func:`second_answers`)
+    counterfactual_answer_token_id: int = -1
 
     @property
     def answer_ids(self) -> tuple[int, ...]:
@@ -108,6 +112,8 @@ class PromptPair:
             d["answer_token_ids"] = list(self.answer_token_ids)
         else:  # a one-token pair's line as before answers of several tokens
             del d["answer_token_ids"]
+        if self.counterfactual_answer_token_id < 0:  # a pair without a label: its line as before issue 43
+            del d["counterfactual_answer_token_id"]
         return d
 
     @classmethod
@@ -130,6 +136,9 @@ class PairBatch:
     counterfactual: Int[Tensor, "batch pos"]
     end: Int[Tensor, " batch"]
     answer: Int[Tensor, " batch"]
+    # The counterfactual's own answer token per pair (PromptPair.counterfactual_answer_token_id), -1 where a pair has
+    # none; None: no pair has one (the counterfactual run's top token is the second token everywhere)
+    cf_label: Int[Tensor, " batch"] | None = None
 
     @classmethod
     def from_pairs(cls, pairs: list[PromptPair], pad_token_id: int = 0, device: str | torch.device = "cpu") -> PairBatch:
@@ -153,16 +162,32 @@ class PairBatch:
             cf[i, : len(p.counterfactual_token_ids)] = torch.tensor(p.counterfactual_token_ids)
         end = torch.tensor([p.end for p in pairs], dtype=torch.long)
         answer = torch.tensor([p.answer_token_id for p in pairs], dtype=torch.long)
-        return cls(ref.to(device), cf.to(device), end.to(device), answer.to(device))
+        labels = [p.counterfactual_answer_token_id for p in pairs]
+        cf_label = torch.tensor(labels, dtype=torch.long).to(device) if max(labels) >= 0 else None
+        return cls(ref.to(device), cf.to(device), end.to(device), answer.to(device), cf_label)
 
     def __len__(self) -> int:
         return self.reference.shape[0]
 
     def select(self, idx: Tensor | slice) -> PairBatch:
-        return PairBatch(self.reference[idx], self.counterfactual[idx], self.end[idx], self.answer[idx])
+        return PairBatch(self.reference[idx], self.counterfactual[idx], self.end[idx], self.answer[idx],
+                         None if self.cf_label is None else self.cf_label[idx])
 
     def to(self, device: str | torch.device) -> PairBatch:
-        return PairBatch(self.reference.to(device), self.counterfactual.to(device), self.end.to(device), self.answer.to(device))
+        return PairBatch(self.reference.to(device), self.counterfactual.to(device), self.end.to(device), self.answer.to(device),
+                         None if self.cf_label is None else self.cf_label.to(device))
+
+
+def second_answers(cf_label: Int[Tensor, " pair"] | None, cf_logits: Float[Tensor, "pair d_vocab"]) -> Int[Tensor, " pair"]:
+    """The second token of each pair's logit difference (``logit(answer) - logit(second)``): the counterfactual's own
+    label where the pair has one (``cf_label`` >= 0: pairs built with ``second_logit="label"``, as MIB's arithmetic
+    tasks take ``random_counterfactual``'s label), else the top token of the counterfactual run's END logits
+    ``cf_logits`` (the toolkit's ``second_logit="top"``)."""
+    top = cf_logits.argmax(-1)
+    if cf_label is None:
+        return top
+    label = cf_label.to(top.device)
+    return torch.where(label >= 0, label, top)
 
 
 # --- tokenization -----------------------------------------------------------------------------
@@ -359,17 +384,37 @@ def _counterfactual_fill(template: Template, fill: dict[str, str], rng: random.R
 
 def _operand_counterfactual_fill(template: Template, fill: dict[str, str], rng: random.Random,
                                  choices: Sequence[tuple[int, int]]) -> tuple[dict[str, str], int]:
-    """MIB's counterfactual: one operand changed (``choices``: the operand pairs allowed), every other word kept; the
+    """The operand counterfactual: one operand changed (``choices``: the operand pairs allowed), every other word kept; the
     filled slots and the counterfactual's answer."""
     a, b = rng.choice(list(choices))
     cf = dict(fill, A=str(a), B=str(b))
     return cf, compute_answer(template.operation, a, b)  # type: ignore[return-value]
 
 
+def _random_counterfactual_fill(template: Template, rng: random.Random,
+                                choices: Sequence[tuple[int, int]]) -> tuple[dict[str, str], int]:
+    """The random counterfactual, MIB's arithmetic kind (``random_counterfactual`` in MIB's ``dataset.py``): another
+    problem of the same operation, here in the same template -- both operands drawn from ``choices`` (the operand
+    pairs whose answer differs from the reference's) and the template's words (names, objects) drawn anew; the
+    filled slots and its answer."""
+    a, b = rng.choice(list(choices))
+    return _sample_fill(template, a, b, rng), compute_answer(template.operation, a, b)  # type: ignore[return-value]
+
+
 def operand_counterfactuals(template: Template, a: int, b: int, allowed: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """The operand pairs of ``allowed`` that differ from ``(a, b)`` in one operand and give another answer."""
     c = compute_answer(template.operation, a, b)
     return [(x, y) for x, y in allowed if (x == a) != (y == b) and compute_answer(template.operation, x, y) not in (None, c)]
+
+
+def random_counterfactuals(template: Template, a: int, b: int, allowed: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The operand pairs of ``allowed`` whose answer differs from ``(a, b)``'s: the random counterfactual's problems
+    (a problem with the reference's own answer would give a logit difference of 0 under every circuit)."""
+    c = compute_answer(template.operation, a, b)
+    return [(x, y) for x, y in allowed if compute_answer(template.operation, x, y) not in (None, c)]
+
+
+COUNTERFACTUAL_CHOICES = {"operand": operand_counterfactuals, "random": random_counterfactuals}
 
 
 def few_shot_prefix(template: Template, rng: random.Random, counterfactual: bool = False) -> str:
@@ -414,26 +459,34 @@ def render_pair(
     prefixes: tuple[str, str] | None = None,
     counterfactual: CounterfactualKind = "operator",
     operands: Sequence[tuple[int, int]] | None = None,
+    label: bool = False,
     tries: int = 20,
 ) -> PromptPair:
     """One pair from a template and operands; resamples words until the token lengths match.
 
     ``prefixes``: the reference and counterfactual few-shot prefixes to use (from :func:`few_shot_prefixes`, equal
     token lengths); without them, and with ``few_shot``, they are drawn from ``rng`` for this pair.
-    ``counterfactual``: the paper's (``"operator"``: the calculation word replaced) or MIB's (``"operand"``: one
-    operand changed, drawn from ``operands``, the template's single-token operand pairs (:func:`candidate_operands`;
-    default: 1-9 for this tokenizer), so that the counterfactual answer differs)."""
+    ``counterfactual``: the paper's (``"operator"``: the calculation word replaced), ``"operand"`` (one operand
+    changed, every word kept) or ``"random"`` (another problem of the same template: both operands and the words
+    drawn anew, MIB's ``random_counterfactual``); the counterfactual's operands are drawn from ``operands``, the
+    template's single-token operand pairs (:func:`candidate_operands`; default: 1-9 for this tokenizer), so that its
+    answer differs from the reference's. ``label``: also record the counterfactual's own answer token
+    (``counterfactual_answer_token_id``, the second logit of MIB's metric; operand and random kinds only)."""
     c = compute_answer(template.operation, a, b)
     if c is None:
         raise PromptError(f"{a} and {b} have no integer {template.operation} result.")
+    if label and counterfactual == "operator":
+        raise PromptError("The operator counterfactual asks for no number, so it has no label to take as the second "
+                          "logit; accepted: counterfactual 'operand' or 'random' with the label")
     cf_choices: list[tuple[int, int]] = []
-    if counterfactual == "operand":
-        cf_choices = operand_counterfactuals(template, a, b, operands if operands is not None
-                                             else candidate_operands(template, tokenizer, 1, 9))
+    if counterfactual in COUNTERFACTUAL_CHOICES:
+        cf_choices = COUNTERFACTUAL_CHOICES[counterfactual](template, a, b, operands if operands is not None
+                                                            else candidate_operands(template, tokenizer, 1, 9))
         if not cf_choices:
-            raise PromptError(f"{template.id} ({a}, {b}): no operand can change so that the answer differs.")
+            raise PromptError(f"{template.id} ({a}, {b}): no {counterfactual} counterfactual has another answer.")
         if prefix_policy == "counterfactual":
-            raise PromptError("The operand counterfactual keeps the reference's few-shot prefix (prefix_policy 'keep').")
+            raise PromptError(f"The {counterfactual} counterfactual keeps the reference's few-shot prefix "
+                              "(prefix_policy 'keep').")
     if not few_shot:
         prefix = cf_prefix = ""
     else:
@@ -444,6 +497,9 @@ def render_pair(
         cf_answer = ""
         if counterfactual == "operand":
             cf_fill, cf_c = _operand_counterfactual_fill(template, fill, rng, cf_choices)
+            cf_answer = str(cf_c)
+        elif counterfactual == "random":
+            cf_fill, cf_c = _random_counterfactual_fill(template, rng, cf_choices)
             cf_answer = str(cf_c)
         else:
             cf_fill = _counterfactual_fill(template, fill, rng)
@@ -468,10 +524,17 @@ def render_pair(
             if all("single token" in str(e) for e in errors):
                 raise last
             continue
+        cf_id = -1
+        if label:  # the counterfactual's answer as its own prompt continues it, written as the reference's answer is
+            try:
+                cf_id = answer_token(tokenizer, pair.counterfactual, cf_answer if answer == str(c) else " " + cf_answer)
+            except PromptError as err:
+                last = err
+                continue
         shifted = {r: [(s + len(prefix), e + len(prefix)) for s, e in v] for r, v in spans.items()}
         roles = token_positions(tokenizer, pair.reference, shifted)
         return replace(pair, roles=roles, prefix_length=prefix_length_of(tokenizer, prefix, pair.reference_token_ids),
-                       counterfactual_answer=cf_answer)
+                       counterfactual_answer=cf_answer, counterfactual_answer_token_id=cf_id)
     raise PromptError(f"Template {template.id!r}: no counterfactual of equal token length after {tries} tries ({last}).")
 
 
@@ -519,7 +582,8 @@ def check_token_ids(pairs: Sequence[PromptPair], d_vocab: int, where: str | Path
     or whose prompts are longer than its context (``n_ctx``): one line naming the file, the pair and the field."""
     for i, p in enumerate(pairs, 1):
         check_context(len(p.reference_token_ids), n_ctx, f"{where}, pair {i}")
-        for key in ("answer_token_id", "reference_token_ids", "counterfactual_token_ids", "answer_token_ids"):
+        for key in ("answer_token_id", "reference_token_ids", "counterfactual_token_ids", "answer_token_ids",
+                    "counterfactual_answer_token_id"):
             high = max(_ids(getattr(p, key)), default=0)
             if high >= d_vocab:
                 raise ValueError(f"{where}, pair {i}: {key} holds token id {high}, outside this model's vocabulary of "
@@ -660,7 +724,8 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
     elif kwargs:
         config = replace(config, **kwargs)
     if config.pairs_file:  # your own pairs (read_pairs_file), not the task's templates
-        return read_pairs_file(model, config.pairs_file, config.n_pairs, filter_correct=config.filter_correct)
+        return read_pairs_file(model, config.pairs_file, config.n_pairs, filter_correct=config.filter_correct,
+                               label=config.second_logit == "label")
     tokenizer = model.tokenizer
     rng = random.Random(config.seed)
     few_shot = use_few_shot(model, config.few_shot)
@@ -671,8 +736,8 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
         with stage("candidates"):
             ops = candidate_operands(t, tokenizer, *config.operand_range)
         allowed[t.id] = list(ops)
-        if config.counterfactual == "operand":  # only operands some counterfactual can change
-            ops = [o for o in ops if operand_counterfactuals(t, *o, allowed[t.id])]
+        if config.counterfactual in COUNTERFACTUAL_CHOICES:  # only operands some counterfactual gives another answer
+            ops = [o for o in ops if COUNTERFACTUAL_CHOICES[config.counterfactual](t, *o, allowed[t.id])]
         rng.shuffle(ops)
         pools[t.id] = ops
     if not any(pools.values()):
@@ -717,7 +782,8 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
             for t, (a, b) in order[start : start + size]:
                 try:
                     batch_pairs.append(render_pair(t, a, b, tokenizer, rng, few_shot=few_shot, prefixes=prefixes.get(t.id),
-                                                   counterfactual=config.counterfactual, operands=allowed[t.id]))
+                                                   counterfactual=config.counterfactual, operands=allowed[t.id],
+                                                   label=config.second_logit == "label"))
                 except PromptError as err:
                     skipped.append(f"{t.id} ({a}, {b}): {err}")
         start += size
@@ -792,15 +858,17 @@ def as_batch(pairs: Pairs, model: Model) -> PairBatch:
 
 
 def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, *,
-                    filter_correct: bool = False, batch_size: int = 64) -> PairSet:
+                    filter_correct: bool = False, label: bool = False, batch_size: int = 64) -> PairSet:
     """Your own prompt pairs (``--pairs-file``): a JSONL file, one ``{"prompt", "counterfactual", "answer"}`` object a
     line (``"answers": [...]`` instead of ``"answer"``: its first is the answer; ``"id"``: a name for the pair;
     ``"roles"``: the character spans of its operands, operator and ``=`` in ``prompt``, :mod:`circuits.data.roles`,
     derived from the template where the prompt's last line has a template's form and the line gives none), each
     made with :func:`~circuits.data.pairs.make_pair` (an answer of one token or several, prompts of equal token
     length) and scored by the model, so the result records its accuracy on them as on the templates' pairs. The first
-    ``n_pairs`` lines are read; ``filter_correct`` keeps only those the model answers. A bad line is one
-    ``ValueError`` naming the file and line.
+    ``n_pairs`` lines are read; ``filter_correct`` keeps only those the model answers. ``label``
+    (``--second-logit label``): every line also gives ``"counterfactual_answer"``, the counterfactual prompt's own
+    answer, whose first token is the second token of ``logit_diff``. A bad line is one ``ValueError`` naming the file
+    and line.
 
     An answer of several tokens is scored teacher-forced: the model answers a pair when its top token is the answer's
     at every answer position (the earlier answer tokens written after the prompt), and the answer probability is the
@@ -832,6 +900,13 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
         try:
             pair = make_pair(model.tokenizer, row["prompt"], row["counterfactual"], answer,
                              template_id=str(row.get("id", f"file/{i}")))
+            if label:
+                cf_answer = row.get("counterfactual_answer")
+                if not isinstance(cf_answer, str) or not cf_answer:
+                    raise ValueError("--second-logit label needs each line's counterfactual_answer (the counterfactual "
+                                     f"prompt's own answer, text), got {cf_answer!r}; or pass --second-logit top")
+                pair = replace(pair, counterfactual_answer=cf_answer, counterfactual_answer_token_id=answer_tokens(
+                    model.tokenizer, row["counterfactual"], cf_answer)[0])
         except (PromptError, ValueError) as err:
             raise ValueError(f"{where}: {err}") from None
         roles = token_positions(model.tokenizer, pair.reference, spans) if spans else {}

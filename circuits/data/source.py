@@ -16,7 +16,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from circuits.config import option
 from circuits.data.pair_config import PairConfig
@@ -42,8 +42,17 @@ class PairSpec(PairConfig):
     dtype: str = option("float32", choices=DTYPE_NAMES, help="dtype the model is loaded and run in")
     memory_mb: float = option(1024, above=0, maximum=10**8, help="working-memory budget of the exact engines (MB)")
 
+    # Whether the job reads logit_diff's second token from the pairs' labels (--second-logit label): the faithfulness
+    # job does; the others' validity checks read "the counterfactual keeps the answer" from the baseline's second
+    # token, which with a label would always be another number, so they refuse it in one line.
+    reads_label: ClassVar[bool] = False
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.second_logit == "label" and not self.reads_label:
+            raise ValueError("--second-logit label is read by `circuits faithfulness` only: this job's checks of "
+                             "whether the counterfactual keeps the answer read the counterfactual run's top token; "
+                             "give --second-logit top (the default)")
         if self.task not in TASKS:
             raise ValueError(f"Unknown task {self.task!r}; accepted: {', '.join(TASKS)}")
         if self.dtype not in DTYPE_NAMES:
@@ -70,6 +79,7 @@ class PairSource(PairSpec):
             from circuits.data.pairs import check_token_ids
 
             pairs, stats = read_saved_pairs(self.pairs_from, self.model)
+            pairs = with_second_logit(pairs, self.second_logit, self.pairs_from)
             check_token_ids(pairs, model.cfg.d_vocab, Path(self.pairs_from) / "pairs.jsonl", model.cfg.n_ctx)
             if len(pairs) < self.n_pairs:
                 from circuits.data.pairs import FewerPairsWarning
@@ -107,6 +117,22 @@ def read_saved_pairs(folder: str | Path, model: str | None = None) -> tuple[list
                          f"{made_with} or another folder")
     stats = getattr(result, "pair_stats", None) or {}
     return list(result.pairs), dict(stats)
+
+
+def with_second_logit(pairs: list[PromptPair], second_logit: str, where: str | Path) -> list[PromptPair]:
+    """Saved pairs read with ``--second-logit``: ``top`` drops their labels (the counterfactual run's top token is
+    the second token); ``label`` keeps them and refuses, in one line naming ``where``, pairs saved without one (built
+    with ``--second-logit top`` or the operator counterfactual)."""
+    from dataclasses import replace
+
+    if second_logit == "top":
+        return [p if p.counterfactual_answer_token_id < 0 else replace(p, counterfactual_answer_token_id=-1) for p in pairs]
+    missing = sum(p.counterfactual_answer_token_id < 0 for p in pairs)
+    if missing:
+        raise ValueError(f"--pairs-from {where}: {missing} of its {len(pairs)} pairs carry no counterfactual label "
+                         "(built with --second-logit top or --counterfactual operator), so --second-logit label has "
+                         "no second token for them; pass --second-logit top, or pairs built with --second-logit label")
+    return pairs
 
 
 def check_metric(name: str) -> None:

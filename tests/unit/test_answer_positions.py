@@ -307,7 +307,8 @@ def test_faithfulness_at_answer_position_1_equals_the_plain_loop(tiny_llama, tok
     sizes = (0.2, 0.4, 0.6, 1.0)  # 3, 6, 9 and 15 of the 15 nodes (12 heads, 3 MLPs), floored or rounded alike
     config = FaithfulnessConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, TEXTS)),
                                 filter_correct=False, few_shot="off", held_out=False, rankings=("exact-path",),
-                                edges=False, positions=(positions,), sizes=sizes, n_boot=0, answer_position="1")
+                                edges=False, positions=(positions,), sizes=sizes, n_boot=0, answer_position="1",
+                                second_logit="top")  # the operator counterfactual has no label
     result = run(config, tmp_path / "faithfulness", model=tiny_llama, progress=False)
     curve = result.curves["exact-path"][f"nodes@{positions}"]
     batch = _appended(tokenizer, TEXTS, 1)
@@ -341,6 +342,8 @@ def test_faithfulness_refusals_at_answer_positions():
         FaithfulnessConfig(answer_position="2")
     with pytest.raises(ValueError, match="--metric answer_logprob: faithfulness reads"):
         FaithfulnessConfig(metric="answer_logprob")
+    with pytest.raises(ValueError, match="--answer-position 1 with --second-logit label: the counterfactual's label"):
+        FaithfulnessConfig(answer_position="1", pairs_file="x.jsonl")
 
 
 def test_faithfulness_held_out_from_a_pairs_file_scores_the_later_lines_forced(tiny_llama, tokenizer, tmp_path):
@@ -351,7 +354,8 @@ def test_faithfulness_held_out_from_a_pairs_file_scores_the_later_lines_forced(t
              ("6 + 9 = ", "6 @ 9 = ", "15")]
     config = FaithfulnessConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, texts)), n_pairs=4,
                                 filter_correct=False, few_shot="off", rankings=("exact-path",), edges=False,
-                                positions=("end",), sizes=(0.5, 1.0), n_boot=0, answer_position="1")
+                                positions=("end",), sizes=(0.5, 1.0), n_boot=0, answer_position="1",
+                                second_logit="top")
     result = run(config, tmp_path / "faithfulness", model=tiny_llama, progress=False)
     assert [p.reference for p in result.pairs] == [p + a[0] for p, _, a in texts[:4]]
     assert [p.reference for p in result.scoring_pairs] == [p + a[0] for p, _, a in texts[4:]]

@@ -72,8 +72,13 @@ def test_defaults_are_mib_s():
     c = FaithfulnessConfig()
     assert c.sizes == engine.MIB_SIZES == (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
     assert c.ablation == "counterfactual" and c.metric == "logit_diff"
-    # MIB's counterfactual (an operand changed), its sizes (int(s * n)) and its pinned EAP-IG's alphas
-    assert c.counterfactual == "operand" and c.count == "floor" and c.ig_grid == "left"
+    # MIB's counterfactual (another problem of the operation, its own label the second logit: issue 43), its sizes
+    # (int(s * n)), its pinned EAP-IG's alphas and its scores summed over positions
+    assert c.counterfactual == "random" and c.second_logit == "label" and c.count == "floor" and c.ig_grid == "left"
+    assert c.position_scores == "sum"
+    # every MIB choice is the default: nothing departs but what no config value selects yet (named in docs/mib.md)
+    assert c.mib()["departs"] == {} and set(c.mib()["fixed"]) == {"input_node", "edge_positions", "prompts"}
+    assert c.replace(second_logit="top").mib()["departs"] == {"second_logit": {"here": "top", "mib": "label"}}
     # MIB's CPR (the signed ranking's curve), scored on pairs held out from the ranking (issue 43)
     assert c.cpr_ranking == "signed" and c.held_out and c.score_seed == c.seed + 1 == 1
     assert FaithfulnessConfig(seed=4, held_out=False, scoring_seed=4).score_seed == 4
@@ -235,13 +240,19 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
 
     model = load_model(r.config.model, dtype="float32", device="cpu")
     pairs, scoring = r.pairs, r.scoring_pairs
-    # each ranking is the library engine's own effects, |.|, over positions by the largest
+    # each ranking is the library engine's own effects, |.|, over positions summed (MIB's, --position-scores sum):
+    # the signed score of a head is a plain sum of its effects at each position, position by position
     h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
     assert torch.equal(r.scores["exact-path"]["heads"], h.abs()) and torch.equal(r.scores["exact-path"]["mlps"], m.abs())
     h, m = sweep_positions(model, pairs, progress=False).effects("logit_diff")
-    assert torch.equal(r.scores["positions"]["heads"], h.abs().nan_to_num(0).amax(-1))
+    plain = torch.zeros(h.shape[:-1])
+    for k in range(h.shape[-1]):
+        plain -= h[..., k].nan_to_num(0)  # importance = -effect for logit_diff (a drop is importance)
+    assert torch.allclose(r.scores["positions"]["heads_signed"], plain, rtol=1e-6, atol=1e-8)
+    assert torch.allclose(r.scores["positions"]["heads"], plain.abs(), rtol=1e-6, atol=1e-8)
+    assert not torch.allclose(plain.abs(), h.abs().nan_to_num(0).amax(-1))  # the sum is not the largest |effect|
     att = attribute(model, pairs, "logit_diff", neurons=False, qk_fix=False, grad_drop=True, progress=False)
-    assert torch.allclose(r.scores["graddrop"]["mlps"], att.graddrop["mlp"].abs().amax(-1))
+    assert torch.allclose(r.scores["graddrop"]["mlps"], att.graddrop["mlp"].nan_to_num(0).sum(-1).abs())
     ig = eap_ig(model, pairs, "logit_diff", steps=5, level="edge", progress=False)
     assert torch.equal(r.scores["eap-ig"]["heads"], ig.heads.abs()) and r.config.ig_steps == 5
     # EAP-IG's edges, re-ordered as the edge engine reads them (each head's q, k, v together), at edge level
@@ -341,7 +352,7 @@ def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
     tables = T.read_published(path)
     assert set(tables) == {"faithfulness", "faithfulness_seconds", "faithfulness_counterfactuals"}
     header, shares = T.faithfulness_counterfactuals(tables["faithfulness_counterfactuals"]["data"])
-    assert header[2:] == [f"{k} counterfactual: pairs whose metric can move" for k in ("operator", "operand")]
+    assert header[2:] == [f"{k} counterfactual: pairs whose metric can move" for k in ("operator", "operand", "random")]
     assert [r[1] for r in shares] == ["addition", "subtraction"] and all(" of 2" in c for r in shares for c in r[2:])
     margins = tables["faithfulness"]["data"]["margins"]
     family = [v for by in margins.values() for v in by.values()]  # winner, runner-up, +d [lo, hi], p, level, apart
@@ -483,17 +494,21 @@ def test_pairs_whose_metric_cannot_move_are_named():
         _warn_flat_pairs({"exact-path": {"nodes@end": c}}, 4)
 
 
-def test_division_with_the_operand_counterfactual_gives_finite_scores_for_every_ranking(tmp_path):
+@pytest.mark.parametrize("kind,second", [("operand", "top"), ("random", "label")])
+def test_division_with_the_operand_counterfactual_gives_finite_scores_for_every_ranking(tmp_path, kind, second):
     """With the paper's counterfactual, division's logit difference could not move (the counterfactual's top token
-    was the answer); the operand counterfactual (the default here) gives every ranking finite CPR and CMD."""
+    was the answer); the operand counterfactual, and the random one with its label (the default here, MIB's), give
+    every ranking finite CPR and CMD."""
     from circuits.results import load_result
 
     out = tmp_path / "division"
     argv = ["faithfulness", *TINY, "--task", "division", "--pairs", "16", "--rankings", NODE_RANKINGS,
-            "--n-boot", "20", "--no-progress", "--out", str(out)]
+            "--n-boot", "20", "--no-progress", "--out", str(out)] + \
+        (["--counterfactual", kind, "--second-logit", second] if kind != "random" else [])
     assert cli_main(argv) == 0
     r = load_result(out)
-    assert r.config.counterfactual == "operand" and len(r.pairs) == 16
+    assert r.config.counterfactual == kind and r.config.second_logit == second and len(r.pairs) == 16
+    assert all((p.counterfactual_answer_token_id >= 0) == (second == "label") for p in r.pairs + r.scoring_pairs)
     assert all(p.counterfactual_answer != p.answer for p in r.pairs)
     rows = r.table()
     assert {row["ranking"] for row in rows} == set(NODE_RANKINGS.split(","))

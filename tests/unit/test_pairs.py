@@ -159,7 +159,7 @@ def test_counterfactual_prefixes_have_equal_token_length(tokenizer):
 
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_operand_counterfactual_changes_the_answer(tiny_llama, tokenizer, operation):
-    """MIB's counterfactual: one operand changed, everything else kept, so every pair's counterfactual prompt has an
+    """The operand counterfactual: one operand changed, everything else kept, so every pair's counterfactual prompt has an
     answer of its own, another number (the paper's operator counterfactual asks for none)."""
     ps = build_pairs(tiny_llama, operation, n_pairs=12, filter_correct=False, few_shot="on", counterfactual="operand",
                      progress=False)
@@ -189,5 +189,5 @@ def answer_of(text, roles, tokenizer, pair, operation):
 def test_operand_counterfactual_keeps_the_prefix():
     with pytest.raises(ValueError, match="--prefix-policy keep"):
         PairConfig(task="addition", counterfactual="operand", prefix_policy="counterfactual")
-    with pytest.raises(ValueError, match="counterfactual must be 'operator' or 'operand'"):
+    with pytest.raises(ValueError, match="counterfactual must be one of operator, operand, random"):
         PairConfig(task="addition", counterfactual="word")

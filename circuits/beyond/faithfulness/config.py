@@ -6,6 +6,7 @@ The model and its pairs are :class:`~circuits.data.source.PairSource`'s fields (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from circuits.config import option, redefault
 from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
@@ -17,9 +18,10 @@ from circuits.types import COUNTS, METRIC_NAMES, MIB_COUNT, MIB_METRIC
 # (circuits.patching.engines.registry.node_engines(); an engine registered later is accepted too), each read as:
 #   exact-path        the END engine in path mode (cc.sweep, the paper's path patching), |effect| at END
 #   exact-activation  the END engine in activation mode, |effect| at END
-#   positions         exact activation patching at every position (cc.sweep_positions), max |effect| over positions
-#   screen            the attribution screen (AtP*, cc.attribute, activation mode), max |estimate| over positions
-#   graddrop          AtP*'s GradDrop scores (mean |estimate| over the layer-dropped backward passes), max over positions
+#   positions         exact activation patching at every position (cc.sweep_positions), over positions by
+#                     position_scores (sum: the signed effects summed, as MIB; max: the one of largest |effect|)
+#   screen            the attribution screen (AtP*, cc.attribute, activation mode), over positions likewise
+#   graddrop          AtP*'s GradDrop scores (mean |estimate| over the layer-dropped backward passes), likewise
 #   eap-ig            EAP-IG-inputs (cc's eap_ig): |estimate| summed over positions as EAP-IG sums; edges: |estimate|
 RANKINGS: tuple[str, ...] = tuple(node_engines())
 # MIB's circuit sizes: fractions of the nodes (or edges) kept (circuits.patching.circuit_curves.MIB_SIZES; here too so
@@ -35,6 +37,24 @@ IG_GRIDS: tuple[str, ...] = ("left", "right")
 # print_results.py takes CPR from the abs-False file, CMD from the abs-True one). "absolute" reads both from the
 # absolute curve, as the study published before issue 43 did (CPR = 1 - CMD wherever f stays in [0, 1]).
 CPR_RANKINGS: tuple[str, ...] = ("signed", "absolute")
+# How a ranking scored at every position (positions, screen, graddrop) becomes one score per node (issue 43): "sum"
+# adds the signed scores over positions, as MIB and the EAP-IG library sum their per-position attributions (the
+# absolute ranking orders by |sum|); "max" takes the score at the position of the largest |score| (the study
+# published before issue 43).
+POSITION_SCORES: tuple[str, ...] = ("sum", "max")
+# MIB's value of every config field that decides whether the job measures as MIB does (its circuit track at the
+# commit the EAP-IG peer check used): recorded per run in summary.json ("mib": which of them this run departs from).
+MIB_VALUES: dict[str, object] = {"cpr_ranking": "signed", "counterfactual": "random", "second_logit": "label",
+                                 "position_scores": "sum", "held_out": True, "count": "floor", "ig_grid": "left",
+                                 "ablation": "counterfactual", "metric": "logit_diff"}
+# What differs from MIB whatever the config says (no config value selects MIB's way yet), named in every run's
+# summary.json, its printed table and docs/mib.md.
+FIXED_DEVIATIONS: dict[str, str] = {
+    "input_node": "the input (embedding) node is neither ranked nor ablated: sizes count heads and MLPs only (MIB "
+                  "ranks the input as a node too, 301 items on SmolLM2 against 300 here, and it ranks first there)",
+    "edge_positions": "EAP-IG's edges are ablated at END only (MIB ablates edges at every position)",
+    "prompts": "the paper's templates with a few-shot prefix, built by build_pairs (MIB: its mib-bench problems)",
+}
 
 
 @dataclass(frozen=True)
@@ -47,15 +67,19 @@ class FaithfulnessConfig(PairSource):
     the seconds each ranking took.
 
     Rankings (``--rankings``, comma-separated): exact-path and exact-activation (the END engine, |effect|), positions
-    (exact patching at every position, max |effect| over positions), screen (AtP*), graddrop (AtP*'s GradDrop), eap-ig
+    (exact patching at every position, summed over positions or, ``--position-scores max``, the largest |effect|), screen (AtP*), graddrop (AtP*'s GradDrop), eap-ig
     (EAP-IG, nodes and, with ``--edges``, edges). Writes into ``--out``, file by file: ``summary.json`` (the table and every
     curve), ``faithfulness.pt``, ``pairs.jsonl``, ``figure.html`` (f against circuit size, one line per ranking),
     ``config.json``, ``circuits.json``, and ``parts/`` (each finished ranking: the same command resumes a stopped run).
     """
 
-    # MIB's operand counterfactual by default: with the paper's, the counterfactual often asks for no number, its top
-    # token is the answer itself, and the logit difference cannot move (division: on every pair, f undefined)
-    counterfactual: str = redefault(PairSource, "counterfactual", "operand")
+    # MIB's arithmetic counterfactual by default (issue 43): another problem of the same operation (random), its own
+    # answer the second logit (label), as MIB_circuit_track/dataset.py builds its arithmetic pairs. With the paper's
+    # operator counterfactual the counterfactual asks for no number, its top token is often the answer itself, and
+    # the logit difference cannot move (division: on every pair, f undefined).
+    counterfactual: str = redefault(PairSource, "counterfactual", "random")
+    second_logit: str = redefault(PairSource, "second_logit", "label")
+    reads_label: ClassVar[bool] = True  # its curves and rankings take the label as logit_diff's second token
 
     rankings: tuple[str, ...] = option(RANKINGS, help=f"rankings to score, comma-separated: {', '.join(RANKINGS)}")
     sizes: tuple[float, ...] = option(MIB_SIZES, help="circuit sizes, fractions of the nodes (or edges) kept (MIB's; "
@@ -75,6 +99,10 @@ class FaithfulnessConfig(PairSource):
     count: str = option(MIB_COUNT, choices=COUNTS, help="a size s keeps int(s * n) nodes or edges (floor, MIB's circuit "
                                                       "track) or round(s * n) (round)")
     n_boot: int = option(1000, minimum=0, help="bootstrap resamples over pairs for the intervals (0: none)")
+    position_scores: str = option("sum", choices=POSITION_SCORES, help="how a ranking scored at every position "
+                                  "(positions, screen, graddrop) gives one score per node: sum (the signed scores "
+                                  "summed over positions, MIB's; the absolute ranking orders by |sum|) or max (the "
+                                  "score at the position of the largest |score|)")
     cpr_ranking: str = option("signed", choices=CPR_RANKINGS, help="the curve CPR is read from: signed (the signed "
                                                                     "ranking's, MIB's) or absolute (the |score| "
                                                                     "ranking's, which CMD is always read from)")
@@ -100,6 +128,9 @@ class FaithfulnessConfig(PairSource):
         if position != 0 and not (self.pairs_file or self.pairs_from):
             raise ValueError(f"--answer-position {position}: the task's templates give one-token answers only; give "
                              "--pairs-file (or --pairs-from a result made from one) with answers of several tokens")
+        if position != 0 and self.second_logit == "label":
+            raise ValueError(f"--answer-position {position} with --second-logit label: the counterfactual's label is "
+                             "its answer's first token, read at END; give --second-logit top")
         if self.task == "all":
             raise ValueError("--task all: a faithfulness run scores one operation; give --task addition (or another), "
                              "or run experiments/faithfulness.py for the four")
@@ -130,6 +161,8 @@ class FaithfulnessConfig(PairSource):
             raise ValueError(f"--ig-steps must be 1 or more, got {self.ig_steps}")
         if self.n_boot < 0:
             raise ValueError(f"--n-boot must be 0 or more, got {self.n_boot}")
+        if self.position_scores not in POSITION_SCORES:
+            raise ValueError(f"Unknown --position-scores {self.position_scores!r}; accepted: {', '.join(POSITION_SCORES)}")
         if self.cpr_ranking not in CPR_RANKINGS:
             raise ValueError(f"Unknown --cpr-ranking {self.cpr_ranking!r}; accepted: {', '.join(CPR_RANKINGS)}")
         if self.held_out and self.scoring_seed == self.seed:
@@ -140,6 +173,13 @@ class FaithfulnessConfig(PairSource):
     def score_seed(self) -> int:
         """The seed the scoring pairs are built with (held out): ``scoring_seed``, or ``seed + 1``."""
         return self.scoring_seed if self.scoring_seed >= 0 else self.seed + 1
+
+    def mib(self) -> dict[str, object]:
+        """How this run's measurement stands to MIB's: ``departs`` (each config field whose value is not MIB's:
+        ``{field: {"here": value, "mib": MIB's}}``; empty when every one is MIB's) and ``fixed`` (what differs whatever
+        the config says, :data:`FIXED_DEVIATIONS`)."""
+        departs = {k: {"here": getattr(self, k), "mib": v} for k, v in MIB_VALUES.items() if getattr(self, k) != v}
+        return {"departs": departs, "fixed": dict(FIXED_DEVIATIONS)}
 
     def settings(self) -> list[str]:
         """The node curves measured per ranking: ``nodes@end``, ``nodes@all`` (EAP-IG with ``edges`` adds

@@ -44,17 +44,18 @@ from circuits.patching.core.scores import Scores
 SIGNED = "_signed"  # a score's key with this suffix: the signed ranking's (heads_signed, mlps_signed, edges_signed)
 
 
-def signed_importance(scores: Scores) -> dict[str, Tensor]:
+def signed_importance(scores: Scores, position_scores: str = "sum") -> dict[str, Tensor]:
     """Each part's signed importance per component (``sign * effect``: larger is more important, a component that
-    pushes the metric the other way is negative), float32 on the CPU, NaN as 0. Scores by offset are read at the
-    offset of the largest ``|score|`` (the first such), so ``|signed|`` is exactly what
-    :meth:`~circuits.patching.core.scores.Scores.over_positions` ranks by and the signed ranking differs from the
-    absolute one by sign alone."""
+    pushes the metric the other way is negative), float32 on the CPU, NaN as 0. Scores by offset become one per
+    component by ``position_scores``: ``"sum"`` adds them over offsets (MIB's, as the EAP-IG library sums its
+    per-position attributions; :meth:`~circuits.patching.core.scores.Scores.over_positions` with ``"sum"``), ``"max"``
+    reads them at the offset of the largest ``|score|`` (the first such), so ``|signed|`` is what
+    ``over_positions("max")`` ranks by. Either way the signed ranking differs from the absolute one by sign alone."""
     out = {}
     for part, v in scores.importance().items():  # type: ignore[union-attr]
         v = v.detach().float().cpu().nan_to_num(0.0)
         if scores.offsets:
-            v = v.gather(-1, v.abs().argmax(-1, keepdim=True)).squeeze(-1)
+            v = v.sum(-1) if position_scores == "sum" else v.gather(-1, v.abs().argmax(-1, keepdim=True)).squeeze(-1)
         out[part] = v
     return out
 
@@ -86,14 +87,14 @@ def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: Faithf
     The registry's engine (:data:`~circuits.patching.engines.registry.ENGINES`) runs at its own positions (END for the exact
     engines; every position for the others) with ``config.metric``; scores by offset are read at the offset of their
     largest |score| (:func:`signed_importance`; the absolute ranking is
-    :meth:`~circuits.patching.core.scores.Scores.over_positions`'s)."""
+    :meth:`~circuits.patching.core.scores.Scores.over_positions`'s with ``config.position_scores``)."""
     from circuits.patching.engines.registry import ENGINES
 
     if ranking not in ENGINES:
         raise ValueError(f"Unknown ranking {ranking!r}")
     raw = ENGINES[ranking].run(model, pairs, metric=config.metric, progress=progress, memory_mb=config.memory_mb,
                                **engine_options(ranking, config))
-    signed = signed_importance(raw)
+    signed = signed_importance(raw, config.position_scores)
     out = {"heads": signed["heads"].abs(), "mlps": signed["mlps"].abs(),
            "heads" + SIGNED: signed["heads"], "mlps" + SIGNED: signed["mlps"]}
     if "edges" in raw.parts:
@@ -301,9 +302,10 @@ def split_pairs(config: FaithfulnessConfig, model: Model) -> tuple[list[PromptPa
     """The pairs each ranking is found on and, with ``config.held_out``, the disjoint pairs its circuits are scored
     on (:func:`held_out_pairs`; None: scored on the ranking pairs)."""
     if config.held_out and config.pairs_from:
-        from circuits.data.source import read_saved_pairs
+        from circuits.data.source import read_saved_pairs, with_second_logit
 
         saved, _ = read_saved_pairs(config.pairs_from, config.model)
+        saved = with_second_logit(saved, config.second_logit, config.pairs_from)
         pairs = saved[: config.n_pairs]
         return pairs, held_out_pairs(config, model, pairs, saved)
     pairs, _ = config.load_pairs(model)
@@ -330,6 +332,10 @@ def printout(args: argparse.Namespace, config: FaithfulnessConfig, r: Faithfulne
     split = (f"ranked on {len(r.pairs)} pairs, scored on {len(r.scoring_pairs)} held-out pairs" if r.held_out
              else "ranked and scored on the same pairs")
     print(f"  {split}; CPR from the {config.cpr_ranking} ranking's curve, CMD from the absolute one's")
+    mib = config.mib()
+    print("  as MIB measures: " + ("every config choice" if not mib["departs"] else "except " + "; ".join(
+        f"{k} {v['here']} (MIB: {v['mib']})" for k, v in mib["departs"].items())) + "; not as MIB whatever the "
+          "config: " + ", ".join(mib["fixed"]) + " (summary.json's mib, docs/mib.md)")
     print(f"  {'ranking':<17} {'circuit':<10} {'CPR':>7} {'CMD':>7} {'CMD gap':>8} {'ranking s':>10} {'curve s':>8}")
     for row in r.table():
         gap = f"{row['cmd_gap']:+8.3f}" if row["cmd_gap"] is not None else f"{'-':>8}"

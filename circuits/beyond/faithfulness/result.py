@@ -141,6 +141,10 @@ class FaithfulnessResult(ShowsFigure, Result):
                 "cpr_from": "the signed ranking's curve" if self.config.cpr_ranking == "signed" else
                             "the absolute ranking's curve", "cmd_from": "the absolute ranking's curve",
                 "metric": self.config.metric, "ablation": self.config.ablation,
+                "counterfactual": self.config.counterfactual, "second_logit": self.config.second_logit,
+                "position_scores": self.config.position_scores,
+                "pairs_with_label": sum(p.counterfactual_answer_token_id >= 0 for p in self.scoring_pairs),
+                "mib": self.config.mib(),
                 "sizes": list(self.config.sizes), "sizes_percent": [round(100 * s, 9) for s in self.config.sizes],
                 "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "table": [{**row, "cpr_ci": list(row["cpr_ci"]) if row["cpr_ci"] else None,
                                                    "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None}
@@ -181,6 +185,7 @@ class FaithfulnessResult(ShowsFigure, Result):
         colors.update({f"{r}, absolute": COLORS.get(r, "#333333") for r in by})
         title += "; CPR from the " + ("signed (dotted)" if self.config.cpr_ranking == "signed" else "absolute") + \
             " ranking's curve, CMD from the absolute one's"
+        title += "; nodes: heads and MLPs (MIB also ranks the input node)"
         if self.held_out:
             title += f"; ranked on {len(self.pairs)} pairs, scored on {len(self.scoring_pairs)} others"
         return faithfulness_figure(sizes, f, {name[r]: c.f_low for r, c in ci.items()},

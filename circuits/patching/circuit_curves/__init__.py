@@ -24,8 +24,9 @@ input). Models that normalise the sum of their heads (Gemma 2/3's ``ln1_post``) 
 special-cases them); MIB's pruning of edges cut off from the input or the logits is not applied.
 
 **Metric.** ``m`` is read from the END logits of each pair: by default ``logit_diff`` = logit(answer) -
-logit(counterfactual answer), the counterfactual answer being the counterfactual run's top token at END (the
-project's logit-difference readout; MIB's own arithmetic metric was not checked here); also ``"logit"``, ``"prob"``
+logit(counterfactual answer), the counterfactual answer being the pair's own label where the pairs carry one
+(``second_logit="label"``: MIB's arithmetic metric, the counterfactual problem's answer) and else the counterfactual
+run's top token at END (``"top"``, the project's logit-difference readout); also ``"logit"``, ``"prob"``
 or a :func:`circuits.patching.core.metrics.logits_metric`. Faithfulness ``f(C) = (m(C) - m(empty)) / (m(N) - m(empty))``
 on means over pairs, ``N`` the model with nothing ablated and ``empty`` every node (edge) ablated, so ``f(N) = 1``
 and ``f(empty) = 0`` by construction. CPR = the area under ``f`` and CMD = the area between ``f`` and 1

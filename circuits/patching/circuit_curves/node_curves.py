@@ -13,7 +13,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from circuits.data.pairs import Pairs, as_batch
+from circuits.data.pairs import Pairs, as_batch, second_answers
 from circuits.models.backend import Model
 from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run_ablation
 from circuits.patching.core.end_layers import end_logits
@@ -115,7 +115,7 @@ def circuit_curve(
     batch = as_batch(pairs, model)
     run = run_ablation(model, batch, AblationSpec(VALUE_KIND[ablation], sites, positions),  # type: ignore[arg-type]
                        memory_mb=memory_mb)
-    m = circuit_metric(model, run.resid, batch.answer, run.cf_resid, metric)
+    m = circuit_metric(model, run.resid, batch.answer, run.cf_resid, metric, batch.cf_label)
     name = metric if isinstance(metric, str) else metric.name
     return curve_from(sizes, n_kept, n, m[:-2], m[-2], m[-1], metric=name, ablation=ablation, positions=positions,
                       level="node" if edges is None else "edge", n_boot=n_boot, ci_level=level, seed=seed,
@@ -123,11 +123,13 @@ def circuit_curve(
 
 
 def circuit_metric(model: Model, resid: Float[Tensor, "circuit pair d_model"], answer: Int[Tensor, " pair"],
-                   cf_resid: Float[Tensor, "pair d_model"], metric: str | Metric) -> Float[Tensor, "circuit pair"]:
-    """m of every circuit on every pair from the final END residuals (the counterfactual answer: the top token of
-    the counterfactual run's, ``cf_resid``)."""
+                   cf_resid: Float[Tensor, "pair d_model"], metric: str | Metric,
+                   cf_label: Int[Tensor, " pair"] | None = None) -> Float[Tensor, "circuit pair"]:
+    """m of every circuit on every pair from the final END residuals (the counterfactual answer: the pair's label
+    where ``cf_label`` has one, else the top token of the counterfactual run's, ``cf_resid``;
+    :func:`~circuits.data.pairs.second_answers`)."""
     C = resid.shape[0]
     logits = end_logits(model, einops.rearrange(resid, "c p d -> (c p) d"))
-    cf_answer = end_logits(model, cf_resid).argmax(-1)
+    cf_answer = second_answers(cf_label, end_logits(model, cf_resid))
     m = metric_of(logits, answer.to(logits.device).repeat(C), cf_answer.to(logits.device).repeat(C), metric)
     return einops.rearrange(m.cpu(), "(c p) -> c p", c=C)

@@ -305,9 +305,13 @@ def readout(
     return out
 
 
-def baseline_from(model: Model, answer: Tensor, runs: Runs, custom: Sequence[Metric] = ()) -> Baseline:
-    """The unpatched reference and counterfactual END quantities (the counterfactual's answer is its top token)."""
-    cf_answer = end_logits(model, runs.cf_end_resid).argmax(-1)
+def baseline_from(model: Model, answer: Tensor, runs: Runs, custom: Sequence[Metric] = (),
+                  cf_label: Tensor | None = None) -> Baseline:
+    """The unpatched reference and counterfactual END quantities (the counterfactual's answer: its label where
+    ``cf_label`` has one, else the counterfactual run's top token; :func:`~circuits.data.pairs.second_answers`)."""
+    from circuits.data.pairs import second_answers
+
+    cf_answer = second_answers(cf_label, end_logits(model, runs.cf_end_resid))
     ref = readout(model, runs.ref_end_resid[None], answer, cf_answer, custom)
     cf = readout(model, runs.cf_end_resid[None], answer, cf_answer)
     ref_logits = model.unembed(model.ln_final(runs.ref_end_resid[:, None]))[:, 0].float()

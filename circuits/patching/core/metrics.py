@@ -1,7 +1,8 @@
 """What a patch is measured by: the unpatched baseline and the metrics (Section 4.1).
 
 The engine reads a few END quantities from every patched row -- the answer's logit, its difference to the
-counterfactual run's top token, the answer's probability -- and a :class:`Metric` turns patched and unpatched
+counterfactual answer (the counterfactual run's top token, or the pair's own label with ``second_logit="label"``),
+the answer's probability -- and a :class:`Metric` turns patched and unpatched
 quantities into an effect. The paper's metric is :data:`RELATIVE_LOGIT`; :data:`FRACTION` (:data:`DEFAULT_METRIC`,
 the default of every result's ``effects()`` and of the key rule) divides the change by the change the whole
 counterfactual causes, which compares across models.
@@ -41,7 +42,7 @@ class Baseline:
     """
 
     answer: Int[Tensor, " pair"]
-    cf_answer: Int[Tensor, " pair"]  # the counterfactual run's top prediction
+    cf_answer: Int[Tensor, " pair"]  # the counterfactual run's top prediction, or the pair's label (second_logit)
     logit: Float[Tensor, " pair"]  # answer logit, reference run
     logit_diff: Float[Tensor, " pair"]  # logit(answer) - logit(cf_answer), reference run
     prob: Float[Tensor, " pair"]
@@ -237,8 +238,8 @@ def logits_metric(fn: LogitsFn, name: str = "custom", sign: int = -1, doc: str =
     - ``fn(logits)``: ``[pair, d_vocab]`` END logits (float32, pairs in batch order);
     - ``fn(logits, answers)``: also the pairs' answer token ids ``[pair]``, in the same order as the logits' rows
       (``logits[torch.arange(len(answers)), answers]`` is the answer logit, the built-in ``logit`` readout);
-    - ``fn(logits, answers, cf_answers)``: also the counterfactual run's top token at END per pair (what
-      ``logit_diff`` subtracts).
+    - ``fn(logits, answers, cf_answers)``: also the counterfactual answer per pair, what ``logit_diff`` subtracts
+      (the counterfactual run's top token at END, or the pair's label: :func:`~circuits.data.pairs.second_answers`).
 
     Every engine calls it the same way (on each chunk of pairs it patches, with those pairs' ids), so the user
     need not capture answer ids in batch order. The effect is ``fn(patched) - fn(reference)``, averaged over pairs;

@@ -117,9 +117,11 @@ class Readouts:
 
 
 def baseline_of(model: Model, answer: Int[Tensor, " pair"], ref_end: Float[Tensor, "pair d_model"],
-                cf_end: Float[Tensor, "pair d_model"], custom: Sequence[Metric] = ()) -> Baseline:
+                cf_end: Float[Tensor, "pair d_model"], custom: Sequence[Metric] = (),
+                cf_label: Int[Tensor, " pair"] | None = None) -> Baseline:
     """The unpatched END quantities from the final END residuals of both runs (the END engine's own arithmetic)."""
-    return baseline_from(model, answer, SimpleNamespace(ref_end_resid=ref_end, cf_end_resid=cf_end), custom)  # type: ignore[arg-type]
+    return baseline_from(model, answer, SimpleNamespace(ref_end_resid=ref_end, cf_end_resid=cf_end), custom,
+                         cf_label)  # type: ignore[arg-type]
 
 
 def cat_baselines(parts: Sequence[Baseline]) -> Baseline:

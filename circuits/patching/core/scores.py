@@ -121,12 +121,18 @@ class Scores:
             return self.sign * self.parts[part]
         return {k: self.sign * v for k, v in self.parts.items()}
 
-    def over_positions(self) -> Scores:
-        """One score per component from its scores at every offset: the largest ``|effect|`` (NaN offsets ignored;
-        a component no offset measured scores 0). Non-negative, so ``sign`` is ``+1`` and the metric reads
-        ``|metric|``. Scores without an offset axis are returned as they are."""
+    def over_positions(self, reduce: str = "max") -> Scores:
+        """One score per component from its scores at every offset (NaN offsets ignored; a component no offset
+        measured scores 0): ``reduce="max"``, the largest ``|effect|`` (non-negative, so ``sign`` is ``+1`` and the
+        metric reads ``|metric|``); ``"sum"``, the effects summed over offsets, signed (as MIB and the EAP-IG
+        library sum per-position attributions). Scores without an offset axis are returned as they are."""
         if not self.offsets:
             return self
+        if reduce == "sum":
+            return replace(self, parts={k: v.nan_to_num(0.0).sum(-1) for k, v in self.parts.items()}, offsets=False,
+                           per_pair={})
+        if reduce != "max":
+            raise ValueError(f"over_positions(reduce={reduce!r}): accepted: max, sum")
         parts = {k: v.abs().nan_to_num(0.0).amax(-1) for k, v in self.parts.items()}
         return replace(self, parts=parts, metric=f"|{self.metric}|", sign=1, offsets=False, per_pair={})
 

@@ -37,7 +37,7 @@ from tqdm.auto import tqdm
 
 from circuits.models import backend
 from circuits.models.backend import Model, act_name
-from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.data.pairs import PairBatch, Pairs, as_batch, second_answers
 from circuits.patching.core.end_layers import check_supported
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.core.readouts import Readouts, baseline_of, cat_baselines, first_difference
@@ -344,7 +344,7 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
     with torch.no_grad():
         cf_resid = _run_body(model, cf_body, cache, cf_hooks)
         cf_logits = _end_logits(model, cf_resid, body_end)
-    cf_answer = cf_logits.argmax(-1)
+    cf_answer = second_answers(sub.cf_label, cf_logits)
 
     ref: dict[str, Tensor] = {}
     state: dict[str, int | None] = {"drop": None}
@@ -404,7 +404,7 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
     rows = torch.arange(len(sub), device=ref_resid.device)
     with torch.no_grad():
         out["baseline"] = baseline_of(model, sub.answer, ref_resid.detach()[rows, body_end],
-                                      cf_resid[rows, body_end], custom).to("cpu")
+                                      cf_resid[rows, body_end], custom, sub.cf_label).to("cpu")
     return out
 
 

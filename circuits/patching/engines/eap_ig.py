@@ -65,7 +65,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from circuits.data.pairs import PairBatch, Pairs, as_batch
+from circuits.data.pairs import PairBatch, Pairs, as_batch, second_answers
 from circuits.io import Shapes
 from circuits.models.backend import Model, act_name
 from circuits.patching.engines.attribution import _readout_value, _run_body, estimated_readouts, readout_of
@@ -351,7 +351,7 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     with torch.no_grad():
         cf_resid = _run_body(model, cf_body, cache, [(a, store_to(cf, a)) for a in acts])
         rows = torch.arange(len(sub), device=device)
-        cf_answer = end_logits(model, cf_resid[rows, body_end]).argmax(-1)
+        cf_answer = second_answers(sub.cf_label, end_logits(model, cf_resid[rows, body_end]))
         # The reference embeddings (the first block's input, the forward stopped after it); the reference run itself
         # is the last step (alpha = 1).
         with model.hooks(fwd_hooks=[(embed, store_to(ref, embed))]):
@@ -367,7 +367,8 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
     if grid[-1] != 1.0:  # the reference run is no step of the grid: run once for its activations and baseline
         with torch.no_grad():
             resid = _run_body(model, ref_body, cache, [(a, store_to(ref, a)) for a in acts[1:]])
-            base = baseline_of(model, sub.answer, resid[rows, body_end], cf_resid[rows, body_end], custom).to("cpu")
+            base = baseline_of(model, sub.answer, resid[rows, body_end], cf_resid[rows, body_end], custom,
+                               sub.cf_label).to("cpu")
     for k, alpha in enumerate(grid, 1):
         x = torch.lerp(e_cf, e_ref, alpha).detach().requires_grad_(True)  # exact endpoints (alpha = 1: e_ref)
         got: dict[str, Tensor] = {}
@@ -380,7 +381,7 @@ def _eap_ig_body(model: Model, sub: PairBatch, n: Int[Tensor, " row"], first: In
             with torch.no_grad():
                 ref = {a: v.detach() for a, v in ref.items()}
                 base = baseline_of(model, sub.answer, resid.detach()[rows, body_end], cf_resid[rows, body_end],
-                                   custom).to("cpu")
+                                   custom, sub.cf_label).to("cpu")
         total = _readout_value(name, end_logits(model, resid[rows, body_end]), sub.answer, cf_answer, m).sum()
         names = [embed] + targets + (["resid_final"] if edges else [])
         tensors = [x] + [got[t] for t in targets] + ([resid] if edges else [])

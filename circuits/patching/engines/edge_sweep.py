@@ -162,7 +162,7 @@ def sweep_edges(
     cfg = model.cfg
     L, P, device = cfg.n_layers, len(batch), cfg.device
     runs = collect_runs(model, batch, need_kv=True)
-    base = baseline_from(model, batch.answer.to(device), runs, custom)
+    base = baseline_from(model, batch.answer.to(device), runs, custom, batch.cf_label)
     end = batch.end.to(device)
     out = Readouts.empty((len(comps), len(recv), P), [m.name for m in custom])
     last = max(r.layer for r in recv)

@@ -394,7 +394,7 @@ def sweep(
         sub = batch if len(blocks) == 1 else batch.select(block)
         block_runs = (prepared.blocks[b] if prepared is not None
                       else collect_runs(model, sub, need_kv=(mode == "activation")))
-        base = baseline_from(model, sub.answer.to(out_dev), block_runs, custom)
+        base = baseline_from(model, sub.answer.to(out_dev), block_runs, custom, sub.cf_label)
         bases[b] = base.to("cpu")
         for i in todo:
             done[i] = _sweep_chunk(model, mode, block_runs, sub, base, items[i][1], custom, prob=prob is True)

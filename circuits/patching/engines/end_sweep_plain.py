@@ -16,7 +16,7 @@ from jaxtyping import Float
 from torch import Tensor
 
 from circuits.models.backend import ActivationCache, Model, act_name
-from circuits.data.pairs import PairBatch
+from circuits.data.pairs import PairBatch, second_answers
 from circuits.patching.engines.end_sweep import SweepResult, all_components
 from circuits.patching.core.metrics import Baseline, Metric
 from circuits.patching.core.readouts import READOUTS, Readouts
@@ -39,7 +39,7 @@ def baseline_plain(model: Model, batch: PairBatch) -> Baseline:
     rows = torch.arange(len(batch))
     ref = model(batch.reference)[rows, batch.end].float()
     cf = model(batch.counterfactual)[rows, batch.end].float()
-    answer, cf_answer = batch.answer, cf.argmax(-1)
+    answer, cf_answer = batch.answer, second_answers(batch.cf_label, cf)
 
     def values(logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         logit = logits[rows, answer]

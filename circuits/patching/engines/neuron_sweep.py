@@ -168,7 +168,7 @@ def sweep_neurons(
     cfg = model.cfg
     L, P, device = cfg.n_layers, len(batch), cfg.device
     runs = collect_runs(model, batch, need_kv=(mode == "activation"))
-    base = baseline_from(model, batch.answer.to(device), runs, custom)
+    base = baseline_from(model, batch.answer.to(device), runs, custom, batch.cf_label)
     end = batch.end.to(device)
     layers_used = sorted({n.layer for n in neurons})
     post_ref, post_cf = end_posts(model, batch, runs, layers_used)

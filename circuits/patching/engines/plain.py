@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from circuits.models.backend import Model, act_name, apply_softcap
-from circuits.data.pairs import PairBatch
+from circuits.data.pairs import PairBatch, second_answers
 from circuits.patching.engines.end_sweep import all_components
 from circuits.patching.engines.edge_sweep import EdgeSweep, every_receiver, upstream
 from circuits.patching.engines.neuron_sweep import NeuronSweep
@@ -56,7 +56,7 @@ def readouts_of(logits: Tensor, answer: Tensor, cf_answer: Tensor) -> dict[str, 
 
 @torch.no_grad()
 def cf_answer_plain(model: Model, batch: PairBatch) -> Tensor:
-    return _run_end(model, batch.counterfactual, [], batch).argmax(-1)
+    return second_answers(batch.cf_label, _run_end(model, batch.counterfactual, [], batch))
 
 
 @torch.no_grad()
@@ -112,7 +112,7 @@ def attribute_plain(model: Model, batch: PairBatch, metric: Metric, readout: str
         cf_logits, cf = model.run_with_cache(
             batch.counterfactual, names_filter=lambda n: n.endswith(("hook_z", "hook_mlp_out", "hook_post")))
     cf_logits = cf_logits.detach()
-    cf_answer = _end_logits(model, cf_logits, batch).argmax(-1)
+    cf_answer = second_answers(batch.cf_label, _end_logits(model, cf_logits, batch))
     store: dict[str, Tensor] = {}
 
     def keep(act: Tensor, hook) -> Tensor:
@@ -387,7 +387,7 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
         with torch.no_grad():
             cf_logits, cf = cached(batch.counterfactual)
             _, ref = cached(batch.reference)
-        cf_answer = cf_logits[rows, batch.end].float().argmax(-1)
+        cf_answer = second_answers(batch.cf_label, cf_logits[rows, batch.end].float())
         if edges:
             targets = [f"blocks.{l}.hook_{c}_input" for l in range(L) for c in "qkv"]
             targets += [f"blocks.{l}.hook_mlp_in" for l in range(L)] + [f"blocks.{L - 1}.hook_resid_post"]

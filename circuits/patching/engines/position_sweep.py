@@ -362,7 +362,7 @@ def sweep_positions(
     for c0 in range(0, P, pairs_per_chunk):
         chunk = batch.select(slice(c0, c0 + pairs_per_chunk))
         runs = _collect(model, chunk, {s.layer for s in neuron_list})
-        base = baseline_of(model, chunk.answer, runs.ref_end, runs.cf_end, custom)
+        base = baseline_of(model, chunk.answer, runs.ref_end, runs.cf_end, custom, chunk.cf_label)
         bases.append(base.to("cpu"))
         for k, ss in plan.items():
             # Every pair whose position END - k lies at or after its first difference (earlier: the unpatched run).
