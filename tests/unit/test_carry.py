@@ -260,3 +260,27 @@ def test_fourier_contrast_reads_a_planted_difference():
     c = fourier_contrast(trend.float(), waves.float(), n_boot=200)
     assert c["next"]["share"] > 0.5 > c["end"]["share"] and c["low"] > 0 and c["p"] < 0.05
     assert len(c["end"]["per_component"]) == 5 and 0 < c["chance"] < 1
+
+
+def test_the_numbers_in_docs_results_are_the_saved_smollm2_result():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    r = load_result(root / "docs" / "data" / "carry_smollm2")
+    doc = (root / "docs" / "results.md").read_text()
+    section = doc[doc.index("## The carry and the units digit"):doc.index("## What is missing")]
+    o, sh, d, fo = r.overlap, r.overlap["split_half"], r.direction, r.fourier
+    m = r.across["margins"]
+    shown = [f"**{o['jaccard']:.2f}** [{o['low']:.2f}, {o['high']:.2f}]",
+             f"{o['null']['mean']:.2f} [{o['null']['low']:.2f}, {o['null']['high']:.2f}], p = {o['p_random']:.1e}",
+             f"**{sh['gap']:.2f}** [{sh['gap_low']:.2f}, {sh['gap_high']:.2f}]", f"across {sh['across']:.2f}",
+             f"**{m['end']['next']['difference']:+.3f}** [{m['end']['next']['low']:+.3f}, {m['end']['next']['high']:+.3f}]",
+             f"**{m['next']['end']['difference']:+.3f}** [{m['next']['end']['low']:+.3f}, {m['next']['end']['high']:+.3f}]",
+             f"random ranking's circuit {r.curves['random@end'].cmd:.3f}",
+             f"**{d['flip']['rate']:.0%}** [{d['flip']['low']:.0%}, {d['flip']['high']:.0%}] of {d['flip']['n']}",
+             f"mean {d['random']['mean']:.0%}, max {d['random']['max']:.0%}", f"layer {d['layer']}, Cohen's d "
+             f"{d['separation_fit']:.2f}", f"**{fo['difference']:+.2f}** [{fo['low']:+.2f}, {fo['high']:+.2f}]",
+             f"white noise on ten points {fo['chance']:.2f}", f"{r.accuracy['n_pairs']} of the 45 two-digit sums",
+             f"{r.seconds:.0f} s the study"]
+    missing = [s for s in shown if s not in section]
+    assert not missing, missing

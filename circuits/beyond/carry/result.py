@@ -141,7 +141,8 @@ class CarryResult(Result):
         path = folder / "carry.pt"
         pairs = read_pairs(folder / "pairs.jsonl")
         t = load_torch(path, "carry study")
-        shapes = Shapes(path, pair=(len(pairs), "pairs.jsonl"), position=(len(POSITIONS), "the two answer positions"))
+        shapes = Shapes(path, pair=(len(pairs), "pairs.jsonl"), position=(len(POSITIONS), "the two answer positions"),
+                        half=(2, "the fit and held-out halves of the grid"))
         if not isinstance(t, dict):
             raise shapes.fail("it holds no dictionary of tensors")
         effects = shapes.tensor("effects", t.get("effects"), ("position", "component", "pair"), no_inf=True)
