@@ -27,7 +27,9 @@ class CarryConfig(Config):
     half of the pairs and scored on the other), against the position's own circuit and a random one; (4) the carry
     direction (difference of means of the END residual, carry vs no carry, on half the grid, at the layer where it
     separates best there): how often adding it to a no-carry prompt (subtracting it from a carry prompt) at END flips
-    the first answer token on the other half, against random directions of the same norm.
+    the first answer token on the other half, against random directions of the same norm; (3) the top components'
+    direct effect on the digits 0..9 at each position: the energy at periods 10 and 5 beyond the straight trend, END +
+    1 minus END, against white noise's share (refused in one line of the result on models with post-norms).
 
     Writes, atomically, into ``--out``: ``summary.json`` (every measurement with its null and interval),
     ``carry.pt`` (per-pair effects at both positions, the curves, the directions' separation), ``pairs.jsonl``,
