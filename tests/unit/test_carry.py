@@ -157,6 +157,7 @@ def test_the_study_loads_back_equal_with_its_nulls(study):
         assert set(r.across["margins"][at]) == {next(p for p in POSITIONS if p != at), "random"}
     d = r.direction
     assert d["random"]["n"] == 3 and len(d["random"]["rates"]) == 3 and d["flip"]["n"] == len(d["eligible"])
+    assert len(d["random"]["add_rates"]) == len(d["random"]["subtract_rates"]) == 3
     assert set(d["eligible"]) <= set(d["test_cells"]) and not set(d["fit_cells"]) & set(d["test_cells"])
     assert r.effects.shape == (2, 3 * 4 + 3, len(r.pairs)) and r.separation.shape == (2, 3)
     assert len(r.lines()) == 6 and len(r.table_rows()) == 8
@@ -284,3 +285,11 @@ def test_the_numbers_in_docs_results_are_the_saved_smollm2_result():
              f"{r.seconds:.0f} s the study"]
     missing = [s for s in shown if s not in section]
     assert not missing, missing
+    g = load_result(root / "docs" / "data" / "carry_gemma3_270m")
+    o, sh, d, m = g.overlap, g.overlap["split_half"], g.direction, g.across["margins"]
+    shown = [f"**{o['jaccard']:.2f}** [{o['low']:.2f}, {o['high']:.2f}]", f"**{sh['gap']:.2f}** [{sh['gap_low']:.2f}, "
+             f"{sh['gap_high']:.2f}]", f"**{m['end']['next']['difference']:+.3f}** [{m['end']['next']['low']:+.3f}, "
+             f"{m['end']['next']['high']:+.3f}]", f"**{m['next']['end']['difference']:+.3f}**",
+             f"**{d['flip']['rate']:.0%}** [{d['flip']['low']:.0%}, {d['flip']['high']:.0%}] of {d['flip']['n']}",
+             f"mean {d['random']['mean']:.0%}, max {d['random']['max']:.0%}", f"{g.seconds:.0f} s the study"]
+    assert "refused" in g.fourier and not [s for s in shown if s not in section]

@@ -156,6 +156,9 @@ def carry_direction(model: Model, grid: list[PromptPair], config: CarryConfig
                "eligible": eligible, "flip": share(flipped[0]), "flip_add": share(flipped[0][~c]),
                "flip_subtract": share(flipped[0][c]),
                "random": {"n": config.n_random, "rates": null,
+                          # each side apart: a random direction of a large norm can knock "1" out without adding it
+                          "add_rates": [rate(f[~c]) for f in flipped[1:]],
+                          "subtract_rates": [rate(f[c]) for f in flipped[1:]],
                           "mean": rate(flipped[1:].flatten()) if flipped[1:].numel() else None,
                           "max": max((v for v in null if v is not None), default=None)},
                "p_random": (1 + above) / (1 + config.n_random) if obs is not None else None}
