@@ -33,6 +33,9 @@ from typing import TYPE_CHECKING, Any
 from circuits.lazy import type_checking_exports
 
 if TYPE_CHECKING:  # what the table names (a job's config, run, printout and result classes), imported by load()
+    from circuits.beyond.carry.config import CarryConfig
+    from circuits.beyond.carry.job import printout as print_carry, run as run_carry
+    from circuits.beyond.carry.result import CarryResult
     from circuits.beyond.edges.config import EdgesConfig
     from circuits.beyond.edges.job import printout as print_edges, run as run_edges
     from circuits.beyond.edges.result import EdgeResult
@@ -194,6 +197,10 @@ JOBS: tuple[Job, ...] = (
         ("summary.json", "pairs.jsonl", "scoring_pairs.jsonl", "faithfulness.pt", "figure.html"),
         "FaithfulnessConfig", "run_faithfulness", "print_faithfulness",
         how="circuits faithfulness --model smollm2 --task addition --out results/faithfulness-addition"),
+    Job("carry", "the carry ('1') at END against the units digit at END+1 on single-digit sums: overlap, held-out CMD, "
+        "the carry direction, each with its null", (Output("carry", "CarryResult", ("carry",)),),
+        ("summary.json", "pairs.jsonl", "carry.pt"), "CarryConfig", "run_carry", "print_carry",
+        how="circuits carry --model smollm2 --out results/carry"),
     # Step 1b (Figures 3-4, Tables 3-4): validate the key heads by knocking them out.
     Job("knockout", "accuracy after mean-ablating the top-k heads against k random heads (Figure 3)",
         (Output("knockout", "KnockoutResult", ("knockout",)),), ("data.json", "figure.html"),

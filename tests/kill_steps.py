@@ -318,6 +318,8 @@ def commands(model: Path, ident: Path, delta: Path) -> dict[str, tuple[list[str]
         "heuristics": (["heuristics", *tiny, "--no-progress", "--pairs", "2", "--layers", "1,2", "--neurons-per-mlp",
                         "4", "--operands", "0,4", "--threshold", "0.3", "--alpha", "1", "--n-random", "2", "--n-boot",
                         "20"], "out"),
+        "carry": (["carry", "--model", str(model), "--no-filter-correct", "--n-boot", "5", "--n-splits", "5",
+                   "--n-random", "2", "--no-progress"], "out"),
         "edges": (["edges", *heads, "--receivers", "2.1,MLP1"], "out"),
         "stability": (["stability", "--model", str(model), "--no-filter-correct", "--operations", "addition",
                        "--seeds", "0,1", "--pairs", "2"], "out"),

@@ -22,6 +22,8 @@ from circuits.beyond.heuristics.config import HeuristicsConfig
 from circuits.beyond.heuristics.job import run as run_heuristics
 from circuits.beyond.neurons.config import NeuronConfig
 from circuits.beyond.neurons.job import run as run_neurons
+from circuits.beyond.carry.config import CarryConfig
+from circuits.beyond.carry.job import run as run_carry
 from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.job import run as run_positions
 from circuits.beyond.screen.config import ScreenConfig
@@ -151,6 +153,8 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
     hc = HeuristicsConfig(**SOURCE, few_shot="on", filter_correct=False, layers=(1,), neurons_per_mlp=4, operands=(0, 4),
                           threshold=0.3, alpha=1.0, n_random=2, n_boot=20, knockout_classes=2)
     out["heuristics"] = run_heuristics(hc.replace(n_pairs=2), tmp / "heuristics", model=model, progress=False)
+    out["carry"] = run_carry(CarryConfig(model=SOURCE["model"], filter_correct=False, n_boot=5, n_splits=5, n_random=2),
+                             tmp / "carry", model=model, progress=False)
     receivers = r.edges.receivers
     out["edges"] = EdgeResult(EdgesConfig(**SOURCE, receivers="2.1,MLP1"), pairs, r.edges,
                               receiver_effects_of(r, receivers, "fraction"), "fraction")
@@ -172,7 +176,7 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
 MAIN_FILE: dict[str, str] = {"identify": "sweep.pt", "screen": "screen.pt", "positions": "positions.pt",
                              "neurons": "neurons.pt", "heuristics": "heuristics.pt", "edges": "edges.pt", "finetune": "result.json",
                              "evaluate": "result.json", "faithfulness": "faithfulness.pt",
-                             "numbers": "numbers.pt"}
+                             "numbers": "numbers.pt", "carry": "carry.pt"}
 
 
 def main_file(kind: str) -> str:

@@ -495,5 +495,7 @@ SECTIONS = (
             A.faithfulness_section),
     Section("numbers", "How the key components compute: Fourier features and digit positions (explain)",
             A.numbers_section),
+    Section("carry", "The carry and the units digit: one computation or two? (identify, explain)",
+            A.carry_section),
     Section("uncertainty", "How sure is the ranking (identify, validate)", A.uncertainty_section),
 )

@@ -1,0 +1,158 @@
+"""The saved carry study: every measurement with its null and interval (``summary.json``), the tensors they came from
+(``carry.pt``) and the pairs (``pairs.jsonl``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from torch import Tensor
+
+from circuits.beyond.carry.config import CarryConfig
+from circuits.data.pairs import PromptPair, read_pairs, write_pairs
+from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
+from circuits.patching.circuit_curves import FaithfulnessCurve
+from circuits.results import Result, ResultError, number
+
+POSITIONS = ("end", "next")  # END (the first answer token: the carry) and END + 1 (the units digit)
+SUMMARY_PARTS = ("overlap", "across", "direction", "accuracy", "fourier")
+
+
+@dataclass(eq=False, repr=False)
+class CarryResult(Result):
+    """The carry study on one model.
+
+    ``effects[position, component, pair]``: each head's and MLP's (:func:`~circuits.beyond.carry.measures.component_names`)
+    patched change of the logit difference on each pair, at END and END + 1; ``overlap``: their top-k sets' Jaccard
+    with its interval and nulls (:func:`~circuits.beyond.carry.measures.overlap`); ``curves["<ranked at>@<scored
+    at>"]``: MIB's faithfulness curve of the ranking made at one position (or ``random``) scored at one, on held-out
+    pairs; ``across``: the halves and each scoring position's CMD margins; ``direction``: the carry direction's layer,
+    separation and flip rates against random directions; ``separation[fit|test, layer]``; ``accuracy``: what the
+    model answers on the grid."""
+
+    kind = "carry"
+    config_type = CarryConfig
+
+    config: CarryConfig
+    pairs: list[PromptPair]
+    effects: Tensor
+    overlap: dict[str, Any]
+    curves: dict[str, FaithfulnessCurve]
+    across: dict[str, Any]
+    direction: dict[str, Any]
+    separation: Tensor
+    accuracy: dict[str, Any]
+    fourier: dict[str, Any]
+    seconds: float = 0.0
+
+    def summary(self) -> dict[str, Any]:
+        cmd = {k: {"cmd": c.cmd, "low": c.cmd_interval[0], "high": c.cmd_interval[1], "cpr": c.cpr,
+                   "n_pairs": c.n_pairs} for k, c in self.curves.items()}
+        return {"model": self.config.model, "positions": {"end": "the first answer token (the carry '1') at END",
+                                                          "next": "the units digit at END + 1"},
+                "accuracy": self.accuracy, "overlap": self.overlap, "across": self.across, "cmd": cmd,
+                "direction": self.direction, "fourier": self.fourier, "seconds": self.seconds}
+
+    def lines(self) -> list[str]:
+        """What the command prints: each measurement against its null."""
+        o, a, d = self.overlap, self.accuracy, self.direction
+        sh = o["split_half"]
+        out = [f"{a['n_pairs']} two-digit sums answered (both tokens {a['both_tokens']:.0%} of {a['two_token_sums']}; "
+               f"first token {a['first_token']:.0%} of {a['n_prompts']})",
+               f"(1) top-{o['k']} of {o['n_components']} at END and END+1: Jaccard {o['jaccard']:.2f} "
+               f"[{o['low']:.2f}, {o['high']:.2f}]; random sets {o['null']['mean']:.2f} [{o['null']['low']:.2f}, "
+               f"{o['null']['high']:.2f}] (p = {o['p_random']:.3g}); split halves: within a position "
+               f"{(sh['within_end'] + sh['within_next']) / 2:.2f}, across {sh['across']:.2f}, gap {sh['gap']:.2f} "
+               f"[{sh['gap_low']:.2f}, {sh['gap_high']:.2f}]"]
+        for at in POSITIONS:
+            own = self.curves[f"{at}@{at}"]
+            parts = [f"own {own.cmd:.3f} [{own.cmd_interval[0]:.3f}, {own.cmd_interval[1]:.3f}]"]
+            for against, m in self.across["margins"][at].items():
+                c = self.curves[f"{against}@{at}"]
+                parts.append(f"{against}'s {c.cmd:.3f} (minus own {m['difference']:+.3f} [{m['low']:+.3f}, "
+                             f"{m['high']:+.3f}])")
+            out.append(f"(1) CMD scored at {at} on {own.n_pairs} held-out pairs: " + ", ".join(parts))
+        f, r = d["flip"], d["random"]
+
+        def pct(v: Any) -> str:
+            return "n/a" if v is None else f"{v:.0%}"
+
+        out.append(f"(4) carry direction at layer {d['layer']} (separation {d['separation_fit']:.2f} fit, "
+                   f"{d['separation_test']:.2f} held out): flips {pct(f['rate'])} [{pct(f['low'])}, {pct(f['high'])}] "
+                   f"of {f['n']} held-out prompts (add {pct(d['flip_add']['rate'])}, subtract "
+                   f"{pct(d['flip_subtract']['rate'])}); {r['n']} random directions of its norm: mean {pct(r['mean'])}, "
+                   f"max {pct(r['max'])} (p = {d['p_random'] if d['p_random'] is None else round(d['p_random'], 3)})")
+        out.append(f"(3) {self._fourier_text()}")
+        return out
+
+    def _fourier_text(self) -> str:
+        fo = self.fourier
+        if "refused" in fo:
+            return f"Fourier view refused: {fo['refused']}"
+        return (f"energy at periods 10 and 5 beyond the straight trend, top components: END {fo['end']['share']:.2f} "
+                f"[{fo['end']['low']:.2f}, {fo['end']['high']:.2f}], END+1 {fo['next']['share']:.2f} "
+                f"[{fo['next']['low']:.2f}, {fo['next']['high']:.2f}]; END+1 minus END {fo['difference']:+.2f} "
+                f"[{fo['low']:+.2f}, {fo['high']:+.2f}] (p = {fo['p']:.3g}); white noise {fo['chance']:.2f}")
+
+    def table_rows(self) -> list[list[str]]:
+        """The report's rows: measurement, value with its interval, null."""
+        o, sh, d = self.overlap, self.overlap["split_half"], self.direction
+
+        def pct(v: Any) -> str:
+            return "n/a" if v is None else f"{v:.0%}"
+
+        rows = [[f"Jaccard of the top {o['k']} of {o['n_components']} components, END vs END + 1 ({o['n_pairs']} pairs)",
+                 f"{o['jaccard']:.2f} [{o['low']:.2f}, {o['high']:.2f}]",
+                 f"random sets {o['null']['mean']:.2f} [{o['null']['low']:.2f}, {o['null']['high']:.2f}], "
+                 f"p = {o['p_random']:.3g}"],
+                [f"split halves: within a position minus across ({sh['n_splits']} splits)",
+                 f"{sh['gap']:.2f} [{sh['gap_low']:.2f}, {sh['gap_high']:.2f}]",
+                 f"within {(sh['within_end'] + sh['within_next']) / 2:.2f}, across {sh['across']:.2f}"]]
+        for at in POSITIONS:
+            own = self.curves[f"{at}@{at}"]
+            for against, m in self.across["margins"][at].items():
+                c = self.curves[f"{against}@{at}"]
+                rows.append([f"CMD at {at} of the {against} circuit minus the {at} one's ({own.n_pairs} held-out pairs)",
+                             f"{m['difference']:+.3f} [{m['low']:+.3f}, {m['high']:+.3f}]",
+                             f"own {own.cmd:.3f}, {against} {c.cmd:.3f}"])
+        f, r = d["flip"], d["random"]
+        rows.append([f"carry direction (layer {d['layer']}) flips the first answer token ({f['n']} held-out prompts)",
+                     f"{pct(f['rate'])} [{pct(f['low'])}, {pct(f['high'])}]",
+                     f"{r['n']} random directions of its norm: mean {pct(r['mean'])}, max {pct(r['max'])}"])
+        fo = self.fourier
+        if "refused" in fo:
+            rows.append(["Fourier energy at periods 10 and 5 beyond the trend", "refused", fo["refused"]])
+        else:
+            rows.append(["Fourier energy at periods 10 and 5 beyond the trend, END + 1 minus END (top components)",
+                         f"{fo['difference']:+.2f} [{fo['low']:+.2f}, {fo['high']:+.2f}]",
+                         f"END {fo['end']['share']:.2f}, END + 1 {fo['next']['share']:.2f}; white noise "
+                         f"{fo['chance']:.2f}"])
+        return rows
+
+    def _write(self, folder: Path) -> None:
+        write_json(folder / "summary.json", self.summary())
+        write_pairs(folder / "pairs.jsonl", self.pairs)
+        save_torch({"effects": self.effects, "separation": self.separation,
+                    "curves": {k: c.to_dict() for k, c in self.curves.items()}}, folder / "carry.pt")
+
+    @classmethod
+    def _read(cls, folder: Path, config: CarryConfig) -> CarryResult:
+        path = folder / "carry.pt"
+        pairs = read_pairs(folder / "pairs.jsonl")
+        t = load_torch(path, "carry study")
+        shapes = Shapes(path, pair=(len(pairs), "pairs.jsonl"), position=(len(POSITIONS), "the two answer positions"),
+                        half=(2, "the fit and held-out halves of the grid"))
+        if not isinstance(t, dict):
+            raise shapes.fail("it holds no dictionary of tensors")
+        effects = shapes.tensor("effects", t.get("effects"), ("position", "component", "pair"), no_inf=True)
+        separation = shapes.tensor("separation", t.get("separation"), ("half", "layer"), no_inf=True)
+        raw = t.get("curves")
+        if not isinstance(raw, dict):
+            raise shapes.fail("curves is missing")
+        curves = {str(k): FaithfulnessCurve.checked(v, path, f"curves[{k}]") for k, v in raw.items()}
+        s = read_json(folder / "summary.json")
+        if not isinstance(s, dict) or any(not isinstance(s.get(k), dict) for k in SUMMARY_PARTS):
+            raise ResultError(f"{folder / 'summary.json'} lacks one of {', '.join(SUMMARY_PARTS)}")
+        return cls(config, pairs, effects, s["overlap"], curves, s["across"], s["direction"], separation,
+                   s["accuracy"], s["fourier"], number(s, "seconds", folder / "summary.json", 0.0))
