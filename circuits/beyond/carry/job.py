@@ -26,7 +26,7 @@ from circuits.models.loading import load_model
 from circuits.patching.circuit_curves import circuit_curve, cmd_margin
 from circuits.patching.core.uncertainty import wilson_interval
 from circuits.patching.engines.end_sweep import sweep
-from circuits.types import Component
+from circuits.types import MIB_COUNT, Component
 
 MIN_PAIRS = 4  # two per half: fewer leave a half without a pair to rank or score on
 
@@ -95,7 +95,7 @@ def circuits_across(model: Model, pairs: list[PromptPair], effects: torch.Tensor
         for at in POSITIONS:
             curves[f"{by}@{at}"] = circuit_curve(model, scored[at], heads=r[: L * H].reshape(L, H), mlps=r[L * H:],
                                                  n_boot=config.n_boot, seed=config.seed, memory_mb=config.memory_mb,
-                                                 count="floor")
+                                                 count=MIB_COUNT)
     margins = {}
     for at in POSITIONS:
         other = next(p for p in POSITIONS if p != at)
