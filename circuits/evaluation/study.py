@@ -218,8 +218,11 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
 
     base = cache.get({"base": True, "train": train_key, "items": test_key}, lambda: trainer.score(model, test))
     say(f"base model scored on {len(test)} test items")
-    if share is None and config.workers > 1 and len(arms) > 1:
-        _run_workers(config, Path(out), min(config.workers, len(arms)))
+    n_workers = min(config.workers, len(arms)) if share is None else 1
+    if n_workers > 1:  # the workers' training and scoring seconds count as this study's
+        for seconds in _run_workers(config, Path(out), n_workers):
+            for k, v in seconds.items():
+                trainer.seconds[k] += v
     mine_only = arms if share is None else arms[share[0]::share[1]]
     sweep, runs = [], []
     sweep_seed = config.seeds[0]
@@ -252,32 +255,34 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
             say(f"{v['name']} seed {seed}: test accuracy {sum(done['correct']) / len(test):.3f}")
     trainer.restore()
     if share is not None:
-        return None
+        return trainer.seconds  # type: ignore[return-value]  (a worker's seconds, for the study that started it)
     total = time.perf_counter() - t_start
     seconds = trainer.seconds
     timing = {"total": total, "train": seconds["train"], "eval": seconds["eval"],
               "other": total - seconds["train"] - seconds["eval"], "sweep": sum(v["sweep_seconds"] for v in arms),
               "cpu_total": time.process_time() - c_start, "cpu_train": seconds["cpu_train"],
-              "cpu_eval": seconds["cpu_eval"], "reused_runs": float(cache.reused)}
+              "cpu_eval": seconds["cpu_eval"], "reused_runs": float(cache.reused), "workers": float(n_workers)}
     result = SFTStudyResult(config, arms, runs, sweep, [it.task for it in test], base, timing, len(val))
     result.save(out)
     return result
 
 
-def _worker(config: StudyConfig, out: Path, index: int, n: int) -> None:
-    run(config, out, progress=True, share=(index, n))
+def _worker(config: StudyConfig, out: Path, index: int, n: int, seconds: Any) -> None:
+    seconds.put(run(config, out, progress=True, share=(index, n)))
 
 
-def _run_workers(config: StudyConfig, out: Path, n: int) -> None:
+def _run_workers(config: StudyConfig, out: Path, n: int) -> list[dict[str, float]]:
     """Runs :func:`run` on ``n`` shares of the variants in ``n`` spawned processes, each with ``config.threads``
-    threads or an equal share of the cores; one that fails fails the study, naming it."""
+    threads or an equal share of the cores, and returns each one's training and scoring seconds (wall and CPU); one
+    that fails fails the study, naming it."""
     import multiprocessing
     import os
 
     threads = config.threads or max(1, len(os.sched_getaffinity(0)) // n)
     cfg = config.replace(threads=threads, workers=1)
     ctx = multiprocessing.get_context("spawn")
-    procs = [ctx.Process(target=_worker, args=(cfg, out, i, n), name=f"sft-study worker {i}", daemon=True)
+    seconds = ctx.Queue()
+    procs = [ctx.Process(target=_worker, args=(cfg, out, i, n, seconds), name=f"sft-study worker {i}", daemon=True)
              for i in range(n)]
     for p in procs:
         p.start()
@@ -294,6 +299,7 @@ def _run_workers(config: StudyConfig, out: Path, n: int) -> None:
         raise RuntimeError(f"{', '.join(failed)} of the study failed (exit codes "
                            f"{', '.join(str(p.exitcode) for p in procs if p.exitcode != 0)}); its output is above; "
                            f"finished runs are kept in {out / 'runs'} and reused by a rerun")
+    return [seconds.get(timeout=60) for _ in procs]  # (a few numbers each: already in the pipe when they exited)
 
 
 def printout(args: argparse.Namespace, config: StudyConfig, result: SFTStudyResult, seconds: float) -> None:

@@ -99,6 +99,8 @@ class SFTStudyResult(Result):
                 cell["mean"], cell["low"], cell["high"] = interval(x[:, idx], self.config.n_boot)
                 if base is not None:
                     cell["base"] = float(base[:, idx].mean())
+                    d, lo, hi, p = difference(x[:, idx], base[:, idx], self.config.n_boot)
+                    cell["vs_base"] = {"diff": d, "low": lo, "high": hi, "p": p}
                 if ref is not None and name != ref:
                     d, lo, hi, p = difference(x[:, idx], self.scores(ref)[:, idx], self.config.n_boot)
                     cell["vs_precise"] = {"diff": d, "low": lo, "high": hi, "p": p}
@@ -109,6 +111,10 @@ class SFTStudyResult(Result):
             apart, _ = holm([r["tasks"][task]["vs_precise"]["p"] for r in compared])
             for r, a in zip(compared, apart):
                 r["tasks"][task]["vs_precise"]["apart_holm"] = a
+            tuned = [r for r in rows if "vs_base" in r["tasks"][task]]
+            apart, _ = holm([r["tasks"][task]["vs_base"]["p"] for r in tuned])
+            for r, a in zip(tuned, apart):
+                r["tasks"][task]["vs_base"]["apart_holm"] = a
         return rows
 
     def markdown(self) -> str:
@@ -136,6 +142,15 @@ class SFTStudyResult(Result):
             var = v[row["name"]]
             lines.append(f"| {row['name']} | {var['lr']:g} | {var['tuned_parameters'] / 1e6:.3f}M | " + " | ".join(cells)
                          + " |")
+        if self.base:
+            lines += ["", "Each arm's paired difference from the base model on the same items (percentage points, 95% "
+                      "interval over the arm's seeds and the items), * where Holm's correction over the arms keeps it "
+                      "apart from 0.", "", "| arm | " + " | ".join(tasks) + " |", "| " + " | ".join(["---"] *
+                                                                                              (len(tasks) + 1)) + " |"]
+            for row in rows:
+                cells = [(lambda d: f"{100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
+                          f"{'*' if d.get('apart_holm') else ''}")(row["tasks"][t]["vs_base"]) for t in tasks]
+                lines.append(f"| {row['name']} | " + " | ".join(cells) + " |")
         if len(self.config.seeds) < 3:
             lines += ["", f"Only {len(self.config.seeds)} seed(s): a smoke run, not the study (it needs 3 or more)."]
         return "\n".join(lines)
@@ -145,7 +160,13 @@ class SFTStudyResult(Result):
         a resumed run's table equals an uninterrupted one's)."""
         lines: list[str] = []
         t = self.timing
-        if t:
+        workers = t.get("workers", 1)
+        if t and workers > 1:  # training and scoring ran in worker processes: their seconds add up past the wall
+            lines += [f"Wall time {t.get('total', 0):.0f} s with {workers:.0f} worker processes at once: training "
+                      f"{t.get('train', 0):.0f} s and evaluation {t.get('eval', 0):.0f} s summed over the workers (wall "
+                      f"seconds of each; CPU {t.get('cpu_train', 0):.0f} s and {t.get('cpu_eval', 0):.0f} s)"
+                      + (f"; {t['reused_runs']:.0f} runs read back" if t.get("reused_runs") else "") + "."]
+        elif t:
             lines += [f"Wall time {t.get('total', 0):.0f} s: training {t.get('train', 0):.0f} s, evaluation "
                           f"{t.get('eval', 0):.0f} s, loading and merging {t.get('other', 0):.0f} s (the lr sweep: "
                           f"{t.get('sweep', 0):.0f} s of it)" + (f"; {t['reused_runs']:.0f} runs reused from an earlier "

@@ -152,6 +152,11 @@ def test_the_sweep_sees_only_validation_items_and_the_result_loads_back_equal(tm
         runs = [r for r in result.runs if r["variant"] == v["name"]]
         assert [r["seed"] for r in runs] == [0, 1, 2] and all(len(r["correct"]) == len(result.items) for r in runs)
     rows = result.table()
+    for row in rows:  # every arm's paired difference from the base model, on the same items
+        c = row["tasks"]["arithmetic"]
+        assert abs(c["vs_base"]["diff"] - (c["mean"] - c["base"])) < 1e-9
+        assert c["vs_base"]["low"] <= c["vs_base"]["diff"] <= c["vs_base"]["high"]
+    assert "paired difference from the base model" in result.markdown()
     assert "vs_precise" not in rows[0]["tasks"]["arithmetic"]
     for row in rows[1:]:
         cell = row["tasks"]["arithmetic"]
@@ -186,3 +191,6 @@ def test_workers_run_the_same_study_as_one_process(tmp_path):
     # the workers wrote every run; the study itself trained nothing (all its runs were read back)
     assert two.timing["reused_runs"] == len(two.variants) * (len(config.lrs) + len(config.seeds))
     assert SFTStudyResult.load(tmp_path / "two") == two
+    # the workers' training and scoring seconds are the study's (summed over them), said so in the time line
+    assert two.timing["workers"] == 2 and two.timing["train"] > 0 and two.timing["eval"] > 0
+    assert "2 worker processes" in two.time_line() and "summed over the workers" in two.time_line()
