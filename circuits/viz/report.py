@@ -20,7 +20,7 @@ from circuits.io import OutputError, read_json, write_text
 from circuits.results import MARKER, ResultError, check_writable, detect_kind, result_type
 from circuits.timing import timed
 from circuits.viz.page import GENERATOR, Page, _e
-from circuits.viz.sections import SECTIONS, Found, run_labels
+from circuits.viz.sections import SECTIONS, Found, op_rank, run_labels
 
 MAX_DEPTH = 4
 
@@ -120,6 +120,17 @@ def _render(section, page: Page, mine: list[Found], broken: list[tuple[Path, str
     return section.render(page, good) if good else ""
 
 
+def own_how(how: str, found: list[Found]) -> str:
+    """A skipped section's command with the reader's own identify folder and model in place of the README's
+    ``results/identify/addition`` and ``--model smollm2``, where the inputs hold an identify result (addition's first)."""
+    ids = sorted((f for f in found if f.kind == "identify"), key=op_rank)
+    if not ids:
+        return how
+    model = ids[0].config.get("model")
+    how = how.replace("results/identify/addition", str(ids[0].path))
+    return how.replace("--model smollm2", f"--model {model}") if isinstance(model, str) and model else how
+
+
 def build_report(paths: Sequence[str | Path], title: str = "circuits report", *, out: str | Path | None = None,
                  inline: bool | None = None) -> str:
     """The report's HTML for the results under ``paths``; raises ValueError when none can be read.
@@ -135,8 +146,8 @@ def build_report(paths: Sequence[str | Path], title: str = "circuits report", *,
     found = run_labels(found)  # results of one kind and task are told apart by what differs in what made them
     page = Page(title)
     skipped = []
-    for s in SECTIONS:
-        mine = [f for f in found if f.kind in s.kinds]
+    for s in SECTIONS:  # every section lists its operations in the key-heads heat maps' order
+        mine = sorted((f for f in found if f.kind in s.kinds), key=op_rank)
         body = _render(s, page, mine, broken) if mine else ""
         if body:
             page.add(s.anchor, s.heading, body)
@@ -146,7 +157,7 @@ def build_report(paths: Sequence[str | Path], title: str = "circuits report", *,
         page.add("not-run", f"Not in the inputs ({len(skipped)} sections)", "<p class='note'>These steps were not run "
                  "for the results given, so the report skips them. Make one and pass its folder to <code>circuits "
                  "report</code>:</p>" + "<ul class='skipped'>" + "".join(
-                     f"<li>{_e(s.heading)}: <code>{_e(s.how)}</code></li>" for s in skipped) + "</ul>")
+                     f"<li>{_e(s.heading)}: <code>{_e(own_how(s.how, found))}</code></li>" for s in skipped) + "</ul>")
     if broken:
         page.add("unreadable", "Results that could not be read", "<p class='note'>" + "<br>".join(
             f"<code>{_e(p)}</code>: {_e(reason)}" for p, reason in broken) + "</p>")

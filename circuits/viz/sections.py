@@ -96,7 +96,7 @@ def _heads(hs) -> str:
     return ", ".join(f"{h[0]}.{h[1]}" for h in hs)
 
 
-def _op_rank(f: Found) -> tuple[int, str]:
+def op_rank(f: Found) -> tuple[int, str]:
     task = getattr(f.result, "task", "") or f.config.get("task", "")
     return (OPERATION_ORDER.index(task) if task in OPERATION_ORDER else len(OPERATION_ORDER), str(f.path))
 
@@ -111,7 +111,7 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
            "whole counterfactual change a head carries, red is a large positive share; for the paper's "
            "<code>relative_logit</code>, a drop of the answer logit). Boxed cells are the key heads chosen by the key "
            "rule, so every boxed cell is red. Hover a cell to read its layer, head and effect.</p>"]
-    identify = sorted((f for f in found if f.kind == "identify"), key=_op_rank)
+    identify = sorted((f for f in found if f.kind == "identify"), key=op_rank)
     doubts = [(f, f.result.validity()) for f in identify if f.result.validity().lines()]
     if doubts:  # above every figure: what a reader must know before trusting the key heads below
         out.insert(0, "<div class='note validity'><b>Results that may not be trusted</b> (thresholds: docs/identify.md, "
@@ -203,19 +203,19 @@ def _knockout_text(r: Any) -> str:
         span = (f"{gap['gap'] * 100:+.1f} accuracy points ({gap['level']:.0%} bootstrap interval over the "
                 f"{c.n_pairs} pairs: {gap['low'] * 100:+.1f} to {gap['high'] * 100:+.1f})")
         if gap["low"] > 0:
-            verdict = (f"Knocking out {k} key heads lowers accuracy more than {k} random heads by {span}: the interval "
+            verdict = (f"Knocking out the top {k} heads of the ranking lowers accuracy more than {k} random heads by {span}: the interval "
                        f"lies above 0, so on these pairs the gap is outside chance.")
         elif gap["gap"] <= 0:
-            verdict = (f"<b>The key heads knock out no more than random ones here</b>: the key-vs-random gap with "
+            verdict = (f"<b>The top {k} heads knock out no more than random ones here</b>: the top-vs-random gap with "
                        f"{k} heads out is {span}, an interval that holds 0.")
         else:
-            verdict = (f"<b>The key-vs-random gap is not outside its interval</b>: with {k} heads out it is {span}, "
-                       f"an interval that holds 0, so these pairs do not tell the key heads from random ones.")
+            verdict = (f"<b>The top-vs-random gap is not outside its interval</b>: with {k} heads out it is {span}, "
+                       f"an interval that holds 0, so these pairs do not tell the top {k} heads from random ones.")
     elif seeds and key < min(seeds):
-        verdict = (f"The key heads' knockout is below every one of the {len(seeds)} random seeds' (lowest "
+        verdict = (f"The top {k} heads' knockout is below every one of the {len(seeds)} random seeds' (lowest "
                    f"{_pct(min(seeds))}).")
     elif seeds:
-        verdict = (f"<b>The key heads knock out no more than random ones here</b>: {_pct(key)} lies within the random "
+        verdict = (f"<b>The top {k} heads knock out no more than random ones here</b>: {_pct(key)} lies within the random "
                    f"seeds' range ({_pct(min(seeds))}-{_pct(max(seeds))}), so on these pairs the gap is not "
                    f"distinguishable from chance.")
     else:
@@ -225,7 +225,7 @@ def _knockout_text(r: Any) -> str:
     return (f"<p class='what'>Mean-ablating the first k heads of the effect ranking (red) against k random heads "
             f"(grey: mean over {len(c.random_accuracy)} seeds; {band}), on {r.n_pairs or '?'} "
             f"{_e(r.task)} pairs (Figure 3). With {k} heads knocked out, accuracy is "
-            f"{_pct(key)} for the key heads and {_pct(rnd)} for random ones "
+            f"{_pct(key)} for the top {k} heads of the ranking and {_pct(rnd)} for random ones "
             f"(from {_pct(c.effect_accuracy[0])} with none). {verdict} First heads: {_e(_heads(c.ranking[:k]))}.</p>")
 
 

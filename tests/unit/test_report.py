@@ -73,6 +73,8 @@ def test_absent_sections_get_a_note(tmp_path):
     # Key heads are present; the rest (no knockout, no edges or intervals in this identify result) is listed once.
     assert len(skipped(page)) == len(SECTIONS) - 1 and SECTIONS[0].heading not in skipped(page)
     assert "circuits knockout --heads-from" in page
+    # the commands name the reader's own identify folder and model, not the README's (issue 40)
+    assert f"circuits knockout --heads-from {tmp_path / 'addition'} " in page and "results/identify/addition" not in page
     assert "var CircuitsVis=" not in page  # no views: no bundle
     assert "made by <code>" in page and "key_rule=fraction&gt;=0.05" in page
 
@@ -324,3 +326,19 @@ def test_no_categorical_palette_uses_the_importance_red():
     for what, colour in palette.items():
         r, g, b = rgb(colour)
         assert all(abs(r - x) + abs(g - y) + abs(b - z) > 120 for x, y, z in reds), f"{what} uses the importance red {colour}"
+
+
+def test_every_section_lists_the_operations_in_the_heat_maps_order(saved, tmp_path):
+    """Issue 40: knockout (and every other section) in the key-heads heat maps' order (addition, subtraction,
+    multiplication, division), not in the folders' alphabetical order."""
+    from circuits.validate.knockout import KnockoutResult
+
+    ko = KnockoutResult.load(saved / "knockout")
+    for folder, task in (("a-division", "division"), ("b-subtraction", "subtraction"), ("c-addition", "addition")):
+        ko.task = task
+        ko.save(tmp_path / folder)
+        write_identify(tmp_path / folder / "id", task)
+    page = build_report([tmp_path])
+    knockout = page.split("Knockout curves (validate)", 1)[1]
+    at = [knockout.index(f"{task} pairs (Figure 3)") for task in ("addition", "subtraction", "division")]
+    assert at == sorted(at), at
