@@ -149,38 +149,3 @@ def private_torch_caches() -> None:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(private_temp(), "torchinductor")
 
 
-def _default_compile_cache() -> str:
-    """torch's default ``TORCHINDUCTOR_CACHE_DIR`` (``torch._inductor.runtime.cache_dir_utils.default_cache_dir``, as
-    torch 2.13 computes it), found without importing torch._inductor: importing it makes the folder."""
-    import getpass
-    import re
-    import tempfile
-
-    try:
-        user = getpass.getuser()
-    except (KeyError, ModuleNotFoundError, OSError):
-        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "unknown_user"
-    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
-
-
-class no_empty_compile_cache:
-    """Around the first import of TransformerLens from Python (``circuits.models``): torch._dynamo, which it imports,
-    makes ``$TMPDIR/torchinductor_<user>`` at once, empty, and a script or notebook that only loads a model left that
-    folder behind. Where the import made it and it is still empty afterwards it is removed (``os.rmdir``: never a
-    folder holding anything); torch makes it again when it first writes a compiled kernel. A command line points the
-    cache into its own temporary folder instead (:func:`private_torch_caches`); a ``TORCHINDUCTOR_CACHE_DIR`` the
-    user set is left alone."""
-
-    def __enter__(self) -> None:
-        self.path = None
-        if "TORCHINDUCTOR_CACHE_DIR" in os.environ:
-            return
-        path = _default_compile_cache()
-        self.path = None if os.path.lexists(path) else path
-
-    def __exit__(self, *exc: object) -> None:
-        if self.path is not None and os.environ.get("TORCHINDUCTOR_CACHE_DIR") in (None, self.path):
-            try:
-                os.rmdir(self.path)
-            except OSError:  # not made, or something was written there: torch's now
-                pass

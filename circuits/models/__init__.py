@@ -13,7 +13,7 @@ from circuits.versions import check_transformer_lens
 
 check_transformer_lens()  # a TransformerLens no backend supports: one line (docs/backends.md), before it is imported
 
-from circuits._startup import no_empty_compile_cache
+from circuits.threads import no_empty_compile_cache
 from circuits.versions import backend_line
 
 # The backends the installed TransformerLens runs, each a class registered in circuits.models.backend.BACKENDS: 3.9's

@@ -128,8 +128,11 @@ def flow_figure(heads: Any, mlps: Any, tokens: Sequence[str], roles: dict[str, S
     for role, color in ROLE_COLORS.items():
         fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line={"color": color, "dash": "dot"}, name=f"{role} position"))
     width = max(900, 50 * len(tokens) + 300)  # 18 role columns fit a 1280 px window
-    fig.update_layout(title=dict(text=wrap(title, width // 9)), height=max(480, 18 * n_layers + 260), width=width,
-                      margin=dict(t=100, r=140, b=160), xaxis_tickangle=-60, xaxis2_tickangle=-60,
+    wrapped = wrap(title, width // 9)
+    lines = wrapped.count("<br>") + 1  # room for every line of the title above the subplot titles
+    fig.update_layout(title=dict(text=wrapped), height=max(480, 18 * n_layers + 260) + 36 * max(0, lines - 2),
+                      width=width, margin=dict(t=64 + 36 * lines, r=140, b=160), xaxis_tickangle=-60,
+                      xaxis2_tickangle=-60,
                       legend=dict(orientation="h", x=0, xanchor="left", y=-0.25, yanchor="top"))
     return fig
 

@@ -74,7 +74,7 @@ import os, sys
 from circuits.models import load_model
 model = load_model(sys.argv[1], device="cpu")
 left = sorted(os.listdir(os.environ["TMPDIR"]))
-from circuits._startup import _default_compile_cache
+from circuits.threads import _default_compile_cache
 from torch._inductor.runtime.cache_dir_utils import cache_dir, default_cache_dir
 assert _default_compile_cache() == default_cache_dir(), (_default_compile_cache(), default_cache_dir())
 made = os.path.isdir(cache_dir())  # torch makes its cache folder again when it needs it

@@ -23,8 +23,10 @@ from circuits.viz.sections import SECTIONS
 
 # Sections whose script is not yet in experiment_runs.SCRIPTS: fig_heuristics on the tiny model draws grid cells with no
 # value (the browser test's hover check) and test_experiments has no entry for it yet; its section is tested on a
-# result of tests/result_cases.py (test_report) and by tests/unit/test_heuristics.py.
-NOT_YET_IN_THE_RUNS = {"heuristics"}
+# result of tests/result_cases.py (test_report) and by tests/unit/test_heuristics.py. `circuits carry` is a command, not
+# an experiment script, and needs a model that writes both tokens of two-digit sums: its section is drawn from a result of
+# tests/result_cases.py (test_report, test_colours) and its job is run by tests/unit/test_carry.py.
+NOT_YET_IN_THE_RUNS = {"heuristics", "carry"}
 
 
 @pytest.fixture(scope="module")

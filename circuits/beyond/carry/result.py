@@ -154,5 +154,23 @@ class CarryResult(Result):
         s = read_json(folder / "summary.json")
         if not isinstance(s, dict) or any(not isinstance(s.get(k), dict) for k in SUMMARY_PARTS):
             raise ResultError(f"{folder / 'summary.json'} lacks one of {', '.join(SUMMARY_PARTS)}")
+        for part in SUMMARY_PARTS:  # numbers where numbers are: only a direction's name and a refusal are text
+            _check_numbers(s[part], [part], folder / "summary.json")
         return cls(config, pairs, effects, s["overlap"], curves, s["across"], s["direction"], separation,
                    s["accuracy"], s["fourier"], number(s, "seconds", folder / "summary.json", 0.0))
+
+
+_TEXT_FIELDS = ("chosen", "refused")  # the summary's only text leaves (the direction's choice, a refused Fourier view)
+
+
+def _check_numbers(value: object, at: list, path: Path) -> None:
+    """Every leaf of a summary part is a number, a bool or null, except the named text fields: one ResultError
+    naming the field otherwise (a string where a number was would be drawn as it stands)."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _check_numbers(v, [*at, k], path)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_numbers(v, [*at, i], path)
+    elif isinstance(value, str) and not (at and at[-1] in _TEXT_FIELDS):
+        raise ResultError(f"{path}: field {'.'.join(map(str, at))} should be a number, got {value[:40]!r}")
