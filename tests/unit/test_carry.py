@@ -220,12 +220,21 @@ def test_the_fourier_view_reads_each_position_s_own_components_there(study, tiny
         assert torch.allclose(torch.tensor(r.fourier[pos]["per_component"], dtype=torch.float64), expected, atol=1e-6)
 
 
-def test_bad_input_is_one_line(tiny_llama, tmp_path):
+def test_bad_input_is_one_line(tiny_llama, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match="end it with a newline"):
         CarryConfig(prefix="3 + 5 = 8")
     with pytest.raises(ValueError, match="two-digit sums are answered"):  # a random model answers none
         run(CarryConfig(model="tiny", filter_correct=True), tmp_path / "c", model=tiny_llama, progress=False)
     assert not (tmp_path / "c").exists()
+    # a layer past the model is refused before any patching (it was found only after the sweep, at the direction)
+    import circuits.beyond.carry.job as job
+    def no_work(*a, **k):
+        raise AssertionError("the study ran")
+    monkeypatch.setattr(job, "carry_study", no_work)
+    n = tiny_llama.cfg.n_layers
+    with pytest.raises(ValueError, match=rf"--direction-layer {n}: must be at most {n - 1} \(the model's last layer"):
+        run(CarryConfig(model="tiny", direction_layer=n), tmp_path / "d", model=tiny_llama, progress=False)
+    assert not (tmp_path / "d").exists()
 
 
 def test_beyond_trend_shares_against_a_plain_least_squares_and_fft():

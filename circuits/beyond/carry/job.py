@@ -19,6 +19,7 @@ from circuits.beyond.carry.config import CarryConfig
 from circuits.beyond.carry.measures import (carry_directions, end_residuals, flat_components, flip_tops,
                                             fourier_contrast, overlap, random_directions, rate)
 from circuits.beyond.carry.result import POSITIONS, CarryResult
+from circuits.config import check_model_ranges
 from circuits.data.answers import at_answer_position
 from circuits.data.pairs import PromptPair, make_pair
 from circuits.models.backend import Model
@@ -124,8 +125,6 @@ def carry_direction(model: Model, grid: list[PromptPair], config: CarryConfig
     resid, tops = end_residuals(model, tokens, ends)
     dirs, sep = carry_directions(resid[:, fit], carry[fit])
     _, sep_test = carry_directions(resid[:, test], carry[test])
-    if config.direction_layer >= model.cfg.n_layers:
-        raise ValueError(f"--direction-layer {config.direction_layer}: this model has layers 0..{model.cfg.n_layers - 1}")
     layer = int(sep.argmax()) if config.direction_layer < 0 else config.direction_layer
     d = dirs[layer]
     # Eligible: the model's own first token already on its class's side ("1" for a carry, another token otherwise),
@@ -223,6 +222,7 @@ def carry_study(model: Model, config: CarryConfig, *, progress: bool = False) ->
 def run(config: CarryConfig, out: str | Path, *, model: Model | None = None, progress: bool = True) -> CarryResult:
     """The ``circuits carry`` job."""
     model = model or load_model(config.model, dtype=config.dtype)
+    check_model_ranges(config, model.cfg.n_layers, model.cfg.n_heads)  # --direction-layer past the model, before work
     result = carry_study(model, config, progress=progress)
     result.save(out)
     return result
