@@ -64,6 +64,7 @@ register(Engine("toy", run, reference, ("end",), frozenset({"end", "gqa"}), "#00
 @pytest.fixture
 def toy_engine(tmp_path, monkeypatch):
     """The toy engine's module, imported from a temporary folder; the registry as it was afterwards."""
+    import circuits.beyond.faithfulness.config  # noqa: F401  its default rankings are the registry's at import: not the toy's
     from circuits.patching.engines import registry
 
     (tmp_path / "toy_engine.py").write_text(textwrap.dedent(TOY))
