@@ -38,7 +38,7 @@ from circuits.data.templates import (
     templates_for,
 )
 from circuits.data.pair_config import CounterfactualKind, FewShot, PairConfig, PrefixPolicy  # noqa: F401  (light)
-from circuits.data.roles import ROLES, check_positions, equals_span, line_spans, template_spans
+from circuits.data.roles import ROLES, check_positions, equals_span, pairs_file_lines
 from circuits.io import read_jsonl, write_jsonl
 from circuits.models.forward import end_residual_batches, end_residuals, pad_token_id, unembed_end
 from circuits.timing import stage
@@ -876,35 +876,18 @@ def read_pairs_file(model: Model, path: str | Path, n_pairs: int | None = None, 
     :func:`~circuits.data.answers.at_answer_position` forces it). A one-token answer is scored as before. The model's
     logits are read ``batch_size`` pairs at a time and only each pair's top token and answer probability are kept,
     so memory does not grow with the file's length times the vocabulary."""
-    rows = read_jsonl(path)
-    if not rows:
-        raise ValueError(f"--pairs-file {path} holds no pairs (one JSON object a line: prompt, counterfactual, answer)")
     pairs = []
     first_line: dict[tuple, int] = {}  # a pair's tokens -> the line it first appears on
     repeats: list[tuple[int, int]] = []
-    for i, row in enumerate(rows[: n_pairs or None], 1):
-        answers = row.get("answers") if isinstance(row, dict) else None
-        answer = row.get("answer", answers[0] if isinstance(answers, list) and answers else None) \
-            if isinstance(row, dict) else None
-        if not isinstance(row, dict) or not all(isinstance(x, str) for x in (row.get("prompt"), row.get("counterfactual"),
-                                                                              answer)):
-            raise ValueError(f"--pairs-file {path}, line {i}: expected an object with string fields prompt, "
-                             f"counterfactual and answer (or answers: [...]), got {str(row)[:120]}")
+    # Each line checked without the tokenizer first (the command line did the same before the model loaded); token
+    # roles (issue 40): the line's character spans, or the template its prompt's last line matches
+    for i, row, answer, spans in pairs_file_lines(path, n_pairs, label=label):
         where = f"--pairs-file {path}, line {i}"
-        # Token roles (issue 40): the line's character spans, or the template its prompt's last line matches
-        if "roles" in row:
-            spans = line_spans(row["roles"], row["prompt"], where)
-        else:
-            found = template_spans(row["prompt"])
-            spans = found[1] if found else {}
         try:
             pair = make_pair(model.tokenizer, row["prompt"], row["counterfactual"], answer,
                              template_id=str(row.get("id", f"file/{i}")))
             if label:
-                cf_answer = row.get("counterfactual_answer")
-                if not isinstance(cf_answer, str) or not cf_answer:
-                    raise ValueError("--second-logit label needs each line's counterfactual_answer (the counterfactual "
-                                     f"prompt's own answer, text), got {cf_answer!r}; or pass --second-logit top")
+                cf_answer = row["counterfactual_answer"]
                 pair = replace(pair, counterfactual_answer=cf_answer, counterfactual_answer_token_id=answer_tokens(
                     model.tokenizer, row["counterfactual"], cf_answer)[0])
         except (PromptError, ValueError) as err:

@@ -120,3 +120,42 @@ def check_positions(roles: Any, n_tokens: int, where: str | Path) -> None:
         if not isinstance(pos, list) or any(type(x) is not int or not 0 <= x < n_tokens for x in pos):
             raise ValueError(f"{where}: roles.{role} must be token positions 0..{n_tokens - 1} of the reference "
                              f"prompt, got {str(pos)[:60]}")
+
+
+def pairs_file_lines(path: str | Path, n_pairs: int | None = None, *, label: bool = False
+                     ) -> list[tuple[int, dict[str, Any], str, Spans]]:
+    """The first ``n_pairs`` lines of a pairs file (``--pairs-file``), checked as far as no tokenizer is needed: each
+    an object with string ``prompt``, ``counterfactual`` and ``answer`` (or ``answers: [...]``, its first taken),
+    its ``roles`` (:func:`line_spans`) or the template spans its prompt matches, and with ``label``
+    (``--second-logit label``) its ``counterfactual_answer``. Returns ``(line, row, answer, spans)`` per line; a bad
+    line is one ``ValueError`` naming the file and line. Imports no torch: the command line calls it before the model
+    loads (a bad line in a minute-long load was found only after it), and :func:`~circuits.data.pairs.read_pairs_file`
+    builds the pairs from what it returns."""
+    from circuits.io import read_jsonl
+
+    rows = read_jsonl(path)
+    if not rows:
+        raise ValueError(f"--pairs-file {path} holds no pairs (one JSON object a line: prompt, counterfactual, answer)")
+    out = []
+    for i, row in enumerate(rows[: n_pairs or None], 1):
+        answers = row.get("answers") if isinstance(row, dict) else None
+        answer = row.get("answer", answers[0] if isinstance(answers, list) and answers else None) \
+            if isinstance(row, dict) else None
+        if not isinstance(row, dict) or not all(isinstance(x, str) for x in (row.get("prompt"), row.get("counterfactual"),
+                                                                              answer)):
+            raise ValueError(f"--pairs-file {path}, line {i}: expected an object with string fields prompt, "
+                             f"counterfactual and answer (or answers: [...]), got {str(row)[:120]}")
+        where = f"--pairs-file {path}, line {i}"
+        if "roles" in row:
+            spans = line_spans(row["roles"], row["prompt"], where)
+        else:
+            found = template_spans(row["prompt"])
+            spans = found[1] if found else {}
+        if label:
+            cf_answer = row.get("counterfactual_answer")
+            if not isinstance(cf_answer, str) or not cf_answer:
+                raise ValueError(f"{where}: --second-logit label needs each line's counterfactual_answer (the "
+                                 f"counterfactual prompt's own answer, text), got {cf_answer!r}; or pass "
+                                 "--second-logit top")
+        out.append((i, row, answer, spans))
+    return out

@@ -233,3 +233,40 @@ def test_the_cli_says_each_refusal_in_one_line_and_writes_nothing(tmp_path, caps
                  if line.strip() and "weights" not in line and "shards" not in line]
         assert len(lines) == 1 and message in lines[0], lines
         assert not (tmp_path / f"out{i}").exists()
+
+
+_LINE = {"prompt": "3 + 5 = 8\n2 + 3 = ", "counterfactual": "3 + 5 = 8\n2 + 4 = ", "answer": "5"}
+
+
+@pytest.mark.parametrize("command, line, said", [
+    ("identify", {**_LINE, "roles": {"a": [10, 11]}}, "line 2: unknown role 'a'"),
+    ("identify", {**_LINE, "roles": [10, 11]}, "line 2: roles must be an object"),
+    ("positions", {**_LINE, "roles": {"A": [11, 10]}}, "line 2: roles.A [11, 10] is not a span inside the prompt"),
+    ("identify", {"prompt": 1}, "line 2: expected an object with string fields"),
+    ("faithfulness", _LINE, "line 2: --second-logit label needs each line's counterfactual_answer"),  # its default
+])
+def test_a_bad_pairs_file_line_is_one_line_before_torch(tmp_path, command, line, said):
+    """A line the job would refuse once the model has loaded (a minute under load) is refused before torch is imported;
+    only the lines the job reads (--pairs) are checked."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    good = {**_LINE, "counterfactual_answer": "6"}
+    path = _write(tmp_path / "p.jsonl", [good, line, good])
+    code = ("import sys; from circuits.cli import main; "
+            f"rc = main([{command!r}, '--pairs-file', {str(path)!r}, '--out', {str(tmp_path / 'o')!r}]); "
+            "print('rc', rc, 'torch' in sys.modules)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root, timeout=300)
+    assert "rc 2 False" in run.stdout, run.stdout + run.stderr
+    assert run.stderr.startswith(f"circuits {command}: error: --pairs-file {path}, {said}"), run.stderr
+    assert run.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
+    # --pairs 1 reads the good first line only: the bad second is the job's to read, not refused before it
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.cli import _check_pairs_file
+
+    _check_pairs_file(FaithfulnessConfig(pairs_file=str(path), n_pairs=1))
+    with pytest.raises(ValueError) as refused:
+        _check_pairs_file(FaithfulnessConfig(pairs_file=str(path), n_pairs=2))
+    assert f"--pairs-file {path}, {said}" in str(refused.value)
