@@ -235,9 +235,13 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
             for k, pairs, curves in (("", r.scoring_pairs, r.curves), ("_signed", r.scoring_pairs, r.signed_curves),
                                      ("", r.pairs, r.in_sample_curves)):
                 c = circuit_curve(model, pairs, r.scores[name]["heads" + k], r.scores[name]["mlps" + k],
-                                 sizes=(0.05, 0.2, 0.5), positions=positions, n_boot=10,
-                                 count=r.config.count)  # the job counts as MIB: int(s * n)
+                                 input=r.scores[name].get("input" + k), sizes=(0.05, 0.2, 0.5), positions=positions,
+                                 n_boot=10, count=r.config.count)  # the job counts as MIB: int(s * n)
                 assert torch.equal(curves[name][f"nodes@{positions}"].f, c.f)
+    # MIB's node graph (issue 43): EAP-IG scores the input node, which its circuits rank and count; exact-path does not
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    assert "input" in r.scores["eap-ig"] and "input" not in r.scores["exact-path"]
+    assert r.curves["eap-ig"]["nodes@end"].n_nodes == 1 + L * (H + 1) == r.curves["exact-path"]["nodes@end"].n_nodes + 1
     c = circuit_curve(model, r.scoring_pairs, edges=r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
                           count=r.config.count)
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f)

@@ -26,7 +26,9 @@ def test_scores_and_curves_are_the_engines(smollm2, result):
     n = smollm2.cfg.n_layers * (smollm2.cfg.n_heads + 1)
     for ranking in result.curves:
         for setting, c in result.curves[ranking].items():
-            total = n if setting.startswith("nodes") else int(engine.edge_valid(smollm2).sum())
+            # nodes: heads and MLPs, and the input where the ranking scores it (EAP-IG: MIB's node graph, 301)
+            total = n + ("input" in result.scores[ranking]) if setting.startswith("nodes") else \
+                int(engine.edge_valid(smollm2).sum())
             assert c.n_nodes == total and c.n_kept.tolist() == [int(s * total) for s in (0.01, 0.1, 0.5)]  # MIB's
             assert c.f_low.le(c.f + 1e-6).all() and c.f.le(c.f_high + 1e-6).all()
             assert c.cpr_interval[0] <= c.cpr <= c.cpr_interval[1] and c.positions == setting.split("@")[1]

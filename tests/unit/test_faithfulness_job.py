@@ -77,7 +77,8 @@ def test_defaults_are_mib_s():
     assert c.counterfactual == "random" and c.second_logit == "label" and c.count == "floor" and c.ig_grid == "left"
     assert c.position_scores == "sum"
     # every MIB choice is the default: nothing departs but what no config value selects yet (named in docs/mib.md)
-    assert c.mib()["departs"] == {} and set(c.mib()["fixed"]) == {"input_node", "edge_positions", "prompts"}
+    assert c.mib()["departs"] == {} and set(c.mib()["fixed"]) == {"edge_positions", "prompts"}
+    assert c.input_node  # MIB's node graph: the input ranked and counted where a ranking scores it
     assert c.replace(second_logit="top").mib()["departs"] == {"second_logit": {"here": "top", "mib": "label"}}
     # MIB's CPR (the signed ranking's curve), scored on pairs held out from the ranking (issue 43)
     assert c.cpr_ranking == "signed" and c.held_out and c.score_seed == c.seed + 1 == 1

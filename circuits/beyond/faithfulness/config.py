@@ -46,12 +46,10 @@ POSITION_SCORES: tuple[str, ...] = ("sum", "max")
 # commit the EAP-IG peer check used): recorded per run in summary.json ("mib": which of them this run departs from).
 MIB_VALUES: dict[str, object] = {"cpr_ranking": "signed", "counterfactual": "random", "second_logit": "label",
                                  "position_scores": "sum", "held_out": True, "count": "floor", "ig_grid": "left",
-                                 "ablation": "counterfactual", "metric": "logit_diff"}
+                                 "ablation": "counterfactual", "metric": "logit_diff", "input_node": True}
 # What differs from MIB whatever the config says (no config value selects MIB's way yet), named in every run's
 # summary.json, its printed table and docs/mib.md.
 FIXED_DEVIATIONS: dict[str, str] = {
-    "input_node": "the input (embedding) node is neither ranked nor ablated: sizes count heads and MLPs only (MIB "
-                  "ranks the input as a node too, 301 items on SmolLM2 against 300 here, and it ranks first there)",
     "edge_positions": "EAP-IG's edges are ablated at END only (MIB ablates edges at every position)",
     "prompts": "the paper's templates with a few-shot prefix, built by build_pairs (MIB: its mib-bench problems)",
 }
@@ -114,6 +112,10 @@ class FaithfulnessConfig(PairSource):
                                         "one (one more curve per ranking and circuit kind)")
     scoring_seed: int = option(-1, minimum=-1, help="seed of the scoring pairs with --held-out (-1: --seed + 1); with "
                                         "--pairs-from, the scoring pairs are the --pairs saved pairs after the first")
+    input_node: bool = option(True, help="rank the input (embedding) node with the heads and MLPs, count it in each "
+                                         "size and ablate it where a circuit leaves it out, as MIB's node graph, for "
+                                         "the rankings that score it (eap-ig); --no-input-node: heads and MLPs only, "
+                                         "the input always kept")
     answer_position: str = answer_position_option(whole=False)
 
     def __post_init__(self) -> None:
@@ -168,6 +170,13 @@ class FaithfulnessConfig(PairSource):
         if self.held_out and self.scoring_seed == self.seed:
             raise ValueError(f"--scoring-seed {self.scoring_seed} is --seed: the scoring pairs must be drawn with "
                              "another seed (or -1: --seed + 1)")
+
+    @classmethod
+    def from_json(cls, data: dict) -> FaithfulnessConfig:
+        """From saved JSON; a run saved before ``input_node`` existed had no input node in any circuit, and reads so
+        (its ``mib()`` then names the departure)."""
+        config = super().from_json(data)
+        return config if "input_node" in data else config.replace(input_node=False)
 
     @property
     def score_seed(self) -> int:

@@ -42,6 +42,7 @@ from circuits.patching.core.scores import Scores
 
 
 SIGNED = "_signed"  # a score's key with this suffix: the signed ranking's (heads_signed, mlps_signed, edges_signed)
+INPUT = "input"  # the input node's score (one number), where the ranking scores it and config.input_node
 
 
 def signed_importance(scores: Scores, position_scores: str = "sum") -> dict[str, Tensor]:
@@ -78,7 +79,9 @@ def scores_edges(ranking: str, config: FaithfulnessConfig) -> bool:
 def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: FaithfulnessConfig,
          progress: bool = False) -> dict[str, Tensor]:
     """The scores ``ranking`` orders nodes by: ``heads`` [layer, head], ``mlps`` [layer] (the absolute ranking:
-    non-negative, larger is more important) and, for an engine that scores edges (EAP-IG) with ``config.edges``,
+    non-negative, larger is more important), ``input`` [] (the input node, MIB's node graph: where the engine scores
+    it, EAP-IG, and ``config.input_node``; otherwise the input is no node of this ranking's circuits, kept in every
+    one, as MIB keeps a node it has no score for) and, for an engine that scores edges (EAP-IG) with ``config.edges``,
     ``edges`` [sender, receiver] (in the order of :func:`~circuits.patching.circuit_curves.edge_senders` x
     ``edge_receivers``; 0 where there is no edge); each also signed, ``heads_signed``, ``mlps_signed``,
     ``edges_signed`` (the signed ranking, MIB's for CPR: importance ``sign * effect``, so a node that pushes the
@@ -97,6 +100,8 @@ def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: Faithf
     signed = signed_importance(raw, config.position_scores)
     out = {"heads": signed["heads"].abs(), "mlps": signed["mlps"].abs(),
            "heads" + SIGNED: signed["heads"], "mlps" + SIGNED: signed["mlps"]}
+    if config.input_node and INPUT in signed:  # MIB's node graph: the embeddings ranked as one more node
+        out[INPUT], out[INPUT + SIGNED] = signed[INPUT].reshape(()).abs(), signed[INPUT].reshape(())
     if "edges" in raw.parts:
         out["edges" + SIGNED] = edge_scores(model, signed["edges"], *raw.labels["edges"], absolute=False)
         out["edges"] = out["edges" + SIGNED].abs()
@@ -130,7 +135,7 @@ def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor]
     m = readout_of(get_metric(config.metric))
     k = SIGNED if signed else ""
     nodes = ({"edges": scores["edges" + k]} if setting == "edges@end"
-             else {"heads": scores["heads" + k], "mlps": scores["mlps" + k]})
+             else {"heads": scores["heads" + k], "mlps": scores["mlps" + k], "input": scores.get(INPUT + k)})
     return circuit_curve(model, pairs, **nodes, sizes=config.sizes, ablation=config.ablation,
                          positions=setting.split("@")[1], metric=m, n_boot=config.n_boot, memory_mb=config.memory_mb,
                          count=config.count)
@@ -234,7 +239,8 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
                 cpu = time.process_time()
                 cs[setting] = measure(model, scoring, s, setting, config)
                 k = "edges" if setting == "edges@end" else None
-                same = all(torch.equal(s[p], s[p + SIGNED]) for p in ([k] if k else ["heads", "mlps"]))
+                same = all(torch.equal(s[p], s[p + SIGNED]) for p in ([k] if k else ["heads", "mlps", INPUT])
+                           if p in s)
                 signed[setting] = cs[setting] if same else measure(model, scoring, s, setting, config, signed=True)
                 if scoring_pairs is not None and config.in_sample:  # the same circuits on the pairs that found them
                     inside[setting] = measure(model, pairs, s, setting, config)

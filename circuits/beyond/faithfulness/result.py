@@ -58,8 +58,9 @@ SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every positi
 class FaithfulnessResult(ShowsFigure, Result):
     """Each ranking's circuits scored as MIB scores them; ``curves[ranking][setting]`` (settings: ``nodes@end``,
     ``nodes@all``, ``edges@end``; each a :class:`~circuits.patching.circuit_curves.FaithfulnessCurve`),
-    ``scores[ranking]`` (``heads`` [layer, head], ``mlps`` [layer], ``edges`` where
-    defined: the importance each ranking orders by, larger first), ``seconds[ranking]`` (computing the ranking)."""
+    ``scores[ranking]`` (``heads`` [layer, head], ``mlps`` [layer], ``input`` [] where the ranking scores the input
+    node and ``config.input_node``, ``edges`` where defined: the importance each ranking orders by, larger first),
+    ``seconds[ranking]`` (computing the ranking)."""
 
     kind = "faithfulness"
     config_type = FaithfulnessConfig
@@ -143,6 +144,8 @@ class FaithfulnessResult(ShowsFigure, Result):
                 "metric": self.config.metric, "ablation": self.config.ablation,
                 "counterfactual": self.config.counterfactual, "second_logit": self.config.second_logit,
                 "position_scores": self.config.position_scores,
+                "input_node": self.config.input_node,
+                "input_ranked": [r for r, parts in self.scores.items() if "input" in parts],
                 "pairs_with_label": sum(p.counterfactual_answer_token_id >= 0 for p in self.scoring_pairs),
                 "mib": self.config.mib(),
                 "sizes": list(self.config.sizes), "sizes_percent": [round(100 * s, 9) for s in self.config.sizes],
@@ -229,7 +232,7 @@ class FaithfulnessResult(ShowsFigure, Result):
                     _expect_edge_axes(shapes)
                     shapes.tensor(f"scores.{r}.{k}", v, ("sender", "receiver"), finite=True)
                     continue
-                axes = {"heads": ("layer", "head"), "mlps": ("layer",)}.get(part) or \
+                axes = {"heads": ("layer", "head"), "mlps": ("layer",), "input": ()}.get(part) or \
                     tuple(f"{r}.{k} axis {i}" for i in range(getattr(v, "ndim", 0)))
                 shapes.tensor(f"scores.{r}.{k}", v, axes)
 

@@ -146,9 +146,10 @@ def _sets_per_pass(memory_mb: float, per_row: int, dtype: torch.dtype) -> int:
 
 
 def nodes_at_end(model: Model, batch: PairBatch, heads: Tensor, mlps: Tensor, neurons: Mapping[int, Tensor],
-                 runs: EndRuns, memory_mb: float) -> Float[Tensor, "set pair d_model"]:
+                 runs: EndRuns, memory_mb: float, input: Tensor | None = None) -> Float[Tensor, "set pair d_model"]:
     """The final END residual of every set ablating, at END only, the heads ``[set, layer, head]``, MLPs ``[set,
-    layer]`` and neurons ``{layer: [set, d_mlp]}`` it marks: each layer is END-only work over sets x pairs (attention
+    layer]``, neurons ``{layer: [set, d_mlp]}`` and the input node ``[set]`` (the END embedding every layer reads,
+    ``blocks.0.hook_resid_pre``; None: kept) it marks: each layer is END-only work over sets x pairs (attention
     from the new END query over the reference keys and values, :func:`~circuits.patching.core.end_layers.z_at_end`; each
     marked head's ``z``, MLP's output and neuron's ``hook_post`` replaced by its END value), sets chunked by
     ``memory_mb``."""
@@ -163,6 +164,8 @@ def nodes_at_end(model: Model, batch: PairBatch, heads: Tensor, mlps: Tensor, ne
         c = slice(c0, c0 + per)
         Cc = len(range(C)[c])
         resid = runs.input_ref[None].repeat(Cc, 1, 1)  # [c, pair, d_model]
+        if input is not None:  # the sets that ablate the input start from its ablated END value
+            resid = torch.where(input[c].to(device)[:, None, None], runs.input_val[None].to(resid.dtype), resid)
         for l in range(L):
             z = z_at_end(model, l, resid, resid, resid, runs.keys[l], runs.values[l], end)
             gone = heads[c, l].to(device)[:, None, :, None]

@@ -55,12 +55,19 @@ class AblationMasks:
     """Which sites each set ablates (``True``: replaced by its value): ``heads [set, layer, head]``, ``mlps [set,
     layer]`` (``hook_mlp_out``), ``neurons {layer: [set, d_mlp]}`` (``hook_post``); or ``edges [set, sender,
     receiver]`` over MIB's graph (:func:`circuits.patching.circuit_curves.edge_curves.edge_senders` x ``edge_receivers``; then
-    the node masks are ignored: an edge carries its sender's ablated value into one receiver)."""
+    the node masks are ignored: an edge carries its sender's ablated value into one receiver); ``input [set]``: the
+    input node, the embeddings every later node reads (``blocks.0.hook_resid_pre``; MIB's node graph)."""
 
     heads: Bool[Tensor, "set layer head"]
     mlps: Bool[Tensor, "set layer"]
     neurons: dict[int, Bool[Tensor, "set d_mlp"]] = field(default_factory=dict)
     edges: Bool[Tensor, "set sender receiver"] | None = None
+    # the input node (MIB's graph: the embeddings, values.INPUT_SITE) per set; None: never ablated
+    input: Bool[Tensor, " set"] | None = None
+
+    def input_ablated(self) -> bool:
+        """Whether some set ablates the input node."""
+        return self.input is not None and bool(self.input.any())
 
     def __len__(self) -> int:
         return (self.heads if self.edges is None else self.edges).shape[0]
@@ -129,6 +136,8 @@ def ablation_hooks(model: Model, masks: AblationMasks, row_set: Int[Tensor, " ro
             hooks.append((act_name(site, layer), site_hook(ablate.to(device), values.table(site, layer), source,
                                                            offset, values.pooled, end)))
 
+    if masks.input is not None:
+        add("resid_pre", 0, masks.input[row_set][:, None])
     for l in range(model.cfg.n_layers):
         add("z", l, masks.heads[row_set, l])
         if l in masks.neurons:
@@ -295,11 +304,11 @@ def run_ablation(model: Model, pairs: Pairs, spec: AblationSpec, *, rows_per_bat
     if spec.positions == "end" and (sites.edges is not None or (auto and end_only_supported(model))):
         runs = end_runs(model, batch, values, neuron_layers)
         resid = edges_at_end(model, batch, sites.edges, runs, memory_mb) if sites.edges is not None else \
-            nodes_at_end(model, batch, sites.heads, sites.mlps, sites.neurons, runs, memory_mb)
+            nodes_at_end(model, batch, sites.heads, sites.mlps, sites.neurons, runs, memory_mb, sites.input)
         return Ablated(resid, runs.cf_resid, "end")
     if auto and spec.positions == "all" and values == "counterfactual" and model.backend.prefix_sharing():
         return Ablated(*_counterfactual_everywhere(model, batch, sites, rows), "counterfactual")
-    names = site_names(model, neuron_layers) if values == "counterfactual" else []
+    names = site_names(model, neuron_layers, sites.input_ablated()) if values == "counterfactual" else []
     acts, cf_full = record(model, batch.counterfactual, names)
     table = per_pair_values(model, values, batch.reference, batch.end, neuron_layers, counterfactual=acts)
     end = batch.end.tolist()
@@ -368,6 +377,8 @@ def _counterfactual_everywhere(model: Model, batch: PairBatch, sites: AblationMa
                     return torch.cat([torch.zeros_like(units[:1]), units]).repeat(nb, 1)
 
                 hooks = []
+                if sites.input is not None and bool(sites.input[sets].any()):
+                    hooks.append((act_name("resid_pre", 0), _replace_from_counterfactual(rows(sites.input[:, None]), k)))
                 for l in range(cfg.n_layers):
                     for site, ablate in (("z", sites.heads[:, l]), ("post", sites.neurons.get(l)),
                                          ("mlp_out", sites.mlps[:, l][:, None])):

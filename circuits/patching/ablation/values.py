@@ -36,6 +36,12 @@ from circuits.data.pairs import PromptPair
 from circuits.models.backend import Model, act_name
 from circuits.types import Ablation
 
+# The input node of MIB's graph (the embeddings): the residual stream entering the first block, as the edge graph's
+# "input" sender (circuits.patching.circuit_curves.edge_curves) and EAP-IG's interpolation read it. MIB hooks
+# hook_embed, the same tensor where no position embedding is added (rotary models: Llama, SmolLM2); a pair's two
+# prompts have one length, so a counterfactual patch of either is the same intervention on any model.
+INPUT_SITE = "blocks.0.hook_resid_pre"
+
 ValueKind = Literal["mean", "end_mean", "zero", "resample", "counterfactual"]
 VALUE_KINDS: tuple[str, ...] = ("mean", "end_mean", "zero", "resample", "counterfactual")
 SourceRule = Literal["group", "pair", "row", "pooled"]
@@ -79,6 +85,9 @@ class AblationValues:
     n_prompts: int = 0
     donor: list[int] = field(default_factory=list)
     what: str = "mean"  # what a missing group is called in the error
+    # the input node's values (MIB's graph: the embeddings, ``blocks.0.hook_resid_pre``) ``[source, pos, d_model]``;
+    # None: not taken (the faithfulness engine's per-pair values and zeros take it; knockout's means do not)
+    input: Tensor | None = None
 
     @property
     def pooled(self) -> bool:
@@ -99,11 +108,15 @@ class AblationValues:
         return group_index(self.index, self.pooled, pair, self.what, advice)  # type: ignore[arg-type]
 
     def table(self, site: str, layer: int) -> Tensor:
-        """The table of ``site`` (``"z"``, ``"mlp_out"``, ``"post"``) at ``layer``; a ValueError where these values
-        were not taken for it (never a silent zero)."""
-        table = self.post.get(layer) if site == "post" else (self.z if site == "z" else self.mlp_out)[layer]
+        """The table of ``site`` (``"z"``, ``"mlp_out"``, ``"post"``; ``"resid_pre"`` at layer 0: the input node) at
+        ``layer``; a ValueError where these values were not taken for it (never a silent zero)."""
+        if site == "resid_pre":
+            table = self.input if layer == 0 else None
+        else:
+            table = self.post.get(layer) if site == "post" else (self.z if site == "z" else self.mlp_out)[layer]
         if table is None:
-            what = f"MLP layer {layer}'s neurons (hook_post)" if site == "post" else f"layer {layer}'s hook_{site}"
+            what = f"MLP layer {layer}'s neurons (hook_post)" if site == "post" else \
+                "the input node (blocks.0.hook_resid_pre)" if site == "resid_pre" else f"layer {layer}'s hook_{site}"
             parts = ["heads and MLPs"] if any(t is not None for t in self.z) else []
             parts += [f"the neurons of MLP layers {sorted(self.post)}"] if self.post else []
             cover = " and ".join(parts) or "nothing"
@@ -201,7 +214,8 @@ def zero_values(model: Model, neuron_layers: Sequence[int] = ()) -> AblationValu
     L, cfg = model.cfg.n_layers, model.cfg
     zeros = lambda *shape: torch.zeros(1, 1, *shape, dtype=cfg.dtype, device=cfg.device)  # noqa: E731
     return AblationValues([zeros(cfg.n_heads, cfg.d_head) for _ in range(L)], [zeros(cfg.d_model) for _ in range(L)],
-                          {l: zeros(cfg.d_mlp) for l in neuron_layers}, rule="pooled", kind="zero")
+                          {l: zeros(cfg.d_mlp) for l in neuron_layers}, rule="pooled", kind="zero",
+                          input=zeros(cfg.d_model))
 
 
 @torch.no_grad()
@@ -292,7 +306,7 @@ def per_pair_values(model: Model, kind: ValueKind, reference: Int[Tensor, "pair 
     END-aligned mean over the reference runs) or ``"zero"``."""
     if kind == "zero":
         return zero_values(model, neuron_layers)
-    names = _site_names(model, True, neuron_layers)
+    names = _site_names(model, True, neuron_layers) + [INPUT_SITE]
     if kind == "counterfactual":
         if counterfactual is None:
             raise ValueError("counterfactual values need the counterfactual run's activations (record())")
@@ -301,13 +315,14 @@ def per_pair_values(model: Model, kind: ValueKind, reference: Int[Tensor, "pair 
         acts = {n: end_aligned_mean(a, end) for n, a in record(model, reference, names)[0].items()}
     else:
         raise ValueError(f"Unknown per-pair values {kind!r}; accepted: counterfactual, end_mean, zero")
-    return AblationValues(*_tables(model, acts, neuron_layers), rule="row", kind=kind, n_prompts=len(end))
+    return AblationValues(*_tables(model, acts, neuron_layers), rule="row", kind=kind, n_prompts=len(end),
+                          input=acts.get(INPUT_SITE))
 
 
-def site_names(model: Model, neuron_layers: Sequence[int] = ()) -> list[str]:
-    """The hook names the values cover: every layer's ``hook_z`` and ``hook_mlp_out``, and ``hook_post`` of
-    ``neuron_layers``."""
-    return _site_names(model, True, neuron_layers)
+def site_names(model: Model, neuron_layers: Sequence[int] = (), input_node: bool = False) -> list[str]:
+    """The hook names the values cover: every layer's ``hook_z`` and ``hook_mlp_out``, ``hook_post`` of
+    ``neuron_layers`` and, with ``input_node``, the input node's :data:`INPUT_SITE`."""
+    return _site_names(model, True, neuron_layers) + ([INPUT_SITE] if input_node else [])
 
 
 def end_values(kind: ValueKind, acts: Mapping[str, Tensor]) -> dict[str, Tensor]:

@@ -16,6 +16,15 @@ sort: higher score first, ties by index). Everything outside the circuit is abla
 
 at ``positions="end"`` (only the END position, as the paper's patching) or ``"all"`` (every position, as MIB).
 
+**The input node** (``input=``, a score for it): MIB's node graph has one more node than the heads and MLPs, the
+input embeddings (EAP-IG's ``input``, here the residual stream entering the first block, ``blocks.0.hook_resid_pre``).
+Given a score it is ranked and counted with the others (``n`` = heads + MLPs + 1: 301 on SmolLM2, where MIB's
+``evaluate_area_under_curve`` counts its ``nodes_scores`` that are not NaN) and, when a circuit leaves it out, every
+later node reads its ablated value (MIB's ``evaluate_graph`` adds the input's difference into every receiver's input
+when its edges are out of the graph); the empty circuit then ablates it too, so ``m(empty)`` is the counterfactual
+run's own. Without a score it is kept in every circuit and not counted, as MIB keeps (and does not count) a node
+whose score is NaN.
+
 **Edges** (:func:`circuit_curve` with ``edges=``, END only): MIB's graph -- senders are the input embedding, every head and
 every MLP; receivers every head's query, key and value input (per query head, also under grouped-query attention),
 every MLP's input and the logits. An edge left out of the circuit carries its sender's ablated END value into its
@@ -52,13 +61,13 @@ of :mod:`circuits.patching.engines.plain` (:func:`~circuits.patching.engines.pla
 
 Public signature::
 
-    circuit_curve(model, pairs, heads=None, mlps=None, *, neurons=None, edges=None, sizes=MIB_SIZES,
+    circuit_curve(model, pairs, heads=None, mlps=None, *, neurons=None, edges=None, input=None, sizes=MIB_SIZES,
                   ablation="counterfactual", positions="end", metric=MIB_METRIC, n_boot=1000, level=0.95, seed=0,
                   memory_mb=1024, count=DEFAULT_COUNT) -> FaithfulnessCurve
-        # nodes: heads [layer, head], mlps [layer], neurons {layer: [d_mlp]}; or edges [sender, receiver] over
-        # edge_senders x edge_receivers (END only)
+        # nodes: heads [layer, head], mlps [layer], neurons {layer: [d_mlp]}, input (one number: the embeddings a
+        # node, MIB's node graph); or edges [sender, receiver] over edge_senders x edge_receivers (END only)
     edge_senders(model), edge_receivers(model), edge_valid(model) -> [sender, receiver] bool
-    circuit_masks(heads, mlps, neurons, sizes, count) -> NodeMasks    # which nodes each size keeps
+    circuit_masks(heads, mlps, neurons, sizes, count, input) -> NodeMasks  # which nodes each size keeps
     edge_masks(valid, scores, sizes, count) -> (keep, n_kept, n_edges)
     area_scores(sizes, f) -> (cpr, cmd)                               # MIB's areas of one curve (or a batch)
     cmd_margin(a, b, n_boot) -> (b.cmd - a.cmd, low, high)            # paired bootstrap over the same pairs

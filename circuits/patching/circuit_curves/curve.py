@@ -77,7 +77,8 @@ def n_kept_at(size: float, n: int, count: str = DEFAULT_COUNT) -> int:
 @dataclass
 class NodeMasks:
     """Which nodes each circuit keeps: ``heads [circuit, layer, head]``, ``mlps [circuit, layer]`` (MLP layers that
-    are not nodes are always kept), ``neurons {layer: [circuit, d_mlp]}``; ``n_kept [circuit]``, ``n_nodes``."""
+    are not nodes are always kept), ``neurons {layer: [circuit, d_mlp]}``, ``input [circuit]`` (where the input is a
+    node); ``n_kept [circuit]``, ``n_nodes``."""
 
     heads: Bool[Tensor, "circuit layer head"]
     mlps: Bool[Tensor, "circuit layer"]
@@ -85,15 +86,18 @@ class NodeMasks:
     n_kept: Int[Tensor, " circuit"]
     n_nodes: int
     mlp_layers: list[int] = field(default_factory=list)  # the MLP layers that are nodes
+    # the input node kept [circuit], where it is a node (MIB's graph: the embeddings); None: not a node, always kept
+    input: Bool[Tensor, " circuit"] | None = None
 
     def __len__(self) -> int:
         return self.heads.shape[0]
 
 
-def _node_scores(heads: Tensor, mlps: Tensor | None, neurons: Mapping[int, Tensor] | None
-                 ) -> tuple[Tensor, list[int], dict[int, int]]:
-    """The flat score vector (heads, then each MLP node in layer order, then each neuron layer's neurons), the MLP
-    layers that are nodes, and each neuron layer's offset in the flat vector."""
+def _node_scores(heads: Tensor, mlps: Tensor | None, neurons: Mapping[int, Tensor] | None,
+                 input: Tensor | float | None = None) -> tuple[Tensor, list[int], dict[int, int]]:
+    """The flat score vector (the input node where it is one, first as in MIB's graph; heads; each MLP node in layer
+    order; each neuron layer's neurons), the MLP layers that are nodes, and each neuron layer's offset in the flat
+    vector."""
     if heads.ndim != 2:
         raise ValueError(f"heads scores must be [layer, head], got shape {tuple(heads.shape)}")
     L = heads.shape[0]
@@ -105,7 +109,10 @@ def _node_scores(heads: Tensor, mlps: Tensor | None, neurons: Mapping[int, Tenso
             raise ValueError(f"neuron scores must be {{layer: [d_mlp]}} with layers in 0..{L - 1}; got layer {layer} "
                              f"with shape {tuple(s.shape)}")
     mlp_layers = [l for l in range(L) if mlps is not None and l not in neurons]
-    parts = [heads.flatten().float()]
+    parts = [] if input is None else [torch.as_tensor(input, dtype=torch.float32).reshape(-1).cpu()]
+    if len(parts) and parts[0].numel() != 1:
+        raise ValueError(f"the input node's score must be one number, got shape {tuple(parts[0].shape)}")
+    parts.append(heads.flatten().float())
     if mlp_layers:
         parts.append(mlps[mlp_layers].float())  # type: ignore[index]
     offsets: dict[int, int] = {}
@@ -123,24 +130,30 @@ def _node_scores(heads: Tensor, mlps: Tensor | None, neurons: Mapping[int, Tenso
 
 def circuit_masks(heads: Float[Tensor, "layer head"], mlps: Float[Tensor, " layer"] | None = None,
                   neurons: Mapping[int, Float[Tensor, " d_mlp"]] | None = None,
-                  sizes: Sequence[float] = MIB_SIZES, count: str = DEFAULT_COUNT) -> NodeMasks:
+                  sizes: Sequence[float] = MIB_SIZES, count: str = DEFAULT_COUNT,
+                  input: Tensor | float | None = None) -> NodeMasks:
     """The circuits of a node ranking at ``sizes`` (one row each), in the order given: the top
-    ``round(size * n_nodes)`` nodes by score (higher is more important; ties by index, :func:`order`)."""
+    ``round(size * n_nodes)`` nodes by score (higher is more important; ties by index, :func:`order`). ``input``:
+    the input node's score (MIB's graph: the embeddings are a node, ranked and counted with the rest; ``None``: not
+    a node, always kept and not counted, as MIB keeps a node it has no score for)."""
     sizes = check_sizes(sizes)
-    flat, mlp_layers, offsets = _node_scores(heads, mlps, neurons)
+    flat, mlp_layers, offsets = _node_scores(heads, mlps, neurons, input)
     n = flat.numel()
     rank = torch.empty(n, dtype=torch.long)
     rank[order(flat, +1)] = torch.arange(n)
     n_kept = torch.tensor([n_kept_at(s, n, count) for s in sizes], dtype=torch.long)
     keep = rank[None, :] < n_kept[:, None]  # [circuit, node]
+    input_keep = None if input is None else keep[:, 0]
+    keep = keep if input is None else keep[:, 1:]
     L, H = heads.shape
     C = len(sizes)
     head_keep = keep[:, : L * H].reshape(C, L, H)
     mlp_keep = torch.ones(C, L, dtype=torch.bool)
     for i, l in enumerate(mlp_layers):
         mlp_keep[:, l] = keep[:, L * H + i]
-    neuron_keep = {l: keep[:, o : o + neurons[l].numel()] for l, o in offsets.items()}  # type: ignore[index]
-    return NodeMasks(head_keep, mlp_keep, neuron_keep, n_kept, n, mlp_layers)
+    shift = 0 if input is None else 1  # offsets are in the flat vector, the input first
+    neuron_keep = {l: keep[:, o - shift : o - shift + neurons[l].numel()] for l, o in offsets.items()}  # type: ignore[index]
+    return NodeMasks(head_keep, mlp_keep, neuron_keep, n_kept, n, mlp_layers, input_keep)
 
 
 # --- the result -------------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from circuits.types import DEFAULT_COUNT
 
 def _full_and_empty(masks: NodeMasks) -> NodeMasks:
     """``masks`` with two more circuits: every node kept (N), then no node kept (empty; MLP layers that are not
-    nodes stay kept)."""
+    nodes, and the input where it is not a node, stay kept)."""
     L = masks.mlps.shape[1]
 
     def two(t: Tensor) -> Tensor:
@@ -36,7 +36,8 @@ def _full_and_empty(masks: NodeMasks) -> NodeMasks:
     empty_mlps = torch.tensor([l not in masks.mlp_layers for l in range(L)], dtype=torch.bool)
     mlps = torch.cat([masks.mlps, torch.ones(1, L, dtype=torch.bool), empty_mlps[None]])
     return NodeMasks(two(masks.heads), mlps, {l: two(v) for l, v in masks.neurons.items()},
-                     torch.cat([masks.n_kept, torch.tensor([masks.n_nodes, 0])]), masks.n_nodes, masks.mlp_layers)
+                     torch.cat([masks.n_kept, torch.tensor([masks.n_nodes, 0])]), masks.n_nodes, masks.mlp_layers,
+                     None if masks.input is None else two(masks.input))
 
 
 @torch.no_grad()
@@ -48,6 +49,7 @@ def circuit_curve(
     *,
     neurons: Mapping[int, Float[Tensor, " d_mlp"]] | None = None,
     edges: Float[Tensor, "sender receiver"] | None = None,
+    input: Tensor | float | None = None,
     sizes: Sequence[float] = MIB_SIZES,
     ablation: str = "counterfactual",
     positions: str = "end",
@@ -66,6 +68,9 @@ def circuit_curve(
             ranking).
         mlps: a score per MLP ``[layer]``; ``None``: MLPs are not nodes (always kept, heads-only circuits).
         neurons: ``{layer: [d_mlp]}`` scores; such a layer's MLP is scored by its neurons (``hook_post``).
+        input: the input node's score (one number): the embeddings (``blocks.0.hook_resid_pre``) are then a node,
+            ranked and counted with the heads and MLPs and ablated (every position of ``positions``) when a circuit
+            leaves them out, as MIB's node graph; ``None``: not a node (always kept, not counted). Nodes only.
         edges: instead of nodes, a score per edge ``[sender, receiver]`` over
             :func:`~circuits.patching.circuit_curves.edge_curves.edge_senders` x ``edge_receivers`` (entries that are not
             edges, :func:`~circuits.patching.circuit_curves.edge_curves.edge_valid`, are ignored); at END only.
@@ -85,6 +90,8 @@ def circuit_curve(
     check_choice("count", count, COUNTS)
     cfg = model.cfg
     if edges is not None:
+        if input is not None:
+            raise ValueError("input= is a node score; at edge level the input's edges are rows of edges= (sender 0)")
         if positions != "end":
             raise ValueError("Edge faithfulness is at END only (positions='end'); every position is done at node "
                              "level")
@@ -108,10 +115,11 @@ def circuit_curve(
             if s.shape[-1] != cfg.d_mlp:
                 raise ValueError(f"neuron scores of layer {l} must have d_mlp = {cfg.d_mlp} entries, got "
                                  f"{s.shape[-1]}")
-        masks = circuit_masks(heads, mlps, neurons, sizes, count)
+        masks = circuit_masks(heads, mlps, neurons, sizes, count, input)
         n_kept, n = masks.n_kept, masks.n_nodes
         every = _full_and_empty(masks)
-        sites = AblationMasks(~every.heads, ~every.mlps, {l: ~v for l, v in every.neurons.items()})
+        sites = AblationMasks(~every.heads, ~every.mlps, {l: ~v for l, v in every.neurons.items()},
+                              input=None if every.input is None else ~every.input)
     batch = as_batch(pairs, model)
     run = run_ablation(model, batch, AblationSpec(VALUE_KIND[ablation], sites, positions),  # type: ignore[arg-type]
                        memory_mb=memory_mb)

@@ -30,6 +30,8 @@ from circuits.patching.engines.end_sweep_plain import baseline_plain
 from circuits.patching.core.scores import Scores
 from circuits.types import Component, Mode, Neuron, Receiver
 
+INPUT_SITE = "blocks.0.hook_resid_pre"  # the input node (MIB's graph: the embeddings), written out here
+
 
 def _end_logits(model: Model, logits: Tensor, batch: PairBatch) -> Tensor:
     return logits[torch.arange(len(batch)), batch.end].float()
@@ -230,7 +232,7 @@ def ablation_values_plain(model: Model, batch: PairBatch, ablation: str) -> dict
     """What :func:`ablate_plain` writes into ablated nodes: the counterfactual run's ``hook_z``/``hook_mlp_out``/
     ``hook_post``, or their mean over the reference runs at each offset from END (a loop over offsets), or
     ``None`` (zero)."""
-    names = lambda n: n.endswith(("hook_z", "hook_mlp_out", "hook_post"))  # noqa: E731
+    names = lambda n: n.endswith(("hook_z", "hook_mlp_out", "hook_post")) or n == INPUT_SITE  # noqa: E731
     if ablation == "zero":
         return None
     if ablation == "counterfactual":
@@ -251,16 +253,18 @@ def ablation_values_plain(model: Model, batch: PairBatch, ablation: str) -> dict
 
 @torch.no_grad()
 def ablate_plain(model: Model, batch: PairBatch, heads: list[tuple[int, int]], mlps: list[int],
-                 neurons: dict[int, list[int]], values: dict[str, Tensor] | None, positions: str) -> Tensor:
+                 neurons: dict[int, list[int]], values: dict[str, Tensor] | None, positions: str,
+                 input: bool = False) -> Tensor:
     """END logits ``[pair, d_vocab]`` (float32) of the reference prompts with ``heads`` (``(layer, head)``),
-    ``mlps`` (layers) and ``neurons`` (``{layer: [index]}``) ablated to ``values`` (from
-    :func:`ablation_values_plain`; ``None``: zero) at END (``positions="end"``) or at every position (``"all"``): one
-    ``run_with_hooks``, one unit at a time. The plain loop :mod:`circuits.patching.circuit_curves` is tested against."""
+    ``mlps`` (layers), ``neurons`` (``{layer: [index]}``) and, with ``input``, the input node (the embeddings,
+    ``blocks.0.hook_resid_pre``) ablated to ``values`` (from :func:`ablation_values_plain`; ``None``: zero) at END
+    (``positions="end"``) or at every position (``"all"``): one ``run_with_hooks``, one unit at a time. The plain
+    loop :mod:`circuits.patching.circuit_curves` is tested against."""
     rows = torch.arange(len(batch))
 
-    def put(act: Tensor, hook, index: int | None) -> Tensor:
+    def put(act: Tensor, hook, index: int | None, name: str | None = None) -> Tensor:
         act = act.clone()
-        src = torch.zeros_like(act) if values is None else values[hook.name]
+        src = torch.zeros_like(act) if values is None else values[name or hook.name]
         if positions == "end":
             if index is None:
                 act[rows, batch.end] = src[rows, batch.end]
@@ -275,6 +279,7 @@ def ablate_plain(model: Model, batch: PairBatch, heads: list[tuple[int, int]], m
     hooks = [(act_name("z", l), partial(put, index=h)) for l, h in heads]
     hooks += [(act_name("mlp_out", l), partial(put, index=None)) for l in mlps]
     hooks += [(act_name("post", l), partial(put, index=i)) for l, idx in neurons.items() for i in idx]
+    hooks += [(INPUT_SITE, partial(put, index=None, name=INPUT_SITE))] if input else []
     return _run_end(model, batch.reference, hooks, batch)  # Gemma 2's final soft-cap applied there, once
 
 
