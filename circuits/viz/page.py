@@ -66,6 +66,11 @@ def config_block(path: Path, config: dict[str, Any], provenance: dict[str, Any] 
         shown["pairs_file"] = f"{name} ({', '.join(about)})" if about else name
         unused = (f"<p class='note'>{', '.join(k for k in UNUSED_WITH_PAIRS_FILE if k in flat)}: the flags' values, "
                   "not used (the pairs are the file's lines)</p>")
+    elif flat.get("pairs_from"):  # the pairs of a saved identify result, token ids and all: its own seed made them
+        shown = {k: v for k, v in shown.items() if k not in UNUSED_WITH_PAIRS_FILE}
+        shown["pairs_from"] = Path(str(flat["pairs_from"])).name
+        unused = (f"<p class='note'>{', '.join(k for k in UNUSED_WITH_PAIRS_FILE if k in flat)}: the flags' values, "
+                  "not used (the pairs are those saved in --pairs-from)</p>")
     if len(shown.get("operations") or ()) > 1 and "task" in shown:  # a job over several operations: the task is
         shown = {("key heads of task" if k == "task" else k): v for k, v in shown.items()}  # where its heads come from
     main = ", ".join(f"{k}={v}" for k, v in shown.items())

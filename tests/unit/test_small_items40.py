@@ -264,3 +264,19 @@ def test_the_made_by_line_says_the_pairs_a_result_was_made_on(tmp_path):
     assert "n_pairs=3," in made_by and "n_pairs=64" not in made_by and "seed=" not in made_by, made_by
     assert f"pairs_file=mine.jsonl (sha256 {digest}, 3 lines read)" in made_by, made_by
     assert "seed, few_shot, prefix_policy, counterfactual, operand_range, max_candidates: the flags' values, not used" in page
+
+
+def test_the_made_by_line_of_pairs_taken_from_a_result():
+    """``--pairs-from``: the pairs are those saved in the folder (its seed made them), so the line says how many the
+    result holds and where they came from, not the flags' seed."""
+    import re
+    from pathlib import Path
+
+    from circuits.viz.page import config_block
+
+    block = config_block(Path("runs/positions"), {"model": "smollm2", "task": "addition", "n_pairs": 64, "seed": 0,
+                                                  "few_shot": "auto", "pairs_from": "/data/id-addition"},
+                         None, {"n_pairs": 6})
+    line = re.search(r"<summary>made by .*?<br>", block).group(0)
+    assert "n_pairs=6" in line and "seed=" not in line and "pairs_from=id-addition" in line, line
+    assert "not used (the pairs are those saved in --pairs-from)" in block
