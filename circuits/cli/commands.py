@@ -24,7 +24,7 @@ from circuits.evaluation.config import EvalConfig
 from circuits.identify.config import IdentifyConfig
 from circuits.io import OutputError, output_lock
 from circuits.jobs import Job, job, load
-from circuits.cli.sizes import check_declared_ranges
+from circuits.cli.sizes import check_declared_ranges, check_pairs_file
 from circuits.patching.engines.registry import END_SWEEP_ENGINES
 from circuits.results import check_inputs, check_output, overwrite_granted
 from circuits.sft.config import ExportConfig, FinetuneConfig, check_component_counts
@@ -101,7 +101,8 @@ def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.Argument
         printout(args, config, result, time.perf_counter() - start)
         return 0
 
-    p.set_defaults(func=main, check=lambda args: check_declared_ranges(check_heads_from(from_arguments(config_type, args))))
+    p.set_defaults(func=main, check=lambda args: check_declared_ranges(check_heads_from(check_pairs_file(
+        from_arguments(config_type, args)))))
     return p
 
 
@@ -145,7 +146,7 @@ def register_identify(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "exact-path (the default; --mode path) or exact-activation (--mode activation)")
     p.add_argument("--n-devices", type=int, default=1,
                    help="spread the model's layers over this many GPUs (per process under torchrun; default 1)")
-    p.set_defaults(func=command_identify, check=config_from)
+    p.set_defaults(func=command_identify, check=lambda args: check_declared_ranges(check_pairs_file(config_from(args))))
     return p
 
 

@@ -40,17 +40,38 @@ def declared_sizes(model: str, heads_from: str = "") -> Sizes | None:
         return None  # unreadable here: the loader says what is wrong, in its own line
 
 
-def check_declared_ranges(config: Any) -> None:
-    """The ``per_model`` bounds of ``config`` checked against its model's sizes where they can be read without loading
-    it (:func:`declared_sizes`); one ValueError line, as :func:`circuits.config.check_model_ranges` says it."""
+def check_pairs_file(config: Any) -> Any:
+    """``config``, after a ``--pairs-file`` given on the command line that does not exist: one line, as circuits.io
+    says it once torch and the model have loaded. (Called on the flags' config, before a ``--heads-from`` result's
+    fields replace it: a pairs file that result recorded is not read again.)"""
+    pairs_file = getattr(config, "pairs_file", "")
+    if isinstance(pairs_file, str) and pairs_file and not Path(pairs_file).expanduser().is_file():
+        raise ValueError(f"{pairs_file} not found")
+    return config
+
+
+def check_declared_ranges(config: Any) -> Any:
+    """``config``, after what can be checked of it without torch: its ``per_model`` bounds and named ``--receivers``
+    lie inside its model, where the model's sizes can be read without loading it (:func:`declared_sizes`). Each is one
+    ValueError line, as the job would say it after the imports and the load."""
     from circuits.config import check_model_ranges
 
     model = getattr(config, "model", None)
     if not isinstance(model, str):
-        return
+        return config
     sizes = declared_sizes(model, getattr(config, "heads_from", "") or "")
-    if sizes is not None:
-        check_model_ranges(config, *sizes)
+    if sizes is None:
+        return config
+    check_model_ranges(config, *sizes)
+    receivers = getattr(config, "receivers", "")
+    if isinstance(receivers, str) and receivers.strip() and not receivers.strip().lower().startswith("top"):
+        from circuits.types import Receiver
+
+        n_layers, n_heads = sizes
+        for c in (r.component for r in Receiver.parse_many(receivers)):
+            if c.layer >= n_layers or (c.kind == "head" and c.head >= n_heads):  # the loaded model's line
+                raise ValueError(f"Component {c} is outside this model ({n_layers} layers x {n_heads} heads).")
+    return config
 
 
 def _identify_sizes(folder: Path) -> Sizes | None:

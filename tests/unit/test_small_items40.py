@@ -203,6 +203,16 @@ def test_a_count_past_the_models_heads_is_one_line_before_the_model_loads(tmp_pa
         assert "rc 2 False" in out, out + err
         assert err.count("\n") == 0 and f"must be at most {heads} (the model's heads), got {heads + 1}" in err, err
         assert not (tmp_path / "x").exists()
+    outside = f"{cfg.n_layers}.0"  # a receiver past the last layer: the line the sweep gave once the model loaded
+    for argv, line in ((["edges", "--heads-from", str(ident), "--receivers", outside],
+                        f"circuits edges: error: Component {outside} is outside this model ({cfg.n_layers} layers x "
+                        f"{cfg.n_heads} heads)."),
+                       (["identify", "--model", model_dir, "--receivers", f"0.{cfg.n_heads}"],
+                        f"circuits identify: error: Component 0.{cfg.n_heads} is outside this model"),
+                       (["identify", "--pairs-file", str(tmp_path / "none.jsonl")],
+                        f"circuits identify: error: {tmp_path / 'none.jsonl'} not found")):
+        out, err = _cli_line([*argv, "--out", str(tmp_path / "x")])
+        assert "rc 2 False" in out and err.startswith(line) and err.count("\n") == 0, out + err
     out, err = _cli_line(["knockout", "--heads-from", str(ident), "--ks", f"0,{heads}", "--seeds", "0", "--no-progress",
                           "--out", str(tmp_path / "ok")])
     assert "rc 0 True" in out, out + err  # the bound itself is accepted, and the job runs
@@ -264,6 +274,9 @@ def test_the_made_by_line_says_the_pairs_a_result_was_made_on(tmp_path):
     assert "n_pairs=3," in made_by and "n_pairs=64" not in made_by and "seed=" not in made_by, made_by
     assert f"pairs_file=mine.jsonl (sha256 {digest}, 3 lines read)" in made_by, made_by
     assert "seed, few_shot, prefix_policy, counterfactual, operand_range, max_candidates: the flags' values, not used" in page
+    path.unlink()  # the result's pairs are saved in it: a job taking its heads does not read the file again
+    assert cli_main(["knockout", "--heads-from", str(out), "--ks", "0,1", "--seeds", "0", "--no-progress",
+                     "--out", str(tmp_path / "ko")]) == 0
 
 
 def test_the_made_by_line_of_pairs_taken_from_a_result():
