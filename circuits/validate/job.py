@@ -46,6 +46,9 @@ def transfer_result(model: Model, made: IdentifyResult, config: TransferSets,
                     pairs: Sequence[PromptPair] | None = None) -> TransferResult:
     """Figure 4: the top ``config.n_key_heads`` heads of ``made`` and as many random heads knocked out (mean
     ablation, means pooled over ``pairs``, default ``made``'s) on each transfer set and on MMLU."""
+    from circuits.data.benchmarks import resolve_data_dir
+
+    config = config.replace(data_dir=str(resolve_data_dir(config.data_dir)))  # saved as read (it said null)
     heads = made.top_heads(config.n_key_heads)
     control = random_order(model.cfg.n_layers, model.cfg.n_heads, config.random_seed)[: config.n_key_heads]
     means = compute_means(model, list(made.pairs if pairs is None else pairs), pooled=True)
