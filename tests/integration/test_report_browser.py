@@ -190,11 +190,32 @@ def figures_as_data(page) -> list[str]:
     return page.evaluate(FIGURE_DATA)
 
 
+# The figures drawn from a sample of pairs, prompts or items (issue 40): each bar and each curve a reader reads a
+# number from carries its interval -- error bars, or (knockout) a band around it.
+SAMPLED = """() => {
+  const out = [], SAMPLED = ['transfer', 'attention-roles', 'logit-lens', 'knockout'];
+  for (const id of SAMPLED) {
+    const section = document.getElementById(id);
+    if (!section) { out.push(`no section ${id}`); continue; }
+    for (const gd of section.querySelectorAll('.js-plotly-plot')) {
+      const bands = gd._fullData.filter(t => t.fill === 'tonexty' && t.visible !== false).length;
+      gd._fullData.forEach((t, k) => {
+        if (t.visible === false || t.hoverinfo === 'skip' || t.fill === 'tonexty' || !(t.y || []).length) return;
+        if (t.type !== 'bar' && !(t.type === 'scatter' && /markers|lines/.test(t.mode || ''))) return;
+        const bars = t.error_y && t.error_y.visible && (t.error_y.array || []).length;
+        if (!bars && !bands) out.push(`${id}: ${gd.id} trace ${k} '${t.name}' has no interval`);
+      });
+    }
+  }
+  return out;
+}"""
+
+
 def test_every_figure_says_what_its_data_says(browser, report):
     page, errors, _ = open_page(browser, report, width=1280, height=1400)
     try:
         assert errors == []
-        problems = figures_as_data(page)
+        problems = figures_as_data(page) + page.evaluate(SAMPLED)
         assert problems == [], "\n".join(problems)
     finally:
         page.close()
