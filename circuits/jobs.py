@@ -224,7 +224,7 @@ JOBS: tuple[Job, ...] = (
         (Output("attention", "AttentionRoles", ("attention-roles",)),), ("data.json", "figure.html"),
         "RolesConfig", "run_attention", "print_attention",
         how="circuits attention --heads-from results/identify/addition --out results/attention-roles"),
-    Job("attention-views", "circuitsvis views of the key heads' attention on a few prompts (Figures 7, 16)",
+    Job("attention-views", "circuitsvis views of the top-ranked heads' attention on a few prompts (Figures 7, 16)",
         (Output("attention-views", "AttentionViews", ("attention-views",)),), ("data.json", "figure.html"),
         "ViewsConfig", "run_attention_views", "print_attention_views",
         how="circuits attention-views --heads-from results/identify/addition --out results/attention-views"),

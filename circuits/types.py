@@ -41,6 +41,36 @@ DEFAULT_KEY_RULE = f"{DEFAULT_METRIC}>=0.05"
 # circuits.patching.core.ranking.KeyRule; here so that labels read a rule's metric without torch).
 KEY_RULE_THRESHOLD = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=|<|>)\s*(\S+)\s*$")
 KEY_RULE_TOP = re.compile(r"^\s*top\s*:?\s*(\d+)\s*(?::\s*([A-Za-z_][A-Za-z0-9_]*))?\s*$", re.IGNORECASE)
+KEY_RULE_ACCEPTED = ("METRIC<VALUE, METRIC<=VALUE, METRIC>VALUE, METRIC>=VALUE or topK[:METRIC], with METRIC one of "
+                     f"{', '.join(METRIC_NAMES)} (e.g. 'relative_logit<-0.05', 'fraction>=0.05', 'top10')")
+
+
+def key_rule_parts(text: str, custom: tuple[str, ...] = ()) -> tuple[str, str | None, float | None, int | None]:
+    """A key rule's text read as ``(metric, op, threshold, top_k)``, else one ``ValueError`` saying what is accepted
+    (:meth:`circuits.patching.core.ranking.KeyRule.parse` builds its rule from these; here, without torch, so a
+    config checks ``--key-rule`` before the model loads). ``custom``: custom metrics a rule may also use."""
+    import math
+
+    m = KEY_RULE_THRESHOLD.match(text)
+    if m:
+        metric, op, value = m.groups()
+        try:
+            threshold = float(value)
+        except ValueError:
+            raise ValueError(f"Cannot read the threshold {value!r} in key rule {text!r}. Accepted: "
+                             f"{KEY_RULE_ACCEPTED}.") from None
+        if not math.isfinite(threshold):
+            raise ValueError(f"The threshold in key rule {text!r} must be a finite number. Accepted: {KEY_RULE_ACCEPTED}.")
+        parts: tuple[str, str | None, float | None, int | None] = (metric, op, threshold, None)
+    elif (m := KEY_RULE_TOP.match(text)) is not None:
+        if int(m.group(1)) < 1:
+            raise ValueError(f"Key rule {text!r} selects no heads; use top1 or more.")
+        parts = (m.group(2) or DEFAULT_METRIC, None, None, int(m.group(1)))
+    else:
+        raise ValueError(f"Cannot read key rule {text!r}. Accepted: {KEY_RULE_ACCEPTED}.")
+    if parts[0] not in METRIC_NAMES and parts[0] not in custom:
+        raise ValueError(f"Unknown metric {parts[0]!r} in key rule {text!r}; accepted: {', '.join((*METRIC_NAMES, *custom))}")
+    return parts
 
 
 def top_heads_label(k: int, key_rule: Any) -> str:

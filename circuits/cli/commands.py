@@ -24,6 +24,7 @@ from circuits.evaluation.config import EvalConfig
 from circuits.identify.config import IdentifyConfig
 from circuits.io import OutputError, output_lock
 from circuits.jobs import Job, job, load
+from circuits.cli.sizes import check_declared_ranges, check_pairs_file
 from circuits.patching.engines.registry import END_SWEEP_ENGINES
 from circuits.results import check_inputs, check_output, overwrite_granted
 from circuits.sft.config import ExportConfig, FinetuneConfig, check_component_counts
@@ -100,14 +101,15 @@ def register_job(sub: argparse._SubParsersAction, job: Job) -> argparse.Argument
         printout(args, config, result, time.perf_counter() - start)
         return 0
 
-    p.set_defaults(func=main, check=lambda args: check_heads_from(from_arguments(config_type, args)))
+    p.set_defaults(func=main, check=lambda args: check_declared_ranges(check_heads_from(check_pairs_file(
+        from_arguments(config_type, args)))))
     return p
 
 
 def check_heads_from(config: object) -> object:
-    """``config``, after a ``--heads-from`` that holds no result at all, or an identify result made with other identify
-    flags than those given (``--task subtraction`` with an addition result), is refused in one line, before torch is
-    imported (issue 40: the line took 15-30 s to come, after the job's imports); a folder holding a result of another
+    """``config`` (with the identify fields of its ``--heads-from``, as the job resolves it), after a ``--heads-from``
+    that holds no result at all, or an identify result made with other identify flags than those given (``--task
+    subtraction`` with an addition result), is refused in one line, before torch is imported (issue 40: the line took 15-30 s to come, after the job's imports); a folder holding a result of another
     kind, or one identify result per task, is left to the job's reader, whose line says which."""
     from circuits.results import MARKER, detect_kind, read_config
 
@@ -118,7 +120,7 @@ def check_heads_from(config: object) -> object:
         if not (path / MARKER).is_file() and not any(path.glob("*/summary.json")):
             raise ValueError(f"{folder} holds no identify result; pass the output folder of `circuits identify`")
         if detect_kind(path) == "identify" and hasattr(config, "with_identify"):
-            config.with_identify(read_config(path, IdentifyConfig))  # the job does the same: its clash, said now
+            return config.with_identify(read_config(path, IdentifyConfig))  # the job does the same: its clash, said now
     return config
 
 
@@ -144,7 +146,7 @@ def register_identify(sub: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "exact-path (the default; --mode path) or exact-activation (--mode activation)")
     p.add_argument("--n-devices", type=int, default=1,
                    help="spread the model's layers over this many GPUs (per process under torchrun; default 1)")
-    p.set_defaults(func=command_identify, check=config_from)
+    p.set_defaults(func=command_identify, check=lambda args: check_declared_ranges(check_pairs_file(config_from(args))))
     return p
 
 

@@ -281,7 +281,8 @@ class AttentionRoles(ShowsFigure, Result):
 
 @dataclass(eq=False, repr=False)
 class AttentionViews(Result):
-    """Figures 7 and 16: circuitsvis views of the key heads on a few prompts, as one offline page."""
+    """Figures 7 and 16: circuitsvis views of an identify run's top heads (its key rule's first) on a few prompts, as
+    one offline page."""
 
     kind = "attention-views"
     config_type = ViewsConfig

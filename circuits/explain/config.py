@@ -14,9 +14,10 @@ from circuits.identify.config import FromIdentify
 @dataclass(frozen=True)
 class RolesConfig(FromIdentify):
     """What decides Figure 5 (``circuits attention``): the identify run (``heads_from``: its saved result), how many
-    of its key heads are read, and the prompts of each operation."""
+    of its top-ranked heads are read (its key rule's first), and the prompts of each operation."""
 
-    n_key_heads: int = count(8, per_model="heads", help="key heads read (the identify ranking's top)")
+    n_key_heads: int = count(8, per_model="heads", help="heads read: the identify ranking's top N by the key "
+                                                        "rule's metric (the key rule's heads first)")
     operations: tuple[str, ...] = option(OPERATIONS, choices=OPERATIONS, nonempty=True, unique=True)
     n_prompts: int = count(32, help="prompts per operation (the paper: 1000)")
 
@@ -24,9 +25,11 @@ class RolesConfig(FromIdentify):
 @dataclass(frozen=True)
 class ViewsConfig(FromIdentify):
     """What decides Figures 7 and 16 (``circuits attention-views``): the identify run (``heads_from``: its saved
-    result), how many key heads are shown, on which prompts, cropped to how many last tokens."""
+    result), how many of its top-ranked heads are shown (its key rule's first), on which prompts, cropped to how many
+    last tokens."""
 
-    n_key_heads: int = count(4, per_model="heads", help="key heads shown (the identify ranking's top)")
+    n_key_heads: int = count(4, per_model="heads", help="heads shown: the identify ranking's top N by the key "
+                                                        "rule's metric (the key rule's heads first)")
     operations: tuple[str, ...] = option(OPERATIONS, choices=OPERATIONS, nonempty=True, unique=True)
     prompts_per_operation: int = count(2)
     last_tokens: int = count(14, help="crop the few-shot prefix from the views: the last tokens shown")

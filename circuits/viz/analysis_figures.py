@@ -257,7 +257,12 @@ def circuit_graph(edges: Sequence[tuple], title: str, metric: Any = DEFAULT_METR
              ("sender", [n for n in nodes if n not in receivers and n != "logits"], "circle", 12, 1),
              ("input / logits", ["input", "logits"], "square", 14, 1)]
     for label, group, symbol, size, outline in kinds:
-        fig.add_trace(go.Scatter(x=[pos[n][0] for n in group], y=[pos[n][1] for n in group], mode="markers+text",
+        boxed = symbol == "diamond"  # a receiver's name on a white box above every edge: the edges it sends to the
+        for n in group if boxed else ():  # logits leave under its name, which they covered
+            fig.add_annotation(x=pos[n][0], y=pos[n][1], yshift=17, text=n, showarrow=False, font={"size": 10},
+                               bgcolor="rgba(255,255,255,0.9)", borderpad=1)
+        fig.add_trace(go.Scatter(x=[pos[n][0] for n in group], y=[pos[n][1] for n in group],
+                                 mode="markers" if boxed else "markers+text",
                                  name=label, text=group, textposition="top center", legendgroup="nodes",
                                  textfont={"size": 10},
                                  hovertext=[("the token embeddings (not patched as a sender here)" if n == "input" else n)

@@ -395,14 +395,17 @@ def knockout_panels(curve: dict, title: str = "Knockout: effect-rank vs random-r
                         intervals.get("accuracy"))
     p = knockout_figure(curve["ks"], curve["effect_prob"], curve["random_prob"], "answer probability", "",
                         intervals.get("answer_prob"))
-    # apart enough that the right panel's y title never lies over the left one's curve (the tour's static PNG, 700 px)
+    # apart enough that the right panel's y title never lies over the left one's curve, and the legend below the
+    # panels, not beside them (its long names took 300 of the tour's static PNG's 700 px and squeezed the panels
+    # together, the y title over the left panel's last point)
     fig = make_subplots(rows=1, cols=2, subplot_titles=("accuracy", "answer probability"), horizontal_spacing=0.14)
     for tr in a.data:
         fig.add_trace(tr, 1, 1)
     for tr in p.data:
         tr.showlegend = False
         fig.add_trace(tr, 1, 2)
-    fig.update_layout(title=wrap(title, 100))
+    fig.update_layout(title=wrap(title, 100), legend=dict(orientation="h", x=0, xanchor="left", y=-0.22, yanchor="top"),
+                      margin=dict(b=130))
     fig.update_xaxes(title_text="k heads knocked out", tickvals=list(curve["ks"]))
     fig.update_yaxes(range=[0, a.layout.yaxis.range[1]], title_text="accuracy", row=1, col=1)
     fig.update_yaxes(range=[0, p.layout.yaxis.range[1]], title_text="answer probability", row=1, col=2)

@@ -37,14 +37,40 @@ CONFIG_KEYS = ("model", "task", "mode", "n_pairs", "key_rule", "seed", "n_prompt
                "operations", "top_k", "kv_policy", "lr", "epochs", "batch_size", "limit")
 
 
-def config_block(path: Path, config: dict[str, Any], provenance: dict[str, Any] | None = None) -> str:
+# The pair fields a pairs file makes unused: its lines are the prompts, counterfactuals and answers (n_pairs caps the
+# lines read, filter_correct and second_logit still apply; circuits.data.pairs.read_pairs_file).
+UNUSED_WITH_PAIRS_FILE = ("seed", "few_shot", "prefix_policy", "counterfactual", "operand_range", "max_candidates")
+
+
+def config_block(path: Path, config: dict[str, Any], provenance: dict[str, Any] | None = None,
+                 used: dict[str, Any] | None = None) -> str:
     """The config that made a result: its main fields in one line, then what made it (the provenance the result saved:
-    backend, library versions, the toolkit's commit; read back, never rebuilt), the whole of both folded."""
+    backend, library versions, the toolkit's commit; read back, never rebuilt), the whole of both folded. ``used``:
+    what the result says its pairs were (``n_pairs`` it holds, the ``pairs_file`` read: path, sha256, lines read),
+    shown in place of the flags' values; with a pairs file, the pair fields it makes unused are left off the line and
+    named under the config."""
     from circuits.versions import provenance_line
 
-    c = config
+    c, used = config, used or {}
     flat = {**{k: v for sub in c.values() if isinstance(sub, dict) for k, v in sub.items()}, **c}  # nested configs too
     shown = {k: flat[k] for k in CONFIG_KEYS if k in flat and flat[k] not in (None, "", [], ())}
+    if used.get("n_pairs") is not None and "n_pairs" in shown:
+        shown["n_pairs"] = used["n_pairs"]  # what the result holds, not the cap the flag set
+    unused = ""
+    if flat.get("pairs_file"):
+        read = used.get("pairs_file") or {}
+        name = Path(str(read.get("path") or flat["pairs_file"])).name
+        about = ([f"sha256 {str(read['sha256'])[:12]}"] if read.get("sha256") else []) + (
+            [f"{read['lines_read']} lines read"] if "lines_read" in read else [])
+        shown = {k: v for k, v in shown.items() if k not in UNUSED_WITH_PAIRS_FILE}
+        shown["pairs_file"] = f"{name} ({', '.join(about)})" if about else name
+        unused = (f"<p class='note'>{', '.join(k for k in UNUSED_WITH_PAIRS_FILE if k in flat)}: the flags' values, "
+                  "not used (the pairs are the file's lines)</p>")
+    elif flat.get("pairs_from"):  # the pairs of a saved identify result, token ids and all: its own seed made them
+        shown = {k: v for k, v in shown.items() if k not in UNUSED_WITH_PAIRS_FILE}
+        shown["pairs_from"] = Path(str(flat["pairs_from"])).name
+        unused = (f"<p class='note'>{', '.join(k for k in UNUSED_WITH_PAIRS_FILE if k in flat)}: the flags' values, "
+                  "not used (the pairs are those saved in --pairs-from)</p>")
     if len(shown.get("operations") or ()) > 1 and "task" in shown:  # a job over several operations: the task is
         shown = {("key heads of task" if k == "task" else k): v for k, v in shown.items()}  # where its heads come from
     main = ", ".join(f"{k}={v}" for k, v in shown.items())
@@ -52,7 +78,7 @@ def config_block(path: Path, config: dict[str, Any], provenance: dict[str, Any] 
     made = json.dumps(provenance, indent=1) if provenance else ""
     return (f"<details class='config'><summary>made by <code>{_e(path)}</code>"
             f"{': ' + _e(main) if main else ''}<br><span class='provenance'>{_e(provenance_line(provenance))}</span>"
-            f"</summary><pre>{_e(full)}</pre>{f'<pre>{_e(made)}</pre>' if made else ''}</details>")
+            f"</summary>{unused}<pre>{_e(full)}</pre>{f'<pre>{_e(made)}</pre>' if made else ''}</details>")
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "") -> str:

@@ -41,7 +41,20 @@ class Found:
         return self.result.config_json()
 
     def config_html(self) -> str:
-        return config_block(self.path, self.config, self.result.provenance)
+        return config_block(self.path, self.config, self.result.provenance, used_pairs(self.result))
+
+
+def used_pairs(result: Result) -> dict[str, Any]:
+    """What a result's pairs were, read from the result (issue 40: the made-by line said ``n_pairs=64``, the flag's
+    cap, for a run on a file of 6): how many it holds or was measured on, and the pairs file read (its hash and lines
+    read, where the result kept them)."""
+    pairs = getattr(result, "pairs", None)
+    n = len(pairs) if isinstance(pairs, (list, tuple)) and pairs else getattr(result, "n_pairs", None)
+    out: dict[str, Any] = {"n_pairs": n} if isinstance(n, int) and not isinstance(n, bool) and n > 0 else {}
+    read = (getattr(result, "pair_stats", None) or {}).get("pairs_file")
+    if isinstance(read, dict):
+        out["pairs_file"] = read
+    return out
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -481,7 +494,7 @@ SECTIONS = (
     Section("transfer", "Transfer of the knockout (validate)", transfer_section),
     Section("word-problems", "Key heads on word problems (validate)", word_problems_section),
     Section("attention-roles", "Attention by token role (explain)", roles_section),
-    Section("attention-views", "Attention views of the key heads (explain)", views_section),
+    Section("attention-views", "Attention views of the top-ranked heads (explain)", views_section),
     Section("logit-lens", "MLP logit lens (explain)", lens_section),
     Section("cross-model", "The claims on several models", cross_model_section),
     Section("precise-sft", "Precise SFT (fine-tune)", sft_section),
@@ -490,7 +503,7 @@ SECTIONS = (
     Section("positions", "Every position: the information flow (identify)", A.positions_section),
     Section("neurons", "Neurons of the key MLPs (identify, validate)", A.neurons_section),
     Section("heuristics", "How the key MLPs compute: heuristic neurons (explain)", A.heuristics_section),
-    Section("edges", "Edges into the key heads and MLPs (identify)", A.edges_section),
+    Section("edges", "Edges into the chosen heads and MLPs (identify)", A.edges_section),
     Section("faithfulness", "Faithfulness of each ranking's circuits, as MIB scores them (identify)",
             A.faithfulness_section),
     Section("numbers", "How the key components compute: Fourier features and digit positions (explain)",

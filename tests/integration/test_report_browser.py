@@ -109,6 +109,21 @@ GEOMETRY = """() => {
     const legend = gd.querySelector('.legend');
     for (const cb of gd.querySelectorAll('.colorbar'))
       if (legend && boxes(legend.getBoundingClientRect(), cb.getBoundingClientRect())) out.push(`${id}: the legend covers a colour bar`);
+    // an axis title over another subplot's plot area (the knockout's 'answer probability' over the accuracy curve),
+    // or under the legend
+    const drags = [...gd.querySelectorAll('.draglayer .nsewdrag')];
+    for (const t of gd.querySelectorAll('.infolayer [class*="title"]')) {
+      const axis = ((t.getAttribute('class') || '').match(/^g-([xy]\\d*)title$/) || [])[1];
+      if (!axis || !t.textContent.trim()) continue;
+      const a = t.getBoundingClientRect();
+      if (legend && boxes(a, legend.getBoundingClientRect())) out.push(`${id}: the legend covers the ${axis} title`);
+      for (const d of drags) {
+        const sub = d.getAttribute('data-subplot') || '';
+        const own = axis[0] === 'y' ? sub.slice(sub.indexOf('y')) : sub.slice(0, sub.indexOf('y'));
+        if (own !== axis && boxes(a, d.getBoundingClientRect()))
+          out.push(`${id}: the ${axis} title '${t.textContent.trim()}' lies over subplot ${sub}`);
+      }
+    }
     gd.data.forEach((t, k) => {
       if (t.type !== 'heatmap' || t.visible === false) return;
       const xa = L[(t.xaxis || 'x').replace('x', 'xaxis')], ya = L[(t.yaxis || 'y').replace('y', 'yaxis')];
@@ -175,11 +190,32 @@ def figures_as_data(page) -> list[str]:
     return page.evaluate(FIGURE_DATA)
 
 
+# The figures drawn from a sample of pairs, prompts or items (issue 40): each bar and each curve a reader reads a
+# number from carries its interval -- error bars, or (knockout) a band around it.
+SAMPLED = """() => {
+  const out = [], SAMPLED = ['transfer', 'attention-roles', 'logit-lens', 'knockout'];
+  for (const id of SAMPLED) {
+    const section = document.getElementById(id);
+    if (!section) { out.push(`no section ${id}`); continue; }
+    for (const gd of section.querySelectorAll('.js-plotly-plot')) {
+      const bands = gd._fullData.filter(t => t.fill === 'tonexty' && t.visible !== false).length;
+      gd._fullData.forEach((t, k) => {
+        if (t.visible === false || t.hoverinfo === 'skip' || t.fill === 'tonexty' || !(t.y || []).length) return;
+        if (t.type !== 'bar' && !(t.type === 'scatter' && /markers|lines/.test(t.mode || ''))) return;
+        const bars = t.error_y && t.error_y.visible && (t.error_y.array || []).length;
+        if (!bars && !bands) out.push(`${id}: ${gd.id} trace ${k} '${t.name}' has no interval`);
+      });
+    }
+  }
+  return out;
+}"""
+
+
 def test_every_figure_says_what_its_data_says(browser, report):
     page, errors, _ = open_page(browser, report, width=1280, height=1400)
     try:
         assert errors == []
-        problems = figures_as_data(page)
+        problems = figures_as_data(page) + page.evaluate(SAMPLED)
         assert problems == [], "\n".join(problems)
     finally:
         page.close()
@@ -259,5 +295,27 @@ def test_readme_picture(browser, report):
         out.parent.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(out))
         assert out.stat().st_size < 500_000
+    finally:
+        page.close()
+
+
+def test_the_knockout_panels_read_right_at_the_tours_png_size(browser, tmp_path):
+    """The tour's static knockout PNG is drawn at kaleido's default 700 x 500 px: there the right panel's y title lay
+    over the left panel's curve (issue 40), the legend beside the panels squeezing them together."""
+    from circuits.viz.figures import knockout_panels
+
+    curve = {"ks": [0, 2, 4], "effect_accuracy": [1, .62, .31], "random_accuracy": [[1, 1, 1]],
+             "effect_prob": [.58, .36, .26], "random_prob": [[.58, .555, .55]]}
+    band = {"key": [[.9, 1], [.44, .87], [.12, .56]], "random": [[.9, 1], [.9, 1], [.9, 1]], "level": 0.95}
+    fig = knockout_panels(curve, "Knockout: effect-rank vs random-rank heads (Figure 3)",
+                          intervals={"accuracy": band, "answer_prob": band})
+    path = tmp_path / "knockout.html"
+    fig.write_html(path, include_plotlyjs=True, full_html=True, default_width=700, default_height=500)
+    page = browser.new_page(viewport={"width": 720, "height": 520})
+    try:
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        problems = geometry(page)
+        assert problems == [], "\n".join(problems)
     finally:
         page.close()

@@ -75,10 +75,13 @@ def test_the_circuit_graph_draws_every_summary_edge_layered_with_a_scale(tiny_ll
     assert len(wanted) > 10 and set(wanted) <= set(names)
     assert {"2.1 → logits", "MLP2 → logits"} <= set(names)
     # where the nodes sit: x = layer, y = head index, MLPs at -1.5, receivers diamonds, senders circles
-    nodes = {t.name: t for t in fig.data if t.mode == "markers+text"}
+    nodes = {t.name: t for t in fig.data if t.mode in ("markers", "markers+text") and t.name}
     recv, send = next(t for n, t in nodes.items() if n.startswith("receiver")), nodes["sender"]
     assert recv.marker.symbol == "diamond" and send.marker.symbol == "circle"
     assert set(recv.text) == {"2.1", "MLP2"} and "1.3" in send.text and "2.1" not in send.text
+    # a receiver's name on a white box drawn above the edges (those it sends to the logits covered it)
+    boxed = {a.text: (a.x, a.y) for a in fig.layout.annotations if a.bgcolor}
+    assert boxed == {n: (x, y) for n, x, y in zip(recv.text, recv.x, recv.y)}
     at = dict(zip(send.text, zip(send.x, send.y)))
     assert at["1.3"] == (1, 3) and at["MLP0"] == (0, -1.5)
     # the edge 1.3 -> 2.1.q ends at the q port of 2.1's node, (2, 1.22)

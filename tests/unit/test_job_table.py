@@ -141,6 +141,12 @@ def test_circuits_knockout_and_transfer_reproduce_the_figure_scripts(tmp_path):
                                    identify_dir=str(ids), n_key_heads=2, n=2, n_mmlu=2, svamp_shots=1,
                                    out=str(tmp_path / "fig4")))
     assert made.results == script.results and made.key_heads == script.key_heads and (out / "figure.html").is_file()
+    import json
+
+    from circuits.data.benchmarks import resolve_data_dir
+
+    saved = json.loads((out / "config.json").read_text())  # the folder read, not null (issue 40)
+    assert saved["data_dir"] == str(resolve_data_dir(None)), saved
 
 
 def test_the_explain_and_edges_commands_run_on_an_identify_result(tmp_path, capsys):

@@ -297,7 +297,8 @@ def test_heads_taken_by_rank_are_never_called_key_heads(saved):
     assert "top-k heads by" in knockout.figure().layout.title.text
     page = build_report([saved])
     for claim in ("key heads out", "key heads knocked out", "key heads (effect rank)", "attention patterns of the key",
-                  "Where each key head", "Attention of key heads", "Key heads (Figures 7, 16)"):
+                  "Where each key head", "Attention of key heads", "Key heads (Figures 7, 16)",
+                  "Attention views of the key heads"):
         assert claim not in page, claim
     assert f"the top {len(transfer.key_heads)} heads by {metric} of the identify run" in page
 

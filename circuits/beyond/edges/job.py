@@ -25,6 +25,7 @@ def run(config: EdgesConfig, out: str | Path, *, model: Any = None, progress: bo
     ``pairs.jsonl``, ``edges.pt``, ``circuit.html``). Each receiver's own effect, and ``topK``'s ranking, use the
     identify result's key-rule metric, as ``experiments/fig_circuit.py`` does."""
     from circuits.identify.result import load_identify
+    from circuits.identify.source import pairs_of
     from circuits.models.loading import load_model
 
     if not config.heads_from:
@@ -33,20 +34,23 @@ def run(config: EdgesConfig, out: str | Path, *, model: Any = None, progress: bo
     made = load_identify(config.heads_from)
     config = config.with_identify(made.config)
     model = model if model is not None else load_model(config.model, dtype=config.dtype)
-    result = edges_result(model, made, config, progress=progress)
+    result = edges_result(model, made, config, progress=progress, pairs=pairs_of(config, config.task, model, made))
     result.save(out)
     return result
 
 
-def edges_result(model: Any, made: Any, config: EdgesConfig, *, progress: bool = True) -> EdgeResult:
-    """The edges into ``config.receivers`` on ``made``'s pairs (``made``: an identify result), each receiver's own
-    effect by ``made``'s key-rule metric (``experiments/fig_circuit.py`` calls it on its shared identify result)."""
+def edges_result(model: Any, made: Any, config: EdgesConfig, *, progress: bool = True,
+                 pairs: list[Any] | None = None) -> EdgeResult:
+    """The edges into ``config.receivers`` on ``pairs`` (default ``made``'s; ``made``: an identify result), each
+    receiver's own effect by ``made``'s key-rule metric, from ``made``'s sweep (on its pairs), as is ``topK``'s
+    ranking (``experiments/fig_circuit.py`` calls it on its shared identify result)."""
     from circuits.patching.engines.edge_sweep import sweep_edges
 
+    pairs = list(made.pairs if pairs is None else pairs)
     receivers = resolve_receivers(config.receivers, made)
-    edges = sweep_edges(model, made.pairs, receivers, memory_mb=config.memory_mb, progress=progress)
+    edges = sweep_edges(model, pairs, receivers, memory_mb=config.memory_mb, progress=progress)
     metric = made.key_rule.metric
-    return EdgeResult(config, made.pairs, edges, receiver_effects_of(made, receivers, metric), metric)
+    return EdgeResult(config, pairs, edges, receiver_effects_of(made, receivers, metric), metric)
 
 
 def printout(args: argparse.Namespace, config: EdgesConfig, r: EdgeResult, seconds: float) -> None:

@@ -25,7 +25,7 @@ from circuits.explain.fourier import number_spectra
 from circuits.explain.numbers.config import NumbersConfig
 from circuits.explain.numbers.result import NumbersResult
 from circuits.identify.result import IdentifyResult
-from circuits.identify.source import model_for, resolved, source_result
+from circuits.identify.source import model_for, pairs_of, resolved, source_result
 from circuits.models.backend import Model
 from circuits.patching.engines.neuron_sweep import sweep_neurons
 from circuits.patching.core.metrics import get_metric
@@ -42,10 +42,11 @@ def few_shot_prefix(pairs: list[PromptPair]) -> str:
     return default_prefix()
 
 
-def numbers(model: Model, made: IdentifyResult, config: NumbersConfig, *, progress: bool = True) -> NumbersResult:
-    """The result of ``config`` on ``made``'s key components and pairs (not saved)."""
+def numbers(model: Model, made: IdentifyResult, config: NumbersConfig, *, progress: bool = True,
+            pairs: list[PromptPair] | None = None) -> NumbersResult:
+    """The result of ``config`` on ``made``'s key components and ``pairs`` (default ``made``'s; not saved)."""
     start = time.perf_counter()
-    pairs = list(made.pairs)
+    pairs = list(made.pairs if pairs is None else pairs)
     if not pairs:
         raise ValueError("The identify result holds no prompt pairs (saved without them?); rerun circuits identify")
     components = [Component.of(h) for h in made.top_heads(config.n_heads)] if config.n_heads else []
@@ -88,7 +89,7 @@ def run(config: NumbersConfig, out: str | Path, *, model: Model | None = None, p
     config = resolved(config)
     model = model_for(config, model)
     made = source_result(config, model, progress=progress)
-    result = numbers(model, made, config, progress=progress)
+    result = numbers(model, made, config, progress=progress, pairs=pairs_of(config, config.task, model, made))
     result.save(out)
     return result
 

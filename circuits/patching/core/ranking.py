@@ -32,14 +32,11 @@ from torch import Tensor
 
 from circuits.patching.core.metrics import DEFAULT_METRIC, METRICS
 from circuits.types import DEFAULT_KEY_RULE as _DEFAULT_KEY_RULE
-from circuits.types import KEY_RULE_THRESHOLD, KEY_RULE_TOP, Head
+from circuits.types import Head, key_rule_parts
 
 DEFAULT_KEY_RULE = _DEFAULT_KEY_RULE  # declared with the vocabulary: configs read it without torch
 assert DEFAULT_KEY_RULE.startswith(DEFAULT_METRIC), "the default key rule ranks by the default metric"
 Ranked = tuple[Head, float]
-_THRESHOLD, _TOP = KEY_RULE_THRESHOLD, KEY_RULE_TOP
-_ACCEPTED = ("METRIC<VALUE, METRIC<=VALUE, METRIC>VALUE, METRIC>=VALUE or topK[:METRIC], with METRIC one of "
-             f"{', '.join(METRICS)} (e.g. 'relative_logit<-0.05', 'fraction>=0.05', 'top10')")
 
 
 class KeyRuleWarning(UserWarning):
@@ -75,25 +72,8 @@ class KeyRule:
         """A rule from its text; ``custom`` names custom metrics a rule may also use."""
         if isinstance(text, KeyRule):
             return text
-        m = _THRESHOLD.match(text)
-        if m:
-            metric, op, value = m.groups()
-            try:
-                threshold = float(value)
-            except ValueError:
-                raise ValueError(f"Cannot read the threshold {value!r} in key rule {text!r}. Accepted: {_ACCEPTED}.") from None
-            if not math.isfinite(threshold):
-                raise ValueError(f"The threshold in key rule {text!r} must be a finite number. Accepted: {_ACCEPTED}.")
-            rule = cls(metric=metric, op=op, threshold=threshold)
-        elif (m := _TOP.match(text)) is not None:
-            if int(m.group(1)) < 1:
-                raise ValueError(f"Key rule {text!r} selects no heads; use top1 or more.")
-            rule = cls(metric=m.group(2) or DEFAULT_METRIC, top_k=int(m.group(1)))
-        else:
-            raise ValueError(f"Cannot read key rule {text!r}. Accepted: {_ACCEPTED}.")
-        if rule.metric not in METRICS and rule.metric not in custom:
-            raise ValueError(f"Unknown metric {rule.metric!r} in key rule {text!r}; accepted: {', '.join((*METRICS, *custom))}")
-        return rule
+        metric, op, threshold, top_k = key_rule_parts(text, custom)  # the one reader, torch-free (configs use it)
+        return cls(metric=metric, op=op, threshold=threshold, top_k=top_k)
 
     def __str__(self) -> str:
         if self.top_k is not None:
