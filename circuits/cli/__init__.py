@@ -169,27 +169,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, _PREVIOUS_TERM.pop())
 
 
-def _check_pairs_file(config: object) -> None:
-    """The ``--pairs-file`` of a command's checked ``config`` (what its flags' check returned), if it has one, whose
-    lines the job would refuse (not JSON, a missing field, bad ``roles``, no ``counterfactual_answer`` under
-    ``--second-logit label``): refused before torch and the model load. The lines the job reads first (``--pairs``)
-    are checked without the tokenizer (:func:`circuits.data.roles.pairs_file_lines`)."""
-    path = getattr(config, "pairs_file", None)
-    if not path:
-        return
-    from circuits.data.roles import pairs_file_lines
-
-    try:
-        pairs_file_lines(path, getattr(config, "n_pairs", None), label=getattr(config, "second_logit", "") == "label")
-    except FileNotFoundError:
-        raise ValueError(f"--pairs-file {path}: no such file") from None
-    except (OSError, ValueError) as err:
-        if str(err).startswith("--pairs-file"):
-            raise
-        said = str(err)[len(str(path)):].lstrip(",: ") if str(err).startswith(str(path)) else str(err)
-        raise ValueError(f"--pairs-file {path}: {said}") from None
-
-
 def _bad_flags(args: argparse.Namespace) -> bool:
     """Whether the command's flags are refused: its config built (or, for finetune, its flags checked) from the
     flags, each field inside the range it declares (:func:`circuits.config.check_ranges`), before torch or the job
@@ -198,7 +177,7 @@ def _bad_flags(args: argparse.Namespace) -> bool:
     if check is None:
         return False
     try:
-        _check_pairs_file(check(args))
+        check(args)
     except ValueError as err:
         if args.debug or os.environ.get("CIRCUITS_DEBUG", "") not in ("", "0"):
             raise

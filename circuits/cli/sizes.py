@@ -41,12 +41,27 @@ def declared_sizes(model: str, heads_from: str = "") -> Sizes | None:
 
 
 def check_pairs_file(config: Any) -> Any:
-    """``config``, after a ``--pairs-file`` given on the command line that does not exist: one line, as circuits.io
-    says it once torch and the model have loaded. (Called on the flags' config, before a ``--heads-from`` result's
-    fields replace it: a pairs file that result recorded is not read again.)"""
+    """``config``, after a ``--pairs-file`` given on the command line that does not exist, or whose lines the job would
+    refuse once torch and the model have loaded (not JSON, a missing field, bad ``roles``, no ``counterfactual_answer``
+    under ``--second-logit label``): one line naming the file and line. The lines the job reads first (``--pairs``)
+    are checked without the tokenizer (:func:`circuits.data.roles.pairs_file_lines`). (Called on the flags' config,
+    before a ``--heads-from`` result's fields replace it: a pairs file that result recorded is not read again.)"""
     pairs_file = getattr(config, "pairs_file", "")
-    if isinstance(pairs_file, str) and pairs_file and not Path(pairs_file).expanduser().is_file():
-        raise ValueError(f"{pairs_file} not found")
+    if not (isinstance(pairs_file, str) and pairs_file):
+        return config
+    if not Path(pairs_file).expanduser().is_file():
+        raise ValueError(f"{pairs_file} not found" if not Path(pairs_file).expanduser().is_dir() else
+                         f"--pairs-file {pairs_file} is a folder; give the JSONL file")
+    from circuits.data.roles import pairs_file_lines
+
+    try:
+        pairs_file_lines(pairs_file, getattr(config, "n_pairs", None),
+                         label=getattr(config, "second_logit", "") == "label")
+    except (OSError, ValueError) as err:
+        if str(err).startswith("--pairs-file"):
+            raise
+        said = str(err)[len(pairs_file):].lstrip(",: ") if str(err).startswith(pairs_file) else str(err)
+        raise ValueError(f"--pairs-file {pairs_file}: {said}") from None
     return config
 
 

@@ -264,9 +264,9 @@ def test_a_bad_pairs_file_line_is_one_line_before_torch(tmp_path, command, line,
     assert run.stderr.count("\n") == 1 and not (tmp_path / "o").exists()
     # --pairs 1 reads the good first line only: the bad second is the job's to read, not refused before it
     from circuits.beyond.faithfulness.config import FaithfulnessConfig
-    from circuits.cli import _check_pairs_file
+    from circuits.cli.sizes import check_pairs_file
 
-    _check_pairs_file(FaithfulnessConfig(pairs_file=str(path), n_pairs=1))
+    check_pairs_file(FaithfulnessConfig(pairs_file=str(path), n_pairs=1))
     with pytest.raises(ValueError) as refused:
-        _check_pairs_file(FaithfulnessConfig(pairs_file=str(path), n_pairs=2))
+        check_pairs_file(FaithfulnessConfig(pairs_file=str(path), n_pairs=2))
     assert f"--pairs-file {path}, {said}" in str(refused.value)
