@@ -360,3 +360,60 @@ def test_faithfulness_held_out_from_a_pairs_file_scores_the_later_lines_forced(t
     assert [p.reference for p in result.pairs] == [p + a[0] for p, _, a in texts[:4]]
     assert [p.reference for p in result.scoring_pairs] == [p + a[0] for p, _, a in texts[4:]]
     assert [p.answer for p in result.scoring_pairs] == [a[1] for *_, a in texts[4:]]
+
+
+# --- the screen, numbers and heuristics --------------------------------------------------------------------------------
+
+
+def test_the_screen_at_answer_position_1_equals_plain_gradients_and_the_plain_loop(tiny_llama, tokenizer, tmp_path):
+    """``circuits screen --answer-position 1``: each MLP's attribution estimate at END + 1 equals the gradient of the
+    logit difference times the counterfactual's change of the MLP's output there, from one forward and backward pass
+    per pair on the prompts with the first answer token appended by hand; the audit's exact END effects equal one
+    ``run_with_hooks`` per component on them."""
+    from circuits.beyond.screen.config import ScreenConfig
+    from circuits.beyond.screen.job import run
+    from circuits.models.backend import act_name
+
+    config = ScreenConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, TEXTS)), filter_correct=False,
+                          few_shot="off", metric="logit_diff", verify=3, answer_position="1")
+    result = run(config, tmp_path / "screen", model=tiny_llama, progress=False)
+    assert load_result(tmp_path / "screen").config.answer_position == "1"
+    batch = _appended(tokenizer, TEXTS, 1)
+    model, L = tiny_llama, tiny_llama.cfg.n_layers
+    estimate = torch.zeros(L, len(TEXTS))
+    for i in range(len(TEXTS)):
+        end = int(batch.end[i])
+        ref, cf = batch.reference[i: i + 1, : end + 1], batch.counterfactual[i: i + 1, : end + 1]
+        cf_logits, cf_cache = model.run_with_cache(cf)
+        second = int(cf_logits[0, end].argmax())
+        for l in range(L):  # one MLP made a leaf at a time (a detached later one would cut the paths through it)
+            name, outs = act_name("mlp_out", l), {}
+
+            def keep(act, hook):  # the MLP's output as a leaf: its gradient is the metric's through everything after
+                outs["leaf"] = act.detach().requires_grad_(True)
+                return outs["leaf"]
+
+            with torch.enable_grad():
+                logits = model.run_with_hooks(ref, fwd_hooks=[(name, keep)])
+                (logits[0, end, int(batch.answer[i])] - logits[0, end, second]).backward()
+            leaf = outs["leaf"]
+            estimate[l, i] = leaf.grad[0, end] @ (cf_cache[name][0, end] - leaf[0, end]).detach()
+    torch.testing.assert_close(result.mlp_effects[:, 0], estimate.mean(1), atol=1e-4, rtol=1e-4)
+    base, plain = sweep_plain(model, batch, "activation", all_components(model))
+    for c, (_, logit_diff, _) in plain.items():
+        exact = result.exact_end["heads"][c.layer, c.head] if c.kind == "head" else result.exact_end["mlps"][c.layer]
+        assert float(exact) == pytest.approx(float((logit_diff - base.logit_diff).mean()), abs=1e-4)
+    at_end = run(config.replace(answer_position="0"), tmp_path / "screen0", model=model, progress=False)
+    assert not torch.allclose(at_end.mlp_effects[:, 0], result.mlp_effects[:, 0], atol=1e-3)  # another token is read
+
+
+def test_the_screen_refuses_whole_and_the_templates_at_a_later_position(tiny_llama, tokenizer, tmp_path):
+    from circuits.beyond.screen.config import ScreenConfig
+    from circuits.beyond.screen.job import screen
+
+    with pytest.raises(ValueError, match="--answer-position whole: the screen estimates one answer token"):
+        ScreenConfig(answer_position="whole", pairs_file="x.jsonl")
+    with pytest.raises(ValueError, match="--answer-position 1: the task's templates give one-token answers only"):
+        ScreenConfig(answer_position="1")
+    with pytest.raises(ValueError, match=r"--answer-position 2: pair 1 .* answer of 2 tokens"):
+        screen(tiny_llama, _pairs(tokenizer), answer_position="2", pairs_file="x.jsonl", progress=False)
