@@ -417,3 +417,50 @@ def test_the_screen_refuses_whole_and_the_templates_at_a_later_position(tiny_lla
         ScreenConfig(answer_position="1")
     with pytest.raises(ValueError, match=r"--answer-position 2: pair 1 .* answer of 2 tokens"):
         screen(tiny_llama, _pairs(tokenizer), answer_position="2", pairs_file="x.jsonl", progress=False)
+
+
+def _appended_pairs(tokenizer, texts, k):
+    """The pairs read at answer token ``k`` built from :func:`_appended`'s token rows (the tokenizer alone): each
+    prompt's tokens with the answer's first ``k`` appended, the answer the next token."""
+    from dataclasses import replace
+
+    batch = _appended(tokenizer, texts, k)
+    out = []
+    for i, p in enumerate(_pairs(tokenizer, texts)):
+        n = int(batch.end[i]) + 1
+        out.append(replace(p, reference=texts[i][0] + texts[i][2][:k], counterfactual=texts[i][1] + texts[i][2][:k],
+                           answer=texts[i][2][k:], answer_token_id=int(batch.answer[i]), answer_token_ids=(),
+                           reference_token_ids=tuple(batch.reference[i, :n].tolist()),
+                           counterfactual_token_ids=tuple(batch.counterfactual[i, :n].tolist())))
+    return out
+
+
+def test_numbers_at_answer_position_1_reads_the_appended_prompts(tiny_llama, tokenizer, tmp_path):
+    """``circuits numbers --answer-position 1``: the identify run, the key components' direct effects on the number
+    line and the digit part's neuron ranking are those of the prompts with the first answer token appended by hand
+    (the same engines on them: one forward with that token appended); ``whole`` is refused in one line."""
+    from circuits.explain.fourier import number_spectra
+    from circuits.explain.numbers.config import NumbersConfig
+    from circuits.explain.numbers.job import run
+    from circuits.patching.engines.neuron_sweep import sweep_neurons
+
+    config = NumbersConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, TEXTS)), filter_correct=False,
+                           few_shot="off", answer_position="1", n_heads=2, n_mlps=2, numbers=10, digit_floor=0.0,
+                           digit_mlps=1, top_neurons=3, n_problems=4, metric="logit_diff")
+    result = run(config, tmp_path / "numbers", model=tiny_llama, progress=False)
+    assert load_result(tmp_path / "numbers").config.answer_position == "1"
+    hand = _appended_pairs(tokenizer, TEXTS, 1)
+    made = identify(tiny_llama, hand, config=IdentifyConfig(model="tiny", mode=config.mode), progress=False)
+    components = [cc.Component.of(h) for h in made.top_heads(2)] + [cc.Component.mlp(l) for l in made.top_mlps(2)]
+    assert [str(c) for c in result.spectra.components] == [str(c) for c in components]
+    plain = number_spectra(tiny_llama, hand, components, 10)
+    torch.testing.assert_close(result.spectra.effects, plain.effects, atol=1e-5, rtol=1e-5)
+    layer = made.top_mlps(1)[0]
+    e = sweep_neurons(tiny_llama, hand, config.mode, layers=[layer], prob=False).by_layer("logit_diff")[layer]
+    top = sorted(range(len(e)), key=lambda i: (float(e[i]), i))[:3]  # logit_diff: a drop is important
+    assert [(n.layer, n.index) for n in result.neurons] == [(layer, i) for i in top]
+    assert result.neuron_effects == pytest.approx([float(e[i]) for i in top], abs=1e-5)
+    at_end = number_spectra(tiny_llama, _pairs(tokenizer), components, 10)
+    assert not torch.allclose(at_end.effects, plain.effects, atol=1e-3)  # another token is read
+    with pytest.raises(ValueError, match="--answer-position whole: circuits numbers reads one answer token"):
+        NumbersConfig(answer_position="whole", pairs_file="x.jsonl")
