@@ -464,3 +464,59 @@ def test_numbers_at_answer_position_1_reads_the_appended_prompts(tiny_llama, tok
     assert not torch.allclose(at_end.effects, plain.effects, atol=1e-3)  # another token is read
     with pytest.raises(ValueError, match="--answer-position whole: circuits numbers reads one answer token"):
         NumbersConfig(answer_position="whole", pairs_file="x.jsonl")
+
+
+def test_heuristics_at_answer_position_1_equal_the_appended_prompts(tiny_llama, tokenizer, tmp_path):
+    """``circuits heuristics --answer-position 1``: the neurons ranked by the neuron sweep on the prompts with the
+    first answer token appended by hand, the grid the two-digit sums only, each neuron's activation there one
+    ``run_with_cache`` on the grid prompt with its first answer token appended, and the classes the classifier's on
+    those activations."""
+    from circuits.beyond.heuristics.config import HeuristicsConfig
+    from circuits.beyond.heuristics.job import run
+    from circuits.data.grid import grid_at_answer_position, operand_grid
+    from circuits.explain.heuristics.rules import classify
+    from circuits.models.backend import act_name
+    from circuits.patching.engines.neuron_sweep import sweep_neurons
+
+    config = HeuristicsConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, TEXTS)),
+                              filter_correct=False, few_shot="off", answer_position="1", layers=(1, 2),
+                              neurons_per_mlp=3, null_neurons=2, knockout_classes=1, threshold=0.3, alpha=1.0,
+                              n_random=2, n_boot=20, metric="logit_diff")
+    result = run(config, tmp_path / "heuristics", model=tiny_llama, progress=False)
+    back = load_result(tmp_path / "heuristics")
+    assert back.config.answer_position == "1" and back == result
+    e = sweep_neurons(tiny_llama, _appended_pairs(tokenizer, TEXTS, 1), config.mode, layers=[1, 2],
+                      prob=False).by_layer("logit_diff")
+    top = [(l, i) for l in (1, 2) for i in sorted(range(len(e[l])), key=lambda i: (float(e[l][i]), i))[:3]]
+    assert [(n.layer, n.index) for n in result.neurons] == top
+    grid = operand_grid(tokenizer, "addition", 0, 9, few_shot=False)
+    kept = [p for p in grid.prompts if p.operands[2] >= 10]
+    assert len(result.grid_prompts) == len(kept) == 45
+    plain = torch.zeros(len(top), len(kept))
+    for j, p in enumerate(kept):
+        full = encode(tokenizer, p.reference + p.answer)
+        n = len(p.reference_token_ids)
+        assert list(result.grid_prompts[j].reference_token_ids) == full[: n + 1]
+        assert result.grid_prompts[j].answer_token_id == full[n + 1]  # the units digit
+        _, cache = tiny_llama.run_with_cache(torch.tensor([full[: n + 1]]))
+        for i, (l, ix) in enumerate(top):
+            plain[i, j] = cache[act_name("post", l)][0, -1, ix]
+    torch.testing.assert_close(result.activations, plain, atol=1e-5, rtol=1e-5)
+    a = torch.tensor([p.operands[0] for p in kept])
+    b = torch.tensor([p.operands[1] for p in kept])
+    fitted = classify(plain, a, b, a + b, threshold=0.3, alpha=1.0)
+    assert [c["classes"] for c in result.classes] == [f.classes for f in fitted]
+    assert grid_at_answer_position(grid, 0, tokenizer) is grid
+    with pytest.raises(ValueError, match="--answer-position 2: no cell of the operand grid 0..9"):
+        grid_at_answer_position(grid, 2, tokenizer)
+
+
+def test_heuristics_refusals_at_answer_positions():
+    from circuits.beyond.heuristics.config import HeuristicsConfig
+
+    with pytest.raises(ValueError, match="--answer-position whole: the heuristics read neurons at one answer token"):
+        HeuristicsConfig(answer_position="whole", pairs_file="x.jsonl")
+    with pytest.raises(ValueError, match="--answer-position 1 with --neurons-from"):
+        HeuristicsConfig(answer_position="1", pairs_file="x.jsonl", neurons_from="n")
+    with pytest.raises(ValueError, match="--answer-position 1: the task's templates give one-token answers only"):
+        HeuristicsConfig(answer_position="1")
