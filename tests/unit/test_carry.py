@@ -160,7 +160,8 @@ def test_the_study_loads_back_equal_with_its_nulls(study):
     assert len(d["random"]["add_rates"]) == len(d["random"]["subtract_rates"]) == 3
     assert set(d["eligible"]) <= set(d["test_cells"]) and not set(d["fit_cells"]) & set(d["test_cells"])
     assert r.effects.shape == (2, 3 * 4 + 3, len(r.pairs)) and r.separation.shape == (2, 3)
-    assert len(r.lines()) == 8 and len(r.table_rows()) == 10  # measurement 2: a line and a row a position
+    # measurement 2: a line and a row a position, and END + 1 on the two-digit cells alone
+    assert len(r.lines()) == 9 and len(r.table_rows()) == 11
     fo = r.fourier  # the tiny Llama has no post-norms: the Fourier view is measured
     assert {"end", "next", "chance", "low", "high", "p"} <= set(fo) and len(fo["end"]["per_component"]) == r.config.top_k
 
@@ -231,6 +232,7 @@ def test_rule_families_and_shares_on_planted_neurons(tokenizer):
     where a == b another rule, noise none; the shares are the plain counts with their Wilson intervals."""
     from circuits.beyond.carry.neurons import classify_grid, family_shares, rule_family
     from circuits.explain.heuristics.nulls import fisher_p, rate
+    from circuits.explain.heuristics.rules import classify
 
     grid = _planted_grid(tokenizer)
     a, b, c = grid.a, grid.b, grid.result
@@ -238,8 +240,13 @@ def test_rule_families_and_shares_on_planted_neurons(tokenizer):
     noise = lambda: 0.01 * torch.randn(100, generator=g)  # noqa: E731
     acts = torch.stack([(c >= 10).float() + noise(), (c % 10 == 3).float() + noise(), (a == b).float() + noise(),
                         torch.randn(100, generator=g), -(c >= 12).float() + noise()])
-    fams = [rule_family(f) for f in classify_grid(acts, grid)]
+    fitted = classify_grid(acts, grid)
+    fams = [rule_family(f) for f in fitted]
     assert fams == ["threshold", "residue", "other", "none", "threshold"]
+    two = c >= 10  # on the two-digit cells a residue mod 10 is one value of the sum, named as an identity
+    units = classify(((c % 10 == 3).float() + noise())[None, two], a[two], b[two], c[two])
+    assert units[0].primary[0].kind == "identity" and rule_family(units[0]) == "other"
+    assert rule_family(units[0], identity_is_residue=True) == "residue"
     shares = family_shares({"top": fams[:3] + fams[4:], "random": fams[2:4]})
     assert shares["threshold"]["top"] == rate(2, 4) and shares["residue"]["top"] == rate(1, 4)
     assert shares["threshold"]["random"] == rate(0, 2) and shares["classified"]["random"] == rate(1, 2)
@@ -286,6 +293,12 @@ def test_measurement_2_equals_a_plain_computation(study, tiny_llama, tokenizer):
         for fam in ("threshold", "residue"):
             assert nu[at]["shares"][fam]["top"] == rate(fams[:n_top].count(fam), n_top)
             assert nu[at]["shares"][fam]["random"] == rate(fams[n_top:].count(fam), len(fams) - n_top)
+        if k == 1:  # the 45 two-digit cells alone, an identity of the sum counted as a residue there
+            two = [j for j, p in enumerate(grid) if p.operands[2] >= 10]
+            fams2 = [rule_family(f, identity_is_residue=True) for f in classify(plain[:, two], a[two], b[two], (a + b)[two])]
+            assert nu[at]["two_digit"]["n_cells"] == 45
+            assert nu[at]["two_digit"]["shares"]["residue"]["top"] == rate(fams2[:n_top].count("residue"), n_top)
+            assert [e["two_digit"]["family"] for e in nu[at]["top"] + nu[at]["random"]] == fams2
 
 
 def test_bad_input_is_one_line(tiny_llama, tmp_path):

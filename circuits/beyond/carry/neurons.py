@@ -13,8 +13,12 @@ primary rule then named by :func:`rule_family`.
 At END + 1 every cell is read one token after its answer's first token, teacher-forced (the grid's prompts with that
 token appended): for a two-digit sum the position that writes its units digit, for a one-digit sum the position after
 its whole answer. Both positions are so read over the same 100 cells, with the same candidate rules and the same
-chance; on the 45 two-digit cells alone a residue mod 10 holds on the same cells as one value of ``a + b``, and the
-classifier (which keeps the simplest rule of a cell set) could never name it.
+chance. That view has a confound at END + 1: the one-digit cells are read after a finished answer, the two-digit ones
+while the units digit is written, so a neuron that only tells those two situations apart fits the threshold
+``a + b in [10, 18]`` (the random neurons' share there measures how often). END + 1 is therefore also classified on
+the 45 two-digit cells alone (``two_digit``), the same activations: there ``(a + b) mod 10 == r`` holds exactly where
+``a + b == 10 + r``, so a residue rule is an identity of the sum (:func:`rule_family`'s ``identity_is_residue``), and
+the units digit is not told apart from the sum itself (single-digit operands cannot do that).
 
 The shares (a binomial count: the neurons are the units) have 95% Wilson intervals; each top group's share against
 its random group's, and END's against END + 1's, has Fisher's exact p (:func:`~circuits.explain.heuristics.nulls.fisher_p`).
@@ -48,16 +52,19 @@ GROUPS = ("top", "random")
 METRIC = "logit_diff"  # the study's metric (its component effects are logit differences)
 
 
-def rule_family(classes: NeuronClasses) -> str:
+def rule_family(classes: NeuronClasses, identity_is_residue: bool = False) -> str:
     """``"threshold"``, ``"residue"``, ``"other"`` (another rule passed) or ``"none"``: the family of a neuron's
-    primary (best passing) rule."""
+    primary (best passing) rule. ``identity_is_residue``: on cells whose sums all lie in 10..18 ``(a + b) mod 10 == r``
+    holds exactly where ``a + b == 10 + r``, and the classifier names that cell set by the simpler rule (an identity):
+    count it as a residue."""
     p = classes.primary
     if p is None:
         return "none"
     rule = p[0]
     if rule.on == "c" and rule.kind == "range":
         return THRESHOLD
-    if rule.on == "c" and rule.kind == "modulo" and rule.args[0] == 10:
+    if rule.on == "c" and ((rule.kind == "modulo" and rule.args[0] == 10) or
+                           (identity_is_residue and rule.kind == "identity")):
         return RESIDUE
     return "other"
 
@@ -142,6 +149,17 @@ def neuron_rules(model: Model, pairs: list[PromptPair], grid: list[PromptPair], 
                        "top": [entry(n, f, fam) for n, f, fam in zip(top, fitted, fams)],
                        "random": [entry(n, f, fam) for n, f, fam in zip(drawn, fitted[len(top):], fams[len(top):])],
                        "shares": family_shares(families[at])}
+        if k == 1:  # the two-digit cells alone (module docstring), the same activations
+            two = torch.tensor([len(p.answer_ids) > 1 for p in grid])
+            if int(two.sum()):
+                fitted2 = classify(acts[:, two], g.a[two], g.b[two], g.result[two])
+                fams2 = [rule_family(f, identity_is_residue=True) for f in fitted2]
+                for e, f, fam in zip(summary[at]["top"] + summary[at]["random"], fitted2, fams2):
+                    p2 = f.primary
+                    e["two_digit"] = {"family": fam, "rule": p2[0].text("addition") if p2 else "",
+                                      "score": float(p2[1]) if p2 else None}
+                summary[at]["two_digit"] = {"n_cells": int(two.sum()), "shares": family_shares(
+                    {"top": fams2[: len(top)], "random": fams2[len(top):]})}
         acts_out[at] = acts
     # Across positions: the top neurons' threshold share at END against END + 1's, the residue share the reverse.
     summary["across"] = {}

@@ -110,6 +110,12 @@ class CarryResult(Result):
                 parts.append(text)
             out.append(f"{'END' if at == 'end' else 'END+1'}: MLPs {nu[at]['mlps']}, top {nu['neurons_per_mlp']} "
                        f"neurons each: " + "; ".join(parts) + f" (expected there: {fam})")
+        two = nu.get("next", {}).get("two_digit")
+        if two:
+            sh = two["shares"]["residue"]
+            out.append(f"END+1 on the {two['n_cells']} two-digit cells alone: residue (there: one value of a + b) "
+                       f"{_share(sh.get('top'))} vs random {_share(sh.get('random'))}"
+                       + (f" (Fisher p = {sh['p_top_vs_random']:.2g})" if sh.get("p_top_vs_random") is not None else ""))
         return out
 
     def _fourier_text(self) -> str:
@@ -166,6 +172,14 @@ class CarryResult(Result):
                          f"({t['n'] if t else 0} neurons, classified over the {nu['n_cells']} cells)",
                          _share(t), f"random neurons of the same MLPs {_share(r)}"
                          + (f", Fisher p = {sh['p_top_vs_random']:.2g}" if sh.get("p_top_vs_random") is not None else "")])
+        two = nu.get("next", {}).get("two_digit")
+        if two:
+            sh = two["shares"]["residue"]
+            rows.append([f"top neurons at END + 1 whose rule is (a + b) mod 10, on the {two['n_cells']} two-digit cells "
+                         "alone (there the same cells as one value of a + b)", _share(sh.get("top")),
+                         f"random neurons of the same MLPs {_share(sh.get('random'))}"
+                         + (f", Fisher p = {sh['p_top_vs_random']:.2g}" if sh.get("p_top_vs_random") is not None
+                            else "")])
         return rows
 
     def _write(self, folder: Path) -> None:
