@@ -364,6 +364,19 @@ def test_the_numbers_in_docs_results_are_the_saved_smollm2_result():
              f"{d['separation_fit']:.2f}", f"**{fo['difference']:+.2f}** [{fo['low']:+.2f}, {fo['high']:+.2f}]",
              f"white noise on ten points {fo['chance']:.2f}", f"{r.accuracy['n_pairs']} of the 45 two-digit sums",
              f"{r.seconds:.0f} s the study"]
+    nu = r.neurons  # measurement 2, each share as the table prints it
+
+    def share(x):
+        return f"{x['rate']:.0%} [{x['low']:.0%}, {x['high']:.0%}] of {x['n']}"
+
+    for at in POSITIONS:
+        for fam in ("threshold", "residue"):
+            sh = nu[at]["shares"][fam]
+            shown += [f"{share(sh['top'])} | {share(sh['random'])}, p = {sh['p_top_vs_random']:.2g}"]
+    two = nu["next"]["two_digit"]["shares"]["residue"]
+    shown += [f"{share(two['top'])} | {share(two['random'])}, p = {two['p_top_vs_random']:.2g}",
+              f"MLPs {nu['end']['mlps'][0]} and {nu['end']['mlps'][1]}", f"MLPs {nu['next']['mlps'][0]} and "
+              f"{nu['next']['mlps'][1]}"]
     missing = [s for s in shown if s not in section]
     assert not missing, missing
     g = load_result(root / "docs" / "data" / "carry_gemma3_270m")
