@@ -373,9 +373,10 @@ def test_the_numbers_in_docs_results_are_the_saved_smollm2_result():
         for fam in ("threshold", "residue"):
             sh = nu[at]["shares"][fam]
             shown += [f"{share(sh['top'])} | {share(sh['random'])}, p = {sh['p_top_vs_random']:.2g}"]
-    two = nu["next"]["two_digit"]["shares"]["residue"]
-    shown += [f"{share(two['top'])} | {share(two['random'])}, p = {two['p_top_vs_random']:.2g}",
-              f"MLPs {nu['end']['mlps'][0]} and {nu['end']['mlps'][1]}", f"MLPs {nu['next']['mlps'][0]} and "
+    two = nu["next"]["two_digit"]["shares"]
+    shown += [f"{share(two[f]['top'])} | {share(two[f]['random'])}, p = {two[f]['p_top_vs_random']:.2g}"
+              for f in ("threshold", "residue")]
+    shown += [f"MLPs {nu['end']['mlps'][0]} and {nu['end']['mlps'][1]}", f"MLPs {nu['next']['mlps'][0]} and "
               f"{nu['next']['mlps'][1]}"]
     missing = [s for s in shown if s not in section]
     assert not missing, missing
@@ -386,4 +387,13 @@ def test_the_numbers_in_docs_results_are_the_saved_smollm2_result():
              f"{m['end']['next']['high']:+.3f}]", f"**{m['next']['end']['difference']:+.3f}**",
              f"**{d['flip']['rate']:.0%}** [{d['flip']['low']:.0%}, {d['flip']['high']:.0%}] of {d['flip']['n']}",
              f"mean {d['random']['mean']:.0%}, max {d['random']['max']:.0%}", f"{g.seconds:.0f} s the study"]
+    for at in POSITIONS:  # Gemma's measurement 2, each share as its table prints it
+        for fam in ("threshold", "residue"):
+            sh = g.neurons[at]["shares"][fam]
+            shown += [f"{share(sh['top'])} | {share(sh['random'])}, p = {sh['p_top_vs_random']:.2g}"]
+    two = g.neurons["next"]["two_digit"]["shares"]
+    shown += [f"{share(two[f]['top'])} | {share(two[f]['random'])}, p = {two[f]['p_top_vs_random']:.2g}"
+              for f in ("threshold", "residue")]
+    shown += [f"key MLPs {g.neurons['end']['mlps'][0]} and {g.neurons['end']['mlps'][1]} at END, "
+              f"{g.neurons['next']['mlps'][0]} and {g.neurons['next']['mlps'][1]} at END + 1"]
     assert "refused" in g.fourier and not [s for s in shown if s not in section]
