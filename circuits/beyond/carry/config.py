@@ -31,8 +31,8 @@ class CarryConfig(Config):
     direct effect on the digits 0..9 at each position: the energy at periods 10 and 5 beyond the straight trend, END +
     1 minus END, against white noise's share (refused in one line of the result on models with post-norms); (2) the
     top neurons of each position's key MLPs classified over the grid by ``circuits heuristics``' classifier: the share
-    whose rule is a threshold on a + b and the share whose rule is (a + b) mod 10, against random neurons of the same
-    MLPs (:mod:`circuits.beyond.carry.neurons`).
+    whose rule is a range of a + b (a threshold) and the share whose rule is (a + b) mod 10, against random neurons of
+    the same MLPs (:mod:`circuits.beyond.carry.neurons`).
 
     Writes, atomically, into ``--out``: ``summary.json`` (every measurement with its null and interval),
     ``carry.pt`` (per-pair effects at both positions, the curves, the directions' separation, the classified neurons'

@@ -167,7 +167,7 @@ class CarryResult(Result):
             sh = nu[at]["shares"][fam]
             t, r = sh.get("top"), sh.get("random")
             where = "END" if at == "end" else "END + 1"
-            rule = "a threshold on a + b" if fam == "threshold" else "(a + b) mod 10"
+            rule = "a range of a + b (the family `threshold`)" if fam == "threshold" else "(a + b) mod 10"
             rows.append([f"top neurons of MLPs {nu[at]['mlps']} at {where} whose rule is {rule} "
                          f"({t['n'] if t else 0} neurons, classified over the {nu['n_cells']} cells)",
                          _share(t), f"random neurons of the same MLPs {_share(r)}"
