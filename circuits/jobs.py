@@ -198,7 +198,7 @@ JOBS: tuple[Job, ...] = (
         "FaithfulnessConfig", "run_faithfulness", "print_faithfulness",
         how="circuits faithfulness --model smollm2 --task addition --out results/faithfulness-addition"),
     Job("carry", "the carry ('1') at END against the units digit at END+1 on single-digit sums: overlap, held-out CMD, "
-        "the carry direction, each with its null", (Output("carry", "CarryResult", ("carry",)),),
+        "the carry direction, the key MLPs' neurons against threshold and residue rules, each with its null", (Output("carry", "CarryResult", ("carry",)),),
         ("summary.json", "pairs.jsonl", "carry.pt"), "CarryConfig", "run_carry", "print_carry",
         how="circuits carry --model smollm2 --out results/carry"),
     # Step 1b (Figures 3-4, Tables 3-4): validate the key heads by knocking them out.

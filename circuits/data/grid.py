@@ -25,7 +25,7 @@ import torch
 from jaxtyping import Bool, Int
 from torch import Tensor
 
-from circuits.data.pairs import (PromptError, PromptPair, _sample_fill, encode, few_shot_prefixes,
+from circuits.data.pairs import (PromptError, PromptPair, _sample_fill, answer_tokens, encode, few_shot_prefixes,
                                  first_answer_token, prefix_length_of, render, token_positions)
 from circuits.data.templates import Template, compute_answer, templates_for
 
@@ -148,3 +148,27 @@ def operand_grid(tokenizer: Any, operation: str, lo: int = 0, hi: int = 9, *, te
     if not prompts:
         raise ValueError(f"No operand pair in {lo}..{hi} has an integer {operation} result")
     return OperandGrid(operation, tuple(range(lo, hi + 1)), prompts)
+
+
+def grid_at_answer_position(grid: OperandGrid, k: int, tokenizer: Any) -> OperandGrid:
+    """``grid`` read at its answers' token ``k`` (issue 42): each cell whose answer has more than ``k`` tokens, its
+    prompt teacher-forced with the answer's first ``k`` (:func:`circuits.data.answers.force_answer`, END moved to END
+    + k, the answer token its ``k``-th); cells with shorter answers have no prompt (:meth:`OperandGrid.mask`). On a
+    tokenizer that writes digits one by one, ``k = 1`` keeps the cells with a two-digit result, read at its second
+    digit. ``k = 0``: ``grid`` itself. No cell left is one ``ValueError`` line."""
+    from dataclasses import replace
+
+    from circuits.data.answers import force_answer
+
+    if k == 0:
+        return grid
+    kept = []
+    for p in grid.prompts:
+        ids = answer_tokens(tokenizer, p.reference, p.answer)
+        if len(ids) > k:
+            kept.append(force_answer(replace(p, answer_token_ids=tuple(ids)), k, tokenizer))
+    if not kept:
+        raise ValueError(f"--answer-position {k}: no cell of the operand grid {grid.values[0]}..{grid.values[-1]} has "
+                         f"an answer of more than {k} token{'s' if k != 1 else ''}; take larger --operands or an "
+                         "earlier position")
+    return OperandGrid(grid.operation, grid.values, kept)

@@ -64,3 +64,27 @@ def test_the_command_end_to_end(tmp_path, capsys):
     assert err[-1].endswith("takes one operation (addition, subtraction, multiplication, division), got --task all")
     assert cli_main(["heuristics", "--operands", "0,x", "--out", str(tmp_path / "x")]) == 2
     assert "write it as LO,HI" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arch", ["llama", "gemma3"])
+def test_the_grid_at_answer_position_1_equals_run_with_cache_on_appended_prompts(family_models, tokenizer, arch):
+    """Issue 42: the grid read at its answers' second token keeps the two-digit sums, each prompt with its first
+    answer token appended, and each neuron's activation there is one ``run_with_cache`` on those tokens."""
+    from circuits.data.grid import grid_at_answer_position
+    from circuits.data.pairs import encode
+
+    model = family_models(arch)
+    g = operand_grid(tokenizer, "addition", 4, 7, few_shot=False)
+    forced = grid_at_answer_position(g, 1, tokenizer)
+    kept = [p for p in g.prompts if p.operands[2] >= 10]
+    assert len(forced) == len(kept) == 13 and forced.mask().sum() == 13  # 16 cells, three under 10
+    neurons = [Neuron(0, 3), Neuron(1, 11)]
+    acts = grid_activations(model, forced, neurons, batch_size=4, progress=False)
+    for j, p in enumerate(kept):
+        full = encode(tokenizer, p.reference + p.answer)
+        n = len(p.reference_token_ids)
+        assert list(forced.prompts[j].reference_token_ids) == full[: n + 1]
+        assert forced.prompts[j].answer_token_id == full[n + 1]
+        _, cache = model.run_with_cache(torch.tensor([full[: n + 1]]), names_filter=lambda n: n.endswith("hook_post"))
+        for i, nr in enumerate(neurons):
+            assert acts[i, j] == pytest.approx(float(cache[act_name("post", nr.layer)][0, -1, nr.index]), abs=1e-4)

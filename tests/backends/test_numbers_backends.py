@@ -111,3 +111,35 @@ def test_the_job_through_the_command_line(tmp_path):
                      str(low)]) == 0
     r = load_result(low)
     assert not r.neurons and len(r.accuracy) == 4 and "floor" in r.note and not (low / "digits.html").exists()
+
+
+def test_the_job_at_answer_position_1_reads_the_appended_prompts(tokenizer, tmp_path):
+    """Issue 42: ``circuits numbers --answer-position 1`` on this backend: the key components' direct number effects
+    are those the Fourier view reads on the prompts with the first answer token appended by hand."""
+    from dataclasses import replace
+
+    from circuits.data.pairs import encode, make_pair
+    from circuits.explain.fourier import number_spectra
+    from circuits.models.loading import load_model
+
+    texts = [("7 + 5 = ", "7 @ 5 = ", "12"), ("8 + 6 = ", "8 @ 6 = ", "14"), ("9 + 9 = ", "9 @ 9 = ", "18")]
+    path = tmp_path / "pairs.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p, "counterfactual": c, "answer": a}) + "\n" for p, c, a in texts))
+    from helpers import save_tiny
+
+    folder = save_tiny(tmp_path / "tiny", "llama")  # its own copy: the model the command loads and the one read here
+    out = tmp_path / "numbers"
+    assert cli_main(["numbers", "--model", str(folder), "--no-filter-correct", "--few-shot", "off",
+                     "--pairs-file", str(path), "--answer-position", "1", "--n-heads", "2", "--n-mlps", "1",
+                     "--numbers", "10", "--no-digits", "--force", "--no-progress", "--out", str(out)]) == 0
+    r = load_result(out)
+    model = load_model(str(folder))
+    hand = []
+    for prompt, counter, answer in texts:  # the first answer token appended from the tokenizer alone
+        full, n = encode(tokenizer, prompt + answer), len(encode(tokenizer, prompt))
+        hand.append(replace(make_pair(tokenizer, prompt, counter, answer), reference=prompt + answer[0],
+                            counterfactual=counter + answer[0], answer=answer[1:], answer_token_id=full[n + 1],
+                            answer_token_ids=(), reference_token_ids=tuple(full[: n + 1]),
+                            counterfactual_token_ids=tuple(encode(tokenizer, counter) + full[n: n + 1])))
+    plain = number_spectra(model, hand, r.spectra.components, 10)
+    torch.testing.assert_close(r.spectra.effects, plain.effects, atol=1e-4, rtol=1e-4)

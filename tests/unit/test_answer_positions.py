@@ -360,3 +360,163 @@ def test_faithfulness_held_out_from_a_pairs_file_scores_the_later_lines_forced(t
     assert [p.reference for p in result.pairs] == [p + a[0] for p, _, a in texts[:4]]
     assert [p.reference for p in result.scoring_pairs] == [p + a[0] for p, _, a in texts[4:]]
     assert [p.answer for p in result.scoring_pairs] == [a[1] for *_, a in texts[4:]]
+
+
+# --- the screen, numbers and heuristics --------------------------------------------------------------------------------
+
+
+def test_the_screen_at_answer_position_1_equals_plain_gradients_and_the_plain_loop(tiny_llama, tokenizer, tmp_path):
+    """``circuits screen --answer-position 1``: each MLP's attribution estimate at END + 1 equals the gradient of the
+    logit difference times the counterfactual's change of the MLP's output there, from one forward and backward pass
+    per pair on the prompts with the first answer token appended by hand; the audit's exact END effects equal one
+    ``run_with_hooks`` per component on them."""
+    from circuits.beyond.screen.config import ScreenConfig
+    from circuits.beyond.screen.job import run
+    from circuits.models.backend import act_name
+
+    config = ScreenConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, TEXTS)), filter_correct=False,
+                          few_shot="off", metric="logit_diff", verify=3, answer_position="1")
+    result = run(config, tmp_path / "screen", model=tiny_llama, progress=False)
+    assert load_result(tmp_path / "screen").config.answer_position == "1"
+    batch = _appended(tokenizer, TEXTS, 1)
+    model, L = tiny_llama, tiny_llama.cfg.n_layers
+    estimate = torch.zeros(L, len(TEXTS))
+    for i in range(len(TEXTS)):
+        end = int(batch.end[i])
+        ref, cf = batch.reference[i: i + 1, : end + 1], batch.counterfactual[i: i + 1, : end + 1]
+        cf_logits, cf_cache = model.run_with_cache(cf)
+        second = int(cf_logits[0, end].argmax())
+        for l in range(L):  # one MLP made a leaf at a time (a detached later one would cut the paths through it)
+            name, outs = act_name("mlp_out", l), {}
+
+            def keep(act, hook):  # the MLP's output as a leaf: its gradient is the metric's through everything after
+                outs["leaf"] = act.detach().requires_grad_(True)
+                return outs["leaf"]
+
+            with torch.enable_grad():
+                logits = model.run_with_hooks(ref, fwd_hooks=[(name, keep)])
+                (logits[0, end, int(batch.answer[i])] - logits[0, end, second]).backward()
+            leaf = outs["leaf"]
+            estimate[l, i] = leaf.grad[0, end] @ (cf_cache[name][0, end] - leaf[0, end]).detach()
+    torch.testing.assert_close(result.mlp_effects[:, 0], estimate.mean(1), atol=1e-4, rtol=1e-4)
+    base, plain = sweep_plain(model, batch, "activation", all_components(model))
+    for c, (_, logit_diff, _) in plain.items():
+        exact = result.exact_end["heads"][c.layer, c.head] if c.kind == "head" else result.exact_end["mlps"][c.layer]
+        assert float(exact) == pytest.approx(float((logit_diff - base.logit_diff).mean()), abs=1e-4)
+    at_end = run(config.replace(answer_position="0"), tmp_path / "screen0", model=model, progress=False)
+    assert not torch.allclose(at_end.mlp_effects[:, 0], result.mlp_effects[:, 0], atol=1e-3)  # another token is read
+
+
+def test_the_screen_refuses_whole_and_the_templates_at_a_later_position(tiny_llama, tokenizer, tmp_path):
+    from circuits.beyond.screen.config import ScreenConfig
+    from circuits.beyond.screen.job import screen
+
+    with pytest.raises(ValueError, match="--answer-position whole: the screen estimates one answer token"):
+        ScreenConfig(answer_position="whole", pairs_file="x.jsonl")
+    with pytest.raises(ValueError, match="--answer-position 1: the task's templates give one-token answers only"):
+        ScreenConfig(answer_position="1")
+    with pytest.raises(ValueError, match=r"--answer-position 2: pair 1 .* answer of 2 tokens"):
+        screen(tiny_llama, _pairs(tokenizer), answer_position="2", pairs_file="x.jsonl", progress=False)
+
+
+def _appended_pairs(tokenizer, texts, k):
+    """The pairs read at answer token ``k`` built from :func:`_appended`'s token rows (the tokenizer alone): each
+    prompt's tokens with the answer's first ``k`` appended, the answer the next token."""
+    from dataclasses import replace
+
+    batch = _appended(tokenizer, texts, k)
+    out = []
+    for i, p in enumerate(_pairs(tokenizer, texts)):
+        n = int(batch.end[i]) + 1
+        out.append(replace(p, reference=texts[i][0] + texts[i][2][:k], counterfactual=texts[i][1] + texts[i][2][:k],
+                           answer=texts[i][2][k:], answer_token_id=int(batch.answer[i]), answer_token_ids=(),
+                           reference_token_ids=tuple(batch.reference[i, :n].tolist()),
+                           counterfactual_token_ids=tuple(batch.counterfactual[i, :n].tolist())))
+    return out
+
+
+def test_numbers_at_answer_position_1_reads_the_appended_prompts(tiny_llama, tokenizer, tmp_path):
+    """``circuits numbers --answer-position 1``: the identify run, the key components' direct effects on the number
+    line and the digit part's neuron ranking are those of the prompts with the first answer token appended by hand
+    (the same engines on them: one forward with that token appended); ``whole`` is refused in one line."""
+    from circuits.explain.fourier import number_spectra
+    from circuits.explain.numbers.config import NumbersConfig
+    from circuits.explain.numbers.job import run
+    from circuits.patching.engines.neuron_sweep import sweep_neurons
+
+    config = NumbersConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, TEXTS)), filter_correct=False,
+                           few_shot="off", answer_position="1", n_heads=2, n_mlps=2, numbers=10, digit_floor=0.0,
+                           digit_mlps=1, top_neurons=3, n_problems=4, metric="logit_diff")
+    result = run(config, tmp_path / "numbers", model=tiny_llama, progress=False)
+    assert load_result(tmp_path / "numbers").config.answer_position == "1"
+    hand = _appended_pairs(tokenizer, TEXTS, 1)
+    made = identify(tiny_llama, hand, config=IdentifyConfig(model="tiny", mode=config.mode), progress=False)
+    components = [cc.Component.of(h) for h in made.top_heads(2)] + [cc.Component.mlp(l) for l in made.top_mlps(2)]
+    assert [str(c) for c in result.spectra.components] == [str(c) for c in components]
+    plain = number_spectra(tiny_llama, hand, components, 10)
+    torch.testing.assert_close(result.spectra.effects, plain.effects, atol=1e-5, rtol=1e-5)
+    layer = made.top_mlps(1)[0]
+    e = sweep_neurons(tiny_llama, hand, config.mode, layers=[layer], prob=False).by_layer("logit_diff")[layer]
+    top = sorted(range(len(e)), key=lambda i: (float(e[i]), i))[:3]  # logit_diff: a drop is important
+    assert [(n.layer, n.index) for n in result.neurons] == [(layer, i) for i in top]
+    assert result.neuron_effects == pytest.approx([float(e[i]) for i in top], abs=1e-5)
+    at_end = number_spectra(tiny_llama, _pairs(tokenizer), components, 10)
+    assert not torch.allclose(at_end.effects, plain.effects, atol=1e-3)  # another token is read
+    with pytest.raises(ValueError, match="--answer-position whole: circuits numbers reads one answer token"):
+        NumbersConfig(answer_position="whole", pairs_file="x.jsonl")
+
+
+def test_heuristics_at_answer_position_1_equal_the_appended_prompts(tiny_llama, tokenizer, tmp_path):
+    """``circuits heuristics --answer-position 1``: the neurons ranked by the neuron sweep on the prompts with the
+    first answer token appended by hand, the grid the two-digit sums only, each neuron's activation there one
+    ``run_with_cache`` on the grid prompt with its first answer token appended, and the classes the classifier's on
+    those activations."""
+    from circuits.beyond.heuristics.config import HeuristicsConfig
+    from circuits.beyond.heuristics.job import run
+    from circuits.data.grid import grid_at_answer_position, operand_grid
+    from circuits.explain.heuristics.rules import classify
+    from circuits.models.backend import act_name
+    from circuits.patching.engines.neuron_sweep import sweep_neurons
+
+    config = HeuristicsConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, TEXTS)),
+                              filter_correct=False, few_shot="off", answer_position="1", layers=(1, 2),
+                              neurons_per_mlp=3, null_neurons=2, knockout_classes=1, threshold=0.3, alpha=1.0,
+                              n_random=2, n_boot=20, metric="logit_diff")
+    result = run(config, tmp_path / "heuristics", model=tiny_llama, progress=False)
+    back = load_result(tmp_path / "heuristics")
+    assert back.config.answer_position == "1" and back == result
+    e = sweep_neurons(tiny_llama, _appended_pairs(tokenizer, TEXTS, 1), config.mode, layers=[1, 2],
+                      prob=False).by_layer("logit_diff")
+    top = [(l, i) for l in (1, 2) for i in sorted(range(len(e[l])), key=lambda i: (float(e[l][i]), i))[:3]]
+    assert [(n.layer, n.index) for n in result.neurons] == top
+    grid = operand_grid(tokenizer, "addition", 0, 9, few_shot=False)
+    kept = [p for p in grid.prompts if p.operands[2] >= 10]
+    assert len(result.grid_prompts) == len(kept) == 45
+    plain = torch.zeros(len(top), len(kept))
+    for j, p in enumerate(kept):
+        full = encode(tokenizer, p.reference + p.answer)
+        n = len(p.reference_token_ids)
+        assert list(result.grid_prompts[j].reference_token_ids) == full[: n + 1]
+        assert result.grid_prompts[j].answer_token_id == full[n + 1]  # the units digit
+        _, cache = tiny_llama.run_with_cache(torch.tensor([full[: n + 1]]))
+        for i, (l, ix) in enumerate(top):
+            plain[i, j] = cache[act_name("post", l)][0, -1, ix]
+    torch.testing.assert_close(result.activations, plain, atol=1e-5, rtol=1e-5)
+    a = torch.tensor([p.operands[0] for p in kept])
+    b = torch.tensor([p.operands[1] for p in kept])
+    fitted = classify(plain, a, b, a + b, threshold=0.3, alpha=1.0)
+    assert [c["classes"] for c in result.classes] == [f.classes for f in fitted]
+    assert grid_at_answer_position(grid, 0, tokenizer) is grid
+    with pytest.raises(ValueError, match="--answer-position 2: no cell of the operand grid 0..9"):
+        grid_at_answer_position(grid, 2, tokenizer)
+
+
+def test_heuristics_refusals_at_answer_positions():
+    from circuits.beyond.heuristics.config import HeuristicsConfig
+
+    with pytest.raises(ValueError, match="--answer-position whole: the heuristics read neurons at one answer token"):
+        HeuristicsConfig(answer_position="whole", pairs_file="x.jsonl")
+    with pytest.raises(ValueError, match="--answer-position 1 with --neurons-from"):
+        HeuristicsConfig(answer_position="1", pairs_file="x.jsonl", neurons_from="n")
+    with pytest.raises(ValueError, match="--answer-position 1: the task's templates give one-token answers only"):
+        HeuristicsConfig(answer_position="1")

@@ -160,7 +160,8 @@ def test_the_study_loads_back_equal_with_its_nulls(study):
     assert len(d["random"]["add_rates"]) == len(d["random"]["subtract_rates"]) == 3
     assert set(d["eligible"]) <= set(d["test_cells"]) and not set(d["fit_cells"]) & set(d["test_cells"])
     assert r.effects.shape == (2, 3 * 4 + 3, len(r.pairs)) and r.separation.shape == (2, 3)
-    assert len(r.lines()) == 6 and len(r.table_rows()) == 8
+    # measurement 2: a line and a row a position, and END + 1 on the two-digit cells alone
+    assert len(r.lines()) == 9 and len(r.table_rows()) == 11
     fo = r.fourier  # the tiny Llama has no post-norms: the Fourier view is measured
     assert {"end", "next", "chance", "low", "high", "p"} <= set(fo) and len(fo["end"]["per_component"]) == r.config.top_k
 
@@ -218,6 +219,86 @@ def test_the_fourier_view_reads_each_position_s_own_components_there(study, tiny
         effects = number_spectra(tiny_llama, forced, comps, numbers=10).effects
         expected = beyond_trend_shares(effects).double().mean(1)
         assert torch.allclose(torch.tensor(r.fourier[pos]["per_component"], dtype=torch.float64), expected, atol=1e-6)
+
+
+def _planted_grid(tokenizer):
+    from circuits.beyond.carry.neurons import forced_grid
+
+    return forced_grid(grid_prompts(tokenizer, "3 + 5 = 8\n"), 0)
+
+
+def test_rule_families_and_shares_on_planted_neurons(tokenizer):
+    """A neuron that is high where a + b >= 10 is a threshold, one high where (a + b) mod 10 == 3 a residue, one high
+    where a == b another rule, noise none; the shares are the plain counts with their Wilson intervals."""
+    from circuits.beyond.carry.neurons import classify_grid, family_shares, rule_family
+    from circuits.explain.heuristics.nulls import fisher_p, rate
+    from circuits.explain.heuristics.rules import classify
+
+    grid = _planted_grid(tokenizer)
+    a, b, c = grid.a, grid.b, grid.result
+    g = torch.Generator().manual_seed(0)
+    noise = lambda: 0.01 * torch.randn(100, generator=g)  # noqa: E731
+    acts = torch.stack([(c >= 10).float() + noise(), (c % 10 == 3).float() + noise(), (a == b).float() + noise(),
+                        torch.randn(100, generator=g), -(c >= 12).float() + noise()])
+    fitted = classify_grid(acts, grid)
+    fams = [rule_family(f) for f in fitted]
+    assert fams == ["threshold", "residue", "other", "none", "threshold"]
+    two = c >= 10  # on the two-digit cells a residue mod 10 is one value of the sum, named as an identity
+    units = classify(((c % 10 == 3).float() + noise())[None, two], a[two], b[two], c[two])
+    assert units[0].primary[0].kind == "identity" and rule_family(units[0]) == "other"
+    assert rule_family(units[0], identity_is_residue=True) == "residue"
+    shares = family_shares({"top": fams[:3] + fams[4:], "random": fams[2:4]})
+    assert shares["threshold"]["top"] == rate(2, 4) and shares["residue"]["top"] == rate(1, 4)
+    assert shares["threshold"]["random"] == rate(0, 2) and shares["classified"]["random"] == rate(1, 2)
+    assert shares["threshold"]["p_top_vs_random"] == pytest.approx(fisher_p(2, 4, 0, 2))
+    assert shares["residue"]["top"]["low"] < 0.25 < shares["residue"]["top"]["high"]
+
+
+def test_measurement_2_equals_a_plain_computation(study, tiny_llama, tokenizer):
+    """Per position: the key MLPs are the top by absolute mean effect, the top neurons those of the exact neuron sweep
+    sorted plainly, the activations one run_with_cache per cell with the answer's first token appended at END + 1, and
+    the families and shares those of the classifier on them."""
+    from circuits.beyond.carry.neurons import rule_family
+    from circuits.explain.heuristics.rules import classify
+    from circuits.explain.heuristics.nulls import rate
+    from circuits.patching.engines.neuron_sweep import sweep_neurons
+
+    r, _ = study
+    nu, model = r.neurons, tiny_llama
+    grid = grid_prompts(tokenizer, r.config.prefix)
+    for k, at in enumerate(POSITIONS):
+        mlp_mean = r.effects[k][3 * 4:].mean(1).abs().tolist()
+        assert nu[at]["mlps"] == sorted(range(3), key=lambda l: (-mlp_mean[l], l))[: r.config.neuron_mlps]
+        s = sweep_neurons(model, at_answer_position(r.pairs, k, tokenizer), r.config.mode, layers=nu[at]["mlps"],
+                          prob=False).by_layer("logit_diff")
+        top = []
+        for l in nu[at]["mlps"]:  # logit_diff: a drop is important
+            top += [[l, i] for i in sorted(range(len(s[l])), key=lambda i: (float(s[l][i]), i))[: r.config.neurons_per_mlp]]
+        assert [e["neuron"] for e in nu[at]["top"]] == top
+        everyone = [e["neuron"] for e in nu[at]["top"] + nu[at]["random"]]
+        assert len(nu[at]["random"]) == r.config.null_neurons * len(nu[at]["mlps"])
+        assert not {tuple(n) for n in top} & {tuple(e["neuron"]) for e in nu[at]["random"]}
+        plain = torch.zeros(len(everyone), len(grid))
+        for j, p in enumerate(grid):
+            tokens = list(p.reference_token_ids) + list(p.answer_ids[:k])
+            _, cache = model.run_with_cache(torch.tensor([tokens]))
+            for i, (l, n) in enumerate(everyone):
+                plain[i, j] = cache[act_name("post", l)][0, -1, n]
+        assert torch.allclose(r.grid_activations[at], plain, atol=1e-5)
+        a = torch.tensor([p.operands[0] for p in grid])
+        b = torch.tensor([p.operands[1] for p in grid])
+        fams = [rule_family(f) for f in classify(plain, a, b, a + b)]
+        assert [e["family"] for e in nu[at]["top"] + nu[at]["random"]] == fams
+        n_top = len(top)
+        for fam in ("threshold", "residue"):
+            assert nu[at]["shares"][fam]["top"] == rate(fams[:n_top].count(fam), n_top)
+            assert nu[at]["shares"][fam]["random"] == rate(fams[n_top:].count(fam), len(fams) - n_top)
+        if k == 1:  # the 45 two-digit cells alone, an identity of the sum counted as a residue there
+            two = [j for j, p in enumerate(grid) if p.operands[2] >= 10]
+            fams2 = [rule_family(f, identity_is_residue=True) for f in classify(plain[:, two], a[two], b[two], (a + b)[two])]
+            assert nu[at]["two_digit"]["n_cells"] == 45
+            assert nu[at]["two_digit"]["shares"]["residue"]["top"] == rate(fams2[:n_top].count("residue"), n_top)
+            assert [e["two_digit"]["family"] for e in nu[at]["top"] + nu[at]["random"]] == fams2
 
 
 def test_bad_input_is_one_line(tiny_llama, tmp_path, monkeypatch):
@@ -292,6 +373,20 @@ def test_the_numbers_in_docs_results_are_the_saved_smollm2_result():
              f"{d['separation_fit']:.2f}", f"**{fo['difference']:+.2f}** [{fo['low']:+.2f}, {fo['high']:+.2f}]",
              f"white noise on ten points {fo['chance']:.2f}", f"{r.accuracy['n_pairs']} of the 45 two-digit sums",
              f"{r.seconds:.0f} s the study"]
+    nu = r.neurons  # measurement 2, each share as the table prints it
+
+    def share(x):
+        return f"{x['rate']:.0%} [{x['low']:.0%}, {x['high']:.0%}] of {x['n']}"
+
+    for at in POSITIONS:
+        for fam in ("threshold", "residue"):
+            sh = nu[at]["shares"][fam]
+            shown += [f"{share(sh['top'])} | {share(sh['random'])}, p = {sh['p_top_vs_random']:.2g}"]
+    two = nu["next"]["two_digit"]["shares"]
+    shown += [f"{share(two[f]['top'])} | {share(two[f]['random'])}, p = {two[f]['p_top_vs_random']:.2g}"
+              for f in ("threshold", "residue")]
+    shown += [f"MLPs {nu['end']['mlps'][0]} and {nu['end']['mlps'][1]}", f"MLPs {nu['next']['mlps'][0]} and "
+              f"{nu['next']['mlps'][1]}"]
     missing = [s for s in shown if s not in section]
     assert not missing, missing
     g = load_result(root / "docs" / "data" / "carry_gemma3_270m")
@@ -301,4 +396,13 @@ def test_the_numbers_in_docs_results_are_the_saved_smollm2_result():
              f"{m['end']['next']['high']:+.3f}]", f"**{m['next']['end']['difference']:+.3f}**",
              f"**{d['flip']['rate']:.0%}** [{d['flip']['low']:.0%}, {d['flip']['high']:.0%}] of {d['flip']['n']}",
              f"mean {d['random']['mean']:.0%}, max {d['random']['max']:.0%}", f"{g.seconds:.0f} s the study"]
+    for at in POSITIONS:  # Gemma's measurement 2, each share as its table prints it
+        for fam in ("threshold", "residue"):
+            sh = g.neurons[at]["shares"][fam]
+            shown += [f"{share(sh['top'])} | {share(sh['random'])}, p = {sh['p_top_vs_random']:.2g}"]
+    two = g.neurons["next"]["two_digit"]["shares"]
+    shown += [f"{share(two[f]['top'])} | {share(two[f]['random'])}, p = {two[f]['p_top_vs_random']:.2g}"
+              for f in ("threshold", "residue")]
+    shown += [f"key MLPs {g.neurons['end']['mlps'][0]} and {g.neurons['end']['mlps'][1]} at END, "
+              f"{g.neurons['next']['mlps'][0]} and {g.neurons['next']['mlps'][1]} at END + 1"]
     assert "refused" in g.fourier and not [s for s in shown if s not in section]

@@ -29,10 +29,14 @@ class CarryConfig(Config):
     separates best there): how often adding it to a no-carry prompt (subtracting it from a carry prompt) at END flips
     the first answer token on the other half, against random directions of the same norm; (3) the top components'
     direct effect on the digits 0..9 at each position: the energy at periods 10 and 5 beyond the straight trend, END +
-    1 minus END, against white noise's share (refused in one line of the result on models with post-norms).
+    1 minus END, against white noise's share (refused in one line of the result on models with post-norms); (2) the
+    top neurons of each position's key MLPs classified over the grid by ``circuits heuristics``' classifier: the share
+    whose rule is a range of a + b (a threshold) and the share whose rule is (a + b) mod 10, against random neurons of
+    the same MLPs (:mod:`circuits.beyond.carry.neurons`).
 
     Writes, atomically, into ``--out``: ``summary.json`` (every measurement with its null and interval),
-    ``carry.pt`` (per-pair effects at both positions, the curves, the directions' separation), ``pairs.jsonl``,
+    ``carry.pt`` (per-pair effects at both positions, the curves, the directions' separation, the classified neurons'
+    grid activations), ``pairs.jsonl``,
     ``config.json`` and ``circuits.json``.
     """
 
@@ -45,6 +49,12 @@ class CarryConfig(Config):
     n_boot: int = count(1000, help="bootstrap resamples of the pairs for the intervals")
     n_splits: int = count(200, help="random halves of the pairs for the split-half reference")
     n_random: int = count(20, help="random directions of the carry direction's norm (its null)")
+    neuron_mlps: int = count(2, minimum=0, help="measurement 2: key MLPs at each position (the top by absolute mean "
+                                                 "effect there) whose neurons are classified (0: not measured)")
+    neurons_per_mlp: int = count(20, help="measurement 2: top neurons of each key MLP (by their exact effect at that "
+                                          "position) classified over the grid")
+    null_neurons: int = count(20, minimum=0, help="measurement 2: random neurons of each key MLP (outside the top "
+                                                  "ones) classified by the same test: the null of the shares")
     direction_layer: int = option(-1, minimum=-1, maximum=10_000, per_model="layer",
                                   help="the layer whose residual the carry direction is taken from and patched into "
                                        "(-1: the one where it separates the classes best on the fit half)")

@@ -18,6 +18,7 @@ import torch
 from circuits.beyond.carry.config import CarryConfig
 from circuits.beyond.carry.measures import (carry_directions, end_residuals, flat_components, flip_tops,
                                             fourier_contrast, overlap, random_directions, rate)
+from circuits.beyond.carry.neurons import neuron_rules
 from circuits.beyond.carry.result import POSITIONS, CarryResult
 from circuits.config import check_model_ranges
 from circuits.data.answers import at_answer_position
@@ -213,10 +214,14 @@ def carry_study(model: Model, config: CarryConfig, *, progress: bool = False) ->
     fourier = fourier_view(model, pairs, over, config)
     curves, across = circuits_across(model, pairs, effects, config)
     direction, separation = carry_direction(model, grid, config)
+    neurons, grid_acts = ({}, {}) if not config.neuron_mlps else neuron_rules(
+        model, pairs, grid, effects, mode=config.mode, neuron_mlps=config.neuron_mlps,
+        neurons_per_mlp=config.neurons_per_mlp, null_neurons_per_mlp=config.null_neurons, seed=config.seed,
+        memory_mb=config.memory_mb, progress=progress)
     accuracy = {"first_token": float(right0.float().mean()), "n_prompts": len(grid), "two_token_sums": int(two.sum()),
                 "both_tokens": float(right1[two].float().mean()), "n_pairs": len(pairs)}
     return CarryResult(config, pairs, effects, over, curves, across, direction, separation, accuracy, fourier,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, neurons, grid_acts)
 
 
 def run(config: CarryConfig, out: str | Path, *, model: Model | None = None, progress: bool = True) -> CarryResult:

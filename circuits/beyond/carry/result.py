@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,10 @@ class CarryResult(Result):
     at>"]``: MIB's faithfulness curve of the ranking made at one position (or ``random``) scored at one, on held-out
     pairs; ``across``: the halves and each scoring position's CMD margins; ``direction``: the carry direction's layer,
     separation and flip rates against random directions; ``separation[fit|test, layer]``; ``accuracy``: what the
-    model answers on the grid."""
+    model answers on the grid; ``neurons`` (measurement 2, :func:`~circuits.beyond.carry.neurons.neuron_rules`; empty
+    when not measured, as in results saved before it): per position the key MLPs, the classified top and random
+    neurons and the shares of threshold and residue rules; ``grid_activations[position]``: their activations
+    ``[neuron, cell]`` over the grid (top neurons first)."""
 
     kind = "carry"
     config_type = CarryConfig
@@ -45,6 +48,8 @@ class CarryResult(Result):
     accuracy: dict[str, Any]
     fourier: dict[str, Any]
     seconds: float = 0.0
+    neurons: dict[str, Any] = field(default_factory=dict)
+    grid_activations: dict[str, Tensor] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         cmd = {k: {"cmd": c.cmd, "low": c.cmd_interval[0], "high": c.cmd_interval[1], "cpr": c.cpr,
@@ -52,7 +57,7 @@ class CarryResult(Result):
         return {"model": self.config.model, "positions": {"end": "the first answer token (the carry '1') at END",
                                                           "next": "the units digit at END + 1"},
                 "accuracy": self.accuracy, "overlap": self.overlap, "across": self.across, "cmd": cmd,
-                "direction": self.direction, "fourier": self.fourier, "seconds": self.seconds}
+                "direction": self.direction, "fourier": self.fourier, "neurons": self.neurons, "seconds": self.seconds}
 
     def lines(self) -> list[str]:
         """What the command prints: each measurement against its null."""
@@ -84,6 +89,33 @@ class CarryResult(Result):
                    f"{pct(d['flip_subtract']['rate'])}); {r['n']} random directions of its norm: mean {pct(r['mean'])}, "
                    f"max {pct(r['max'])} (p = {d['p_random'] if d['p_random'] is None else round(d['p_random'], 3)})")
         out.append(f"(3) {self._fourier_text()}")
+        out += [f"(2) {line}" for line in self._neuron_texts()]
+        return out
+
+    def _neuron_texts(self) -> list[str]:
+        """Measurement (2), one line a position: the top neurons' threshold and residue shares beside the random
+        neurons' (none when not measured)."""
+        nu = self.neurons
+        out = []
+        for at, fam in (("end", "threshold"), ("next", "residue")):
+            if at not in nu:
+                continue
+            parts = []
+            for f in ("threshold", "residue"):
+                sh = nu[at]["shares"][f]
+                t, r = sh.get("top"), sh.get("random")
+                text = f"{f} {_share(t)}" + (f" vs random {_share(r)}" if r else "")
+                if sh.get("p_top_vs_random") is not None:
+                    text += f" (Fisher p = {sh['p_top_vs_random']:.2g})"
+                parts.append(text)
+            out.append(f"{'END' if at == 'end' else 'END+1'}: MLPs {nu[at]['mlps']}, top {nu['neurons_per_mlp']} "
+                       f"neurons each: " + "; ".join(parts) + f" (expected there: {fam})")
+        two = nu.get("next", {}).get("two_digit")
+        if two:
+            sh = two["shares"]["residue"]
+            out.append(f"END+1 on the {two['n_cells']} two-digit cells alone: residue (there: one value of a + b) "
+                       f"{_share(sh.get('top'))} vs random {_share(sh.get('random'))}"
+                       + (f" (Fisher p = {sh['p_top_vs_random']:.2g})" if sh.get("p_top_vs_random") is not None else ""))
         return out
 
     def _fourier_text(self) -> str:
@@ -128,13 +160,34 @@ class CarryResult(Result):
                          f"{fo['difference']:+.2f} [{fo['low']:+.2f}, {fo['high']:+.2f}]",
                          f"END {fo['end']['share']:.2f}, END + 1 {fo['next']['share']:.2f}; white noise "
                          f"{fo['chance']:.2f}"])
+        nu = self.neurons
+        for at, fam in (("end", "threshold"), ("next", "residue")):
+            if at not in nu:
+                continue
+            sh = nu[at]["shares"][fam]
+            t, r = sh.get("top"), sh.get("random")
+            where = "END" if at == "end" else "END + 1"
+            rule = "a range of a + b (the family `threshold`)" if fam == "threshold" else "(a + b) mod 10"
+            rows.append([f"top neurons of MLPs {nu[at]['mlps']} at {where} whose rule is {rule} "
+                         f"({t['n'] if t else 0} neurons, classified over the {nu['n_cells']} cells)",
+                         _share(t), f"random neurons of the same MLPs {_share(r)}"
+                         + (f", Fisher p = {sh['p_top_vs_random']:.2g}" if sh.get("p_top_vs_random") is not None else "")])
+        two = nu.get("next", {}).get("two_digit")
+        if two:
+            sh = two["shares"]["residue"]
+            rows.append([f"top neurons at END + 1 whose rule is (a + b) mod 10, on the {two['n_cells']} two-digit cells "
+                         "alone (there the same cells as one value of a + b)", _share(sh.get("top")),
+                         f"random neurons of the same MLPs {_share(sh.get('random'))}"
+                         + (f", Fisher p = {sh['p_top_vs_random']:.2g}" if sh.get("p_top_vs_random") is not None
+                            else "")])
         return rows
 
     def _write(self, folder: Path) -> None:
         write_json(folder / "summary.json", self.summary())
         write_pairs(folder / "pairs.jsonl", self.pairs)
         save_torch({"effects": self.effects, "separation": self.separation,
-                    "curves": {k: c.to_dict() for k, c in self.curves.items()}}, folder / "carry.pt")
+                    "curves": {k: c.to_dict() for k, c in self.curves.items()},
+                    "grid_activations": dict(self.grid_activations)}, folder / "carry.pt")
 
     @classmethod
     def _read(cls, folder: Path, config: CarryConfig) -> CarryResult:
@@ -154,13 +207,40 @@ class CarryResult(Result):
         s = read_json(folder / "summary.json")
         if not isinstance(s, dict) or any(not isinstance(s.get(k), dict) for k in SUMMARY_PARTS):
             raise ResultError(f"{folder / 'summary.json'} lacks one of {', '.join(SUMMARY_PARTS)}")
-        for part in SUMMARY_PARTS:  # numbers where numbers are: only a direction's name and a refusal are text
-            _check_numbers(s[part], [part], folder / "summary.json")
+        neurons = s.get("neurons", {})  # absent in results saved before measurement 2
+        if not isinstance(neurons, dict):
+            raise ResultError(f"{folder / 'summary.json'}: field neurons should be a dictionary")
+        for part in (*SUMMARY_PARTS, "neurons"):  # numbers where numbers are: only names and rules are text
+            _check_numbers(s.get(part, {}), [part], folder / "summary.json")
+        raw_acts = t.get("grid_activations", {})
+        if not isinstance(raw_acts, dict) or set(raw_acts) - set(POSITIONS):
+            raise shapes.fail(f"grid_activations should map {' and '.join(POSITIONS)} to tensors")
+        acts = {}
+        for at, v in raw_acts.items():
+            at_shapes = Shapes(path, neuron=(_n_neurons(neurons, at), f"summary.json's neurons at {at}"))
+            acts[at] = at_shapes.tensor(f"grid_activations[{at}]", v, ("neuron", "cell"), finite=True)
         return cls(config, pairs, effects, s["overlap"], curves, s["across"], s["direction"], separation,
-                   s["accuracy"], s["fourier"], number(s, "seconds", folder / "summary.json", 0.0))
+                   s["accuracy"], s["fourier"], number(s, "seconds", folder / "summary.json", 0.0), neurons, acts)
 
 
-_TEXT_FIELDS = ("chosen", "refused")  # the summary's only text leaves (the direction's choice, a refused Fourier view)
+def _share(r: dict[str, Any] | None) -> str:
+    """A share with its Wilson interval (``"12% [5%, 26%] of 40"``), or "n/a"."""
+    if not r or not r.get("n"):
+        return "n/a"
+    return f"{r['rate']:.0%} [{r['low']:.0%}, {r['high']:.0%}] of {r['n']}"
+
+
+def _n_neurons(neurons: dict[str, Any], at: str) -> int:
+    part = neurons.get(at)
+    if not isinstance(part, dict) or not isinstance(part.get("top"), list) or not isinstance(part.get("random"), list):
+        raise ResultError(f"summary.json: neurons.{at} lacks its top and random neurons, which carry.pt's "
+                          f"grid_activations[{at}] holds")
+    return len(part["top"]) + len(part["random"])
+
+
+# The summary's only text leaves: the direction's choice, a refused Fourier view, a neuron's rule and its family, and
+# measurement 2's metric.
+_TEXT_FIELDS = ("chosen", "refused", "rule", "family", "metric")
 
 
 def _check_numbers(value: object, at: list, path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from circuits.config import count, option
+from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSource, check_metric
 from circuits.data.templates import OPERATIONS, templates_for
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES, parse_layers
@@ -32,6 +33,11 @@ class HeuristicsConfig(PairSource):
     ones carry, the knockout's drops), ``classes.json`` (every neuron's best rule per kind with its score), ``heuristics.pt``
     (effects and grid activations), ``grid.jsonl``, ``pairs.jsonl``, ``figure.html`` (grid heat maps beside their rules),
     ``knockout.html``, ``config.json`` and ``circuits.json``.
+
+    ``--answer-position k`` (issue 42): the pairs that rank the neurons read at the answer's token ``k``, and the grid
+    at its answers' token ``k``: only the cells whose answer has more than ``k`` tokens, each teacher-forced with its
+    first ``k`` (:func:`~circuits.data.grid.grid_at_answer_position`; ``k = 1`` on SmolLM2's 0..9 grid keeps the 45
+    two-digit sums, read at their units digit).
     """
 
     layers: tuple[int, ...] = option((), minimum=0, maximum=10_000, unique=True, parse=lambda t: tuple(parse_layers(t)), help="MLP layers whose top neurons are "
@@ -58,6 +64,7 @@ class HeuristicsConfig(PairSource):
     n_random: int = count(5, help="draws of as many random neurons of the same MLPs per class")
     n_boot: int = count(1000, help="bootstrap resamples of the grid's prompts for the intervals")
     knockout_seed: int = option(0, minimum=0, help="seed of the random neurons and the bootstrap")
+    answer_position: str = answer_position_option(whole=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -77,3 +84,14 @@ class HeuristicsConfig(PairSource):
             raise ValueError(f"threshold must lie in (0, 1], got {self.threshold}")
         if not 0 < self.alpha <= 1:
             raise ValueError(f"alpha must lie in (0, 1], got {self.alpha}")
+        position = answer_position(self.answer_position)
+        if position == WHOLE_ANSWER:
+            raise ValueError("--answer-position whole: the heuristics read neurons at one answer token; accepted: 0, "
+                             "1, ...")
+        if position != 0 and self.neurons_from:
+            raise ValueError(f"--answer-position {position} with --neurons-from: a `circuits neurons` result ranks the "
+                             "neurons at END (the first answer token); leave --neurons-from out (the neurons are then "
+                             "swept at the position asked)")
+        if position != 0 and not (self.pairs_file or self.pairs_from):
+            raise ValueError(f"--answer-position {position}: the task's templates give one-token answers only; give "
+                             "--pairs-file (or --pairs-from a result made from one) with answers of several tokens")

@@ -25,7 +25,8 @@ import torch
 from circuits.beyond.heuristics.config import HeuristicsConfig
 from circuits.beyond.faithfulness.job import weights_digest
 from circuits.beyond.heuristics.result import HeuristicsResult
-from circuits.data.grid import OperandGrid, operand_grid
+from circuits.data.answers import at_answer_position
+from circuits.data.grid import OperandGrid, grid_at_answer_position, operand_grid
 from circuits.data.pairs import PromptPair, use_few_shot
 from circuits.data.source import PairSpec
 from circuits.explain.heuristics.activations import grid_activations, output_logits, promotion
@@ -44,8 +45,8 @@ from circuits.types import Neuron
 
 def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
              ) -> tuple[list[int], list[PromptPair], dict[int, torch.Tensor] | None, str]:
-    """The MLP layers, the prompt pairs, and (from ``--neurons-from``) every neuron's effect per layer with its metric;
-    ``None`` effects: the caller sweeps them."""
+    """The MLP layers, the prompt pairs (read at ``config.answer_position``), and (from ``--neurons-from``) every
+    neuron's effect per layer with its metric; ``None`` effects: the caller sweeps them."""
     layers = list(config.layers)
     if config.neurons_from:
         try:
@@ -70,12 +71,14 @@ def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
         layers = load_identify(config.pairs_from).top_mlps(config.top_mlps)
     if layers:
         pairs, _ = config.load_pairs(model)
-        return layers, pairs, None, config.metric
+        return layers, at_answer_position(pairs, config.answer_position, model.tokenizer), None, config.metric
     from circuits.identify.config import IdentifyConfig
     from circuits.identify.job import identify
 
+    # identify reads its pairs at the answer position itself (and hands them back so read)
     made = identify(model, config=IdentifyConfig(**{f.name: getattr(config, f.name) for f in fields(PairSpec)},
-                                                 mode=config.mode), progress=progress)
+                                                 mode=config.mode, answer_position=config.answer_position),
+                    progress=progress)
     return made.top_mlps(config.top_mlps), list(made.pairs), None, config.metric
 
 
@@ -231,6 +234,7 @@ def heuristics(model: Model, config: HeuristicsConfig | None = None, *, progress
     lo, hi = config.operands
     grid = operand_grid(model.tokenizer, config.task, lo, hi, templates=config.templates,
                         few_shot=use_few_shot(model, config.few_shot), seed=config.seed)
+    grid = grid_at_answer_position(grid, int(config.answer_position), model.tokenizer)
     acts = grid_activations(model, grid, neurons, progress=progress)
     classes = fit_classes(model, grid, neurons, acts, config)
     result = HeuristicsResult(config, pairs, grid.prompts, neurons, top_effects, acts, classes, m.name, totals)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from circuits.config import count, option
+from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSource, check_metric
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES
 
@@ -17,7 +18,9 @@ class ScreenConfig(PairSource):
     ``exact_top10_missed_at_{10,20,50}``, ``exact_top5pct_missed_at_{10,20,50}``, the largest misses and why; every
     verified node with its screen estimate and exact value; seconds per stage), ``screen.pt`` (the estimates by layer,
     head and offset from END; neurons; QK-fixed query and key nodes; GradDrop scores; the exact END effects),
-    ``pairs.jsonl``, ``screen.html``, ``config.json`` and ``circuits.json``.
+    ``pairs.jsonl``, ``screen.html``, ``config.json`` and ``circuits.json``. ``--answer-position k``: every pair read
+    at the answer's token ``k`` (both prompts teacher-forced with its first ``k`` tokens, END moved to END + k, the
+    pairs saved so).
     """
 
     metric: str = option(DEFAULT_METRIC, choices=METRIC_NAMES, help="what is estimated and ranked")
@@ -28,9 +31,17 @@ class ScreenConfig(PairSource):
     qk_fix: bool = option(True, help="AtP*'s query and key nodes with the exact softmax")
     grad_drop: bool = option(False, help="AtP*'s GradDrop scores (n_layers extra backward passes)")
     audit: bool = option(True, help="measure every head and MLP at END exactly and compare (the audit table)")
+    answer_position: str = answer_position_option(whole=False)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_metric(self.metric)
         if self.mode not in MODES:
             raise ValueError(f"Unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
+        position = answer_position(self.answer_position)
+        if position == WHOLE_ANSWER:
+            raise ValueError("--answer-position whole: the screen estimates one answer token's metric (offsets count "
+                             "back from it); accepted: 0, 1, ...")
+        if position != 0 and not (self.pairs_file or self.pairs_from):
+            raise ValueError(f"--answer-position {position}: the task's templates give one-token answers only; give "
+                             "--pairs-file (or --pairs-from a result made from one) with answers of several tokens")

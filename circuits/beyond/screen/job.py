@@ -20,6 +20,7 @@ from typing import Any
 from torch import Tensor
 
 from circuits.models.backend import Model
+from circuits.data.answers import at_answer_position
 from circuits.data.pairs import PromptPair
 from circuits.models.loading import load_model
 from circuits.patching.engines.attribution import Attribution, attribute
@@ -82,9 +83,12 @@ def verify(model: Model, pairs: Sequence[PromptPair], att: Attribution, n: int,
 
 def screen(model: Model, pairs: Sequence[PromptPair], config: ScreenConfig | None = None,
            progress: bool = True, **kwargs: Any) -> ScreenResult:
-    """Screen, verify and (``config.audit``) audit; ``config`` fields may be given as keywords."""
+    """Screen, verify and (``config.audit``) audit ``pairs`` read at ``config.answer_position``; ``config`` fields may
+    be given as keywords."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else ScreenConfig(**kwargs)
-    pairs = list(pairs)
+    # Answer token k (issue 42): both prompts teacher-forced with its first k tokens, so END is END + k for every
+    # engine below; a pair whose answer is too short is one line before the screen.
+    pairs = at_answer_position(list(pairs), config.answer_position, model.tokenizer)
     seconds: dict[str, float] = {}
     att = attribute(model, pairs, config.metric, mode=config.mode, neurons=config.neurons,  # type: ignore[arg-type]
                     qk_fix=config.qk_fix, grad_drop=config.grad_drop, progress=progress)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from circuits.config import count, option
+from circuits.data.pair_config import WHOLE_ANSWER, answer_position
 from circuits.identify.config import FromIdentify
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES
 
@@ -24,6 +25,11 @@ class NumbersConfig(FromIdentify):
     two-digit accuracy, each neuron's label and score), ``numbers.pt`` (direct effects per pair, energies, digit effects
     per problem), ``figure.html`` (number line and spectrum), ``digits.html`` (the digit map, where neurons were
     labelled), ``config.json`` and ``circuits.json``.
+
+    ``--answer-position k`` (identify's flag, or the ``--heads-from`` result's): the identify pairs are read at the
+    answer's token ``k`` (teacher-forced, :func:`circuits.data.answers.at_answer_position`), so the key components,
+    their direct effects and the neurons' ranking are those at END + k; the two-digit problems read both answer digits
+    whatever it is. ``whole`` is refused: the Fourier view reads one answer token.
     """
 
     n_heads: int = count(8, minimum=0, per_model="heads", help="key heads read through the Fourier view (the identify result's top heads; "
@@ -45,5 +51,9 @@ class NumbersConfig(FromIdentify):
         super().__post_init__()
         if self.n_heads + self.n_mlps == 0:
             raise ValueError("n_heads and n_mlps are both 0: the Fourier view has no component to read")
+        if answer_position(self.answer_position) == WHOLE_ANSWER:
+            raise ValueError("--answer-position whole: circuits numbers reads one answer token (the direct effects at "
+                             "END + k); accepted: 0, 1, ... (with --heads-from, an identify result made at one answer "
+                             "position)")
         if self.numbers != 0 and self.numbers < 2:
             raise ValueError(f"numbers must be 0 (every single-token number) or at least 2, got {self.numbers}")
