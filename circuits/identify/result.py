@@ -342,10 +342,14 @@ class IdentifyResult(ShowsFigure, Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats, "weights": self.weights})
+        # Numbers lists one per line in float32's shortest digits (the effects are float32): about half the text
+        write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats, "weights": self.weights},
+                   compact_numbers=True)
         write_pairs(folder / "pairs.jsonl", self.pairs)
         if self.sweep is not None:
-            save_torch(self.sweep.tensors(), folder / "sweep.pt")
+            from circuits.patching.engines.end_sweep_files import pack_unmeasured
+
+            save_torch(pack_unmeasured(self.sweep.tensors()), folder / "sweep.pt")
         write_figure(self.figure(), folder / "heads.html")
         if self.edges is not None:
             save_torch(self.edges.tensors(), folder / "edges.pt")
@@ -359,8 +363,10 @@ class IdentifyResult(ShowsFigure, Result):
         pairs = read_pairs(folder / "pairs.jsonl") if (folder / "pairs.jsonl").is_file() else []
         sweep, saved = None, {}
         if (folder / "sweep.pt").is_file():
+            from circuits.patching.engines.end_sweep_files import unpack_unmeasured
+
             try:
-                tensors = load_torch(folder / "sweep.pt", "sweep")
+                tensors = unpack_unmeasured(load_torch(folder / "sweep.pt", "sweep"), folder / "sweep.pt")
             except ValueError as err:
                 raise ResultError(f"{err}; rerun circuits identify") from None
             _check_sweep_shapes(tensors, folder / "sweep.pt", len(pairs), summary)

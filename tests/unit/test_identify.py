@@ -67,6 +67,32 @@ def test_no_marker_is_no_result_and_the_summary_alone_is_read(result, tmp_path):
         assert h1 == h2 and e1 == pytest.approx(e2, rel=1e-6)
 
 
+def test_the_summary_file_holds_the_same_float32_numbers_in_less_text(result, tmp_path):
+    """summary.json writes its lists of numbers on one line in float32's shortest digits (issue 44): every effect and
+    interval grid reads back as the very float32 tensor the result holds, the scalars are as they were, and the file
+    is shorter than the indented JSON it replaced (on this tiny model 74%; the demo's SmolLM2 summaries 49%)."""
+    from circuits.io import to_jsonable
+
+    out = result.save(tmp_path / "compact")
+    text = (out / "summary.json").read_text()
+    saved, held = json.loads(text), to_jsonable({**result.summary(), "pair_stats": result.pair_stats,
+                                                 "weights": result.weights})
+    assert saved.keys() == held.keys()
+    for m, parts in held["metrics"].items():
+        for name, value in parts.items():
+            if isinstance(value, list):
+                got, want = torch.tensor(saved["metrics"][m][name]), torch.tensor(value, dtype=torch.float32)
+                assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+            else:
+                assert saved["metrics"][m][name] == value
+    assert saved["seconds"] == held["seconds"] and saved["pair_stats"] == held["pair_stats"]
+    assert saved["validity"] == held["validity"] and saved["config"] == held["config"]
+    assert [h[:2] for h in saved["ranked_heads"]] == [h[:2] for h in held["ranked_heads"]]
+    assert '"head_effects": [[' in text  # a grid on one line
+    assert len(text) <= 0.8 * len(json.dumps(held, indent=1))
+    assert IdentifyResult.load(out).ranked() == result.ranked()
+
+
 def test_corrupt_files_are_named(result, tmp_path):
     out = result.save(tmp_path / "bad")
     (out / "pairs.jsonl").write_text((out / "pairs.jsonl").read_text()[:-40])
@@ -157,3 +183,27 @@ def test_counterfactual_statistics_come_from_the_sweep(tiny_llama):
     summary = result.summary()
     assert summary["counterfactual_accuracy"] == checked.counterfactual_accuracy
     assert summary["counterfactual_answer_prob"] == pytest.approx(checked.counterfactual_answer_prob, abs=1e-5)
+
+
+def test_sweep_file_keeps_the_answer_probability_of_the_measured_components_only(result, tmp_path):
+    """With prob='key' the answer probability is measured for the key components alone: sweep.pt stores those rows
+    and the mask (issue 44) instead of a grid of NaN, and reads back as the same tensor; a sweep.pt written before,
+    with full grids, still loads; a packed entry that does not fit is one line naming the file."""
+    from circuits.io import save_torch
+
+    assert result.config.prob == "key"
+    out = result.save(tmp_path / "packed")
+    raw = torch.load(out / "sweep.pt", weights_only=True)
+    assert isinstance(raw["head_prob"], dict) and torch.is_tensor(raw["head_logit"])  # logits: measured everywhere
+    assert int(raw["head_prob"]["measured"].sum()) == raw["head_prob"]["values"].shape[0] >= 3
+    back = IdentifyResult.load(out)
+    for name, held in result.sweep.tensors().items():
+        if torch.is_tensor(held):
+            got = back.sweep.tensors()[name]
+            assert torch.equal(got.isnan(), held.isnan()) and torch.equal(got.nan_to_num(), held.nan_to_num()), name
+    save_torch(result.sweep.tensors(), out / "sweep.pt")  # the layout before: full grids, NaN included
+    assert IdentifyResult.load(out).ranked("prob") == result.ranked("prob")
+    raw["head_prob"]["values"] = raw["head_prob"]["values"][:1]
+    save_torch(raw, out / "sweep.pt")
+    with pytest.raises(ResultError, match=r"sweep.pt: head_prob.values has 1 rows for the \d+ components"):
+        IdentifyResult.load(out)
