@@ -145,6 +145,48 @@ def test_run_identify_writes_resumes_and_pools(tiny_llama, tmp_path, capsys):
     assert (folders["addition"] / "summary.json").stat().st_mtime_ns == stamp
 
 
+def _tensor_rows(path):
+    """Every per-pair row (one pair's values of one readout) of a sweep.pt, as bytes."""
+    from circuits.patching.engines.end_sweep_files import unpack_unmeasured
+
+    t = unpack_unmeasured(torch.load(path, weights_only=True), path)
+    return {(k, v[..., i].contiguous().numpy().tobytes()) for k, v in t.items() if torch.is_tensor(v) and
+            k.endswith("logit") for i in range(v.shape[-1])}
+
+
+def test_the_pooled_result_copies_no_tensor_file_of_its_operations(tiny_llama, tmp_path):
+    """--task all's all/ keeps no copy of its operations' files (issue 44): no sweep.pt or pairs.jsonl of its own but
+    pooled.json, no two sweep.pt files under the output share a pair's row, and it loads as exactly the result the
+    job returned; a sibling changed since is one line, and the result saved elsewhere still holds its own files."""
+    config = CONFIG.replace(task="all", n_pairs=4)
+    returned = run(config, tmp_path / "identify", model=tiny_llama, progress=False)
+    folders = task_folders(config, tmp_path / "identify")
+    names = {p.name for p in folders["all"].iterdir()}
+    assert "pooled.json" in names and not names & {"sweep.pt", "pairs.jsonl"}
+    rows = [_tensor_rows(p) for p in sorted((tmp_path / "identify").rglob("*.pt"))]
+    assert len(rows) == 4 and all(not (a & b) for i, a in enumerate(rows) for b in rows[i + 1:])
+    back = IdentifyResult.load(folders["all"])
+    assert back.pairs == returned.pairs and back.per_task == returned.per_task
+    for name, value in returned.sweep.tensors().items():
+        if torch.is_tensor(value):
+            got = back.sweep.tensors()[name]
+            assert torch.equal(got.isnan(), value.isnan()) and torch.equal(got.nan_to_num(), value.nan_to_num())
+    assert back.ranked() == returned.ranked() and back.key_heads() == returned.key_heads()
+    alone = returned.save(tmp_path / "elsewhere" / "all")  # no siblings there: its own pairs.jsonl and sweep.pt
+    assert {"sweep.pt", "pairs.jsonl"} <= {p.name for p in alone.iterdir()}
+    assert IdentifyResult.load(alone).pairs == returned.pairs
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "identify", copy)
+    (copy / "addition" / "pairs.jsonl").write_text((copy / "addition" / "pairs.jsonl").read_text() + "\n")
+    with pytest.raises(ResultError, match=r"pools pairs of .*addition, whose pairs.jsonl has changed since"):
+        IdentifyResult.load(copy / "all")
+    shutil.copy(folders["addition"] / "pairs.jsonl", copy / "addition" / "pairs.jsonl")
+    assert IdentifyResult.load(copy / "all").pairs == returned.pairs
+    shutil.rmtree(copy / "subtraction")
+    with pytest.raises(ResultError, match=r"pools pairs of .*subtraction and needs its pairs.jsonl"):
+        IdentifyResult.load(copy / "all")
+
+
 def test_per_operation_roundtrip(result, tmp_path):
     per = PerOperation.from_identify(PerOperationConfig(top=3), {"addition": result, "subtraction": result}, top=3)
     assert per.overlap == [[3, 3], [3, 3]]
