@@ -220,6 +220,25 @@ def test_report_shares_the_assets_beside_its_inputs(tmp_path):
 
 
 
+def test_the_report_writes_plotlys_template_and_each_script_once(saved, tmp_path):
+    """Every figure of the report refers to one copy of plotly's template (issue 44: 15 copies of its 6.5 KB in the
+    demo's report); plotly.js and circuitsvis are each loaded once, never inlined beside it; the figures' layouts
+    still carry the whole template once the page's script has run (the same object in every figure)."""
+    from plotly.io.json import to_json_plotly
+
+    from circuits.viz.report import write_report
+
+    page = write_report([saved], tmp_path / "report.html").read_text()
+    n_figures = page.count("Plotly.newPlot(")
+    template = to_json_plotly(head_heatmap(torch.randn(2, 2)).to_dict()["layout"]["template"])
+    assert n_figures >= 10 and page.count(template) == 1 and '"template":{' not in page.replace(template, "")
+    assert page.count('"template":circuitsTemplates[0]') == n_figures
+    assert page.index("var circuitsTemplates = [") < page.index("Plotly.newPlot(")
+    assert page.count(" src='") == len(re.findall(r"<script type='text/javascript' src='[^']*(plotly|circuitsvis)-", page)) == 2
+    inline = write_report([saved], tmp_path / "inline.html", inline=True).read_text()
+    assert inline.count(template) == 1 and len(inline) - len(page) < 7_000_000  # each script inlined once
+
+
 # --- notebook display: figures for results, short lines for everything ---------------------------------------------
 
 
