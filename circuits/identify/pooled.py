@@ -7,7 +7,8 @@ operation, its sibling folder, the indices of the pairs drawn, and the SHA-256 o
 Loading reads those files, checks the hashes (a sibling rerun or edited since is one :class:`ResultError` saying so)
 and pools exactly what the job pooled. Where the siblings are not there (a result saved elsewhere, or one the sibling
 files do not give back bit for bit) the folder gets its own ``pairs.jsonl`` and ``sweep.pt``, as before; folders
-saved before this file existed hold those and are read as they were.
+saved before this file existed hold those and are read as they were. :func:`read_sweep` is the checked reader of
+every identify folder's ``sweep.pt``, its own or a sibling's.
 """
 
 from __future__ import annotations
@@ -32,9 +33,26 @@ def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def _check_sweep_shapes(tensors: Any, path: Path, n_pairs: int, summary: Any) -> None:
+    """A ``sweep.pt`` fits its result (:func:`~circuits.patching.engines.end_sweep_files.check_sweep`: per-pair head
+    tensors ``[layer, head, pair]`` and MLP tensors ``[layer, pair]`` over one set of pairs and layers, the baseline
+    over the same pairs, something measured), as many pairs as ``pairs.jsonl`` holds and the layers x heads of the
+    saved summary's ``head_effects``; else one ResultError naming the file (a heat map of the wrong shape, or an empty
+    ranking, is never drawn)."""
+    from circuits.patching.engines.end_sweep_files import check_sweep
+
+    known = {"pair": (n_pairs, "pairs.jsonl")} if n_pairs else {}
+    grid = summary.get("head_effects") if isinstance(summary, dict) else None
+    if isinstance(grid, list) and grid and isinstance(grid[0], list):
+        known |= {"layer": (len(grid), "summary.json's head_effects"), "head": (len(grid[0]), "summary.json's head_effects")}
+    try:
+        check_sweep(tensors, path, **known)
+    except ValueError as err:
+        raise ResultError(f"{err}; rerun circuits identify" if "rerun" not in str(err) else str(err)) from None
+
+
 def read_sweep(path: Path, n_pairs: int, summary: Any, mode: str) -> SweepResult:
     """The checked ``sweep.pt`` at ``path`` (one ResultError line naming it where it does not fit)."""
-    from circuits.identify.result import _check_sweep_shapes
     from circuits.patching.engines.end_sweep_files import unpack_unmeasured
 
     try:

@@ -395,24 +395,6 @@ class IdentifyResult(ShowsFigure, Result):
 
 
 
-def _check_sweep_shapes(tensors: Any, path: Path, n_pairs: int, summary: Any) -> None:
-    """A ``sweep.pt`` fits its result (:func:`~circuits.patching.engines.end_sweep_files.check_sweep`: per-pair head
-    tensors ``[layer, head, pair]`` and MLP tensors ``[layer, pair]`` over one set of pairs and layers, the baseline
-    over the same pairs, something measured), as many pairs as ``pairs.jsonl`` holds and the layers x heads of the
-    saved summary's ``head_effects``; else one ResultError naming the file (a heat map of the wrong shape, or an empty
-    ranking, is never drawn)."""
-    from circuits.patching.engines.end_sweep_files import check_sweep
-
-    known = {"pair": (n_pairs, "pairs.jsonl")} if n_pairs else {}
-    grid = summary.get("head_effects") if isinstance(summary, dict) else None
-    if isinstance(grid, list) and grid and isinstance(grid[0], list):
-        known |= {"layer": (len(grid), "summary.json's head_effects"), "head": (len(grid[0]), "summary.json's head_effects")}
-    try:
-        check_sweep(tensors, path, **known)
-    except ValueError as err:
-        raise ResultError(f"{err}; rerun circuits identify" if "rerun" not in str(err) else str(err)) from None
-
-
 def load_identify(folder: str | Path) -> IdentifyResult:
     """The identify result in ``folder``; a folder of one result per task (``--task all``) gets an error
     that names the task folders."""
