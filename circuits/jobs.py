@@ -161,7 +161,7 @@ JOBS: tuple[Job, ...] = (
     # Step 1 (Section 4.1): the key heads.
     Job("identify", "find the key heads and MLPs by patching at END (Figure 2)",
         (Output("identify", "IdentifyResult", ("key-heads", "edges", "uncertainty")),),
-        ("summary.json", "pairs.jsonl", "sweep.pt", "heads.html", "edges.pt", "circuit.html"),
+        ("summary.json", "pairs.jsonl", "sweep.pt", "pooled.json", "heads.html", "edges.pt", "circuit.html"),
         "IdentifyConfig", "run_identify", register="register_identify",
         how="circuits identify --model smollm2 --task all --out results/identify"),
     Job("per_operation", "the key heads of each operation on one colour scale (Figure 15)",

@@ -191,6 +191,7 @@ def _run_tasks(config: IdentifyConfig, out: Path, tasks: list[str], folders: dic
                 # Each pair's patched values depend on that pair alone: pool the operations' sweeps, run nothing.
                 swept = SweepResult.pool([results[t].sweep.select(picks[t]) for t in tasks])  # type: ignore[union-attr]
                 result = IdentifyResult(config, pooled, swept, {}, time.perf_counter() - start)
+                result.pooled_from = {folders[t].name: picks[t] for t in tasks}  # saved as pooled.json, no copies
             else:  # an operation's result saved without per-pair values (an older version): sweep the pooled pairs
                 model = model or load()
                 result = identify(model, pooled, config, progress=progress, warn=False)

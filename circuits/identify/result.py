@@ -105,6 +105,9 @@ class IdentifyResult(ShowsFigure, Result):
     weights: str = ""  # the model's weights_fingerprint (circuits.models.fingerprint), "" in results saved before
     _intervals: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     _validity: Validity | None = field(default=None, repr=False, compare=False)  # as saved in summary.json
+    # --task all's pooled result: task -> the indices of its pairs drawn, in order (saved as pooled.json, read from
+    # the sibling folders: circuits.identify.pooled); None for a result of its own pairs
+    pooled_from: dict[str, list[int]] | None = field(default=None, repr=False, compare=False)
 
     # --- the one ranking --------------------------------------------------------------------------
 
@@ -342,10 +345,17 @@ class IdentifyResult(ShowsFigure, Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats, "weights": self.weights})
-        write_pairs(folder / "pairs.jsonl", self.pairs)
-        if self.sweep is not None:
-            save_torch(self.sweep.tensors(), folder / "sweep.pt")
+        # Numbers lists one per line in float32's shortest digits (the effects are float32): about half the text
+        write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats, "weights": self.weights},
+                   compact_numbers=True)
+        from circuits.identify.pooled import write_pooled
+
+        if not (self.pooled_from and write_pooled(folder, self.pooled_from, self.pairs, self.sweep)):
+            write_pairs(folder / "pairs.jsonl", self.pairs)
+            if self.sweep is not None:
+                from circuits.patching.engines.end_sweep_files import pack_unmeasured
+
+                save_torch(pack_unmeasured(self.sweep.tensors()), folder / "sweep.pt")
         write_figure(self.figure(), folder / "heads.html")
         if self.edges is not None:
             save_torch(self.edges.tensors(), folder / "edges.pt")
@@ -355,16 +365,15 @@ class IdentifyResult(ShowsFigure, Result):
 
     @classmethod
     def _read(cls, folder: Path, config: IdentifyConfig) -> IdentifyResult:
+        from circuits.identify.pooled import FILE as POOLED, read_pooled, read_sweep
+
         summary = read_json(folder / "summary.json")
         pairs = read_pairs(folder / "pairs.jsonl") if (folder / "pairs.jsonl").is_file() else []
         sweep, saved = None, {}
         if (folder / "sweep.pt").is_file():
-            try:
-                tensors = load_torch(folder / "sweep.pt", "sweep")
-            except ValueError as err:
-                raise ResultError(f"{err}; rerun circuits identify") from None
-            _check_sweep_shapes(tensors, folder / "sweep.pt", len(pairs), summary)
-            sweep = SweepResult.from_tensors(tensors, config.mode)  # type: ignore[arg-type]
+            sweep = read_sweep(folder / "sweep.pt", len(pairs), summary, config.mode)
+        elif (folder / POOLED).is_file():  # --task all's pooled result: read from its sibling folders
+            pairs, sweep = read_pooled(folder, summary, config.mode)
         else:
             saved = {k: (torch.tensor(v["head_effects"]), torch.tensor(v["mlp_effects"]))
                      for k, v in summary.get("metrics", {}).items()} or {
@@ -384,24 +393,6 @@ class IdentifyResult(ShowsFigure, Result):
                 raise ResultError(f"{folder / 'summary.json'}: field 'validity': {err}") from None
         return out
 
-
-
-def _check_sweep_shapes(tensors: Any, path: Path, n_pairs: int, summary: Any) -> None:
-    """A ``sweep.pt`` fits its result (:func:`~circuits.patching.engines.end_sweep_files.check_sweep`: per-pair head
-    tensors ``[layer, head, pair]`` and MLP tensors ``[layer, pair]`` over one set of pairs and layers, the baseline
-    over the same pairs, something measured), as many pairs as ``pairs.jsonl`` holds and the layers x heads of the
-    saved summary's ``head_effects``; else one ResultError naming the file (a heat map of the wrong shape, or an empty
-    ranking, is never drawn)."""
-    from circuits.patching.engines.end_sweep_files import check_sweep
-
-    known = {"pair": (n_pairs, "pairs.jsonl")} if n_pairs else {}
-    grid = summary.get("head_effects") if isinstance(summary, dict) else None
-    if isinstance(grid, list) and grid and isinstance(grid[0], list):
-        known |= {"layer": (len(grid), "summary.json's head_effects"), "head": (len(grid[0]), "summary.json's head_effects")}
-    try:
-        check_sweep(tensors, path, **known)
-    except ValueError as err:
-        raise ResultError(f"{err}; rerun circuits identify" if "rerun" not in str(err) else str(err)) from None
 
 
 def load_identify(folder: str | Path) -> IdentifyResult:

@@ -123,7 +123,9 @@ def head_heatmap(
     if percent is None:
         percent = name in ("relative_logit", "fraction", "prob")
     n_layers, n_heads = head_effects.shape
-    z = _arr(head_effects.detach().float().cpu())
+    # The grids go to the page as float32 (the effects and intervals are float32: the same numbers in half the
+    # bytes of plotly's float64 encoding; issue 44)
+    z = _arr(head_effects.detach().float().cpu()).astype(np.float32)
     peak = float(np.nanmax(np.abs(z))) if np.isfinite(z).any() else 1.0
     fmt = ".2%" if percent else ".4g"
     scale = importance_scale(sign)
@@ -146,7 +148,7 @@ def head_heatmap(
             k = 2
         for j, (n, _) in enumerate(extra):
             lines.append(f"{n} %{{customdata[{k + j}]:{'.2%' if n in ('relative_logit', 'fraction', 'prob') else '.4g'}}}")
-        custom = np.stack(data, -1) if data else None
+        custom = np.stack(data, -1).astype(np.float32) if data else None
         return custom, "<br>".join(lines)
 
     extra_h = [(n, _arr(v[0])) for n, v in (also or {}).items() if n != name]
@@ -165,7 +167,7 @@ def head_heatmap(
         row=1, col=1,
     )
     if mlp_effects is not None:
-        m = _arr(mlp_effects.detach().float().cpu())[:, None]
+        m = _arr(mlp_effects.detach().float().cpu())[:, None].astype(np.float32)
         mlp_peak = float(np.nanmax(np.abs(m))) if np.isfinite(m).any() else 1.0
         ci = (_arr(mlp_ci[0])[:, None], _arr(mlp_ci[1])[:, None]) if mlp_ci is not None else None
         custom, lines = hover("mlp", ci, extra_m)

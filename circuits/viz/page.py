@@ -95,6 +95,7 @@ class Page:
         self.sections: list[tuple[str, str, str]] = []  # (anchor, heading, body)
         self.n_figures = 0
         self.n_views = 0
+        self.templates: list[str] = []  # the figures' plotly templates, each written once (share_template)
 
     def figure(self, fig: go.Figure, label: str = "") -> str:
         """A plotly figure sharing the page's plotly.js; ``label`` (what tells this run from another of its kind in
@@ -104,8 +105,24 @@ class Page:
             fig.update_layout(title_text=f"{title}<br><sup>run: {_e(label)}</sup>" if title else f"run: {_e(label)}")
         self.n_figures += 1
         # A figure wider than the page (the information flow of a long prompt) scrolls inside its box, never cut.
-        return "<div class='fig'>" + fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{self.n_figures}",
-                                                 config={"displaylogo": False, "responsive": True}) + "</div>"
+        html = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"fig-{self.n_figures}",
+                           config={"displaylogo": False, "responsive": True})
+        return "<div class='fig'>" + self.share_template(fig, html) + "</div>"
+
+    def share_template(self, fig: go.Figure, html: str) -> str:
+        """``html`` (``fig``'s ``to_html``) with its layout's template, the same 6.5 KB of plotly's default style in
+        every figure, replaced by a reference to one copy the page writes once in its head
+        (``circuitsTemplates[i]``; issue 44: 15 copies were 0.1 MB of the demo's report). The figure draws the
+        same: plotly.js receives the same template object."""
+        from plotly.io.json import to_json_plotly
+
+        template = fig.to_dict().get("layout", {}).get("template")
+        text = to_json_plotly(template) if template else ""
+        if len(text) < 200 or html.count(text) != 1:  # nothing worth sharing, or not found once as written
+            return html
+        if text not in self.templates:
+            self.templates.append(text)
+        return html.replace(text, f"circuitsTemplates[{self.templates.index(text)}]")
 
     def per_result(self, found: Iterable[Any], text: Callable[[Any], str]) -> str:
         """One block per found result (:class:`~circuits.viz.sections.Found`): ``text(result)``, what it shows (a
@@ -136,6 +153,9 @@ class Page:
             scripts.append(script_tag("plotly", out, inline=inline, roots=roots, default=Path(out or ".").parent))
         if self.n_views:
             scripts.append(script_tag("circuitsvis", out, inline=inline, roots=roots, default=Path(out or ".").parent))
+        if self.templates:  # before any figure's script: each figure's layout refers to one of these
+            shared = ",".join(t.replace("</", "<\\/") for t in self.templates)
+            scripts.append(f"<script>var circuitsTemplates = [{shared}];</script>")
         toc = "".join(f"<li><a href='#{a}'>{_e(h)}</a></li>" for a, h, _ in self.sections)
         body = "".join(f"<section id='{a}'><h2>{_e(h)}</h2>{b}</section>" for a, h, b in self.sections)
         when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -67,6 +67,32 @@ def test_no_marker_is_no_result_and_the_summary_alone_is_read(result, tmp_path):
         assert h1 == h2 and e1 == pytest.approx(e2, rel=1e-6)
 
 
+def test_the_summary_file_holds_the_same_float32_numbers_in_less_text(result, tmp_path):
+    """summary.json writes its lists of numbers on one line in float32's shortest digits (issue 44): every effect and
+    interval grid reads back as the very float32 tensor the result holds, the scalars are as they were, and the file
+    is shorter than the indented JSON it replaced (on this tiny model 74%; the demo's SmolLM2 summaries 49%)."""
+    from circuits.io import to_jsonable
+
+    out = result.save(tmp_path / "compact")
+    text = (out / "summary.json").read_text()
+    saved, held = json.loads(text), to_jsonable({**result.summary(), "pair_stats": result.pair_stats,
+                                                 "weights": result.weights})
+    assert saved.keys() == held.keys()
+    for m, parts in held["metrics"].items():
+        for name, value in parts.items():
+            if isinstance(value, list):
+                got, want = torch.tensor(saved["metrics"][m][name]), torch.tensor(value, dtype=torch.float32)
+                assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.nan_to_num(), want.nan_to_num())
+            else:
+                assert saved["metrics"][m][name] == value
+    assert saved["seconds"] == held["seconds"] and saved["pair_stats"] == held["pair_stats"]
+    assert saved["validity"] == held["validity"] and saved["config"] == held["config"]
+    assert [h[:2] for h in saved["ranked_heads"]] == [h[:2] for h in held["ranked_heads"]]
+    assert '"head_effects": [[' in text  # a grid on one line
+    assert len(text) <= 0.8 * len(json.dumps(held, indent=1))
+    assert IdentifyResult.load(out).ranked() == result.ranked()
+
+
 def test_corrupt_files_are_named(result, tmp_path):
     out = result.save(tmp_path / "bad")
     (out / "pairs.jsonl").write_text((out / "pairs.jsonl").read_text()[:-40])
@@ -119,6 +145,48 @@ def test_run_identify_writes_resumes_and_pools(tiny_llama, tmp_path, capsys):
     assert (folders["addition"] / "summary.json").stat().st_mtime_ns == stamp
 
 
+def _tensor_rows(path):
+    """Every per-pair row (one pair's values of one readout) of a sweep.pt, as bytes."""
+    from circuits.patching.engines.end_sweep_files import unpack_unmeasured
+
+    t = unpack_unmeasured(torch.load(path, weights_only=True), path)
+    return {(k, v[..., i].contiguous().numpy().tobytes()) for k, v in t.items() if torch.is_tensor(v) and
+            k.endswith("logit") for i in range(v.shape[-1])}
+
+
+def test_the_pooled_result_copies_no_tensor_file_of_its_operations(tiny_llama, tmp_path):
+    """--task all's all/ keeps no copy of its operations' files (issue 44): no sweep.pt or pairs.jsonl of its own but
+    pooled.json, no two sweep.pt files under the output share a pair's row, and it loads as exactly the result the
+    job returned; a sibling changed since is one line, and the result saved elsewhere still holds its own files."""
+    config = CONFIG.replace(task="all", n_pairs=4)
+    returned = run(config, tmp_path / "identify", model=tiny_llama, progress=False)
+    folders = task_folders(config, tmp_path / "identify")
+    names = {p.name for p in folders["all"].iterdir()}
+    assert "pooled.json" in names and not names & {"sweep.pt", "pairs.jsonl"}
+    rows = [_tensor_rows(p) for p in sorted((tmp_path / "identify").rglob("*.pt"))]
+    assert len(rows) == 4 and all(not (a & b) for i, a in enumerate(rows) for b in rows[i + 1:])
+    back = IdentifyResult.load(folders["all"])
+    assert back.pairs == returned.pairs and back.per_task == returned.per_task
+    for name, value in returned.sweep.tensors().items():
+        if torch.is_tensor(value):
+            got = back.sweep.tensors()[name]
+            assert torch.equal(got.isnan(), value.isnan()) and torch.equal(got.nan_to_num(), value.nan_to_num())
+    assert back.ranked() == returned.ranked() and back.key_heads() == returned.key_heads()
+    alone = returned.save(tmp_path / "elsewhere" / "all")  # no siblings there: its own pairs.jsonl and sweep.pt
+    assert {"sweep.pt", "pairs.jsonl"} <= {p.name for p in alone.iterdir()}
+    assert IdentifyResult.load(alone).pairs == returned.pairs
+    copy = tmp_path / "copy"
+    shutil.copytree(tmp_path / "identify", copy)
+    (copy / "addition" / "pairs.jsonl").write_text((copy / "addition" / "pairs.jsonl").read_text() + "\n")
+    with pytest.raises(ResultError, match=r"pools pairs of .*addition, whose pairs.jsonl has changed since"):
+        IdentifyResult.load(copy / "all")
+    shutil.copy(folders["addition"] / "pairs.jsonl", copy / "addition" / "pairs.jsonl")
+    assert IdentifyResult.load(copy / "all").pairs == returned.pairs
+    shutil.rmtree(copy / "subtraction")
+    with pytest.raises(ResultError, match=r"pools pairs of .*subtraction and needs its pairs.jsonl"):
+        IdentifyResult.load(copy / "all")
+
+
 def test_per_operation_roundtrip(result, tmp_path):
     per = PerOperation.from_identify(PerOperationConfig(top=3), {"addition": result, "subtraction": result}, top=3)
     assert per.overlap == [[3, 3], [3, 3]]
@@ -157,3 +225,27 @@ def test_counterfactual_statistics_come_from_the_sweep(tiny_llama):
     summary = result.summary()
     assert summary["counterfactual_accuracy"] == checked.counterfactual_accuracy
     assert summary["counterfactual_answer_prob"] == pytest.approx(checked.counterfactual_answer_prob, abs=1e-5)
+
+
+def test_sweep_file_keeps_the_answer_probability_of_the_measured_components_only(result, tmp_path):
+    """With prob='key' the answer probability is measured for the key components alone: sweep.pt stores those rows
+    and the mask (issue 44) instead of a grid of NaN, and reads back as the same tensor; a sweep.pt written before,
+    with full grids, still loads; a packed entry that does not fit is one line naming the file."""
+    from circuits.io import save_torch
+
+    assert result.config.prob == "key"
+    out = result.save(tmp_path / "packed")
+    raw = torch.load(out / "sweep.pt", weights_only=True)
+    assert isinstance(raw["head_prob"], dict) and torch.is_tensor(raw["head_logit"])  # logits: measured everywhere
+    assert int(raw["head_prob"]["measured"].sum()) == raw["head_prob"]["values"].shape[0] >= 3
+    back = IdentifyResult.load(out)
+    for name, held in result.sweep.tensors().items():
+        if torch.is_tensor(held):
+            got = back.sweep.tensors()[name]
+            assert torch.equal(got.isnan(), held.isnan()) and torch.equal(got.nan_to_num(), held.nan_to_num()), name
+    save_torch(result.sweep.tensors(), out / "sweep.pt")  # the layout before: full grids, NaN included
+    assert IdentifyResult.load(out).ranked("prob") == result.ranked("prob")
+    raw["head_prob"]["values"] = raw["head_prob"]["values"][:1]
+    save_torch(raw, out / "sweep.pt")
+    with pytest.raises(ResultError, match=r"sweep.pt: head_prob.values has 1 rows for the \d+ components"):
+        IdentifyResult.load(out)

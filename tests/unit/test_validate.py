@@ -220,3 +220,81 @@ def test_a_pair_outside_the_mean_groups_is_one_clear_error(tiny_llama, pairs):
     assert neurons.source_of(pairs[0]) == 0 and AblationValues([], [], rule="pooled").source_of(other) == 0
     with pytest.raises(KeyError, match=re.escape(f"No neuron mean for template {other.template_id!r}")):
         neurons.source_of(other)
+
+
+def _plain_knockout_resid(model, pair, means, heads, mlps):
+    """The plain reference: the whole reference prompt with one hook per site writing the group's mean at every
+    position, prefix included (TransformerLens's own forward)."""
+    g, T = means.source_of(pair), len(pair.reference_token_ids)
+    hooks = []
+    for l, h in heads:
+        def z_hook(z, hook, l=l, h=h):
+            z[:, :, h] = means.z[l][g, :T, h]
+            return z
+        hooks.append((get_act_name("z", l), z_hook))
+    for l in mlps:
+        hooks.append((get_act_name("mlp_out", l), lambda x, hook, l=l: means.mlp_out[l][g, :T][None].clone()))
+    return model.run_with_hooks(torch.tensor([pair.reference_token_ids]), fwd_hooks=hooks,
+                                stop_at_layer=model.cfg.n_layers)[0, -1]
+
+
+def test_template_means_leave_the_prefix_clean_and_the_fast_path_equals_the_plain_loop(tiny_llama, pairs):
+    """Template means over prompts that share the pair's few-shot prefix are the clean run's activations there, so the
+    executor runs each prefix once, unhooked, for every set (issue 44): equal, within 1e-5, to the prefix ablated once
+    per set (the path before) and to TransformerLens's forward with one hook per site over the whole prompt."""
+    from circuits.patching.ablation.executor import AblationMasks, ablated_residuals
+
+    means = compute_means(tiny_llama, pairs)
+    assert sum(p.prefix_length > 0 for p in pairs) >= len(pairs) // 2
+    assert all(means.clean_start(p) >= p.prefix_length for p in pairs)  # the counterfactuals keep the prefix
+    sets = [([], []), ([(0, 1)], []), ([(1, 2), (2, 0), (0, 3)], [2]), ([], [0, 1]), (all_heads(tiny_llama), [0])]
+    fast = knockout_residuals(tiny_llama, pairs, sets, means)
+    tokens = [p.reference_token_ids for p in pairs]
+    before = ablated_residuals(tiny_llama, tokens, AblationMasks.of_sets(tiny_llama, sets), means,
+                               [means.source_of(p) for p in pairs], prefix_lengths=[p.prefix_length for p in pairs],
+                               ablate_prefix=True)
+    assert (fast - before).abs().max() < 1e-5
+    for s, (heads, mlps) in enumerate(sets):
+        for i, p in enumerate(pairs[:6]):
+            plain = _plain_knockout_resid(tiny_llama, p, means, heads, mlps)
+            assert (fast[s, i] - plain).abs().max() < 1e-5, (s, i)
+    assert (fast[4] - fast[0]).abs().max() > 1e-2  # the sets really differ
+
+
+def test_means_of_prompts_with_another_prefix_ablate_the_prefix(tiny_llama, pairs):
+    """Where the counterfactual prompts' prefix differs from the reference's (``--prefix-policy counterfactual``),
+    the means there are not the clean run's: the prefix is ablated once per set, as the plain loop does."""
+    import dataclasses
+
+    other = [dataclasses.replace(p, counterfactual_token_ids=(p.counterfactual_token_ids[0] + 1,)
+                                 + p.counterfactual_token_ids[1:]) if p.prefix_length else p for p in pairs]
+    means = compute_means(tiny_llama, other)
+    assert all(means.clean_start(p) == 0 for p in other if p.prefix_length)
+    sets = [([(0, 1), (1, 0)], [1]), (all_heads(tiny_llama), [])]
+    got = knockout_residuals(tiny_llama, other, sets, means)
+    clean_prefix = knockout_residuals(tiny_llama, pairs, sets, compute_means(tiny_llama, pairs))
+    for s, (heads, mlps) in enumerate(sets):
+        for i, p in enumerate(other[:6]):
+            assert (got[s, i] - _plain_knockout_resid(tiny_llama, p, means, heads, mlps)).abs().max() < 1e-5, (s, i)
+    assert (got - clean_prefix).abs().max() > 1e-3
+    assert replacement_values(tiny_llama, pairs, "zero").clean_start(pairs[0]) == 0  # zeros are never the clean run
+
+
+@pytest.mark.parametrize("batch_size", [32, 5])
+def test_means_of_groups_run_together_equal_each_group_alone(tiny_llama, pairs, batch_size):
+    """compute_means runs every group's prompts in one padded batch (issue 44): each group's mean per position equals
+    the mean of its own prompts' activations, each prompt run alone, within 1e-5."""
+    from circuits.patching.ablation.values import group_key
+
+    means = compute_means(tiny_llama, pairs, batch_size=batch_size)
+    assert len(means.index) > 2  # several groups of several lengths in one batch
+    for key, g in means.index.items():
+        group = [p for p in pairs if group_key(p) == key]
+        zs, ms = [], []
+        for p in group:
+            _, c = tiny_llama.run_with_cache(torch.tensor([p.counterfactual_token_ids]))
+            zs.append(c[get_act_name("z", 1)][0])
+            ms.append(c[get_act_name("mlp_out", 2)][0])
+        assert (means.z[1][g, : key[1]] - torch.stack(zs).mean(0)).abs().max() < 1e-5
+        assert (means.mlp_out[2][g, : key[1]] - torch.stack(ms).mean(0)).abs().max() < 1e-5
+        assert means.shared_tokens[g] == tuple(group[0].counterfactual_token_ids[: len(means.shared_tokens[g])])

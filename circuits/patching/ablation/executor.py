@@ -22,12 +22,15 @@ Prefix sharing in the masked forward, through the backend's ``prefix_cache``/``c
 :meth:`~circuits.models.backend.Backend.prefix_sharing` says the cache gives the full run's numbers (causal attention makes
 it exact):
 
-- ``ablate_prefix=True`` (knockout: the prefix is ablated too, so its keys and values depend on the set): pairs with
+- ``ablate_prefix=True`` (knockout with zeros, or means of prompts whose prefix differs from the pair's: the prefix
+  is ablated too, so its keys and values depend on the set): pairs with
   equal prefix tokens run the prefix once per set, repeated for the pairs; the prefix reads the values of the
   group's first pair -- values at a shared prefix's positions are activations of those same tokens (means of a
   template group, a pair's counterfactual run), equal across the group.
 - ``ablate_prefix=False`` (the values equal the clean run's there, e.g. counterfactual values before a pair's first
-  difference, or ablation at END only): each pair's prefix runs once without hooks and is repeated for every set.
+  difference, template means over prompts that all start with the pair's prefix (knockout's usual case,
+  :meth:`~circuits.patching.ablation.values.AblationValues.clean_start`), or ablation at END only): each pair's prefix
+  runs once without hooks and is repeated for every set.
 """
 
 from __future__ import annotations
@@ -291,9 +294,13 @@ def run_ablation(model: Model, pairs: Pairs, spec: AblationSpec, *, rows_per_bat
         tokens = [p.reference_token_ids for p in pairs]
         rows = rows_per_batch or rows_per_forward(model, max(map(len, tokens)), memory_mb)
         share = share_prefix and values.kind in ("mean", "zero")  # a resample donor's prefix may differ
+        prefixes = [min(p.prefix_length, len(ids) - 1) for p, ids in zip(pairs, tokens)]
+        # Group means of prompts that share the pair's prefix tokens are the clean run's activations there: the
+        # prefix is then the clean run under every set, and runs once per pair, unhooked (AblationValues.clean_start).
+        clean = share and all(values.clean_start(p, i) >= n for i, (p, n) in enumerate(zip(pairs, prefixes)))
         resid = ablated_residuals(model, tokens, sites, values, [values.source_of(p) for p in pairs],
                                   prefix_lengths=[p.prefix_length for p in pairs] if share else None,
-                                  at_end=spec.positions == "end", rows_per_batch=rows)
+                                  ablate_prefix=not clean, at_end=spec.positions == "end", rows_per_batch=rows)
         return Ablated(resid, None, "masked")
     batch = as_batch(pairs, model)
     neuron_layers = sorted(sites.neurons)
@@ -313,7 +320,7 @@ def run_ablation(model: Model, pairs: Pairs, spec: AblationSpec, *, rows_per_bat
     table = per_pair_values(model, values, batch.reference, batch.end, neuron_layers, counterfactual=acts)
     end = batch.end.tolist()
     resid = ablated_residuals(model, [batch.reference[i, : end[i] + 1].tolist() for i in range(len(batch))], sites,
-                              table, range(len(batch)), ablate_prefix=False, at_end=spec.positions == "end",
+                              table, range(len(batch)), ablate_prefix=not clean, at_end=spec.positions == "end",
                               rows_per_batch=rows)
     return Ablated(resid, cf_full[torch.arange(len(batch), device=cf_full.device), batch.end.to(cf_full.device)],
                    "masked")

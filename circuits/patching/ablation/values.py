@@ -88,6 +88,10 @@ class AblationValues:
     # the input node's values (MIB's graph: the embeddings, ``blocks.0.hook_resid_pre``) ``[source, pos, d_model]``;
     # None: not taken (the faithfulness engine's per-pair values and zeros take it; knockout's means do not)
     input: Tensor | None = None
+    # Per source row (group means only): the leading tokens every prompt averaged into that row has in common. At
+    # those positions the row's value is each of those prompts' own activation (causal attention), so a pair whose
+    # own tokens start the same way runs them unablated (:meth:`clean_start`). Empty: no such claim.
+    shared_tokens: list[tuple[int, ...]] = field(default_factory=list)
 
     @property
     def pooled(self) -> bool:
@@ -106,6 +110,22 @@ class AblationValues:
         advice = "Take means over counterfactuals of the same templates, or use pooled=True." if self.what == "mean" \
             else ""
         return group_index(self.index, self.pooled, pair, self.what, advice)  # type: ignore[arg-type]
+
+    def clean_start(self, pair: PromptPair, i: int = 0) -> int:
+        """How many of ``pair``'s leading reference tokens these values leave as the clean run has them: positions
+        where the pair's tokens equal the tokens every prompt of its mean group shares (``shared_tokens``), so that
+        the mean there is the clean activation of those same tokens. Knocking out any set of components then changes
+        nothing before that position (by induction over layers: what reaches it is the clean run), and the executor
+        runs those positions once, unablated, for every set (:func:`~circuits.patching.ablation.executor.run_ablation`).
+        0 for values that make no such claim (zero, resample, pooled or per-pair values)."""
+        if self.kind != "mean" or self.rule != "group" or not self.shared_tokens:
+            return 0
+        common = self.shared_tokens[self.source_of(pair, i)]
+        ids = pair.reference_token_ids
+        n = 0
+        while n < min(len(common), len(ids)) and common[n] == ids[n]:
+            n += 1
+        return n
 
     def table(self, site: str, layer: int) -> Tensor:
         """The table of ``site`` (``"z"``, ``"mlp_out"``, ``"post"``; ``"resid_pre"`` at layer 0: the input node) at
@@ -167,26 +187,41 @@ def compute_means(
     by_group: dict[GroupKey, list[PromptPair]] = {}
     for p in pairs:
         by_group.setdefault(group_key(p), []).append(p)
+    prompt = (lambda p: p.counterfactual_token_ids) if source == "counterfactual" else (lambda p: p.reference_token_ids)
     means: dict[str, list[Tensor]] = {n: [] for n in names}
     total: dict[str, Tensor] = {}
     n_pos_total = 0
     bar = tqdm(total=len(pairs), desc=f"means ({source} prompts)", unit="prompt", disable=not progress or not D.is_main())
-    for key, group in by_group.items():
-        acc: dict[str, Tensor] = {}
-        for i in range(0, len(group), batch_size):
-            chunk = group[i : i + batch_size]
-            ids = [p.counterfactual_token_ids if source == "counterfactual" else p.reference_token_ids for p in chunk]
-            tokens = torch.tensor(ids, device=model.cfg.device)
-            _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, stop_at_layer=stop)
+    # The groups' prompts run together, ``batch_size`` at a time, right-padded (causal attention: a pad after a
+    # prompt never reaches its positions), so a handful of pairs over many templates is one forward, not one per group.
+    order = [(g, p) for g, group in enumerate(by_group.values()) for p in group]
+    acc: list[dict[str, Tensor]] = [{} for _ in by_group]
+    for i in range(0, len(order), batch_size):
+        chunk = order[i : i + batch_size]
+        ids = [prompt(p) for _, p in chunk]
+        width = max(map(len, ids))
+        tokens = torch.tensor([list(t) + [t[-1]] * (width - len(t)) for t in ids], device=model.cfg.device)
+        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names, stop_at_layer=stop)
+        rows_of: dict[int, list[int]] = {}
+        for r, (g, _) in enumerate(chunk):
+            rows_of.setdefault(g, []).append(r)
+        for g, rows in rows_of.items():
+            lengths = {len(ids[r]) for r in rows}
+            if len(lengths) > 1:
+                raise ValueError(f"compute_means: the {source} prompts of template {chunk[rows[0]][1].template_id!r} "
+                                 f"at length {list(by_group)[g][1]} have {sorted(lengths)} tokens; a mean per position "
+                                 "needs one length per group")
+            idx, n_tok = torch.tensor(rows, device=tokens.device), lengths.pop()
             for n in names:
-                s = cache[n].float().sum(0)
-                acc[n] = s if n not in acc else acc[n] + s
-            bar.update(len(chunk))
+                s = cache[n][idx, :n_tok].float().sum(0)
+                acc[g][n] = s if n not in acc[g] else acc[g][n] + s
+        bar.update(len(chunk))
+    for (key, group), a in zip(by_group.items(), acc):
         n_pos_total += len(group) * key[1]
         for n in names:
-            means[n].append(acc[n] / len(group))
+            means[n].append(a[n] / len(group))
             if pooled:
-                t = acc[n].sum(0)
+                t = a[n].sum(0)
                 total[n] = t if n not in total else total[n] + t
     bar.close()
     dtype = model.cfg.dtype
@@ -205,7 +240,18 @@ def compute_means(
 
     acts = {n: stack(means[n]) for n in names}
     return AblationValues(*_tables(model, acts, neuron_layers), index={k: g for g, k in enumerate(by_group)},
-                          rule="group", kind="mean", n_prompts=len(pairs), what=what)
+                          rule="group", kind="mean", n_prompts=len(pairs), what=what,
+                          shared_tokens=[common_start([prompt(p) for p in group]) for group in by_group.values()])
+
+
+def common_start(prompts: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """The leading tokens every prompt of ``prompts`` has in common."""
+    first = tuple(prompts[0])
+    n = len(first)
+    for ids in prompts[1:]:
+        n = min(n, len(ids))
+        n = next((i for i in range(n) if ids[i] != first[i]), n)
+    return first[:n]
 
 
 def zero_values(model: Model, neuron_layers: Sequence[int] = ()) -> AblationValues:

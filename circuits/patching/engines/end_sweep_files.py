@@ -54,7 +54,7 @@ def save(sweep: Any, folder: str | Path, *, overwrite: bool = False) -> Path:
     _check_folder(folder, overwrite)
     L, H, n = sweep.head_logit.shape
     with atomic_dir(folder) as tmp:
-        save_torch(sweep.tensors(), tmp / "sweep.pt")
+        save_torch(pack_unmeasured(sweep.tensors()), tmp / "sweep.pt")
         write_json(tmp / "sweep.json", {"format": TAG, "mode": sweep.mode, "n_layers": L, "n_heads": H,
                                         "n_pairs": n, "custom": sorted(sweep.custom), "provenance": provenance()})
     return folder
@@ -85,7 +85,7 @@ def load(cls: Any, folder: str | Path, metrics: Sequence[Metric] = ()) -> Any:
         if not isinstance(v, int) or isinstance(v, bool) or v < 0:
             raise ResultError(f"{meta_path}: field {field!r} is {v!r}, not a count")
     try:
-        t = load_torch(path, "sweep")
+        t = unpack_unmeasured(load_torch(path, "sweep"), path)
     except ValueError as err:
         raise ResultError(str(err)) from None
     want = {f"head_{r}": (meta["n_layers"], meta["n_heads"], meta["n_pairs"]) for r in READOUTS}
@@ -105,6 +105,49 @@ def load(cls: Any, folder: str | Path, metrics: Sequence[Metric] = ()) -> Any:
         raise ResultError(f"{path} lacks what a saved sweep holds ({type(err).__name__}: {err})") from None
     sweep.custom_metrics.update({m.name: m for m in metrics if getattr(m, "name", None) in sweep.custom})
     return sweep
+
+
+def pack_unmeasured(t: dict) -> dict:
+    """``t`` (:meth:`SweepResult.tensors`) with each readout measured for fewer than half of its components stored as
+    ``{"measured": [layer, head] bool, "values": [measured, pair]}`` instead of a grid of NaN (the answer probability
+    is measured for the key components only, ``prob='key'``: 8 of SmolLM2's 270 heads, so two thirds of a sweep.pt
+    was NaN; issue 44). :func:`unpack_unmeasured` gives the same tensor back; other values are passed through."""
+    out = dict(t)
+    for name, value in t.items():
+        if not (name.startswith(("head_", "mlp_")) and hasattr(value, "isnan") and value.is_floating_point()
+                and value.ndim >= 2):
+            continue
+        measured = ~value.isnan().all(-1)
+        if 2 * int(measured.sum()) < measured.numel():
+            out[name] = {"measured": measured, "values": value[measured].clone()}
+    return out
+
+
+def unpack_unmeasured(t: Any, path: str | Path) -> Any:
+    """The tensors :func:`pack_unmeasured` packed, as full grids with NaN where nothing was measured (a ``sweep.pt``
+    written before, with full grids, is returned as it is); a packed entry that does not fit is one
+    :class:`~circuits.io.TensorError` naming ``path``."""
+    import torch
+
+    if not isinstance(t, dict):
+        return t
+    out = dict(t)
+    for name, value in t.items():
+        if not (name.startswith(("head_", "mlp_")) and isinstance(value, dict)):
+            continue
+        shapes = Shapes(path)
+        if set(value) != {"measured", "values"}:
+            raise shapes.fail(f"{name} is a dict of {sorted(value)[:4]}, not a tensor or its measured values")
+        axes = ("layer", "head") if name.startswith("head_") else ("layer",)
+        mask = shapes.tensor(f"{name}.measured", value["measured"], axes, kind="bool")
+        values = shapes.tensor(f"{name}.values", value["values"], ("measured", "pair"), no_inf=True)
+        if int(mask.sum()) != values.shape[0]:
+            raise shapes.fail(f"{name}.values has {values.shape[0]} rows for the {int(mask.sum())} components "
+                              f"{name}.measured marks")
+        full = torch.full((*mask.shape, values.shape[1]), float("nan"), dtype=values.dtype)
+        full[mask] = values
+        out[name] = full
+    return out
 
 
 def check_sweep(t: Any, path: str | Path, **known: tuple[int, str]) -> None:
