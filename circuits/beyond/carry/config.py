@@ -49,12 +49,13 @@ class CarryConfig(Config):
     n_boot: int = count(1000, help="bootstrap resamples of the pairs for the intervals")
     n_splits: int = count(200, help="random halves of the pairs for the split-half reference")
     n_random: int = count(20, help="random directions of the carry direction's norm (its null)")
-    neuron_mlps: int = count(2, minimum=0, help="measurement 2: key MLPs at each position (the top by absolute mean "
-                                                 "effect there) whose neurons are classified (0: not measured)")
+    neuron_mlps: int = count(2, minimum=0, per_model="mlps",
+                             help="measurement 2: key MLPs at each position (the top by absolute mean effect there) "
+                                  "whose neurons are classified (0: not measured)")
     neurons_per_mlp: int = count(20, help="measurement 2: top neurons of each key MLP (by their exact effect at that "
                                           "position) classified over the grid")
-    null_neurons: int = count(20, minimum=0, help="measurement 2: random neurons of each key MLP (outside the top "
-                                                  "ones) classified by the same test: the null of the shares")
+    null_neurons: int = count(20, help="measurement 2: random neurons of each key MLP (outside the top ones) "
+                                       "classified by the same test: the null of the shares")
     direction_layer: int = option(-1, minimum=-1, maximum=10_000, per_model="layer",
                                   help="the layer whose residual the carry direction is taken from and patched into "
                                        "(-1: the one where it separates the classes best on the fit half)")
