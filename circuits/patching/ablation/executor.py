@@ -320,7 +320,7 @@ def run_ablation(model: Model, pairs: Pairs, spec: AblationSpec, *, rows_per_bat
     table = per_pair_values(model, values, batch.reference, batch.end, neuron_layers, counterfactual=acts)
     end = batch.end.tolist()
     resid = ablated_residuals(model, [batch.reference[i, : end[i] + 1].tolist() for i in range(len(batch))], sites,
-                              table, range(len(batch)), ablate_prefix=not clean, at_end=spec.positions == "end",
+                              table, range(len(batch)), ablate_prefix=False, at_end=spec.positions == "end",
                               rows_per_batch=rows)
     return Ablated(resid, cf_full[torch.arange(len(batch), device=cf_full.device), batch.end.to(cf_full.device)],
                    "masked")
