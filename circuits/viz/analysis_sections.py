@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from circuits.results import result_type
-from circuits.viz.page import Page, _e, _pct, table
+from circuits.viz.page import Page, _e, _pct, table, validity_banner
 
 
 def _f(x: Any, digits: int = 3) -> str:
@@ -25,6 +25,7 @@ def _screen_text(r: Any) -> str:
            f"{_e(r.metric)}) estimated every head, MLP and neuron at every position of {len(r.pairs)} pairs in "
            f"{sec.get('screen', 0):.0f} s; its top nodes were re-measured exactly (END engine at END, the "
            f"per-position engine elsewhere).</p>"]
+    out.insert(1, validity_banner(r.validity()))
     if r.audit:
         a = r.audit
         out.append(f"<p>Against the exact END engine over all {_e(a.get('n_components'))} heads and MLPs: Spearman "
@@ -74,7 +75,7 @@ def neurons_section(page: Page, found: list) -> str:
 def _neurons_text(r: Any) -> str:
     rows = [[f"MLP{l}", _pct(s["share_for_50pct"], 1), _pct(s["share_for_80pct"], 1), _pct(s["top1pct_of_total"]),
              _f(s["sum_of_neuron_effects"]), _f(s["whole_mlp_effect"])] for l, s in r.shares().items()]
-    out = [f"<p class='what'>Every neuron of the MLPs below patched alone at END ({_e(r.sweep.mode)} patching, "
+    out = [validity_banner(r.validity()), f"<p class='what'>Every neuron of the MLPs below patched alone at END ({_e(r.sweep.mode)} patching, "
            f"{_e(r.metric)}), as Nikankin et al. ask: what share of a layer's neurons carries most of its "
            f"effect, and does knocking out only those neurons do what knocking out the whole MLP does?</p>",
            table(["MLP", "neurons for 50%", "neurons for 80%", "top 1% carry", "sum of neuron effects",
