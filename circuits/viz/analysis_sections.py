@@ -96,6 +96,7 @@ def heuristics_section(page: Page, found: list) -> str:
         r = f.result
         s = r.summary()
         counts = ", ".join(f"{k} {v}" for k, v in s["class_counts"].items())
+        out.append(validity_banner(r.validity()))
         out.append(f"<p class='what'>The top {r.config.neurons_per_mlp} neurons of MLPs "
                    f"{', '.join(map(str, s['layers']))} (by their exact END effect, {_e(r.metric)}) read over the "
                    f"operand grid ({s['n_grid_prompts']} prompts, {_e(r.config.task)}, operands "

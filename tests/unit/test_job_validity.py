@@ -19,6 +19,8 @@ TINY = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--pairs", "4"
 JOBS = {  # job -> its arguments beyond TINY (small: a few heads or neurons), the page's file
     "screen": ["--verify", "2", "--no-audit", "--no-neurons"],
     "neurons": ["--layers", "1", "--shares", "0.05"],
+    "heuristics": ["--layers", "1", "--neurons-per-mlp", "3", "--operands", "0,3", "--threshold", "0.3", "--alpha",
+                   "1", "--n-random", "2", "--n-boot", "20", "--null-neurons", "0", "--knockout-classes", "1"],
 }
 
 
