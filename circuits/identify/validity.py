@@ -190,10 +190,12 @@ def force_option() -> Any:
 
 def pair_checks(model: Any, pairs: Any, chunk: int = 16) -> dict[str, float]:
     """:func:`baseline_checks` of ``pairs`` from one batched forward pass of the reference and the counterfactual
-    prompts (``chunk`` pairs at a time), read at each pair's END: for a job whose engine keeps no baseline."""
+    prompts (``chunk`` pairs at a time), read at each pair's END: for a job whose engine keeps no baseline. "The
+    counterfactual keeps the answer" reads the counterfactual run's top token, also for pairs that carry a label
+    (faithfulness's ``--second-logit label``), whose logit difference would take the label instead."""
     import torch
 
-    from circuits.data.pairs import PairBatch, second_answers
+    from circuits.data.pairs import PairBatch
     from circuits.models.forward import pad_token_id
     from circuits.patching.core.metrics import Baseline
 
@@ -204,7 +206,7 @@ def pair_checks(model: Any, pairs: Any, chunk: int = 16) -> dict[str, float]:
             rows = torch.arange(len(b.end), device=b.end.device)
             ref = model(b.reference)[rows, b.end].float()
             cf = model(b.counterfactual)[rows, b.end].float()
-            cf_answer = second_answers(b.cf_label, cf)
+            cf_answer = cf.argmax(-1)  # the counterfactual run's own answer, never the pair's label
             logit, cf_logit = ref[rows, b.answer], cf[rows, b.answer]
             rank = (ref > logit[:, None]).sum(-1)
             ld, cf_ld = logit - ref[rows, cf_answer], cf_logit - cf[rows, cf_answer]

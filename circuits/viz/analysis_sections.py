@@ -212,6 +212,7 @@ def faithfulness_section(page: Page, found: list) -> str:
     out = []
     for f in found:
         r = f.result
+        out.append(validity_banner(r.validity()))
         out.append(_faithfulness_text(r))
         for setting in r.settings:
             out.append(page.figure(r.figure(setting)))

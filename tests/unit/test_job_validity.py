@@ -21,6 +21,7 @@ JOBS = {  # job -> its arguments beyond TINY (small: a few heads or neurons), th
     "neurons": ["--layers", "1", "--shares", "0.05"],
     "heuristics": ["--layers", "1", "--neurons-per-mlp", "3", "--operands", "0,3", "--threshold", "0.3", "--alpha",
                    "1", "--n-random", "2", "--n-boot", "20", "--null-neurons", "0", "--knockout-classes", "1"],
+    "faithfulness": ["--rankings", "exact-path", "--sizes", "0.2,0.5", "--n-boot", "0", "--no-held-out"],
 }
 
 
@@ -47,6 +48,11 @@ def test_pair_checks_are_a_plain_forward_pass_and_identify_s_baseline(tiny_llama
     assert got["counterfactual_keeps_answer"] == pytest.approx(sum(keeps) / n)
     mean = sum(logit) / n
     assert got["full_effect"] == pytest.approx(-(sum(cf_logit) / n - mean) / abs(mean), rel=1e-4, abs=1e-6)
+    # a label (--second-logit label; here the answer itself) changes none of them: the checks read the top tokens
+    import dataclasses
+
+    labelled = [dataclasses.replace(p, counterfactual_answer_token_id=p.answer_token_id) for p in pairs]
+    assert pair_checks(tiny_llama, labelled) == pytest.approx(got)
 
     # the peer: identify's sweep keeps a baseline, and its validity reads the same three numbers from it
     from circuits.identify.config import IdentifyConfig
