@@ -311,7 +311,7 @@ def _numbers_text(r: Any) -> str:
 def carry_section(page: Page, found: list) -> str:
     """The carry study (issue 42): each measurement beside its null, as a table (no figure)."""
     return "".join(
-        "<p class='what'>Single-digit sums with a two-digit answer, read at END (the carry \"1\") and at END + 1 (the "
+        validity_banner(f.result.validity()) + "<p class='what'>Single-digit sums with a two-digit answer, read at END (the carry \"1\") and at END + 1 (the "
         "units digit, the \"1\" teacher-forced): do the two tokens have components of their own? Each row beside "
         "its null; intervals are 95% bootstrap (over pairs) or Wilson (over prompts).</p>"
         + table(["measurement", "value [interval]", "null"], f.result.table_rows()) + f.config_html() for f in found)

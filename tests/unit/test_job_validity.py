@@ -14,14 +14,15 @@ from circuits.cli import main as cli_main
 from circuits.identify.validity import FORCE_ENV, Validity, ValidityWarning, check_job, pair_checks
 from circuits.results import load_result
 
-TINY = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--pairs", "4", "--no-progress"]
+TINY = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--no-progress"]
 
-JOBS = {  # job -> its arguments beyond TINY (small: a few heads or neurons), the page's file
-    "screen": ["--verify", "2", "--no-audit", "--no-neurons"],
-    "neurons": ["--layers", "1", "--shares", "0.05"],
-    "heuristics": ["--layers", "1", "--neurons-per-mlp", "3", "--operands", "0,3", "--threshold", "0.3", "--alpha",
-                   "1", "--n-random", "2", "--n-boot", "20", "--null-neurons", "0", "--knockout-classes", "1"],
-    "faithfulness": ["--rankings", "exact-path", "--sizes", "0.2,0.5", "--n-boot", "0", "--no-held-out"],
+JOBS = {  # job -> its arguments beyond TINY (small: a few heads or neurons)
+    "screen": ["--pairs", "4", "--verify", "2", "--no-audit", "--no-neurons"],
+    "neurons": ["--pairs", "4", "--layers", "1", "--shares", "0.05"],
+    "heuristics": ["--pairs", "4", "--layers", "1", "--neurons-per-mlp", "3", "--operands", "0,3", "--threshold",
+                   "0.3", "--alpha", "1", "--n-random", "2", "--n-boot", "20", "--null-neurons", "0", "--knockout-classes", "1"],
+    "carry": ["--n-boot", "5", "--n-splits", "5", "--n-random", "2"],
+    "faithfulness": ["--pairs", "4", "--rankings", "exact-path", "--sizes", "0.2,0.5", "--n-boot", "0", "--no-held-out"],
 }
 
 
