@@ -176,7 +176,7 @@ def run_one(config: Config, name: str, op: str, model, on_shares, on_ranking=Non
         print(f"{name} {op}: no edge level (its heads have no additive output of their own); nodes only", flush=True)
         cfg = cfg.replace(edges=False)
     check_output(folder, "faithfulness")
-    pairs, scoring = split_pairs(cfg, model)  # found on one split, scored on another (held_out, the default)
+    pairs, scoring, _ = split_pairs(cfg, model)  # found on one split, scored on another (held_out, the default)
     shares_path = config.counterfactuals_path()
     shares = read_shares(shares_path)
     if f"{name}/{op}" not in shares:

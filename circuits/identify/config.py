@@ -14,6 +14,7 @@ from circuits.config import count, option
 from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSpec
 from circuits.types import DEFAULT_KEY_RULE, MODES, Receiver, key_rule_parts
+from circuits.identify.validity import force_option
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,7 @@ class IdentifyConfig(PairSpec):
                             "NaN elsewhere (always 'all' when the key rule's metric is prob or answer_logprob, "
                             "and at --answer-position whole)")
     answer_position: str = answer_position_option()
-    force: bool = option(False, help="save the result even when it is past a hard validity threshold (few pairs the "
-                                     "model answers, a counterfactual that keeps the answer or barely moves it; "
-                                     "docs/identify.md); its warning is saved with it")
+    force: bool = force_option()
 
     def __post_init__(self) -> None:
         super().__post_init__()

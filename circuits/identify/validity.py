@@ -125,6 +125,15 @@ class Validity:
             raise ValueError(f"validity must be a JSON object, got {type(d).__name__}")
         names = {f for f in cls.__dataclass_fields__}
         values = {k: v for k, v in d.items() if k in names}
+        for k, v in values.items():  # a number saved as text is one line, never a string where a number was
+            if k in ("warnings", "refusals"):
+                if not isinstance(v, (list, tuple)) or not all(isinstance(x, str) for x in v):
+                    raise ValueError(f"{k} must be a list of sentences, got {v!r}")
+            elif k == "forced":
+                if not isinstance(v, bool):
+                    raise ValueError(f"forced must be true or false, got {v!r}")
+            elif v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise ValueError(f"{k} must be a number or null, got {v!r}")
         values["warnings"] = tuple(values.get("warnings", ()))
         values["refusals"] = tuple(values.get("refusals", ()))
         return cls(**values)
@@ -163,3 +172,93 @@ def refuse_untrusted(validity: Validity, force: bool, what: str = "identify") ->
     threshold and neither ``force`` nor :data:`FORCE_ENV` is set."""
     if validity.refusals and not forced(force):
         raise Untrusted(validity.refusal(what))
+
+
+# --- the same checks for every job that ranks components (screen, neurons, ...) ------------------------------------
+
+FORCE_HELP = ("save the result even when it is past a hard validity threshold (few pairs the model answers, a "
+              "counterfactual that keeps the answer or barely moves it; docs/identify.md); its warning is saved with it")
+
+
+def force_option() -> Any:
+    """The ``force`` field of every job config that checks validity (declared once here; ``--force`` on the command
+    line)."""
+    from circuits.config import option
+
+    return option(False, help=FORCE_HELP)
+
+
+def pair_checks(model: Any, pairs: Any, chunk: int = 16) -> dict[str, float]:
+    """:func:`baseline_checks` of ``pairs`` from one batched forward pass of the reference and the counterfactual
+    prompts (``chunk`` pairs at a time), read at each pair's END: for a job whose engine keeps no baseline. "The
+    counterfactual keeps the answer" reads the counterfactual run's top token, also for pairs that carry a label
+    (faithfulness's ``--second-logit label``), whose logit difference would take the label instead."""
+    import torch
+
+    from circuits.data.pairs import PairBatch
+    from circuits.models.forward import pad_token_id
+    from circuits.patching.core.metrics import Baseline
+
+    parts = []
+    with torch.no_grad():
+        for i in range(0, len(pairs), chunk):
+            b = PairBatch.from_pairs(list(pairs[i:i + chunk]), pad_token_id(model), device=model.cfg.device)
+            rows = torch.arange(len(b.end), device=b.end.device)
+            ref = model(b.reference)[rows, b.end].float()
+            cf = model(b.counterfactual)[rows, b.end].float()
+            cf_answer = cf.argmax(-1)  # the counterfactual run's own answer, never the pair's label
+            logit, cf_logit = ref[rows, b.answer], cf[rows, b.answer]
+            rank = (ref > logit[:, None]).sum(-1)
+            ld, cf_ld = logit - ref[rows, cf_answer], cf_logit - cf[rows, cf_answer]
+            parts.append([t.cpu() for t in (b.answer, cf_answer, logit, ld, ref.softmax(-1)[rows, b.answer], cf_logit,
+                                            cf_ld, cf.softmax(-1)[rows, b.answer], rank)])
+    cols = [torch.cat(c) for c in zip(*parts)]
+    return baseline_checks(Baseline(*cols[:8], answer_rank=cols[8]))
+
+
+def check_job(model: Any, pairs: Any, stats: dict[str, Any] | None, config: Any, what: str,
+              refuse: bool = True) -> Validity:
+    """The :class:`Validity` of a job's ``pairs`` before its sweep (:func:`pair_checks`, and ``stats``' accuracy
+    before filtering where the pairs were filtered): with ``refuse`` (the job, the command line) refused in one line
+    past a hard threshold without ``config.force`` (:class:`Untrusted`); else (and from Python) a
+    :class:`ValidityWarning` with its lines when there are any."""
+    import warnings
+
+    values: dict[str, Any] = pair_checks(model, pairs) if pairs else {}
+    before = (stats or {}).get("accuracy")
+    if before is not None and getattr(config, "filter_correct", True):
+        values["accuracy_before_filtering"] = before
+    force = getattr(config, "force", False)
+    v = Validity.measure(len(pairs), forced=forced(force), **values)
+    if refuse:
+        refuse_untrusted(v, force, what)
+    if v.lines():
+        warnings.warn(f"{what} on {len(pairs)} pairs: " + "; ".join(v.lines()), ValidityWarning, stacklevel=2)
+    return v
+
+
+def validity_from_summary(summary: dict[str, Any], path: Any) -> Validity | None:
+    """A saved result's ``validity`` (None for a result saved before its job checked it); a malformed one is one
+    line naming the file."""
+    if "validity" not in summary:
+        return None
+    try:
+        return Validity.from_json(summary["validity"])
+    except (TypeError, ValueError) as err:
+        from circuits.results import ResultError
+
+        raise ResultError(f"{path}: field 'validity': {err}") from None
+
+
+def validity_json(validity: Validity | None) -> dict[str, Any]:
+    """The ``validity`` and ``warnings`` fields of a summary.json (none for an older result without a record)."""
+    return {} if validity is None else {"validity": validity.to_json(), "warnings": validity.lines()}
+
+
+def print_warnings(validity: Validity | None, prefix: str) -> None:
+    """A job's validity lines on standard error, as identify prints them (the same lines as summary.json's
+    ``warnings`` and the report's banner)."""
+    import sys
+
+    for line in validity.lines() if validity is not None else ():
+        print(f"{prefix} warning: {line}", file=sys.stderr)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from circuits.results import result_type
-from circuits.viz.page import Page, _e, _pct, table
+from circuits.viz.page import Page, _e, _pct, table, validity_banner
 
 
 def _f(x: Any, digits: int = 3) -> str:
@@ -25,6 +25,7 @@ def _screen_text(r: Any) -> str:
            f"{_e(r.metric)}) estimated every head, MLP and neuron at every position of {len(r.pairs)} pairs in "
            f"{sec.get('screen', 0):.0f} s; its top nodes were re-measured exactly (END engine at END, the "
            f"per-position engine elsewhere).</p>"]
+    out.insert(1, validity_banner(r.validity()))
     if r.audit:
         a = r.audit
         out.append(f"<p>Against the exact END engine over all {_e(a.get('n_components'))} heads and MLPs: Spearman "
@@ -74,7 +75,7 @@ def neurons_section(page: Page, found: list) -> str:
 def _neurons_text(r: Any) -> str:
     rows = [[f"MLP{l}", _pct(s["share_for_50pct"], 1), _pct(s["share_for_80pct"], 1), _pct(s["top1pct_of_total"]),
              _f(s["sum_of_neuron_effects"]), _f(s["whole_mlp_effect"])] for l, s in r.shares().items()]
-    out = [f"<p class='what'>Every neuron of the MLPs below patched alone at END ({_e(r.sweep.mode)} patching, "
+    out = [validity_banner(r.validity()), f"<p class='what'>Every neuron of the MLPs below patched alone at END ({_e(r.sweep.mode)} patching, "
            f"{_e(r.metric)}), as Nikankin et al. ask: what share of a layer's neurons carries most of its "
            f"effect, and does knocking out only those neurons do what knocking out the whole MLP does?</p>",
            table(["MLP", "neurons for 50%", "neurons for 80%", "top 1% carry", "sum of neuron effects",
@@ -95,6 +96,7 @@ def heuristics_section(page: Page, found: list) -> str:
         r = f.result
         s = r.summary()
         counts = ", ".join(f"{k} {v}" for k, v in s["class_counts"].items())
+        out.append(validity_banner(r.validity()))
         out.append(f"<p class='what'>The top {r.config.neurons_per_mlp} neurons of MLPs "
                    f"{', '.join(map(str, s['layers']))} (by their exact END effect, {_e(r.metric)}) read over the "
                    f"operand grid ({s['n_grid_prompts']} prompts, {_e(r.config.task)}, operands "
@@ -210,6 +212,7 @@ def faithfulness_section(page: Page, found: list) -> str:
     out = []
     for f in found:
         r = f.result
+        out.append(validity_banner(r.validity()))
         out.append(_faithfulness_text(r))
         for setting in r.settings:
             out.append(page.figure(r.figure(setting)))
@@ -308,7 +311,7 @@ def _numbers_text(r: Any) -> str:
 def carry_section(page: Page, found: list) -> str:
     """The carry study (issue 42): each measurement beside its null, as a table (no figure)."""
     return "".join(
-        "<p class='what'>Single-digit sums with a two-digit answer, read at END (the carry \"1\") and at END + 1 (the "
+        validity_banner(f.result.validity()) + "<p class='what'>Single-digit sums with a two-digit answer, read at END (the carry \"1\") and at END + 1 (the "
         "units digit, the \"1\" teacher-forced): do the two tokens have components of their own? Each row beside "
         "its null; intervals are 95% bootstrap (over pairs) or Wilson (over prompts).</p>"
         + table(["measurement", "value [interval]", "null"], f.result.table_rows()) + f.config_html() for f in found)

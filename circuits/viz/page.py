@@ -301,3 +301,14 @@ def parse_views(page: str) -> list[tuple[str, str, dict[str, Any]]]:
     if not views:  # a page without captions
         views = [("", m.group(1), json.loads(m.group(2))) for m in _RENDER.finditer(page)]
     return views
+
+
+def validity_banner(validity: Any) -> str:
+    """A job's validity lines (:class:`~circuits.identify.validity.Validity`, None for a result saved before its job
+    checked) as the warning at the top of its section; empty when there are none."""
+    lines = validity.lines() if validity is not None else []
+    if not lines:
+        return ""
+    forced = " (saved with --force)" if validity.forced and validity.refusals else ""
+    return (f"<p class='note validity'><b>Warning{forced}:</b> " + _e("; ".join(lines)) + " (thresholds: "
+            "docs/identify.md, \"Can this result be trusted?\")</p>")

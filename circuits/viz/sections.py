@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from circuits import jobs
 from circuits.results import Result
 from circuits.viz import analysis_sections as A
-from circuits.viz.page import Page, _e, _pct, config_block, parse_views, table
+from circuits.viz.page import Page, _e, _pct, config_block, parse_views, table, validity_banner
 
 OPERATION_ORDER = ("addition", "subtraction", "multiplication", "division", "all")
 
@@ -145,8 +145,7 @@ def key_heads_section(page: Page, found: list[Found]) -> str:
                    f"counterfactual prompt keeps the answer {_pct(s.get('counterfactual_accuracy'))} of the time and "
                    f"changes the answer logit by {_pct(base.get('full_effect_relative_logit'), 1)}. "
                    f"<b>{len(keys)} key heads</b> by <code>{_e(r.key_rule)}</code>: {_e(listed)}.</p>")
-        if r.validity().lines():
-            out.append("<p class='note validity'><b>Warning:</b> " + _e("; ".join(r.validity().lines())) + "</p>")
+        out.append(validity_banner(r.validity()))
         out.append(page.figure(r.figure(), f.label) + f.config_html())
     out.append(compare_runs(identify))
     if len(identify) > 1:

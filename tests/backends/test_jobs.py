@@ -75,6 +75,20 @@ def test_receivers_edges_and_the_other_jobs_write_what_they_promise(folders, mod
     assert not pos.sweep.heads.logit[:, :, :3].isnan().any()
     neurons = json.loads((folders / "neurons" / "summary.json").read_text())
     assert "MLP1" in neurons["shares"] and len(neurons["knockout"]["top_accuracy"]) == 1
+    # the validity checks (issue 40) on this backend: the shared helper's numbers are the identify sweep's own on the
+    # same pairs (the random model answers none; the tests go on as with --force)
+    from circuits.identify.validity import pair_checks
+
+    for job in ("screen", "neurons"):
+        v = json.loads((folders / job / "summary.json").read_text())["validity"]
+        checks = pair_checks(model, load_result(folders / job).pairs)
+        assert v["forced"] is True and v["refusals"] and v["accuracy"] == checks["accuracy"] == 0.0
+        assert v["full_effect"] == pytest.approx(checks["full_effect"], rel=1e-5)
+    ident = load_result(folders / "path")
+    from circuits.identify.validity import baseline_checks
+
+    for k, x in baseline_checks(ident.sweep.baseline).items():
+        assert pair_checks(model, ident.pairs)[k] == pytest.approx(x, rel=1e-4, abs=1e-6), k
     st = json.loads((folders / "stability" / "data.json").read_text())["per_operation"]["addition"]
     assert len(st["jaccard_seeds"]) == 2
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from circuits.identify.validity import force_option
 from circuits.config import Config, count, option
 from circuits.types import DTYPE_NAMES, MODES
 
@@ -63,6 +64,7 @@ class CarryConfig(Config):
     seed: int = option(0, minimum=0, help="seed of the counterfactual operands, the halves, the bootstrap and the "
                                           "random directions and rankings")
     memory_mb: float = option(1024, above=0, maximum=10**8, help="working-memory budget of the exact engines (MB)")
+    force: bool = force_option()
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_NAMES:

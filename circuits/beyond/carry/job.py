@@ -23,6 +23,7 @@ from circuits.beyond.carry.result import POSITIONS, CarryResult
 from circuits.config import check_model_ranges
 from circuits.data.answers import at_answer_position
 from circuits.data.pairs import PromptPair, make_pair
+from circuits.identify.validity import check_job, print_warnings
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
 from circuits.patching.circuit_curves import circuit_curve, cmd_margin
@@ -188,8 +189,11 @@ def fourier_view(model: Model, pairs: list[PromptPair], top: dict, config: Carry
     return fourier_contrast(effects[0], effects[1], n_boot=config.n_boot, seed=config.seed)
 
 
-def carry_study(model: Model, config: CarryConfig, *, progress: bool = False) -> CarryResult:
-    """Every measurement of :class:`CarryConfig` on ``model`` (no file written)."""
+def carry_study(model: Model, config: CarryConfig, *, progress: bool = False, refuse: bool = False) -> CarryResult:
+    """Every measurement of :class:`CarryConfig` on ``model`` (no file written). The pairs' validity checks at END
+    come first (:func:`~circuits.identify.validity.check_job`; the accuracy before filtering: both tokens of the
+    two-digit sums): a :class:`ValidityWarning` past a threshold, refused past a hard one without ``config.force``
+    when ``refuse`` (the job)."""
     start = time.perf_counter()
     tok = model.tokenizer
     grid = grid_prompts(tok, config.prefix)
@@ -203,6 +207,7 @@ def carry_study(model: Model, config: CarryConfig, *, progress: bool = False) ->
     if len(pairs) < MIN_PAIRS:
         raise ValueError(f"{len(pairs)} of the {int(two.sum())} two-digit sums are answered (both tokens); the study "
                          f"needs at least {MIN_PAIRS}. Try another --prefix, or --no-filter-correct")
+    validity = check_job(model, pairs, {"accuracy": float(right1[two].float().mean())}, config, "carry", refuse)
     per = []
     for k in range(len(POSITIONS)):
         s = sweep(model, at_answer_position(pairs, k, tok), config.mode, prob=False, progress=progress,
@@ -221,14 +226,14 @@ def carry_study(model: Model, config: CarryConfig, *, progress: bool = False) ->
     accuracy = {"first_token": float(right0.float().mean()), "n_prompts": len(grid), "two_token_sums": int(two.sum()),
                 "both_tokens": float(right1[two].float().mean()), "n_pairs": len(pairs)}
     return CarryResult(config, pairs, effects, over, curves, across, direction, separation, accuracy, fourier,
-                       time.perf_counter() - start, neurons, grid_acts)
+                       time.perf_counter() - start, neurons, grid_acts, validity)
 
 
 def run(config: CarryConfig, out: str | Path, *, model: Model | None = None, progress: bool = True) -> CarryResult:
     """The ``circuits carry`` job."""
     model = model or load_model(config.model, dtype=config.dtype)
     check_model_ranges(config, model.cfg.n_layers, model.cfg.n_heads)  # --direction-layer past the model, before work
-    result = carry_study(model, config, progress=progress)
+    result = carry_study(model, config, progress=progress, refuse=True)
     result.save(out)
     return result
 
@@ -237,3 +242,4 @@ def printout(args: argparse.Namespace, config: CarryConfig, r: CarryResult, seco
     for line in r.lines():
         print(line)
     print(f"{seconds:.0f} s -> {args.out}")
+    print_warnings(r.validity(), "[carry]")

@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import Tensor
 
+from circuits.identify.validity import Validity, validity_from_summary, validity_json
 from circuits.beyond.carry.config import CarryConfig
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
@@ -50,6 +51,11 @@ class CarryResult(Result):
     seconds: float = 0.0
     neurons: dict[str, Any] = field(default_factory=dict)
     grid_activations: dict[str, Tensor] = field(default_factory=dict)
+    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: saved before it was checked
+
+    def validity(self) -> Validity | None:
+        """The pairs' validity checks at END, made before the sweeps (:func:`~circuits.identify.validity.check_job`)."""
+        return self._validity
 
     def summary(self) -> dict[str, Any]:
         cmd = {k: {"cmd": c.cmd, "low": c.cmd_interval[0], "high": c.cmd_interval[1], "cpr": c.cpr,
@@ -57,7 +63,8 @@ class CarryResult(Result):
         return {"model": self.config.model, "positions": {"end": "the first answer token (the carry '1') at END",
                                                           "next": "the units digit at END + 1"},
                 "accuracy": self.accuracy, "overlap": self.overlap, "across": self.across, "cmd": cmd,
-                "direction": self.direction, "fourier": self.fourier, "neurons": self.neurons, "seconds": self.seconds}
+                "direction": self.direction, "fourier": self.fourier, "neurons": self.neurons, "seconds": self.seconds,
+                **validity_json(self._validity)}
 
     def lines(self) -> list[str]:
         """What the command prints: each measurement against its null."""
@@ -220,7 +227,8 @@ class CarryResult(Result):
             at_shapes = Shapes(path, neuron=(_n_neurons(neurons, at), f"summary.json's neurons at {at}"))
             acts[at] = at_shapes.tensor(f"grid_activations[{at}]", v, ("neuron", "cell"), finite=True)
         return cls(config, pairs, effects, s["overlap"], curves, s["across"], s["direction"], separation,
-                   s["accuracy"], s["fourier"], number(s, "seconds", folder / "summary.json", 0.0), neurons, acts)
+                   s["accuracy"], s["fourier"], number(s, "seconds", folder / "summary.json", 0.0), neurons, acts,
+                   validity_from_summary(s, folder / "summary.json"))
 
 
 def _share(r: dict[str, Any] | None) -> str:

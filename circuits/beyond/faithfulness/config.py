@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from circuits.identify.validity import force_option
 from circuits.config import option, redefault
 from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSource, check_metric
@@ -117,6 +118,7 @@ class FaithfulnessConfig(PairSource):
                                          "the rankings that score it (eap-ig); --no-input-node: heads and MLPs only, "
                                          "the input always kept")
     answer_position: str = answer_position_option(whole=False)
+    force: bool = force_option()
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -33,6 +33,7 @@ from circuits.beyond.faithfulness.result import PARTS, FaithfulnessResult
 from circuits.data.answers import at_answer_position
 from circuits.data.pairs import PromptPair
 from circuits.io import load_torch, save_torch
+from circuits.identify.validity import check_job, print_warnings
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
 from circuits.patching.engines.attribution import readout_of
@@ -304,18 +305,20 @@ def _warn_flat_pairs(curves: dict[str, dict[str, FaithfulnessCurve]], n: int) ->
                       stacklevel=3)
 
 
-def split_pairs(config: FaithfulnessConfig, model: Model) -> tuple[list[PromptPair], list[PromptPair] | None]:
-    """The pairs each ranking is found on and, with ``config.held_out``, the disjoint pairs its circuits are scored
-    on (:func:`held_out_pairs`; None: scored on the ranking pairs)."""
+def split_pairs(config: FaithfulnessConfig, model: Model
+                ) -> tuple[list[PromptPair], list[PromptPair] | None, dict[str, Any]]:
+    """The pairs each ranking is found on, with ``config.held_out`` the disjoint pairs its circuits are scored on
+    (:func:`held_out_pairs`; None: scored on the ranking pairs), and the ranking pairs' statistics (the validity
+    checks' accuracy before filtering)."""
     if config.held_out and config.pairs_from:
         from circuits.data.source import read_saved_pairs, with_second_logit
 
-        saved, _ = read_saved_pairs(config.pairs_from, config.model)
+        saved, stats = read_saved_pairs(config.pairs_from, config.model)
         saved = with_second_logit(saved, config.second_logit, config.pairs_from)
         pairs = saved[: config.n_pairs]
-        return pairs, held_out_pairs(config, model, pairs, saved)
-    pairs, _ = config.load_pairs(model)
-    return pairs, held_out_pairs(config, model, pairs) if config.held_out else None
+        return pairs, held_out_pairs(config, model, pairs, saved), stats
+    pairs, stats = config.load_pairs(model)
+    return pairs, held_out_pairs(config, model, pairs) if config.held_out else None, stats
 
 
 def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = None,
@@ -323,12 +326,15 @@ def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = No
     """The ``circuits faithfulness`` job: pairs (built or ``--pairs-from``), every ranking scored, saved to ``out``;
     a stopped run resumes from ``<out>/parts``."""
     model = model or load_model(config.model, dtype=config.dtype)
-    pairs, scoring = split_pairs(config, model)
+    pairs, scoring, stats = split_pairs(config, model)
     # Answer token k (issue 42): the ranking and the scoring pairs both teacher-forced with the answer's first k tokens
     # (circuits.data.answers), so rankings and circuits are found and scored at END + k.
     pairs = at_answer_position(pairs, config.answer_position, model.tokenizer)
     scoring = None if scoring is None else at_answer_position(scoring, config.answer_position, model.tokenizer)
+    # The ranking pairs' validity checks (docs/identify.md): past a hard threshold one line now, before any ranking
+    validity = check_job(model, pairs, stats, config, "faithfulness")
     result = faithfulness(model, pairs, config, progress=progress, parts=Path(out) / PARTS, scoring_pairs=scoring)
+    result._validity = validity
     result.save(out)
     return result
 
@@ -353,3 +359,4 @@ def printout(args: argparse.Namespace, config: FaithfulnessConfig, r: Faithfulne
         best = r.best(setting)
         if best is not None:
             print(f"  lowest CMD, {setting}: {best[0]} ({best[1]:.3f})")
+    print_warnings(r.validity(), f"[{config.task}]")

@@ -17,7 +17,8 @@ from torch import Tensor
 
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.io import Shapes, load_torch, save_torch, write_json
+from circuits.identify.validity import Validity, validity_from_summary, validity_json
+from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
 from circuits.patching.circuit_curves import FaithfulnessCurve
 from circuits.results import Result
 from circuits.viz.notebook import ShowsFigure
@@ -81,6 +82,12 @@ class FaithfulnessResult(ShowsFigure, Result):
     scoring_pairs: list[PromptPair] = field(default_factory=list)
     # held out: the absolute ranking's circuits scored on the ranking pairs themselves (the in-sample CMD)
     in_sample_curves: dict[str, dict[str, FaithfulnessCurve]] = field(default_factory=dict)
+    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: not checked (Python, older)
+
+    def validity(self) -> Validity | None:
+        """The ranking pairs' validity checks, made by the job before any ranking
+        (:func:`~circuits.identify.validity.check_job`)."""
+        return self._validity
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -156,7 +163,7 @@ class FaithfulnessResult(ShowsFigure, Result):
                 "signed_curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.signed_curves.items()},
                 "in_sample_curves": {r: {s: _row(c) for s, c in by.items()}
                                      for r, by in self.in_sample_curves.items()},
-                "best_cmd": {s: self.best(s) for s in self.settings}}
+                "best_cmd": {s: self.best(s) for s in self.settings}, **validity_json(self._validity)}
 
     def _split(self, pairs: list[PromptPair]) -> dict[str, Any]:
         """One split of pairs as the summary records it: how many, the seed they were built with, their prompts."""
@@ -242,5 +249,7 @@ class FaithfulnessResult(ShowsFigure, Result):
 
         curves, signed, inside = read("curves"), read("signed_curves"), read("in_sample_curves")
         scoring = read_pairs(folder / SCORING_PAIRS) if (folder / SCORING_PAIRS).is_file() else []
+        summary = read_json(folder / "summary.json") if (folder / "summary.json").is_file() else {}
+        validity = validity_from_summary(summary, folder / "summary.json") if isinstance(summary, dict) else None
         return cls(config, read_pairs(folder / "pairs.jsonl"), t["scores"], curves, dict(t["seconds"]),
-                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()}, signed, scoring, inside)
+                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()}, signed, scoring, inside, validity)

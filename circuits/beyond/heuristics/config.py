@@ -8,6 +8,7 @@ from circuits.config import count, option
 from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSource, check_metric
 from circuits.data.templates import OPERATIONS, templates_for
+from circuits.identify.validity import force_option
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES, parse_layers
 
 
@@ -64,6 +65,7 @@ class HeuristicsConfig(PairSource):
     n_random: int = count(5, help="draws of as many random neurons of the same MLPs per class")
     n_boot: int = count(1000, help="bootstrap resamples of the grid's prompts for the intervals")
     knockout_seed: int = option(0, minimum=0, help="seed of the random neurons and the bootstrap")
+    force: bool = force_option()
     answer_position: str = answer_position_option(whole=False)
 
     def __post_init__(self) -> None:

@@ -33,6 +33,7 @@ from circuits.explain.heuristics.activations import grid_activations, output_log
 from circuits.explain.heuristics.causal_check import class_knockout
 from circuits.explain.heuristics.nulls import null_neurons
 from circuits.explain.heuristics.rules import NONE, NeuronClasses, Rule, classify
+from circuits.identify.validity import check_job, print_warnings
 from circuits.models.backend import Model
 from circuits.io import load_torch, save_torch
 from circuits.models.loading import load_model
@@ -44,9 +45,10 @@ from circuits.types import Neuron
 
 
 def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
-             ) -> tuple[list[int], list[PromptPair], dict[int, torch.Tensor] | None, str]:
-    """The MLP layers, the prompt pairs (read at ``config.answer_position``), and (from ``--neurons-from``) every
-    neuron's effect per layer with its metric; ``None`` effects: the caller sweeps them."""
+             ) -> tuple[list[int], list[PromptPair], dict[int, torch.Tensor] | None, str, dict[str, Any] | None]:
+    """The MLP layers, the prompt pairs (read at ``config.answer_position``), (from ``--neurons-from``) every
+    neuron's effect per layer with its metric (``None`` effects: the caller sweeps them), and the pairs' statistics
+    (their accuracy before filtering, for the validity checks; None where unknown)."""
     layers = list(config.layers)
     if config.neurons_from:
         try:
@@ -64,14 +66,16 @@ def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
         missing = [l for l in layers if l not in effects]
         if missing:
             raise ValueError(f"--neurons-from {config.neurons_from} swept MLPs {sorted(effects)}, not MLP{missing[0]}")
-        return layers, list(saved.pairs), effects, saved.metric  # type: ignore[attr-defined]
+        v = saved.validity()  # type: ignore[attr-defined]
+        before = None if v is None or v.accuracy_before_filtering is None else {"accuracy": v.accuracy_before_filtering}
+        return layers, list(saved.pairs), effects, saved.metric, before  # type: ignore[attr-defined]
     if config.pairs_from and not layers:
         from circuits.identify.result import load_identify
 
         layers = load_identify(config.pairs_from).top_mlps(config.top_mlps)
     if layers:
-        pairs, _ = config.load_pairs(model)
-        return layers, at_answer_position(pairs, config.answer_position, model.tokenizer), None, config.metric
+        pairs, stats = config.load_pairs(model)
+        return layers, at_answer_position(pairs, config.answer_position, model.tokenizer), None, config.metric, stats
     from circuits.identify.config import IdentifyConfig
     from circuits.identify.job import identify
 
@@ -79,7 +83,7 @@ def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
     made = identify(model, config=IdentifyConfig(**{f.name: getattr(config, f.name) for f in fields(PairSpec)},
                                                  mode=config.mode, answer_position=config.answer_position),
                     progress=progress)
-    return made.top_mlps(config.top_mlps), list(made.pairs), None, config.metric
+    return made.top_mlps(config.top_mlps), list(made.pairs), None, config.metric, made.pair_stats
 
 
 def top_of_layers(effects: dict[int, torch.Tensor], layers: list[int], k: int, sign: int) -> list[Neuron]:
@@ -205,18 +209,21 @@ def _cached(parts: Path | None, name: str, key: str, make: Any) -> Any:
 
 
 def heuristics(model: Model, config: HeuristicsConfig | None = None, *, progress: bool = True,
-               parts: str | Path | None = None, **kwargs: Any) -> HeuristicsResult:
+               parts: str | Path | None = None, refuse: bool = False, **kwargs: Any) -> HeuristicsResult:
     """Classify the key MLPs' top neurons into heuristics and knock the classes out (``cc.heuristics(model,
     task="addition", layers=(19, 24, 29))``; ``config`` fields may be given as keywords), without saving.
     ``parts``: a folder where the neuron sweep and the knockout are kept once finished, and reused by a later call
-    made from the same model weights, fields and prompts."""
+    made from the same model weights, fields and prompts. The pairs' validity checks come first
+    (:func:`~circuits.identify.validity.check_job`): a :class:`ValidityWarning` past a threshold, refused past a hard
+    one without ``config.force`` when ``refuse`` (the job)."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else HeuristicsConfig(**kwargs)
     parts = Path(parts) if parts is not None else None
     for l in config.layers:
         if not 0 <= l < model.cfg.n_layers:
             raise ValueError(f"MLP layer {l} is outside this model (layers 0..{model.cfg.n_layers - 1})")
     start = time.perf_counter()
-    layers, pairs, effects, metric = key_mlps(config, model, progress=progress)
+    layers, pairs, effects, metric, stats = key_mlps(config, model, progress=progress)
+    validity = check_job(model, pairs, stats, config, "heuristics", refuse)  # before the neurons are ranked
     m = get_metric(metric)
     weights = weights_digest(model) if parts is not None else ""
     if effects is None:
@@ -237,7 +244,8 @@ def heuristics(model: Model, config: HeuristicsConfig | None = None, *, progress
     grid = grid_at_answer_position(grid, int(config.answer_position), model.tokenizer)
     acts = grid_activations(model, grid, neurons, progress=progress)
     classes = fit_classes(model, grid, neurons, acts, config)
-    result = HeuristicsResult(config, pairs, grid.prompts, neurons, top_effects, acts, classes, m.name, totals)
+    result = HeuristicsResult(config, pairs, grid.prompts, neurons, top_effects, acts, classes, m.name, totals,
+                              _validity=validity)
     if config.null_neurons:  # the null of "X% classified": random and lowest-effect neurons of the same MLPs
         result.nulls = classify_nulls(model, grid, null_neurons(effects, layers, neurons, config.null_neurons,
                                                                 config.knockout_seed), config, progress=progress)
@@ -257,7 +265,7 @@ def run(config: HeuristicsConfig, out: str | Path, *, model: Model | None = None
         progress: bool = True) -> HeuristicsResult:
     """The ``circuits heuristics`` job; a stopped run resumes from ``<out>/parts`` (the neuron sweep, the knockout)."""
     result = heuristics(model or load_model(config.model, dtype=config.dtype), config, progress=progress,
-                        parts=Path(out) / PARTS)
+                        parts=Path(out) / PARTS, refuse=True)
     result.save(out)
     return result
 
@@ -281,3 +289,4 @@ def printout(args: argparse.Namespace, config: HeuristicsConfig, r: HeuristicsRe
               f"[{cov['low']:+.4f}, {cov['high']:+.4f}] vs {unc['mean']:+.4f} uncovered; random "
               f"{k['random_covered_drop']['mean']:+.4f} / {k['random_uncovered_drop']['mean']:+.4f}{holm}")
     print(f"-> {args.out}/figure.html")
+    print_warnings(r.validity(), f"[{config.task}]")

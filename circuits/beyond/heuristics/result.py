@@ -14,6 +14,7 @@ from circuits.data.grid import OperandGrid
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.data.templates import compute_answer
 from circuits.explain.heuristics.rules import NONE, SYMBOLS, Rule
+from circuits.identify.validity import Validity, validity_from_summary, validity_json
 from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
 from circuits.patching.core.metrics import get_metric
 from circuits.patching.core.ranking import order as rank_order
@@ -48,6 +49,11 @@ class HeuristicsResult(Result):
     knockout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     nulls: dict[str, Any] = field(default_factory=dict)  # group -> neurons, classified flags, class counts (issue 43)
+    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: saved before it was checked
+
+    def validity(self) -> Validity | None:
+        """The pairs' validity checks, made before the neurons were ranked (:func:`~circuits.identify.validity.check_job`)."""
+        return self._validity
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
@@ -139,7 +145,7 @@ class HeuristicsResult(Result):
                                                       "uncovered_drop", "random_covered_drop", "random_uncovered_drop")},
                                  "covered_vs_random": vs[n]}
                              for n, c in k.get("classes", {}).items()},
-                "seconds": self.seconds}
+                "seconds": self.seconds, **validity_json(self._validity)}
 
     def figure(self, n_neurons: int = 4):
         """The largest-effect classified neurons' grid heat maps beside their rules' patterns."""
@@ -218,7 +224,15 @@ class HeuristicsResult(Result):
         return cls(config, read_pairs(folder / "pairs.jsonl"), grid,
                    [Neuron(*n) for n in neurons], effects, activations, d.get("classes"), d.get("metric"),
                    {int(k): number(totals, k, path) for k in totals}, d.get("knockout", {}),
-                   number(d, "seconds", path, 0.0), nulls)
+                   number(d, "seconds", path, 0.0), nulls, _saved_validity(folder / "summary.json"))
+
+
+def _saved_validity(path: Path) -> Validity | None:
+    """The validity record summary.json keeps (None: a result saved before heuristics checked, or without the file)."""
+    if not path.is_file():
+        return None
+    s = read_json(path)
+    return validity_from_summary(s, path) if isinstance(s, dict) else None
 
 
 def _text_at(where: tuple) -> bool:

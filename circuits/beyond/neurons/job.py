@@ -17,6 +17,7 @@ import torch
 from circuits.models.backend import Model
 from circuits.data.pairs import PromptPair
 from circuits.identify.result import load_identify
+from circuits.identify.validity import check_job, print_warnings
 from circuits.models.loading import load_model
 from circuits.patching.engines.end_sweep import sweep
 from circuits.patching.core.metrics import get_metric
@@ -65,14 +66,16 @@ def run(config: NeuronConfig, out: str | Path, *, model: Model | None = None,
     for l in layers:
         if not 0 <= l < model.cfg.n_layers:
             raise ValueError(f"MLP layer {l} is outside this model (layers 0..{model.cfg.n_layers - 1})")
-    pairs, _ = config.load_pairs(model)
+    pairs, stats = config.load_pairs(model)
+    # The pairs' validity checks (docs/identify.md): past a hard threshold one line now, before the sweep
+    validity = check_job(model, pairs, stats, config, "neurons")
     start = time.perf_counter()
     m = get_metric(config.metric)
     ns = sweep_neurons(model, pairs, config.mode, layers=layers, memory_mb=config.memory_mb,  # type: ignore[arg-type]
                        prob=m.name == "prob", progress=progress)
     whole = sweep(model, pairs, config.mode, components=[Component.mlp(l) for l in layers],  # type: ignore[arg-type]
                   memory_mb=config.memory_mb, progress=False).effects(m)[1]
-    result = NeuronResult(config, pairs, ns, m.name, {l: float(whole[l]) for l in layers})
+    result = NeuronResult(config, pairs, ns, m.name, {l: float(whole[l]) for l in layers}, _validity=validity)
     if config.shares:
         result.knockout = neuron_knockout(model, pairs, result.layer_effects(), m.sign, config.shares, config.knockout_seed)
     result.seconds = time.perf_counter() - start
@@ -89,3 +92,4 @@ def printout(args: argparse.Namespace, config: NeuronConfig, r: NeuronResult, se
         print(f"  accuracy: none {k['none_accuracy']:.2f}, whole MLPs {k['whole_accuracy']:.2f}, top "
               + ", ".join(f"{100 * s:g}% {a:.2f}" for s, a in zip(k['shares'], k['top_accuracy'])))
     print(f"-> {args.out}/figure.html")
+    print_warnings(r.validity(), f"[{config.task}]")

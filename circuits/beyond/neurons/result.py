@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 import torch
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
+from circuits.identify.validity import Validity, validity_from_summary, validity_json
 from circuits.patching.core.metrics import get_metric
 from circuits.patching.engines.neuron_sweep import NeuronSweep, effect_shares
 from circuits.patching.core.ranking import contributions
@@ -29,6 +30,11 @@ class NeuronResult(Result):
     mlp_effects: dict[int, float]  # the whole MLP's exact END effect
     knockout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: saved before it was checked
+
+    def validity(self) -> Validity | None:
+        """The pairs' validity checks, made before the sweep (:func:`~circuits.identify.validity.check_job`)."""
+        return self._validity
 
     def layer_effects(self) -> dict[int, torch.Tensor]:
         return self.sweep.by_layer(self.metric)
@@ -55,7 +61,7 @@ class NeuronResult(Result):
         return {"model": getattr(self.config, "model", ""), "task": getattr(self.config, "task", ""),
                 "mode": self.sweep.mode, "metric": self.metric, "n_pairs": len(self.pairs),
                 "layers": sorted(self.mlp_effects), "shares": {f"MLP{l}": v for l, v in self.shares().items()},
-                "knockout": self.knockout, "seconds": self.seconds}
+                "knockout": self.knockout, "seconds": self.seconds, **validity_json(self._validity)}
 
     def figure(self):
         from plotly.subplots import make_subplots
@@ -100,4 +106,4 @@ class NeuronResult(Result):
         pairs = read_pairs(folder / "pairs.jsonl")
         mlps = {int(k[3:]): v["whole_mlp_effect"] for k, v in s.get("shares", {}).items()}
         return cls(config, pairs, NeuronSweep.from_tensors(t, folder / "neurons.pt"), s["metric"], mlps, s.get("knockout", {}),
-                   number(s, "seconds", folder / "summary.json", 0.0))
+                   number(s, "seconds", folder / "summary.json", 0.0), validity_from_summary(s, folder / "summary.json"))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from circuits.config import count, option
 from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSource, check_metric
+from circuits.identify.validity import force_option
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES
 
 
@@ -20,7 +21,8 @@ class ScreenConfig(PairSource):
     head and offset from END; neurons; QK-fixed query and key nodes; GradDrop scores; the exact END effects),
     ``pairs.jsonl``, ``screen.html``, ``config.json`` and ``circuits.json``. ``--answer-position k``: every pair read
     at the answer's token ``k`` (both prompts teacher-forced with its first ``k`` tokens, END moved to END + k, the
-    pairs saved so).
+    pairs saved so). Before the screen, the pairs' validity checks (docs/identify.md, "Can this result be
+    trusted?"): past a hard threshold the screen is refused without ``--force``; ``summary.json`` keeps ``validity``.
     """
 
     metric: str = option(DEFAULT_METRIC, choices=METRIC_NAMES, help="what is estimated and ranked")
@@ -32,6 +34,7 @@ class ScreenConfig(PairSource):
     grad_drop: bool = option(False, help="AtP*'s GradDrop scores (n_layers extra backward passes)")
     audit: bool = option(True, help="measure every head and MLP at END exactly and compare (the audit table)")
     answer_position: str = answer_position_option(whole=False)
+    force: bool = force_option()
 
     def __post_init__(self) -> None:
         super().__post_init__()

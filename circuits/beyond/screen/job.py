@@ -22,6 +22,7 @@ from torch import Tensor
 from circuits.models.backend import Model
 from circuits.data.answers import at_answer_position
 from circuits.data.pairs import PromptPair
+from circuits.identify.validity import check_job, print_warnings
 from circuits.models.loading import load_model
 from circuits.patching.engines.attribution import Attribution, attribute
 from circuits.patching.engines.end_sweep import sweep
@@ -82,13 +83,17 @@ def verify(model: Model, pairs: Sequence[PromptPair], att: Attribution, n: int,
 
 
 def screen(model: Model, pairs: Sequence[PromptPair], config: ScreenConfig | None = None,
-           progress: bool = True, **kwargs: Any) -> ScreenResult:
+           progress: bool = True, *, stats: dict[str, Any] | None = None, refuse: bool = False,
+           **kwargs: Any) -> ScreenResult:
     """Screen, verify and (``config.audit``) audit ``pairs`` read at ``config.answer_position``; ``config`` fields may
-    be given as keywords."""
+    be given as keywords. First the pairs' validity checks (:func:`~circuits.identify.validity.check_job`; ``stats``:
+    the pairs' statistics, for the accuracy before filtering): a :class:`ValidityWarning` when past a threshold,
+    refused (``refuse``: the job) past a hard one without ``config.force``."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else ScreenConfig(**kwargs)
     # Answer token k (issue 42): both prompts teacher-forced with its first k tokens, so END is END + k for every
     # engine below; a pair whose answer is too short is one line before the screen.
     pairs = at_answer_position(list(pairs), config.answer_position, model.tokenizer)
+    validity = check_job(model, pairs, stats, config, "screen", refuse)
     seconds: dict[str, float] = {}
     att = attribute(model, pairs, config.metric, mode=config.mode, neurons=config.neurons,  # type: ignore[arg-type]
                     qk_fix=config.qk_fix, grad_drop=config.grad_drop, progress=progress)
@@ -120,15 +125,15 @@ def screen(model: Model, pairs: Sequence[PromptPair], config: ScreenConfig | Non
             audit.update({f"graddrop_{k}": v for k, v in gd.items() if k.startswith(("exact_top", "spearman_end"))})
         seconds["audit"] = time.perf_counter() - t0
     return ScreenResult(config, pairs, att.metric.name, config.mode, heads, mlps, q, k, neurons, att.graddrop, verified,
-                        audit, exact_end, seconds)
+                        audit, exact_end, seconds, validity)
 
 
 def run(config: ScreenConfig, out: str | Path, *, model: Model | None = None,
                progress: bool = True) -> ScreenResult:
     """The ``circuits screen`` job: pairs (built or ``--pairs-from``), screen, verify, audit, saved to ``out``."""
     model = model or load_model(config.model, dtype=config.dtype)
-    pairs, _ = config.load_pairs(model)
-    result = screen(model, pairs, config, progress=progress)
+    pairs, stats = config.load_pairs(model)
+    result = screen(model, pairs, config, progress=progress, stats=stats, refuse=True)
     result.save(out)
     return result
 
@@ -144,3 +149,4 @@ def printout(args: argparse.Namespace, config: ScreenConfig, r: ScreenResult, se
         print(f"  {v['node']:>16}  screen {v['screen']:+.4f}  exact {v['exact']:+.4f}")
     if len(r.verified) > 10:
         print(f"  ... and {len(r.verified) - 10} more verified nodes in {args.out}")
+    print_warnings(r.validity(), f"[{config.task}]")

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
+from circuits.identify.validity import Validity, validity_from_summary, validity_json
 from circuits.patching.core.ranking import order
 from circuits.patching.core.readouts import spearman
 from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
@@ -82,11 +83,16 @@ class ScreenResult(Result):
     audit: dict[str, Any] | None = None
     exact_end: dict[str, Tensor] = field(default_factory=dict)  # "heads", "mlps" (and "path_*") at END, exact
     seconds: dict[str, float] = field(default_factory=dict)
+    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: saved before it was checked
+
+    def validity(self) -> Validity | None:
+        """The pairs' validity checks, made before the screen (:func:`~circuits.identify.validity.check_job`)."""
+        return self._validity
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": getattr(self.config, "model", ""), "task": getattr(self.config, "task", ""),
                                "metric": self.metric, "mode": self.mode, "n_pairs": len(self.pairs),
-                               "seconds": self.seconds, "verified": self.verified}
+                               "seconds": self.seconds, "verified": self.verified, **validity_json(self._validity)}
         if self.audit is not None:
             out.update(self.audit)
         return out
@@ -116,7 +122,7 @@ class ScreenResult(Result):
                                                                "graddrop_"))}  # GradDrop's audit was lost on load
         return cls(config, pairs, s["metric"], s["mode"], t["head_effects"], t["mlp_effects"], t["head_q"], t["head_k"],
                    t["neuron_effects"], t["graddrop"], s.get("verified", []), audit or None, t["exact_end"],
-                   s.get("seconds", {}))
+                   s.get("seconds", {}), validity_from_summary(s, folder / "summary.json"))
 
 
 def _check_screen(t: Any, path: Path) -> None:

@@ -1,0 +1,118 @@
+"""Every job that ranks components checks its pairs as identify does (issue 40): the shared helper
+(:func:`circuits.identify.validity.pair_checks`) measures what a plain forward pass per pair measures and what
+identify's own sweep baseline gives; each job refuses pairs the random tiny model answers none of in one line without
+``--force``, and with it saves the warning in ``summary.json``, prints it and puts it at the top of its report
+section; a result saved before the check loads back without one."""
+
+import json
+
+import pytest
+import torch
+from helpers import tiny_dir
+
+from circuits.cli import main as cli_main
+from circuits.identify.validity import FORCE_ENV, Validity, ValidityWarning, check_job, pair_checks
+from circuits.results import load_result
+
+TINY = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--no-progress"]
+
+JOBS = {  # job -> its arguments beyond TINY (small: a few heads or neurons)
+    "screen": ["--pairs", "4", "--verify", "2", "--no-audit", "--no-neurons"],
+    "neurons": ["--pairs", "4", "--layers", "1", "--shares", "0.05"],
+    "heuristics": ["--pairs", "4", "--layers", "1", "--neurons-per-mlp", "3", "--operands", "0,3", "--threshold",
+                   "0.3", "--alpha", "1", "--n-random", "2", "--n-boot", "20", "--null-neurons", "0", "--knockout-classes", "1"],
+    "carry": ["--n-boot", "5", "--n-splits", "5", "--n-random", "2"],
+    "faithfulness": ["--pairs", "4", "--rankings", "exact-path", "--sizes", "0.2,0.5", "--n-boot", "0", "--no-held-out"],
+}
+
+
+def _pairs(tok):
+    from circuits.data.pairs import make_pair
+
+    return [make_pair(tok, f"{a} + {b} = ", f"{a} @ {b} = ", str(a + b)) for a, b in [(3, 4), (2, 5), (1, 6), (2, 2), (4, 4)]]
+
+
+def test_pair_checks_are_a_plain_forward_pass_and_identify_s_baseline(tiny_llama):
+    pairs = _pairs(tiny_llama.tokenizer)
+    got = pair_checks(tiny_llama, pairs, chunk=2)  # chunks of 2: the concatenation is checked too
+    hits, keeps, logit, cf_logit = [], [], [], []
+    with torch.no_grad():
+        for p in pairs:
+            ref = tiny_llama(torch.tensor([p.reference_token_ids]))[0, -1]
+            cf = tiny_llama(torch.tensor([p.counterfactual_token_ids]))[0, -1]
+            hits.append(int(ref.argmax()) == p.answer_token_id)
+            keeps.append(int(cf.argmax()) == p.answer_token_id)
+            logit.append(float(ref[p.answer_token_id]))
+            cf_logit.append(float(cf[p.answer_token_id]))
+    n = len(pairs)
+    assert got["accuracy"] == pytest.approx(sum(hits) / n)
+    assert got["counterfactual_keeps_answer"] == pytest.approx(sum(keeps) / n)
+    mean = sum(logit) / n
+    assert got["full_effect"] == pytest.approx(-(sum(cf_logit) / n - mean) / abs(mean), rel=1e-4, abs=1e-6)
+    # a label (--second-logit label; here the answer itself) changes none of them: the checks read the top tokens
+    import dataclasses
+
+    labelled = [dataclasses.replace(p, counterfactual_answer_token_id=p.answer_token_id) for p in pairs]
+    assert pair_checks(tiny_llama, labelled) == pytest.approx(got)
+
+    # the peer: identify's sweep keeps a baseline, and its validity reads the same three numbers from it
+    from circuits.identify.config import IdentifyConfig
+    from circuits.identify.job import identify
+
+    with pytest.warns(ValidityWarning):
+        r = identify(tiny_llama, pairs, IdentifyConfig(model="tiny", bootstrap=0), progress=False)
+    v = r.validity()
+    assert (v.accuracy, v.counterfactual_keeps_answer) == (pytest.approx(got["accuracy"]),
+                                                          pytest.approx(got["counterfactual_keeps_answer"]))
+    assert v.full_effect == pytest.approx(got["full_effect"], rel=1e-4, abs=1e-6)
+
+
+def test_check_job_adds_the_accuracy_before_filtering_only_for_filtered_pairs(tiny_llama, monkeypatch):
+    from circuits.beyond.screen.config import ScreenConfig
+
+    monkeypatch.delenv(FORCE_ENV, raising=False)
+    pairs = _pairs(tiny_llama.tokenizer)
+    cfg = ScreenConfig(model="tiny", force=True)
+    with pytest.warns(ValidityWarning, match="screen on 5 pairs"):
+        v = check_job(tiny_llama, pairs, {"accuracy": 0.2}, cfg, "screen")
+    assert v.accuracy_before_filtering == pytest.approx(0.2) and v.forced and v.refusals
+    with pytest.warns(ValidityWarning):
+        v = check_job(tiny_llama, pairs, {"accuracy": 0.2}, cfg.replace(filter_correct=False), "screen")
+    assert v.accuracy_before_filtering is None
+
+
+@pytest.mark.parametrize("job", sorted(JOBS))
+def test_a_job_refuses_pairs_the_model_cannot_answer_and_saves_the_warning_with_force(job, tmp_path, capsys,
+                                                                                        monkeypatch):
+    monkeypatch.delenv(FORCE_ENV, raising=False)
+    args = [job, *TINY, *JOBS[job]]
+    out = tmp_path / job
+    assert cli_main([*args, "--out", str(out)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines()
+           if line.strip() and "Loading weights" not in line and not line.startswith("pairs (")]  # progress bars aside
+    assert len(err) == 1 and err[0].startswith(f"circuits {job}: error: {job} refused") and "--force" in err[0]
+    assert "the model answers 0% of the pairs swept" in err[0] and not out.exists()  # one line, nothing saved
+
+    assert cli_main([*args, "--force", "--out", str(out)]) == 0
+    printed = capsys.readouterr().err
+    s = json.loads((out / "summary.json").read_text())
+    v = Validity.from_json(s["validity"])
+    assert v.accuracy == 0.0 and v.refusals and v.forced and json.loads((out / "config.json").read_text())["force"] is True
+    assert s["warnings"] == v.lines() and s["warnings"][0].startswith("refused without force")
+    assert f"warning: {s['warnings'][0]}" in printed  # on the command line, the same line
+    back = load_result(out)
+    assert back.validity() == v
+
+    report = tmp_path / "report.html"
+    assert cli_main(["report", str(out), "--out", str(report)]) == 0
+    html = report.read_text()
+    assert "Warning (saved with --force):" in html and "of the pairs swept" in html
+
+    # a result saved before its job checked validity loads back without a record, and its page has no banner
+    del s["validity"], s["warnings"]
+    (out / "summary.json").write_text(json.dumps(s))
+    assert load_result(out).validity() is None
+    s["validity"] = {"accuracy": "0.5"}  # a number saved as text: one line naming the file and the field
+    (out / "summary.json").write_text(json.dumps(s))
+    with pytest.raises(ValueError, match="summary.json: field 'validity': accuracy must be a number"):
+        load_result(out)
