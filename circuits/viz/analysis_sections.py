@@ -47,7 +47,7 @@ def _screen_text(r: Any) -> str:
 
 
 def positions_section(page: Page, found: list) -> str:
-    return page.per_result(found, lambda r: (
+    return page.per_result(found, lambda r: validity_banner(r.validity()) + (
         f"<p class='what'>Activation patching of every head and MLP at every position ({len(r.pairs)} pairs, "
         f"exact: only positions from the patch to END recompute, from a cached prefix; {r.seconds:.0f} s), as "
         f"Stolfo et al.'s information flow: which layers at which positions carry the operands and operator "

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from circuits.config import option
 from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSource, check_metric
+from circuits.identify.validity import force_option
 from circuits.types import METRIC_NAMES, MIB_METRIC
 
 
@@ -25,6 +26,7 @@ class PositionConfig(PairSource):
     offsets: tuple[int, ...] = option((), minimum=0, maximum=1_000_000, unique=True, help="offsets from END to patch (0 is END); default: every position")
     metric: str = option(MIB_METRIC, choices=METRIC_NAMES, help="the metric the figure shows")
     answer_position: str = answer_position_option(whole=False)
+    force: bool = force_option()
 
     def __post_init__(self) -> None:
         super().__post_init__()

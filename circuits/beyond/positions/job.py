@@ -23,6 +23,7 @@ from circuits.patching.engines.position_sweep import sweep_positions
 from circuits.beyond.positions.align import check_alignable
 from circuits.beyond.positions.config import PositionConfig
 from circuits.beyond.positions.result import PositionResult, token_strings
+from circuits.identify.validity import check_job
 
 
 def run(config: PositionConfig, out: str | Path, *, model: Model | None = None,
@@ -35,9 +36,10 @@ def run(config: PositionConfig, out: str | Path, *, model: Model | None = None,
         if config.task != "all" and not config.template.startswith(f"{config.task}/"):
             raise ValueError(f"--template {config.template} is not a template of --task {config.task}; accepted: "
                              f"{', '.join(t.id for t in templates_for(config.task))}")
-        pairs = build_pairs(model, replace(config.pair_config(), task=config.template), progress=progress).pairs
+        built = build_pairs(model, replace(config.pair_config(), task=config.template), progress=progress)
+        pairs, stats = built.pairs, built.stats()
     else:
-        pairs, _ = config.load_pairs(model)
+        pairs, stats = config.load_pairs(model)
     if config.template and config.pairs_from:
         every = pairs
         pairs = [p for p in every if p.template_id == config.template]
@@ -53,6 +55,8 @@ def run(config: PositionConfig, out: str | Path, *, model: Model | None = None,
     pairs = at_answer_position(pairs, config.answer_position, model.tokenizer)
     # Columns by token role (issue 40): a pair that marks no role cannot be aligned with the others; one line now
     check_alignable(pairs, str(config.pairs_file or config.pairs_from or config.task))
+    # Identify's checks on these pairs before the sweep (issue 40): past a hard threshold refused without --force
+    check_job(model, pairs, stats, config, "positions")
     start = time.perf_counter()
     sweep = sweep_positions(model, pairs, offsets=config.offsets or None, memory_mb=config.memory_mb, progress=progress)
     result = PositionResult(config, pairs, sweep, time.perf_counter() - start)

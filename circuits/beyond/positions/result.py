@@ -41,9 +41,10 @@ class PositionResult(Result):
     def validity(self):
         """The checks of :mod:`circuits.identify.validity` this sweep's unpatched runs give (no key components here, so
         no share of uncertain ones)."""
-        from circuits.identify.validity import Validity, baseline_checks
+        from circuits.identify.validity import Validity, baseline_checks, forced
 
-        return Validity.measure(len(self.pairs), **baseline_checks(self.sweep.baseline))
+        return Validity.measure(len(self.pairs), forced=forced(getattr(self.config, "force", False)),
+                                **baseline_checks(self.sweep.baseline))
 
     def alignment(self) -> Alignment | None:
         """The view's columns by token role (:func:`~circuits.beyond.positions.align.align`), or None when some pair
