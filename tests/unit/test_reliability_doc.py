@@ -25,10 +25,14 @@ def _rows() -> list[tuple[str, str, str]]:
 ROWS = _rows()
 
 
+_PAIR = '{"prompt": "2 + 3 = ", "counterfactual": "2 + 4 = ", "answer": "5"}\n'
+
+
 def _given(text: str, root: Path) -> None:
     for name, held in re.findall(r"a folder `([^`/]+)/` holding `([^`]+)`", text):
         (root / name).mkdir()
-        (root / name / held).write_text("mine")
+        # a pairs file is one the command reads before its --out is checked: a pair, not just the user's bytes
+        (root / name / held).write_text(_PAIR if held.endswith(".jsonl") else "mine")
     for name in re.findall(r"an empty folder `([^`/]+)/`", text):
         (root / name).mkdir()
     for name in re.findall(r"^a file `([^`]+)`", text):
