@@ -78,7 +78,7 @@ def test_screen_section_escapes_what_its_summary_holds():
 
     r = SimpleNamespace(summary=lambda: {"task": "<b>t</b>"}, seconds={"screen": 1.0}, mode="<i>m</i>", metric="x",
                         pairs=[1], audit={"n_components": "<script>x()</script>", "spearman_end": 0.5},
-                        verified=None, top=lambda *a, **k: [])
+                        verified=None, top=lambda *a, **k: [], validity=lambda: None)  # saved before its checks
     text = _screen_text(r)
     assert "<script>x()" not in text and "&lt;script&gt;" in text
 
