@@ -98,6 +98,20 @@ def detect_kind(folder: str | Path) -> str | None:
     return None if marker is None else str(marker["kind"])
 
 
+def results_below(folder: str | Path) -> dict[str, str]:
+    """The result folders directly below ``folder``, by name, with the kind each holds (unreadable markers left out)."""
+    folder = Path(folder)
+    found = {}
+    for sub in sorted(folder.iterdir()) if folder.is_dir() else []:
+        try:
+            kind = detect_kind(sub)
+        except ResultError:
+            continue
+        if kind is not None:
+            found[sub.name] = kind
+    return found
+
+
 def load_result(folder: str | Path) -> Result:
     """Whatever result ``folder`` holds, as its typed class."""
     kind = detect_kind(folder)

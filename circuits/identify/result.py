@@ -32,7 +32,7 @@ from circuits.patching.core.ranking import KeyRule, Ranked
 from circuits.patching.core.scores import Scores
 from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.identify.config import KeyHeadSource
-from circuits.results import MARKER, Result, ResultError, number
+from circuits.results import MARKER, Result, ResultError, number, results_below
 from circuits.types import Head
 from circuits.viz.notebook import ShowsFigure
 
@@ -404,11 +404,14 @@ def load_identify(folder: str | Path) -> IdentifyResult:
     except (ResultError, FileNotFoundError):
         if (folder / MARKER).is_file():
             raise  # a result that cannot be read as an identify result: its own line says why
-        tasks = sorted(p.parent.name for p in folder.glob("*/summary.json")) if folder.is_dir() else []
+        below = results_below(folder)
+        tasks = [name for name, kind in below.items() if kind == "identify"]
         if tasks:
             raise ResultError(f"{folder} holds one identify result per task ({', '.join(tasks)}); pass one of them, "
                               f"e.g. {folder / tasks[0]}") from None
-        raise ResultError(f"{folder} holds no identify result; pass the output folder of `circuits identify`") from None
+        others = f" (the results below it are {', '.join(f'{n}: {k}' for n, k in below.items())})" if below else ""
+        raise ResultError(f"{folder} holds no identify result{others}; pass the output folder of `circuits identify`"
+                          ) from None
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,16 @@ def test_load_identify_on_the_parent_of_task_folders(result, tmp_path):
     assert load_identify(tmp_path / "addition").top_heads(2) == result.top_heads(2)
 
 
+def test_load_identify_names_the_other_kinds_below_a_folder(tmp_path):
+    """A folder of other jobs' results (docs/data: carry, sft-study) is not read as identify results per task."""
+    other = tmp_path / "carry_smollm2"
+    other.mkdir()
+    (other / "summary.json").write_text("{}")
+    (other / "circuits.json").write_text('{"kind": "carry", "version": 1, "files": []}')
+    with pytest.raises(ResultError, match=r"holds no identify result \(the results below it are carry_smollm2: carry\)"):
+        load_identify(tmp_path)
+
+
 def test_run_identify_writes_resumes_and_pools(tiny_llama, tmp_path, capsys):
     config = CONFIG.replace(task="all", n_pairs=4)
     returned = run(config, tmp_path / "identify", model=tiny_llama, progress=False)
