@@ -356,7 +356,7 @@ class IdentifyResult(ShowsFigure, Result):
                 from circuits.patching.engines.end_sweep_files import pack_unmeasured
 
                 save_torch(pack_unmeasured(self.sweep.tensors()), folder / "sweep.pt")
-        write_figure(self.figure(), folder / "heads.html")
+        write_figure(self.figure(), folder / "heads.html", validity=self.validity())
         if self.edges is not None:
             save_torch(self.edges.tensors(), folder / "edges.pt")
             metric = self.key_rule.metric

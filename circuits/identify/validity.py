@@ -46,9 +46,9 @@ THRESHOLDS: dict[str, Threshold] = {t.name: t for t in (
               "key heads describe the few it gets right", 0.25, None, True,
               "a few-shot prefix where there was none (--few-shot on), easier templates, or a model that does the task"),
     Threshold("counterfactual_keeps_answer", "the counterfactual prompt still yields the answer in {v:.0%} of the "
-              "pairs", 0.5, 0.9, False, "another counterfactual (one that removes the calculation)"),
+              "pairs", 0.5, 0.9, False, "another counterfactual, one that removes the calculation"),
     Threshold("full_effect", "the whole counterfactual moves the answer logit by {v:.1%} of its size", 0.05, 0.01, True,
-              "another counterfactual (one that removes the calculation) or pairs the model answers"),
+              "another counterfactual, one that removes the calculation, or pairs the model answers"),
     Threshold("uncertain_share", "{v:.0%} of the key heads are uncertain (their bootstrap interval reaches the key "
               "rule's threshold)", 2 / 3, None, False, "more pairs (--pairs)"),
 )}

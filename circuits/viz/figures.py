@@ -61,27 +61,27 @@ def wrap(text: str, width: int = 90) -> str:
     return "<br>".join(textwrap.wrap(text, width)) or text
 
 
-def write_figure(fig: go.Figure, path: str | Path, *, inline: bool = False) -> Path:
+def write_figure(fig: go.Figure, path: str | Path, *, inline: bool = False, validity: Any = None) -> Path:
     """An HTML file of ``fig``, written atomically. plotly.js is not inlined but shared: one copy per results folder
     (:func:`circuits.viz.page.shared_asset`, a relative path, so the page still opens offline); ``inline=True``
-    embeds it (a single file that can be mailed alone, 4.7 MB heavier)."""
-    from circuits.viz.page import script_tag
-
-    path = Path(path)
-    js = script_tag("plotly", path, inline=inline)
-    body = fig.to_html(include_plotlyjs=False, full_html=False, config={"displaylogo": False})
-    return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'>{js}</head><body>{body}</body></html>")
+    embeds it (a single file that can be mailed alone, 4.7 MB heavier). ``validity``: the job's
+    :class:`~circuits.identify.validity.Validity`; its warnings go above the figure, as the report puts them at the top
+    of the job's section."""
+    return write_figures([fig], path, inline=inline, validity=validity)
 
 
-def write_figures(figs: Sequence[go.Figure], path: str | Path, *, inline: bool = False) -> Path:
+def write_figures(figs: Sequence[go.Figure], path: str | Path, *, inline: bool = False, validity: Any = None) -> Path:
     """One HTML file holding every figure of ``figs`` one below the other, plotly.js loaded once (as
-    :func:`write_figure` loads it)."""
-    from circuits.viz.page import script_tag
+    :func:`write_figure` loads it), the validity warnings above them."""
+    from circuits.viz.page import NOTE_CSS, script_tag, validity_banner
 
     path = Path(path)
     js = script_tag("plotly", path, inline=inline)
+    banner = validity_banner(validity)
+    style = f"<style>{NOTE_CSS}</style>" if banner else ""
     body = "".join(f.to_html(include_plotlyjs=False, full_html=False, config={"displaylogo": False}) for f in figs)
-    return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'>{js}</head><body>{body}</body></html>")
+    return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'>{js}{style}</head><body>{banner}{body}"
+                            "</body></html>")
 
 
 def _arr(x) -> np.ndarray:

@@ -261,6 +261,8 @@ def script_tag(name: str, page: str | Path | None, *, inline: bool = False, root
     return f"<script type='text/javascript' src='{_e(src)}'></script>"
 
 
+NOTE_CSS = ("body>.note{font-family:system-ui,-apple-system,Segoe UI,sans-serif;background:#f6f6f2;"
+            "border-left:4px solid #bbb;padding:.5em .8em;color:#555;max-width:1100px}")  # a figure page's warning
 GENERATOR = "<meta name='generator' content='circuits report'>"  # lets a later report replace this file, and nothing else
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:0 auto;padding:0 1.5em 3em;

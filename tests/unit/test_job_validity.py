@@ -25,6 +25,8 @@ JOBS = {  # job -> its arguments beyond TINY (small: a few heads or neurons)
     "faithfulness": ["--pairs", "4", "--rankings", "exact-path", "--sizes", "0.2,0.5", "--n-boot", "0", "--no-held-out"],
     "positions": ["--pairs", "3", "--offsets", "0,1"],
 }
+FIGURE = {"screen": "screen.html", "neurons": "figure.html", "heuristics": "figure.html",
+          "faithfulness": "figure.html", "positions": "flow.html"}  # carry writes no figure page
 
 
 def _pairs(tok):
@@ -108,6 +110,9 @@ def test_a_job_refuses_pairs_the_model_cannot_answer_and_saves_the_warning_with_
     assert cli_main(["report", str(out), "--out", str(report)]) == 0
     html = report.read_text()
     assert "Warning (saved with --force):" in html and "of the pairs swept" in html
+    if job in FIGURE:  # and above the job's own figure page
+        page = (out / FIGURE[job]).read_text()
+        assert page.index("Warning (saved with --force):") < page.index("Plotly.newPlot") and "of the pairs swept" in page
 
     if job == "positions":  # its checks are recomputed from the saved sweep's baseline, never read from the summary
         return

@@ -142,6 +142,8 @@ def test_the_job_refuses_without_force_and_saves_the_warning_with_it(tmp_path, c
     assert "Results that may not be trusted" in html and "saved with --force" in html
     assert html.index("Results that may not be trusted") < html.index("<h3>addition")  # above the run's figure
     assert "of the pairs swept" in html
+    heads = (out / "heads.html").read_text()  # the run's own figure page says it too, above the figure
+    assert heads.index("Warning (saved with --force):") < heads.index("Plotly.newPlot") and "of the pairs swept" in heads
 
 
 def test_a_trusted_result_has_no_warning(tiny_llama):

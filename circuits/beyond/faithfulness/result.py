@@ -220,7 +220,7 @@ class FaithfulnessResult(ShowsFigure, Result):
                                          for r, by in self.in_sample_curves.items()},
                     "seconds": self.seconds, "cpu_seconds": self.cpu_seconds}, folder / "faithfulness.pt")
         if self.curves:  # every setting's curves (nodes@end, nodes@all, edges), then the table of all of them
-            write_figures([self.figure(s) for s in self.settings] + [self.table_figure()], folder / "figure.html")
+            write_figures([self.figure(s) for s in self.settings] + [self.table_figure()], folder / "figure.html", validity=self.validity())
 
     @classmethod
     def _read(cls, folder: Path, config: FaithfulnessConfig) -> FaithfulnessResult:

@@ -185,7 +185,7 @@ class HeuristicsResult(Result):
         write_pairs(folder / "pairs.jsonl", self.pairs)
         write_pairs(folder / "grid.jsonl", self.grid_prompts)
         save_torch({"effects": self.effects, "activations": self.activations}, folder / "heuristics.pt")
-        write_figure(self.figure(), folder / "figure.html")
+        write_figure(self.figure(), folder / "figure.html", validity=self.validity())
         if self.knockout:
             write_figure(self.knockout_figure(), folder / "knockout.html")
 

@@ -97,7 +97,7 @@ class NeuronResult(Result):
         write_json(folder / "summary.json", self.summary())
         write_pairs(folder / "pairs.jsonl", self.pairs)
         save_torch(self.sweep.tensors(), folder / "neurons.pt")
-        write_figure(self.figure(), folder / "figure.html")
+        write_figure(self.figure(), folder / "figure.html", validity=self.validity())
 
     @classmethod
     def _read(cls, folder: Path, config: NeuronConfig) -> NeuronResult:

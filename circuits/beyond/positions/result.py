@@ -117,7 +117,7 @@ class PositionResult(Result):
         write_json(folder / "summary.json", self.summary())
         write_pairs(folder / "pairs.jsonl", self.pairs)
         save_torch(self.sweep.tensors(), folder / "positions.pt")
-        write_figure(self.figure(), folder / "flow.html")
+        write_figure(self.figure(), folder / "flow.html", validity=self.validity())
 
     @classmethod
     def _read(cls, folder: Path, config: PositionConfig) -> PositionResult:

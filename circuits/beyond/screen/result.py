@@ -110,7 +110,7 @@ class ScreenResult(Result):
         save_torch({"head_effects": self.head_effects, "mlp_effects": self.mlp_effects, "head_q": self.head_q,
                     "head_k": self.head_k, "neuron_effects": self.neuron_effects, "graddrop": self.graddrop,
                     "exact_end": self.exact_end}, folder / "screen.pt")
-        write_figure(self.figure(), folder / "screen.html")
+        write_figure(self.figure(), folder / "screen.html", validity=self.validity())
 
     @classmethod
     def _read(cls, folder: Path, config: ScreenConfig) -> ScreenResult:
