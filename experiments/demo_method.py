@@ -1,7 +1,7 @@
 """The rest of the method for ``make demo``, cheaply, on the pairs ``circuits identify --task all`` already made: the
 knockout curve of each operation (key heads against random heads, Figure 3), where the top heads look by token role
 (Figure 5) and their attention views (Figure 7), each operation with its own heads, and the MLPs through the logit lens
-(Figure 6). One model load; small sizes (a few pairs, k up to 8, two random orders), so the demo's report shows every
+(Figure 6). One model load; small sizes (a few pairs, k up to 8, five random seeds), so the demo's report shows every
 step of the method in about a minute on two CPU cores. The figure scripts (``make figures``) make the same results at the paper's sizes.
 
 Run: ``python experiments/demo_method.py [--identify-dir results/identify] [--out results/demo]``; each result is
