@@ -282,7 +282,9 @@ def held_out_pairs(config: FaithfulnessConfig, model: Model, ranking_pairs: Sequ
         candidates = list(saved)[len(ranking_pairs):]
     out = [p for p in candidates if p.reference not in taken and p.counterfactual not in taken][:n]
     if len(out) < n:
-        where = f"seed {config.score_seed}" if saved is None else f"{config.pairs_from} after the first {len(ranking_pairs)}"
+        where = (f"{config.pairs_from} after the first {len(ranking_pairs)}" if saved is not None else
+                 f"{config.pairs_file}'s lines after the first {len(ranking_pairs)}" if config.pairs_file else
+                 f"seed {config.score_seed}")
         warnings.warn(f"{len(out)} of the {n} scoring pairs asked ({where}, none sharing a prompt with the ranking "
                       "pairs); going on with them", FewerPairsWarning, stacklevel=2)
     if not out:
