@@ -50,6 +50,17 @@ OLD_KINDS = {"logit_lens": "lens", "attention_roles": "attention", "attention_vi
              "word_problem_heads": "word_problems", "evaluation": "evaluate"}
 
 
+def _add_pairs_file(folder: Path, read: dict[str, Any] | None) -> None:
+    """``read`` (:meth:`Result.pairs_read`) as ``summary.json``'s ``pairs_file``, where the result wrote a summary
+    without one."""
+    summary = folder / "summary.json"
+    if read is None or not summary.is_file():
+        return
+    data = read_json(summary)
+    if isinstance(data, dict) and "pairs_file" not in data:
+        write_json(summary, {**data, "pairs_file": read})
+
+
 def a_kind(kind: object) -> str:
     """``kind`` with its indefinite article: "an identify", "a screen" (a message read "a identify result")."""
     word = str(kind)
@@ -383,20 +394,46 @@ class Result:
         if not is_main():
             return folder
         made_by = self.made_by()
+        read = self.pairs_read()
+        if read is not None:
+            made_by["pairs_file"] = read
         if self.in_place:  # the job's working folder, checked when the job started; only our own files are written
             folder.mkdir(parents=True, exist_ok=True)
             self._write(folder)
+            _add_pairs_file(folder, read)
             write_json(folder / "config.json", self.config_json())
             write_json(folder / MARKER, {"kind": self.kind, "version": self.version, "provenance": made_by})
             return folder
         check_output(folder, self.kind, overwrite=overwrite)
         with atomic_dir(folder) as tmp:
             self._write(tmp)
+            _add_pairs_file(tmp, read)
             write_json(tmp / "config.json", self.config_json())
             files = sorted({p.name for p in tmp.iterdir()} | {MARKER})  # what a later save may replace
             write_json(tmp / MARKER, {"kind": self.kind, "version": self.version, "files": files,
                                       "provenance": made_by})
         return folder
+
+    def pairs_read(self) -> dict[str, Any] | None:
+        """The ``--pairs-file`` this result's pairs came from (None: the task's templates or a saved result's pairs):
+        its absolute path and the SHA-256 of its bytes, as the result kept them when the job read the file (identify's
+        ``pair_stats``, with the lines read), else read when the result is saved (``sha256`` None if the file is gone
+        by then: the pairs themselves are in the result). Saved in ``summary.json`` and the marker's provenance, where
+        the report's made-by line reads it (issue 40)."""
+        kept = (getattr(self, "pair_stats", None) or {}).get("pairs_file")
+        if isinstance(kept, dict) and kept.get("path"):
+            return dict(kept)
+        name = getattr(self.config, "pairs_file", "")
+        if not (isinstance(name, str) and name):
+            return None
+        import hashlib
+
+        path = Path(name).expanduser().resolve()
+        try:
+            digest: str | None = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            digest = None
+        return {"path": str(path), "sha256": digest}
 
     def made_by(self) -> dict[str, Any]:
         """The result's provenance: the one it was loaded with, else this process's (which it keeps from now on)."""

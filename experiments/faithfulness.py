@@ -176,7 +176,7 @@ def run_one(config: Config, name: str, op: str, model, on_shares, on_ranking=Non
         print(f"{name} {op}: no edge level (its heads have no additive output of their own); nodes only", flush=True)
         cfg = cfg.replace(edges=False)
     check_output(folder, "faithfulness")
-    pairs, scoring, _ = split_pairs(cfg, model)  # found on one split, scored on another (held_out, the default)
+    pairs, scoring, stats = split_pairs(cfg, model)  # found on one split, scored on another (held_out, the default)
     shares_path = config.counterfactuals_path()
     shares = read_shares(shares_path)
     if f"{name}/{op}" not in shares:
@@ -186,9 +186,10 @@ def run_one(config: Config, name: str, op: str, model, on_shares, on_ranking=Non
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 one = faithfulness(model, pairs, cfg.replace(rankings=(ranking,)), progress=False, parts=folder / PARTS,
-                                   scoring_pairs=scoring)
+                                   scoring_pairs=scoring, stats=stats)
             on_ranking(ranking, one.seconds[ranking])
-    r = faithfulness(model, pairs, cfg, progress=False, parts=folder / PARTS, scoring_pairs=scoring)
+    # the ranking pairs' validity checks, as circuits faithfulness runs them: refused past a hard threshold unless --force
+    r = faithfulness(model, pairs, cfg, progress=False, parts=folder / PARTS, scoring_pairs=scoring, stats=stats)
     r.save(folder)
     return r
 

@@ -50,7 +50,8 @@ def run_dataset(model, config: Config, name: str, template_heads: list[Head], t)
     if len(correct) < 2:
         return out
     r = identify(model, correct, IdentifyConfig(model=config.model, n_pairs=len(correct), seed=config.seed,
-                                               key_rule=f"top{config.top}:relative_logit"), progress=False)
+                                               key_rule=f"top{config.top}:relative_logit", force=config.force),
+                 progress=False)  # refused as the job refuses (identify's checks) unless --force
     heads = [h for h, _ in r.key_heads()]
     shared = [h for h in heads if h in set(template_heads)]
     only = [h for h in heads if h not in set(template_heads)]

@@ -7,7 +7,7 @@ that patches pairs. Imports neither torch nor transformer_lens."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from circuits.config import Config, count, option
 from circuits.data.templates import TASKS, templates_for
@@ -31,6 +31,12 @@ SECOND_LOGITS: tuple[str, ...] = ("top", "label")
 # or the whole answer. The largest k accepted: no answer a pairs file holds needs more.
 WHOLE_ANSWER = "whole"
 MAX_ANSWER_POSITION = 63
+# The pair fields only the task's templates read (circuits.data.pairs.build_pairs): with a --pairs-file the lines are
+# the prompts, counterfactuals and answers, so these are None in the config (and its config.json: issue 40, no unused
+# defaults recorded). --pairs (a cap on the lines read), --filter-correct and --second-logit still apply, and --task
+# names the operation the file's pairs ask (the result's label; heuristics' grid, positions' templates).
+PAIRS_FILE_REPLACES: tuple[str, ...] = ("seed", "few_shot", "prefix_policy", "counterfactual", "operand_range",
+                                        "max_candidates")
 
 
 def answer_position(text: str | int) -> int | str:
@@ -68,13 +74,15 @@ class PairConfig(Config):
     task: str = option("addition", help="the operation whose prompts are patched ('all': the four, pooled)",
                        choices=TASKS)
     n_pairs: int = count(64, flag="--pairs", help="prompt pairs (per operation for --task all)")
-    seed: int = option(0, minimum=0, help="seed of the operands, templates and words")
-    few_shot: FewShot = option("auto", choices=("auto", "on", "off"),
+    # None: a --pairs-file replaced it (replaced_by_pairs_file), for seed, few_shot, prefix_policy, counterfactual,
+    # operand_range and max_candidates alike
+    seed: int | None = option(0, minimum=0, help="seed of the operands, templates and words")
+    few_shot: FewShot | None = option("auto", choices=("auto", "on", "off"),
                                help="a few-shot prefix of solved examples ('auto': below 1B parameters)")
-    prefix_policy: PrefixPolicy = option("keep", choices=("keep", "counterfactual"),
+    prefix_policy: PrefixPolicy | None = option("keep", choices=("keep", "counterfactual"),
                                          help="counterfactual prompts keep the reference's few-shot prefix, or get "
                                               "counterfactual examples")
-    counterfactual: CounterfactualKind = option(
+    counterfactual: CounterfactualKind | None = option(
         "operator", choices=COUNTERFACTUAL_KINDS,
         help="operator: the paper's counterfactual (the operation word or symbol replaced, no answer); operand: one "
              "operand changed, every word kept; random: another problem of the same template, both operands and the "
@@ -88,23 +96,34 @@ class PairConfig(Config):
     pairs_file: str = option("", help="your own pairs instead of the task's templates: a JSONL file, one "
                                       '{"prompt": ..., "counterfactual": ..., "answer": ...} a line (or "answers": '
                                       "[...], the first is the answer); --pairs caps how many are read")
-    operand_range: tuple[int, int] = option((1, 9), cli=False)
-    max_candidates: int = count(2048, cli=False)
+    operand_range: tuple[int, int] | None = option((1, 9), cli=False)
+    max_candidates: int | None = count(2048, cli=False)
+
+    # The fields of PAIRS_FILE_REPLACES this job reads for nothing but drawing the task's pairs: with a pairs file they
+    # are None. A job that reads one for something else too keeps it (IdentifyConfig: the seed of the bootstrap
+    # resamples; heuristics: the seed and few-shot prefix of its operand grid).
+    replaced_by_pairs_file: ClassVar[tuple[str, ...]] = PAIRS_FILE_REPLACES
 
     def __post_init__(self) -> None:
         templates_for(self.task)  # raises on an unknown task
+        for name in PAIRS_FILE_REPLACES:
+            if self.pairs_file and name in self.replaced_by_pairs_file:  # not used: None, so the saved config
+                object.__setattr__(self, name, None)  # records no default the file replaced (frozen: set while built)
+            elif getattr(self, name) is None:
+                raise ValueError(f"{name} is None, which only a --pairs-file run of a job that reads it for nothing "
+                                 "but the templates' pairs records; give a value")
         if self.pairs_file and self.task == "all":  # the one file would be pooled four times, as four operations
             raise ValueError(f"--pairs-file {self.pairs_file} with --task all: the file's pairs would stand for each of "
                              "the four operations; give the operation they ask (e.g. --task addition)")
-        if self.few_shot not in ("auto", "on", "off"):
+        if self.few_shot not in ("auto", "on", "off", None):
             raise ValueError(f"few_shot must be 'auto', 'on' or 'off', got {self.few_shot!r}")
-        if self.prefix_policy not in ("keep", "counterfactual"):
+        if self.prefix_policy not in ("keep", "counterfactual", None):
             raise ValueError(f"prefix_policy must be 'keep' or 'counterfactual', got {self.prefix_policy!r}")
-        if self.counterfactual not in COUNTERFACTUAL_KINDS:
+        if self.counterfactual not in (*COUNTERFACTUAL_KINDS, None):
             raise ValueError(f"counterfactual must be one of {', '.join(COUNTERFACTUAL_KINDS)}, got {self.counterfactual!r}")
         if self.second_logit not in SECOND_LOGITS:
             raise ValueError(f"second_logit must be one of {', '.join(SECOND_LOGITS)}, got {self.second_logit!r}")
-        if self.counterfactual != "operator" and self.prefix_policy == "counterfactual":
+        if self.counterfactual not in ("operator", None) and self.prefix_policy == "counterfactual":
             raise ValueError(f"--counterfactual {self.counterfactual} keeps the reference's few-shot prefix (its solved "
                              "examples stay solved); give --prefix-policy keep")
         if self.second_logit == "label" and self.counterfactual == "operator" and not self.pairs_file:
@@ -112,5 +131,5 @@ class PairConfig(Config):
                              "no number, so it has no answer to take; give --counterfactual random (MIB's) or operand, "
                              "or --second-logit top")
         r = self.operand_range
-        if not (isinstance(r, (tuple, list)) and len(r) == 2 and all(isinstance(x, int) for x in r) and 0 <= r[0] <= r[1]):
+        if r is not None and not (isinstance(r, (tuple, list)) and len(r) == 2 and all(isinstance(x, int) for x in r) and 0 <= r[0] <= r[1]):
             raise ValueError(f"operand_range must be two integers (low, high) with 0 <= low <= high, got {self.operand_range}")

@@ -8,10 +8,10 @@ transformer_lens (the command line builds its flags from it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from circuits.config import count, option
-from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
+from circuits.data.pair_config import PAIRS_FILE_REPLACES, WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSpec
 from circuits.types import DEFAULT_KEY_RULE, MODES, Receiver, key_rule_parts
 from circuits.identify.validity import force_option
@@ -35,6 +35,10 @@ class IdentifyConfig(PairSpec):
                             "and at --answer-position whole)")
     answer_position: str = answer_position_option()
     force: bool = force_option()
+
+    # With a pairs file the seed still seeds the bootstrap resamples of the intervals (IdentifyResult.intervals), and
+    # in the jobs that take their heads from identify, transfer's sets and numbers' problems: kept
+    replaced_by_pairs_file: ClassVar[tuple[str, ...]] = tuple(n for n in PAIRS_FILE_REPLACES if n != "seed")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -66,7 +70,8 @@ F = TypeVar("F", bound="FromIdentify")
 # (``knockout --heads-from id --pairs-file mine.jsonl``): its own pairs, the heads still the result's. The task, the
 # model and the sweep's fields stay the result's (its heads were found on them).
 OWN_PAIR_FIELDS: tuple[str, ...] = ("n_pairs", "seed", "pairs_file", "few_shot", "prefix_policy", "counterfactual",
-                                    "filter_correct")
+                                    "filter_correct", "operand_range", "max_candidates")  # the last two: None with a
+# pairs file of the job's own (circuits.data.pair_config.PAIRS_FILE_REPLACES)
 
 
 @dataclass(frozen=True)

@@ -50,14 +50,16 @@ from circuits.types import Component, Receiver
 
 def identify(
     model: Model, pairs: Pairs | None = None, config: IdentifyConfig | None = None, *,
-    progress: bool = True, warn: bool = True, **kwargs: Any,
+    progress: bool = True, warn: bool = True, refuse: bool = True, **kwargs: Any,
 ) -> IdentifyResult:
     """Sweep ``pairs`` (built from ``config`` when not given) and keep what picks the key components.
 
     ``config`` fields may be given as keywords instead: ``identify(model, task="addition", n_pairs=32)``. A result
-    past a validity threshold (:mod:`circuits.identify.validity`) comes back with a :class:`ValidityWarning` (``warn``)
-    and its lines in ``result.validity()``; the job (:func:`run`, the command line) refuses one past a hard threshold
-    unless ``config.force``.
+    past a hard validity threshold (:mod:`circuits.identify.validity`) is refused in the job's one line
+    (:class:`~circuits.identify.validity.Untrusted`, a ``ValueError``), as the command line refuses it, unless
+    ``force=True`` (``config.force``, ``--force``); past a soft one (or forced) it comes back with a
+    :class:`ValidityWarning` (``warn``) and its lines in ``result.validity()``. ``refuse=False``: never refused (for a
+    caller that checks the result itself, as the job does with the task in its line).
     """
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else IdentifyConfig(**kwargs)
     start = time.perf_counter()
@@ -95,6 +97,8 @@ def identify(
         out.edges = sweep_edges(model, pairs, resolve_receivers(config.receivers, out), memory_mb=config.memory_mb,
                                 progress=progress)
         out.seconds = time.perf_counter() - start
+    if refuse:
+        refuse_untrusted(out.validity(), config.force, "identify")
     if warn and out.validity().lines():
         warnings.warn(f"identify on {len(pairs)} pairs: " + "; ".join(out.validity().lines()), ValidityWarning,
                       stacklevel=2)
@@ -169,7 +173,7 @@ def _run_tasks(config: IdentifyConfig, out: Path, tasks: list[str], folders: dic
             results[task] = D.on_main(lambda: IdentifyResult.load(folder))
             continue
         model = model or load()
-        results[task] = identify(model, config=cfg, progress=progress, warn=False)
+        results[task] = identify(model, config=cfg, progress=progress, warn=False, refuse=False)
         refuse_untrusted(results[task].validity(), cfg.force, f"[{task}] identify")  # every rank: the same verdict
         if D.is_main():
             results[task].save(folder)
@@ -194,7 +198,7 @@ def _run_tasks(config: IdentifyConfig, out: Path, tasks: list[str], folders: dic
                 result.pooled_from = {folders[t].name: picks[t] for t in tasks}  # saved as pooled.json, no copies
             else:  # an operation's result saved without per-pair values (an older version): sweep the pooled pairs
                 model = model or load()
-                result = identify(model, pooled, config, progress=progress, warn=False)
+                result = identify(model, pooled, config, progress=progress, warn=False, refuse=False)
             result.pair_stats = {
                 "accuracy": sum(r.pair_stats.get("accuracy") or 0 for r in subs) / len(subs),
                 "mean_answer_prob": sum(r.pair_stats.get("mean_answer_prob") or 0 for r in subs) / len(subs),

@@ -66,7 +66,7 @@ def source_result(config: FromIdentify, model: Model, *, progress: bool = True) 
     from circuits.identify.job import identify
     from circuits.identify.validity import ValidityWarning, refuse_untrusted
 
-    made = identify(model, config=config.identify_config(), progress=progress, warn=False)
+    made = identify(model, config=config.identify_config(), progress=progress, warn=False, refuse=False)
     refuse_untrusted(made.validity(), config.force, "the identify run behind these key heads")
     if made.validity().lines():  # forced, or past a soft threshold only: said once, then the job goes on
         warnings.warn("the identify run behind these key heads: " + "; ".join(made.validity().lines()), ValidityWarning,

@@ -56,10 +56,19 @@ def important_trace(trace: Any) -> Any:
     return trace
 
 
-# The circuitsvis views' colour bar (every colour scale has one): circuitsvis paints each head in its own hue and a
-# cell's strength by its attention weight; the key says so once, above the views (the page and the report).
+# The circuitsvis views (issue 40). circuitsvis paints each head's name tile and frame in its own hue, hsla(360 * head /
+# heads), so its first head in the importance red: the bundle the pages load has that function replaced by one that
+# reads HEAD_COLOURS, the categorical palette (circuits.viz.page.circuitsvis_bundle). A cell's colour is its attention
+# weight, white (0) to ATTENTION_HIGH (1), a share from 0 up in SHARE's blues; weights are never negative, and the
+# negative end is set too, never red (circuitsvis's defaults: red below 0, blue above).
+HEAD_COLOURS = CATEGORICAL
+ATTENTION_HIGH = "#08519c"  # Blues at 1
+ATTENTION_PROPS = {"positiveColor": ATTENTION_HIGH, "negativeColor": "#8c510a"}  # BrBG's brown end, never drawn
+
+# The views' colour bar (every colour scale has one): the key says it once, above the views (the page and the report).
 ATTENTION_KEY = ("<div class='colour-key' style='display:flex;align-items:center;gap:.6em;margin:.3em 0 1em;"
                  "font-size:.9em;color:#333'><span>attention weight: 0</span><span style='display:inline-block;"
-                 "width:220px;height:14px;border:1px solid #999;background:linear-gradient(to right,#fff,#444)'></span>"
-                 "<span>1 (each head in its own colour, at full strength at 1; rows: the query token, columns: the key "
-                 "token it attends to)</span></div>")
+                 "width:220px;height:14px;border:1px solid #999;background:linear-gradient(to right,#fff,"
+                 f"{ATTENTION_HIGH})'></span>"
+                 "<span>1 (rows: the query token, columns: the key token it attends to; each head's name in its own "
+                 "colour, a category, never the importance red)</span></div>")

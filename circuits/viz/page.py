@@ -24,6 +24,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from circuits.data.pair_config import PAIRS_FILE_REPLACES
+
 
 def _e(x: Any) -> str:
     return html.escape(str(x))
@@ -37,9 +39,11 @@ CONFIG_KEYS = ("model", "task", "mode", "n_pairs", "key_rule", "seed", "n_prompt
                "operations", "top_k", "kv_policy", "lr", "epochs", "batch_size", "limit")
 
 
-# The pair fields a pairs file makes unused: its lines are the prompts, counterfactuals and answers (n_pairs caps the
-# lines read, filter_correct and second_logit still apply; circuits.data.pairs.read_pairs_file).
-UNUSED_WITH_PAIRS_FILE = ("seed", "few_shot", "prefix_policy", "counterfactual", "operand_range", "max_candidates")
+# The pair fields a pairs file can make unused: its lines are the prompts, counterfactuals and answers (n_pairs caps the
+# lines read, filter_correct and second_logit still apply; circuits.data.pairs.read_pairs_file). A config saved since
+# issue 40 holds None for those its job does not read (circuits.data.pair_config.PAIRS_FILE_REPLACES); an older one
+# holds the flags' values.
+UNUSED_WITH_PAIRS_FILE = PAIRS_FILE_REPLACES
 
 
 def config_block(path: Path, config: dict[str, Any], provenance: dict[str, Any] | None = None,
@@ -62,10 +66,14 @@ def config_block(path: Path, config: dict[str, Any], provenance: dict[str, Any] 
         name = Path(str(read.get("path") or flat["pairs_file"])).name
         about = ([f"sha256 {str(read['sha256'])[:12]}"] if read.get("sha256") else []) + (
             [f"{read['lines_read']} lines read"] if "lines_read" in read else [])
-        shown = {k: v for k, v in shown.items() if k not in UNUSED_WITH_PAIRS_FILE}
+        replaced = [k for k in UNUSED_WITH_PAIRS_FILE if k in flat and flat[k] is None]
+        if replaced:  # None where the job did not read it; a field still set is one it read (identify's bootstrap seed)
+            unused = f"<p class='note'>{', '.join(replaced)}: not used (the pairs are the file's lines)</p>"
+        else:  # saved before issue 40: the flags' values, whether the job read them or not
+            shown = {k: v for k, v in shown.items() if k not in UNUSED_WITH_PAIRS_FILE}
+            unused = (f"<p class='note'>{', '.join(k for k in UNUSED_WITH_PAIRS_FILE if k in flat)}: the flags' values, "
+                      "not used (the pairs are the file's lines)</p>")
         shown["pairs_file"] = f"{name} ({', '.join(about)})" if about else name
-        unused = (f"<p class='note'>{', '.join(k for k in UNUSED_WITH_PAIRS_FILE if k in flat)}: the flags' values, "
-                  "not used (the pairs are the file's lines)</p>")
     elif flat.get("pairs_from"):  # the pairs of a saved identify result, token ids and all: its own seed made them
         shown = {k: v for k, v in shown.items() if k not in UNUSED_WITH_PAIRS_FILE}
         shown["pairs_from"] = Path(str(flat["pairs_from"])).name
@@ -131,7 +139,12 @@ class Page:
                        for f in found)
 
     def view(self, component: str, props: dict[str, Any]) -> str:
-        """A circuitsvis component, rendered by the bundle inlined once in the page head."""
+        """A circuitsvis component, rendered by the bundle inlined once in the page head; an attention view's cells
+        in the toolkit's colours (:data:`~circuits.viz.colours.ATTENTION_PROPS`, where ``props`` sets none)."""
+        from circuits.viz.colours import ATTENTION_PROPS
+
+        if component.startswith("Attention"):
+            props = {**ATTENTION_PROPS, **props}
         self.n_views += 1
         vid = f"cv-{self.n_views}"
         data = json.dumps(props).replace("</", "<\\/")
@@ -277,16 +290,45 @@ text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:
 """
 
 
+@functools.lru_cache(maxsize=1)
 def circuitsvis_bundle() -> str:
     """The circuitsvis JavaScript bundle (defines the global ``CircuitsVis``), taken from the
-    self-contained ``local_src`` of a throw-away view so it matches the installed circuitsvis."""
+    self-contained ``local_src`` of a throw-away view so it matches the installed circuitsvis, with its head colours
+    the toolkit's categorical palette (:func:`head_colours`)."""
     import circuitsvis as cv
 
     src = cv.attention.attention_heads(attention=[[[1.0]]], tokens=["x"]).local_src
     start = src.index(">", src.index("<script")) + 1
     bundle = src[start : src.rindex("CircuitsVis.render(")]
     # No source map beside the page: a browser with dev tools open would log a failed fetch.
-    return re.sub(r"//# sourceMappingURL=\S+", "", bundle).replace("</script", "<\\/script")
+    return head_colours(re.sub(r"//# sourceMappingURL=\S+", "", bundle).replace("</script", "<\\/script"))
+
+
+# circuitsvis's head colour (AttentionHeads: each head's name tile and frame), minified in its bundle as
+# function Zv(e,t,r="100%"){return`hsla(${Math.round(e/t*360)}, 70%, 50%,  ${r})`}: head 0 of n at hue 0, red
+_HEAD_HUE = re.compile(r'function ([\w$]+)\((\w+),(\w+),(\w+)="100%"\)\{return`hsla\(\$\{Math\.round\(\2/\3\*360\)\}, '
+                       r'70%, 50%,\s*\$\{\4\}\)`\}')
+
+
+def head_colours(bundle: str) -> str:
+    """``bundle`` (circuitsvis's JavaScript) with its head colour function replaced by one that takes head ``i``'s
+    colour from :data:`~circuits.viz.colours.HEAD_COLOURS` (cycling), at the same opacity, so no head is drawn in
+    the importance red (circuitsvis takes no colour argument for heads). A bundle without that function (another
+    circuitsvis) is returned as it is, with a warning."""
+    from circuits.viz.colours import HEAD_COLOURS
+
+    m = _HEAD_HUE.search(bundle)
+    if m is None:
+        import warnings
+
+        warnings.warn("circuitsvis's head colour function was not found in its bundle (another circuitsvis version?): "
+                      "the attention views keep circuitsvis's own head colours, head 0 in red", stacklevel=2)
+        return bundle
+    name, i, _, alpha = m.groups()
+    rgb = [",".join(str(int(c[k:k + 2], 16)) for k in (1, 3, 5)) for c in HEAD_COLOURS]
+    js = (f'function {name}({i},_n,{alpha}="100%"){{var c={json.dumps(rgb)}[{i}%{len(rgb)}];'
+          f'return "rgba("+c+","+parseFloat({alpha})/100+")"}}')
+    return bundle[: m.start()] + js + bundle[m.end():]
 
 
 _RENDER = re.compile(r'CircuitsVis\.render\(\s*"[^"]+",\s*CircuitsVis\.(\w+),\s*(\{.*?\})\s*\);?\s*</script>', re.S)

@@ -51,7 +51,7 @@ def used_pairs(result: Result) -> dict[str, Any]:
     pairs = getattr(result, "pairs", None)
     n = len(pairs) if isinstance(pairs, (list, tuple)) and pairs else getattr(result, "n_pairs", None)
     out: dict[str, Any] = {"n_pairs": n} if isinstance(n, int) and not isinstance(n, bool) and n > 0 else {}
-    read = (getattr(result, "pair_stats", None) or {}).get("pairs_file")
+    read = (getattr(result, "pair_stats", None) or {}).get("pairs_file") or (result.provenance or {}).get("pairs_file")
     if isinstance(read, dict):
         out["pairs_file"] = read
     return out

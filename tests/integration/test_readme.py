@@ -45,18 +45,22 @@ def test_readme_start_here_snippet_answers_its_prompts_and_nothing_warns(smollm2
     assert v.lines() == [], v.lines()
 
 
-def test_the_former_readme_prompts_warn(smollm2):
-    """The three sums without solved examples (the README's snippet before issue 40): answered 0 times in 3, so the
-    result comes with a ValidityWarning and its record says a job would refuse it."""
+def test_the_former_readme_prompts_are_refused_from_python_as_by_the_job(smollm2, monkeypatch):
+    """The three sums without solved examples (the README's snippet before issue 40): answered 0 times in 3, so
+    ``identify`` refuses them from Python with the job's one line; with ``force=True`` the result comes with a
+    ValidityWarning and its record says why it was refused."""
     import circuits as cc
     from circuits.identify import identify
-    from circuits.identify.validity import ValidityWarning
+    from circuits.identify.validity import Untrusted, ValidityWarning
 
+    monkeypatch.delenv("CIRCUITS_FORCE", raising=False)
     pairs = [cc.make_pair(smollm2.tokenizer, f"{a} + {b} = ", f"{a} @ {b} = ", str(a + b)) for a, b in [(3, 4), (2, 5), (1, 6)]]
+    with pytest.raises(Untrusted, match="identify refused, this result cannot be trusted: the model answers 0%"):
+        identify(smollm2, pairs, cc.IdentifyConfig(model="smollm2"), progress=False)
     with pytest.warns(ValidityWarning, match="answers 0% of the pairs swept"):
-        r = identify(smollm2, pairs, cc.IdentifyConfig(model="smollm2"), progress=False)
+        r = identify(smollm2, pairs, cc.IdentifyConfig(model="smollm2"), progress=False, force=True)
     v = r.validity()
-    assert v.accuracy == 0 and v.refusals and v.full_effect == pytest.approx(0.049, abs=0.002)
+    assert v.accuracy == 0 and v.refusals and v.forced and v.full_effect == pytest.approx(0.049, abs=0.002)
     assert v.uncertain_share > 2 / 3
 
 

@@ -319,3 +319,79 @@ def test_the_knockout_panels_read_right_at_the_tours_png_size(browser, tmp_path)
         assert problems == [], "\n".join(problems)
     finally:
         page.close()
+
+
+# The importance red, as a colour test reads it: a saturated hue within 20 degrees of red (circuitsvis's own first
+# head colour hsla(0, 70%, 50%) = rgb(217, 38, 38), the heat maps' red end #b2182b, crimson), never a brown (#8c564b:
+# hue 10, saturation 0.30) or an orange (#ff7f0e: hue 28).
+def is_importance_red(r: int, g: int, b: int) -> bool:
+    import colorsys
+
+    h, l, s = colorsys.rgb_to_hls(r / 255, g / 255, b / 255)
+    return (h * 360 <= 20 or h * 360 >= 340) and s >= 0.4 and 0.2 <= l <= 0.8
+
+
+_DRAWN = """() => {
+  const css = new Set(), heads = {};
+  for (const el of document.querySelectorAll('.cv-view *')) {
+    const st = getComputedStyle(el);
+    for (const c of [st.backgroundColor, st.borderTopColor, st.color, ...(st.boxShadow.match(/rgba?\\([^)]*\\)/g) || [])])
+      if (c && !/rgba\\(0, 0, 0, 0\\)/.test(c)) css.add(c);
+    if (el.tagName === 'H4') heads[el.textContent] = st.backgroundColor;
+  }
+  const pixels = new Set();
+  for (const cv of document.querySelectorAll('.cv-view canvas')) {
+    const d = cv.getContext('2d').getImageData(0, 0, cv.width, cv.height).data;
+    for (let i = 0; i < d.length; i += 4 * 7) if (d[i + 3] > 0) pixels.add(`${d[i]},${d[i + 1]},${d[i + 2]}`);
+  }
+  return {css: [...css], heads, pixels: [...pixels]};
+}"""
+
+
+def _rgb(text: str) -> tuple[int, int, int]:
+    import re
+
+    return tuple(int(float(x)) for x in re.findall(r"[\d.]+", text)[:3])  # type: ignore[return-value]
+
+
+def test_the_attention_views_draw_no_head_in_the_importance_red(browser, tmp_path):
+    """Issue 40: circuitsvis colours each head itself, its first head in the importance red (hue 0); the bundle the
+    toolkit loads takes them from the categorical palette, and a cell's colour is its weight in blues. Every colour
+    drawn in the views (each element's CSS colours, every sampled pixel of the attention canvases) is read back from
+    Chromium: none is the importance red, and the head names carry the palette's colours, in order."""
+    from helpers import tiny_model
+
+    from circuits.explain.attention import attention_html
+    from circuits.viz.colours import HEAD_COLOURS
+
+    assert is_importance_red(217, 38, 38) and is_importance_red(178, 24, 43) and is_importance_red(220, 20, 60)
+    assert not any(is_importance_red(*_rgb(f"rgb({int(c[1:3], 16)},{int(c[3:5], 16)},{int(c[5:], 16)})"))
+                   for c in HEAD_COLOURS)
+    model = tiny_model("llama")
+    heads = [(l, h) for l in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)][:10]  # the palette cycles
+    path = tmp_path / "views.html"
+    attention_html(model, ["3 + 4 = 7\n2 + 5 = "], heads, path=path)
+    page = browser.new_page(viewport={"width": 1280, "height": 2000})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_function("document.querySelectorAll('#cv-1 h4').length > 0 && "
+                               "document.querySelectorAll('#cv-1 canvas').length > 0", timeout=30_000)
+        page.wait_for_function("""() => [...document.querySelectorAll('#cv-1 canvas')].some(c => {
+            const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+            for (let i = 3; i < d.length; i += 4 * 97) if (d[i] > 0) return true; return false; })""", timeout=30_000)
+        assert errors == [], errors
+        drawn = page.evaluate(_DRAWN)
+        red = [c for c in drawn["css"] if is_importance_red(*_rgb(c))]
+        red += [c for c in drawn["pixels"] if is_importance_red(*_rgb(c))]
+        assert red == [], f"drawn in the importance red: {red[:5]}"
+        names = [f"L{l}H{h}" for l, h in heads]
+        assert list(drawn["heads"]) == names
+        want = [_rgb(f"rgb({int(c[1:3], 16)},{int(c[3:5], 16)},{int(c[5:], 16)})") for c in HEAD_COLOURS]
+        assert [_rgb(drawn["heads"][n]) for n in names] == [want[i % len(want)] for i in range(len(names))]
+        assert len(drawn["pixels"]) > 3, drawn["pixels"]  # the canvas was read: white, blues, the masked grey
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "attention-views-colours.png"), full_page=True)
+    finally:
+        page.close()

@@ -178,3 +178,26 @@ def test_the_attention_views_carry_a_colour_key(figures):
     _, results = figures
     page = results["attention-views"].page
     assert page.count("class='colour-key'") == 1 and "attention weight" in page
+
+
+def test_the_circuitsvis_bundle_colours_heads_from_the_palette():
+    """circuitsvis paints head i of n at hue 360 i / n (head 0 red) and takes no colour argument: the bundle the pages
+    load has that function replaced (:func:`circuits.viz.page.head_colours`), run here on circuitsvis's own text; an
+    attention view's cells get the toolkit's blues, not circuitsvis's red/blue defaults."""
+    import json
+    import re
+
+    from circuits.viz.page import Page, _HEAD_HUE, circuitsvis_bundle, head_colours
+
+    original = 'function Zv(e,t,r="100%"){return`hsla(${Math.round(e/t*360)}, 70%, 50%,  ${r})`}function eJ(){}'
+    patched = head_colours(original)
+    assert "hsla(" not in patched and patched.endswith("function eJ(){}")
+    rgb = json.loads(re.search(r"var c=(\[.*?\])", patched).group(1))
+    assert rgb == [",".join(str(int(c[k:k + 2], 16)) for k in (1, 3, 5)) for c in colours.HEAD_COLOURS]
+    assert colours.IMPORTANT not in colours.HEAD_COLOURS and "#d62728" not in colours.HEAD_COLOURS
+    bundle = circuitsvis_bundle()
+    assert _HEAD_HUE.search(bundle) is None and 'var c=["31,119,180"' in bundle  # the installed one, replaced
+    with pytest.warns(UserWarning, match="head colour function was not found"):
+        assert head_colours("function other(){}") == "function other(){}"
+    view = Page("t").view("AttentionHeads", {"attention": [[[1.0]]], "tokens": ["x"]})
+    assert f'"positiveColor": "{colours.ATTENTION_HIGH}"' in view and '"negativeColor": "#8c510a"' in view

@@ -124,3 +124,89 @@ def test_a_job_refuses_pairs_the_model_cannot_answer_and_saves_the_warning_with_
     (out / "summary.json").write_text(json.dumps(s))
     with pytest.raises(ValueError, match="summary.json: field 'validity': accuracy must be a number"):
         load_result(out)
+
+
+# The public Python entry of each ranking job (the function its job calls) and a call of it on pairs the random tiny
+# model never answers (``force``: the config field, as a keyword, as --force on the command line). neurons and
+# positions have no entry of their own beyond the engines (sweep_neurons, sweep_positions): their jobs check.
+def _identify(model, pairs, **kw):
+    from circuits.identify.config import IdentifyConfig
+    from circuits.identify.job import identify
+
+    return identify(model, pairs, IdentifyConfig(model="tiny", bootstrap=0), progress=False, **kw)
+
+
+def _screen(model, pairs, **kw):
+    from circuits.beyond.screen.config import ScreenConfig
+    from circuits.beyond.screen.job import screen
+
+    return screen(model, pairs, ScreenConfig(model="tiny", verify=0, audit=False, neurons=False), progress=False, **kw)
+
+
+def _faithfulness(model, pairs, **kw):
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.beyond.faithfulness.job import faithfulness
+
+    return faithfulness(model, pairs, FaithfulnessConfig(model="tiny", rankings=("exact-path",), sizes=(0.5,),
+                                                         positions=("end",), n_boot=0, held_out=False),
+                        progress=False, **kw)
+
+
+def _heuristics(model, pairs, **kw):
+    from circuits.beyond.heuristics.config import HeuristicsConfig
+    from circuits.beyond.heuristics.job import heuristics
+
+    return heuristics(model, HeuristicsConfig(model="tiny", n_pairs=4, filter_correct=False, few_shot="off",
+                                              layers=(1,), neurons_per_mlp=3, operands=(0, 3), threshold=0.3,
+                                              alpha=1.0, n_random=2, n_boot=20, null_neurons=0, knockout_classes=1),
+                      progress=False, **kw)
+
+
+def _carry(model, pairs, force=False):
+    from circuits.beyond.carry.config import CarryConfig
+    from circuits.beyond.carry.job import carry_study
+
+    return carry_study(model, CarryConfig(model="tiny", filter_correct=False, n_boot=5, n_splits=5, n_random=2,
+                                          force=force))
+
+
+ENTRIES = {"identify": _identify, "screen": _screen, "faithfulness": _faithfulness, "heuristics": _heuristics,
+           "carry": _carry}
+
+
+@pytest.mark.parametrize("entry", sorted(ENTRIES))
+def test_a_python_entry_refuses_as_its_job_does_and_keeps_the_warning_with_force(entry, tiny_llama, monkeypatch):
+    """Issue 40: ``faithfulness(...)`` from Python ran no validity check (the job did, around it), and ``identify``,
+    ``screen``, ``heuristics`` and ``carry_study`` only warned: each now refuses pairs the model never answers with its
+    job's one line unless ``force=True``, and with it returns the result with the refusal among its warnings, as the
+    job saves it."""
+    from circuits.identify.validity import Untrusted
+
+    monkeypatch.delenv(FORCE_ENV, raising=False)
+    pairs = _pairs(tiny_llama.tokenizer)
+    with pytest.raises(Untrusted) as refused:
+        ENTRIES[entry](tiny_llama, pairs)
+    line = str(refused.value)
+    assert "\n" not in line and line.startswith(f"{entry} refused, this result cannot be trusted: ")
+    assert "the model answers 0% of the pairs swept" in line and "Pass --force (force=True)" in line
+    with pytest.warns(ValidityWarning, match="refused without force: the model answers 0%"):
+        r = ENTRIES[entry](tiny_llama, pairs, force=True)
+    v = r.validity()
+    assert v is not None and v.forced and v.accuracy == 0.0 and v.refusals
+    assert v.lines()[0].startswith("refused without force: the model answers 0% of the pairs swept")
+    assert r.summary()["warnings"] == v.lines()  # as the job saves it in summary.json
+
+
+def test_built_pairs_give_a_python_entry_their_accuracy_before_filtering(tiny_llama):
+    """A :class:`PairSet` (``build_pairs``) passed to ``screen`` or ``faithfulness`` brings its statistics, as the
+    job's pairs do: with ``filter_correct`` the check reads the accuracy before filtering from them."""
+    from circuits.data.pairs import build_pairs
+
+    built = build_pairs(tiny_llama, "addition", n_pairs=3, filter_correct=False, few_shot="on", progress=False)
+    for entry in (_screen, _faithfulness):
+        with pytest.warns(ValidityWarning):
+            v = entry(tiny_llama, built, force=True, filter_correct=True).validity()
+        assert v.accuracy_before_filtering == pytest.approx(built.accuracy)
+        with pytest.warns(ValidityWarning):
+            v = entry(tiny_llama, built, force=True, filter_correct=False).validity()
+        assert v.accuracy_before_filtering is None  # pairs not filtered: their own accuracy is the check

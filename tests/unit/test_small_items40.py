@@ -248,9 +248,9 @@ def test_a_gguf_header_gives_the_layers_and_heads(tmp_path):
 
 
 def test_the_made_by_line_says_the_pairs_a_result_was_made_on(tmp_path):
-    """Issue 40: the made-by line said ``n_pairs=64`` (the flag's cap) for a run on a file of 3 pairs, and showed the
-    seed a pairs file does not use; it now says the pairs the result holds and the file read (hash, lines read), and
-    names the flags the file made unused."""
+    """Issue 40: the made-by line said ``n_pairs=64`` (the flag's cap) for a run on a file of 3 pairs, and showed
+    flags a pairs file does not use; it now says the pairs the result holds and the file read (hash, lines read), and
+    names the fields the file made unused (None in config.json; the seed stays: identify's bootstrap reads it)."""
     import hashlib
     import json
     import re
@@ -271,9 +271,12 @@ def test_the_made_by_line_says_the_pairs_a_result_was_made_on(tmp_path):
     page = (tmp_path / "report.html").read_text()
     made_by = re.search(r"<summary>made by .*?<br>", page).group(0)
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-    assert "n_pairs=3," in made_by and "n_pairs=64" not in made_by and "seed=" not in made_by, made_by
+    # the seed is shown: identify reads it for the bootstrap's resamples; the fields the file replaced are None
+    assert "n_pairs=3," in made_by and "n_pairs=64" not in made_by and "seed=0" in made_by, made_by
     assert f"pairs_file=mine.jsonl (sha256 {digest}, 3 lines read)" in made_by, made_by
-    assert "seed, few_shot, prefix_policy, counterfactual, operand_range, max_candidates: the flags' values, not used" in page
+    assert "few_shot, prefix_policy, counterfactual, operand_range, max_candidates: not used (the pairs are the" in page
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["few_shot"] is None and saved["counterfactual"] is None and saved["seed"] == 0
     path.unlink()  # the result's pairs are saved in it: a job taking its heads does not read the file again
     assert cli_main(["knockout", "--heads-from", str(out), "--ks", "0,1", "--seeds", "0", "--no-progress",
                      "--out", str(tmp_path / "ko")]) == 0

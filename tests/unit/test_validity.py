@@ -54,7 +54,7 @@ def test_thresholds_sort_the_measured_runs(case):
     expected = {"addition": (0, 0), "multiplication": (0, 0), "all": (0, 0),
                 "subtraction": (1, 0),  # 16% answered before filtering: the key heads describe the few it gets right
                 "division": (1, 0),  # the counterfactual keeps the answer 64% of the time: warned, not refused
-                "readme_before": (2, 1),  # no answer, a 4.9% move, 97% uncertain: refused by a job, warned from Python
+                "readme_before": (2, 1),  # no answer, a 4.9% move, 97% uncertain: refused (a job and from Python)
                 "one_in_six": (2, 1)}[case]
     assert (len(v.warnings), len(v.refusals)) == expected, v.lines()
     if case == "division":

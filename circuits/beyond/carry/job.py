@@ -189,11 +189,11 @@ def fourier_view(model: Model, pairs: list[PromptPair], top: dict, config: Carry
     return fourier_contrast(effects[0], effects[1], n_boot=config.n_boot, seed=config.seed)
 
 
-def carry_study(model: Model, config: CarryConfig, *, progress: bool = False, refuse: bool = False) -> CarryResult:
+def carry_study(model: Model, config: CarryConfig, *, progress: bool = False, refuse: bool = True) -> CarryResult:
     """Every measurement of :class:`CarryConfig` on ``model`` (no file written). The pairs' validity checks at END
     come first (:func:`~circuits.identify.validity.check_job`; the accuracy before filtering: both tokens of the
-    two-digit sums): a :class:`ValidityWarning` past a threshold, refused past a hard one without ``config.force``
-    when ``refuse`` (the job)."""
+    two-digit sums): a :class:`ValidityWarning` past a threshold, refused past a hard one, as the job refuses, unless
+    ``config.force`` (``--force``; ``refuse=False``: warn only)."""
     start = time.perf_counter()
     tok = model.tokenizer
     grid = grid_prompts(tok, config.prefix)

@@ -76,7 +76,7 @@ class FaithfulnessConfig(PairSource):
     # answer the second logit (label), as MIB_circuit_track/dataset.py builds its arithmetic pairs. With the paper's
     # operator counterfactual the counterfactual asks for no number, its top token is often the answer itself, and
     # the logit difference cannot move (division: on every pair, f undefined).
-    counterfactual: str = redefault(PairSource, "counterfactual", "random")
+    counterfactual: str | None = redefault(PairSource, "counterfactual", "random")
     second_logit: str = redefault(PairSource, "second_logit", "label")
     reads_label: ClassVar[bool] = True  # its curves and rankings take the label as logit_diff's second token
 
@@ -181,15 +181,19 @@ class FaithfulnessConfig(PairSource):
         return config if "input_node" in data else config.replace(input_node=False)
 
     @property
-    def score_seed(self) -> int:
-        """The seed the scoring pairs are built with (held out): ``scoring_seed``, or ``seed + 1``."""
+    def score_seed(self) -> int | None:
+        """The seed the scoring pairs are built with (held out): ``scoring_seed``, or ``seed + 1``; None from a pairs
+        file (its lines after the ranking ones are the scoring pairs, no seed draws them)."""
+        if self.seed is None:
+            return None
         return self.scoring_seed if self.scoring_seed >= 0 else self.seed + 1
 
     def mib(self) -> dict[str, object]:
         """How this run's measurement stands to MIB's: ``departs`` (each config field whose value is not MIB's:
         ``{field: {"here": value, "mib": MIB's}}``; empty when every one is MIB's) and ``fixed`` (what differs whatever
         the config says, :data:`FIXED_DEVIATIONS`)."""
-        departs = {k: {"here": getattr(self, k), "mib": v} for k, v in MIB_VALUES.items() if getattr(self, k) != v}
+        departs = {k: {"here": getattr(self, k) if getattr(self, k) is not None else "the --pairs-file's own",
+                       "mib": v} for k, v in MIB_VALUES.items() if getattr(self, k) != v}
         return {"departs": departs, "fixed": dict(FIXED_DEVIATIONS)}
 
     def settings(self) -> list[str]:

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
 from circuits.beyond.faithfulness.result import PARTS, FaithfulnessResult
 from circuits.data.answers import at_answer_position
-from circuits.data.pairs import PromptPair
+from circuits.data.pairs import PairSet, PromptPair
 from circuits.io import load_torch, save_torch
 from circuits.identify.validity import check_job, print_warnings
 from circuits.models.backend import Model
@@ -197,7 +197,8 @@ def _load_part(path: Path, key: str) -> dict[str, Any] | None:
 
 def faithfulness(model: Model, pairs: Sequence[PromptPair], config: FaithfulnessConfig | None = None,
                  progress: bool = True, parts: str | Path | None = None, *,
-                 scoring_pairs: Sequence[PromptPair] | None = None, **kwargs: Any) -> FaithfulnessResult:
+                 scoring_pairs: Sequence[PromptPair] | None = None, stats: dict[str, Any] | None = None,
+                 refuse: bool = True, **kwargs: Any) -> FaithfulnessResult:
     """Score each ranking of ``config.rankings`` by the faithfulness of its circuits (``config`` fields may be given
     as keywords: ``cc.faithfulness(model, pairs, rankings=("exact-path", "eap-ig"), positions=("end",))``).
     Each ranking is found on ``pairs`` and its circuits scored on ``scoring_pairs`` (None: on ``pairs`` themselves,
@@ -207,12 +208,22 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     ``config.in_sample``, the absolute ranking's circuits are also scored on ``pairs`` (``in_sample_curves``: the
     in-sample CMD beside the held-out one).
     ``parts``: a folder where each finished ranking is kept, and reused by a later call with the same config and
-    pairs."""
+    pairs.
+
+    First, before any ranking, the ranking pairs' validity checks, as the job runs them
+    (:func:`~circuits.identify.validity.check_job`; ``stats``: the pairs' statistics, for the accuracy before
+    filtering): past a hard threshold refused in the job's one line (:class:`~circuits.identify.validity.Untrusted`,
+    a ``ValueError``) unless ``force=True`` (the config's ``force``, ``--force``); past a soft one, or forced, a
+    ``ValidityWarning``, and the lines kept on the result (``result.validity()``, saved in ``summary.json``).
+    ``refuse=False``: warn only (for a caller that has checked these pairs itself)."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else FaithfulnessConfig(**kwargs)
+    if stats is None and isinstance(pairs, PairSet):  # built pairs carry their accuracy before filtering
+        stats = pairs.stats()
     pairs = list(pairs)
     scoring = pairs if scoring_pairs is None else list(scoring_pairs)
     if not pairs or not scoring:
         raise ValueError("faithfulness needs at least one prompt pair to rank on and one to score on")
+    validity = check_job(model, pairs, stats, config, "faithfulness", refuse)  # before any ranking
     if any(scores_edges(r, config) for r in config.rankings):  # decided before the work, not after the node rankings
         try:
             check_edge_model(model)
@@ -263,7 +274,7 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     bar.close()
     _warn_flat_pairs(curves, len(scoring))
     return FaithfulnessResult(config, pairs, scores, curves, seconds, cpu_seconds, signed_curves=signed_curves,
-                              scoring_pairs=scoring, in_sample_curves=in_sample)
+                              scoring_pairs=scoring, in_sample_curves=in_sample, _validity=validity)
 
 
 def held_out_pairs(config: FaithfulnessConfig, model: Model, ranking_pairs: Sequence[PromptPair],
@@ -282,7 +293,9 @@ def held_out_pairs(config: FaithfulnessConfig, model: Model, ranking_pairs: Sequ
         candidates = list(saved)[len(ranking_pairs):]
     out = [p for p in candidates if p.reference not in taken and p.counterfactual not in taken][:n]
     if len(out) < n:
-        where = f"seed {config.score_seed}" if saved is None else f"{config.pairs_from} after the first {len(ranking_pairs)}"
+        where = (f"{config.pairs_from} after the first {len(ranking_pairs)}" if saved is not None else
+                 f"{config.pairs_file}'s lines after the first {len(ranking_pairs)}" if config.pairs_file else
+                 f"seed {config.score_seed}")
         warnings.warn(f"{len(out)} of the {n} scoring pairs asked ({where}, none sharing a prompt with the ranking "
                       "pairs); going on with them", FewerPairsWarning, stacklevel=2)
     if not out:
@@ -331,10 +344,10 @@ def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = No
     # (circuits.data.answers), so rankings and circuits are found and scored at END + k.
     pairs = at_answer_position(pairs, config.answer_position, model.tokenizer)
     scoring = None if scoring is None else at_answer_position(scoring, config.answer_position, model.tokenizer)
-    # The ranking pairs' validity checks (docs/identify.md): past a hard threshold one line now, before any ranking
-    validity = check_job(model, pairs, stats, config, "faithfulness")
-    result = faithfulness(model, pairs, config, progress=progress, parts=Path(out) / PARTS, scoring_pairs=scoring)
-    result._validity = validity
+    # The ranking pairs' validity checks (docs/identify.md), inside faithfulness(): past a hard threshold one line,
+    # before any ranking
+    result = faithfulness(model, pairs, config, progress=progress, parts=Path(out) / PARTS, scoring_pairs=scoring,
+                          stats=stats)
     result.save(out)
     return result
 

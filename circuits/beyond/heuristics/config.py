@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from circuits.config import count, option
-from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
+from circuits.data.pair_config import PAIRS_FILE_REPLACES, WHOLE_ANSWER, answer_position, answer_position_option
 from circuits.data.source import PairSource, check_metric
 from circuits.data.templates import OPERATIONS, templates_for
 from circuits.identify.validity import force_option
@@ -67,6 +68,10 @@ class HeuristicsConfig(PairSource):
     knockout_seed: int = option(0, minimum=0, help="seed of the random neurons and the bootstrap")
     force: bool = force_option()
     answer_position: str = answer_position_option(whole=False)
+
+    # With a pairs file the seed and the few-shot prefix still make the operand grid (operand_grid): kept
+    replaced_by_pairs_file: ClassVar[tuple[str, ...]] = tuple(n for n in PAIRS_FILE_REPLACES
+                                                               if n not in ("seed", "few_shot"))
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -80,9 +80,10 @@ def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
     from circuits.identify.job import identify
 
     # identify reads its pairs at the answer position itself (and hands them back so read)
+    # its pairs are checked once, by heuristics (check_job), not here too
     made = identify(model, config=IdentifyConfig(**{f.name: getattr(config, f.name) for f in fields(PairSpec)},
                                                  mode=config.mode, answer_position=config.answer_position),
-                    progress=progress)
+                    progress=progress, warn=False, refuse=False)
     return made.top_mlps(config.top_mlps), list(made.pairs), None, config.metric, made.pair_stats
 
 
@@ -209,13 +210,13 @@ def _cached(parts: Path | None, name: str, key: str, make: Any) -> Any:
 
 
 def heuristics(model: Model, config: HeuristicsConfig | None = None, *, progress: bool = True,
-               parts: str | Path | None = None, refuse: bool = False, **kwargs: Any) -> HeuristicsResult:
+               parts: str | Path | None = None, refuse: bool = True, **kwargs: Any) -> HeuristicsResult:
     """Classify the key MLPs' top neurons into heuristics and knock the classes out (``cc.heuristics(model,
     task="addition", layers=(19, 24, 29))``; ``config`` fields may be given as keywords), without saving.
     ``parts``: a folder where the neuron sweep and the knockout are kept once finished, and reused by a later call
     made from the same model weights, fields and prompts. The pairs' validity checks come first
     (:func:`~circuits.identify.validity.check_job`): a :class:`ValidityWarning` past a threshold, refused past a hard
-    one without ``config.force`` when ``refuse`` (the job)."""
+    one, as the job refuses, unless ``force=True`` (``config.force``; ``refuse=False``: warn only)."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else HeuristicsConfig(**kwargs)
     parts = Path(parts) if parts is not None else None
     for l in config.layers:

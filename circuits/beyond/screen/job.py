@@ -21,7 +21,7 @@ from torch import Tensor
 
 from circuits.models.backend import Model
 from circuits.data.answers import at_answer_position
-from circuits.data.pairs import PromptPair
+from circuits.data.pairs import PairSet, PromptPair
 from circuits.identify.validity import check_job, print_warnings
 from circuits.models.loading import load_model
 from circuits.patching.engines.attribution import Attribution, attribute
@@ -83,13 +83,16 @@ def verify(model: Model, pairs: Sequence[PromptPair], att: Attribution, n: int,
 
 
 def screen(model: Model, pairs: Sequence[PromptPair], config: ScreenConfig | None = None,
-           progress: bool = True, *, stats: dict[str, Any] | None = None, refuse: bool = False,
+           progress: bool = True, *, stats: dict[str, Any] | None = None, refuse: bool = True,
            **kwargs: Any) -> ScreenResult:
     """Screen, verify and (``config.audit``) audit ``pairs`` read at ``config.answer_position``; ``config`` fields may
     be given as keywords. First the pairs' validity checks (:func:`~circuits.identify.validity.check_job`; ``stats``:
     the pairs' statistics, for the accuracy before filtering): a :class:`ValidityWarning` when past a threshold,
-    refused (``refuse``: the job) past a hard one without ``config.force``."""
+    refused past a hard one, as the job refuses, unless ``force=True`` (``config.force``; ``refuse=False``: warn
+    only, for a caller that has checked these pairs itself)."""
     config = (config.replace(**kwargs) if kwargs else config) if config is not None else ScreenConfig(**kwargs)
+    if stats is None and isinstance(pairs, PairSet):  # built pairs carry their accuracy before filtering
+        stats = pairs.stats()
     # Answer token k (issue 42): both prompts teacher-forced with its first k tokens, so END is END + k for every
     # engine below; a pair whose answer is too short is one line before the screen.
     pairs = at_answer_position(list(pairs), config.answer_position, model.tokenizer)
