@@ -60,15 +60,13 @@ class CrossModelConfig(Config):
 
 
 @dataclass(eq=False, repr=False)
-class CrossModelResult(Result):
+class CrossModelResult(Result[CrossModelConfig]):
     """The paper's claims on each model: ``models`` maps a model name to its measurements (see the module
     docstring for the keys)."""
 
     kind = "cross_model"
-    config_type = CrossModelConfig
     paper = PAPER  # what the paper reports for each row (the report shows it beside each model)
 
-    config: CrossModelConfig
     models: dict[str, dict[str, Any]]
 
     def names(self) -> list[str]:

@@ -11,17 +11,17 @@ from torch import Tensor
 
 from circuits.identify.validity import Validity, validity_from_summary, validity_json
 from circuits.beyond.carry.config import CarryConfig
-from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
+from circuits.data.pairs import PromptPair, read_pairs
+from circuits.io import Shapes, load_torch, read_json
 from circuits.patching.circuit_curves import FaithfulnessCurve
-from circuits.results import Result, ResultError, number
+from circuits.results import Result, ResultError, number, write_parts
 
 POSITIONS = ("end", "next")  # END (the first answer token: the carry) and END + 1 (the units digit)
 SUMMARY_PARTS = ("overlap", "across", "direction", "accuracy", "fourier")
 
 
 @dataclass(eq=False, repr=False)
-class CarryResult(Result):
+class CarryResult(Result[CarryConfig]):
     """The carry study on one model.
 
     ``effects[position, component, pair]``: each head's and MLP's (:func:`~circuits.beyond.carry.measures.component_names`)
@@ -36,9 +36,7 @@ class CarryResult(Result):
     ``[neuron, cell]`` over the grid (top neurons first)."""
 
     kind = "carry"
-    config_type = CarryConfig
 
-    config: CarryConfig
     pairs: list[PromptPair]
     effects: Tensor
     overlap: dict[str, Any]
@@ -190,11 +188,9 @@ class CarryResult(Result):
         return rows
 
     def _write(self, folder: Path) -> None:
-        write_json(folder / "summary.json", self.summary())
-        write_pairs(folder / "pairs.jsonl", self.pairs)
-        save_torch({"effects": self.effects, "separation": self.separation,
-                    "curves": {k: c.to_dict() for k, c in self.curves.items()},
-                    "grid_activations": dict(self.grid_activations)}, folder / "carry.pt")
+        write_parts(folder, self.summary(), self.pairs, {"carry.pt": {
+            "effects": self.effects, "separation": self.separation, "curves": {k: c.to_dict() for k, c in self.curves.items()},
+            "grid_activations": dict(self.grid_activations)}})
 
     @classmethod
     def _read(cls, folder: Path, config: CarryConfig) -> CarryResult:

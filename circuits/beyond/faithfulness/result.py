@@ -56,7 +56,7 @@ SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every positi
 
 
 @dataclass(eq=False, repr=False)
-class FaithfulnessResult(ShowsFigure, Result):
+class FaithfulnessResult(ShowsFigure, Result[FaithfulnessConfig]):
     """Each ranking's circuits scored as MIB scores them; ``curves[ranking][setting]`` (settings: ``nodes@end``,
     ``nodes@all``, ``edges@end``; each a :class:`~circuits.patching.circuit_curves.FaithfulnessCurve`),
     ``scores[ranking]`` (``heads`` [layer, head], ``mlps`` [layer], ``input`` [] where the ranking scores the input
@@ -64,10 +64,8 @@ class FaithfulnessResult(ShowsFigure, Result):
     ``seconds[ranking]`` (computing the ranking)."""
 
     kind = "faithfulness"
-    config_type = FaithfulnessConfig
     in_place = True  # its folder is also the run's working folder (parts/: finished rankings a rerun resumes from)
 
-    config: FaithfulnessConfig
     pairs: list[PromptPair]
     scores: dict[str, dict[str, Tensor]]
     curves: dict[str, dict[str, FaithfulnessCurve]]

@@ -23,7 +23,7 @@ from circuits.types import Neuron
 
 
 @dataclass(eq=False, repr=False)
-class HeuristicsResult(Result):
+class HeuristicsResult(Result[HeuristicsConfig]):
     """Top neurons of the key MLPs classified into heuristics over the operand grid, and the class knockout.
 
     ``classes[i]`` describes ``neurons[i]``: ``classes`` (the passing kinds, or ``["none"]``), ``best`` (kind ->
@@ -34,10 +34,8 @@ class HeuristicsResult(Result):
     neurons' effects were known)."""
 
     kind = "heuristics"
-    config_type = HeuristicsConfig
     in_place = True  # its folder is also the run's working folder (parts/: the finished sweep and knockout)
 
-    config: HeuristicsConfig
     pairs: list[PromptPair]
     grid_prompts: list[PromptPair]
     neurons: list[Neuron]

@@ -6,24 +6,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 import torch
-from circuits.data.pairs import PromptPair, read_pairs, write_pairs
+from circuits.data.pairs import PromptPair, read_pairs
 from circuits.identify.validity import Validity, validity_from_summary, validity_json
 from circuits.patching.core.metrics import get_metric
 from circuits.patching.engines.neuron_sweep import NeuronSweep, effect_shares
 from circuits.patching.core.ranking import contributions
-from circuits.io import load_torch, read_json, save_torch, write_json
-from circuits.results import Result, number
+from circuits.io import load_torch, read_json
+from circuits.results import Result, number, write_parts
 from circuits.beyond.neurons.config import NeuronConfig
 
 
 @dataclass(eq=False, repr=False)
-class NeuronResult(Result):
+class NeuronResult(Result[NeuronConfig]):
     """Every neuron of some MLPs patched at END, their concentration, and the neuron knockout."""
 
     kind = "neurons"
-    config_type = NeuronConfig
 
-    config: NeuronConfig
     pairs: list[PromptPair]
     sweep: NeuronSweep
     metric: str
@@ -94,9 +92,7 @@ class NeuronResult(Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", self.summary())
-        write_pairs(folder / "pairs.jsonl", self.pairs)
-        save_torch(self.sweep.tensors(), folder / "neurons.pt")
+        write_parts(folder, self.summary(), self.pairs, {"neurons.pt": self.sweep.tensors()})
         write_figure(self.figure(), folder / "figure.html")
 
     @classmethod

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 import torch
 from torch import Tensor
-from circuits.data.pairs import PromptPair, read_pairs, write_pairs
+from circuits.data.pairs import PromptPair, read_pairs
 from circuits.identify.validity import Validity, validity_from_summary, validity_json
 from circuits.patching.core.ranking import order
 from circuits.patching.core.readouts import spearman
-from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
-from circuits.results import Result
+from circuits.io import Shapes, load_torch, read_json
+from circuits.results import Result, write_parts
 from circuits.beyond.screen.config import ScreenConfig
 
 
@@ -63,13 +63,11 @@ def audit_table(screen: tuple[Tensor, Tensor], exact: tuple[Tensor, Tensor], sig
 
 
 @dataclass(eq=False, repr=False)
-class ScreenResult(Result):
+class ScreenResult(Result[ScreenConfig]):
     """A screen, the exact values of its top-N, and (with ``audit``) the END audit table."""
 
     kind = "screen"
-    config_type = ScreenConfig
 
-    config: ScreenConfig
     pairs: list[PromptPair]
     metric: str
     mode: str
@@ -105,11 +103,10 @@ class ScreenResult(Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", self.summary())
-        write_pairs(folder / "pairs.jsonl", self.pairs)
-        save_torch({"head_effects": self.head_effects, "mlp_effects": self.mlp_effects, "head_q": self.head_q,
-                    "head_k": self.head_k, "neuron_effects": self.neuron_effects, "graddrop": self.graddrop,
-                    "exact_end": self.exact_end}, folder / "screen.pt")
+        write_parts(folder, self.summary(), self.pairs, {"screen.pt": {
+            "head_effects": self.head_effects, "mlp_effects": self.mlp_effects, "head_q": self.head_q,
+            "head_k": self.head_k, "neuron_effects": self.neuron_effects, "graddrop": self.graddrop,
+            "exact_end": self.exact_end}})
         write_figure(self.figure(), folder / "screen.html")
 
     @classmethod
