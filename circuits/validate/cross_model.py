@@ -72,10 +72,6 @@ class CrossModelResult(Result[CrossModelConfig]):
     def names(self) -> list[str]:
         return list(self.models)
 
-    def key_head_share(self, model: str) -> dict[str, float]:
-        """Share of the model's heads that are key heads, per operation."""
-        return {op: d["share_key_heads"] for op, d in self.models[model]["operations"].items()}
-
     def knockout_drop(self, model: str, k: int) -> tuple[float, float] | None:
         """Relative accuracy change with ``k`` heads knocked out: (effect-rank, mean of random-rank)."""
         ko = self.models[model]["knockout"]
