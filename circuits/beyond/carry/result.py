@@ -9,7 +9,7 @@ from typing import Any
 
 from torch import Tensor
 
-from circuits.identify.validity import Validity, validity_from_summary, validity_json
+from circuits.identify.validity import CheckedPairs, validity_from_summary, validity_json
 from circuits.beyond.carry.config import CarryConfig
 from circuits.data.pairs import PromptPair, read_pairs
 from circuits.io import Shapes, load_torch, read_json
@@ -21,7 +21,7 @@ SUMMARY_PARTS = ("overlap", "across", "direction", "accuracy", "fourier")
 
 
 @dataclass(eq=False, repr=False)
-class CarryResult(Result[CarryConfig]):
+class CarryResult(CheckedPairs, Result[CarryConfig]):
     """The carry study on one model.
 
     ``effects[position, component, pair]``: each head's and MLP's (:func:`~circuits.beyond.carry.measures.component_names`)
@@ -49,11 +49,6 @@ class CarryResult(Result[CarryConfig]):
     seconds: float = 0.0
     neurons: dict[str, Any] = field(default_factory=dict)
     grid_activations: dict[str, Tensor] = field(default_factory=dict)
-    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: saved before it was checked
-
-    def validity(self) -> Validity | None:
-        """The pairs' validity checks at END, made before the sweeps (:func:`~circuits.identify.validity.check_job`)."""
-        return self._validity
 
     def summary(self) -> dict[str, Any]:
         cmd = {k: {"cmd": c.cmd, "low": c.cmd_interval[0], "high": c.cmd_interval[1], "cpr": c.cpr,
@@ -224,7 +219,7 @@ class CarryResult(Result[CarryConfig]):
             acts[at] = at_shapes.tensor(f"grid_activations[{at}]", v, ("neuron", "cell"), finite=True)
         return cls(config, pairs, effects, s["overlap"], curves, s["across"], s["direction"], separation,
                    s["accuracy"], s["fourier"], number(s, "seconds", folder / "summary.json", 0.0), neurons, acts,
-                   validity_from_summary(s, folder / "summary.json"))
+                   _validity=validity_from_summary(s, folder / "summary.json"))
 
 
 def _share(r: dict[str, Any] | None) -> str:

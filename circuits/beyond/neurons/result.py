@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 import torch
 from circuits.data.pairs import PromptPair, read_pairs
-from circuits.identify.validity import Validity, validity_from_summary, validity_json
+from circuits.identify.validity import CheckedPairs, validity_from_summary, validity_json
 from circuits.patching.core.metrics import get_metric
 from circuits.patching.engines.neuron_sweep import NeuronSweep, effect_shares
 from circuits.patching.core.ranking import contributions
@@ -17,7 +17,7 @@ from circuits.beyond.neurons.config import NeuronConfig
 
 
 @dataclass(eq=False, repr=False)
-class NeuronResult(Result[NeuronConfig]):
+class NeuronResult(CheckedPairs, Result[NeuronConfig]):
     """Every neuron of some MLPs patched at END, their concentration, and the neuron knockout."""
 
     kind = "neurons"
@@ -28,11 +28,6 @@ class NeuronResult(Result[NeuronConfig]):
     mlp_effects: dict[int, float]  # the whole MLP's exact END effect
     knockout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
-    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: saved before it was checked
-
-    def validity(self) -> Validity | None:
-        """The pairs' validity checks, made before the sweep (:func:`~circuits.identify.validity.check_job`)."""
-        return self._validity
 
     def layer_effects(self) -> dict[int, torch.Tensor]:
         return self.sweep.by_layer(self.metric)
@@ -102,4 +97,4 @@ class NeuronResult(Result[NeuronConfig]):
         pairs = read_pairs(folder / "pairs.jsonl")
         mlps = {int(k[3:]): v["whole_mlp_effect"] for k, v in s.get("shares", {}).items()}
         return cls(config, pairs, NeuronSweep.from_tensors(t, folder / "neurons.pt"), s["metric"], mlps, s.get("knockout", {}),
-                   number(s, "seconds", folder / "summary.json", 0.0), validity_from_summary(s, folder / "summary.json"))
+                   number(s, "seconds", folder / "summary.json", 0.0), _validity=validity_from_summary(s, folder / "summary.json"))
