@@ -25,7 +25,9 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
+
+T = TypeVar("T")
 
 
 def _write_step() -> None:
@@ -521,6 +523,15 @@ class Shapes:
 
     def fail(self, what: str) -> TensorError:
         return TensorError(f"{self.path}: {what}; the file does not fit its result (rerun the job that made it)")
+
+    def build(self, make: Callable[[], T], what: str, errors: tuple[type[Exception], ...] = (KeyError, TypeError,
+                                                                                           ValueError)) -> T:
+        """``make()`` (an object built from the checked tensors), any of ``errors`` it raises one :meth:`fail` line:
+        ``what``, then the error's type and text."""
+        try:
+            return make()
+        except errors as err:
+            raise self.fail(f"{what} ({type(err).__name__}: {err})") from None
 
     def tensor(self, name: str, value: Any, axes: Sequence[str], kind: str = "float", *,
                finite: bool = False, no_inf: bool = False, some_measured: bool = False) -> Any:

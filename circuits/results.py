@@ -28,11 +28,11 @@ import types
 import typing
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from circuits import jobs
 from circuits.config import Config
-from circuits.io import TEMPORARY, OutputError, atomic_dir, read_json, real_path, write_json
+from circuits.io import TEMPORARY, OutputError, atomic_dir, read_json, real_path, save_torch, write_json, write_jsonl
 from circuits.timing import timed
 
 MARKER = "circuits.json"
@@ -48,17 +48,6 @@ RESULT_TYPES: dict[str, str] = {o.kind: jobs.where(o.type) for o in jobs.outputs
 # folders saved earlier still load.
 OLD_KINDS = {"logit_lens": "lens", "attention_roles": "attention", "attention_views": "attention-views",
              "word_problem_heads": "word_problems", "evaluation": "evaluate"}
-
-
-def _add_pairs_file(folder: Path, read: dict[str, Any] | None) -> None:
-    """``read`` (:meth:`Result.pairs_read`) as ``summary.json``'s ``pairs_file``, where the result wrote a summary
-    without one."""
-    summary = folder / "summary.json"
-    if read is None or not summary.is_file():
-        return
-    data = read_json(summary)
-    if isinstance(data, dict) and "pairs_file" not in data:
-        write_json(summary, {**data, "pairs_file": read})
 
 
 def a_kind(kind: object) -> str:
@@ -334,11 +323,13 @@ class lazy_type:  # noqa: N801 (used as a class attribute, like the class it sta
         return getattr(importlib.import_module(module), name)
 
 
-class Result:
+@dataclasses.dataclass(eq=False, repr=False)
+class Result(Generic[C]):
     """Base of every step's result.
 
-    Subclasses are ``@dataclass(eq=False, repr=False)`` classes with a ``config`` field of their ``config_type``
-    (a subclass of it too: a figure script's config adds its own fields) and set ``kind`` and ``version``; they
+    Subclasses are ``@dataclass(eq=False, repr=False)`` classes named with their config class, ``class
+    KnockoutResult(Result[KnockoutConfig])``: that is their ``config_type``, and the ``config`` field (first) holds
+    one (a subclass of it too: a figure script's config adds its own fields). They set ``kind`` and ``version``; they
     implement :meth:`_write` (the files, into a temporary folder) and :meth:`_read` (back from a folder, given the
     config :func:`read_config` read). Equality compares every field, tensors with :func:`torch.equal` (NaN equal
     to NaN) and floats exactly; the repr names the kind, the config and the shapes, never whole tensors.
@@ -354,7 +345,14 @@ class Result:
     # toolkit's version and commit): set by save, read back by load; None until then. Not a field, so never part of
     # ``==``: results made on two lines are equal when everything but their provenance is.
     provenance: ClassVar[dict[str, Any] | None] = None
-    config: Config
+    config: C
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for base in cls.__dict__.get("__orig_bases__", ()):  # class X(Result[XConfig]): XConfig, unless X names one
+            arg = typing.get_args(base)[:1]
+            if typing.get_origin(base) is Result and arg and isinstance(arg[0], type) and "config_type" not in cls.__dict__:
+                cls.config_type = arg[0]
 
     def __post_init__(self) -> None:
         if not isinstance(self.config, self.config_type):
@@ -400,19 +398,24 @@ class Result:
         if self.in_place:  # the job's working folder, checked when the job started; only our own files are written
             folder.mkdir(parents=True, exist_ok=True)
             self._write(folder)
-            _add_pairs_file(folder, read)
             write_json(folder / "config.json", self.config_json())
             write_json(folder / MARKER, {"kind": self.kind, "version": self.version, "provenance": made_by})
             return folder
         check_output(folder, self.kind, overwrite=overwrite)
         with atomic_dir(folder) as tmp:
             self._write(tmp)
-            _add_pairs_file(tmp, read)
             write_json(tmp / "config.json", self.config_json())
             files = sorted({p.name for p in tmp.iterdir()} | {MARKER})  # what a later save may replace
             write_json(tmp / MARKER, {"kind": self.kind, "version": self.version, "files": files,
                                       "provenance": made_by})
         return folder
+
+    def summary_json(self, summary: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What ``summary.json`` holds: ``summary`` (default :meth:`summary`) and, for pairs read from a file, its
+        ``pairs_file`` record (:meth:`pairs_read`)."""
+        summary = self.summary() if summary is None else summary
+        read = self.pairs_read()
+        return summary if read is None or "pairs_file" in summary else {**summary, "pairs_file": read}
 
     def pairs_read(self) -> dict[str, Any] | None:
         """The ``--pairs-file`` this result's pairs came from (None: the task's templates or a saved result's pairs):
@@ -696,6 +699,16 @@ def check_fields(cls: type, data: Any, path: Path) -> dict[str, Any]:
                               f"not {want}")
         out[f.name] = data[f.name]
     return out
+
+
+def write_parts(folder: Path, summary: dict[str, Any], pairs: Any, tensors: dict[str, Any]) -> None:
+    """The files of a result made on prompt pairs, in this order: ``summary.json``, ``pairs.jsonl`` and each of
+    ``tensors`` (file name -> what :func:`~circuits.io.save_torch` writes); its figure's page is the caller's. The
+    pairs file is :func:`~circuits.data.pairs.write_pairs`'s (read back by ``read_pairs``)."""
+    write_json(folder / "summary.json", summary)
+    write_jsonl(folder / "pairs.jsonl", [p.to_json() for p in pairs])
+    for name, tensor in tensors.items():
+        save_torch(tensor, folder / name)
 
 
 def read_config(folder: Path, config_type: type[C]) -> C:

@@ -211,3 +211,40 @@ def check_engine_against_reference(model, tokenizer, name: str, metric: str = "l
     assert set(ours.parts) >= set(engine.parts)  # the parts its entry declares
     assert ours[engine.parts[0]].nan_to_num().abs().max() > 1e-6  # not trivially 0
     return ours
+
+
+def plain_pair_checks(model, pairs) -> dict[str, float]:
+    """The validity checks by a plain forward pass of each prompt alone, read at its last token: the share of pairs
+    answered (top token), the share whose counterfactual keeps the answer, and the full effect: how much the
+    counterfactual moves the answer logit, ``-(mean cf logit - mean logit) / |mean logit|``."""
+    import torch
+
+    hits, keeps, logit, cf_logit = [], [], [], []
+    with torch.no_grad():
+        for p in pairs:
+            ref = model(torch.tensor([p.reference_token_ids]))[0, -1]
+            cf = model(torch.tensor([p.counterfactual_token_ids]))[0, -1]
+            hits.append(int(ref.argmax()) == p.answer_token_id)
+            keeps.append(int(cf.argmax()) == p.answer_token_id)
+            logit.append(float(ref[p.answer_token_id]))
+            cf_logit.append(float(cf[p.answer_token_id]))
+    n = len(pairs)
+    mean = sum(logit) / n
+    return {"accuracy": sum(hits) / n, "counterfactual_keeps_answer": sum(keeps) / n,
+            "full_effect": -(sum(cf_logit) / n - mean) / abs(mean)}
+
+
+def spy_on_strategy(monkeypatch, module, strategy: str) -> list[str]:
+    """Route ``module``'s ``run_ablation`` through the executor, forcing the masked forward when ``strategy`` is
+    ``"masked"`` (else the executor's own choice), and record the strategy each call ran: the list returned."""
+    from circuits.patching.ablation import executor
+
+    seen: list[str] = []
+
+    def spy(*args, **kwargs):
+        out = executor.run_ablation(*args, **kwargs, strategy="masked" if strategy == "masked" else None)
+        seen.append(out.strategy)
+        return out
+
+    monkeypatch.setattr(module, "run_ablation", spy)
+    return seen

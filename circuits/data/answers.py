@@ -38,11 +38,6 @@ def check_answer_position(pairs: Sequence[PromptPair], position: int | str) -> N
                 f"{n - 1} for it (give pairs whose answers all have at least {position + 1} tokens, or 'whole')")
 
 
-def answer_lengths(pairs: Sequence[PromptPair]) -> list[int]:
-    """Each pair's number of answer tokens."""
-    return [len(p.answer_ids) for p in pairs]
-
-
 def force_answer(pair: PromptPair, k: int, tokenizer: Any = None) -> PromptPair:
     """``pair`` read at answer token ``k``: both prompts followed by the answer's first ``k`` tokens (the reference's
     answer, for the counterfactual too), its answer the rest (``answer_token_id`` its token ``k``). ``k = 0``: the pair

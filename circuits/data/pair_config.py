@@ -51,6 +51,19 @@ def answer_position(text: str | int) -> int | str:
     return int(t)
 
 
+def one_answer_token(text: str | int, reads: str, pairs_given: Any) -> int:
+    """``--answer-position`` of a job that reads one answer token (``reads``: what it reads there, said when refusing
+    ``whole``); a position past 0 needs answers of several tokens, which only a pairs file (``pairs_given``: the
+    job's --pairs-file or --pairs-from) gives, the templates' answers being one token."""
+    position = answer_position(text)
+    if position == WHOLE_ANSWER:
+        raise ValueError(f"--answer-position whole: {reads}; accepted: 0, 1, ...")
+    if position != 0 and not pairs_given:
+        raise ValueError(f"--answer-position {position}: the task's templates give one-token answers only; give "
+                         "--pairs-file (or --pairs-from a result made from one) with answers of several tokens")
+    return int(position)
+
+
 def answer_position_text(text: str) -> str:
     """The flag's value as the config keeps it (``"0"``, ``"1"``, ..., ``"whole"``), checked."""
     return str(answer_position(text))

@@ -17,7 +17,7 @@ REFERENCE = "precise"  # the arm every other is compared with (the paper's)
 
 
 @dataclass(eq=False, repr=False)
-class SFTStudyResult(Result):
+class SFTStudyResult(Result[StudyConfig]):
     """``variants``: one per arm and draw (``name``, ``arm``, ``heads``, ``mlps``, ``lr``, ``tuned_parameters``,
     ``lora_rank``); ``base``: the untrained model's per-item scores; ``runs``: per variant and seed, the training
     numbers and the test items' ``correct`` and ``logp``; ``sweep``: per variant and lr, the validation scores;
@@ -25,10 +25,8 @@ class SFTStudyResult(Result):
     evaluating (the sweep included)."""
 
     kind = "sft-study"
-    config_type = StudyConfig
     in_place = True  # its folder also holds the finished runs (runs/) a rerun resumes from
 
-    config: StudyConfig
     variants: list[dict[str, Any]]
     runs: list[dict[str, Any]]
     sweep: list[dict[str, Any]]

@@ -255,13 +255,11 @@ def attention_roles(model: Model, pairs: Sequence[PromptPair], heads: Sequence[H
 
 
 @dataclass(eq=False, repr=False)
-class AttentionRoles(ShowsFigure, Result):
+class AttentionRoles(ShowsFigure, Result[RolesConfig]):
     """Figure 5: each key head's END-row attention by token role, per operation (means over prompts)."""
 
     kind = "attention"
-    config_type = RolesConfig
 
-    config: RolesConfig
     heads: list[Head]
     by_operation: dict[str, dict[str, Any]]  # operation -> RoleAttention.to_json()
 
@@ -280,14 +278,12 @@ class AttentionRoles(ShowsFigure, Result):
 
 
 @dataclass(eq=False, repr=False)
-class AttentionViews(Result):
+class AttentionViews(Result[ViewsConfig]):
     """Figures 7 and 16: circuitsvis views of an identify run's top heads (its key rule's first) on a few prompts, as
     one offline page."""
 
     kind = "attention-views"
-    config_type = ViewsConfig
 
-    config: ViewsConfig
     heads: list[Head]
     prompts: list[str]
     page: str  # the HTML of :func:`attention_html`

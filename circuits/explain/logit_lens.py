@@ -167,14 +167,12 @@ def logit_lens(model: Model, pairs: Sequence[PromptPair], example: PromptPair | 
 
 
 @dataclass(eq=False, repr=False)
-class LogitLens(ShowsFigure, Result):
+class LogitLens(ShowsFigure, Result[LensConfig]):
     """Figure 6: per-layer means of the MLP logit-lens cosines (6a, 6b), the top number tokens each MLP adds for
     one example (6c), and where the MLPs start writing the answer."""
 
     kind = "lens"
-    config_type = LensConfig
 
-    config: LensConfig
     means: dict[str, list[float]]  # MLPLens.means()
     n_pairs: int
     example: str = ""

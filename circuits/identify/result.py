@@ -81,7 +81,7 @@ class KeyHead(tuple):
 
 
 @dataclass(eq=False, repr=False)
-class IdentifyResult(ShowsFigure, Result):
+class IdentifyResult(ShowsFigure, Result[IdentifyConfig]):
     """One task's identify result.
 
     ``config`` is the :class:`~circuits.identify.job.IdentifyConfig` (as saved); ``pair_stats`` what the model
@@ -92,9 +92,7 @@ class IdentifyResult(ShowsFigure, Result):
 
     kind = "identify"
     version = 2
-    config_type = IdentifyConfig
 
-    config: IdentifyConfig
     pairs: list[PromptPair]
     sweep: SweepResult | None
     pair_stats: dict[str, Any] = field(default_factory=dict)
@@ -346,7 +344,7 @@ class IdentifyResult(ShowsFigure, Result):
         from circuits.viz.figures import write_figure
 
         # Numbers lists one per line in float32's shortest digits (the effects are float32): about half the text
-        write_json(folder / "summary.json", {**self.summary(), "pair_stats": self.pair_stats, "weights": self.weights},
+        write_json(folder / "summary.json", {**self.summary_json(), "pair_stats": self.pair_stats, "weights": self.weights},
                    compact_numbers=True)
         from circuits.identify.pooled import write_pooled
 
@@ -423,13 +421,11 @@ class PerOperationConfig(KeyHeadSource):
 
 
 @dataclass(eq=False, repr=False)
-class PerOperation(Result):
+class PerOperation(Result[PerOperationConfig]):
     """Figure 15: the key heads of each operation and how many each pair of operations shares."""
 
     kind = "per_operation"
-    config_type = PerOperationConfig
 
-    config: PerOperationConfig
     operations: list[str]
     head_effects: dict[str, list[list[float]]]  # operation -> [layer][head], by ``metric``
     key_heads: dict[str, list[Head]]

@@ -155,6 +155,17 @@ class Untrusted(ValueError):
     """A result past a hard threshold of :data:`THRESHOLDS`, refused by its job without ``--force``."""
 
 
+@dataclass(eq=False, repr=False)
+class CheckedPairs:
+    """A result whose job checked its pairs before the work (:func:`check_job`): ``validity()`` is that record, kept
+    in ``summary.json``; None for a result saved before its job checked (no banner, no warning)."""
+
+    _validity: Validity | None = field(default=None, repr=False, compare=False, kw_only=True)
+
+    def validity(self) -> Validity | None:
+        return self._validity
+
+
 class ValidityWarning(UserWarning):
     """A result past a soft threshold (or a hard one, made from Python or with ``force``): its lines say which."""
 

@@ -90,24 +90,15 @@ def shared_prefix_lengths(token_ids: Sequence[Sequence[int]], min_prefix: int = 
     return out
 
 
-def end_residuals(
-    model: Model,
-    token_ids: Sequence[Sequence[int]],
-    prefix_lengths: Sequence[int] | None = None,
-    *,
-    group_keys: Sequence[Hashable] | None = None,
-    hooks: HooksFor | None = None,
-    row_hooks: RowHooksFor | None = None,
-    batch_size: int = 64,
-) -> Float[Tensor, "row d_model"]:
+def end_residuals(model: Model, token_ids: Sequence[Sequence[int]], prefix_lengths: Sequence[int] | None = None,
+                  **options: Any) -> Float[Tensor, "row d_model"]:
     """The residual stream after the last block at each row's last token, every row's in one tensor
     (:func:`end_residual_batches` gives them a batch at a time, for a caller that keeps only a few numbers a row).
-    Arguments as :func:`end_residual_batches`'s."""
+    Arguments as :func:`end_residual_batches`'s (``group_keys``, ``hooks``, ``row_hooks``, ``batch_size``)."""
     # Final residuals live where the last block runs (another GPU than the first for a spread model).
     out_device = model.backend.output_device()
     out = torch.empty((len(token_ids), model.cfg.d_model), dtype=model.cfg.dtype, device=out_device)
-    for chunk, resid in end_residual_batches(model, token_ids, prefix_lengths, group_keys=group_keys, hooks=hooks,
-                                             row_hooks=row_hooks, batch_size=batch_size):
+    for chunk, resid in end_residual_batches(model, token_ids, prefix_lengths, **options):
         out[torch.tensor(chunk, device=out_device)] = resid.to(out_device)
     return out
 

@@ -133,14 +133,12 @@ class TableConfig(Config):
 
 
 @dataclass(eq=False, repr=False)
-class SFTComparison(Result):
+class SFTComparison(Result[TableConfig]):
     """Tables 1, 2, 5: base vs fine-tuned variants on math and generic benchmarks, with train speed."""
 
     kind = "sft_table"
     in_place = True  # its folder also holds the finished rows and training runs a rerun resumes from
-    config_type = TableConfig
 
-    config: TableConfig
     rows: list[dict[str, Any]]
     heads: list[Head] = field(default_factory=list)
     heads_source: str = ""

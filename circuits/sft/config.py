@@ -89,11 +89,6 @@ class FinetuneConfig(Config):
         if set(self.sources) - set(TRAIN_SOURCES):
             raise ValueError(f"sources must be among {TRAIN_SOURCES}, got {self.sources}")
 
-    @property
-    def accumulation_steps(self) -> int:
-        return self.batch_size // self.micro_batch_size
-
-
 
 @dataclass(frozen=True)
 class ExportConfig(Config):

@@ -36,10 +36,6 @@ def torch_dtype(name: str) -> torch.dtype:
     return _TORCH[name]
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return {v: k for k, v in _TORCH.items()}.get(dtype, str(dtype).removeprefix("torch."))
-
-
 @dataclass
 class _Entry:
     name: str

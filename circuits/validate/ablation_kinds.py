@@ -50,13 +50,11 @@ class AblationKindsConfig(KeyHeadSource):
 
 
 @dataclass(eq=False, repr=False)
-class AblationComparison(Result):
+class AblationComparison(Result[AblationKindsConfig]):
     """Figure 3's curves for each ablation kind, per task."""
 
     kind = "ablation_kinds"
-    config_type = AblationKindsConfig
 
-    config: AblationKindsConfig
     curves: dict[str, dict[str, KnockoutCurve]]  # task -> ablation kind -> curve
     n_pairs: dict[str, int]
 

@@ -60,23 +60,17 @@ class CrossModelConfig(Config):
 
 
 @dataclass(eq=False, repr=False)
-class CrossModelResult(Result):
+class CrossModelResult(Result[CrossModelConfig]):
     """The paper's claims on each model: ``models`` maps a model name to its measurements (see the module
     docstring for the keys)."""
 
     kind = "cross_model"
-    config_type = CrossModelConfig
     paper = PAPER  # what the paper reports for each row (the report shows it beside each model)
 
-    config: CrossModelConfig
     models: dict[str, dict[str, Any]]
 
     def names(self) -> list[str]:
         return list(self.models)
-
-    def key_head_share(self, model: str) -> dict[str, float]:
-        """Share of the model's heads that are key heads, per operation."""
-        return {op: d["share_key_heads"] for op, d in self.models[model]["operations"].items()}
 
     def knockout_drop(self, model: str, k: int) -> tuple[float, float] | None:
         """Relative accuracy change with ``k`` heads knocked out: (effect-rank, mean of random-rank)."""

@@ -389,13 +389,11 @@ def knockout_curve(
 
 
 @dataclass(eq=False, repr=False)
-class KnockoutResult(Result):
+class KnockoutResult(Result[KnockoutConfig]):
     """Figure 3: the knockout curves of one task, with the config that made them."""
 
     kind = "knockout"
-    config_type = KnockoutConfig
 
-    config: KnockoutConfig
     curve: KnockoutCurve
     task: str = ""
     n_pairs: int = 0

@@ -183,14 +183,12 @@ def mmlu_accuracy(
 
 
 @dataclass(eq=False, repr=False)
-class TransferResult(Result):
+class TransferResult(Result[TransferConfig]):
     """Figure 4 (and the MMLU check): accuracy on each set before and after knocking out the key heads, and
     after knocking out as many random heads."""
 
     kind = "transfer"
-    config_type = TransferConfig
 
-    config: TransferConfig
     results: dict[str, dict[str, Any]]  # set -> n, accuracy_before, accuracy_after, accuracy_random_heads, ...
     key_heads: list[Head]
     random_heads: list[Head] = field(default_factory=list)
@@ -244,16 +242,14 @@ class WordProblemConfig(KeyHeadSource):
 
 
 @dataclass(eq=False, repr=False)
-class WordProblemHeads(Result):
+class WordProblemHeads(Result[WordProblemConfig]):
     """Table 4: key heads found on word problems, their overlap with the template key heads, and knockouts.
 
     ``datasets[name]`` holds ``n_questions``, ``n_correct``, ``accuracy``, ``key_heads`` (``[layer, head, effect]``),
     ``shared_with_templates`` and the knockout accuracies (own heads, template heads, shared, own-only)."""
 
     kind = "word_problems"
-    config_type = WordProblemConfig
 
-    config: WordProblemConfig
     template_heads: list[Head]
     datasets: dict[str, dict[str, Any]]
 

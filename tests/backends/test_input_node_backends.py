@@ -12,7 +12,7 @@ import math
 
 import pytest
 import torch
-from helpers import aligned_pairs, mixed_pairs
+from helpers import aligned_pairs, mixed_pairs, spy_on_strategy
 
 from circuits.data.pairs import PairBatch
 from circuits.patching.circuit_curves import circuit_curve, metric_of
@@ -69,17 +69,9 @@ def _plain(model, batch, heads, mlps, input_score, ablation, positions):
 @pytest.mark.parametrize("with_input", [True, False])
 def test_input_node_curve_equals_the_plain_loop(family_models, tokenizer, monkeypatch, ablation, positions, strategy,
                                                with_input):
-    from circuits.patching.ablation import executor
     from circuits.patching.circuit_curves import node_curves
 
-    seen = []
-
-    def spy(*args, **kwargs):
-        out = executor.run_ablation(*args, **kwargs, strategy="masked" if strategy == "masked" else None)
-        seen.append(out.strategy)
-        return out
-
-    monkeypatch.setattr(node_curves, "run_ablation", spy)
+    seen = spy_on_strategy(monkeypatch, node_curves, strategy)
     model = family_models("llama")  # grouped-query attention: 4 heads, 2 key/value heads
     batch = _pairs(tokenizer)
     heads, mlps, input_score = _scores(model)

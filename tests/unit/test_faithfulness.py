@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from helpers import aligned_pairs, mixed_pairs
+from helpers import aligned_pairs, mixed_pairs, spy_on_strategy
 
 from circuits.data.pairs import PairBatch
 from circuits.patching.circuit_curves import MIB_SIZES, area_scores, circuit_masks, circuit_curve, metric_of
@@ -132,17 +132,9 @@ def test_each_strategy_of_the_executor_equals_the_plain_loop(tiny_llama, tokeniz
     the counterfactual-in-the-same-pass route for counterfactual values at every position; each strategy, and the
     masked forward forced where another would run, equals the plain loop (one hook per site, one circuit at a
     time)."""
-    from circuits.patching.ablation import executor
     from circuits.patching.circuit_curves import node_curves as nodes
 
-    seen = []
-
-    def spy(*args, **kwargs):
-        out = executor.run_ablation(*args, **kwargs, strategy="masked" if strategy == "masked" else None)
-        seen.append(out.strategy)
-        return out
-
-    monkeypatch.setattr(nodes, "run_ablation", spy)
+    seen = spy_on_strategy(monkeypatch, nodes, strategy)
     batch = PairBatch.from_pairs(some_pairs(tokenizer), 0)
     heads, mlps, neurons = scores(tiny_llama, seed=4, neurons=(1,))
     ours = circuit_curve(tiny_llama, batch, heads, mlps, neurons=neurons, sizes=SIZES, ablation=ablation,

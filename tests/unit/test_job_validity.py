@@ -7,8 +7,7 @@ section; a result saved before the check loads back without one."""
 import json
 
 import pytest
-import torch
-from helpers import tiny_dir
+from helpers import plain_pair_checks, tiny_dir
 
 from circuits.cli import main as cli_main
 from circuits.identify.validity import FORCE_ENV, Validity, ValidityWarning, check_job, pair_checks
@@ -38,20 +37,10 @@ def _pairs(tok):
 def test_pair_checks_are_a_plain_forward_pass_and_identify_s_baseline(tiny_llama):
     pairs = _pairs(tiny_llama.tokenizer)
     got = pair_checks(tiny_llama, pairs, chunk=2)  # chunks of 2: the concatenation is checked too
-    hits, keeps, logit, cf_logit = [], [], [], []
-    with torch.no_grad():
-        for p in pairs:
-            ref = tiny_llama(torch.tensor([p.reference_token_ids]))[0, -1]
-            cf = tiny_llama(torch.tensor([p.counterfactual_token_ids]))[0, -1]
-            hits.append(int(ref.argmax()) == p.answer_token_id)
-            keeps.append(int(cf.argmax()) == p.answer_token_id)
-            logit.append(float(ref[p.answer_token_id]))
-            cf_logit.append(float(cf[p.answer_token_id]))
-    n = len(pairs)
-    assert got["accuracy"] == pytest.approx(sum(hits) / n)
-    assert got["counterfactual_keeps_answer"] == pytest.approx(sum(keeps) / n)
-    mean = sum(logit) / n
-    assert got["full_effect"] == pytest.approx(-(sum(cf_logit) / n - mean) / abs(mean), rel=1e-4, abs=1e-6)
+    want = plain_pair_checks(tiny_llama, pairs)
+    assert got["accuracy"] == pytest.approx(want["accuracy"])
+    assert got["counterfactual_keeps_answer"] == pytest.approx(want["counterfactual_keeps_answer"])
+    assert got["full_effect"] == pytest.approx(want["full_effect"], rel=1e-4, abs=1e-6)
     # a label (--second-logit label; here the answer itself) changes none of them: the checks read the top tokens
     import dataclasses
 

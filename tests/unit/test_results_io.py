@@ -47,6 +47,38 @@ def test_read_errors_name_the_file(tmp_path):
         read_jsonl(tmp_path / "p.jsonl")
 
 
+def test_a_result_names_its_config_type_once_in_its_base():
+    """``class R(Result[C])`` makes ``C`` its ``config_type`` and ``config`` its first field, checked on construction;
+    a subclass keeps it, and a class that sets ``config_type`` itself (a lazy one, or a subclass's) keeps its own."""
+
+    @dataclasses.dataclass(eq=False, repr=False)
+    class Toy(Result[KnockoutConfig]):
+        kind = "toy"
+        total: int
+
+    @dataclasses.dataclass(frozen=True)
+    class Wider(KnockoutConfig):
+        extra: int = 0
+
+    @dataclasses.dataclass(eq=False, repr=False)
+    class Own(Toy):
+        config_type = Wider
+
+    assert Toy.config_type is KnockoutConfig and Own.config_type is Wider
+    assert [f.name for f in dataclasses.fields(Toy)] == ["config", "total"]
+    assert Toy(KnockoutConfig(), 3).total == 3 and Toy(Wider(), 3).config == Wider()
+    with pytest.raises(TypeError, match="Toy's config must be a KnockoutConfig"):
+        Toy("not a config", 3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Own's config must be a Wider"):
+        Own(KnockoutConfig(), 3)
+    # every kind the table lists: a config class, the one named in its base unless it sets its own (lazy ones)
+    for kind in RESULT_TYPES:
+        cls = result_type(kind)
+        named = [a for b in cls.__dict__.get("__orig_bases__", ()) for a in getattr(b, "__args__", ())]
+        assert isinstance(cls.config_type, type) and named in ([cls.config_type], [])
+        assert dataclasses.fields(cls)[0].name == "config"
+
+
 @pytest.fixture(scope="module")
 def results(tiny_llama, tmp_path_factory):
     return build_results(tiny_llama, tmp_path_factory.mktemp("jobs"))

@@ -88,19 +88,12 @@ def test_validity_is_what_a_plain_forward_pass_measures(tiny_llama):
     with pytest.warns(ValidityWarning, match="answers 0% of the pairs"):
         r = identify(tiny_llama, pairs, IdentifyConfig(model="tiny", bootstrap=50), progress=False)
     v = r.validity()
-    hits, keeps, logit, cf_logit = [], [], [], []
-    with torch.no_grad():
-        for p in pairs:
-            ref = tiny_llama(torch.tensor([p.reference_token_ids]))[0, -1]
-            cf = tiny_llama(torch.tensor([p.counterfactual_token_ids]))[0, -1]
-            hits.append(int(ref.argmax()) == p.answer_token_id)
-            keeps.append(int(cf.argmax()) == p.answer_token_id)
-            logit.append(float(ref[p.answer_token_id]))
-            cf_logit.append(float(cf[p.answer_token_id]))
-    assert v.accuracy == pytest.approx(sum(hits) / 4)
-    assert v.counterfactual_keeps_answer == pytest.approx(sum(keeps) / 4)
-    mean = sum(logit) / 4
-    assert v.full_effect == pytest.approx(-(sum(cf_logit) / 4 - mean) / abs(mean), rel=1e-3, abs=1e-5)
+    from helpers import plain_pair_checks
+
+    want = plain_pair_checks(tiny_llama, pairs)
+    assert v.accuracy == pytest.approx(want["accuracy"])
+    assert v.counterfactual_keeps_answer == pytest.approx(want["counterfactual_keeps_answer"])
+    assert v.full_effect == pytest.approx(want["full_effect"], rel=1e-3, abs=1e-5)
     unsure = sum(k.uncertain for k in r.key_heads())
     assert v.n_key_heads == len(r.key_heads()) and v.uncertain_share == pytest.approx(unsure / len(r.key_heads()))
 

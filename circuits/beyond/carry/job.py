@@ -226,7 +226,7 @@ def carry_study(model: Model, config: CarryConfig, *, progress: bool = False, re
     accuracy = {"first_token": float(right0.float().mean()), "n_prompts": len(grid), "two_token_sums": int(two.sum()),
                 "both_tokens": float(right1[two].float().mean()), "n_pairs": len(pairs)}
     return CarryResult(config, pairs, effects, over, curves, across, direction, separation, accuracy, fourier,
-                       time.perf_counter() - start, neurons, grid_acts, validity)
+                       time.perf_counter() - start, neurons, grid_acts, _validity=validity)
 
 
 def run(config: CarryConfig, out: str | Path, *, model: Model | None = None, progress: bool = True) -> CarryResult:

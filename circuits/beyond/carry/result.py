@@ -9,19 +9,19 @@ from typing import Any
 
 from torch import Tensor
 
-from circuits.identify.validity import Validity, validity_from_summary, validity_json
+from circuits.identify.validity import CheckedPairs, validity_from_summary, validity_json
 from circuits.beyond.carry.config import CarryConfig
-from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
+from circuits.data.pairs import PromptPair, read_pairs
+from circuits.io import Shapes, load_torch, read_json
 from circuits.patching.circuit_curves import FaithfulnessCurve
-from circuits.results import Result, ResultError, number
+from circuits.results import Result, ResultError, number, write_parts
 
 POSITIONS = ("end", "next")  # END (the first answer token: the carry) and END + 1 (the units digit)
 SUMMARY_PARTS = ("overlap", "across", "direction", "accuracy", "fourier")
 
 
 @dataclass(eq=False, repr=False)
-class CarryResult(Result):
+class CarryResult(CheckedPairs, Result[CarryConfig]):
     """The carry study on one model.
 
     ``effects[position, component, pair]``: each head's and MLP's (:func:`~circuits.beyond.carry.measures.component_names`)
@@ -36,9 +36,7 @@ class CarryResult(Result):
     ``[neuron, cell]`` over the grid (top neurons first)."""
 
     kind = "carry"
-    config_type = CarryConfig
 
-    config: CarryConfig
     pairs: list[PromptPair]
     effects: Tensor
     overlap: dict[str, Any]
@@ -51,11 +49,6 @@ class CarryResult(Result):
     seconds: float = 0.0
     neurons: dict[str, Any] = field(default_factory=dict)
     grid_activations: dict[str, Tensor] = field(default_factory=dict)
-    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: saved before it was checked
-
-    def validity(self) -> Validity | None:
-        """The pairs' validity checks at END, made before the sweeps (:func:`~circuits.identify.validity.check_job`)."""
-        return self._validity
 
     def summary(self) -> dict[str, Any]:
         cmd = {k: {"cmd": c.cmd, "low": c.cmd_interval[0], "high": c.cmd_interval[1], "cpr": c.cpr,
@@ -190,11 +183,9 @@ class CarryResult(Result):
         return rows
 
     def _write(self, folder: Path) -> None:
-        write_json(folder / "summary.json", self.summary())
-        write_pairs(folder / "pairs.jsonl", self.pairs)
-        save_torch({"effects": self.effects, "separation": self.separation,
-                    "curves": {k: c.to_dict() for k, c in self.curves.items()},
-                    "grid_activations": dict(self.grid_activations)}, folder / "carry.pt")
+        write_parts(folder, self.summary_json(), self.pairs, {"carry.pt": {
+            "effects": self.effects, "separation": self.separation, "curves": {k: c.to_dict() for k, c in self.curves.items()},
+            "grid_activations": dict(self.grid_activations)}})
 
     @classmethod
     def _read(cls, folder: Path, config: CarryConfig) -> CarryResult:
@@ -228,7 +219,7 @@ class CarryResult(Result):
             acts[at] = at_shapes.tensor(f"grid_activations[{at}]", v, ("neuron", "cell"), finite=True)
         return cls(config, pairs, effects, s["overlap"], curves, s["across"], s["direction"], separation,
                    s["accuracy"], s["fourier"], number(s, "seconds", folder / "summary.json", 0.0), neurons, acts,
-                   validity_from_summary(s, folder / "summary.json"))
+                   _validity=validity_from_summary(s, folder / "summary.json"))
 
 
 def _share(r: dict[str, Any] | None) -> str:

@@ -7,25 +7,23 @@ from pathlib import Path
 from typing import Any
 
 
-from circuits.data.pairs import PromptPair, read_pairs, write_pairs
+from circuits.data.pairs import PromptPair, read_pairs
 from circuits.identify.circuit_graph import circuit_edges, circuit_figure, edge_summary, receiver_effects_of
 from circuits.patching.engines.edge_sweep import EdgeSweep
 from circuits.patching.core.metrics import DEFAULT_METRIC
-from circuits.io import load_torch, read_json, save_torch, write_json
+from circuits.io import load_torch, read_json
 from circuits.beyond.edges.config import EdgesConfig
-from circuits.results import Result
+from circuits.results import Result, write_parts
 
 __all__ = ["EdgeResult", "circuit_edges", "circuit_figure", "edge_summary", "receiver_effects_of"]
 
 
 @dataclass(eq=False, repr=False)
-class EdgeResult(Result):
+class EdgeResult(Result[EdgesConfig]):
     """Sender-by-receiver path-patching effects at END and the circuit they draw."""
 
     kind = "edges"
-    config_type = EdgesConfig
 
-    config: EdgesConfig
     pairs: list[PromptPair]
     edges: EdgeSweep
     receiver_effects: dict[str, float]
@@ -52,13 +50,10 @@ class EdgeResult(Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", {"metric": self.metric, "receiver_effects": self.receiver_effects,
-                                             "edges": edge_summary(self.edges, self.metric),
-                                             "effects": self.edges.effects(self.metric).tolist(),
-                                             "senders": [str(s) for s in self.edges.senders],
-                                             "receivers": [str(r) for r in self.edges.receivers]})
-        write_pairs(folder / "pairs.jsonl", self.pairs)
-        save_torch(self.edges.tensors(), folder / "edges.pt")
+        summary = {"metric": self.metric, "receiver_effects": self.receiver_effects,
+                   "edges": edge_summary(self.edges, self.metric), "effects": self.edges.effects(self.metric).tolist(),
+                   "senders": [str(s) for s in self.edges.senders], "receivers": [str(r) for r in self.edges.receivers]}
+        write_parts(folder, self.summary_json(summary), self.pairs, {"edges.pt": self.edges.tensors()})
         write_figure(self.figure(), folder / "circuit.html")
 
     @classmethod

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from circuits.identify.validity import force_option
 from circuits.config import option, redefault
-from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
+from circuits.data.pair_config import answer_position_option, one_answer_token
 from circuits.data.source import PairSource, check_metric
 from circuits.patching.engines.registry import node_engines
 from circuits.types import COUNTS, METRIC_NAMES, MIB_COUNT, MIB_METRIC
@@ -126,12 +126,8 @@ class FaithfulnessConfig(PairSource):
         if self.metric == "answer_logprob":  # m(C) is read from circuits' END readouts: logit, logit_diff or prob
             raise ValueError("--metric answer_logprob: faithfulness reads the answer logit, logit difference or "
                              "probability of each circuit; accepted: logit_diff, prob, fraction, relative_logit")
-        position = answer_position(self.answer_position)
-        if position == WHOLE_ANSWER:
-            raise ValueError("--answer-position whole: a faithfulness curve reads one answer token; accepted: 0, 1, ...")
-        if position != 0 and not (self.pairs_file or self.pairs_from):
-            raise ValueError(f"--answer-position {position}: the task's templates give one-token answers only; give "
-                             "--pairs-file (or --pairs-from a result made from one) with answers of several tokens")
+        position = one_answer_token(self.answer_position, "a faithfulness curve reads one answer token",
+                                    self.pairs_file or self.pairs_from)
         if position != 0 and self.second_logit == "label":
             raise ValueError(f"--answer-position {position} with --second-logit label: the counterfactual's label is "
                              "its answer's first token, read at END; give --second-logit top")

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from circuits.beyond.faithfulness.config import FaithfulnessConfig
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.identify.validity import Validity, validity_from_summary, validity_json
+from circuits.identify.validity import CheckedPairs, validity_from_summary, validity_json
 from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
 from circuits.patching.circuit_curves import FaithfulnessCurve
 from circuits.results import Result
@@ -56,7 +56,7 @@ SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every positi
 
 
 @dataclass(eq=False, repr=False)
-class FaithfulnessResult(ShowsFigure, Result):
+class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
     """Each ranking's circuits scored as MIB scores them; ``curves[ranking][setting]`` (settings: ``nodes@end``,
     ``nodes@all``, ``edges@end``; each a :class:`~circuits.patching.circuit_curves.FaithfulnessCurve`),
     ``scores[ranking]`` (``heads`` [layer, head], ``mlps`` [layer], ``input`` [] where the ranking scores the input
@@ -64,10 +64,8 @@ class FaithfulnessResult(ShowsFigure, Result):
     ``seconds[ranking]`` (computing the ranking)."""
 
     kind = "faithfulness"
-    config_type = FaithfulnessConfig
     in_place = True  # its folder is also the run's working folder (parts/: finished rankings a rerun resumes from)
 
-    config: FaithfulnessConfig
     pairs: list[PromptPair]
     scores: dict[str, dict[str, Tensor]]
     curves: dict[str, dict[str, FaithfulnessCurve]]
@@ -82,12 +80,6 @@ class FaithfulnessResult(ShowsFigure, Result):
     scoring_pairs: list[PromptPair] = field(default_factory=list)
     # held out: the absolute ranking's circuits scored on the ranking pairs themselves (the in-sample CMD)
     in_sample_curves: dict[str, dict[str, FaithfulnessCurve]] = field(default_factory=dict)
-    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: not checked (Python, older)
-
-    def validity(self) -> Validity | None:
-        """The ranking pairs' validity checks, made by the job before any ranking
-        (:func:`~circuits.identify.validity.check_job`)."""
-        return self._validity
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -209,7 +201,7 @@ class FaithfulnessResult(ShowsFigure, Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figures
 
-        write_json(folder / "summary.json", self.summary())
+        write_json(folder / "summary.json", self.summary_json())
         write_pairs(folder / "pairs.jsonl", self.pairs)
         write_pairs(folder / SCORING_PAIRS, self.scoring_pairs)
         save_torch({"scores": self.scores, "curves": {r: {s: c.to_dict() for s, c in by.items()}
@@ -252,4 +244,4 @@ class FaithfulnessResult(ShowsFigure, Result):
         summary = read_json(folder / "summary.json") if (folder / "summary.json").is_file() else {}
         validity = validity_from_summary(summary, folder / "summary.json") if isinstance(summary, dict) else None
         return cls(config, read_pairs(folder / "pairs.jsonl"), t["scores"], curves, dict(t["seconds"]),
-                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()}, signed, scoring, inside, validity)
+                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()}, signed, scoring, inside, _validity=validity)

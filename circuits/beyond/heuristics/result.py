@@ -14,7 +14,7 @@ from circuits.data.grid import OperandGrid
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.data.templates import compute_answer
 from circuits.explain.heuristics.rules import NONE, SYMBOLS, Rule
-from circuits.identify.validity import Validity, validity_from_summary, validity_json
+from circuits.identify.validity import CheckedPairs, Validity, validity_from_summary, validity_json
 from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
 from circuits.patching.core.metrics import get_metric
 from circuits.patching.core.ranking import order as rank_order
@@ -23,7 +23,7 @@ from circuits.types import Neuron
 
 
 @dataclass(eq=False, repr=False)
-class HeuristicsResult(Result):
+class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
     """Top neurons of the key MLPs classified into heuristics over the operand grid, and the class knockout.
 
     ``classes[i]`` describes ``neurons[i]``: ``classes`` (the passing kinds, or ``["none"]``), ``best`` (kind ->
@@ -34,10 +34,8 @@ class HeuristicsResult(Result):
     neurons' effects were known)."""
 
     kind = "heuristics"
-    config_type = HeuristicsConfig
     in_place = True  # its folder is also the run's working folder (parts/: the finished sweep and knockout)
 
-    config: HeuristicsConfig
     pairs: list[PromptPair]
     grid_prompts: list[PromptPair]
     neurons: list[Neuron]
@@ -49,11 +47,6 @@ class HeuristicsResult(Result):
     knockout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     nulls: dict[str, Any] = field(default_factory=dict)  # group -> neurons, classified flags, class counts (issue 43)
-    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: saved before it was checked
-
-    def validity(self) -> Validity | None:
-        """The pairs' validity checks, made before the neurons were ranked (:func:`~circuits.identify.validity.check_job`)."""
-        return self._validity
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
@@ -177,7 +170,7 @@ class HeuristicsResult(Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", self.summary())
+        write_json(folder / "summary.json", self.summary_json())
         write_json(folder / "classes.json", {"neurons": [list(n) for n in self.neurons], "classes": self.classes,
                                              "metric": self.metric, "knockout": self.knockout,
                                              "layer_totals": {str(l): v for l, v in self.layer_totals.items()},
@@ -224,7 +217,7 @@ class HeuristicsResult(Result):
         return cls(config, read_pairs(folder / "pairs.jsonl"), grid,
                    [Neuron(*n) for n in neurons], effects, activations, d.get("classes"), d.get("metric"),
                    {int(k): number(totals, k, path) for k in totals}, d.get("knockout", {}),
-                   number(d, "seconds", path, 0.0), nulls, _saved_validity(folder / "summary.json"))
+                   number(d, "seconds", path, 0.0), nulls, _validity=_saved_validity(folder / "summary.json"))
 
 
 def _saved_validity(path: Path) -> Validity | None:

@@ -6,35 +6,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 import torch
-from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.identify.validity import Validity, validity_from_summary, validity_json
+from circuits.data.pairs import PromptPair, read_pairs
+from circuits.identify.validity import CheckedPairs, validity_from_summary, validity_json
 from circuits.patching.core.metrics import get_metric
 from circuits.patching.engines.neuron_sweep import NeuronSweep, effect_shares
 from circuits.patching.core.ranking import contributions
-from circuits.io import load_torch, read_json, save_torch, write_json
-from circuits.results import Result, number
+from circuits.io import load_torch, read_json
+from circuits.results import Result, number, write_parts
 from circuits.beyond.neurons.config import NeuronConfig
 
 
 @dataclass(eq=False, repr=False)
-class NeuronResult(Result):
+class NeuronResult(CheckedPairs, Result[NeuronConfig]):
     """Every neuron of some MLPs patched at END, their concentration, and the neuron knockout."""
 
     kind = "neurons"
-    config_type = NeuronConfig
 
-    config: NeuronConfig
     pairs: list[PromptPair]
     sweep: NeuronSweep
     metric: str
     mlp_effects: dict[int, float]  # the whole MLP's exact END effect
     knockout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
-    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: saved before it was checked
-
-    def validity(self) -> Validity | None:
-        """The pairs' validity checks, made before the sweep (:func:`~circuits.identify.validity.check_job`)."""
-        return self._validity
 
     def layer_effects(self) -> dict[int, torch.Tensor]:
         return self.sweep.by_layer(self.metric)
@@ -94,9 +87,7 @@ class NeuronResult(Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", self.summary())
-        write_pairs(folder / "pairs.jsonl", self.pairs)
-        save_torch(self.sweep.tensors(), folder / "neurons.pt")
+        write_parts(folder, self.summary_json(), self.pairs, {"neurons.pt": self.sweep.tensors()})
         write_figure(self.figure(), folder / "figure.html", validity=self.validity())
 
     @classmethod
@@ -106,4 +97,4 @@ class NeuronResult(Result):
         pairs = read_pairs(folder / "pairs.jsonl")
         mlps = {int(k[3:]): v["whole_mlp_effect"] for k, v in s.get("shares", {}).items()}
         return cls(config, pairs, NeuronSweep.from_tensors(t, folder / "neurons.pt"), s["metric"], mlps, s.get("knockout", {}),
-                   number(s, "seconds", folder / "summary.json", 0.0), validity_from_summary(s, folder / "summary.json"))
+                   number(s, "seconds", folder / "summary.json", 0.0), _validity=validity_from_summary(s, folder / "summary.json"))

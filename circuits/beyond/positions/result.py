@@ -7,23 +7,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from circuits.models.backend import Model
-from circuits.data.pairs import PromptPair, read_pairs, write_pairs
+from circuits.data.pairs import PromptPair, read_pairs
 from circuits.patching.core.metrics import METRICS
 from circuits.patching.engines.position_sweep import PositionSweep
-from circuits.io import load_torch, read_json, save_torch, write_json
-from circuits.results import Result, number
+from circuits.io import load_torch, read_json
+from circuits.results import Result, number, write_parts
 from circuits.beyond.positions.align import Alignment, align, aligned_effects, check_alignable
 from circuits.beyond.positions.config import PositionConfig
 
 
 @dataclass(eq=False, repr=False)
-class PositionResult(Result):
+class PositionResult(Result[PositionConfig]):
     """A per-position sweep with the pairs and config that made it."""
 
     kind = "positions"
-    config_type = PositionConfig
 
-    config: PositionConfig
     pairs: list[PromptPair]
     sweep: PositionSweep
     seconds: float = 0.0
@@ -114,9 +112,7 @@ class PositionResult(Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", self.summary())
-        write_pairs(folder / "pairs.jsonl", self.pairs)
-        save_torch(self.sweep.tensors(), folder / "positions.pt")
+        write_parts(folder, self.summary_json(), self.pairs, {"positions.pt": self.sweep.tensors()})
         write_figure(self.figure(), folder / "flow.html", validity=self.validity())
 
     @classmethod

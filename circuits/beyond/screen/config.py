@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from circuits.config import count, option
-from circuits.data.pair_config import WHOLE_ANSWER, answer_position, answer_position_option
+from circuits.data.pair_config import answer_position_option, one_answer_token
 from circuits.data.source import PairSource, check_metric
 from circuits.identify.validity import force_option
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES
@@ -41,10 +41,5 @@ class ScreenConfig(PairSource):
         check_metric(self.metric)
         if self.mode not in MODES:
             raise ValueError(f"Unknown mode {self.mode!r}; accepted: {', '.join(MODES)}")
-        position = answer_position(self.answer_position)
-        if position == WHOLE_ANSWER:
-            raise ValueError("--answer-position whole: the screen estimates one answer token's metric (offsets count "
-                             "back from it); accepted: 0, 1, ...")
-        if position != 0 and not (self.pairs_file or self.pairs_from):
-            raise ValueError(f"--answer-position {position}: the task's templates give one-token answers only; give "
-                             "--pairs-file (or --pairs-from a result made from one) with answers of several tokens")
+        one_answer_token(self.answer_position, "the screen estimates one answer token's metric (offsets count back "
+                         "from it)", self.pairs_file or self.pairs_from)

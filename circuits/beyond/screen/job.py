@@ -128,7 +128,7 @@ def screen(model: Model, pairs: Sequence[PromptPair], config: ScreenConfig | Non
             audit.update({f"graddrop_{k}": v for k, v in gd.items() if k.startswith(("exact_top", "spearman_end"))})
         seconds["audit"] = time.perf_counter() - t0
     return ScreenResult(config, pairs, att.metric.name, config.mode, heads, mlps, q, k, neurons, att.graddrop, verified,
-                        audit, exact_end, seconds, validity)
+                        audit, exact_end, seconds, _validity=validity)
 
 
 def run(config: ScreenConfig, out: str | Path, *, model: Model | None = None,

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 import torch
 from torch import Tensor
-from circuits.data.pairs import PromptPair, read_pairs, write_pairs
-from circuits.identify.validity import Validity, validity_from_summary, validity_json
+from circuits.data.pairs import PromptPair, read_pairs
+from circuits.identify.validity import CheckedPairs, validity_from_summary, validity_json
 from circuits.patching.core.ranking import order
 from circuits.patching.core.readouts import spearman
-from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
-from circuits.results import Result
+from circuits.io import Shapes, load_torch, read_json
+from circuits.results import Result, write_parts
 from circuits.beyond.screen.config import ScreenConfig
 
 
@@ -63,13 +63,11 @@ def audit_table(screen: tuple[Tensor, Tensor], exact: tuple[Tensor, Tensor], sig
 
 
 @dataclass(eq=False, repr=False)
-class ScreenResult(Result):
+class ScreenResult(CheckedPairs, Result[ScreenConfig]):
     """A screen, the exact values of its top-N, and (with ``audit``) the END audit table."""
 
     kind = "screen"
-    config_type = ScreenConfig
 
-    config: ScreenConfig
     pairs: list[PromptPair]
     metric: str
     mode: str
@@ -83,11 +81,6 @@ class ScreenResult(Result):
     audit: dict[str, Any] | None = None
     exact_end: dict[str, Tensor] = field(default_factory=dict)  # "heads", "mlps" (and "path_*") at END, exact
     seconds: dict[str, float] = field(default_factory=dict)
-    _validity: Validity | None = field(default=None, repr=False, compare=False)  # None: saved before it was checked
-
-    def validity(self) -> Validity | None:
-        """The pairs' validity checks, made before the screen (:func:`~circuits.identify.validity.check_job`)."""
-        return self._validity
 
     def summary(self) -> dict[str, Any]:
         out: dict[str, Any] = {"model": getattr(self.config, "model", ""), "task": getattr(self.config, "task", ""),
@@ -105,11 +98,10 @@ class ScreenResult(Result):
     def _write(self, folder: Path) -> None:
         from circuits.viz.figures import write_figure
 
-        write_json(folder / "summary.json", self.summary())
-        write_pairs(folder / "pairs.jsonl", self.pairs)
-        save_torch({"head_effects": self.head_effects, "mlp_effects": self.mlp_effects, "head_q": self.head_q,
-                    "head_k": self.head_k, "neuron_effects": self.neuron_effects, "graddrop": self.graddrop,
-                    "exact_end": self.exact_end}, folder / "screen.pt")
+        write_parts(folder, self.summary_json(), self.pairs, {"screen.pt": {
+            "head_effects": self.head_effects, "mlp_effects": self.mlp_effects, "head_q": self.head_q,
+            "head_k": self.head_k, "neuron_effects": self.neuron_effects, "graddrop": self.graddrop,
+            "exact_end": self.exact_end}})
         write_figure(self.figure(), folder / "screen.html", validity=self.validity())
 
     @classmethod
@@ -122,7 +114,7 @@ class ScreenResult(Result):
                                                                "graddrop_"))}  # GradDrop's audit was lost on load
         return cls(config, pairs, s["metric"], s["mode"], t["head_effects"], t["mlp_effects"], t["head_q"], t["head_k"],
                    t["neuron_effects"], t["graddrop"], s.get("verified", []), audit or None, t["exact_end"],
-                   s.get("seconds", {}), validity_from_summary(s, folder / "summary.json"))
+                   s.get("seconds", {}), _validity=validity_from_summary(s, folder / "summary.json"))
 
 
 def _check_screen(t: Any, path: Path) -> None:

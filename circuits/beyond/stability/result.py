@@ -27,14 +27,12 @@ def mean_off_diagonal(m: list[list[float]]) -> float:
 
 
 @dataclass(eq=False, repr=False)
-class StabilityResult(Result):
+class StabilityResult(Result[StabilityConfig]):
     """Key-head sets and their Jaccard overlaps per operation, across seeds and across template forms."""
 
     kind = "stability"
-    config_type = StabilityConfig
     in_place = True  # its folder also holds the identify results it was computed from (<out>/identify by default)
 
-    config: StabilityConfig
     by_seed: dict[str, dict[int, list[Head]]]  # operation -> seed -> key heads
     by_form: dict[str, dict[str, list[Head]]] = field(default_factory=dict)  # operation -> form -> key heads
 

@@ -24,16 +24,14 @@ def _component(c: Any) -> Component:
 
 
 @dataclass(eq=False, repr=False)
-class NumbersResult(Result):
+class NumbersResult(Result[NumbersConfig]):
     """``spectra``: the key components' direct effects on the number tokens and their spectra; ``problems``,
     ``accuracy[problem]``: the two-digit problems and whether greedy decoding got each right; ``neurons``,
     ``neuron_effects`` (the END effect that ranked them), ``digit_effects[neuron, digit changed, answer digit,
     problem]`` (empty where the accuracy was under the floor; ``note`` says why)."""
 
     kind = "numbers"
-    config_type = NumbersConfig
 
-    config: NumbersConfig
     spectra: NumberSpectra
     problems: list[tuple[int, int]] = field(default_factory=list)
     accuracy: Tensor = field(default_factory=lambda: torch.zeros(0))
@@ -127,7 +125,7 @@ class NumbersResult(Result):
         from circuits.viz.figures import write_figure
 
         sp = self.spectra
-        write_json(folder / "summary.json", self.summary())
+        write_json(folder / "summary.json", self.summary_json())
         save_torch({"components": [[c.kind, c.layer, c.head] for c in sp.components], "numbers": sp.numbers,
                     "tokens": sp.tokens, "effects": sp.effects, "energy": sp.energy, "answers": sp.answers,
                     "problems": [list(p) for p in self.problems], "accuracy": self.accuracy,

@@ -208,10 +208,7 @@ class FaithfulnessCurve:
                                  ("f_low", ("size",), "float"), ("f_high", ("size",), "float")):
             shapes.tensor(f"{where}.{name}", d.get(name), axes, kind, no_inf=name not in ("f", "f_per_pair", "f_low",
                                                                                           "f_high"))
-        try:
-            return cls.from_dict(d)
-        except (KeyError, TypeError, ValueError) as err:
-            raise shapes.fail(f"{where} lacks what a faithfulness curve holds ({type(err).__name__}: {err})") from None
+        return shapes.build(lambda: cls.from_dict(d), f"{where} lacks what a faithfulness curve holds")
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> FaithfulnessCurve:

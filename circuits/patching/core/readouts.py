@@ -35,6 +35,15 @@ READOUTS = ("logit", "logit_diff", "prob")
 Sender = Union[Component, Neuron]
 
 
+def checked_neurons(d: dict, key: str, shapes: Shapes) -> list[Neuron]:
+    """The neurons a saved sweep names (``d[key]``, ``[layer, index]`` pairs), their count fixing the file's
+    ``neuron`` axis; else one :meth:`~circuits.io.Shapes.fail` line."""
+    neurons = shapes.build(lambda: [Neuron(*map(int, n)) for n in d[key]],
+                           f"its {key} holds something other than [layer, index] pairs", (TypeError, ValueError))
+    shapes.sizes["neuron"] = (len(neurons), key)
+    return neurons
+
+
 @dataclass
 class Readouts:
     """Patched END quantities ``[..., pair]`` (float32): what a metric scores (``Metric.per_pair(view, base)``).

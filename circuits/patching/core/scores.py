@@ -266,10 +266,8 @@ class Scores:
         labels = d["labels"]
         if not isinstance(labels, dict):
             raise shapes.fail(f"labels is {brief(labels)}, not a dictionary")
-        try:
-            return cls.from_dict(d)
-        except (KeyError, TypeError, ValueError, IndexError) as err:  # the labels' names, or their counts
-            raise shapes.fail(f"its labels cannot be read ({type(err).__name__}: {err})") from None
+        return shapes.build(lambda: cls.from_dict(d), "its labels cannot be read",  # the labels' names, or counts
+                            (KeyError, TypeError, ValueError, IndexError))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Scores:

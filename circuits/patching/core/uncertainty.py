@@ -61,8 +61,7 @@ def bootstrap(sweep: SweepResult, metric: str | Metric, n_boot: int = 1000, leve
     m = sweep.metric(metric)
     heads, mlps = sweep.heads, sweep.mlps
     P = sweep.n_pairs
-    g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, P, (n_boot, P), generator=g)
+    idx = resample_pairs(P, n_boot, seed)
     hs, ms = [], []
     # Built-in and logits metrics reduce over the last axis only, so a chunk of resamples is one call
     # ([..., resample, pair]); a metric of the user's own runs one resample at a time.

@@ -56,6 +56,21 @@ def readout_of(metric: Metric) -> str:
     return {"relative_logit": "logit", "fraction": "logit"}.get(metric.name, metric.name)
 
 
+def gradient_start(model: Model, pairs: Pairs, metric: str | Metric) -> tuple[Metric, str, list[Metric], PairBatch,
+                                                                              Int[Tensor, " pair"]]:
+    """What a gradient engine (attribution patching, EAP-IG) starts from: the metric, the END readout it
+    differentiates (:func:`readout_of`), the custom metrics read with it, the pairs as one batch, and each pair's
+    shared prefix length: everything before its first difference (both runs agree there), run once into the
+    backend's key/value cache where that gives the full run's numbers (``backend.prefix_sharing``); else 0, prompts
+    run whole."""
+    check_supported(model)
+    m = get_metric(metric)
+    batch = as_batch(pairs, model)
+    shared = model.backend.prefix_sharing()
+    n_pre = torch.minimum(first_difference(batch), batch.end) if shared else torch.zeros_like(batch.end)
+    return m, readout_of(m), [m] if m.logits_fn is not None else [], batch, n_pre
+
+
 def _readout_value(name: str, logits: Tensor, answer: Tensor, cf_answer: Tensor, metric: Metric) -> Tensor:
     rows = torch.arange(len(answer), device=logits.device)
     if name == "logit":
@@ -244,11 +259,7 @@ def attribute(
     start = time.perf_counter()
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}; accepted: {', '.join(MODES)}")
-    check_supported(model)
-    m = get_metric(metric)
-    name = readout_of(m)
-    custom = [m] if m.logits_fn is not None else []
-    batch = as_batch(pairs, model)
+    m, name, custom, batch, n_pre = gradient_start(model, pairs, metric)
     cfg = model.cfg
     L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
     K = int(batch.end.max()) + 1
@@ -264,9 +275,6 @@ def attribute(
     if grad_drop and neurons:
         gd["neuron"] = torch.zeros(L, cfg.d_mlp, Kn)
     gd_count = torch.zeros(K)
-    # Prefix length per pair: everything before the first difference (both runs agree there), run once where the
-    # backend's cache gives the full run's numbers; else prompts run whole (estimates before the difference are 0).
-    n_pre = torch.minimum(first, batch.end) if model.backend.prefix_sharing() else torch.zeros_like(batch.end)
     bases: list[Baseline] = []
     bar = tqdm(total=P, desc="attribution patching", unit="pair", disable=not progress)
     for b0 in range(0, P, pairs_per_batch):

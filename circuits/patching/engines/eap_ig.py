@@ -65,13 +65,13 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from circuits.data.pairs import PairBatch, Pairs, as_batch, second_answers
+from circuits.data.pairs import PairBatch, Pairs, second_answers
 from circuits.io import Shapes
 from circuits.models.backend import Model, act_name
-from circuits.patching.engines.attribution import _readout_value, _run_body, estimated_readouts, readout_of
+from circuits.patching.engines.attribution import _readout_value, _run_body, estimated_readouts, gradient_start, readout_of
 from circuits.patching.core.end_layers import check_supported, end_logits
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
-from circuits.patching.core.readouts import baseline_of, cat_baselines, first_difference
+from circuits.patching.core.readouts import baseline_of, cat_baselines
 from circuits.patching.core.scores import Scores
 from circuits.types import (  # EAP-IG's graph layout, declared with the vocabulary (circuits.patching.interchange.mib reads it too)
     CHANNELS,
@@ -191,10 +191,7 @@ class EAPIGScores(Scores):
         if d.get("edge") is not None:
             shapes.tensor("edge", d["edge"], ("sender", "receiver", "pair"), no_inf=True)
         Baseline.checked(d.get("baseline"), shapes)
-        try:
-            return cls.from_dict(d)
-        except (KeyError, TypeError, ValueError) as err:
-            raise shapes.fail(f"it cannot be read as EAP-IG scores ({type(err).__name__}: {err})") from None
+        return shapes.build(lambda: cls.from_dict(d), "it cannot be read as EAP-IG scores")
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EAPIGScores:
@@ -262,19 +259,12 @@ def eap_ig(
         raise ValueError(f"Unknown positions {positions!r}; accepted: {', '.join(POSITIONS)}")
     if pairs_per_batch < 1:
         raise ValueError(f"pairs_per_batch must be at least 1, got {pairs_per_batch}")
-    check_supported(model)
     if level == "edge":
+        check_supported(model)
         check_edges_supported(model)
-    m = get_metric(metric)
-    name = readout_of(m)
-    custom = [m] if m.logits_fn is not None else []
-    batch = as_batch(pairs, model)
+    m, name, custom, batch, n_pre = gradient_start(model, pairs, metric)
     cfg = model.cfg
     L, H, P = cfg.n_layers, cfg.n_heads, len(batch)
-    # A shared prefix runs once into the backend's key/value cache where that gives the full run's numbers
-    # (backend.prefix_sharing); else prompts run whole.
-    shared = model.backend.prefix_sharing()
-    n_pre = torch.minimum(first_difference(batch), batch.end) if shared else torch.zeros_like(batch.end)
     parts: dict[str, list[Tensor]] = {"input": [], "head": [], "mlp": [], "edge": []}
     bases: list[Baseline] = []
     bar = tqdm(total=P, desc=f"EAP-IG ({steps} steps)", unit="pair", disable=not progress)

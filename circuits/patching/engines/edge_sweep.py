@@ -29,16 +29,8 @@ from tqdm.auto import tqdm
 from circuits.io import Shapes
 from circuits.models.backend import Model
 from circuits.data.pairs import Pairs, as_batch
-from circuits.patching.core.end_layers import (
-    attention_at_end,
-    attention_output,
-    baseline_from,
-    check_supported,
-    collect_runs,
-    mlp_at_end,
-    readout,
-    z_at_end,
-)
+from circuits.patching.core.end_layers import (attention_at_end, attention_output, baseline_from, check_supported,
+    collect_runs, mlp_at_end, readout, z_at_end)
 from circuits.patching.engines.end_sweep import all_components, rows_for_budget
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
 from circuits.patching.engines.neuron_sweep import answer_readout

@@ -49,16 +49,8 @@ from tqdm.auto import tqdm
 
 from circuits import distributed as D
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.patching.core.end_layers import (
-    Runs,
-    attention_at_end,
-    attention_output,
-    baseline_from,
-    check_supported,
-    collect_runs,
-    mlp_at_end,
-    readout,
-)
+from circuits.patching.core.end_layers import (Runs, attention_at_end, attention_output, baseline_from,
+    check_supported, collect_runs, mlp_at_end, readout)
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.models.backend import Model
 from circuits.patching.core.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked
@@ -96,29 +88,13 @@ class SweepResult(MetricLookup):
         return (f"<SweepResult: {self.mode} patching, {L} layers x {H} heads and {L} MLPs, {n} pairs"
                 f"{', custom ' + ', '.join(self.custom) if self.custom else ''}>")
 
-    @property
-    def head_logit(self) -> Float[Tensor, "layer head pair"]:
-        return self.heads.logit
-
-    @property
-    def head_logit_diff(self) -> Float[Tensor, "layer head pair"]:
-        return self.heads.logit_diff
-
-    @property
-    def head_prob(self) -> Float[Tensor, "layer head pair"]:
-        return self.heads.prob
-
-    @property
-    def mlp_logit(self) -> Float[Tensor, "layer pair"]:
-        return self.mlps.logit
-
-    @property
-    def mlp_logit_diff(self) -> Float[Tensor, "layer pair"]:
-        return self.mlps.logit_diff
-
-    @property
-    def mlp_prob(self) -> Float[Tensor, "layer pair"]:
-        return self.mlps.prob
+    # The tensors as sweep.pt names them: heads [layer, head, pair], MLPs [layer, pair], one per readout.
+    head_logit = property(lambda self: self.heads.logit)
+    head_logit_diff = property(lambda self: self.heads.logit_diff)
+    head_prob = property(lambda self: self.heads.prob)
+    mlp_logit = property(lambda self: self.mlps.logit)
+    mlp_logit_diff = property(lambda self: self.mlps.logit_diff)
+    mlp_prob = property(lambda self: self.mlps.prob)
 
     @property
     def custom(self) -> dict[str, tuple[Tensor, Tensor]]:

@@ -9,7 +9,7 @@ residual stream carry the sender's change.
 
 from __future__ import annotations
 
-from functools import partial
+from typing import Any
 
 import torch
 from jaxtyping import Float
@@ -58,6 +58,34 @@ def cache_runs(model: Model, batch: PairBatch) -> tuple[ActivationCache, Activat
     return ref_cache, cf_cache
 
 
+def patch_at(cf: Any, rows: Tensor, pos: Tensor, index: int | None = None):
+    """A hook putting the counterfactual run's activation (``cf[hook.name]``) into the run at each row's ``pos``: the
+    whole activation (an MLP's output), or its ``index`` (a head's z, a neuron's post)."""
+
+    def patch(act: Tensor, hook) -> Tensor:
+        act = act.clone()
+        if index is None:
+            act[rows, pos] = cf[hook.name][rows, pos]
+        else:
+            act[rows, pos, index] = cf[hook.name][rows, pos, index]
+        return act
+
+    return patch
+
+
+def freeze_heads(ref: Any, cf: Any, rows: Tensor, pos: Tensor, sender: Any = None):
+    """A z hook for path patching: every head at its reference value (``ref[hook.name]``), except ``sender`` (when it
+    is a head) at its counterfactual value at each row's ``pos``."""
+
+    def freeze(z: Tensor, hook) -> Tensor:
+        z = ref[hook.name].clone()
+        if getattr(sender, "kind", None) == "head" and hook.name == act_name("z", sender.layer):
+            z[rows, pos, sender.head] = cf[hook.name][rows, pos, sender.head]
+        return z
+
+    return freeze
+
+
 @torch.no_grad()
 def patch_component_plain(
     model: Model,
@@ -72,29 +100,14 @@ def patch_component_plain(
     end = batch.end
     ref_cache, cf_cache = caches or cache_runs(model, batch)
 
-    def freeze_z(z: Tensor, hook, layer: int) -> Tensor:
-        z = ref_cache[act_name("z", layer)].clone()
-        if component.kind == "head" and component.layer == layer:
-            z[rows, end, component.head] = cf_cache[act_name("z", layer)][rows, end, component.head]
-        return z
-
-    def patch_z(z: Tensor, hook) -> Tensor:
-        z = z.clone()
-        z[rows, end, component.head] = cf_cache[hook.name][rows, end, component.head]
-        return z
-
-    def patch_mlp(out: Tensor, hook) -> Tensor:
-        out = out.clone()
-        out[rows, end] = cf_cache[hook.name][rows, end]
-        return out
-
     hooks = []
     if mode == "path":
-        hooks += [(act_name("z", l), partial(freeze_z, layer=l)) for l in range(model.cfg.n_layers)]
+        freeze = freeze_heads(ref_cache, cf_cache, rows, end, component)
+        hooks += [(act_name("z", l), freeze) for l in range(model.cfg.n_layers)]
     elif component.kind == "head":
-        hooks.append((act_name("z", component.layer), patch_z))
+        hooks.append((act_name("z", component.layer), patch_at(cf_cache, rows, end, component.head)))
     if component.kind == "mlp":
-        hooks.append((act_name("mlp_out", component.layer), patch_mlp))
+        hooks.append((act_name("mlp_out", component.layer), patch_at(cf_cache, rows, end)))
     logits = model.run_with_hooks(batch.reference, fwd_hooks=hooks)
     return _end_values(logits, batch, base)
 

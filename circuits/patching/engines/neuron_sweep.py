@@ -33,7 +33,7 @@ from circuits.patching.core.end_layers import (_post_norm, attention_at_end, bas
 from circuits.patching.engines.end_sweep import rows_for_budget
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
 from circuits.patching.core.ranking import contributions, order
-from circuits.patching.core.readouts import MetricViews, Readouts
+from circuits.patching.core.readouts import MetricViews, Readouts, checked_neurons
 from circuits.patching.core.scores import Scores
 from circuits.types import MODES, Mode, Neuron
 
@@ -77,11 +77,7 @@ class NeuronSweep(MetricViews):
         shapes = Shapes(source)
         if not isinstance(d, dict) or d.get("mode") not in ("path", "activation") or not isinstance(d.get("neurons"), list):
             raise shapes.fail("it is not a neuron sweep's tensors (mode path or activation, the neurons' names)")
-        try:
-            neurons = [Neuron(*map(int, n)) for n in d["neurons"]]
-        except (TypeError, ValueError) as err:
-            raise shapes.fail(f"its neurons are not [layer, index] pairs ({err})") from None
-        shapes.sizes["neuron"] = (len(neurons), "neurons")
+        neurons = checked_neurons(d, "neurons", shapes)
         readouts = Readouts.checked(d, "neuron", ("neuron", "pair"), shapes)
         return cls(d["mode"], Baseline.checked(d.get("baseline"), shapes), neurons, readouts)
 

@@ -26,7 +26,7 @@ from circuits.patching.engines.eap_ig import (DEFAULT_GRID, DEFAULT_STEPS, EAPIG
                                                eap_senders, eap_upstream)
 from circuits.patching.core.metrics import Metric, get_metric
 from circuits.patching.core.readouts import Readouts, first_difference
-from circuits.patching.engines.end_sweep_plain import baseline_plain
+from circuits.patching.engines.end_sweep_plain import baseline_plain, freeze_heads, patch_at
 from circuits.patching.core.scores import Scores
 from circuits.types import Component, Mode, Neuron, Receiver
 
@@ -78,20 +78,7 @@ def patch_at_plain(model: Model, batch: PairBatch, sender: Component | Neuron, o
     else:
         name, index = act_name("mlp_out", sender.layer), None
 
-    def patch(act: Tensor, hook) -> Tensor:
-        act = act.clone()
-        if index is None:
-            act[rows, pos] = cf[hook.name][rows, pos]
-        else:
-            act[rows, pos, index] = cf[hook.name][rows, pos, index]
-        return act
-
-    def freeze(z: Tensor, hook) -> Tensor:
-        z = ref[hook.name].clone()
-        if hook.name == name:
-            z[rows, pos, index] = cf[name][rows, pos, index]
-        return z
-
+    patch, freeze = patch_at(cf, rows, pos, index), freeze_heads(ref, cf, rows, pos, sender)
     hooks = [(name, patch)]
     if mode == "path":
         hooks = [(act_name("z", l), freeze) for l in range(model.cfg.n_layers)]
@@ -174,20 +161,10 @@ def edge_plain(model: Model, batch: PairBatch, sender: Component, receiver: Rece
     site = "resid_pre" if receiver.channel else "resid_mid"
     got: dict[str, Tensor] = {}
 
-    def freeze(z: Tensor, hook, layer: int) -> Tensor:
-        z = ref[hook.name].clone()
-        if sender.kind == "head" and sender.layer == layer:
-            z[rows, end, sender.head] = cf[hook.name][rows, end, sender.head]
-        return z
-
-    def patch_mlp(out: Tensor, hook) -> Tensor:
-        out = out.clone()
-        out[rows, end] = cf[hook.name][rows, end]
-        return out
-
-    hooks = [(act_name("z", l), partial(freeze, layer=l)) for l in range(L)]
+    freeze = freeze_heads(ref, cf, rows, end, sender)
+    hooks = [(act_name("z", l), freeze) for l in range(L)]
     if sender.kind == "mlp":
-        hooks.append((act_name("mlp_out", sender.layer), patch_mlp))
+        hooks.append((act_name("mlp_out", sender.layer), patch_at(cf, rows, end)))
     hooks.append((act_name(site, r_layer), lambda act, hook: got.__setitem__("x", act[rows, end].clone())))
     model.run_with_hooks(batch.reference, fwd_hooks=hooks, stop_at_layer=r_layer + 1)
     x = got["x"]

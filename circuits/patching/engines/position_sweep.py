@@ -43,16 +43,8 @@ from circuits.patching.core.end_layers import check_supported, readout
 from circuits.patching.engines.end_sweep import all_components
 from circuits.patching.core.scores import Scores
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
-from circuits.patching.core.readouts import (
-    MetricLookup,
-    Readouts,
-    Sender,
-    baseline_of,
-    cat_baselines,
-    check_senders,
-    first_difference,
-    sender_sort_key,
-)
+from circuits.patching.core.readouts import (MetricLookup, Readouts, Sender, baseline_of, cat_baselines, check_senders,
+    checked_neurons, first_difference, sender_sort_key)
 from circuits.types import Neuron
 
 Node = tuple[Sender, int]  # a sender and an offset from END
@@ -276,11 +268,7 @@ class PositionSweep(MetricLookup):
         shapes = Shapes(source)
         if not isinstance(d, dict) or not isinstance(d.get("neuron_list"), list):
             raise shapes.fail("it is not a position sweep's tensors (no neuron_list)")
-        try:
-            neurons = [Neuron(*map(int, n)) for n in d["neuron_list"]]
-        except (TypeError, ValueError) as err:
-            raise shapes.fail(f"its neuron_list holds something other than [layer, index] pairs ({err})") from None
-        shapes.sizes["neuron"] = (len(neurons), "neuron_list")
+        neurons = checked_neurons(d, "neuron_list", shapes)
         heads = Readouts.checked(d, "head", ("layer", "head", "offset", "pair"), shapes)
         mlps = Readouts.checked(d, "mlp", ("layer", "offset", "pair"), shapes)
         neuron_views = Readouts.checked(d, "neuron", ("neuron", "offset", "pair"), shapes)
