@@ -384,3 +384,10 @@ def _edge_mask(n_layers: int, n_heads: int) -> Any:
 
     s, r = eap_senders(n_layers, n_heads), eap_receivers(n_layers, n_heads)
     return torch.tensor([[eap_upstream(a, b) for b in r] for a in s])
+
+
+# The pair fields a --pairs-file replaces (its lines are the prompts, counterfactuals and answers): None in the config
+# of a run made from one (circuits.data.pair_config; issue 40: no unused defaults recorded). Here, below every layer,
+# so the report's made-by line (circuits.viz.page) reads the same tuple.
+PAIRS_FILE_REPLACES: tuple[str, ...] = ("seed", "few_shot", "prefix_policy", "counterfactual", "operand_range",
+                                        "max_candidates")

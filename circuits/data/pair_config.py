@@ -11,6 +11,7 @@ from typing import Any, ClassVar, Literal
 
 from circuits.config import Config, count, option
 from circuits.data.templates import TASKS, templates_for
+from circuits.types import PAIRS_FILE_REPLACES
 
 FewShot = Literal["auto", "on", "off"]
 PrefixPolicy = Literal["keep", "counterfactual"]
@@ -34,9 +35,8 @@ MAX_ANSWER_POSITION = 63
 # The pair fields only the task's templates read (circuits.data.pairs.build_pairs): with a --pairs-file the lines are
 # the prompts, counterfactuals and answers, so these are None in the config (and its config.json: issue 40, no unused
 # defaults recorded). --pairs (a cap on the lines read), --filter-correct and --second-logit still apply, and --task
-# names the operation the file's pairs ask (the result's label; heuristics' grid, positions' templates).
-PAIRS_FILE_REPLACES: tuple[str, ...] = ("seed", "few_shot", "prefix_policy", "counterfactual", "operand_range",
-                                        "max_candidates")
+# names the operation the file's pairs ask (the result's label; heuristics' grid, positions' templates). The tuple:
+# circuits.types.PAIRS_FILE_REPLACES.
 
 
 def answer_position(text: str | int) -> int | str:

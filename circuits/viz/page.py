@@ -24,7 +24,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from circuits.data.pair_config import PAIRS_FILE_REPLACES
+from circuits.types import PAIRS_FILE_REPLACES
 
 
 def _e(x: Any) -> str:
