@@ -26,7 +26,7 @@ def test_scores_and_curves_are_the_engines(smollm2, result):
     n = smollm2.cfg.n_layers * (smollm2.cfg.n_heads + 1)
     for ranking in result.curves:
         for setting, c in result.curves[ranking].items():
-            # nodes: heads and MLPs, and the input where the ranking scores it (EAP-IG: MIB's node graph, 301)
+            # nodes: heads and MLPs, and the input where the ranking scores it (every built-in ranking since issue 43: MIB's node graph, 301)
             total = n + ("input" in result.scores[ranking]) if setting.startswith("nodes") else \
                 int(engine.edge_valid(smollm2).sum())
             assert c.n_nodes == total and c.n_kept.tolist() == [int(s * total) for s in (0.01, 0.1, 0.5)]  # MIB's
