@@ -238,10 +238,11 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
                                  input=r.scores[name].get("input" + k), sizes=(0.05, 0.2, 0.5), positions=positions,
                                  n_boot=10, count=r.config.count)  # the job counts as MIB: int(s * n)
                 assert torch.equal(curves[name][f"nodes@{positions}"].f, c.f)
-    # MIB's node graph (issue 43): EAP-IG scores the input node, which its circuits rank and count; exact-path does not
+    # MIB's node graph (issue 43): every ranking scores the input node (EAP-IG by its estimate, exact-path by path
+    # patching it), which its circuits rank and count
     L, H = model.cfg.n_layers, model.cfg.n_heads
-    assert "input" in r.scores["eap-ig"] and "input" not in r.scores["exact-path"]
-    assert r.curves["eap-ig"]["nodes@end"].n_nodes == 1 + L * (H + 1) == r.curves["exact-path"]["nodes@end"].n_nodes + 1
+    assert "input" in r.scores["eap-ig"] and "input" in r.scores["exact-path"]
+    assert r.curves["eap-ig"]["nodes@end"].n_nodes == 1 + L * (H + 1) == r.curves["exact-path"]["nodes@end"].n_nodes
     c = circuit_curve(model, r.scoring_pairs, edges=r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
                           count=r.config.count)
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f)

@@ -26,7 +26,8 @@ def test_scores_and_curves_are_the_engines(smollm2, result):
     n = smollm2.cfg.n_layers * (smollm2.cfg.n_heads + 1)
     for ranking in result.curves:
         for setting, c in result.curves[ranking].items():
-            # nodes: heads and MLPs, and the input where the ranking scores it (EAP-IG: MIB's node graph, 301)
+            # nodes: heads and MLPs, and the input where the ranking scores it (every built-in ranking since issue 43:
+            # MIB's node graph, 301)
             total = n + ("input" in result.scores[ranking]) if setting.startswith("nodes") else \
                 int(engine.edge_valid(smollm2).sum())
             assert c.n_nodes == total and c.n_kept.tolist() == [int(s * total) for s in (0.01, 0.1, 0.5)]  # MIB's
@@ -34,8 +35,8 @@ def test_scores_and_curves_are_the_engines(smollm2, result):
             assert c.cpr_interval[0] <= c.cpr <= c.cpr_interval[1] and c.positions == setting.split("@")[1]
     assert list(result.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
     s = result.scores["screen"]
-    again = engine.circuit_curve(smollm2, pairs, s["heads"], s["mlps"], sizes=(0.01, 0.1, 0.5), positions="all", n_boot=50,
-                                count="floor")
+    again = engine.circuit_curve(smollm2, pairs, s["heads"], s["mlps"], input=s["input"], sizes=(0.01, 0.1, 0.5),
+                                positions="all", n_boot=50, count="floor")
     assert torch.equal(again.f, result.curves["screen"]["nodes@all"].f)
     assert all(v > 0 for v in result.seconds.values())
 

@@ -304,7 +304,7 @@ def test_faithfulness_at_answer_position_1_equals_the_plain_loop(tiny_llama, tok
     from circuits.patching.core.ranking import order
     from circuits.patching.engines.plain import ablate_plain, ablation_values_plain, cf_answer_plain
 
-    sizes = (0.2, 0.4, 0.6, 1.0)  # 3, 6, 9 and 15 of the 15 nodes (12 heads, 3 MLPs), floored or rounded alike
+    sizes = (0.2, 0.4, 0.6, 1.0)  # 3, 6, 9 and 16 of the 16 nodes (the input, 12 heads, 3 MLPs), MIB's int(s * n)
     config = FaithfulnessConfig(model=str(tiny_dir("llama")), pairs_file=str(_write(tmp_path, TEXTS)),
                                 filter_correct=False, few_shot="off", held_out=False, rankings=("exact-path",),
                                 edges=False, positions=(positions,), sizes=sizes, n_boot=0, answer_position="1",
@@ -321,13 +321,14 @@ def test_faithfulness_at_answer_position_1_equals_the_plain_loop(tiny_llama, tok
     cf_answer = cf_answer_plain(tiny_llama, batch)
     values = ablation_values_plain(tiny_llama, batch, "counterfactual")
     L, H = tiny_llama.cfg.n_layers, tiny_llama.cfg.n_heads
-    nodes = [("head", (l, h)) for l in range(L) for h in range(H)] + [("mlp", l) for l in range(L)]
-    flat = torch.cat([scores["heads"].flatten(), scores["mlps"]])
+    # MIB's node graph (issue 43): the input node first, scored by the ranking's own path patching at END + 1
+    nodes = [("input", None)] + [("head", (l, h)) for l in range(L) for h in range(H)] + [("mlp", l) for l in range(L)]
+    flat = torch.cat([scores["input"].reshape(1), scores["heads"].flatten(), scores["mlps"]])
     for i, size in enumerate(sizes):
-        kept = {nodes[j] for j in order(flat, +1)[: int(size * len(nodes) + 0.5)].tolist()}
+        kept = {nodes[j] for j in order(flat, +1)[: int(size * len(nodes))].tolist()}
         hs = [x for kind, x in nodes if kind == "head" and (kind, x) not in kept]
         ms = [x for kind, x in nodes if kind == "mlp" and (kind, x) not in kept]
-        logits = ablate_plain(tiny_llama, batch, hs, ms, {}, values, positions)
+        logits = ablate_plain(tiny_llama, batch, hs, ms, {}, values, positions, input=("input", None) not in kept)
         torch.testing.assert_close(curve.m[i], metric_of(logits, batch.answer, cf_answer, "logit_diff"), atol=1e-5,
                                    rtol=0)
     assert (curve.m_full - curve.m_empty).abs().max() > 1e-2  # ablating everything moves the answer

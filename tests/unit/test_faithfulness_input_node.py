@@ -71,13 +71,15 @@ def test_input_node_is_mib_s_default_and_named_when_turned_off():
 
 
 def test_job_ranks_the_input_where_the_ranking_scores_it(tmp_path):
-    """EAP-IG scores the input node: the job ranks it (its importance, |.| and signed), its node curves count
-    1 + L (H + 1) nodes and equal the engine's curve given that score; exact activation patching does not score it:
-    its circuits keep the input and count L (H + 1). With input_node off, no ranking has it. Recorded in summary.json."""
-    from circuits.beyond.faithfulness.job import faithfulness
+    """Every ranking scores the input node by its own method (EAP-IG by its estimate, exact activation patching by
+    patching the embeddings at END, position patching at every position, summed as its heads are): the job ranks it
+    (its importance, |.| and signed), its node curves count 1 + L (H + 1) nodes and equal the engine's curve given that
+    score. With input_node off, no ranking has it. Recorded in summary.json."""
+    from circuits.beyond.faithfulness.job import faithfulness, signed_importance
     from circuits.models.loading import load_model
     from circuits.patching.circuit_curves import circuit_curve
     from circuits.patching.engines.eap_ig import eap_ig
+    from circuits.patching.engines.registry import ENGINES
     from circuits.data.pairs import build_pairs
 
     model = load_model(str(tiny_dir("llama")), dtype="float32", device="cpu")
@@ -85,29 +87,37 @@ def test_job_ranks_the_input_where_the_ranking_scores_it(tmp_path):
     built = build_pairs(model, "addition", n_pairs=6, filter_correct=False, few_shot="on", counterfactual="random",
                         second_logit="label", progress=False)
     pairs, scoring = built.pairs[:3], built.pairs[3:6]
-    cfg = FaithfulnessConfig(model=str(tiny_dir("llama")), rankings=("eap-ig", "exact-activation"),
+    rankings = ("eap-ig", "exact-activation", "positions")
+    cfg = FaithfulnessConfig(model=str(tiny_dir("llama")), rankings=rankings,
                              sizes=(0.05, 0.2, 0.5), edges=False, n_boot=0, in_sample=False)
     r = faithfulness(model, pairs, cfg, progress=False, scoring_pairs=scoring)
     ig = eap_ig(model, pairs, "logit_diff", steps=5, level="node", progress=False)
-    want = ig.importance("input").reshape(())
-    assert torch.allclose(r.scores["eap-ig"]["input_signed"], want, atol=1e-6) and want.abs() > 0
-    assert torch.equal(r.scores["eap-ig"]["input"], r.scores["eap-ig"]["input_signed"].abs())
-    assert "input" not in r.scores["exact-activation"]
+    want = {"eap-ig": ig.importance("input").reshape(())}
+    for name in ("exact-activation", "positions"):  # the engine's own input score, summed over positions as its heads
+        want[name] = signed_importance(ENGINES[name].run(model, pairs, metric="logit_diff"), "sum")["input"]
+    # both prompts of a pair end in the same token here: patching the embeddings at END alone changes nothing, at
+    # every position it does
+    assert want["exact-activation"] == 0 and want["positions"].abs() > 1e-4 and want["eap-ig"].abs() > 0
+    for name in rankings:
+        assert torch.allclose(r.scores[name]["input_signed"], want[name], atol=1e-6), name
+        assert torch.equal(r.scores[name]["input"], r.scores[name]["input_signed"].abs())
     for setting in ("nodes@end", "nodes@all"):
-        got = r.curves["eap-ig"][setting]
-        assert got.n_nodes == 1 + L * (H + 1) and r.curves["exact-activation"][setting].n_nodes == L * (H + 1)
-        c = circuit_curve(model, scoring, r.scores["eap-ig"]["heads"], r.scores["eap-ig"]["mlps"],
-                          input=r.scores["eap-ig"]["input"], sizes=cfg.sizes, positions=setting[6:], n_boot=0,
-                          count="floor")
-        assert torch.equal(got.f, c.f) and torch.equal(got.n_kept, c.n_kept)
+        for name in rankings:
+            got = r.curves[name][setting]
+            assert got.n_nodes == 1 + L * (H + 1)
+            c = circuit_curve(model, scoring, r.scores[name]["heads"], r.scores[name]["mlps"],
+                              input=r.scores[name]["input"], sizes=cfg.sizes, positions=setting[6:], n_boot=0,
+                              count="floor")
+            assert torch.equal(got.f, c.f) and torch.equal(got.n_kept, c.n_kept)
     out = tmp_path / "r"
     r.save(out)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["input_node"] is True and summary["input_ranked"] == ["eap-ig"]
-    assert summary["curves"]["eap-ig"]["nodes@end"]["n_nodes"] == 1 + L * (H + 1)
+    assert summary["input_node"] is True and summary["input_ranked"] == list(rankings)
+    assert summary["curves"]["exact-activation"]["nodes@end"]["n_nodes"] == 1 + L * (H + 1)
     from circuits.results import load_result
     assert torch.equal(load_result(out).scores["eap-ig"]["input"], r.scores["eap-ig"]["input"])
 
-    off = faithfulness(model, pairs, cfg.replace(input_node=False, rankings=("eap-ig",)), progress=False,
+    off = faithfulness(model, pairs, cfg.replace(input_node=False, rankings=("eap-ig", "positions")), progress=False,
                        scoring_pairs=scoring)
-    assert "input" not in off.scores["eap-ig"] and off.curves["eap-ig"]["nodes@all"].n_nodes == L * (H + 1)
+    for name in ("eap-ig", "positions"):
+        assert "input" not in off.scores[name] and off.curves[name]["nodes@all"].n_nodes == L * (H + 1)

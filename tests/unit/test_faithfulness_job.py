@@ -275,19 +275,21 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     # ranking's curve, CMD from the absolute one's
     for setting in ("nodes@end", "nodes@all"):
         c = engine.circuit_curve(model, scoring, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
+                                input=r.scores["exact-path"]["input"],  # MIB's input node, path-patched (issue 43)
                                 sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20, count="floor")
         got = r.curves["exact-path"][setting]
         assert torch.equal(got.f, c.f) and got.cmd == c.cmd and got.positions == setting[6:]
         assert got.f_low.le(got.f_high).all()
         c = engine.circuit_curve(model, scoring, r.scores["exact-path"]["heads_signed"],
-                                r.scores["exact-path"]["mlps_signed"], sizes=(0.05, 0.2, 0.5), positions=setting[6:],
-                                n_boot=20, count="floor")
+                                r.scores["exact-path"]["mlps_signed"], input=r.scores["exact-path"]["input_signed"],
+                                sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20, count="floor")
         assert torch.equal(r.signed_curves["exact-path"][setting].f, c.f)
         row = next(x for x in r.table() if x["ranking"] == "exact-path" and x["setting"] == setting)
         assert row["cpr"] == c.cpr == row["cpr_signed"] and row["cmd"] == got.cmd and row["cpr_absolute"] == got.cpr
         # in-sample: the absolute ranking's circuits on the pairs that found them, and the gap to the held-out CMD
         c = engine.circuit_curve(model, pairs, r.scores["exact-path"]["heads"], r.scores["exact-path"]["mlps"],
-                                sizes=(0.05, 0.2, 0.5), positions=setting[6:], n_boot=20, count="floor")
+                                input=r.scores["exact-path"]["input"], sizes=(0.05, 0.2, 0.5), positions=setting[6:],
+                                n_boot=20, count="floor")
         assert torch.equal(r.in_sample_curves["exact-path"][setting].f, c.f)
         assert row["cmd_in_sample"] == c.cmd and row["cmd_gap"] == c.cmd - got.cmd
     assert "CMD gap" in printed and "held-out pairs" in printed

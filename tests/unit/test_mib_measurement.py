@@ -121,8 +121,8 @@ def test_faithfulness_writes_both_curves_and_cpr_is_not_one_minus_cmd(tmp_path):
     assert (summary["counterfactual"], summary["second_logit"], summary["position_scores"]) == ("random", "label", "sum")
     assert summary["pairs_with_label"] == len(r.scoring_pairs) == 16
     assert summary["mib"]["departs"] == {} and "input_node" not in summary["mib"]["fixed"]
-    # MIB's node graph: the input node ranked and counted where a ranking scores it (EAP-IG)
-    assert summary["input_node"] is True and summary["input_ranked"] == ["eap-ig"]
+    # MIB's node graph: the input node ranked and counted by every ranking (each scores it by its own method)
+    assert summary["input_node"] is True and summary["input_ranked"] == list(r.config.rankings)
     assert all(p.counterfactual_answer_token_id >= 0 for p in r.pairs + r.scoring_pairs)
 
 

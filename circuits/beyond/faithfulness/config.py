@@ -114,9 +114,9 @@ class FaithfulnessConfig(PairSource):
     scoring_seed: int = option(-1, minimum=-1, help="seed of the scoring pairs with --held-out (-1: --seed + 1); with "
                                         "--pairs-from, the scoring pairs are the --pairs saved pairs after the first")
     input_node: bool = option(True, help="rank the input (embedding) node with the heads and MLPs, count it in each "
-                                         "size and ablate it where a circuit leaves it out, as MIB's node graph, for "
-                                         "the rankings that score it (eap-ig); --no-input-node: heads and MLPs only, "
-                                         "the input always kept")
+                                         "size and ablate it where a circuit leaves it out, as MIB's node graph (every "
+                                         "ranking scores it by its own method); --no-input-node: heads and MLPs "
+                                         "only, the input always kept")
     answer_position: str = answer_position_option(whole=False)
     force: bool = force_option()
 

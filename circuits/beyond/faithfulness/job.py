@@ -44,6 +44,9 @@ from circuits.patching.core.scores import Scores
 
 SIGNED = "_signed"  # a score's key with this suffix: the signed ranking's (heads_signed, mlps_signed, edges_signed)
 INPUT = "input"  # the input node's score (one number), where the ranking scores it and config.input_node
+# What a saved part was computed by, beyond its config and pairs: 2 since every exact and attribution ranking scores
+# the input node too (issue 43); a part saved before (no input score) is computed again, not reused.
+PART_VERSION = 2
 
 
 def signed_importance(scores: Scores, position_scores: str = "sum") -> dict[str, Tensor]:
@@ -80,9 +83,11 @@ def scores_edges(ranking: str, config: FaithfulnessConfig) -> bool:
 def rank(model: Model, pairs: Sequence[PromptPair], ranking: str, config: FaithfulnessConfig,
          progress: bool = False) -> dict[str, Tensor]:
     """The scores ``ranking`` orders nodes by: ``heads`` [layer, head], ``mlps`` [layer] (the absolute ranking:
-    non-negative, larger is more important), ``input`` [] (the input node, MIB's node graph: where the engine scores
-    it, EAP-IG, and ``config.input_node``; otherwise the input is no node of this ranking's circuits, kept in every
-    one, as MIB keeps a node it has no score for) and, for an engine that scores edges (EAP-IG) with ``config.edges``,
+    non-negative, larger is more important), ``input`` [] (the input node, MIB's node graph, with ``config.input_node``:
+    every node engine scores it by its own method, EAP-IG by its estimate, the exact and attribution engines by
+    patching or attributing ``blocks.0.hook_resid_pre`` as they do a head, :mod:`circuits.patching.engines.input_node`;
+    an engine registered without an ``input`` part leaves the input no node of its circuits, kept in every one, as
+    MIB keeps a node it has no score for) and, for an engine that scores edges (EAP-IG) with ``config.edges``,
     ``edges`` [sender, receiver] (in the order of :func:`~circuits.patching.circuit_curves.edge_senders` x
     ``edge_receivers``; 0 where there is no edge); each also signed, ``heads_signed``, ``mlps_signed``,
     ``edges_signed`` (the signed ranking, MIB's for CPR: importance ``sign * effect``, so a node that pushes the
@@ -174,7 +179,7 @@ def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str, 
     own = set(ENGINES[ranking].job_options.values())
     for field in {f for e in ENGINES.values() for f in e.job_options.values()} - own:
         cfg.pop(field, None)
-    h = hashlib.sha256(repr(("ranking", ranking, "weights", weights)).encode())
+    h = hashlib.sha256(repr(("ranking", ranking, "weights", weights, "version", PART_VERSION)).encode())
     h.update(repr(sorted(cfg.items())).encode())
     for p in pairs:
         h.update(repr((p.reference_token_ids, p.counterfactual_token_ids, p.answer_token_id)).encode())

@@ -187,7 +187,10 @@ class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
         colors.update({f"{r}, absolute": COLORS.get(r, "#333333") for r in by})
         title += "; CPR from the " + ("signed (dotted)" if self.config.cpr_ranking == "signed" else "absolute") + \
             " ranking's curve, CMD from the absolute one's"
-        title += "; nodes: heads and MLPs (MIB also ranks the input node)"
+        ranked = [r for r in by if "input" in self.scores.get(r, {})]
+        title += ("; nodes: the input, heads and MLPs (MIB's node graph)" if ranked and len(ranked) == len(by) else
+                  "; nodes: heads and MLPs" + (f", the input too for {', '.join(ranked)}" if ranked else
+                                               " (MIB also ranks the input node)"))
         if self.held_out:
             title += f"; ranked on {len(self.pairs)} pairs, scored on {len(self.scoring_pairs)} others"
         return faithfulness_figure(sizes, f, {name[r]: c.f_low for r, c in ci.items()},

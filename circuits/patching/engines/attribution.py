@@ -42,6 +42,7 @@ from circuits.patching.core.end_layers import check_supported
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.patching.core.readouts import Readouts, baseline_of, cat_baselines, first_difference
 from circuits.patching.core.scores import Scores
+from circuits.patching.engines.input_node import INPUT_SITE  # the input node (MIB's node graph: the embeddings)
 from circuits.types import MODES, Mode, Neuron
 
 
@@ -168,7 +169,9 @@ class Attribution:
     ``[layer, offset, pair]``, ``head_q``/``head_k`` ``[layer, head, offset, pair]`` (QK-fixed query and key nodes,
     activation mode), ``neuron`` ``[layer, d_mlp, offset, pair]`` over the first ``neuron.shape[2]`` offsets (every
     later offset is 0: both prompts agree there). Offsets beyond a pair's prompt are NaN. ``graddrop_*`` hold the
-    GradDrop scores (mean over pairs) when computed.
+    GradDrop scores (mean over pairs) when computed. ``input`` ``[offset, pair]``: the input node's estimate (MIB's node
+    graph: the embeddings, ``blocks.0.hook_resid_pre``: its gradient times its change; ``graddrop["input"]`` its
+    GradDrop score), ``None`` in an Attribution made without it.
     """
 
     metric: Metric
@@ -184,6 +187,7 @@ class Attribution:
     first_diff: Int[Tensor, " pair"]
     graddrop: dict[str, Tensor] = field(default_factory=dict)
     seconds: float = 0.0
+    input: Tensor | None = None
 
     def view(self, delta: Tensor, baseline: Baseline | None = None) -> Readouts:
         """Estimated readouts (``baseline + delta``) for the metric; the other readouts NaN."""
@@ -201,14 +205,15 @@ class Attribution:
                 out[..., k] = m.effect(self.view(delta[..., k, valid], base), base)
         return out
 
-    def scores(self, metric: str | Metric | None = None, *, graddrop: bool = False) -> Scores:
+    def scores(self, metric: str | Metric | None = None, *, graddrop: bool = False, input: bool = False) -> Scores:
         """:class:`~circuits.patching.core.scores.Scores` by offset from END: heads ``[layer, head, offset]``, MLPs
         ``[layer, offset]``, the QK-fixed query and key nodes (``head_q``/``head_k`` are not component axes of
         their own: left out) and, when estimated, neurons ``[layer * d_mlp, offset]``.
 
         ``metric``: the metric the estimates were made with (default), or one reading the same END quantity.
         ``graddrop=True``: AtP*'s GradDrop scores instead (mean ``|estimate|`` over the layer-dropped passes,
-        already over pairs: non-negative, ``sign`` ``+1``)."""
+        already over pairs: non-negative, ``sign`` ``+1``). ``input``: the input node too (part ``input``
+        ``[offset]``, MIB's node graph), where it was estimated."""
         m = self.metric if metric is None else get_metric(metric)
         if readout_of(m) != self.readout:
             raise ValueError(f"These estimates are of the {self.readout!r} readout (metric {self.metric.name}); "
@@ -221,8 +226,12 @@ class Attribution:
             parts = {"head": self.effect(self.head, m), "mlp": self.effect(self.mlp, m)}
             if self.neuron is not None:
                 parts["neuron"] = self.effect(self.neuron, m)
+            if self.input is not None:
+                parts["input"] = self.effect(self.input, m)
             sign, name, engine = m.sign, m.name, "screen"
         out = {"heads": parts["head"], "mlps": parts["mlp"]}
+        if input and "input" in parts:
+            out["input"] = parts["input"]
         labels: dict = {}
         if "neuron" in parts:
             L, D = parts["neuron"].shape[:2]
@@ -271,7 +280,8 @@ def attribute(
     neuron = torch.full((L, cfg.d_mlp, Kn, P), float("nan")) if neurons else None
     head_q = torch.full((L, H, K, P), float("nan")) if qk else None
     head_k = torch.full((L, H, K, P), float("nan")) if qk else None
-    gd = {"head": torch.zeros(L, H, K), "mlp": torch.zeros(L, K)} if grad_drop else {}
+    inp = torch.full((K, P), float("nan"))  # the input node (the embeddings), [offset, pair]
+    gd = {"head": torch.zeros(L, H, K), "mlp": torch.zeros(L, K), "input": torch.zeros(K)} if grad_drop else {}
     if grad_drop and neurons:
         gd["neuron"] = torch.zeros(L, cfg.d_mlp, Kn)
     gd_count = torch.zeros(K)
@@ -291,6 +301,8 @@ def attribute(
             mlp[:, : e + 1, i] = 0.0
             head[:, :, offs, i] = out["head"][:, r, :body].permute(0, 2, 1)
             mlp[:, offs, i] = out["mlp"][:, r, :body]
+            inp[: e + 1, i] = 0.0
+            inp[offs, i] = out["input"][r, :body]
             if qk:
                 head_q[:, :, : e + 1, i] = 0.0  # type: ignore[index]
                 head_k[:, :, : e + 1, i] = 0.0  # type: ignore[index]
@@ -304,6 +316,7 @@ def attribute(
                 gd_count[: e + 1] += 1
                 gd["head"][:, :, offs] += out["gd_head"][:, r, :body].permute(0, 2, 1)
                 gd["mlp"][:, offs] += out["gd_mlp"][:, r, :body]
+                gd["input"][offs] += out["gd_input"][r, :body]
                 if neurons:
                     gd["neuron"][:, :, offs[keep]] += out["gd_neuron"][:, r, :body][:, keep].permute(0, 2, 1)
         bar.update(len(rows))
@@ -312,7 +325,7 @@ def attribute(
     if grad_drop:
         gd = {k: v / gd_count[: v.shape[-1]].clamp_min(1) for k, v in gd.items()}
     return Attribution(m, mode, name, baseline, head, mlp, neuron, head_q, head_k, batch.end.cpu(), first.cpu(), gd,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, inp)
 
 
 def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: str, custom: list[Metric],
@@ -346,7 +359,7 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
 
     sites = [("z", l) for l in range(L)] + [("mlp_out", l) for l in range(L)] + ([("post", l) for l in range(L)] if neurons else [])
     cf: dict[str, Tensor] = {}
-    cf_hooks = [(act_name(s, l), keep(cf, f"{s}{l}")) for s, l in sites]
+    cf_hooks = [(act_name(s, l), keep(cf, f"{s}{l}")) for s, l in sites] + [(INPUT_SITE, keep(cf, "input"))]
     if qk:
         cf_hooks += [(q_name(l), keep(cf, f"q{l}")) for l in range(L)] + [(k_name(l), keep(cf, f"k{l}")) for l in range(L)]
     with torch.no_grad():
@@ -356,7 +369,7 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
 
     ref: dict[str, Tensor] = {}
     state: dict[str, int | None] = {"drop": None}
-    ref_hooks = [("blocks.0.hook_resid_pre", lambda act, hook: act.detach().requires_grad_(True))]
+    ref_hooks = [(INPUT_SITE, keep(ref, "input", leaf=True))]  # the input node: a leaf, its gradient read
     ref_hooks += [(act_name(s, l), keep(ref, f"{s}{l}", leaf=(mode == "path" and s == "z"))) for s, l in sites]
     if qk:
         ref_hooks += [(q_name(l), keep(ref, f"q{l}")) for l in range(L)] + [(k_name(l), keep(ref, f"k{l}")) for l in range(L)]
@@ -373,7 +386,7 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
                 store[f"k{l}"] = torch.cat([pk.to(store[f"k{l}"]), store[f"k{l}"]], 1)
     ref_logits = _end_logits(model, ref_resid, body_end)
     total = _readout_value(name, ref_logits, sub.answer, cf_answer, m).sum()
-    keys = [f"{s}{l}" for s, l in sites] + ([f"A{l}" for l in range(L)] if qk else [])
+    keys = [f"{s}{l}" for s, l in sites] + ["input"] + ([f"A{l}" for l in range(L)] if qk else [])
     grads = dict(zip(keys, torch.autograd.grad(total, [ref[k] for k in keys], retain_graph=grad_drop, allow_unused=True)))
 
     def estimates(g: dict[str, Tensor | None]) -> dict[str, Tensor]:
@@ -384,6 +397,9 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
             return prod.sum(-1) if reduce else prod
         out = {"head": torch.stack([dot("z", l, True) for l in range(L)]).cpu(),
                "mlp": torch.stack([dot("mlp_out", l, True) for l in range(L)]).cpu()}
+        gi = g["input"]  # the input node: its gradient times its change, [row, body]
+        d_in = cf["input"].float() - ref["input"].detach().float()
+        out["input"] = (d_in * (gi.float() if gi is not None else torch.zeros_like(d_in))).sum(-1).cpu()
         if neurons:
             out["neuron"] = torch.stack([dot("post", l, False) for l in range(L)]).cpu()
         return out
@@ -403,8 +419,9 @@ def _attribute_rows(model: Model, sub: PairBatch, n: Tensor, m: Metric, name: st
         acc: dict[str, Tensor] = {}
         for l in range(L):
             state["drop"] = l
-            g = dict(zip(keys[: len(sites)], torch.autograd.grad(total, [ref[k] for k in keys[: len(sites)]],
-                                                                 retain_graph=l < L - 1, allow_unused=True)))
+            n = len(sites) + 1  # every site and the input
+            g = dict(zip(keys[:n], torch.autograd.grad(total, [ref[k] for k in keys[:n]], retain_graph=l < L - 1,
+                                                       allow_unused=True)))
             for k, v in estimates(g).items():
                 acc[k] = acc.get(k, 0) + v.abs()  # type: ignore[operator]
         for k, v in acc.items():
@@ -421,7 +438,7 @@ def _score(model: Model, pairs: Pairs, metric: str | Metric, positions: str, pro
            neurons: bool = False, qk_fix: bool = False, **options) -> Scores:
     att = attribute(model, pairs, metric, mode="activation", neurons=neurons, qk_fix=qk_fix, grad_drop=grad_drop,
                     progress=progress, **options)
-    return att.scores(graddrop=grad_drop).at(positions)
+    return att.scores(graddrop=grad_drop, input=True).at(positions)
 
 
 def score_screen(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,

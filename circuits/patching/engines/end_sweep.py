@@ -466,13 +466,33 @@ def _sweep_chunk(model: Model, mode: Mode, runs, batch: PairBatch, base: Baselin
 
 
 # --- the registry's entries (circuits.patching.engines.registry): the END sweep as Scores, by mode ---------------------------
+def _score_end(model: Model, pairs: Pairs, mode: Mode, metric: str | Metric, progress: bool, memory_mb: float,
+               **options) -> Scores:
+    """:func:`sweep` in ``mode`` scored by ``metric``, with the input node (MIB's node graph: the embeddings) scored
+    by the same patching from the same runs (part ``input``: :func:`circuits.patching.engines.input_node.input_at_end`)."""
+    from dataclasses import replace
+
+    from circuits.patching.engines.input_node import input_at_end, input_effect
+
+    m = get_metric(metric)
+    runs = prepare(model, pairs, mode)
+    result = sweep(model, pairs, mode, memory_mb=memory_mb, progress=progress, runs=runs, **options)
+    s = result.scores(m)
+    custom = [result.custom_metrics[m.name]] if m.name in result.custom_metrics else []
+    blocks = [slice(i, min(i + PAIR_BLOCK, len(runs.batch))) for i in range(0, len(runs.batch), PAIR_BLOCK)]
+    view = input_at_end(model, runs.blocks, runs.batch, blocks, mode, result.baseline, custom)
+    effect, per = input_effect(view, result.baseline, m)
+    return replace(s, parts={"input": effect, **s.parts}, per_pair={"input": per, **s.per_pair})
+
+
 def score_path(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
                memory_mb: float, **options) -> Scores:
-    """``exact-path``: :func:`sweep` in path mode, scored by ``metric`` (positions: END only)."""
-    return sweep(model, pairs, "path", memory_mb=memory_mb, progress=progress, **options).scores(metric)
+    """``exact-path``: :func:`sweep` in path mode, scored by ``metric`` (positions: END only), and the input node."""
+    return _score_end(model, pairs, "path", metric, progress, memory_mb, **options)
 
 
 def score_activation(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
                      memory_mb: float, **options) -> Scores:
-    """``exact-activation``: :func:`sweep` in activation mode, scored by ``metric`` (positions: END only)."""
-    return sweep(model, pairs, "activation", memory_mb=memory_mb, progress=progress, **options).scores(metric)
+    """``exact-activation``: :func:`sweep` in activation mode, scored by ``metric`` (positions: END only), and the
+    input node."""
+    return _score_end(model, pairs, "activation", metric, progress, memory_mb, **options)

@@ -133,7 +133,17 @@ def _sweep_reference(model: Model, batch: PairBatch, mode: Mode, metric: str | M
             heads.put((c.layer, c.head), row)
         else:
             mlps.put((c.layer,), row)
-    return SweepResult(mode, base.to("cpu"), heads, mlps).scores(metric)
+    scores = SweepResult(mode, base.to("cpu"), heads, mlps).scores(metric)
+    # the input node (MIB's graph: the embeddings) patched the same way, one run_with_hooks per pair
+    from dataclasses import replace
+
+    from circuits.patching.core.metrics import get_metric
+    from circuits.patching.engines.input_node import input_effect
+    from circuits.patching.engines.plain import input_plain
+
+    view = Readouts(**input_plain(model, batch, 0, base.cf_answer.to(batch.end.device), mode))
+    effect, per = input_effect(view, base.to("cpu"), get_metric(metric))
+    return replace(scores, parts={"input": effect, **scores.parts}, per_pair={"input": per, **scores.per_pair})
 
 
 def reference_path(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, **options) -> Scores:

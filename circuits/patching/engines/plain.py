@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 
 import torch
@@ -22,6 +23,7 @@ from circuits.patching.engines.edge_sweep import EdgeSweep, every_receiver, upst
 from circuits.patching.engines.neuron_sweep import NeuronSweep
 from circuits.patching.engines.position_sweep import PositionSweep
 from circuits.patching.engines.attribution import Attribution, readout_of
+from circuits.patching.engines.input_node import INPUT_SITE, input_effect  # the input node: the embeddings
 from circuits.patching.engines.eap_ig import (DEFAULT_GRID, DEFAULT_STEPS, EAPIGScores, alphas, eap_receivers,
                                                eap_senders, eap_upstream)
 from circuits.patching.core.metrics import Metric, get_metric
@@ -30,7 +32,6 @@ from circuits.patching.engines.end_sweep_plain import baseline_plain, freeze_hea
 from circuits.patching.core.scores import Scores
 from circuits.types import Component, Mode, Neuron, Receiver
 
-INPUT_SITE = "blocks.0.hook_resid_pre"  # the input node (MIB's graph: the embeddings), written out here
 
 
 def _end_logits(model: Model, logits: Tensor, batch: PairBatch) -> Tensor:
@@ -87,19 +88,48 @@ def patch_at_plain(model: Model, batch: PairBatch, sender: Component | Neuron, o
     return readouts_of(_run_end(model, batch.reference, hooks, batch), batch.answer, cf_answer)
 
 
+@torch.no_grad()
+def input_plain(model: Model, batch: PairBatch, offset: int, cf_answer: Tensor, mode: Mode = "activation"
+                ) -> dict[str, Tensor]:
+    """END readouts ``[pair]`` after writing the counterfactual run's input node (``blocks.0.hook_resid_pre``, MIB's
+    node graph: the embeddings) at position ``end - offset`` by hand, one ``run_with_hooks`` per pair (``mode="path"``:
+    every head's ``hook_z`` frozen at its reference value too, as :func:`patch_at_plain` freezes them)."""
+    out: dict[str, list[Tensor]] = {}
+    for i in range(len(batch)):
+        one = batch.select(torch.tensor([i], device=batch.end.device))
+        pos = int(one.end[0]) - offset
+        _, cf = model.run_with_cache(one.counterfactual, names_filter=lambda n: n == INPUT_SITE)
+        _, ref = model.run_with_cache(one.reference, names_filter=lambda n: n.endswith("hook_z"))
+
+        def patch(act: Tensor, hook) -> Tensor:
+            act = act.clone()
+            act[0, pos] = cf[INPUT_SITE][0, pos]
+            return act
+
+        hooks = [(INPUT_SITE, patch)]
+        if mode == "path":
+            hooks += [(act_name("z", l), lambda z, hook: ref[hook.name].clone()) for l in range(model.cfg.n_layers)]
+        row = readouts_of(_run_end(model, one.reference, hooks, one), one.answer, cf_answer[i : i + 1])
+        for k, v in row.items():
+            out.setdefault(k, []).append(v.float().cpu())
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
 @torch.enable_grad()
 def attribute_plain(model: Model, batch: PairBatch, metric: Metric, readout: str,
                     mode: Mode = "activation", drop_layer: int | None = None) -> dict[str, Tensor]:
     """Attribution patching as in the TransformerLens demo: full prompts, one forward with gradients, one
     backward. Returns ``(a_cf - a_ref) . grad`` at absolute positions: ``head [layer, pair, pos, head]``, ``mlp
-    [layer, pair, pos]``, ``neuron [layer, pair, pos, d_mlp]``; and per layer the attention pattern ``A`` and the
+    [layer, pair, pos]``, ``neuron [layer, pair, pos, d_mlp]``, ``input [pair, pos]`` (the embeddings,
+    ``blocks.0.hook_resid_pre``); and per layer the attention pattern ``A`` and the
     gradient ``G`` of the readout with respect to it. ``drop_layer``: GradDrop's pass with that layer's residual
     writes (attention and MLP outputs) passing no gradient."""
     L = model.cfg.n_layers
     rows = torch.arange(len(batch))
     with torch.no_grad():
         cf_logits, cf = model.run_with_cache(
-            batch.counterfactual, names_filter=lambda n: n.endswith(("hook_z", "hook_mlp_out", "hook_post")))
+            batch.counterfactual,
+            names_filter=lambda n: n.endswith(("hook_z", "hook_mlp_out", "hook_post")) or n == INPUT_SITE)
     cf_logits = cf_logits.detach()
     cf_answer = second_answers(batch.cf_label, _end_logits(model, cf_logits, batch))
     store: dict[str, Tensor] = {}
@@ -110,7 +140,11 @@ def attribute_plain(model: Model, batch: PairBatch, metric: Metric, readout: str
         store[hook.name] = act
         return act
 
-    hooks = [("blocks.0.hook_resid_pre", lambda act, hook: act.detach().requires_grad_(True))]
+    def leaf(act: Tensor, hook) -> Tensor:  # the input node: a leaf whose gradient is read
+        store[INPUT_SITE] = act = act.detach().requires_grad_(True)
+        return act
+
+    hooks = [(INPUT_SITE, leaf)]
     hooks += [(act_name(s, l), keep) for l in range(L) for s in ("z", "mlp_out", "post", "pattern")]
     if drop_layer is not None:
         hooks += [(act_name(s, drop_layer), lambda act, hook: act.detach()) for s in ("attn_out", "mlp_out")]
@@ -130,7 +164,7 @@ def attribute_plain(model: Model, batch: PairBatch, metric: Metric, readout: str
     d = lambda n: (cf[n] - store[n].detach()) * grads[n]  # noqa: E731
     out = {"head": torch.stack([d(act_name("z", l)).sum(-1) for l in range(L)]),
            "mlp": torch.stack([d(act_name("mlp_out", l)).sum(-1) for l in range(L)]),
-           "neuron": torch.stack([d(act_name("post", l)) for l in range(L)])}
+           "neuron": torch.stack([d(act_name("post", l)) for l in range(L)]), "input": d(INPUT_SITE).sum(-1)}
     if mode == "activation":
         out["A"] = [store[act_name("pattern", l)].detach() for l in range(L)]
         out["G"] = [grads[act_name("pattern", l)] for l in range(L)]
@@ -457,9 +491,15 @@ def reference_positions(model: Model, batch: PairBatch, *, metric: str | Metric,
             view, idx = (heads, (c.layer, c.head)) if c.kind == "head" else (mlps, (c.layer,))
             for r, v in row.items():
                 getattr(view, r)[idx + (k, valid.cpu())] = v.float().cpu()
-    s = PositionSweep(baseline_plain(model, batch).to("cpu"), heads, mlps, Readouts.empty((0, K, P)), [],
-                      batch.end.cpu(), first_difference(batch).cpu())
-    return s.scores(metric).at(positions)
+    inputs = Readouts.empty((K, P))  # the input node at each offset, one run_with_hooks per pair
+    for k in ks:
+        valid = torch.nonzero(batch.end >= k).flatten()
+        inputs.put((k, valid.cpu()), input_plain(model, batch.select(valid), k, cf_answer[valid]))
+    base = baseline_plain(model, batch).to("cpu")
+    s = PositionSweep(base, heads, mlps, Readouts.empty((0, K, P)), [], batch.end.cpu(), first_difference(batch).cpu())
+    scores = s.scores(metric)
+    effect, _ = input_effect(inputs, base, get_metric(metric), batch.end.cpu())
+    return replace(scores, parts={"input": effect, **scores.parts}).at(positions)
 
 
 def _attribution_reference(model: Model, batch: PairBatch, metric: str | Metric, positions: str, grad_drop: bool,
@@ -484,11 +524,13 @@ def _attribution_reference(model: Model, batch: PairBatch, metric: str | Metric,
         for site in sites:
             t = by_offset(sum(d[site].abs() for d in total) / (L - 1))  # type: ignore[arg-type]
             gd[site] = (t[..., :Kn, :] if site == "neuron" else t).nanmean(-1)
+        gd["input"] = by_offset((sum(d["input"].abs() for d in total) / (L - 1))[None])[0].nanmean(-1)  # type: ignore[union-attr]
     plain = attribute_plain(model, batch, m, readout_of(m), "activation")
     neuron = by_offset(plain["neuron"])[..., :Kn, :] if neurons else None  # later offsets: both prompts agree
     att = Attribution(m, "activation", readout_of(m), baseline_plain(model, batch).to("cpu"),
-                      by_offset(plain["head"]), by_offset(plain["mlp"]), neuron, None, None, ends, first, gd)
-    return att.scores(graddrop=grad_drop).at(positions)
+                      by_offset(plain["head"]), by_offset(plain["mlp"]), neuron, None, None, ends, first, gd,
+                      input=by_offset(plain["input"][None])[0])
+    return att.scores(graddrop=grad_drop, input=True).at(positions)
 
 
 def reference_screen(model: Model, batch: PairBatch, *, metric: str | Metric, positions: str, **options) -> Scores:

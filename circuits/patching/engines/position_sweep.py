@@ -392,8 +392,20 @@ def sweep_positions(
 def score_positions(model: Model, pairs: Pairs, *, metric: str | Metric, positions: str, progress: bool,
                     memory_mb: float, offsets: Sequence[int] | None = None, **options) -> Scores:
     """The registry's ``positions``: :func:`sweep_positions` scored by ``metric``, at every offset (``"all"``) or at
-    END alone (``"end"``)."""
-    prob = get_metric(metric).name in PROB_METRICS  # the probability's log-sum-exp only where the metric reads it
-    s = sweep_positions(model, pairs, offsets=[0] if positions == "end" else offsets, memory_mb=memory_mb,
-                        progress=progress, prob=prob, **options)
-    return s.scores(metric).at(positions)
+    END alone (``"end"``), with the input node (MIB's node graph: the embeddings) patched at the same offsets
+    (part ``input``: :func:`circuits.patching.engines.input_node.input_by_offset`)."""
+    from dataclasses import replace
+
+    from circuits.patching.engines.input_node import input_by_offset, input_effect
+
+    m = get_metric(metric)
+    prob = m.name in PROB_METRICS  # the probability's log-sum-exp only where the metric reads it
+    ks = [0] if positions == "end" else offsets
+    s = sweep_positions(model, pairs, offsets=ks, memory_mb=memory_mb, progress=progress, prob=prob, **options)
+    scores = s.scores(m)
+    batch = as_batch(pairs, model)
+    ks = range(s.n_offsets) if ks is None else ks
+    custom = [s.custom_metrics[m.name]] if m.name in s.custom_metrics else []
+    view = input_by_offset(model, batch, ks, s.baseline, custom, prob=prob)
+    effect, _ = input_effect(view, s.baseline, m, s.ends)
+    return replace(scores, parts={"input": effect, **scores.parts}).at(positions)
