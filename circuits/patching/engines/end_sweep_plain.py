@@ -9,16 +9,18 @@ residual stream carry the sender's change.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import torch
 from jaxtyping import Float
 from torch import Tensor
 
-from circuits.models.backend import ActivationCache, Model, act_name
+from circuits.models.backend import ActivationCache, Model, act_name, apply_softcap
 from circuits.data.pairs import PairBatch, second_answers
 from circuits.patching.engines.end_sweep import SweepResult, all_components
-from circuits.patching.core.metrics import Baseline, Metric
+from circuits.patching.engines.input_node import INPUT_SITE, input_effect  # the input node: the embeddings
+from circuits.patching.core.metrics import Baseline, Metric, get_metric
 from circuits.patching.core.readouts import READOUTS, Readouts
 from circuits.patching.core.scores import Scores
 from circuits.types import Component, Mode
@@ -86,6 +88,48 @@ def freeze_heads(ref: Any, cf: Any, rows: Tensor, pos: Tensor, sender: Any = Non
     return freeze
 
 
+def _run_end(model: Model, tokens: Tensor, hooks: list, batch: PairBatch) -> Tensor:
+    """END logits of a hooked forward: every block, then the model's final norm and unembedding at END only (the
+    whole-vocabulary logits of every position would dominate a tiny model's plain loop)."""
+    resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
+    x = resid[torch.arange(len(batch)), batch.end]
+    logits = model.unembed(model.ln_final(x[:, None]))[:, 0]
+    return apply_softcap(logits, model.backend.logit_softcap()).float()  # Gemma 2's final soft-cap, as forward applies
+
+
+def readouts_of(logits: Tensor, answer: Tensor, cf_answer: Tensor) -> dict[str, Tensor]:
+    rows = torch.arange(len(answer))
+    logit = logits[rows, answer]
+    return {"logit": logit, "logit_diff": logit - logits[rows, cf_answer], "prob": logits.softmax(-1)[rows, answer]}
+
+
+@torch.no_grad()
+def input_plain(model: Model, batch: PairBatch, offset: int, cf_answer: Tensor, mode: Mode = "activation"
+                ) -> dict[str, Tensor]:
+    """END readouts ``[pair]`` after writing the counterfactual run's input node (``blocks.0.hook_resid_pre``, MIB's
+    node graph: the embeddings) at position ``end - offset`` by hand, one ``run_with_hooks`` per pair (``mode="path"``:
+    every head's ``hook_z`` frozen at its reference value too, as :func:`patch_at_plain` freezes them)."""
+    out: dict[str, list[Tensor]] = {}
+    for i in range(len(batch)):
+        one = batch.select(torch.tensor([i], device=batch.end.device))
+        pos = int(one.end[0]) - offset
+        _, cf = model.run_with_cache(one.counterfactual, names_filter=lambda n: n == INPUT_SITE)
+        _, ref = model.run_with_cache(one.reference, names_filter=lambda n: n.endswith("hook_z"))
+
+        def patch(act: Tensor, hook) -> Tensor:
+            act = act.clone()
+            act[0, pos] = cf[INPUT_SITE][0, pos]
+            return act
+
+        hooks = [(INPUT_SITE, patch)]
+        if mode == "path":
+            hooks += [(act_name("z", l), lambda z, hook: ref[hook.name].clone()) for l in range(model.cfg.n_layers)]
+        row = readouts_of(_run_end(model, one.reference, hooks, one), one.answer, cf_answer[i : i + 1])
+        for k, v in row.items():
+            out.setdefault(k, []).append(v.float().cpu())
+    return {k: torch.cat(v) for k, v in out.items()}
+
+
 @torch.no_grad()
 def patch_component_plain(
     model: Model,
@@ -135,12 +179,6 @@ def _sweep_reference(model: Model, batch: PairBatch, mode: Mode, metric: str | M
             mlps.put((c.layer,), row)
     scores = SweepResult(mode, base.to("cpu"), heads, mlps).scores(metric)
     # the input node (MIB's graph: the embeddings) patched the same way, one run_with_hooks per pair
-    from dataclasses import replace
-
-    from circuits.patching.core.metrics import get_metric
-    from circuits.patching.engines.input_node import input_effect
-    from circuits.patching.engines.plain import input_plain
-
     view = Readouts(**input_plain(model, batch, 0, base.cf_answer.to(batch.end.device), mode))
     effect, per = input_effect(view, base.to("cpu"), get_metric(metric))
     return replace(scores, parts={"input": effect, **scores.parts}, per_pair={"input": per, **scores.per_pair})

@@ -16,7 +16,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
-from circuits.models.backend import Model, act_name, apply_softcap
+from circuits.models.backend import Model, act_name
 from circuits.data.pairs import PairBatch, second_answers
 from circuits.patching.engines.end_sweep import all_components
 from circuits.patching.engines.edge_sweep import EdgeSweep, every_receiver, upstream
@@ -28,7 +28,8 @@ from circuits.patching.engines.eap_ig import (DEFAULT_GRID, DEFAULT_STEPS, EAPIG
                                                eap_senders, eap_upstream)
 from circuits.patching.core.metrics import Metric, get_metric
 from circuits.patching.core.readouts import Readouts, first_difference
-from circuits.patching.engines.end_sweep_plain import baseline_plain, freeze_heads, patch_at
+from circuits.patching.engines.end_sweep_plain import (_run_end, baseline_plain, freeze_heads, input_plain, patch_at,
+                                                      readouts_of)
 from circuits.patching.core.scores import Scores
 from circuits.types import Component, Mode, Neuron, Receiver
 
@@ -38,23 +39,8 @@ def _end_logits(model: Model, logits: Tensor, batch: PairBatch) -> Tensor:
     return logits[torch.arange(len(batch)), batch.end].float()
 
 
-def _run_end(model: Model, tokens: Tensor, hooks: list, batch: PairBatch) -> Tensor:
-    """END logits of a hooked forward: every block, then the model's final norm and unembedding at END only (the
-    whole-vocabulary logits of every position would dominate a tiny model's plain loop)."""
-    resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=model.cfg.n_layers)
-    x = resid[torch.arange(len(batch)), batch.end]
-    logits = model.unembed(model.ln_final(x[:, None]))[:, 0]
-    return apply_softcap(logits, model.backend.logit_softcap()).float()  # Gemma 2's final soft-cap, as forward applies
-
-
 def _keep_as(store: dict[str, Tensor], name: str, act: Tensor, hook) -> None:
     store[name] = act.detach()
-
-
-def readouts_of(logits: Tensor, answer: Tensor, cf_answer: Tensor) -> dict[str, Tensor]:
-    rows = torch.arange(len(answer))
-    logit = logits[rows, answer]
-    return {"logit": logit, "logit_diff": logit - logits[rows, cf_answer], "prob": logits.softmax(-1)[rows, answer]}
 
 
 @torch.no_grad()
@@ -86,33 +72,6 @@ def patch_at_plain(model: Model, batch: PairBatch, sender: Component | Neuron, o
         if not (isinstance(sender, Component) and sender.kind == "head"):  # a head sender is patched by freeze()
             hooks.append((name, patch))
     return readouts_of(_run_end(model, batch.reference, hooks, batch), batch.answer, cf_answer)
-
-
-@torch.no_grad()
-def input_plain(model: Model, batch: PairBatch, offset: int, cf_answer: Tensor, mode: Mode = "activation"
-                ) -> dict[str, Tensor]:
-    """END readouts ``[pair]`` after writing the counterfactual run's input node (``blocks.0.hook_resid_pre``, MIB's
-    node graph: the embeddings) at position ``end - offset`` by hand, one ``run_with_hooks`` per pair (``mode="path"``:
-    every head's ``hook_z`` frozen at its reference value too, as :func:`patch_at_plain` freezes them)."""
-    out: dict[str, list[Tensor]] = {}
-    for i in range(len(batch)):
-        one = batch.select(torch.tensor([i], device=batch.end.device))
-        pos = int(one.end[0]) - offset
-        _, cf = model.run_with_cache(one.counterfactual, names_filter=lambda n: n == INPUT_SITE)
-        _, ref = model.run_with_cache(one.reference, names_filter=lambda n: n.endswith("hook_z"))
-
-        def patch(act: Tensor, hook) -> Tensor:
-            act = act.clone()
-            act[0, pos] = cf[INPUT_SITE][0, pos]
-            return act
-
-        hooks = [(INPUT_SITE, patch)]
-        if mode == "path":
-            hooks += [(act_name("z", l), lambda z, hook: ref[hook.name].clone()) for l in range(model.cfg.n_layers)]
-        row = readouts_of(_run_end(model, one.reference, hooks, one), one.answer, cf_answer[i : i + 1])
-        for k, v in row.items():
-            out.setdefault(k, []).append(v.float().cpu())
-    return {k: torch.cat(v) for k, v in out.items()}
 
 
 @torch.enable_grad()
