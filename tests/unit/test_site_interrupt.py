@@ -8,6 +8,7 @@ program started there, ``python -c pass`` included, ends the same way, and no co
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -29,7 +30,10 @@ def test_an_interrupt_inside_site_is_pythons_own_fatal_error_before_any_toolkit_
     (purelib / "00-interrupt.pth").write_text("import os, signal; os.kill(os.getpid(), signal.SIGINT)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = tmp_path / "res"
-    runs = {name: subprocess.run([str(python), *argv], env=env, capture_output=True, text=True, timeout=300)
+    # a Ctrl-C at a terminal: SIGINT at its default, as Python finds it there (a shell starts a background job with
+    # SIGINT ignored, and Python then installs no KeyboardInterrupt handler: the .pth's signal would do nothing)
+    runs = {name: subprocess.run([str(python), *argv], env=env, capture_output=True, text=True, timeout=300,
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
             for name, argv in (("circuits", ["-m", "circuits", "identify", "--out", str(out)]),
                                ("plain", ["-c", "pass"]))}
     for run in runs.values():

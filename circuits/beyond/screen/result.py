@@ -119,7 +119,7 @@ class ScreenResult(CheckedPairs, Result[ScreenConfig]):
 
 def _check_screen(t: Any, path: Path) -> None:
     """A ``screen.pt`` fits itself: ``head_effects`` (and ``head_q``, ``head_k``, GradDrop's ``head``) ``[layer, head,
-    offset]``, ``mlp_effects`` (GradDrop's ``mlp``) ``[layer, offset]``, ``neuron_effects`` ``[layer, neuron, offset
+    offset]``, ``mlp_effects`` (GradDrop's ``mlp``) ``[layer, offset]``, GradDrop's ``input`` ``[offset]``, ``neuron_effects`` ``[layer, neuron, offset
     where the prompts differ]``, the exact END values ``heads [layer, head]`` and ``mlps [layer]``; else one line
     naming the file and the tensor."""
     shapes = Shapes(path)
@@ -133,9 +133,10 @@ def _check_screen(t: Any, path: Path) -> None:
             shapes.tensor(k, t[k], head, no_inf=True)
     if t.get("neuron_effects") is not None:
         shapes.tensor("neuron_effects", t["neuron_effects"], neuron, no_inf=True)
+    graddrop = {"head": head, "mlp": mlp, "neuron": neuron, "input": ("offset",)}  # input: MIB's input node
     for k, v in t.get("graddrop", {}).items():
-        if k not in ("head", "mlp", "neuron"):
-            raise shapes.fail(f"graddrop names {k!r}, not head, mlp or neuron")
-        shapes.tensor(f"graddrop.{k}", v, {"head": head, "mlp": mlp, "neuron": neuron}[k], no_inf=True)
+        if k not in graddrop:
+            raise shapes.fail(f"graddrop names {k!r}, not head, mlp, neuron or input")
+        shapes.tensor(f"graddrop.{k}", v, graddrop[k], no_inf=True)
     for k, v in t.get("exact_end", {}).items():
         shapes.tensor(f"exact_end.{k}", v, ("layer", "head") if k.endswith("heads") else ("layer",), no_inf=True)
