@@ -78,11 +78,11 @@ report: $(STAMP)
 # TL 4 tier in .venv-tl4 (`make test-tl4`): tests/backends again on TransformerLens 4.3's TransformerBridge, and the
 # cross-line check (tests/crossline: SmolLM2 on both lines, the 3.9 side run in .venv).
 # Test files run on TEST_WORKERS processes (pytest-xdist; a file's tests stay on one, so its fixtures run once), each
-# with its share of the cores; TEST_WORKERS=1 runs them in this process.
+# with its share of the cores; TEST_WORKERS=1 runs them in this process. Each tier prints its 25 slowest tests (issue 44).
 TEST_WORKERS ?= 2
 XDIST := $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
-PYTEST := $(BIN)/python -m pytest -q $(XDIST)
-PYTEST4 := $(BIN4)/python -m pytest -q $(XDIST)
+PYTEST := $(BIN)/python -m pytest -q --durations=25 $(XDIST)
+PYTEST4 := $(BIN4)/python -m pytest -q --durations=25 $(XDIST)
 
 test: $(STAMP) $(STAMP4) lint browser
 	$(PYTEST) tests --ignore=tests/crossline
