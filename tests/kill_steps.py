@@ -89,7 +89,10 @@ def _start(request: dict) -> dict:
         os.close(count_r)
         _child(request["argv"], request.get("kill_at"), request["log"], count_w)
     os.close(count_w)
-    return {"pid": pid, "count_r": count_r, "deadline": time.monotonic() + request["timeout"], "request": request}
+    now = time.monotonic()
+    kill_after = request.get("kill_after")  # SIGKILL at a moment rather than at a write step (tests/integration/test_kill.py)
+    return {"pid": pid, "count_r": count_r, "started": now, "deadline": now + request["timeout"], "request": request,
+            "kill_time": None if kill_after is None else now + kill_after}
 
 
 def _finish(run: dict, block: bool = False) -> dict | None:
@@ -97,6 +100,9 @@ def _finish(run: dict, block: bool = False) -> dict | None:
     pid, request = run["pid"], run["request"]
     done, status, usage = os.wait4(pid, 0 if block else os.WNOHANG)
     hung, wchan = False, ""
+    if not done and run["kill_time"] is not None and time.monotonic() >= run["kill_time"]:
+        os.kill(pid, signal.SIGKILL)  # the moment asked for: a kill, not a hang
+        done, status, usage = os.wait4(pid, 0)
     if not done:
         if time.monotonic() <= run["deadline"]:
             return None
@@ -116,7 +122,8 @@ def _finish(run: dict, block: bool = False) -> dict | None:
     except OSError:
         tail = ""
     return {"id": request["id"], "code": code, "steps": int(steps) if steps else None, "hung": hung,
-            "wchan": wchan, "tail": tail, "cpu": usage.ru_utime + usage.ru_stime}
+            "wchan": wchan, "tail": tail, "cpu": usage.ru_utime + usage.ru_stime,
+            "wall": time.monotonic() - run["started"]}
 
 
 def _warm() -> None:
@@ -239,10 +246,10 @@ class Zygote:
         self.outstanding.discard(reply.get("id"))
         return reply
 
-    def _send(self, argv: list[str], kill_at: int | None, timeout: float) -> int:
+    def _send(self, argv: list[str], kill_at: int | None, timeout: float, kill_after: float | None = None) -> int:
         self.n += 1
         request = {"id": self.n, "argv": [str(a) for a in argv], "kill_at": kill_at, "timeout": timeout,
-                   "log": str(self.logs / f"run-{self.n}.log")}
+                   "log": str(self.logs / f"run-{self.n}.log"), "kill_after": kill_after}
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         self.outstanding.add(self.n)
@@ -257,10 +264,18 @@ class Zygote:
                               f"{reply['tail'][-1500:]}")
         return reply
 
-    def run(self, argv: list[str], kill_at: int | None = None, timeout: float = 120.0) -> dict:
-        """``circuits argv`` in a forked child, SIGKILLed at write step ``kill_at``: ``{"code", "steps", "hung",
-        "tail"}``. A child that runs past ``timeout`` seconds is killed and fails the calling test."""
-        return self.chains([[(argv, kill_at)]], workers=1, timeout=timeout)[0][0]
+    def run(self, argv: list[str], kill_at: int | None = None, timeout: float = 120.0,
+            kill_after: float | None = None) -> dict:
+        """``circuits argv`` in a forked child, SIGKILLed at write step ``kill_at`` (or ``kill_after`` seconds after
+        the fork, if it still runs then): ``{"code", "steps", "hung", "tail", "cpu", "wall"}``. A child that runs
+        past ``timeout`` seconds is killed and fails the calling test."""
+        if kill_after is None:
+            return self.chains([[(argv, kill_at)]], workers=1, timeout=timeout)[0][0]
+        sent = self._send(argv, kill_at, timeout, kill_after)
+        while True:
+            reply = self._reply(timeout + 60)
+            if reply.get("id") == sent:
+                return self._check(reply, argv, kill_at, timeout)
 
     def chains(self, chains: list[list[tuple[list[str], int | None]]], workers: int,
                timeout: float = 120.0) -> list[list[dict]]:

@@ -3,55 +3,37 @@ results equal an uninterrupted run's, and no temporary file or lock survives."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
-import sys
-import time
 from pathlib import Path
 
+import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-
-# `python -m circuits ARGS`, with the write step of circuits.io (called inside every atomic write and folder swap,
-# before the rename that publishes it) replaced by one that SIGKILLs the process at its N-th call (N = argv[1]).
-# The production code reads nothing from the environment for this.
-KILL_AT_WRITE_STEP = """
-import os, runpy, signal, sys
-import circuits.io
-
-kill_at, calls = int(sys.argv.pop(1)), [0]
-
-def _write_step():
-    calls[0] += 1
-    if calls[0] == kill_at:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-circuits.io._write_step = _write_step
-sys.argv[0] = "circuits"
-runpy.run_module("circuits", run_name="__main__", alter_sys=True)
-"""
+from kill_steps import Zygote
 
 
-def _run(args: list[str], kill_at: int | None = None, kill_after: float | None = None) -> int:
-    """Exit code of ``python -m circuits args``; ``kill_at`` kills it at that write step, ``kill_after`` after that
-    many seconds."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    launch = ["-m", "circuits"] if kill_at is None else ["-c", KILL_AT_WRITE_STEP, str(kill_at)]
-    proc = subprocess.Popen([sys.executable, *launch, *args], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    if kill_after is not None:
-        try:
-            proc.wait(kill_after)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    _, err = proc.communicate(timeout=300)
-    RUNS.append(f"kill_at={kill_at} kill_after={kill_after} -> {proc.returncode}: {err[-1500:]}")
-    return proc.returncode
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    """Every run of this file is a child forked from one interpreter that imported the toolkit and ran no torch op
+    (tests/kill_steps.py): a run costs its work, not a fresh import of torch each (issue 44); the child runs
+    ``circuits.cli.main`` as ``python -m circuits`` does, and is SIGKILLed at a write step (``circuits.io._write_step``,
+    called inside every atomic write and folder swap, before the rename that publishes it) or at a moment."""
+    z = Zygote(tmp_path_factory.mktemp("kill-logs"))
+    yield z
+    z.close()
 
 
-RUNS: list[str] = []  # each run's exit code and the end of its stderr, for the assertion messages
+def _run(zygote: Zygote, args: list[str], kill_at: int | None = None, kill_after: float | None = None) -> dict:
+    """``circuits args`` in a child of the zygote; ``kill_at`` kills it at that write step, ``kill_after`` that many
+    seconds after it started (if it still runs). Its reply: the exit code (-9 when killed), its write steps, its
+    seconds and the end of its output. A child that runs past the zygote's timeout fails the test as hung."""
+    reply = zygote.run(args, kill_at=kill_at, kill_after=kill_after)
+    RUNS.append(f"kill_at={kill_at} kill_after={kill_after} -> {reply['code']}: {reply['tail'][-1500:]}")
+    return reply
+
+
+RUNS: list[str] = []  # each run's exit code and the end of its output, for the assertion messages
 
 
 def _leftovers(root: Path) -> list[Path]:
@@ -77,37 +59,38 @@ def _same_results(a: Path, b: Path) -> None:
             assert torch.equal(x[k], y[k]), (t, k)
 
 
-def test_identify_all_survives_kills(tmp_path):
+def test_identify_all_survives_kills(zygote, tmp_path):
     from helpers import tiny_dir
 
     args = ["identify", "--task", "all", "--model", str(tiny_dir("llama")), "--pairs", "3", "--few-shot", "on",
             "--no-filter-correct", "--key-rule", "top2"]
-    assert _run([*args, "--out", str(tmp_path / "straight")]) == 0
+    straight = _run(zygote, [*args, "--out", str(tmp_path / "straight")])
+    assert straight["code"] == 0, RUNS[-1]
     rng = random.Random(0)
     out = tmp_path / "killed"
     # write steps (inside atomic writes and folder swaps), counted from each run's start; a resumed run has fewer left
-    codes = [_run([*args, "--out", str(out)], kill_at=rng.randint(1, 14)) for _ in range(2)]
+    codes = [_run(zygote, [*args, "--out", str(out)], kill_at=rng.randint(1, 14))["code"] for _ in range(2)]
     assert codes[0] == -9 and set(codes) <= {0, -9}, RUNS[-2:]  # SIGKILL, mid-write
-    t0 = time.time()
-    _run([*args, "--out", str(out)], kill_after=rng.uniform(4.0, 9.0))  # and at a random moment
-    assert time.time() - t0 < 120
-    assert _run([*args, "--out", str(out)]) == 0, RUNS[-1]
+    # and at a random moment of a run (a share of the straight run's seconds: the kill lands in the work, not in an
+    # import; where the resumed run ends first, it simply ends)
+    _run(zygote, [*args, "--out", str(out)], kill_after=rng.uniform(0.2, 0.9) * straight["wall"])
+    assert _run(zygote, [*args, "--out", str(out)])["code"] == 0, RUNS[-1]
     _same_results(tmp_path / "straight", out)
     assert _leftovers(tmp_path) == []
 
 
-def test_finetune_survives_kills(tmp_path):
+def test_finetune_survives_kills(zygote, tmp_path):
     from helpers import tiny_dir
 
     args = ["finetune", "--model", str(tiny_dir("llama")), "--heads", "1.0,2.3", "--data", "arithmetic",
             "--n-arithmetic", "24", "--batch-size", "4", "--micro-batch-size", "2", "--epochs", "1", "--lr", "1e-3",
             "--checkpoint-every", "1", "--no-progress", "--device", "cpu"]
-    assert _run([*args, "--out", str(tmp_path / "straight")]) == 0
+    assert _run(zygote, [*args, "--out", str(tmp_path / "straight")])["code"] == 0, RUNS[-1]
     rng = random.Random(1)
     out = tmp_path / "killed"
-    codes = [_run([*args, "--out", str(out)], kill_at=rng.randint(2, 8)) for _ in range(2)]
-    assert codes[0] == -9 and set(codes) <= {0, -9}
-    assert _run([*args, "--out", str(out)]) == 0, RUNS[-1]
+    codes = [_run(zygote, [*args, "--out", str(out)], kill_at=rng.randint(2, 8))["code"] for _ in range(2)]
+    assert codes[0] == -9 and set(codes) <= {0, -9}, RUNS[-2:]
+    assert _run(zygote, [*args, "--out", str(out)])["code"] == 0, RUNS[-1]
     a, b = torch.load(tmp_path / "straight" / "delta.pt", weights_only=True), torch.load(out / "delta.pt", weights_only=True)
     assert a["tensors"].keys() == b["tensors"].keys()
     assert all(torch.equal(a["tensors"][k], b["tensors"][k]) for k in a["tensors"])
