@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 import tempfile
 from pathlib import Path
 
@@ -158,6 +159,31 @@ def tiny_model(arch: str = "llama", *, dtype: str = "float32", **kw):
         from circuits.models import load_model
 
         return load_model(tiny_dir(arch, **kw), dtype=dtype, device="cpu")
+
+
+def shared_cli_run(argv: list[str]) -> Path:
+    """The ``--out`` folder of ``circuits argv --out FOLDER`` (run in this process, asserted to exit 0), run once per
+    test run for the same ``argv``: under pytest-xdist the first worker to ask runs it under a file lock and the others
+    read its folder (two test files ran the same SmolLM2 identify, about 35 s each; issue 44). The folder is shared:
+    read it, or copy it to write. It lies under the run's temporary root, removed at the end."""
+    import fcntl
+    import hashlib
+    import json
+    import shutil
+
+    from circuits.cli import main as cli_main
+
+    key = hashlib.sha256(json.dumps([str(a) for a in argv]).encode()).hexdigest()[:16]
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID", f"pid{os.getpid()}")
+    root = Path(tempfile.gettempdir()) / f"circuits-shared-cli-{run_id}-{key}"
+    with open(f"{root}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".complete").exists():
+            shutil.rmtree(root, ignore_errors=True)  # a worker of this run that died midway
+            root.mkdir()
+            assert cli_main([*map(str, argv), "--out", str(root / "out")]) == 0, f"circuits {' '.join(map(str, argv))}"
+            (root / ".complete").touch()
+    return root / "out"
 
 
 def frozen_model(name: str):

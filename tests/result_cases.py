@@ -92,8 +92,24 @@ def _sft_study() -> SFTStudyResult:
                           {"total": 12.5, "train": 6.0, "eval": 4.0, "other": 2.5, "sweep": 8.0}, 12)
 
 
+_BUILT: dict[int, tuple[Any, dict[str, Result]]] = {}  # id(model) -> (the model, kept alive; its results)
+
+
 def build_results(model: Any, tmp: Path) -> dict[str, Result]:
-    """One result of every kind, keyed by kind (``tmp``: where the position and neuron jobs save theirs)."""
+    """One result of every kind, keyed by kind (``tmp``: where the position and neuron jobs save theirs).
+
+    Built once per process and model (five test files ask for them, each once; one build was test_read_checks.py's
+    17 s set-up on CI; issue 44); every call gets its own deep copy, so a test that changes one changes nobody else's. The jobs' folders stay
+    under the first caller's ``tmp`` (the session's temporary root)."""
+    import copy
+
+    if id(model) not in _BUILT:
+        _BUILT[id(model)] = (model, _build_results(model, Path(tmp)))
+    memo = {id(model): model, id(getattr(model, "tokenizer", None)): getattr(model, "tokenizer", None)}
+    return copy.deepcopy(_BUILT[id(model)][1], memo)
+
+
+def _build_results(model: Any, tmp: Path) -> dict[str, Result]:
     r = identify(model, config=IDENTIFY, progress=False)
     pairs = r.pairs
     heads = [h for h, _ in r.ranked()]

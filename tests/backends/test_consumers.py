@@ -388,11 +388,12 @@ def test_lm_eval_scores_and_greedy_generation_equal_full_forwards(tiny_llama, hf
 
 @pytest.mark.slow
 def test_cli_identify_then_report_on_smollm2(tmp_path, capsys):
+    from helpers import shared_cli_run
+
     from circuits.cli import main as cli_main
     from circuits.identify import IdentifyResult
 
-    out = tmp_path / "identify"
-    assert cli_main(["identify", "--task", "addition", "--pairs", "8", "--out", str(out)]) == 0
+    out = shared_cli_run(["identify", "--task", "addition", "--pairs", "8"])  # test_key_heads_agree.py's run too
     summary = json.loads((out / "summary.json").read_text())
     assert summary["key_heads"], "identify found key heads"
     result = IdentifyResult.load(out)

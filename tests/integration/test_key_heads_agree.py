@@ -4,9 +4,9 @@ seed and size, each computed on its own; and ``make demo``'s results are what th
 import json
 
 import _common as C
+from helpers import shared_cli_run
 
 import circuits as cc
-from circuits.cli import main as cli_main
 from circuits.identify import IdentifyResult
 from circuits.patching import DEFAULT_KEY_RULE
 
@@ -15,8 +15,9 @@ N_PAIRS = 8
 
 def test_cli_figures_and_notebook_agree(smollm2, tmp_path, monkeypatch):
     monkeypatch.setattr(C, "model_for", lambda name, dtype="float32": smollm2)  # one load for the test
-    assert cli_main(["identify", "--task", "addition", "--pairs", str(N_PAIRS), "--out", str(tmp_path / "cli")]) == 0
-    cli = [(l, h) for l, h, _ in json.loads((tmp_path / "cli" / "summary.json").read_text())["key_heads"]]
+    # the command line's run, shared with tests/backends/test_consumers.py (the same command: run once per test run)
+    cli_out = shared_cli_run(["identify", "--task", "addition", "--pairs", str(N_PAIRS)])
+    cli = [(l, h) for l, h, _ in json.loads((cli_out / "summary.json").read_text())["key_heads"]]
     assert cli, "the CLI found key heads"
 
     figures = C.identify_result(C.KeyHeadConfig(n_pairs=N_PAIRS, identify_dir=str(tmp_path / "figures")))
@@ -30,9 +31,9 @@ def test_cli_figures_and_notebook_agree(smollm2, tmp_path, monkeypatch):
     # a figure script finds the CLI's folder and reuses it instead of recomputing
     shared = C.KeyHeadConfig(n_pairs=N_PAIRS, identify_dir=str(tmp_path))
     (tmp_path / "addition").mkdir()
-    for f in (tmp_path / "cli").iterdir():  # its files (its _assets folder holds only heads.html's plotly.js)
+    for f in cli_out.iterdir():  # its files (its _assets folder holds only heads.html's plotly.js)
         if f.is_file():
             (tmp_path / "addition" / f.name).write_bytes(f.read_bytes())
     stamp = (tmp_path / "addition" / "summary.json").stat().st_mtime_ns
-    assert C.identify_result(shared).ranked() == IdentifyResult.load(tmp_path / "cli").ranked()
+    assert C.identify_result(shared).ranked() == IdentifyResult.load(cli_out).ranked()
     assert (tmp_path / "addition" / "summary.json").stat().st_mtime_ns == stamp
