@@ -99,3 +99,15 @@ def test_finetune_survives_kills(zygote, tmp_path):
     assert json.loads((out / "result.json").read_text())["losses"] == \
         json.loads((tmp_path / "straight" / "result.json").read_text())["losses"]
     assert _leftovers(tmp_path) == []
+
+
+def test_a_kill_after_seconds_is_a_sigkill_not_a_hang(zygote, tmp_path):
+    """The harness's ``kill_after``: the child is SIGKILLed and the reply says killed, not hung (a tiny identify's
+    model load alone takes well over the 50 ms given; the zygote's own timeout test makes the same assumption)."""
+    from helpers import tiny_dir
+
+    args = ["identify", "--model", str(tiny_dir("llama")), "--pairs", "2", "--no-filter-correct", "--no-progress"]
+    reply = _run(zygote, [*args, "--out", str(tmp_path / "x")], kill_after=0.05)
+    assert reply["code"] == -9 and not reply["hung"], RUNS[-1]
+    assert _run(zygote, [*args, "--out", str(tmp_path / "x")])["code"] == 0, RUNS[-1]  # and it resumes
+    assert _leftovers(tmp_path) == []
