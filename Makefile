@@ -94,7 +94,8 @@ test-tl4: $(STAMP4)
 
 # A SIGKILL at every write step of every command, then the same command (docs/reliability.md): every command on
 # TransformerLens 3.9, four on 4.3. `make test` runs both files in its tiers at a sample of each command's steps (the
-# first, the last and two drawn with a seed it prints); this runs every step. `make test-all` is both; CI runs both.
+# first, the last and two drawn with a seed it prints); this runs every step. `make test-all` runs it after
+# `make test`, and so does CI (.ci/run).
 test-kill: $(STAMP) $(STAMP4)
 	CIRCUITS_KILL_ALL=1 $(BIN)/python -m pytest -q tests/integration/test_kill_every_step.py
 	CIRCUITS_KILL_ALL=1 $(BIN4)/python -m pytest -q tests/backends/test_kill_steps_backends.py
