@@ -283,9 +283,16 @@ def test_edges_bad_input_is_one_line(family_models, tokenizer):
     model = family_models("llama")
     scores_, _ = edge_scores(model)
     pairs = mixed_pairs(tokenizer, 2)
-    with pytest.raises(ValueError, match="END only"):
-        circuit_curve(model, pairs, edges=scores_, positions="all")
+    from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run_ablation
+
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    sites = AblationMasks(torch.zeros(1, L, H, dtype=torch.bool), torch.zeros(1, L, dtype=torch.bool),
+                          edges=torch.ones(1, *scores_.shape, dtype=torch.bool))
+    with pytest.raises(ValueError, match="strategy='masked' is for nodes"):  # edges at every position: one strategy
+        run_ablation(model, PairBatch.from_pairs(pairs, 0), AblationSpec("counterfactual", sites, "all"),
+                     strategy="masked")
     with pytest.raises(ValueError, match=r"\[sender, receiver\] = \[16, 40\]"):
         circuit_curve(model, pairs, edges=scores_[:3])
-    with pytest.raises(ValueError, match="ln1_post"):
-        circuit_curve(family_models("gemma2"), pairs, edges=scores_)
+    for positions in ("end", "all"):
+        with pytest.raises(ValueError, match="ln1_post"):
+            circuit_curve(family_models("gemma2"), pairs, edges=scores_, positions=positions)
