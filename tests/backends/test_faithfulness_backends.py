@@ -265,7 +265,7 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
     assert cli_main(argv) == 0
     assert "lowest CMD" in capsys.readouterr().out
     r = load_result(out)
-    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
+    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end", "edges@all"]
     model = load_model(folder, dtype="float32", device="cpu")
     assert type(model.backend) is backend.installed() and model.backend.model is model
     # found on r.pairs, scored on r.scoring_pairs (held out, issue 43): the absolute and the signed ranking's curves
@@ -287,4 +287,7 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
     c = circuit_curve(model, r.scoring_pairs, edges=r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
                           count=r.config.count)
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f)
+    c = circuit_curve(model, r.scoring_pairs, edges=r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
+                      count=r.config.count, positions="all")
+    assert torch.equal(r.curves["eap-ig"]["edges@all"].f, c.f)
     assert (r.curves["eap-ig"]["nodes@end"].m_full - r.curves["eap-ig"]["nodes@end"].m_empty).abs().max() > 1e-3

@@ -148,8 +148,9 @@ def test_each_strategy_of_the_executor_equals_the_plain_loop(tiny_llama, tokeniz
 
 
 def test_the_faithfulness_job_runs_every_curve_through_the_executor(tmp_path, monkeypatch):
-    """With the job's defaults, node curves at END and at every position and the edge curve each call the executor
-    once per curve (END-only layers at END, the counterfactual route at every position)."""
+    """With the job's defaults, node curves at END and at every position and the edge curves at END and at every
+    position each call the executor once per curve (END-only layers at END, the counterfactual route for nodes at
+    every position, the edges strategy for edges there)."""
     from helpers import tiny_dir
 
     from circuits.cli import main as cli_main
@@ -171,7 +172,8 @@ def test_the_faithfulness_job_runs_every_curve_through_the_executor(tmp_path, mo
     # per ranking and circuit kind three curves (issue 43), each one executor call: the absolute and the signed
     # ranking's on the held-out pairs, the absolute one's on the ranking pairs (in-sample)
     assert seen == [("end", False, "end")] * 3 + [("all", False, "counterfactual")] * 3 + \
-        [("end", False, "end")] * 3 + [("all", False, "counterfactual")] * 3 + [("end", True, "end")] * 3
+        [("end", False, "end")] * 3 + [("all", False, "counterfactual")] * 3 + [("end", True, "end")] * 3 + \
+        [("all", True, "edges")] * 3  # edges at every position (MIB's evaluate_graph): the executor's edges strategy
 
 
 def test_masks_follow_the_one_ranking():

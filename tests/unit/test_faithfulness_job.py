@@ -40,6 +40,7 @@ def curve(f: list[float], cpr: float, cmd: float, seconds: float = 0.5, level: s
     ({"sizes": (1.0, 5.0)}, "fractions in (0, 1]"),
     ({"sizes": (0.5, 0.1)}, "must increase"),
     ({"positions": ("middle",)}, "accepted: end, all"),
+    ({"edge_positions": ("end", "end")}, "accepted: end, all (one or both, once each)"),
     ({"ablation": "resample"}, "accepted: counterfactual, mean, zero"),
     ({"task": "all"}, "scores one operation"),
     ({"ig_steps": 0}, "--ig-steps 0: must be at least 1"),
@@ -58,6 +59,7 @@ def test_config_refuses_bad_input_in_one_line(kw, message):
     (["--rankings", "exact-path,gradients"], "Unknown ranking 'gradients'"),
     (["--sizes", "0.1,20"], "fractions in (0, 1]"),
     (["--positions", "end,start"], "accepted: end, all"),
+    (["--edge-positions", "start"], "Unknown --edge-positions start"),
     (["--task", "all"], "scores one operation"),
 ])
 def test_cli_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
@@ -77,7 +79,14 @@ def test_defaults_are_mib_s():
     assert c.counterfactual == "random" and c.second_logit == "label" and c.count == "floor" and c.ig_grid == "left"
     assert c.position_scores == "sum"
     # every MIB choice is the default: nothing departs but what no config value selects yet (named in docs/mib.md)
-    assert c.mib()["departs"] == {} and set(c.mib()["fixed"]) == {"edge_positions", "prompts"}
+    assert c.mib()["departs"] == {} and set(c.mib()["fixed"]) == {"prompts"}
+    # edges at every position, MIB's evaluate_graph (and at END beside it); END only departs from MIB, and a run
+    # saved before edge_positions existed measured edges at END only, and reads so
+    assert c.edge_positions == ("end", "all") and c.edge_settings() == ["edges@end", "edges@all"]
+    assert c.replace(edge_positions=("end",)).mib()["departs"] == {"edge_positions": {"here": ["end"], "mib": ["all"]}}
+    assert c.replace(edge_positions=("all",)).mib()["departs"] == {}
+    old = {k: v for k, v in c.to_json().items() if k != "edge_positions"}
+    assert FaithfulnessConfig.from_json(old).edge_positions == ("end",)
     assert c.input_node  # MIB's node graph: the input ranked and counted where a ranking scores it
     assert c.replace(second_logit="top").mib()["departs"] == {"second_logit": {"here": "top", "mib": "label"}}
     # MIB's CPR (the signed ranking's curve), scored on pairs held out from the ranking (issue 43)
@@ -224,7 +233,7 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     assert "lowest CMD, nodes@end:" in printed and "graddrop" in printed
     r = load_result(out)
     assert isinstance(r, FaithfulnessResult) and list(r.curves) == NODE_RANKINGS.split(",")
-    assert r.settings == ["nodes@end", "nodes@all", "edges@end"] and all(v > 0 for v in r.seconds.values())
+    assert r.settings == ["nodes@end", "nodes@all", "edges@end", "edges@all"] and all(v > 0 for v in r.seconds.values())
     assert set(r.cpu_seconds["exact-path"]) == {"ranking", "nodes@end", "nodes@all"} and r.table()[0]["curve_cpu_seconds"] >= 0
     assert sorted(p.name for p in (out / "parts").iterdir()) == sorted(f"{k}.pt" for k in r.curves)
     assert (out / "figure.html").is_file() and json.loads((out / "summary.json").read_text())["n_pairs"] == 3
@@ -263,9 +272,13 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
         col = edges[:, receivers.index(rcv)]
         want = effects[:, ig.receivers.index(rcv)].abs().nan_to_num(0)
         assert torch.equal(col, torch.stack([want[ig.senders.index(x)] for x in senders]))
-    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
+    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end", "edges@all"]
     c = engine.circuit_curve(model, scoring, edges=edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor")
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f) and c.level == "edge"
+    c = engine.circuit_curve(model, scoring, edges=edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor",
+                             positions="all")  # MIB's: every position
+    assert torch.equal(r.curves["eap-ig"]["edges@all"].f, c.f) and c.positions == "all"
+    assert summary["mib"]["departs"] == {} and "edge_positions" not in summary["mib"]["fixed"]
     # the signed ranking: sign * effect (larger is more important), |signed| the absolute ranking's score
     h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
     assert torch.equal(r.scores["exact-path"]["heads_signed"], -h) and torch.equal(r.scores["exact-path"]["mlps_signed"], -m)
@@ -366,7 +379,8 @@ def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
     assert all(not v[7] or v[3] > 0 for v in family)  # apart only where the corrected interval excludes 0
     header, rows = T.faithfulness(tables["faithfulness"]["data"])
     assert [r[1:3] for r in rows] == [[op, s] for op in ("addition", "subtraction")
-                                      for s in ("nodes at END", "nodes, every position", "edges at END")]
+                                      for s in ("nodes at END", "nodes, every position", "edges at END",
+                                                "edges, every position")]
     assert rows[2][3] == "-" and rows[2][-1] == "eap-ig"  # edges: EAP-IG's alone
     assert (tmp_path / "run" / exp.slug(str(tiny_dir("llama"))) / "addition" / "figure-nodes-all.html").is_file()
     again = exp.cli([*argv, "--replot"])
