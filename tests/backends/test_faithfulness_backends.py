@@ -261,7 +261,7 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
     folder, out = tiny_dir("llama"), tmp_path / "f"
     argv = ["faithfulness", "--model", str(folder), "--no-filter-correct", "--few-shot", "on", "--pairs", "3",
             "--rankings", "exact-path,eap-ig", "--sizes", "0.05,0.2,0.5", "--n-boot", "10", "--no-progress",
-            "--out", str(out)]
+            "--edge-positions", "end,all", "--out", str(out)]
     assert cli_main(argv) == 0
     assert "lowest CMD" in capsys.readouterr().out
     r = load_result(out)

@@ -33,7 +33,7 @@ def test_scores_and_curves_are_the_engines(smollm2, result):
             assert c.n_nodes == total and c.n_kept.tolist() == [int(s * total) for s in (0.01, 0.1, 0.5)]  # MIB's
             assert c.f_low.le(c.f + 1e-6).all() and c.f.le(c.f_high + 1e-6).all()
             assert c.cpr_interval[0] <= c.cpr <= c.cpr_interval[1] and c.positions == setting.split("@")[1]
-    assert list(result.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end", "edges@all"]
+    assert list(result.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
     s = result.scores["screen"]
     again = engine.circuit_curve(smollm2, pairs, s["heads"], s["mlps"], input=s["input"], sizes=(0.01, 0.1, 0.5),
                                 positions="all", n_boot=50, count="floor")

@@ -148,8 +148,8 @@ def test_each_strategy_of_the_executor_equals_the_plain_loop(tiny_llama, tokeniz
 
 
 def test_the_faithfulness_job_runs_every_curve_through_the_executor(tmp_path, monkeypatch):
-    """With the job's defaults, node curves at END and at every position and the edge curves at END and at every
-    position each call the executor once per curve (END-only layers at END, the counterfactual route for nodes at
+    """With the job's defaults and edges at every position too, node curves at END and at every position and the
+    edge curves at END and at every position each call the executor once per curve (END-only layers at END, the counterfactual route for nodes at
     every position, the edges strategy for edges there)."""
     from helpers import tiny_dir
 
@@ -167,7 +167,7 @@ def test_the_faithfulness_job_runs_every_curve_through_the_executor(tmp_path, mo
     monkeypatch.setattr(nodes, "run_ablation", spy)
     argv = ["faithfulness", "--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "3",
             "--rankings", "exact-path,eap-ig", "--sizes", "0.05,0.5", "--n-boot", "0", "--ig-steps", "2",
-            "--no-progress", "--out", str(tmp_path / "f")]
+            "--edge-positions", "end,all", "--no-progress", "--out", str(tmp_path / "f")]
     assert cli_main(argv) == 0
     # per ranking and circuit kind three curves (issue 43), each one executor call: the absolute and the signed
     # ranking's on the held-out pairs, the absolute one's on the ranking pairs (in-sample)

@@ -79,16 +79,20 @@ def test_defaults_are_mib_s():
     assert c.counterfactual == "random" and c.second_logit == "label" and c.count == "floor" and c.ig_grid == "left"
     assert c.position_scores == "sum"
     # every MIB choice is the default: nothing departs but what no config value selects yet (named in docs/mib.md)
-    assert c.mib()["departs"] == {} and set(c.mib()["fixed"]) == {"prompts"}
-    # edges at every position, MIB's evaluate_graph (and at END beside it); END only departs from MIB, and a run
-    # saved before edge_positions existed measured edges at END only, and reads so
-    assert c.edge_positions == ("end", "all") and c.edge_settings() == ["edges@end", "edges@all"]
-    assert c.replace(edge_positions=("end",)).mib()["departs"] == {"edge_positions": {"here": ["end"], "mib": ["all"]}}
+    # edges at END by default (edges at every position, MIB's evaluate_graph, is a named option: ~30x slower on a
+    # CPU), the one departure the defaults name; with --edge-positions end,all (or all) nothing departs
+    departs = {"edge_positions": {"here": ["end"], "mib": ["all"]}}
+    assert c.mib()["departs"] == departs and set(c.mib()["fixed"]) == {"prompts"}
+    assert c.edge_positions == ("end",) and c.edge_settings() == ["edges@end"]
+    assert c.replace(edge_positions=("end", "all")).edge_settings() == ["edges@end", "edges@all"]
+    assert c.replace(edge_positions=("end", "all")).mib()["departs"] == {}
     assert c.replace(edge_positions=("all",)).mib()["departs"] == {}
+    assert c.replace(edges=False).mib()["departs"] == {}  # no edge curve, nothing measured another way
     old = {k: v for k, v in c.to_json().items() if k != "edge_positions"}
     assert FaithfulnessConfig.from_json(old).edge_positions == ("end",)
     assert c.input_node  # MIB's node graph: the input ranked and counted where a ranking scores it
-    assert c.replace(second_logit="top").mib()["departs"] == {"second_logit": {"here": "top", "mib": "label"}}
+    assert c.replace(second_logit="top").mib()["departs"] == {"second_logit": {"here": "top", "mib": "label"},
+                                                               **departs}
     # MIB's CPR (the signed ranking's curve), scored on pairs held out from the ranking (issue 43)
     assert c.cpr_ranking == "signed" and c.held_out and c.score_seed == c.seed + 1 == 1
     assert FaithfulnessConfig(seed=4, held_out=False, scoring_seed=4).score_seed == 4
@@ -227,7 +231,7 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
 
     out = tmp_path / "f"
     argv = ["faithfulness", *TINY, "--pairs", "3", "--rankings", NODE_RANKINGS, "--sizes", "0.05,0.2,0.5",
-            "--n-boot", "20", "--no-progress", "--out", str(out)]
+            "--n-boot", "20", "--edge-positions", "end,all", "--no-progress", "--out", str(out)]
     assert cli_main(argv) == 0
     printed = capsys.readouterr().out
     assert "lowest CMD, nodes@end:" in printed and "graddrop" in printed
@@ -278,7 +282,7 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     c = engine.circuit_curve(model, scoring, edges=edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor",
                              positions="all")  # MIB's: every position
     assert torch.equal(r.curves["eap-ig"]["edges@all"].f, c.f) and c.positions == "all"
-    assert summary["mib"]["departs"] == {} and "edge_positions" not in summary["mib"]["fixed"]
+    assert summary["mib"]["departs"] == {} and "edge_positions" not in summary["mib"]["fixed"]  # end,all: MIB's
     # the signed ranking: sign * effect (larger is more important), |signed| the absolute ranking's score
     h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
     assert torch.equal(r.scores["exact-path"]["heads_signed"], -h) and torch.equal(r.scores["exact-path"]["mlps_signed"], -m)
@@ -379,8 +383,7 @@ def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
     assert all(not v[7] or v[3] > 0 for v in family)  # apart only where the corrected interval excludes 0
     header, rows = T.faithfulness(tables["faithfulness"]["data"])
     assert [r[1:3] for r in rows] == [[op, s] for op in ("addition", "subtraction")
-                                      for s in ("nodes at END", "nodes, every position", "edges at END",
-                                                "edges, every position")]
+                                      for s in ("nodes at END", "nodes, every position", "edges at END")]
     assert rows[2][3] == "-" and rows[2][-1] == "eap-ig"  # edges: EAP-IG's alone
     assert (tmp_path / "run" / exp.slug(str(tiny_dir("llama"))) / "addition" / "figure-nodes-all.html").is_file()
     again = exp.cli([*argv, "--replot"])

@@ -86,9 +86,12 @@ class FaithfulnessConfig(PairSource):
                                                         "(END only) and/or all (every position, as MIB)")
     edges: bool = option(True, help="also score EAP-IG's edge ranking at edge level, at --edge-positions (with "
                                     "--rankings eap-ig; pre-norm models)")
-    edge_positions: tuple[str, ...] = option(POSITIONS, help="where an edge circuit's left-out edges carry their "
+    # END only by default: MIB's every-position edge curve (edges@all) took 30x the END curve's CPU time on SmolLM2
+    # (359 vs 12 CPU s, 8 scoring pairs, docs/results.md), too slow for a CPU default; mib() names the departure
+    edge_positions: tuple[str, ...] = option(("end",), help="where an edge circuit's left-out edges carry their "
                                              "ablated value: end (END only) and/or all (every position, MIB's "
-                                             "evaluate_graph); one curve each (edges@end, edges@all)")
+                                             "evaluate_graph, about 30x the END curve's time); one curve each "
+                                             "(edges@end, edges@all); end,all adds MIB's")
     ablation: str = option("counterfactual", choices=ABLATIONS, help="what an ablated node takes: its value on the "
                                                                     "counterfactual prompt (MIB's), its mean, or zero")
     metric: str = option(MIB_METRIC, choices=METRIC_NAMES, help="m in f = (m(C) - m(empty)) / (m(N) - m(empty)); "
