@@ -386,7 +386,8 @@ def fourier_components(d: dict) -> Table:
               _pct(c["ramp_share"]), _pct(c["mean_share"])] for name, c in d["components"].items()])
 
 
-SETTINGS = {"nodes@end": "nodes at END", "nodes@all": "nodes, every position", "edges@end": "edges at END"}
+SETTINGS = {"nodes@end": "nodes at END", "nodes@all": "nodes, every position", "edges@end": "edges at END",
+            "edges@all": "edges, every position"}
 
 
 def _faith_groups(d: dict) -> dict[tuple[str, str, str], dict[str, dict]]:

@@ -118,6 +118,47 @@ def test_edges_equal_the_plain_loop(family_models, tokenizer, arch, ablation):
                                rtol=0)
 
 
+# Every family of tests/helpers.py whose heads add into the residual stream (Gemma 2/3 normalise their sum: refused)
+EDGE_FAMILIES = ("llama", "llama3", "mistral", "mistral_window", "qwen2", "qwen3")
+
+
+@pytest.mark.parametrize("arch,ablation", [(a, "counterfactual") for a in EDGE_FAMILIES] +
+                         [("llama", "mean"), ("qwen2", "zero")])
+def test_edges_at_every_position_equal_the_plain_loop(family_models, tokenizer, arch, ablation):
+    """The executor's every-position edge strategy (set x pair rows, memory small enough that every pass holds one
+    row of one pair, and the default budget, all in one pass) equals the plain loop (one run_with_hooks per pair per
+    circuit, edge by edge); every edge kept is the model's own run, and with counterfactual values no edge kept is the
+    counterfactual run's (MIB's evaluate_graph at every position); at every position is not at END."""
+    from circuits.patching.ablation.edges_plain import ablate_edges_everywhere_plain
+
+    model = family_models(arch)
+    batch = _pairs(tokenizer)
+    valid = edge_valid(model)
+    scores = torch.rand(valid.shape, generator=torch.Generator().manual_seed(3)).masked_fill(~valid, float("nan"))
+    sizes = (0.0, 0.2, 0.6, 1.0)
+    ours = circuit_curve(model, batch, edges=scores, sizes=sizes, ablation=ablation, positions="all", n_boot=0,
+                         memory_mb=0.01)
+    one_pass = circuit_curve(model, batch, edges=scores, sizes=sizes, ablation=ablation, positions="all", n_boot=0)
+    torch.testing.assert_close(one_pass.m, ours.m, atol=1e-5, rtol=0)
+    cf_answer = cf_answer_plain(model, batch)
+    plain = torch.stack([metric_of(ablate_edges_everywhere_plain(model, batch, _edge_sets(model, scores, valid, s),
+                                                                 ablation), batch.answer, cf_answer, "logit_diff")
+                         for s in sizes])
+    atol = 1e-4 if ablation == "zero" else 1e-5  # zero ablation moves the logit difference by several units
+    torch.testing.assert_close(ours.m, plain, atol=atol, rtol=0)
+    assert (plain[0] - plain[-1]).abs().max() > 1e-2
+    rows = torch.arange(len(batch))
+    clean = metric_of(model(batch.reference)[rows, batch.end].float(), batch.answer, cf_answer, "logit_diff")
+    torch.testing.assert_close(ours.m_full, clean, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ours.m[-1], clean, atol=1e-5, rtol=0)  # size 1.0: every edge kept
+    if ablation == "counterfactual":
+        cf = metric_of(model(batch.counterfactual)[rows, batch.end].float(), batch.answer, cf_answer, "logit_diff")
+        torch.testing.assert_close(ours.m_empty, cf, atol=1e-5, rtol=0)
+        torch.testing.assert_close(ours.m[0], cf, atol=1e-5, rtol=0)
+    at_end = circuit_curve(model, batch, edges=scores, sizes=sizes, ablation=ablation, positions="end", n_boot=0)
+    assert (at_end.m[1:-1] - ours.m[1:-1]).abs().max() > 1e-3
+
+
 def test_edge_faithfulness_refuses_post_norm_models_in_one_line(family_models, tokenizer):
     model = family_models("gemma2")
     valid = edge_valid(model)
@@ -220,11 +261,11 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
     folder, out = tiny_dir("llama"), tmp_path / "f"
     argv = ["faithfulness", "--model", str(folder), "--no-filter-correct", "--few-shot", "on", "--pairs", "3",
             "--rankings", "exact-path,eap-ig", "--sizes", "0.05,0.2,0.5", "--n-boot", "10", "--no-progress",
-            "--out", str(out)]
+            "--edge-positions", "end,all", "--out", str(out)]
     assert cli_main(argv) == 0
     assert "lowest CMD" in capsys.readouterr().out
     r = load_result(out)
-    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
+    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end", "edges@all"]
     model = load_model(folder, dtype="float32", device="cpu")
     assert type(model.backend) is backend.installed() and model.backend.model is model
     # found on r.pairs, scored on r.scoring_pairs (held out, issue 43): the absolute and the signed ranking's curves
@@ -246,4 +287,7 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
     c = circuit_curve(model, r.scoring_pairs, edges=r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
                           count=r.config.count)
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f)
+    c = circuit_curve(model, r.scoring_pairs, edges=r.scores["eap-ig"]["edges"], sizes=(0.05, 0.2, 0.5), n_boot=10,
+                      count=r.config.count, positions="all")
+    assert torch.equal(r.curves["eap-ig"]["edges@all"].f, c.f)
     assert (r.curves["eap-ig"]["nodes@end"].m_full - r.curves["eap-ig"]["nodes@end"].m_empty).abs().max() > 1e-3

@@ -148,8 +148,9 @@ def test_each_strategy_of_the_executor_equals_the_plain_loop(tiny_llama, tokeniz
 
 
 def test_the_faithfulness_job_runs_every_curve_through_the_executor(tmp_path, monkeypatch):
-    """With the job's defaults, node curves at END and at every position and the edge curve each call the executor
-    once per curve (END-only layers at END, the counterfactual route at every position)."""
+    """With the job's defaults and edges at every position too, node curves at END and at every position and the
+    edge curves at END and at every position each call the executor once per curve (END-only layers at END, the counterfactual route for nodes at
+    every position, the edges strategy for edges there)."""
     from helpers import tiny_dir
 
     from circuits.cli import main as cli_main
@@ -166,12 +167,13 @@ def test_the_faithfulness_job_runs_every_curve_through_the_executor(tmp_path, mo
     monkeypatch.setattr(nodes, "run_ablation", spy)
     argv = ["faithfulness", "--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "3",
             "--rankings", "exact-path,eap-ig", "--sizes", "0.05,0.5", "--n-boot", "0", "--ig-steps", "2",
-            "--no-progress", "--out", str(tmp_path / "f")]
+            "--edge-positions", "end,all", "--no-progress", "--out", str(tmp_path / "f")]
     assert cli_main(argv) == 0
     # per ranking and circuit kind three curves (issue 43), each one executor call: the absolute and the signed
     # ranking's on the held-out pairs, the absolute one's on the ranking pairs (in-sample)
     assert seen == [("end", False, "end")] * 3 + [("all", False, "counterfactual")] * 3 + \
-        [("end", False, "end")] * 3 + [("all", False, "counterfactual")] * 3 + [("end", True, "end")] * 3
+        [("end", False, "end")] * 3 + [("all", False, "counterfactual")] * 3 + [("end", True, "end")] * 3 + \
+        [("all", True, "edges")] * 3  # edges at every position (MIB's evaluate_graph): the executor's edges strategy
 
 
 def test_masks_follow_the_one_ranking():
@@ -283,9 +285,16 @@ def test_edges_bad_input_is_one_line(family_models, tokenizer):
     model = family_models("llama")
     scores_, _ = edge_scores(model)
     pairs = mixed_pairs(tokenizer, 2)
-    with pytest.raises(ValueError, match="END only"):
-        circuit_curve(model, pairs, edges=scores_, positions="all")
+    from circuits.patching.ablation.executor import AblationMasks, AblationSpec, run_ablation
+
+    L, H = model.cfg.n_layers, model.cfg.n_heads
+    sites = AblationMasks(torch.zeros(1, L, H, dtype=torch.bool), torch.zeros(1, L, dtype=torch.bool),
+                          edges=torch.ones(1, *scores_.shape, dtype=torch.bool))
+    with pytest.raises(ValueError, match="strategy='masked' is for nodes"):  # edges at every position: one strategy
+        run_ablation(model, PairBatch.from_pairs(pairs, 0), AblationSpec("counterfactual", sites, "all"),
+                     strategy="masked")
     with pytest.raises(ValueError, match=r"\[sender, receiver\] = \[16, 40\]"):
         circuit_curve(model, pairs, edges=scores_[:3])
-    with pytest.raises(ValueError, match="ln1_post"):
-        circuit_curve(family_models("gemma2"), pairs, edges=scores_)
+    for positions in ("end", "all"):
+        with pytest.raises(ValueError, match="ln1_post"):
+            circuit_curve(family_models("gemma2"), pairs, edges=scores_, positions=positions)

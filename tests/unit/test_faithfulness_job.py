@@ -40,6 +40,7 @@ def curve(f: list[float], cpr: float, cmd: float, seconds: float = 0.5, level: s
     ({"sizes": (1.0, 5.0)}, "fractions in (0, 1]"),
     ({"sizes": (0.5, 0.1)}, "must increase"),
     ({"positions": ("middle",)}, "accepted: end, all"),
+    ({"edge_positions": ("end", "end")}, "accepted: end, all (one or both, once each)"),
     ({"ablation": "resample"}, "accepted: counterfactual, mean, zero"),
     ({"task": "all"}, "scores one operation"),
     ({"ig_steps": 0}, "--ig-steps 0: must be at least 1"),
@@ -58,6 +59,7 @@ def test_config_refuses_bad_input_in_one_line(kw, message):
     (["--rankings", "exact-path,gradients"], "Unknown ranking 'gradients'"),
     (["--sizes", "0.1,20"], "fractions in (0, 1]"),
     (["--positions", "end,start"], "accepted: end, all"),
+    (["--edge-positions", "start"], "Unknown --edge-positions start"),
     (["--task", "all"], "scores one operation"),
 ])
 def test_cli_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
@@ -77,9 +79,20 @@ def test_defaults_are_mib_s():
     assert c.counterfactual == "random" and c.second_logit == "label" and c.count == "floor" and c.ig_grid == "left"
     assert c.position_scores == "sum"
     # every MIB choice is the default: nothing departs but what no config value selects yet (named in docs/mib.md)
-    assert c.mib()["departs"] == {} and set(c.mib()["fixed"]) == {"edge_positions", "prompts"}
+    # edges at END by default (edges at every position, MIB's evaluate_graph, is a named option: ~30x slower on a
+    # CPU), the one departure the defaults name; with --edge-positions end,all (or all) nothing departs
+    departs = {"edge_positions": {"here": ["end"], "mib": ["all"]}}
+    assert c.mib()["departs"] == departs and set(c.mib()["fixed"]) == {"prompts"}
+    assert c.edge_positions == ("end",) and c.edge_settings() == ["edges@end"]
+    assert c.replace(edge_positions=("end", "all")).edge_settings() == ["edges@end", "edges@all"]
+    assert c.replace(edge_positions=("end", "all")).mib()["departs"] == {}
+    assert c.replace(edge_positions=("all",)).mib()["departs"] == {}
+    assert c.replace(edges=False).mib()["departs"] == {}  # no edge curve, nothing measured another way
+    old = {k: v for k, v in c.to_json().items() if k != "edge_positions"}
+    assert FaithfulnessConfig.from_json(old).edge_positions == ("end",)
     assert c.input_node  # MIB's node graph: the input ranked and counted where a ranking scores it
-    assert c.replace(second_logit="top").mib()["departs"] == {"second_logit": {"here": "top", "mib": "label"}}
+    assert c.replace(second_logit="top").mib()["departs"] == {"second_logit": {"here": "top", "mib": "label"},
+                                                               **departs}
     # MIB's CPR (the signed ranking's curve), scored on pairs held out from the ranking (issue 43)
     assert c.cpr_ranking == "signed" and c.held_out and c.score_seed == c.seed + 1 == 1
     assert FaithfulnessConfig(seed=4, held_out=False, scoring_seed=4).score_seed == 4
@@ -218,13 +231,13 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
 
     out = tmp_path / "f"
     argv = ["faithfulness", *TINY, "--pairs", "3", "--rankings", NODE_RANKINGS, "--sizes", "0.05,0.2,0.5",
-            "--n-boot", "20", "--no-progress", "--out", str(out)]
+            "--n-boot", "20", "--edge-positions", "end,all", "--no-progress", "--out", str(out)]
     assert cli_main(argv) == 0
     printed = capsys.readouterr().out
     assert "lowest CMD, nodes@end:" in printed and "graddrop" in printed
     r = load_result(out)
     assert isinstance(r, FaithfulnessResult) and list(r.curves) == NODE_RANKINGS.split(",")
-    assert r.settings == ["nodes@end", "nodes@all", "edges@end"] and all(v > 0 for v in r.seconds.values())
+    assert r.settings == ["nodes@end", "nodes@all", "edges@end", "edges@all"] and all(v > 0 for v in r.seconds.values())
     assert set(r.cpu_seconds["exact-path"]) == {"ranking", "nodes@end", "nodes@all"} and r.table()[0]["curve_cpu_seconds"] >= 0
     assert sorted(p.name for p in (out / "parts").iterdir()) == sorted(f"{k}.pt" for k in r.curves)
     assert (out / "figure.html").is_file() and json.loads((out / "summary.json").read_text())["n_pairs"] == 3
@@ -263,9 +276,13 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
         col = edges[:, receivers.index(rcv)]
         want = effects[:, ig.receivers.index(rcv)].abs().nan_to_num(0)
         assert torch.equal(col, torch.stack([want[ig.senders.index(x)] for x in senders]))
-    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end"]
+    assert list(r.curves["eap-ig"]) == ["nodes@end", "nodes@all", "edges@end", "edges@all"]
     c = engine.circuit_curve(model, scoring, edges=edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor")
     assert torch.equal(r.curves["eap-ig"]["edges@end"].f, c.f) and c.level == "edge"
+    c = engine.circuit_curve(model, scoring, edges=edges, sizes=(0.05, 0.2, 0.5), n_boot=20, count="floor",
+                             positions="all")  # MIB's: every position
+    assert torch.equal(r.curves["eap-ig"]["edges@all"].f, c.f) and c.positions == "all"
+    assert summary["mib"]["departs"] == {} and "edge_positions" not in summary["mib"]["fixed"]  # end,all: MIB's
     # the signed ranking: sign * effect (larger is more important), |signed| the absolute ranking's score
     h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
     assert torch.equal(r.scores["exact-path"]["heads_signed"], -h) and torch.equal(r.scores["exact-path"]["mlps_signed"], -m)

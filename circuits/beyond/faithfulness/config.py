@@ -51,7 +51,6 @@ MIB_VALUES: dict[str, object] = {"cpr_ranking": "signed", "counterfactual": "ran
 # What differs from MIB whatever the config says (no config value selects MIB's way yet), named in every run's
 # summary.json, its printed table and docs/mib.md.
 FIXED_DEVIATIONS: dict[str, str] = {
-    "edge_positions": "EAP-IG's edges are ablated at END only (MIB ablates edges at every position)",
     "prompts": "the paper's templates with a few-shot prefix, built by build_pairs (MIB: its mib-bench problems)",
 }
 
@@ -85,8 +84,14 @@ class FaithfulnessConfig(PairSource):
                                                       "0.01 keeps one node in a hundred)")
     positions: tuple[str, ...] = option(POSITIONS, help="where the circuit's nodes are kept and the rest ablated: end "
                                                         "(END only) and/or all (every position, as MIB)")
-    edges: bool = option(True, help="also score EAP-IG's edge ranking at edge level, edges at END (with --rankings "
-                                    "eap-ig; pre-norm models)")
+    edges: bool = option(True, help="also score EAP-IG's edge ranking at edge level, at --edge-positions (with "
+                                    "--rankings eap-ig; pre-norm models)")
+    # END only by default: MIB's every-position edge curve (edges@all) took 30x the END curve's CPU time on SmolLM2
+    # (359 vs 12 CPU s, 8 scoring pairs, docs/results.md), too slow for a CPU default; mib() names the departure
+    edge_positions: tuple[str, ...] = option(("end",), help="where an edge circuit's left-out edges carry their "
+                                             "ablated value: end (END only) and/or all (every position, MIB's "
+                                             "evaluate_graph, about 30x the END curve's time); one curve each "
+                                             "(edges@end, edges@all); end,all adds MIB's")
     ablation: str = option("counterfactual", choices=ABLATIONS, help="what an ablated node takes: its value on the "
                                                                     "counterfactual prompt (MIB's), its mean, or zero")
     metric: str = option(MIB_METRIC, choices=METRIC_NAMES, help="m in f = (m(C) - m(empty)) / (m(N) - m(empty)); "
@@ -145,6 +150,10 @@ class FaithfulnessConfig(PairSource):
         if not self.positions or any(p not in POSITIONS for p in self.positions):
             raise ValueError(f"Unknown positions {','.join(self.positions) or '(none)'}; accepted: "
                              f"{', '.join(POSITIONS)} (one or both)")
+        if not self.edge_positions or any(p not in POSITIONS for p in self.edge_positions) or \
+                len(set(self.edge_positions)) < len(self.edge_positions):
+            raise ValueError(f"Unknown --edge-positions {','.join(self.edge_positions) or '(none)'}; accepted: "
+                             f"{', '.join(POSITIONS)} (one or both, once each)")
         if not self.sizes or any(not (0 < s <= 1) for s in self.sizes):
             raise ValueError(f"--sizes must be fractions in (0, 1] (0.01 = 1% of the nodes), got "
                              f"{','.join(f'{s:g}' for s in self.sizes) or '(none)'}; MIB's: "
@@ -171,10 +180,11 @@ class FaithfulnessConfig(PairSource):
 
     @classmethod
     def from_json(cls, data: dict) -> FaithfulnessConfig:
-        """From saved JSON; a run saved before ``input_node`` existed had no input node in any circuit, and reads so
-        (its ``mib()`` then names the departure)."""
+        """From saved JSON; a run saved before ``input_node`` existed had no input node in any circuit, and one saved
+        before ``edge_positions`` scored edges at END only; each reads so (its ``mib()`` then names the departure)."""
         config = super().from_json(data)
-        return config if "input_node" in data else config.replace(input_node=False)
+        config = config if "input_node" in data else config.replace(input_node=False)
+        return config if "edge_positions" in data else config.replace(edge_positions=("end",))
 
     @property
     def score_seed(self) -> int | None:
@@ -190,9 +200,16 @@ class FaithfulnessConfig(PairSource):
         the config says, :data:`FIXED_DEVIATIONS`)."""
         departs = {k: {"here": getattr(self, k) if getattr(self, k) is not None else "the --pairs-file's own",
                        "mib": v} for k, v in MIB_VALUES.items() if getattr(self, k) != v}
+        if self.edges and "all" not in self.edge_positions:  # MIB ablates a circuit's edges at every position
+            departs["edge_positions"] = {"here": list(self.edge_positions), "mib": ["all"]}
         return {"departs": departs, "fixed": dict(FIXED_DEVIATIONS)}
 
     def settings(self) -> list[str]:
         """The node curves measured per ranking: ``nodes@end``, ``nodes@all`` (EAP-IG with ``edges`` adds
-        ``edges@end``)."""
+        :meth:`edge_settings`)."""
         return [f"nodes@{p}" for p in self.positions]
+
+    def edge_settings(self) -> list[str]:
+        """The edge curves of a ranking that scores edges (EAP-IG, with ``edges``): ``edges@end``, ``edges@all``
+        (every position, MIB's), as ``edge_positions`` says."""
+        return [f"edges@{p}" for p in self.edge_positions]

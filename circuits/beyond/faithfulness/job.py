@@ -6,7 +6,7 @@ non-negative, larger is more important, and the circuit of size s is the top s p
 :func:`~circuits.patching.core.ranking.order`); :func:`~circuits.patching.circuit_curves.circuit_curve` then keeps each
 circuit, ablates everything else (``ablation``: counterfactual as MIB, or mean, or zero) at END or at every position,
 and returns f at every size with CPR, CMD and bootstrap intervals. EAP-IG's edge scores (``edges``) are scored at edge
-level at END (the same function with ``edges=``). The seconds of each ranking are measured around its engine alone (the model is loaded and the
+level at END and at every position (``edge_positions``; the same function with ``edges=``). The seconds of each ranking are measured around its engine alone (the model is loaded and the
 pairs built before), wall-clock and as this process's CPU time (``cpu_seconds``: what the compute costs on a
 machine shared with other work), so the table reads as faithfulness per unit of compute.
 
@@ -135,12 +135,13 @@ def edge_scores(model: Model, effects: Float[Tensor, "sender receiver"], senders
 def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor], setting: str,
             config: FaithfulnessConfig, signed: bool = False) -> FaithfulnessCurve:
     """The faithfulness curve of the circuits ``scores`` yield in ``setting`` (``nodes@end``, ``nodes@all``: the
-    batched :func:`~circuits.patching.circuit_curves.circuit_curve` over nodes; ``edges@end``: over edges, at END),
+    batched :func:`~circuits.patching.circuit_curves.circuit_curve` over nodes; ``edges@end``, ``edges@all``: over
+    edges, at END or at every position),
     by the absolute ranking or (``signed``) the signed one; m is the END quantity ``config.metric``
     reads (``logit_diff``, ``prob``, or the answer's ``logit`` for ``fraction`` and ``relative_logit``)."""
     m = readout_of(get_metric(config.metric))
     k = SIGNED if signed else ""
-    nodes = ({"edges": scores["edges" + k]} if setting == "edges@end"
+    nodes = ({"edges": scores["edges" + k]} if setting.startswith("edges@")
              else {"heads": scores["heads" + k], "mlps": scores["mlps" + k], "input": scores.get(INPUT + k)})
     return circuit_curve(model, pairs, **nodes, sizes=config.sizes, ablation=config.ablation,
                          positions=setting.split("@")[1], metric=m, n_boot=config.n_boot, memory_mb=config.memory_mb,
@@ -148,7 +149,7 @@ def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor]
 
 
 def _settings(ranking: str, config: FaithfulnessConfig) -> list[str]:
-    return config.settings() + (["edges@end"] if scores_edges(ranking, config) else [])
+    return config.settings() + (config.edge_settings() if scores_edges(ranking, config) else [])
 
 
 def weights_digest(model: Any) -> str:
@@ -179,6 +180,8 @@ def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str, 
     own = set(ENGINES[ranking].job_options.values())
     for field in {f for e in ENGINES.values() for f in e.job_options.values()} - own:
         cfg.pop(field, None)
+    if not scores_edges(ranking, config):  # where edges are ablated changes only a ranking that scores edges
+        cfg.pop("edge_positions", None)
     h = hashlib.sha256(repr(("ranking", ranking, "weights", weights, "version", PART_VERSION)).encode())
     h.update(repr(sorted(cfg.items())).encode())
     for p in pairs:
@@ -255,7 +258,7 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
             for setting in _settings(ranking, config):
                 cpu = time.process_time()
                 cs[setting] = measure(model, scoring, s, setting, config)
-                k = "edges" if setting == "edges@end" else None
+                k = "edges" if setting.startswith("edges@") else None
                 same = all(torch.equal(s[p], s[p + SIGNED]) for p in ([k] if k else ["heads", "mlps", INPUT])
                            if p in s)
                 signed[setting] = cs[setting] if same else measure(model, scoring, s, setting, config, signed=True)

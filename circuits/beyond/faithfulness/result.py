@@ -52,13 +52,14 @@ def _expect_edge_axes(shapes: Shapes) -> None:
         shapes.sizes.setdefault("receiver", (L * (3 * H + 1) + 1, source))
 
 
-SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every position", "edges@end": "edges at END"}
+SETTING_TEXT = {"nodes@end": "nodes at END", "nodes@all": "nodes at every position", "edges@end": "edges at END",
+                "edges@all": "edges at every position"}
 
 
 @dataclass(eq=False, repr=False)
 class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
     """Each ranking's circuits scored as MIB scores them; ``curves[ranking][setting]`` (settings: ``nodes@end``,
-    ``nodes@all``, ``edges@end``; each a :class:`~circuits.patching.circuit_curves.FaithfulnessCurve`),
+    ``nodes@all``, ``edges@end``, ``edges@all``; each a :class:`~circuits.patching.circuit_curves.FaithfulnessCurve`),
     ``scores[ranking]`` (``heads`` [layer, head], ``mlps`` [layer], ``input`` [] where the ranking scores the input
     node and ``config.input_node``, ``edges`` where defined: the importance each ranking orders by, larger first),
     ``seconds[ranking]`` (computing the ranking)."""

@@ -4,7 +4,7 @@ final residual stream at each pair's END. Knockout, neuron knockout, the heurist
 (node and edge circuits) all call it; none registers a hook of its own.
 
 The sites (:class:`AblationMasks`) are heads ``[set, layer, head]``, MLPs ``[set, layer]``, neurons ``{layer: [set,
-d_mlp]}`` and, at END, MIB's edges ``[set, sender, receiver]``; the values
+d_mlp]}`` and MIB's edges ``[set, sender, receiver]`` (at END or at every position); the values
 (:class:`~circuits.patching.ablation.values.AblationValues`) are either given (template means, zero, resample: knockout)
 or a kind taken from the pairs' own runs (``"counterfactual"``, ``"end_mean"``, ``"zero"``: faithfulness). The
 executor chooses the strategy from the spec and the model; each equals the plain loop of :mod:`circuits.patching.engines.plain`
@@ -15,6 +15,9 @@ executor chooses the strategy from the spec and the model; each equals the plain
   each layer as END-only work over ``set x pair`` rows (:mod:`circuits.patching.ablation.end`).
 - **Counterfactual at every position** (counterfactual values, every position, a model that shares prefixes): the
   counterfactual run computed in the sets' own passes (:func:`_counterfactual_everywhere`).
+- **Edges at every position** (MIB's ``evaluate_graph``: edges, values from the pairs' runs, every position): each
+  receiver's q, k, v or MLP input at every position is the run's residual less the differences of the senders its
+  set cuts off, over ``set x pair`` rows (:mod:`circuits.patching.ablation.edges`).
 - **The masked forward** (everything else): every (set, pair) one row of a batch of whole prompts, one hook per site
   replacing, row by row, the units the row's set marks (:func:`ablated_residuals`).
 
@@ -45,12 +48,13 @@ from torch import Tensor
 
 from circuits.data.pairs import PairBatch, Pairs, as_batch
 from circuits.models.backend import Model, act_name
+from circuits.patching.ablation.edges import edges_everywhere
 from circuits.patching.ablation.end import edges_at_end, end_only_supported, end_runs, nodes_at_end
 from circuits.patching.ablation.values import AblationValues, ValueKind, per_pair_values, record, site_names
 from circuits.patching.core.readouts import first_difference
 
 Positions = Literal["end", "all"]
-Strategy = Literal["end", "counterfactual", "masked"]
+Strategy = Literal["end", "edges", "counterfactual", "masked"]
 
 
 @dataclass
@@ -58,7 +62,8 @@ class AblationMasks:
     """Which sites each set ablates (``True``: replaced by its value): ``heads [set, layer, head]``, ``mlps [set,
     layer]`` (``hook_mlp_out``), ``neurons {layer: [set, d_mlp]}`` (``hook_post``); or ``edges [set, sender,
     receiver]`` over MIB's graph (:func:`circuits.patching.circuit_curves.edge_curves.edge_senders` x ``edge_receivers``; then
-    the node masks are ignored: an edge carries its sender's ablated value into one receiver); ``input [set]``: the
+    the node masks are ignored: an edge carries its sender's ablated value into one receiver, at END or at every
+    position); ``input [set]``: the
     input node, the embeddings every later node reads (``blocks.0.hook_resid_pre``; MIB's node graph)."""
 
     heads: Bool[Tensor, "set layer head"]
@@ -251,8 +256,9 @@ class AblationSpec:
         if isinstance(self.values, str) and self.values not in ("counterfactual", "end_mean", "zero"):
             raise ValueError(f"Unknown values {self.values!r} from the pairs' runs; accepted: counterfactual, "
                              "end_mean, zero (or AblationValues)")
-        if self.sites.edges is not None and (self.positions != "end" or not isinstance(self.values, str)):
-            raise ValueError("Edges are ablated at END only, with values from the pairs' runs (positions='end')")
+        if self.sites.edges is not None and not isinstance(self.values, str):
+            raise ValueError("Edges are ablated with values from the pairs' runs (counterfactual, end_mean, zero), "
+                             "not given AblationValues")
 
 
 @dataclass
@@ -313,6 +319,11 @@ def run_ablation(model: Model, pairs: Pairs, spec: AblationSpec, *, rows_per_bat
         resid = edges_at_end(model, batch, sites.edges, runs, memory_mb) if sites.edges is not None else \
             nodes_at_end(model, batch, sites.heads, sites.mlps, sites.neurons, runs, memory_mb, sites.input)
         return Ablated(resid, runs.cf_resid, "end")
+    if sites.edges is not None:  # every position (END is the END-only layers above); no masked forward of edges
+        if not auto:
+            raise ValueError("Edges at every position run one strategy (edges); strategy='masked' is for nodes")
+        resid, cf_resid = edges_everywhere(model, batch, sites.edges, values, memory_mb)  # type: ignore[arg-type]
+        return Ablated(resid, cf_resid, "edges")
     if auto and spec.positions == "all" and values == "counterfactual" and model.backend.prefix_sharing():
         return Ablated(*_counterfactual_everywhere(model, batch, sites, rows), "counterfactual")
     names = site_names(model, neuron_layers, sites.input_ablated()) if values == "counterfactual" else []

@@ -25,11 +25,12 @@ when its edges are out of the graph); the empty circuit then ablates it too, so 
 run's own. Without a score it is kept in every circuit and not counted, as MIB keeps (and does not count) a node
 whose score is NaN.
 
-**Edges** (:func:`circuit_curve` with ``edges=``, END only): MIB's graph -- senders are the input embedding, every head and
-every MLP; receivers every head's query, key and value input (per query head, also under grouped-query attention),
-every MLP's input and the logits. An edge left out of the circuit carries its sender's ablated END value into its
-receiver, the kept edges the current one (MIB's ``evaluate_graph``, which adds the differences into each receiver's
-input). Models that normalise the sum of their heads (Gemma 2/3's ``ln1_post``) are refused at edge level (MIB
+**Edges** (:func:`circuit_curve` with ``edges=``, ``positions="end"`` or ``"all"``): MIB's graph -- senders are the
+input embedding, every head and every MLP; receivers every head's query, key and value input (per query head, also
+under grouped-query attention), every MLP's input and the logits. An edge left out of the circuit carries its
+sender's ablated value into its receiver, the kept edges the current one (MIB's ``evaluate_graph``, which subtracts
+each cut-off sender's difference, its output minus its ablated value, from its receiver's input): at END only, or at
+every position as MIB (:mod:`circuits.patching.ablation.edges`). Models that normalise the sum of their heads (Gemma 2/3's ``ln1_post``) are refused at edge level (MIB
 special-cases them); MIB's pruning of edges cut off from the input or the logits is not applied.
 
 **Metric.** ``m`` is read from the END logits of each pair: by default ``logit_diff`` = logit(answer) -
@@ -51,13 +52,17 @@ trapezoids over log sizes instead, which gives other numbers: 1.4507 / 5.4571 fo
 what each circuit leaves out; positions), run by the mechanism's one ablation executor
 (:func:`~circuits.patching.ablation.executor.run_ablation`, which knockout also calls), which chooses the strategy: at
 END, END-only layers over ``circuits x pairs`` rows after one batched reference and counterfactual forward
-(:mod:`circuits.patching.ablation.end`; edges always, nodes where the END-only layers compute the model); counterfactual
-values at every position with the counterfactual run in the circuits' own passes, each pair's start before its
-prompts differ run once; otherwise the masked forward over whole prompts. This package registers no hook of its own.
+(:mod:`circuits.patching.ablation.end`; edges always, nodes where the END-only layers compute the model); edges at
+every position, each receiver's input assembled from the senders its circuit keeps over ``circuits x pairs`` rows of
+whole prompts (:mod:`circuits.patching.ablation.edges`); counterfactual node values at every position with the
+counterfactual run in the circuits' own passes, each pair's start before its prompts differ run once; otherwise the
+masked forward over whole prompts. This package registers no hook of its own.
 Every model-specific piece comes from :mod:`circuits.models.backend`, so both TransformerLens lines (3.9's
 ``HookedTransformer``, 4.3's ``TransformerBridge``) run the same code. Each strategy is tested against the plain loops
 of :mod:`circuits.patching.engines.plain` (:func:`~circuits.patching.engines.plain.ablate_plain`,
-:func:`~circuits.patching.engines.plain.ablate_edges_plain`): one circuit at a time, one hook per site.
+:func:`~circuits.patching.engines.plain.ablate_edges_plain`) and, for edges at every position,
+:func:`~circuits.patching.ablation.edges_plain.ablate_edges_everywhere_plain` (one pair at a time): one circuit at a
+time, one hook per site.
 
 Public signature::
 
@@ -65,7 +70,7 @@ Public signature::
                   ablation="counterfactual", positions="end", metric=MIB_METRIC, n_boot=1000, level=0.95, seed=0,
                   memory_mb=1024, count=DEFAULT_COUNT) -> FaithfulnessCurve
         # nodes: heads [layer, head], mlps [layer], neurons {layer: [d_mlp]}, input (one number: the embeddings a
-        # node, MIB's node graph); or edges [sender, receiver] over edge_senders x edge_receivers (END only)
+        # node, MIB's node graph); or edges [sender, receiver] over edge_senders x edge_receivers (END or all)
     edge_senders(model), edge_receivers(model), edge_valid(model) -> [sender, receiver] bool
     circuit_masks(heads, mlps, neurons, sizes, count, input) -> NodeMasks  # which nodes each size keeps
     edge_masks(valid, scores, sizes, count) -> (keep, n_kept, n_edges)

@@ -1,7 +1,8 @@
-"""Edge circuits at END: MIB's graph (:func:`edge_senders`, :func:`edge_receivers`, :func:`edge_valid`), which edges
+"""Edge circuits: MIB's graph (:func:`edge_senders`, :func:`edge_receivers`, :func:`edge_valid`), which edges
 each circuit keeps (:func:`edge_masks`) and which models have separable edges (:func:`check_edge_model`); the curve is
 :func:`circuits.patching.circuit_curves.node_curves.circuit_curve` with ``edges=``, run by the ablation executor's END-only
-strategy (:func:`circuits.patching.ablation.end.edges_at_end`); see :mod:`circuits.patching.circuit_curves`."""
+strategy (:func:`circuits.patching.ablation.end.edges_at_end`) or, at every position, its edges strategy
+(:func:`circuits.patching.ablation.edges.edges_everywhere`); see :mod:`circuits.patching.circuit_curves`."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from circuits.patching.core.ranking import order
 from circuits.types import DEFAULT_COUNT, Component, Receiver, eap_upstream
 
 
-# --- edges at END -------------------------------------------------------------------------------------------
+# --- edges ---------------------------------------------------------------------------------------------------
 #
 # The graph, as MIB's: senders are the input embedding ("input"), every head and every MLP; receivers are every
 # head's query, key and value input (per query head, also under grouped-query attention), every MLP's input, and
@@ -26,8 +27,9 @@ from circuits.types import DEFAULT_COUNT, Component, Receiver, eap_upstream
 # of layer l feeds heads of later layers, the MLP of its own layer and later ones, and the logits). In a circuit,
 # each receiver's END input is the residual stream minus, for every edge into it that the circuit leaves out, the
 # sender's current END output minus its ablated value (its counterfactual END output, its mean over the reference
-# runs, or zero): the edge then carries the ablated value and the kept edges the current one. Only END changes, so
-# earlier positions are the reference run's, and each layer is END-only work over the reference keys and values.
+# runs, or zero): the edge then carries the ablated value and the kept edges the current one. At END only, earlier
+# positions are the reference run's, and each layer is END-only work over the reference keys and values; at every
+# position (MIB's evaluate_graph) every position's receiver inputs are assembled so, in whole-prompt forwards.
 
 INPUT, LOGITS = "input", "logits"
 EdgeSender = Component | str

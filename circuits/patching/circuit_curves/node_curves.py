@@ -73,10 +73,10 @@ def circuit_curve(
             leaves them out, as MIB's node graph; ``None``: not a node (always kept, not counted). Nodes only.
         edges: instead of nodes, a score per edge ``[sender, receiver]`` over
             :func:`~circuits.patching.circuit_curves.edge_curves.edge_senders` x ``edge_receivers`` (entries that are not
-            edges, :func:`~circuits.patching.circuit_curves.edge_curves.edge_valid`, are ignored); at END only.
+            edges, :func:`~circuits.patching.circuit_curves.edge_curves.edge_valid`, are ignored); at END or at every position (MIB's).
         sizes: fractions of the nodes (edges) in [0, 1] (default MIB's nine, 0.1% ... 50%).
         ablation: ``counterfactual`` (MIB), ``mean`` (over the reference runs, END-aligned) or ``zero``.
-        positions: ``end`` (the END position only) or ``all`` (every position, as MIB; nodes only).
+        positions: ``end`` (the END position only) or ``all`` (every position, as MIB; nodes and edges).
         metric: the END quantity m: ``logit_diff`` (:data:`~circuits.patching.core.metrics.MIB_METRIC`, MIB's), ``logit``,
             ``prob`` or a :func:`~circuits.patching.core.metrics.logits_metric`.
         n_boot: bootstrap resamples of the pairs for the intervals (0: none); ``level`` their coverage.
@@ -92,9 +92,6 @@ def circuit_curve(
     if edges is not None:
         if input is not None:
             raise ValueError("input= is a node score; at edge level the input's edges are rows of edges= (sender 0)")
-        if positions != "end":
-            raise ValueError("Edge faithfulness is at END only (positions='end'); every position is done at node "
-                             "level")
         metric = check_metric(metric)
         check_edge_model(model)
         valid = edge_valid(model)
