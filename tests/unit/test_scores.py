@@ -90,12 +90,12 @@ def test_one_default_metric_named_once():
 def test_every_end_result_gives_scores(tiny_llama, tokenizer):
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 3), 0)
     r = sweep(tiny_llama, batch, "path", progress=False)
-    s = r.scores()
-    h, m = r.effects()
+    s, m = r.scores(), get_metric(DEFAULT_METRIC)
     assert s.metric == DEFAULT_METRIC and s.engine == "exact-path"
-    torch.testing.assert_close(s.heads, h, equal_nan=True)
-    torch.testing.assert_close(s.mlps, m, equal_nan=True)
-    assert r.ranked("relative_logit") == rank(r.effects("relative_logit")[0], get_metric("relative_logit").sign)
+    torch.testing.assert_close(s.heads, m.effect(r.heads, r.baseline), equal_nan=True)
+    torch.testing.assert_close(s.mlps, m.effect(r.mlps, r.baseline), equal_nan=True)
+    rel = get_metric("relative_logit")
+    assert r.scores(rel).ranked(part="heads") == rank(rel.effect(r.heads, r.baseline), rel.sign)
     assert s.per_pair["heads"].shape[-1] == 3
 
 
