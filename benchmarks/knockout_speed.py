@@ -41,7 +41,7 @@ def main() -> None:
     model.requires_grad_(False)
     L, H = model.cfg.n_layers, model.cfg.n_heads
     pairs, r = _bench.identify_pairs(model, args.identify, args.pairs)
-    ranking = [h for h, _ in r.ranked(r.key_rule.metric)] if r is not None else random_order(L, H, 99)
+    ranking = [h for h, _ in r.scores(None).ranked(part="heads")] if r is not None else random_order(L, H, 99)
     ks = args.ks
     orders = [ranking] + [random_order(L, H, s) for s in range(args.seeds)]
     sets = [(o[:k], ()) for o in orders for k in ks]

@@ -9,9 +9,9 @@ The method of Zhang et al., ICML 2024, on TransformerLens, one subpackage per st
     cc.use_threads()                               # the CLI's thread set-up (before torch is imported)
     model = cc.load_model("smollm2")
     pairs = cc.build_pairs(model, "addition", n_pairs=32)
-    result = cc.sweep(model, pairs)                # path patching of every head and MLP at END
-    print(result.key_heads("fraction>=0.05"))      # [(Head(layer=20, head=8), 0.18), ...]
-    cc.head_heatmap(*result.effects()).show()      # by DEFAULT_METRIC (fraction), as effects()
+    scores = cc.sweep(model, pairs).scores("fraction")  # path patching of every head and MLP at END, as Scores
+    print(scores.key("fraction>=0.05"))            # [(Head(layer=20, head=8), 0.18), ...]
+    cc.head_heatmap(scores.heads, scores.mlps).show()
 
 Names are imported on first use, so ``import circuits`` is fast.
 """

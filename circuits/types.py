@@ -21,7 +21,7 @@ MODES: tuple[Mode, ...] = ("path", "activation")
 DTYPE_NAMES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 # The built-in metrics (circuits.patching.core.metrics defines them; configs check names against this without torch).
 METRIC_NAMES: tuple[str, ...] = ("relative_logit", "fraction", "logit_diff", "prob", "answer_logprob")
-# The default of every effects() / per_pair() / ranked() / scores() of every result type and of every job's metric
+# The default of every scores() of every result type and of every job's metric
 # (declared here so configs read it without torch; circuits.patching.core.metrics.DEFAULT_METRIC is this name).
 DEFAULT_METRIC = "fraction"
 # The MIB-style default: what scoring that follows MIB names (the faithfulness job; the information-flow figure of
@@ -122,7 +122,7 @@ class Head(NamedTuple):
     @classmethod
     def parse(cls, value: Any) -> Head:
         """``(21, 2)``, ``[21, 2, effect]``, ``"21.2"``, ``"L21H2"``, a head :class:`Component`, or a ranked
-        ``(Head, effect)`` pair as ``key_heads()`` and ``ranked()`` return them."""
+        ``(Head, effect)`` pair as ``Scores.key()`` and ``Scores.ranked()`` return them."""
         if isinstance(value, Head):
             return value
         if isinstance(value, Component):

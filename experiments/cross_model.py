@@ -66,7 +66,7 @@ def measure(config: Config, name: str, model: Any) -> dict[str, Any]:
                           "full_effect": r.summary().get("baseline", {}).get("full_effect_relative_logit")}
     counts = Counter(tuple(h) for d in operations.values() for h in d["key_heads"])
     add = results["addition"] if "addition" in results else next(iter(results.values()))
-    ranking = [h for h, _ in add.ranked(add.key_rule.metric)]
+    ranking = [h for h, _ in add.scores(None).ranked(part="heads")]
     ks = [k for k in config.ks if k <= len(ranking)]
     curve = knockout_curve(model, add.pairs, ranking, ks, config.seeds)
     t(f"{name}: knockout")

@@ -33,7 +33,7 @@ def main(config: Config, model=None) -> AblationComparison:
     curves, n = {}, {}
     for op in config.operations:
         r = C.identify_result(config, op, model=model)
-        ranking = [h for h, _ in r.ranked(r.key_rule.metric)]
+        ranking = [h for h, _ in r.scores(None).ranked(part="heads")]
         curves[op] = compare_ablations(model, r.pairs, ranking, [k for k in config.ks if k <= len(ranking)], config.seeds,
                                        config.kinds)
         n[op] = len(r.pairs)

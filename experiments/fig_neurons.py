@@ -36,17 +36,17 @@ def main(config: Config, model=None) -> NeuronResult:
     t = C.Timer()
     model = model or C.model_for(config.model, config.dtype)
     r = C.identify_result(config, model=model)
-    layers = r.top_mlps(config.top_mlps)
+    layers = [c.layer for c in r.scores(None).top(config.top_mlps, "mlps", first=r.key_rule)]
     t(f"key MLPs {layers}")
     m = get_metric(config.metric)
     start = time.perf_counter()
     ns = sweep_neurons(model, r.pairs, config.mode, layers=layers, prob=m.name == "prob", progress=False)  # type: ignore[arg-type]
-    whole = sweep(model, r.pairs, config.mode, components=[Component.mlp(l) for l in layers], progress=False).effects(m)[1]  # type: ignore[arg-type]
+    whole = sweep(model, r.pairs, config.mode, components=[Component.mlp(l) for l in layers], progress=False).scores(m).mlps  # type: ignore[arg-type]
     nc = NeuronConfig(model=config.model, task=config.task, n_pairs=len(r.pairs), seed=config.seed, layers=tuple(layers),
                       mode=config.mode, metric=m.name, shares=config.shares, pairs_from=str(config.identify_folder()))
     result = NeuronResult(nc, r.pairs, ns, m.name, {l: float(whole[l]) for l in layers})
     t("every neuron patched")
-    result.knockout = neuron_knockout(model, r.pairs, result.layer_effects(), m.sign, config.shares)
+    result.knockout = neuron_knockout(model, r.pairs, ns.scores(m).by_layer(), m.sign, config.shares)
     result.seconds = time.perf_counter() - start
     t("knockout")
     result.save(config.out)

@@ -74,7 +74,7 @@ def main(config: Config, model=None) -> SFTComparison:
     variants = [("base", None)] + [(f"top-{k} heads", config.finetune_config(heads=tuple(ranked[:k]))) for k in counts]
     for m in config.mlp_counts:
         variants.append((f"top-{k32} heads + top-{m} MLP{'s' if m > 1 else ''}",
-                         config.finetune_config(heads=tuple(ranked[:k32]), mlps=tuple(identify.top_mlps(m)))))
+                         config.finetune_config(heads=tuple(ranked[:k32]), mlps=tuple(c.layer for c in identify.scores(None).top(m, "mlps", first=identify.key_rule)))))
     return S.run_table(config, model, variants, ranked, f"Paper counts scaled by {total}/1024.\n\n{PAPER_TABLE2}",
                        {"head_counts": counts})
 

@@ -112,7 +112,7 @@ def build_results(model: Any, tmp: Path) -> dict[str, Result]:
 def _build_results(model: Any, tmp: Path) -> dict[str, Result]:
     r = identify(model, config=IDENTIFY, progress=False)
     pairs = r.pairs
-    heads = [h for h, _ in r.ranked()]
+    heads = r.scores().top(None, "heads")
     out: dict[str, Result] = {"identify": r}
     out["per_operation"] = PerOperation.from_identify(PerOperationConfig(**SOURCE, operations=("addition", "subtraction"),
                                                                          top=3), {"addition": r, "subtraction": r}, 3)

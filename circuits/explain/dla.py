@@ -25,8 +25,7 @@ from circuits.models.backend import Model
 from circuits.models.backend import act_name as get_act_name
 
 from circuits.data.pairs import PromptPair, pair_answer_scores
-from circuits.patching.core.ranking import rank
-from circuits.types import Head
+from circuits.patching.core.scores import Scores
 
 
 @torch.no_grad()
@@ -94,17 +93,16 @@ class DirectLogitAttribution:
     logit_diff: Float[Tensor, " pair"]
     cf_answer: Int[Tensor, " pair"]
 
-    def effects(self) -> tuple[Float[Tensor, "layer head"], Float[Tensor, " layer"]]:
-        """Mean over pairs: ``(heads [layer, head], mlps [layer])``, in logits; positive = pushes the answer."""
-        return self.heads.mean(-1), self.mlps.mean(-1)
-
-    def top_heads(self, k: int = 10) -> list[tuple[Head, float]]:
-        """The ``k`` heads that push the answer most directly, largest mean first."""
-        return rank(self.effects()[0], sign=1)[:k]
+    def scores(self) -> Scores:
+        """:class:`~circuits.patching.core.scores.Scores` of every head ``[layer, head]`` and MLP ``[layer]``: the mean
+        direct effect over pairs, in logits (metric ``direct_logit_diff``, sign ``+1``: pushing the answer is
+        important); ``scores().top(5, "heads")`` ranks them."""
+        return Scores({"heads": self.heads.mean(-1), "mlps": self.mlps.mean(-1)}, "direct_logit_diff", 1, engine="dla",
+                      per_pair={"heads": self.heads, "mlps": self.mlps})
 
     def __repr__(self) -> str:
         L, H, P = self.heads.shape
-        top = ", ".join(f"{h} {e:+.2f}" for h, e in self.top_heads(3))
+        top = ", ".join(f"{h} {e:+.2f}" for h, e in self.scores().ranked(3, "heads"))
         return f"DirectLogitAttribution({L} layers x {H} heads, {P} pairs; top: {top})"
 
 

@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from circuits.patching.engines.edge_sweep import EdgeSweep
-from circuits.patching.core.ranking import order
 from circuits.types import Component, Receiver
 
 
@@ -27,12 +26,8 @@ def resolve_receivers(text: str, result: Any) -> list[Receiver]:
     k = int(m.group(1))
     if k < 1:
         raise ValueError("--receivers topK needs K >= 1")
-    metric = result.metric()
-    heads, mlps = result.effects(metric)
-    cands = [(Component("head", l, h), float(heads[l, h])) for l in range(1, heads.shape[0]) for h in range(heads.shape[1])]
-    cands += [(Component.mlp(l), float(mlps[l])) for l in range(mlps.shape[0])]
-    ranked = order(torch.tensor([e for _, e in cands]), metric.sign)[:k].tolist()
-    return Receiver.parse_many([str(cands[i][0]) for i in ranked])
+    ranked = [c for c, _ in result.scores(None).ranked(part=("heads", "mlps")) if isinstance(c, Component) or c.layer]
+    return Receiver.parse_many([str(c if isinstance(c, Component) else Component.of(c)) for c in ranked[:k]])
 
 
 def edge_intervals(edges: EdgeSweep, metric: str, n_boot: int = 200, level: float = 0.95,
@@ -60,9 +55,10 @@ def circuit_edges(edges: EdgeSweep, receiver_effects: dict[str, float], metric: 
     head receiver's q, k and v inputs each on their own), as ``(sender, receiver, value, (low, high) or None)``, then
     each receiver component's own effect on the logits ``(component, "logits", value, None)``."""
     ci = edge_intervals(edges, metric) if intervals else None
+    scores = edges.scores(metric)
     out: list[tuple] = []
     for j, r in enumerate(edges.receivers):
-        for s, v in edges.top_senders(r, top, metric):
+        for s, v in scores.ranked(top, into=r):
             i = edges.senders.index(s)
             out.append((str(s), str(r), float(v), (float(ci[0][i, j]), float(ci[1][i, j])) if ci is not None else None))
     for comp in dict.fromkeys(r.component for r in edges.receivers):
@@ -81,14 +77,16 @@ def circuit_figure(edges: EdgeSweep, receiver_effects: dict[str, float], metric:
 
 def receiver_effects_of(result: Any, receivers: list[Receiver], metric: str) -> dict[str, float]:
     """Each receiver component's own path-patching effect on the logits, from an identify result."""
-    heads, mlps = result.effects(metric)
+    s = result.scores(metric)
     out = {}
     for r in receivers:
         c = r.component
-        out[str(c)] = float(heads[c.layer, c.head] if c.kind == "head" else mlps[c.layer])
+        out[str(c)] = s.value(c)
     return out
 
 
 def edge_summary(edges: EdgeSweep, metric: str, top: int = 10) -> dict[str, Any]:
     """Each receiver's ``top`` senders with their effects by ``metric`` (``summary.json``'s ``edges``)."""
-    return {str(r): [[str(s), v] for s, v in edges.top_senders(r, top, metric)] for r in edges.receivers}
+    scores = edges.scores(metric)
+    return {str(r): [[str(s), v] for s, v in scores.ranked(top, into=r)] for r in edges.receivers}
+

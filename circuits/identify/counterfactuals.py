@@ -109,7 +109,7 @@ def compare_counterfactuals(model: Model, pairs_by_kind: Mapping[str, Sequence[P
             raise ValueError(f"the pairs of {k!r} hold other reference prompts than those of {first!r}; compare kinds on "
                              "the same references, so the counterfactual is all that differs")
     rule = KeyRule.parse(rule) if isinstance(rule, str) else rule
-    heads = {k: [h for h, _ in sweep(model, list(v), mode, progress=progress).key_heads(rule)]  # type: ignore[arg-type]
+    heads = {k: [h for h, _ in sweep(model, list(v), mode, progress=progress).scores(rule.metric).key(rule)]  # type: ignore[arg-type]
              for k, v in pairs_by_kind.items()}
     overlap = {(a, b): jaccard(heads[a], heads[b]) for a, b in combinations(kinds, 2)}
     check = CounterfactualCheck(str(rule), {k: len(v) for k, v in pairs_by_kind.items()}, heads, overlap, threshold)

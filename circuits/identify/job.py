@@ -117,7 +117,8 @@ def check_answer_source(config: IdentifyConfig) -> None:
 
 def key_components(swept: SweepResult, rule: KeyRule) -> list[Component]:
     """The heads and MLPs ``rule`` selects in ``swept``."""
-    return [Component("head", *h) for h, _ in swept.key_heads(rule)] + [Component.mlp(l) for l, _ in swept.key_mlps(rule)]
+    s = swept.scores(rule.metric)
+    return [Component.of(h) for h, _ in s.key(rule)] + [c for c, _ in s.key(rule, "mlps")]
 
 
 def finished(folder: Path, config: IdentifyConfig) -> bool:

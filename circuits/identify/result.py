@@ -13,10 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
-from jaxtyping import Float
 from torch import Tensor
 
 from circuits.config import count, option
@@ -35,23 +34,6 @@ from circuits.identify.config import KeyHeadSource
 from circuits.results import MARKER, Result, ResultError, number, results_below
 from circuits.types import Head
 from circuits.viz.notebook import ShowsFigure
-
-T = TypeVar("T")
-
-
-
-def _key_first(key: list[T], ranked: list[T], k: int, what: str) -> list[T]:
-    """``k`` components: the key ones first, then the rest of ``ranked`` in its order."""
-    chosen = key[:k]
-    for c in ranked:
-        if len(chosen) >= k:
-            break
-        if c not in chosen:
-            chosen.append(c)
-    if len(chosen) < k:
-        raise ResultError(f"This identify result ranks only {len(chosen)} {what}, fewer than {k}")
-    return chosen
-
 
 class KeyHead(tuple):
     """A key head as ``key_heads()`` returns it: the ``(head, effect)`` pair -- it unpacks, indexes and compares as
@@ -129,83 +111,69 @@ class IdentifyResult(ShowsFigure, Result[IdentifyConfig]):
             return self.sweep.metric(metric)
         return get_metric(metric)
 
-    def effects(self, metric: str | Metric = DEFAULT_METRIC) -> tuple[Float[Tensor, "layer head"], Float[Tensor, " layer"]]:
-        """Mean effects of every head and MLP by ``metric`` (default ``fraction``, as on every result; the key
-        rule's metric is ``self.key_rule.metric``)."""
+    def scores(self, metric: str | Metric | None = DEFAULT_METRIC) -> Scores:
+        """:class:`~circuits.patching.core.scores.Scores` of every head and MLP by ``metric`` (default ``fraction``, as
+        on every result; ``None``: the key rule's metric), from the sweep or the effects saved with the result. Every
+        ranking of this result is read from it (``scores(m).ranked(part="heads")``, ``.key(rule, "mlps")``, ...)."""
         m = self.metric(metric)
         if self.sweep is not None:
-            return self.sweep.effects(m)
+            return self.sweep.scores(m)
         if m.name not in self.saved_effects:
             raise ResultError(f"This identify result was saved with effects in {', '.join(self.saved_effects)} only, "
                               f"not {m.name}; rerun circuits identify to get every metric")
-        return self.saved_effects[m.name]
-
-    def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
-        """:class:`~circuits.patching.core.scores.Scores` of every head and MLP by ``metric`` (the sweep's, or the
-        effects saved with the result)."""
-        if self.sweep is not None:
-            return self.sweep.scores(metric)
-        m = self.metric(metric)
-        heads, mlps = self.effects(m)
+        heads, mlps = self.saved_effects[m.name]
         return Scores({"heads": heads, "mlps": mlps}, m.name, m.sign, engine=f"exact-{self.config.mode}")
 
-    def ranked(self, metric: str | Metric = DEFAULT_METRIC) -> list[Ranked]:
-        """Every head with its effect, most important first (default metric ``fraction``, as on every result)."""
-        return self.scores(metric).ranked(part="heads")
-
+    # The paper's workflow reads the key heads and "the top k" of this result; these two conveniences are Scores.key and
+    # Scores.top(first=rule) by the key rule, with what the result adds: its check that the rule's metric was measured
+    # for every component, and each key head's bootstrap interval over its pairs.
     def key_heads(self, rule: str | KeyRule | None = None) -> list[Ranked]:
         """The heads ``rule`` selects (default: the rule the result was made with), most important first.
 
         Each is a ``(head, effect)`` pair, and, where the result holds per-pair values and its config a bootstrap
         (the default), a :class:`KeyHead` that also carries the effect's bootstrap interval over pairs (``low``,
         ``high``, the ``head_ci_low``/``head_ci_high`` of ``summary.json``) and whether it reaches the rule's
-        threshold (``uncertain``, the command's ``uncertain_key_heads``)."""
-        rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
-        m = self.metric(rule.metric)
-        self._check_measured(rule, m, "heads")
-        selected = self.scores(m).key(rule)
-        ci = self.intervals(m)
+        threshold (``uncertain``, the command's ``uncertain_key_heads``). The key MLPs:
+        ``scores(None).key(result.key_rule, "mlps")``."""
+        rule, s = self._rule_scores(rule, "heads")
+        selected = s.key(rule)
+        ci = self.intervals(rule.metric)
         if ci is None:
             return selected
         from circuits.patching.core.uncertainty import crosses, rule_threshold
 
-        th = rule_threshold(rule, self.effects(m)[0], m.sign)
+        th = rule_threshold(rule, s.heads, s.sign)
         level = getattr(ci, "level", 0.95)
         return [KeyHead(h, e, float(ci.head_low[h]), float(ci.head_high[h]),
                         crosses(float(ci.head_low[h]), float(ci.head_high[h]), th), level) for h, e in selected]
 
-    def key_mlps(self, rule: str | KeyRule | None = None) -> list[tuple[int, float]]:
-        rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
-        self._check_measured(rule, self.metric(rule.metric), "mlps")
-        return [(c.layer, e) for c, e in self.scores(rule.metric).key(rule, "mlps")]
+    def top_heads(self, k: int, rule: str | KeyRule | None = None) -> list[Head]:
+        """``k`` heads: the key heads first, then the rest of the same metric's ranking (how fine-tuning and the
+        knockout curves take "the top k"): :meth:`Scores.top` with ``first=rule``. The top MLPs:
+        ``scores(None).top(k, "mlps", first=result.key_rule)``."""
+        rule, s = self._rule_scores(rule, "heads")
+        if k > (n := len(s.ranked(part="heads"))):
+            raise ResultError(f"This identify result ranks only {n} heads, fewer than {k}")
+        return s.top(k, "heads", first=rule)
 
-    def _check_measured(self, rule: KeyRule, m: Metric, part: str) -> None:
-        """A key rule over a metric measured for some components only (``prob`` of a result made with ``prob='key'``:
-        NaN for all but the key ones) would pick among the measured few without a word: one ResultError that says how
-        many were not measured instead. A metric unmeasured everywhere (``fraction`` where the counterfactual moves
-        nothing) selects nothing, as before."""
-        heads, mlps = self.effects(m)
-        values = heads if part == "heads" else mlps
+    def _rule_scores(self, rule: str | KeyRule | None, part: str) -> tuple[KeyRule, Scores]:
+        """The key rule and the scores by its metric, refused when the metric was measured for some components only
+        (``prob`` of a result made with ``prob='key'``: NaN for all but the key ones), where the rule would pick
+        among the measured few without a word. A metric unmeasured everywhere (``fraction`` where the counterfactual
+        moves nothing) selects nothing, as before."""
+        rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
+        s = self.scores(rule.metric)
+        values = s[part]
         missing = int(torch.isnan(values).sum())
         if 0 < missing < values.numel():
             what = "heads" if part == "heads" else "MLPs"
             made = (f" (this result was made with prob={self.config.prob!r}: the answer probability of the key components "
-                    f"of {self.config.key_rule} alone)" if m.name in PROB_METRICS else "")
-            raise ResultError(f"Key rule {rule}: {m.name} was measured for {values.numel() - missing} of {values.numel()} "
+                    f"of {self.config.key_rule} alone)" if s.metric in PROB_METRICS else "")
+            raise ResultError(f"Key rule {rule}: {s.metric} was measured for {values.numel() - missing} of {values.numel()} "
                               f"{what} only{made}, so the rule would ignore the {missing} unmeasured ones; rerun circuits "
                               f"identify with --prob all, or use a rule over another metric (fraction, relative_logit, "
                               f"logit_diff)")
-
-    def top_heads(self, k: int, rule: str | KeyRule | None = None) -> list[Head]:
-        """``k`` heads: the key heads first, then the rest of the same metric's ranking (how fine-tuning and the
-        knockout curves take "the top k")."""
-        rule = self.key_rule if rule is None else KeyRule.parse(rule, tuple(self._custom()))
-        return _key_first([h for h, _ in self.key_heads(rule)], [h for h, _ in self.ranked(rule.metric)], k, "heads")
-
-    def top_mlps(self, k: int) -> list[int]:
-        """The key MLPs first, then the rest by the key rule's metric."""
-        ranked = [c.layer for c, _ in self.scores().ranked(part="mlps")]
-        return _key_first([l for l, _ in self.key_mlps()], ranked, k, "MLPs")
+        return rule, s
 
     def _custom(self) -> dict[str, Metric]:
         return self.sweep.custom_metrics if self.sweep is not None else {}
@@ -234,11 +202,10 @@ class IdentifyResult(ShowsFigure, Result[IdentifyConfig]):
         ci = self.intervals(rule.metric)
         if ci is None:
             return [], []
-        m = self.metric(rule.metric)
-        heads, mlps = self.effects(m)
-        th_h, th_m = rule_threshold(rule, heads, m.sign), rule_threshold(rule, mlps, m.sign)
+        s = self._rule_scores(rule, "mlps")[1]
+        th_h, th_m = rule_threshold(rule, s.heads, s.sign), rule_threshold(rule, s.mlps, s.sign)
         hs = [h for h, _ in self.key_heads(rule) if crosses(float(ci.head_low[h]), float(ci.head_high[h]), th_h)]
-        ms = [l for l, _ in self.key_mlps(rule) if crosses(float(ci.mlp_low[l]), float(ci.mlp_high[l]), th_m)]
+        ms = [c.layer for c, _ in s.key(rule, "mlps") if crosses(float(ci.mlp_low[c.layer]), float(ci.mlp_high[c.layer]), th_m)]
         return hs, ms
 
     # --- can it be trusted: identify.validity ----------------------------------------------------
@@ -267,15 +234,15 @@ class IdentifyResult(ShowsFigure, Result[IdentifyConfig]):
         rule = self.key_rule
         metrics = {}
         for name in (*METRICS, *self._custom()) if self.sweep is not None else self.saved_effects:
-            m = self.metric(name)
-            heads, mlps = self.effects(m)
-            metrics[name] = {"head_effects": heads.tolist(), "mlp_effects": mlps.tolist(), "meaning": m.doc,
+            m, s = self.metric(name), self.scores(name)
+            metrics[name] = {"head_effects": s.heads.tolist(), "mlp_effects": s.mlps.tolist(), "meaning": m.doc,
                              "important_sign": m.sign}
             ci = self.intervals(m) if self.sweep is not None else None
             if ci is not None:
                 metrics[name].update(ci.to_json())
         key_heads = self.key_heads()
-        n_heads = self.effects(rule.metric)[0].numel()
+        ranked = self._rule_scores(rule, "mlps")[1]
+        n_heads = ranked.heads.numel()
         out: dict[str, Any] = {
             "model": self.model_name, "task": self.task, "mode": self.config.mode, "n_pairs": len(self.pairs),
             **{k: self.pair_stats.get(k) for k in PAIR_STAT_FIELDS},
@@ -295,9 +262,9 @@ class IdentifyResult(ShowsFigure, Result[IdentifyConfig]):
             "metric": "relative_logit", "head_effects": paper["head_effects"], "mlp_effects": paper["mlp_effects"],
             "metrics": metrics, "key_rule": rule.to_json(),
             "key_heads": [[l, h, e] for (l, h), e in key_heads],
-            "key_mlps": [[l, e] for l, e in self.key_mlps()],
+            "key_mlps": [[c.layer, e] for c, e in ranked.key(rule, "mlps")],
             "fraction_key_heads": len(key_heads) / n_heads,
-            "ranked_heads": [[l, h, e] for (l, h), e in self.ranked(rule.metric)],
+            "ranked_heads": [[l, h, e] for (l, h), e in ranked.ranked(part="heads")],
             "seconds": self.seconds,
             "config": self.config_json(),
         })
@@ -323,13 +290,13 @@ class IdentifyResult(ShowsFigure, Result[IdentifyConfig]):
         is important whatever the metric's sign, and the hover also shows the key rule's metric when it differs."""
         from circuits.viz.figures import head_heatmap, model_label
 
-        heads, mlps = self.effects(metric)
         m = self.metric(metric)
+        s = self.scores(m)
         rule = self.metric(self.key_rule.metric)
         ci = self.intervals(m)
         unsure = self.uncertain()[0]
         return head_heatmap(
-            heads, mlps, metric=m,
+            s.heads, s.mlps, metric=m,
             title=(f"{self.task}: {self.config.mode} patching at END on {model_label(self.model_name)} ({len(self.pairs)} "
                    f"pairs), {m.name}; boxed: key heads by {self.key_rule}"
                    + (f", dashed: uncertain (the {ci.level:.0%} interval crosses the threshold)" if unsure else "")),
@@ -337,7 +304,7 @@ class IdentifyResult(ShowsFigure, Result[IdentifyConfig]):
             head_ci=(ci.head_low, ci.head_high) if ci is not None else None,
             mlp_ci=(ci.mlp_low, ci.mlp_high) if ci is not None else None,
             uncertain=unsure,
-            also={rule.name: self.effects(rule)} if rule.name != m.name else None,
+            also={rule.name: (self.scores(rule).heads, self.scores(rule).mlps)} if rule.name != m.name else None,
         )
 
     def _write(self, folder: Path) -> None:
@@ -441,7 +408,7 @@ class PerOperation(Result[PerOperationConfig]):
     def from_identify(cls, config: PerOperationConfig, results: dict[str, IdentifyResult], top: int) -> PerOperation:
         ops = list(results)
         metric = next(iter(results.values())).metric().name
-        return cls(config, ops, {op: r.effects(metric)[0].tolist() for op, r in results.items()},
+        return cls(config, ops, {op: r.scores(metric).heads.tolist() for op, r in results.items()},
                    {op: r.top_heads(top) for op, r in results.items()}, metric,
                    {op: {"accuracy": r.pair_stats.get("accuracy"), "n_pairs": len(r.pairs)} for op, r in results.items()})
 

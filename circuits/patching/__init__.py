@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the package's names, imported on first use (circuits.lazy.l
     from circuits.patching.engines.neuron_sweep import NeuronSweep, sweep_neurons
     from circuits.patching.engines.position_sweep import PositionSweep, sweep_positions
     from circuits.patching.core.ranking import DEFAULT_KEY_RULE, KeyRule, order, rank, rank_mlps
-    from circuits.patching.core.readouts import MetricViews, Readouts
+    from circuits.patching.core.readouts import Readouts
     from circuits.patching.core.scores import Scores
 
 __getattr__, __dir__, __all__ = lazy_package(__name__, __file__)

@@ -35,7 +35,7 @@ def components_from(heads_from: str | Path, top_k: int = 32, top_mlps: int = 0) 
     """The heads (its key heads, then the rest of its ranking: the paper's "top k") and MLPs to tune, from a
     ``circuits identify`` result folder."""
     result = load_identify(heads_from)
-    return result.top_heads(top_k) if top_k else [], result.top_mlps(top_mlps) if top_mlps else []
+    return result.top_heads(top_k) if top_k else [], [c.layer for c in result.scores(None).top(top_mlps, "mlps", first=result.key_rule)] if top_mlps else []
 
 
 def select(top_k: int = 32, top_mlps: int = 0, heads_from: str | None = None, **fields: Any) -> FinetuneConfig:

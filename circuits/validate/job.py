@@ -34,7 +34,7 @@ def knockout_result(model: Model, made: IdentifyResult, config: KnockoutConfig,
     """Figure 3 on ``pairs`` (default: ``made``'s): ``made``'s ranking by its key rule's metric knocked out k heads at
     a time (``config.ks`` no longer than the ranking), against random orders (``config.seeds``)."""
     pairs = list(made.pairs if pairs is None else pairs)
-    ranking = [h for h, _ in made.ranked(made.key_rule.metric)]
+    ranking = [h for h, _ in made.scores(None).ranked(part="heads")]
     if max(config.ks) > len(ranking):  # never dropped silently (the command checks this before any work)
         raise ValueError(f"--ks {','.join(map(str, config.ks))}: each value must be at most {len(ranking)} (the heads "
                          f"ranked), got {max(config.ks)}")

@@ -46,15 +46,15 @@ from circuits.types import Ablation, Component, Head, all_heads
 def checked_set(model: Model, heads: Sequence[Any], mlps: Sequence[Any]) -> tuple[list[Head], list[int]]:
     """An ablation set as :class:`Head` s and MLP layers, each inside the model (a ValueError saying which is not).
 
-    ``heads``: anything :meth:`Head.parse` reads, the ``(Head, effect)`` pairs ``key_heads()``/``ranked()`` return
+    ``heads``: anything :meth:`Head.parse` reads, the ``(Head, effect)`` pairs ``Scores.key()``/``Scores.ranked()`` return
     included; ``mlps``: layer indices, ``"MLP19"``, MLP :class:`Component` s or the ``(layer, effect)`` pairs
-    ``key_mlps()`` returns."""
+    ``Scores.key(rule, "mlps")`` returns."""
     cfg = model.cfg
     hs = [Head.parse(h).check(cfg.n_layers, cfg.n_heads) for h in heads]
     ms = []
     for layer in mlps:
         if isinstance(layer, tuple) and len(layer) == 2 and isinstance(layer[1], float):
-            layer = layer[0]  # (layer, effect) from key_mlps()
+            layer = layer[0]  # (MLP, effect) from Scores.key(rule, "mlps")
         if isinstance(layer, (str, Component)):
             try:
                 c = Component.parse(layer)
@@ -188,7 +188,7 @@ def knockout(
     """Accuracy and answer probability on ``pairs`` with ``heads``/``mlps`` knocked out.
 
     ``heads``: :class:`Head` s, ``"20.8"`` or the ``(Head, effect)`` pairs ``key_heads()`` returns (so
-    ``knockout(model, pairs, result.key_heads())`` works); ``mlps``: layers or ``key_mlps()``'s pairs. Checked before
+    ``knockout(model, pairs, result.key_heads())`` works); ``mlps``: layers or ``Scores.key(rule, "mlps")``'s pairs. Checked before
     any work. ``means``: the replacement values (default: :func:`replacement_values` of ``pairs`` for ``ablation``);
     compute them once with :func:`replacement_values` and pass them to reuse them across calls. ``batch_size`` and
     ``share_prefix`` as :func:`knockout_logits`'s; the logits are read a batch at a time (:func:`score_residuals`)."""
@@ -357,7 +357,7 @@ def knockout_curve(
 ) -> KnockoutCurve:
     """Knock out the top-k heads of ``ranking`` and of ``len(seeds)`` random orders for each k in ``ks``.
 
-    ``ranking``: heads, most important first: :class:`Head` s or what ``ranked()``/``key_heads()`` return."""
+    ``ranking``: heads, most important first: :class:`Head` s or what ``Scores.ranked()``/``key_heads()`` return."""
     ranking, _ = checked_set(model, ranking, ())
     ks = sorted(set(int(k) for k in ks))
     if not ks or ks[0] < 0 or ks[-1] > len(ranking):

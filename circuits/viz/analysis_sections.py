@@ -162,7 +162,8 @@ def edges_section(page: Page, found: list) -> str:
                    f"receiver's query, key or value input, or an MLP's input), every other head frozen, as in the "
                    f"original path-patching algorithm; {len(edges.senders)} senders x {len(edges.receivers)} receivers "
                    f"({_e(metric)}).</p>")
-        top = r.top_senders(5)
+        scores = edges.scores(metric)
+        top = {str(rc): scores.ranked(5, into=rc) for rc in edges.receivers}
         out.append(table(["receiver", "strongest senders"], [[k, ", ".join(f"{s} ({v:+.3f})" for s, v in vs)] for k, vs in top.items()]))
         out.append(page.figure(fig) + f.config_html())
     return "".join(out)  # empty: no identify result here was made with --receivers (listed as not run)

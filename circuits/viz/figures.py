@@ -110,7 +110,7 @@ def head_heatmap(
 ) -> go.Figure:
     """Layer-by-head heatmap with an MLP column (the paper's Figure 2), diverging scale centred at 0.
 
-    ``metric`` names what the effects are (default ``fraction``, the default of ``effects()``; a name or a
+    ``metric`` names what the effects are (default ``fraction``, the default of ``scores()``; a name or a
     :class:`~circuits.patching.core.metrics.Metric`): its name labels the colour bar and the hover, and its sign orients
     the colours so that **red is important** in every figure (for ``fraction`` a large positive share, for
     ``relative_logit`` a drop of the answer logit). ``metric_label`` (the metric's meaning) is the subtitle. Cells

@@ -183,9 +183,8 @@ def compare_runs(identify: list[Found]) -> str:
             gained = [h for h in b if h not in a]
             lost = [h for h in a if h not in b]
             try:
-                ea = base.result.effects(metric) if metric else base.result.effects()
-                eb = other.result.effects(metric) if metric else other.result.effects()
-                d = (eb[0] - ea[0]).nan_to_num()
+                ea, eb = (r.result.scores(metric) if metric else r.result.scores() for r in (base, other))
+                d = (eb.heads - ea.heads).nan_to_num()
                 top = d.abs().flatten().topk(min(5, d.numel())).indices.tolist()  # the largest changes, not a ranking
                 n_heads = d.shape[1]
                 moved = ", ".join(f"{i // n_heads}.{i % n_heads} {float(d.flatten()[i]):+.3f}" for i in top)

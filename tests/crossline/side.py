@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     from circuits.data.arithmetic import Example
     from circuits.data.pairs import as_batch, build_pairs, read_pairs, write_pairs
     from circuits.models import load_model
-    from circuits.patching import sweep
+    from circuits.patching import DEFAULT_KEY_RULE, sweep
     from circuits.sft.data import tokenize_examples
     from circuits.sft.delta import extract_delta
     from circuits.versions import backend_line
@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> None:
         sweeps[mode] = {k: v.detach().cpu() for k, v in tensors.items() if isinstance(v, torch.Tensor)}
         sweeps[mode].update({f"baseline.{k}": v.detach().cpu() for k, v in tensors["baseline"].items()
                              if isinstance(v, torch.Tensor)})
-        key_heads[mode] = [(int(h.layer), int(h.head)) for h, _ in result.key_heads()]
-        key_mlps[mode] = [int(layer) for layer, _ in result.key_mlps()]
+        key_heads[mode] = [(int(h.layer), int(h.head)) for h, _ in result.scores().key(DEFAULT_KEY_RULE)]
+        key_mlps[mode] = [int(c.layer) for c, _ in result.scores().key(DEFAULT_KEY_RULE, "mlps")]
 
     examples = [Example(f"{a} + {b} = ", f"{a + b}\n") for a, b in zip(range(11, 19), range(23, 31))]
     config = ft.FinetuneConfig(heads=SFT_HEADS, lr=2e-5, batch_size=2, micro_batch_size=2, epochs=1, max_steps=4,

@@ -42,7 +42,7 @@ def test_each_script_saves_its_result_and_replots(results, name, tmp_path):
 def test_figures_take_heads_from_the_shared_identify_result(results):
     addition = IdentifyResult.load(results / "identify" / "addition")
     ko = load_result(results / "fig3_knockout")
-    assert ko.curve.ranking[:2] == [h for h, _ in addition.ranked(addition.key_rule.metric)][:2]
+    assert ko.curve.ranking[:2] == addition.scores(None).top(2, "heads")
     assert load_result(results / "fig4_transfer").key_heads == addition.top_heads(2)
     assert load_result(results / "fig5_attention_roles").heads == addition.top_heads(2)
     assert load_result(results / "table1_precise_sft").heads == addition.top_heads(2)
@@ -108,7 +108,7 @@ def test_cross_model_measures_each_model_from_its_own_identify_results(results, 
         addition = IdentifyResult.load(folder)
         assert d["operations"]["addition"]["key_heads"] == [list(h) for h, _ in addition.key_heads()]
         assert d["operations"]["addition"]["share_key_heads"] == len(addition.key_heads()) / (d["n_layers"] * d["n_heads"])
-        assert d["knockout"]["ranking"][:2] == [list(h) for h, _ in addition.ranked(addition.key_rule.metric)][:2]
+        assert d["knockout"]["ranking"][:2] == [list(h) for h in addition.scores(None).top(2, "heads")]
         assert set(d["transfer"]) == {"multi_digit", "decimal", "time_span"}
         assert len(d["logit_lens"]["delta_C"]) == d["n_layers"]
     assert r.models[r.names()[1]]["architecture"] == "Gemma3ForCausalLM"

@@ -21,7 +21,7 @@ def result(smollm2, tokenizer):
 
 def test_scores_and_curves_are_the_engines(smollm2, result):
     pairs = result.pairs
-    h, m = sweep(smollm2, pairs, "path", progress=False).effects("logit_diff")
+    h, m = sweep(smollm2, pairs, "path", progress=False).scores("logit_diff").parts.values()
     assert torch.equal(result.scores["exact-path"]["heads"], h.abs()) and torch.equal(result.scores["exact-path"]["mlps"], m.abs())
     n = smollm2.cfg.n_layers * (smollm2.cfg.n_heads + 1)
     for ranking in result.curves:

@@ -51,7 +51,7 @@ def test_engine_equals_plain_loop(smollm2, pairs, mode):
             assert (a - b).abs().max() <= 1e-4, c
     # The full counterfactual lowers the answer logit, and some head carries part of it.
     assert (result.baseline.cf_logit < result.baseline.logit).float().mean() >= 0.5
-    heads, _ = result.effects("fraction")
+    heads = result.scores("fraction").heads
     assert heads.max() > 0.05
 
 

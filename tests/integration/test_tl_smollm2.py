@@ -27,5 +27,5 @@ def test_the_transformerlens_page_on_smollm2(smollm2, pairs):
     lens = cc.residual_lens(smollm2, pairs)
     assert lens.labels[-1] == "final_post" and (lens.answer_rank[-1] == 0).all()  # the kept pairs are answered
     torch.testing.assert_close(lens.logit_diff[-1], s.baseline.logit_diff, atol=2e-3, rtol=1e-4)
-    hc = cc.head_circuits(smollm2, s.key_heads("top2"))
+    hc = cc.head_circuits(smollm2, s.scores().key("top2"))
     assert hc.ov.shape == (2, 10, 10) and hc.sources == [str(d) for d in range(10)] and len(hc.figure().data) == 2

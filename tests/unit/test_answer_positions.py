@@ -180,11 +180,11 @@ def test_the_whole_answer_is_the_sum_of_its_tokens_log_probabilities(tiny_llama,
             per_pair[c.layer, idx] += prob.log()
         base_sum[idx] += base.prob.log()
     expected = (per_pair - base_sum).mean(-1)
-    torch.testing.assert_close(whole.effects(m)[1], expected, atol=2e-4, rtol=0)
+    torch.testing.assert_close(whole.scores(m).mlps, expected, atol=2e-4, rtol=0)
     assert expected.abs().max() > 1e-2  # the patches move the whole answer
     # At one position the metric is the answer token's log-probability change.
     one = sweep_answer(tiny_llama, pairs[:4], "path", 1, progress=False)
-    torch.testing.assert_close(one.effects(m)[1], (one.mlp_prob.log() - one.baseline.prob.log()).mean(-1))
+    torch.testing.assert_close(one.scores(m).mlps, (one.mlp_prob.log() - one.baseline.prob.log()).mean(-1))
 
 
 # --- identify and the command line -----------------------------------------------------------------------------------
@@ -452,12 +452,12 @@ def test_numbers_at_answer_position_1_reads_the_appended_prompts(tiny_llama, tok
     assert load_result(tmp_path / "numbers").config.answer_position == "1"
     hand = _appended_pairs(tokenizer, TEXTS, 1)
     made = identify(tiny_llama, hand, config=IdentifyConfig(model="tiny", mode=config.mode), progress=False)
-    components = [cc.Component.of(h) for h in made.top_heads(2)] + [cc.Component.mlp(l) for l in made.top_mlps(2)]
+    components = [cc.Component.of(h) for h in made.top_heads(2)] + made.scores(None).top(2, "mlps", first=made.key_rule)
     assert [str(c) for c in result.spectra.components] == [str(c) for c in components]
     plain = number_spectra(tiny_llama, hand, components, 10)
     torch.testing.assert_close(result.spectra.effects, plain.effects, atol=1e-5, rtol=1e-5)
-    layer = made.top_mlps(1)[0]
-    e = sweep_neurons(tiny_llama, hand, config.mode, layers=[layer], prob=False).by_layer("logit_diff")[layer]
+    layer = made.scores(None).top(1, "mlps", first=made.key_rule)[0].layer
+    e = sweep_neurons(tiny_llama, hand, config.mode, layers=[layer], prob=False).scores("logit_diff").by_layer()[layer]
     top = sorted(range(len(e)), key=lambda i: (float(e[i]), i))[:3]  # logit_diff: a drop is important
     assert [(n.layer, n.index) for n in result.neurons] == [(layer, i) for i in top]
     assert result.neuron_effects == pytest.approx([float(e[i]) for i in top], abs=1e-5)
@@ -487,7 +487,7 @@ def test_heuristics_at_answer_position_1_equal_the_appended_prompts(tiny_llama, 
     back = load_result(tmp_path / "heuristics")
     assert back.config.answer_position == "1" and back == result
     e = sweep_neurons(tiny_llama, _appended_pairs(tokenizer, TEXTS, 1), config.mode, layers=[1, 2],
-                      prob=False).by_layer("logit_diff")
+                      prob=False).scores("logit_diff").by_layer()
     top = [(l, i) for l in (1, 2) for i in sorted(range(len(e[l])), key=lambda i: (float(e[l][i]), i))[:3]]
     assert [(n.layer, n.index) for n in result.neurons] == top
     grid = operand_grid(tokenizer, "addition", 0, 9, few_shot=False)

@@ -48,15 +48,15 @@ def test_sweep_of_heads_and_mlps_equals_the_full_sweep_there(tiny_llama, pairs, 
 
 
 def test_knockout_takes_what_key_heads_returns(tiny_llama, pairs, swept):
-    key = swept.key_heads("top3")
+    key = swept.scores().key("top3")
     means = replacement_values(tiny_llama, pairs)
     assert knockout(tiny_llama, pairs, key, means=means) == knockout(tiny_llama, pairs, [h for h, _ in key], means=means)
-    mlps = swept.key_mlps("top1")
+    mlps = [(c.layer, e) for c, e in swept.scores().key("top1", "mlps")]
     assert (knockout(tiny_llama, pairs, (), mlps, means=means)
             == knockout(tiny_llama, pairs, (), [mlps[0][0]], means=means)
             == knockout(tiny_llama, pairs, (), [f"MLP{mlps[0][0]}"], means=means))
-    curve = knockout_curve(tiny_llama, pairs, swept.ranked(), ks=[0, 2], seeds=(0,), means=means)
-    assert curve.ranking[:2] == [h for h, _ in swept.ranked()[:2]]
+    curve = knockout_curve(tiny_llama, pairs, swept.scores().ranked(part="heads"), ks=[0, 2], seeds=(0,), means=means)
+    assert curve.ranking[:2] == swept.scores().top(2, "heads")
 
 
 def test_a_bad_head_fails_before_any_work(tiny_llama, pairs, monkeypatch):
@@ -73,15 +73,15 @@ def test_a_bad_head_fails_before_any_work(tiny_llama, pairs, monkeypatch):
 
 
 def test_a_rule_that_selects_nothing_says_why(swept):
-    heads = swept.effects("relative_logit")[0]
+    heads = swept.scores("relative_logit").heads
     top = float(heads.min())
     rule = f"relative_logit<{top - 1:.3f}"
     with pytest.warns(KeyRuleWarning, match=r"selects no heads.*largest effect.*relative_logit") as rec:
-        assert swept.key_heads(rule) == []
+        assert swept.scores(KeyRule.parse(rule).metric).key(rule) == []
     assert f"{top:+.4f}" in str(rec[0].message) and rule.split("<")[1] in str(rec[0].message)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert swept.key_heads("top2") and KeyRule.parse("fraction>=1e9").select(heads.new_zeros(3)) == []
+        assert swept.scores().key("top2") and KeyRule.parse("fraction>=1e9").select(heads.new_zeros(3)) == []
 
 
 def test_fewer_pairs_than_asked_says_so(tiny_llama):

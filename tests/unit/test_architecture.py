@@ -133,3 +133,59 @@ def test_no_folder_of_the_package_holds_more_than_14_modules():
     crowded = {str(d.relative_to(package.parent)): n for d in [package, *package.rglob("*")]
                if d.is_dir() and (n := len(list(d.glob("*.py")))) > 14}
     assert not crowded, f"folders over 14 modules (docs/architecture.md): {crowded}"
+
+
+# The score-access methods every class in circuits/ defines (name pattern below; properties left out), as
+# docs/architecture.md lists them: Scores's readers, each result's one scores(metric), the identify result's two
+# documented conveniences, and five methods that share a name but read no engine's scores.
+SCORE_ACCESS = r"^(effects?|per_pair|ranked|rank|top|top_\w+|key|key_(?!rule$)\w+|importance|by_layer|layer_effects|scores)$"
+READERS = {"ranked", "top", "key", "importance", "by_layer"}  # the ranking readers: Scores's alone
+SCORE_METHODS = {
+    "Scores": {"importance", "ranked", "top", "key", "by_layer"},
+    # each result keeps its data and hands its scores over as Scores, by a metric
+    **{c: {"scores"} for c in ("SweepResult", "PositionSweep", "NeuronSweep", "EdgeSweep", "EAPIGScores",
+                               "DirectLogitAttribution")},
+    "Attribution": {"scores", "effect"},  # effect: the metric over its estimates (the QK nodes too, not in Scores)
+    "IdentifyResult": {"scores", "key_heads", "top_heads"},  # Scores.key / Scores.top(first=rule), with its intervals
+    "Metric": {"effect"},  # the metric itself: readouts -> effect
+    "KnockoutCurve": {"per_pair"},  # accuracy after knockout per pair: no engine's scores
+    "SFTStudyResult": {"scores"},  # benchmark scores of fine-tuned variants
+    "CrossModelResult": {"key_head_depth"},  # where the key heads sit, as a share of depth
+}
+
+
+def _score_methods() -> dict[str, set[str]]:
+    import ast
+    import re
+
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "circuits").rglob("*.py")):
+        for cls in [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef)]:
+            for f in cls.body:
+                if (isinstance(f, ast.FunctionDef) and re.match(SCORE_ACCESS, f.name)
+                        and not any(isinstance(d, ast.Name) and d.id == "property" for d in f.decorator_list)):
+                    found.setdefault(cls.name, set()).add(f.name)
+    return found
+
+
+def test_scores_is_the_one_place_scores_are_read():
+    """Only Scores defines the ranking readers (ranked, top, key, importance, by_layer); every engine result defines
+    one scores(metric) and no forwarding reader (effects, ranked, key_mlps, top_senders, ...); the identify result keeps
+    key_heads and top_heads, which call Scores. 36 score-access methods at a6c9793, 20 now."""
+    found = _score_methods()
+    assert found == SCORE_METHODS, {k: v for k, v in found.items() if SCORE_METHODS.get(k) != v}
+    assert [c for c, names in found.items() if names & READERS and c != "Scores"] == []
+    assert sum(map(len, found.values())) == 20
+
+
+def test_the_identify_conveniences_are_scores_readings(tiny_llama, tokenizer):
+    """IdentifyResult.key_heads and top_heads return what Scores.key and Scores.top(first=rule) return."""
+    from circuits.identify.config import IdentifyConfig
+    from circuits.identify.job import identify
+
+    config = IdentifyConfig(model="tiny", task="addition", n_pairs=4, key_rule="top3:relative_logit", bootstrap=0,
+                            filter_correct=False)
+    r = identify(tiny_llama, mixed_pairs(tokenizer, 4), config, progress=False, warn=False, refuse=False)
+    s = r.scores("relative_logit")
+    assert r.key_heads() == s.key(r.key_rule) and len(s.key(r.key_rule)) == 3
+    assert r.top_heads(5) == s.top(5, "heads", first=r.key_rule) == s.top(5, "heads")  # top3 is the ranking's head

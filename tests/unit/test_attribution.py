@@ -102,7 +102,7 @@ def test_screen_verifies_with_the_exact_engines_and_saves(tiny_llama, tokenizer,
     pairs = mixed_pairs(tokenizer, 5)
     r = screen(tiny_llama, pairs, ScreenConfig(model="tiny", verify=4, metric="logit_diff"), progress=False)
     exact = sweep(tiny_llama, pairs, "activation", progress=False)
-    heads, mlps = exact.effects("logit_diff")
+    heads, mlps = exact.scores("logit_diff").parts.values()
     torch.testing.assert_close(r.exact_end["heads"], heads)
     for v in r.verified:
         if v["offset"] == 0 and v["kind"] == "head":

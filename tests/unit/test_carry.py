@@ -270,7 +270,7 @@ def test_measurement_2_equals_a_plain_computation(study, tiny_llama, tokenizer):
         mlp_mean = r.effects[k][3 * 4:].mean(1).abs().tolist()
         assert nu[at]["mlps"] == sorted(range(3), key=lambda l: (-mlp_mean[l], l))[: r.config.neuron_mlps]
         s = sweep_neurons(model, at_answer_position(r.pairs, k, tokenizer), r.config.mode, layers=nu[at]["mlps"],
-                          prob=False).by_layer("logit_diff")
+                          prob=False).scores("logit_diff").by_layer()
         top = []
         for l in nu[at]["mlps"]:  # logit_diff: a drop is important
             top += [[l, i] for i in sorted(range(len(s[l])), key=lambda i: (float(s[l][i]), i))[: r.config.neurons_per_mlp]]

@@ -30,7 +30,7 @@ def test_the_overlap_is_that_of_separate_sweeps_and_warns_below_the_threshold(ti
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         check = cc.compare_counterfactuals(tiny_llama, kinds, "top3", warn=False)
-        plain = {k: [h for h, _ in cc.sweep(tiny_llama, v, progress=False).key_heads("top3")] for k, v in kinds.items()}
+        plain = {k: [h for h, _ in cc.sweep(tiny_llama, v, progress=False).scores().key("top3")] for k, v in kinds.items()}
     assert check.key_heads == plain
     want = len(set(plain["operator"]) & set(plain["operand"])) / len(set(plain["operator"]) | set(plain["operand"]))
     assert check.overlap == {("operator", "operand"): want}

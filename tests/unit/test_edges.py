@@ -50,7 +50,7 @@ def test_identify_with_receivers_saves_edges_and_the_graph(tiny_llama, tokenizer
     r.save(tmp_path / "i")
     assert (tmp_path / "i" / "circuit.html").is_file()
     back = IdentifyResult.load(tmp_path / "i")
-    torch.testing.assert_close(back.edges.effects("fraction"), r.edges.effects("fraction"), equal_nan=True)
+    torch.testing.assert_close(back.edges.scores("fraction")["edges"], r.edges.scores("fraction")["edges"], equal_nan=True)
     assert set(back.summary()["edges"]) == {str(x) for x in r.edges.receivers}
 
 

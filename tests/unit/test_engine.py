@@ -101,14 +101,14 @@ def test_custom_metric_is_a_function_of_end_logits(tiny_llama, tokenizer):
 
     metric = logits_metric(answer_margin, "margin")
     result = sweep(tiny_llama, batch, "path", metrics=[metric], progress=False)
-    heads, mlps = result.effects("margin")
+    heads, mlps = result.scores("margin").parts.values()
     # The plain loop: run each patch, apply the function to its END logits.
     for c in (Component("head", 1, 2), Component.mlp(0)):
         logits = _patched_end_logits(tiny_llama, batch, c)
         expected = (answer_margin(logits) - answer_margin(_end_logits(tiny_llama, batch))).mean()
         got = heads[c.layer, c.head] if c.kind == "head" else mlps[c.layer]
         assert float(got) == pytest.approx(float(expected), abs=1e-4)
-    assert [h for h, _ in result.ranked("margin")][0] == result.key_heads("top1:margin")[0][0]
+    assert result.scores("margin").top(1, "heads") == [h for h, _ in result.scores("margin").key("top1:margin")]
     with pytest.raises(ValueError, match="built-in metric"):
         logits_metric(answer_margin, "prob")
 
@@ -158,16 +158,16 @@ def test_patching_a_prompt_with_itself_changes_nothing(tiny_mistral, tokenizer, 
     same = PairBatch(batch.reference, batch.reference, batch.end, batch.answer)
     result = sweep(tiny_mistral, same, mode, progress=False)
     for metric in ("relative_logit", "logit_diff", "prob"):
-        heads, mlps = result.effects(metric)
+        heads, mlps = result.scores(metric).parts.values()
         assert heads.abs().max() < 1e-4 and mlps.abs().max() < 1e-4
 
 
 def test_components_subset_leaves_the_rest_nan(tiny_llama, tokenizer):
     batch = PairBatch.from_pairs(_pairs(tokenizer, 2), 0)
     r = sweep(tiny_llama, batch, "path", components=[Component("head", 1, 1), Component.mlp(2)], progress=False)
-    heads, mlps = r.effects("logit_diff")
+    heads, mlps = r.scores("logit_diff").parts.values()
     assert heads.isnan().sum() == heads.numel() - 1 and mlps.isnan().sum() == mlps.numel() - 1
-    assert [h for h, _ in r.ranked("logit_diff")] == [(1, 1)]
+    assert r.scores("logit_diff").top(None, "heads") == [(1, 1)]
 
 
 def test_bf16_sweep_runs_close_to_fp32(tokenizer):

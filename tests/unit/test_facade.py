@@ -46,10 +46,10 @@ def test_the_export_reader_reads_aliases_and_refuses_a_name_twice(tmp_path):
 
 def test_the_readme_example_runs_on_a_tiny_model(tiny_llama):
     pairs = cc.build_pairs(tiny_llama, "addition", n_pairs=3, filter_correct=False, few_shot="on")
-    result = cc.sweep(tiny_llama, pairs, progress=False)
-    heads = result.key_heads("top3")
+    scores = cc.sweep(tiny_llama, pairs).scores("fraction")
+    heads = scores.key("top3")
     assert len(heads) == 3 and all(isinstance(h, cc.Head) for h, _ in heads)
-    fig = cc.head_heatmap(*result.effects("fraction"), metric="fraction")
+    fig = cc.head_heatmap(scores.heads, scores.mlps, metric="fraction")
     assert len(fig.data) == 2
 
 

@@ -256,9 +256,9 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     pairs, scoring = r.pairs, r.scoring_pairs
     # each ranking is the library engine's own effects, |.|, over positions summed (MIB's, --position-scores sum):
     # the signed score of a head is a plain sum of its effects at each position, position by position
-    h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
+    h, m = sweep(model, pairs, "path", progress=False).scores("logit_diff").parts.values()
     assert torch.equal(r.scores["exact-path"]["heads"], h.abs()) and torch.equal(r.scores["exact-path"]["mlps"], m.abs())
-    h, m = sweep_positions(model, pairs, progress=False).effects("logit_diff")
+    h, m = sweep_positions(model, pairs, progress=False).scores("logit_diff").parts.values()
     plain = torch.zeros(h.shape[:-1])
     for k in range(h.shape[-1]):
         plain -= h[..., k].nan_to_num(0)  # importance = -effect for logit_diff (a drop is importance)
@@ -284,7 +284,7 @@ def test_job_end_to_end_loads_equal_agrees_with_the_engines_and_resumes(tmp_path
     assert torch.equal(r.curves["eap-ig"]["edges@all"].f, c.f) and c.positions == "all"
     assert summary["mib"]["departs"] == {} and "edge_positions" not in summary["mib"]["fixed"]  # end,all: MIB's
     # the signed ranking: sign * effect (larger is more important), |signed| the absolute ranking's score
-    h, m = sweep(model, pairs, "path", progress=False).effects("logit_diff")
+    h, m = sweep(model, pairs, "path", progress=False).scores("logit_diff").parts.values()
     assert torch.equal(r.scores["exact-path"]["heads_signed"], -h) and torch.equal(r.scores["exact-path"]["mlps_signed"], -m)
     for k in ("heads", "mlps", "edges"):
         assert torch.equal(r.scores["eap-ig"][f"{k}_signed"].abs(), r.scores["eap-ig"][k])

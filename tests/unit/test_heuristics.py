@@ -192,7 +192,7 @@ def test_the_job_end_to_end(tiny_llama, tmp_path):
     # the top neurons are the sweep's largest effects of each layer
     from circuits.patching.engines.neuron_sweep import sweep_neurons
 
-    e = sweep_neurons(tiny_llama, r.pairs, layers=[1], progress=False).by_layer("fraction")[1]
+    e = sweep_neurons(tiny_llama, r.pairs, layers=[1], progress=False).scores("fraction").by_layer()[1]
     top = [n.index for n in r.neurons if n.layer == 1]
     assert sorted(top) == sorted(e.argsort(descending=True)[:6].tolist())
     # strict defaults on a random model: rules may or may not pass, but every neuron has a class list
@@ -232,7 +232,7 @@ def test_key_mlps_from_a_saved_identify_result(tiny_llama, tmp_path):
     cfg = {k: v for k, v in CFG.items() if k not in ("layers", "knockout_classes")}
     r = run(HeuristicsConfig(**cfg, pairs_from=str(tmp_path / "id"), top_mlps=2, knockout_classes=0),
             tmp_path / "h", model=tiny_llama, progress=False)
-    assert sorted({n.layer for n in r.neurons}) == sorted(made.top_mlps(2))
+    assert sorted({n.layer for n in r.neurons}) == sorted(c.layer for c in made.scores(None).top(2, "mlps", first=made.key_rule))
     assert [p.reference_token_ids for p in r.pairs] == [p.reference_token_ids for p in made.pairs]
 
 
@@ -293,7 +293,7 @@ def test_without_a_source_identify_runs_first(tiny_llama, tmp_path):
     r = run(HeuristicsConfig(**cfg, top_mlps=1, knockout_classes=0), tmp_path / "h", model=tiny_llama, progress=False)
     made = identify(tiny_llama, config=IdentifyConfig(model="tiny", n_pairs=3, few_shot="on", filter_correct=False),
                     progress=False)
-    assert {n.layer for n in r.neurons} == set(made.top_mlps(1))
+    assert {n.layer for n in r.neurons} == {c.layer for c in made.scores(None).top(1, "mlps", first=made.key_rule)}
 
 
 def test_a_run_killed_in_its_final_save_is_unfinished_not_foreign(tmp_path):

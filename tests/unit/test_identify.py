@@ -25,14 +25,14 @@ def result(tiny_llama):
 
 def test_ranking_covers_every_head_and_key_heads_lead_it(result, tiny_llama):
     n = tiny_llama.cfg.n_layers * tiny_llama.cfg.n_heads
-    ranked = result.ranked()
+    ranked = result.scores().ranked(part="heads")
     assert len(ranked) == n and len({h for h, _ in ranked}) == n
     effects = [e for _, e in ranked]
     assert effects == sorted(effects, reverse=True)  # fraction: larger is more important
     keys = result.key_heads()
     assert [h for h, _ in keys] == [h for h, _ in ranked[:3]]
     assert result.top_heads(5) == [h for h, _ in ranked[:5]]
-    assert [h for h, _ in result.key_heads("top2:relative_logit")] == [h for h, _ in result.ranked("relative_logit")[:2]]
+    assert [h for h, _ in result.key_heads("top2:relative_logit")] == result.scores("relative_logit").top(2, "heads")
     summary = result.summary()
     assert len(summary["ranked_heads"]) == n  # every head, not the first 20
     assert summary["key_heads"] == [[h.layer, h.head, e] for h, e in keys]
@@ -46,7 +46,8 @@ def test_save_and_load_roundtrip(result, tmp_path):
     assert not (tmp_path / "_assets").exists()  # heads.html's plotly.js lies inside the result folder, not above it
     back = IdentifyResult.load(out)
     assert back.config == CONFIG and back.pairs == result.pairs
-    assert back.ranked() == result.ranked() and back.key_mlps() == result.key_mlps()
+    assert back.scores().ranked(part="heads") == result.scores().ranked(part="heads")
+    assert back.scores().key(back.key_rule, "mlps") == result.scores().key(result.key_rule, "mlps")
     assert load_result(out).kind == "identify"
     html = (out / "heads.html").read_text()
     assert "plotly" in html and '<script src="http' not in html  # plotly.js embedded, no CDN
@@ -63,7 +64,7 @@ def test_no_marker_is_no_result_and_the_summary_alone_is_read(result, tmp_path):
     (out / "sweep.pt").unlink()
     summary_only = IdentifyResult.load(out)
     assert summary_only.sweep is None
-    for (h1, e1), (h2, e2) in zip(summary_only.ranked(), result.ranked()):
+    for (h1, e1), (h2, e2) in zip(summary_only.scores().ranked(part="heads"), result.scores().ranked(part="heads")):
         assert h1 == h2 and e1 == pytest.approx(e2, rel=1e-6)
 
 
@@ -90,7 +91,7 @@ def test_the_summary_file_holds_the_same_float32_numbers_in_less_text(result, tm
     assert [h[:2] for h in saved["ranked_heads"]] == [h[:2] for h in held["ranked_heads"]]
     assert '"head_effects": [[' in text  # a grid on one line
     assert len(text) <= 0.8 * len(json.dumps(held, indent=1))
-    assert IdentifyResult.load(out).ranked() == result.ranked()
+    assert IdentifyResult.load(out).scores().ranked(part="heads") == result.scores().ranked(part="heads")
 
 
 def test_corrupt_files_are_named(result, tmp_path):
@@ -181,7 +182,7 @@ def test_the_pooled_result_copies_no_tensor_file_of_its_operations(tiny_llama, t
         if torch.is_tensor(value):
             got = back.sweep.tensors()[name]
             assert torch.equal(got.isnan(), value.isnan()) and torch.equal(got.nan_to_num(), value.nan_to_num())
-    assert back.ranked() == returned.ranked() and back.key_heads() == returned.key_heads()
+    assert back.scores().ranked(part="heads") == returned.scores().ranked(part="heads") and back.key_heads() == returned.key_heads()
     alone = returned.save(tmp_path / "elsewhere" / "all")  # no siblings there: its own pairs.jsonl and sweep.pt
     assert {"sweep.pt", "pairs.jsonl"} <= {p.name for p in alone.iterdir()}
     assert IdentifyResult.load(alone).pairs == returned.pairs
@@ -254,7 +255,7 @@ def test_sweep_file_keeps_the_answer_probability_of_the_measured_components_only
             got = back.sweep.tensors()[name]
             assert torch.equal(got.isnan(), held.isnan()) and torch.equal(got.nan_to_num(), held.nan_to_num()), name
     save_torch(result.sweep.tensors(), out / "sweep.pt")  # the layout before: full grids, NaN included
-    assert IdentifyResult.load(out).ranked("prob") == result.ranked("prob")
+    assert IdentifyResult.load(out).scores("prob").ranked(part="heads") == result.scores("prob").ranked(part="heads")
     raw["head_prob"]["values"] = raw["head_prob"]["values"][:1]
     save_torch(raw, out / "sweep.pt")
     with pytest.raises(ResultError, match=r"sweep.pt: head_prob.values has 1 rows for the \d+ components"):

@@ -40,7 +40,7 @@ def test_answers_metric_equals_builtin_logit_on_every_head_and_mlp(tiny_llama, t
     # The patches move the logit, so equality is not that of two constants.
     assert (result.head_logit - result.baseline.logit).abs().max() > 1e-2
     # The effect is the change of the patched answer logit, as the built-in readout gives it.
-    _close(result.effects("ans")[0], (result.head_logit - result.baseline.logit[None, None]).mean(-1))
+    _close(result.scores("ans").heads, (result.head_logit - result.baseline.logit[None, None]).mean(-1))
 
 
 def test_answers_metric_on_the_neuron_and_position_engines(tiny_llama, tokenizer):
@@ -80,7 +80,7 @@ def test_sweep_with_prepared_runs_equals_one_without_exactly(tiny_llama, tokeniz
     comps = ["0.1", "1.2", "MLP0", "MLP1"]
     runs = prepare(tiny_llama, batch, mode)
     assert len(runs.blocks) == 3
-    for kwargs in ({}, {"metrics": [ans]}, {"prob": lambda r: as_components(r.ranked("logit_diff")[:2])}):
+    for kwargs in ({}, {"metrics": [ans]}, {"prob": lambda r: as_components(r.scores("logit_diff").ranked(2, "heads"))}):
         plain = sweep(tiny_llama, batch, mode, components=comps, progress=False, **kwargs)
         reused = sweep(tiny_llama, batch, mode, components=comps, progress=False, runs=runs, **kwargs)
         for a, b in zip(plain.tensors().items(), reused.tensors().items()):

@@ -28,7 +28,7 @@ def cells(result, metric):
     """Each measured edge's importance at its (sender, receiver) index of EAP-IG's graph, by hand."""
     sweep = result.edges
     s_all, r_all = eap_senders(3, 4), eap_receivers(3, 4)
-    eff = sweep.effects(metric)
+    eff = sweep.scores(metric)["edges"]
     sign = sweep.metric(metric).sign
     return {(s_all.index(s), r_all.index(r)): sign * float(eff[i, j])
             for i, s in enumerate(sweep.senders) for j, r in enumerate(sweep.receivers) if eff[i, j] == eff[i, j]}

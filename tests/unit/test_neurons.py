@@ -32,7 +32,7 @@ def test_cheap_readout_equals_the_full_one(tiny_llama, tokenizer):
     full = sweep_neurons(tiny_llama, batch, layers=[1], prob=True, progress=False)
     assert len(cheap.neurons) == tiny_llama.cfg.d_mlp and cheap.readouts.prob.isnan().all()
     torch.testing.assert_close(cheap.readouts.logit_diff, full.readouts.logit_diff, atol=1e-4, rtol=0)
-    torch.testing.assert_close(cheap.effects("fraction"), full.effects("fraction"), atol=1e-4, rtol=0)
+    torch.testing.assert_close(cheap.scores("fraction")["neurons"], full.scores("fraction")["neurons"], atol=1e-4, rtol=0)
 
 
 def test_shares_and_top_neurons():

@@ -74,10 +74,10 @@ def test_sweep_select_and_pool_give_back_the_sweep():
     for k, v in s.tensors().items():
         if isinstance(v, torch.Tensor):
             assert torch.equal(pooled.tensors()[k], v), k
-    for a, b in zip(pooled.effects("c"), s.effects("c")):
+    for a, b in zip(pooled.scores("c").parts.values(), s.scores("c").parts.values()):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
     # The bootstrap's own resampling equals the effect of a selected sweep (one resample).
-    for a, b in zip(sub.effects("relative_logit"), (get_metric("relative_logit").effect(s.heads.select(idx), s.baseline.select(idx)),
+    for a, b in zip(sub.scores("relative_logit").parts.values(), (get_metric("relative_logit").effect(s.heads.select(idx), s.baseline.select(idx)),
                                                     get_metric("relative_logit").effect(s.mlps.select(idx), s.baseline.select(idx)))):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
 
@@ -100,30 +100,25 @@ def test_saved_sweep_keeps_its_tensor_names_and_layout():
 
 
 def test_one_default_metric_everywhere():
-    """Every effects / per_pair / ranked / top_* of every result type defaults to DEFAULT_METRIC, which is fraction
-    and the default key rule's metric."""
+    """Every result type's scores() (the one reader: its rankings are read from the Scores) and metric lookup default
+    to DEFAULT_METRIC, which is fraction and the default key rule's metric. Attribution and EAP-IG default to the
+    metric their estimates were made with (``None``), which attribute() and eap_ig() default to DEFAULT_METRIC."""
     from circuits.identify.result import IdentifyResult
     from circuits.patching.engines.attribution import attribute
     from circuits.patching.engines.edge_sweep import EdgeSweep
     from circuits.patching.engines.neuron_sweep import NeuronSweep
     from circuits.patching.engines.position_sweep import PositionSweep
     from circuits.patching.core.ranking import DEFAULT_KEY_RULE, KeyRule
-    from circuits.patching.core.readouts import MetricLookup, MetricViews
+    from circuits.patching.core.readouts import MetricLookup
 
     assert DEFAULT_METRIC == "fraction" and KeyRule.parse(DEFAULT_KEY_RULE).metric == DEFAULT_METRIC
     assert KeyRule.parse("top3").metric == DEFAULT_METRIC
-    checked = 0
-    for cls in (SweepResult, PositionSweep, NeuronSweep, EdgeSweep, MetricViews, MetricLookup, IdentifyResult):
-        for name in ("effects", "per_pair", "ranked", "neuron_effects", "by_layer", "top_senders", "metric"):
-            fn = getattr(cls, name, None)
-            if fn is None or (cls is IdentifyResult and name == "metric"):  # None there: the key rule's metric
-                continue
-            default = inspect.signature(fn).parameters["metric"].default
-            assert default == DEFAULT_METRIC, f"{cls.__name__}.{name} defaults to {default!r}"
-            checked += 1
-    assert checked >= 12
+    for cls, name in [(c, "scores") for c in (SweepResult, PositionSweep, NeuronSweep, EdgeSweep, IdentifyResult)] + [
+            (MetricLookup, "metric")]:
+        default = inspect.signature(getattr(cls, name)).parameters["metric"].default
+        assert default == DEFAULT_METRIC, f"{cls.__name__}.{name} defaults to {default!r}"
     assert inspect.signature(attribute).parameters["metric"].default == DEFAULT_METRIC
     s = _sweep(custom=())
-    for a, b in zip(s.effects(), s.effects("fraction")):
+    for a, b in zip(s.scores().parts.values(), s.scores("fraction").parts.values()):
         torch.testing.assert_close(a, b, atol=0, rtol=0, equal_nan=True)
-    assert s.ranked() == s.ranked("fraction")
+    assert s.scores().ranked() == s.scores("fraction").ranked()

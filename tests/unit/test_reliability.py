@@ -141,12 +141,12 @@ def test_fraction_is_nan_with_a_warning_when_the_counterfactual_does_nothing(tin
     same = PairBatch(batch.reference, batch.reference, batch.end, batch.answer)
     result = sweep(tiny_llama, same, progress=False)
     with pytest.warns(UserWarning, match="'fraction' is undefined"):
-        heads, mlps = result.effects("fraction")
+        heads, mlps = result.scores("fraction").parts.values()
     assert torch.isnan(heads).all() and not torch.isinf(heads).any()
-    assert torch.isnan(result.per_pair("fraction")[0]).all()
+    assert torch.isnan(result.scores("fraction").per_pair["heads"]).all()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        result.effects("logit_diff")  # the other metrics stay defined
+        result.scores("logit_diff")  # the other metrics stay defined
 
 
 def test_sweep_warns_when_the_model_does_not_give_the_answer(tiny_llama, tokenizer):

@@ -77,7 +77,6 @@ def test_ties_order_alike_on_every_path(sign):
 
     from circuits.beyond.edges.job import resolve_receivers
     from circuits.beyond.screen.job import ranked_neurons, ranked_nodes
-    from circuits.patching.core.metrics import Metric
     from circuits.patching.engines.neuron_sweep import top_neurons
     from circuits.patching.core.ranking import rank_mlps, ranked_entries
     from circuits.patching.core.uncertainty import rule_threshold
@@ -98,18 +97,16 @@ def test_ties_order_alike_on_every_path(sign):
     assert [(c.layer, c.head) for c, _, _ in nodes] == unravel
     assert [Neuron(l, d) for l, d in unravel[:4]] == [n for n, _, _ in ranked_neurons(heads[..., None], sign, 4)]
     # Edges into a receiver: the senders in the same order.
-    from circuits.patching.engines.edge_sweep import EdgeSweep
+    from circuits.patching.core.scores import Scores
 
     senders = [Component("head", 1 + i // 4, i % 4) for i in range(len(TIED))]
-    edges = EdgeSweep.__new__(EdgeSweep)
-    edges.senders, edges.receivers, edges.custom_metrics, edges.baseline = senders, [], {}, None
-    edges.effects = lambda m: torch.tensor(TIED)[:, None]  # type: ignore[method-assign]
-    edges.receivers = Receiver.parse_many("9.0.q")
-    got = edges.top_senders("9.0.q", k=6, metric=Metric("m", "", sign, lambda p, b: p))
+    receivers = Receiver.parse_many("9.0.q")
+    edges = Scores({"edges": torch.tensor(TIED)[:, None]}, "m", sign, labels={"edges": (senders, receivers)})
+    got = edges.ranked(6, into=receivers[0])
     assert [s for s, _ in got] == [senders[i] for i in want[:6]]
     # Receivers "topK" of an identify result: heads of layers >= 1 and MLPs, one ranking.
-    fake = SimpleNamespace(metric=lambda: Metric("m", "", sign, lambda p, b: p),
-                           effects=lambda m: (torch.cat([torch.zeros(1, 4), heads]), torch.full((4,), float("nan"))))
+    fake = SimpleNamespace(scores=lambda m: Scores({"heads": torch.cat([torch.zeros(1, 4), heads]),
+                                                    "mlps": torch.full((4,), float("nan"))}, "m", sign))
     got = list(dict.fromkeys(r.component for r in resolve_receivers("top5", fake)))  # a head: its q, k and v
     assert got == [Component("head", l + 1, h) for l, h in unravel[:5]]
 

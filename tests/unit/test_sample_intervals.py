@@ -125,7 +125,7 @@ def test_lens_curves_carry_bootstrap_intervals_over_pairs(tiny_llama, made, tmp_
 
 
 def test_attention_role_shares_carry_bootstrap_intervals_over_prompts(tiny_llama, made, tmp_path, capsys):
-    heads = [h for h, _ in made.ranked()][:2]
+    heads = made.scores().top(2, "heads")
     ra = role_attention(tiny_llama, made.pairs, heads)
     d = ra.to_json()
     per = ra.per_prompt.double().numpy()  # [prompt, head, role]

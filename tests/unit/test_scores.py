@@ -90,12 +90,12 @@ def test_one_default_metric_named_once():
 def test_every_end_result_gives_scores(tiny_llama, tokenizer):
     batch = PairBatch.from_pairs(mixed_pairs(tokenizer, 3), 0)
     r = sweep(tiny_llama, batch, "path", progress=False)
-    s = r.scores()
-    h, m = r.effects()
+    s, m = r.scores(), get_metric(DEFAULT_METRIC)
     assert s.metric == DEFAULT_METRIC and s.engine == "exact-path"
-    torch.testing.assert_close(s.heads, h, equal_nan=True)
-    torch.testing.assert_close(s.mlps, m, equal_nan=True)
-    assert r.ranked("relative_logit") == rank(r.effects("relative_logit")[0], get_metric("relative_logit").sign)
+    torch.testing.assert_close(s.heads, m.effect(r.heads, r.baseline), equal_nan=True)
+    torch.testing.assert_close(s.mlps, m.effect(r.mlps, r.baseline), equal_nan=True)
+    rel = get_metric("relative_logit")
+    assert r.scores(rel).ranked(part="heads") == rank(rel.effect(r.heads, r.baseline), rel.sign)
     assert s.per_pair["heads"].shape[-1] == 3
 
 
@@ -138,3 +138,28 @@ def test_one_size_count_rule_per_setting():
     found = [f"{p.relative_to(root)}:{i}" for p in root.rglob("*.py") if p.name != "types.py"
              for i, line in enumerate(p.read_text().splitlines(), 1) if literal.search(line)]
     assert found == [], found
+
+
+def test_top_first_by_layer_and_into_read_by_hand():
+    """top(k, first=rule): the rule's components first, then the ranking; by_layer: neurons laid out per MLP layer;
+    ranked(into=r): the edges into r alone. Against values worked by hand."""
+    # fraction (+1): ranking 1.1 (0.4), 0.0 (0.3), 0.1 (0.2), 1.0 (-0.1); a rule "fraction<=-0.05" keeps 1.0 alone
+    s = Scores({"heads": torch.tensor([[0.3, 0.2], [-0.1, 0.4]]), "mlps": torch.tensor([0.1, float("nan")])},
+               "fraction", 1)
+    assert s.top(3, "heads") == [Head(1, 1), Head(0, 0), Head(0, 1)]
+    assert s.top(3, "heads", first="fraction<=-0.05") == [Head(1, 0), Head(1, 1), Head(0, 0)]
+    assert s.top(1, "mlps", first="top1") == [Component.mlp(0)]
+    with pytest.raises(ValueError, match="ranks only 1 mlps, fewer than 2"):  # the NaN MLP is not ranked
+        s.top(2, "mlps", first="top1")
+    with pytest.raises(ValueError, match="reads relative_logit"):
+        s.top(2, "heads", first="relative_logit<-0.05")
+    n = Scores({"neurons": torch.tensor([0.5, -0.2, 0.7])}, "fraction", 1,
+               labels={"neurons": [Neuron(0, 2), Neuron(3, 0), Neuron(3, 1)]})
+    layers = n.by_layer()
+    assert sorted(layers) == [0, 3] and layers[3][:2].tolist() == pytest.approx([-0.2, 0.7])
+    assert layers[0][2] == pytest.approx(0.5) and torch.isnan(layers[0][:2]).all() and torch.isnan(layers[3][2])
+    senders, receivers = [Component.mlp(0), Component("head", 0, 1)], Receiver.parse_many("1.0.q,MLP1")
+    e = Scores({"edges": torch.tensor([[0.1, 0.9], [0.6, float("nan")]])}, "fraction", 1,
+               labels={"edges": (senders, receivers)})
+    assert e.ranked(into=receivers[0]) == [(senders[1], pytest.approx(0.6)), (senders[0], pytest.approx(0.1))]
+    assert e.ranked(1, into=receivers[1]) == [(senders[0], pytest.approx(0.9))]

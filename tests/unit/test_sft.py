@@ -238,10 +238,11 @@ def test_heads_from_an_identify_result(tmp_path):
                       progress=False)
     result.save(tmp_path / "addition")
     loaded = load_identify(tmp_path / "addition")
-    ranked = [h for h, _ in result.ranked()]
+    ranked = result.scores().top(None, "heads")
     assert loaded.top_heads(1) == ranked[:1] and loaded.top_heads(12) == ranked
     assert len(loaded.top_heads(12)) == 12 > len(loaded.key_heads())
-    assert loaded.top_mlps(2)[0] == loaded.key_mlps()[0][0] if loaded.key_mlps() else True
+    key_mlps = loaded.scores(None).key(loaded.key_rule, "mlps")
+    assert loaded.scores(None).top(2, "mlps", first=loaded.key_rule)[0] == key_mlps[0][0] if key_mlps else True
     with pytest.raises(ValueError, match="ranks only 12 heads"):
         loaded.top_heads(13)
 

@@ -127,7 +127,7 @@ def test_heads_from_with_own_pairs_runs_the_results_heads_on_those_pairs(tmp_pat
                      "--no-progress", "--out", str(ko)]) == 0
     r = load_result(ko)
     assert r.n_pairs == 3 and r.config.pairs_file == str(path) and r.config.heads_from == str(ident)
-    assert r.curve.ranking[:2] == [h for h, _ in made.ranked(made.key_rule.metric)][:2]  # the result's heads
+    assert r.curve.ranking[:2] == made.scores(None).top(2, "heads")  # the result's heads
     model = load_model(model_dir, device="cpu")
     pairs = build_pairs(model, r.config.pair_config(), progress=False).pairs
     assert [p.reference for p in pairs] == [p["prompt"] for p in mine]

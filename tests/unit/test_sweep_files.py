@@ -34,8 +34,8 @@ def test_a_sweep_saves_and_loads_back_equal(made, tmp_path):
     back = SweepResult.load(folder, metrics=[margin])
     assert same(back.tensors(), sweep.tensors()) and back.mode == sweep.mode
     for metric in ("fraction", "relative_logit", "logit_diff", "answer_logit2"):
-        assert same(back.effects(metric), sweep.effects(metric))
-    assert back.key_heads("top3") == sweep.key_heads("top3")
+        assert same(tuple(back.scores(metric).parts.values()), tuple(sweep.scores(metric).parts.values()))
+    assert back.scores().key("top3") == sweep.scores().key("top3")
     assert json.loads((folder / "sweep.json").read_text())["provenance"]["torch"] == torch.__version__
     sweep.save(folder)  # a saved sweep is replaced
     assert same(SweepResult.load(folder).head_logit, sweep.head_logit)

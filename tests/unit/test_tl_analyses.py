@@ -93,7 +93,7 @@ def test_direct_logit_attribution_equals_transformer_lens(tiny_llama, pairs):
     rows, answers = torch.arange(len(pairs)), torch.tensor([p.answer_token_id for p in pairs])
     total = dla.heads.sum((0, 1)) + dla.mlps.sum(0) + dla.embed + dla.biases + dla.unembed_bias
     torch.testing.assert_close(total, logits[rows, answers] - logits[rows, cf], atol=1e-4, rtol=1e-4)
-    assert dla.top_heads(2)[0][1] == float(dla.effects()[0].max())
+    assert dla.scores().ranked(2, "heads")[0][1] == float(dla.heads.mean(-1).max())
 
 
 @pytest.mark.parametrize("incl_mid", [False, True])
@@ -138,7 +138,7 @@ def test_the_raw_tensors_make_the_metrics_as_documented(tiny_llama, pairs):
     b = s.baseline
     L, H, P = s.head_logit.shape
     assert (L, H, P) == (tiny_llama.cfg.n_layers, tiny_llama.cfg.n_heads, len(pairs)) and b.logit.shape == (P,)
-    torch.testing.assert_close(((s.head_logit - b.logit) / b.logit).mean(-1), s.effects("relative_logit")[0])
+    torch.testing.assert_close(((s.head_logit - b.logit) / b.logit).mean(-1), s.scores("relative_logit").heads)
     fraction = (s.head_logit - b.logit).mean(-1) / (b.cf_logit - b.logit).mean()
-    torch.testing.assert_close(fraction, s.effects("fraction")[0], equal_nan=True)
-    torch.testing.assert_close((s.head_logit_diff - b.logit_diff).mean(-1), s.effects("logit_diff")[0])
+    torch.testing.assert_close(fraction, s.scores("fraction").heads, equal_nan=True)
+    torch.testing.assert_close((s.head_logit_diff - b.logit_diff).mean(-1), s.scores("logit_diff").heads)

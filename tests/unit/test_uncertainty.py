@@ -35,7 +35,7 @@ def test_bootstrap_equals_a_plain_resampling_loop(tiny_identify):
     torch.testing.assert_close(ci.head_high, expected[1])
     assert (ci.head_low <= ci.head_high).all() and (ci.head_high - ci.head_low).max() > 0
     diff = bootstrap(s, "logit_diff", n_boot=200)  # a mean: the estimate sits inside its interval
-    est = s.effects("logit_diff")[0]
+    est = s.scores("logit_diff").heads
     assert ((diff.head_low <= est) & (est <= diff.head_high)).float().mean() > 0.9
 
 
@@ -57,7 +57,7 @@ def test_resamples_in_chunks_equal_one_at_a_time(tiny_identify, name):
 
 def test_uncertain_keys_cross_the_threshold(tiny_identify):
     r = tiny_identify
-    heads, _ = r.effects()
+    heads = r.scores().heads
     rule = r.key_rule
     th = rule_threshold(rule, heads, 1)
     keys = [h for h, _ in r.key_heads()]
@@ -76,7 +76,7 @@ def test_form_subsets_equal_sweeping_those_pairs_alone(tiny_llama, tiny_identify
     r = tiny_identify
     idx = [0, 2, 5]
     alone = sweep(tiny_llama, [r.pairs[i] for i in idx], "path", progress=False)
-    torch.testing.assert_close(r.sweep.select(idx).effects("fraction")[0], alone.effects("fraction")[0], atol=1e-5, rtol=1e-4)  # a ratio of sums over other batch shapes
+    torch.testing.assert_close(r.sweep.select(idx).scores("fraction").heads, alone.scores("fraction").heads, atol=1e-5, rtol=1e-4)  # a ratio of sums over other batch shapes
     forms = form_key_heads(r)
     assert set(forms) <= {"equation", "statement", "question", "time_span", "accumulation"} and len(forms) >= 2
 

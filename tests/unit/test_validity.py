@@ -156,7 +156,7 @@ def test_a_key_rule_over_a_metric_measured_for_a_few_heads_is_refused(tiny_llama
     pairs = [make_pair(tok, f"{a} + {b} = ", f"{a} @ {b} = ", str(a + b)) for a, b in [(3, 4), (2, 5), (1, 6)]]
     config = IdentifyConfig(model="tiny", key_rule="top2", bootstrap=0)
     r = identify(tiny_llama, pairs, config, progress=False, warn=False)  # prob='key': measured for the 2 key heads
-    heads = r.effects("prob")[0]
+    heads = r.scores("prob").heads
     n, measured = heads.numel(), int((~torch.isnan(heads)).sum())
     assert 0 < measured < n
     for result in (r, load_identify(r.save(tmp_path / "id"))):
@@ -167,7 +167,7 @@ def test_a_key_rule_over_a_metric_measured_for_a_few_heads_is_refused(tiny_llama
     everywhere = identify(tiny_llama, pairs, config.replace(prob="all"), progress=False, warn=False)
     picked = everywhere.key_heads("top3:prob")
     plain = sorted(((float(v), (l, h)) for (l, h), v in
-                    ((divmod(i, heads.shape[1]), v) for i, v in enumerate(everywhere.effects("prob")[0].flatten()))))
+                    ((divmod(i, heads.shape[1]), v) for i, v in enumerate(everywhere.scores("prob").heads.flatten()))))
     assert [tuple(h) for h, _ in picked] == [lh for _, lh in plain[:3]]  # prob's important sign is negative
 
 

@@ -212,7 +212,7 @@ def carry_study(model: Model, config: CarryConfig, *, progress: bool = False, re
     for k in range(len(POSITIONS)):
         s = sweep(model, at_answer_position(pairs, k, tok), config.mode, prob=False, progress=progress,
                   memory_mb=config.memory_mb)
-        per.append(flat_components(*s.per_pair("logit_diff")))
+        per.append(flat_components(*s.scores("logit_diff").per_pair.values()))
     effects = torch.stack(per)  # [position, component, pair]
     over = overlap(effects[0], effects[1], config.top_k, n_boot=config.n_boot, n_splits=config.n_splits,
                    seed=config.seed)

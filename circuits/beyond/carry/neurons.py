@@ -127,7 +127,7 @@ def neuron_rules(model: Model, pairs: list[PromptPair], grid: list[PromptPair], 
         layers = key_mlps(effects[k], L, H, neuron_mlps)
         sweep = sweep_neurons(model, at_answer_position(pairs, k, model.tokenizer), mode, layers=layers,  # type: ignore[arg-type]
                               memory_mb=memory_mb, prob=False, progress=progress)
-        by_layer = sweep.by_layer(m)
+        by_layer = sweep.scores(m).by_layer()
         top: list[Neuron] = []
         for l in layers:  # as circuits heuristics ranks them: the metric's important direction, NaN never
             e = by_layer[l]

@@ -33,10 +33,6 @@ class EdgeResult(Result[EdgesConfig]):
         return circuit_figure(self.edges, self.receiver_effects, self.metric,
                               title or f"Circuit of {getattr(self.config, 'task', '')}: senders -> receivers -> logits")
 
-    def top_senders(self, top: int = 10) -> dict[str, Any]:
-        """Each receiver's ``top`` senders with their effects (``summary.json``'s ``edges``)."""
-        return edge_summary(self.edges, self.metric, top)
-
     @classmethod
     def of_identify(cls, result: Any) -> EdgeResult | None:
         """The edges an identify result made with ``--receivers`` keeps, as an edge result (None when it has none);
@@ -51,7 +47,7 @@ class EdgeResult(Result[EdgesConfig]):
         from circuits.viz.figures import write_figure
 
         summary = {"metric": self.metric, "receiver_effects": self.receiver_effects,
-                   "edges": edge_summary(self.edges, self.metric), "effects": self.edges.effects(self.metric).tolist(),
+                   "edges": edge_summary(self.edges, self.metric), "effects": self.edges.scores(self.metric)["edges"].tolist(),
                    "senders": [str(s) for s in self.edges.senders], "receivers": [str(r) for r in self.edges.receivers]}
         write_parts(folder, self.summary_json(summary), self.pairs, {"edges.pt": self.edges.tensors()})
         write_figure(self.figure(), folder / "circuit.html")

@@ -61,7 +61,7 @@ def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
         if saved.config.model != config.model:
             raise ValueError(f"--neurons-from {config.neurons_from} was made with model {saved.config.model!r}, not "
                              f"{config.model!r}; pass --model {saved.config.model}")
-        effects = saved.layer_effects()  # type: ignore[attr-defined]
+        effects = saved.sweep.scores(saved.metric).by_layer()  # type: ignore[attr-defined]
         layers = layers or sorted(effects)[: config.top_mlps]
         missing = [l for l in layers if l not in effects]
         if missing:
@@ -72,7 +72,8 @@ def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
     if config.pairs_from and not layers:
         from circuits.identify.result import load_identify
 
-        layers = load_identify(config.pairs_from).top_mlps(config.top_mlps)
+        made = load_identify(config.pairs_from)
+        layers = [c.layer for c in made.scores(None).top(config.top_mlps, "mlps", first=made.key_rule)]
     if layers:
         pairs, stats = config.load_pairs(model)
         return layers, at_answer_position(pairs, config.answer_position, model.tokenizer), None, config.metric, stats
@@ -84,7 +85,7 @@ def key_mlps(config: HeuristicsConfig, model: Model, *, progress: bool = True
     made = identify(model, config=IdentifyConfig(**{f.name: getattr(config, f.name) for f in fields(PairSpec)},
                                                  mode=config.mode, answer_position=config.answer_position),
                     progress=progress, warn=False, refuse=False)
-    return made.top_mlps(config.top_mlps), list(made.pairs), None, config.metric, made.pair_stats
+    return [c.layer for c in made.scores(None).top(config.top_mlps, "mlps", first=made.key_rule)], list(made.pairs), None, config.metric, made.pair_stats
 
 
 def top_of_layers(effects: dict[int, torch.Tensor], layers: list[int], k: int, sign: int) -> list[Neuron]:
@@ -231,7 +232,7 @@ def heuristics(model: Model, config: HeuristicsConfig | None = None, *, progress
         def swept() -> dict[int, torch.Tensor]:
             sweep = sweep_neurons(model, pairs, config.mode, layers=layers, memory_mb=config.memory_mb,  # type: ignore[arg-type]
                                   prob=m.name == "prob", progress=progress)
-            return sweep.by_layer(m)
+            return sweep.scores(m).by_layer()
 
         effects = _cached(parts, "sweep", _key("sweep", weights, config.mode, m.name, layers,
                                                [(p.reference_token_ids, p.counterfactual_token_ids, p.answer_token_id)

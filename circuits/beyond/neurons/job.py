@@ -61,7 +61,8 @@ def run(config: NeuronConfig, out: str | Path, *, model: Model | None = None,
     if not layers:
         if not config.pairs_from:
             raise ValueError("Give --layers (e.g. 19,24) or --pairs-from an identify result whose key MLPs are taken")
-        layers = load_identify(config.pairs_from).top_mlps(config.top_mlps)
+        made = load_identify(config.pairs_from)
+        layers = [c.layer for c in made.scores(None).top(config.top_mlps, "mlps", first=made.key_rule)]
     model = model or load_model(config.model, dtype=config.dtype)
     for l in layers:
         if not 0 <= l < model.cfg.n_layers:
@@ -74,10 +75,10 @@ def run(config: NeuronConfig, out: str | Path, *, model: Model | None = None,
     ns = sweep_neurons(model, pairs, config.mode, layers=layers, memory_mb=config.memory_mb,  # type: ignore[arg-type]
                        prob=m.name == "prob", progress=progress)
     whole = sweep(model, pairs, config.mode, components=[Component.mlp(l) for l in layers],  # type: ignore[arg-type]
-                  memory_mb=config.memory_mb, progress=False).effects(m)[1]
+                  memory_mb=config.memory_mb, progress=False).scores(m).mlps
     result = NeuronResult(config, pairs, ns, m.name, {l: float(whole[l]) for l in layers}, _validity=validity)
     if config.shares:
-        result.knockout = neuron_knockout(model, pairs, result.layer_effects(), m.sign, config.shares, config.knockout_seed)
+        result.knockout = neuron_knockout(model, pairs, result.sweep.scores(m).by_layer(), m.sign, config.shares, config.knockout_seed)
     result.seconds = time.perf_counter() - start
     result.save(out)
     return result

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-import torch
 from circuits.data.pairs import PromptPair, read_pairs
 from circuits.identify.validity import CheckedPairs, validity_from_summary, validity_json
 from circuits.patching.core.metrics import get_metric
@@ -29,13 +28,10 @@ class NeuronResult(CheckedPairs, Result[NeuronConfig]):
     knockout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def layer_effects(self) -> dict[int, torch.Tensor]:
-        return self.sweep.by_layer(self.metric)
-
     def shares(self) -> dict[int, dict[str, float]]:
         sign = get_metric(self.metric).sign
         out = {}
-        for l, e in self.layer_effects().items():
+        for l, e in self.sweep.scores(self.metric).by_layer().items():
             d = effect_shares(e, sign)
             d["sum_of_neuron_effects"] = float(e.nansum())
             d["whole_mlp_effect"] = self.mlp_effects.get(l, float("nan"))
@@ -45,7 +41,7 @@ class NeuronResult(CheckedPairs, Result[NeuronConfig]):
     def curves(self) -> dict[str, list[float]]:
         sign = get_metric(self.metric).sign
         out = {}
-        for l, e in self.layer_effects().items():
+        for l, e in self.sweep.scores(self.metric).by_layer().items():
             c = contributions(e, sign)
             out[f"MLP{l}"] = (c.cumsum(0) / c.sum().clamp_min(1e-12)).tolist()
         return out

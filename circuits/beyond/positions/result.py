@@ -56,8 +56,8 @@ class PositionResult(Result[PositionConfig]):
     def summary(self) -> dict[str, Any]:
         metrics = {}
         for name in METRICS:
-            h, m = self.sweep.effects(name)
-            metrics[name] = {"head_effects": h.tolist(), "mlp_effects": m.tolist()}
+            s = self.sweep.scores(name)
+            metrics[name] = {"head_effects": s.heads.tolist(), "mlp_effects": s.mlps.tolist()}
         out = {"model": getattr(self.config, "model", ""), "task": getattr(self.config, "task", ""),
                "n_pairs": len(self.pairs), "offsets": "counted back from END (0 is END)",
                "ends": self.sweep.ends.tolist(), "first_difference": self.sweep.first_diff.tolist(),
@@ -92,7 +92,8 @@ class PositionResult(Result[PositionConfig]):
                                what + f"columns aligned by token role across {templates} templates (each pair read at "
                                "its own offset; positions between roles counted from the nearest one)", metric,
                                best.tolist(), x_labels=al.labels, notes=notes)
-        heads, mlps = self.sweep.effects(metric)
+        s = self.sweep.scores(metric)
+        heads, mlps = s.heads, s.mlps
         p = self.representative()
         end = p.end
         lo = max(0, min(int(f) for f in self.sweep.first_diff) - 4) if len(self.pairs) else 0

@@ -112,10 +112,10 @@ def screen(model: Model, pairs: Sequence[PromptPair], config: ScreenConfig | Non
     if config.audit:
         t0 = time.perf_counter()
         act = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress)  # type: ignore[arg-type]
-        exact_end["heads"], exact_end["mlps"] = act.effects(att.metric)
+        exact_end.update(act.scores(att.metric).parts)
         path = None
         if config.mode == "activation":
-            p_exact = sweep(model, pairs, "path", memory_mb=config.memory_mb, progress=progress).effects(att.metric)
+            p_exact = tuple(sweep(model, pairs, "path", memory_mb=config.memory_mb, progress=progress).scores(att.metric).parts.values())
             p_att = attribute(model, pairs, att.metric, mode="path", neurons=False, qk_fix=False, progress=progress)
             p_screen = (p_att.effect(p_att.head)[..., 0], p_att.effect(p_att.mlp)[..., 0])
             exact_end["path_heads"], exact_end["path_mlps"] = p_exact

@@ -32,7 +32,7 @@ def form_key_heads(result: IdentifyResult, rule: str | KeyRule | None = None) ->
     for i, p in enumerate(result.pairs):
         by_form.setdefault(forms.get(p.template_id, "custom"), []).append(i)
     rule = result.key_rule if rule is None else KeyRule.parse(rule)
-    return {f: [h for h, _ in result.sweep.select(idx).key_heads(rule)] for f, idx in sorted(by_form.items())}
+    return {f: [h for h, _ in result.sweep.select(idx).scores(rule.metric).key(rule)] for f, idx in sorted(by_form.items())}
 
 
 def stability(results: dict[str, dict[int, IdentifyResult]], config: StabilityConfig | None = None) -> StabilityResult:

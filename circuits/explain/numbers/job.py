@@ -50,7 +50,7 @@ def numbers(model: Model, made: IdentifyResult, config: NumbersConfig, *, progre
     if not pairs:
         raise ValueError("The identify result holds no prompt pairs (saved without them?); rerun circuits identify")
     components = [Component.of(h) for h in made.top_heads(config.n_heads)] if config.n_heads else []
-    components += [Component.mlp(l) for l in made.top_mlps(config.n_mlps)] if config.n_mlps else []
+    components += made.scores(None).top(config.n_mlps, "mlps", first=made.key_rule) if config.n_mlps else []
     spectra = number_spectra(model, pairs, components, config.numbers or None)
     result = NumbersResult(config, spectra)
     if not config.digits:
@@ -68,12 +68,12 @@ def numbers(model: Model, made: IdentifyResult, config: NumbersConfig, *, progre
                            f"the floor of {config.digit_floor:.0%}: no digit circuit to read, no neuron labelled")
         else:
             m = get_metric(config.metric)
-            layers = made.top_mlps(config.digit_mlps)
+            layers = [c.layer for c in made.scores(None).top(config.digit_mlps, "mlps", first=made.key_rule)]
             sweep = sweep_neurons(model, pairs, config.mode, layers=layers, memory_mb=config.memory_mb,  # type: ignore[arg-type]
                                   prob=m.name == "prob", progress=progress)
             neurons: list[Neuron] = []
             effects: list[float] = []
-            for l, e in sweep.by_layer(m).items():
+            for l, e in sweep.scores(m).by_layer().items():
                 for i in order(e, m.sign)[: config.top_neurons].tolist():
                     neurons.append(Neuron(l, i))
                     effects.append(float(e[i]))

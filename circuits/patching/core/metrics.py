@@ -4,7 +4,7 @@ The engine reads a few END quantities from every patched row -- the answer's log
 counterfactual answer (the counterfactual run's top token, or the pair's own label with ``second_logit="label"``),
 the answer's probability -- and a :class:`Metric` turns patched and unpatched
 quantities into an effect. The paper's metric is :data:`RELATIVE_LOGIT`; :data:`FRACTION` (:data:`DEFAULT_METRIC`,
-the default of every result's ``effects()`` and of the key rule) divides the change by the change the whole
+the default of every result's ``scores()`` and of the key rule) divides the change by the change the whole
 counterfactual causes, which compares across models.
 
 A metric may also be any function of the patched END logits, as TransformerLens's ``patching_metric`` is
@@ -193,9 +193,9 @@ METRICS: dict[str, Metric] = {m.name: m for m in (RELATIVE_LOGIT, FRACTION, LOGI
 PROB_METRICS: tuple[str, ...] = ("prob", "answer_logprob")
 METRIC_NAMES: tuple[str, ...] = tuple(METRICS)
 assert METRIC_NAMES == TYPES_METRIC_NAMES, "circuits.types.METRIC_NAMES lists the built-in metrics"
-# The metric every ``effects()``, ``per_pair()``, ``ranked()``, ``key_heads()`` and ``top_heads()`` uses when none is
-# given, on every result type (sweeps, positions, neurons, edges, identify results), and the default key rule's
-# (``fraction>=0.05``): positive is important, and it compares across models. The paper's metric is relative_logit.
+# The metric every ``scores()`` uses when none is given, on every result type (sweeps, positions, neurons, edges,
+# identify results), and the default key rule's (``fraction>=0.05``): positive is important, and it compares across
+# models. The paper's metric is relative_logit.
 DEFAULT_METRIC = _DEFAULT_METRIC
 # The metric of the jobs that follow MIB (faithfulness, the information-flow figure): the logit difference, as MIB's
 # arithmetic tasks score. Named once; the saved configs hold its value. Every engine (EAP-IG too) defaults to

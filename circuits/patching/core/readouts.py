@@ -9,8 +9,8 @@ them to a :class:`~circuits.patching.core.metrics.Metric` with the unpatched :cl
 one type they return (the ``Patched`` protocol those metrics take, for tensors of any leading shape ``[..., pair]``):
 the END sweep holds one for heads and one for MLPs, the position, neuron and edge sweeps theirs; a subset of pairs
 is :meth:`Readouts.select` (a bootstrap resample, a split by problem form) and pooled parts are :meth:`Readouts.cat`.
-:class:`MetricLookup` and :class:`MetricViews` give every result the same ``metric`` / ``effects`` / ``per_pair``
-with one default metric (:data:`~circuits.patching.core.metrics.DEFAULT_METRIC`).
+:class:`MetricLookup` gives every result the same ``metric`` lookup; each result's ``scores(metric)`` turns its
+readouts into :class:`~circuits.patching.core.scores.Scores`, where every reading (ranked, key, top) is done.
 """
 
 from __future__ import annotations
@@ -207,18 +207,3 @@ class MetricLookup:
             return self.custom_metrics[metric]
         return get_metric(metric)
 
-
-class MetricViews(MetricLookup):
-    """``effects`` / ``per_pair`` of a sweep result holding ``readouts``, ``baseline`` and ``custom_metrics``: a
-    metric by name (a custom one first) applied to the patched readouts."""
-
-    readouts: Readouts
-    baseline: Baseline
-
-    def effects(self, metric: str | Metric = DEFAULT_METRIC) -> Tensor:
-        """The mean effect per sender (shape of the readouts without their pair axis)."""
-        return self.metric(metric).effect(self.readouts, self.baseline)
-
-    def per_pair(self, metric: str | Metric = DEFAULT_METRIC) -> Tensor:
-        """The effect per sender and pair."""
-        return self.metric(metric).per_pair(self.readouts, self.baseline)

@@ -13,9 +13,11 @@ sort: stable ties by flat index, NaN last or left out) and :meth:`Scores.top` ke
 :meth:`Scores.to_mib` writes MIB's graph (:mod:`circuits.patching.interchange.mib`), whose scores are importances too.
 
 EAP-IG returns one (:class:`~circuits.patching.engines.eap_ig.EAPIGScores` is a Scores with its per-pair estimates);
-the other engines' results, which keep every readout per pair, give one by a metric: ``SweepResult.scores(metric)``,
-``PositionSweep.scores(metric)``, ``NeuronSweep.scores(metric)``, ``EdgeSweep.scores(metric)``,
-``Attribution.scores(metric)`` (AtP*; ``graddrop=True`` for GradDrop). Every entry of the engine registry
+the other engines' results, which keep every readout per pair, give one by a metric, their one reader:
+``SweepResult.scores(metric)``, ``PositionSweep.scores(metric)``, ``NeuronSweep.scores(metric)``,
+``EdgeSweep.scores(metric)``, ``Attribution.scores(metric)`` (AtP*; ``graddrop=True`` for GradDrop), and
+``IdentifyResult.scores(metric)``. Every ranking is read here: no other class defines ``ranked``, ``top``, ``key``,
+``importance`` or ``by_layer`` (``tests/unit/test_architecture.py``). Every entry of the engine registry
 (:mod:`circuits.patching.engines.registry`) returns Scores, through a scoring function in its engine's module.
 """
 
@@ -165,11 +167,16 @@ class Scores:
             c = "input"
         return c if off is None else (c, off)
 
-    def ranked(self, k: int | None = None, part: str | Sequence[str] | None = None) -> list[tuple[Any, float]]:
+    def ranked(self, k: int | None = None, part: str | Sequence[str] | None = None, *, into: Any = None
+               ) -> list[tuple[Any, float]]:
         """``[(component, effect), ...]``, most important first (by ``sign * effect``, through
         :func:`~circuits.patching.core.ranking.order`; NaN left out), the first ``k`` (all by default). ``part``: one part
         or several (default: every part but ``input``, ranked together: their effects share the metric's units);
-        the values are the effects themselves, in the metric's units."""
+        the values are the effects themselves, in the metric's units. ``into`` (a receiver): the ``edges`` into it
+        alone, as ``[(sender, effect), ...]``."""
+        if into is not None:
+            senders = [(s, e) for (s, to), e in self.ranked(part="edges") if to == into]
+            return senders if k is None else senders[:k]
         names = [p for p in PARTS if p in self.parts and p != "input"] if part is None else (
             [part] if isinstance(part, str) else list(part))
         if len(names) == 1:
@@ -180,9 +187,18 @@ class Scores:
             out = [(self.label(*where[i[0]]), e) for i, e in ranked_entries(flat, self.sign)]
         return out if k is None else out[:k]
 
-    def top(self, k: int, part: str | Sequence[str] | None = None) -> list[Any]:
-        """The ``k`` most important components (see :meth:`ranked`)."""
-        return [c for c, _ in self.ranked(k, part)]
+    def top(self, k: int | None, part: str | Sequence[str] | None = None, *, first: str | KeyRule | None = None) -> list[Any]:
+        """The ``k`` most important components (see :meth:`ranked`); with ``first`` (a key rule), the components it
+        selects first, then the rest in ranked order (how fine-tuning and the knockout curves take "the top k"). Fewer
+        than ``k`` ranked components is one ValueError line."""
+        if first is None:
+            return [c for c, _ in self.ranked(k, part)]
+        assert isinstance(part, str), "top(first=rule) reads one part"
+        chosen = [c for c, _ in self.key(first, part)][:k]
+        chosen += [c for c, _ in self.ranked(part=part) if c not in chosen][: k - len(chosen)]
+        if len(chosen) < k:
+            raise ValueError(f"{self!r} ranks only {len(chosen)} {part}, fewer than {k}")
+        return chosen
 
     def key(self, rule: str | KeyRule, part: str = "heads") -> list[tuple[Any, float]]:
         """``[(component, effect), ...]`` of ``part`` that a key rule (:class:`~circuits.patching.core.ranking.KeyRule`,
@@ -191,6 +207,16 @@ class Scores:
         if rule.metric != self.metric:
             raise ValueError(f"Key rule {rule} reads {rule.metric}; these scores are {self.metric}")
         return [(self.label(part, i), e) for i, e in rule.select(self.parts[part], self.sign)]
+
+    def by_layer(self) -> dict[int, Tensor]:
+        """The ``neurons`` part laid out by MLP layer: ``{layer: [d_mlp]}`` (the widest index named; NaN where a neuron
+        was not scored)."""
+        neurons = self.labels["neurons"]
+        width = max(n.index for n in neurons) + 1
+        out = {l: torch.full((width,), float("nan")) for l in sorted({n.layer for n in neurons})}
+        for n, e in zip(neurons, self.parts["neurons"]):
+            out[n.layer][n.index] = e
+        return out
 
     # --- files ---------------------------------------------------------------------------------------------
     def to_mib(self, d_model: int, level: str | None = None, *, top: int | float | None = None,

@@ -34,7 +34,7 @@ from circuits.patching.core.end_layers import (attention_at_end, attention_outpu
 from circuits.patching.engines.end_sweep import all_components, rows_for_budget
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
 from circuits.patching.engines.neuron_sweep import answer_readout
-from circuits.patching.core.readouts import MetricViews, Readouts, check_senders
+from circuits.patching.core.readouts import MetricLookup, Readouts, check_senders
 from circuits.patching.core.scores import Scores
 from circuits.types import Component, Receiver
 
@@ -63,7 +63,7 @@ def check_edges(model: Model, senders: Sequence[Component], receivers: Sequence[
 
 
 @dataclass
-class EdgeSweep(MetricViews):
+class EdgeSweep(MetricLookup):
     """Patched END quantities for each (sender, receiver) edge, ``[sender, receiver, pair]`` (NaN where the sender
     is not upstream of the receiver; ``prob`` NaN unless asked for)."""
 
@@ -73,17 +73,11 @@ class EdgeSweep(MetricViews):
     readouts: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
 
-    def top_senders(self, receiver: Receiver | str, k: int = 5, metric: str | Metric = DEFAULT_METRIC) -> list[tuple[Component, float]]:
-        """The ``k`` senders whose edge into ``receiver`` matters most (by the metric's sign)."""
-        r = receiver if isinstance(receiver, Receiver) else Receiver.parse_many(receiver)[0]
-        self.receivers.index(r)  # one clear error for a receiver not swept
-        return [(s, e) for (s, to), e in self.scores(metric).ranked(part="edges") if to == r][:k]
-
     def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
         """:class:`~circuits.patching.core.scores.Scores` of every edge, ``[sender, receiver]`` (NaN where the sender is
         not upstream)."""
         m = self.metric(metric)
-        return Scores({"edges": self.effects(m)}, m.name, m.sign, self.baseline,
+        return Scores({"edges": m.effect(self.readouts, self.baseline)}, m.name, m.sign, self.baseline,
                       labels={"edges": (list(self.senders), list(self.receivers))}, engine="edges")
 
     def tensors(self) -> dict:

@@ -43,7 +43,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -53,7 +52,6 @@ from circuits.patching.core.end_layers import (Runs, attention_at_end, attention
     check_supported, collect_runs, mlp_at_end, readout)
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.models.backend import Model
-from circuits.patching.core.ranking import DEFAULT_KEY_RULE, KeyRule, Ranked
 from circuits.patching.core.scores import Scores
 from circuits.patching.core.readouts import READOUTS, MetricLookup, Readouts, cat_baselines
 from circuits.timing import timed
@@ -105,38 +103,14 @@ class SweepResult(MetricLookup):
     def n_pairs(self) -> int:
         return self.heads.n_pairs
 
-    def per_pair(self, metric: str | Metric = DEFAULT_METRIC
-                 ) -> tuple[Float[Tensor, "layer head pair"], Float[Tensor, "layer pair"]]:
-        """The metric for each component and pair."""
-        m = self.metric(metric)
-        return m.per_pair(self.heads, self.baseline), m.per_pair(self.mlps, self.baseline)
-
-    def effects(self, metric: str | Metric = DEFAULT_METRIC) -> tuple[Float[Tensor, "layer head"], Float[Tensor, " layer"]]:
-        """The metric over pairs (a mean, or the metric's own aggregate: ``fraction`` is a ratio of means)."""
-        m = self.metric(metric)
-        return m.effect(self.heads, self.baseline), m.effect(self.mlps, self.baseline)
-
     def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
         """:class:`~circuits.patching.core.scores.Scores` of every head ``[layer, head]`` and MLP ``[layer]`` by
-        ``metric`` (with their per-pair values)."""
+        ``metric``: the metric over pairs (a mean, or the metric's own aggregate: ``fraction`` is a ratio of means),
+        with the per-pair values in ``per_pair``. Every reading (ranked, key, top) goes through it."""
         m = self.metric(metric)
-        heads, mlps = self.effects(m)
-        per_heads, per_mlps = self.per_pair(m)
-        return Scores({"heads": heads, "mlps": mlps}, m.name, m.sign, self.baseline, engine=f"exact-{self.mode}",
-                      per_pair={"heads": per_heads, "mlps": per_mlps})
-
-    def ranked(self, metric: str | Metric = DEFAULT_METRIC) -> list[Ranked]:
-        """Every head with its effect, most important first (by the metric's sign): ``scores(metric).ranked()``."""
-        return self.scores(metric).ranked(part="heads")
-
-    def key_heads(self, rule: str | KeyRule = DEFAULT_KEY_RULE) -> list[Ranked]:
-        """The heads a key rule selects, most important first (:meth:`Scores.key`)."""
-        rule = KeyRule.parse(rule, tuple(self.custom_metrics))
-        return self.scores(rule.metric).key(rule)
-
-    def key_mlps(self, rule: str | KeyRule = DEFAULT_KEY_RULE) -> list[tuple[int, float]]:
-        rule = KeyRule.parse(rule, tuple(self.custom_metrics))
-        return [(c.layer, e) for c, e in self.scores(rule.metric).key(rule, "mlps")]
+        return Scores({"heads": m.effect(self.heads, self.baseline), "mlps": m.effect(self.mlps, self.baseline)},
+                      m.name, m.sign, self.baseline, engine=f"exact-{self.mode}",
+                      per_pair={"heads": m.per_pair(self.heads, self.baseline), "mlps": m.per_pair(self.mlps, self.baseline)})
 
     def select(self, idx: Sequence[int] | Tensor) -> SweepResult:
         """The same sweep restricted to the pairs ``idx`` (in that order; repeats allowed, as a bootstrap draws)."""

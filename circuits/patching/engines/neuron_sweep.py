@@ -33,13 +33,13 @@ from circuits.patching.core.end_layers import (_post_norm, attention_at_end, bas
 from circuits.patching.engines.end_sweep import rows_for_budget
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
 from circuits.patching.core.ranking import contributions, order
-from circuits.patching.core.readouts import MetricViews, Readouts, checked_neurons
+from circuits.patching.core.readouts import MetricLookup, Readouts, checked_neurons
 from circuits.patching.core.scores import Scores
 from circuits.types import MODES, Mode, Neuron
 
 
 @dataclass
-class NeuronSweep(MetricViews):
+class NeuronSweep(MetricLookup):
     """Patched END quantities for each neuron in ``neurons``, ``[neuron, pair]`` (float32; ``prob`` NaN unless
     asked for)."""
 
@@ -49,21 +49,13 @@ class NeuronSweep(MetricViews):
     readouts: Readouts
     custom_metrics: dict[str, Metric] = field(default_factory=dict)
 
-    def by_layer(self, metric: str | Metric = DEFAULT_METRIC) -> dict[int, Tensor]:
-        """Effects of each layer's swept neurons, indexed by neuron (``[d_mlp]``, NaN where not swept)."""
-        eff = self.effects(metric)
-        layers = sorted({n.layer for n in self.neurons})
-        width = max(n.index for n in self.neurons) + 1
-        out = {l: torch.full((width,), float("nan")) for l in layers}
-        for n, e in zip(self.neurons, eff):
-            out[n.layer][n.index] = e
-        return out
-
     def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
-        """:class:`~circuits.patching.core.scores.Scores` of each swept neuron, ``[neuron]`` in ``neurons``' order."""
+        """:class:`~circuits.patching.core.scores.Scores` of each swept neuron, ``[neuron]`` in ``neurons``' order (by
+        layer: :meth:`Scores.by_layer`)."""
         m = self.metric(metric)
-        return Scores({"neurons": self.effects(m)}, m.name, m.sign, self.baseline, labels={"neurons": list(self.neurons)},
-                      engine=f"neurons-{self.mode}", per_pair={"neurons": self.per_pair(m)})
+        return Scores({"neurons": m.effect(self.readouts, self.baseline)}, m.name, m.sign, self.baseline,
+                      labels={"neurons": list(self.neurons)}, engine=f"neurons-{self.mode}",
+                      per_pair={"neurons": m.per_pair(self.readouts, self.baseline)})
 
     def tensors(self) -> dict:
         return {**self.readouts.tensors("neuron"), "neurons": [list(n) for n in self.neurons],

@@ -32,7 +32,7 @@ from pathlib import Path
 from dataclasses import dataclass, field
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -237,17 +237,11 @@ class PositionSweep(MetricLookup):
                 out[..., k] = metric.effect(sub, self.baseline.select(valid))
         return out
 
-    def effects(self, metric: str | Metric = DEFAULT_METRIC) -> tuple[Float[Tensor, "layer head offset"], Float[Tensor, "layer offset"]]:
-        """Heads ``[layer, head, offset]`` and MLPs ``[layer, offset]`` by ``metric`` (over pairs with that offset)."""
-        m = self.metric(metric)
-        return self._effect(self.heads, m), self._effect(self.mlps, m)
-
     def scores(self, metric: str | Metric = DEFAULT_METRIC) -> Scores:
         """:class:`~circuits.patching.core.scores.Scores` by offset from END: heads ``[layer, head, offset]``, MLPs
         ``[layer, offset]`` and, when swept, neurons ``[neuron, offset]`` (``neuron_list``'s order)."""
         m = self.metric(metric)
-        heads, mlps = self.effects(m)
-        parts = {"heads": heads, "mlps": mlps}
+        parts = {"heads": self._effect(self.heads, m), "mlps": self._effect(self.mlps, m)}
         labels: dict = {}
         if self.neuron_list:
             parts["neurons"] = self._effect(self.neurons, m)
