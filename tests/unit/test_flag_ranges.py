@@ -190,7 +190,8 @@ def test_knockout_result_never_drops_a_k(monkeypatch):
     from circuits.validate import job
     from circuits.validate.config import KnockoutConfig
 
-    made = SimpleNamespace(pairs=[], key_rule=SimpleNamespace(metric="m"), ranked=lambda m: [((0, 0), 1.0)] * 4)
+    ranking = SimpleNamespace(ranked=lambda part: [((0, 0), 1.0)] * 4)
+    made = SimpleNamespace(pairs=[], key_rule=SimpleNamespace(metric="m"), scores=lambda m: ranking)
     monkeypatch.setattr(job, "knockout_curve", lambda *a, **k: pytest.fail("the knockout ran"))
     with pytest.raises(ValueError, match="at most 4"):
         job.knockout_result(None, made, KnockoutConfig(ks=(0, 5)))  # type: ignore[arg-type]
