@@ -32,7 +32,8 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 from circuits import jobs
 from circuits.config import Config
-from circuits.io import TEMPORARY, OutputError, atomic_dir, read_json, real_path, save_torch, write_json, write_jsonl
+from circuits.io import (TEMPORARY, OutputError, atomic_dir, read_json, real_path, save_torch, sibling_prefix, write_json,
+                         write_jsonl)
 from circuits.timing import timed
 
 MARKER = "circuits.json"
@@ -295,7 +296,9 @@ def check_output(out: str | Path, kind: str, *, overwrite: bool = False, contain
 
 def check_writable(out: Path) -> None:
     """Create and remove a temporary file in the first existing ancestor of ``out`` (a read-only or virtual
-    file system fails here, not after the work)."""
+    file system fails here, not after the work). Its name has the form of :data:`~circuits.io.TEMPORARY`, so one a
+    SIGKILL left between the two steps is taken for what it is (a leftover of circuits', cleared by the next job),
+    never for a file the folder's owner wrote."""
     parent = out.absolute()
     if parent.is_file():  # a file that will be replaced: its folder must be writable
         parent = parent.parent
@@ -304,7 +307,7 @@ def check_writable(out: Path) -> None:
     if not parent.is_dir():
         raise OutputError(f"cannot write to {out}: {parent} is a file, not a folder")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".circuits-probe-", dir=parent)
+        fd, tmp = tempfile.mkstemp(prefix=sibling_prefix("probe", "tmp"), dir=parent)
         os.close(fd)
         os.unlink(tmp)
     except OSError as err:

@@ -404,3 +404,23 @@ def test_a_symlinked_file_out_is_refused_and_a_timings_link_followed(tmp_path, c
     assert cli_main(["--timings", "t.json", "report", "res", "--out", "new.html"]) == 0
     assert (tmp_path / "t.json").is_symlink()
     assert json.loads((tmp_path / "elsewhere" / "t.json").read_text())["seconds"]["report"] > 1.0
+
+
+def test_a_writability_probe_left_by_a_kill_is_circuits_own_leftover(tmp_path, monkeypatch):
+    """A SIGKILL between the probe's creation and its removal (check_writable) leaves it in --out: the next run of the
+    same command takes it for circuits' own temporary, not for a file of the user's (make test's kill at a seeded
+    moment of `identify --task all` found the old `.circuits-probe-*` name refused as foreign)."""
+    from circuits import results
+    from circuits.io import TEMPORARY, remove_stale_temporaries
+
+    out = tmp_path / "out"
+    out.mkdir()
+    monkeypatch.setattr(results.os, "unlink", lambda p: None)  # the kill lands before the probe is removed
+    results.check_writable(out)
+    monkeypatch.undo()
+    (left,) = list(out.iterdir())
+    assert TEMPORARY.match(left.name), left.name
+    assert results.check_output(out, "identify", container=True) == out  # not refused as a folder of foreign files
+    assert results._foreign(out) == []
+    remove_stale_temporaries(out)
+    assert not left.exists()
