@@ -24,6 +24,9 @@ from circuits.viz.report import write_report
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
+# How long the page may take to draw or answer a hover before the test fails: a limit for a page that never draws,
+# not a speed check, so a loaded machine (the suite beside other CPU-bound jobs) never fails a good page.
+WAIT_MS = 180_000
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -65,9 +68,9 @@ def open_page(browser, path: Path, width: int = 1280, height: int = 900):
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url) if not r.url.startswith(("file:", "data:", "blob:", "about:")) else None)
     page.goto(path.as_uri(), wait_until="load")
-    page.wait_for_selector("#fig-1 .main-svg", timeout=30_000)
+    page.wait_for_selector("#fig-1 .main-svg", timeout=WAIT_MS)
     if page.locator(".cv-view").count():  # circuitsvis renders with React after load
-        page.wait_for_function("document.querySelector('#cv-1').children.length > 0", timeout=30_000)
+        page.wait_for_function("document.querySelector('#cv-1').children.length > 0", timeout=WAIT_MS)
     return page, errors, requests
 
 
@@ -75,7 +78,7 @@ def hover_cell(page, fig_id: str, layer: int, head: int) -> str:
     """Move the mouse over cell (layer, head) of the first heatmap in ``fig_id``; the hover label's text."""
     page.evaluate("id => document.getElementById(id).scrollIntoView()", fig_id)  # the mouse reaches only what is in view
     page.mouse.move(1, 1)  # off the figure: the previous label goes, so the one read below is this cell's
-    page.wait_for_selector(f"#{fig_id} .hoverlayer .hovertext", state="detached", timeout=10_000)
+    page.wait_for_selector(f"#{fig_id} .hoverlayer .hovertext", state="detached", timeout=WAIT_MS)
     xy = page.evaluate(
         """([id, head, layer]) => {
             const gd = document.getElementById(id); const L = gd._fullLayout;
@@ -86,7 +89,7 @@ def hover_cell(page, fig_id: str, layer: int, head: int) -> str:
     )
     page.mouse.move(xy[0] - 5, xy[1] - 5)
     page.mouse.move(xy[0], xy[1])
-    page.wait_for_selector(f"#{fig_id} .hoverlayer .hovertext", timeout=10_000)
+    page.wait_for_selector(f"#{fig_id} .hoverlayer .hovertext", timeout=WAIT_MS)
     return page.text_content(f"#{fig_id} .hoverlayer .hovertext") or ""
 
 
@@ -314,7 +317,7 @@ def test_the_knockout_panels_read_right_at_the_tours_png_size(browser, tmp_path)
     page = browser.new_page(viewport={"width": 720, "height": 520})
     try:
         page.goto(path.as_uri(), wait_until="load")
-        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=30_000)
+        page.wait_for_selector(".js-plotly-plot .main-svg", timeout=WAIT_MS)
         problems = geometry(page)
         assert problems == [], "\n".join(problems)
     finally:
@@ -377,10 +380,10 @@ def test_the_attention_views_draw_no_head_in_the_importance_red(browser, tmp_pat
     try:
         page.goto(path.as_uri(), wait_until="load")
         page.wait_for_function("document.querySelectorAll('#cv-1 h4').length > 0 && "
-                               "document.querySelectorAll('#cv-1 canvas').length > 0", timeout=30_000)
+                               "document.querySelectorAll('#cv-1 canvas').length > 0", timeout=WAIT_MS)
         page.wait_for_function("""() => [...document.querySelectorAll('#cv-1 canvas')].some(c => {
             const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
-            for (let i = 3; i < d.length; i += 4 * 97) if (d[i] > 0) return true; return false; })""", timeout=30_000)
+            for (let i = 3; i < d.length; i += 4 * 97) if (d[i] > 0) return true; return false; })""", timeout=WAIT_MS)
         assert errors == [], errors
         drawn = page.evaluate(_DRAWN)
         red = [c for c in drawn["css"] if is_importance_red(*_rgb(c))]
