@@ -160,6 +160,9 @@ def test_table_best_and_section_say_which_ranking_wins(tmp_path):
     s = json.loads((tmp_path / "f" / "summary.json").read_text())
     assert s["best_cmd"]["nodes@end"] == ["exact-path", 0.3] and (tmp_path / "f" / "figure.html").is_file()
     assert "FaithfulnessResult[faithfulness]" in repr(r) and "text/plain" in r._repr_mimebundle_()
+    # an edge circuit keeps edges from its senders; a node circuit keeps nodes
+    assert "; nodes: heads and MLPs" in r.figure("nodes@end").layout.title.text
+    assert "; senders: heads and MLPs" in r.figure("edges@end").layout.title.text
 
 
 def test_cpr_from_the_signed_ranking_is_mib_s_and_not_one_minus_cmd(tmp_path):
