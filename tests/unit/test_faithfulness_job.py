@@ -160,9 +160,13 @@ def test_table_best_and_section_say_which_ranking_wins(tmp_path):
     s = json.loads((tmp_path / "f" / "summary.json").read_text())
     assert s["best_cmd"]["nodes@end"] == ["exact-path", 0.3] and (tmp_path / "f" / "figure.html").is_file()
     assert "FaithfulnessResult[faithfulness]" in repr(r) and "text/plain" in r._repr_mimebundle_()
-    # an edge circuit keeps edges from its senders; a node circuit keeps nodes
-    assert "; nodes: heads and MLPs" in r.figure("nodes@end").layout.title.text
-    assert "; senders: heads and MLPs" in r.figure("edges@end").layout.title.text
+    # an edge circuit keeps edges from its senders, the input always among them (sender 0 of the 16 scored here); a
+    # node circuit keeps nodes, the input only where the ranking scored it
+    def title(setting: str) -> str:  # the title as read, its wrapping undone
+        return r.figure(setting).layout.title.text.replace("<br>", " ")
+
+    assert "; nodes: heads and MLPs (MIB also ranks the input node)" in title("nodes@end")
+    assert "; senders: the input, heads and MLPs (MIB's edge graph)" in title("edges@end")
 
 
 def test_cpr_from_the_signed_ranking_is_mib_s_and_not_one_minus_cmd(tmp_path):

@@ -189,10 +189,12 @@ class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
         title += "; CPR from the " + ("signed (dotted)" if self.config.cpr_ranking == "signed" else "absolute") + \
             " ranking's curve, CMD from the absolute one's"
         ranked = [r for r in by if "input" in self.scores.get(r, {})]
-        what = "; senders" if setting.startswith("edges") else "; nodes"  # an edge circuit keeps edges from these
-        title += (f"{what}: the input, heads and MLPs (MIB's node graph)" if ranked and len(ranked) == len(by) else
-                  f"{what}: heads and MLPs" + (f", the input too for {', '.join(ranked)}" if ranked else
-                                               " (MIB also ranks the input node)"))
+        if setting.startswith("edges"):  # an edge circuit keeps edges; the input is always one of their senders
+            title += "; senders: the input, heads and MLPs (MIB's edge graph)"
+        else:
+            title += ("; nodes: the input, heads and MLPs (MIB's node graph)" if ranked and len(ranked) == len(by) else
+                      "; nodes: heads and MLPs" + (f", the input too for {', '.join(ranked)}" if ranked else
+                                                   " (MIB also ranks the input node)"))
         if self.held_out:
             title += f"; ranked on {len(self.pairs)} pairs, scored on {len(self.scoring_pairs)} others"
         return faithfulness_figure(sizes, f, {name[r]: c.f_low for r, c in ci.items()},
