@@ -256,9 +256,13 @@ def _worker(config: Config, tasks, messages, wid: int) -> None:
                         lambda ranking, s: messages.put(("ranking", wid, name, op, ranking, s)))
             messages.put(("done", wid, name, op, _done_line(name, op, r)))
     except KeyboardInterrupt:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the parent's stop, arriving while this one exits: no traceback
         messages.put(("stopped", wid))
         sys.exit(130)
     except Exception as err:  # noqa: BLE001  (said in one line by the parent)
+        # The parent stops every worker on this message, this one too while it still flushes the queue on its way out:
+        # that SIGTERM is ignored here, or its KeyboardInterrupt would print the error's chained tracebacks
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         line = (str(err).strip().splitlines() or [""])[0]
         messages.put(("error", wid, f"{type(err).__name__}: {line}"))
         sys.exit(1)

@@ -508,6 +508,45 @@ def test_experiment_workers_stop_on_a_worker_s_error_in_one_line(tmp_path):
     assert "\n" not in str(err.value)
 
 
+def test_a_failing_worker_ignores_the_parent_s_stop_while_it_exits(monkeypatch):
+    """A worker's error stops the others: the parent SIGTERMs every worker still alive, the failing one too while it
+    flushes its queue on the way out. Its SIGTERM handler raised KeyboardInterrupt there, and the error came out as
+    three chained tracebacks (a held-out run with no disjoint scoring pair, on SmolLM2 subtraction at 64 + 64). The
+    worker now ignores SIGTERM once it has its exit, on both paths."""
+    import importlib
+    import queue
+    import signal
+
+    exp = importlib.import_module("faithfulness")
+    at_exit = []
+
+    def exit_(code):
+        at_exit.append((code, signal.getsignal(signal.SIGTERM)))
+        raise SystemExit(code)
+
+    def fail(*a, **k):
+        raise ValueError("No scoring pair disjoint from the ranking pairs (seed 1)")
+
+    monkeypatch.setattr(exp.sys, "exit", exit_)
+    monkeypatch.setattr(exp.C, "model_for", lambda name, dtype: object())
+    monkeypatch.setattr(exp.C, "configure_threads", lambda: None)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        for raised, code, kind in ((fail, 1, "error"), (KeyboardInterrupt, 130, "stopped")):
+            monkeypatch.setattr(exp, "run_one", raised if raised is fail else
+                                (lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt)))
+            tasks, messages = queue.Queue(), queue.Queue()
+            tasks.put(("smollm2", "subtraction"))
+            with pytest.raises(SystemExit):
+                exp._worker(exp.Config(), tasks, messages, 1)
+            assert at_exit[-1] == (code, signal.SIG_IGN)
+            said = [messages.get_nowait() for _ in range(messages.qsize())]
+            assert said[0][0] == "start" and said[-1][0] == kind
+        assert said and at_exit[0][0] == 1
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_pairs_whose_metric_cannot_move_are_named():
     from circuits.beyond.faithfulness.job import _warn_flat_pairs
 
