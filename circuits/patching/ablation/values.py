@@ -343,6 +343,13 @@ def record(model: Model, tokens: Int[Tensor, "pair pos"], names: Sequence[str]
     return store, resid
 
 
+def head_outputs(model: Model, layer: int, z: Float[Tensor, "... head d_head"]) -> Float[Tensor, "... head d_model"]:
+    """Each head's write into the residual stream, ``z_h @ W_O[h]`` (``hook_result``, without the layer's bias), on
+    ``z``'s device and dtype."""
+    W_O = model.backend.attn_out(layer)[0]
+    return torch.einsum("...he,hed->...hd", z, W_O.to(z.device, z.dtype))
+
+
 @torch.no_grad()
 def per_pair_values(model: Model, kind: ValueKind, reference: Int[Tensor, "pair pos"], end: Int[Tensor, " pair"],
                     neuron_layers: Sequence[int] = (), counterfactual: Mapping[str, Tensor] | None = None
