@@ -344,6 +344,9 @@ class Result(Generic[C]):
     # A result whose folder is also a job's working folder (checkpoints, finished rows) is written file by file,
     # each atomically, the marker last; every other result replaces its folder whole.
     in_place: ClassVar[bool] = False
+    # The working folder inside it (``parts``, ``identify``, ``runs``) whose presence, with only the job's own files
+    # beside it, marks a run stopped before its end (:meth:`unfinished`, :func:`unfinished_run`); None: no such folder.
+    work: ClassVar[str | None] = None
     # What made the result (circuits.versions.provenance: backend, TransformerLens/transformers/torch versions, the
     # toolkit's version and commit): set by save, read back by load; None until then. Not a field, so never part of
     # ``==``: results made on two lines are equal when everything but their provenance is.
@@ -493,8 +496,9 @@ class Result(Generic[C]):
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
         """Whether ``folder`` holds the working files this job writes before its result (an ``in_place`` kind's run
-        stopped before its end, which the same command resumes); never true for results saved whole."""
-        return False
+        stopped before its end, which the same command resumes: :func:`unfinished_run` on its :attr:`work` folder,
+        and, killed during its final save, the files it writes); never true for results saved whole."""
+        return cls.work is not None and unfinished_run(folder, cls.kind, cls.work)
 
     def _write(self, folder: Path) -> None:
         raise NotImplementedError
