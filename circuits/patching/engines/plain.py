@@ -31,6 +31,7 @@ from circuits.patching.core.readouts import Readouts, first_difference
 from circuits.patching.engines.end_sweep_plain import (_run_end, baseline_plain, freeze_heads, input_plain, patch_at,
                                                       readouts_of)
 from circuits.patching.core.scores import Scores
+from circuits.patching.ablation.edges_plain import sender_site
 from circuits.types import Component, Mode, Neuron, Receiver
 
 
@@ -266,14 +267,6 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
     L = model.cfg.n_layers
     rows, end = torch.arange(len(batch)), batch.end
     cur: dict[str, Tensor] = {}
-
-    def sender_site(name: str) -> tuple[str, int | None]:
-        if name == "input":
-            return "blocks.0.hook_resid_pre", None
-        if name.startswith("MLP"):
-            return act_name("mlp_out", int(name[3:])), None
-        layer, head = map(int, name.split("."))
-        return act_name("result", layer), head
 
     def keep_current(act: Tensor, hook, name: str) -> Tensor:  # by the name asked for (a Bridge's hook.name is
         cur[name] = act[rows, end].clone()  # an alias's canonical name)
