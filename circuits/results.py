@@ -463,11 +463,7 @@ class Result(Generic[C]):
         if marker is None:
             raise ResultError(f"{folder} holds no circuits result (no {MARKER}); pass the folder {a_kind(cls.kind)} job "
                               "or script saved")
-        if marker["kind"] != cls.kind:
-            raise ResultError(f"{folder} holds {a_kind(marker['kind'])} result, not {cls.kind}")
-        if int(marker.get("version", 1)) > cls.version:
-            raise ResultError(f"{folder} was written by a newer circuits (format {marker['version']}; this one reads "
-                              f"up to {cls.version}); upgrade circuits to read it")
+        cls.check_header(marker, folder)
         config = read_config(folder, cls.config_type)
         made_by = marker.get("provenance")
         try:
@@ -492,6 +488,16 @@ class Result(Generic[C]):
                                       "there; rerun the job that made it") from None
             raise ResultError(f"{folder} holds {a_kind(cls.kind)} result whose files lack what this version reads "
                               f"({type(err).__name__}: {err}); rerun the job that made it") from None
+
+    @classmethod
+    def check_header(cls, saved: dict[str, Any], where: str | Path) -> None:
+        """That ``saved`` (a marker, or a one-file result) names this class's kind (an old name read as today's) in a
+        format this version reads; else one :class:`ResultError` naming ``where``."""
+        if kind_of(saved.get("kind", cls.kind)) != cls.kind:
+            raise ResultError(f"{where} holds {a_kind(saved['kind'])} result, not {cls.kind}")
+        if int(saved.get("version", 1)) > cls.version:
+            raise ResultError(f"{where} was written by a newer circuits (format {saved['version']}; this one reads "
+                              f"up to {cls.version}); upgrade circuits to read it")
 
     @classmethod
     def unfinished(cls, folder: Path) -> bool:
