@@ -14,7 +14,7 @@ def _f(x: Any, digits: int = 3) -> str:
     return "-" if x is None or x != x else f"{x:+.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def screen_text(r: Any) -> str:
+def _screen_text(r: Any) -> str:
     s = r.summary()
     sec = r.seconds
     out = [f"<h3>{_e(s.get('task', ''))}</h3><p class='what'>Attribution patching ({_e(r.mode)} mode, metric "
@@ -64,7 +64,7 @@ def _columns_text(r: Any) -> str:
             "lines mark its operand (A, B), operator and '=' positions.")
 
 
-def neurons_text(r: Any) -> str:
+def _neurons_text(r: Any) -> str:
     rows = [[f"MLP{l}", _pct(s["share_for_50pct"], 1), _pct(s["share_for_80pct"], 1), _pct(s["top1pct_of_total"]),
              _f(s["sum_of_neuron_effects"]), _f(s["whole_mlp_effect"])] for l, s in r.shares().items()]
     out = [validity_banner(r.validity()), f"<p class='what'>Every neuron of the MLPs below patched alone at END ({_e(r.sweep.mode)} patching, "

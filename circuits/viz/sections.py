@@ -494,9 +494,9 @@ SECTIONS = (
     Section("cross-model", "The claims on several models", cross_model_section),
     Section("precise-sft", "Precise SFT (fine-tune)", sft_section),
     # Beyond heads at END (circuits.viz.analysis_sections).
-    Section("screen", "Attribution screen, audited by the exact engine (identify)", per_result(A.screen_text)),
+    Section("screen", "Attribution screen, audited by the exact engine (identify)", per_result(A._screen_text)),
     Section("positions", "Every position: the information flow (identify)", A.positions_section),
-    Section("neurons", "Neurons of the key MLPs (identify, validate)", per_result(A.neurons_text)),
+    Section("neurons", "Neurons of the key MLPs (identify, validate)", per_result(A._neurons_text)),
     Section("heuristics", "How the key MLPs compute: heuristic neurons (explain)", A.heuristics_section),
     Section("edges", "Edges into the chosen heads and MLPs (identify)", A.edges_section),
     Section("faithfulness", "Faithfulness of each ranking's circuits, as MIB scores them (identify)",
