@@ -26,6 +26,7 @@ from circuits.patching.engines.attribution import Attribution, readout_of
 from circuits.patching.engines.input_node import INPUT_SITE, input_effect  # the input node: the embeddings
 from circuits.patching.engines.eap_ig import (DEFAULT_GRID, DEFAULT_STEPS, EAPIGScores, alphas, eap_receivers,
                                                eap_senders, eap_upstream)
+from circuits.patching.core.end_layers import keep_hook
 from circuits.patching.core.metrics import Metric, get_metric
 from circuits.patching.core.readouts import Readouts, first_difference
 from circuits.patching.engines.end_sweep_plain import (_run_end, baseline_plain, freeze_heads, input_plain, patch_at,
@@ -38,10 +39,6 @@ from circuits.types import Component, Mode, Neuron, Receiver
 
 def _end_logits(model: Model, logits: Tensor, batch: PairBatch) -> Tensor:
     return logits[torch.arange(len(batch)), batch.end].float()
-
-
-def _keep_as(store: dict[str, Tensor], name: str, act: Tensor, hook) -> None:
-    store[name] = act.detach()
 
 
 @torch.no_grad()
@@ -348,7 +345,7 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
 
     def cached(tokens: Tensor) -> tuple[Tensor, dict[str, Tensor]]:  # activations by the names asked for (a
         got: dict[str, Tensor] = {}  # Bridge's hook.name is an alias's canonical name)
-        logits = model.run_with_hooks(tokens, fwd_hooks=[(n, partial(_keep_as, got, n)) for n in names])
+        logits = model.run_with_hooks(tokens, fwd_hooks=[(n, keep_hook(got, n)) for n in names])
         return logits, got
 
     with model.backend.split_inputs(ungroup=True, attn_result=True) if edges else contextlib.nullcontext():
