@@ -344,6 +344,9 @@ class Result(Generic[C]):
     # A result whose folder is also a job's working folder (checkpoints, finished rows) is written file by file,
     # each atomically, the marker last; every other result replaces its folder whole.
     in_place: ClassVar[bool] = False
+    # The working folder inside it (``parts``, ``identify``, ``runs``) whose presence, with only the job's own files
+    # beside it, marks a run stopped before its end (:meth:`unfinished`, :func:`unfinished_run`); None: no such folder.
+    work: ClassVar[str | None] = None
     # What made the result (circuits.versions.provenance: backend, TransformerLens/transformers/torch versions, the
     # toolkit's version and commit): set by save, read back by load; None until then. Not a field, so never part of
     # ``==``: results made on two lines are equal when everything but their provenance is.
@@ -460,11 +463,7 @@ class Result(Generic[C]):
         if marker is None:
             raise ResultError(f"{folder} holds no circuits result (no {MARKER}); pass the folder {a_kind(cls.kind)} job "
                               "or script saved")
-        if marker["kind"] != cls.kind:
-            raise ResultError(f"{folder} holds {a_kind(marker['kind'])} result, not {cls.kind}")
-        if int(marker.get("version", 1)) > cls.version:
-            raise ResultError(f"{folder} was written by a newer circuits (format {marker['version']}; this one reads "
-                              f"up to {cls.version}); upgrade circuits to read it")
+        cls.check_header(marker, folder)
         config = read_config(folder, cls.config_type)
         made_by = marker.get("provenance")
         try:
@@ -491,10 +490,21 @@ class Result(Generic[C]):
                               f"({type(err).__name__}: {err}); rerun the job that made it") from None
 
     @classmethod
+    def check_header(cls, saved: dict[str, Any], where: str | Path) -> None:
+        """That ``saved`` (a marker, or a one-file result) names this class's kind (an old name read as today's) in a
+        format this version reads; else one :class:`ResultError` naming ``where``."""
+        if kind_of(saved.get("kind", cls.kind)) != cls.kind:
+            raise ResultError(f"{where} holds {a_kind(saved['kind'])} result, not {cls.kind}")
+        if int(saved.get("version", 1)) > cls.version:
+            raise ResultError(f"{where} was written by a newer circuits (format {saved['version']}; this one reads "
+                              f"up to {cls.version}); upgrade circuits to read it")
+
+    @classmethod
     def unfinished(cls, folder: Path) -> bool:
         """Whether ``folder`` holds the working files this job writes before its result (an ``in_place`` kind's run
-        stopped before its end, which the same command resumes); never true for results saved whole."""
-        return False
+        stopped before its end, which the same command resumes: :func:`unfinished_run` on its :attr:`work` folder,
+        and, killed during its final save, the files it writes); never true for results saved whole."""
+        return cls.work is not None and unfinished_run(folder, cls.kind, cls.work)
 
     def _write(self, folder: Path) -> None:
         raise NotImplementedError

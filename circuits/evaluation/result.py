@@ -12,7 +12,7 @@ from typing import Any
 
 from circuits.config import Config
 from circuits.io import OutputError, read_json, write_json
-from circuits.results import Result, ResultError, a_kind, check_writable, kind_of, lazy_type
+from circuits.results import Result, ResultError, check_writable, lazy_type
 
 
 def check_json_output(path: Path, overwrite: bool = False) -> None:
@@ -62,11 +62,7 @@ class EvalResult(Result):
         """From the one-file form (:meth:`to_json`); anything else is one :class:`ResultError` naming ``where``."""
         if not isinstance(d, dict) or not isinstance(d.get("tasks"), dict):
             raise ResultError(f"{where} holds no evaluation result (no 'tasks')")
-        if kind_of(d.get("kind", cls.kind)) != cls.kind:
-            raise ResultError(f"{where} holds {a_kind(d['kind'])} result, not {cls.kind}")
-        if int(d.get("version", 1)) > cls.version:
-            raise ResultError(f"{where} was written by a newer circuits (format {d['version']}; this one reads up to "
-                              f"{cls.version}); upgrade circuits to read it")
+        cls.check_header(d, where)
         config = d.get("config")
         if not isinstance(config, dict):
             raise ResultError(f"{where} holds no config of the evaluation (a JSON object under 'config')")

@@ -26,6 +26,7 @@ class SFTStudyResult(Result[StudyConfig]):
 
     kind = "sft-study"
     in_place = True  # its folder also holds the finished runs (runs/) a rerun resumes from
+    work = "runs"
 
     variants: list[dict[str, Any]]
     runs: list[dict[str, Any]]
@@ -34,14 +35,6 @@ class SFTStudyResult(Result[StudyConfig]):
     base: dict[str, list[float]] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)
     n_val: int = 0
-
-    @classmethod
-    def unfinished(cls, folder: Path) -> bool:
-        """A study stopped before its end: finished runs in ``runs/``, and, killed during its final save, the files it
-        writes (:func:`circuits.results.unfinished_run`; the same command resumes it)."""
-        from circuits.results import unfinished_run
-
-        return unfinished_run(folder, cls.kind, "runs")
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}

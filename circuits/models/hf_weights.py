@@ -207,6 +207,8 @@ def write_back(
 # and row selections between the two layouts.
 
 LAYOUTS = ("same", "transpose", "head_rows", "head_cols", "head_bias")
+# The head layouts: the axes of ``param`` and of the TransformerLens tensor (``h`` heads of ``d`` = d_head).
+_HEAD_AXES = {"head_rows": ("(h d) m", "h m d"), "head_cols": ("m (h d)", "h d m"), "head_bias": ("(h d)", "h d")}
 _PER_LAYER = ("attn.W_Q", "attn.W_K", "attn.W_V", "attn.W_O", "attn.b_Q", "attn.b_K", "attn.b_V", "attn.b_O",
               "mlp.W_in", "mlp.W_gate", "mlp.W_out", "mlp.b_out", "ln1.w", "ln2.w", "ln1_post.w", "ln2_post.w",
               "attn.q_norm.w", "attn.k_norm.w")
@@ -268,38 +270,22 @@ class TunableTensor:
         parameter itself)."""
         return self.scale == 1.0 and self.offset == 0.0
 
-    def _linear_to_tl(self, x: Tensor) -> Tensor:
-        """``param``-shaped -> TransformerLens-shaped (a view; no scale or offset)."""
+    def _relayout(self, x: Tensor, back: bool = False) -> Tensor:
+        """``param``-shaped -> TransformerLens-shaped (a view; no scale or offset); ``back``: TransformerLens-shaped
+        (whole or some rows) -> the matching ``param`` block."""
         from einops import rearrange
 
         if self.layout == "transpose":
             return x.T
-        if self.layout == "head_rows":
-            return rearrange(x, "(h d) m -> h m d", d=self.d_head)
-        if self.layout == "head_cols":
-            return rearrange(x, "m (h d) -> h d m", d=self.d_head)
-        if self.layout == "head_bias":
-            return rearrange(x, "(h d) -> h d", d=self.d_head)
+        if self.layout in _HEAD_AXES:
+            held, tl = _HEAD_AXES[self.layout]
+            return rearrange(x, f"{tl} -> {held}" if back else f"{held} -> {tl}", d=self.d_head)
         return x
-
-    def _linear_from_tl(self, v: Tensor) -> Tensor:
-        """TransformerLens-shaped (whole or some rows) -> the matching ``param`` block."""
-        from einops import rearrange
-
-        if self.layout == "transpose":
-            return v.T
-        if self.layout == "head_rows":
-            return rearrange(v, "h m d -> (h d) m")
-        if self.layout == "head_cols":
-            return rearrange(v, "h d m -> m (h d)")
-        if self.layout == "head_bias":
-            return rearrange(v, "h d -> (h d)")
-        return v
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The TransformerLens shape."""
-        return tuple(self._linear_to_tl(self.param.detach()).shape)
+        return tuple(self._relayout(self.param.detach()).shape)
 
     def index(self, rows: tuple[int, ...] | list[int]) -> Tensor:
         """The indices along :attr:`dim` of ``param`` that TransformerLens rows ``rows`` occupy (in that order)."""
@@ -309,14 +295,14 @@ class TunableTensor:
 
     def to_tl(self, x: Tensor, rows: Tensor | None = None) -> Tensor:
         """Values: ``param``-shaped ``x`` -> the TransformerLens tensor (``rows``: only those rows, a copy)."""
-        v = self._linear_to_tl(x)
+        v = self._relayout(x)
         if not self.plain:
             v = v * self.scale + self.offset
         return v if rows is None else v.index_select(0, rows.to(v.device))
 
     def grad_to_tl(self, g: Tensor, rows: Tensor | None = None) -> Tensor:
         """Gradients: ``param``'s gradient -> the TransformerLens tensor's (``rows``: only those rows, a copy)."""
-        v = self._linear_to_tl(g)
+        v = self._relayout(g)
         if self.scale != 1.0:
             v = v / self.scale
         return v if rows is None else v.index_select(0, rows.to(v.device))
@@ -325,7 +311,7 @@ class TunableTensor:
         """Values: TransformerLens rows (or the whole tensor) -> the ``param`` block they fill."""
         if not self.plain:
             v = (v - self.offset) / self.scale
-        return self._linear_from_tl(v)
+        return self._relayout(v, back=True)
 
     def read(self, rows: tuple[int, ...] | list[int] | None = None) -> Tensor:
         """The TransformerLens values (of ``rows``), detached."""

@@ -92,6 +92,9 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 
 WEIGHT_FILES = ("*.safetensors", "pytorch_model*.bin")
+# TransformerLens's weight processing beyond folding the norms, off on every load (both lines, every source): nothing
+# centred and value biases kept, so logits equal the Hugging Face model's (docs/backends.md, docs/gpu.md).
+NO_CENTERING = {"center_writing_weights": False, "center_unembed": False, "fold_value_biases": False}
 
 
 def _first_line(err: BaseException) -> str:
@@ -230,15 +233,7 @@ def load_hooked(name: str, torch_dtype: torch.dtype, device: str | torch.device,
         model = _load_hf_dir(path, torch_dtype, device, fold_ln)
     elif is_official_name(name):
         _check_official(name)
-        model = HookedTransformer.from_pretrained(
-            name,
-            dtype=torch_dtype,
-            device=device,
-            fold_ln=fold_ln,
-            center_writing_weights=False,
-            center_unembed=False,
-            fold_value_biases=False,
-        )
+        model = HookedTransformer.from_pretrained(name, dtype=torch_dtype, device=device, fold_ln=fold_ln, **NO_CENTERING)
     else:
         raise ModelLoadError(f"Cannot load model {name!r}: no such file or directory, and not a known name. "
                              f"Accepted: {accepted_inputs()}.")
@@ -465,14 +460,8 @@ def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor] | N
     _attach_tokenizer(model, tokenizer)
     if state_dict is None:  # weights assigned by the caller
         return model
-    model.load_and_process_state_dict(
-        {k: v.to(cfg.dtype) for k, v in state_dict.items()},
-        fold_ln=fold_ln,
-        center_writing_weights=False,
-        center_unembed=False,
-        fold_value_biases=False,
-        refactor_factored_attn_matrices=False,
-    )
+    model.load_and_process_state_dict({k: v.to(cfg.dtype) for k, v in state_dict.items()}, fold_ln=fold_ln,
+                                      refactor_factored_attn_matrices=False, **NO_CENTERING)
     return model
 
 
@@ -616,8 +605,7 @@ def boot_bridge(source: str, dtype: torch.dtype, device: str | torch.device, fol
         raise ModelLoadError(f"TransformerLens could not load {source} as a TransformerBridge: "
                              f"{type(err).__name__}: {_first_line(err)}") from None
     if fold_ln:
-        bridge.enable_compatibility_mode(disable_warnings=True, fold_ln=True, center_writing_weights=False,
-                                         center_unembed=False, fold_value_biases=False)
+        bridge.enable_compatibility_mode(disable_warnings=True, fold_ln=True, **NO_CENTERING)
     else:
         bridge.enable_compatibility_mode(disable_warnings=True, no_processing=True)
     tok = tokenizer if tokenizer is not None else bridge.tokenizer

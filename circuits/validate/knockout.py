@@ -41,6 +41,7 @@ from circuits.patching.ablation.values import (  # noqa: F401  (the names knocko
 )
 from circuits.results import Result, ResultError, brief, check_fields, check_rate
 from circuits.types import Ablation, Component, Head, all_heads
+from circuits.viz.notebook import ShowsFigure
 
 
 def checked_set(model: Model, heads: Sequence[Any], mlps: Sequence[Any]) -> tuple[list[Head], list[int]]:
@@ -208,7 +209,7 @@ def random_order(n_layers: int, n_heads: int, seed: int) -> list[Head]:
 
 
 @dataclass
-class KnockoutCurve:
+class KnockoutCurve(ShowsFigure):  # in a notebook: the figure (circuits.viz.notebook)
     """Figure 3: scores after knocking out the first k heads of the effect ranking and of random rankings.
 
     Besides the means over pairs (``effect_accuracy[k]``, ``random_accuracy[seed][k]``, ...), each pair's outcome is
@@ -287,12 +288,6 @@ class KnockoutCurve:
         d["ranking"] = [list(h) for h in self.ranking[: max(self.ks)]]
         d["random_orders"] = [[list(h) for h in o[: max(self.ks)]] for o in self.random_orders]
         return d
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
-        from circuits.viz.notebook import figure_bundle
-
-        return figure_bundle(self, include, exclude, **kwargs)
 
     def intervals(self, n_boot: int = 1000, level: float = 0.95) -> dict[str, dict] | None:
         """:meth:`interval` of accuracy and answer probability, as the figure draws them (None without per-pair
@@ -389,7 +384,7 @@ def knockout_curve(
 
 
 @dataclass(eq=False, repr=False)
-class KnockoutResult(Result[KnockoutConfig]):
+class KnockoutResult(ShowsFigure, Result[KnockoutConfig]):  # in a notebook: the figure
     """Figure 3: the knockout curves of one task, with the config that made them."""
 
     kind = "knockout"
@@ -397,12 +392,6 @@ class KnockoutResult(Result[KnockoutConfig]):
     curve: KnockoutCurve
     task: str = ""
     n_pairs: int = 0
-
-    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        """In a notebook: the figure (see :mod:`circuits.viz.notebook`)."""
-        from circuits.viz.notebook import figure_bundle
-
-        return figure_bundle(self, include, exclude, **kwargs)
 
     def figure(self):
         """Figure 3 titled with what was knocked out: the operation and the number of pairs."""

@@ -14,10 +14,6 @@ def _f(x: Any, digits: int = 3) -> str:
     return "-" if x is None or x != x else f"{x:+.{digits}f}" if isinstance(x, float) else str(x)
 
 
-def screen_section(page: Page, found: list) -> str:
-    return page.per_result(found, _screen_text)
-
-
 def _screen_text(r: Any) -> str:
     s = r.summary()
     sec = r.seconds
@@ -66,10 +62,6 @@ def _columns_text(r: Any) -> str:
                 "offset; dotted lines mark the role columns.")
     return ("Every pair has the same token layout, so the columns are one prompt's positions, token for token; dotted "
             "lines mark its operand (A, B), operator and '=' positions.")
-
-
-def neurons_section(page: Page, found: list) -> str:
-    return page.per_result(found, _neurons_text)
 
 
 def _neurons_text(r: Any) -> str:

@@ -198,10 +198,6 @@ def compare_runs(identify: list[Found]) -> str:
     return "".join(out)
 
 
-def knockout_section(page: Page, found: list[Found]) -> str:
-    return page.per_result(found, _knockout_text)
-
-
 def _knockout_text(r: Any) -> str:
     c = r.curve
     k = max(c.ks)
@@ -275,10 +271,6 @@ def word_problems_section(page: Page, found: list[Found]) -> str:
         f"<p class='what'>Key heads found on word problems whose asking phrase is rewritten (Table 4), how "
         f"many they share with the {len(r.template_heads)} template key heads ({_e(_heads(r.template_heads))}), "
         f"and accuracy after knocking out each set.</p>"))
-
-
-def roles_section(page: Page, found: list[Found]) -> str:
-    return page.per_result(found, _roles_text)
 
 
 def _roles_text(r: Any) -> str:
@@ -486,20 +478,25 @@ class Section:
         return jobs.section_how(self.anchor)
 
 
+def per_result(text: Callable[[Any], str]) -> Callable[[Page, list[Found]], str]:
+    """A section's renderer that draws each found result alone (:meth:`~circuits.viz.page.Page.per_result`)."""
+    return lambda page, found: page.per_result(found, text)
+
+
 SECTIONS = (
     Section("key-heads", "Key heads per operation (identify)", key_heads_section),
-    Section("knockout", "Knockout curves (validate)", knockout_section),
+    Section("knockout", "Knockout curves (validate)", per_result(_knockout_text)),
     Section("transfer", "Transfer of the knockout (validate)", transfer_section),
     Section("word-problems", "Key heads on word problems (validate)", word_problems_section),
-    Section("attention-roles", "Attention by token role (explain)", roles_section),
+    Section("attention-roles", "Attention by token role (explain)", per_result(_roles_text)),
     Section("attention-views", "Attention views of the top-ranked heads (explain)", views_section),
     Section("logit-lens", "MLP logit lens (explain)", lens_section),
     Section("cross-model", "The claims on several models", cross_model_section),
     Section("precise-sft", "Precise SFT (fine-tune)", sft_section),
     # Beyond heads at END (circuits.viz.analysis_sections).
-    Section("screen", "Attribution screen, audited by the exact engine (identify)", A.screen_section),
+    Section("screen", "Attribution screen, audited by the exact engine (identify)", per_result(A._screen_text)),
     Section("positions", "Every position: the information flow (identify)", A.positions_section),
-    Section("neurons", "Neurons of the key MLPs (identify, validate)", A.neurons_section),
+    Section("neurons", "Neurons of the key MLPs (identify, validate)", per_result(A._neurons_text)),
     Section("heuristics", "How the key MLPs compute: heuristic neurons (explain)", A.heuristics_section),
     Section("edges", "Edges into the chosen heads and MLPs (identify)", A.edges_section),
     Section("faithfulness", "Faithfulness of each ranking's circuits, as MIB scores them (identify)",

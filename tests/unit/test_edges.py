@@ -60,7 +60,7 @@ def test_the_circuit_graph_draws_every_summary_edge_layered_with_a_scale(tiny_ll
     and carries a colour bar on the importance scale and a hover with each edge's bootstrap interval."""
     import json
 
-    from circuits.beyond.edges import EdgeResult
+    from circuits.beyond.edges.result import EdgeResult
     from circuits.patching.core.uncertainty import _Resample, resample_pairs
     from circuits.viz.figures import importance_scale
 

@@ -64,7 +64,7 @@ def test_every_lazy_package_names_each_name_once_and_every_name_resolves():
     root = Path(cc.__file__).parent
     packages = [".".join(("circuits", *p.parent.relative_to(root).parts)) for p in sorted(root.rglob("__init__.py"))
                 if "if TYPE_CHECKING:" in p.read_text() and p.parent != root]
-    assert {"circuits.data", "circuits.identify", "circuits.sft", "circuits.beyond.neurons"} <= set(packages)
+    assert {"circuits.data", "circuits.identify", "circuits.sft", "circuits.patching"} <= set(packages)
     for package in packages:
         mod = importlib.import_module(package)
         exports, aliases = type_checking_exports(mod.__file__)

@@ -66,6 +66,7 @@ class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
 
     kind = "faithfulness"
     in_place = True  # its folder is also the run's working folder (parts/: finished rankings a rerun resumes from)
+    work = PARTS
 
     pairs: list[PromptPair]
     scores: dict[str, dict[str, Tensor]]
@@ -96,14 +97,6 @@ class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
         """The curve CPR is read from: the signed ranking's (``cpr_ranking="signed"``, MIB's) or the absolute one's."""
         signed = self.signed_curves.get(ranking, {}).get(setting)
         return signed if signed is not None and self.config.cpr_ranking == "signed" else self.curves[ranking][setting]
-
-    @classmethod
-    def unfinished(cls, folder: Path) -> bool:
-        """A run stopped before its end: the finished rankings it keeps under ``parts/``, and, killed during its final
-        save, the files it writes (:func:`circuits.results.unfinished_run`)."""
-        from circuits.results import unfinished_run
-
-        return unfinished_run(folder, cls.kind, PARTS)
 
     @property
     def task(self) -> str:

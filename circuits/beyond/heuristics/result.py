@@ -35,6 +35,7 @@ class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
 
     kind = "heuristics"
     in_place = True  # its folder is also the run's working folder (parts/: the finished sweep and knockout)
+    work = "parts"
 
     pairs: list[PromptPair]
     grid_prompts: list[PromptPair]
@@ -47,14 +48,6 @@ class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
     knockout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     nulls: dict[str, Any] = field(default_factory=dict)  # group -> neurons, classified flags, class counts (issue 43)
-
-    @classmethod
-    def unfinished(cls, folder: Path) -> bool:
-        """A run stopped before its end: the finished parts it keeps under ``parts/``, and, killed during its final
-        save, the files it writes (:func:`circuits.results.unfinished_run`)."""
-        from circuits.results import unfinished_run
-
-        return unfinished_run(folder, cls.kind, "parts")
 
     @property
     def grid(self) -> OperandGrid:

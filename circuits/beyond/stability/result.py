@@ -32,17 +32,10 @@ class StabilityResult(Result[StabilityConfig]):
 
     kind = "stability"
     in_place = True  # its folder also holds the identify results it was computed from (<out>/identify by default)
+    work = "identify"
 
     by_seed: dict[str, dict[int, list[Head]]]  # operation -> seed -> key heads
     by_form: dict[str, dict[str, list[Head]]] = field(default_factory=dict)  # operation -> form -> key heads
-
-    @classmethod
-    def unfinished(cls, folder: Path) -> bool:
-        """A run stopped before its end: the identify results it makes under ``<out>/identify``, and, killed during
-        its final save, the files it writes (:func:`circuits.results.unfinished_run`)."""
-        from circuits.results import unfinished_run
-
-        return unfinished_run(folder, cls.kind, "identify")
 
     def summary(self) -> dict[str, Any]:
         per = {}

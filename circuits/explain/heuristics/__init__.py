@@ -9,18 +9,3 @@
 
 The job is ``circuits heuristics`` (:mod:`circuits.beyond.heuristics`).
 """
-
-from __future__ import annotations
-
-from circuits.lazy import lazy_exports
-
-_EXPORTS = {
-    **{n: "circuits.explain.heuristics.rules" for n in ("KINDS", "NeuronClasses", "Rule", "candidate_rules", "classify",
-                                                         "match_scores")},
-    **{n: "circuits.explain.heuristics.activations" for n in ("grid_activations", "output_logits", "promotion")},
-    **{n: "circuits.explain.heuristics.causal_check" for n in ("answer_probs", "class_knockout", "grid_means")},
-}
-
-__all__ = sorted(_EXPORTS)
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

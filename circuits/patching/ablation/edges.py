@@ -29,7 +29,7 @@ from torch import Tensor
 
 from circuits.data.pairs import PairBatch
 from circuits.models.backend import Model, act_name
-from circuits.patching.ablation.values import INPUT_SITE, ValueKind, end_aligned_mean, record
+from circuits.patching.ablation.values import INPUT_SITE, ValueKind, end_aligned_mean, head_outputs, record
 
 
 def sender_names(model: Model) -> list[str]:
@@ -45,9 +45,7 @@ def sender_outputs(model: Model, acts: dict[str, Tensor]) -> Float[Tensor, "pair
     cfg = model.cfg
     parts = [acts[INPUT_SITE][:, :, None]]
     for l in range(cfg.n_layers):
-        W_O = model.backend.attn_out(l)[0]
-        z = acts[act_name("z", l)]
-        parts += [torch.einsum("pthe,hed->pthd", z, W_O.to(z.device, z.dtype)), acts[act_name("mlp_out", l)][:, :, None]]
+        parts += [head_outputs(model, l, acts[act_name("z", l)]), acts[act_name("mlp_out", l)][:, :, None]]
     return torch.cat([p.to(parts[0].device) for p in parts], dim=2)
 
 
@@ -98,11 +96,8 @@ def edges_everywhere(model: Model, batch: PairBatch, edges: Bool[Tensor, "set se
             diff = torch.zeros(ns, nb, W, n_s, d, dtype=dtype, device=device)  # each sender's output minus its value
 
             def keep(act: Tensor, hook, first: int, head: bool, layer: int = 0) -> Tensor:
-                x = act.to(device, dtype)
-                if head:  # hook_z [row, pos, head, d_head] -> each head's write [row, pos, head, d_model]
-                    x = torch.einsum("rthe,hed->rthd", x, model.backend.attn_out(layer)[0].to(device, dtype))
-                else:
-                    x = x[:, :, None]
+                x = act.to(device, dtype)  # hook_z [row, pos, head, d_head] -> each head's write [row, pos, head, d_model]
+                x = head_outputs(model, layer, x) if head else x[:, :, None]
                 x = x.reshape(ns, nb, W, -1, d)
                 diff[:, :, :, first : first + x.shape[3]] = x if val is None else x - val[None, :, :, first : first
                                                                                             + x.shape[3]]

@@ -14,7 +14,7 @@ from circuits.models.backend import Model, act_name
 from circuits.patching.ablation.values import INPUT_SITE
 
 
-def _sender_site(name: str) -> tuple[str, int | None]:
+def sender_site(name: str) -> tuple[str, int | None]:
     """The hook a sender's output is read at (``input``, ``"3.1"`` a head through ``hook_result``, ``"MLP3"``) and its
     head."""
     if name == "input":
@@ -85,7 +85,7 @@ def ablate_edges_everywhere_plain(model: Model, batch: PairBatch, ablated: list[
             return act
 
         def difference(sender: str) -> Tensor:  # [pos, d_model]: the sender's output now minus its ablated value
-            site, head = _sender_site(sender)
+            site, head = sender_site(sender)
             now = current[site] if head is None else current[site][:, head]
             if values[i] is None:
                 return now

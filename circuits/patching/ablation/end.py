@@ -22,7 +22,7 @@ from torch import Tensor
 from circuits.data.pairs import PairBatch
 from circuits.models.backend import Model, act_name
 from circuits.models.forward import end_residuals, shared_prefix_lengths
-from circuits.patching.ablation.values import ValueKind, end_values
+from circuits.patching.ablation.values import ValueKind, end_values, head_outputs
 from circuits.patching.core.end_layers import (SHARED_PREFIX_MIN, attention_output, check_supported, mlp_at_end,
                                           z_at_end)
 
@@ -50,12 +50,6 @@ class EndRuns:
     keys: list[Tensor]  # per layer [pair, pos, kv_head, d_head], rotated where rotary
     values: list[Tensor]
     cf_resid: Tensor  # the counterfactual run's final END residual [pair, d_model]
-
-
-def _head_outputs(model: Model, layer: int, z: Tensor) -> Tensor:
-    """Each head's write into the residual, ``z_h @ W_O[h]`` (``hook_result``), ``[..., head, d_model]``."""
-    W_O = model.backend.attn_out(layer)[0]
-    return torch.einsum("...he,hed->...hd", z, W_O.to(z.dtype))
 
 
 def _reference_run(model: Model, batch: PairBatch, end_names: Sequence[str], full_names: Sequence[str],
@@ -204,7 +198,7 @@ def edges_at_end(model: Model, batch: PairBatch, edges: Bool[Tensor, "set sender
     val[:, 0] = runs.input_val
     for l in range(L):
         s0 = 1 + l * (H + 1)
-        val[:, s0 : s0 + H], val[:, s0 + H] = _head_outputs(model, l, runs.z_val[l]), runs.mlp_val[l]
+        val[:, s0 : s0 + H], val[:, s0 + H] = head_outputs(model, l, runs.z_val[l]), runs.mlp_val[l]
     for c0 in range(0, C, per):
         kept = (~edges[c0 : c0 + per]).to(device=device, dtype=dtype)  # [c, sender, receiver]
         Cc = kept.shape[0]
@@ -225,7 +219,7 @@ def edges_at_end(model: Model, batch: PairBatch, edges: Bool[Tensor, "set sender
             s0, r0 = 1 + l * (H + 1), l * (3 * H + 1)
             x = einops.rearrange(inputs(s0, slice(r0, r0 + 3 * H)), "c p (h k) d -> k c p h d", k=3)
             z = z_at_end(model, l, x[0], x[1], x[2], runs.keys[l], runs.values[l], end)
-            cur[:, :, s0 : s0 + H] = _head_outputs(model, l, z)  # [c, pair, head, d_model]
+            cur[:, :, s0 : s0 + H] = head_outputs(model, l, z)  # [c, pair, head, d_model]
             bias = bias + model.backend.attn_out(l)[1]
             cur[:, :, s0 + H] = mlp_at_end(model, l, inputs(s0 + H, r0 + 3 * H))
         out.append(inputs(n_s, -1))

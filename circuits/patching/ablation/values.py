@@ -23,7 +23,6 @@ from __future__ import annotations
 import random
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Literal
 
 import torch
@@ -34,6 +33,7 @@ from tqdm.auto import tqdm
 from circuits import distributed as D
 from circuits.data.pairs import PromptPair
 from circuits.models.backend import Model, act_name
+from circuits.patching.core.end_layers import keep_hook
 from circuits.types import Ablation
 
 # The input node of MIB's graph (the embeddings): the residual stream entering the first block, as the edge graph's
@@ -336,11 +336,16 @@ def record(model: Model, tokens: Int[Tensor, "pair pos"], names: Sequence[str]
            ) -> tuple[dict[str, Tensor], Float[Tensor, "pair pos d_model"]]:
     """``names``' activations at every position of ``tokens`` (one forward), and the final residual stream."""
     store: dict[str, Tensor] = {}
-    # each hook keeps the name it was asked for (a Bridge's hook.name is the canonical name of an alias)
-    keep = lambda act, hook, name: store.__setitem__(name, act.detach())  # noqa: E731
     resid = model.run_with_hooks(tokens, stop_at_layer=model.cfg.n_layers,
-                                 fwd_hooks=[(n, partial(keep, name=n)) for n in names])
+                                 fwd_hooks=[(n, keep_hook(store, n)) for n in names])
     return store, resid
+
+
+def head_outputs(model: Model, layer: int, z: Float[Tensor, "... head d_head"]) -> Float[Tensor, "... head d_model"]:
+    """Each head's write into the residual stream, ``z_h @ W_O[h]`` (``hook_result``, without the layer's bias), on
+    ``z``'s device and dtype."""
+    W_O = model.backend.attn_out(layer)[0]
+    return torch.einsum("...he,hed->...hd", z, W_O.to(z.device, z.dtype))
 
 
 @torch.no_grad()

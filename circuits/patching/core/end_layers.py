@@ -49,7 +49,10 @@ def _gather_end(store: dict, name: str, end: Tensor):
     return hook
 
 
-def _store_full(store: dict, name: str):
+def keep_hook(store: dict, name: str):
+    """A hook that keeps its whole activation (detached) in ``store`` under ``name``, the name it was asked for (a
+    Bridge's ``hook.name`` is the canonical name of an alias)."""
+
     def hook(act: Tensor, hook) -> None:
         store[name] = act.detach()
 
@@ -108,8 +111,8 @@ def collect_runs(model: Model, batch: PairBatch, need_kv: bool) -> Runs:
             ref_hooks.append((name, _gather_end(ref, name, end)))
         if need_kv:
             k_name = model.backend.rotary_key_hook(l)
-            ref_hooks.append((k_name, _store_full(ref, k_name)))
-            ref_hooks.append((act_name("v", l), _store_full(ref, act_name("v", l))))
+            ref_hooks.append((k_name, keep_hook(ref, k_name)))
+            ref_hooks.append((act_name("v", l), keep_hook(ref, act_name("v", l))))
     final = act_name("resid_post", L - 1)
     ref_hooks.append((final, _gather_end(ref, final, end)))
     model.run_with_hooks(batch.reference.to(model.cfg.device), fwd_hooks=ref_hooks, stop_at_layer=L)

@@ -26,21 +26,19 @@ from circuits.patching.engines.attribution import Attribution, readout_of
 from circuits.patching.engines.input_node import INPUT_SITE, input_effect  # the input node: the embeddings
 from circuits.patching.engines.eap_ig import (DEFAULT_GRID, DEFAULT_STEPS, EAPIGScores, alphas, eap_receivers,
                                                eap_senders, eap_upstream)
+from circuits.patching.core.end_layers import keep_hook
 from circuits.patching.core.metrics import Metric, get_metric
 from circuits.patching.core.readouts import Readouts, first_difference
 from circuits.patching.engines.end_sweep_plain import (_run_end, baseline_plain, freeze_heads, input_plain, patch_at,
                                                       readouts_of)
 from circuits.patching.core.scores import Scores
+from circuits.patching.ablation.edges_plain import sender_site
 from circuits.types import Component, Mode, Neuron, Receiver
 
 
 
 def _end_logits(model: Model, logits: Tensor, batch: PairBatch) -> Tensor:
     return logits[torch.arange(len(batch)), batch.end].float()
-
-
-def _keep_as(store: dict[str, Tensor], name: str, act: Tensor, hook) -> None:
-    store[name] = act.detach()
 
 
 @torch.no_grad()
@@ -267,14 +265,6 @@ def ablate_edges_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, 
     rows, end = torch.arange(len(batch)), batch.end
     cur: dict[str, Tensor] = {}
 
-    def sender_site(name: str) -> tuple[str, int | None]:
-        if name == "input":
-            return "blocks.0.hook_resid_pre", None
-        if name.startswith("MLP"):
-            return act_name("mlp_out", int(name[3:])), None
-        layer, head = map(int, name.split("."))
-        return act_name("result", layer), head
-
     def keep_current(act: Tensor, hook, name: str) -> Tensor:  # by the name asked for (a Bridge's hook.name is
         cur[name] = act[rows, end].clone()  # an alias's canonical name)
         return act
@@ -355,7 +345,7 @@ def eap_ig_plain(model: Model, batch: PairBatch, metric: Metric, readout: str, s
 
     def cached(tokens: Tensor) -> tuple[Tensor, dict[str, Tensor]]:  # activations by the names asked for (a
         got: dict[str, Tensor] = {}  # Bridge's hook.name is an alias's canonical name)
-        logits = model.run_with_hooks(tokens, fwd_hooks=[(n, partial(_keep_as, got, n)) for n in names])
+        logits = model.run_with_hooks(tokens, fwd_hooks=[(n, keep_hook(got, n)) for n in names])
         return logits, got
 
     with model.backend.split_inputs(ungroup=True, attn_result=True) if edges else contextlib.nullcontext():

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from circuits.io import Shapes
 from circuits.models.backend import Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.patching.core.end_layers import check_supported, readout
+from circuits.patching.core.end_layers import check_supported, keep_hook, readout
 from circuits.patching.engines.end_sweep import all_components
 from circuits.patching.core.scores import Scores
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
@@ -72,19 +72,14 @@ def _collect(model: Model, batch: PairBatch, neuron_layers: set[int]) -> _Runs:
     cf: dict[str, Tensor] = {}
     rows = torch.arange(len(batch), device=batch.end.device)
 
-    def keep(store: dict, name: str):
-        def hook(act: Tensor, hook) -> None:
-            store[name] = act.detach()
-        return hook
-
     final = act_name("resid_post", L - 1)
     kv = [model.backend.prefix_kv_hooks(l) for l in range(L)] if model.backend.prefix_sharing() else [None] * L
     kv_names = [n for names in kv if names is not None for n in names] if all(kv) else []
     ref_names = [act_name("resid_pre", l) for l in range(L)] + kv_names + [final]
     cf_names = [act_name(s, l) for l in range(L) for s in ("z", "mlp_out")] + [final]
     cf_names += [act_name("post", l) for l in sorted(neuron_layers)]
-    model.run_with_hooks(batch.reference, fwd_hooks=[(n, keep(ref, n)) for n in ref_names], stop_at_layer=L)
-    model.run_with_hooks(batch.counterfactual, fwd_hooks=[(n, keep(cf, n)) for n in cf_names], stop_at_layer=L)
+    model.run_with_hooks(batch.reference, fwd_hooks=[(n, keep_hook(ref, n)) for n in ref_names], stop_at_layer=L)
+    model.run_with_hooks(batch.counterfactual, fwd_hooks=[(n, keep_hook(cf, n)) for n in cf_names], stop_at_layer=L)
     per = lambda d, site: [d[act_name(site, l)] for l in range(L)]  # noqa: E731
     keys = [ref[names[0]] for names in kv] if kv_names else []
     values = [ref[names[1]] for names in kv] if kv_names else []
