@@ -129,9 +129,9 @@ def test_the_sweep_sees_only_validation_items_and_the_result_loads_back_equal(tm
     calls = []
     real = study.score_items
 
-    def recording(model, items, batch_size=16):
+    def recording(model, items, *args):
         calls.append([it.context for it in items])
-        return real(model, items, batch_size)
+        return real(model, items, *args)
 
     monkeypatch.setattr(study, "score_items", recording)
     result = study.run(config, tmp_path / "study", model=helpers.tiny_model("llama"), progress=False)
