@@ -95,6 +95,8 @@ class StudyConfig(Config):
         if self.train.dtype != "float32" and "lora" in self.arms:
             raise ValueError(f"--dtype {self.train.dtype}: the LoRA arm trains the Hugging Face model in float32; run "
                              "the study in float32 or leave lora out of --arms")
+        if self.save_weights not in SAVE_WEIGHTS:  # (argparse checks the flag; this, a config built in Python)
+            raise ValueError(f"--save-weights {self.save_weights}: must be one of {', '.join(SAVE_WEIGHTS)}")
         if set(self.train.sources) - set(TRAIN_SOURCES):
             raise ValueError(f"--data must be among {TRAIN_SOURCES}")
 

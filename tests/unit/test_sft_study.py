@@ -117,3 +117,95 @@ def test_key_components_without_an_identify_result_is_one_line_before_any_model(
     listed = StudyConfig(key_heads=KEY, key_mlps=(19, 24), heads_from=str(tmp_path / "missing"))
     assert key_components(listed) == (KEY, (19, 24))  # listed components need no identify result
     assert key_components(listed.replace(arms=("precise", "full"), key_mlps=())) == (KEY, ())
+
+
+def test_weighted_interval_and_difference_against_a_plain_ratio_bootstrap():
+    """Perplexity's intervals: each resample's total negative log-likelihood over its total words (lm-eval's word
+    perplexity, on the log), by the study's interval code with weights, against a plain loop."""
+    g = torch.Generator().manual_seed(1)
+    n_words = torch.randint(3, 40, (30,), generator=g).double()
+    nll_a = torch.rand(3, 30, generator=g) * n_words * 2  # [run, document] total negative log-likelihood
+    nll_b = torch.rand(2, 30, generator=g) * n_words * 3
+    mean, lo, hi = interval(nll_a / n_words, 400, seed=5, weights=n_words)
+    assert mean == pytest.approx(float(nll_a.sum() / (3 * n_words.sum())))
+    from circuits.patching.core.uncertainty import resample_pairs
+
+    r, i = resample_pairs(3, 400, 5), resample_pairs(30, 400, 6)
+    plain = torch.tensor([float(nll_a[r[k]][:, i[k]].sum() / (3 * n_words[i[k]].sum())) for k in range(400)],
+                         dtype=torch.float64)
+    assert (lo, hi) == pytest.approx((float(plain.quantile(0.025)), float(plain.quantile(0.975))))
+    d, dlo, dhi, p = difference(nll_a / n_words, nll_b / n_words, 400, seed=5, weights=n_words)
+    ra, rb = resample_pairs(3, 400, 5), resample_pairs(2, 400, 7)
+    plain_d = torch.tensor([float(nll_a[ra[k]][:, i[k]].sum() / (3 * n_words[i[k]].sum())
+                                  - nll_b[rb[k]][:, i[k]].sum() / (2 * n_words[i[k]].sum())) for k in range(400)],
+                           dtype=torch.float64)
+    assert d == pytest.approx(float(nll_a.sum() / (3 * n_words.sum()) - nll_b.sum() / (2 * n_words.sum())))
+    assert (dlo, dhi) == pytest.approx((float(plain_d.quantile(0.025)), float(plain_d.quantile(0.975))))
+    assert 0 < p <= 1
+    # weights of one: the unweighted numbers exactly
+    assert interval(nll_a, 100, weights=torch.ones(30)) == pytest.approx(interval(nll_a, 100))
+    with pytest.raises(ValueError, match="30 positive numbers"):
+        interval(nll_a, 10, weights=torch.zeros(30))
+
+
+def test_word_problems_are_scored_as_circuits_evaluate_scores_them(monkeypatch):
+    """A word problem's answer is generated through the evaluator's generate_until with the evaluate job's stop
+    strings and token cap, and checked by its process_numeric; a perplexity document's logp is its rolling
+    log-likelihood; the choice items keep their scores."""
+    from circuits.evaluation import lm_eval as le
+    from circuits.evaluation.study_items import general_items, score_items, words
+    from circuits.evaluation.tasks import MATH_UNTIL
+
+    items = general_items(2, 2, ("gsm8k",))
+    assert [it.kind for it in items] == ["generate", "generate", "text", "text"]
+    answers = [float(it.choices[0]) for it in items[:2]]
+    asked = []
+
+    def generate_until(self, requests, disable_tqdm=False):
+        asked.extend(r.args for r in requests)
+        return [f" So the answer is {answers[0]:g}.", f" It is {answers[1] + 1:g}"]
+
+    def rolling(self, requests, disable_tqdm=False):
+        return [-float(len(r.args[0])) for r in requests]
+
+    monkeypatch.setattr(le.HookedTransformerLM, "generate_until", generate_until)
+    monkeypatch.setattr(le.HookedTransformerLM, "loglikelihood_rolling", rolling)
+
+    class Fake:
+        tokenizer = __import__("helpers").smollm2_tokenizer()
+        cfg = type("cfg", (), {"n_ctx": 64, "device": "cpu"})()
+
+    scores = score_items(Fake(), items, 4, max_gen_toks=33)
+    assert [a[0] for a in asked] == [it.context for it in items[:2]]
+    assert all(a[1] == {"until": list(MATH_UNTIL), "max_gen_toks": 33} for a in asked)
+    assert scores["correct"] == [1.0, 0.0, 0.0, 0.0]
+    assert scores["logp"] == [0.0, 0.0, -float(len(items[2].context)), -float(len(items[3].context))]
+    assert words(items) == [0, 0, len(items[2].context.split()), len(items[3].context.split())]
+
+
+def test_new_evaluation_flags_refuse_bad_values_in_one_line():
+    for kw, match in ((dict(perplexity=-1), "--perplexity -1"), (dict(word_problems=-2), "--word-problems"),
+                      (dict(word_tasks=("gsm8k", "mathqa")), "unknown 'mathqa'"), (dict(word_tasks=()), "is empty"),
+                      (dict(max_gen_toks=0), "--max-gen-toks"), (dict(math_shots=9), "--math-shots 9"),
+                      (dict(save_weights="some"), "--save-weights")):
+        with pytest.raises(ValueError, match=match) as err:
+            StudyConfig(**kw)
+        assert "\n" not in str(err.value)
+    from circuits.evaluation.study_items import general_items
+
+    with pytest.raises(ValueError, match=r"^--word-problems 500: addsub holds 79 items") as err:
+        general_items(0, 500, ("addsub",))
+    with pytest.raises(ValueError, match=r"^--perplexity 5000: perplexity holds 1531 items"):
+        general_items(5000)
+
+
+def test_the_command_line_refuses_a_bad_new_flag_in_one_line():
+    import subprocess
+    import sys
+
+    for flags, match in ((["--perplexity", "-1"], "--perplexity -1: must be at least 0"),
+                         (["--word-tasks", "gsm8k,nope"], "nope"), (["--save-weights", "half"], "half")):
+        run = subprocess.run([sys.executable, "-m", "circuits", "sft-study", *flags, "--out", "/nonexistent/x"],
+                             capture_output=True, text=True, timeout=300)
+        assert run.returncode == 2 and match in run.stderr, run.stderr
+        assert len([line for line in run.stderr.splitlines() if "error" in line]) == 1
