@@ -159,13 +159,7 @@ class SFTStudyResult(Result[StudyConfig]):
             first = rows[0]["tasks"] if rows else {}
             lines.append("| base | - | - | " + " | ".join(_value(first[t]["base"], t in ppl) for t in tasks) + " |")
         for row in rows:
-            cells = []
-            for t in tasks:
-                c = row["tasks"][t]
-                text = f"{_value(c['mean'], t in ppl)} [{_value(c['low'], t in ppl)}, {_value(c['high'], t in ppl)}]"
-                if "vs_precise" in c:
-                    text += f" ({_change(c['vs_precise'], t in ppl)})"
-                cells.append(text)
+            cells = [cell_text(row["tasks"][t], t in ppl) for t in tasks]
             var = v[row["name"]]
             lines.append(f"| {row['name']} | {var['lr']:g} | {var['tuned_parameters'] / 1e6:.3f}M | " + " | ".join(cells)
                          + " |")
@@ -202,6 +196,14 @@ class SFTStudyResult(Result[StudyConfig]):
                 lines[-1] += (f" CPU time of this process {t['cpu_total']:.0f} s: training {t['cpu_train']:.0f} s "
                               f"(LoRA's merging and loading included), evaluation {t['cpu_eval']:.0f} s.")
         return "\n".join(lines)
+
+
+def cell_text(c: dict[str, Any], perplexity: bool) -> str:
+    """A cell of :meth:`SFTStudyResult.table` as its tables print it: the value with its interval, and in brackets
+    the paired difference from Precise SFT where there is one (accuracy in %; perplexity as itself, its difference as
+    the % change)."""
+    text = f"{_value(c['mean'], perplexity)} [{_value(c['low'], perplexity)}, {_value(c['high'], perplexity)}]"
+    return text + (f" ({_change(c['vs_precise'], perplexity)})" if "vs_precise" in c else "")
 
 
 def _value(x: float, perplexity: bool) -> str:

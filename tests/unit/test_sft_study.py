@@ -209,3 +209,43 @@ def test_the_command_line_refuses_a_bad_new_flag_in_one_line():
                              capture_output=True, text=True, timeout=300)
         assert run.returncode == 2 and match in run.stderr, run.stderr
         assert len([line for line in run.stderr.splitlines() if "error" in line]) == 1
+
+
+def test_a_study_with_perplexity_tabulates_word_perplexity_and_loads_back(tmp_path):
+    """Perplexity cells by hand: the mean is the total negative log-likelihood over the total words of the runs (the
+    log of word perplexity), printed as the perplexity; the difference from Precise SFT as the % change; the report's table prints the same
+    cells; the result round-trips with its words."""
+    import math
+
+    from circuits.evaluation.study_config import STUDY_TRAIN
+    from circuits.evaluation.study_result import SFTStudyResult
+    from circuits.viz.sections import Found, sft_section
+
+    config = StudyConfig(train=STUDY_TRAIN.replace(model="tiny"), key_heads=(Head(1, 2),), arms=("precise", "full"),
+                         seeds=(0, 1), lrs=(1e-3,), n_boot=200)
+    variants = [{"name": "Precise SFT (key heads)", "arm": "precise", "heads": [[1, 2]], "mlps": [], "draw": None,
+                 "lora_rank": None, "lr": 1e-3, "tuned_parameters": 10},
+                {"name": "full SFT", "arm": "full", "heads": [], "mlps": [], "draw": None, "lora_rank": None,
+                 "lr": 1e-3, "tuned_parameters": 99}]
+    logp = {"Precise SFT (key heads)": [[-20.0, -60.0], [-24.0, -56.0]], "full SFT": [[-10.0, -40.0], [-12.0, -44.0]]}
+    runs = [{"variant": v["name"], "seed": s, "lr": 1e-3, "correct": [1.0, 0.0, 0.0], "logp": [-0.5, *logp[v["name"]][s]],
+             "tuned_parameters": v["tuned_parameters"], "train_seconds": 1.0, "steps": 1, "samples": 2,
+             "losses": [1.0]} for v in variants for s in (0, 1)]
+    result = SFTStudyResult(config, variants, runs, [], ["two_digit", "perplexity", "perplexity"],
+                            {"correct": [0.0, 0.0, 0.0], "logp": [-1.0, -30.0, -90.0]}, {}, 0, [0, 10, 30])
+    rows = result.table()
+    precise, full = (row["tasks"]["perplexity"] for row in rows)
+    assert precise["mean"] == pytest.approx((20 + 60 + 24 + 56) / (2 * 40))
+    assert full["mean"] == pytest.approx((10 + 40 + 12 + 44) / (2 * 40))
+    assert precise["base"] == pytest.approx(120 / 40)
+    assert full["vs_precise"]["diff"] == pytest.approx(full["mean"] - precise["mean"])
+    assert precise["low"] <= precise["mean"] <= precise["high"]
+    assert rows[0]["tasks"]["two_digit"]["mean"] == 1.0  # the accuracy columns as before
+    text = result.markdown()
+    ppl_full, change = math.exp(full["mean"]), 100 * (math.exp(full["vs_precise"]["diff"]) - 1)
+    assert f"{ppl_full:.2f} [" in text and f"({change:+.1f}% [" in text and f"| base | - | - | {math.exp(3):.2f} | 0.0 |" in text
+    result.save(tmp_path / "s")
+    again = SFTStudyResult.load(tmp_path / "s")
+    assert again == result and again.words == [0, 10, 30]
+    page = sft_section(None, [Found(again, tmp_path / "s")])
+    assert f"{ppl_full:.2f} [" in page and f"({change:+.1f}% [" in page and "% change" in page
