@@ -43,7 +43,7 @@ from circuits.sft import plan as hm
 from circuits.sft.arms import lora_per_rank, lora_rank, merged_model, random_heads, train_lora, wrap_lora
 from circuits.sft.data import build_training_set, tokenize_examples
 from circuits.evaluation.study_config import ARM_LABELS, LORA_TARGETS, StudyConfig
-from circuits.evaluation.study_items import Item, eval_tasks, score_items, study_items, words
+from circuits.evaluation.study_items import Item, eval_tasks, general_items, score_items, study_items, words
 from circuits.evaluation.study_result import SFTStudyResult
 from circuits.types import Head
 
@@ -277,6 +277,9 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
     if scored:  # every benchmark file the evaluation reads is there, before any model loads
         check_eval_data(EvalConfig(tasks=scored, data_dir=config.train.data_dir,
                                    math_shots=config.math_shots if config.word_problems else 0))
+    # the word problems and perplexity documents (a count past what a benchmark holds: one line, before any model)
+    general = general_items(config.perplexity, config.word_problems, config.word_tasks, config.math_shots,
+                            config.train.data_dir)
     if "lora" in config.arms:
         try:
             import peft  # noqa: F401
@@ -297,9 +300,7 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
     data = {s: tokenize_examples(model.tokenizer, ex, t.max_length) for s, ex in examples.items()}
     train_prompts = {e.prompt for ex in examples.values() for e in ex}
     test, val = study_items(config.per_form, config.two_digit, config.val_per_form, train_prompts, config.mmlu,
-                            config.commonsenseqa, config.shots, t.data_dir, perplexity=config.perplexity,
-                            word_problems=config.word_problems, word_tasks=config.word_tasks,
-                            math_shots=config.math_shots)
+                            config.commonsenseqa, config.shots, t.data_dir, general=general)
     per_rank = None
     if "lora" in config.arms:
         from circuits.models.sources import load_hf_reference

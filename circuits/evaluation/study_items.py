@@ -127,11 +127,11 @@ def words(items: Sequence[Item]) -> list[int]:
 
 
 def study_items(per_form: int, two_digit: int, val_per_form: int, train_prompts: set[str], mmlu: int = 0,
-                commonsenseqa: int = 0, shots: int = 5, data_dir: str | None = None, *, perplexity: int = 0,
-                word_problems: int = 0, word_tasks: Sequence[str] = WORD_TASKS,
-                math_shots: int = 0) -> tuple[list[Item], list[Item]]:
-    """The test and validation items (see the module docstring); ``train_prompts``: every prompt any run trains on.
-    Items added by a later setting (word problems, perplexity) come after the others, which stay as they were."""
+                commonsenseqa: int = 0, shots: int = 5, data_dir: str | None = None, *,
+                general: Sequence[Item] = ()) -> tuple[list[Item], list[Item]]:
+    """The test and validation items (see the module docstring); ``train_prompts``: every prompt any run trains on;
+    ``general``: the word problems and perplexity documents (:func:`general_items`), after the others, which stay as
+    they were."""
     test = _arithmetic(arithmetic_eval_items(per_form, TEST_SEED))
     if two_digit:
         test += two_digit_items(two_digit, TWO_DIGIT_SEED, train_prompts)
@@ -139,7 +139,7 @@ def study_items(per_form: int, two_digit: int, val_per_form: int, train_prompts:
         test += _choice_items("mmlu", mmlu, shots, data_dir)
     if commonsenseqa:
         test += _choice_items("commonsenseqa", commonsenseqa, shots, data_dir)
-    test += general_items(perplexity, word_problems, word_tasks, math_shots, data_dir)
+    test += list(general)
     taken = {it.context for it in test} | train_prompts
     val = [it for it in _arithmetic(arithmetic_eval_items(3 * val_per_form, VAL_SEEDS[0])) if it.context not in taken]
     by_form: dict[str, list[Item]] = {}

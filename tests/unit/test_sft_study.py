@@ -249,3 +249,20 @@ def test_a_study_with_perplexity_tabulates_word_perplexity_and_loads_back(tmp_pa
     assert again == result and again.words == [0, 10, 30]
     page = sft_section(None, [Found(again, tmp_path / "s")])
     assert f"{ppl_full:.2f} [" in page and f"({change:+.1f}% [" in page and "% change" in page
+
+
+def test_a_count_past_a_benchmark_is_one_line_before_any_model_loads(tmp_path, monkeypatch):
+    from circuits.evaluation import study
+    from circuits.models import loading
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the counts were checked")
+
+    monkeypatch.setattr(loading, "load_model", no_model)
+    for kw, match in ((dict(word_problems=80), r"^--word-problems 80: addsub holds 79 items"),
+                      (dict(perplexity=2000), r"^--perplexity 2000: perplexity holds 1531 items")):
+        config = StudyConfig(key_heads=KEY, arms=("precise",), **kw)
+        with pytest.raises(ValueError, match=match) as err:
+            study.run(config, tmp_path / "study", progress=False)
+        assert "\n" not in str(err.value)
+    assert not (tmp_path / "study").exists()
