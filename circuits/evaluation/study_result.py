@@ -195,6 +195,9 @@ class SFTStudyResult(Result[StudyConfig]):
             if "cpu_total" in t:
                 lines[-1] += (f" CPU time of this process {t['cpu_total']:.0f} s: training {t['cpu_train']:.0f} s "
                               f"(LoRA's merging and loading included), evaluation {t['cpu_eval']:.0f} s.")
+        if lines and "trained_runs" in t:
+            lines[-1] += (f" Runs trained: {t['trained_runs']:.0f}; put back from their saved weights to score: "
+                          f"{t.get('loaded_runs', 0):.0f}.")
         return "\n".join(lines)
 
 

@@ -279,6 +279,8 @@ def test_a_new_evaluation_trains_nothing_again_and_keeps_the_old_columns(tmp_pat
     assert trained == ["full"] * len(config.seeds)  # only full SFT's test runs, whose weights were not kept
     assert second.timing["trained_runs"] == len(config.seeds)
     assert second.timing["loaded_runs"] == (len(arms) - 1) * len(config.seeds)  # the others' test runs, put back
+    assert f"Runs trained: {len(config.seeds)}; put back from their saved weights to score: " \
+           f"{(len(arms) - 1) * len(config.seeds)}." in second.time_line()
     n_old = len(first.items)
     assert second.items[:n_old] == first.items and set(second.items[n_old:]) == {"gsm8k", "addsub", "perplexity"}
     assert second.sweep == first.sweep
