@@ -15,6 +15,15 @@
 Each variant's lr is the one of ``config.lrs`` whose run with the first seed has the highest mean log-probability of
 the validation answers; then it trains once per seed at that lr and is scored on the test items. The base model is
 scored once. Training and evaluation seconds are measured apart.
+
+Training and evaluation are kept apart in ``out/runs/`` (:class:`_Runs`): a training run under the digest of what
+makes it (the shared training config, what the variant tunes, lr, seed: nothing of the evaluation), with its numbers
+(``train-<digest>.json``) and, per ``--save-weights``, what it trained (``train-<digest>.pt``: the delta of the
+trained slices, :mod:`circuits.sft.delta`, or LoRA's adapters); an evaluation under the digest of (that training
+digest, one group of items and how they are scored). A rerun with a new evaluation (more tasks, more items) scores
+only the groups it lacks, on each run's saved weights put back onto the base model: nothing trains again, and the
+groups it has are read back, their numbers unchanged. A run without saved weights (full SFT under ``tuned``) trains
+again when it has something new to score.
 """
 
 from __future__ import annotations
@@ -29,12 +38,12 @@ from typing import Any
 import torch
 
 from circuits.config import check_model_ranges
-from circuits.io import read_json, write_json
+from circuits.io import load_torch, read_json, save_torch, write_json
 from circuits.sft import plan as hm
-from circuits.sft.arms import lora_per_rank, lora_rank, merged_model, random_heads, train_lora
+from circuits.sft.arms import lora_per_rank, lora_rank, merged_model, random_heads, train_lora, wrap_lora
 from circuits.sft.data import build_training_set, tokenize_examples
 from circuits.evaluation.study_config import ARM_LABELS, LORA_TARGETS, StudyConfig
-from circuits.evaluation.study_items import Item, score_items, study_items
+from circuits.evaluation.study_items import Item, eval_tasks, general_items, score_items, study_items, words
 from circuits.evaluation.study_result import SFTStudyResult
 from circuits.types import Head
 
@@ -86,14 +95,20 @@ def variants(config: StudyConfig, model: Any, heads: tuple[Head, ...], mlps: tup
     return out
 
 
+LORA_FORMAT = "circuits-sft-study-lora-1"  # a LoRA run's saved adapters (train-<digest>.pt)
+
+
 class _Trainer:
-    """Trains a variant from the base weights and scores it; keeps the seconds of each part."""
+    """Trains a variant from the base weights and scores it; keeps the seconds of each part, and saves and puts back
+    what a run trained (:meth:`save`, :meth:`load`)."""
 
     def __init__(self, config: StudyConfig, model: Any, data: dict[int, list]) -> None:
         self.config, self.model, self.data = config, model, data
         self.base = {n: p.detach().clone() for n, p in model.named_parameters()}
         self.device = next(model.parameters()).device
         self.seconds = {"train": 0.0, "eval": 0.0, "cpu_train": 0.0, "cpu_eval": 0.0}
+        self.adapters: dict[str, torch.Tensor] | None = None  # the last LoRA run's trained adapters
+        self.trained, self.loaded = 0, 0  # runs trained, runs put back from their saved weights
 
     def restore(self) -> None:
         with torch.no_grad():
@@ -102,15 +117,71 @@ class _Trainer:
 
     def score(self, model: Any, items: list[Item]) -> dict[str, list[float]]:
         t0, c0 = time.perf_counter(), time.process_time()
-        scores = score_items(model, items, self.config.eval_batch_size)
+        scores = score_items(model, items, self.config.eval_batch_size, self.config.max_gen_toks)
         self.seconds["eval"] += time.perf_counter() - t0
         self.seconds["cpu_eval"] += time.process_time() - c0
         return scores
+
+    def _run_config(self, variant: dict[str, Any], lr: float, seed: int) -> Any:
+        return self.config.run_config(lr=lr, seed=seed, heads=tuple(Head(*h) for h in variant["heads"]),
+                                      mlps=tuple(variant["mlps"]), full=variant["arm"] == "full")
+
+    def save(self, variant: dict[str, Any], model: Any, lr: float, seed: int, path: Path) -> None:
+        """What the run just trained, into ``path``: LoRA's adapters (fp32, as trained), else the delta of the slices
+        its plan tunes (:func:`circuits.sft.delta.extract_delta`: their values in fp32; full SFT: every tuned
+        tensor)."""
+        meta = {"model": self.config.model, "dtype": self.config.train.dtype, "variant": variant["name"], "lr": lr,
+                "seed": seed}
+        if variant["arm"] == "lora":
+            assert self.adapters is not None
+            save_torch({"format": LORA_FORMAT, "rank": variant["lora_rank"], "targets": list(LORA_TARGETS),
+                        "tensors": self.adapters, "meta": meta}, path)
+            return
+        from circuits.sft.delta import extract_delta
+        from circuits.sft.train import plan_for
+
+        save_torch(extract_delta(model, plan_for(model, self._run_config(variant, lr, seed)), meta), path)
+
+    def load(self, variant: dict[str, Any], path: Path) -> Any:
+        """The model a run trained, from what :meth:`save` wrote: the delta put onto the base weights, or LoRA's
+        adapters put into a fresh peft model of the base and merged. A truncated, foreign or mismatched file is one
+        error naming it (:func:`circuits.io.load_torch`)."""
+        again = "; delete it to train that run again"
+        try:
+            if variant["arm"] != "lora":
+                from circuits.sft.delta import apply_delta, read_delta
+
+                delta = read_delta(path, self.config.model)
+                self.restore()
+                return apply_delta(self.model, delta)
+            saved = load_torch(path, "LoRA adapters")
+            if not isinstance(saved, dict) or saved.get("format") != LORA_FORMAT or not isinstance(
+                    saved.get("tensors"), dict) or saved.get("rank") != variant["lora_rank"]:
+                raise ValueError(f"{path} is not the saved LoRA adapters of rank {variant['lora_rank']} (format "
+                                 f"{saved.get('format') if isinstance(saved, dict) else type(saved).__name__!r})")
+            return self._merged_lora(saved, path)
+        except ValueError as err:
+            raise ValueError(f"{err}{again}") from None
+
+    def _merged_lora(self, saved: dict[str, Any], path: Path) -> Any:
+        from peft import get_peft_model_state_dict, set_peft_model_state_dict
+
+        from circuits.models.sources import load_hf_reference
+
+        wrapped = wrap_lora(load_hf_reference(self.config.model), saved["rank"], tuple(saved["targets"]), 0)
+        want = get_peft_model_state_dict(wrapped)
+        tensors = saved["tensors"]
+        bad = sorted(set(want) ^ set(tensors)) or [k for k in want if tensors[k].shape != want[k].shape]
+        if bad:
+            raise ValueError(f"{path}: the adapters do not fit this model ({bad[0]}); it was saved for another one")
+        set_peft_model_state_dict(wrapped, tensors)
+        return merged_model(wrapped, self.model.tokenizer, self.config.train.dtype, self.device)
 
     def train(self, variant: dict[str, Any], lr: float, seed: int) -> tuple[Any, dict[str, Any]]:
         """The model trained as ``variant`` at ``lr`` with ``seed`` (the base model, trained in place, or a LoRA
         arm's merged model), and the run's training numbers."""
         self.restore()
+        self.trained += 1
         c0 = time.process_time()
         try:
             return self._train(variant, lr, seed)
@@ -129,11 +200,11 @@ class _Trainer:
             peft_model, stats = train_lora(load_hf_reference(cfg.model), self.data[seed], run_cfg, variant["lora_rank"],
                                            LORA_TARGETS, pad_token_id(self.model))
             self.seconds["train"] += stats["train_seconds"]
+            from peft import get_peft_model_state_dict
+
+            self.adapters = {k: v.detach().clone().cpu() for k, v in get_peft_model_state_dict(peft_model).items()}
             return merged_model(peft_model, self.model.tokenizer, cfg.train.dtype, self.device), stats
-        heads = tuple(Head(*h) for h in variant["heads"])
-        run_cfg = cfg.run_config(lr=lr, seed=seed, heads=heads, mlps=tuple(variant["mlps"]),
-                                 full=variant["arm"] == "full")
-        result = finetune(self.model, self.data[seed], run_cfg, None, progress=False)
+        result = finetune(self.model, self.data[seed], self._run_config(variant, lr, seed), None, progress=False)
         self.seconds["train"] += result.train_seconds
         return self.model, {"tuned_parameters": result.tuned_parameters, "losses": result.losses,
                             "train_seconds": result.train_seconds, "steps": result.steps, "samples": result.samples}
@@ -143,25 +214,49 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
+def _group(item: Item) -> str:
+    """The group an item is evaluated and kept in: its task, the held-out arithmetic forms together."""
+    return item.task.split(":")[0]
+
+
 class _Runs:
-    """Each finished run (trained and scored) kept in ``out/runs/`` under the hash of everything that makes it (the
-    shared training config, what the variant tunes, lr, seed, and the items scored), so a stopped study resumes where
-    it stopped and a changed config recomputes only the runs it changes."""
+    """``out/runs/``: each training run under the digest of what makes it (:func:`train_key`: the shared training
+    config, what the variant tunes, lr, seed), its numbers in ``train-<d>.json`` and what it trained in
+    ``train-<d>.pt`` (per ``--save-weights``); each evaluation of a run on a group of items in ``eval-<d>.json`` under
+    the digest of (the run's training digest, the group's items and how they are scored). A stopped study resumes
+    where it stopped; a changed evaluation scores only what it adds, on the saved weights."""
 
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, save_weights: str = "tuned") -> None:
         self.folder = out / "runs"
-        self.reused = 0
+        self.save_weights = save_weights
+        self.reused = 0  # evaluations (a run on one split) read back whole
 
-    def get(self, key: dict[str, Any], compute: Any) -> dict[str, Any]:
-        path = self.folder / f"{_digest(key)}.json"
+    @staticmethod
+    def _read(path: Path, key: dict[str, Any]) -> Any:
         if path.is_file():
             saved = read_json(path)
             if isinstance(saved, dict) and saved.get("key") == json.loads(json.dumps(key, default=str)):
-                self.reused += 1
                 return saved["value"]
-        value = compute()
-        write_json(path, {"key": key, "value": value})
-        return value
+        return None
+
+    def stats(self, key: dict[str, Any]) -> dict[str, Any] | None:
+        return self._read(self.folder / f"train-{_digest(key)}.json", key)
+
+    def put_stats(self, key: dict[str, Any], stats: dict[str, Any]) -> None:
+        write_json(self.folder / f"train-{_digest(key)}.json", {"key": key, "value": stats})
+
+    def weights(self, key: dict[str, Any]) -> Path:
+        return self.folder / f"train-{_digest(key)}.pt"
+
+    def keeps(self, variant: dict[str, Any]) -> bool:
+        """Whether a run of ``variant`` saves what it trained."""
+        return self.save_weights == "all" or (self.save_weights == "tuned" and variant["arm"] != "full")
+
+    def scores(self, key: dict[str, Any]) -> dict[str, list[float]] | None:
+        return self._read(self.folder / f"eval-{_digest(key)}.json", key)
+
+    def put_scores(self, key: dict[str, Any], scores: dict[str, list[float]]) -> None:
+        write_json(self.folder / f"eval-{_digest(key)}.json", {"key": key, "value": scores})
 
 
 def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bool = True,
@@ -171,11 +266,20 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
     to them (``share=(i, N)``: variants i, i + N, ...; each writes its finished runs to ``out/runs/``, and returns
     nothing), then this process reads every run back and writes the result: the same runs, seeds and numbers as one
     process gives."""
+    from circuits.evaluation.config import EvalConfig
+    from circuits.evaluation.tasks import check_data as check_eval_data
     from circuits.sft.job import check_data
 
     t_start, c_start = time.perf_counter(), time.process_time()
     heads, mlps = key_components(config)
     check_data(config.train)
+    scored = eval_tasks(config.mmlu, config.commonsenseqa, config.perplexity, config.word_problems, config.word_tasks)
+    if scored:  # every benchmark file the evaluation reads is there, before any model loads
+        check_eval_data(EvalConfig(tasks=scored, data_dir=config.train.data_dir,
+                                   math_shots=config.math_shots if config.word_problems else 0))
+    # the word problems and perplexity documents (a count past what a benchmark holds: one line, before any model)
+    general = general_items(config.perplexity, config.word_problems, config.word_tasks, config.math_shots,
+                            config.train.data_dir)
     if "lora" in config.arms:
         try:
             import peft  # noqa: F401
@@ -196,7 +300,7 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
     data = {s: tokenize_examples(model.tokenizer, ex, t.max_length) for s, ex in examples.items()}
     train_prompts = {e.prompt for ex in examples.values() for e in ex}
     test, val = study_items(config.per_form, config.two_digit, config.val_per_form, train_prompts, config.mmlu,
-                            config.commonsenseqa, config.shots, t.data_dir)
+                            config.commonsenseqa, config.shots, t.data_dir, general=general)
     per_rank = None
     if "lora" in config.arms:
         from circuits.models.sources import load_hf_reference
@@ -209,60 +313,121 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
         if progress:
             print(f"[sft-study {time.perf_counter() - t_start:5.0f}s] {text}", flush=True)
 
-    cache = _Runs(Path(out))
+    cache = _Runs(Path(out), config.save_weights)
     train_key = t.to_json()
-    test_key, val_key = _digest([it.context for it in test]), _digest([it.context for it in val])
+    current: list[Any] = [None, None]  # the training digest whose model is in memory, and that model
 
     def what(v: dict[str, Any]) -> dict[str, Any]:
         return {k: v[k] for k in ("arm", "heads", "mlps", "lora_rank")}
 
-    base = cache.get({"base": True, "train": train_key, "items": test_key}, lambda: trainer.score(model, test))
+    def group_keys(items: list[Item]) -> dict[str, dict[str, Any]]:
+        """Per group of ``items``: its items and how they are scored (the evaluation half of an evaluation's key)."""
+        groups: dict[str, list[Item]] = {}
+        for it in items:
+            groups.setdefault(_group(it), []).append(it)
+        return {g: {"items": _digest([[it.task, it.context, list(it.choices), it.answer, it.kind] for it in part]),
+                    **({"max_gen_toks": config.max_gen_toks} if any(it.kind == "generate" for it in part) else {})}
+                for g, part in groups.items()}
+
+    def model_for(v: dict[str, Any] | None, lr: float, seed: int, key: dict[str, Any],
+                  stats: dict[str, Any] | None) -> tuple[Any, dict[str, Any] | None]:
+        """The model of the training run ``key`` (``v`` None: the base model): in memory already, put back from its
+        saved weights, or trained (saving its weights and numbers)."""
+        digest = _digest(key)
+        if current[0] == digest:
+            return current[1], stats
+        if v is None:
+            trainer.restore()
+            trained = model
+        elif stats is not None and cache.weights(key).is_file():
+            t0 = time.perf_counter()
+            trained = trainer.load(v, cache.weights(key))
+            trainer.loaded += 1
+            say(f"{v['name']} lr {lr:g} seed {seed}: put back from {cache.weights(key).name} "
+                f"({time.perf_counter() - t0:.1f} s)")
+        else:
+            trained, stats = trainer.train(v, lr, seed)
+            if cache.keeps(v):
+                trainer.save(v, trained, lr, seed, cache.weights(key))
+            cache.put_stats(key, stats)
+        current[:] = [digest, trained]
+        return trained, stats
+
+    def evaluated(v: dict[str, Any] | None, lr: float, seed: int,
+                  items: list[Item]) -> tuple[dict[str, list[float]], dict[str, Any] | None]:
+        """Per-item scores of training run (``v``, ``lr``, ``seed``) on ``items`` (groups already scored read back;
+        the others scored in one pass) and the run's training numbers."""
+        key = {"base": True, "train": train_key} if v is None else \
+            {"train": train_key, "variant": what(v), "lr": lr, "seed": seed}
+        groups = group_keys(items)
+        ekeys = {g: {"trained": _digest(key), **gk} for g, gk in groups.items()}
+        got = {g: cache.scores(k) for g, k in ekeys.items()}
+        stats = None if v is None else cache.stats(key)
+        missing = [g for g, s in got.items() if s is None]
+        if missing or (v is not None and stats is None):
+            scored_model, stats = model_for(v, lr, seed, key, stats)
+            todo = [it for it in items if _group(it) in missing]
+            if todo:
+                fresh = trainer.score(scored_model, todo)
+                for g in missing:
+                    at = [k for k, it in enumerate(todo) if _group(it) == g]
+                    got[g] = {name: [values[k] for k in at] for name, values in fresh.items()}
+                    cache.put_scores(ekeys[g], got[g])
+        else:
+            cache.reused += 1
+        seen = {g: 0 for g in groups}
+        out: dict[str, list[float]] = {"correct": [], "logp": []}
+        for it in items:
+            g = _group(it)
+            for name in out:
+                out[name].append(got[g][name][seen[g]])
+            seen[g] += 1
+        return out, stats
+
+    base, _ = evaluated(None, 0.0, 0, test)
     say(f"base model scored on {len(test)} test items")
     n_workers = min(config.workers, len(arms)) if share is None else 1
     if n_workers > 1:  # the workers' training and scoring seconds count as this study's
         for seconds in _run_workers(config, Path(out), n_workers):
             for k, v in seconds.items():
-                trainer.seconds[k] += v
+                trainer.seconds[k] = trainer.seconds.get(k, 0.0) + v
     mine_only = arms if share is None else arms[share[0]::share[1]]
     sweep, runs = [], []
     sweep_seed = config.seeds[0]
+    accuracy_items = [k for k, it in enumerate(test) if it.kind != "text"]
     for v in mine_only:
         t0 = time.perf_counter()
         for lr in config.lrs:
-            def sweep_run(lr: float = lr) -> dict[str, Any]:
-                scored_model, stats = trainer.train(v, lr, sweep_seed)
-                s = trainer.score(scored_model, val)
-                return {"val_logp": sum(s["logp"]) / len(val), "val_acc": sum(s["correct"]) / len(val),
-                        "final_loss": stats["losses"][-1]}
-
-            point = cache.get({"train": train_key, "variant": what(v), "lr": lr, "seed": sweep_seed, "items": val_key},
-                              sweep_run)
+            s, stats = evaluated(v, lr, sweep_seed, val)
+            assert stats is not None
+            point = {"val_logp": sum(s["logp"]) / len(val), "val_acc": sum(s["correct"]) / len(val),
+                     "final_loss": stats["losses"][-1]}
             sweep.append({"variant": v["name"], "lr": lr, "seed": sweep_seed, **point})
             say(f"{v['name']} lr {lr:g}: validation log-prob {point['val_logp']:.3f}, accuracy {point['val_acc']:.3f}")
         mine = [s for s in sweep if s["variant"] == v["name"]]
         v["lr"] = max(mine, key=lambda s: (s["val_logp"], -s["lr"]))["lr"]
         v["sweep_seconds"] = time.perf_counter() - t0
         for seed in config.seeds:
-            def test_run(seed: int = seed) -> dict[str, Any]:
-                scored_model, stats = trainer.train(v, v["lr"], seed)
-                s = trainer.score(scored_model, test)
-                return {**s, **{k: stats[k] for k in ("tuned_parameters", "train_seconds", "steps", "samples",
-                                                      "losses")}}
-
-            done = cache.get({"train": train_key, "variant": what(v), "lr": v["lr"], "seed": seed, "items": test_key},
-                             test_run)
+            s, stats = evaluated(v, v["lr"], seed, test)
+            assert stats is not None
+            done = {**s, **{k: stats[k] for k in ("tuned_parameters", "train_seconds", "steps", "samples", "losses")}}
             runs.append({"variant": v["name"], "seed": seed, "lr": v["lr"], **done})
-            say(f"{v['name']} seed {seed}: test accuracy {sum(done['correct']) / len(test):.3f}")
+            say(f"{v['name']} seed {seed}: test accuracy "
+                f"{sum(done['correct'][k] for k in accuracy_items) / max(len(accuracy_items), 1):.3f}")
     trainer.restore()
-    if share is not None:
-        return trainer.seconds  # type: ignore[return-value]  (a worker's seconds, for the study that started it)
+    if share is not None:  # a worker's seconds and counts, for the study that started it
+        return {**trainer.seconds, "trained_runs": float(trainer.trained),  # type: ignore[return-value]
+                "loaded_runs": float(trainer.loaded)}
     total = time.perf_counter() - t_start
     seconds = trainer.seconds
     timing = {"total": total, "train": seconds["train"], "eval": seconds["eval"],
               "other": total - seconds["train"] - seconds["eval"], "sweep": sum(v["sweep_seconds"] for v in arms),
               "cpu_total": time.process_time() - c_start, "cpu_train": seconds["cpu_train"],
-              "cpu_eval": seconds["cpu_eval"], "reused_runs": float(cache.reused), "workers": float(n_workers)}
-    result = SFTStudyResult(config, arms, runs, sweep, [it.task for it in test], base, timing, len(val))
+              "cpu_eval": seconds["cpu_eval"], "reused_runs": float(cache.reused), "workers": float(n_workers),
+              "trained_runs": float(trainer.trained) + seconds.get("trained_runs", 0.0),
+              "loaded_runs": float(trainer.loaded) + seconds.get("loaded_runs", 0.0)}
+    result = SFTStudyResult(config, arms, runs, sweep, [it.task for it in test], base, timing, len(val),
+                            words(test))
     result.save(out)
     return result
 

@@ -9,8 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from circuits.config import Config, count, option
+from circuits.data.benchmarks import MATH_TASKS as WORD_TASKS
 from circuits.sft.config import TRAIN_SOURCES, FinetuneConfig
 from circuits.types import Head, parse_heads, parse_layers
+
+# What a run keeps of its training (``--save-weights``): every arm's trained values but full SFT's, all, none.
+SAVE_WEIGHTS = ("tuned", "all", "none")
 
 # The arms (issue 39). ReFT (pyreft 0.1.0) is not among them: it requires transformers==4.45.1, and both lines pin
 # transformers 5.x (docs/finetune.md, "Does choosing the circuit matter?").
@@ -64,12 +68,26 @@ class StudyConfig(Config):
     mmlu: int = count(0, minimum=0, help="MMLU test questions (0: none)")
     commonsenseqa: int = count(0, minimum=0, help="CommonsenseQA dev questions (0: none)")
     shots: int = count(5, minimum=0, maximum=5, help="solved examples before each MMLU/CommonsenseQA question (0: none)")
+    perplexity: int = count(0, minimum=0, help="held-out general-text documents scored for word perplexity (circuits "
+                                               "evaluate's perplexity task: MMLU validation questions with their "
+                                               "answers; 0: none)")
+    word_problems: int = count(0, minimum=0, help="questions of each --word-tasks benchmark, answered by greedy "
+                                                  "generation as circuits evaluate does (0: none)")
+    word_tasks: tuple[str, ...] = option(WORD_TASKS, choices=WORD_TASKS, nonempty=True, unique=True,
+                                         help="the word-problem benchmarks --word-problems scores")
+    math_shots: int = count(0, minimum=0, maximum=8, help="solved GSM8K examples before each word problem (0: none)")
+    max_gen_toks: int = count(256, maximum=100_000, help="tokens a word problem's answer may take")
     eval_batch_size: int = count(16, maximum=100_000)
     n_boot: int = count(2000, maximum=100_000, help="bootstrap resamples of seeds and items")
     threads: int = count(0, minimum=0, help="torch threads per process (0: the cores available, shared among the "
                                             "workers)")
     workers: int = count(1, maximum=64, help="processes that train and score variants at the same time (each its own "
                                              "copy of the model; the variants dealt round-robin)")
+    save_weights: str = option("tuned", choices=SAVE_WEIGHTS,
+                               help="what each run keeps of its training in runs/, so a new evaluation trains nothing "
+                                    "again: tuned (the trained slices or LoRA adapters of every arm but full SFT, a "
+                                    "few MB each), all (full SFT's whole model too, fp32: 651 MB a run on SmolLM2), "
+                                    "none")
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "key_heads", tuple(Head.parse(h) for h in self.key_heads))
@@ -77,6 +95,8 @@ class StudyConfig(Config):
         if self.train.dtype != "float32" and "lora" in self.arms:
             raise ValueError(f"--dtype {self.train.dtype}: the LoRA arm trains the Hugging Face model in float32; run "
                              "the study in float32 or leave lora out of --arms")
+        if self.save_weights not in SAVE_WEIGHTS:  # (argparse checks the flag; this, a config built in Python)
+            raise ValueError(f"--save-weights {self.save_weights}: must be one of {', '.join(SAVE_WEIGHTS)}")
         if set(self.train.sources) - set(TRAIN_SOURCES):
             raise ValueError(f"--data must be among {TRAIN_SOURCES}")
 

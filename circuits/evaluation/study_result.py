@@ -22,7 +22,12 @@ class SFTStudyResult(Result[StudyConfig]):
     ``lora_rank``); ``base``: the untrained model's per-item scores; ``runs``: per variant and seed, the training
     numbers and the test items' ``correct`` and ``logp``; ``sweep``: per variant and lr, the validation scores;
     ``items``: the test items' tasks, in the order of every run's scores; ``timing``: seconds spent training and
-    evaluating (the sweep included)."""
+    evaluating (the sweep included); ``words``: per test item, a perplexity document's words (else 0; empty in a
+    study saved before perplexity was scored).
+
+    A perplexity document's ``correct`` is 0 (not scored) and its ``logp`` its log-likelihood; the tables give word
+    perplexity (``exp`` of the total negative log-likelihood over the total words, lm-eval's definition) with its
+    interval, and differences between arms as the percentage change of perplexity (the bootstrap runs on the log)."""
 
     kind = "sft-study"
     in_place = True  # its folder also holds the finished runs (runs/) a rerun resumes from
@@ -35,6 +40,7 @@ class SFTStudyResult(Result[StudyConfig]):
     base: dict[str, list[float]] = field(default_factory=dict)
     timing: dict[str, float] = field(default_factory=dict)
     n_val: int = 0
+    words: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "config"}
@@ -50,6 +56,9 @@ class SFTStudyResult(Result[StudyConfig]):
         for name, numeric in _NUMERIC.items():
             for i, row in enumerate(fields.get(name, [])):
                 _check_row(row, numeric, f"{path}: field '{name}[{i}]")
+        if fields.get("words") and len(fields["words"]) != len(fields.get("items", [])):
+            raise ResultError(f"{path}: field 'words' holds {len(fields['words'])} counts for "
+                              f"{len(fields.get('items', []))} items")
         return cls(config=config, **fields)
 
     # --- the tables -------------------------------------------------------------------------------------------
@@ -63,6 +72,24 @@ class SFTStudyResult(Result[StudyConfig]):
             raise KeyError(f"no runs of {variant!r}; variants: {', '.join(v['name'] for v in self.variants)}")
         return torch.tensor(rows, dtype=torch.float64)
 
+    def perplexity_tasks(self) -> set[str]:
+        """Tasks scored by perplexity (their items have words)."""
+        return {t for t, w in zip(self.items, self.words) if w}
+
+    def _measure(self, scores: dict[str, Any] | Any, task: str, idx: list[int]) -> tuple[Any, Any]:
+        """What a task's interval is over: accuracy per item (no weights), or for a perplexity task each document's
+        negative log-likelihood per word with its words as weights (their weighted mean: the log of word perplexity).
+        ``scores``: a variant's name, or the base model's per-item scores."""
+        import torch
+
+        if task not in self.perplexity_tasks():
+            x = self.scores(scores) if isinstance(scores, str) else torch.tensor([scores["correct"]], dtype=torch.float64)
+            return x[:, idx], None
+        w = torch.tensor([float(self.words[i]) for i in idx], dtype=torch.float64)
+        x = self.scores(scores, "logp") if isinstance(scores, str) else torch.tensor([scores["logp"]],
+                                                                                   dtype=torch.float64)
+        return -x[:, idx] / w, w
+
     def tasks(self) -> dict[str, list[int]]:
         from circuits.evaluation.study_items import tasks_of
 
@@ -72,7 +99,6 @@ class SFTStudyResult(Result[StudyConfig]):
         """Per variant and task: mean accuracy with its 95% interval over seeds and items, and (except for the
         reference) the paired difference from Precise SFT with its interval, p and whether Holm's correction over the
         variants of the task keeps it apart from 0."""
-        import torch
 
         from circuits.patching.core.uncertainty import holm
         from circuits.evaluation.study_items import difference, interval
@@ -81,19 +107,21 @@ class SFTStudyResult(Result[StudyConfig]):
         names = [v["name"] for v in self.variants]
         ref = next((v["name"] for v in self.variants if v["arm"] == REFERENCE), None)
         rows = []
-        base = torch.tensor([self.base["correct"]], dtype=torch.float64) if self.base else None
+        n_boot = self.config.n_boot
         for name in names:
-            x = self.scores(name)
-            row: dict[str, Any] = {"name": name, "n_runs": x.shape[0], "tasks": {}}
+            row: dict[str, Any] = {"name": name, "n_runs": len([r for r in self.runs if r["variant"] == name]),
+                                   "tasks": {}}
             for task, idx in tasks.items():
-                cell: dict[str, Any] = {"n": len(idx)}
-                cell["mean"], cell["low"], cell["high"] = interval(x[:, idx], self.config.n_boot)
-                if base is not None:
-                    cell["base"] = float(base[:, idx].mean())
-                    d, lo, hi, p = difference(x[:, idx], base[:, idx], self.config.n_boot)
+                x, w = self._measure(name, task, idx)
+                cell: dict[str, Any] = {"n": len(idx), "measure": "accuracy" if w is None else "log_perplexity"}
+                cell["mean"], cell["low"], cell["high"] = interval(x, n_boot, weights=w)
+                if self.base:
+                    b, _ = self._measure(self.base, task, idx)
+                    cell["base"] = float(b.mean()) if w is None else float((b * w).sum() / w.sum())
+                    d, lo, hi, p = difference(x, b, n_boot, weights=w)
                     cell["vs_base"] = {"diff": d, "low": lo, "high": hi, "p": p}
                 if ref is not None and name != ref:
-                    d, lo, hi, p = difference(x[:, idx], self.scores(ref)[:, idx], self.config.n_boot)
+                    d, lo, hi, p = difference(x, self._measure(ref, task, idx)[0], n_boot, weights=w)
                     cell["vs_precise"] = {"diff": d, "low": lo, "high": hi, "p": p}
                 row["tasks"][task] = cell
             rows.append(row)
@@ -112,35 +140,29 @@ class SFTStudyResult(Result[StudyConfig]):
         rows = self.table()
         tasks = list(self.tasks())
         v = {x["name"]: x for x in self.variants}
+        ppl = self.perplexity_tasks()
+        note = (" Perplexity: word perplexity (lower is better) with its interval; its differences are the % change of "
+                "perplexity." if ppl else "")
         lines = [f"Accuracy % (95% interval over {len(self.config.seeds)} seeds and the items); in brackets, the paired "
                  "difference from Precise SFT (key heads) with its interval, * where Holm's correction over the arms "
-                 "keeps it apart from 0.", "",
+                 "keeps it apart from 0." + note, "",
                  "| arm | lr | tuned params | " + " | ".join(f"{t} (n={len(i)})" for t, i in self.tasks().items()) + " |",
                  "| " + " | ".join(["---"] * (len(tasks) + 3)) + " |"]
         if self.base:
             first = rows[0]["tasks"] if rows else {}
-            lines.append("| base | - | - | " + " | ".join(f"{100 * first[t]['base']:.1f}" for t in tasks) + " |")
+            lines.append("| base | - | - | " + " | ".join(_value(first[t]["base"], t in ppl) for t in tasks) + " |")
         for row in rows:
-            cells = []
-            for t in tasks:
-                c = row["tasks"][t]
-                text = f"{100 * c['mean']:.1f} [{100 * c['low']:.1f}, {100 * c['high']:.1f}]"
-                if "vs_precise" in c:
-                    d = c["vs_precise"]
-                    text += (f" ({100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
-                             f"{'*' if d.get('apart_holm') else ''})")
-                cells.append(text)
+            cells = [cell_text(row["tasks"][t], t in ppl) for t in tasks]
             var = v[row["name"]]
             lines.append(f"| {row['name']} | {var['lr']:g} | {var['tuned_parameters'] / 1e6:.3f}M | " + " | ".join(cells)
                          + " |")
         if self.base:
-            lines += ["", "Each arm's paired difference from the base model on the same items (percentage points, 95% "
-                      "interval over the arm's seeds and the items), * where Holm's correction over the arms keeps it "
-                      "apart from 0.", "", "| arm | " + " | ".join(tasks) + " |", "| " + " | ".join(["---"] *
-                                                                                              (len(tasks) + 1)) + " |"]
+            lines += ["", "Each arm's paired difference from the base model on the same items (percentage points"
+                      + ("; perplexity: % change" if ppl else "") + ", 95% interval over the arm's seeds and the items), "
+                      "* where Holm's correction over the arms keeps it apart from 0.", "",
+                      "| arm | " + " | ".join(tasks) + " |", "| " + " | ".join(["---"] * (len(tasks) + 1)) + " |"]
             for row in rows:
-                cells = [(lambda d: f"{100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]"
-                          f"{'*' if d.get('apart_holm') else ''}")(row["tasks"][t]["vs_base"]) for t in tasks]
+                cells = [_change(row["tasks"][t]["vs_base"], t in ppl) for t in tasks]
                 lines.append(f"| {row['name']} | " + " | ".join(cells) + " |")
         if len(self.config.seeds) < 3:
             lines += ["", f"Only {len(self.config.seeds)} seed(s): a smoke run, not the study (it needs 3 or more)."]
@@ -166,7 +188,36 @@ class SFTStudyResult(Result[StudyConfig]):
             if "cpu_total" in t:
                 lines[-1] += (f" CPU time of this process {t['cpu_total']:.0f} s: training {t['cpu_train']:.0f} s "
                               f"(LoRA's merging and loading included), evaluation {t['cpu_eval']:.0f} s.")
+        if lines and "trained_runs" in t:
+            lines[-1] += (f" Runs trained: {t['trained_runs']:.0f}; put back from their saved weights to score: "
+                          f"{t.get('loaded_runs', 0):.0f}.")
         return "\n".join(lines)
+
+
+def cell_text(c: dict[str, Any], perplexity: bool) -> str:
+    """A cell of :meth:`SFTStudyResult.table` as its tables print it: the value with its interval, and in brackets
+    the paired difference from Precise SFT where there is one (accuracy in %; perplexity as itself, its difference as
+    the % change)."""
+    text = f"{_value(c['mean'], perplexity)} [{_value(c['low'], perplexity)}, {_value(c['high'], perplexity)}]"
+    return text + (f" ({_change(c['vs_precise'], perplexity)})" if "vs_precise" in c else "")
+
+
+def _value(x: float, perplexity: bool) -> str:
+    """An accuracy in %, or (``perplexity``) a log word perplexity as the perplexity."""
+    import math
+
+    return f"{math.exp(x):.2f}" if perplexity else f"{100 * x:.1f}"
+
+
+def _change(d: dict[str, Any], perplexity: bool) -> str:
+    """A paired difference with its interval: in points of accuracy, or (``perplexity``, a difference of logs) as the
+    % change of perplexity; * where Holm's correction keeps it apart from 0."""
+    import math
+
+    f = (lambda x: 100 * (math.exp(x) - 1)) if perplexity else (lambda x: 100 * x)
+    unit = "%" if perplexity else ""
+    return (f"{f(d['diff']):+.1f}{unit} [{f(d['low']):+.1f}, {f(d['high']):+.1f}]"
+            f"{'*' if d.get('apart_holm') else ''}")
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from circuits.evaluation.result import EvalResult
 TASK_PREFIX = "circuits_"
 TEMPLATES = Path(__file__).parent / "lm_eval_tasks"
 PRIMARY_METRIC = {t: bd.primary_metric(t) for t in ALL_TASKS}
+MATH_UNTIL = ("\n\n", "Question:")  # where a word problem's greedy answer stops (also the SFT study's)
 
 
 # --- scoring helpers (used by the YAMLs' process_results) ------------------------------------------
@@ -150,7 +151,7 @@ def write_task_dir(config: EvalConfig, folder: Path) -> list[str]:
         name = TASK_PREFIX + task
         if task in MATH_EVAL_TASKS or task == "arithmetic":
             template = (TEMPLATES / "generate_numeric.yaml").read_text()
-            until = ["\n"] if task == "arithmetic" else ["\n\n", "Question:"]
+            until = ["\n"] if task == "arithmetic" else list(MATH_UNTIL)
             max_gen = 8 if task == "arithmetic" else config.max_gen_toks
             text = template.replace("@UNTIL@", json.dumps(until)).replace("@MAX_GEN_TOKS@", str(max_gen))
         elif task in GENERIC_TASKS:

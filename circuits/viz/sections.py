@@ -381,22 +381,23 @@ def sft_section(page: Page, found: list[Found]) -> str:
                 ["model", *forms], [[row["name"], *[f"{100 * row['arithmetic_by_form'][x]:.1f}" for x in forms]] for row in rows]))
         out.append(f.config_html())
     for f in (f for f in found if f.kind == "sft-study"):  # circuits sft-study (issue 39)
-        r, names = f.result, {v["name"]: v for v in f.result.variants}
-        tasks = list(r.tasks())
+        from circuits.evaluation.study_result import cell_text
 
-        def study_cell(c: dict[str, Any]) -> str:
-            text = f"{100 * c['mean']:.1f} [{100 * c['low']:.1f}, {100 * c['high']:.1f}]"
-            d = c.get("vs_precise")
-            return text + (f" ({100 * d['diff']:+.1f} [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}])" if d else "")
+        r, names = f.result, {v["name"]: v for v in f.result.variants}
+        tasks, ppl = list(r.tasks()), r.perplexity_tasks()
+
+        def study_cell(c: dict[str, Any], task: str) -> str:
+            return cell_text(c, task in ppl)
 
         out.append(f"<p class='what'>Does choosing the circuit matter? Each arm trained with {len(r.config.seeds)} "
                    "seeds at the lr its validation sweep chose, scored on the same items: accuracy % with its 95% "
                    "interval over seeds and items; in brackets, the paired difference from Precise SFT (key heads) "
-                   "with its interval.</p>")
+                   "with its interval, * where Holm's correction over the arms keeps it apart from 0"
+                   + ("; perplexity: word perplexity, its differences the % change" if ppl else "") + ".</p>")
         out.append(table(["arm", "lr", "tuned params", *tasks],
                          [[row["name"], f"{names[row['name']]['lr']:g}",
                            f"{names[row['name']]['tuned_parameters'] / 1e6:.3f}M",
-                           *[study_cell(row["tasks"][t]) for t in tasks]] for row in r.table()]))
+                           *[study_cell(row["tasks"][t], t) for t in tasks]] for row in r.table()]))
         out.append(f.config_html())
     for f in (f for f in found if f.kind == "finetune"):
         r = f.result

@@ -129,9 +129,9 @@ def test_the_sweep_sees_only_validation_items_and_the_result_loads_back_equal(tm
     calls = []
     real = study.score_items
 
-    def recording(model, items, batch_size=16):
+    def recording(model, items, *args):
         calls.append([it.context for it in items])
-        return real(model, items, batch_size)
+        return real(model, items, *args)
 
     monkeypatch.setattr(study, "score_items", recording)
     result = study.run(config, tmp_path / "study", model=helpers.tiny_model("llama"), progress=False)
@@ -194,3 +194,129 @@ def test_workers_run_the_same_study_as_one_process(tmp_path):
     # the workers' training and scoring seconds are the study's (summed over them), said so in the time line
     assert two.timing["workers"] == 2 and two.timing["train"] > 0 and two.timing["eval"] > 0
     assert "2 worker processes" in two.time_line() and "summed over the workers" in two.time_line()
+
+
+def _tokens(model):
+    return torch.tensor([model.tokenizer("12 + 34 = 46\n7 + 8 = 15\n3 + 9 = ").input_ids])
+
+
+def test_saved_trained_parameters_reload_to_the_same_outputs_and_a_damaged_file_is_one_line(tmp_path):
+    """Every arm's saved run (the delta of its trained slices, full SFT's every tuned tensor, LoRA's adapters) holds
+    as many values as the arm trains, and put back onto the base model gives the trained model's logits exactly; a
+    truncated or foreign file is one line naming it, before the model is touched."""
+    model = helpers.tiny_model("llama")
+    arms = ("precise", "random", "precise_mlps", "full") + (("lora",) if HAVE_PEFT else ())
+    per_rank = None
+    if HAVE_PEFT:
+        from circuits.models.sources import load_hf_reference
+        from circuits.sft.arms import lora_per_rank
+        from circuits.evaluation.study_config import LORA_TARGETS
+
+        per_rank = lora_per_rank(load_hf_reference(helpers.tiny_dir("llama")), LORA_TARGETS)
+    config = _config(arms=arms, random_draws=1, save_weights="all")
+    trainer = study._Trainer(config, model, _data(model))
+    tokens = _tokens(model)
+    with torch.no_grad():
+        untrained = model(tokens)
+    for v in study.variants(config, model, KEY, (1,), per_rank):
+        trained, stats = trainer.train(v, 1e-2, 0)
+        with torch.no_grad():
+            want = trained(tokens).clone()
+        assert not torch.allclose(want, untrained, atol=1e-4), v["name"]  # (the run moved the model)
+        path = tmp_path / f"{v['arm']}.pt"
+        trainer.save(v, trained, 1e-2, 0, path)
+        saved = torch.load(path, weights_only=True)
+        assert sum(t.numel() for t in saved["tensors"].values()) == stats["tuned_parameters"], v["name"]
+        trainer.restore()
+        with torch.no_grad():
+            assert torch.equal(model(tokens), untrained)
+            got = trainer.load(v, path)(tokens)
+        assert torch.equal(got, want), (v["name"], float((got - want).abs().max()))
+        # a truncated file, then a foreign one: one line naming it, the in-place model left as it was
+        trainer.restore()
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        with pytest.raises(ValueError, match="may be truncated") as err:
+            trainer.load(v, path)
+        assert str(path) in str(err.value) and "\n" not in str(err.value) and "train that run again" in str(err.value)
+        from circuits.io import save_torch
+
+        save_torch({"weights": torch.zeros(3)}, path)
+        with pytest.raises(ValueError, match="not a circuits delta|not the saved LoRA adapters") as err:
+            trainer.load(v, path)
+        assert "\n" not in str(err.value)
+        with torch.no_grad():
+            assert torch.equal(model(tokens), untrained)
+
+
+def test_a_new_evaluation_trains_nothing_again_and_keeps_the_old_columns(tmp_path, monkeypatch):
+    """A study, then the same study with perplexity and word problems added: the second run trains no run whose
+    weights it saved (only full SFT under --save-weights tuned, which keeps none, trains again), reads every old
+    column's scores back unchanged, and adds the new columns with intervals and paired differences. The study's
+    perplexity of the base model is lm-eval's word perplexity of the same documents through `circuits evaluate`."""
+    arms = ("precise", "full") + (("lora",) if HAVE_PEFT else ())
+    config = _config(arms=arms, seeds=(0, 1), lrs=(1e-3, 1e-2), n_boot=200)
+    trained: list[str] = []
+    real_train = study._Trainer.train
+
+    def counting(self, variant, lr, seed):
+        trained.append(variant["arm"])
+        return real_train(self, variant, lr, seed)
+
+    monkeypatch.setattr(study._Trainer, "train", counting)
+    out = tmp_path / "study"
+    first = study.run(config, out, model=helpers.tiny_model("llama"), progress=False)
+    n_first = len(trained)
+    assert n_first >= len(arms) * len(config.lrs)  # every sweep point trained once
+    assert first.timing["trained_runs"] == n_first
+    # the sweep's first-seed run at the chosen lr is the test's first-seed run: trained at most once per arm and lr
+    assert n_first <= len(arms) * (len(config.lrs) + len(config.seeds) - 1)
+    # one saved file per trained run but full SFT's (--save-weights tuned); no perplexity items, no words
+    assert len(list((out / "runs").glob("train-*.pt"))) == sum(a != "full" for a in trained) and not any(first.words)
+
+    trained.clear()
+    wider = config.replace(perplexity=4, word_problems=2, word_tasks=("gsm8k", "addsub"), max_gen_toks=12)
+    second = study.run(wider, out, model=helpers.tiny_model("llama"), progress=False)
+    assert trained == ["full"] * len(config.seeds)  # only full SFT's test runs, whose weights were not kept
+    assert second.timing["trained_runs"] == len(config.seeds)
+    assert second.timing["loaded_runs"] == (len(arms) - 1) * len(config.seeds)  # the others' test runs, put back
+    assert f"Runs trained: {len(config.seeds)}; put back from their saved weights to score: " \
+           f"{(len(arms) - 1) * len(config.seeds)}." in second.time_line()
+    n_old = len(first.items)
+    assert second.items[:n_old] == first.items and set(second.items[n_old:]) == {"gsm8k", "addsub", "perplexity"}
+    assert second.sweep == first.sweep
+    assert {k: v[:n_old] for k, v in second.base.items()} == first.base
+    for a, b in zip(first.runs, second.runs):
+        assert (a["variant"], a["seed"], a["lr"], a["losses"]) == (b["variant"], b["seed"], b["lr"], b["losses"])
+        assert b["correct"][:n_old] == a["correct"] and b["logp"][:n_old] == a["logp"]
+    old_rows, new_rows = first.table(), second.table()
+    for a, b in zip(old_rows, new_rows):
+        for task in first.tasks():
+            assert b["tasks"][task] == a["tasks"][task], (a["name"], task)
+    for row in new_rows:
+        for task in ("gsm8k", "addsub", "perplexity"):
+            c = row["tasks"][task]
+            assert c["low"] <= c["mean"] <= c["high"] and c["vs_base"]["low"] <= c["vs_base"]["diff"] <= \
+                c["vs_base"]["high"], (row["name"], task)
+            assert ("vs_precise" in c) == (row["name"] != new_rows[0]["name"])
+            if "vs_precise" in c:
+                assert c["vs_precise"]["low"] <= c["vs_precise"]["diff"] <= c["vs_precise"]["high"]
+        assert row["tasks"]["perplexity"]["measure"] == "log_perplexity" and row["tasks"]["gsm8k"]["n"] == 2
+    # perplexity against a plain computation and against circuits evaluate (lm-eval's word perplexity)
+    import math
+
+    from circuits.evaluation.tasks import evaluate
+
+    idx = second.tasks()["perplexity"]
+    nll = -sum(second.base["logp"][i] for i in idx)
+    n_words = sum(second.words[i] for i in idx)
+    assert math.exp(new_rows[0]["tasks"]["perplexity"]["base"]) == pytest.approx(math.exp(nll / n_words))
+    peer = evaluate(helpers.tiny_model("llama"), tasks=("perplexity",), limit=4, batch_size=16)
+    assert peer.tasks["perplexity"]["word_perplexity"] == pytest.approx(math.exp(nll / n_words), rel=1e-4)
+    table = (out / "table.md").read_text()
+    assert "perplexity (n=4)" in table and "gsm8k (n=2)" in table and "% change of perplexity" in table
+    assert SFTStudyResult.load(out) == second
+
+    # and once more: nothing new to score, nothing trains (full SFT's test runs are read back too)
+    trained.clear()
+    study.run(wider, out, model=helpers.tiny_model("llama"), progress=False)
+    assert trained == []
