@@ -421,11 +421,13 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
     total = time.perf_counter() - t_start
     seconds = trainer.seconds
     timing = {"total": total, "train": seconds["train"], "eval": seconds["eval"],
-              "other": total - seconds["train"] - seconds["eval"], "sweep": sum(v["sweep_seconds"] for v in arms),
+              "sweep": sum(v["sweep_seconds"] for v in arms),
               "cpu_total": time.process_time() - c_start, "cpu_train": seconds["cpu_train"],
               "cpu_eval": seconds["cpu_eval"], "reused_runs": float(cache.reused), "workers": float(n_workers),
               "trained_runs": float(trainer.trained) + seconds.get("trained_runs", 0.0),
               "loaded_runs": float(trainer.loaded) + seconds.get("loaded_runs", 0.0)}
+    if n_workers == 1:  # this process's wall time outside training and scoring; with workers, their seconds are
+        timing["other"] = total - seconds["train"] - seconds["eval"]  # summed over them and pass the wall time
     result = SFTStudyResult(config, arms, runs, sweep, [it.task for it in test], base, timing, len(val),
                             words(test))
     result.save(out)

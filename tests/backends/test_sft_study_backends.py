@@ -194,6 +194,9 @@ def test_workers_run_the_same_study_as_one_process(tmp_path):
     # the workers' training and scoring seconds are the study's (summed over them), said so in the time line
     assert two.timing["workers"] == 2 and two.timing["train"] > 0 and two.timing["eval"] > 0
     assert "2 worker processes" in two.time_line() and "summed over the workers" in two.time_line()
+    # the time outside training and scoring is one process's own: none with workers (it came out negative), and at
+    # least 0 in one process
+    assert "other" not in two.timing and one.timing["other"] >= 0 and one.timing["workers"] == 1
 
 
 def _tokens(model):
