@@ -226,3 +226,20 @@ def test_the_figure_geometry():
     assert fig.layout.yaxis.range[0] == 0 and fig.layout.width <= 1280  # a rate's axis starts at 0
     assert fig.data[2].marker.color == colours.RANDOM and "30 correct grid prompts" in fig.layout.title.text
     assert all("%{y" in b.hovertemplate for b in fig.data)
+
+
+def test_mean_ablation_reads_as_the_class_knockout_does(tiny_llama, tokenizer):
+    """``--prompt-knockout-ablation mean``: the same top-1 reads as the class knockout's ``answer_probs`` with the
+    grid's means, set by set."""
+    from circuits.explain.heuristics.causal_check import answer_probs, grid_means
+    from circuits.explain.heuristics.prompt_knockout import top_correct
+
+    g = _answered_grid(tiny_llama, tokenizer)
+    means = grid_means(tiny_llama, g, [1, 2])
+    sets = [{}, {1: list(range(96)), 2: list(range(96))}, {1: [3, 4], 2: list(range(40))}]
+    _, top = answer_probs(tiny_llama, g, sets, means)
+    got = top_correct(tiny_llama, g, list(range(len(g.prompts))), sets, means, rows_per_batch=7)
+    # on this grid the tiny model's top token survives even whole MLPs at their grid means, so this checks the wiring
+    # (the values and sets reach the executor as the class knockout's do); the probabilities under the same means
+    # equal a plain loop in test_heuristics_backends.py, and the zero reads flip in test_accuracy_equals_a_plain_loop
+    assert torch.equal(got, top)
