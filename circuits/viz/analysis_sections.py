@@ -148,8 +148,8 @@ def heuristics_section(page: Page, found: list) -> str:
         if pk:  # Nikankin et al.'s per-prompt knockout read on accuracy (issue 43)
             raw = r.prompt_knockout
             n = next(iter(pk.values()))["n_prompts"]
-            out.append(f"<p>Per-prompt knockout (Nikankin et al., Section 4.2): for each of {n} {_e(raw['prompts'])} "
-                       f"grid prompts, the neurons whose heuristics hold on its operands and result (most of them "
+            out.append(f"<p>Per-prompt knockout (Nikankin et al., Section 4.2): for each of the {n} grid prompts "
+                       f"{'(all of them)' if raw['prompts'] == 'all' else 'the model answers correctly'}, the neurons whose heuristics hold on its operands and result (most of them "
                        f"first) knocked out, up to a limit per MLP ({_e(raw['ablation'])} hook_post at every "
                        f"position); random: as many of the MLP's {'top ' if raw['control'] == 'top' else ''}neurons "
                        f"the prompt is not associated with, {raw['n_random']} draws per prompt. Accuracy: the top "

@@ -97,9 +97,9 @@ def prompt_knockout_bars(table: Mapping[str, Mapping[str, Any]], ablation: str =
                              error_y={"type": "data", "array": hi, "arrayminus": lo, "visible": True},
                              hovertemplate="%{x}<br>" + label + ": accuracy %{y:.3f}<extra></extra>"))
     n = next(iter(table.values()))["n_prompts"] if table else 0
+    which = f"all {n} grid prompts" if prompts == "all" else f"the {n} grid prompts answered correctly"
     fig.update_layout(barmode="group", title=f"Knocking out each prompt's heuristic neurons (Nikankin et al.): accuracy "
-                                             f"on {n} {prompts} grid prompts, {ablation} ablation (95% bootstrap "
-                                             "intervals over prompts)",
+                                             f"on {which}, {ablation} ablation (95% bootstrap intervals over prompts)",
                       yaxis={"title": "accuracy (top token = answer)", "range": [0, 1.05]},
                       xaxis_title="neurons knocked out per MLP (most associated first)", height=480, width=1100,
                       legend={"orientation": "h", "y": -0.3, "x": 0}, title_font_size=14)

@@ -224,7 +224,7 @@ def test_the_figure_geometry():
     fig = prompt_knockout_bars({"5": row, "10": row}, "zero", "correct")
     assert len(fig.data) == 3 and all(b.error_y.visible for b in fig.data) and len(fig.data[0].x) == 2
     assert fig.layout.yaxis.range[0] == 0 and fig.layout.width <= 1280  # a rate's axis starts at 0
-    assert fig.data[2].marker.color == colours.RANDOM and "30 correct grid prompts" in fig.layout.title.text
+    assert fig.data[2].marker.color == colours.RANDOM and "the 30 grid prompts answered correctly" in fig.layout.title.text
     assert all("%{y" in b.hovertemplate for b in fig.data)
 
 

@@ -304,10 +304,15 @@ def printout(args: argparse.Namespace, config: HeuristicsConfig, r: HeuristicsRe
               f"[{cov['low']:+.4f}, {cov['high']:+.4f}] vs {unc['mean']:+.4f} uncovered; random "
               f"{k['random_covered_drop']['mean']:+.4f} / {k['random_uncovered_drop']['mean']:+.4f}{holm}")
     pk = s.get("prompt_knockout", {})
+    if pk and next(iter(pk.values()))["n_prompts"] == 0:
+        print("  per-prompt knockout: no grid prompt to read (the model answers none of the grid; "
+              "--prompt-knockout-prompts all reads every one)")
+        pk = {}
     if pk:
         k0 = next(iter(pk.values()))
-        print(f"  per-prompt knockout (Nikankin et al.; {r.prompt_knockout['ablation']} ablation, "
-              f"{k0['n_prompts']} {r.prompt_knockout['prompts']} prompts, accuracy before "
+        which = (f"all {k0['n_prompts']} grid prompts" if r.prompt_knockout["prompts"] == "all" else
+                 f"the {k0['n_prompts']} grid prompts answered correctly")
+        print(f"  per-prompt knockout (Nikankin et al.; {r.prompt_knockout['ablation']} ablation, {which}, accuracy before "
               f"{k0['before']['mean']:.3f}; 95% bootstrap intervals; associated minus random, Holm over {len(pk)}):")
     for limit, k in pk.items():
         a, rnd, d = k["associated"], k["random"], k["difference"]
