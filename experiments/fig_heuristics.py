@@ -22,7 +22,7 @@ from circuits.beyond.heuristics.job import run
 from circuits.beyond.heuristics.result import HeuristicsResult
 from circuits.config import option
 from circuits.patching.core.metrics import get_metric
-from circuits.viz.figures import write_figure
+from circuits.viz.figures import write_figure, write_figures
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,8 @@ def plot(result: HeuristicsResult, out: Path) -> Path:
     out = Path(out)
     T.write_published(out, published(result))
     (out / "tables.md").write_text(tables(result))
-    write_figure(result.knockout_figure(), out / "knockout.html")
+    if result.knockout_figures():
+        write_figures(result.knockout_figures(), out / "knockout.html")
     return write_figure(result.figure(), out / "figure.html")
 
 

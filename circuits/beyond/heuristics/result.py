@@ -177,6 +177,11 @@ class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
 
         return knockout_bars(self.knockout.get("classes", {}), "drop of p(answer)")
 
+    def knockout_figures(self) -> list:
+        """The figures of ``knockout.html``: the class knockout's and the per-prompt knockout's, where each ran."""
+        return ([self.knockout_figure()] if self.knockout else []) + \
+            ([self.prompt_knockout_figure()] if self.prompt_knockout else [])
+
     def prompt_knockout_figure(self):
         from circuits.viz.heuristics_figures import prompt_knockout_bars
 
@@ -196,8 +201,7 @@ class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
         write_pairs(folder / "grid.jsonl", self.grid_prompts)
         save_torch({"effects": self.effects, "activations": self.activations}, folder / "heuristics.pt")
         write_figure(self.figure(), folder / "figure.html", validity=self.validity())
-        figs = ([self.knockout_figure()] if self.knockout else []) + \
-            ([self.prompt_knockout_figure()] if self.prompt_knockout else [])
+        figs = self.knockout_figures()
         if figs:
             write_figures(figs, folder / "knockout.html")
 
