@@ -339,6 +339,21 @@ def heuristics_knockout(d: dict) -> Table:
              for rule, k in d["classes"].items()])
 
 
+def heuristics_prompt_knockout(d: dict) -> Table:
+    """Nikankin et al.'s per-prompt knockout (issue 43): per limit of neurons per MLP (``d["limits"][limit]``), the
+    mean neurons knocked out per prompt, the accuracy before, with the prompt's associated heuristic neurons knocked
+    out and with as many random ones (mean [95% bootstrap interval over prompts]), and the paired difference
+    associated minus random with its 95% interval and whether it stays apart after Holm over the limits.
+    ``d["n_prompts"]``, ``d["prompts"]``, ``d["ablation"]`` say what was read."""
+    acc = lambda x: f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"  # noqa: E731
+    return (["neurons per MLP (up to)", "knocked out per prompt (mean)", f"accuracy before ({d['n_prompts']} "
+             f"{d['prompts']} prompts)", f"associated knocked out ({d['ablation']})", "random knocked out",
+             f"associated minus random (Holm over {len(d['limits'])})"],
+            [[k, f"{v['mean_ablated']:.1f}", acc(v["before"]), acc(v["associated"]), acc(v["random"]),
+              f"{v['difference']['mean']:+.3f} [{v['difference']['low']:+.3f}, {v['difference']['high']:+.3f}]: "
+              + ("apart" if v["difference"]["holm_apart"] else "not apart")] for k, v in d["limits"].items()])
+
+
 def _period(p: float) -> str:
     return f"{p:.3g}"
 
@@ -476,6 +491,7 @@ RENDERERS: dict[str, Callable[[dict], Table]] = {
     "faithfulness": faithfulness, "faithfulness_seconds": faithfulness_seconds,
     "faithfulness_counterfactuals": faithfulness_counterfactuals,
     "heuristics_layers": heuristics_layers, "heuristics_knockout": heuristics_knockout,
+    "heuristics_prompt_knockout": heuristics_prompt_knockout,
     "fourier_periods": fourier_periods, "fourier_components": fourier_components,
 }
 

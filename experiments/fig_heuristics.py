@@ -1,6 +1,7 @@
 """Heuristic neurons of the key MLPs (Nikankin et al., ICLR 2025): the top neurons of the key MLPs read over the whole
 operand grid, classified into heuristics (range, modulo, pattern, identity of the answer, or none), and each rule's
-neurons knocked out together against the prompts the rule covers, the rest, and random neurons.
+neurons knocked out together against the prompts the rule covers, the rest, and random neurons; and Nikankin et al.'s
+per-prompt knockout (each correct prompt's associated heuristic neurons against as many random ones, on accuracy).
 
 Writes ``results/fig_heuristics/`` (the job's result: ``summary.json``, ``classes.json``, ``heuristics.pt``, ...,
 ``figure.html``, ``knockout.html``), ``tables.md`` (every neuron's row) and ``published.json`` (the tables of
@@ -21,7 +22,7 @@ from circuits.beyond.heuristics.job import run
 from circuits.beyond.heuristics.result import HeuristicsResult
 from circuits.config import option
 from circuits.patching.core.metrics import get_metric
-from circuits.viz.figures import write_figure
+from circuits.viz.figures import write_figure, write_figures
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,9 @@ def tables(result: HeuristicsResult) -> str:
         cells = [f"{k[x]['mean']:+.4f} [{k[x]['low']:+.4f}, {k[x]['high']:+.4f}] (n={k[x]['n']})"
                  for x in ("covered_drop", "uncovered_drop", "random_covered_drop", "random_uncovered_drop")]
         lines.append(f"| {name} | {k['n_neurons']} | " + " | ".join(cells) + " |")
+    pk = published(result).get("heuristics_prompt_knockout")
+    if pk:
+        lines += ["", T.render(pk).rstrip("\n")]
     return "\n".join(lines) + "\n"
 
 
@@ -84,6 +88,13 @@ def published(result: HeuristicsResult) -> dict:
                 "covered_vs_random")
         tables["heuristics_knockout"] = {"render": "heuristics_knockout", "data": {
             "classes": {rule: {x: k[x] for x in keep} for rule, k in knockout.items()}}}
+    pk = result.summary()["prompt_knockout"]
+    if pk:  # Nikankin et al.'s per-prompt knockout read on accuracy (issue 43)
+        raw = result.prompt_knockout
+        tables["heuristics_prompt_knockout"] = {"render": "heuristics_prompt_knockout", "data": {
+            "n_prompts": next(iter(pk.values()))["n_prompts"], "n_grid": len(raw["clean_correct"]),
+            "prompts": raw["prompts"], "ablation": raw["ablation"], "control": raw["control"],
+            "n_random": raw["n_random"], "limits": pk}}
     return tables
 
 
@@ -91,7 +102,8 @@ def plot(result: HeuristicsResult, out: Path) -> Path:
     out = Path(out)
     T.write_published(out, published(result))
     (out / "tables.md").write_text(tables(result))
-    write_figure(result.knockout_figure(), out / "knockout.html")
+    if result.knockout_figures():
+        write_figures(result.knockout_figures(), out / "knockout.html")
     return write_figure(result.figure(), out / "figure.html")
 
 

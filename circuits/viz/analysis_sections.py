@@ -136,6 +136,28 @@ def heuristics_section(page: Page, found: list) -> str:
                                                                                    "random_uncovered_drop")], vs(c)]
                               for n, c in k.items()]))
             out.append(page.figure(r.knockout_figure(), getattr(f, "label", "")))
+        pk = s.get("prompt_knockout", {})
+        if pk:  # Nikankin et al.'s per-prompt knockout read on accuracy (issue 43)
+            raw = r.prompt_knockout
+            n = next(iter(pk.values()))["n_prompts"]
+            out.append(f"<p>Per-prompt knockout (Nikankin et al., Section 4.2): for each of the {n} grid prompts "
+                       f"{'(all of them)' if raw['prompts'] == 'all' else 'the model answers correctly'}, the neurons whose heuristics hold on its operands and result (most of them "
+                       f"first) knocked out, up to a limit per MLP ({_e(raw['ablation'])} hook_post at every "
+                       f"position); random: as many of the MLP's {'top ' if raw['control'] == 'top' else ''}neurons "
+                       f"the prompt is not associated with, {raw['n_random']} draws per prompt. Accuracy: the top "
+                       f"token at END is the answer's. 95% bootstrap intervals over prompts; the difference is paired, "
+                       f"Holm over the {len(pk)} limits.</p>")
+
+            def acc(x: dict) -> str:
+                return f"{x['mean']:.3f} [{x['low']:.3f}, {x['high']:.3f}]"
+
+            out.append(table(["neurons per MLP (up to)", "knocked out per prompt", "accuracy before",
+                              "associated knocked out", "random knocked out", "associated minus random"],
+                             [[k, f"{v['mean_ablated']:.1f}", acc(v["before"]), acc(v["associated"]), acc(v["random"]),
+                               f"{v['difference']['mean']:+.3f} [{v['difference']['low']:+.3f}, "
+                               f"{v['difference']['high']:+.3f}]: "
+                               + ("apart" if v["difference"]["holm_apart"] else "not apart")] for k, v in pk.items()]))
+            out.append(page.figure(r.prompt_knockout_figure(), getattr(f, "label", "")))
         out.append(f.config_html())
     return "".join(out)
 

@@ -74,3 +74,33 @@ def knockout_bars(classes: Mapping[str, Mapping[str, Any]], metric: str) -> go.F
                       yaxis_title=metric, xaxis_title="class (the neurons' shared rule)", height=520, width=1100,
                       xaxis={"tickangle": 0}, legend={"orientation": "h", "y": -0.3, "x": 0})
     return fig
+
+
+# before, the prompt's associated neurons knocked out, as many random ones (Nikankin et al.'s Figure 8, as bars)
+PROMPT_BARS = (("before", "nothing knocked out", colours.BEFORE),
+               ("associated", "the prompt's associated heuristic neurons", colours.category(3)),
+               ("random", "as many random neurons", colours.RANDOM))
+
+
+def prompt_knockout_bars(table: Mapping[str, Mapping[str, Any]], ablation: str = "zero", prompts: str = "correct"
+                         ) -> go.Figure:
+    """Per limit (neurons per MLP), the accuracy before, with each prompt's associated heuristic neurons knocked out,
+    and with as many random neurons, 95% bootstrap intervals over prompts; the axis is accuracy, 0 to 1."""
+    limits = list(table)
+    labels = [f"up to {k} per MLP<br>({table[k]['mean_ablated']:.1f} per prompt)" for k in limits]
+    fig = go.Figure()
+    for key, label, color in PROMPT_BARS:
+        mean = [table[k][key]["mean"] for k in limits]
+        hi = [table[k][key]["high"] - table[k][key]["mean"] for k in limits]
+        lo = [table[k][key]["mean"] - table[k][key]["low"] for k in limits]
+        fig.add_trace(go.Bar(x=labels, y=mean, name=label, marker_color=color,
+                             error_y={"type": "data", "array": hi, "arrayminus": lo, "visible": True},
+                             hovertemplate="%{x}<br>" + label + ": accuracy %{y:.3f}<extra></extra>"))
+    n = next(iter(table.values()))["n_prompts"] if table else 0
+    which = f"all {n} grid prompts" if prompts == "all" else f"the {n} grid prompts answered correctly"
+    fig.update_layout(barmode="group", title=f"Knocking out each prompt's heuristic neurons (Nikankin et al.): accuracy "
+                                             f"on {which}, {ablation} ablation (95% bootstrap intervals over prompts)",
+                      yaxis={"title": "accuracy (top token = answer)", "range": [0, 1.05]},
+                      xaxis_title="neurons knocked out per MLP (most associated first)", height=480, width=1100,
+                      legend={"orientation": "h", "y": -0.3, "x": 0}, title_font_size=14)
+    return fig

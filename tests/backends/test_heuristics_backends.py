@@ -88,3 +88,38 @@ def test_the_grid_at_answer_position_1_equals_run_with_cache_on_appended_prompts
         _, cache = model.run_with_cache(torch.tensor([full[: n + 1]]), names_filter=lambda n: n.endswith("hook_post"))
         for i, nr in enumerate(neurons):
             assert acts[i, j] == pytest.approx(float(cache[act_name("post", nr.layer)][0, -1, nr.index]), abs=1e-4)
+
+
+@pytest.mark.parametrize("arch", FAMILIES)
+def test_prompt_knockout_accuracy_equals_a_plain_loop(family_models, tokenizer, arch):
+    """Nikankin's per-prompt knockout read (zero hook_post at every position, top token = answer) through the ablation
+    executor equals a plain ``run_with_hooks`` loop, on each family and backend."""
+    import dataclasses
+
+    from circuits.data.grid import OperandGrid
+    from circuits.explain.heuristics.prompt_knockout import top_correct
+    from circuits.patching.ablation.values import zero_values
+
+    model = family_models(arch)
+    g = operand_grid(tokenizer, "addition", 0, 2, templates=("addition/0", "addition/6"))
+    # answers: the clean model's top tokens, so there are correct prompts to break
+    g = OperandGrid(g.operation, g.values, [dataclasses.replace(
+        p, answer_token_id=int(model(torch.tensor([p.reference_token_ids]))[0, -1].argmax())) for p in g.prompts])
+    d = model.cfg.d_mlp
+    sets = [{}, {1: list(range(0, d, 3)), 2: list(range(1, d, 3))}, {2: list(range(0, d, 2))}]
+    ids = list(range(len(g.prompts)))
+    got = top_correct(model, g, ids, sets, zero_values(model, [1, 2]), rows_per_batch=5)
+    assert bool(got[0].all())
+    for j, p in enumerate(g.prompts):
+        for s, neurons in enumerate(sets[1:], 1):
+            hooks = []
+            for layer, idx in neurons.items():
+                def hook(post, hook, ix=torch.tensor(idx)):
+                    post = post.clone()
+                    post[:, :, ix] = 0
+                    return post
+
+                hooks.append((act_name("post", layer), hook))
+            logits = model.run_with_hooks(torch.tensor([p.reference_token_ids]), fwd_hooks=hooks)
+            assert bool(got[s, j]) == (int(logits[0, -1].argmax()) == p.answer_token_id)
+    assert not bool(got[1:].all())  # some answers break: the reads are not the clean run's

@@ -268,7 +268,8 @@ def test_a_stopped_run_resumes_from_its_parts(tiny_llama, tmp_path, monkeypatch)
 
     cfg = HeuristicsConfig(**CFG, threshold=0.3, alpha=1.0)
     first = run(cfg, tmp_path / "h", model=tiny_llama, progress=False)
-    assert sorted(p.name for p in (tmp_path / "h" / "parts").iterdir()) == ["knockout.pt", "sweep.pt"]
+    assert sorted(p.name for p in (tmp_path / "h" / "parts").iterdir()) == ["knockout.pt", "prompt_knockout.pt",
+                                                                            "sweep.pt"]
     for p in (tmp_path / "h").iterdir():  # as a run killed after its parts were written leaves the folder
         if p.name != "parts":
             p.unlink() if p.is_file() else shutil.rmtree(p)
@@ -278,6 +279,7 @@ def test_a_stopped_run_resumes_from_its_parts(tiny_llama, tmp_path, monkeypatch)
 
     monkeypatch.setattr(J, "sweep_neurons", fail)
     monkeypatch.setattr(J, "class_knockout", fail)
+    monkeypatch.setattr(J, "prompt_knockout", fail)
     again = run(cfg, tmp_path / "h", model=tiny_llama, progress=False)
     again.seconds = first.seconds
     assert again == first

@@ -186,6 +186,13 @@ def test_the_renderers_of_issue_32_compute_what_the_rows_say():
         "random_covered_drop": drop(0.0, 10), "random_uncovered_drop": drop(0.005, 90)}}})
     assert rows == [["b == 0", "17", "+0.023 [+0.013, +0.033] (10)", "-0.002 [-0.012, +0.008] (90)",
                      "+0.000 [-0.010, +0.010]", "+0.005 [-0.005, +0.015]"]]
+    ci = lambda m: {"mean": m, "low": m - 0.05, "high": m + 0.05}  # noqa: E731
+    header, rows = T.heuristics_prompt_knockout({"n_prompts": 89, "prompts": "correct", "ablation": "zero", "limits": {
+        "5": {"mean_ablated": 12.34, "before": {"mean": 1.0, "low": 1.0, "high": 1.0}, "associated": ci(0.5),
+              "random": ci(0.9), "difference": {**ci(-0.4), "holm_apart": True}}}})
+    assert header[2] == "accuracy before (89 correct prompts)" and header[-1] == "associated minus random (Holm over 1)"
+    assert rows == [["5", "12.3", "1.000 [1.000, 1.000]", "0.500 [0.450, 0.550]", "0.900 [0.850, 0.950]",
+                     "-0.400 [-0.450, -0.350]: apart"]]
     header, rows = T.fourier_periods({"periods": [10.0, 10 / 3], "by_kind": {"head": [0.25, 0.75]},
                                       "by_kind_ci": {"head": [[0.2, 0.3], [0.7, 0.8]]}})
     assert header == ["", "period 10", "period 3.33"] and rows == [["key heads", "25% [20, 30]", "75% [70, 80]"]]
@@ -237,6 +244,8 @@ def test_the_issue_32_scripts_publish_their_tables_on_replot(tiny_llama, tmp_pat
     assert rows[4][-1] == (f"{r['n_classified']} of {r['n']}: {100 * r['rate']:.0f}% [{100 * r['low']:.0f}, "
                            f"{100 * r['high']:.0f}]; Fisher p = {r['p_vs_top']:.2g} vs the top")
     assert (tmp_path / "heuristics" / "published.md").read_text().count("<!-- table: ") == len(tables)
+    pk = tables["heuristics_prompt_knockout"]["data"]  # issue 43: the per-prompt knockout's rows, one per limit
+    assert list(pk["limits"]) == [str(k) for k in hc.prompt_knockout_limits] and pk["n_grid"] == len(heur.grid_prompts)
 
     r = identify(tiny_llama, config=IDENTIFY, progress=False)
     nums = numbers(tiny_llama, r, NumbersConfig(**SOURCE, n_heads=2, n_mlps=2, n_problems=4), progress=False)

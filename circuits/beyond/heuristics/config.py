@@ -13,6 +13,15 @@ from circuits.identify.validity import force_option
 from circuits.types import DEFAULT_METRIC, METRIC_NAMES, MODES, parse_layers
 
 
+def _limits(text: str) -> tuple[int, ...]:
+    if text.strip().lower() in ("", "none", "off"):
+        return ()
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ValueError(f"Bad --prompt-knockout-limits {text!r}: write counts per MLP as 5,10,25 (none: off)") from None
+
+
 def _ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in text.split(","))
@@ -63,9 +72,24 @@ class HeuristicsConfig(PairSource):
                                                     "the top ones) classified by the same test: the null of the share "
                                                     "classified (0: none)")
     knockout_classes: int = count(6, minimum=0, help="classes knocked out (those with the most neurons; 0: no knockout)")
-    n_random: int = count(5, help="draws of as many random neurons of the same MLPs per class")
+    n_random: int = count(5, help="draws of as many random neurons of the same MLPs per class, and per prompt in the "
+                                   "prompt knockout")
     n_boot: int = count(1000, help="bootstrap resamples of the grid's prompts for the intervals")
     knockout_seed: int = option(0, minimum=0, help="seed of the random neurons and the bootstrap")
+    prompt_knockout_limits: tuple[int, ...] = count((5, 10, 25), unique=True, parse=_limits, help=
+                                                    "Nikankin et al.'s per-prompt knockout: per correct grid prompt, "
+                                                    "at most this many of each MLP's neurons whose heuristics the "
+                                                    "prompt is associated with knocked out, and as many random ones; "
+                                                    "read on accuracy (several limits: one row each; none: off)")
+    prompt_knockout_ablation: str = option("zero", choices=("zero", "mean"), help="the per-prompt knockout's "
+                                           "values: zero (Nikankin's) or the grid's mean hook_post (the class "
+                                           "knockout's)")
+    prompt_knockout_control: str = option("top", choices=("top", "mlp"), help="where the per-prompt knockout's "
+                                          "random neurons come from: the MLP's top neurons the prompt is not "
+                                          "associated with (Nikankin's), or any of its unassociated neurons")
+    prompt_knockout_prompts: str = option("correct", choices=("correct", "all"), help="the grid prompts the "
+                                          "per-prompt knockout reads: those the model answers correctly "
+                                          "(Nikankin's), or all")
     force: bool = force_option()
     answer_position: str = answer_position_option(whole=False)
 

@@ -9,6 +9,9 @@
    (:func:`~circuits.explain.heuristics.rules.classify`) and whether its output promotes the answers its rule covers.
 3. The causal check (:func:`~circuits.explain.heuristics.causal_check.class_knockout`): the neurons sharing a rule knocked
    out together, the drop on the prompts the rule covers against the rest, and against random neurons.
+4. Nikankin et al.'s per-prompt knockout (:func:`~circuits.explain.heuristics.prompt_knockout.prompt_knockout`): per
+   correct grid prompt, the neurons of its associated heuristics knocked out against as many random ones, read on
+   accuracy.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from circuits.data.source import PairSpec
 from circuits.explain.heuristics.activations import grid_activations, output_logits, promotion
 from circuits.explain.heuristics.causal_check import class_knockout
 from circuits.explain.heuristics.nulls import null_neurons
+from circuits.explain.heuristics.prompt_knockout import prompt_knockout
 from circuits.explain.heuristics.rules import NONE, NeuronClasses, Rule, classify
 from circuits.identify.validity import check_job, print_warnings
 from circuits.models.backend import Model
@@ -259,6 +263,15 @@ def heuristics(model: Model, config: HeuristicsConfig | None = None, *, progress
         result.knockout = _cached(parts, "knockout", key, lambda: class_knockout(
             model, grid, chosen, n_random=config.n_random, seed=config.knockout_seed, n_boot=config.n_boot,
             progress=progress))
+    if config.prompt_knockout_limits:
+        key = _key("prompt_knockout", weights, config.prompt_knockout_limits, config.n_random, config.knockout_seed,
+                   config.prompt_knockout_ablation, config.prompt_knockout_control, config.prompt_knockout_prompts,
+                   [(p.reference_token_ids, p.answer_token_id, p.operands) for p in grid.prompts],
+                   [list(n) for n in neurons], classes, top_effects.tolist())
+        result.prompt_knockout = _cached(parts, "prompt_knockout", key, lambda: prompt_knockout(
+            model, grid, neurons, classes, limits=config.prompt_knockout_limits, effects=top_effects, sign=m.sign,
+            n_random=config.n_random, seed=config.knockout_seed, ablation=config.prompt_knockout_ablation,
+            control=config.prompt_knockout_control, prompts=config.prompt_knockout_prompts, progress=progress))
     result.seconds = time.perf_counter() - start
     return result
 
@@ -290,5 +303,22 @@ def printout(args: argparse.Namespace, config: HeuristicsConfig, r: HeuristicsRe
         print(f"  knock out '{name}' ({k['n_neurons']} neurons): drop {cov['mean']:+.4f} covered "
               f"[{cov['low']:+.4f}, {cov['high']:+.4f}] vs {unc['mean']:+.4f} uncovered; random "
               f"{k['random_covered_drop']['mean']:+.4f} / {k['random_uncovered_drop']['mean']:+.4f}{holm}")
+    pk = s.get("prompt_knockout", {})
+    if pk and next(iter(pk.values()))["n_prompts"] == 0:
+        print("  per-prompt knockout: no grid prompt to read (the model answers none of the grid; "
+              "--prompt-knockout-prompts all reads every one)")
+        pk = {}
+    if pk:
+        k0 = next(iter(pk.values()))
+        which = (f"all {k0['n_prompts']} grid prompts" if r.prompt_knockout["prompts"] == "all" else
+                 f"the {k0['n_prompts']} grid prompts answered correctly")
+        print(f"  per-prompt knockout (Nikankin et al.; {r.prompt_knockout['ablation']} ablation, {which}, accuracy before "
+              f"{k0['before']['mean']:.3f}; 95% bootstrap intervals; associated minus random, Holm over {len(pk)}):")
+    for limit, k in pk.items():
+        a, rnd, d = k["associated"], k["random"], k["difference"]
+        print(f"    up to {limit} per MLP ({k['mean_ablated']:.1f} neurons per prompt): accuracy {a['mean']:.3f} "
+              f"[{a['low']:.3f}, {a['high']:.3f}] vs random {rnd['mean']:.3f} [{rnd['low']:.3f}, {rnd['high']:.3f}]; "
+              f"difference {d['mean']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}], "
+              f"{'apart' if d['holm_apart'] else 'not apart'}")
     print(f"-> {args.out}/figure.html")
     print_warnings(r.validity(), f"[{config.task}]")

@@ -48,6 +48,7 @@ class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
     knockout: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     nulls: dict[str, Any] = field(default_factory=dict)  # group -> neurons, classified flags, class counts (issue 43)
+    prompt_knockout: dict[str, Any] = field(default_factory=dict)  # Nikankin's per-prompt knockout's reads (issue 43)
 
     @property
     def grid(self) -> OperandGrid:
@@ -115,6 +116,14 @@ class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
         classes = self.knockout.get("classes", {})
         return knockout_vs_random(classes, self.config.n_boot, self.config.knockout_seed) if classes else {}
 
+    def prompt_knockout_table(self) -> dict[str, dict[str, Any]]:
+        """Per limit, the per-prompt knockout's accuracies and the associated-minus-random difference
+        (:func:`~circuits.explain.heuristics.prompt_knockout.prompt_knockout_table`)."""
+        from circuits.explain.heuristics.prompt_knockout import prompt_knockout_table
+
+        pk = self.prompt_knockout
+        return prompt_knockout_table(pk, self.config.n_boot, self.config.knockout_seed) if pk else {}
+
     def summary(self) -> dict[str, Any]:
         k = self.knockout
         vs = self.knockout_vs_random()
@@ -131,6 +140,7 @@ class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
                                                       "uncovered_drop", "random_covered_drop", "random_uncovered_drop")},
                                  "covered_vs_random": vs[n]}
                              for n, c in k.get("classes", {}).items()},
+                "prompt_knockout": self.prompt_knockout_table(),
                 "seconds": self.seconds, **validity_json(self._validity)}
 
     def figure(self, n_neurons: int = 4):
@@ -160,20 +170,33 @@ class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
 
         return knockout_bars(self.knockout.get("classes", {}), "drop of p(answer)")
 
+    def knockout_figures(self) -> list:
+        """The figures of ``knockout.html``: the class knockout's and the per-prompt knockout's, where each ran."""
+        return ([self.knockout_figure()] if self.knockout else []) + \
+            ([self.prompt_knockout_figure()] if self.prompt_knockout else [])
+
+    def prompt_knockout_figure(self):
+        from circuits.viz.heuristics_figures import prompt_knockout_bars
+
+        pk = self.prompt_knockout
+        return prompt_knockout_bars(self.prompt_knockout_table(), pk.get("ablation", ""), pk.get("prompts", ""))
+
     def _write(self, folder: Path) -> None:
-        from circuits.viz.figures import write_figure
+        from circuits.viz.figures import write_figure, write_figures
 
         write_json(folder / "summary.json", self.summary_json())
         write_json(folder / "classes.json", {"neurons": [list(n) for n in self.neurons], "classes": self.classes,
                                              "metric": self.metric, "knockout": self.knockout,
                                              "layer_totals": {str(l): v for l, v in self.layer_totals.items()},
-                                             "seconds": self.seconds, "nulls": self.nulls})
+                                             "seconds": self.seconds, "nulls": self.nulls,
+                                             "prompt_knockout": self.prompt_knockout})
         write_pairs(folder / "pairs.jsonl", self.pairs)
         write_pairs(folder / "grid.jsonl", self.grid_prompts)
         save_torch({"effects": self.effects, "activations": self.activations}, folder / "heuristics.pt")
         write_figure(self.figure(), folder / "figure.html", validity=self.validity())
-        if self.knockout:
-            write_figure(self.knockout_figure(), folder / "knockout.html")
+        figs = self.knockout_figures()
+        if figs:
+            write_figures(figs, folder / "knockout.html")
 
     @classmethod
     def _read(cls, folder: Path, config: HeuristicsConfig) -> HeuristicsResult:
@@ -193,6 +216,16 @@ class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
         _check_numbers(d.get("knockout", {}), path, ("knockout",))
         nulls = d.get("nulls", {})  # absent from results saved before issue 43
         _check_numbers(nulls, path, ("nulls",))
+        pk = d.get("prompt_knockout", {})  # absent from results saved before issue 43's per-prompt knockout
+        _check_numbers(pk, path, ("prompt_knockout",))
+        if not isinstance(pk, dict) or (pk and not (
+                isinstance(pk.get("kept"), list) and isinstance(pk.get("by_limit"), dict)
+                and isinstance(pk.get("clean_correct"), list) and len(pk["clean_correct"]) == len(read_pairs(folder / "grid.jsonl"))
+                and all(isinstance(v, dict) and all(len(v.get(x, ())) == len(pk["kept"]) for x in
+                                                    ("ablated", "random", "correct", "random_correct"))
+                        for v in pk["by_limit"].values()))):
+            raise ResultError(f"{path}: field 'prompt_knockout' must hold the kept prompts, a clean read per grid "
+                              "prompt, and per limit one read per kept prompt")
         if not isinstance(nulls, dict) or not all(
                 isinstance(g, dict) and isinstance(g.get("neurons"), list) and isinstance(g.get("classified"), list)
                 and len(g["neurons"]) == len(g["classified"]) and isinstance(g.get("class_counts", {}), dict)
@@ -210,7 +243,7 @@ class HeuristicsResult(CheckedPairs, Result[HeuristicsConfig]):
         return cls(config, read_pairs(folder / "pairs.jsonl"), grid,
                    [Neuron(*n) for n in neurons], effects, activations, d.get("classes"), d.get("metric"),
                    {int(k): number(totals, k, path) for k in totals}, d.get("knockout", {}),
-                   number(d, "seconds", path, 0.0), nulls, _validity=_saved_validity(folder / "summary.json"))
+                   number(d, "seconds", path, 0.0), nulls, pk, _validity=_saved_validity(folder / "summary.json"))
 
 
 def _saved_validity(path: Path) -> Validity | None:
@@ -226,6 +259,8 @@ def _text_at(where: tuple) -> bool:
     ``rule[1]``), a pattern rule's parameters, the knockout's metric."""
     keys = [k for k in where if isinstance(k, str)]
     if where[-1] == "metric" and where[:1] == ("knockout",):
+        return True
+    if where[:1] == ("prompt_knockout",) and len(where) == 2 and where[1] in ("metric", "ablation", "control", "prompts"):
         return True
     if len(where) >= 3 and where[-2] == "classes" and isinstance(where[-1], int) and where[0] == "classes":
         return True
