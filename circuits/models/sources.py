@@ -170,7 +170,8 @@ def load_tokenizer(name_or_path: str | os.PathLike = "smollm2") -> Any:
         return AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
     if alone.is_dir():
         return AutoTokenizer.from_pretrained(alone, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    with parsed_once():  # the file's reader built once for the tokenizer's config and its vocabulary
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     with atomic_dir(alone) as tmp:
         tokenizer.save_pretrained(tmp)
     return AutoTokenizer.from_pretrained(alone, local_files_only=True)
