@@ -7,8 +7,12 @@ is dequantized by transformers once; its float32 Hugging Face model (safetensors
 
 from __future__ import annotations
 
+import copy
+import functools
 import hashlib
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +49,12 @@ def gguf_cache_dir(path: Path) -> Path:
 def read_gguf(path: Path) -> tuple[Any, Any]:
     """A GGUF file's model (dequantized to float32 by transformers) and tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.initialization import no_init_weights
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        with parsed_once():
+            model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+            tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     except Exception as err:  # transformers raises many types for unreadable or unsupported GGUF files
         raise ModelLoadError(f"Could not read GGUF file {path}: {err}. Accepted: a GGUF file of a family "
                              "transformers reads (Llama, Mistral, Qwen2, Qwen3, Gemma 2/3, ...).") from err
@@ -58,10 +64,77 @@ def read_gguf(path: Path) -> tuple[Any, Any]:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.architectures = [type(model).__name__]
-    plain = type(model)(config).to(torch.float32)
-    plain.load_state_dict(model.state_dict())
+    with no_init_weights():  # every parameter is replaced below: no random initialisation first (1.7 s)
+        plain = type(model)(config).to(torch.float32)
+    plain.load_state_dict(model.state_dict(), assign=True)  # the dequantized tensors themselves, not a copy (1.3 s)
+    if getattr(config, "tie_word_embeddings", False):
+        plain.tie_weights()  # assigned, the tied unembedding became a tensor of its own
     plain.generation_config = model.generation_config
     return plain.eval(), tokenizer
+
+
+@contextmanager
+def parsed_once() -> Iterator[None]:
+    """Within this block, ``gguf``'s reader of a file and its tensor-name map of an architecture are each built once,
+    and the reader slices the file as a plain numpy array.
+
+    transformers' GGUF loading (its legacy path, which Llama-family files take) opens a new ``gguf.GGUFReader`` for the
+    config, again for the weights and again for the tokenizer's config, and builds ``gguf.get_tensor_name_map(arch,
+    n_layers)`` once for every module of the model while it maps tensor names (397 times, 0.02 s each), and parses
+    the same fields into Python values for each of the three. A reader
+    parses every one of the vocabulary's tokens and merges (98,000 strings for SmolLM2) as slices of a ``np.memmap``,
+    each slice passing through memmap's Python ``__getitem__`` and ``__array_finalize__`` (3.4 s of CPU a reader); the
+    same slices of a plain ``ndarray`` view of the same mapped file are the same bytes (0.95 s). The reader and the
+    map are pure functions of the read-only file and their arguments, so one of each serves every call (and the
+    fields parsed without tensors once, a copy for each call): the same
+    config, weights and tokenizer (tests/unit/test_gguf_parse.py). Both names are restored on leaving; transformers
+    imports them from ``gguf`` at each call, which is what lets this replace them."""
+    import gguf
+    import numpy as np
+
+    reader_class, name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+
+    class PlainReader(reader_class):  # type: ignore[misc, valid-type]
+        @property
+        def data(self) -> Any:
+            return self._plain
+
+        @data.setter
+        def data(self, mapped: Any) -> None:  # GGUFReader.__init__ assigns its np.memmap here
+            self._plain = mapped.view(np.ndarray)  # the mapping, without memmap's per-slice hooks
+
+    readers: dict[str, Any] = {}
+
+    def reader(path: str | os.PathLike, mode: str = "r") -> Any:
+        if mode != "r":  # a writable reader is transformers' business; never shared
+            return reader_class(path, mode)
+        key = os.path.realpath(path)
+        if key not in readers:
+            readers[key] = PlainReader(path, mode)
+        return readers[key]
+
+    from transformers import modeling_gguf_pytorch_utils as gguf_loading
+
+    load_checkpoint = gguf_loading.load_gguf_checkpoint
+    metadata: dict[str, Any] = {}
+
+    def load_metadata(path: str | os.PathLike, return_tensors: bool = False, **kwargs: Any) -> Any:
+        """The config and tokenizer fields (no tensors: asked for by the config and by the tokenizer) parsed once,
+        each caller given its own copy (they pop from it)."""
+        if return_tensors or kwargs:
+            return load_checkpoint(path, return_tensors, **kwargs)
+        key = os.path.realpath(path)
+        if key not in metadata:
+            metadata[key] = load_checkpoint(path, False)
+        return copy.deepcopy(metadata[key])
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, functools.lru_cache(maxsize=None)(name_map)
+    gguf_loading.load_gguf_checkpoint = load_metadata
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_class, name_map
+        gguf_loading.load_gguf_checkpoint = load_checkpoint
 
 
 def gguf_cache(path: Path, label: str = "") -> Path:
@@ -97,7 +170,8 @@ def load_tokenizer(name_or_path: str | os.PathLike = "smollm2") -> Any:
         return AutoTokenizer.from_pretrained(cache / "tokenizer", local_files_only=True)
     if alone.is_dir():
         return AutoTokenizer.from_pretrained(alone, local_files_only=True)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    with parsed_once():  # the file's reader built once for the tokenizer's config and its vocabulary
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     with atomic_dir(alone) as tmp:
         tokenizer.save_pretrained(tmp)
     return AutoTokenizer.from_pretrained(alone, local_files_only=True)
