@@ -149,12 +149,15 @@ def edges_everywhere(model: Model, batch: PairBatch, edges: Bool[Tensor, "set se
     for p0 in range(0, P, pairs_per):
         pairs = torch.arange(p0, min(P, p0 + pairs_per))
         nb = len(pairs)
-        val = None if values is None else values[pairs.to(values.device)].to(device)  # [pair, body, sender, d]
+        # [sender, pair, body, d]: the layout of the differences below
+        val = None if values is None else values[pairs.to(values.device)].to(device).permute(2, 0, 1, 3).contiguous()
         for s0 in range(0, S, sets_per):
             sets = torch.arange(s0, min(S, s0 + sets_per))
             ns = len(sets)
             g = gone[sets.to(device)]  # [c, sender, receiver]
-            diff = torch.zeros(ns, nb, T, n_s, d, dtype=dtype, device=device)  # each sender's output minus its value
+            # each sender's output minus its value, [set, sender, pair, pos, d]: every receiver's sum over senders is
+            # one batched matrix product over the contiguous (pair, pos, d) block of each sender
+            diff = torch.zeros(ns, n_s, nb, T, d, dtype=dtype, device=device)
 
             def keep(act: Tensor, hook, first: int, head: bool, layer: int = 0) -> Tensor:
                 x = act.to(device, dtype)
@@ -162,9 +165,9 @@ def edges_everywhere(model: Model, batch: PairBatch, edges: Bool[Tensor, "set se
                     x = torch.einsum("rthe,hed->rthd", x, model.backend.attn_out(layer)[0].to(device, dtype))
                 else:
                     x = x[:, :, None]
-                x = x.reshape(ns, nb, T, -1, d)
-                diff[:, :, :, first : first + x.shape[3]] = x if val is None else x - val[None, :, :, first : first
-                                                                                            + x.shape[3]]
+                x = x.reshape(ns, nb, T, -1, d).permute(0, 3, 1, 2, 4)  # [set, sender, pair, pos, d]
+                k = x.shape[1]
+                diff[:, first : first + k] = x if val is None else x - val[None, first : first + k]
                 return act
 
             qkv: dict[int, Tensor] = {}  # a layer's q, k, v deltas, computed at its first input hook
@@ -173,13 +176,14 @@ def edges_everywhere(model: Model, batch: PairBatch, edges: Bool[Tensor, "set se
                 m = g[:, :upto, receivers]  # [c, sender, receiver]
                 if not bool(m.any()):
                     return act
+                senders = diff[:, :upto].flatten(2)  # [c, sender, pair * pos * d]
                 if layer is None:  # an MLP's input
-                    delta = torch.einsum("cptsd,cs->cptd", diff[:, :, :, :upto], m[:, :, 0])
-                else:  # the layer's 3H inputs at once, head by head [c, pair, pos, head, qkv, d]
+                    delta = torch.bmm(m.transpose(1, 2), senders)  # [c, 1, pair * pos * d]
+                else:  # the layer's 3H inputs at once, head by head [c, head, qkv, pair, pos, d]
                     if layer not in qkv:
                         qkv.clear()
-                        qkv[layer] = torch.einsum("cptsd,csr->cptrd", diff[:, :, :, :upto], m).unflatten(3, (H, 3))
-                    delta = qkv[layer][:, :, :, :, c]
+                        qkv[layer] = torch.bmm(m.transpose(1, 2), senders).view(ns, H, 3, nb, T, d)
+                    delta = qkv[layer][:, :, c].permute(0, 2, 3, 1, 4)  # [c, pair, pos, head, d]
                 return act - delta.reshape(act.shape).to(act.device, act.dtype)
 
             hooks = [(INPUT_SITE, partial(keep, first=0, head=False))]
@@ -197,7 +201,7 @@ def edges_everywhere(model: Model, batch: PairBatch, edges: Bool[Tensor, "set se
             e = body_end[row_pair]
             at_end = resid[torch.arange(ns * nb, device=resid.device), e.to(resid.device)].to(device, dtype)
             # the logits: the final residual at END less the differences of the senders cut off from them
-            d_end = diff[:, torch.arange(nb, device=device), body_end[pairs].to(device)]  # [c, pair, sender, d]
-            at_end = at_end.reshape(ns, nb, d) - torch.einsum("cpsd,cs->cpd", d_end, g[:, :, n_r - 1])
+            d_end = diff[:, :, torch.arange(nb, device=device), body_end[pairs].to(device)]  # [c, sender, pair, d]
+            at_end = at_end.reshape(ns, nb, d) - torch.einsum("cspd,cs->cpd", d_end, g[:, :, n_r - 1])
             out[sets.to(out.device)[:, None], pairs.to(out.device)[None]] = at_end.to(out)
     return out, cf_resid.to(out)
