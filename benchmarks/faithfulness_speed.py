@@ -11,9 +11,15 @@ nodes and extrapolated to all of them; the END quantities must agree on the samp
 ``node_end_speedup=<x> node_all_speedup=<x> edge_end_speedup=<x> positions_speedup=<x> positions_cpu_s_per_pair=<x>
 max_abs_diff=<x>`` (a mode left out with ``--modes`` is left out of it), with ``<level>_<positions>_cpu_speedup`` beside
 each node and edge ratio: the same ratio in process CPU seconds, which a machine shared with other work disturbs less
-than wall-clock seconds.
+than wall-clock seconds. Mode ``edge-all`` (edges at every position, MIB's ``evaluate_graph``) times the executor's
+edge strategy against its plain loop
+(:func:`~circuits.patching.ablation.edges_plain.ablate_edges_everywhere_plain`, one ``run_with_hooks`` per pair per
+circuit, extrapolated from ``--edge-circuits``) and against the edge strategy of commit ``--old-edges`` (its
+``circuits/patching/ablation/edges.py`` read with ``git show`` and run in its place, whole prompts per circuit), in
+the same run; it adds ``edge_all_old_cpu_ratio`` (old / new CPU seconds) to the last line.
 
-    python benchmarks/faithfulness_speed.py [--pairs 32] [--modes node-end,node-all,edge-end,positions] [--edge-circuits 11]
+    python benchmarks/faithfulness_speed.py [--pairs 32] [--modes node-end,node-all,edge-end,edge-all,positions]
+        [--edge-circuits 11] [--old-edges 2d78606]
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from circuits.patching.circuit_curves import (
 )
 from circuits.patching.engines.plain import ablate_edges_plain, ablate_plain, ablation_values_plain, cf_answer_plain
 
-MODES = ("node-end", "node-all", "edge-end", "positions")
+MODES = ("node-end", "node-all", "edge-end", "edge-all", "positions")
 
 
 def modes(text: str) -> list[str]:
@@ -66,8 +72,11 @@ def node_plain(model, batch, heads, mlps, positions, ablation):
     return torch.stack(out)
 
 
-def edge_plain_loop(model, batch, scores, ablation, n_circuits):
-    """The plain loop over edge circuits (MIB's nine sizes, N, empty), the first ``n_circuits`` of them."""
+def edge_plain_loop(model, batch, scores, ablation, n_circuits, positions="end"):
+    """The plain loop over edge circuits (MIB's nine sizes, N, empty), the first ``n_circuits`` of them, at END or at
+    every position."""
+    from circuits.patching.ablation.edges_plain import ablate_edges_everywhere_plain
+
     valid = edge_valid(model)
     keep, _, _ = edge_masks(valid, scores, MIB_SIZES)
     keep = torch.cat([keep, valid[None], torch.zeros_like(valid)[None]])[:n_circuits]
@@ -76,9 +85,27 @@ def edge_plain_loop(model, batch, scores, ablation, n_circuits):
     out = []
     for k in keep:
         gone = [(senders[i], receivers[j]) for i, j in (valid & ~k).nonzero().tolist()]
-        logits = ablate_edges_plain(model, batch, gone, ablation)
+        plain = ablate_edges_plain if positions == "end" else ablate_edges_everywhere_plain
+        logits = plain(model, batch, gone, ablation)
         out.append(metric_of(logits, batch.answer, cf_answer, "logit_diff").cpu())
     return torch.stack(out)
+
+
+def old_edge_strategy(commit: str):
+    """``edges_everywhere`` of ``circuits/patching/ablation/edges.py`` at ``commit`` (``git show``), loaded as a module
+    of its own; ``None`` where git or the commit is not there."""
+    import subprocess
+    import types
+    from pathlib import Path
+
+    try:
+        source = subprocess.run(["git", "show", f"{commit}:circuits/patching/ablation/edges.py"], capture_output=True,
+                                text=True, check=True, cwd=Path(__file__).resolve().parent).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    module = types.ModuleType(f"edges_{commit}")
+    exec(compile(source, f"edges.py@{commit}", "exec"), module.__dict__)  # noqa: S102 (the repository's own code)
+    return module.edges_everywhere
 
 
 def position_nodes(model, batch, n: int) -> tuple[list, int]:
@@ -138,6 +165,8 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=24, help="(sender, offset) nodes the plain loop runs in mode "
                                                                    "positions (extrapolated to every node)")
     parser.add_argument("--memory-mb", type=float, default=4096)
+    parser.add_argument("--old-edges", default="2d78606", help="the commit whose edge strategy mode edge-all also "
+                                                               "times (before issue 43's shared starts)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda where there is one)")
     _bench.add_arguments(parser)
     args = parser.parse_args()
@@ -191,10 +220,25 @@ def main() -> None:
         else:
             scores = torch.rand(edge_valid(model).shape, generator=g)
             run = lambda: circuit_curve(model, batch, edges=scores, ablation=args.ablation,  # noqa: E731
-                                            n_boot=0, memory_mb=args.memory_mb)
+                                        positions=positions, n_boot=0, memory_mb=args.memory_mb)
             fast = _bench.measure(run, warmup=True, sync=sync)
             n = max(1, min(11, args.edge_circuits))
-            plain = _bench.measure(lambda: edge_plain_loop(model, batch, scores, args.ablation, n), sync=sync)
+            plain = _bench.measure(lambda: edge_plain_loop(model, batch, scores, args.ablation, n, positions),
+                                   sync=sync)
+            old = old_edge_strategy(args.old_edges) if positions == "all" else None
+            if old is not None:
+                import circuits.patching.ablation.executor as executor
+
+                new, executor.edges_everywhere = executor.edges_everywhere, old
+                try:
+                    before = _bench.measure(run, sync=sync)
+                finally:
+                    executor.edges_everywhere = new
+                old_diff = float((before.value.m - fast.value.m).abs().max())
+                worst = max(worst, old_diff)
+                print(f"{mode}: the strategy of {args.old_edges}: {before.cpu_seconds:7.3f} CPU s ({before.seconds:.3f} "
+                      f"s), old / new CPU ratio {before.cpu_seconds / fast.cpu_seconds:5.1f}x, max |diff| {old_diff:.2e}")
+                numbers["edge_all_old_cpu_ratio"] = before.cpu_seconds / fast.cpu_seconds
             ours = torch.cat([fast.value.m, fast.value.m_full[None], fast.value.m_empty[None]])[:n]
             plain_s = _bench.extrapolate(plain.seconds, n, 11)
         diff = float((ours - plain.value).abs().max())

@@ -45,7 +45,7 @@ from circuits.models.backend import Backend, register
 from circuits.models.hf_weights import TunableTensor
 from circuits.versions import backend_line
 
-from circuits.models._prefix import PrefixKV, distinct_prefixes, repeat_heads
+from circuits.models._prefix import PrefixKV, distinct_prefixes, repeat_heads, select_rows
 
 Model = TransformerBridge
 
@@ -419,6 +419,10 @@ class BridgeBackend(Backend):
         if group == 1 or prefix.ungrouped:
             return prefix
         return Prefix(repeat_heads(prefix.kv, group), True)
+
+    def select_prefix(self, prefix: Prefix, rows: Tensor) -> Prefix:
+        """``prefix`` with its rows ``rows`` (indices, repeats allowed), in that order."""
+        return Prefix(select_rows(prefix.kv, rows), prefix.ungrouped)
 
     def continue_prefixes(self, body: Tensor, prefix: Prefix | None, *, stop_at_layer: int | None = None) -> Tensor:
         """The residual stream after the last block (or entering block ``stop_at_layer``) ``[row, pos, d_model]`` of

@@ -28,7 +28,7 @@ from transformer_lens.utils import get_act_name
 from circuits.models.attention import SharedPrefix
 from circuits.models.backend import Backend, block_devices, register
 from circuits.models.hf_weights import TunableTensor
-from circuits.models._prefix import PrefixKV, distinct_prefixes, repeat_heads
+from circuits.models._prefix import PrefixKV, distinct_prefixes, repeat_heads, select_rows
 
 _OLMO = ("OlmoeForCausalLM", "Olmo2ForCausalLM", "Olmo3ForCausalLM")
 
@@ -254,6 +254,11 @@ class HookedBackend(Backend):
             return prefix
         kv = repeat_heads(prefix.kv, group)
         return Prefix(kv, _frozen_cache(self.model, kv), True)
+
+    def select_prefix(self, prefix: Prefix, rows: Tensor) -> Prefix:
+        """``prefix`` with its rows ``rows`` (indices, repeats allowed), in that order."""
+        kv = select_rows(prefix.kv, rows)
+        return Prefix(kv, _frozen_cache(self.model, kv), prefix.ungrouped)
 
     def continue_prefixes(self, body: Tensor, prefix: Prefix | None, *, stop_at_layer: int | None = None) -> Tensor:
         """The residual stream after the last block (or entering block ``stop_at_layer``) ``[row, pos, d_model]`` of

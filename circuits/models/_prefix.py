@@ -76,3 +76,9 @@ def repeat_heads(kv: PrefixKV, group: int) -> PrefixKV:
         return kv
     return PrefixKV([k.repeat_interleave(group, dim=2) for k in kv.keys],
                     [v.repeat_interleave(group, dim=2) for v in kv.values], kv.mask)
+
+
+def select_rows(kv: PrefixKV, rows: Tensor) -> PrefixKV:
+    """``kv``'s rows ``rows`` (indices, repeats allowed), in that order."""
+    return PrefixKV([k[rows.to(k.device)] for k in kv.keys], [v[rows.to(v.device)] for v in kv.values],
+                    kv.mask[rows.to(kv.mask.device)])

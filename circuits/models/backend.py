@@ -255,6 +255,11 @@ class Backend(ABC):
         (``ungroup=True``)."""
 
     @abstractmethod
+    def select_prefix(self, prefix: Any, rows: Tensor) -> Any:
+        """``prefix`` (:meth:`run_prefixes`) with its rows ``rows`` (indices, repeats allowed), in that order: rows
+        that continue the same prefix read it once run (the edge executor's circuit x pair rows)."""
+
+    @abstractmethod
     def continue_prefixes(self, body: Tensor, prefix: Any, *, stop_at_layer: int | None = None
                           ) -> Float[Tensor, "row pos d_model"]:
         """The residual (final, or entering block ``stop_at_layer``) of ``body [row, pos]`` (each row's tokens after

@@ -79,7 +79,7 @@ def test_defaults_are_mib_s():
     assert c.counterfactual == "random" and c.second_logit == "label" and c.count == "floor" and c.ig_grid == "left"
     assert c.position_scores == "sum"
     # every MIB choice is the default: nothing departs but what no config value selects yet (named in docs/mib.md)
-    # edges at END by default (edges at every position, MIB's evaluate_graph, is a named option: ~30x slower on a
+    # edges at END by default (edges at every position, MIB's evaluate_graph, is a named option: ~2x slower on a
     # CPU), the one departure the defaults name; with --edge-positions end,all (or all) nothing departs
     departs = {"edge_positions": {"here": ["end"], "mib": ["all"]}}
     assert c.mib()["departs"] == departs and set(c.mib()["fixed"]) == {"prompts"}

@@ -120,7 +120,7 @@ def test_faithfulness_writes_both_curves_and_cpr_is_not_one_minus_cmd(tmp_path):
     assert any(abs(row["cpr"] + row["cmd"] - 1) > 1e-3 for row in summary["table"])
     assert (summary["counterfactual"], summary["second_logit"], summary["position_scores"]) == ("random", "label", "sum")
     assert summary["pairs_with_label"] == len(r.scoring_pairs) == 16
-    # the one default departure: edges at END only (every position is --edge-positions end,all, ~30x slower)
+    # the one default departure: edges at END only (every position is --edge-positions end,all, ~2x slower)
     assert summary["mib"]["departs"] == {"edge_positions": {"here": ["end"], "mib": ["all"]}}
     assert "input_node" not in summary["mib"]["fixed"]
     # MIB's node graph: the input node ranked and counted by every ranking (each scores it by its own method)

@@ -87,7 +87,8 @@ class FaithfulnessConfig(PairSource):
     edges: bool = option(True, help="also score EAP-IG's edge ranking at edge level, at --edge-positions (with "
                                     "--rankings eap-ig; pre-norm models)")
     # END only by default: MIB's every-position edge curve (edges@all) took 30x the END curve's CPU time on SmolLM2
-    # (359 vs 12 CPU s, 8 scoring pairs, docs/results.md), too slow for a CPU default; mib() names the departure
+    # (359 vs 12 CPU s, 8 scoring pairs, docs/results.md); from each pair's first difference (issue 43) 2.1x (18.6 vs
+    # 8.7 CPU s, docs/speed.md); the default is the lead's to change; mib() names the departure
     edge_positions: tuple[str, ...] = option(("end",), help="where an edge circuit's left-out edges carry their "
                                              "ablated value: end (END only) and/or all (every position, MIB's "
                                              "evaluate_graph, about 30x the END curve's time); one curve each "

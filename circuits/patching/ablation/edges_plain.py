@@ -41,14 +41,16 @@ def _outputs(model: Model, tokens: Tensor, names: list[str]) -> dict[str, Tensor
 
 @torch.no_grad()
 def ablate_edges_everywhere_plain(model: Model, batch: PairBatch, ablated: list[tuple[str, str]],
-                                  ablation: str) -> Tensor:
+                                  ablation: str, outputs: list[dict[str, Tensor]] | None = None) -> Tensor:
     """END logits ``[pair, d_vocab]`` (float32) of the reference prompts with the edges ``ablated`` (``(sender,
     receiver)`` names as :func:`circuits.patching.engines.plain.ablate_edges_plain` takes them: senders ``input``,
     ``"3.1"``, ``"MLP3"``; receivers ``"4.2.q"``/``.k``/``.v``, ``"MLP4"``, ``logits``) ablated at every position:
     each receiver's input is the residual stream of this run minus, for each of its ablated edges, the sender's output
     in this run minus its ablated value at the same position (``ablation``: ``counterfactual``, the pair's
     counterfactual run; ``mean``, the mean over the batch's reference runs at the same offset from END; ``zero``).
-    One pair and one ``run_with_hooks`` at a time, each pair's prompt up to its END."""
+    One pair and one ``run_with_hooks`` at a time, each pair's prompt up to its END. ``outputs``: where given, each
+    pair's sender outputs in its ablated run (``{site: [pos, ...]}``, heads through ``hook_result``) are appended to
+    it."""
     L = model.cfg.n_layers
     sites = [INPUT_SITE] + [act_name(s, l) for l in range(L) for s in ("result", "mlp_out")]
     prompts = [batch.reference[i, : int(batch.end[i]) + 1] for i in range(len(batch))]
@@ -116,4 +118,6 @@ def ablate_edges_everywhere_plain(model: Model, batch: PairBatch, ablated: list[
         with model.backend.split_inputs(ungroup=True, attn_result=True):
             resid = model.run_with_hooks(tokens[None], fwd_hooks=hooks, stop_at_layer=L)
         logits.append(model.unembed(model.ln_final(resid[:, -1:]))[0, 0].float())
+        if outputs is not None:
+            outputs.append({n: v.detach().clone() for n, v in current.items()})
     return torch.stack(logits)

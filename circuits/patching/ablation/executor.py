@@ -17,7 +17,9 @@ executor chooses the strategy from the spec and the model; each equals the plain
   counterfactual run computed in the sets' own passes (:func:`_counterfactual_everywhere`).
 - **Edges at every position** (MIB's ``evaluate_graph``: edges, values from the pairs' runs, every position): each
   receiver's q, k, v or MLP input at every position is the run's residual less the differences of the senders its
-  set cuts off, over ``set x pair`` rows (:mod:`circuits.patching.ablation.edges`).
+  set cuts off, over ``set x pair`` rows (:mod:`circuits.patching.ablation.edges`); with counterfactual values each
+  pair's start before its first difference (where every difference is 0) runs once, clean, into the key/value cache,
+  and the rows continue from it.
 - **The masked forward** (everything else): every (set, pair) one row of a batch of whole prompts, one hook per site
   replacing, row by row, the units the row's set marks (:func:`ablated_residuals`).
 

@@ -62,7 +62,8 @@ edge_upstream = eap_upstream
 
 def edge_valid(model: Model) -> Bool[Tensor, "sender receiver"]:
     """Which ``[sender, receiver]`` entries of :func:`edge_senders` x :func:`edge_receivers` are edges."""
-    return torch.tensor([[edge_upstream(s, r) for r in edge_receivers(model)] for s in edge_senders(model)])
+    receivers = edge_receivers(model)  # once, not once per sender
+    return torch.tensor([[edge_upstream(s, r) for r in receivers] for s in edge_senders(model)])
 
 
 def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float], count: str = DEFAULT_COUNT
