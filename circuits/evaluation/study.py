@@ -252,10 +252,10 @@ class _Runs:
         """Whether a run of ``variant`` saves what it trained."""
         return self.save_weights == "all" or (self.save_weights == "tuned" and variant["arm"] != "full")
 
-    def scores(self, key: dict[str, Any]) -> dict[str, list[float]] | None:
+    def evaluation(self, key: dict[str, Any]) -> dict[str, list[float]] | None:
         return self._read(self.folder / f"eval-{_digest(key)}.json", key)
 
-    def put_scores(self, key: dict[str, Any], scores: dict[str, list[float]]) -> None:
+    def put_evaluation(self, key: dict[str, Any], scores: dict[str, list[float]]) -> None:
         write_json(self.folder / f"eval-{_digest(key)}.json", {"key": key, "value": scores})
 
 
@@ -361,7 +361,7 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
             {"train": train_key, "variant": what(v), "lr": lr, "seed": seed}
         groups = group_keys(items)
         ekeys = {g: {"trained": _digest(key), **gk} for g, gk in groups.items()}
-        got = {g: cache.scores(k) for g, k in ekeys.items()}
+        got = {g: cache.evaluation(k) for g, k in ekeys.items()}
         stats = None if v is None else cache.stats(key)
         missing = [g for g, s in got.items() if s is None]
         if missing or (v is not None and stats is None):
@@ -372,7 +372,7 @@ def run(config: StudyConfig, out: str | Path, *, model: Any = None, progress: bo
                 for g in missing:
                     at = [k for k, it in enumerate(todo) if _group(it) == g]
                     got[g] = {name: [values[k] for k in at] for name, values in fresh.items()}
-                    cache.put_scores(ekeys[g], got[g])
+                    cache.put_evaluation(ekeys[g], got[g])
         else:
             cache.reused += 1
         seen = {g: 0 for g in groups}

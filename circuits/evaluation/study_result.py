@@ -76,6 +76,10 @@ class SFTStudyResult(Result[StudyConfig]):
         """Tasks scored by perplexity (their items have words)."""
         return {t for t, w in zip(self.items, self.words) if w}
 
+    def cell(self, c: dict[str, Any], task: str) -> str:
+        """A cell of :meth:`table` for ``task`` as the tables print it (:func:`cell_text`; the report reads it here)."""
+        return cell_text(c, task in self.perplexity_tasks())
+
     def _measure(self, scores: dict[str, Any] | Any, task: str, idx: list[int]) -> tuple[Any, Any]:
         """What a task's interval is over: accuracy per item (no weights), or for a perplexity task each document's
         negative log-likelihood per word with its words as weights (their weighted mean: the log of word perplexity).

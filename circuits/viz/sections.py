@@ -381,13 +381,8 @@ def sft_section(page: Page, found: list[Found]) -> str:
                 ["model", *forms], [[row["name"], *[f"{100 * row['arithmetic_by_form'][x]:.1f}" for x in forms]] for row in rows]))
         out.append(f.config_html())
     for f in (f for f in found if f.kind == "sft-study"):  # circuits sft-study (issue 39)
-        from circuits.evaluation.study_result import cell_text
-
         r, names = f.result, {v["name"]: v for v in f.result.variants}
         tasks, ppl = list(r.tasks()), r.perplexity_tasks()
-
-        def study_cell(c: dict[str, Any], task: str) -> str:
-            return cell_text(c, task in ppl)
 
         out.append(f"<p class='what'>Does choosing the circuit matter? Each arm trained with {len(r.config.seeds)} "
                    "seeds at the lr its validation sweep chose, scored on the same items: accuracy % with its 95% "
@@ -397,7 +392,7 @@ def sft_section(page: Page, found: list[Found]) -> str:
         out.append(table(["arm", "lr", "tuned params", *tasks],
                          [[row["name"], f"{names[row['name']]['lr']:g}",
                            f"{names[row['name']]['tuned_parameters'] / 1e6:.3f}M",
-                           *[study_cell(row["tasks"][t], t) for t in tasks]] for row in r.table()]))
+                           *[r.cell(row["tasks"][t], t) for t in tasks]] for row in r.table()]))
         out.append(f.config_html())
     for f in (f for f in found if f.kind == "finetune"):
         r = f.result
