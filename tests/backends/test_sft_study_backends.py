@@ -129,12 +129,19 @@ def test_the_sweep_sees_only_validation_items_and_the_result_loads_back_equal(tm
     calls = []
     real = study.score_items
 
-    def recording(model, items, *args):
-        calls.append([it.context for it in items])
+    def recording(model, items, *args):  # the study scores one group of items a pass (study._group)
+        groups = {study._group(it) for it in items}
+        assert len(groups) == 1, groups
+        group = groups.pop()
+        if not calls or group in calls[-1][0]:  # a group seen again: the next evaluation's first pass
+            calls.append((set(), []))
+        calls[-1][0].add(group)
+        calls[-1][1].extend(it.context for it in items)
         return real(model, items, *args)
 
     monkeypatch.setattr(study, "score_items", recording)
     result = study.run(config, tmp_path / "study", model=helpers.tiny_model("llama"), progress=False)
+    calls = [contexts for _, contexts in calls]  # one list of items per evaluation
     assert SFTStudyResult.load(tmp_path / "study") == result
     n_var = len(result.variants)
     assert n_var == len(arms) + 1  # two random draws
