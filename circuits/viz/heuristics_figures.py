@@ -54,20 +54,27 @@ def grid_heatmaps(acts: Sequence[Any], rules: Sequence[Any], titles: Sequence[st
     return fig
 
 
+
+def _interval_bars(groups: list[Mapping[str, Any]], labels: list[str], bars: tuple, value: str) -> go.Figure:
+    """Grouped bars, one trace per ``(key, label, colour)`` of ``bars``: each group's ``[key]["mean"]`` with its
+    ``low``-``high`` interval as error bars; ``value`` formats the hover's number."""
+    fig = go.Figure()
+    for key, label, color in bars:
+        mean = [g[key]["mean"] for g in groups]
+        fig.add_trace(go.Bar(x=labels, y=mean, name=label, marker_color=color,
+                             error_y={"type": "data", "array": [g[key]["high"] - m for g, m in zip(groups, mean)],
+                                      "arrayminus": [m - g[key]["low"] for g, m in zip(groups, mean)],
+                                      "visible": True},
+                             hovertemplate="%{x}<br>" + label + ": " + value + "<extra></extra>"))
+    return fig
+
 def knockout_bars(classes: Mapping[str, Mapping[str, Any]], metric: str) -> go.Figure:
     """Per class, the mean drop of the answer's probability when its neurons are knocked out, on the prompts its rule
     covers and on the rest, and for as many random neurons of the same MLPs, with 95% bootstrap intervals over
     prompts (drawn from 0: a drop is positive)."""
     names = list(classes)
     labels = [f"{n}<br>({classes[n]['n_neurons']} neurons)" for n in names]
-    fig = go.Figure()
-    for key, label, color in KNOCKOUT_BARS:
-        mean = [classes[n][key]["mean"] for n in names]
-        hi = [classes[n][key]["high"] - classes[n][key]["mean"] for n in names]
-        lo = [classes[n][key]["mean"] - classes[n][key]["low"] for n in names]
-        fig.add_trace(go.Bar(x=labels, y=mean, name=label, marker_color=color,
-                             error_y={"type": "data", "array": hi, "arrayminus": lo, "visible": True},
-                             hovertemplate="%{x}<br>" + label + ": %{y:.4f}<extra></extra>"))
+    fig = _interval_bars([classes[n] for n in names], labels, KNOCKOUT_BARS, "%{y:.4f}")
     fig.add_hline(y=0, line={"color": "black", "width": 1})
     fig.update_layout(barmode="group", title="Knocking out one heuristic class: drop of the answer's probability "
                                              "(95% bootstrap intervals over prompts)",
@@ -88,14 +95,7 @@ def prompt_knockout_bars(table: Mapping[str, Mapping[str, Any]], ablation: str =
     and with as many random neurons, 95% bootstrap intervals over prompts; the axis is accuracy, 0 to 1."""
     limits = list(table)
     labels = [f"up to {k} per MLP<br>({table[k]['mean_ablated']:.1f} per prompt)" for k in limits]
-    fig = go.Figure()
-    for key, label, color in PROMPT_BARS:
-        mean = [table[k][key]["mean"] for k in limits]
-        hi = [table[k][key]["high"] - table[k][key]["mean"] for k in limits]
-        lo = [table[k][key]["mean"] - table[k][key]["low"] for k in limits]
-        fig.add_trace(go.Bar(x=labels, y=mean, name=label, marker_color=color,
-                             error_y={"type": "data", "array": hi, "arrayminus": lo, "visible": True},
-                             hovertemplate="%{x}<br>" + label + ": accuracy %{y:.3f}<extra></extra>"))
+    fig = _interval_bars([table[k] for k in limits], labels, PROMPT_BARS, "accuracy %{y:.3f}")
     n = next(iter(table.values()))["n_prompts"] if table else 0
     which = f"all {n} grid prompts" if prompts == "all" else f"the {n} grid prompts answered correctly"
     fig.update_layout(barmode="group", title=f"Knocking out each prompt's heuristic neurons (Nikankin et al.): accuracy "
