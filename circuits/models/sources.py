@@ -2,7 +2,9 @@
 
 Nothing here talks to TransformerLens (:mod:`circuits.models.loading` converts what this module reads). A GGUF file
 is dequantized by transformers once; its float32 Hugging Face model (safetensors) and tokenizer are cached in
-``$CIRCUITS_CACHE`` or ``~/.cache/circuits`` (a folder keyed by the file's path, size and time), written atomically.
+``$CIRCUITS_CACHE`` or ``~/.cache/circuits`` (a folder keyed by the file's bytes: the same file installed in many
+environments shares one folder), written atomically. Folders of an older cache format that this module named are
+removed when a new one is written (they were keyed by the file's path: one 1.2 GB folder per environment).
 """
 
 from __future__ import annotations
@@ -10,7 +12,12 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
+import glob
+import json
 import os
+import re
+import shutil
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,8 +28,10 @@ import torch
 from circuits.io import atomic_dir, write_json
 from circuits.models.embedded import EmbeddedModelMissing, cache_root, embedded_model
 
-# Bump when the cached format changes (2: the dequantized Hugging Face model, not a converted state dict).
-CACHE_FORMAT = 2
+# Bump when the cached format changes (2: the dequantized Hugging Face model, not a converted state dict; 3: keyed
+# by the file's sha256, not its path).
+CACHE_FORMAT = 3
+_DIGEST_CHUNK = 1 << 24
 
 
 class ModelLoadError(ValueError):
@@ -40,10 +49,67 @@ def embedded_gguf_path(name: str = "smollm2") -> Path:
         raise ModelLoadError(str(err)) from None
 
 
-def gguf_cache_dir(path: Path) -> Path:
+def file_digest(path: Path) -> str:
+    """The sha256 of a file's bytes, hashed once per (path, size, modification time) and remembered in the cache's
+    ``digests/`` folder (a 7B GGUF file takes seconds to hash)."""
     stat = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{CACHE_FORMAT}".encode()).hexdigest()[:16]
+    seen = hashlib.sha256(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:32]
+    memo = cache_root() / "digests" / seen
+    if memo.is_file():
+        digest = memo.read_text().strip()
+        if re.fullmatch(r"[0-9a-f]{64}", digest):
+            return digest
+    sha = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(_DIGEST_CHUNK):
+            sha.update(chunk)
+    digest = sha.hexdigest()
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo.with_name(f".{seen}.{os.getpid()}")
+    tmp.write_text(digest)
+    os.replace(tmp, memo)
+    return digest
+
+
+def gguf_cache_dir(path: Path) -> Path:
+    """The cache folder of a GGUF file: named by its stem and a key of its bytes and the cache format."""
+    key = hashlib.sha256(f"{file_digest(path)}|{CACHE_FORMAT}".encode()).hexdigest()[:16]
     return cache_root() / f"{path.stem}-{key}"
+
+
+def stale_cache_dirs(path: Path) -> list[Path]:
+    """Folders this module wrote for a file of this stem in an older cache format: a converted folder whose
+    ``source.json`` records a format below :data:`CACHE_FORMAT`, or a tokenizer folder without the format mark
+    that format 3 writes. Never a folder of the current format, nor one of a name this module does not write."""
+    current = gguf_cache_dir(path)
+    named = re.compile(re.escape(path.stem) + r"-[0-9a-f]{16}(-tokenizer)?")
+    stale = []
+    for folder in sorted(cache_root().glob(f"{glob.escape(path.stem)}-*")):
+        if not folder.is_dir() or not named.fullmatch(folder.name) or folder.name.startswith(current.name):
+            continue
+        if folder.name.endswith("-tokenizer"):
+            if not (folder / "circuits-cache.json").is_file():
+                stale.append(folder)
+            continue
+        try:
+            source = json.loads((folder / "source.json").read_text())
+        except (OSError, ValueError):
+            continue  # no record of ours (or one being written): left alone
+        if isinstance(source, dict) and isinstance(source.get("format"), int) and source["format"] < CACHE_FORMAT:
+            stale.append(folder)
+    return stale
+
+
+def remove_stale_cache(path: Path) -> None:
+    """Remove :func:`stale_cache_dirs`, saying so in one warning (a line on the command line)."""
+    stale = stale_cache_dirs(path)
+    if not stale:
+        return
+    size = sum(f.stat().st_size for folder in stale for f in folder.rglob("*") if f.is_file())
+    for folder in stale:
+        shutil.rmtree(folder, ignore_errors=True)
+    warnings.warn(f"removed {len(stale)} cache folder(s) of an older format for {path.name} ({size / 1e9:.1f} GB) "
+                  f"from {cache_root()}", stacklevel=2)
 
 
 def read_gguf(path: Path) -> tuple[Any, Any]:
@@ -146,8 +212,10 @@ def gguf_cache(path: Path, label: str = "") -> Path:
         with atomic_dir(cache) as tmp:
             hf_model.save_pretrained(tmp / "hf_model", safe_serialization=True)
             tokenizer.save_pretrained(tmp / "tokenizer")
-            write_json(tmp / "source.json", {"source": str(path), "label": label, "format": CACHE_FORMAT})
+            write_json(tmp / "source.json", {"source": str(path), "label": label, "format": CACHE_FORMAT,
+                                             "sha256": file_digest(path)})
             (tmp / "done").write_text("ok")
+        remove_stale_cache(path)
     return cache
 
 
@@ -174,6 +242,8 @@ def load_tokenizer(name_or_path: str | os.PathLike = "smollm2") -> Any:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     with atomic_dir(alone) as tmp:
         tokenizer.save_pretrained(tmp)
+        write_json(tmp / "circuits-cache.json", {"source": str(path), "format": CACHE_FORMAT})
+    remove_stale_cache(path)
     return AutoTokenizer.from_pretrained(alone, local_files_only=True)
 
 

@@ -159,3 +159,54 @@ def test_processed_weights_loaded_in_one_call_equal_transformer_lens_own_loading
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), fold
         assert [type(m).__name__ for m in ours.modules()] == [type(m).__name__ for m in theirs.modules()]
         assert "load_state_dict" not in vars(ours)  # the method is the class's again
+
+
+def test_cache_keyed_by_the_files_bytes_and_older_folders_removed(tiny_gguf, tmp_path, monkeypatch):
+    """The conversion cache of a GGUF file is keyed by its bytes: the same file installed in two environments (two
+    paths) shares one folder, a file of other bytes gets another. Writing it removes the folders that an older format
+    wrote for that stem (keyed by path: one 1.2 GB folder per fresh clone filled CI's disk), and nothing else."""
+    import hashlib
+    import json
+    import os
+    import shutil
+
+    from circuits.models import sources
+
+    monkeypatch.setenv("CIRCUITS_CACHE", str(tmp_path / "cache"))
+    copy = tmp_path / "env2" / tiny_gguf.name
+    copy.parent.mkdir()
+    shutil.copy(tiny_gguf, copy)
+    other = tmp_path / "env3" / tiny_gguf.name
+    other.parent.mkdir()
+    other.write_bytes(tiny_gguf.read_bytes() + b"\0")
+    assert sources.file_digest(tiny_gguf) == hashlib.sha256(tiny_gguf.read_bytes()).hexdigest()
+    assert sources.gguf_cache_dir(copy) == sources.gguf_cache_dir(tiny_gguf) != sources.gguf_cache_dir(other)
+
+    # a digest is remembered per (path, size, modification time): read again, not hashed again; a touched file is
+    # hashed again
+    digest = sources.file_digest(copy)
+    (memo,) = [m for m in (tmp_path / "cache" / "digests").iterdir() if m.read_text() == digest][:1]
+    memo.write_text("f" * 64)
+    assert sources.file_digest(copy) == "f" * 64
+    os.utime(copy, ns=(copy.stat().st_atime_ns, copy.stat().st_mtime_ns + 1))
+    assert sources.file_digest(copy) == digest
+
+    root, stem = tmp_path / "cache", tiny_gguf.stem
+    old = root / f"{stem}-0123456789abcdef"
+    old_tokenizer = root / f"{stem}-0123456789abcdef-tokenizer"
+    unmarked = root / f"{stem}-fedcba9876543210"  # no source.json: not known to be ours
+    newer = root / f"{stem}-1111111111111111"  # the current format, of other bytes
+    foreign = root / f"{stem}-mine"  # a name this module never writes
+    other_stem = root / "other-0123456789abcdef"
+    for folder in (old, old_tokenizer, unmarked, newer, foreign, other_stem):
+        folder.mkdir(parents=True)
+        (folder / "weights").write_bytes(b"x" * 10)
+    (old / "source.json").write_text(json.dumps({"format": 2}))
+    (other_stem / "source.json").write_text(json.dumps({"format": 2}))
+    (newer / "source.json").write_text(json.dumps({"format": sources.CACHE_FORMAT}))
+    with pytest.warns(UserWarning, match=r"removed 2 cache folder\(s\) of an older format for tiny.gguf"):
+        cache = sources.gguf_cache(copy)
+    assert (cache / "done").is_file() and json.loads((cache / "source.json").read_text())["sha256"]
+    assert not old.exists() and not old_tokenizer.exists()
+    assert all(f.is_dir() for f in (unmarked, newer, foreign, other_stem))
+    assert sources.gguf_cache(tiny_gguf) == cache  # the other environment's file: the same folder, nothing removed
