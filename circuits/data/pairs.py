@@ -40,7 +40,7 @@ from circuits.data.templates import (
 from circuits.data.pair_config import CounterfactualKind, FewShot, PairConfig, PrefixPolicy  # noqa: F401  (light)
 from circuits.data.roles import ROLES, check_positions, equals_span, pairs_file_lines
 from circuits.io import read_jsonl, write_jsonl
-from circuits.models.forward import end_residual_batches, end_residuals, pad_token_id, unembed_end
+from circuits.models.forward import EndRecord, end_residual_batches, end_residuals, pad_token_id, unembed_end
 from circuits.timing import stage
 
 _SLOT = re.compile(r"(\{[A-Z0-9]+\})")
@@ -671,18 +671,20 @@ def pair_logits(model: Model, pairs: list[PromptPair], which: Literal["reference
 @torch.no_grad()
 def pair_answer_scores(model: Model, pairs: Sequence[PromptPair],
                        which: Literal["reference", "counterfactual"] = "reference",
-                       answers: Sequence[int] | None = None, batch_size: int = 64,
+                       answers: Sequence[int] | None = None, batch_size: int = 64, record: EndRecord | None = None,
                        ) -> tuple[Int[Tensor, " pair"], Float[Tensor, " pair"]]:
     """Each pair's top token at END of its reference or counterfactual prompt, and the probability of its answer
     there (``answers``: one token id a pair, default each pair's ``answer_token_id``): what :func:`pair_logits`
     followed by a softmax gives, one forward batch of logits at a time, so memory is ``batch_size x d_vocab`` plus
-    two numbers a pair, whatever the number of pairs (a pairs file of any length)."""
+    two numbers a pair, whatever the number of pairs (a pairs file of any length). ``record``: keep the END
+    activations it names for a later pass over the same prompts (:class:`~circuits.models.forward.EndRecord`)."""
     pairs = list(pairs)
     rows = [p.reference_token_ids if which == "reference" else p.counterfactual_token_ids for p in pairs]
     ans = torch.tensor(list(answers) if answers is not None else [p.answer_token_id for p in pairs], dtype=torch.long)
     top = torch.zeros(len(pairs), dtype=torch.long)
     prob = torch.zeros(len(pairs))
-    for chunk, resid in end_residual_batches(model, rows, [p.prefix_length for p in pairs], batch_size=batch_size):
+    for chunk, resid in end_residual_batches(model, rows, [p.prefix_length for p in pairs], batch_size=batch_size,
+                                             row_hooks=record.row_hooks(rows) if record is not None else None):
         probs = unembed_end(model, resid).cpu().softmax(-1)
         idx = torch.tensor(chunk, dtype=torch.long)
         top[idx] = probs.argmax(-1)
@@ -710,7 +712,7 @@ def candidate_operands(template: Template, tokenizer: Any, lo: int, hi: int) -> 
 
 
 def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_counterfactual: bool = True,
-                progress: bool = True, **kwargs: Any) -> PairSet:
+                progress: bool = True, record: EndRecord | None = None, **kwargs: Any) -> PairSet:
     """Sample pairs round-robin over the task's templates, run the model, keep the correct ones.
 
     ``config`` is a :class:`PairConfig`, or a task name with the other fields as keywords
@@ -718,6 +720,8 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
     counterfactual prompts (the "counterfactual keeps the answer" statistics are then NaN and absent per template):
     for a caller that runs them anyway, as the identify job's sweep does (:func:`counterfactual_stats`).
     ``progress``: a bar of the pairs kept (and the candidates run) while the model scores candidates.
+    ``record``: the candidates' END activations it names, kept for the pairs kept (the identify job's sweep reads them
+    instead of running the reference prompts again; :class:`~circuits.models.forward.EndRecord`).
     """
     if config is None or isinstance(config, str):
         config = PairConfig(**({"task": config} if config else {}), **kwargs)
@@ -790,7 +794,7 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
         if not batch_pairs:
             continue
         with stage("filtering"):
-            top, p_ans = pair_answer_scores(model, batch_pairs)
+            top, p_ans = pair_answer_scores(model, batch_pairs, record=record)
         hit = top == torch.tensor([p.answer_token_id for p in batch_pairs])
         for i, pair in enumerate(batch_pairs):
             seen += 1
@@ -802,6 +806,8 @@ def build_pairs(model: Model, config: PairConfig | str | None = None, *, check_c
                 bar.update(1)
         bar.set_postfix_str(f"{seen} candidates run, {correct} correct", refresh=False)
     bar.close()
+    if record is not None:
+        record.keep_only([p.reference_token_ids for p in kept])
     if not seen:
         raise PromptError(f"No valid pair could be made for task {config.task!r}; first problem: {skipped[0]}")
     if not kept:

@@ -34,6 +34,8 @@ from circuits.data.templates import OPERATIONS
 from circuits.identify.config import IdentifyConfig
 from circuits.identify.circuit_graph import resolve_receivers
 from circuits.patching.engines.edge_sweep import check_edges, sweep_edges
+from circuits.models.forward import EndRecord
+from circuits.patching.core.end_layers import reference_end_names
 from circuits.patching.core.metrics import PROB_METRICS
 from circuits.patching.engines.end_sweep import SweepResult, all_components, sweep
 from circuits.patching.engines.end_sweep_answers import sweep_answer
@@ -69,9 +71,14 @@ def identify(
         check_edges(model, [c for c in all_components(model) if c.layer < max(r.layer for r in receivers) + 1], receivers)
     built = pairs is None
     position = answer_position(config.answer_position)
+    # Filtering runs each candidate's reference prompt; the sweep reads the kept ones' END activations from that pass
+    # instead of running them again (one process, path patching at the answer's first token).
+    record = (EndRecord(reference_end_names(model), int(config.memory_mb * 2**20))
+              if built and config.mode == "path" and position == 0 and not D.is_distributed() else None)
     if built:  # the sweep runs the counterfactual prompts itself: their statistics come from it (below)
         check_answer_source(config)
-        pairs = D.on_main(lambda: build_pairs(model, config.pair_config(), check_counterfactual=False, progress=progress))
+        pairs = D.on_main(lambda: build_pairs(model, config.pair_config(), check_counterfactual=False,
+                                              progress=progress, record=record))
     if isinstance(pairs, PairSet):
         stats = pairs.stats()
         pairs = pairs.pairs
@@ -86,7 +93,8 @@ def identify(
     else:  # position k: the pairs read at END + k, saved so (a later job on them reads the same token)
         pairs = at_answer_position(pairs, position, model.tokenizer)
         result = sweep(model, pairs, config.mode, memory_mb=config.memory_mb, progress=progress,  # type: ignore[arg-type]
-                       prob=prob)
+                       prob=prob, record=record)
+    record = None  # its rows freed before the edges below
     if built and stats.get("per_template"):
         b = result.baseline
         counterfactual_stats(pairs, b.cf_answer == b.answer, b.cf_prob, stats["per_template"])

@@ -11,6 +11,7 @@ forwards). Where the backend's cache does not give the full run's numbers
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -162,6 +163,55 @@ def end_residual_batches(
                     resid = model.backend.continue_prefix(body, cache)
             rows_idx = torch.arange(len(chunk), device=resid.device)
             yield chunk, resid[rows_idx, ends.to(resid.device)]
+
+
+@dataclass
+class EndRecord:
+    """Activations at each row's last token, kept from one pass for a later pass over the same rows.
+
+    The identify job runs every candidate's reference prompt while filtering (:func:`circuits.data.pairs.build_pairs`)
+    and the sweep then runs the kept ones again for their END activations at every layer
+    (:func:`circuits.patching.core.end_layers.collect_runs`). Given as ``record=`` to the filtering pass, this keeps
+    the hooks ``names`` at END for each row it runs, by the row's tokens; the sweep reads the rows it finds and runs
+    only the others. Both passes run the same rows on the same weights (prefixes shared differently, so equal up to
+    float rounding). Rows stop being kept once they hold ``budget_bytes``; :meth:`keep_only` drops the rows a later
+    pass will not read.
+    """
+
+    names: tuple[str, ...]
+    budget_bytes: int
+    rows: dict[tuple[int, ...], dict[str, Tensor]] = field(default_factory=dict, repr=False)
+    nbytes: int = 0
+
+    def row_hooks(self, token_ids: Sequence[Sequence[int]]) -> RowHooksFor:
+        """``row_hooks`` for :func:`end_residual_batches` over ``token_ids``: each hook's value at each row's END."""
+
+        def hooks(chunk: list[int], ends: Tensor) -> list:
+            if self.nbytes >= self.budget_bytes:
+                return []
+
+            def gather(name: str):
+                def hook(act: Tensor, hook) -> None:
+                    values = act[torch.arange(act.shape[0], device=act.device), ends.to(act.device)].detach()
+                    for r, i in enumerate(chunk):
+                        self.rows.setdefault(tuple(token_ids[i]), {})[name] = values[r].clone()
+                    self.nbytes += values.numel() * values.element_size()
+
+                return hook
+
+            return [(n, gather(n)) for n in self.names]
+
+        return hooks
+
+    def get(self, token_ids: Sequence[int]) -> dict[str, Tensor] | None:
+        """Every hook's END value for these tokens, or None when any is missing."""
+        found = self.rows.get(tuple(token_ids))
+        return found if found is not None and all(n in found for n in self.names) else None
+
+    def keep_only(self, token_ids: Sequence[Sequence[int]]) -> None:
+        wanted = {tuple(t) for t in token_ids}
+        self.rows = {k: v for k, v in self.rows.items() if k in wanted}
+        self.nbytes = sum(t.numel() * t.element_size() for v in self.rows.values() for t in v.values())
 
 
 def unembed_end(model: Model, resid: Float[Tensor, "row d_model"]) -> Float[Tensor, "row d_vocab"]:

@@ -21,7 +21,7 @@ from torch import Tensor
 from circuits.models.backend import Model, act_name, apply_softcap, head_linear
 from circuits.data.pairs import PairBatch
 from circuits.patching.core.metrics import Baseline, Metric
-from circuits.models.forward import end_residuals, shared_prefix_lengths
+from circuits.models.forward import EndRecord, end_residuals, shared_prefix_lengths
 
 # --- the reference and counterfactual runs ----------------------------------------------------
 
@@ -63,39 +63,60 @@ def keep_hook(store: dict, name: str):
 SHARED_PREFIX_MIN = 16
 
 
-def _end_activations(model: Model, tokens: Tensor, end: Tensor, names: Sequence[str]) -> dict[str, Tensor]:
+def _end_activations(model: Model, tokens: Tensor, end: Tensor, names: Sequence[str],
+                     record: EndRecord | None = None) -> dict[str, Tensor]:
     """Each hook's activation at each row's END (``[row, ...]``), rows that share a prefix running it once into a
     key/value cache (:func:`circuits.models.forward.end_residuals`): END activations need no padding and no
-    recomputation of a template's few-shot examples for every pair."""
+    recomputation of a template's few-shot examples for every pair. Rows whose activations ``record`` holds (kept by
+    an earlier pass over the same prompts) are read from it, not run."""
     rows = [tokens[i, : int(end[i]) + 1].tolist() for i in range(len(end))]
     store: dict[str, Tensor] = {}
+    found = {i: got for i, row in enumerate(rows) if record is not None and (got := record.get(row)) is not None}
+
+    def put(name: str, values: Tensor, chunk: list[int]) -> None:
+        if name not in store:
+            store[name] = values.new_empty((len(rows), *values.shape[1:]))
+        store[name][torch.tensor(chunk, device=values.device)] = values.to(store[name].device)
 
     def row_hooks(chunk: list[int], ends: Tensor) -> list:
         def gather(name: str):
             def hook(act: Tensor, hook) -> None:
-                values = act[torch.arange(act.shape[0], device=act.device), ends.to(act.device)].detach()
-                if name not in store:
-                    store[name] = values.new_empty((len(rows), *values.shape[1:]))
-                store[name][torch.tensor(chunk, device=values.device)] = values
+                put(name, act[torch.arange(act.shape[0], device=act.device), ends.to(act.device)].detach(), chunk)
 
             return hook
 
         return [(n, gather(n)) for n in names]
 
-    end_residuals(model, rows, shared_prefix_lengths(rows, SHARED_PREFIX_MIN), row_hooks=row_hooks)
+    run = [i for i in range(len(rows)) if i not in found]
+    if run:
+        part = [rows[i] for i in run]
+        end_residuals(model, part, shared_prefix_lengths(part, SHARED_PREFIX_MIN),
+                      row_hooks=lambda chunk, ends: row_hooks([run[c] for c in chunk], ends))
+    if found:
+        chunk = sorted(found)
+        for n in names:
+            put(n, torch.stack([found[i][n] for i in chunk]), chunk)
     return store
 
 
+def reference_end_names(model: Model) -> tuple[str, ...]:
+    """The hooks :func:`collect_runs` reads at END of the reference prompts (path mode): what an
+    :class:`~circuits.models.forward.EndRecord` of an earlier pass over them keeps."""
+    L = model.cfg.n_layers
+    return (*(act_name(site, l) for l in range(L) for site in ("resid_pre", "resid_mid", "attn_out", "z")),
+            act_name("resid_post", L - 1))
+
+
 @torch.no_grad()
-def collect_runs(model: Model, batch: PairBatch, need_kv: bool) -> Runs:
+def collect_runs(model: Model, batch: PairBatch, need_kv: bool, record: EndRecord | None = None) -> Runs:
     """The END activations of the reference and counterfactual runs the engine reads (and, with ``need_kv``, the
-    reference's keys and values at every position). Without keys and values, prompts that share a prefix run it once."""
+    reference's keys and values at every position). Without keys and values, prompts that share a prefix run it once,
+    and reference prompts whose END activations ``record`` holds (:func:`reference_end_names`) are not run again."""
     L = model.cfg.n_layers
     if not need_kv:
         final = act_name("resid_post", L - 1)
-        ref_names = [act_name(site, l) for l in range(L) for site in ("resid_pre", "resid_mid", "attn_out", "z")]
         cf_names = [act_name(site, l) for l in range(L) for site in ("z", "mlp_out")]
-        ref = _end_activations(model, batch.reference, batch.end, [*ref_names, final])
+        ref = _end_activations(model, batch.reference, batch.end, reference_end_names(model), record)
         cf = _end_activations(model, batch.counterfactual, batch.end, [*cf_names, final])
         stack = lambda d, site: [d[act_name(site, l)] for l in range(L)]  # noqa: E731
         return Runs(resid_pre=stack(ref, "resid_pre"), resid_mid=stack(ref, "resid_mid"), attn_out=stack(ref, "attn_out"),

@@ -52,6 +52,7 @@ from circuits.patching.core.end_layers import (Runs, attention_at_end, attention
     check_supported, collect_runs, mlp_at_end, readout)
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric
 from circuits.models.backend import Model
+from circuits.models.forward import EndRecord
 from circuits.patching.core.scores import Scores
 from circuits.patching.core.readouts import READOUTS, MetricLookup, Readouts, cat_baselines
 from circuits.timing import timed
@@ -284,6 +285,7 @@ def sweep(
     distribute: bool = True,
     prob: bool | Callable[[SweepResult], Sequence[Component]] = True,
     runs: PreparedRuns | None = None,
+    record: EndRecord | None = None,
 ) -> SweepResult:
     """Patch every component's END value from the counterfactual run, one END-only pass for many.
 
@@ -307,6 +309,8 @@ def sweep(
             heads by a logit rule), whose probability a second pass over the same runs computes (NaN elsewhere).
         runs: the reference and counterfactual runs from :func:`prepare` for the same model, pairs and mode (one
             line refuses others): the sweep skips those two forwards and equals one without ``runs`` exactly.
+        record: END activations an earlier pass over the reference prompts kept (the identify job's filtering,
+            :class:`~circuits.models.forward.EndRecord`; path mode): the reference prompts it holds are not run again.
     """
     if mode not in MODES:
         raise ValueError(f"Unknown mode {mode!r}; accepted: {', '.join(MODES)}")
@@ -343,7 +347,7 @@ def sweep(
             continue
         sub = batch if len(blocks) == 1 else batch.select(block)
         block_runs = (prepared.blocks[b] if prepared is not None
-                      else collect_runs(model, sub, need_kv=(mode == "activation")))
+                      else collect_runs(model, sub, need_kv=(mode == "activation"), record=record))
         base = baseline_from(model, sub.answer.to(out_dev), block_runs, custom, sub.cf_label)
         bases[b] = base.to("cpu")
         for i in todo:
