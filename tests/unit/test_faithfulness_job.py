@@ -642,3 +642,72 @@ def test_edges_on_a_model_with_post_norms_are_refused_before_the_work(tmp_path, 
     assert ran == [] and not (tmp_path / "edges").exists()
     assert cli_main([*argv, "--no-edges", "--out", str(tmp_path / "nodes")]) == 0
     assert ran == ["exact-path", "eap-ig"]
+
+
+def _pair(ref: str, cf: str):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(reference=ref, counterfactual=cf)
+
+
+def _plain_balance(ranking, scoring):
+    """The rule written out plainly: from the last ranking pair, move it when no other staying ranking pair has
+    either of its prompts, until the sides differ by at most one."""
+    stay, moved = list(ranking), []
+    for p in reversed(list(ranking)):
+        if len(scoring) + len(moved) >= len(stay) - 1:
+            break
+        others = [q for q in stay if q is not p]
+        if not {p.reference, p.counterfactual} & {x for q in others for x in (q.reference, q.counterfactual)}:
+            stay.remove(p)
+            moved.append(p)
+    return stay, list(scoring) + moved[::-1]
+
+
+def test_a_short_held_out_split_moves_ranking_pairs_that_share_no_prompt():
+    """Held-out scoring on a task with few answerable problems (issue 43's four-operation study: SmolLM2's
+    subtraction at 64 + 64 had no scoring pair left): the last ranking pairs move to the scoring side until the two
+    differ by at most one, never one whose prompt a staying ranking pair has; equal to the rule written plainly, on
+    hand-made and random cases."""
+    import random
+
+    from circuits.beyond.faithfulness.job import balance_split
+
+    six = [_pair(f"r{i}", f"c{i}") for i in range(6)]
+    ranking, scoring = balance_split(six, [])
+    assert ranking == six[:3] and scoring == six[3:]  # the order kept on both sides
+    shared = [*six[:5], _pair("r5", "r0")]  # the last pair's counterfactual is the first pair's reference
+    ranking, scoring = balance_split(shared, [])
+    assert scoring == shared[2:5] and ranking == [*shared[:2], shared[5]]  # the stuck pair stays, the next ones move
+    assert balance_split(six[:3], six[3:]) == (six[:3], six[3:])  # balanced already: as given
+    assert balance_split(six[:4], six[4:5]) == (six[:3], [six[4], six[3]])  # 4 against 1: one moves
+    rng = random.Random(0)
+    for _ in range(300):
+        prompts = [f"p{i}" for i in range(rng.randint(2, 14))]
+        ranking = [_pair(*rng.sample(prompts, 2)) for _ in range(rng.randint(1, 12))]
+        scoring = [_pair(f"s{i}", f"t{i}") for i in range(rng.randint(0, 3))]
+        got = balance_split(ranking, scoring)
+        assert got == _plain_balance(ranking, scoring)
+        stay = {x for p in got[0] for x in (p.reference, p.counterfactual)}
+        assert not stay & {x for p in got[1] for x in (p.reference, p.counterfactual)}
+        assert len(got[0]) + len(got[1]) == len(ranking) + len(scoring)
+
+
+def test_the_job_balances_a_short_split_and_refuses_an_empty_one_in_one_line(monkeypatch):
+    from circuits.beyond.faithfulness import job
+    from circuits.beyond.faithfulness.config import FaithfulnessConfig
+    from circuits.data.pairs import FewerPairsWarning
+
+    six = [_pair(f"r{i}", f"c{i}") for i in range(6)]
+    monkeypatch.setattr(FaithfulnessConfig, "load_pairs", lambda self, model: (six, {"accuracy": 1.0}))
+    monkeypatch.setattr(job, "held_out_pairs", lambda config, model, pairs: [])
+    with pytest.warns(FewerPairsWarning, match=r"^6 pairs in all for both sides: ranking on 3 and scoring on 3 \(the "
+                                                 r"last 3 ranking pairs moved"):
+        ranking, scoring, stats = job.split_pairs(FaithfulnessConfig(n_pairs=6), model=None)
+    assert (ranking, scoring, stats) == (six[:3], six[3:], {"accuracy": 1.0})
+    assert job.split_pairs(FaithfulnessConfig(n_pairs=6, held_out=False), model=None)[1] is None
+    one = [_pair("a", "b")]
+    monkeypatch.setattr(FaithfulnessConfig, "load_pairs", lambda self, model: (one, {}))
+    with pytest.raises(ValueError, match=r"^No scoring pair disjoint from the 1 ranking pairs, and none of them can "
+                                         r"move to the scoring side; pass --no-held-out"):
+        job.split_pairs(FaithfulnessConfig(n_pairs=1), model=None)

@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import time
 import warnings
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -300,16 +301,34 @@ def held_out_pairs(config: FaithfulnessConfig, model: Model, ranking_pairs: Sequ
     else:
         candidates = list(saved)[len(ranking_pairs):]
     out = [p for p in candidates if p.reference not in taken and p.counterfactual not in taken][:n]
+    where = (f"{config.pairs_from} after the first {len(ranking_pairs)}" if saved is not None else
+             f"{config.pairs_file}'s lines after the first {len(ranking_pairs)}" if config.pairs_file else
+             f"seed {config.score_seed}")
     if len(out) < n:
-        where = (f"{config.pairs_from} after the first {len(ranking_pairs)}" if saved is not None else
-                 f"{config.pairs_file}'s lines after the first {len(ranking_pairs)}" if config.pairs_file else
-                 f"seed {config.score_seed}")
         warnings.warn(f"{len(out)} of the {n} scoring pairs asked ({where}, none sharing a prompt with the ranking "
                       "pairs); going on with them", FewerPairsWarning, stacklevel=2)
-    if not out:
-        raise ValueError(f"No scoring pair disjoint from the ranking pairs ({where}); pass --no-held-out to score on "
-                         "the ranking pairs, or more saved pairs")
     return out
+
+
+def balance_split(ranking: Sequence[PromptPair], scoring: Sequence[PromptPair]
+                  ) -> tuple[list[PromptPair], list[PromptPair]]:
+    """When there are fewer scoring pairs than ranking pairs (a task the model answers on few problems: SmolLM2's
+    subtraction gives about 60 pairs in all, so 64 ranking pairs leave none to score on), ranking pairs move to the
+    scoring side, from the last, until the two sides differ by at most one: a pair moves only if neither of its
+    prompts is a prompt of a ranking pair that stays, so the two sides still share no prompt. Balanced already:
+    both as given."""
+    ranking, scoring = list(ranking), list(scoring)
+    uses = Counter(x for p in ranking for x in (p.reference, p.counterfactual))  # prompts of the pairs that stay
+    moved: list[int] = []
+    for i in range(len(ranking) - 1, -1, -1):
+        if len(scoring) + len(moved) >= len(ranking) - len(moved) - 1:
+            break
+        own = Counter((ranking[i].reference, ranking[i].counterfactual))
+        if all(uses[x] == n for x, n in own.items()):  # no other staying pair has either prompt
+            uses.subtract(own)
+            moved.append(i)
+    gone = set(moved)
+    return [p for i, p in enumerate(ranking) if i not in gone], scoring + [ranking[i] for i in reversed(moved)]
 
 
 def _warn_flat_pairs(curves: dict[str, dict[str, FaithfulnessCurve]], n: int) -> None:
@@ -337,9 +356,26 @@ def split_pairs(config: FaithfulnessConfig, model: Model
         saved, stats = read_saved_pairs(config.pairs_from, config.model)
         saved = with_second_logit(saved, config.second_logit, config.pairs_from)
         pairs = saved[: config.n_pairs]
-        return pairs, held_out_pairs(config, model, pairs, saved), stats
+        return (*_balanced(pairs, held_out_pairs(config, model, pairs, saved)), stats)
     pairs, stats = config.load_pairs(model)
-    return pairs, held_out_pairs(config, model, pairs) if config.held_out else None, stats
+    if not config.held_out:
+        return pairs, None, stats
+    return (*_balanced(pairs, held_out_pairs(config, model, pairs)), stats)
+
+
+def _balanced(ranking: list[PromptPair], scoring: list[PromptPair]) -> tuple[list[PromptPair], list[PromptPair]]:
+    """:func:`balance_split`, said in one warning when pairs moved; one line when no scoring pair is left."""
+    from circuits.data.pairs import FewerPairsWarning
+
+    split = balance_split(ranking, scoring)
+    if len(split[1]) > len(scoring):
+        warnings.warn(f"{len(ranking) + len(scoring)} pairs in all for both sides: ranking on {len(split[0])} and "
+                      f"scoring on {len(split[1])} (the last {len(split[1]) - len(scoring)} ranking pairs moved to the "
+                      "scoring side, none sharing a prompt with a ranking pair)", FewerPairsWarning, stacklevel=3)
+    if not split[1]:
+        raise ValueError(f"No scoring pair disjoint from the {len(ranking)} ranking pairs, and none of them can move "
+                         "to the scoring side; pass --no-held-out to score on the ranking pairs, or more pairs")
+    return split
 
 
 def run(config: FaithfulnessConfig, out: str | Path, *, model: Model | None = None,
