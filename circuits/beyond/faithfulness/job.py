@@ -301,19 +301,19 @@ def held_out_pairs(config: FaithfulnessConfig, model: Model, ranking_pairs: Sequ
     else:
         candidates = list(saved)[len(ranking_pairs):]
     out = [p for p in candidates if p.reference not in taken and p.counterfactual not in taken][:n]
-    where = (f"{config.pairs_from} after the first {len(ranking_pairs)}" if saved is not None else
-             f"{config.pairs_file}'s lines after the first {len(ranking_pairs)}" if config.pairs_file else
-             f"seed {config.score_seed}")
     if len(out) < n:
+        where = (f"{config.pairs_from} after the first {len(ranking_pairs)}" if saved is not None else
+                 f"{config.pairs_file}'s lines after the first {len(ranking_pairs)}" if config.pairs_file else
+                 f"seed {config.score_seed}")
         warnings.warn(f"{len(out)} of the {n} scoring pairs asked ({where}, none sharing a prompt with the ranking "
-                      "pairs); going on with them", FewerPairsWarning, stacklevel=2)
+                      "pairs)", FewerPairsWarning, stacklevel=2)
     return out
 
 
 def balance_split(ranking: Sequence[PromptPair], scoring: Sequence[PromptPair]
                   ) -> tuple[list[PromptPair], list[PromptPair]]:
     """When there are fewer scoring pairs than ranking pairs (a task the model answers on few problems: SmolLM2's
-    subtraction gives about 60 pairs in all, so 64 ranking pairs leave none to score on), ranking pairs move to the
+    subtraction: 66 of 421 candidates answered, and 64 ranking pairs left none to score on), ranking pairs move to the
     scoring side, from the last, until the two sides differ by at most one: a pair moves only if neither of its
     prompts is a prompt of a ranking pair that stays, so the two sides still share no prompt. Balanced already:
     both as given."""
@@ -371,7 +371,8 @@ def _balanced(ranking: list[PromptPair], scoring: list[PromptPair]) -> tuple[lis
     if len(split[1]) > len(scoring):
         warnings.warn(f"{len(ranking) + len(scoring)} pairs in all for both sides: ranking on {len(split[0])} and "
                       f"scoring on {len(split[1])} (the last {len(split[1]) - len(scoring)} ranking pairs moved to the "
-                      "scoring side, none sharing a prompt with a ranking pair)", FewerPairsWarning, stacklevel=3)
+                      "scoring side, none sharing a prompt with a ranking pair); going on with them",
+                      FewerPairsWarning, stacklevel=3)
     if not split[1]:
         raise ValueError(f"No scoring pair disjoint from the {len(ranking)} ranking pairs, and none of them can move "
                          "to the scoring side; pass --no-held-out to score on the ranking pairs, or more pairs")
