@@ -80,7 +80,9 @@ class HeuristicsConfig(PairSource):
                                                     "Nikankin et al.'s per-prompt knockout: per correct grid prompt, "
                                                     "at most this many of each MLP's neurons whose heuristics the "
                                                     "prompt is associated with knocked out, and as many random ones; "
-                                                    "read on accuracy (several limits: one row each; none: off)")
+                                                    "read on accuracy (several limits: one row each; a limit at "
+                                                    "or past --neurons-per-mlp knocks out every associated one; "
+                                                    "none: off)")
     prompt_knockout_ablation: str = option("zero", choices=("zero", "mean"), help="the per-prompt knockout's "
                                            "values: zero (Nikankin's) or the grid's mean hook_post (the class "
                                            "knockout's)")
