@@ -2,7 +2,8 @@
 circuit discovery: for every model and operation, each ranking of ``--rankings`` (exact path and activation patching
 at END, exact patching at every position, the AtP* screen, GradDrop, EAP-IG) turned into circuits at MIB's sizes,
 everything else ablated, f against size, CPR and CMD with bootstrap intervals, and the seconds each ranking took; at
-node level with the circuit kept at END and at every position, and at edge level for EAP-IG.
+node level with the circuit kept at END and at every position, and at edge level for EAP-IG (at END and at every
+position, ``--edge-positions``' default).
 
 Run: ``python experiments/faithfulness.py`` (SmolLM2, the four operations; ``--models smollm2,gemma3-270m`` adds Gemma
 3 270M where it is installed); ``--pairs 8 --operations addition`` for a quick run; ``--replot`` redraws from the

@@ -14,8 +14,10 @@ from circuits.patching.engines.end_sweep import sweep
 
 @pytest.fixture(scope="module")
 def result(smollm2, tokenizer):
+    # edges at END only, named: the job's default adds edges@all (issue 43), equal to the plain loop on SmolLM2 in
+    # tests/backends/test_edges_everywhere.py and read from a default run in tests/unit/test_faithfulness_job.py
     cfg = FaithfulnessConfig(model="smollm2", rankings=("exact-path", "screen", "eap-ig"), sizes=(0.01, 0.1, 0.5),
-                             n_boot=50, ig_steps=2)
+                             n_boot=50, ig_steps=2, edge_positions=("end",))
     return faithfulness(smollm2, aligned_pairs(tokenizer, 3), cfg, progress=False)
 
 

@@ -65,7 +65,7 @@ def test_bad_input_score_is_one_line():
 def test_input_node_is_mib_s_default_and_named_when_turned_off():
     c = FaithfulnessConfig()
     assert c.input_node is True and "input_node" not in c.mib()["fixed"] and "input_node" not in c.mib()["departs"]
-    off = c.replace(input_node=False, edge_positions=("end", "all"))  # edges at every position: MIB's, no departure
+    off = c.replace(input_node=False)  # edges at every position by default: MIB's, no departure
     assert off.mib()["departs"] == {"input_node": {"here": False, "mib": True}}
     assert FaithfulnessConfig.from_json(json.loads(json.dumps(off.to_json()))) == off
 

@@ -70,6 +70,30 @@ def test_cli_bad_input_is_one_clear_line(tmp_path, capsys, argv, message):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv, want", [
+    ([], ("end", "all")),  # the default (issue 43): MIB's every position beside the paper's END
+    (["--edge-positions", "end"], ("end",)),
+    (["--edge-positions", "all"], ("all",)),
+    (["--edge-positions", "all,end"], ("all", "end")),
+])
+def test_edge_positions_flag_in_the_cli_and_the_study(argv, want):
+    """``--edge-positions`` as ``circuits faithfulness`` and experiments/faithfulness.py read it: absent, the default;
+    given, what it names, in its order."""
+    import argparse
+    import importlib
+
+    from circuits.cli import build_parser
+    from circuits.config import add_arguments, from_arguments
+
+    args = build_parser().parse_args(["faithfulness", *TINY, *argv, "--out", "unused"])
+    assert from_arguments(FaithfulnessConfig, args).edge_positions == want
+    exp = importlib.import_module("faithfulness")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser, exp.Config)
+    study = from_arguments(exp.Config, parser.parse_args(argv))
+    assert study.run_config("smollm2", "addition").edge_positions == want
+
+
 def test_defaults_are_mib_s():
     c = FaithfulnessConfig()
     assert c.sizes == engine.MIB_SIZES == (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -78,21 +102,21 @@ def test_defaults_are_mib_s():
     # (int(s * n)), its pinned EAP-IG's alphas and its scores summed over positions
     assert c.counterfactual == "random" and c.second_logit == "label" and c.count == "floor" and c.ig_grid == "left"
     assert c.position_scores == "sum"
-    # every MIB choice is the default: nothing departs but what no config value selects yet (named in docs/mib.md)
-    # edges at END by default (edges at every position, MIB's evaluate_graph, is a named option: ~2x slower on a
-    # CPU), the one departure the defaults name; with --edge-positions end,all (or all) nothing departs
+    # every MIB choice is the default: nothing departs but what no config value selects yet (named in docs/mib.md);
+    # edges at every position (MIB's evaluate_graph) beside the paper's END view by default (issue 43); END only is
+    # the one edge setting that departs
+    assert c.mib()["departs"] == {} and set(c.mib()["fixed"]) == {"prompts"}
+    assert c.edge_positions == ("end", "all") and c.edge_settings() == ["edges@end", "edges@all"]
     departs = {"edge_positions": {"here": ["end"], "mib": ["all"]}}
-    assert c.mib()["departs"] == departs and set(c.mib()["fixed"]) == {"prompts"}
-    assert c.edge_positions == ("end",) and c.edge_settings() == ["edges@end"]
-    assert c.replace(edge_positions=("end", "all")).edge_settings() == ["edges@end", "edges@all"]
-    assert c.replace(edge_positions=("end", "all")).mib()["departs"] == {}
+    assert c.replace(edge_positions=("end",)).edge_settings() == ["edges@end"]
+    assert c.replace(edge_positions=("end",)).mib()["departs"] == departs
     assert c.replace(edge_positions=("all",)).mib()["departs"] == {}
-    assert c.replace(edges=False).mib()["departs"] == {}  # no edge curve, nothing measured another way
-    old = {k: v for k, v in c.to_json().items() if k != "edge_positions"}
+    assert c.replace(edges=False, edge_positions=("end",)).mib()["departs"] == {}  # no edge curve measured
+    old = {k: v for k, v in c.to_json().items() if k != "edge_positions"}  # saved before the field: END only
     assert FaithfulnessConfig.from_json(old).edge_positions == ("end",)
     assert c.input_node  # MIB's node graph: the input ranked and counted where a ranking scores it
-    assert c.replace(second_logit="top").mib()["departs"] == {"second_logit": {"here": "top", "mib": "label"},
-                                                               **departs}
+    assert c.replace(second_logit="top", edge_positions=("end",)).mib()["departs"] == {
+        "second_logit": {"here": "top", "mib": "label"}, **departs}
     # MIB's CPR (the signed ranking's curve), scored on pairs held out from the ranking (issue 43)
     assert c.cpr_ranking == "signed" and c.held_out and c.score_seed == c.seed + 1 == 1
     assert FaithfulnessConfig(seed=4, held_out=False, scoring_seed=4).score_seed == 4
@@ -133,7 +157,8 @@ def test_figure_draws_each_ranking_on_the_linear_axis_cpr_integrates_and_a_log_v
 
 
 def hand_result() -> FaithfulnessResult:
-    cfg = FaithfulnessConfig(model="tiny", rankings=("exact-path", "eap-ig"), positions=("end",))
+    cfg = FaithfulnessConfig(model="tiny", rankings=("exact-path", "eap-ig"), positions=("end",),
+                             edge_positions=("end",))
     scores = {"exact-path": {"heads": torch.rand(3, 4), "mlps": torch.rand(3)},
               "eap-ig": {"heads": torch.rand(3, 4), "mlps": torch.rand(3), "edges": torch.rand(16, 40)}}  # 1 + 3 x 5 senders, 3 x 13 + 1 receivers
     curves = {"exact-path": {"nodes@end": curve([0.2, 0.5, 0.9], 0.6, 0.3)},
@@ -167,6 +192,23 @@ def test_table_best_and_section_say_which_ranking_wins(tmp_path):
 
     assert "; nodes: heads and MLPs (MIB also ranks the input node)" in title("nodes@end")
     assert "; senders: the input, heads and MLPs (MIB's edge graph)" in title("edges@end")
+
+
+def test_a_result_saved_before_edge_positions_reads_back_as_end_only(tmp_path):
+    """A result written before ``edge_positions`` existed (its config.json without the field) scored edges at END
+    only: it loads with END (not the job's default, END and every position), equal to what was saved, its table,
+    summary and figures as before, and its summary names the departure from MIB."""
+    r = hand_result()
+    folder = r.save(tmp_path / "f")
+    saved = json.loads((folder / "config.json").read_text())
+    assert saved["edge_positions"] == ["end"]  # a result records its edge positions
+    (folder / "config.json").write_text(json.dumps({k: v for k, v in saved.items() if k != "edge_positions"}))
+    back = FaithfulnessResult.load(folder)
+    assert back.config.edge_positions == ("end",) != FaithfulnessConfig().edge_positions == ("end", "all")
+    assert back == r and back.settings == ["nodes@end", "edges@end"]
+    assert json.dumps(back.summary()) == json.dumps(r.summary())  # NaN seconds compare as text
+    assert back.summary()["mib"]["departs"] == {"edge_positions": {"here": ["end"], "mib": ["all"]}}
+    assert back.figure("edges@end").to_json() == r.figure("edges@end").to_json()
 
 
 def test_cpr_from_the_signed_ranking_is_mib_s_and_not_one_minus_cmd(tmp_path):
@@ -389,9 +431,11 @@ def test_experiment_script_runs_replots_and_publishes(tmp_path, capsys):
                                                         abs=1e-4)  # published.json keeps 5 digits
     assert all(not v[7] or v[3] > 0 for v in family)  # apart only where the corrected interval excludes 0
     header, rows = T.faithfulness(tables["faithfulness"]["data"])
+    # the study's default edge positions (issue 43): EAP-IG's edges at END and at every position (MIB's)
     assert [r[1:3] for r in rows] == [[op, s] for op in ("addition", "subtraction")
-                                      for s in ("nodes at END", "nodes, every position", "edges at END")]
-    assert rows[2][3] == "-" and rows[2][-1] == "eap-ig"  # edges: EAP-IG's alone
+                                      for s in ("nodes at END", "nodes, every position", "edges at END",
+                                                "edges, every position")]
+    assert rows[2][3] == rows[3][3] == "-" and rows[2][-1] == rows[3][-1] == "eap-ig"  # edges: EAP-IG's alone
     assert (tmp_path / "run" / exp.slug(str(tiny_dir("llama"))) / "addition" / "figure-nodes-all.html").is_file()
     again = exp.cli([*argv, "--replot"])
     assert T.read_published(again) == tables

@@ -120,8 +120,15 @@ def test_faithfulness_writes_both_curves_and_cpr_is_not_one_minus_cmd(tmp_path):
     assert any(abs(row["cpr"] + row["cmd"] - 1) > 1e-3 for row in summary["table"])
     assert (summary["counterfactual"], summary["second_logit"], summary["position_scores"]) == ("random", "label", "sum")
     assert summary["pairs_with_label"] == len(r.scoring_pairs) == 16
-    # the one default departure: edges at END only (every position is --edge-positions end,all, ~2x slower)
-    assert summary["mib"]["departs"] == {"edge_positions": {"here": ["end"], "mib": ["all"]}}
+    # no default departs (issue 43): EAP-IG's edges scored at every position, MIB's, beside END; the result records it
+    assert summary["mib"]["departs"] == {}
+    assert json.loads((out / "config.json").read_text())["edge_positions"] == ["end", "all"]
+    assert r.config.edge_positions == ("end", "all")
+    for curves in (r.curves, r.signed_curves):
+        assert [k for k in curves["eap-ig"] if k.startswith("edges@")] == ["edges@end", "edges@all"]
+        every = curves["eap-ig"]["edges@all"]
+        assert (every.positions, every.level) == ("all", "edge") and every.f.isfinite().all()
+    assert {row["setting"] for row in summary["table"] if row["ranking"] == "eap-ig"} >= {"edges@end", "edges@all"}
     assert "input_node" not in summary["mib"]["fixed"]
     # MIB's node graph: the input node ranked and counted by every ranking (each scores it by its own method)
     assert summary["input_node"] is True and summary["input_ranked"] == list(r.config.rankings)

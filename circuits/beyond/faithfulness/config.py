@@ -86,13 +86,14 @@ class FaithfulnessConfig(PairSource):
                                                         "(END only) and/or all (every position, as MIB)")
     edges: bool = option(True, help="also score EAP-IG's edge ranking at edge level, at --edge-positions (with "
                                     "--rankings eap-ig; pre-norm models)")
-    # END only by default: MIB's every-position edge curve (edges@all) took 30x the END curve's CPU time on SmolLM2
-    # (359 vs 12 CPU s, 8 scoring pairs, docs/results.md); from each pair's first difference (issue 43) 2.1x (18.6 vs
-    # 8.7 CPU s, docs/speed.md); the default is the lead's to change; mib() names the departure
-    edge_positions: tuple[str, ...] = option(("end",), help="where an edge circuit's left-out edges carry their "
-                                             "ablated value: end (END only) and/or all (every position, MIB's "
-                                             "evaluate_graph, about 30x the END curve's time); one curve each "
-                                             "(edges@end, edges@all); end,all adds MIB's")
+    # end,all by default (issue 43): MIB's every-position edge curve (edges@all, so nothing departs from MIB) beside
+    # the paper's END view, as `positions` keeps nodes at both and the published edge rows (edges@end) stay comparable;
+    # edges@all costs 2.1x edges@end's CPU time since each pair's shared start runs once (docs/speed.md). A result saved
+    # before the field existed reads as END only (from_json)
+    edge_positions: tuple[str, ...] = option(POSITIONS, help="where an edge circuit's left-out edges carry their "
+                                             "ablated value: end (END only, the paper's view) and/or all (every "
+                                             "position, MIB's evaluate_graph, about 2x the END curve's time); one "
+                                             "curve each (edges@end, edges@all)")
     ablation: str = option("counterfactual", choices=ABLATIONS, help="what an ablated node takes: its value on the "
                                                                     "counterfactual prompt (MIB's), its mean, or zero")
     metric: str = option(MIB_METRIC, choices=METRIC_NAMES, help="m in f = (m(C) - m(empty)) / (m(N) - m(empty)); "
