@@ -334,6 +334,13 @@ def all_heads(n_layers: int, n_heads: int) -> list[Head]:
     return [Head(l, h) for l in range(n_layers) for h in range(n_heads)]
 
 
+def jaccard(a: Iterable[Any], b: Iterable[Any]) -> float:
+    """``|A & B| / |A | B|`` of two sets of heads, components or indices (a tensor: its elements); 1 when both are
+    empty."""
+    sa, sb = (set(x.tolist() if hasattr(x, "tolist") else x) for x in (a, b))
+    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
+
+
 # --- EAP-IG's (and MIB's) graph of a model: its nodes in EAP-IG's order -----------------------------------------
 # EAP-IG's names for the two nodes that are not components: the embeddings (a sender) and the logits (a receiver).
 INPUT = "input"

@@ -28,7 +28,7 @@ from circuits.models.backend import Model
 from circuits.patching.engines.end_sweep import sweep
 from circuits.patching.core.ranking import DEFAULT_KEY_RULE, KeyRule
 from circuits.results import brief
-from circuits.types import Head
+from circuits.types import Head, jaccard
 
 # Below this Jaccard overlap of two kinds' key heads, the key heads are said to change with the counterfactual.
 THRESHOLD = 0.5
@@ -36,12 +36,6 @@ THRESHOLD = 0.5
 
 class CounterfactualWarning(UserWarning):
     """The key heads change with the counterfactual kind."""
-
-
-def jaccard(a: Sequence[Head], b: Sequence[Head]) -> float:
-    """``|A & B| / |A | B|`` of two head sets (1 when both are empty)."""
-    sa, sb = set(map(tuple, a)), set(map(tuple, b))
-    return len(sa & sb) / len(sa | sb) if sa | sb else 1.0
 
 
 @dataclass

@@ -145,11 +145,3 @@ def embedded_model(name: str) -> EmbeddedModel | None:
     """The embedded model called ``name`` (any alias, any case), or None."""
     key = str(name).lower()
     return next((m for m in EMBEDDED if key in m.names), None)
-
-
-def embedded_gguf_path(name: str = "smollm2") -> Path:
-    """The GGUF file of an embedded model (``smollm2`` by default), found without importing its package."""
-    model = embedded_model(name)
-    if model is None:
-        raise EmbeddedModelMissing(f"No embedded model {name!r}; embedded: {', '.join(m.name for m in EMBEDDED)}.")
-    return model.gguf_path()

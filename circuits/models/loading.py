@@ -32,6 +32,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -225,11 +226,6 @@ def load_hooked(name: str, torch_dtype: torch.dtype, device: str | torch.device,
             raise ModelLoadError(f"GGUF file not found: {path}. Accepted: {accepted_inputs()}.")
         model = _load_gguf(path, torch_dtype, device, fold_ln, use_cache, label=path.stem)
     elif path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(
-                f"Directory {path} has no config.json, so it is not a Hugging Face model folder. "
-                f"Accepted: {accepted_inputs()}."
-            )
         model = _load_hf_dir(path, torch_dtype, device, fold_ln)
     elif is_official_name(name):
         _check_official(name)
@@ -474,13 +470,17 @@ def _build(cfg: HookedTransformerConfig, state_dict: dict[str, torch.Tensor] | N
     return model
 
 
-def _load_hf_dir(path: Path, dtype: torch.dtype, device: str | torch.device, fold_ln: bool) -> HookedTransformer:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _hf_folder(path: Path, check: Callable[[Any], Any] = lambda hf_config: None) -> tuple[Any, Any, Any]:
+    """A local Hugging Face folder's config, ``check(config)`` (which refuses before the weights are looked for) and
+    its tokenizer (both lines load a folder through it), each problem one :class:`ModelLoadError` naming it."""
+    from transformers import AutoTokenizer
 
+    if not (path / "config.json").is_file():
+        raise ModelLoadError(f"Directory {path} has no config.json, so it is not a Hugging Face model folder. "
+                             f"Accepted: {accepted_inputs()}.")
     hf_config = read_hf_config(path)
-    cfg = tl_config_from_hf(hf_config, dtype, device, path.name)  # refuses an unaccepted architecture before weights
-    weights = [f for pattern in WEIGHT_FILES for f in path.glob(pattern)]
-    if not weights:
+    checked = check(hf_config)
+    if not [f for pattern in WEIGHT_FILES for f in path.glob(pattern)]:
         raise ModelLoadError(f"{path} has a config.json but no weights ({', '.join(WEIGHT_FILES)}); copy the model's "
                              "weight files beside it.")
     try:
@@ -488,6 +488,14 @@ def _load_hf_dir(path: Path, dtype: torch.dtype, device: str | torch.device, fol
     except Exception as err:  # missing, truncated or foreign files: OSError, ValueError, KeyError, JSONDecodeError, ...
         raise ModelLoadError(f"{path} has no usable tokenizer files ({_first_line(err)}); save the tokenizer beside "
                              "the weights.") from None
+    return hf_config, checked, tokenizer
+
+
+def _load_hf_dir(path: Path, dtype: torch.dtype, device: str | torch.device, fold_ln: bool) -> HookedTransformer:
+    from transformers import AutoModelForCausalLM
+
+    # tl_config_from_hf refuses an unaccepted architecture before the weights are looked for
+    hf_config, cfg, tokenizer = _hf_folder(path, lambda c: tl_config_from_hf(c, dtype, device, path.name))
     try:
         hf_model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
     except Exception as err:  # truncated or foreign weight files: OSError, SafetensorError, RuntimeError, ...
@@ -577,18 +585,7 @@ def load_bridge(name: str, dtype: torch.dtype, device: str | torch.device, fold_
         source, tokenizer = str(cache / "hf_model"), AutoTokenizer.from_pretrained(cache / "tokenizer",
                                                                                     local_files_only=True)
     elif path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"Directory {path} has no config.json, so it is not a Hugging Face model folder. "
-                                 f"Accepted: {accepted_inputs()}.")
-        read_hf_config(path)
-        if not [f for pattern in WEIGHT_FILES for f in path.glob(pattern)]:
-            raise ModelLoadError(f"{path} has a config.json but no weights ({', '.join(WEIGHT_FILES)}); copy the "
-                                 "model's weight files beside it.")
-        try:
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        except Exception as err:  # missing, truncated or foreign files
-            raise ModelLoadError(f"{path} has no usable tokenizer files ({_first_line(err)}); save the tokenizer "
-                                 "beside the weights.") from None
+        _, _, tokenizer = _hf_folder(path)
         source = str(path)
     elif is_official_name(name):
         _check_official(name)

@@ -224,15 +224,8 @@ def uncertainty_section(page: Page, found: list) -> str:
 
 
 def faithfulness_section(page: Page, found: list) -> str:
-    out = []
-    for f in found:
-        r = f.result
-        out.append(validity_banner(r.validity()))
-        out.append(_faithfulness_text(r))
-        for setting in r.settings:
-            out.append(page.figure(r.figure(setting)))
-        out.append(f.config_html())
-    return "".join(out)
+    return page.per_result(found, lambda r: validity_banner(r.validity()) + _faithfulness_text(r),
+                           lambda r: [r.figure(setting) for setting in r.settings])
 
 
 def _faithfulness_text(r: Any) -> str:
@@ -264,15 +257,7 @@ def _faithfulness_text(r: Any) -> str:
 
 
 def numbers_section(page: Page, found: list) -> str:
-    out = []
-    for f in found:
-        r = f.result
-        out.append(_numbers_text(r) + page.figure(r.figure()))
-        digits = r.digit_figure()
-        if digits is not None:
-            out.append(page.figure(digits))
-        out.append(f.config_html())
-    return "".join(out)
+    return page.per_result(found, _numbers_text, lambda r: [r.figure(), r.digit_figure()])
 
 
 def _numbers_text(r: Any) -> str:
@@ -325,8 +310,7 @@ def _numbers_text(r: Any) -> str:
 
 def carry_section(page: Page, found: list) -> str:
     """The carry study (issue 42): each measurement beside its null, as a table (no figure)."""
-    return "".join(
-        validity_banner(f.result.validity()) + "<p class='what'>Single-digit sums with a two-digit answer, read at END (the carry \"1\") and at END + 1 (the "
-        "units digit, the \"1\" teacher-forced): do the two tokens have components of their own? Each row beside "
-        "its null; intervals are 95% bootstrap (over pairs) or Wilson (over prompts).</p>"
-        + table(["measurement", "value [interval]", "null"], f.result.table_rows()) + f.config_html() for f in found)
+    return page.per_result(found, lambda r: validity_banner(r.validity()) + "<p class='what'>Single-digit sums with a "
+        "two-digit answer, read at END (the carry \"1\") and at END + 1 (the units digit, the \"1\" teacher-forced): do "
+        "the two tokens have components of their own? Each row beside its null; intervals are 95% bootstrap (over pairs) "
+        "or Wilson (over prompts).</p>" + table(["measurement", "value [interval]", "null"], r.table_rows()), lambda r: ())

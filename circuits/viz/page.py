@@ -132,10 +132,13 @@ class Page:
             self.templates.append(text)
         return html.replace(text, f"circuitsTemplates[{self.templates.index(text)}]")
 
-    def per_result(self, found: Iterable[Any], text: Callable[[Any], str]) -> str:
+    def per_result(self, found: Iterable[Any], text: Callable[[Any], str],
+                   figures: Callable[[Any], Iterable[Any]] | None = None) -> str:
         """One block per found result (:class:`~circuits.viz.sections.Found`): ``text(result)``, what it shows (a
-        sentence, tables), then the result's figure and the config that made it."""
-        return "".join(text(f.result) + self.figure(f.result.figure(), getattr(f, "label", "")) + f.config_html()
+        sentence, tables), then the result's figure titled with the run's label (or ``figures(result)``, each as it
+        is; ``None`` ones left out) and the config that made it."""
+        return "".join(text(f.result) + ("".join(self.figure(g) for g in figures(f.result) if g is not None) if figures
+                                         else self.figure(f.result.figure(), getattr(f, "label", ""))) + f.config_html()
                        for f in found)
 
     def view(self, component: str, props: dict[str, Any]) -> str:

@@ -320,23 +320,18 @@ def views_section(page: Page, found: list[Found]) -> str:
 def lens_section(page: Page, found: list[Found]) -> str:
     from circuits.viz.figures import prompt_label, top_tokens_figure
 
-    out = []
-    for f in found:
-        r = f.result
+    def text(r: Any) -> str:
         start = (f"writing starts at layer {_e(r.writing_start)}" if r.writing_start is not None else "no layer's MLP "
                  "output points at the answer more than at other numbers by 0.02 in at least half of the later layers, "
                  "so no writing start is marked")
-        out.append(f"<p class='what'>The MLPs through the logit lens (Figure 6), averaged over {_e(r.n_pairs or '?')} "
-                   f"pairs: how much each layer's MLP input points at the operands' unembeddings (6a; peaks at layers "
-                   f"{_e(r.peak('in_A'))} for A and {_e(r.peak('in_B'))} for B), and how much what the MLP adds points at "
-                   f"the answer rather than other numbers (6b; {start}); 6c "
-                   f"lists the number tokens each MLP adds most for {_e(repr(r.example))}.</p>")
-        out.append(page.figure(r.figure()))
-        if r.top_tokens:
-            out.append(page.figure(top_tokens_figure(r.top_tokens, "6c: top number tokens of MLP_out - MLP_in for "
-                                                                   + prompt_label(r.example))))
-        out.append(f.config_html())
-    return "".join(out)
+        return (f"<p class='what'>The MLPs through the logit lens (Figure 6), averaged over {_e(r.n_pairs or '?')} "
+                f"pairs: how much each layer's MLP input points at the operands' unembeddings (6a; peaks at layers "
+                f"{_e(r.peak('in_A'))} for A and {_e(r.peak('in_B'))} for B), and how much what the MLP adds points at "
+                f"the answer rather than other numbers (6b; {start}); 6c "
+                f"lists the number tokens each MLP adds most for {_e(repr(r.example))}.</p>")
+
+    return page.per_result(found, text, lambda r: [r.figure(), top_tokens_figure(
+        r.top_tokens, "6c: top number tokens of MLP_out - MLP_in for " + prompt_label(r.example)) if r.top_tokens else None])
 
 
 def _metric(scores: dict[str, Any]) -> tuple[str, float | None]:

@@ -27,6 +27,7 @@ from torch import Tensor
 from circuits.models.backend import Model, act_name
 from circuits.patching.core.ranking import order
 from circuits.patching.core.uncertainty import percentile_interval, resample_pairs
+from circuits.types import jaccard
 
 
 def component_names(n_layers: int, n_heads: int) -> list[str]:
@@ -43,13 +44,6 @@ def flat_components(heads: Float[Tensor, "layer head pair"], mlps: Float[Tensor,
 def top_set(effects: Float[Tensor, " component"], k: int) -> Int[Tensor, " k"]:
     """The ``k`` components with the largest absolute effect (the project's one sort: ties by index)."""
     return order(effects.abs(), 1)[:k]
-
-
-def jaccard(a: Tensor, b: Tensor) -> float:
-    """|a & b| / |a | b| of two index sets (1.0 for two empty sets)."""
-    sa, sb = set(a.tolist()), set(b.tolist())
-    union = sa | sb
-    return len(sa & sb) / len(union) if union else 1.0
 
 
 def random_jaccard(n: int, k: int, level: float = 0.95) -> dict[str, float]:

@@ -8,13 +8,8 @@ from typing import Any
 from circuits.patching.core.ranking import DEFAULT_KEY_RULE
 from circuits.io import read_json, write_json
 from circuits.results import Result
-from circuits.types import Head
+from circuits.types import Head, jaccard
 from circuits.beyond.stability.config import StabilityConfig
-
-
-def jaccard(a: set, b: set) -> float:
-    """|a & b| / |a | b| (1 when both are empty)."""
-    return len(a & b) / len(a | b) if (a or b) else 1.0
 
 
 def jaccard_matrix(sets: list[set]) -> list[list[float]]:

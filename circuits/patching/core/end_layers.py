@@ -184,12 +184,6 @@ def mlp_at_end(model: Model, layer: int, x: Float[Tensor, "... d_model"]) -> Ten
     return _post_norm(model, "ln2_post", layer, block.mlp(block.ln2(flat))).reshape(shape)
 
 
-def rotate(model: Model, layer: int, x: Float[Tensor, "... n d_head"], pos: Int[Tensor, " pair"]) -> Tensor:
-    """Rotary embedding of ``x`` (``[..., pair, head, d_head]``) at each pair's own position (layer ``layer``'s
-    table; unchanged for models without rotary): :meth:`~circuits.models.backend.Backend.rotary`."""
-    return model.backend.rotary(layer, x, pos)
-
-
 def attention_at_end(
     model: Model,
     layer: int,
@@ -243,8 +237,7 @@ def z_at_end(
     norms = model.backend.qk_norms(layer)
     if norms is not None:
         q, k = (norm(t.reshape(-1, cfg.d_head)).reshape(t.shape) for norm, t in zip(norms, (q, k)))
-    q = rotate(model, layer, q, end)
-    k = rotate(model, layer, k, end)
+    q, k = model.backend.rotary(layer, q, end), model.backend.rotary(layer, k, end)
     q = einops.rearrange(q, "s p (k g) e -> s p k g e", k=k.shape[2])
     scale, cap = model.backend.score_scale(layer), model.backend.score_softcap(layer)
     prefix_scores = apply_softcap(torch.einsum("spkge,ptke->spkgt", q, keys) * scale, cap)

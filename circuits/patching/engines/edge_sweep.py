@@ -33,7 +33,6 @@ from circuits.patching.core.end_layers import (attention_at_end, attention_outpu
     collect_runs, mlp_at_end, readout, z_at_end)
 from circuits.patching.engines.end_sweep import all_components, rows_for_budget
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
-from circuits.patching.engines.neuron_sweep import answer_readout
 from circuits.patching.core.readouts import MetricLookup, Readouts, check_senders
 from circuits.patching.core.scores import Scores
 from circuits.types import Component, Receiver
@@ -198,10 +197,7 @@ def sweep_edges(
             for layer in range(r.layer + 1, L):
                 y = y + attention_at_end(model, layer, y, runs.keys[layer], runs.values[layer], end)
                 y = y + mlp_at_end(model, layer, y)
-            if prob or custom:
-                values = readout(model, y, base.answer, base.cf_answer, custom)
-            else:
-                values = answer_readout(model, y, base.answer, base.cf_answer)
+            values = readout(model, y, base.answer, base.cf_answer, custom, prob=prob)
             for a, i in enumerate(rows):
                 out.put((c0 + i, j), {k: v[a].cpu() for k, v in values.items()})
             bar.update(len(chunk))

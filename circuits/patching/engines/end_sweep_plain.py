@@ -26,15 +26,6 @@ from circuits.patching.core.scores import Scores
 from circuits.types import Component, Mode
 
 
-def _end_values(logits: Tensor, batch: PairBatch, base: Baseline) -> tuple[Tensor, Tensor, Tensor]:
-    rows = torch.arange(logits.shape[0])
-    end_logits = logits[rows, batch.end].float()
-    logit = end_logits[rows, base.answer]
-    ld = logit - end_logits[rows, base.cf_answer]
-    prob = end_logits.softmax(-1)[rows, base.answer]
-    return logit.cpu(), ld.cpu(), prob.cpu()
-
-
 @torch.no_grad()
 def baseline_plain(model: Model, batch: PairBatch) -> Baseline:
     """The unpatched END quantities from two full forward passes (no cache, no END-only shortcut)."""
@@ -42,12 +33,8 @@ def baseline_plain(model: Model, batch: PairBatch) -> Baseline:
     ref = model(batch.reference)[rows, batch.end].float()
     cf = model(batch.counterfactual)[rows, batch.end].float()
     answer, cf_answer = batch.answer, second_answers(batch.cf_label, cf)
-
-    def values(logits: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        logit = logits[rows, answer]
-        return logit, logit - logits[rows, cf_answer], logits.softmax(-1)[rows, answer]
-
-    return Baseline(answer.cpu(), cf_answer.cpu(), *(t.cpu() for t in (*values(ref), *values(cf))))
+    values = [*readouts_of(ref, answer, cf_answer).values(), *readouts_of(cf, answer, cf_answer).values()]
+    return Baseline(answer.cpu(), cf_answer.cpu(), *(t.cpu() for t in values))
 
 
 @torch.no_grad()
@@ -152,8 +139,8 @@ def patch_component_plain(
         hooks.append((act_name("z", component.layer), patch_at(cf_cache, rows, end, component.head)))
     if component.kind == "mlp":
         hooks.append((act_name("mlp_out", component.layer), patch_at(cf_cache, rows, end)))
-    logits = model.run_with_hooks(batch.reference, fwd_hooks=hooks)
-    return _end_values(logits, batch, base)
+    logits = model.run_with_hooks(batch.reference, fwd_hooks=hooks)[rows, end].float()
+    return tuple(v.cpu() for v in readouts_of(logits, base.answer, base.cf_answer).values())  # type: ignore[return-value]
 
 
 @torch.no_grad()

@@ -27,7 +27,6 @@ from tqdm.auto import tqdm
 from circuits.io import Shapes
 from circuits.models.backend import Model, act_name
 from circuits.data.pairs import Pairs, as_batch
-from circuits.models import backend
 from circuits.patching.core.end_layers import (_post_norm, attention_at_end, baseline_from, check_supported, collect_runs,
                                           mlp_at_end, readout)
 from circuits.patching.engines.end_sweep import rows_for_budget
@@ -106,20 +105,6 @@ def end_posts(model: Model, batch, runs, layers: Sequence[int]) -> tuple[dict[in
     return ref, cf
 
 
-def answer_readout(model: Model, x: Float[Tensor, "sender pair d_model"], answer: Tensor,
-                   cf_answer: Tensor) -> dict[str, Tensor]:
-    """Answer logit and logit difference only: the final norm, then the two columns of the unembedding they need
-    (and the final soft-cap where the model has one)."""
-    S, P, d = x.shape
-    normed = model.ln_final(x.reshape(-1, 1, d))[:, 0].reshape(S, P, d)
-    W_U, b_U = model.backend.unembed_weights()
-    logit = torch.einsum("spd,dp->sp", normed, W_U[:, answer]) + b_U[answer]
-    other = torch.einsum("spd,dp->sp", normed, W_U[:, cf_answer]) + b_U[cf_answer]
-    cap = model.backend.logit_softcap()  # Gemma 2's final soft-cap, as the forward pass applies it
-    logit, other = backend.apply_softcap(logit, cap).float(), backend.apply_softcap(other, cap).float()
-    return {"logit": logit, "logit_diff": logit - other, "prob": torch.full_like(logit, float("nan"))}
-
-
 @torch.no_grad()
 def sweep_neurons(
     model: Model,
@@ -190,10 +175,7 @@ def sweep_neurons(
                     new = resid_post[None] + delta[..., None] * w_out[:, None, :]
                 x = new if x is None else torch.cat([x, new])
         assert x is not None
-        if full_readout:
-            values = readout(model, x, base.answer, base.cf_answer, custom)
-        else:
-            values = answer_readout(model, x, base.answer, base.cf_answer)
+        values = readout(model, x, base.answer, base.cf_answer, custom, prob=full_readout)
         for j in range(len(chunk)):
             out.put((c0 + j,), {k: v[j].cpu() for k, v in values.items()})
         bar.update(len(chunk))

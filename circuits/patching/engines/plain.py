@@ -37,10 +37,6 @@ from circuits.types import Component, Mode, Neuron, Receiver
 
 
 
-def _end_logits(model: Model, logits: Tensor, batch: PairBatch) -> Tensor:
-    return logits[torch.arange(len(batch)), batch.end].float()
-
-
 @torch.no_grad()
 def cf_answer_plain(model: Model, batch: PairBatch) -> Tensor:
     return second_answers(batch.cf_label, _run_end(model, batch.counterfactual, [], batch))
@@ -88,7 +84,7 @@ def attribute_plain(model: Model, batch: PairBatch, metric: Metric, readout: str
             batch.counterfactual,
             names_filter=lambda n: n.endswith(("hook_z", "hook_mlp_out", "hook_post")) or n == INPUT_SITE)
     cf_logits = cf_logits.detach()
-    cf_answer = second_answers(batch.cf_label, _end_logits(model, cf_logits, batch))
+    cf_answer = second_answers(batch.cf_label, cf_logits[rows, batch.end].float())
     store: dict[str, Tensor] = {}
 
     def keep(act: Tensor, hook) -> Tensor:
@@ -107,12 +103,8 @@ def attribute_plain(model: Model, batch: PairBatch, metric: Metric, readout: str
         hooks += [(act_name(s, drop_layer), lambda act, hook: act.detach()) for s in ("attn_out", "mlp_out")]
     logits = model.run_with_hooks(batch.reference, fwd_hooks=hooks)
     end_logits = logits[rows, batch.end].float()
-    if readout == "logit":
-        value = end_logits[rows, batch.answer]
-    elif readout == "logit_diff":
-        value = end_logits[rows, batch.answer] - end_logits[rows, cf_answer]
-    elif readout == "prob":
-        value = end_logits.softmax(-1)[rows, batch.answer]
+    if readout in ("logit", "logit_diff", "prob"):
+        value = readouts_of(end_logits, batch.answer, cf_answer)[readout]
     else:
         value = metric.of_logits(end_logits, batch.answer, cf_answer)
     names = [n for n in store if not n.endswith("hook_pattern") or mode == "activation"]
