@@ -184,12 +184,15 @@ def test_cache_keyed_by_the_files_bytes_and_older_folders_removed(tiny_gguf, tmp
 
     # a digest is remembered per (path, size, modification time): read again, not hashed again; a touched file is
     # hashed again
+    monkeypatch.setenv("CIRCUITS_CACHE", str(tmp_path / "memo"))
     digest = sources.file_digest(copy)
-    (memo,) = [m for m in (tmp_path / "cache" / "digests").iterdir() if m.read_text() == digest][:1]
+    (memo,) = (tmp_path / "memo" / "digests").iterdir()  # this file's only
+    assert memo.read_text() == digest
     memo.write_text("f" * 64)
     assert sources.file_digest(copy) == "f" * 64
     os.utime(copy, ns=(copy.stat().st_atime_ns, copy.stat().st_mtime_ns + 1))
     assert sources.file_digest(copy) == digest
+    monkeypatch.setenv("CIRCUITS_CACHE", str(tmp_path / "cache"))
 
     root, stem = tmp_path / "cache", tiny_gguf.stem
     old = root / f"{stem}-0123456789abcdef"
