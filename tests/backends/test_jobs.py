@@ -87,8 +87,11 @@ def test_receivers_edges_and_the_other_jobs_write_what_they_promise(folders, mod
     ident = load_result(folders / "path")
     from circuits.identify.validity import baseline_checks
 
+    # The job's baseline reads the reference runs from its filtering pass (EndRecord), which shares prompt prefixes
+    # otherwise than pair_checks' own forward: the logits agree to float32 rounding, and full_effect divides a logit
+    # difference by this random model's small mean logit, which magnifies that rounding (1.7e-4 relative seen).
     for k, x in baseline_checks(ident.sweep.baseline).items():
-        assert pair_checks(model, ident.pairs)[k] == pytest.approx(x, rel=1e-4, abs=1e-6), k
+        assert pair_checks(model, ident.pairs)[k] == pytest.approx(x, rel=1e-3, abs=1e-6), k
     st = json.loads((folders / "stability" / "data.json").read_text())["per_operation"]["addition"]
     assert len(st["jaccard_seeds"]) == 2
 
