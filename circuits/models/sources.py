@@ -85,7 +85,8 @@ def stale_cache_dirs(path: Path) -> list[Path]:
     named = re.compile(re.escape(path.stem) + r"-[0-9a-f]{16}(-tokenizer)?")
     stale = []
     for folder in sorted(cache_root().glob(f"{glob.escape(path.stem)}-*")):
-        if not folder.is_dir() or not named.fullmatch(folder.name) or folder.name.startswith(current.name):
+        if folder.is_symlink() or not folder.is_dir() or not named.fullmatch(folder.name) or \
+                folder.name.startswith(current.name):  # a link is someone's, not a folder this module wrote
             continue
         if folder.name.endswith("-tokenizer"):
             if not (folder / "circuits-cache.json").is_file():

@@ -207,9 +207,15 @@ def test_cache_keyed_by_the_files_bytes_and_older_folders_removed(tiny_gguf, tmp
     (old / "source.json").write_text(json.dumps({"format": 2}))
     (other_stem / "source.json").write_text(json.dumps({"format": 2}))
     (newer / "source.json").write_text(json.dumps({"format": sources.CACHE_FORMAT}))
+    linked = root / f"{stem}-2222222222222222"  # a link of the name, to a folder that is not the cache's
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "source.json").write_text(json.dumps({"format": 1}))
+    linked.symlink_to(mine)
     with pytest.warns(UserWarning, match=r"removed 2 cache folder\(s\) of an older format for tiny.gguf"):
         cache = sources.gguf_cache(copy)
     assert (cache / "done").is_file() and json.loads((cache / "source.json").read_text())["sha256"]
     assert not old.exists() and not old_tokenizer.exists()
     assert all(f.is_dir() for f in (unmarked, newer, foreign, other_stem))
+    assert linked.is_symlink() and (mine / "source.json").is_file()  # neither removed nor counted
     assert sources.gguf_cache(tiny_gguf) == cache  # the other environment's file: the same folder, nothing removed
