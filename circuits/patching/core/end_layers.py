@@ -9,6 +9,7 @@ arithmetic for that piece, so the engine equals the plain ``run_with_hooks`` loo
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -70,33 +71,13 @@ def _end_activations(model: Model, tokens: Tensor, end: Tensor, names: Sequence[
     recomputation of a template's few-shot examples for every pair. Rows whose activations ``record`` holds (kept by
     an earlier pass over the same prompts) are read from it, not run."""
     rows = [tokens[i, : int(end[i]) + 1].tolist() for i in range(len(end))]
-    store: dict[str, Tensor] = {}
-    found = {i: got for i, row in enumerate(rows) if record is not None and (got := record.get(row)) is not None}
-
-    def put(name: str, values: Tensor, chunk: list[int]) -> None:
-        if name not in store:
-            store[name] = values.new_empty((len(rows), *values.shape[1:]))
-        store[name][torch.tensor(chunk, device=values.device)] = values.to(store[name].device)
-
-    def row_hooks(chunk: list[int], ends: Tensor) -> list:
-        def gather(name: str):
-            def hook(act: Tensor, hook) -> None:
-                put(name, act[torch.arange(act.shape[0], device=act.device), ends.to(act.device)].detach(), chunk)
-
-            return hook
-
-        return [(n, gather(n)) for n in names]
-
-    run = [i for i in range(len(rows)) if i not in found]
+    known = {i: got for i, row in enumerate(rows) if record is not None and (got := record.get(row)) is not None}
+    run = [rows[i] for i in range(len(rows)) if i not in known]
+    fresh = EndRecord(tuple(names), budget_bytes=sys.maxsize)  # the rows run here, kept by the same hooks
     if run:
-        part = [rows[i] for i in run]
-        end_residuals(model, part, shared_prefix_lengths(part, SHARED_PREFIX_MIN),
-                      row_hooks=lambda chunk, ends: row_hooks([run[c] for c in chunk], ends))
-    if found:
-        chunk = sorted(found)
-        for n in names:
-            put(n, torch.stack([found[i][n] for i in chunk]), chunk)
-    return store
+        end_residuals(model, run, shared_prefix_lengths(run, SHARED_PREFIX_MIN), row_hooks=fresh.row_hooks(run))
+    got = [known[i] if i in known else fresh.get(row) for i, row in enumerate(rows)]
+    return {n: torch.stack([g[n] for g in got]) for n in names}  # type: ignore[index]
 
 
 def reference_end_names(model: Model) -> tuple[str, ...]:
