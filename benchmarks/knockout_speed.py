@@ -1,8 +1,10 @@
 """Speed of Figure 3's knockout curve batched across ablation sets (every (k, order) run a row mask in the same
 forward passes: :func:`circuits.validate.knockout.knockout_many`) against one knockout run per (k, order)
 (:func:`circuits.validate.knockout.knockout`, which already shares each prompt group's few-shot prefix), in one run,
-on the same pairs and means; accuracies must agree exactly and answer probabilities to float precision. The last
-line reads ``curve_seconds=<x> speedup_knockout=<x> max_abs_prob_diff=<x>``.
+on the same pairs and means; accuracies must agree exactly and answer probabilities to float precision. Also the
+batched runs with every set's rows through every layer (``start_at_first_layer=False``) against the default, which
+starts each set at the first layer it ablates (issue 44). The last line reads ``curve_seconds=<x>
+speedup_knockout=<x> every_layer_seconds=<x> speedup_first_layer=<x> max_abs_prob_diff=<x>``.
 
     python benchmarks/knockout_speed.py [--identify results/identify/addition] [--ks 0,1,2,3,5,10,20] [--seeds 3]
 """
@@ -10,9 +12,11 @@ line reads ``curve_seconds=<x> speedup_knockout=<x> max_abs_prob_diff=<x>``.
 from __future__ import annotations
 
 import argparse
+import functools
 
 import _bench  # first: passive OpenMP waiting before torch loads
 
+import circuits.patching.ablation.executor as executor
 from circuits.models import load_model
 from circuits.validate.knockout import knockout, knockout_many, random_order, replacement_values
 
@@ -50,12 +54,21 @@ def main() -> None:
           f"{args.seeds} random orders); {_bench.describe()}")
     fast = _bench.measure(lambda: knockout_many(model, pairs, sets, means=means),
                           warmup=lambda: knockout_many(model, pairs[:2], sets[:2], means=means))
+    default = executor.ablated_residuals
+    executor.ablated_residuals = functools.partial(default, start_at_first_layer=False)  # the same run, every layer
+    try:
+        every = _bench.measure(lambda: knockout_many(model, pairs, sets, means=means))
+    finally:
+        executor.ablated_residuals = default
     plain = _bench.measure(lambda: [knockout(model, pairs, heads, means=means) for heads, _ in sets])
     batched, one_by_one, fast_s, plain_s = fast.value, plain.value, fast.seconds, plain.seconds
     assert [b.accuracy for b in batched] == [o.accuracy for o in one_by_one], "accuracies differ"
-    diff = max(abs(b.answer_prob - o.answer_prob) for b, o in zip(batched, one_by_one))
-    print(f"one knockout run per set: {plain_s:6.1f} s; batched across sets: {fast_s:6.1f} s")
-    _bench.finish(args, curve_seconds=fast_s, speedup_knockout=plain_s / fast_s, max_abs_prob_diff=diff)
+    assert [b.accuracy for b in batched] == [e.accuracy for e in every.value], "accuracies differ (every layer)"
+    diff = max(abs(b.answer_prob - o.answer_prob) for other in (one_by_one, every.value) for b, o in zip(batched, other))
+    print(f"one knockout run per set: {plain_s:6.1f} s; batched across sets: {fast_s:6.1f} s (every set through every "
+          f"layer: {every.seconds:6.1f} s)")
+    _bench.finish(args, curve_seconds=fast_s, speedup_knockout=plain_s / fast_s, every_layer_seconds=every.seconds,
+                  speedup_first_layer=every.seconds / fast_s, max_abs_prob_diff=diff)
 
 
 if __name__ == "__main__":

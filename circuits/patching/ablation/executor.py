@@ -35,7 +35,10 @@ it exact):
 - ``ablate_prefix=False`` (the values equal the clean run's there, e.g. counterfactual values before a pair's first
   difference, template means over prompts that all start with the pair's prefix (knockout's usual case,
   :meth:`~circuits.patching.ablation.values.AblationValues.clean_start`), or ablation at END only): each pair's prefix
-  runs once without hooks and is repeated for every set.
+  runs once without hooks and is repeated for every set; where the backend runs blocks alone after cached keys and
+  values (:meth:`~circuits.models.backend.Backend.block_runner`), each set's rows also start at the first layer the
+  set ablates, from the clean run's residual stream there (:func:`_from_first_layers`: the layers before it are the
+  clean run's, and a set that ablates nothing is the clean run).
 """
 
 from __future__ import annotations
@@ -175,6 +178,7 @@ def ablated_residuals(
     ablate_prefix: bool = True,
     at_end: bool = False,
     rows_per_batch: int = 256,
+    start_at_first_layer: bool = True,
 ) -> Float[Tensor, "set pair d_model"]:
     """The final residual stream at each pair's last token under every ablation set of ``masks``.
 
@@ -188,11 +192,21 @@ def ablated_residuals(
             values equal the clean run there (the prefix then runs once per pair for every set).
         at_end: ablate at each pair's last token only (the prefix is then never ablated).
         rows_per_batch: rows (set x pair) per forward pass.
+        start_at_first_layer: with a clean prefix (``ablate_prefix=False``), start each set's rows at the first layer
+            it ablates from the clean run's residual stream (the layers before it are the clean run's; a set that
+            ablates nothing is the clean run), where the backend runs blocks alone after cached keys and values
+            (:meth:`~circuits.models.backend.Backend.block_runner`); ``False``: every row through every layer (the
+            tests compare the two).
     """
     cfg = model.cfg
     S, P = len(masks), len(tokens)
     ablate_prefix = ablate_prefix and not at_end
     share = prefix_lengths is not None and model.backend.prefix_sharing()
+    # A clean prefix (ablate_prefix=False) and a backend whose blocks run alone after cached keys and values: each set's
+    # rows start at the first layer it ablates, from the clean run's residual stream (_from_first_layers).
+    layered = (start_at_first_layer and share and not ablate_prefix and not masks.input_ablated()
+               and masks.edges is None and getattr(cfg, "n_devices", 1) == 1
+               and all(model.backend.prefix_kv_hooks(l) is not None for l in range(cfg.n_layers)))
     groups: dict[object, list[int]] = {}
     for i, ids in enumerate(tokens):
         n_pre = min(prefix_lengths[i], len(ids) - 1) if share else 0  # type: ignore[index]
@@ -209,6 +223,11 @@ def ablated_residuals(
             for r, i in enumerate(block):
                 body[r, : int(lengths[r]) - n_pre] = torch.as_tensor(list(tokens[i][n_pre:]))
             block_src = src_all[block]
+            if n_pre and not ablate_prefix and layered:  # each set's rows start at its first ablated layer
+                prefix = torch.tensor([list(tokens[i][:n_pre]) for i in block])
+                out[:, torch.tensor(block).to(out.device)] = _from_first_layers(
+                    model, prefix, body, lengths - n_pre - 1, masks, values, block_src, at_end, rows_per_batch).to(out)
+                continue
             per = max(1, rows_per_batch // nb)  # sets per forward pass
             for s0 in range(0, S, per):
                 sets = torch.arange(s0, min(S, s0 + per))
@@ -235,6 +254,79 @@ def ablated_residuals(
                 end = resid[torch.arange(len(rows), device=resid.device), ends.to(resid.device)]
                 pair = torch.tensor(block)[row_pair]
                 out[row_set.to(out.device), pair.to(out.device)] = end.to(out)
+    return out
+
+
+def first_ablated_layers(masks: AblationMasks, n_layers: int) -> Int[Tensor, " set"]:
+    """The first layer each set of ``masks`` ablates a head, MLP or neuron at (``n_layers``: none)."""
+    hit = masks.heads.any(-1) | masks.mlps
+    for l, neurons in masks.neurons.items():
+        hit[:, l] |= neurons.any(-1)
+    layers = torch.arange(n_layers).expand_as(hit)
+    return torch.where(hit, layers, n_layers).min(-1).values
+
+
+@torch.no_grad()
+def _from_first_layers(model: Model, prefix: Int[Tensor, "pair pre"], body: Int[Tensor, "pair pos"],
+                       ends: Int[Tensor, " pair"], masks: AblationMasks, values: AblationValues,
+                       sources: Int[Tensor, " pair"], at_end: bool, rows_per_batch: int
+                       ) -> Float[Tensor, "set pair d_model"]:
+    """:func:`ablated_residuals` of pairs whose prefix is the clean run under every set: one clean forward of the
+    whole prompts keeps each layer's keys and values over the prefix and the residual stream entering the layers
+    where some set starts; then each set's rows join at the first layer it ablates (:func:`first_ablated_layers`),
+    from that clean residual, and run block by block (the backend's ``block_runner``), sets in order of their first
+    layer, at most ``rows_per_batch`` rows a pass. The layers before a set's first are the clean run's, so this is
+    the whole forward's computation less those layers (equal up to float rounding)."""
+    cfg = model.cfg
+    L, P, n_pre = cfg.n_layers, len(body), prefix.shape[1]
+    first = first_ablated_layers(masks, L)
+    starts = sorted(set(first.tolist()) - {L})
+    kv = [model.backend.prefix_kv_hooks(l) for l in range(L)]
+    kept: dict[str, Tensor] = {}
+
+    def keep(name: str, part: slice):
+        def hook(act: Tensor, hook: object) -> None:
+            kept[name] = act[:, part].detach()
+        return hook
+
+    final = act_name("resid_post", L - 1)
+    hooks = [(n, keep(n, slice(0, n_pre))) for names in kv for n in names]  # type: ignore[union-attr]
+    hooks += [(act_name("resid_pre", l), keep(act_name("resid_pre", l), slice(n_pre, None))) for l in starts]
+    hooks.append((final, keep(final, slice(n_pre, None))))
+    tokens = torch.cat([prefix, body], 1).to(cfg.device)
+    model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=L)
+    rows = torch.arange(P)
+    clean = kept[final][rows.to(kept[final].device), ends.to(kept[final].device)]
+    out = clean[None].repeat(len(first), 1, 1)  # a set that ablates nothing: the clean run
+    order = [s for s in sorted(range(len(first)), key=lambda s: int(first[s])) if int(first[s]) < L]
+    if not order:
+        return out
+    run = model.backend.block_runner(body.to(cfg.device), [kept[k] for k, _ in kv],  # type: ignore[misc]
+                                     [kept[v] for _, v in kv], None)  # type: ignore[misc]
+    if run is None:
+        raise RuntimeError("block_runner is None for a backend whose prefix_kv_hooks are set")
+    per = max(1, rows_per_batch // P)  # sets per pass
+    for c0 in range(0, len(order), per):
+        chunk = order[c0 : c0 + per]
+        x: Tensor | None = None
+        present = 0
+        for layer in range(int(first[chunk[0]]), L):
+            new = [s for s in chunk[present:] if int(first[s]) == layer]
+            if new:
+                fresh = kept[act_name("resid_pre", layer)].repeat(len(new), 1, 1)
+                x = fresh if x is None else torch.cat([x, fresh])
+                present += len(new)
+            assert x is not None
+            row_set = torch.tensor(chunk[:present]).repeat_interleave(P)
+            row_pair = rows.repeat(present)
+            site = f"blocks.{layer}."
+            layer_hooks = [h for h in ablation_hooks(model, masks, row_set, values, sources[row_pair], n_pre,
+                                                     ends[row_pair] if at_end else None) if h[0].startswith(site)]
+            with model.hooks(fwd_hooks=layer_hooks):
+                x = run(layer, x)
+        assert x is not None
+        end = x[torch.arange(len(x), device=x.device), ends.repeat(present).to(x.device)]
+        out[torch.tensor(chunk)] = end.reshape(present, P, -1).to(out)
     return out
 
 
