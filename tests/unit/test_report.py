@@ -338,3 +338,18 @@ def test_every_section_lists_the_operations_in_the_heat_maps_order(saved, tmp_pa
     knockout = page.split("Knockout curves (validate)", 1)[1]
     at = [knockout.index(f"{task} pairs (Figure 3)") for task in ("addition", "subtraction", "division")]
     assert at == sorted(at), at
+
+
+def test_every_page_keeps_the_scrollbar_s_room_from_the_start(tmp_path):
+    """A figure page, the report and an attention page reserve the vertical scrollbar's room before anything is drawn,
+    and figure pages resize with the window: plotly sizes an autosized figure when its script runs, and a scrollbar
+    appearing later pushed the faithfulness page's first figures past the window (tests/integration/
+    test_report_browser.py opens such a page in Chromium, scrollbars shown, at 1000, 1280 and 1600 px)."""
+    from circuits.viz.page import CSS, GUTTER_CSS
+
+    assert "scrollbar-gutter:stable" in GUTTER_CSS and CSS.startswith(GUTTER_CSS)  # the report's and attention pages'
+    fig = head_heatmap(torch.zeros(2, 2), torch.zeros(2))
+    page = write_figure(fig, tmp_path / "figure.html").read_text()
+    assert f"<style>{GUTTER_CSS}" in page and '"responsive": true' in page
+    write_identify(tmp_path / "results")
+    assert f"<style>{GUTTER_CSS}" in build_report([tmp_path / "results"])
