@@ -13,10 +13,10 @@ saved results. Each model and operation is one ``circuits faithfulness`` result 
 
 ``--workers 2`` runs the (model, operation) runs in two worker processes side by side (fresh interpreters, one torch
 thread each, each taking the next run when it finishes one): on a 2-core machine the study's four operations take
-about half the wall time. Every run writes the folder and parts one process would (a part depends on its config,
-pairs and weights, not on which process made it), the parent alone writes ``counterfactuals.json`` and the tables,
-and prints each ranking as it finishes; Ctrl-C or SIGTERM stops the workers (each finished ranking stays in its
-``parts/``: the same command resumes)."""
+about half the wall time. Every run writes the folder and parts one process of one thread would (a part depends on
+its config, pairs and weights, in its last bits on the thread count too, not on which process made it), the parent
+alone writes ``counterfactuals.json`` and the tables, and prints each ranking as it finishes; Ctrl-C or SIGTERM stops
+the workers (each finished ranking stays in its ``parts/``: the same command resumes)."""
 
 from __future__ import annotations
 

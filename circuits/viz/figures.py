@@ -73,13 +73,15 @@ def write_figure(fig: go.Figure, path: str | Path, *, inline: bool = False, vali
 def write_figures(figs: Sequence[go.Figure], path: str | Path, *, inline: bool = False, validity: Any = None) -> Path:
     """One HTML file holding every figure of ``figs`` one below the other, plotly.js loaded once (as
     :func:`write_figure` loads it), the validity warnings above them."""
-    from circuits.viz.page import NOTE_CSS, script_tag, validity_banner
+    from circuits.viz.page import GUTTER_CSS, NOTE_CSS, script_tag, validity_banner
 
     path = Path(path)
     js = script_tag("plotly", path, inline=inline)
     banner = validity_banner(validity)
-    style = f"<style>{NOTE_CSS}</style>" if banner else ""
-    body = "".join(f.to_html(include_plotlyjs=False, full_html=False, config={"displaylogo": False}) for f in figs)
+    style = f"<style>{GUTTER_CSS}{NOTE_CSS if banner else ''}</style>"
+    # responsive: an autosized figure follows the window when it is resized, as the report's figures do
+    body = "".join(f.to_html(include_plotlyjs=False, full_html=False, config={"displaylogo": False, "responsive": True})
+                   for f in figs)
     return write_text(path, f"<!DOCTYPE html><html><head><meta charset='utf-8'>{js}{style}</head><body>{banner}{body}"
                             "</body></html>")
 

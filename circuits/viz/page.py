@@ -277,10 +277,16 @@ def script_tag(name: str, page: str | Path | None, *, inline: bool = False, root
     return f"<script type='text/javascript' src='{_e(src)}'></script>"
 
 
+# The vertical scrollbar's room is kept from the first paint (every page: the report, attention pages, figure pages).
+# plotly sizes an autosized figure to its box when the figure's script runs, before the rest of the page has made it
+# scroll; the scrollbar then took its 15 px from boxes the first figures already filled, and the faithfulness page
+# scrolled sideways at 1280 px (its first three figures 1264 px wide in a 1249 px body). Browsers with overlay
+# scrollbars (macOS) reserve nothing and never needed it.
+GUTTER_CSS = "html{scrollbar-gutter:stable}"
 NOTE_CSS = ("body>.note{font-family:system-ui,-apple-system,Segoe UI,sans-serif;background:#f6f6f2;"
             "border-left:4px solid #bbb;padding:.5em .8em;color:#555;max-width:1100px}")  # a figure page's warning
 GENERATOR = "<meta name='generator' content='circuits report'>"  # lets a later report replace this file, and nothing else
-CSS = """
+CSS = GUTTER_CSS + """
 body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;max-width:1200px;margin:0 auto;padding:0 1.5em 3em;
 color:#222;line-height:1.45}
 h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin-top:2em}h3{margin-bottom:.3em}

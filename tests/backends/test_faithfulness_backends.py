@@ -1,8 +1,9 @@
 """Faithfulness curves and EAP-IG (issue 24) on whichever TransformerLens line this environment has (issue 23): the
 batched engines equal their plain ``run_with_hooks`` loops (:mod:`circuits.patching.engines.plain`), node and edge level,
 on tiny random models of several families; one EAP-IG step is attribution patching; the receivers' own inputs
-(:meth:`~circuits.models.backend.Backend.split_inputs`) leave the model as it was. Run under ``.venv`` (3.9) and
-``.venv-tl4`` (4.3)."""
+(:meth:`~circuits.models.backend.Backend.split_inputs`) leave the model as it was; the study's worker processes write
+the results one process of one thread writes (experiments/faithfulness.py ``--workers``). Run under ``.venv`` (3.9)
+and ``.venv-tl4`` (4.3)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import math
 
 import pytest
 import torch
-from helpers import aligned_pairs, mixed_pairs
+from helpers import aligned_pairs, mixed_pairs, tiny_dir
 
+from circuits.beyond.faithfulness.result import FaithfulnessResult
 from circuits.data.pairs import PairBatch
 from circuits.models import backend
 from circuits.patching.circuit_curves import (edge_receivers, edge_senders, edge_valid, circuit_curve,
@@ -291,3 +293,58 @@ def test_faithfulness_job_runs_and_agrees_with_the_engines(tmp_path, capsys):
                       count=r.config.count, positions="all")
     assert torch.equal(r.curves["eap-ig"]["edges@all"].f, c.f)
     assert (r.curves["eap-ig"]["nodes@end"].m_full - r.curves["eap-ig"]["nodes@end"].m_empty).abs().max() > 1e-3
+
+
+def test_experiment_workers_give_one_process_s_results_and_parts(tmp_path, capsys, monkeypatch):
+    """--workers 2 (spawned processes, one thread each) writes the results, parts and counterfactual shares one
+    process of one thread writes (seconds aside), prints each ranking as it finishes, and refuses 0 workers in one
+    line."""
+    import importlib
+
+    import _tables as T
+
+    exp = importlib.import_module("faithfulness")
+    argv = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "2",
+            "--operations", "addition,subtraction,division", "--rankings", "exact-path,eap-ig", "--sizes", "0.1,0.5",
+            "--n-boot", "10"]
+    threads = torch.get_num_threads()
+    # One thread, as each worker runs (docs/speed.md: "same code, one thread per process"). cli() sets the count from
+    # CIRCUITS_THREADS (conftest's: 2 on two cores), so setting torch's count alone ran this at 2 threads; on
+    # TransformerLens 4.3 the bridge's eager attention goes through torch's CPU softmax backward, whose last bits
+    # change with the thread count, and EAP-IG's gradients differed from the workers' by an ulp.
+    try:
+        with monkeypatch.context() as env:
+            env.setenv("CIRCUITS_THREADS", "1")
+            one = exp.cli([*argv, "--out", str(tmp_path / "one")])
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+    capsys.readouterr()
+    two = exp.cli([*argv, "--out", str(tmp_path / "two"), "--workers", "2"])
+    printed = capsys.readouterr().out
+    assert "3 runs in 2 worker processes" in printed
+    assert all(f" {op} {r} done (" in printed for op in ("addition", "subtraction", "division")
+               for r in ("exact-path", "eap-ig"))
+    slug = exp.slug(str(tiny_dir("llama")))
+    for op in ("addition", "subtraction", "division"):
+        a, b = (FaithfulnessResult.load(p.parent / slug / op) for p in (one, two))
+        assert [p.to_dict() if hasattr(p, "to_dict") else p for p in a.pairs] == \
+            [p.to_dict() if hasattr(p, "to_dict") else p for p in b.pairs]
+        for ranking in a.scores:
+            for part, t in a.scores[ranking].items():
+                assert torch.equal(t, b.scores[ranking][part]), (op, ranking, part)
+            for setting, c in a.curves[ranking].items():
+                d = b.curves[ranking][setting]
+                assert torch.equal(c.m, d.m) and torch.equal(c.m_full, d.m_full) and torch.equal(c.f_low, d.f_low)
+                assert (c.cpr, c.cmd, c.cmd_interval) == (d.cpr, d.cmd, d.cmd_interval)
+        assert sorted(p.name for p in (one.parent / slug / op / "parts").iterdir()) == \
+            sorted(p.name for p in (two.parent / slug / op / "parts").iterdir())
+    timing = {"ranking_seconds", "curve_seconds", "ranking_cpu_seconds", "curve_cpu_seconds"}
+    ta, tb = T.read_published(one), T.read_published(two)
+    assert ta["faithfulness_counterfactuals"] == tb["faithfulness_counterfactuals"]
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]  # noqa: E731
+    assert strip(ta["faithfulness"]["data"]["rows"]) == strip(tb["faithfulness"]["data"]["rows"])
+    assert ta["faithfulness"]["data"]["margins"] == tb["faithfulness"]["data"]["margins"]
+    with pytest.raises(SystemExit):
+        exp.cli([*argv, "--out", str(tmp_path / "none"), "--workers", "0"])
+    assert "--workers 0: must be at least 1" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """The jobs end to end through the command line on whichever backend this virtualenv has (TransformerLens 3.9's
 HookedTransformer in ``.venv``, 4.3's TransformerBridge in ``.venv-tl4``), on a tiny random Llama: identify (path
 and activation, with receivers' edges), screen, positions, neurons, stability, evaluate, then one report over the
-jobs. What a command writes is compared with the library call it wraps, run here on the same model and pairs."""
+jobs, and a report telling two runs apart by what differs (the backend among it). What a command writes is
+compared with the library call it wraps, run here on the same model and pairs."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from helpers import tiny_dir
 from circuits.cli import main as cli_main
 from circuits.models import backend
 from circuits.results import load_result
+from circuits.viz.report import build_report
 
 TINY = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--no-progress"]
 
@@ -112,3 +114,30 @@ def test_one_report_over_every_job(folders, tmp_path):
     page = out.read_text()
     for kind in ("identify", "screen", "positions", "neurons", "stability"):
         assert kind in page.lower(), kind
+
+
+def test_two_runs_of_one_task_are_labelled_by_what_differs_and_compared(tmp_path):
+    """``circuits report A B`` (issue 29): two identify runs of addition are told apart by what differs in their
+    configs and provenance (here the seed, then the backend), and a table lists the key heads each gains and loses."""
+    from result_cases import identify_from_effects
+
+    from circuits.results import MARKER
+
+    a = identify_from_effects("addition", seed=0).save(tmp_path / "a")
+    b = identify_from_effects("addition", seed=1).save(tmp_path / "b")
+    page = build_report([a, b])
+    assert "addition (seed=0)" in page and "addition (seed=1)" in page
+    assert "Runs of addition side by side" in page and "key heads gained" in page
+    assert "0.2" in page.split("Runs of addition side by side")[1].split("</table>")[0]  # seed 0's planted head lost
+    # the same config made on another backend: labelled by the provenance that differs. "Another" is the line this
+    # process is not on: a's provenance is the running line's (bridge, 4.3.x under TransformerLens 4.3), and writing
+    # that into c left the two runs alike, with nothing to label them by.
+    c = identify_from_effects("addition", seed=0).save(tmp_path / "c")
+    marker = json.loads((c / MARKER).read_text())
+    other = {"hooked": ("bridge", "4.3.0"), "bridge": ("hooked", "3.9.0")}
+    made_by, version = other[marker["provenance"]["backend"]]
+    marker["provenance"] = {**marker["provenance"], "backend": made_by, "transformer_lens": version}
+    (c / MARKER).write_text(json.dumps(marker))
+    page = build_report([a, c])
+    assert f"backend={made_by}" in page and f"transformer_lens={version}" in page
+    assert f"{made_by} backend, TransformerLens {version}" in page  # c's made-by line, read from what it saved

@@ -1,11 +1,12 @@
-"""The report in a real browser: headless Chromium (Debian's ``chromium``) driven by Playwright.
+"""The report in a real browser: headless Chromium (Debian's ``chromium``; ``CIRCUITS_CHROMIUM`` names another copy of
+it, e.g. one unpacked from its package where /usr/bin/chromium is missing) driven by Playwright.
 
 Asserts that the page loads without console errors or network requests, that the heatmaps (plotly SVG) and a
 circuitsvis view render, that hovering a heatmap cell shows its layer, head and metric, and that every figure reads
 right at 1000 and 1600 px (:func:`geometry`): titles inside the figure and apart from the subplot titles, legends off
 the colour bars, Figure 2's cells square-ish and wide enough to read, and every heatmap cell, the last column
-included, reachable by the mouse (``elementFromPoint`` gives its own subplot's drag layer, not a neighbour's).
-Screenshots are saved under ``test-artifacts/``; with ``CIRCUITS_README_PNG=1`` the README picture
+included, reachable by the mouse (``elementFromPoint`` gives its own subplot's drag layer, not a neighbour's); and
+that a figure page (the faithfulness job's) fits its window, scrollbars shown, at 1000-1600 px. Screenshots are saved under ``test-artifacts/``; with ``CIRCUITS_README_PNG=1`` the README picture
 ``docs/img/report.png`` is rewritten too (from ``results/report.html`` when ``make demo`` made one, else from the
 tiny experiment outputs).
 """
@@ -16,6 +17,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from experiment_runs import run_all
 
@@ -23,7 +25,7 @@ from circuits.viz.report import write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("CIRCUITS_CHROMIUM", "/usr/bin/chromium")
 # How long the page may take to draw or answer a hover before the test fails: a limit for a page that never draws,
 # not a speed check, so a loaded machine (the suite beside other CPU-bound jobs) never fails a good page.
 WAIT_MS = 180_000
@@ -41,14 +43,28 @@ def chromium() -> str:
 
 
 @pytest.fixture(scope="module")
-def browser(chromium):
+def pw(chromium):
+    """One Playwright per module: a second ``sync_playwright()`` inside a running one refuses to start."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        # Playwright gives every launch a fresh temporary profile (it refuses --user-data-dir here).
-        b = p.chromium.launch(executable_path=chromium, args=FLAGS)
-        yield b
-        b.close()
+        yield p
+
+
+@pytest.fixture(scope="module")
+def browser(pw, chromium):
+    # Playwright gives every launch a fresh temporary profile (it refuses --user-data-dir here).
+    b = pw.chromium.launch(executable_path=chromium, args=FLAGS)
+    yield b
+    b.close()
+
+
+@pytest.fixture(scope="module")
+def browser_with_scrollbars(pw, chromium):
+    """As :func:`browser`, with the scrollbars a user sees (Playwright hides them in headless Chromium by default)."""
+    b = pw.chromium.launch(executable_path=chromium, args=FLAGS, ignore_default_args=["--hide-scrollbars"])
+    yield b
+    b.close()
 
 
 @pytest.fixture(scope="module")
@@ -396,5 +412,39 @@ def test_the_attention_views_draw_no_head_in_the_importance_red(browser, tmp_pat
         assert len(drawn["pixels"]) > 3, drawn["pixels"]  # the canvas was read: white, blues, the masked grey
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "attention-views-colours.png"), full_page=True)
+    finally:
+        page.close()
+
+
+@pytest.mark.parametrize("width", [1000, 1280, 1600])
+def test_a_figure_page_never_scrolls_sideways(browser_with_scrollbars, tmp_path, width):
+    """A figure page (write_figures: the faithfulness job's figure.html, four curve figures and a table) fits its
+    window with the scrollbars shown: plotly sized the first figures to the window before the page grew tall enough to
+    scroll, and the vertical scrollbar then pushed them 15 px past it (a horizontal scrollbar at 1280 px)."""
+    from circuits.beyond.faithfulness.config import MIB_SIZES
+    from circuits.viz.analysis_figures import faithfulness_figure, faithfulness_table
+    from circuits.viz.figures import write_figures
+
+    sizes = torch.tensor(MIB_SIZES, dtype=torch.float64)
+    f = {"exact-path": torch.linspace(0.1, 0.9, len(MIB_SIZES)), "eap-ig": torch.linspace(0.0, 0.8, len(MIB_SIZES))}
+    low, high = {k: v - 0.05 for k, v in f.items()}, {k: v + 0.05 for k, v in f.items()}
+    figs = [faithfulness_figure(sizes, f, low, high, f"addition: {s}") for s in ("nodes@end", "nodes@all", "edges@end",
+                                                                                 "edges@all")]
+    row = {"cpr": 0.5, "cmd": 0.4, "ranking_seconds": 1.0, "curve_seconds": 0.5}
+    figs.append(faithfulness_table([{"ranking": "eap-ig", "setting": "nodes@end", **row}], "addition"))
+    path = write_figures(figs, tmp_path / "figure.html")
+    page = browser_with_scrollbars.new_page(viewport={"width": width, "height": 1400})
+    try:
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_function(f"document.querySelectorAll('.main-svg').length >= {len(figs)}", timeout=WAIT_MS)
+        seen = page.evaluate("""() => ({doc: document.documentElement.scrollWidth, view: innerWidth,
+            client: document.documentElement.clientWidth,
+            figs: [...document.querySelectorAll('.plotly-graph-div')].map(d => [
+                d.querySelector('.main-svg').getBoundingClientRect().width, d.parentElement.clientWidth])})""")
+        assert seen["client"] < seen["view"], seen  # the scrollbar takes room (the case at issue)
+        assert seen["doc"] <= seen["client"], seen
+        assert all(svg <= box for svg, box in seen["figs"]) and len(seen["figs"]) == len(figs), seen
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"figure-page-{width}.png"))
     finally:
         page.close()

@@ -493,54 +493,6 @@ def test_experiment_script_names_a_tampered_counterfactuals_file_in_one_line(tmp
         exp.read_shares(path)
 
 
-def test_experiment_workers_give_one_process_s_results_and_parts(tmp_path, capsys):
-    """--workers 2 (spawned processes, one thread each) writes the results, parts and counterfactual shares one
-    process writes (seconds aside), prints each ranking as it finishes, and refuses 0 workers in one line."""
-    import importlib
-
-    import _tables as T
-
-    exp = importlib.import_module("faithfulness")
-    argv = ["--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "2",
-            "--operations", "addition,subtraction,division", "--rankings", "exact-path,eap-ig", "--sizes", "0.1,0.5",
-            "--n-boot", "10"]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as each worker runs
-    try:
-        one = exp.cli([*argv, "--out", str(tmp_path / "one")])
-    finally:
-        torch.set_num_threads(threads)
-    capsys.readouterr()
-    two = exp.cli([*argv, "--out", str(tmp_path / "two"), "--workers", "2"])
-    printed = capsys.readouterr().out
-    assert "3 runs in 2 worker processes" in printed
-    assert all(f" {op} {r} done (" in printed for op in ("addition", "subtraction", "division")
-               for r in ("exact-path", "eap-ig"))
-    slug = exp.slug(str(tiny_dir("llama")))
-    for op in ("addition", "subtraction", "division"):
-        a, b = (FaithfulnessResult.load(p.parent / slug / op) for p in (one, two))
-        assert [p.to_dict() if hasattr(p, "to_dict") else p for p in a.pairs] == \
-            [p.to_dict() if hasattr(p, "to_dict") else p for p in b.pairs]
-        for ranking in a.scores:
-            for part, t in a.scores[ranking].items():
-                assert torch.equal(t, b.scores[ranking][part]), (op, ranking, part)
-            for setting, c in a.curves[ranking].items():
-                d = b.curves[ranking][setting]
-                assert torch.equal(c.m, d.m) and torch.equal(c.m_full, d.m_full) and torch.equal(c.f_low, d.f_low)
-                assert (c.cpr, c.cmd, c.cmd_interval) == (d.cpr, d.cmd, d.cmd_interval)
-        assert sorted(p.name for p in (one.parent / slug / op / "parts").iterdir()) == \
-            sorted(p.name for p in (two.parent / slug / op / "parts").iterdir())
-    timing = {"ranking_seconds", "curve_seconds", "ranking_cpu_seconds", "curve_cpu_seconds"}
-    ta, tb = T.read_published(one), T.read_published(two)
-    assert ta["faithfulness_counterfactuals"] == tb["faithfulness_counterfactuals"]
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]  # noqa: E731
-    assert strip(ta["faithfulness"]["data"]["rows"]) == strip(tb["faithfulness"]["data"]["rows"])
-    assert ta["faithfulness"]["data"]["margins"] == tb["faithfulness"]["data"]["margins"]
-    with pytest.raises(SystemExit):
-        exp.cli([*argv, "--out", str(tmp_path / "none"), "--workers", "0"])
-    assert "--workers 0: must be at least 1" in capsys.readouterr().err
-
-
 def test_experiment_workers_stop_on_a_worker_s_error_in_one_line(tmp_path):
     import importlib
 

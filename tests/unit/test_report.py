@@ -262,31 +262,6 @@ def test_results_show_as_figures_and_pairs_as_short_tables(tokenizer, monkeypatc
     assert "application/vnd.plotly.v1+json" in bundle
 
 
-def test_two_runs_of_one_task_are_labelled_by_what_differs_and_compared(tmp_path):
-    """``circuits report A B`` (issue 29): two identify runs of addition are told apart by what differs in their
-    configs and provenance (here the seed, then the backend), and a table lists the key heads each gains and loses."""
-    import json
-
-    from result_cases import identify_from_effects
-
-    from circuits.results import MARKER
-
-    a = identify_from_effects("addition", seed=0).save(tmp_path / "a")
-    b = identify_from_effects("addition", seed=1).save(tmp_path / "b")
-    page = build_report([a, b])
-    assert "addition (seed=0)" in page and "addition (seed=1)" in page
-    assert "Runs of addition side by side" in page and "key heads gained" in page
-    assert "0.2" in page.split("Runs of addition side by side")[1].split("</table>")[0]  # seed 0's planted head lost
-    # the same config made on another backend: labelled by the provenance that differs
-    c = identify_from_effects("addition", seed=0).save(tmp_path / "c")
-    marker = json.loads((c / MARKER).read_text())
-    marker["provenance"] = {**marker["provenance"], "backend": "bridge", "transformer_lens": "4.3.0"}
-    (c / MARKER).write_text(json.dumps(marker))
-    page = build_report([a, c])
-    assert "backend=bridge" in page and "transformer_lens=4.3.0" in page
-    assert "bridge backend, TransformerLens 4.3.0" in page  # c's made-by line, read from what it saved
-
-
 def test_figures_name_a_local_model_by_its_folder_not_its_whole_path(tmp_path):
     """A model given as a folder or file path appears in titles and legends as its last part (a temporary folder's
     path once made every title three lines, over the subplot titles, and the cross-model legend wider than its
@@ -363,3 +338,18 @@ def test_every_section_lists_the_operations_in_the_heat_maps_order(saved, tmp_pa
     knockout = page.split("Knockout curves (validate)", 1)[1]
     at = [knockout.index(f"{task} pairs (Figure 3)") for task in ("addition", "subtraction", "division")]
     assert at == sorted(at), at
+
+
+def test_every_page_keeps_the_scrollbar_s_room_from_the_start(tmp_path):
+    """A figure page, the report and an attention page reserve the vertical scrollbar's room before anything is drawn,
+    and figure pages resize with the window: plotly sizes an autosized figure when its script runs, and a scrollbar
+    appearing later pushed the faithfulness page's first figures past the window (tests/integration/
+    test_report_browser.py opens such a page in Chromium, scrollbars shown, at 1000, 1280 and 1600 px)."""
+    from circuits.viz.page import CSS, GUTTER_CSS
+
+    assert "scrollbar-gutter:stable" in GUTTER_CSS and CSS.startswith(GUTTER_CSS)  # the report's and attention pages'
+    fig = head_heatmap(torch.zeros(2, 2), torch.zeros(2))
+    page = write_figure(fig, tmp_path / "figure.html").read_text()
+    assert f"<style>{GUTTER_CSS}" in page and '"responsive": true' in page
+    write_identify(tmp_path / "results")
+    assert f"<style>{GUTTER_CSS}" in build_report([tmp_path / "results"])
