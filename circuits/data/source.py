@@ -32,14 +32,25 @@ if TYPE_CHECKING:
 PAIR_STAT_FIELDS = ("n_candidates", "accuracy", "mean_answer_prob", "few_shot", "per_template")
 
 
+def model_option() -> Any:
+    """The ``--model`` field, declared once for every config that patches a model it loads (:class:`PairSpec`'s, and a
+    study's that builds its own prompts)."""
+    return option("smollm2", help="smollm2 or gemma3-270m (embedded), a .gguf file, a local Hugging Face folder or an "
+                                  "official name")
+
+
+def dtype_option() -> Any:
+    """The ``--dtype`` field beside :func:`model_option`."""
+    return option("float32", choices=DTYPE_NAMES, help="dtype the model is loaded and run in")
+
+
 @dataclass(frozen=True)
 class PairSpec(PairConfig):
     """The model and how its prompt pairs are built (:class:`~circuits.data.pair_config.PairConfig`'s fields): what
     every patching job shares."""
 
-    model: str = option("smollm2", help="smollm2 or gemma3-270m (embedded), a .gguf file, a local Hugging Face folder "
-                                        "or an official name")
-    dtype: str = option("float32", choices=DTYPE_NAMES, help="dtype the model is loaded and run in")
+    model: str = model_option()
+    dtype: str = dtype_option()
     memory_mb: float = option(1024, above=0, maximum=10**8, help="working-memory budget of the exact engines (MB)")
 
     # Whether the job reads logit_diff's second token from the pairs' labels (--second-logit label): the faithfulness

@@ -425,5 +425,6 @@ class PerOperation(Result[PerOperationConfig]):
             key = {op: [Head.parse(h) for h in hs] for op, hs in d["key_heads"].items()}
         except ValueError as err:
             raise ResultError(f"{folder / 'data.json'}: field 'key_heads': {err}") from None
+        # a data.json without "metric" predates the field (experiments/fig15 before 1325d0e): the paper's relative_logit
         return cls(config, d["operations"], d["head_effects"], key,
                    d.get("metric", "relative_logit"), d.get("pairs", {}))

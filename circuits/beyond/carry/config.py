@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from circuits.identify.validity import force_option
 from circuits.config import Config, count, option
+from circuits.data.source import dtype_option, model_option
 from circuits.types import DTYPE_NAMES, MODES
 
 # Three solved sums before each question: with this prefix SmolLM2 writes both tokens of 40 of the 45 two-digit sums
@@ -41,9 +42,8 @@ class CarryConfig(Config):
     ``config.json`` and ``circuits.json``.
     """
 
-    model: str = option("smollm2", help="smollm2 or gemma3-270m (embedded), a .gguf file, a local Hugging Face folder "
-                                        "or an official name")
-    dtype: str = option("float32", choices=DTYPE_NAMES, help="dtype the model is loaded and run in")
+    model: str = model_option()
+    dtype: str = dtype_option()
     prefix: str = option(PREFIX, parse=_prefix, help="solved examples before every question (\\n between them)")
     mode: str = option("path", choices=MODES, help="path patching (the paper's) or activation patching")
     top_k: int = count(10, help="components compared at the two positions (the top by absolute effect)")

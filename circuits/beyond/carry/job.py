@@ -18,7 +18,7 @@ import torch
 from circuits.beyond.carry.config import CarryConfig
 from circuits.beyond.carry.measures import (carry_directions, end_residuals, flat_components, flip_tops,
                                             fourier_contrast, overlap, random_directions, rate)
-from circuits.beyond.carry.neurons import neuron_rules
+from circuits.beyond.carry.neurons import METRIC, neuron_rules
 from circuits.beyond.carry.result import POSITIONS, CarryResult
 from circuits.config import check_model_ranges
 from circuits.data.answers import at_answer_position
@@ -97,8 +97,8 @@ def circuits_across(model: Model, pairs: list[PromptPair], effects: torch.Tensor
     for by, r in rankings.items():
         for at in POSITIONS:
             curves[f"{by}@{at}"] = circuit_curve(model, scored[at], heads=r[: L * H].reshape(L, H), mlps=r[L * H:],
-                                                 n_boot=config.n_boot, seed=config.seed, memory_mb=config.memory_mb,
-                                                 count=MIB_COUNT)
+                                                 metric=METRIC, n_boot=config.n_boot, seed=config.seed,
+                                                 memory_mb=config.memory_mb, count=MIB_COUNT)
     margins = {}
     for at in POSITIONS:
         other = next(p for p in POSITIONS if p != at)
@@ -212,7 +212,7 @@ def carry_study(model: Model, config: CarryConfig, *, progress: bool = False, re
     for k in range(len(POSITIONS)):
         s = sweep(model, at_answer_position(pairs, k, tok), config.mode, prob=False, progress=progress,
                   memory_mb=config.memory_mb)
-        per.append(flat_components(*s.scores("logit_diff").per_pair.values()))
+        per.append(flat_components(*s.scores(METRIC).per_pair.values()))
     effects = torch.stack(per)  # [position, component, pair]
     over = overlap(effects[0], effects[1], config.top_k, n_boot=config.n_boot, n_splits=config.n_splits,
                    seed=config.seed)

@@ -43,13 +43,13 @@ from circuits.models.backend import Model
 from circuits.patching.core.metrics import get_metric
 from circuits.patching.core.ranking import order
 from circuits.patching.engines.neuron_sweep import sweep_neurons
-from circuits.types import Neuron
+from circuits.types import MIB_METRIC, Neuron
 
 THRESHOLD = "threshold"  # the primary rule is a range of a + b: a + b in [lo, hi]
 RESIDUE = "residue"  # the primary rule is (a + b) mod 10 == r
 FAMILIES = (THRESHOLD, RESIDUE)
 GROUPS = ("top", "random")
-METRIC = "logit_diff"  # the study's metric (its component effects are logit differences)
+METRIC = MIB_METRIC  # the study's metric, the logit difference: its component effects and its circuits' curves
 
 
 def rule_family(classes: NeuronClasses, identity_is_residue: bool = False) -> str:

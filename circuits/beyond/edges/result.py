@@ -57,4 +57,4 @@ class EdgeResult(Result[EdgesConfig]):
         s = read_json(folder / "summary.json")
         t = load_torch(folder / "edges.pt", "edge sweep")
         pairs = read_pairs(folder / "pairs.jsonl") if (folder / "pairs.jsonl").is_file() else []
-        return cls(config, pairs, EdgeSweep.from_tensors(t, folder / "edges.pt"), s["receiver_effects"], s.get("metric", "fraction"))
+        return cls(config, pairs, EdgeSweep.from_tensors(t, folder / "edges.pt"), s["receiver_effects"], s.get("metric", DEFAULT_METRIC))

@@ -46,8 +46,8 @@ POSITION_SCORES: tuple[str, ...] = ("sum", "max")
 # MIB's value of every config field that decides whether the job measures as MIB does (its circuit track at the
 # commit the EAP-IG peer check used): recorded per run in summary.json ("mib": which of them this run departs from).
 MIB_VALUES: dict[str, object] = {"cpr_ranking": "signed", "counterfactual": "random", "second_logit": "label",
-                                 "position_scores": "sum", "held_out": True, "count": "floor", "ig_grid": "left",
-                                 "ablation": "counterfactual", "metric": "logit_diff", "input_node": True}
+                                 "position_scores": "sum", "held_out": True, "count": MIB_COUNT, "ig_grid": "left",
+                                 "ablation": "counterfactual", "metric": MIB_METRIC, "input_node": True}
 # What differs from MIB whatever the config says (no config value selects MIB's way yet), named in every run's
 # summary.json, its printed table and docs/mib.md.
 FIXED_DEVIATIONS: dict[str, str] = {

@@ -29,7 +29,7 @@ class PositionResult(Result[PositionConfig]):
 
     @property
     def metric(self) -> str:
-        return getattr(self.config, "metric", None) or "logit_diff"
+        return self.config.metric
 
     def representative(self) -> PromptPair:
         """The pair whose tokens label the figure: one of the most common template and length."""

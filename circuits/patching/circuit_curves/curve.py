@@ -133,9 +133,10 @@ def circuit_masks(heads: Float[Tensor, "layer head"], mlps: Float[Tensor, " laye
                   sizes: Sequence[float] = MIB_SIZES, count: str = DEFAULT_COUNT,
                   input: Tensor | float | None = None) -> NodeMasks:
     """The circuits of a node ranking at ``sizes`` (one row each), in the order given: the top
-    ``round(size * n_nodes)`` nodes by score (higher is more important; ties by index, :func:`order`). ``input``:
-    the input node's score (MIB's graph: the embeddings are a node, ranked and counted with the rest; ``None``: not
-    a node, always kept and not counted, as MIB keeps a node it has no score for)."""
+    ``n_kept_at(size, n_nodes, count)`` nodes by score (``round``, or ``int`` with ``count="floor"``; higher is more
+    important; ties by index, :func:`order`). ``input``: the input node's score (MIB's graph: the embeddings are a
+    node, ranked and counted with the rest; ``None``: not a node, always kept and not counted, as MIB keeps a node it
+    has no score for)."""
     sizes = check_sizes(sizes)
     flat, mlp_layers, offsets = _node_scores(heads, mlps, neurons, input)
     n = flat.numel()

@@ -68,8 +68,9 @@ def edge_valid(model: Model) -> Bool[Tensor, "sender receiver"]:
 
 def edge_masks(valid: Tensor, scores: Tensor, sizes: Sequence[float], count: str = DEFAULT_COUNT
                ) -> tuple[Tensor, Tensor, int]:
-    """Which edges each size keeps ``[circuit, sender, receiver]`` (the top ``round(size * n_edges)`` by score, ties by
-    index through :func:`order`), ``n_kept [circuit]`` and ``n_edges``."""
+    """Which edges each size keeps ``[circuit, sender, receiver]`` (the top ``n_kept_at(size, n_edges, count)``
+    by score: ``round``, or ``int`` with ``count="floor"``; ties by index through :func:`order`), ``n_kept
+    [circuit]`` and ``n_edges``."""
     flat = scores.float().cpu()[valid]
     if torch.isnan(flat).any():
         raise ValueError("Edge scores contain NaN on an edge; accepted: a finite score for every edge (-inf to put "
