@@ -3,7 +3,8 @@
 are the clean run's, so the executor takes the clean residual stream there and runs the rest block by block. On
 each family and whichever TransformerLens line this environment has, that equals every row through every layer
 (``start_at_first_layer=False``) and TransformerLens's own forward with one hook per site over the whole prompt, and
-the blocks it runs are fewer: exactly the layers from each set's first."""
+the blocks it runs are fewer: exactly the layers from each set's first; pairs of several prefix lengths in one pass
+(their caches left-padded) give the same numbers."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from helpers import mixed_pairs
 
 from circuits.models.backend import act_name
-from circuits.patching.ablation.executor import AblationMasks, ablated_residuals, first_ablated_layers
+from circuits.patching.ablation.executor import AblationMasks, _from_first_layers, ablated_residuals, first_ablated_layers
 from circuits.patching.ablation.values import compute_means
 
 
@@ -71,12 +72,18 @@ def test_sets_start_at_their_first_ablated_layer(family_models, tokenizer, arch,
 
     monkeypatch.setattr(cls, "block_runner", counting_runner)
     fast = ablated_residuals(*args, **kw, rows_per_batch=64)
-    n_groups = len({p.prefix_length for p in pairs})  # pairs of equal prefix length run together
-    rows = sum(len(pairs) * (L - int(f)) for f in first)  # each set's rows from its first layer on
-    assert sum(n for _, n in widths) == rows and n_groups >= 1
+    rows = sum(len(pairs) * (L - int(f)) for f in first)  # each set's rows from its first layer on, every pair
+    assert sum(n for _, n in widths) == rows
     assert rows < len(sets) * L * len(pairs)
     full = ablated_residuals(*args, **kw, start_at_first_layer=False)
     assert (fast - full).abs().max() < 1e-5
+    assert (ablated_residuals(*args, **kw, rows_per_batch=2) - full).abs().max() < 1e-5  # one set a pass
+    # Pairs of several prefix and body lengths in one pass (the executor groups by body length, where templates
+    # usually tie the two): the caches left-padded and masked, the bodies right-padded.
+    assert len({p.prefix_length for p in pairs}) > 1 and len({len(t) - p.prefix_length for t, p in zip(tokens, pairs)}) > 1
+    mixed = _from_first_layers(model, tokens, [p.prefix_length for p in pairs], masks, means,
+                               torch.as_tensor([means.source_of(p) for p in pairs]), at_end, 64)
+    assert (mixed - full).abs().max() < 1e-5
     for s, (heads, mlps) in enumerate(sets):
         for i, p in enumerate(pairs):
             if at_end:

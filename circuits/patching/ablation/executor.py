@@ -106,26 +106,33 @@ class AblationMasks:
         return cls(heads, mlps, by_layer)
 
 
-def site_hook(ablate: Bool[Tensor, "row unit"], table: Tensor | None, source: Int[Tensor, " row"], offset: int,
-              pooled: bool, end: Int[Tensor, " row"] | None = None) -> Callable:
+def site_hook(ablate: Bool[Tensor, "row unit"], table: Tensor | None, source: Int[Tensor, " row"],
+              offset: int | Int[Tensor, " row"], pooled: bool, end: Int[Tensor, " row"] | None = None) -> Callable:
     """A hook that replaces, row by row, the units ``ablate`` marks (heads of ``hook_z``, neurons of ``hook_post``,
     or one unit for a whole ``hook_mlp_out``) by ``table`` (``[source, pos, ...]``; ``None``: zero) at the row's
-    ``source`` row, positions ``offset...`` of the table being the call's positions; at every position, or at
-    ``end`` (each row's last position among the tokens fed) only."""
+    ``source`` row, positions ``offset...`` of the table being the call's positions (``offset`` one number, or one
+    per row; positions past the table's last, right padding after a row's END, read its last); at every position,
+    or at ``end`` (each row's last position among the tokens fed) only."""
 
-    def values(act: Tensor, pos: Tensor | slice) -> Tensor:
+    def values(act: Tensor, pos: Tensor | None) -> Tensor:
         if pooled:
             return table[0, 0]  # type: ignore[index]
         src = source.to(table.device)  # type: ignore[union-attr]
-        if isinstance(pos, slice):
-            return table[src, pos]  # type: ignore[index]
-        return table[src, pos.to(table.device) + offset]  # type: ignore[index]
+        if isinstance(offset, int):
+            if pos is None:
+                return table[src, offset : offset + act.shape[1]]  # type: ignore[index]
+            return table[src, pos.to(table.device) + offset]  # type: ignore[index]
+        off = offset.to(table.device)  # type: ignore[union-attr]
+        if pos is None:
+            at = (off[:, None] + torch.arange(act.shape[1], device=off.device)).clamp_max(table.shape[1] - 1)  # type: ignore[union-attr]
+            return table[src[:, None], at]  # type: ignore[index]
+        return table[src, pos.to(table.device) + off]  # type: ignore[index]
 
     def hook(act: Tensor, hook: object) -> Tensor:
         R, trailing = act.shape[0], act.ndim - 3  # d_head after the head axis of hook_z
         mask = ablate.to(act.device).reshape(R, ablate.shape[1], *[1] * trailing)
         if end is None:
-            new = torch.zeros_like(act) if table is None else values(act, slice(offset, offset + act.shape[1])).to(act)
+            new = torch.zeros_like(act) if table is None else values(act, None).to(act)
             return torch.where(mask[:, None], new, act)
         rows, e = torch.arange(R, device=act.device), end.to(act.device)
         cur = act[rows, e]
@@ -138,7 +145,7 @@ def site_hook(ablate: Bool[Tensor, "row unit"], table: Tensor | None, source: In
 
 
 def ablation_hooks(model: Model, masks: AblationMasks, row_set: Int[Tensor, " row"], values: AblationValues,
-                   source: Int[Tensor, " row"], offset: int, end: Int[Tensor, " row"] | None = None) -> list:
+                   source: Int[Tensor, " row"], offset: int | Int[Tensor, " row"], end: Int[Tensor, " row"] | None = None) -> list:
     """One hook per site that some row ablates: row ``r`` ablates what set ``row_set[r]`` marks, with the values of
     source row ``source[r]`` (:func:`site_hook`)."""
     device = model.cfg.device
@@ -204,9 +211,27 @@ def ablated_residuals(
     share = prefix_lengths is not None and model.backend.prefix_sharing()
     # A clean prefix (ablate_prefix=False) and a backend whose blocks run alone after cached keys and values: each set's
     # rows start at the first layer it ablates, from the clean run's residual stream (_from_first_layers).
-    layered = (start_at_first_layer and share and not ablate_prefix and not masks.input_ablated()
-               and masks.edges is None and getattr(cfg, "n_devices", 1) == 1
+    n_pres = [min(prefix_lengths[i], len(ids) - 1) for i, ids in enumerate(tokens)] if share else []  # type: ignore[index]
+    layered = (start_at_first_layer and share and not ablate_prefix and max(n_pres, default=0) > 0
+               and not masks.input_ablated() and masks.edges is None and getattr(cfg, "n_devices", 1) == 1
                and all(model.backend.prefix_kv_hooks(l) is not None for l in range(cfg.n_layers)))
+    if layered:  # pairs of one body length together, whatever their prefixes' (left-padded caches): no padded rows
+        out = torch.empty(S, P, cfg.d_model, dtype=cfg.dtype, device=model.unembed.W_U.device)
+        by_body: dict[int, list[int]] = {}
+        for i, ids in enumerate(tokens):
+            by_body.setdefault(len(ids) - n_pres[i], []).append(i)
+        # A pair keeps its clean run's keys and values and a residual stream per start layer, at most every layer's:
+        # as many pairs a block as keep about what rows_per_batch rows' working tensors take.
+        kv_width = 2 * (getattr(cfg, "n_key_value_heads", None) or cfg.n_heads) * cfg.d_head
+        per_pos = cfg.d_model * 8 + (cfg.d_mlp or 4 * cfg.d_model) * 3
+        pairs_per = max(1, rows_per_batch * per_pos // (cfg.n_layers * (cfg.d_model + kv_width)))
+        for members in by_body.values():
+            for b0 in range(0, len(members), pairs_per):
+                block = members[b0 : b0 + pairs_per]
+                out[:, block] = _from_first_layers(model, [tokens[i] for i in block], [n_pres[i] for i in block],
+                                                   masks, values, torch.as_tensor([sources[i] for i in block]), at_end,
+                                                   rows_per_batch).to(out)
+        return out
     groups: dict[object, list[int]] = {}
     for i, ids in enumerate(tokens):
         n_pre = min(prefix_lengths[i], len(ids) - 1) if share else 0  # type: ignore[index]
@@ -223,11 +248,6 @@ def ablated_residuals(
             for r, i in enumerate(block):
                 body[r, : int(lengths[r]) - n_pre] = torch.as_tensor(list(tokens[i][n_pre:]))
             block_src = src_all[block]
-            if n_pre and not ablate_prefix and layered:  # each set's rows start at its first ablated layer
-                prefix = torch.tensor([list(tokens[i][:n_pre]) for i in block])
-                out[:, torch.tensor(block).to(out.device)] = _from_first_layers(
-                    model, prefix, body, lengths - n_pre - 1, masks, values, block_src, at_end, rows_per_batch).to(out)
-                continue
             per = max(1, rows_per_batch // nb)  # sets per forward pass
             for s0 in range(0, S, per):
                 sets = torch.arange(s0, min(S, s0 + per))
@@ -267,44 +287,63 @@ def first_ablated_layers(masks: AblationMasks, n_layers: int) -> Int[Tensor, " s
 
 
 @torch.no_grad()
-def _from_first_layers(model: Model, prefix: Int[Tensor, "pair pre"], body: Int[Tensor, "pair pos"],
-                       ends: Int[Tensor, " pair"], masks: AblationMasks, values: AblationValues,
-                       sources: Int[Tensor, " pair"], at_end: bool, rows_per_batch: int
+def _from_first_layers(model: Model, tokens: Sequence[Sequence[int]], n_pre: Sequence[int], masks: AblationMasks,
+                       values: AblationValues, sources: Int[Tensor, " pair"], at_end: bool, rows_per_batch: int
                        ) -> Float[Tensor, "set pair d_model"]:
-    """:func:`ablated_residuals` of pairs whose prefix is the clean run under every set: one clean forward of the
-    whole prompts keeps each layer's keys and values over the prefix and the residual stream entering the layers
-    where some set starts; then each set's rows join at the first layer it ablates (:func:`first_ablated_layers`),
-    from that clean residual, and run block by block (the backend's ``block_runner``), sets in order of their first
-    layer, at most ``rows_per_batch`` rows a pass. The layers before a set's first are the clean run's, so this is
-    the whole forward's computation less those layers (equal up to float rounding)."""
+    """:func:`ablated_residuals` of pairs whose first ``n_pre[i]`` tokens are the clean run under every set. One clean
+    forward of the whole prompts keeps each layer's keys and values and the residual stream entering the layers
+    where some set starts; each pair's prefix becomes a cache, left-padded to the longest (masked, as TransformerLens
+    batches generation: rotary attention reads relative positions, and the residual stream taken from the clean run
+    carries each token's own position), and its body the rows that run. Then each set's rows join at the first layer
+    it ablates (:func:`first_ablated_layers`), from that clean residual, and run block by block (the backend's
+    ``block_runner``), sets in order of their first layer, at most ``rows_per_batch`` rows a pass. The layers before
+    a set's first are the clean run's, so this is the whole forward less those layers (equal up to float rounding);
+    pairs of every prefix length share each pass."""
     cfg = model.cfg
-    L, P, n_pre = cfg.n_layers, len(body), prefix.shape[1]
+    L, P, device = cfg.n_layers, len(tokens), cfg.device
     first = first_ablated_layers(masks, L)
     starts = sorted(set(first.tolist()) - {L})
     kv = [model.backend.prefix_kv_hooks(l) for l in range(L)]
     kept: dict[str, Tensor] = {}
 
-    def keep(name: str, part: slice):
+    def keep(name: str):
         def hook(act: Tensor, hook: object) -> None:
-            kept[name] = act[:, part].detach()
+            kept[name] = act.detach()
         return hook
 
     final = act_name("resid_post", L - 1)
-    hooks = [(n, keep(n, slice(0, n_pre))) for names in kv for n in names]  # type: ignore[union-attr]
-    hooks += [(act_name("resid_pre", l), keep(act_name("resid_pre", l), slice(n_pre, None))) for l in starts]
-    hooks.append((final, keep(final, slice(n_pre, None))))
-    tokens = torch.cat([prefix, body], 1).to(cfg.device)
-    model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=L)
+    names = [n for pair in kv for n in pair] + [act_name("resid_pre", l) for l in starts] + [final]  # type: ignore[union-attr]
+    lengths = torch.tensor([len(t) for t in tokens])
+    full = torch.zeros(P, int(lengths.max()), dtype=torch.long)
+    for i, t in enumerate(tokens):
+        full[i, : len(t)] = torch.as_tensor(list(t))
+    model.run_with_hooks(full.to(device), fwd_hooks=[(n, keep(n)) for n in names], stop_at_layer=L)
     rows = torch.arange(P)
-    clean = kept[final][rows.to(kept[final].device), ends.to(kept[final].device)]
-    out = clean[None].repeat(len(first), 1, 1)  # a set that ablates nothing: the clean run
+    out = kept[final][rows.to(kept[final].device), (lengths - 1).to(kept[final].device)][None].repeat(len(first), 1, 1)
     order = [s for s in sorted(range(len(first)), key=lambda s: int(first[s])) if int(first[s]) < L]
     if not order:
-        return out
-    run = model.backend.block_runner(body.to(cfg.device), [kept[k] for k, _ in kv],  # type: ignore[misc]
-                                     [kept[v] for _, v in kv], None)  # type: ignore[misc]
+        return out  # no set ablates anything: the clean run
+    pre = torch.as_tensor(list(n_pre))
+    p_max, width = int(pre.max()), int((lengths - pre).max())
+    cols = torch.arange(p_max)
+    shift = (p_max - pre)[:, None]
+    real = cols[None] >= shift  # [pair, p_max]: the prefix's own positions (left padding before them)
+    at_pre = (cols[None] - shift).clamp_min(0)
+    at_body = (pre[:, None] + torch.arange(width)[None]).clamp_max(full.shape[1] - 1)  # right padding: any token
+    padded = bool((pre != p_max).any())
+
+    def prefix_part(t: Tensor) -> Tensor:
+        r, at = rows.to(t.device)[:, None], at_pre.to(t.device)
+        part = t[r, at]
+        return part * real.to(t.device)[..., None, None].to(part) if padded else part
+
+    keys = [prefix_part(kept[k]) for k, _ in kv]  # type: ignore[misc]
+    vals = [prefix_part(kept[v]) for _, v in kv]  # type: ignore[misc]
+    body = full[rows[:, None], at_body].to(device)
+    run = model.backend.block_runner(body, keys, vals, real.long().to(device) if padded else None)
     if run is None:
         raise RuntimeError("block_runner is None for a backend whose prefix_kv_hooks are set")
+    ends = lengths - pre - 1  # each pair's END among its body's positions
     per = max(1, rows_per_batch // P)  # sets per pass
     for c0 in range(0, len(order), per):
         chunk = order[c0 : c0 + per]
@@ -313,14 +352,15 @@ def _from_first_layers(model: Model, prefix: Int[Tensor, "pair pre"], body: Int[
         for layer in range(int(first[chunk[0]]), L):
             new = [s for s in chunk[present:] if int(first[s]) == layer]
             if new:
-                fresh = kept[act_name("resid_pre", layer)].repeat(len(new), 1, 1)
+                resid = kept[act_name("resid_pre", layer)]
+                fresh = resid[rows.to(resid.device)[:, None], at_body.to(resid.device)].repeat(len(new), 1, 1)
                 x = fresh if x is None else torch.cat([x, fresh])
                 present += len(new)
             assert x is not None
             row_set = torch.tensor(chunk[:present]).repeat_interleave(P)
             row_pair = rows.repeat(present)
             site = f"blocks.{layer}."
-            layer_hooks = [h for h in ablation_hooks(model, masks, row_set, values, sources[row_pair], n_pre,
+            layer_hooks = [h for h in ablation_hooks(model, masks, row_set, values, sources[row_pair], pre[row_pair],
                                                      ends[row_pair] if at_end else None) if h[0].startswith(site)]
             with model.hooks(fwd_hooks=layer_hooks):
                 x = run(layer, x)
