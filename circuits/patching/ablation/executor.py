@@ -56,6 +56,7 @@ from circuits.models.backend import Model, act_name
 from circuits.patching.ablation.edges import edges_everywhere
 from circuits.patching.ablation.end import edges_at_end, end_only_supported, end_runs, nodes_at_end
 from circuits.patching.ablation.values import AblationValues, ValueKind, per_pair_values, record, site_names
+from circuits.patching.core.end_layers import keep_hook
 from circuits.patching.core.readouts import first_difference
 
 Positions = Literal["end", "all"]
@@ -145,9 +146,10 @@ def site_hook(ablate: Bool[Tensor, "row unit"], table: Tensor | None, source: In
 
 
 def ablation_hooks(model: Model, masks: AblationMasks, row_set: Int[Tensor, " row"], values: AblationValues,
-                   source: Int[Tensor, " row"], offset: int | Int[Tensor, " row"], end: Int[Tensor, " row"] | None = None) -> list:
+                   source: Int[Tensor, " row"], offset: int | Int[Tensor, " row"], end: Int[Tensor, " row"] | None = None,
+                   layers: Sequence[int] | None = None) -> list:
     """One hook per site that some row ablates: row ``r`` ablates what set ``row_set[r]`` marks, with the values of
-    source row ``source[r]`` (:func:`site_hook`)."""
+    source row ``source[r]`` (:func:`site_hook`); ``layers``: only those layers' sites (``None``: every layer's)."""
     device = model.cfg.device
     hooks = []
 
@@ -156,9 +158,10 @@ def ablation_hooks(model: Model, masks: AblationMasks, row_set: Int[Tensor, " ro
             hooks.append((act_name(site, layer), site_hook(ablate.to(device), values.table(site, layer), source,
                                                            offset, values.pooled, end)))
 
-    if masks.input is not None:
+    layers = range(model.cfg.n_layers) if layers is None else layers
+    if masks.input is not None and 0 in layers:
         add("resid_pre", 0, masks.input[row_set][:, None])
-    for l in range(model.cfg.n_layers):
+    for l in layers:
         add("z", l, masks.heads[row_set, l])
         if l in masks.neurons:
             add("post", l, masks.neurons[l][row_set])
@@ -305,19 +308,13 @@ def _from_first_layers(model: Model, tokens: Sequence[Sequence[int]], n_pre: Seq
     starts = sorted(set(first.tolist()) - {L})
     kv = [model.backend.prefix_kv_hooks(l) for l in range(L)]
     kept: dict[str, Tensor] = {}
-
-    def keep(name: str):
-        def hook(act: Tensor, hook: object) -> None:
-            kept[name] = act.detach()
-        return hook
-
     final = act_name("resid_post", L - 1)
     names = [n for pair in kv for n in pair] + [act_name("resid_pre", l) for l in starts] + [final]  # type: ignore[union-attr]
     lengths = torch.tensor([len(t) for t in tokens])
     full = torch.zeros(P, int(lengths.max()), dtype=torch.long)
     for i, t in enumerate(tokens):
         full[i, : len(t)] = torch.as_tensor(list(t))
-    model.run_with_hooks(full.to(device), fwd_hooks=[(n, keep(n)) for n in names], stop_at_layer=L)
+    model.run_with_hooks(full.to(device), fwd_hooks=[(n, keep_hook(kept, n)) for n in names], stop_at_layer=L)
     rows = torch.arange(P)
     out = kept[final][rows.to(kept[final].device), (lengths - 1).to(kept[final].device)][None].repeat(len(first), 1, 1)
     order = [s for s in sorted(range(len(first)), key=lambda s: int(first[s])) if int(first[s]) < L]
@@ -359,9 +356,8 @@ def _from_first_layers(model: Model, tokens: Sequence[Sequence[int]], n_pre: Seq
             assert x is not None
             row_set = torch.tensor(chunk[:present]).repeat_interleave(P)
             row_pair = rows.repeat(present)
-            site = f"blocks.{layer}."
-            layer_hooks = [h for h in ablation_hooks(model, masks, row_set, values, sources[row_pair], pre[row_pair],
-                                                     ends[row_pair] if at_end else None) if h[0].startswith(site)]
+            layer_hooks = ablation_hooks(model, masks, row_set, values, sources[row_pair], pre[row_pair],
+                                         ends[row_pair] if at_end else None, layers=[layer])
             with model.hooks(fwd_hooks=layer_hooks):
                 x = run(layer, x)
         assert x is not None
