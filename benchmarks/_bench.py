@@ -45,6 +45,22 @@ except ImportError:
     pass
 
 
+def count(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse ``type`` for a count in ``lo..hi``: anything else is argparse's one error line, before a model
+    loads (``--pairs -1``: ``argument --pairs: -1: accepted: a whole number from 1 to 100000``)."""
+
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            n = lo - 1
+        if not lo <= n <= hi:
+            raise argparse.ArgumentTypeError(f"{text}: accepted: a whole number from {lo} to {hi}")
+        return n
+
+    return parse
+
+
 def add_arguments(parser: argparse.ArgumentParser, threads: int | None = None, json_flag: bool = True,
                   model: bool = True) -> None:
     """``--model`` (default smollm2; unless ``model`` is false), ``--threads N`` (default ``threads``, else the

@@ -21,13 +21,17 @@ from circuits.models import load_model
 from circuits.validate.knockout import knockout, knockout_many, random_order, replacement_values
 
 
+MAX_HEADS = 100_000  # more heads than any model here has; the model's own count is checked once it is loaded
+
+
 def k_list(text: str) -> list[int]:
     try:
         ks = [int(k) for k in text.split(",")]
     except ValueError:
         ks = [-1]
-    if any(k < 0 for k in ks):
-        raise argparse.ArgumentTypeError(f"{text!r}: accepted: comma-separated counts of heads, e.g. 0,1,2,5")
+    if any(not 0 <= k <= MAX_HEADS for k in ks):
+        raise argparse.ArgumentTypeError(f"{text!r}: accepted: comma-separated counts of heads from 0 to {MAX_HEADS}, "
+                                         "e.g. 0,1,2,5")
     return ks
 
 
@@ -35,15 +39,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--identify", default="results/identify/addition",
                         help="pairs and ranking from this identify result when it exists")
-    parser.add_argument("--pairs", type=int, default=64)
+    parser.add_argument("--pairs", type=_bench.count(1, 100_000), default=64)
     parser.add_argument("--ks", type=k_list, default="0,1,2,3,5,10,20")
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=_bench.count(1, 1000), default=3, help="random orders beside the effect order")
     _bench.add_arguments(parser)
     args = parser.parse_args()
     _bench.setup(args)
     model = load_model(args.model)
     model.requires_grad_(False)
     L, H = model.cfg.n_layers, model.cfg.n_heads
+    if max(args.ks) > L * H:
+        parser.error(f"argument --ks: {max(args.ks)}: the model has {L * H} heads")
     pairs, r = _bench.identify_pairs(model, args.identify, args.pairs)
     ranking = [h for h, _ in r.scores(None).ranked(part="heads")] if r is not None else random_order(L, H, 99)
     ks = args.ks
