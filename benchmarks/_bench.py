@@ -61,6 +61,22 @@ def count(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
+def amount(lo: float, hi: float) -> Callable[[str], float]:
+    """An argparse ``type`` for a finite number in ``lo..hi`` (``--memory-mb 0``: one error line, before a model
+    loads)."""
+
+    def parse(text: str) -> float:
+        try:
+            x = float(text)
+        except ValueError:
+            x = math.nan
+        if not lo <= x <= hi:  # NaN and the infinities fail here too
+            raise argparse.ArgumentTypeError(f"{text}: accepted: a number from {lo:g} to {hi:g}")
+        return x
+
+    return parse
+
+
 def add_arguments(parser: argparse.ArgumentParser, threads: int | None = None, json_flag: bool = True,
                   model: bool = True) -> None:
     """``--model`` (default smollm2; unless ``model`` is false), ``--threads N`` (default ``threads``, else the
@@ -69,7 +85,7 @@ def add_arguments(parser: argparse.ArgumentParser, threads: int | None = None, j
     if model:
         parser.add_argument("--model", default="smollm2", help="an embedded model, a .gguf file or a model folder")
     rule = "CIRCUITS_THREADS, else OMP_NUM_THREADS, else the cores this process may use"
-    parser.add_argument("--threads", type=int, default=threads,
+    parser.add_argument("--threads", type=count(1, 4096), default=threads,
                         help=f"torch threads (default {threads if threads else rule})")
     if json_flag:
         parser.add_argument("--json", metavar="PATH", help="also write the numbers of the last line here, as JSON")

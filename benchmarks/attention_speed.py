@@ -26,7 +26,8 @@ from circuits.models.attention import fused_attention
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lengths", default="256,1024,2048", help="comma-separated token counts of the forwards")
-    parser.add_argument("--docs", type=int, default=24, help="MMLU questions scored (Tables 1-2's --eval-limit)")
+    parser.add_argument("--docs", type=_bench.count(1, 100_000), default=24,
+                        help="MMLU questions scored (Tables 1-2's --eval-limit)")
     parser.add_argument("--data-dir", help="benchmark data folder (default: $CIRCUITS_DATA_DIR or ../shared/data)")
     _bench.add_arguments(parser)
     args = parser.parse_args()

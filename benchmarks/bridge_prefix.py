@@ -83,12 +83,14 @@ def _hooked(args, pairs_file: Path) -> dict[str, float] | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=8)
+    parser.add_argument("--pairs", type=_bench.count(1, 100_000), default=8)
     parser.add_argument("--task", default="addition")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--steps", type=int, default=5, help="EAP-IG's integration steps")
-    parser.add_argument("--offsets", type=int, default=4, help="offsets from END the per-position engine sweeps")
-    parser.add_argument("--batch", type=int, default=16, help="pairs per forward/backward (EAP-IG, screen)")
+    parser.add_argument("--seed", type=_bench.count(0, 2**31 - 1), default=0)
+    parser.add_argument("--steps", type=_bench.count(1, 100_000), default=5, help="EAP-IG's integration steps")
+    parser.add_argument("--offsets", type=_bench.count(1, 100_000), default=4,
+                        help="offsets from END the per-position engine sweeps")
+    parser.add_argument("--batch", type=_bench.count(1, 100_000), default=16,
+                        help="pairs per forward/backward (EAP-IG, screen)")
     parser.add_argument("--whole", nargs="?", const=",".join(ENGINES), default="", metavar="ENGINES",
                         help="also time the Bridge with prefix sharing off (these engines, comma-separated; default "
                              "all three)")

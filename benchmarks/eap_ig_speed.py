@@ -25,13 +25,15 @@ from circuits.patching.engines.plain import eap_ig_plain
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--pairs", type=_bench.count(1, 100_000), default=32)
+    parser.add_argument("--steps", type=_bench.count(1, 100_000), default=5)
     parser.add_argument("--task", default="addition")
     parser.add_argument("--metric", default="logit_diff")
     parser.add_argument("--no-edges", action="store_true", help="skip the edge-level run")
-    parser.add_argument("--batch", type=int, default=16, help="pairs per forward/backward (nodes, attribution, plain)")
-    parser.add_argument("--edge-batch", type=int, default=4, help="pairs per forward/backward at edge level (memory)")
+    parser.add_argument("--batch", type=_bench.count(1, 100_000), default=16,
+                        help="pairs per forward/backward (nodes, attribution, plain)")
+    parser.add_argument("--edge-batch", type=_bench.count(1, 100_000), default=4,
+                        help="pairs per forward/backward at edge level (memory)")
     _bench.add_arguments(parser)
     args = parser.parse_args()
     _bench.setup(args)

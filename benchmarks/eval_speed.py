@@ -39,11 +39,11 @@ def sample_records(args: argparse.Namespace) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--subjects", type=int, default=3)
-    p.add_argument("--per-subject", type=int, default=8)
-    p.add_argument("--csqa", type=int, default=16)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--subjects", type=_bench.count(1, 57), default=3)
+    p.add_argument("--per-subject", type=_bench.count(1, 100_000), default=8)
+    p.add_argument("--csqa", type=_bench.count(1, 100_000), default=16)
+    p.add_argument("--batch-size", type=_bench.count(1, 100_000), default=8)
+    p.add_argument("--seed", type=_bench.count(0, 2**31 - 1), default=0)
     p.add_argument("--data-dir")
     _bench.add_arguments(p, threads=1)
     args = p.parse_args()

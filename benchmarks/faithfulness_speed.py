@@ -157,14 +157,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--identify", default="results/identify/addition",
                         help="pairs from this identify result when it exists (else addition pairs built here)")
-    parser.add_argument("--pairs", type=int, default=32)
+    parser.add_argument("--pairs", type=_bench.count(1, 100_000), default=32)
     parser.add_argument("--modes", type=modes, default="node-end,node-all,edge-end")
     parser.add_argument("--ablation", default="counterfactual", choices=("counterfactual", "mean", "zero"))
-    parser.add_argument("--edge-circuits", type=int, default=11,
+    parser.add_argument("--edge-circuits", type=_bench.count(1, 1000), default=11,
                         help="edge circuits the plain loop runs (of 11); the rest extrapolated from them")
-    parser.add_argument("--sample", type=int, default=24, help="(sender, offset) nodes the plain loop runs in mode "
-                                                                   "positions (extrapolated to every node)")
-    parser.add_argument("--memory-mb", type=float, default=4096)
+    parser.add_argument("--sample", type=_bench.count(1, 100_000), default=24,
+                        help="(sender, offset) nodes the plain loop runs in mode positions (extrapolated to every "
+                             "node)")
+    parser.add_argument("--memory-mb", type=_bench.amount(1, 10_000_000), default=4096)
     parser.add_argument("--old-edges", default="2d78606", help="the commit whose edge strategy mode edge-all also "
                                                                "times (before issue 43's shared starts)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda where there is one)")

@@ -202,14 +202,19 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--shape", default=None, help=f"comma-separated, from {', '.join(SHAPES)} (default: the two "
                                                       "7B shapes on a GPU, tiny on a CPU)")
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16", "float32"))
-    parser.add_argument("--pairs", type=int, default=None, help="sweep pairs (default 100; tiny: 16)")
-    parser.add_argument("--tokens", type=int, default=24, help="tokens per prompt of a pair")
-    parser.add_argument("--sample", type=int, default=None, help="components timed with the plain loop (24; tiny: 8)")
-    parser.add_argument("--memory-mb", type=float, default=None, help="sweep budget (GPU 16000, CPU 1024)")
-    parser.add_argument("--train-tokens", type=int, default=None, help="tokens per training sample (256; tiny: 64)")
-    parser.add_argument("--batch-size", type=int, default=None, help="samples per step (16; tiny: 4)")
-    parser.add_argument("--micro-batch-size", type=int, default=None, help="(8; tiny: 2)")
-    parser.add_argument("--steps", type=int, default=3, help="timed optimizer steps")
+    parser.add_argument("--pairs", type=_bench.count(1, 100_000), default=None,
+                        help="sweep pairs (default 100; tiny: 16)")
+    parser.add_argument("--tokens", type=_bench.count(2, 100_000), default=24, help="tokens per prompt of a pair")
+    parser.add_argument("--sample", type=_bench.count(1, 100_000), default=None,
+                        help="components timed with the plain loop (24; tiny: 8)")
+    parser.add_argument("--memory-mb", type=_bench.amount(1, 10_000_000), default=None,
+                        help="sweep budget (GPU 16000, CPU 1024)")
+    parser.add_argument("--train-tokens", type=_bench.count(2, 100_000), default=None,
+                        help="tokens per training sample (256; tiny: 64)")
+    parser.add_argument("--batch-size", type=_bench.count(1, 100_000), default=None,
+                        help="samples per step (16; tiny: 4)")
+    parser.add_argument("--micro-batch-size", type=_bench.count(1, 100_000), default=None, help="(8; tiny: 2)")
+    parser.add_argument("--steps", type=_bench.count(1, 100_000), default=3, help="timed optimizer steps")
     _bench.add_arguments(parser, model=False)
     args = parser.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"

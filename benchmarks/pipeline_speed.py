@@ -106,7 +106,7 @@ def run_baseline(code: Path, args: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--task", default="all")
-    parser.add_argument("--pairs", type=int, default=64)
+    parser.add_argument("--pairs", type=_bench.count(1, 100_000), default=64)
     parser.add_argument("--out", help="folder for the results (default: a temporary one)")
     parser.add_argument("--figures", action="store_true", help="then time `make figures` on the demo's result")
     parser.add_argument("--identify-dir", help="with --figures: skip the demo and use this identify result")

@@ -34,9 +34,9 @@ def aligned(pairs, n):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=8)
-    parser.add_argument("--sample", type=int, default=40, help="head indices timed with TransformerLens (and a fifth "
-                                                               "as many MLP indices)")
+    parser.add_argument("--pairs", type=_bench.count(1, 100_000), default=8)
+    parser.add_argument("--sample", type=_bench.count(1, 100_000), default=40,
+                        help="head indices timed with TransformerLens (and a fifth as many MLP indices)")
     parser.add_argument("--identify", default="results/identify/addition", help="take pairs from this identify result "
                                                                                "when it exists")
     _bench.add_arguments(parser)

@@ -23,11 +23,12 @@ from circuits.models import load_model
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=64)
+    parser.add_argument("--pairs", type=_bench.count(1, 100_000), default=64)
     parser.add_argument("--metric", default="fraction")
     parser.add_argument("--identify", default="results/identify/addition", help="take pairs from this identify result "
                                                                                "when it exists")
-    parser.add_argument("--plain-chunk", type=int, default=16, help="pairs per plain forward/backward (memory)")
+    parser.add_argument("--plain-chunk", type=_bench.count(1, 100_000), default=16,
+                        help="pairs per plain forward/backward (memory)")
     _bench.add_arguments(parser)
     args = parser.parse_args()
     _bench.setup(args)

@@ -78,9 +78,10 @@ def _hooked_engine(args, pairs_file: Path) -> dict[str, float] | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", type=int, default=32)
-    parser.add_argument("--sample", type=int, default=15, help="components timed with the plain loop")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--pairs", type=_bench.count(1, 100_000), default=32)
+    parser.add_argument("--sample", type=_bench.count(1, 100_000), default=15,
+                        help="components timed with the plain loop")
+    parser.add_argument("--seed", type=_bench.count(0, 2**31 - 1), default=0)
     parser.add_argument("--backend", choices=sorted(BACKENDS), default=None,
                         help="hooked (TransformerLens 3.9) or bridge (4.3); default: the installed line's")
     parser.add_argument("--engine-only", action="store_true", help="time the engine alone (no plain loop)")

@@ -95,8 +95,9 @@ def test_threads_flag_and_the_command_line_rule(monkeypatch):
         assert not hasattr(parser.parse_args([]), "json")
         monkeypatch.setenv("CIRCUITS_THREADS", "2")
         assert _bench.setup(parser.parse_args([])) == 2 == torch.get_num_threads()  # circuits.threads' rule
-        with pytest.raises(SystemExit, match="accepted: a positive number"):
-            _bench.setup(parser.parse_args(["--threads", "0"]))
+        for bad in ("0", "-1", "x"):  # argparse's one line, before any setup
+            with pytest.raises(SystemExit):
+                parser.parse_args(["--threads", bad])
     finally:
         torch.set_num_threads(before)
 
@@ -157,3 +158,29 @@ def test_every_benchmark_uses_the_shared_module_and_keeps_its_names(name):
             lines.append(names)
     assert max(lines, key=len) == LAST_LINES[name]
     assert "time.perf_counter" not in (BENCHMARKS / f"{name}.py").read_text() or name == "pipeline_speed"
+
+
+def test_counts_and_amounts_take_their_range_and_refuse_the_rest_in_one_line():
+    parse = _bench.count(1, 100)
+    assert [parse(t) for t in ("1", "100", "07")] == [1, 100, 7]
+    size = _bench.amount(1, 1e7)
+    assert [size(t) for t in ("1", "4096", "2.5e3")] == [1.0, 4096.0, 2500.0]
+    for bad in ("0", "-1", "101", "x", "1.5", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"accepted: a whole number from 1 to 100$"):
+            parse(bad)
+    for bad in ("0", "-1", "nan", "inf", "-inf", "1e8", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match=r"accepted: a number from 1 to 1e\+07$"):
+            size(bad)
+
+
+def test_no_benchmark_flag_takes_a_number_without_its_range():
+    """``type=int`` or ``type=float`` take 0, -1 and 1e12 alike: every numeric flag of every benchmark declares its
+    range with ``_bench.count`` / ``_bench.amount`` (issue 44's "every flag")."""
+    loose = []
+    for path in sorted(BENCHMARKS.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+                kind = next((kw.value for kw in node.keywords if kw.arg == "type"), None)
+                if isinstance(kind, ast.Name) and kind.id in ("int", "float"):
+                    loose.append(f"{path.name}: {ast.literal_eval(node.args[0])}")
+    assert not loose, loose
