@@ -56,7 +56,7 @@ from circuits.models.backend import Model, act_name
 from circuits.patching.ablation.edges import edges_everywhere
 from circuits.patching.ablation.end import edges_at_end, end_only_supported, end_runs, nodes_at_end
 from circuits.patching.ablation.values import AblationValues, ValueKind, per_pair_values, record, site_names
-from circuits.patching.core.end_layers import keep_hook
+from circuits.patching.core.end_layers import keep_hook, left_padded
 from circuits.patching.core.readouts import first_difference
 
 Positions = Literal["end", "all"]
@@ -321,23 +321,12 @@ def _from_first_layers(model: Model, tokens: Sequence[Sequence[int]], n_pre: Seq
     if not order:
         return out  # no set ablates anything: the clean run
     pre = torch.as_tensor(list(n_pre))
-    p_max, width = int(pre.max()), int((lengths - pre).max())
-    cols = torch.arange(p_max)
-    shift = (p_max - pre)[:, None]
-    real = cols[None] >= shift  # [pair, p_max]: the prefix's own positions (left padding before them)
-    at_pre = (cols[None] - shift).clamp_min(0)
+    width = int((lengths - pre).max())
     at_body = (pre[:, None] + torch.arange(width)[None]).clamp_max(full.shape[1] - 1)  # right padding: any token
-    padded = bool((pre != p_max).any())
-
-    def prefix_part(t: Tensor) -> Tensor:
-        r, at = rows.to(t.device)[:, None], at_pre.to(t.device)
-        part = t[r, at]
-        return part * real.to(t.device)[..., None, None].to(part) if padded else part
-
-    keys = [prefix_part(kept[k]) for k, _ in kv]  # type: ignore[misc]
-    vals = [prefix_part(kept[v]) for _, v in kv]  # type: ignore[misc]
+    keys, real = left_padded([kept[k] for k, _ in kv], rows, pre)  # type: ignore[misc]
+    vals, _ = left_padded([kept[v] for _, v in kv], rows, pre)  # type: ignore[misc]
     body = full[rows[:, None], at_body].to(device)
-    run = model.backend.block_runner(body, keys, vals, real.long().to(device) if padded else None)
+    run = model.backend.block_runner(body, keys, vals, None if bool(real.all()) else real.long().to(device))
     if run is None:
         raise RuntimeError("block_runner is None for a backend whose prefix_kv_hooks are set")
     ends = lengths - pre - 1  # each pair's END among its body's positions

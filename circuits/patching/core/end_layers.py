@@ -64,6 +64,22 @@ def keep_hook(store: dict, name: str):
 SHARED_PREFIX_MIN = 16
 
 
+def left_padded(caches: Sequence[Tensor], rows: Tensor, lengths: Tensor) -> tuple[list[Tensor], Tensor]:
+    """Row ``rows[i]``'s first ``lengths[i]`` positions of each cache ``[row, pos, ...]``, right-aligned to the
+    longest and left-padded with zeros (as TransformerLens batches generation), and the mask of real positions
+    ``[i, max(lengths)]`` (bool): the cached prefixes a :meth:`~circuits.models.backend.Backend.block_runner` reads."""
+    p_max = int(lengths.max())
+    shift = (p_max - lengths)[:, None]
+    cols = torch.arange(p_max, device=lengths.device)[None]
+    keep, src = cols >= shift, (cols - shift).clamp_min(0)
+    padded = not bool(keep.all())
+    out = []
+    for t in caches:
+        part = t[rows.to(t.device)[:, None], src.to(t.device)]
+        out.append(part * keep.to(t.device)[..., None, None].to(part) if padded else part)
+    return out, keep
+
+
 def _end_activations(model: Model, tokens: Tensor, end: Tensor, names: Sequence[str],
                      record: EndRecord | None = None) -> dict[str, Tensor]:
     """Each hook's activation at each row's END (``[row, ...]``), rows that share a prefix running it once into a

@@ -39,7 +39,7 @@ from tqdm.auto import tqdm
 from circuits.io import Shapes
 from circuits.models.backend import Model, act_name
 from circuits.data.pairs import PairBatch, Pairs, as_batch
-from circuits.patching.core.end_layers import check_supported, keep_hook, readout
+from circuits.patching.core.end_layers import check_supported, keep_hook, left_padded, readout
 from circuits.patching.engines.end_sweep import all_components
 from circuits.patching.core.scores import Scores
 from circuits.patching.core.metrics import DEFAULT_METRIC, Baseline, Metric, get_metric, PROB_METRICS
@@ -142,18 +142,11 @@ def _suffix_pass(model: Model, runs: _Runs, pairs: Tensor, pos: Tensor, k: int, 
     if not runs.keys:
         return _whole_pass(model, runs, pairs, pos, k, senders, answer, cf_answer, custom, prob)
     p_max = int(pos.max())
-    padded = bool((pos != p_max).any())
     suffix = pos[:, None] + torch.arange(k + 1, device=pos.device)[None]  # [pair, k + 1]
-    cols = torch.arange(p_max, device=pos.device)
-    shift = (p_max - pos)[:, None]
-    keep = cols[None] >= shift  # [pair, p_max]: real cached positions (left padding before them)
-    src = (cols[None] - shift).clamp_min(0)
-
-    keys, values = [], []  # the reference's, before each pair's suffix, left-padded: [pair, p_max, kv_head, d_head]
-    for layer in range(L):
-        k_, v_ = runs.keys[layer][pairs[:, None], src], runs.values[layer][pairs[:, None], src]
-        keys.append(k_ * keep[..., None, None] if padded else k_)
-        values.append(v_ * keep[..., None, None] if padded else v_)
+    # the reference's keys and values before each pair's suffix, left-padded: [pair, p_max, kv_head, d_head]
+    keys, keep = left_padded(runs.keys, pairs, pos)
+    values, _ = left_padded(runs.values, pairs, pos)
+    padded = not bool(keep.all())
     tokens = runs.tokens[pairs[:, None], suffix]  # type: ignore[index]
     run = model.backend.block_runner(tokens, keys, values, keep.long() if padded else None) if p_max else None
     if run is None:  # every row through the whole model, from the suffix's tokens
