@@ -471,7 +471,8 @@ def lens_panels(means: dict[str, Sequence[float]], title: str = "MLP logit lens 
         tr.legend = "legend2"  # each panel its own legend, beside it
         fig.add_trace(tr, 2, 1)
     fig.add_hline(y=0, line={"color": "black", "width": 1})
-    fig.update_xaxes(title_text="layer", dtick=1 if len(means["in_A"]) <= 40 else None)  # layers are integers
+    L = len(means["in_A"])  # layers are integers 0 .. L - 1: no tick at -1 or L from plotly's padding
+    fig.update_xaxes(title_text="layer", dtick=1 if L <= 40 else None, range=[-0.5, L - 0.5])
     fig.update_yaxes(title_text="cosine")
     count = f"n = {n} pairs" if n is not None else "n unknown"
     sub = f"{count}; error bars: {level:.0%} bootstrap intervals over pairs" if iv else f"{count}; no intervals saved"

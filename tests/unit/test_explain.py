@@ -129,6 +129,9 @@ def test_lens_result_and_top_tokens(tiny_llama, pairs, tmp_path):
     back = LogitLens.load(lens.save(tmp_path / "lens"))
     assert back.means == lens.means and back.writing_start == lens.writing_start
     assert [[t for t, _ in row] for row in back.top_tokens] == [[t for t, _ in row] for row in top]
+    L = tiny_llama.cfg.n_layers  # both panels' layer axes end half a layer out: no tick at -1 or L
+    fig = lens.figure()
+    assert [tuple(fig.layout[a].range) for a in ("xaxis", "xaxis2")] == [(-0.5, L - 0.5)] * 2
 
 
 def test_writing_start():
