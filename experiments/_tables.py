@@ -442,12 +442,12 @@ def faithfulness(d: dict) -> Table:
 
 
 def _faith_cell(r: dict) -> str:
-    """``CMD [interval] / CPR``, the interval at the number's precision, then (held out) the in-sample minus held-out
-    CMD, or n/a where f is undefined."""
+    """``CMD [interval] / CPR``, the interval at the number's precision, then (held out) ``(gap x)``: the in-sample
+    minus held-out CMD; n/a where f is undefined."""
     if r["cmd"] != r["cmd"]:
         return "n/a"
     ci = r.get("cmd_ci")
-    gap = f" (in-sample {r['cmd_gap']:+.3f})" if r.get("cmd_gap") is not None else ""  # held out: minus in-sample
+    gap = f" (gap {r['cmd_gap']:+.3f})" if r.get("cmd_gap") is not None else ""  # in-sample minus held-out CMD
     return f"{r['cmd']:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "") + f" / {r['cpr']:.3f}" + gap
 
 

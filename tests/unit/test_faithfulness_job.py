@@ -707,3 +707,53 @@ def test_the_job_balances_a_short_split_and_refuses_an_empty_one_in_one_line(mon
     with pytest.raises(ValueError, match=r"^No scoring pair disjoint from the 1 ranking pairs, and none of them can "
                                          r"move to the scoring side; pass --no-held-out"):
         job.split_pairs(FaithfulnessConfig(n_pairs=1), model=None)
+
+
+def test_ranking_boot_resamples_both_splits_as_a_plain_rerun_does(tmp_path, monkeypatch, capsys):
+    """--ranking-boot (issue 43: the ranking pairs' variance in an interval): each resample re-ranks on a resample of
+    the ranking pairs and scores on a resample of the scoring pairs; a resample equals ranking and scoring those
+    resampled pair lists directly; only the named rankings are resampled; a rerun reuses the parts; bad values are
+    one line."""
+    from circuits.beyond.faithfulness import job
+    from circuits.beyond.faithfulness.config import RANKING_BOOT_SEED
+    from circuits.models.loading import load_model
+    from circuits.patching.core.uncertainty import resample_pairs
+
+    out = tmp_path / "f"
+    argv = ["faithfulness", "--model", str(tiny_dir("llama")), "--no-filter-correct", "--few-shot", "on", "--pairs", "4",
+            "--rankings", "exact-path,screen", "--sizes", "0.05,0.5", "--n-boot", "0", "--no-edges", "--ranking-boot",
+            "3", "--ranking-boot-rankings", "screen", "--no-progress", "--out", str(out)]
+    assert cli_main(argv) == 0
+    r = FaithfulnessResult.load(out)
+    assert list(r.ranking_boot) == ["screen"] and set(r.ranking_boot["screen"]) == {"nodes@end", "nodes@all"}
+    assert all(v.shape == (3,) and v.isfinite().all() for v in r.ranking_boot["screen"].values())
+    rows = {(row["ranking"], row["setting"]): row for row in json.loads((out / "summary.json").read_text())["table"]}
+    assert rows[("exact-path", "nodes@end")]["cmd_ci_ranking_boot"] is None
+    low, high = rows[("screen", "nodes@end")]["cmd_ci_ranking_boot"]
+    assert low <= high and low >= float(r.ranking_boot["screen"]["nodes@end"].min()) - 1e-12
+
+    # the plain reference: resample 1 as a fresh run on the resampled lists (duplicates kept), no column trick
+    model = load_model(str(tiny_dir("llama")))
+    quick = r.config.replace(n_boot=0, edges=False, ranking_boot=0)
+    b = 1
+    rows_b = resample_pairs(len(r.pairs), 3, RANKING_BOOT_SEED)[b]
+    cols_b = resample_pairs(len(r.scoring_pairs), 3, RANKING_BOOT_SEED + 1)[b]
+    s = job.rank(model, [r.pairs[int(i)] for i in rows_b], "screen", quick)
+    for setting in ("nodes@end", "nodes@all"):
+        plain = job.measure(model, [r.scoring_pairs[int(j)] for j in cols_b], s, setting, quick).cmd
+        assert abs(plain - float(r.ranking_boot["screen"][setting][b])) < 1e-5, (setting, plain)
+
+    calls = []
+    monkeypatch.setattr(job, "ranking_bootstrap", lambda *a, **k: calls.append(a) or {})
+    assert cli_main(argv) == 0  # the same run: every part, resamples included, reused
+    assert not calls and torch.equal(FaithfulnessResult.load(out).ranking_boot["screen"]["nodes@end"],
+                                     r.ranking_boot["screen"]["nodes@end"])
+
+    capsys.readouterr()
+    for bad, said in ((["--ranking-boot", "3", "--no-held-out"], "give --held-out"),
+                      (["--ranking-boot-rankings", "nope"], "unknown ranking 'nope'"),
+                      (["--ranking-boot", "-1"], "--ranking-boot"), (["--ranking-boot", "99999999"], "--ranking-boot")):
+        assert cli_main(argv[:-2] + bad + ["--out", str(tmp_path / "bad")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and said in err[0], err
+        assert not (tmp_path / "bad").exists()

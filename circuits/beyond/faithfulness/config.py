@@ -25,6 +25,10 @@ from circuits.types import COUNTS, METRIC_NAMES, MIB_COUNT, MIB_METRIC
 #   graddrop          AtP*'s GradDrop scores (mean |estimate| over the layer-dropped backward passes), likewise
 #   eap-ig            EAP-IG-inputs (cc's eap_ig): |estimate| summed over positions as EAP-IG sums; edges: |estimate|
 RANKINGS: tuple[str, ...] = tuple(node_engines())
+# The rankings --ranking-boot re-ranks by default: each costs a few CPU seconds to a minute at 64 SmolLM2 pairs, where
+# the exact per-position one (`positions`) costs 6-12 minutes (docs/results.md's faithfulness_seconds table).
+CHEAP_RANKINGS: tuple[str, ...] = tuple(r for r in RANKINGS if r != "positions")
+RANKING_BOOT_SEED = 20_431  # the ranking and scoring resamples of --ranking-boot (this seed and the next)
 # MIB's circuit sizes: fractions of the nodes (or edges) kept (circuits.patching.circuit_curves.MIB_SIZES; here too so
 # the config imports no torch; a unit test checks they are the same).
 MIB_SIZES: tuple[float, ...] = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
@@ -120,6 +124,14 @@ class FaithfulnessConfig(PairSource):
                                         "one (one more curve per ranking and circuit kind)")
     scoring_seed: int = option(-1, minimum=-1, help="seed of the scoring pairs with --held-out (-1: --seed + 1); with "
                                         "--pairs-from, the scoring pairs are the --pairs saved pairs after the first")
+    ranking_boot: int = option(0, minimum=0, maximum=10_000, help="with --held-out, resamples of the ranking "
+                               "pairs for the node curves of --ranking-boot-rankings: each re-ranks on a resample of "
+                               "the ranking pairs and scores the absolute ranking's circuits on a resample of the "
+                               "scoring pairs, so its CMD interval holds the ranking's own variance too (0: none; each "
+                               "resample costs one ranking and one curve per node setting)")
+    ranking_boot_rankings: tuple[str, ...] = option(CHEAP_RANKINGS, unique=True, help="the rankings --ranking-boot "
+                                                    "re-ranks, comma-separated (default: all but positions, the "
+                                                    "costly one)")
     input_node: bool = option(True, help="rank the input (embedding) node with the heads and MLPs, count it in each "
                                          "size and ablate it where a circuit leaves it out, as MIB's node graph (every "
                                          "ranking scores it by its own method); --no-input-node: heads and MLPs "
@@ -176,6 +188,12 @@ class FaithfulnessConfig(PairSource):
             raise ValueError(f"Unknown --position-scores {self.position_scores!r}; accepted: {', '.join(POSITION_SCORES)}")
         if self.cpr_ranking not in CPR_RANKINGS:
             raise ValueError(f"Unknown --cpr-ranking {self.cpr_ranking!r}; accepted: {', '.join(CPR_RANKINGS)}")
+        for r in self.ranking_boot_rankings:
+            if r not in accepted:
+                raise ValueError(f"--ranking-boot-rankings: unknown ranking {r!r}; accepted: {', '.join(accepted)}")
+        if self.ranking_boot and not self.held_out:
+            raise ValueError(f"--ranking-boot {self.ranking_boot} resamples the ranking pairs apart from the scoring "
+                             "pairs: give --held-out (or --ranking-boot 0)")
         if self.held_out and self.scoring_seed == self.seed:
             raise ValueError(f"--scoring-seed {self.scoring_seed} is --seed: the scoring pairs must be drawn with "
                              "another seed (or -1: --seed + 1)")

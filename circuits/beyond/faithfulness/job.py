@@ -29,7 +29,7 @@ from jaxtyping import Float
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from circuits.beyond.faithfulness.config import FaithfulnessConfig
+from circuits.beyond.faithfulness.config import RANKING_BOOT_SEED, FaithfulnessConfig
 from circuits.beyond.faithfulness.result import PARTS, FaithfulnessResult
 from circuits.data.answers import at_answer_position
 from circuits.data.pairs import PairSet, PromptPair
@@ -38,9 +38,10 @@ from circuits.identify.validity import check_job, print_warnings
 from circuits.models.backend import Model
 from circuits.models.loading import load_model
 from circuits.patching.engines.attribution import readout_of
-from circuits.patching.circuit_curves import FaithfulnessCurve, check_edge_model, circuit_curve
+from circuits.patching.circuit_curves import FaithfulnessCurve, check_edge_model, circuit_curve, resampled_cmd
 from circuits.patching.core.metrics import get_metric
 from circuits.patching.core.scores import Scores
+from circuits.patching.core.uncertainty import resample_pairs
 
 
 SIGNED = "_signed"  # a score's key with this suffix: the signed ranking's (heads_signed, mlps_signed, edges_signed)
@@ -149,6 +150,25 @@ def measure(model: Model, pairs: Sequence[PromptPair], scores: dict[str, Tensor]
                          count=config.count)
 
 
+def ranking_bootstrap(model: Model, pairs: Sequence[PromptPair], scoring: Sequence[PromptPair], ranking: str,
+                      config: FaithfulnessConfig) -> dict[str, Tensor]:
+    """Per node setting, ``[config.ranking_boot]`` CMDs of ``ranking``'s absolute circuits, each found on a resample
+    of the ranking ``pairs`` (drawn with replacement) and scored on a resample of the ``scoring`` pairs: the spread
+    of CMD when both the pairs a circuit is found on and the pairs it is scored on are drawn again (the curves'
+    own intervals hold the ranking fixed). Each resample runs the ranking's engine once (no edges) and one curve per
+    node setting, without its own bootstrap."""
+    quick = config.replace(n_boot=0, edges=False)
+    n = config.ranking_boot
+    rows = resample_pairs(len(pairs), n, RANKING_BOOT_SEED)
+    cols = resample_pairs(len(scoring), n, RANKING_BOOT_SEED + 1)
+    out = {setting: torch.empty(n, dtype=torch.float64) for setting in config.settings()}
+    for b in range(n):
+        s = rank(model, [pairs[int(i)] for i in rows[b]], ranking, quick)
+        for setting in out:
+            out[setting][b] = resampled_cmd(measure(model, scoring, s, setting, quick), cols[b:b + 1])[0]
+    return out
+
+
 def _settings(ranking: str, config: FaithfulnessConfig) -> list[str]:
     return config.settings() + (config.edge_settings() if scores_edges(ranking, config) else [])
 
@@ -177,7 +197,8 @@ def _key(config: FaithfulnessConfig, pairs: Sequence[PromptPair], ranking: str, 
     cfg = config.to_json()
     from circuits.patching.engines.registry import ENGINES
 
-    cfg.pop("rankings", None)
+    for field in ("rankings", "ranking_boot", "ranking_boot_rankings"):  # the resamples are kept beside, by count
+        cfg.pop(field, None)
     own = set(ENGINES[ranking].job_options.values())
     for field in {f for e in ENGINES.values() for f in e.job_options.values()} - own:
         cfg.pop(field, None)
@@ -244,6 +265,7 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
     in_sample: dict[str, dict[str, FaithfulnessCurve]] = {}
     seconds: dict[str, float] = {}
     cpu_seconds: dict[str, dict[str, float]] = {}
+    ranking_boot: dict[str, dict[str, Tensor]] = {}
     weights = weights_digest(model) if parts is not None else ""
     bar = tqdm(config.rankings, desc="faithfulness", unit="ranking", disable=not progress)
     for ranking in bar:
@@ -273,6 +295,15 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 save_torch(part, path)
+        if scoring_pairs is not None and config.ranking_boot and ranking in config.ranking_boot_rankings and \
+                part.get("ranking_boot", {}).get("n") != config.ranking_boot:
+            cpu = time.process_time()
+            cmds = ranking_bootstrap(model, pairs, scoring, ranking, config)
+            part["ranking_boot"] = {"n": config.ranking_boot, "cmd": cmds, "cpu_seconds": time.process_time() - cpu}
+            if path is not None:
+                save_torch(part, path)
+        if part.get("ranking_boot", {}).get("n") == config.ranking_boot and ranking in config.ranking_boot_rankings:
+            ranking_boot[ranking] = dict(part["ranking_boot"]["cmd"])
         scores[ranking] = part["scores"]
         curves[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["curves"].items()}
         signed_curves[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["signed_curves"].items()}
@@ -280,10 +311,13 @@ def faithfulness(model: Model, pairs: Sequence[PromptPair], config: Faithfulness
             in_sample[ranking] = {k: FaithfulnessCurve.from_dict(c) for k, c in part["in_sample_curves"].items()}
         seconds[ranking] = float(part["seconds"])
         cpu_seconds[ranking] = {k: float(v) for k, v in part.get("cpu_seconds", {}).items()}
+        if ranking in ranking_boot:
+            cpu_seconds[ranking]["ranking_boot"] = float(part["ranking_boot"]["cpu_seconds"])
     bar.close()
     _warn_flat_pairs(curves, len(scoring))
     return FaithfulnessResult(config, pairs, scores, curves, seconds, cpu_seconds, signed_curves=signed_curves,
-                              scoring_pairs=scoring, in_sample_curves=in_sample, _validity=validity)
+                              scoring_pairs=scoring, in_sample_curves=in_sample, ranking_boot=ranking_boot,
+                              _validity=validity)
 
 
 def held_out_pairs(config: FaithfulnessConfig, model: Model, ranking_pairs: Sequence[PromptPair],

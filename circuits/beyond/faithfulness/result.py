@@ -15,11 +15,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from circuits.beyond.faithfulness.config import FaithfulnessConfig
+from circuits.beyond.faithfulness.config import RANKING_BOOT_SEED, FaithfulnessConfig
 from circuits.data.pairs import PromptPair, read_pairs, write_pairs
 from circuits.identify.validity import CheckedPairs, validity_from_summary, validity_json
 from circuits.io import Shapes, load_torch, read_json, save_torch, write_json
 from circuits.patching.circuit_curves import FaithfulnessCurve
+from circuits.patching.core.uncertainty import percentile_interval
 from circuits.results import Result
 from circuits.viz.notebook import ShowsFigure
 
@@ -82,6 +83,9 @@ class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
     scoring_pairs: list[PromptPair] = field(default_factory=list)
     # held out: the absolute ranking's circuits scored on the ranking pairs themselves (the in-sample CMD)
     in_sample_curves: dict[str, dict[str, FaithfulnessCurve]] = field(default_factory=dict)
+    # held out, with config.ranking_boot: ranking -> node setting -> CMD per resample of both the ranking and the
+    # scoring pairs (circuits.beyond.faithfulness.job.ranking_bootstrap)
+    ranking_boot: dict[str, dict[str, Tensor]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -117,10 +121,19 @@ class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
                  "cpr_signed": self.signed_curves[r][s].cpr if s in self.signed_curves.get(r, {}) else None,
                  "cmd_in_sample": self.in_sample_curves[r][s].cmd if s in self.in_sample_curves.get(r, {}) else None,
                  "cmd_gap": self.in_sample_curves[r][s].cmd - c.cmd if s in self.in_sample_curves.get(r, {}) else None,
+                 "cmd_ci_ranking_boot": self._both_interval(r, s, c.ci_level),
                  "ranking_seconds": self.seconds.get(r, float("nan")), "curve_seconds": c.seconds,
                  "ranking_cpu_seconds": self.cpu_seconds.get(r, {}).get("ranking", float("nan")),
                  "curve_cpu_seconds": self.cpu_seconds.get(r, {}).get(s, float("nan"))}
                 for r, by in self.curves.items() for s, c in by.items()]
+
+    def _both_interval(self, ranking: str, setting: str, level: float) -> tuple[float, float] | None:
+        """The CMD interval over resamples of the ranking and the scoring pairs (``ranking_boot``), or None."""
+        draws = self.ranking_boot.get(ranking, {}).get(setting)
+        if draws is None or not len(draws):
+            return None
+        low, high = percentile_interval(draws, level)
+        return float(low), float(high)
 
     def best(self, setting: str = "nodes@end") -> tuple[str, float] | None:
         """The ranking with the lowest CMD in ``setting`` and that CMD (None when nothing was measured there)."""
@@ -139,11 +152,14 @@ class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
                 "position_scores": self.config.position_scores,
                 "input_node": self.config.input_node,
                 "input_ranked": [r for r, parts in self.scores.items() if "input" in parts],
+                "ranking_boot": {"n": self.config.ranking_boot, "rankings": list(self.ranking_boot),
+                                 "seed": RANKING_BOOT_SEED} if self.ranking_boot else None,
                 "pairs_with_label": sum(p.counterfactual_answer_token_id >= 0 for p in self.scoring_pairs),
                 "mib": self.config.mib(),
                 "sizes": list(self.config.sizes), "sizes_percent": [round(100 * s, 9) for s in self.config.sizes],
                 "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "table": [{**row, "cpr_ci": list(row["cpr_ci"]) if row["cpr_ci"] else None,
-                                                   "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None}
+                                                   "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None,
+                "cmd_ci_ranking_boot": list(row["cmd_ci_ranking_boot"]) if row["cmd_ci_ranking_boot"] else None}
                                                   for row in self.table()],
                 "curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.curves.items()},
                 "signed_curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.signed_curves.items()},
@@ -210,7 +226,8 @@ class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
                                       for r, by in self.signed_curves.items()},
                     "in_sample_curves": {r: {s: c.to_dict() for s, c in by.items()}
                                          for r, by in self.in_sample_curves.items()},
-                    "seconds": self.seconds, "cpu_seconds": self.cpu_seconds}, folder / "faithfulness.pt")
+                    "ranking_boot": self.ranking_boot, "seconds": self.seconds, "cpu_seconds": self.cpu_seconds},
+                   folder / "faithfulness.pt")
         if self.curves:  # every setting's curves (nodes@end, nodes@all, edges), then the table of all of them
             write_figures([self.figure(s) for s in self.settings] + [self.table_figure()], folder / "figure.html", validity=self.validity())
 
@@ -240,8 +257,15 @@ class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
                     for r, by in t.get(key, {}).items()}
 
         curves, signed, inside = read("curves"), read("signed_curves"), read("in_sample_curves")
+        boot = t.get("ranking_boot", {})
+        if not isinstance(boot, dict) or not all(isinstance(by, dict) for by in boot.values()):
+            raise shapes.fail("ranking_boot is not a dictionary of rankings' resampled CMDs")
+        for r, by in boot.items():
+            for s, v in by.items():
+                shapes.tensor(f"ranking_boot.{r}.{s}", v, ("ranking resample",), no_inf=True)
         scoring = read_pairs(folder / SCORING_PAIRS) if (folder / SCORING_PAIRS).is_file() else []
         summary = read_json(folder / "summary.json") if (folder / "summary.json").is_file() else {}
         validity = validity_from_summary(summary, folder / "summary.json") if isinstance(summary, dict) else None
         return cls(config, read_pairs(folder / "pairs.jsonl"), t["scores"], curves, dict(t["seconds"]),
-                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()}, signed, scoring, inside, _validity=validity)
+                   {k: dict(v) for k, v in t.get("cpu_seconds", {}).items()}, signed, scoring, inside, boot,
+                   _validity=validity)

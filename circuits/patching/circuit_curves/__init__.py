@@ -77,6 +77,7 @@ Public signature::
     area_scores(sizes, f) -> (cpr, cmd)                               # MIB's areas of one curve (or a batch)
     cmd_margin(a, b, n_boot) -> (b.cmd - a.cmd, low, high)            # paired bootstrap over the same pairs
     cmd_margin_draws(a, b, n_boot) -> (b.cmd - a.cmd, resamples)       # for a p-value and Holm's correction
+    resampled_cmd(c, idx) -> CMD per resample                         # idx: [resample, pair] indices
     MIB_SIZES = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 ``FaithfulnessCurve`` fields: ``sizes [size]``, ``n_kept [size]``, ``n_nodes`` (nodes or edges), ``m [size,
@@ -91,7 +92,7 @@ The package: :mod:`~circuits.patching.circuit_curves.curve` (checks, circuits of
 
 from circuits.patching.circuit_curves.curve import (ABLATIONS, COUNTS, MIB_SIZES, POSITIONS, READOUTS, FaithfulnessCurve,
                                                   NodeMasks, area_axis, area_scores, check_choice, check_metric, cmd_margin,
-                                                  cmd_margin_draws,
+                                                  cmd_margin_draws, resampled_cmd,
                                                   check_sizes, circuit_masks, curve_from, metric_of, n_kept_at)
 from circuits.patching.circuit_curves.edge_curves import (INPUT, LOGITS, EdgeReceiver, EdgeSender, check_edge_model,
                                                   edge_masks, edge_receivers, edge_senders, edge_upstream, edge_valid)
@@ -100,4 +101,5 @@ from circuits.patching.circuit_curves.node_curves import circuit_curve, circuit_
 __all__ = ["ABLATIONS", "COUNTS", "INPUT", "LOGITS", "MIB_SIZES", "POSITIONS", "READOUTS", "EdgeReceiver", "EdgeSender",
            "FaithfulnessCurve", "NodeMasks", "area_axis", "area_scores", "check_choice", "check_edge_model",
            "check_metric", "check_sizes", "cmd_margin", "cmd_margin_draws", "circuit_curve", "circuit_masks", "circuit_metric", "curve_from",
-           "edge_masks", "edge_receivers", "edge_senders", "edge_upstream", "edge_valid", "metric_of", "n_kept_at"]
+           "edge_masks", "edge_receivers", "edge_senders", "edge_upstream", "edge_valid", "metric_of", "n_kept_at",
+           "resampled_cmd"]

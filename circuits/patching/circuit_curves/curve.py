@@ -314,12 +314,14 @@ def cmd_margin_draws(a: FaithfulnessCurve, b: FaithfulnessCurve, n_boot: int = 1
     if n_boot < 1:
         return diff, None
     idx = resample_pairs(a.m.shape[1], n_boot, seed)
+    return diff, resampled_cmd(b, idx) - resampled_cmd(a, idx)
 
-    def cmd_of(c: FaithfulnessCurve) -> Tensor:
-        m, mf, me = c.m.double()[:, idx].mean(-1).T, c.m_full.double()[idx].mean(-1), c.m_empty.double()[idx].mean(-1)
-        return area_scores(c.sizes.tolist(), (m - me[:, None]) / (mf - me)[:, None])[1]
 
-    return diff, cmd_of(b) - cmd_of(a)
+def resampled_cmd(c: FaithfulnessCurve, idx: Tensor) -> Tensor:
+    """CMD of ``c`` on each resample of its pairs (``idx``: ``[resample, pair]`` indices): f from the resampled
+    pairs' mean m, m(N) and m(empty), as the curve's own interval reads it; ``[resample]``, float64."""
+    m, mf, me = c.m.double()[:, idx].mean(-1).T, c.m_full.double()[idx].mean(-1), c.m_empty.double()[idx].mean(-1)
+    return area_scores(c.sizes.tolist(), (m - me[:, None]) / (mf - me)[:, None])[1]
 
 
 def metric_of(logits: Float[Tensor, "row d_vocab"], answer: Int[Tensor, " row"], cf_answer: Int[Tensor, " row"],
