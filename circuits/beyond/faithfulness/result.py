@@ -157,10 +157,9 @@ class FaithfulnessResult(ShowsFigure, CheckedPairs, Result[FaithfulnessConfig]):
                 "pairs_with_label": sum(p.counterfactual_answer_token_id >= 0 for p in self.scoring_pairs),
                 "mib": self.config.mib(),
                 "sizes": list(self.config.sizes), "sizes_percent": [round(100 * s, 9) for s in self.config.sizes],
-                "seconds": self.seconds, "cpu_seconds": self.cpu_seconds, "table": [{**row, "cpr_ci": list(row["cpr_ci"]) if row["cpr_ci"] else None,
-                                                   "cmd_ci": list(row["cmd_ci"]) if row["cmd_ci"] else None,
-                "cmd_ci_ranking_boot": list(row["cmd_ci_ranking_boot"]) if row["cmd_ci_ranking_boot"] else None}
-                                                  for row in self.table()],
+                "seconds": self.seconds, "cpu_seconds": self.cpu_seconds,
+                "table": [{**row, **{k: list(row[k]) if row[k] else None
+                                     for k in ("cpr_ci", "cmd_ci", "cmd_ci_ranking_boot")}} for row in self.table()],
                 "curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.curves.items()},
                 "signed_curves": {r: {s: _row(c) for s, c in by.items()} for r, by in self.signed_curves.items()},
                 "in_sample_curves": {r: {s: _row(c) for s, c in by.items()}
