@@ -752,6 +752,7 @@ def test_ranking_boot_resamples_both_splits_as_a_plain_rerun_does(tmp_path, monk
     capsys.readouterr()
     for bad, said in ((["--ranking-boot", "3", "--no-held-out"], "give --held-out"),
                       (["--ranking-boot-rankings", "nope"], "unknown ranking 'nope'"),
+                      (["--ranking-boot-rankings", ","], "--ranking-boot-rankings"),
                       (["--ranking-boot", "-1"], "--ranking-boot"), (["--ranking-boot", "99999999"], "--ranking-boot")):
         assert cli_main(argv[:-2] + bad + ["--out", str(tmp_path / "bad")]) == 2
         err = capsys.readouterr().err.strip().splitlines()

@@ -129,7 +129,7 @@ class FaithfulnessConfig(PairSource):
                                "the ranking pairs and scores the absolute ranking's circuits on a resample of the "
                                "scoring pairs, so its CMD interval holds the ranking's own variance too (0: none; each "
                                "resample costs one ranking and one curve per node setting)")
-    ranking_boot_rankings: tuple[str, ...] = option(CHEAP_RANKINGS, unique=True, help="the rankings --ranking-boot "
+    ranking_boot_rankings: tuple[str, ...] = option(CHEAP_RANKINGS, unique=True, nonempty=True, help="the rankings --ranking-boot "
                                                     "re-ranks, comma-separated (default: all but positions, the "
                                                     "costly one)")
     input_node: bool = option(True, help="rank the input (embedding) node with the heads and MLPs, count it in each "
